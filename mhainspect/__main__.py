@@ -1,0 +1,3 @@
+from mhainspect.cli import main
+
+main()

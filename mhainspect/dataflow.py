@@ -1,0 +1,126 @@
+"""Dataflow index over a ModelGraph: order, producers, consumers, activations, weights, shapes."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from mhainspect.errors import InputError
+from mhainspect.graph import ModelGraph, Node, Tensor
+from mhainspect.symbolic import ShapeEvaluator
+
+# Ops through which a weight keeps its identity (layout or dtype changes only).
+_WEIGHT_VIEW_OPS = {"Identity", "Cast", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "DequantizeLinear",
+                    "Contiguous", "CastLike"}
+# Outputs of these ops describe shapes, not activations.
+_SHAPE_OPS = {"Shape", "Size"}
+# Input positions that are read for their shape or as shape arguments only.
+SHAPE_INPUTS: dict[str, frozenset[int]] = {
+    "Shape": frozenset({0}), "Size": frozenset({0}), "Reshape": frozenset({1}), "Expand": frozenset({1}),
+    "Slice": frozenset({1, 2, 3, 4}), "ConstantOfShape": frozenset({0}), "Range": frozenset({0, 1, 2}),
+    "Tile": frozenset({1}), "Unsqueeze": frozenset({1}), "Squeeze": frozenset({1}), "Split": frozenset({1}),
+    "Resize": frozenset({1, 2, 3}), "Pad": frozenset({1, 3}), "TopK": frozenset({1}),
+    "ReduceSum": frozenset({1}), "ReduceMean": frozenset({1}), "ReduceMax": frozenset({1}),
+    "CumSum": frozenset({1}), "OneHot": frozenset({1}),
+}
+
+
+@dataclass(frozen=True)
+class WeightRef:
+    """A weight reached from a node input, possibly through a transpose or cast."""
+
+    tensor: Tensor
+    transposed: bool  # the op sees the weight with its last two axes swapped
+
+
+def topological_order(graph: ModelGraph) -> list[Node]:
+    """Kahn's algorithm; raises InputError naming a node on a cycle."""
+    producer: dict[str, int] = {}
+    for i, n in enumerate(graph.nodes):
+        for o in n.outputs:
+            if o:
+                producer[o] = i
+    indegree = [0] * len(graph.nodes)
+    users: list[list[int]] = [[] for _ in graph.nodes]
+    for i, n in enumerate(graph.nodes):
+        deps = {producer[x] for x in n.inputs if x in producer and producer[x] != i}
+        indegree[i] = len(deps)
+        for d in deps:
+            users[d].append(i)
+        if any(x in producer and producer[x] == i for x in n.inputs):
+            raise InputError(f"graph has a cycle: node '{n.name}' ({n.op}) reads its own output")
+    ready = deque(i for i, d in enumerate(indegree) if d == 0)
+    order: list[int] = []
+    while ready:
+        i = ready.popleft()
+        order.append(i)
+        for u in users[i]:
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                ready.append(u)
+    if len(order) != len(graph.nodes):
+        stuck = next(i for i, d in enumerate(indegree) if d > 0)
+        n = graph.nodes[stuck]
+        raise InputError(f"graph has a cycle through node '{n.name}' ({n.op})")
+    return [graph.nodes[i] for i in order]
+
+
+class GraphIndex:
+    def __init__(self, graph: ModelGraph) -> None:
+        self.graph = graph
+        self.order = topological_order(graph)
+        self.position = {id(n): i for i, n in enumerate(self.order)}
+        self.producer: dict[str, Node] = {}
+        self.consumers: dict[str, list[tuple[Node, int]]] = {}
+        for n in self.order:
+            for o in n.outputs:
+                if o:
+                    self.producer[o] = n
+            for idx, x in enumerate(n.inputs):
+                if x:
+                    self.consumers.setdefault(x, []).append((n, idx))
+        self.activations = self._find_activations()
+        self.shapes = ShapeEvaluator(graph, self.order)
+
+    def _find_activations(self) -> set[str]:
+        act = {v.name for v in self.graph.inputs if v.name not in self.graph.weights}
+        for n in self.order:
+            if n.op in _SHAPE_OPS:
+                continue
+            shape_only = SHAPE_INPUTS.get(n.op, frozenset())
+            if any(x in act for i, x in enumerate(n.inputs) if i not in shape_only):
+                act.update(o for o in n.outputs if o)
+            elif not n.inputs and n.op not in ("Constant",):
+                # Random generators and ops without inputs produce data, not weights.
+                if n.op.startswith("Random"):
+                    act.update(o for o in n.outputs if o)
+        return act
+
+    def is_activation(self, name: str) -> bool:
+        return name in self.activations
+
+    def pos(self, node: Node) -> int:
+        return self.position[id(node)]
+
+    def weight(self, name: str, max_hops: int = 6) -> WeightRef | None:
+        """The parameter tensor behind a node input, looking through views and casts."""
+        transposed = False
+        cur = name
+        for _ in range(max_hops):
+            t = self.graph.weights.get(cur)
+            if t is not None:
+                if t.is_constant_node and len(t.shape) < 2:
+                    return None
+                return WeightRef(t, transposed)
+            node = self.producer.get(cur)
+            if node is None or node.op not in _WEIGHT_VIEW_OPS or not node.inputs:
+                return None
+            if node.op == "Transpose":
+                perm = node.attrs.get("perm")
+                if perm is None or (isinstance(perm, tuple) and len(perm) >= 2 and perm[-1] != len(perm) - 1):
+                    transposed = not transposed
+            cur = node.inputs[0]
+        return None
+
+    def users(self, name: str) -> list[tuple[Node, int]]:
+        return self.consumers.get(name, [])

@@ -1,0 +1,125 @@
+"""Result types: what the analysis found. Pure data; rendering happens in mhainspect.render."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Severity(str, Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Where one recovered number came from.
+
+    ``field`` is the quantity ("num_heads", "d_k", ...), ``source`` a stable kind
+    ("reshape", "weight_shape", "attribute", "scale", "score_shape", "config", "module"),
+    ``detail`` names the node/tensor and what was read from it.
+    """
+
+    field: str
+    value: int | float | None
+    source: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One projection (Q, K, V or O) of a block, resolved to weight tensors."""
+
+    role: str  # "q", "k", "v", "o"
+    weight: str | None  # tensor name (storage shared with others when packed)
+    in_features: int | None
+    out_features: int | None
+    weight_params: int  # this projection's share of the weight (a slice of a packed weight)
+    bias: str | None
+    bias_params: int
+    node: str  # node that applies the weight
+
+
+@dataclass(frozen=True)
+class ParamBreakdown:
+    q: int
+    k: int
+    v: int
+    o: int
+    bias: int  # part of total that is biases
+    total: int  # q + k + v + o
+    extra: int = 0  # other params of the block (bias_k/bias_v, relative position tables)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """Parameter count of a block under another head count."""
+
+    num_heads: int
+    total_width_fixed: int  # standard layout: h*d_k stays the same
+    head_dim_fixed: int  # per-head width stays the block's d_k
+
+
+@dataclass(frozen=True)
+class AttentionBlock:
+    name: str
+    matcher: str
+    kind: str  # "self" | "cross"
+    num_heads: int | None
+    num_kv_heads: int | None
+    d_model: int | None
+    d_k: int | None
+    d_v: int | None
+    params: ParamBreakdown
+    projections: tuple[Projection, ...]
+    evidence: tuple[Evidence, ...]
+    scale: float | None = None  # the scale applied to Q·K^T (None: not found)
+    scale_known: bool = False  # True when scale was determined (1.0 = unscaled)
+    anchor: str = ""  # the Softmax or fused op node
+    unknown_reason: str | None = None  # why heads are unknown, when they are
+    conflicts: tuple[str, ...] = ()  # disagreements between evidence sources
+    what_if: tuple[WhatIf, ...] = ()  # counts under other head counts (h/2, 2h, --heads N)
+
+
+@dataclass(frozen=True)
+class Flag:
+    code: str
+    severity: Severity
+    block: str | None
+    message: str
+    # Numbers behind the message, so renderers and dashboards need not parse text.
+    data: tuple[tuple[str, int | float | str | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class Miss:
+    """A near miss: a candidate that looked like attention but did not match, and why."""
+
+    matcher: str
+    anchor: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    path: str
+    format: str  # "onnx", ...
+    total_params: int
+    num_nodes: int
+    opset: int | None
+    producer: str
+    attention_params: int
+
+
+@dataclass(frozen=True)
+class Report:
+    schema_version: str
+    model: ModelSummary
+    blocks: tuple[AttentionBlock, ...]
+    flags: tuple[Flag, ...]
+    misses: tuple[Miss, ...]
+    warnings: tuple[str, ...] = ()
+
+
+SCHEMA_VERSION = "1.0"

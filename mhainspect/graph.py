@@ -1,0 +1,71 @@
+"""Neutral graph IR shared by every loader and matcher.
+
+Loaders normalise their source (ONNX protobuf, torch.fx graph, checkpoint) into these types.
+Weights are metadata only: shape, dtype and a storage key, never tensor data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Union
+
+AttrValue = Union[int, float, str, bytes, tuple[int, ...], tuple[float, ...], tuple[str, ...], None]
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A weight or constant: shape and identity, never its data.
+
+    ``storage_key`` is equal for tensors that share storage (tied weights), so they count once.
+    ``int_value`` carries the value of small integer constants (shape arithmetic) only.
+    ``float_value`` carries the value of float scalars (attention scale), only when tiny.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    storage_key: str
+    int_value: tuple[int, ...] | None = None
+    float_value: float | None = None
+    is_constant_node: bool = False
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, AttrValue] = field(default_factory=dict)
+    scope: str = ""
+    domain: str = ""
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """Declared type of a graph input/output or intermediate (dims are int or symbol names)."""
+
+    name: str
+    shape: tuple[int | str | None, ...] | None
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ModelGraph:
+    source: str
+    kind: str  # "onnx", "torch", "checkpoint"
+    nodes: tuple[Node, ...]
+    weights: Mapping[str, Tensor]
+    inputs: tuple[ValueInfo, ...] = ()
+    outputs: tuple[ValueInfo, ...] = ()
+    value_info: Mapping[str, ValueInfo] = field(default_factory=dict)
+    opset: int | None = None
+    producer: str = ""
+    warnings: tuple[str, ...] = ()

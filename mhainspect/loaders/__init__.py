@@ -1,0 +1,1 @@
+"""Loaders turn a model source into the neutral ModelGraph IR."""

@@ -1,0 +1,1 @@
+"""Attention pattern families. Each module matches one family and explains its near misses."""

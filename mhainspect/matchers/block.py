@@ -1,0 +1,219 @@
+"""Assemble an AttentionBlock from what a matcher found: projections, dims, evidence.
+
+Every number is offered with its source; the builder picks the strongest source, records the
+others as evidence, and reports disagreements instead of silently choosing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from mhainspect.dataflow import GraphIndex
+from mhainspect.findings import AttentionBlock, Evidence, ParamBreakdown, Projection
+from mhainspect.graph import Node
+from mhainspect.matchers.projection import ProjectionHit, TracedProjection
+from mhainspect.matchers.scopes import block_name
+
+# Stronger sources first. "scale" is a fallback only: a custom scale is legitimate (MHA003).
+_PRIORITY = {"attribute": 0, "kernel_shape": 1, "shape": 2, "weight_shape": 3, "score_shape": 4, "reshape": 4,
+             "scale": 9}
+_FIELDS = ("num_heads", "num_kv_heads", "d_model", "d_k", "d_v")
+
+
+@dataclass
+class RoleInput:
+    """How one of Q, K, V reaches the attention core."""
+
+    role: str
+    traced: TracedProjection | None = None
+    # Packed weights inside a fused op (com.microsoft Attention): explicit counts.
+    fused_weight: str | None = None
+    fused_in: int | None = None
+    fused_width: int | None = None
+    fused_weight_params: int = 0
+    fused_bias: str | None = None
+    fused_bias_params: int = 0
+    fused_node: str = ""
+
+
+@dataclass
+class BlockBuilder:
+    index: GraphIndex
+    anchor: Node
+    matcher: str
+    evidence: list[Evidence] = field(default_factory=list)
+    roles: dict[str, RoleInput] = field(default_factory=dict)
+    output: ProjectionHit | None = None
+    scale: float | None = None
+    scale_known: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def offer(self, name: str, value: int | None, source: str, detail: str) -> None:
+        if value is None or value <= 0:
+            return
+        self.evidence.append(Evidence(name, int(value), source, detail))
+
+    def width(self, role: str) -> int | None:
+        """Total projection width of a role (its slice of a packed weight)."""
+        r = self.roles.get(role)
+        if r is None:
+            return None
+        if r.fused_width is not None:
+            return r.fused_width
+        if r.traced is None:
+            return None
+        frac = self._fraction(role)
+        w = Fraction(r.traced.hit.out_features) * frac if frac is not None else None
+        return int(w) if w is not None and w.denominator == 1 else None
+
+    def _fraction(self, role: str) -> Fraction | None:
+        r = self.roles[role]
+        assert r.traced is not None
+        sharing = [x for x in self.roles.values() if x.traced is not None and x.traced.hit.node is r.traced.hit.node]
+        if len(sharing) == 1:
+            return Fraction(1)
+        if r.traced.split_fraction is not None and r.traced.split_fraction != 1:
+            return r.traced.split_fraction
+        return Fraction(1, len(sharing))
+
+    def _pick(self, name: str) -> tuple[int | None, tuple[str, ...]]:
+        offers = sorted((e for e in self.evidence if e.field == name and isinstance(e.value, int)),
+                        key=lambda e: _PRIORITY.get(e.source, 5))
+        if not offers:
+            return None, ()
+        best = offers[0]
+        conflicts = tuple(
+            f"{name}: {best.source} says {best.value} ({best.detail}) but {e.source} says {e.value} ({e.detail})"
+            for e in offers[1:] if e.value != best.value and e.source != "scale")
+        return int(best.value) if best.value is not None else None, conflicts
+
+    def build(self, taken_names: set[str]) -> AttentionBlock:
+        conflicts: list[str] = []
+        picked: dict[str, int | None] = {}
+        for f in ("d_k", "d_v"):
+            picked[f], c = self._pick(f)
+            conflicts.extend(c)
+        # Head counts follow from widths once d_k and d_v are known.
+        d_k, d_v = picked["d_k"], picked["d_v"]
+        wq, wk, wv = self.width("q"), self.width("k"), self.width("v")
+        if d_k and wq and wq % d_k == 0:
+            self.offer("num_heads", wq // d_k, "weight_shape", f"Q width {wq} / d_k {d_k}")
+        if d_k and wk and wk % d_k == 0:
+            self.offer("num_kv_heads", wk // d_k, "weight_shape", f"K width {wk} / d_k {d_k}")
+        if d_v and wv and wv % d_v == 0:
+            self.offer("num_kv_heads", wv // d_v, "weight_shape", f"V width {wv} / d_v {d_v}")
+        picked["num_heads"], c = self._pick("num_heads")
+        conflicts.extend(c)
+        h = picked["num_heads"]
+        if d_k is None and h and wq and wq % h == 0:
+            picked["d_k"] = d_k = wq // h
+            self.evidence.append(Evidence("d_k", d_k, "weight_shape", f"Q width {wq} / heads {h}"))
+        if d_v is None and h and self.width("o") is None:
+            pass
+        picked["num_kv_heads"], c = self._pick("num_kv_heads")
+        conflicts.extend(c)
+        if picked["num_kv_heads"] is None and h is not None and wk is None and d_k:
+            picked["num_kv_heads"] = h
+        if d_v is None and picked["num_kv_heads"] and wv and wv % picked["num_kv_heads"] == 0:
+            picked["d_v"] = d_v = wv // picked["num_kv_heads"]
+            self.evidence.append(Evidence("d_v", d_v, "weight_shape", f"V width {wv} / kv heads {picked['num_kv_heads']}"))
+        q = self.roles.get("q")
+        if q is not None and q.traced is not None:
+            self.offer("d_model", q.traced.hit.in_features, "weight_shape",
+                       f"input width of Q projection {q.traced.hit.node.name}")
+        elif q is not None and q.fused_in is not None:
+            self.offer("d_model", q.fused_in, "weight_shape", f"input width of packed weight {q.fused_weight}")
+        elif self.output is not None:
+            self.offer("d_model", self.output.out_features, "weight_shape",
+                       f"output width of {self.output.node.name}")
+        picked["d_model"], c = self._pick("d_model")
+        conflicts.extend(c)
+
+        unknown_reason = None
+        if picked["num_heads"] is None:
+            unknown_reason = self._unknown_reason()
+            picked["num_kv_heads"] = None
+        projections = self._projections()
+        params = _breakdown(projections)
+        kind = self._kind()
+        name = block_name(self.index, self.anchor, projections, taken_names)
+        return AttentionBlock(
+            name=name, matcher=self.matcher, kind=kind,
+            num_heads=picked["num_heads"], num_kv_heads=picked["num_kv_heads"], d_model=picked["d_model"],
+            d_k=picked["d_k"], d_v=picked["d_v"], params=params, projections=projections,
+            evidence=tuple(self.evidence), scale=self.scale, scale_known=self.scale_known,
+            anchor=self.anchor.name, unknown_reason=unknown_reason, conflicts=tuple(dict.fromkeys(conflicts)),
+        )
+
+    def _unknown_reason(self) -> str:
+        if self.notes:
+            return "; ".join(self.notes)
+        if self.width("q") is None:
+            return "no Q projection weight found and no head dimension in the attention op's shapes"
+        return "the head size is not a constant in the graph (Q's last dimension is computed at run time)"
+
+    def _kind(self) -> str:
+        q, k = self.roles.get("q"), self.roles.get("k")
+        if q is None or k is None:
+            return "self"
+        if q.traced is None or k.traced is None:
+            return "self"
+        a, b = _source(self.index, q.traced.hit.activation), _source(self.index, k.traced.hit.activation)
+        return "self" if a == b else "cross"
+
+    def _projections(self) -> tuple[Projection, ...]:
+        out: list[Projection] = []
+        for role in ("q", "k", "v"):
+            r = self.roles.get(role)
+            if r is None:
+                continue
+            if r.traced is None:
+                if r.fused_weight is not None:
+                    out.append(Projection(role, r.fused_weight, r.fused_in, r.fused_width, r.fused_weight_params,
+                                          r.fused_bias, r.fused_bias_params, r.fused_node))
+                continue
+            hit = r.traced.hit
+            frac = self._fraction(role) or Fraction(1)
+            width = self.width(role)
+            bias_params = int(hit.bias.numel * frac) if hit.bias is not None else 0
+            out.append(Projection(role, hit.weight.tensor.name, hit.in_features, width,
+                                  int(hit.weight_params * frac), hit.bias.name if hit.bias else None,
+                                  bias_params, hit.node.name))
+        if self.output is not None:
+            o = self.output
+            out.append(Projection("o", o.weight.tensor.name, o.in_features, o.out_features, o.weight_params,
+                                  o.bias.name if o.bias else None, o.bias.numel if o.bias else 0, o.node.name))
+        return tuple(out)
+
+
+def _source(index: GraphIndex, name: str) -> str:
+    """Look through casts/identities so that Q and K reading the same tensor count as self."""
+    for _ in range(8):
+        node = index.producer.get(name)
+        if node is None or node.op not in ("Identity", "Cast", "Dropout", "Contiguous"):
+            return name
+        name = node.inputs[0]
+    return name
+
+
+def _breakdown(projections: tuple[Projection, ...]) -> ParamBreakdown:
+    per = {"q": 0, "k": 0, "v": 0, "o": 0}
+    bias = 0
+    for p in projections:
+        per[p.role] += p.weight_params + p.bias_params
+        bias += p.bias_params
+    return ParamBreakdown(q=per["q"], k=per["k"], v=per["v"], o=per["o"], bias=bias,
+                          total=per["q"] + per["k"] + per["v"] + per["o"])
+
+
+def inverse_sqrt_dim(scale: float) -> int | None:
+    """d when scale == 1/sqrt(d) for an integer d (within float tolerance)."""
+    if scale <= 0:
+        return None
+    d = 1.0 / (scale * scale)
+    r = round(d)
+    if r >= 1 and math.isclose(d, r, rel_tol=1e-3):
+        return int(r)
+    return None

@@ -1,0 +1,286 @@
+"""Decomposed attention: softmax(scale · Q·Kᵀ + mask)·V, as every exporter writes it unfused.
+
+Anchored on Softmax. Walks back from the Softmax input through scale/mask/softcap ops to a
+product of two activations (Q·Kᵀ), forward from its output to a product with V, then from Q, K
+and V back to their projections (separate, packed via Split/Slice/Gather, Einsum kernels,
+GQA repeats) and from the result forward to the output projection.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from mhainspect.dataflow import GraphIndex
+from mhainspect.findings import Evidence, Miss
+from mhainspect.graph import Node
+from mhainspect.matchers.block import BlockBuilder, RoleInput, inverse_sqrt_dim
+from mhainspect.matchers.projection import TracedProjection, trace_back_to_projection, trace_forward_to_projection
+from mhainspect.symbolic import Dim, Shape
+
+NAME = "decomposed"
+_PRODUCTS = {"MatMul", "Einsum", "FusedMatMul"}
+# Between Q·Kᵀ and Softmax: scaling, masks, softcapping, bias (ALiBi, relative position), casts.
+_SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Tanh", "Clip", "Identity", "Reshape", "Squeeze",
+               "Unsqueeze", "Max", "Min", "Dropout"}
+# Between Softmax and ·V: casts, dropout, head masks, reshapes.
+_PROBS_PATH = {"Cast", "Dropout", "Where", "Identity", "Reshape", "Mul", "Squeeze", "Unsqueeze"}
+_MAX_SCORE_NODES = 24
+
+
+def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
+    found = _find_score_product(index, softmax.inputs[0])
+    if found is None:
+        return Miss(NAME, softmax.name, "no Q·Kᵀ product of two activations before the Softmax "
+                                         "(a classifier or router softmax, not attention)")
+    score, score_path = found
+    pv = _find_value_product(index, softmax.outputs[0])
+    if pv is None:
+        return Miss(NAME, softmax.name, f"Softmax after {score.name} does not feed a product with V")
+    pv_node, probs_tensor = pv
+    operands = _operands(index, score, pv_node, probs_tensor)
+    if isinstance(operands, str):
+        return Miss(NAME, softmax.name, operands)
+    q_in, k_in, v_in = operands
+
+    b = BlockBuilder(index, softmax, NAME)
+    stop = {softmax.name, score.name, pv_node.name}
+    for role, tensor in (("q", q_in), ("k", k_in), ("v", v_in)):
+        traced = trace_back_to_projection(index, tensor, stop)
+        b.roles[role] = RoleInput(role, traced)
+    out = trace_forward_to_projection(index, pv_node.outputs[0])
+    if out is not None:
+        b.output = out[0]
+    else:
+        b.evidence.append(Evidence("o", None, "missing", f"no output projection after {pv_node.name}"))
+
+    _offer_dims(index, b, score, pv_node, softmax, q_in, k_in, v_in)
+    _offer_scale(index, b, score, score_path)
+    for role in ("q", "k", "v"):
+        r = b.roles[role]
+        if r.traced is not None:
+            _offer_path_evidence(index, b, role, r.traced)
+    if b.roles["q"].traced is None:
+        b.notes.append(f"Q at {score.name} does not trace back to a projection weight")
+    return b
+
+
+def _find_score_product(index: GraphIndex, start: str) -> tuple[Node, tuple[Node, ...]] | None:
+    queue: deque[tuple[str, tuple[Node, ...]]] = deque([(start, ())])
+    seen = {start}
+    visited = 0
+    while queue and visited < _MAX_SCORE_NODES:
+        cur, path = queue.popleft()
+        node = index.producer.get(cur)
+        if node is None:
+            continue
+        visited += 1
+        if node.op in _PRODUCTS and _two_activations(index, node):
+            return node, path
+        if node.op not in _SCORE_PATH:
+            continue
+        for x in node.inputs:
+            if x and x not in seen and index.is_activation(x):
+                seen.add(x)
+                queue.append((x, path + (node,)))
+    return None
+
+
+def _two_activations(index: GraphIndex, node: Node) -> bool:
+    acts = [x for x in node.inputs[:2] if x and index.is_activation(x)]
+    return len(acts) == 2 and index.weight(node.inputs[0]) is None and index.weight(node.inputs[1]) is None
+
+
+def _find_value_product(index: GraphIndex, start: str) -> tuple[Node, str] | None:
+    queue: deque[tuple[str, int]] = deque([(start, 0)])
+    seen = {start}
+    while queue:
+        cur, depth = queue.popleft()
+        if depth > 6:
+            continue
+        for user, pos in index.users(cur):
+            if user.op in _PRODUCTS and _two_activations(index, user):
+                if user.op == "Einsum" or pos == 0:
+                    return user, cur
+            if user.op in _PROBS_PATH and (user.op != "Where" or pos != 0):
+                for o in user.outputs:
+                    if o and o not in seen:
+                        seen.add(o)
+                        queue.append((o, depth + 1))
+    return None
+
+
+def _einsum_terms(node: Node) -> tuple[list[str], str] | None:
+    eq = str(node.attrs.get("equation", "")).replace(" ", "")
+    if "->" not in eq or "." in eq:
+        return None
+    lhs, rhs = eq.split("->")
+    terms = lhs.split(",")
+    return (terms, rhs) if len(terms) == 2 else None
+
+
+def _operands(index: GraphIndex, score: Node, pv: Node, probs: str) -> tuple[str, str, str] | str:
+    if score.op == "Einsum":
+        parsed = _einsum_terms(score)
+        if parsed is None:
+            return f"cannot read the equation of {score.name}"
+        terms, rhs = parsed
+        kv_letter = rhs[-1]  # Softmax normalises over the key axis, the last of the scores
+        k_pos = 0 if kv_letter in terms[0] and kv_letter not in terms[1] else 1
+        q_in, k_in = score.inputs[1 - k_pos], score.inputs[k_pos]
+    else:
+        q_in, k_in = score.inputs[0], score.inputs[1]
+        if score.op == "FusedMatMul" and score.attrs.get("transA"):
+            pass
+    if pv.op == "Einsum":
+        v_in = pv.inputs[1] if pv.inputs[0] == probs else pv.inputs[0]
+    else:
+        v_in = pv.inputs[1]
+    return q_in, k_in, v_in
+
+
+def _last_dim(index: GraphIndex, tensor: str, from_end: int = 1) -> Dim | None:
+    s = index.shapes.shape(tensor)
+    if s is None or len(s) < from_end:
+        return None
+    return s[-from_end]
+
+
+def _offer_dims(index: GraphIndex, b: BlockBuilder, score: Node, pv: Node, softmax: Node,
+                q_in: str, k_in: str, v_in: str) -> None:
+    if score.op == "Einsum":
+        d_k = _einsum_contracted(index, score)
+    elif score.op == "FusedMatMul" and score.attrs.get("transA"):
+        d_k = _last_dim(index, q_in, 2)
+    else:
+        d_k = _last_dim(index, q_in)
+    if d_k is not None and d_k.is_int:
+        b.offer("d_k", d_k.coef, "shape", f"last axis of Q at {score.name}")
+    if pv.op == "Einsum":
+        d_v = _einsum_value_dim(index, pv)
+    else:
+        d_v = _last_dim(index, v_in)
+    if d_v is not None and d_v.is_int:
+        b.offer("d_v", d_v.coef, "shape", f"last axis of V at {pv.name}")
+    scores = index.shapes.shape(softmax.inputs[0])
+    heads = _heads_from_scores(scores)
+    if heads is not None:
+        b.offer("num_heads", heads, "score_shape", f"head axis of the scores at {softmax.name}: "
+                + "[" + ", ".join(str(d) for d in scores or ()) + "]")
+
+
+def _heads_from_scores(scores: Shape | None) -> int | None:
+    if scores is None:
+        return None
+    if len(scores) == 4 and scores[-3].is_int:
+        return scores[-3].coef
+    if len(scores) == 3 and not scores[0].is_int and scores[0].coef > 1:
+        return scores[0].coef  # batch and heads folded: (B·h, L, S)
+    return None
+
+
+def _einsum_contracted(index: GraphIndex, node: Node) -> Dim | None:
+    parsed = _einsum_terms(node)
+    if parsed is None:
+        return None
+    (a, c), rhs = parsed
+    shape = index.shapes.shape(node.inputs[0])
+    if shape is None or len(shape) != len(a):
+        return None
+    letters = [ch for ch in a if ch in c and ch not in rhs]
+    if len(letters) != 1:
+        return None
+    return shape[a.index(letters[0])]
+
+
+def _einsum_value_dim(index: GraphIndex, node: Node) -> Dim | None:
+    parsed = _einsum_terms(node)
+    if parsed is None:
+        return None
+    terms, rhs = parsed
+    for pos in (0, 1):
+        other = terms[1 - pos]
+        shape = index.shapes.shape(node.inputs[pos])
+        own = [ch for ch in terms[pos] if ch not in other and ch in rhs]
+        if shape is not None and len(own) == 1 and len(shape) == len(terms[pos]):
+            # V is the operand whose private axis is the last output axis.
+            if rhs[-1] == own[0]:
+                return shape[terms[pos].index(own[0])]
+    return None
+
+
+def _scalar_factor(index: GraphIndex, node: Node, on_tensor: str) -> float | None:
+    """The constant factor a Mul/Div applies to ``on_tensor``, if it is a scalar constant."""
+    if node.op not in ("Mul", "Div") or len(node.inputs) != 2:
+        return None
+    pos = 0 if node.inputs[0] == on_tensor else 1
+    other = node.inputs[1 - pos]
+    value = index.shapes.float_scalar(other)
+    if value is None or value == 0:
+        return None
+    if node.op == "Div":
+        return 1.0 / value if pos == 0 else None
+    return value
+
+
+def _offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tuple[Node, ...]) -> None:
+    scale = 1.0
+    sources: list[str] = []
+    cur = score.outputs[0]
+    for node in reversed(score_path):
+        if node.op in ("Mul", "Div") and cur in node.inputs:
+            f = _scalar_factor(index, node, cur)
+            if f is not None:
+                scale *= f
+                sources.append(node.name)
+        cur = node.outputs[0]
+    if score.op == "FusedMatMul":
+        alpha = score.attrs.get("alpha")
+        if isinstance(alpha, float) and alpha != 1.0:
+            scale *= alpha
+            sources.append(f"{score.name}.alpha")
+    for role in ("q", "k"):
+        r = b.roles.get(role)
+        if r is None or r.traced is None:
+            continue
+        prev = r.traced.hit.output
+        for node in r.traced.path:
+            if node.op in ("Mul", "Div") and prev in node.inputs:
+                f = _scalar_factor(index, node, prev)
+                if f is not None:
+                    scale *= f
+                    sources.append(node.name)
+            prev = node.outputs[0]
+    b.scale = scale
+    b.scale_known = True
+    if sources:
+        detail = f"scale {scale:.6g} from " + ", ".join(sources)
+        b.evidence.append(Evidence("scale", scale, "scale", detail))
+        d = inverse_sqrt_dim(scale)
+        if d is not None:
+            b.offer("d_k", d, "scale", f"scale 1/sqrt({d}) from " + ", ".join(sources))
+    else:
+        b.evidence.append(Evidence("scale", 1.0, "scale", "no scaling between Q·Kᵀ and Softmax"))
+
+
+def _offer_path_evidence(index: GraphIndex, b: BlockBuilder, role: str, traced: TracedProjection) -> None:
+    hit = traced.hit
+    if hit.head_split is not None:
+        heads, head_dim = hit.head_split
+        field = "num_heads" if role == "q" else "num_kv_heads"
+        b.offer(field, heads, "kernel_shape", f"{role.upper()} kernel {hit.weight.tensor.name} "
+                f"{list(hit.weight.tensor.shape)}")
+        b.offer("d_k" if role in ("q", "k") else "d_v", head_dim, "kernel_shape",
+                f"{role.upper()} kernel {hit.weight.tensor.name} {list(hit.weight.tensor.shape)}")
+    for node in traced.path:
+        if node.op == "Reshape":
+            target = index.shapes.value(node.inputs[1]) if len(node.inputs) > 1 else None
+            out = index.shapes.shape(node.outputs[0])
+            if out is not None:
+                b.evidence.append(Evidence(f"{role}_reshape", None, "reshape",
+                                           f"{node.name} -> [" + ", ".join(str(d) for d in out) + "]"
+                                           + ("" if target is not None else " (target computed at run time)")))
+        elif node.op in ("Expand", "Tile") and role in ("k", "v"):
+            src, dst = index.shapes.shape(node.inputs[0]), index.shapes.shape(node.outputs[0])
+            b.evidence.append(Evidence("kv_repeat", None, "repeat",
+                                       f"{node.op} {node.name}: [" + ", ".join(str(d) for d in src or ()) + "] -> ["
+                                       + ", ".join(str(d) for d in dst or ()) + "]"))

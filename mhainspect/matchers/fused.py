@@ -1,0 +1,158 @@
+"""Fused attention ops: ONNX Attention (opset 23+) and onnxruntime's com.microsoft contrib ops.
+
+Heads come from the op's attributes (or 4-D input shapes); the projections are traced back from
+the op's Q/K/V inputs exactly as for decomposed attention, or read from the packed weight the
+op itself holds (com.microsoft Attention).
+"""
+
+from __future__ import annotations
+
+from mhainspect.dataflow import GraphIndex
+from mhainspect.findings import Evidence, Miss
+from mhainspect.graph import Node
+from mhainspect.matchers.block import BlockBuilder, RoleInput
+from mhainspect.matchers.projection import trace_back_to_projection, trace_forward_to_projection
+
+NAME = "fused"
+_MS_PACKED = {"Attention", "PackedAttention"}
+_MS_SEPARATE = {"MultiHeadAttention", "DecoderMaskedMultiHeadAttention", "PackedMultiHeadAttention"}
+_MS_GROUPED = {"GroupQueryAttention", "SparseAttention", "PagedAttention"}
+FUSED_OPS = {("", "Attention")} | {("com.microsoft", op) for op in _MS_PACKED | _MS_SEPARATE | _MS_GROUPED}
+
+
+def is_fused(node: Node) -> bool:
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    return (domain, node.op) in FUSED_OPS
+
+
+def match(index: GraphIndex, node: Node) -> BlockBuilder | Miss:
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    b = BlockBuilder(index, node, f"fused:{node.op}" if domain == "" else f"fused:{domain}.{node.op}")
+    if domain == "":
+        _onnx_attention(index, node, b)
+    elif node.op in _MS_PACKED:
+        miss = _ms_attention(index, node, b)
+        if miss is not None:
+            return miss
+    else:
+        _ms_separate(index, node, b)
+    out = trace_forward_to_projection(index, node.outputs[0])
+    if out is not None:
+        b.output = out[0]
+    else:
+        b.evidence.append(Evidence("o", None, "missing", f"no output projection after {node.name}"))
+    scale = node.attrs.get("scale")
+    if isinstance(scale, float) and scale != 0.0:
+        b.scale, b.scale_known = scale, True
+        b.evidence.append(Evidence("scale", scale, "attribute", f"{node.name}.scale"))
+    else:
+        # Fused ops default to 1/sqrt(head_size): the standard scale by definition.
+        b.scale, b.scale_known = None, False
+    return b
+
+
+def _trace_roles(index: GraphIndex, node: Node, b: BlockBuilder, positions: tuple[int, int, int]) -> None:
+    for role, pos in zip(("q", "k", "v"), positions):
+        if pos < len(node.inputs) and node.inputs[pos]:
+            b.roles[role] = RoleInput(role, trace_back_to_projection(index, node.inputs[pos], {node.name}))
+
+
+def _int_attr(node: Node, name: str) -> int | None:
+    v = node.attrs.get(name)
+    return v if isinstance(v, int) and v > 0 else None
+
+
+def _onnx_attention(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
+    _trace_roles(index, node, b, (0, 1, 2))
+    q, k, v = (index.shapes.shape(node.inputs[i]) if i < len(node.inputs) else None for i in range(3))
+    hq, hkv = _int_attr(node, "q_num_heads"), _int_attr(node, "kv_num_heads")
+    if q is not None and len(q) == 4:
+        if q[1].is_int:
+            b.offer("num_heads", q[1].coef, "shape", f"head axis of Q input of {node.name}")
+        if q[3].is_int:
+            b.offer("d_k", q[3].coef, "shape", f"last axis of Q input of {node.name}")
+    if k is not None and len(k) == 4 and k[1].is_int:
+        b.offer("num_kv_heads", k[1].coef, "shape", f"head axis of K input of {node.name}")
+    if v is not None and len(v) == 4 and v[3].is_int:
+        b.offer("d_v", v[3].coef, "shape", f"last axis of V input of {node.name}")
+    b.offer("num_heads", hq, "attribute", f"{node.name}.q_num_heads")
+    b.offer("num_kv_heads", hkv, "attribute", f"{node.name}.kv_num_heads")
+    if q is not None and len(q) == 3 and hq and q[2].is_int and q[2].coef % hq == 0:
+        b.offer("d_k", q[2].coef // hq, "shape", f"Q width {q[2].coef} / q_num_heads {hq} at {node.name}")
+    if v is not None and len(v) == 3 and hkv and v[2].is_int and v[2].coef % hkv == 0:
+        b.offer("d_v", v[2].coef // hkv, "shape", f"V width {v[2].coef} / kv_num_heads {hkv} at {node.name}")
+
+
+def _ms_attention(index: GraphIndex, node: Node, b: BlockBuilder) -> Miss | None:
+    """com.microsoft Attention: input [B,S,D] · weights [D, Wq+Wk+Wv] inside the op."""
+    if len(node.inputs) < 2:
+        return Miss(NAME, node.name, "com.microsoft Attention without a weights input")
+    w = index.weight(node.inputs[1])
+    h = _int_attr(node, "num_heads")
+    if w is None or len(w.tensor.shape) != 2:
+        return Miss(NAME, node.name, "com.microsoft Attention whose weights are not a 2-D initializer")
+    d_in, total = w.tensor.shape
+    sizes = node.attrs.get("qkv_hidden_sizes")
+    if isinstance(sizes, tuple) and len(sizes) == 3 and sum(int(s) for s in sizes) == total:
+        wq, wk, wv = (int(s) for s in sizes)
+    elif total % 3 == 0:
+        wq = wk = wv = total // 3
+    else:
+        return Miss(NAME, node.name, f"packed weight width {total} is not three equal parts and "
+                                     "qkv_hidden_sizes is missing")
+    bias = index.weight(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if bias is None and len(node.inputs) > 2 and node.inputs[2]:
+        t = index.graph.weights.get(node.inputs[2])
+        bias_t = t
+    else:
+        bias_t = bias.tensor if bias else None
+    for role, width in (("q", wq), ("k", wk), ("v", wv)):
+        b.roles[role] = RoleInput(role, None, fused_weight=w.tensor.name, fused_in=d_in, fused_width=width,
+                                  fused_weight_params=d_in * width,
+                                  fused_bias=bias_t.name if bias_t is not None else None,
+                                  fused_bias_params=width if bias_t is not None else 0, fused_node=node.name)
+    b.offer("num_heads", h, "attribute", f"{node.name}.num_heads")
+    if h and wq % h == 0:
+        b.offer("d_k", wq // h, "attribute", f"Q width {wq} / num_heads {h}")
+        b.offer("num_kv_heads", h, "attribute", f"{node.name}.num_heads (K/V not grouped)")
+    if h and wv % h == 0:
+        b.offer("d_v", wv // h, "attribute", f"V width {wv} / num_heads {h}")
+    b.evidence.append(Evidence("packed_weight", w.tensor.numel, "weight_shape",
+                               f"{w.tensor.name} {list(w.tensor.shape)} holds Q/K/V widths {wq}/{wk}/{wv}"))
+    return None
+
+
+def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
+    """MultiHeadAttention / GroupQueryAttention: projections happen before the op."""
+    h = _int_attr(node, "num_heads")
+    g = _int_attr(node, "kv_num_heads") if node.op in _MS_GROUPED else h
+    has_key = len(node.inputs) > 1 and bool(node.inputs[1])
+    if has_key:
+        _trace_roles(index, node, b, (0, 1, 2))
+    else:
+        # Packed QKV in the query input: one projection serves all three roles.
+        traced = trace_back_to_projection(index, node.inputs[0], {node.name})
+        for role in ("q", "k", "v"):
+            b.roles[role] = RoleInput(role, traced)
+        if traced is not None and h and g:
+            width = traced.hit.out_features
+            per_head = width // (h + 2 * g) if width % (h + 2 * g) == 0 else None
+            if per_head:
+                from fractions import Fraction
+
+                for role, share in (("q", Fraction(h, h + 2 * g)), ("k", Fraction(g, h + 2 * g)),
+                                    ("v", Fraction(g, h + 2 * g))):
+                    b.roles[role] = RoleInput(role, type(traced)(traced.hit, traced.path, share))
+    b.offer("num_heads", h, "attribute", f"{node.name}.num_heads")
+    b.offer("num_kv_heads", g, "attribute",
+            f"{node.name}.kv_num_heads" if node.op in _MS_GROUPED else f"{node.name}.num_heads (not grouped)")
+    q = index.shapes.shape(node.inputs[0])
+    if q is not None and len(q) == 3 and h and q[2].is_int:
+        width = q[2].coef
+        parts = h + 2 * (g or h) if not has_key else h
+        if width % parts == 0:
+            b.offer("d_k", width // parts, "attribute", f"Q width {width} / {parts} heads at {node.name}")
+    if has_key and len(node.inputs) > 2 and node.inputs[2]:
+        v = index.shapes.shape(node.inputs[2])
+        if v is not None and len(v) == 3 and g and v[2].is_int and v[2].coef % g == 0:
+            b.offer("d_v", v[2].coef // g, "attribute", f"V width {v[2].coef} / {g} kv heads at {node.name}")

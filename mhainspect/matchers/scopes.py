@@ -1,0 +1,52 @@
+"""Human names for blocks: the common module scope of their projections."""
+
+from __future__ import annotations
+
+import re
+
+from mhainspect.dataflow import GraphIndex
+from mhainspect.findings import Projection
+from mhainspect.graph import Node
+
+# Exporter-generated tensor names carry no module path.
+_GENERATED = re.compile(r"^(onnx::|val_|_val_|initializer|const|/)|^[A-Za-z]+_\d+$")
+
+
+def _common_prefix(paths: list[list[str]]) -> list[str]:
+    if not paths:
+        return []
+    out: list[str] = []
+    for parts in zip(*paths):
+        if all(p == parts[0] for p in parts):
+            out.append(parts[0])
+        else:
+            break
+    return out
+
+
+def _weight_scope(name: str | None) -> list[str] | None:
+    if not name or _GENERATED.search(name) or "." not in name:
+        return None
+    parts = name.split(".")
+    if parts[-1] in ("weight", "bias", "kernel", "W", "b"):
+        parts = parts[:-1]
+    return parts
+
+
+def block_name(index: GraphIndex, anchor: Node, projections: tuple[Projection, ...], taken: set[str]) -> str:
+    by_name = {n.name: n for n in index.order}
+    scopes = [by_name[p.node].scope.split(".") for p in projections if p.node in by_name and by_name[p.node].scope]
+    if anchor.scope:
+        scopes.append(anchor.scope.split("."))
+    name = ".".join(_common_prefix(scopes)) if scopes else ""
+    if not name:
+        ws = [s for s in (_weight_scope(p.weight) or _weight_scope(p.bias) for p in projections) if s]
+        name = ".".join(_common_prefix(ws))
+    if not name:
+        name = anchor.name
+    base, n = name, 2
+    while name in taken:
+        name = f"{base}#{n}"
+        n += 1
+    taken.add(name)
+    return name

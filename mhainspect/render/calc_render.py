@@ -1,0 +1,214 @@
+"""Render the ``calc`` side (mhainspect.conventions) as text or JSON-ready data. Pure: no I/O."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from mhainspect.conventions import LAYER_NAMES, ArgValue, Calculation
+
+_WIDTH = 88
+_SHARED_NOTES = ("No bias switch given", "Ignored (no effect")
+
+
+def _n(value: int) -> str:
+    return f"{value:,}"
+
+
+def _arg(value: ArgValue) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    return "None" if value is None else str(value)
+
+
+def _wrap(text: str, indent: str = "  ", first: str | None = None) -> list[str]:
+    return textwrap.wrap(
+        text,
+        width=_WIDTH,
+        initial_indent=indent if first is None else first,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+    )
+
+
+def _signature(c: Calculation) -> str:
+    layer = LAYER_NAMES.get(c.convention, c.convention)
+    args = ", ".join(f"{name}={_arg(value)}" for name, value in c.arguments)
+    return f"{c.convention}: {layer}({args})"
+
+
+def calc_text(c: Calculation) -> str:
+    """A term-by-term breakdown with implied d_k/d_v, widths, the verdict and the explanation."""
+    lines = [_signature(c), ""]
+    rows = [(t.name, t.tensor, t.formula, t.expanded, _n(t.value) + (" *" if t.extra else "")) for t in c.terms]
+    header = ("term", "tensor", "formula", "=", "params")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+
+    def row(cells: Sequence[str]) -> str:
+        left = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells[:4]))
+        return f"  {left}  {cells[4].rjust(widths[4])}".rstrip()
+
+    lines.append(row(header))
+    lines.extend(row(r) for r in rows)
+    rule_width = sum(widths) + 2 * 4
+    lines.append("  " + "-" * rule_width)
+    label_width = rule_width - widths[4] - 2
+    for label, value in (("weights", c.weights), ("biases", c.biases), ("total", c.total)):
+        lines.append(f"  {label.ljust(label_width)}  {_n(value).rjust(widths[4])}")
+    if c.extra:
+        lines.append(f"  * extra, not in total: {_n(c.extra)}")
+    lines.append("")
+    lines.append(
+        f"  heads {c.num_heads}   d_k {c.d_k}   d_v {c.d_v}   query/key width {c.q_width}   "
+        f"value width {c.v_width}   d_model {c.d_model}   output {c.output_dim}"
+    )
+    verdict = "yes" if c.scales_with_heads else "no"
+    lines.append(f"  Changes with the head count (other arguments fixed): {verdict}")
+    lines.append("")
+    lines.extend(_wrap(c.explanation))
+    if c.notes:
+        lines.append("")
+        lines.append("  Notes:")
+        for note in c.notes:
+            lines.extend(_wrap(note, indent="    ", first="  - "))
+    return "\n".join(lines) + "\n"
+
+
+def calc_json(c: Calculation) -> dict[str, Any]:
+    """JSON-ready dict (plain ints, bools, strings)."""
+    return {
+        "convention": c.convention,
+        "arguments": {name: value for name, value in c.arguments},
+        "terms": [
+            {
+                "name": t.name,
+                "formula": t.formula,
+                "value": int(t.value),
+                "is_bias": t.is_bias,
+                "expanded": t.expanded,
+                "tensor": t.tensor,
+                "extra": t.extra,
+            }
+            for t in c.terms
+        ],
+        "params": {
+            "total": int(c.total),
+            "weights": int(c.weights),
+            "biases": int(c.biases),
+            "extra": int(c.extra),
+        },
+        "num_heads": int(c.num_heads),
+        "d_k": int(c.d_k),
+        "d_v": int(c.d_v),
+        "q_width": int(c.q_width),
+        "v_width": int(c.v_width),
+        "d_model": int(c.d_model),
+        "output_dim": int(c.output_dim),
+        "scales_with_heads": c.scales_with_heads,
+        "explanation": c.explanation,
+        "notes": list(c.notes),
+    }
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> list[str]:
+    """Columns: the first ``left`` left-aligned, the rest right-aligned."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    out = []
+    for r in [header, *rows]:
+        cells = [cell.ljust(widths[i]) if i < left else cell.rjust(widths[i]) for i, cell in enumerate(r)]
+        out.append("  " + "  ".join(cells).rstrip())
+    return out
+
+
+def compare_text(entries: Sequence[tuple[str, Calculation | str]]) -> str:
+    """Side-by-side table of ``conventions.compare`` results, then why some could not apply."""
+    header = ("convention", "heads", "d_k", "d_v", "q/k width", "weights", "biases", "total", "scales")
+    rows: list[tuple[str, ...]] = []
+    skipped: list[tuple[str, str]] = []
+    assumptions: list[str] = []
+    for name, entry in entries:
+        if isinstance(entry, str):
+            skipped.append((name, entry))
+            continue
+        rows.append(
+            (
+                name,
+                str(entry.num_heads),
+                str(entry.d_k),
+                str(entry.d_v),
+                str(entry.q_width),
+                _n(entry.weights),
+                _n(entry.biases),
+                _n(entry.total),
+                "yes" if entry.scales_with_heads else "no",
+            )
+        )
+        for note in entry.notes:
+            if note.startswith("Compare "):
+                assumptions.append(f"{name}: {note}")
+            elif note.startswith(_SHARED_NOTES) and note not in assumptions:
+                assumptions.append(note)
+    lines = ["Same arguments under each convention", ""]
+    lines.extend(_table(header, rows, left=1) if rows else ["  (no convention could take them)"])
+    if rows:
+        lines.append("")
+        lines.append("  scales: would the count change with the head count if that layer's own")
+        lines.append("  arguments stayed as they are here?")
+    if skipped:
+        lines.append("")
+        lines.append("  Not applicable:")
+        for name, reason in skipped:
+            lines.extend(_wrap(reason, indent="    ", first=f"  - {name}: "))
+    if assumptions:
+        lines.append("")
+        lines.append("  Assumptions:")
+        for note in assumptions:
+            lines.extend(_wrap(note, indent="    ", first="  - "))
+    return "\n".join(lines) + "\n"
+
+
+def compare_json(entries: Sequence[tuple[str, Calculation | str]]) -> list[dict[str, Any]]:
+    """JSON-ready list: one object per convention, a calculation or ``{"error": reason}``."""
+    return [
+        {"convention": name, "error": entry} if isinstance(entry, str) else {"convention": name, **calc_json(entry)}
+        for name, entry in entries
+    ]
+
+
+def what_if_text(convention: str, rows: Sequence[tuple[int, Calculation | str]]) -> str:
+    """Table of ``conventions.what_if`` results: the count at each head count."""
+    layer = LAYER_NAMES.get(convention, convention)
+    valid = [(h, e) for h, e in rows if not isinstance(e, str)]
+    errors = [(h, e) for h, e in rows if isinstance(e, str)]
+    base_heads, base = (valid[0][0], valid[0][1].total) if valid else (0, 0)
+    header = ("heads", "d_k", "d_v", "q/k width", "total", f"vs {base_heads} heads")
+    table_rows = [
+        (
+            str(h),
+            str(entry.d_k),
+            str(entry.d_v),
+            str(entry.q_width),
+            _n(entry.total),
+            "same" if entry.total == base else f"{entry.total - base:+,}",
+        )
+        for h, entry in valid
+    ]
+    lines = [f"{layer}: other head counts, other arguments as given", ""]
+    lines.extend(_table(header, table_rows, left=0) if table_rows else ["  (none valid)"])
+    if errors:
+        lines.append("")
+        for h, reason in errors:
+            lines.extend(_wrap(reason, indent="    ", first=f"  - {h} heads: "))
+    if len({entry.total for _, entry in valid}) == 1 and len(valid) > 1:
+        lines.append("")
+        lines.append("  The head count does not change the parameter count here.")
+    return "\n".join(lines) + "\n"
+
+
+def what_if_json(rows: Sequence[tuple[int, Calculation | str]]) -> list[dict[str, Any]]:
+    """JSON-ready list: ``{"num_heads": h, ...calc_json}`` or ``{"num_heads": h, "error": ...}``."""
+    return [
+        {"num_heads": h, "error": entry} if isinstance(entry, str) else {**calc_json(entry), "num_heads": h}
+        for h, entry in rows
+    ]

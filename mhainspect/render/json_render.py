@@ -1,0 +1,207 @@
+"""Report -> JSON-ready dict and JSON text.
+
+The key names and their order are a contract (docs/report.schema.json; dashboards depend on
+it): new keys may be added, existing ones are never renamed or removed. Every count is a
+plain ``int``; floats that are not finite become ``null`` so the output is always valid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import operator
+from collections.abc import Iterable
+from typing import Any, SupportsIndex
+
+from mhainspect.findings import (
+    SCHEMA_VERSION,
+    AttentionBlock,
+    Evidence,
+    Flag,
+    Miss,
+    ModelSummary,
+    ParamBreakdown,
+    Projection,
+    Report,
+    Severity,
+    WhatIf,
+)
+
+JSONDict = dict[str, Any]
+
+__all__ = [
+    "JSONDict",
+    "report_to_dict",
+    "report_to_json",
+    "reports_to_dict",
+    "reports_to_json",
+    "reports_to_jsonl",
+]
+
+
+def _int(value: SupportsIndex) -> int:
+    """A plain int (numpy integers and bools normalised); floats are rejected, not truncated."""
+    return operator.index(value)
+
+
+def _opt_int(value: SupportsIndex | None) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _number(value: object) -> int | float | None:
+    """int stays int, real becomes float; None, NaN and infinities become None."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        as_float = float(value)
+        return as_float if math.isfinite(as_float) else None
+    raise TypeError(f"expected a number, got {type(value).__name__}: {value!r}")
+
+
+def _scalar(value: object) -> int | float | str | None:
+    if isinstance(value, str):
+        return value
+    return _number(value)
+
+
+def _severity(value: Severity | str) -> str:
+    return value.value if isinstance(value, Severity) else str(value)
+
+
+def _model(model: ModelSummary) -> JSONDict:
+    total = _int(model.total_params)
+    attention = _int(model.attention_params)
+    return {
+        "path": model.path,
+        "format": model.format,
+        "total_params": total,
+        "attention_params": attention,
+        "num_nodes": _int(model.num_nodes),
+        "opset": _opt_int(model.opset),
+        "producer": model.producer,
+        # extension
+        "attention_share": _share(attention, total),
+    }
+
+
+def _params(params: ParamBreakdown) -> JSONDict:
+    return {
+        "q": _int(params.q),
+        "k": _int(params.k),
+        "v": _int(params.v),
+        "o": _int(params.o),
+        "total": _int(params.total),
+        "bias": _int(params.bias),
+        "extra": _int(params.extra),
+    }
+
+
+def _projection(proj: Projection) -> JSONDict:
+    return {
+        "role": proj.role,
+        "weight": proj.weight,
+        "in_features": _opt_int(proj.in_features),
+        "out_features": _opt_int(proj.out_features),
+        "weight_params": _int(proj.weight_params),
+        "bias": proj.bias,
+        "bias_params": _int(proj.bias_params),
+        "node": proj.node,
+    }
+
+
+def _evidence(ev: Evidence) -> JSONDict:
+    return {"field": ev.field, "value": _number(ev.value), "source": ev.source, "detail": ev.detail}
+
+
+def _what_if(w: WhatIf) -> JSONDict:
+    return {
+        "num_heads": _int(w.num_heads),
+        "total_width_fixed": _int(w.total_width_fixed),
+        "head_dim_fixed": _int(w.head_dim_fixed),
+    }
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 6) if whole else None
+
+
+def _block(block: AttentionBlock, model_total: int) -> JSONDict:
+    params = _params(block.params)
+    return {
+        "name": block.name,
+        "matcher": block.matcher,
+        "kind": block.kind,
+        "num_heads": _opt_int(block.num_heads),
+        "num_kv_heads": _opt_int(block.num_kv_heads),
+        "d_model": _opt_int(block.d_model),
+        "d_k": _opt_int(block.d_k),
+        "d_v": _opt_int(block.d_v),
+        "scale": _number(block.scale),
+        "params": params,
+        "projections": [_projection(p) for p in block.projections],
+        "evidence": [_evidence(e) for e in block.evidence],
+        "what_if": [_what_if(w) for w in block.what_if],
+        "unknown_reason": block.unknown_reason,
+        "conflicts": list(block.conflicts),
+        "share": _share(params["total"], model_total),
+        # extensions
+        "scale_known": bool(block.scale_known),
+        "anchor": block.anchor,
+    }
+
+
+def _flag(flag: Flag) -> JSONDict:
+    return {
+        "code": flag.code,
+        "severity": _severity(flag.severity),
+        "block": flag.block,
+        "message": flag.message,
+        "data": {str(key): _scalar(value) for key, value in flag.data},
+    }
+
+
+def _miss(miss: Miss) -> JSONDict:
+    return {"matcher": miss.matcher, "anchor": miss.anchor, "reason": miss.reason}
+
+
+def report_to_dict(report: Report) -> JSONDict:
+    """The single-model JSON document (docs/report.schema.json), in declared order."""
+    model = _model(report.model)
+    return {
+        "schema_version": report.schema_version,
+        "model": model,
+        "blocks": [_block(b, model["total_params"]) for b in report.blocks],
+        "flags": [_flag(f) for f in report.flags],
+        "misses": [_miss(m) for m in report.misses],
+        "warnings": list(report.warnings),
+    }
+
+
+def reports_to_dict(reports: Iterable[Report]) -> JSONDict:
+    """The multi-model JSON document (docs/multi-report.schema.json)."""
+    return {"schema_version": SCHEMA_VERSION, "models": [report_to_dict(r) for r in reports]}
+
+
+def _dumps_pretty(data: JSONDict) -> str:
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"
+
+
+def report_to_json(report: Report) -> str:
+    """Pretty JSON (indent=2, keys in declared order) with a trailing newline."""
+    return _dumps_pretty(report_to_dict(report))
+
+
+def reports_to_json(reports: Iterable[Report]) -> str:
+    """``{"schema_version": ..., "models": [<report>, ...]}`` as pretty JSON."""
+    return _dumps_pretty(reports_to_dict(reports))
+
+
+def reports_to_jsonl(reports: Iterable[Report]) -> str:
+    """One compact report document per line (JSON Lines); empty string for no reports."""
+    return "".join(
+        json.dumps(report_to_dict(r), separators=(",", ":"), allow_nan=False) + "\n"
+        for r in reports
+    )

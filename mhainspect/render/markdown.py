@@ -1,0 +1,136 @@
+"""Reports -> GitHub-flavoured markdown (PR comments, job summaries). Pure: returns text."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from mhainspect.findings import Flag, Report, Severity
+from mhainspect.render.numbers import group, human_count
+from mhainspect.render.table import heads_label
+
+__all__ = ["render_markdown"]
+
+_COLUMNS = (
+    "Block", "Kind", "Heads", "d_model", "d_k", "d_v",
+    "Q", "K", "V", "O", "Bias", "Total", "Share (%)",
+)
+_ALIGN = ("---", "---") + ("---:",) * (len(_COLUMNS) - 2)
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+
+
+def _text(value: str) -> str:
+    """Inline text safe in a table cell or list item: one line, markdown and pipes escaped."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(value.split()))
+
+
+def _code(value: str) -> str:
+    """An inline code span that survives backticks in the value and pipes in table cells."""
+    one_line = " ".join(value.split()).replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", one_line)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if one_line.startswith("`") or one_line.endswith("`") else ""
+    return f"{fence}{pad}{one_line}{pad}{fence}" if one_line else "(unnamed)"
+
+
+def _opt(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.2f}" if whole else "-"
+
+
+def _row(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _flag_item(flag: Flag) -> str:
+    sev = flag.severity.value if isinstance(flag.severity, Severity) else str(flag.severity)
+    where = f"{_code(flag.block)}: " if flag.block is not None else ""
+    return f"- **{flag.code}** ({sev}) {where}{_text(flag.message)}"
+
+
+def _report(report: Report, level: int) -> list[str]:
+    m = report.model
+    hashes = "#" * level
+    lines = [f"{hashes} {_code(m.path)}", ""]
+    opset = f", opset {m.opset}" if m.opset is not None else ""
+    producer = f", {_text(m.producer)}" if m.producer else ""
+    share = f" ({_percent(m.attention_params, m.total_params)}%)" if m.total_params else ""
+    lines.append(
+        f"{_text(m.format)}{opset}{producer}: **{group(m.total_params)}** params, "
+        f"attention **{group(m.attention_params)}**{share}, {len(report.blocks)} blocks"
+    )
+    lines.append("")
+    if report.blocks:
+        lines.append(_row(_COLUMNS))
+        lines.append(_row(_ALIGN))
+        for b in report.blocks:
+            p = b.params
+            lines.append(
+                _row(
+                    (
+                        _code(b.name),
+                        _text(b.kind),
+                        heads_label(b),
+                        _opt(b.d_model),
+                        _opt(b.d_k),
+                        _opt(b.d_v),
+                        human_count(p.q),
+                        human_count(p.k),
+                        human_count(p.v),
+                        human_count(p.o),
+                        human_count(p.bias),
+                        f"**{human_count(p.total)}**",
+                        _percent(p.total, m.total_params),
+                    )
+                )
+            )
+    else:
+        lines.append("No attention blocks found.")
+    lines.append("")
+    if report.flags:
+        lines.append(f"**Flags ({len(report.flags)})**")
+        lines.append("")
+        lines.extend(_flag_item(f) for f in report.flags)
+    else:
+        lines.append("No flags.")
+    if report.warnings:
+        lines.append("")
+        lines.append(f"**Warnings ({len(report.warnings)})**")
+        lines.append("")
+        lines.extend(f"- {_text(w)}" for w in report.warnings)
+    if report.misses:
+        n = len(report.misses)
+        lines.append("")
+        lines.append("<details>")
+        lines.append(f"<summary>{n} near miss{'es' if n != 1 else ''}</summary>")
+        lines.append("")
+        lines.extend(
+            f"- {_text(x.matcher)} at {_code(x.anchor)}: {_text(x.reason)}" for x in report.misses
+        )
+        lines.append("")
+        lines.append("</details>")
+    lines.append("")
+    return lines
+
+
+def render_markdown(reports: Report | Iterable[Report], *, title: str | None = None) -> str:
+    """A markdown summary: per model a heading, a table of blocks and a list of flags.
+
+    Accepts one report or several. ``title`` adds a level-2 heading above the models (their
+    headings are then level 3, else level 2). Human-size numbers (1.05M) appear in the block
+    table only; the model totals are exact.
+    """
+    items = [reports] if isinstance(reports, Report) else list(reports)
+    lines: list[str] = []
+    level = 2
+    if title is not None:
+        lines.extend([f"## {_text(title)}", ""])
+        level = 3
+    if not items:
+        lines.extend(["No models analysed.", ""])
+    for report in items:
+        lines.extend(_report(report, level))
+    return "\n".join(lines).rstrip("\n") + "\n"

@@ -1,0 +1,623 @@
+"""Symbolic shape and value folding over the neutral IR.
+
+Head counts hide in shape arithmetic (Shape -> Gather -> Concat -> Reshape, Mul(batch, h)).
+We fold it with symbolic dims: every dim is a monomial ``coef * prod(symbols)``, so batch and
+sequence stay symbols while head counts and head sizes come out as integers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable, Sequence, Union
+
+from mhainspect.graph import ModelGraph, Node
+
+
+@dataclass(frozen=True)
+class Dim:
+    """``coef * prod(factors)``; a plain integer when ``factors`` is empty."""
+
+    coef: int
+    factors: tuple[str, ...] = ()
+
+    @property
+    def is_int(self) -> bool:
+        return not self.factors
+
+    def __mul__(self, other: "Dim") -> "Dim":
+        return Dim(self.coef * other.coef, tuple(sorted(self.factors + other.factors)))
+
+    def div(self, other: "Dim") -> "Dim | None":
+        """Exact division, or None when it does not divide as monomials."""
+        if other.coef == 0:
+            return None
+        rest = list(self.factors)
+        for f in other.factors:
+            if f not in rest:
+                return None
+            rest.remove(f)
+        if self.coef % other.coef:
+            return None
+        return Dim(self.coef // other.coef, tuple(rest))
+
+    def __str__(self) -> str:
+        if not self.factors:
+            return str(self.coef)
+        body = "*".join(self.factors)
+        return body if self.coef == 1 else f"{self.coef}*{body}"
+
+
+Scalar = Union[Dim, float]
+Shape = tuple[Dim, ...]
+Value = tuple[Scalar, ...]
+
+
+def int_dim(v: int) -> Dim:
+    return Dim(int(v))
+
+
+def sym_dim(name: str) -> Dim:
+    return Dim(1, (name,))
+
+
+def numel(shape: Shape) -> Dim:
+    out = Dim(1)
+    for d in shape:
+        out = out * d
+    return out
+
+
+def ratio(a: Dim, b: Dim) -> Fraction | None:
+    """a / b as a number when the symbols cancel."""
+    if sorted(a.factors) != sorted(b.factors) or b.coef == 0:
+        return None
+    return Fraction(a.coef, b.coef)
+
+
+def _as_int(x: Scalar | None) -> int | None:
+    if isinstance(x, Dim) and x.is_int:
+        return x.coef
+    return None
+
+
+def _broadcast(shapes: Sequence[Shape]) -> Shape | None:
+    rank = max(len(s) for s in shapes)
+    out: list[Dim] = []
+    for i in range(rank):
+        chosen: Dim | None = None
+        for s in shapes:
+            j = i - (rank - len(s))
+            if j < 0:
+                continue
+            d = s[j]
+            if d.is_int and d.coef == 1:
+                chosen = chosen or d
+                continue
+            if chosen is None or (chosen.is_int and chosen.coef == 1):
+                chosen = d
+        out.append(chosen if chosen is not None else Dim(1))
+    return tuple(out)
+
+
+_UNARY_SAME_SHAPE = {
+    "Identity", "Cast", "CastLike", "Relu", "Gelu", "FastGelu", "BiasGelu", "Erf", "Sqrt", "Tanh", "Neg",
+    "Softmax", "LogSoftmax", "Sigmoid", "Not", "Exp", "Log", "Abs", "Reciprocal", "Floor", "Ceil",
+    "Sin", "Cos", "Softplus", "IsNaN", "Round", "Sign", "Clip", "Dropout", "LayerNormalization",
+    "SimplifiedLayerNormalization", "SkipLayerNormalization", "RMSNormalization", "HardSigmoid",
+    "LeakyRelu", "Elu", "Selu", "Mish", "QuickGelu", "Trilu", "CumSum", "RotaryEmbedding",
+}
+_ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less", "Greater", "LessOrEqual",
+                "GreaterOrEqual", "And", "Or", "Xor", "Max", "Min", "Mod", "BitShift", "Sum", "Mean",
+                "PRelu", "BiasAdd"}
+
+
+class ShapeEvaluator:
+    """Forward pass over a topologically sorted graph computing shapes and small values."""
+
+    def __init__(self, graph: ModelGraph, order: Sequence[Node]) -> None:
+        self.graph = graph
+        self.shapes: dict[str, Shape] = {}
+        self.values: dict[str, Value] = {}
+        self._fresh = 0
+        for name, t in graph.weights.items():
+            self.shapes[name] = tuple(int_dim(d) for d in t.shape)
+            if t.int_value is not None:
+                self.values[name] = tuple(int_dim(v) for v in t.int_value)
+            elif t.float_value is not None:
+                self.values[name] = (t.float_value,)
+        for vi in graph.inputs:
+            if vi.name in self.shapes or vi.shape is None:
+                continue
+            dims: list[Dim] = []
+            for axis, d in enumerate(vi.shape):
+                if isinstance(d, int):
+                    dims.append(int_dim(d))
+                elif isinstance(d, str):
+                    dims.append(sym_dim(d))
+                else:
+                    dims.append(sym_dim(f"{vi.name}.{axis}"))
+            self.shapes[vi.name] = tuple(dims)
+        for node in order:
+            try:
+                self._eval(node)
+            except (ValueError, IndexError, TypeError, ZeroDivisionError, KeyError, OverflowError):
+                # A node we cannot fold leaves its outputs unknown; the matchers then say why.
+                continue
+        # Declared shapes (exporters write value_info) fill what folding could not.
+        for name, vi in graph.value_info.items():
+            if name not in self.shapes and vi.shape is not None:
+                self.shapes[name] = tuple(
+                    int_dim(d) if isinstance(d, int) else sym_dim(d if isinstance(d, str) else self._new_sym())
+                    for d in vi.shape)
+
+    def _new_sym(self) -> str:
+        self._fresh += 1
+        return f"?{self._fresh}"
+
+    def shape(self, name: str) -> Shape | None:
+        return self.shapes.get(name)
+
+    def value(self, name: str) -> Value | None:
+        return self.values.get(name)
+
+    def int_values(self, name: str) -> tuple[int, ...] | None:
+        v = self.values.get(name)
+        if v is None:
+            return None
+        out = [_as_int(x) for x in v]
+        if any(x is None for x in out):
+            return None
+        return tuple(x for x in out if x is not None)
+
+    def float_scalar(self, name: str) -> float | None:
+        v = self.values.get(name)
+        if v is None or len(v) != 1:
+            return None
+        x = v[0]
+        if isinstance(x, float):
+            return x
+        return float(x.coef) if x.is_int else None
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    def _eval(self, node: Node) -> None:
+        handler = _HANDLERS.get(node.op)
+        if handler is not None:
+            handler(self, node)
+        elif node.op in _UNARY_SAME_SHAPE:
+            self._same_shape(node)
+        elif node.op in _ELEMENTWISE:
+            self._elementwise(node)
+
+    def _in_shape(self, node: Node, i: int) -> Shape | None:
+        if i >= len(node.inputs) or not node.inputs[i]:
+            return None
+        return self.shapes.get(node.inputs[i])
+
+    def _in_value(self, node: Node, i: int) -> Value | None:
+        if i >= len(node.inputs) or not node.inputs[i]:
+            return None
+        return self.values.get(node.inputs[i])
+
+    def _in_ints(self, node: Node, i: int) -> tuple[int, ...] | None:
+        if i >= len(node.inputs) or not node.inputs[i]:
+            return None
+        return self.int_values(node.inputs[i])
+
+    def _set(self, node: Node, shape: Shape | None, value: Value | None = None, out: int = 0) -> None:
+        if out >= len(node.outputs) or not node.outputs[out]:
+            return
+        if shape is not None:
+            self.shapes[node.outputs[out]] = shape
+        if value is not None:
+            self.values[node.outputs[out]] = value
+
+    def _same_shape(self, node: Node) -> None:
+        s = self._in_shape(node, 0)
+        v = self._in_value(node, 0)
+        if node.op == "Cast" and v is not None:
+            to = node.attrs.get("to")
+            if to in (1, 10, 11, 16):
+                v = tuple(float(x.coef) if isinstance(x, Dim) and x.is_int else x for x in v)
+                if any(isinstance(x, Dim) for x in v):
+                    v = None
+        elif node.op == "Sqrt" and v is not None:
+            fv = [self._num(x) for x in v]
+            v = tuple(math.sqrt(x) for x in fv if x is not None) if None not in fv else None
+        elif node.op == "Reciprocal" and v is not None:
+            fv = [self._num(x) for x in v]
+            v = tuple(1.0 / x for x in fv if x) if None not in fv and 0 not in fv else None
+        elif node.op not in ("Identity", "Cast", "CastLike"):
+            v = None
+        self._set(node, s, v)
+
+    @staticmethod
+    def _num(x: Scalar) -> float | None:
+        if isinstance(x, float):
+            return x
+        return float(x.coef) if x.is_int else None
+
+    def _elementwise(self, node: Node) -> None:
+        shapes = [self._in_shape(node, i) for i in range(len(node.inputs)) if node.inputs[i]]
+        out_shape = _broadcast([s for s in shapes if s is not None]) if shapes and all(
+            s is not None for s in shapes) else None
+        value = None
+        if node.op in ("Add", "Sub", "Mul", "Div", "Max", "Min") and len(node.inputs) == 2:
+            a, b = self._in_value(node, 0), self._in_value(node, 1)
+            if a is not None and b is not None and (len(a) == len(b) or len(a) == 1 or len(b) == 1):
+                n = max(len(a), len(b))
+                res = []
+                for i in range(n):
+                    r = _arith(node.op, a[0 if len(a) == 1 else i], b[0 if len(b) == 1 else i])
+                    if r is None:
+                        res = []
+                        break
+                    res.append(r)
+                if len(res) == n:
+                    value = tuple(res)
+        self._set(node, out_shape, value)
+
+
+def _arith(op: str, a: Scalar, b: Scalar) -> Scalar | None:
+    if isinstance(a, Dim) and isinstance(b, Dim):
+        if op == "Mul":
+            return a * b
+        if op == "Div":
+            if a.is_int and b.is_int:
+                return Dim(a.coef // b.coef) if b.coef else None
+            return a.div(b)
+        if a.is_int and b.is_int:
+            if op == "Add":
+                return Dim(a.coef + b.coef)
+            if op == "Sub":
+                return Dim(a.coef - b.coef)
+            if op == "Max":
+                return Dim(max(a.coef, b.coef))
+            if op == "Min":
+                return Dim(min(a.coef, b.coef))
+        if op in ("Add", "Sub"):
+            if b.is_int and b.coef == 0:
+                return a
+            return sym_dim(f"({a}{'+' if op == 'Add' else '-'}{b})")
+        return None
+    fa = a if isinstance(a, float) else (float(a.coef) if a.is_int else None)
+    fb = b if isinstance(b, float) else (float(b.coef) if b.is_int else None)
+    if fa is None or fb is None:
+        return None
+    if op == "Add":
+        return fa + fb
+    if op == "Sub":
+        return fa - fb
+    if op == "Mul":
+        return fa * fb
+    if op == "Div":
+        return fa / fb if fb else None
+    if op == "Max":
+        return max(fa, fb)
+    return min(fa, fb)
+
+
+def _norm_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _h_shape(ev: ShapeEvaluator, node: Node) -> None:
+    s = ev._in_shape(node, 0)
+    if s is None:
+        return
+    start = int(node.attrs.get("start", 0) or 0)  # type: ignore[arg-type]
+    end_attr = node.attrs.get("end")
+    end = len(s) if end_attr is None else int(end_attr)  # type: ignore[arg-type]
+    start = max(0, _norm_axis(start, len(s)))
+    end = min(len(s), _norm_axis(end, len(s)))
+    dims = s[start:end]
+    ev._set(node, (int_dim(len(dims)),), tuple(dims))
+
+
+def _h_size(ev: ShapeEvaluator, node: Node) -> None:
+    s = ev._in_shape(node, 0)
+    if s is not None:
+        ev._set(node, (), (numel(s),))
+
+
+def _h_constant(ev: ShapeEvaluator, node: Node) -> None:
+    return None  # Constant nodes with tensor values are turned into weights by the loader
+
+
+def _h_constant_of_shape(ev: ShapeEvaluator, node: Node) -> None:
+    v = ev._in_value(node, 0)
+    if v is not None and all(isinstance(x, Dim) for x in v):
+        ev._set(node, tuple(x for x in v if isinstance(x, Dim)))
+
+
+def _h_gather(ev: ShapeEvaluator, node: Node) -> None:
+    data = ev._in_shape(node, 0)
+    idx_shape = ev._in_shape(node, 1)
+    axis = int(node.attrs.get("axis", 0) or 0)  # type: ignore[arg-type]
+    value = None
+    dv = ev._in_value(node, 0)
+    iv = ev._in_ints(node, 1)
+    if dv is not None and iv is not None and data is not None and len(data) == 1:
+        value = tuple(dv[i] for i in iv)
+    if data is not None and idx_shape is not None:
+        a = _norm_axis(axis, len(data))
+        ev._set(node, data[:a] + idx_shape + data[a + 1:], value)
+
+
+def _h_unsqueeze(ev: ShapeEvaluator, node: Node) -> None:
+    s = ev._in_shape(node, 0)
+    axes = ev._in_ints(node, 1) if len(node.inputs) > 1 else node.attrs.get("axes")
+    if s is None or axes is None:
+        return
+    rank = len(s) + len(axes)  # type: ignore[arg-type]
+    norm = sorted(_norm_axis(int(a), rank) for a in axes)  # type: ignore[union-attr]
+    out = list(s)
+    for a in norm:
+        out.insert(a, Dim(1))
+    ev._set(node, tuple(out), ev._in_value(node, 0))
+
+
+def _h_squeeze(ev: ShapeEvaluator, node: Node) -> None:
+    s = ev._in_shape(node, 0)
+    if s is None:
+        return
+    axes = ev._in_ints(node, 1) if len(node.inputs) > 1 else node.attrs.get("axes")
+    if axes is None:
+        out = tuple(d for d in s if not (d.is_int and d.coef == 1))
+    else:
+        drop = {_norm_axis(int(a), len(s)) for a in axes}  # type: ignore[union-attr]
+        out = tuple(d for i, d in enumerate(s) if i not in drop)
+    ev._set(node, out, ev._in_value(node, 0))
+
+
+def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
+    shapes = [ev._in_shape(node, i) for i in range(len(node.inputs))]
+    axis = int(node.attrs.get("axis", 0) or 0)  # type: ignore[arg-type]
+    values = [ev._in_value(node, i) for i in range(len(node.inputs))]
+    value = None
+    if all(v is not None for v in values):
+        value = tuple(x for v in values if v is not None for x in v)
+    if any(s is None for s in shapes) or not shapes:
+        if value is not None:
+            ev._set(node, (int_dim(len(value)),), value)
+        return
+    first = shapes[0]
+    assert first is not None
+    a = _norm_axis(axis, len(first))
+    total = Dim(0)
+    for s in shapes:
+        assert s is not None
+        d = s[a]
+        total = Dim(total.coef + d.coef) if (total.is_int and d.is_int) else (
+            d if total.is_int and total.coef == 0 else sym_dim(f"({total}+{d})"))
+    ev._set(node, first[:a] + (total,) + first[a + 1:], value)
+
+
+def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
+    s = ev._in_shape(node, 0)
+    if s is None:
+        return
+    if len(node.inputs) >= 3:
+        starts = ev._in_ints(node, 1)
+        ends = ev._in_ints(node, 2)
+        axes = ev._in_ints(node, 3) if len(node.inputs) > 3 and node.inputs[3] else tuple(range(len(starts or ())))
+        steps = ev._in_ints(node, 4) if len(node.inputs) > 4 and node.inputs[4] else tuple(1 for _ in (starts or ()))
+    else:
+        starts = node.attrs.get("starts")  # type: ignore[assignment]
+        ends = node.attrs.get("ends")  # type: ignore[assignment]
+        axes = node.attrs.get("axes") or tuple(range(len(starts or ())))  # type: ignore[assignment]
+        steps = tuple(1 for _ in (starts or ()))
+    if starts is None or ends is None or axes is None or steps is None:
+        return
+    out = list(s)
+    value = ev._in_value(node, 0)
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        a = _norm_axis(ax, len(s))
+        d = s[a]
+        if not d.is_int:
+            if st == 0 and en >= 2**31 - 1 and sp == 1:
+                continue
+            if en < 0 or st < 0:
+                return
+            # Bounded slice of a symbolic dim: length known when both ends are small constants.
+            out[a] = int_dim(max(0, (en - st + sp - 1) // sp))
+            value = None
+            continue
+        rng = range(d.coef)[slice(st, en, sp)]
+        out[a] = int_dim(len(rng))
+        if value is not None and len(s) == 1:
+            value = tuple(value[i] for i in rng)
+    ev._set(node, tuple(out), value if len(s) == 1 else None)
+
+
+def _resolve_reshape(in_shape: Shape | None, target: Value, allowzero: bool) -> Shape | None:
+    dims: list[Dim | None] = []
+    for i, t in enumerate(target):
+        if not isinstance(t, Dim):
+            return None
+        if t.is_int and t.coef == 0 and not allowzero:
+            if in_shape is None or i >= len(in_shape):
+                return None
+            dims.append(in_shape[i])
+        elif t.is_int and t.coef == -1:
+            dims.append(None)
+        else:
+            dims.append(t)
+    if dims.count(None) == 1:
+        if in_shape is None:
+            return None
+        known = Dim(1)
+        for d in dims:
+            if d is not None:
+                known = known * d
+        rest = numel(in_shape).div(known)
+        if rest is None:
+            return None
+        dims[dims.index(None)] = rest
+    if any(d is None for d in dims):
+        return None
+    return tuple(d for d in dims if d is not None)
+
+
+def _h_reshape(ev: ShapeEvaluator, node: Node) -> None:
+    target = ev._in_value(node, 1)
+    if target is None:
+        tshape = ev._in_shape(node, 1)
+        # Unknown target values but known rank: keep the rank with fresh symbols.
+        if tshape is not None and len(tshape) == 1 and tshape[0].is_int:
+            ev._set(node, tuple(sym_dim(ev._new_sym()) for _ in range(tshape[0].coef)))
+        return
+    out = _resolve_reshape(ev._in_shape(node, 0), target, bool(node.attrs.get("allowzero", 0)))
+    if out is None:
+        # Keep what the target says, with unknown parts as fresh symbols.
+        out = tuple(t if isinstance(t, Dim) and not (t.is_int and t.coef <= 0) else sym_dim(ev._new_sym())
+                    for t in target)
+    ev._set(node, out, ev._in_value(node, 0) if len(out) <= 1 else None)
+
+
+def _h_flatten(ev: ShapeEvaluator, node: Node) -> None:
+    s = ev._in_shape(node, 0)
+    if s is None:
+        return
+    a = _norm_axis(int(node.attrs.get("axis", 1) or 0), len(s))  # type: ignore[arg-type]
+    ev._set(node, (numel(s[:a]), numel(s[a:])))
+
+
+def _h_transpose(ev: ShapeEvaluator, node: Node) -> None:
+    s = ev._in_shape(node, 0)
+    if s is None:
+        return
+    perm = node.attrs.get("perm") or tuple(reversed(range(len(s))))
+    ev._set(node, tuple(s[int(p)] for p in perm))  # type: ignore[union-attr]
+
+
+def matmul_shape(a: Shape, b: Shape) -> Shape | None:
+    if not a or not b:
+        return None
+    a2 = a if len(a) > 1 else (Dim(1),) + a
+    b2 = b if len(b) > 1 else b + (Dim(1),)
+    batch = _broadcast([a2[:-2], b2[:-2]]) if (a2[:-2] or b2[:-2]) else ()
+    if batch is None:
+        return None
+    out = tuple(batch) + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+def _h_matmul(ev: ShapeEvaluator, node: Node) -> None:
+    a, b = ev._in_shape(node, 0), ev._in_shape(node, 1)
+    if a is not None and b is not None:
+        ev._set(node, matmul_shape(a, b))
+
+
+def _h_fused_matmul(ev: ShapeEvaluator, node: Node) -> None:
+    a, b = ev._in_shape(node, 0), ev._in_shape(node, 1)
+    if a is None or b is None or len(a) < 2 or len(b) < 2:
+        return
+    if node.attrs.get("transA"):
+        a = a[:-2] + (a[-1], a[-2])
+    if node.attrs.get("transB"):
+        b = b[:-2] + (b[-1], b[-2])
+    ev._set(node, matmul_shape(a, b))
+
+
+def _h_gemm(ev: ShapeEvaluator, node: Node) -> None:
+    a, b = ev._in_shape(node, 0), ev._in_shape(node, 1)
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return
+    m = a[1] if node.attrs.get("transA") else a[0]
+    n = b[0] if node.attrs.get("transB") else b[1]
+    ev._set(node, (m, n))
+
+
+def _h_expand(ev: ShapeEvaluator, node: Node) -> None:
+    s = ev._in_shape(node, 0)
+    target = ev._in_value(node, 1)
+    if s is None or target is None or not all(isinstance(t, Dim) for t in target):
+        return
+    out = _broadcast([s, tuple(t for t in target if isinstance(t, Dim))])
+    ev._set(node, out)
+
+
+def _h_tile(ev: ShapeEvaluator, node: Node) -> None:
+    s = ev._in_shape(node, 0)
+    reps = ev._in_value(node, 1)
+    if s is None or reps is None or len(reps) != len(s):
+        return
+    ev._set(node, tuple(d * r for d, r in zip(s, reps) if isinstance(r, Dim)))
+
+
+def _h_split(ev: ShapeEvaluator, node: Node) -> None:
+    s = ev._in_shape(node, 0)
+    if s is None:
+        return
+    a = _norm_axis(int(node.attrs.get("axis", 0) or 0), len(s))  # type: ignore[arg-type]
+    sizes = ev._in_ints(node, 1) if len(node.inputs) > 1 and node.inputs[1] else node.attrs.get("split")
+    n_out = len(node.outputs)
+    if sizes is None:
+        d = s[a]
+        if d.is_int and n_out:
+            num = int(node.attrs.get("num_outputs", n_out) or n_out)  # type: ignore[arg-type]
+            chunk = -(-d.coef // num)
+            sizes = tuple(min(chunk, d.coef - i * chunk) for i in range(num))
+        else:
+            return
+    for i, size in enumerate(sizes):  # type: ignore[union-attr]
+        ev._set(node, s[:a] + (int_dim(int(size)),) + s[a + 1:], out=i)
+
+
+def _h_einsum(ev: ShapeEvaluator, node: Node) -> None:
+    eq = str(node.attrs.get("equation", "")).replace(" ", "")
+    if "->" not in eq or "." in eq:
+        return
+    lhs, rhs = eq.split("->")
+    terms = lhs.split(",")
+    letters: dict[str, Dim] = {}
+    for i, t in enumerate(terms):
+        s = ev._in_shape(node, i)
+        if s is None or len(s) != len(t):
+            return
+        for ch, d in zip(t, s):
+            if ch not in letters or (letters[ch].is_int and letters[ch].coef == 1):
+                letters[ch] = d
+    if all(ch in letters for ch in rhs):
+        ev._set(node, tuple(letters[ch] for ch in rhs))
+
+
+def _h_range(ev: ShapeEvaluator, node: Node) -> None:
+    st, lim, dl = ev._in_value(node, 0), ev._in_value(node, 1), ev._in_value(node, 2)
+    if st and lim and dl:
+        a, b, c = _as_int(st[0]), lim[0], _as_int(dl[0])
+        if a == 0 and c == 1 and isinstance(b, Dim):
+            ev._set(node, (b,))
+            return
+    ev._set(node, (sym_dim(ev._new_sym()),))
+
+
+_HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
+    "Shape": _h_shape,
+    "Size": _h_size,
+    "Constant": _h_constant,
+    "ConstantOfShape": _h_constant_of_shape,
+    "Gather": _h_gather,
+    "Unsqueeze": _h_unsqueeze,
+    "Squeeze": _h_squeeze,
+    "Concat": _h_concat,
+    "Slice": _h_slice,
+    "Reshape": _h_reshape,
+    "Flatten": _h_flatten,
+    "Transpose": _h_transpose,
+    "MatMul": _h_matmul,
+    "FusedMatMul": _h_fused_matmul,
+    "Gemm": _h_gemm,
+    "Expand": _h_expand,
+    "Tile": _h_tile,
+    "Split": _h_split,
+    "Einsum": _h_einsum,
+    "Range": _h_range,
+}

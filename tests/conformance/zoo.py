@@ -1,0 +1,1064 @@
+"""Model zoo + ONNX export harness for the mhainspect real-world conformance suite.
+
+Every model is built from its config / constructor with random weights (seeded); nothing is
+downloaded.  Ground truth for each attention block is read from the torch modules themselves
+(``num_heads`` attributes, config values, projection weight shapes) and cross-checked for
+consistency, never hard-coded.
+
+Usage::
+
+    python -m tests.conformance.zoo OUTDIR [-k SUBSTR] [--variant NAME] [--force] [-j N]
+
+Writes ``OUTDIR/<case>__<variant>.onnx`` and ``OUTDIR/manifest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import dataclasses
+import functools
+import io
+import json
+import logging
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+BATCH = 2
+SEQ = 8
+SEQ_DEC = 6  # decoder / cross-attention query length (distinct from SEQ on purpose)
+SEQ_KV = 10  # key/value length for the torch cross-attention case
+VOCAB = 100
+SEED = 0
+
+
+# --------------------------------------------------------------------------------------
+# Ground-truth records
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlockTruth:
+    """Ground truth for one attention block (parameter counts are weight+bias numels)."""
+
+    name_hint: str  # qualified torch module name of the attention block (e.g. "encoder.layer.0.attention")
+    kind: str  # "self" | "cross"
+    num_heads: int
+    num_kv_heads: int
+    d_model: int
+    d_k: int
+    d_v: int
+    q: int
+    k: int
+    v: int
+    o: int
+    bias: int
+    total: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def count_params(model: nn.Module) -> int:
+    """Total parameter count as torch reports it (tied/shared parameters counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    build: Callable[[], tuple[nn.Module, tuple]]  # -> (module in eval mode, example inputs)
+    truth: Callable[[nn.Module], tuple[BlockTruth, ...]]  # graph/execution order
+    has_attention: bool
+    input_names: tuple[str, ...]  # forward() keyword names of the example inputs, in order
+    # input name -> {axis: symbolic name}; axes exported as dynamic when the exporter accepts them
+    dynamic_axes: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    family: str = ""  # "transformers" | "torch" | "control"
+    notes: str = ""
+
+    @functools.cached_property
+    def total_params(self) -> int:  # computed from a fresh build (works on frozen dataclasses)
+        model, _ = self.build()
+        return count_params(model)
+
+    def kwargs(self, inputs: tuple) -> dict[str, Any]:
+        return dict(zip(self.input_names, inputs))
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    dynamo: bool
+    opset: int
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path | None
+    error: str | None
+    dynamic: bool  # True iff the written graph has at least one symbolic input dim
+    dynamic_error: str | None = None  # why the dynamic attempt failed (static fallback used)
+    seconds: float = 0.0
+    cached: bool = False
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("torchscript-17", dynamo=False, opset=17),
+    Variant("dynamo-18", dynamo=True, opset=18),
+    Variant("dynamo-23", dynamo=True, opset=23),
+)
+
+
+# --------------------------------------------------------------------------------------
+# Truth helpers
+# --------------------------------------------------------------------------------------
+
+
+def _n(t: torch.Tensor | None) -> int:
+    return 0 if t is None else int(t.numel())
+
+
+def _lin(lin: nn.Module) -> tuple[int, int]:
+    """(weight+bias numel, bias numel) of a Linear-like module."""
+    b = getattr(lin, "bias", None)
+    return _n(lin.weight) + _n(b), _n(b)
+
+
+def _block(
+    name: str,
+    kind: str,
+    heads: int,
+    kv_heads: int,
+    d_model: int,
+    d_k: int,
+    d_v: int,
+    q: tuple[int, int],
+    k: tuple[int, int],
+    v: tuple[int, int],
+    o: tuple[int, int],
+) -> BlockTruth:
+    assert kind in ("self", "cross"), kind
+    assert heads > 0 and kv_heads > 0 and heads % kv_heads == 0, (heads, kv_heads)
+    return BlockTruth(
+        name_hint=name,
+        kind=kind,
+        num_heads=int(heads),
+        num_kv_heads=int(kv_heads),
+        d_model=int(d_model),
+        d_k=int(d_k),
+        d_v=int(d_v),
+        q=q[0],
+        k=k[0],
+        v=v[0],
+        o=o[0],
+        bias=q[1] + k[1] + v[1] + o[1],
+        total=q[0] + k[0] + v[0] + o[0],
+    )
+
+
+def _qualname(root: nn.Module, mod: nn.Module) -> str:
+    for n, m in root.named_modules():
+        if m is mod:
+            return n
+    raise KeyError("module not found in root")
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise AssertionError(f"ground-truth consistency check failed: {msg}")
+
+
+# --------------------------------------------------------------------------------------
+# transformers cases
+# --------------------------------------------------------------------------------------
+
+
+def _hf_quiet() -> None:
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+    except Exception:  # pragma: no cover
+        pass
+
+
+def _ids(*shape: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(SEED + 1)
+    return torch.randint(3, VOCAB, shape, generator=g, dtype=torch.long)
+
+
+def _mask(*shape: int) -> torch.Tensor:
+    m = torch.ones(shape, dtype=torch.long)
+    m[-1, -2:] = 0  # some right padding in the last sequence so the mask is not trivial
+    return m
+
+
+def _eval(model: nn.Module) -> nn.Module:
+    # Plain model.eval() as users do before export.  Parameters keep requires_grad=True on purpose:
+    # under no_grad + eval, nn.MultiheadAttention takes its C++ fast path
+    # (aten::_native_multi_head_attention), which the TorchScript exporter cannot export.
+    return model.eval()
+
+
+def _build_bert(attn: str) -> tuple[nn.Module, tuple]:
+    from transformers import BertConfig, BertModel
+
+    _hf_quiet()
+    torch.manual_seed(SEED)
+    cfg = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        type_vocab_size=2,
+        return_dict=False,
+        attn_implementation=attn,
+    )
+    model = _eval(BertModel(cfg))
+    return model, (_ids(BATCH, SEQ), _mask(BATCH, SEQ))
+
+
+def _truth_bert(model: nn.Module) -> tuple[BlockTruth, ...]:
+    cfg = model.config
+    out = []
+    for layer in model.encoder.layer:
+        sa, so = layer.attention.self, layer.attention.output.dense
+        h, dh = sa.num_attention_heads, sa.attention_head_size
+        _check(h == cfg.num_attention_heads, "bert heads")
+        _check(sa.query.weight.shape[0] == h * dh == sa.key.weight.shape[0] == sa.value.weight.shape[0], "bert qkv")
+        _check(so.weight.shape == (cfg.hidden_size, h * dh), "bert out proj")
+        out.append(
+            _block(
+                _qualname(model, layer.attention), "self", h, h, sa.query.weight.shape[1], dh, dh,
+                _lin(sa.query), _lin(sa.key), _lin(sa.value), _lin(so),
+            )
+        )
+    return tuple(out)
+
+
+def _build_gpt2(attn: str) -> tuple[nn.Module, tuple]:
+    from transformers import GPT2Config, GPT2Model
+
+    _hf_quiet()
+    torch.manual_seed(SEED)
+    cfg = GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=64,
+        n_head=4,
+        n_layer=2,
+        n_positions=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        use_cache=False,
+        return_dict=False,
+        attn_implementation=attn,
+    )
+    model = _eval(GPT2Model(cfg))
+    return model, (_ids(BATCH, SEQ), _mask(BATCH, SEQ))
+
+
+def _truth_gpt2(model: nn.Module) -> tuple[BlockTruth, ...]:
+    cfg = model.config
+    out = []
+    for blk in model.h:
+        a = blk.attn
+        h, dh, e = a.num_heads, a.head_dim, a.embed_dim
+        _check(h == cfg.n_head and h * dh == e == cfg.n_embd, "gpt2 heads")
+        w, b = a.c_attn.weight, a.c_attn.bias  # Conv1D: weight is [in, out] = [E, 3E]
+        _check(tuple(w.shape) == (e, 3 * a.split_size), "gpt2 c_attn shape")
+        s = a.split_size
+        roles = []
+        for i in range(3):
+            wi, bi = w[:, i * s : (i + 1) * s], (b[i * s : (i + 1) * s] if b is not None else None)
+            roles.append((_n(wi) + _n(bi), _n(bi)))
+        out.append(
+            _block(_qualname(model, a), "self", h, h, e, dh, dh, roles[0], roles[1], roles[2], _lin(a.c_proj))
+        )
+    return tuple(out)
+
+
+def _build_llama(attn: str) -> tuple[nn.Module, tuple]:
+    from transformers import LlamaConfig, LlamaModel
+
+    _hf_quiet()
+    torch.manual_seed(SEED)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_hidden_layers=2,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        use_cache=False,
+        return_dict=False,
+        attn_implementation=attn,
+    )
+    model = _eval(LlamaModel(cfg))
+    return model, (_ids(BATCH, SEQ), _mask(BATCH, SEQ))
+
+
+def _truth_llama(model: nn.Module) -> tuple[BlockTruth, ...]:
+    cfg = model.config
+    out = []
+    for layer in model.layers:
+        a = layer.self_attn
+        dh = a.head_dim
+        h = a.q_proj.weight.shape[0] // dh
+        kv = a.k_proj.weight.shape[0] // dh
+        _check(h == cfg.num_attention_heads and kv == cfg.num_key_value_heads, "llama heads/kv")
+        _check(h // kv == a.num_key_value_groups, "llama groups")
+        _check(a.v_proj.weight.shape[0] == kv * dh and a.o_proj.weight.shape == (cfg.hidden_size, h * dh), "llama")
+        out.append(
+            _block(
+                _qualname(model, a), "self", h, kv, cfg.hidden_size, dh, dh,
+                _lin(a.q_proj), _lin(a.k_proj), _lin(a.v_proj), _lin(a.o_proj),
+            )
+        )
+    return tuple(out)
+
+
+def _build_t5(attn: str) -> tuple[nn.Module, tuple]:
+    from transformers import T5Config, T5Model
+
+    _hf_quiet()
+    torch.manual_seed(SEED)
+    cfg = T5Config(
+        vocab_size=VOCAB,
+        d_model=32,
+        num_heads=4,
+        d_kv=16,  # heads * d_kv = 64 != d_model
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=2,
+        relative_attention_num_buckets=8,
+        use_cache=False,
+        attn_implementation=attn,
+    )
+    model = _eval(T5Model(cfg))
+    # transformers 5: T5 encoder/decoder stacks deep-copy the config and T5Model reads
+    # `decoder_outputs.last_hidden_state`, so only the top-level model may return a tuple.
+    model.config.return_dict = False
+    return model, (_ids(BATCH, SEQ), _mask(BATCH, SEQ), _ids(BATCH, SEQ_DEC))
+
+
+def _t5_block(model: nn.Module, a: nn.Module, kind: str) -> BlockTruth:
+    cfg = model.config
+    h, dkv = a.n_heads, a.key_value_proj_dim
+    _check(h == cfg.num_heads and dkv == cfg.d_kv and a.inner_dim == h * dkv, "t5 heads")
+    _check(a.q.weight.shape == (h * dkv, a.d_model) and a.o.weight.shape == (a.d_model, h * dkv), "t5 proj")
+    return _block(_qualname(model, a), kind, h, h, a.d_model, dkv, dkv, _lin(a.q), _lin(a.k), _lin(a.v), _lin(a.o))
+
+
+def _truth_t5(model: nn.Module) -> tuple[BlockTruth, ...]:
+    out = [_t5_block(model, blk.layer[0].SelfAttention, "self") for blk in model.encoder.block]
+    for blk in model.decoder.block:  # decoder runs after the whole encoder
+        out.append(_t5_block(model, blk.layer[0].SelfAttention, "self"))
+        out.append(_t5_block(model, blk.layer[1].EncDecAttention, "cross"))
+    return tuple(out)
+
+
+def _build_vit(attn: str) -> tuple[nn.Module, tuple]:
+    from transformers import ViTConfig, ViTModel
+
+    _hf_quiet()
+    torch.manual_seed(SEED)
+    cfg = ViTConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        intermediate_size=128,
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        return_dict=False,
+        attn_implementation=attn,
+    )
+    model = _eval(ViTModel(cfg))
+    g = torch.Generator().manual_seed(SEED + 2)
+    return model, (torch.randn(BATCH, 3, 32, 32, generator=g),)
+
+
+def _truth_vit(model: nn.Module) -> tuple[BlockTruth, ...]:
+    cfg = model.config
+    # transformers 5 ViT: model.layers[i].attention = ViTAttention(q_proj, k_proj, v_proj, o_proj);
+    # older releases: model.encoder.layer[i].attention.{attention.query/key/value, output.dense}.
+    layers = model.layers if hasattr(model, "layers") else model.encoder.layer
+    out = []
+    for layer in layers:
+        a = layer.attention
+        if hasattr(a, "q_proj"):
+            h, dh = a.num_attention_heads, a.head_dim
+            q, k, v, o = a.q_proj, a.k_proj, a.v_proj, a.o_proj
+        else:  # pragma: no cover - transformers < 5
+            h, dh = a.attention.num_attention_heads, a.attention.attention_head_size
+            q, k, v, o = a.attention.query, a.attention.key, a.attention.value, a.output.dense
+        _check(h == cfg.num_attention_heads and q.weight.shape[0] == h * dh == k.weight.shape[0], "vit heads")
+        _check(o.weight.shape == (cfg.hidden_size, h * dh), "vit out proj")
+        out.append(
+            _block(_qualname(model, a), "self", h, h, cfg.hidden_size, dh, dh, _lin(q), _lin(k), _lin(v), _lin(o))
+        )
+    return tuple(out)
+
+
+def _build_resnet() -> tuple[nn.Module, tuple]:
+    from transformers import ResNetConfig, ResNetModel
+
+    _hf_quiet()
+    torch.manual_seed(SEED)
+    cfg = ResNetConfig(
+        num_channels=3, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic", return_dict=False
+    )
+    model = _eval(ResNetModel(cfg))
+    g = torch.Generator().manual_seed(SEED + 2)
+    return model, (torch.randn(BATCH, 3, 32, 32, generator=g),)
+
+
+# --------------------------------------------------------------------------------------
+# torch cases
+# --------------------------------------------------------------------------------------
+
+D = 64
+
+
+class MHASelf(nn.Module):
+    """nn.MultiheadAttention used as self-attention (q = k = v = x), default need_weights."""
+
+    def __init__(self, batch_first: bool, bias: bool = True, num_heads: int = 4) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(D, num_heads, bias=bias, batch_first=batch_first)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.mha(x, x, x)
+        return out
+
+
+class MHACross(nn.Module):
+    """nn.MultiheadAttention cross-attention with kdim/vdim != embed_dim."""
+
+    def __init__(self, kdim: int = 48, vdim: int = 40, num_heads: int = 4) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(D, num_heads, kdim=kdim, vdim=vdim, batch_first=True)
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        out, _ = self.mha(query, key, value, need_weights=False)
+        return out
+
+
+def _truth_mha(model: nn.Module) -> tuple[BlockTruth, ...]:
+    m: nn.MultiheadAttention = model.mha
+    e, h, dh = m.embed_dim, m.num_heads, m.head_dim
+    _check(h * dh == e, "mha head_dim")
+    bias = m.in_proj_bias
+    roles = []
+    if m._qkv_same_embed_dim:
+        w = m.in_proj_weight
+        _check(tuple(w.shape) == (3 * e, e), "mha in_proj shape")
+        ws = [w[i * e : (i + 1) * e] for i in range(3)]
+    else:
+        ws = [m.q_proj_weight, m.k_proj_weight, m.v_proj_weight]
+        _check(ws[1].shape == (e, m.kdim) and ws[2].shape == (e, m.vdim), "mha k/v proj shape")
+    for i, wi in enumerate(ws):
+        bi = bias[i * e : (i + 1) * e] if bias is not None else None
+        roles.append((_n(wi) + _n(bi), _n(bi)))
+    kind = "self" if isinstance(model, MHASelf) else "cross"
+    return (_block(_qualname(model, m), kind, h, h, e, dh, dh, roles[0], roles[1], roles[2], _lin(m.out_proj)),)
+
+
+def _mha_build(batch_first: bool, bias: bool = True) -> Callable[[], tuple[nn.Module, tuple]]:
+    def build() -> tuple[nn.Module, tuple]:
+        torch.manual_seed(SEED)
+        model = _eval(MHASelf(batch_first=batch_first, bias=bias))
+        shape = (BATCH, SEQ, D) if batch_first else (SEQ, BATCH, D)
+        return model, (torch.randn(*shape),)
+
+    return build
+
+
+def _build_mha_cross() -> tuple[nn.Module, tuple]:
+    torch.manual_seed(SEED)
+    model = _eval(MHACross())
+    m = model.mha
+    return model, (torch.randn(BATCH, SEQ, D), torch.randn(BATCH, SEQ_KV, m.kdim), torch.randn(BATCH, SEQ_KV, m.vdim))
+
+
+class SDPAAttention(nn.Module):
+    """Hand-written attention with its own q/k/v/o Linear layers and F.scaled_dot_product_attention."""
+
+    def __init__(self, d_model: int = D, num_heads: int = 4) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.o_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v)
+        y = y.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
+        return self.o_proj(y)
+
+
+class SDPAWrapper(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = SDPAAttention()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x)
+
+
+def _build_sdpa() -> tuple[nn.Module, tuple]:
+    torch.manual_seed(SEED)
+    return _eval(SDPAWrapper()), (torch.randn(BATCH, SEQ, D),)
+
+
+def _truth_sdpa(model: nn.Module) -> tuple[BlockTruth, ...]:
+    a = model.attn
+    h, dh = a.num_heads, a.head_dim
+    _check(a.q_proj.weight.shape[0] == h * dh, "sdpa heads")
+    return (
+        _block(_qualname(model, a), "self", h, h, a.q_proj.in_features, dh, dh,
+               _lin(a.q_proj), _lin(a.k_proj), _lin(a.v_proj), _lin(a.o_proj)),
+    )
+
+
+# --- The Annotated Transformer (harvardnlp), verbatim in the parts that matter ---------
+
+
+def clones(module: nn.Module, N: int) -> nn.ModuleList:
+    "Produce N identical layers."
+    return nn.ModuleList([copy.deepcopy(module) for _ in range(N)])
+
+
+def attention(query, key, value, mask=None, dropout=None):
+    "Compute 'Scaled Dot Product Attention'"
+    d_k = query.size(-1)
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    p_attn = scores.softmax(dim=-1)
+    if dropout is not None:
+        p_attn = dropout(p_attn)
+    return torch.matmul(p_attn, value), p_attn
+
+
+class MultiHeadedAttention(nn.Module):
+    def __init__(self, h, d_model, dropout=0.1):
+        "Take in model size and number of heads."
+        super().__init__()
+        assert d_model % h == 0
+        # We assume d_v always equals d_k
+        self.d_k = d_model // h
+        self.h = h
+        self.linears = clones(nn.Linear(d_model, d_model), 4)
+        self.attn = None
+        self.dropout = nn.Dropout(p=dropout)
+
+    def forward(self, query, key, value, mask=None):
+        "Implements Figure 2"
+        if mask is not None:
+            # Same mask applied to all h heads.
+            mask = mask.unsqueeze(1)
+        nbatches = query.size(0)
+
+        # 1) Do all the linear projections in batch from d_model => h x d_k
+        query, key, value = [
+            lin(x).view(nbatches, -1, self.h, self.d_k).transpose(1, 2)
+            for lin, x in zip(self.linears, (query, key, value))
+        ]
+
+        # 2) Apply attention on all the projected vectors in batch.
+        x, self.attn = attention(query, key, value, mask=mask, dropout=self.dropout)
+
+        # 3) "Concat" using a view and apply a final linear.
+        x = x.transpose(1, 2).contiguous().view(nbatches, -1, self.h * self.d_k)
+        del query
+        del key
+        del value
+        return self.linears[-1](x)
+
+
+class AnnotatedSelfAttn(nn.Module):
+    def __init__(self, h: int, d_model: int = D) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadedAttention(h, d_model)
+
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        return self.self_attn(x, x, x, src_mask)
+
+
+def _annotated_build(h: int) -> Callable[[], tuple[nn.Module, tuple]]:
+    def build() -> tuple[nn.Module, tuple]:
+        torch.manual_seed(SEED)
+        model = _eval(AnnotatedSelfAttn(h))
+        mask = torch.ones(BATCH, 1, SEQ, dtype=torch.long)
+        mask[-1, :, -2:] = 0
+        return model, (torch.randn(BATCH, SEQ, D), mask)
+
+    return build
+
+
+def _truth_annotated(model: nn.Module) -> tuple[BlockTruth, ...]:
+    a = model.self_attn
+    h, dk = a.h, a.d_k
+    q, k, v, o = a.linears
+    _check(q.weight.shape[0] == h * dk and o.weight.shape[1] == h * dk, "annotated heads")
+    return (_block(_qualname(model, a), "self", h, h, q.in_features, dk, dk, _lin(q), _lin(k), _lin(v), _lin(o)),)
+
+
+# --- no-attention controls -------------------------------------------------------------
+
+
+class MLP(nn.Module):
+    def __init__(self, softmax_head: bool = False) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(32, D), nn.GELU(), nn.Linear(D, D), nn.GELU(), nn.Linear(D, 16))
+        self.softmax_head = softmax_head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.net(x)
+        return torch.softmax(y, dim=-1) if self.softmax_head else y
+
+
+class LSTMNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(32, D, num_layers=2, batch_first=True)
+        self.head = nn.Linear(D, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.lstm(x)
+        return self.head(y)
+
+
+def _control_build(cls: Callable[[], nn.Module], shape: tuple[int, ...]) -> Callable[[], tuple[nn.Module, tuple]]:
+    def build() -> tuple[nn.Module, tuple]:
+        torch.manual_seed(SEED)
+        return _eval(cls()), (torch.randn(*shape),)
+
+    return build
+
+
+def _no_blocks(model: nn.Module) -> tuple[BlockTruth, ...]:
+    return ()
+
+
+# --------------------------------------------------------------------------------------
+# Case table
+# --------------------------------------------------------------------------------------
+
+_TOK = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+
+
+def _hf_cases() -> list[Case]:
+    specs = [
+        ("bert", _build_bert, _truth_bert, ("input_ids", "attention_mask"), _TOK),
+        ("gpt2", _build_gpt2, _truth_gpt2, ("input_ids", "attention_mask"), _TOK),
+        ("llama", _build_llama, _truth_llama, ("input_ids", "attention_mask"), _TOK),
+        (
+            "t5",
+            _build_t5,
+            _truth_t5,
+            ("input_ids", "attention_mask", "decoder_input_ids"),
+            {**_TOK, "decoder_input_ids": {0: "batch", 1: "dec_seq"}},
+        ),
+        ("vit", _build_vit, _truth_vit, ("pixel_values",), {"pixel_values": {0: "batch"}}),
+    ]
+    out = []
+    for name, build, truth, names, dyn in specs:
+        for attn in ("eager", "sdpa"):
+            out.append(
+                Case(
+                    name=f"{name}-{attn}",
+                    build=functools.partial(build, attn),
+                    truth=truth,
+                    has_attention=True,
+                    input_names=names,
+                    dynamic_axes=dyn,
+                    family="transformers",
+                )
+            )
+    return out
+
+
+_BTD = {0: "batch", 1: "seq"}
+
+CASES: tuple[Case, ...] = (
+    *_hf_cases(),
+    Case("mha-batch-first", _mha_build(True), _truth_mha, True, ("x",), {"x": _BTD}, "torch",
+         "nn.MultiheadAttention(64, 4, batch_first=True), self-attention, need_weights=True"),
+    Case("mha-seq-first", _mha_build(False), _truth_mha, True, ("x",), {"x": {0: "seq", 1: "batch"}}, "torch",
+         "nn.MultiheadAttention(64, 4, batch_first=False), input [T, B, E]"),
+    Case("mha-cross-kvdim", _build_mha_cross, _truth_mha, True, ("query", "key", "value"),
+         {"query": {0: "batch", 1: "tgt_seq"}, "key": {0: "batch", 1: "src_seq"}, "value": {0: "batch", 1: "src_seq"}},
+         "torch", "nn.MultiheadAttention(64, 4, kdim=48, vdim=40, batch_first=True), need_weights=False"),
+    Case("mha-nobias", _mha_build(True, bias=False), _truth_mha, True, ("x",), {"x": _BTD}, "torch",
+         "nn.MultiheadAttention(64, 4, bias=False, batch_first=True)"),
+    Case("sdpa-linear", _build_sdpa, _truth_sdpa, True, ("x",), {"x": _BTD}, "torch",
+         "own q/k/v/o nn.Linear + F.scaled_dot_product_attention, 4 heads"),
+    Case("annotated-h8", _annotated_build(8), _truth_annotated, True, ("x", "src_mask"),
+         {"x": _BTD, "src_mask": {0: "batch", 2: "seq"}}, "torch", "Annotated Transformer MultiHeadedAttention h=8"),
+    Case("annotated-h1", _annotated_build(1), _truth_annotated, True, ("x", "src_mask"),
+         {"x": _BTD, "src_mask": {0: "batch", 2: "seq"}}, "torch", "Annotated Transformer MultiHeadedAttention h=1"),
+    Case("mlp", _control_build(MLP, (BATCH, SEQ, 32)), _no_blocks, False, ("x",), {"x": _BTD}, "control"),
+    Case("lstm", _control_build(LSTMNet, (BATCH, SEQ, 32)), _no_blocks, False, ("x",), {"x": _BTD}, "control"),
+    Case("resnet", _build_resnet, _no_blocks, False, ("pixel_values",), {"pixel_values": {0: "batch"}}, "control"),
+    Case("mlp-softmax", _control_build(functools.partial(MLP, softmax_head=True), (BATCH, 32)), _no_blocks, False,
+         ("x",), {"x": {0: "batch"}}, "control", "MLP ending in a softmax classifier head"),
+)
+
+CASES_BY_NAME: dict[str, Case] = {c.name: c for c in CASES}
+VARIANTS_BY_NAME: dict[str, Variant] = {v.name: v for v in VARIANTS}
+
+
+# --------------------------------------------------------------------------------------
+# Export
+# --------------------------------------------------------------------------------------
+
+_NOISY_LOGGERS = (
+    "torch",
+    "torch.onnx",
+    "torch.export",
+    "torch._dynamo",
+    "torch._export",
+    "torch.fx",
+    "torch._subclasses",
+    "torch.fx.experimental.symbolic_shapes",
+    "onnxscript",
+    "onnx_ir",
+    "transformers",
+)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence Python warnings, noisy loggers and anything written to fd 1/2 (C++ warnings, prints)."""
+    saved_levels = {n: logging.getLogger(n).level for n in _NOISY_LOGGERS}
+    for n in _NOISY_LOGGERS:
+        logging.getLogger(n).setLevel(logging.CRITICAL)
+    _hf_quiet()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_fds = []
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            saved_fds.append((fd, os.dup(fd)))
+            os.dup2(devnull, fd)
+        os.close(devnull)
+    except OSError:  # pragma: no cover - e.g. no real fds under some runners
+        pass
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
+            io.StringIO()
+        ):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, saved in saved_fds:
+            os.dup2(saved, fd)
+            os.close(saved)
+        for n, lvl in saved_levels.items():
+            logging.getLogger(n).setLevel(lvl)
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """Compact one-line error: outer exception plus its innermost cause."""
+
+    def first(e: BaseException) -> str:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        return f"{type(e).__name__}: {lines[0] if lines else ''}".strip()
+
+    chain = [exc]
+    while (nxt := (chain[-1].__cause__ or chain[-1].__context__)) is not None and len(chain) < 10:
+        chain.append(nxt)
+    msg = first(exc)
+    if len(chain) > 1:
+        msg += " <- " + first(chain[-1])
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= limit else msg[: limit - 3] + "..."
+
+
+def _graph_is_dynamic(path: Path) -> bool:
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    for vi in m.graph.input:
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            for d in t.shape.dim:
+                if d.HasField("dim_param") or not d.HasField("dim_value"):
+                    return True
+    return False
+
+
+def _dynamo_shapes(case: Case) -> dict[str, Any]:
+    from torch.export import Dim
+
+    dims: dict[str, Any] = {}
+    shapes: dict[str, Any] = {}
+    for name in case.input_names:
+        axes = case.dynamic_axes.get(name)
+        if not axes:
+            shapes[name] = None
+            continue
+        shapes[name] = {ax: dims.setdefault(label, Dim(label)) for ax, label in axes.items()}
+    return shapes
+
+
+def _narrow_forward(model: nn.Module, names: Sequence[str]) -> None:
+    """Shadow model.forward with a function taking exactly `names` (instance attribute, same module).
+
+    The TorchScript exporter appends every defaulted forward() parameter positionally
+    (_decide_input_format), which collides with transformers 5's merge_with_config_defaults
+    ("forward() got multiple values for argument 'use_cache'").  Module hierarchy (and hence scope
+    names / initializer names) is unchanged.
+    """
+    import inspect
+
+    orig = model.forward
+
+    def forward(*args: Any) -> Any:
+        return orig(**dict(zip(names, args)))
+
+    forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    )
+    model.forward = forward  # type: ignore[method-assign]
+
+
+def _export_once(case: Case, variant: Variant, path: Path, dynamic: bool) -> None:
+    model, inputs = case.build()
+    kwargs = case.kwargs(inputs)
+    common: dict[str, Any] = dict(
+        kwargs=kwargs,
+        input_names=list(case.input_names),
+        opset_version=variant.opset,
+        external_data=False,
+    )
+    if not variant.dynamo:
+        if dynamic and case.dynamic_axes:
+            common["dynamic_axes"] = {k: dict(v) for k, v in case.dynamic_axes.items()}
+        _narrow_forward(model, case.input_names)
+        common.pop("kwargs")
+        torch.onnx.export(model, tuple(inputs), str(path), dynamo=False, **common)
+    else:
+        if dynamic and case.dynamic_axes:
+            common["dynamic_shapes"] = _dynamo_shapes(case)
+        prog = torch.onnx.export(model, (), None, dynamo=True, verbose=False, report=False, **common)
+        prog.save(str(path), external_data=False)
+
+
+def export_case(case: Case, variant: Variant | str, outdir: str | os.PathLike) -> ExportResult:
+    """Export one case with one exporter variant; never raises for exporter failures."""
+    if isinstance(variant, str):
+        variant = VARIANTS_BY_NAME[variant]
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    path = outdir / f"{case.name}__{variant.name}.onnx"
+    t0 = time.perf_counter()
+    dyn_err: str | None = None
+    attempts = [True, False] if case.dynamic_axes else [False]
+    for dynamic in attempts:
+        tmp = path.with_suffix(".onnx.tmp")
+        try:
+            with _quiet():
+                _export_once(case, variant, tmp, dynamic)
+            if not tmp.exists():
+                raise RuntimeError("exporter produced no file")
+            os.replace(tmp, path)
+            return ExportResult(path, None, _graph_is_dynamic(path), dyn_err, time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - exporter failures are data, not crashes
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            err = _one_line(e)
+            if dynamic:
+                dyn_err = err
+                continue
+            if dyn_err is not None:
+                err = f"{err} (dynamic attempt: {dyn_err})"
+            return ExportResult(None, err, False, dyn_err, time.perf_counter() - t0)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# --------------------------------------------------------------------------------------
+# Matrix
+# --------------------------------------------------------------------------------------
+
+
+def _truth_and_params(case: Case) -> tuple[tuple[BlockTruth, ...], int]:
+    with _quiet():
+        model, _ = case.build()
+    blocks = case.truth(model)
+    assert case.has_attention == bool(blocks), case.name
+    return blocks, count_params(model)
+
+
+def _versions() -> dict[str, str]:
+    import onnx
+
+    v = {"torch": torch.__version__, "onnx": onnx.__version__}
+    for mod in ("transformers", "onnxscript", "onnxruntime"):
+        try:
+            v[mod] = __import__(mod).__version__
+        except Exception:  # pragma: no cover
+            v[mod] = "n/a"
+    return v
+
+
+def _entry(case: Case, variant: Variant, res: ExportResult, blocks, total: int, outdir: Path) -> dict[str, Any]:
+    return {
+        "case": case.name,
+        "variant": variant.name,
+        "family": case.family,
+        "file": res.path.name if res.path else None,
+        "error": res.error,
+        "dynamic": res.dynamic,
+        "dynamic_error": res.dynamic_error,
+        "seconds": round(res.seconds, 3),
+        "cached": res.cached,
+        "total_params": total,
+        "has_attention": case.has_attention,
+        "blocks": [b.as_dict() for b in blocks],
+        "notes": case.notes,
+    }
+
+
+def _worker(case_name: str, variant_name: str, outdir: str) -> ExportResult:
+    torch.set_num_threads(1)
+    return export_case(CASES_BY_NAME[case_name], VARIANTS_BY_NAME[variant_name], outdir)
+
+
+def export_all(
+    outdir: str | os.PathLike,
+    cases: Iterable[Case] = CASES,
+    variants: Iterable[Variant] = VARIANTS,
+    *,
+    force: bool = False,
+    jobs: int = 1,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Export every case x variant into outdir (cached by file presence) and write manifest.json.
+
+    Returns the manifest dict: {"versions", "batch", "seq", "entries": [one per case x variant]}.
+    Entries for cached files reuse the previous manifest's metadata when available.
+    """
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    cases, variants = list(cases), list(variants)
+    man_path = outdir / "manifest.json"
+    previous: dict[tuple[str, str], dict] = {}
+    if man_path.exists():
+        with contextlib.suppress(Exception):
+            for e in json.loads(man_path.read_text())["entries"]:
+                previous[(e["case"], e["variant"])] = e
+
+    truths = {c.name: _truth_and_params(c) for c in cases}
+    todo: list[tuple[Case, Variant]] = []
+    results: dict[tuple[str, str], ExportResult] = {}
+    for c in cases:
+        for v in variants:
+            path = outdir / f"{c.name}__{v.name}.onnx"
+            if path.exists() and not force:
+                prev = previous.get((c.name, v.name), {})
+                results[(c.name, v.name)] = ExportResult(
+                    path, None, _graph_is_dynamic(path), prev.get("dynamic_error"), 0.0, cached=True
+                )
+            else:
+                todo.append((c, v))
+
+    def done(c: Case, v: Variant, r: ExportResult) -> None:
+        results[(c.name, v.name)] = r
+        if progress:
+            progress(_entry(c, v, r, *truths[c.name], outdir))
+
+    if jobs > 1 and len(todo) > 1 and all(c.name in CASES_BY_NAME for c, _ in todo):
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as ex:
+            futs = {ex.submit(_worker, c.name, v.name, str(outdir)): (c, v) for c, v in todo}
+            for fut in cf.as_completed(futs):
+                c, v = futs[fut]
+                try:
+                    r = fut.result()
+                except Exception as e:  # worker crash (should not happen)
+                    r = ExportResult(None, _one_line(e), False)
+                done(c, v, r)
+    else:
+        for c, v in todo:
+            done(c, v, export_case(c, v, outdir))
+
+    entries = [
+        _entry(c, v, results[(c.name, v.name)], *truths[c.name], outdir) for c in cases for v in variants
+    ]
+    manifest = {"versions": _versions(), "batch": BATCH, "seq": SEQ, "entries": entries}
+    tmp = man_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2))
+    os.replace(tmp, man_path)
+    return manifest
+
+
+# --------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.conformance.zoo", description=__doc__.splitlines()[0])
+    ap.add_argument("outdir")
+    ap.add_argument("-k", dest="filter", action="append", default=[], help="only cases whose name contains this")
+    ap.add_argument("--variant", action="append", default=[], choices=[v.name for v in VARIANTS])
+    ap.add_argument("--force", action="store_true", help="re-export even if the .onnx file exists")
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="parallel export processes")
+    a = ap.parse_args(argv)
+
+    cases = [c for c in CASES if not a.filter or any(f in c.name for f in a.filter)]
+    variants = [v for v in VARIANTS if not a.variant or v.name in a.variant]
+    w = max(len(c.name) for c in cases)
+    fmt = f"{{:<{w}}}  {{:<14}}  {{:>7}}  {{:<7}}  {{}}"
+    print(fmt.format("case", "variant", "seconds", "dynamic", "result"))
+    t0 = time.perf_counter()
+
+    def show(e: dict[str, Any]) -> None:
+        res = "ok" if e["error"] is None else f"ERROR {e['error']}"
+        if e["error"] is None and e["dynamic_error"]:
+            res += f" (static fallback: {e['dynamic_error']})"
+        print(fmt.format(e["case"], e["variant"], f"{e['seconds']:.1f}", str(e["dynamic"]), res), flush=True)
+
+    man = export_all(a.outdir, cases, variants, force=a.force, jobs=a.jobs, progress=show)
+    for e in man["entries"]:
+        if e["cached"]:
+            show(e)
+    n_ok = sum(e["error"] is None for e in man["entries"])
+    print(f"{n_ok}/{len(man['entries'])} exported, total {time.perf_counter() - t0:.1f}s -> {a.outdir}/manifest.json")
+    return 0 if n_ok == len(man["entries"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
