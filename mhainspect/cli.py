@@ -10,7 +10,7 @@ import sys
 import tempfile
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -30,7 +30,7 @@ class OutputFormat(str, Enum):
     markdown = "markdown"
 
 
-def fail(message: str, code: int = EXIT_INPUT) -> "typer.Exit":
+def fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
     typer.echo(f"mhainspect: error: {message}", err=True)
     return typer.Exit(code)
 
@@ -77,10 +77,10 @@ def _width() -> int | None:
 def inspect_cmd(
     models: Annotated[list[Path], typer.Argument(help="ONNX model files to audit.", show_default=False)],
     output_format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] = OutputFormat.table,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report to FILE "
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to FILE "
                                                    "(atomically) instead of stdout.")] = None,
     explain: Annotated[bool, typer.Option("--explain", "-v", help="Show evidence per block and near misses.")] = False,
-    heads: Annotated[Optional[list[int]], typer.Option("--heads", help="What-if: each block's parameter count "
+    heads: Annotated[list[int] | None, typer.Option("--heads", help="What-if: each block's parameter count "
                                                        "under N heads (repeatable).")] = None,
     no_color: Annotated[bool, typer.Option("--no-color", help="Plain text without colors (also NO_COLOR).")] = False,
 ) -> None:
@@ -127,6 +127,58 @@ def inspect_cmd(
             raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
     else:
         sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+
+
+class CalcFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+@app.command("calc")
+def calc_cmd(
+    arguments: Annotated[list[str], typer.Argument(help="CONVENTION then the layer's arguments as name=value, "
+                                                   "e.g. pytorch embed_dim=512 num_heads=8.", show_default=False)],
+    compare_all: Annotated[bool, typer.Option("--compare", help="Read the same numbers under every convention.")] = False,
+    heads: Annotated[list[int] | None, typer.Option("--heads", help="Also count at N heads, other arguments "
+                                                       "unchanged (repeatable).")] = None,
+    output_format: Annotated[CalcFormat, typer.Option("--format", "-f", help="Output format.")] = CalcFormat.text,
+) -> None:
+    """Count the parameters of an attention layer under pytorch, keras, matlab, hf or t5 conventions."""
+    import json
+
+    from mhainspect import conventions
+    from mhainspect.render import calc_render
+
+    convention = None if not arguments or "=" in arguments[0] else arguments[0].lower()
+    pairs = arguments[1:] if convention is not None else arguments
+    values: dict[str, str] = {}
+    for item in pairs:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise fail(f"expected name=value, got '{item}'")
+        values[name] = value
+    try:
+        if compare_all or convention is None:
+            entries = conventions.compare(values)
+            text = (json.dumps(calc_render.compare_json(entries), indent=2) + "\n"
+                    if output_format is CalcFormat.json else calc_render.compare_text(entries))
+        else:
+            if convention not in conventions.CONVENTIONS:
+                raise fail(f"unknown convention '{convention}'; choose one of: "
+                           + ", ".join(conventions.CONVENTIONS))
+            calc = conventions.calculate(convention, values)
+            if heads:
+                rows = conventions.what_if(convention, values, [calc.num_heads, *heads])
+                text = (json.dumps({"calculation": calc_render.calc_json(calc),
+                                    "what_if": calc_render.what_if_json(rows)}, indent=2) + "\n"
+                        if output_format is CalcFormat.json
+                        else calc_render.calc_text(calc) + "\n" + calc_render.what_if_text(convention, rows))
+            else:
+                text = (json.dumps(calc_render.calc_json(calc), indent=2) + "\n"
+                        if output_format is CalcFormat.json else calc_render.calc_text(calc))
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 def _version_callback(value: bool) -> None:

@@ -6,10 +6,10 @@ Weights are metadata only: shape, dtype and a storage key, never tensor data.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Union
 
-AttrValue = Union[int, float, str, bytes, tuple[int, ...], tuple[float, ...], tuple[str, ...], None]
+AttrValue = int | float | str | bytes | tuple[int, ...] | tuple[float, ...] | tuple[str, ...] | None
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ sequence stay symbols while head counts and head sizes come out as integers.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Sequence, Union
 
 from mhainspect.graph import ModelGraph, Node
 
@@ -26,10 +26,10 @@ class Dim:
     def is_int(self) -> bool:
         return not self.factors
 
-    def __mul__(self, other: "Dim") -> "Dim":
+    def __mul__(self, other: Dim) -> Dim:
         return Dim(self.coef * other.coef, tuple(sorted(self.factors + other.factors)))
 
-    def div(self, other: "Dim") -> "Dim | None":
+    def div(self, other: Dim) -> Dim | None:
         """Exact division, or None when it does not divide as monomials."""
         if other.coef == 0:
             return None
@@ -49,7 +49,7 @@ class Dim:
         return body if self.coef == 1 else f"{self.coef}*{body}"
 
 
-Scalar = Union[Dim, float]
+Scalar = Dim | float
 Shape = tuple[Dim, ...]
 Value = tuple[Scalar, ...]
 
@@ -248,7 +248,7 @@ class ShapeEvaluator:
             a, b = self._in_value(node, 0), self._in_value(node, 1)
             if a is not None and b is not None and (len(a) == len(b) or len(a) == 1 or len(b) == 1):
                 n = max(len(a), len(b))
-                res = []
+                res: list[Scalar] = []
                 for i in range(n):
                     r = _arith(node.op, a[0 if len(a) == 1 else i], b[0 if len(b) == 1 else i])
                     if r is None:
@@ -557,7 +557,9 @@ def _h_split(ev: ShapeEvaluator, node: Node) -> None:
     if s is None:
         return
     a = _norm_axis(int(node.attrs.get("axis", 0) or 0), len(s))  # type: ignore[arg-type]
-    sizes = ev._in_ints(node, 1) if len(node.inputs) > 1 and node.inputs[1] else node.attrs.get("split")
+    split_attr = node.attrs.get("split")
+    sizes: tuple[int, ...] | None = (ev._in_ints(node, 1) if len(node.inputs) > 1 and node.inputs[1]
+                                     else tuple(int(x) for x in split_attr) if isinstance(split_attr, tuple) else None)
     n_out = len(node.outputs)
     if sizes is None:
         d = s[a]
@@ -567,8 +569,8 @@ def _h_split(ev: ShapeEvaluator, node: Node) -> None:
             sizes = tuple(min(chunk, d.coef - i * chunk) for i in range(num))
         else:
             return
-    for i, size in enumerate(sizes):  # type: ignore[union-attr]
-        ev._set(node, s[:a] + (int_dim(int(size)),) + s[a + 1:], out=i)
+    for i, size in enumerate(sizes):
+        ev._set(node, s[:a] + (int_dim(size),) + s[a + 1:], out=i)
 
 
 def _h_einsum(ev: ShapeEvaluator, node: Node) -> None:

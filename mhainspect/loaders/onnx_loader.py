@@ -35,7 +35,7 @@ def load_onnx(path: str | os.PathLike[str]) -> ModelGraph:
     return model_to_graph(model, source=str(path))
 
 
-def read_model_proto(path: str | os.PathLike[str]) -> "onnx.ModelProto":  # type: ignore[name-defined]  # noqa: F821
+def read_model_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:  # type: ignore[name-defined]  # noqa: F821
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -69,7 +69,7 @@ def check_readable_file(p: Path) -> None:
         raise InputError(f"{p}: cannot open: {exc.strerror or exc}") from None
 
 
-def model_to_graph(model: "onnx.ModelProto", source: str) -> ModelGraph:  # type: ignore[name-defined]  # noqa: F821
+def model_to_graph(model: onnx.ModelProto, source: str) -> ModelGraph:  # type: ignore[name-defined]  # noqa: F821
     opset = None
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
@@ -97,7 +97,7 @@ def model_to_graph(model: "onnx.ModelProto", source: str) -> ModelGraph:  # type
     )
 
 
-def _value_info(v: "onnx.ValueInfoProto") -> ValueInfo:  # type: ignore[name-defined]  # noqa: F821
+def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:  # type: ignore[name-defined]  # noqa: F821
     t = v.type
     if not t.HasField("tensor_type"):
         return ValueInfo(v.name, None, "unknown")
@@ -115,14 +115,14 @@ def _value_info(v: "onnx.ValueInfoProto") -> ValueInfo:  # type: ignore[name-def
     return ValueInfo(v.name, tuple(dims), dtype_name(tt.elem_type))
 
 
-def _storage_key(t: "onnx.TensorProto") -> str:  # type: ignore[name-defined]  # noqa: F821
+def _storage_key(t: onnx.TensorProto) -> str:  # type: ignore[name-defined]  # noqa: F821
     if t.data_location == 1:  # EXTERNAL: identity is (file, offset), so shared data counts once
         entries = {e.key: e.value for e in t.external_data}
         return f"external:{entries.get('location', '')}:{entries.get('offset', '0')}:{entries.get('length', '')}"
     return f"name:{t.name}"
 
 
-def _small_int_value(t: "onnx.TensorProto", numel: int) -> tuple[int, ...] | None:  # type: ignore[name-defined]  # noqa: F821
+def _small_int_value(t: onnx.TensorProto, numel: int) -> tuple[int, ...] | None:  # type: ignore[name-defined]  # noqa: F821
     if t.data_type not in _INT_TYPES or numel > _MAX_INT_VALUE_ELEMENTS or t.data_location == 1:
         return None
     from onnx import numpy_helper
@@ -134,7 +134,7 @@ def _small_int_value(t: "onnx.TensorProto", numel: int) -> tuple[int, ...] | Non
     return tuple(int(x) for x in arr.reshape(-1).tolist())
 
 
-def _small_float_value(t: "onnx.TensorProto", numel: int) -> float | None:  # type: ignore[name-defined]  # noqa: F821
+def _small_float_value(t: onnx.TensorProto, numel: int) -> float | None:  # type: ignore[name-defined]  # noqa: F821
     if t.data_type not in _FLOAT_TYPES or numel != 1 or t.data_location == 1:
         return None
     from onnx import numpy_helper
@@ -146,7 +146,7 @@ def _small_float_value(t: "onnx.TensorProto", numel: int) -> float | None:  # ty
     return float(arr.reshape(-1)[0])
 
 
-def tensor_from_proto(t: "onnx.TensorProto", name: str, is_constant_node: bool = False) -> Tensor:  # type: ignore[name-defined]  # noqa: F821
+def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = False) -> Tensor:  # type: ignore[name-defined]  # noqa: F821
     shape = tuple(int(d) for d in t.dims)
     numel = 1
     for d in shape:
@@ -162,7 +162,7 @@ def tensor_from_proto(t: "onnx.TensorProto", name: str, is_constant_node: bool =
     )
 
 
-def _attr_value(a: "onnx.AttributeProto") -> AttrValue:  # type: ignore[name-defined]  # noqa: F821
+def _attr_value(a: onnx.AttributeProto) -> AttrValue:  # type: ignore[name-defined]  # noqa: F821
     from onnx import AttributeProto
 
     if a.type == AttributeProto.INT:
@@ -170,7 +170,7 @@ def _attr_value(a: "onnx.AttributeProto") -> AttrValue:  # type: ignore[name-def
     if a.type == AttributeProto.FLOAT:
         return float(a.f)
     if a.type == AttributeProto.STRING:
-        return a.s.decode("utf-8", errors="replace")
+        return str(a.s.decode("utf-8", errors="replace"))
     if a.type == AttributeProto.INTS:
         return tuple(int(x) for x in a.ints)
     if a.type == AttributeProto.FLOATS:
@@ -208,7 +208,7 @@ def scope_from_node_name(name: str) -> str:
 
 
 class _GraphBuilder:
-    def __init__(self, functions: dict[tuple[str, str], "onnx.FunctionProto"]) -> None:  # type: ignore[name-defined]  # noqa: F821
+    def __init__(self, functions: dict[tuple[str, str], onnx.FunctionProto]) -> None:  # type: ignore[name-defined]  # noqa: F821
         self.functions = functions
         self.nodes: list[Node] = []
         self.weights: dict[str, Tensor] = {}
@@ -216,7 +216,7 @@ class _GraphBuilder:
         self.known_names: set[str] = set()
         self._inlining: list[tuple[str, str]] = []
 
-    def add_graph(self, graph: "onnx.GraphProto", prefix: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
+    def add_graph(self, graph: onnx.GraphProto, prefix: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
         if depth > _MAX_SUBGRAPH_DEPTH:
             raise InputError(f"subgraphs nested deeper than {_MAX_SUBGRAPH_DEPTH} levels")
         for init in graph.initializer:
@@ -232,9 +232,9 @@ class _GraphBuilder:
         for node in graph.node:
             self._add_node(node, prefix, depth)
 
-    def _add_node(self, node: "onnx.NodeProto", prefix: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
+    def _add_node(self, node: onnx.NodeProto, prefix: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
         attrs: dict[str, AttrValue] = {}
-        subgraphs: list["onnx.GraphProto"] = []  # type: ignore[name-defined]  # noqa: F821
+        subgraphs: list[onnx.GraphProto] = []  # type: ignore[name-defined]  # noqa: F821
         for a in node.attribute:
             if a.HasField("g"):
                 subgraphs.append(a.g)
@@ -260,7 +260,7 @@ class _GraphBuilder:
         for i, g in enumerate(subgraphs):
             self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
 
-    def _inline_function(self, call: "onnx.NodeProto", func: "onnx.FunctionProto", name: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
+    def _inline_function(self, call: onnx.NodeProto, func: onnx.FunctionProto, name: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
         import onnx
 
         if depth > _MAX_SUBGRAPH_DEPTH:
@@ -312,7 +312,7 @@ class _GraphBuilder:
                                      "which no node, input or initializer provides")
 
 
-def _constant_tensor(node: "onnx.NodeProto", out: str) -> Tensor | None:  # type: ignore[name-defined]  # noqa: F821
+def _constant_tensor(node: onnx.NodeProto, out: str) -> Tensor | None:  # type: ignore[name-defined]  # noqa: F821
     from onnx import AttributeProto
 
     for a in node.attribute:
