@@ -59,7 +59,13 @@ def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None
     builders, misses = find_blocks(index)
     taken: set[str] = set()
     blocks: list[AttentionBlock] = []
+    extras_seen: set[str] = set()
     for b in builders:
+        # A shared table (T5 computes its position bias once and reuses it) counts in its first block.
+        for name in list(b.extras):
+            if name in extras_seen:
+                del b.extras[name]
+            extras_seen.add(name)
         block = b.build(taken)
         blocks.append(dataclasses.replace(block, what_if=default_what_ifs(block, what_if_heads)))
     total = count_parameters(index)

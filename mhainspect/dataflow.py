@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
 from dataclasses import dataclass
 
 from mhainspect.errors import InputError
@@ -49,15 +49,17 @@ def topological_order(graph: ModelGraph) -> list[Node]:
             users[d].append(i)
         if any(x in producer and producer[x] == i for x in n.inputs):
             raise InputError(f"graph has a cycle: node '{n.name}' ({n.op}) reads its own output")
-    ready = deque(i for i, d in enumerate(indegree) if d == 0)
+    # A heap keyed by file position keeps the exporter's order wherever dependencies allow.
+    ready = [i for i, d in enumerate(indegree) if d == 0]
+    heapq.heapify(ready)
     order: list[int] = []
     while ready:
-        i = ready.popleft()
+        i = heapq.heappop(ready)
         order.append(i)
         for u in users[i]:
             indegree[u] -= 1
             if indegree[u] == 0:
-                ready.append(u)
+                heapq.heappush(ready, u)
     if len(order) != len(graph.nodes):
         stuck = next(i for i, d in enumerate(indegree) if d > 0)
         n = graph.nodes[stuck]

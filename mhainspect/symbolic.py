@@ -601,6 +601,26 @@ def _h_range(ev: ShapeEvaluator, node: Node) -> None:
     ev._set(node, (sym_dim(ev._new_sym()),))
 
 
+def _h_reduce(ev: ShapeEvaluator, node: Node) -> None:
+    s = ev._in_shape(node, 0)
+    if s is None:
+        return
+    axes_attr = node.attrs.get("axes")
+    axes: tuple[int, ...] | None
+    if len(node.inputs) > 1 and node.inputs[1]:
+        axes = ev._in_ints(node, 1)
+        if axes is None:
+            return
+    elif isinstance(axes_attr, tuple):
+        axes = tuple(int(a) for a in axes_attr)
+    else:
+        axes = () if node.attrs.get("noop_with_empty_axes") else tuple(range(len(s)))
+    norm = {_norm_axis(a, len(s)) for a in axes}
+    keep = node.attrs.get("keepdims", 1) != 0
+    out = tuple(Dim(1) if i in norm else d for i, d in enumerate(s) if keep or i not in norm)
+    ev._set(node, out)
+
+
 _HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     "Shape": _h_shape,
     "Size": _h_size,
@@ -622,4 +642,6 @@ _HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     "Split": _h_split,
     "Einsum": _h_einsum,
     "Range": _h_range,
+    **{op: _h_reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+                                "ReduceSumSquare", "ReduceLogSumExp")},
 }

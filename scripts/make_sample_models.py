@@ -23,9 +23,9 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import onnx
@@ -339,8 +339,17 @@ def ts_bert_layer(ts: TorchScriptStyle, x: str, mask: str, layer: int, num_heads
 
     dense = proj(d_model, d_model, bias=True)
     truth = block_truth(
-        pre, "self", num_heads=num_heads, num_kv_heads=num_heads, d_model=d_model, d_k=d_k, d_v=d_k,
-        q=dense, k=dense, v=dense, o=dense,
+        pre,
+        "self",
+        num_heads=num_heads,
+        num_kv_heads=num_heads,
+        d_model=d_model,
+        d_k=d_k,
+        d_v=d_k,
+        q=dense,
+        k=dense,
+        v=dense,
+        o=dense,
     )
     return out_name, truth, 2 * d_model  # LayerNorm params
 
@@ -348,7 +357,9 @@ def ts_bert_layer(ts: TorchScriptStyle, x: str, mask: str, layer: int, num_heads
 def ts_t5_rmsnorm(ts: TorchScriptStyle, scope: str, x: str, weight: str, d_model: int) -> str:
     """T5LayerNorm: weight * x * rsqrt(mean(x^2) + eps) (no bias, no mean subtraction)."""
     ts.gb.param(weight, (d_model,), "norm")
-    var = ts.op(scope, "ReduceMean", [ts.op(scope, "Pow", [x, ts.const(scope, np.float32(2.0))])], axes=[-1], keepdims=1)
+    var = ts.op(
+        scope, "ReduceMean", [ts.op(scope, "Pow", [x, ts.const(scope, np.float32(2.0))])], axes=[-1], keepdims=1
+    )
     std = ts.op(scope, "Sqrt", [ts.op(scope, "Add", [var, ts.const(scope, np.float32(1e-6))])])
     rstd = ts.op(scope, "Div", [ts.const(scope, np.float32(1.0)), std])
     return ts.op(scope, "Mul", [weight, ts.op(scope, "Mul", [x, rstd])])
@@ -391,28 +402,47 @@ def standard_mha() -> Sample:
     m = gb.model(
         [tensor("x", ["batch", "seq", 64]), tensor("mask", ["batch", 1, 1, "seq"])],
         [tensor(out, ["batch", "seq", 64])],
-        opsets=[("", 17)], ir_version=8, producer=TORCHSCRIPT,
+        opsets=[("", 17)],
+        ir_version=8,
+        producer=TORCHSCRIPT,
     )
-    return Sample(m, [truth], truth["params"]["total"] + extra,
-                  "BERT self-attention + output dense/residual/LayerNorm, TorchScript exporter style, opset 17",
-                  "torchscript")
+    return Sample(
+        m,
+        [truth],
+        truth["params"]["total"] + extra,
+        "BERT self-attention + output dense/residual/LayerNorm, TorchScript exporter style, opset 17",
+        "torchscript",
+    )
 
 
 def bert_two_layers() -> Sample:
     gb = GraphBuilder(seed=9)
     ts = TorchScriptStyle(gb)
-    h, t0, e0 = ts_bert_layer(ts, "x", "mask", 0, num_heads=8, d_model=64,
-                              out_name="/encoder/layer.0/attention/output/LayerNorm/LayerNormalization_output_0")
+    h, t0, e0 = ts_bert_layer(
+        ts,
+        "x",
+        "mask",
+        0,
+        num_heads=8,
+        d_model=64,
+        out_name="/encoder/layer.0/attention/output/LayerNorm/LayerNormalization_output_0",
+    )
     out, t1, e1 = ts_bert_layer(ts, h, "mask", 1, num_heads=4, d_model=64, out_name="output")
     m = gb.model(
         [tensor("x", ["batch", "seq", 64]), tensor("mask", ["batch", 1, 1, "seq"])],
         [tensor(out, ["batch", "seq", 64])],
-        opsets=[("", 17)], ir_version=8, producer=TORCHSCRIPT,
+        opsets=[("", 17)],
+        ir_version=8,
+        producer=TORCHSCRIPT,
     )
     total = t0["params"]["total"] + t1["params"]["total"] + e0 + e1
-    return Sample(m, [t0, t1], total,
-                  "two stacked BERT attention layers (8 heads then 4 heads), TorchScript style, opset 17",
-                  "torchscript")
+    return Sample(
+        m,
+        [t0, t1],
+        total,
+        "two stacked BERT attention layers (8 heads then 4 heads), TorchScript style, opset 17",
+        "torchscript",
+    )
 
 
 def keras_per_head() -> Sample:
@@ -445,14 +475,32 @@ def keras_per_head() -> Sample:
     m = gb.model(
         [tensor("input_1", ["unk__0", "unk__1", d_model])],
         [tensor("multi_head_attention", ["unk__0", "unk__1", d_model])],
-        opsets=[("", 15)], ir_version=8, producer=("tf2onnx", "1.16.1 15c810"), graph_name="tf2onnx",
+        opsets=[("", 15)],
+        ir_version=8,
+        producer=("tf2onnx", "1.16.1 15c810"),
+        graph_name="tf2onnx",
     )
     qkv = (d_model * h * dk + h * dk, h * dk)
-    truth = block_truth("multi_head_attention", "self", num_heads=h, num_kv_heads=h, d_model=d_model, d_k=dk,
-                        d_v=dk, q=qkv, k=qkv, v=qkv, o=(h * dk * d_model + d_model, d_model))
-    return Sample(m, [truth], truth["params"]["total"],
-                  "Keras MultiHeadAttention via tf2onnx: Einsum with per-head 3-D kernels, h*d_k=64 != d_model=32",
-                  "tf2onnx")
+    truth = block_truth(
+        "multi_head_attention",
+        "self",
+        num_heads=h,
+        num_kv_heads=h,
+        d_model=d_model,
+        d_k=dk,
+        d_v=dk,
+        q=qkv,
+        k=qkv,
+        v=qkv,
+        o=(h * dk * d_model + d_model, d_model),
+    )
+    return Sample(
+        m,
+        [truth],
+        truth["params"]["total"],
+        "Keras MultiHeadAttention via tf2onnx: Einsum with per-head 3-D kernels, h*d_k=64 != d_model=32",
+        "tf2onnx",
+    )
 
 
 LLAMA = "transformers.models.llama.modeling_llama"
@@ -502,8 +550,15 @@ def gqa_llama() -> Sample:
         y = linear(name, hs, d_model, width)
         fx = dy.fx("view")
         if hidden_shape is None:  # the exporter builds it once, under the first view
-            hidden_shape = dy.op("Concat", [batch, seq, dy.const([-1]), dy.const([hd])], attn, fx,
-                                 "aten.view.default", helper_node=True, axis=0)
+            hidden_shape = dy.op(
+                "Concat",
+                [batch, seq, dy.const([-1]), dy.const([hd])],
+                attn,
+                fx,
+                "aten.view.default",
+                helper_node=True,
+                axis=0,
+            )
         view = dy.op("Reshape", [y, hidden_shape], attn, fx, "aten.view.default", allowzero=1)
         states.append(a("Transpose", [view], "transpose", "aten.transpose.int", perm=[0, 2, 1, 3]))
     q, k, v = states
@@ -514,9 +569,15 @@ def gqa_llama() -> Sample:
 
     def rope(t):
         t_cos = a("Mul", [t, cos], "mul", "aten.mul.Tensor")
-        x1 = a("Slice", [t, dy.const([0]), dy.const([hd // 2]), dy.const([3]), dy.const([1])], "slice", "aten.slice.Tensor")
-        x2 = a("Slice", [t, dy.const([hd // 2]), dy.const([INT64_MAX]), dy.const([3]), dy.const([1])], "slice",
-               "aten.slice.Tensor")
+        x1 = a(
+            "Slice", [t, dy.const([0]), dy.const([hd // 2]), dy.const([3]), dy.const([1])], "slice", "aten.slice.Tensor"
+        )
+        x2 = a(
+            "Slice",
+            [t, dy.const([hd // 2]), dy.const([INT64_MAX]), dy.const([3]), dy.const([1])],
+            "slice",
+            "aten.slice.Tensor",
+        )
         rot = a("Concat", [a("Neg", [x2], "neg", "aten.neg.default"), x1], "cat", "aten.cat.default", axis=-1)
         return a("Add", [t_cos, a("Mul", [rot, sin], "mul", "aten.mul.Tensor")], "add", "aten.add.Tensor")
 
@@ -530,13 +591,27 @@ def gqa_llama() -> Sample:
         u = a("Unsqueeze", [t, dy.const([2])], "unsqueeze", "aten.unsqueeze.default")
         fx_e = dy.fx("expand")
         if expand_shape is None:
-            expand_shape = dy.op("Concat", [batch, dy.const([kvh]), dy.const([h // kvh]), seq, dy.const([hd])],
-                                 attn, fx_e, "aten.expand.default", helper_node=True, axis=0)
+            expand_shape = dy.op(
+                "Concat",
+                [batch, dy.const([kvh]), dy.const([h // kvh]), seq, dy.const([hd])],
+                attn,
+                fx_e,
+                "aten.expand.default",
+                helper_node=True,
+                axis=0,
+            )
         e = dy.op("Expand", [u, expand_shape], attn, fx_e, "aten.expand.default")
         fx_v = dy.fx("_unsafe_view")
         if reshape_shape is None:
-            reshape_shape = dy.op("Concat", [batch, dy.const([h]), seq, dy.const([hd])], attn, fx_v,
-                                  "aten._unsafe_view.default", helper_node=True, axis=0)
+            reshape_shape = dy.op(
+                "Concat",
+                [batch, dy.const([h]), seq, dy.const([hd])],
+                attn,
+                fx_v,
+                "aten._unsafe_view.default",
+                helper_node=True,
+                axis=0,
+            )
         return dy.op("Reshape", [e, reshape_shape], attn, fx_v, "aten._unsafe_view.default", allowzero=1)
 
     k, v = repeat_kv(k), repeat_kv(v)
@@ -563,14 +638,30 @@ def gqa_llama() -> Sample:
             tensor("attention_mask", ["batch", 1, "seq", "seq"], metadata=INPUT_SPEC),
         ],
         [tensor("hidden_states", ["batch", "seq", d_model], metadata=OUTPUT_SPEC)],
-        opsets=[("", 18)], ir_version=10, producer=DYNAMO,
+        opsets=[("", 18)],
+        ir_version=10,
+        producer=DYNAMO,
     )
-    truth = block_truth("model.layers.0.self_attn", "self", num_heads=h, num_kv_heads=kvh, d_model=d_model, d_k=hd,
-                        d_v=hd, q=proj(d_model, h * hd, False), k=proj(d_model, kvh * hd, False),
-                        v=proj(d_model, kvh * hd, False), o=proj(h * hd, d_model, False))
-    return Sample(m, [truth], truth["params"]["total"] + d_model,
-                  "Llama GQA attention (8 q heads / 2 kv heads, RoPE, repeat_kv, RMSNorm), dynamo exporter style, opset 18",
-                  "dynamo")
+    truth = block_truth(
+        "model.layers.0.self_attn",
+        "self",
+        num_heads=h,
+        num_kv_heads=kvh,
+        d_model=d_model,
+        d_k=hd,
+        d_v=hd,
+        q=proj(d_model, h * hd, False),
+        k=proj(d_model, kvh * hd, False),
+        v=proj(d_model, kvh * hd, False),
+        o=proj(h * hd, d_model, False),
+    )
+    return Sample(
+        m,
+        [truth],
+        truth["params"]["total"] + d_model,
+        "Llama GQA attention (8 q heads / 2 kv heads, RoPE, repeat_kv, RMSNorm), dynamo exporter style, opset 18",
+        "dynamo",
+    )
 
 
 def t5_unscaled() -> Sample:
@@ -597,7 +688,9 @@ def t5_unscaled() -> Sample:
             tensor("position_bucket", ["seq", "seq"], INT64),
         ],
         [tensor("encoder_out", ["batch", "seq", d_model]), tensor("decoder_out", ["batch", "seq", d_model])],
-        opsets=[("", 17)], ir_version=8, producer=TORCHSCRIPT,
+        opsets=[("", 17)],
+        ir_version=8,
+        producer=TORCHSCRIPT,
     )
     p_in, p_out = proj(d_model, inner, False), proj(inner, d_model, False)
     common = dict(num_heads=h, num_kv_heads=h, d_model=d_model, d_k=d_kv, d_v=d_kv, q=p_in, k=p_in, v=p_in, o=p_out)
@@ -606,10 +699,14 @@ def t5_unscaled() -> Sample:
         block_truth("decoder.block.0.layer.1.EncDecAttention", "cross", **common),
     ]
     total = sum(b["params"]["total"] for b in blocks) + buckets * h + 2 * d_model
-    return Sample(m, blocks, total,
-                  "T5 self-attention (relative position bias, no scaling) then cross-attention, TorchScript style, opset 17",
-                  "torchscript",
-                  notes=["relative_attention_bias.weight (32x4) counts in total_params but not in any block's params"])
+    return Sample(
+        m,
+        blocks,
+        total,
+        "T5 self-attention (relative position bias, no scaling) then cross-attention, TorchScript style, opset 17",
+        "torchscript",
+        notes=["relative_attention_bias.weight (32x4) counts in total_params but not in any block's params"],
+    )
 
 
 def packed_qkv() -> Sample:
@@ -642,15 +739,23 @@ def packed_qkv() -> Sample:
     ts.op(sc, "Reshape", [y, ts.shape_of(sc, tgt_len, bsz, d_model)], output="output", allowzero=0)
 
     m = gb.model(
-        [tensor("x", ["seq", "batch", d_model])], [tensor("output", ["seq", "batch", d_model])],
-        opsets=[("", 17)], ir_version=8, producer=TORCHSCRIPT,
+        [tensor("x", ["seq", "batch", d_model])],
+        [tensor("output", ["seq", "batch", d_model])],
+        opsets=[("", 17)],
+        ir_version=8,
+        producer=TORCHSCRIPT,
     )
     p = proj(d_model, d_model, True)  # each role's share of the packed [32, 96] weight + [96] bias
-    truth = block_truth("attn", "self", num_heads=h, num_kv_heads=h, d_model=d_model, d_k=d_k, d_v=d_k,
-                        q=p, k=p, v=p, o=p)
-    return Sample(m, [truth], truth["params"]["total"],
-                  "nn.MultiheadAttention (seq-first): packed in_proj MatMul+Split, (L, N*h, d) head folding, Gemm out_proj",
-                  "torchscript")
+    truth = block_truth(
+        "attn", "self", num_heads=h, num_kv_heads=h, d_model=d_model, d_k=d_k, d_v=d_k, q=p, k=p, v=p, o=p
+    )
+    return Sample(
+        m,
+        [truth],
+        truth["params"]["total"],
+        "nn.MultiheadAttention (seq-first): packed in_proj MatMul+Split, (L, N*h, d) head folding, Gemm out_proj",
+        "torchscript",
+    )
 
 
 def ms_attention() -> Sample:
@@ -666,15 +771,33 @@ def ms_attention() -> Sample:
     y = gb.node("MatMul", ["attention_output", w_o], [f"{sc}/MatMul_output_0"], f"{sc}/MatMul")
     gb.node("Add", [b_o, y], ["output"], f"{sc}/Add")
     m = gb.model(
-        [tensor("x", ["batch", "seq", d_model])], [tensor("output", ["batch", "seq", d_model])],
-        opsets=[("", 17), ("com.microsoft", 1)], ir_version=8, producer=("onnxruntime.transformers", "1.31.1"),
+        [tensor("x", ["batch", "seq", d_model])],
+        [tensor("output", ["batch", "seq", d_model])],
+        opsets=[("", 17), ("com.microsoft", 1)],
+        ir_version=8,
+        producer=("onnxruntime.transformers", "1.31.1"),
     )
     p = proj(d_model, d_model, True)
-    truth = block_truth("encoder.layer.0.attention", "self", num_heads=h, num_kv_heads=h, d_model=d_model,
-                        d_k=d_model // h, d_v=d_model // h, q=p, k=p, v=p, o=p)
-    return Sample(m, [truth], truth["params"]["total"],
-                  "com.microsoft Attention (packed [32,96] QKV weight, num_heads=4) + MatMul/Add output projection",
-                  "ort-fused")
+    truth = block_truth(
+        "encoder.layer.0.attention",
+        "self",
+        num_heads=h,
+        num_kv_heads=h,
+        d_model=d_model,
+        d_k=d_model // h,
+        d_v=d_model // h,
+        q=p,
+        k=p,
+        v=p,
+        o=p,
+    )
+    return Sample(
+        m,
+        [truth],
+        truth["params"]["total"],
+        "com.microsoft Attention (packed [32,96] QKV weight, num_heads=4) + MatMul/Add output projection",
+        "ort-fused",
+    )
 
 
 def onnx_attention_23() -> Sample:
@@ -686,27 +809,57 @@ def onnx_attention_23() -> Sample:
 
     def linear(name, d_in, d_out, inp="x", output=None):
         w = dy.param(f"{name}.weight", (d_in, d_out))
-        return dy.op("MatMul", [inp, w], root + [(name, "torch.nn.modules.linear.Linear")], dy.fx("linear"),
-                     "aten.linear.default", output=output)
+        return dy.op(
+            "MatMul",
+            [inp, w],
+            root + [(name, "torch.nn.modules.linear.Linear")],
+            dy.fx("linear"),
+            "aten.linear.default",
+            output=output,
+        )
 
     q = linear("q_proj", d_model, h * hd)
     k = linear("k_proj", d_model, kvh * hd)
     v = linear("v_proj", d_model, kvh * hd)
-    y = dy.op("Attention", [q, k, v], root, dy.fx("scaled_dot_product_attention"),
-              "aten.scaled_dot_product_attention.default", q_num_heads=h, kv_num_heads=kvh, is_causal=0)
+    y = dy.op(
+        "Attention",
+        [q, k, v],
+        root,
+        dy.fx("scaled_dot_product_attention"),
+        "aten.scaled_dot_product_attention.default",
+        q_num_heads=h,
+        kv_num_heads=kvh,
+        is_causal=0,
+    )
     linear("o_proj", h * hd, d_model, inp=y, output="output")
 
     m = gb.model(
         [tensor("x", ["batch", "seq", d_model], metadata=INPUT_SPEC)],
         [tensor("output", ["batch", "seq", d_model], metadata=OUTPUT_SPEC)],
-        opsets=[("", 23)], ir_version=10, producer=DYNAMO,
+        opsets=[("", 23)],
+        ir_version=10,
+        producer=DYNAMO,
     )
-    truth = block_truth("", "self", num_heads=h, num_kv_heads=kvh, d_model=d_model, d_k=hd, d_v=hd,
-                        q=proj(d_model, h * hd, False), k=proj(d_model, kvh * hd, False),
-                        v=proj(d_model, kvh * hd, False), o=proj(h * hd, d_model, False))
-    return Sample(m, [truth], truth["params"]["total"],
-                  "ONNX opset-23 Attention op, 3-D inputs, q_num_heads=8 kv_num_heads=4, MatMul projections",
-                  "onnx-op")
+    truth = block_truth(
+        "",
+        "self",
+        num_heads=h,
+        num_kv_heads=kvh,
+        d_model=d_model,
+        d_k=hd,
+        d_v=hd,
+        q=proj(d_model, h * hd, False),
+        k=proj(d_model, kvh * hd, False),
+        v=proj(d_model, kvh * hd, False),
+        o=proj(h * hd, d_model, False),
+    )
+    return Sample(
+        m,
+        [truth],
+        truth["params"]["total"],
+        "ONNX opset-23 Attention op, 3-D inputs, q_num_heads=8 kv_num_heads=4, MatMul projections",
+        "onnx-op",
+    )
 
 
 def no_attention() -> Sample:
@@ -719,12 +872,16 @@ def no_attention() -> Sample:
     y = ts.linear("/classifier", y, d_hidden, n_cls, "classifier.bias")
     ts.op("", "Softmax", [y], output="probs", axis=-1)
     m = gb.model(
-        [tensor("x", ["batch", "seq", d_in])], [tensor("probs", ["batch", "seq", n_cls])],
-        opsets=[("", 17)], ir_version=8, producer=TORCHSCRIPT,
+        [tensor("x", ["batch", "seq", d_in])],
+        [tensor("probs", ["batch", "seq", n_cls])],
+        opsets=[("", 17)],
+        ir_version=8,
+        producer=TORCHSCRIPT,
     )
     total = proj(d_in, d_hidden, True)[0] + proj(d_hidden, n_cls, True)[0]
-    return Sample(m, [], total, "MLP token classifier (MatMul+Add, Relu, MatMul+Add, Softmax): no attention",
-                  "torchscript")
+    return Sample(
+        m, [], total, "MLP token classifier (MatMul+Add, Relu, MatMul+Add, Softmax): no attention", "torchscript"
+    )
 
 
 MODELS: dict[str, Callable[[], Sample]] = {
@@ -773,9 +930,7 @@ def random_feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, 
 
 def float_param_numel(model: onnx.ModelProto) -> int:
     """Numel of float initializers with rank >= 1 (scalar constants excluded)."""
-    return sum(
-        int(np.prod(t.dims)) for t in model.graph.initializer if t.data_type == FLOAT and len(t.dims) >= 1
-    )
+    return sum(int(np.prod(t.dims)) for t in model.graph.initializer if t.data_type == FLOAT and len(t.dims) >= 1)
 
 
 def verify(name: str, path: Path, sample: Sample) -> str:
@@ -783,7 +938,9 @@ def verify(name: str, path: Path, sample: Sample) -> str:
     onnx.checker.check_model(model, full_check=True)
     tally = float_param_numel(model)
     if tally != sample.total_params:
-        raise AssertionError(f"{name}: float initializers hold {tally} values, expected total_params {sample.total_params}")
+        raise AssertionError(
+            f"{name}: float initializers hold {tally} values, expected total_params {sample.total_params}"
+        )
     for b in sample.blocks:
         p = b["params"]
         assert p["total"] == p["q"] + p["k"] + p["v"] + p["o"], name

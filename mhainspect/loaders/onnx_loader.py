@@ -200,9 +200,7 @@ def scope_from_metadata(props: Iterable[tuple[str, str]]) -> str | None:
 
 
 def scope_from_node_name(name: str) -> str:
-    """TorchScript node names look like '/encoder/layer.0/attention/self/query/MatMul'."""
-    if not name.startswith("/") or name.count("/") < 2:
-        return ""
+    """TorchScript names nodes '/encoder/layer.0/attention/self/query/MatMul', tf2onnx 'model/mha/MatMul'."""
     parts = [p for p in name.split("/")[:-1] if p]
     return ".".join(parts)
 

@@ -6,6 +6,7 @@ others as evidence, and reports disagreements instead of silently choosing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -49,6 +50,7 @@ class BlockBuilder:
     scale: float | None = None
     scale_known: bool = False
     notes: list[str] = field(default_factory=list)
+    extras: dict[str, int] = field(default_factory=dict)  # other block params by tensor name
 
     def offer(self, name: str, value: int | None, source: str, detail: str) -> None:
         if value is None or value <= 0:
@@ -136,7 +138,7 @@ class BlockBuilder:
             unknown_reason = self._unknown_reason()
             picked["num_kv_heads"] = None
         projections = self._projections()
-        params = _breakdown(projections)
+        params = dataclasses.replace(_breakdown(projections), extra=sum(self.extras.values()))
         kind = self._kind()
         name = block_name(self.index, self.anchor, projections, taken_names)
         return AttentionBlock(

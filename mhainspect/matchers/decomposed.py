@@ -12,7 +12,7 @@ from collections import deque
 
 from mhainspect.dataflow import GraphIndex
 from mhainspect.findings import Evidence, Miss
-from mhainspect.graph import Node
+from mhainspect.graph import Node, Tensor
 from mhainspect.matchers.block import BlockBuilder, RoleInput, inverse_sqrt_dim
 from mhainspect.matchers.projection import TracedProjection, trace_back_to_projection, trace_forward_to_projection
 from mhainspect.symbolic import Dim, Shape
@@ -54,6 +54,7 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
         b.evidence.append(Evidence("o", None, "missing", f"no output projection after {pv_node.name}"))
 
     _offer_dims(index, b, score, pv_node, softmax, q_in, k_in, v_in)
+    _collect_extras(index, b, score_path)
     _offer_scale(index, b, score, score_path)
     for role in ("q", "k", "v"):
         r = b.roles[role]
@@ -284,3 +285,72 @@ def _offer_path_evidence(index: GraphIndex, b: BlockBuilder, role: str, traced: 
             b.evidence.append(Evidence("kv_repeat", None, "repeat",
                                        f"{node.op} {node.name}: [" + ", ".join(str(d) for d in src or ()) + "] -> ["
                                        + ", ".join(str(d) for d in dst or ()) + "]"))
+
+
+_BIAS_PATH = {"Transpose", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Slice", "Expand", "Add", "Identity",
+              "Permute", "Concat", "Mul", "Where"}
+
+
+def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, ...]) -> None:
+    """Parameters added to the scores (relative-position tables, ALiBi-like learned biases) and
+    learned K/V rows (nn.MultiheadAttention add_bias_kv) belong to the block but not to Q/K/V/O."""
+    on_path = {n.outputs[0] for n in score_path}
+    for node in score_path:
+        if node.op != "Add":
+            continue
+        for x in node.inputs:
+            if x in on_path or not x:
+                continue
+            table = _embedding_table(index, x)
+            if table is not None:
+                b.extras[table.name] = table.numel
+                b.evidence.append(Evidence("extra", table.numel, "weight_shape",
+                                           f"score bias table {table.name} {list(table.shape)} added at {node.name}"))
+    for role in ("k", "v"):
+        r = b.roles.get(role)
+        if r is None or r.traced is None:
+            continue
+        for node in r.traced.path:
+            if node.op != "Concat":
+                continue
+            for x in node.inputs:
+                wref = index.weight(x)
+                ref = wref.tensor if wref is not None else _expanded_weight(index, x)
+                if ref is not None and not index.is_activation(x):
+                    b.extras[ref.name] = ref.numel
+                    b.evidence.append(Evidence("extra", ref.numel, "weight_shape",
+                                               f"learned {role.upper()} row {ref.name} concatenated at {node.name}"))
+
+
+def _expanded_weight(index: GraphIndex, name: str) -> Tensor | None:
+    for _ in range(6):
+        t = index.graph.weights.get(name)
+        if t is not None:
+            return t if not t.is_constant_node and t.numel > 1 else None
+        node = index.producer.get(name)
+        if node is None or node.op not in ("Expand", "Tile", "Reshape", "Unsqueeze", "Cast", "Identity"):
+            return None
+        name = node.inputs[0]
+    return None
+
+
+def _embedding_table(index: GraphIndex, name: str) -> Tensor | None:
+    """A weight gathered by position indices somewhere behind ``name`` (a few hops)."""
+    queue = deque([(name, 0)])
+    seen = {name}
+    while queue:
+        cur, depth = queue.popleft()
+        node = index.producer.get(cur)
+        if node is None or depth > 8:
+            continue
+        if node.op == "Gather" and node.inputs:
+            t = index.graph.weights.get(node.inputs[0])
+            if t is not None and not t.is_constant_node and len(t.shape) == 2:
+                return t
+        if node.op not in _BIAS_PATH:
+            continue
+        for x in node.inputs:
+            if x and x not in seen and index.is_activation(x):
+                seen.add(x)
+                queue.append((x, depth + 1))
+    return None
