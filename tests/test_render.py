@@ -376,7 +376,7 @@ def test_jsonl(validator: Draft202012Validator) -> None:
 
 
 def test_table_contents() -> None:
-    text = render_table(mixed_report(), color=False)
+    text = render_table(mixed_report(), color=False, width=160)
     assert "models/mixed.onnx" in text
     assert "onnx" in text and "opset 17" in text and "pytorch 2.3.0" in text
     assert "20,000,000" in text  # total with separators
@@ -428,8 +428,8 @@ def test_table_width_and_layouts() -> None:
     assert render_table(mixed_report(), color=False, width=None) == render_table(
         mixed_report(), color=False, width=120
     )
-    # full table at 120: Q/K/V/O shown; at 80 the detail columns are dropped with a note
-    assert "262.66k" in render_table(mixed_report(), color=False, width=120)
+    # full table at 160 (names never folded): Q/K/V/O shown; at 80 the detail columns are dropped with a note
+    assert "262.66k" in render_table(mixed_report(), color=False, width=160)
     narrow = render_table(mixed_report(), color=False, width=80)
     assert "262.66k" not in narrow and "columns hidden" in narrow
     assert "encoder.layers.0.self_attn" in narrow and "10.49M" in narrow

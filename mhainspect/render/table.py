@@ -109,8 +109,11 @@ def _layout(report: Report, width: int, ascii_only: bool) -> str:
         return min(natural[0], block_floor) + rest + _gap(ascii_only) * (len(columns) - 1)
 
     all_cols = list(range(len(_COLUMNS)))
-    if needed(all_cols, 20) <= width:
+    # Block names are the handle users grep for: drop detail columns before folding a name.
+    if needed(all_cols, natural[0]) <= width:
         return "full"
+    if needed(_compact_columns(), natural[0]) <= width:
+        return "compact"
     if needed(_compact_columns(), 12) <= width:
         return "compact"
     return "list"
