@@ -184,8 +184,8 @@ def _block_details(b: AttentionBlock) -> list[Text]:
     if b.anchor:
         lines.append(Text(f"  anchor: {b.anchor}"))
     for ev in b.evidence:
-        value = _UNKNOWN if ev.value is None else str(ev.value)
-        lines.append(Text(f"  {ev.field} = {value}  ({ev.source}) {ev.detail}"))
+        value = "" if ev.value is None else f" = {ev.value:g}" if isinstance(ev.value, float) else f" = {ev.value}"
+        lines.append(Text(f"  {ev.field}{value}  ({ev.source}) {ev.detail}"))
     if b.scale_known and b.scale is not None:
         lines.append(Text(f"  scale = {b.scale:g}"))
     elif not b.scale_known:
