@@ -350,7 +350,8 @@ def _embedding_table(index: GraphIndex, name: str) -> Tensor | None:
         if node.op not in _BIAS_PATH:
             continue
         for x in node.inputs:
-            if x and x not in seen and index.is_activation(x):
+            # Position-bias inputs are often computed from shapes only (not activations).
+            if x and x not in seen and x in index.producer:
                 seen.add(x)
                 queue.append((x, depth + 1))
     return None

@@ -71,7 +71,11 @@ def _onnx_attention(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
             b.offer("num_heads", q[1].coef, "shape", f"head axis of Q input of {node.name}")
         if q[3].is_int:
             b.offer("d_k", q[3].coef, "shape", f"last axis of Q input of {node.name}")
-    if k is not None and len(k) == 4 and k[1].is_int:
+    k_role = b.roles.get("k")
+    repeated = k_role is not None and k_role.traced is not None and any(
+        n.op in ("Expand", "Tile") for n in k_role.traced.path)
+    if k is not None and len(k) == 4 and k[1].is_int and not repeated:
+        # After a repeat_kv (Expand/Tile) the K input has as many heads as Q: not the K/V head count.
         b.offer("num_kv_heads", k[1].coef, "shape", f"head axis of K input of {node.name}")
     if v is not None and len(v) == 4 and v[3].is_int:
         b.offer("d_v", v[3].coef, "shape", f"last axis of V input of {node.name}")
