@@ -6,6 +6,7 @@ import dataclasses
 import os
 
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
+from mhainspect.errors import InputError
 from mhainspect.findings import SCHEMA_VERSION, AttentionBlock, Miss, ModelSummary, Report
 from mhainspect.flags import evaluate
 from mhainspect.graph import ModelGraph
@@ -99,5 +100,11 @@ def _attention_params(blocks: tuple[AttentionBlock, ...]) -> int:
 def analyze_path(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:
     from mhainspect.loaders.onnx_loader import load_onnx
 
-    graph = load_onnx(path)
-    return analyze_graph(graph, path=str(path), fmt="onnx", what_if_heads=what_if_heads)
+    try:
+        graph = load_onnx(path)
+        return analyze_graph(graph, path=str(path), fmt="onnx", what_if_heads=what_if_heads)
+    except InputError as exc:
+        message = str(exc)
+        if not message.startswith(str(path)):
+            raise InputError(f"{path}: {message}") from None
+        raise

@@ -198,16 +198,42 @@ def _root(
 _SUBCOMMANDS = {"inspect", "calc"}
 
 
+def _click_exceptions() -> tuple[type[Exception], type[Exception]]:
+    """(UsageError, ClickException) of the click that typer runs on (typer >= 0.20 vendors one)."""
+    try:
+        from typer._click import exceptions as vendored
+
+        return vendored.UsageError, vendored.ClickException
+    except ImportError:  # older typer on upstream click
+        import click
+
+        return click.UsageError, click.ClickException
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: `mhainspect MODEL ...` means `mhainspect inspect MODEL ...`."""
+    usage_error, click_exception = _click_exceptions()
     args = list(sys.argv[1:] if argv is None else argv)
-    first = next((a for a in args if not a.startswith("-")), None)
-    if args and first is not None and first not in _SUBCOMMANDS and args[0] not in ("--help", "--version"):
+    if not args:
+        typer.echo("mhainspect: error: no model given; usage: mhainspect MODEL... (see mhainspect --help)",
+                   err=True)
+        sys.exit(EXIT_INPUT)
+    if args[0] not in _SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):
         args.insert(0, "inspect")
-    elif args and first is None and args[0] not in ("--help", "--version", "-h"):
-        args.insert(0, "inspect")
+    code: object
     try:
-        app(args=args, prog_name="mhainspect", standalone_mode=True)
-    except KeyboardInterrupt:
+        code = app(args=args, prog_name="mhainspect", standalone_mode=False)
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except usage_error as exc:
+        # Usage errors are one line like every other input error, not a boxed panel.
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        typer.echo(f"mhainspect: error: {' '.join(message.split())}", err=True)
+        code = EXIT_INPUT
+    except click_exception as exc:
+        typer.echo(f"mhainspect: error: {exc}", err=True)
+        code = EXIT_INPUT
+    except (typer.Abort, KeyboardInterrupt):
         typer.echo("mhainspect: interrupted", err=True)
-        sys.exit(130)
+        code = 130
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
