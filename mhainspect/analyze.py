@@ -43,6 +43,8 @@ def count_parameters(index: GraphIndex) -> int:
     for name, t in index.graph.weights.items():
         if t.is_constant_node or not t.shape or t.storage_key in seen:
             continue
+        if t.numel == 1 and "." not in t.name:
+            continue  # exporter scalars (scale, eps) shaped [1]; real parameters carry a module path
         quantized = any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in index.users(name))
         if t.dtype not in _FLOAT_DTYPES and not quantized:
             continue

@@ -46,6 +46,13 @@ class ProjectionHit:
     bias: Tensor | None
     output: str  # projection output (after the bias Add when there is one)
     head_split: tuple[int, int] | None = None  # (heads, head_dim) read from a 3-D kernel
+    bias_slice: int | None = None  # bias elements used when the bias is a slice of a packed vector
+
+    @property
+    def bias_params(self) -> int:
+        if self.bias is None:
+            return 0
+        return self.bias_slice if self.bias_slice is not None else self.bias.numel
 
 
 @dataclass(frozen=True)
@@ -98,11 +105,13 @@ def recognise_projection(index: GraphIndex, node: Node, via_input: str | None = 
     output = node.outputs[0]
     if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2]:
         bias = _bias_tensor(index, node.inputs[2], out_f)
+        bias_slice = None
     else:
+        bias_slice = None
         add = _bias_add(index, output, out_f)
         if add is not None:
-            bias, output = add
-    return ProjectionHit(node, w, act, in_f, out_f, w.tensor.numel, bias, output)
+            bias, output, bias_slice = add
+    return ProjectionHit(node, w, act, in_f, out_f, w.tensor.numel, bias, output, bias_slice=bias_slice)
 
 
 def _bias_input(index: GraphIndex, node: Node, pos: int, width: int) -> Tensor | None:
@@ -123,7 +132,8 @@ def _bias_tensor(index: GraphIndex, name: str, width: int) -> Tensor | None:
     return None
 
 
-def _bias_add(index: GraphIndex, output: str, width: int) -> tuple[Tensor, str] | None:
+def _bias_add(index: GraphIndex, output: str, width: int) -> tuple[Tensor, str, int | None] | None:
+    """(bias tensor, output after the Add, slice size if the bias is part of a packed vector)."""
     users = index.users(output)
     if len(users) != 1:
         return None
@@ -131,13 +141,21 @@ def _bias_add(index: GraphIndex, output: str, width: int) -> tuple[Tensor, str] 
     if user.op != "Add" or len(user.inputs) != 2:
         return None
     other = user.inputs[1 - pos]
+    if index.is_activation(other):
+        return None
     t = index.graph.weights.get(other)
-    if t is None and not index.is_activation(other):
+    if t is None:
         ref = index.weight(other)
         t = ref.tensor if ref else None
-    if t is None or t.numel != width or index.is_activation(other):
-        return None
-    return t, user.outputs[0]
+    if t is not None and t.numel == width:
+        return t, user.outputs[0], None
+    # nn.MultiheadAttention with kdim/vdim slices one packed in_proj_bias into Q/K/V parts.
+    producer = index.producer.get(other)
+    if producer is not None and producer.op in ("Slice", "Split", "Gather") and producer.inputs:
+        packed = index.graph.weights.get(producer.inputs[0])
+        if packed is not None and not packed.is_constant_node and packed.numel > width:
+            return packed, user.outputs[0], width
+    return None
 
 
 def _einsum_projection(index: GraphIndex, node: Node, via_input: str | None) -> ProjectionHit | None:
@@ -172,10 +190,11 @@ def _einsum_projection(index: GraphIndex, node: Node, via_input: str | None) -> 
         head_split = (dims[produced[0]], dims[produced[1]]) if len(produced) == 2 else None
         output = node.outputs[0]
         bias = None
+        bias_slice = None
         add = _bias_add(index, output, out_f)
         if add is not None:
-            bias, output = add
-        return ProjectionHit(node, w, act, in_f, out_f, w.tensor.numel, bias, output, head_split)
+            bias, output, bias_slice = add
+        return ProjectionHit(node, w, act, in_f, out_f, w.tensor.numel, bias, output, head_split, bias_slice)
     return None
 
 
