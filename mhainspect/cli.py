@@ -10,12 +10,18 @@ import sys
 import tempfile
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from mhainspect import __version__
 from mhainspect.errors import InputError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from mhainspect.config import Settings
+    from mhainspect.findings import Report
 
 EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 
@@ -28,6 +34,8 @@ class OutputFormat(str, Enum):
     json = "json"
     jsonl = "jsonl"
     markdown = "markdown"
+    github = "github"
+    sarif = "sarif"
 
 
 def fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
@@ -73,60 +81,230 @@ def _width() -> int | None:
     return None
 
 
+def _analyze_one(model: Path, what_if_heads: tuple[int, ...], factory_args: dict[str, object] | None = None
+                 ) -> Report | str:
+    """The model's report, or the one-line error message when it cannot be analysed."""
+    from mhainspect.sources import analyze_source
+
+    try:
+        return analyze_source(str(model), factory_args=factory_args, what_if_heads=what_if_heads)
+    except InputError as exc:
+        return str(exc)
+    except RecursionError:
+        return f"{model}: graph too deeply nested to analyse"
+    except MemoryError:
+        return f"{model}: out of memory while reading the model"
+    except Exception as exc:  # a bug must still end in one line, not a traceback
+        if os.environ.get("MHAINSPECT_DEBUG"):
+            raise
+        return (f"{model}: internal error ({type(exc).__name__}: {exc}); "
+                "rerun with MHAINSPECT_DEBUG=1 for details")
+
+
+def _cli_settings(output_format: OutputFormat | None, heads: list[int] | None, max_params: str | None,
+                  max_attention_params: str | None, fail_on: list[str] | None, ignore: list[str] | None,
+                  exit_zero: bool | None) -> Settings:
+    """The options given on the command line (None where not given); one-line error on bad values."""
+    from mhainspect.config import Settings
+    from mhainspect.gates import parse_codes, parse_limit
+
+    if heads and any(h <= 0 for h in heads):
+        raise fail("--heads takes positive integers")
+    try:
+        limit = None if max_params is None else parse_limit(max_params)
+    except ValueError as exc:
+        raise fail(f"--max-params: {exc}") from None
+    try:
+        attention_limit = None if max_attention_params is None else parse_limit(max_attention_params)
+    except ValueError as exc:
+        raise fail(f"--max-attention-params: {exc}") from None
+    try:
+        fail_codes = None if fail_on is None else parse_codes(fail_on)
+    except ValueError as exc:
+        raise fail(f"--fail-on: {exc}") from None
+    try:
+        ignore_codes = None if ignore is None else parse_codes(ignore)
+    except ValueError as exc:
+        raise fail(f"--ignore: {exc}") from None
+    return Settings(max_params=limit, max_attention_params=attention_limit, fail_on=fail_codes,
+                    ignore=ignore_codes, exit_zero=exit_zero,
+                    format=None if output_format is None else output_format.value,
+                    heads=None if heads is None else tuple(heads))
+
+
+def _verify_setup(paths: Sequence[Path], verify: bool, dim: list[str] | None,
+                  max_verify_bytes: str | None) -> dict[str, int]:
+    """--verify options as symbolic dims; refuses (exit 2) a model whose weights exceed the budget."""
+    if not verify:
+        if dim or max_verify_bytes is not None:
+            raise fail("--dim and --max-verify-bytes apply only with --verify")
+        return {}
+    from mhainspect import verify as verify_mod
+
+    dims: dict[str, int] = {}
+    for item in dim or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise fail(f"--dim: expected NAME=VALUE with a positive integer VALUE, got '{item}'")
+        dims[name.strip()] = int(value)
+    try:
+        budget = (verify_mod.default_max_verify_bytes() if max_verify_bytes is None
+                  else verify_mod.parse_size(max_verify_bytes))
+    except ValueError as exc:
+        raise fail(f"--max-verify-bytes: {exc}") from None
+    try:
+        verify_mod.require_runtime()
+    except InputError as exc:
+        raise fail(str(exc)) from None
+    for path in paths:
+        try:
+            verify_mod.check_budget(path, budget)
+        except verify_mod.VerifyBudgetError as exc:
+            raise fail(str(exc)) from None
+        except InputError:
+            pass  # an unreadable model is reported by the analysis
+    return dims
+
+
+def _verify_one(path: Path, report: Report, dims: dict[str, int]) -> Report:
+    """``report`` with the run's verdict per block; a failure leaves every block unchecked with the reason."""
+    from mhainspect.findings import BlockVerification
+    from mhainspect.verify import attach, verify_report
+
+    try:
+        return attach(report, verify_report(path, report, dims=dims))
+    except Exception as exc:  # the static report must survive any failure of the run
+        if os.environ.get("MHAINSPECT_DEBUG"):
+            raise
+        reason = f"--verify failed ({type(exc).__name__}: {exc})"
+        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
+
+
 @app.command("inspect")
 def inspect_cmd(
-    models: Annotated[list[Path], typer.Argument(help="ONNX model files to audit.", show_default=False)],
-    output_format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] = OutputFormat.table,
+    models: Annotated[list[Path], typer.Argument(help="ONNX model files, checkpoints (.safetensors, .pt/.pth/.bin, "
+                                                 "Hugging Face folders with config.json), factory specs "
+                                                 "(pkg.module:callable, file.py:callable), or directories (every *.onnx below "
+                                                 "them, sorted).", show_default=False)],
+    output_format: Annotated[OutputFormat | None, typer.Option("--format", "-f", help="Output format "
+                                                              "(default: table).", show_default=False)] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to FILE "
                                                    "(atomically) instead of stdout.")] = None,
     explain: Annotated[bool, typer.Option("--explain", "-v", help="Show evidence per block and near misses.")] = False,
     heads: Annotated[list[int] | None, typer.Option("--heads", help="What-if: each block's parameter count "
                                                        "under N heads (repeatable).")] = None,
     no_color: Annotated[bool, typer.Option("--no-color", help="Plain text without colors (also NO_COLOR).")] = False,
+    max_params: Annotated[str | None, typer.Option("--max-params", metavar="COUNT", help="Gate: fail (exit 1) "
+                                                   "when a model has more parameters, e.g. 7B, 1.5M, 120k.",
+                                                   show_default=False)] = None,
+    max_attention_params: Annotated[str | None, typer.Option("--max-attention-params", metavar="COUNT",
+                                                             help="Gate: fail when a model's attention blocks "
+                                                             "hold more parameters.", show_default=False)] = None,
+    fail_on: Annotated[list[str] | None, typer.Option("--fail-on", metavar="CODE[,CODE]", help="Gate: fail when "
+                                                      "a flag with one of these codes is raised.",
+                                                      show_default=False)] = None,
+    ignore: Annotated[list[str] | None, typer.Option("--ignore", metavar="CODE[,CODE]", help="Drop flags with "
+                                                     "these codes from the output and the gates.",
+                                                     show_default=False)] = None,
+    exit_zero: Annotated[bool | None, typer.Option("--exit-zero/--no-exit-zero", help="Exit 0 even when a gate "
+                                                   "fails (failures are still printed).", show_default=False)] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only failures (failed gates and errors); "
+                                        "nothing on success.")] = False,
+    verify: Annotated[bool, typer.Option("--verify", help="Also run each model once in onnxruntime (CPU) on "
+                                         "synthetic inputs and check every block's head count against the "
+                                         "tensors it produces. Loads the model's external weight data, which "
+                                         "the static audit never reads.")] = False,
+    dim: Annotated[list[str] | None, typer.Option("--dim", metavar="NAME=VALUE", help="--verify: value of a "
+                                                  "symbolic input dimension (repeatable; default: batch 2, "
+                                                  "other dims 8).", show_default=False)] = None,
+    max_verify_bytes: Annotated[str | None, typer.Option("--max-verify-bytes", metavar="SIZE", help="--verify: "
+                                                         "refuse (exit 2) when the weights alone exceed SIZE, "
+                                                         "e.g. 512M, 2G (default: half the machine's memory).",
+                                                         show_default=False)] = None,
+    arg: Annotated[list[str] | None, typer.Option("--arg", metavar="KEY=VALUE", help="Keyword argument for a "
+                                                  "factory spec (repeatable; Python literals where they parse, "
+                                                  "else strings).", show_default=False)] = None,
+    fail_on_contradiction: Annotated[bool, typer.Option("--fail-on-contradiction", help="Gate: fail when the "
+                                                        "run contradicts a static head count (implies "
+                                                        "--verify).")] = False,
 ) -> None:
     """Audit MODELS: find every attention block, its heads, d_k, d_v and parameter count."""
-    from mhainspect.analyze import analyze_path
+    from mhainspect.config import ConfigError, load_settings, merge
+    from mhainspect.gates import GateConfig, drop_ignored, evaluate_gates
+    from mhainspect.inputs import expand_models
+    from mhainspect.render.github import render_github
     from mhainspect.render.json_render import report_to_json, reports_to_json, reports_to_jsonl
     from mhainspect.render.markdown import render_markdown
+    from mhainspect.render.sarif import render_sarif
     from mhainspect.render.table import render_table
+    from mhainspect.sources import parse_factory_args
 
-    what_if_heads = tuple(h for h in (heads or []) if h > 0)
-    if heads and len(what_if_heads) != len(heads):
-        raise fail("--heads takes positive integers")
-    reports = []
-    for model in models:
-        try:
-            reports.append(analyze_path(model, what_if_heads=what_if_heads))
-        except InputError as exc:
-            raise fail(str(exc)) from None
-        except RecursionError:
-            raise fail(f"{model}: graph too deeply nested to analyse") from None
-        except MemoryError:
-            raise fail(f"{model}: out of memory while reading the model") from None
-        except Exception as exc:  # a bug must still end in one line, not a traceback
-            if os.environ.get("MHAINSPECT_DEBUG"):
-                raise
-            raise fail(f"{model}: internal error ({type(exc).__name__}: {exc}); "
-                       "rerun with MHAINSPECT_DEBUG=1 for details") from None
+    given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero)
+    try:
+        from_file, _ = load_settings(Path.cwd(), [f.value for f in OutputFormat])
+        paths = expand_models(models)
+        factory_args = parse_factory_args(arg or [])
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    except InputError as exc:
+        raise fail(str(exc)) from None
+    settings = merge(given, from_file)
+    fmt = OutputFormat(settings.format or OutputFormat.table.value)
+    ignored = settings.ignore or frozenset()
+    verify = verify or fail_on_contradiction
+    verify_dims = _verify_setup(list(paths), verify, dim, max_verify_bytes)
 
-    if output_format is OutputFormat.json:
-        text = report_to_json(reports[0]) if len(reports) == 1 else reports_to_json(reports)
-    elif output_format is OutputFormat.jsonl:
-        text = reports_to_jsonl(reports)
-    elif output_format is OutputFormat.markdown:
-        text = render_markdown(reports)
-    else:
-        color = _color_wanted(no_color, output is not None)
-        text = "\n".join(render_table(r, width=_width(), color=color, verbose=explain) for r in reports)
-    if output is not None:
-        try:
-            write_atomic(output, text)
-        except InputError as exc:
-            raise fail(str(exc)) from None
-        except OSError as exc:
-            raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
-    else:
-        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+    # An unreadable model is reported on its own line and the others are still analysed; the run
+    # then exits 2, and -o FILE is left untouched (a report missing a model is not written).
+    reports: list[Report] = []
+    errors = 0
+    for path in paths:
+        result = _analyze_one(path, settings.heads or (), factory_args)
+        if isinstance(result, str):
+            typer.echo(f"mhainspect: error: {result}", err=True)
+            errors += 1
+        else:
+            if verify:
+                result = _verify_one(path, result, verify_dims)
+            reports.append(drop_ignored(result, ignored))
+    failures = evaluate_gates(reports, GateConfig(settings.max_params, settings.max_attention_params,
+                                                  settings.fail_on or frozenset()))
+
+    if reports and (output is None and not quiet or output is not None and not errors):
+        several = len(models) > 1 or any(m.is_dir() for m in models)
+        if fmt is OutputFormat.json:
+            text = reports_to_json(reports) if several else report_to_json(reports[0])
+        elif fmt is OutputFormat.jsonl:
+            text = reports_to_jsonl(reports)
+        elif fmt is OutputFormat.markdown:
+            text = render_markdown(reports)
+        elif fmt is OutputFormat.github:
+            text = render_github(reports, failures)
+        elif fmt is OutputFormat.sarif:
+            text = render_sarif(reports, failures, execution_successful=not errors)
+        else:
+            color = _color_wanted(no_color, output is not None)
+            text = "\n".join(render_table(r, width=_width(), color=color, verbose=explain) for r in reports)
+        if output is not None:
+            try:
+                write_atomic(output, text)
+            except InputError as exc:
+                raise fail(str(exc)) from None
+            except OSError as exc:
+                raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
+        else:
+            sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+    for failure in failures:
+        typer.echo(f"mhainspect: gate failed: {failure.message}", err=True)
+    contradicted = [f"{r.model.path}: {b.name}" for r in reports for b in r.blocks
+                    if b.verification is not None and b.verification.status == "contradicted"]
+    if fail_on_contradiction and contradicted:
+        typer.echo(f"mhainspect: gate failed: --fail-on-contradiction: {len(contradicted)} block(s) contradicted "
+                   f"by the run ({', '.join(contradicted)})", err=True)
+    if errors:
+        raise typer.Exit(EXIT_INPUT)
+    if (failures or fail_on_contradiction and contradicted) and not settings.exit_zero:
+        raise typer.Exit(EXIT_GATE)
 
 
 class CalcFormat(str, Enum):

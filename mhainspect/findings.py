@@ -61,6 +61,25 @@ class WhatIf:
     head_dim_fixed: int  # per-head width stays the block's d_k
 
 
+VERIFY_STATUSES = ("confirmed", "contradicted", "observed", "unchecked")
+
+
+@dataclass(frozen=True)
+class BlockVerification:
+    """What one onnxruntime run (``--verify``) saw for one block.
+
+    ``status``: "confirmed" (the run agrees with the static head counts), "contradicted" (it
+    does not), "observed" (the static pass had no head count; the run supplies it),
+    "unchecked" (nothing comparable was seen; ``reason`` says why).
+    """
+
+    block: str
+    status: str
+    observed_heads: int | None = None
+    observed_kv_heads: int | None = None
+    reason: str | None = None  # the tensor that was read, or why nothing could be checked
+
+
 @dataclass(frozen=True)
 class AttentionBlock:
     name: str
@@ -80,6 +99,7 @@ class AttentionBlock:
     unknown_reason: str | None = None  # why heads are unknown, when they are
     conflicts: tuple[str, ...] = ()  # disagreements between evidence sources
     what_if: tuple[WhatIf, ...] = ()  # counts under other head counts (h/2, 2h, --heads N)
+    verification: BlockVerification | None = None  # outcome of --verify (None: not run)
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,39 @@
 
 Tensor data is never read or copied, except the values of tiny integer/float constants that
 drive shape arithmetic and attention scaling. External data files are never opened.
+
+``load_onnx`` is the fast path; it returns exactly the ModelGraph that
+``model_to_graph(read_model_proto(path))`` returns, but:
+
+- it never imports the ``onnx`` package (numpy, onnx.helper, ... are most of a short run's time):
+  the ModelProto message class is built from the descriptor the installed onnx ships
+  (``onnx/onnx_ml_pb2.py``) in a private protobuf pool; constant values are decoded with ``struct``;
+- on a large file it never materialises weight payloads: the file is memory-mapped and a small
+  wire-format scanner copies the model minus the data fields of every tensor whose value the
+  loader would never read (more than ``_MAX_INT_VALUE_ELEMENTS`` elements), then protobuf parses
+  that much smaller buffer. Pages of the skipped payloads are never touched.
+
+Any failure of the fast path (unusual file, corrupt protobuf, missing descriptor) falls back to
+``read_model_proto`` (``onnx.load``), so errors and results stay those of ``onnx.load``.
+
+Progress: ``load_onnx`` and ``model_to_graph`` accept ``progress(stage, done, total)``, called
+with stage "read" (bytes) and "graph" (nodes); ``reporting_progress`` sets a callback for the
+calls made inside a ``with`` block (for callers that reach the loader through other code).
+The library never prints.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import math
 import os
-from collections.abc import Iterable
+import struct
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 from mhainspect.errors import InputError
 from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
@@ -24,18 +49,48 @@ _OTHER_TYPES = {9: "bool", 8: "string", 14: "complex64", 15: "complex128",
                 17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz",
                 21: "uint4", 22: "int4", 23: "float4e2m1"}
 
+# AttributeProto.AttributeType values
+_A_FLOAT, _A_INT, _A_STRING, _A_TENSOR, _A_FLOATS, _A_INTS, _A_STRINGS = 1, 2, 3, 4, 6, 7, 8
+
+ProgressCallback = Callable[[str, int, int], None]
+"""``progress(stage, done, total)``: stage "read" counts bytes, "graph" counts nodes."""
+
+_PROGRESS: ContextVar[ProgressCallback | None] = ContextVar("mhainspect_onnx_progress", default=None)
+_PROGRESS_EVERY = 2048  # nodes between two "graph" progress calls
+
+# Files from this size on are memory-mapped and scanned so that weight payloads are skipped;
+# smaller ones are read whole (their payloads cost less than the scan).
+_SCAN_MIN_FILE_BYTES = 16 << 20
+# Submessages up to this size are copied as they are: they cannot hold a payload worth skipping.
+_SCAN_MIN_MESSAGE_BYTES = 4096
+# Extensions that onnx.load reads as text/JSON instead of binary protobuf.
+_TEXT_SUFFIXES = frozenset({".txtpb", ".textproto", ".prototxt", ".pbtxt", ".json", ".onnxjson",
+                            ".onnxtxt", ".onnxtext"})
+
 
 def dtype_name(elem_type: int) -> str:
     return _INT_TYPES.get(elem_type) or _FLOAT_TYPES.get(elem_type) or _OTHER_TYPES.get(elem_type, f"type{elem_type}")
 
 
-def load_onnx(path: str | os.PathLike[str]) -> ModelGraph:
+@contextlib.contextmanager
+def reporting_progress(callback: ProgressCallback | None) -> Iterator[None]:
+    """Within the block, loader calls without an explicit ``progress`` report to ``callback``."""
+    token = _PROGRESS.set(callback)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
+
+def load_onnx(path: str | os.PathLike[str], progress: ProgressCallback | None = None) -> ModelGraph:
     """Parse an ONNX file into a ModelGraph. Raises InputError with a one-line reason."""
-    model = read_model_proto(path)
-    return model_to_graph(model, source=str(path))
+    progress = progress or _PROGRESS.get()
+    model = _read_model_metadata(Path(path), progress)
+    return model_to_graph(model, source=str(path), progress=progress)
 
 
 def read_model_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:  # type: ignore[name-defined]  # noqa: F821
+    """The full ModelProto (inline weights included; external data not loaded), via onnx.load."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -47,10 +102,14 @@ def read_model_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:  # type: 
         raise InputError(f"{p}: not a valid ONNX model (protobuf decode failed: {exc})") from None
     except (OSError, ValueError, RuntimeError) as exc:
         raise InputError(f"{p}: cannot read ONNX model: {exc}") from None
+    _check_has_graph(model, p)
+    return model
+
+
+def _check_has_graph(model: Any, p: Path) -> None:
     if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.initializer) == 0
                                         and len(model.graph.input) == 0):
         raise InputError(f"{p}: not an ONNX model (no graph in the file)")
-    return model
 
 
 def check_readable_file(p: Path) -> None:
@@ -69,15 +128,238 @@ def check_readable_file(p: Path) -> None:
         raise InputError(f"{p}: cannot open: {exc.strerror or exc}") from None
 
 
-def model_to_graph(model: onnx.ModelProto, source: str) -> ModelGraph:  # type: ignore[name-defined]  # noqa: F821
+# ----------------------------------------------------------------------------------------------
+# Fast metadata read: no `import onnx`, weight payloads skipped
+# ----------------------------------------------------------------------------------------------
+
+_MODEL_CLASS: Any = None
+
+
+def _model_proto_class() -> Any:
+    """onnx.ModelProto if onnx is imported already, else the same message from a private pool.
+
+    The descriptor is the serialized FileDescriptorProto in the installed ``onnx/onnx_ml_pb2.py``,
+    read as a literal, so the class always matches the installed onnx; importing ``onnx`` itself
+    (numpy, helper, checker, ...) is what this avoids.
+    """
+    global _MODEL_CLASS
+    onnx_mod = sys.modules.get("onnx")
+    if onnx_mod is not None and hasattr(onnx_mod, "ModelProto"):
+        return onnx_mod.ModelProto
+    if _MODEL_CLASS is None:
+        import importlib.util
+
+        from google.protobuf import descriptor_pool, message_factory
+
+        spec = importlib.util.find_spec("onnx")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("onnx is not installed")
+        source = Path(next(iter(spec.submodule_search_locations)), "onnx_ml_pb2.py").read_text("utf-8")
+        line = next(ln for ln in source.splitlines() if "AddSerializedFile(" in ln)
+        blobs = [n.value for n in ast.walk(ast.parse(line.strip()))
+                 if isinstance(n, ast.Constant) and isinstance(n.value, bytes)]
+        pool = descriptor_pool.DescriptorPool()
+        pool.AddSerializedFile(blobs[0])
+        _MODEL_CLASS = message_factory.GetMessageClass(pool.FindMessageTypeByName("onnx.ModelProto"))
+    return _MODEL_CLASS
+
+
+def _read_model_metadata(p: Path, progress: ProgressCallback | None) -> Any:
+    """A ModelProto with everything model_to_graph reads; read_model_proto's errors and fallback."""
+    check_readable_file(p)
+    if os.path.splitext(str(p))[1] in _TEXT_SUFFIXES:
+        return read_model_proto(p)
+    try:
+        cls = _model_proto_class()
+        size = p.stat().st_size
+        if progress:
+            progress("read", 0, size)
+        data = _read_bytes(p, size)
+        model = cls()
+        model.ParseFromString(data)
+        del data
+        if progress:
+            progress("read", size, size)
+    except (InputError, KeyboardInterrupt):
+        raise
+    except Exception:  # corrupt or unusual file: onnx.load decides, with its own error
+        return read_model_proto(p)
+    _check_has_graph(model, p)
+    return model
+
+
+def _read_bytes(p: Path, size: int) -> bytes:
+    with open(p, "rb") as fh:
+        if size < _SCAN_MIN_FILE_BYTES:
+            return fh.read()
+        import mmap
+
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        view = memoryview(mm)
+        try:
+            if hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+                mm.madvise(mmap.MADV_RANDOM)  # no read-ahead into the payloads we skip
+            return _stripped(view)
+        finally:
+            try:
+                view.release()
+                mm.close()
+            except BufferError:  # a traceback still holds a slice; the map closes when collected
+                pass
+
+
+# Wire-format schema: message kind -> {field number: kind of the length-delimited submessage}.
+_MODEL, _GRAPH, _NODE, _ATTR, _TENSOR, _SPARSE, _FUNC, _TRAIN = range(8)
+_CHILDREN: dict[int, dict[int, int]] = {
+    _MODEL: {7: _GRAPH, 20: _TRAIN, 25: _FUNC},                      # graph, training_info, functions
+    _GRAPH: {1: _NODE, 5: _TENSOR, 15: _SPARSE},                      # node, initializer, sparse_initializer
+    _NODE: {5: _ATTR},                                                # attribute
+    _ATTR: {5: _TENSOR, 6: _GRAPH, 10: _TENSOR, 11: _GRAPH, 22: _SPARSE, 23: _SPARSE},
+    _FUNC: {7: _NODE, 11: _ATTR},                                     # node, attribute_proto
+    _TRAIN: {1: _GRAPH, 2: _GRAPH},                                   # initialization, algorithm
+    _SPARSE: {1: _TENSOR, 2: _TENSOR},                                # values, indices
+    _TENSOR: {},
+}
+# TensorProto data fields: float_data, int32_data, string_data, int64_data, raw_data, double_data, uint64_data
+_TENSOR_DATA_FIELDS = frozenset({4, 5, 6, 7, 9, 10, 11})
+
+
+def _stripped(buf: memoryview) -> bytes:
+    pieces = _scan(buf, 0, len(buf), _MODEL, 0)
+    return bytes(buf) if pieces is None else b"".join(pieces)
+
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _encode_varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _scan(buf: memoryview, pos: int, end: int, kind: int, depth: int) -> list[Any] | None:
+    """The message buf[pos:end] with skippable payloads dropped, as pieces; None when unchanged."""
+    if depth > 2 * _MAX_SUBGRAPH_DEPTH + 8:
+        raise ValueError("nested too deeply")
+    if kind == _TENSOR:
+        return _scan_tensor(buf, pos, end)
+    children = _CHILDREN[kind]
+    out: list[Any] | None = None
+    run_start = pos
+    while pos < end:
+        field_start = pos
+        key, pos = _varint(buf, pos)
+        wire = key & 7
+        if wire == 2:
+            length, pos = _varint(buf, pos)
+            body, pos = pos, pos + length
+            if pos > end:
+                raise ValueError("truncated field")
+            child = children.get(key >> 3)
+            if child is None or length <= _SCAN_MIN_MESSAGE_BYTES:
+                continue
+            sub = _scan(buf, body, pos, child, depth + 1)
+            if sub is None:
+                continue
+            if out is None:
+                out = []
+            out.append(buf[run_start:field_start])
+            out.append(_encode_varint(key) + _encode_varint(sum(len(s) for s in sub)))
+            out.extend(sub)
+            run_start = pos
+        elif wire == 0:
+            _, pos = _varint(buf, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+    if pos != end:
+        raise ValueError("truncated message")
+    if out is not None:
+        out.append(buf[run_start:end])
+    return out
+
+
+def _scan_tensor(buf: memoryview, pos: int, end: int) -> list[Any] | None:
+    """Drop the data fields of a tensor whose dims say the loader never reads its values."""
+    start = pos
+    dims: list[int] = []
+    data_spans: list[tuple[int, int]] = []
+    while pos < end:
+        field_start = pos
+        key, pos = _varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 2:
+            length, pos = _varint(buf, pos)
+            body, pos = pos, pos + length
+            if pos > end:
+                raise ValueError("truncated field")
+            if field == 1:  # packed dims
+                while body < pos:
+                    d, body = _varint(buf, body)
+                    dims.append(d - (1 << 64) if d >= 1 << 63 else d)
+                continue
+        elif wire == 0:
+            value, pos = _varint(buf, pos)
+            if field == 1:
+                dims.append(value - (1 << 64) if value >= 1 << 63 else value)
+                continue
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if field in _TENSOR_DATA_FIELDS:
+            data_spans.append((field_start, pos))
+    if pos != end:
+        raise ValueError("truncated tensor")
+    # tensor_from_proto reads values only when numel <= _MAX_INT_VALUE_ELEMENTS (ints) or == 1
+    # (floats), numel counting negative dims as 0: with every dim >= 0 and more elements than
+    # that, the data is never looked at, so leaving it out changes nothing.
+    if not data_spans or any(d < 0 for d in dims) or math.prod(dims) <= _MAX_INT_VALUE_ELEMENTS:
+        return None
+    pieces: list[Any] = []
+    cursor = start
+    for span_start, span_stop in data_spans:
+        pieces.append(buf[cursor:span_start])
+        cursor = span_stop
+    pieces.append(buf[cursor:end])
+    return pieces
+
+
+# ----------------------------------------------------------------------------------------------
+# ModelProto -> ModelGraph
+# ----------------------------------------------------------------------------------------------
+
+
+def model_to_graph(model: onnx.ModelProto, source: str,  # type: ignore[name-defined]  # noqa: F821
+                   progress: ProgressCallback | None = None) -> ModelGraph:
     opset = None
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
             opset = int(imp.version)
     functions = {(f.domain, f.name): f for f in model.functions}
-    builder = _GraphBuilder(functions)
-    builder.add_graph(model.graph, prefix="", depth=0)
     graph = model.graph
+    builder = _GraphBuilder(functions, progress or _PROGRESS.get(), len(graph.node))
+    builder.add_graph(graph, prefix="", depth=0)
+    builder.report_progress(final=True)
     inputs = tuple(_value_info(v) for v in graph.input if v.name not in builder.weights)
     outputs = tuple(_value_info(v) for v in graph.output)
     value_info = {v.name: _value_info(v) for v in graph.value_info}
@@ -122,28 +404,84 @@ def _storage_key(t: onnx.TensorProto) -> str:  # type: ignore[name-defined]  # n
     return f"name:{t.name}"
 
 
+# Decoding of small constants, as onnx.numpy_helper.to_array does it (little-endian raw_data, or
+# the typed field with numpy's wrap-around casts), without importing numpy.
+_RAW_FORMATS = {1: "f", 10: "e", 11: "d", 16: "H", 6: "i", 7: "q", 2: "B", 3: "b", 4: "H", 5: "h", 12: "I", 13: "Q"}
+_TYPED_FIELDS = {1: "float_data", 11: "double_data", 10: "int32_data", 16: "int32_data", 6: "int32_data",
+                 7: "int64_data", 2: "int32_data", 3: "int32_data", 4: "int32_data", 5: "int32_data",
+                 12: "uint64_data", 13: "uint64_data"}
+_WRAP_BITS = {2: (8, False), 3: (8, True), 4: (16, False), 5: (16, True), 12: (32, False)}
+
+
+def _reshapes(count: int, dims: Iterable[int]) -> bool:
+    """Whether numpy would reshape ``count`` elements to ``dims`` (one -1 allowed)."""
+    known = 1
+    unknown = 0
+    for d in dims:
+        if d == -1:
+            unknown += 1
+        elif d < 0:
+            return False
+        else:
+            known *= d
+    if unknown == 0:
+        return known == count
+    return unknown == 1 and known != 0 and count % known == 0
+
+
+def _tensor_values(t: Any) -> list[int] | list[float] | None:
+    """Flat values of an int/float tensor, or None where numpy_helper.to_array would raise."""
+    dt = t.data_type
+    fmt = _RAW_FORMATS.get(dt)
+    if fmt is None or t.HasField("segment"):
+        return None
+    if t.HasField("raw_data"):
+        raw = t.raw_data
+        size = struct.calcsize(fmt)
+        if len(raw) % size:
+            return None
+        count = len(raw) // size
+        if not _reshapes(count, t.dims):
+            return None
+        values: list[Any] = list(struct.unpack(f"<{count}{fmt}", raw))
+        if dt == 16:  # bfloat16: the high half of a float32
+            values = [struct.unpack("<f", struct.pack("<I", v << 16))[0] for v in values]
+        return values
+    data = list(getattr(t, _TYPED_FIELDS[dt]))
+    if not _reshapes(len(data), t.dims):
+        return None
+    if dt == 10:
+        return [struct.unpack("<e", struct.pack("<H", v & 0xFFFF))[0] for v in data]
+    if dt == 16:
+        return [struct.unpack("<f", struct.pack("<I", (v & 0xFFFF) << 16))[0] for v in data]
+    if dt == 1:
+        return [struct.unpack("<f", struct.pack("<f", v))[0] for v in data]
+    wrap = _WRAP_BITS.get(dt)
+    if wrap is not None:
+        bits, signed = wrap
+        mask, half = (1 << bits) - 1, 1 << (bits - 1)
+        data = [(v & mask) - ((1 << bits) if signed and v & mask >= half else 0) for v in data]
+    return data
+
+
 def _small_int_value(t: onnx.TensorProto, numel: int) -> tuple[int, ...] | None:  # type: ignore[name-defined]  # noqa: F821
     if t.data_type not in _INT_TYPES or numel > _MAX_INT_VALUE_ELEMENTS or t.data_location == 1:
         return None
-    from onnx import numpy_helper
-
     try:
-        arr = numpy_helper.to_array(t)
+        values = _tensor_values(t)
     except Exception:  # malformed constant: its value just stays unknown
         return None
-    return tuple(int(x) for x in arr.reshape(-1).tolist())
+    return None if values is None else tuple(int(x) for x in values)
 
 
 def _small_float_value(t: onnx.TensorProto, numel: int) -> float | None:  # type: ignore[name-defined]  # noqa: F821
     if t.data_type not in _FLOAT_TYPES or numel != 1 or t.data_location == 1:
         return None
-    from onnx import numpy_helper
-
     try:
-        arr = numpy_helper.to_array(t)
+        values = _tensor_values(t)
     except Exception:
         return None
-    return float(arr.reshape(-1)[0])
+    return None if not values else float(values[0])
 
 
 def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = False) -> Tensor:  # type: ignore[name-defined]  # noqa: F821
@@ -163,31 +501,35 @@ def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = F
 
 
 def _attr_value(a: onnx.AttributeProto) -> AttrValue:  # type: ignore[name-defined]  # noqa: F821
-    from onnx import AttributeProto
-
-    if a.type == AttributeProto.INT:
+    at = a.type
+    if at == _A_INT:
         return int(a.i)
-    if a.type == AttributeProto.FLOAT:
+    if at == _A_FLOAT:
         return float(a.f)
-    if a.type == AttributeProto.STRING:
+    if at == _A_STRING:
         return str(a.s.decode("utf-8", errors="replace"))
-    if a.type == AttributeProto.INTS:
+    if at == _A_INTS:
         return tuple(int(x) for x in a.ints)
-    if a.type == AttributeProto.FLOATS:
+    if at == _A_FLOATS:
         return tuple(float(x) for x in a.floats)
-    if a.type == AttributeProto.STRINGS:
+    if at == _A_STRINGS:
         return tuple(s.decode("utf-8", errors="replace") for s in a.strings)
     return None
+
+
+_NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 
 
 def scope_from_metadata(props: Iterable[tuple[str, str]]) -> str | None:
     """The module path the torch dynamo exporter records in node metadata, if any."""
     for key, value in props:
-        if key == "pkg.torch.onnx.name_scopes":
-            try:
-                scopes = ast.literal_eval(value)
-            except (ValueError, SyntaxError):
-                return None
+        if key == _NAME_SCOPES_KEY:
+            scopes = _literal_string_list(value)
+            if scopes is None:
+                try:
+                    scopes = ast.literal_eval(value)
+                except (ValueError, SyntaxError):
+                    return None
             if isinstance(scopes, (list, tuple)) and scopes:
                 # Cumulative module paths ('', 'm', 'm.layer.0', ...) end with the op's own name.
                 path = ""
@@ -199,6 +541,21 @@ def scope_from_metadata(props: Iterable[tuple[str, str]]) -> str | None:
     return None
 
 
+def _literal_string_list(value: str) -> list[str] | None:
+    """ast.literal_eval of "['', 'a', 'a.b']" without the parser, for plain entries only."""
+    if len(value) < 2 or value[0] != "[" or value[-1] != "]" or "\\" in value or '"' in value:
+        return None
+    body = value[1:-1]
+    if not body:
+        return []
+    if body[0] != "'" or body[-1] != "'":
+        return None
+    parts = body[1:-1].split("', '")
+    if any("'" in p for p in parts):
+        return None
+    return parts
+
+
 def scope_from_node_name(name: str) -> str:
     """TorchScript names nodes '/encoder/layer.0/attention/self/query/MatMul', tf2onnx 'model/mha/MatMul'."""
     parts = [p for p in name.split("/")[:-1] if p]
@@ -206,61 +563,85 @@ def scope_from_node_name(name: str) -> str:
 
 
 class _GraphBuilder:
-    def __init__(self, functions: dict[tuple[str, str], onnx.FunctionProto]) -> None:  # type: ignore[name-defined]  # noqa: F821
+    def __init__(self, functions: dict[tuple[str, str], onnx.FunctionProto],  # type: ignore[name-defined]  # noqa: F821
+                 progress: ProgressCallback | None = None, total_nodes: int = 0) -> None:
         self.functions = functions
         self.nodes: list[Node] = []
         self.weights: dict[str, Tensor] = {}
         self.warnings: list[str] = []
         self.known_names: set[str] = set()
         self._inlining: list[tuple[str, str]] = []
+        self._progress = progress
+        self._total = total_nodes
+        self._seen = 0
+
+    def report_progress(self, final: bool = False) -> None:
+        if self._progress is not None:
+            total = max(self._total, self._seen)
+            self._progress("graph", total if final else self._seen, total)
 
     def add_graph(self, graph: onnx.GraphProto, prefix: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
         if depth > _MAX_SUBGRAPH_DEPTH:
             raise InputError(f"subgraphs nested deeper than {_MAX_SUBGRAPH_DEPTH} levels")
+        weights, known = self.weights, self.known_names
         for init in graph.initializer:
-            self.weights[init.name] = tensor_from_proto(init, init.name)
-            self.known_names.add(init.name)
+            name = init.name
+            weights[name] = tensor_from_proto(init, name)
+            known.add(name)
         for sp in graph.sparse_initializer:
-            name = sp.values.name
+            values = sp.values
+            name = values.name
             shape = tuple(int(d) for d in sp.dims)
-            self.weights[name] = Tensor(name, shape, dtype_name(sp.values.data_type), f"name:{name}")
-            self.known_names.add(name)
+            weights[name] = Tensor(name, shape, dtype_name(values.data_type), f"name:{name}")
+            known.add(name)
         for v in graph.input:
-            self.known_names.add(v.name)
+            known.add(v.name)
+        top = depth == 0 and not prefix and self._progress is not None
         for node in graph.node:
             self._add_node(node, prefix, depth)
+            if top:
+                self._seen += 1
+                if self._seen % _PROGRESS_EVERY == 0:
+                    self.report_progress()
 
     def _add_node(self, node: onnx.NodeProto, prefix: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
+        op_type = node.op_type
+        domain = node.domain
+        outputs = tuple(node.output)
+        if op_type == "Constant" and domain in ("", "ai.onnx") and len(outputs) == 1:
+            tensor = _constant_tensor(node, outputs[0])
+            if tensor is not None:
+                self.weights[outputs[0]] = tensor
+                self.known_names.add(outputs[0])
+                return
         attrs: dict[str, AttrValue] = {}
-        subgraphs: list[onnx.GraphProto] = []  # type: ignore[name-defined]  # noqa: F821
+        subgraphs: list[Any] = []
         for a in node.attribute:
             if a.HasField("g"):
                 subgraphs.append(a.g)
-            subgraphs.extend(a.graphs)
+            if a.graphs:
+                subgraphs.extend(a.graphs)
             if a.name == "value" and a.HasField("t"):
                 continue
             attrs[a.name] = _attr_value(a)
-        name = prefix + (node.name or f"{node.op_type}_{len(self.nodes)}")
-        scope = scope_from_metadata((p.key, p.value) for p in node.metadata_props) or scope_from_node_name(node.name)
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
-            tensor = _constant_tensor(node, node.output[0])
-            if tensor is not None:
-                self.weights[node.output[0]] = tensor
-                self.known_names.add(node.output[0])
-                return
-        func = self.functions.get((node.domain, node.op_type))
-        if func is not None and (node.domain, node.op_type) not in self._inlining:
+        node_name = node.name
+        name = prefix + (node_name or f"{op_type}_{len(self.nodes)}")
+        scope = None
+        if node.metadata_props:
+            scope = scope_from_metadata((p.key, p.value) for p in node.metadata_props)
+        if not scope:
+            scope = scope_from_node_name(node_name)
+        func = self.functions.get((domain, op_type))
+        if func is not None and (domain, op_type) not in self._inlining:
             self._inline_function(node, func, name, depth)
             return
-        self.nodes.append(Node(name=name, op=node.op_type, inputs=tuple(node.input), outputs=tuple(node.output),
-                               attrs=attrs, scope=scope, domain=node.domain))
-        self.known_names.update(o for o in node.output if o)
+        self.nodes.append(Node(name=name, op=op_type, inputs=tuple(node.input), outputs=outputs,
+                               attrs=attrs, scope=scope, domain=domain))
+        self.known_names.update(o for o in outputs if o)
         for i, g in enumerate(subgraphs):
             self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
 
     def _inline_function(self, call: onnx.NodeProto, func: onnx.FunctionProto, name: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
-        import onnx
-
         if depth > _MAX_SUBGRAPH_DEPTH:
             raise InputError(f"functions nested deeper than {_MAX_SUBGRAPH_DEPTH} levels")
         rename: dict[str, str] = {"": ""}
@@ -277,7 +658,7 @@ class _GraphBuilder:
         self._inlining.append((func.domain, func.name))
         try:
             for inner in func.node:
-                clone = onnx.NodeProto()
+                clone = type(inner)()  # same message class as the model (onnx's or the private pool's)
                 clone.CopyFrom(inner)
                 del clone.input[:]
                 clone.input.extend(mapped(i) for i in inner.input)
@@ -288,7 +669,7 @@ class _GraphBuilder:
                 for a in clone.attribute:
                     if a.ref_attr_name:
                         if a.ref_attr_name in call_attrs:
-                            ref = onnx.AttributeProto()
+                            ref = type(a)()
                             ref.CopyFrom(call_attrs[a.ref_attr_name])
                             ref.name = a.name
                             resolved.append(ref)
@@ -303,18 +684,17 @@ class _GraphBuilder:
             self._inlining.pop()
 
     def check_dangling(self, graph_inputs: set[str]) -> None:
+        known = self.known_names
         for node in self.nodes:
             for i in node.inputs:
-                if i and i not in self.known_names:
+                if i and i not in known:
                     raise InputError(f"graph is inconsistent: node '{node.name}' ({node.op}) reads '{i}', "
                                      "which no node, input or initializer provides")
 
 
 def _constant_tensor(node: onnx.NodeProto, out: str) -> Tensor | None:  # type: ignore[name-defined]  # noqa: F821
-    from onnx import AttributeProto
-
     for a in node.attribute:
-        if a.name == "value" and a.type == AttributeProto.TENSOR:
+        if a.name == "value" and a.type == _A_TENSOR:
             return tensor_from_proto(a.t, out, is_constant_node=True)
         if a.name == "value_int":
             return Tensor(out, (), "int64", f"const:{out}", int_value=(int(a.i),), is_constant_node=True)

@@ -17,6 +17,7 @@ from typing import Any, SupportsIndex
 from mhainspect.findings import (
     SCHEMA_VERSION,
     AttentionBlock,
+    BlockVerification,
     Evidence,
     Flag,
     Miss,
@@ -128,9 +129,18 @@ def _share(part: int, whole: int) -> float | None:
     return round(part / whole, 6) if whole else None
 
 
+def _verification(v: BlockVerification) -> JSONDict:
+    return {
+        "status": v.status,
+        "observed_heads": _opt_int(v.observed_heads),
+        "observed_kv_heads": _opt_int(v.observed_kv_heads),
+        "reason": v.reason,
+    }
+
+
 def _block(block: AttentionBlock, model_total: int) -> JSONDict:
     params = _params(block.params)
-    return {
+    data: JSONDict = {
         "name": block.name,
         "matcher": block.matcher,
         "kind": block.kind,
@@ -151,6 +161,9 @@ def _block(block: AttentionBlock, model_total: int) -> JSONDict:
         "scale_known": bool(block.scale_known),
         "anchor": block.anchor,
     }
+    if block.verification is not None:  # only when --verify ran
+        data["verify"] = _verification(block.verification)
+    return data
 
 
 def _flag(flag: Flag) -> JSONDict:

@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mhainspect.findings import AttentionBlock, Flag, Report, Severity
+from mhainspect.findings import AttentionBlock, BlockVerification, Flag, Report, Severity
 from mhainspect.render.numbers import group, human_count
 
-__all__ = ["render_table", "heads_label", "severity_style"]
+__all__ = ["render_table", "heads_label", "severity_style", "verify_label"]
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _UNKNOWN = "?"
@@ -169,6 +169,32 @@ def _block_lines(report: Report) -> list[Text]:
     return lines
 
 
+_VERIFY_STYLE = {"confirmed": "green", "contradicted": "bold red", "observed": "cyan", "unchecked": "dim"}
+
+
+def verify_label(v: BlockVerification) -> str:
+    """'confirmed (8 heads)', 'contradicted (saw 4 heads, static 8)', 'not checkable (why)', ..."""
+    heads = f"{v.observed_heads} heads"
+    if v.observed_kv_heads is not None and v.observed_kv_heads != v.observed_heads:
+        heads += f", {v.observed_kv_heads} kv"
+    if v.status == "confirmed":
+        return f"confirmed ({heads})"
+    if v.status == "contradicted":
+        return f"contradicted ({(v.reason or '').split(' (')[0] or heads})"
+    if v.status == "observed":
+        return f"observed at run time: {heads}"
+    return f"not checkable ({v.reason or 'no reason given'})"
+
+
+def _verify_line(b: AttentionBlock, verbose: bool) -> Text:
+    v = b.verification
+    assert v is not None
+    line = Text.assemble(b.name, ": ", (verify_label(v), _VERIFY_STYLE.get(v.status, "")))
+    if verbose and v.status != "unchecked" and v.reason:
+        line.append(f"  [{v.reason}]", style="dim")
+    return line
+
+
 def _flag_line(flag: Flag) -> Text:
     sev = flag.severity.value if isinstance(flag.severity, Severity) else str(flag.severity)
     line = Text.assemble((flag.code, "bold"), " ", (f"{sev:<7}", severity_style(sev)), "  ")
@@ -252,6 +278,12 @@ def render_table(
                 ("No attention blocks found", "bold yellow"), f" ({_misses(len(report.misses))})"
             )
         )
+
+    checked = [b for b in report.blocks if b.verification is not None]
+    if checked:
+        parts.append(Text(""))
+        parts.append(Text("Verify (onnxruntime run)", style="bold"))
+        parts.extend(_verify_line(b, verbose) for b in checked)
 
     parts.append(Text(""))
     if report.flags:

@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -112,6 +113,7 @@ class ExportResult:
     dynamic_error: str | None = None  # why the dynamic attempt failed (static fallback used)
     seconds: float = 0.0
     cached: bool = False
+    ort: str | None = None  # onnxruntime smoke test: "ok max_abs=..." | "mismatch ..." | "error: ..."
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -206,9 +208,19 @@ def _mask(*shape: int) -> torch.Tensor:
 
 
 def _eval(model: nn.Module) -> nn.Module:
-    # Plain model.eval() as users do before export.  Parameters keep requires_grad=True on purpose:
-    # under no_grad + eval, nn.MultiheadAttention takes its C++ fast path
-    # (aten::_native_multi_head_attention), which the TorchScript exporter cannot export.
+    """Trained-looking weights + eval mode, as users have them when they export.
+
+    Fresh inits leave many parameters bit-identical (zero biases, unit LayerNorm weights), and the
+    exporters deduplicate identical initializers (TorchScript turns e.g. every attention bias into
+    an Identity of one shared tensor).  Real checkpoints never look like that, so every parameter
+    gets a small deterministic perturbation.  Tied parameters stay tied (same tensor object).
+    Parameters keep requires_grad=True on purpose: under no_grad + eval, nn.MultiheadAttention takes
+    its C++ fast path (aten::_native_multi_head_attention), which the TorchScript exporter rejects.
+    """
+    g = torch.Generator().manual_seed(SEED + 3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.02)
     return model.eval()
 
 
@@ -788,6 +800,9 @@ def _quiet():
             logging.getLogger(n).setLevel(lvl)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _one_line(exc: BaseException, limit: int = 300) -> str:
     """Compact one-line error: outer exception plus its innermost cause."""
 
@@ -798,10 +813,10 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     chain = [exc]
     while (nxt := (chain[-1].__cause__ or chain[-1].__context__)) is not None and len(chain) < 10:
         chain.append(nxt)
-    msg = first(exc)
+    msg = first(exc).split(" This is step ")[0]
     if len(chain) > 1:
         msg += " <- " + first(chain[-1])
-    msg = " ".join(msg.split())
+    msg = " ".join(_ANSI.sub("", msg).split())
     return msg if len(msg) <= limit else msg[: limit - 3] + "..."
 
 
@@ -893,7 +908,8 @@ def export_case(case: Case, variant: Variant | str, outdir: str | os.PathLike) -
             if not tmp.exists():
                 raise RuntimeError("exporter produced no file")
             os.replace(tmp, path)
-            return ExportResult(path, None, _graph_is_dynamic(path), dyn_err, time.perf_counter() - t0)
+            secs = time.perf_counter() - t0
+            return ExportResult(path, None, _graph_is_dynamic(path), dyn_err, secs, ort=ort_check(case, path))
         except Exception as e:  # noqa: BLE001 - exporter failures are data, not crashes
             with contextlib.suppress(OSError):
                 tmp.unlink()
@@ -905,6 +921,37 @@ def export_case(case: Case, variant: Variant | str, outdir: str | os.PathLike) -
                 err = f"{err} (dynamic attempt: {dyn_err})"
             return ExportResult(None, err, False, dyn_err, time.perf_counter() - t0)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _first_tensor(y: Any) -> torch.Tensor:
+    while not isinstance(y, torch.Tensor):
+        y = y[0]
+    return y
+
+
+def ort_check(case: Case, path: str | os.PathLike) -> str:
+    """Run the exported file in onnxruntime on the example inputs and compare the first output."""
+    try:
+        import numpy as np
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.intra_op_num_threads = 1
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        with _quiet():
+            model, inputs = case.build()  # seeded: same weights as the exported instance
+            with torch.no_grad():
+                ref = _first_tensor(model(**case.kwargs(inputs))).numpy()
+        feed_all = {n: t.numpy() for n, t in zip(case.input_names, inputs)}
+        feed = {i.name: feed_all[i.name] for i in sess.get_inputs()}
+        got = sess.run(None, feed)[0]
+        if got.shape != ref.shape:
+            return f"mismatch shape {list(got.shape)} vs torch {list(ref.shape)}"
+        err = float(np.max(np.abs(got - ref))) if ref.size else 0.0
+        return f"ok max_abs={err:.1e}" if err < 1e-3 else f"mismatch max_abs={err:.1e}"
+    except Exception as e:  # noqa: BLE001
+        return "error: " + _one_line(e, 200)
 
 
 # --------------------------------------------------------------------------------------
@@ -943,6 +990,7 @@ def _entry(case: Case, variant: Variant, res: ExportResult, blocks, total: int, 
         "dynamic_error": res.dynamic_error,
         "seconds": round(res.seconds, 3),
         "cached": res.cached,
+        "ort": res.ort,
         "total_params": total,
         "has_attention": case.has_attention,
         "blocks": [b.as_dict() for b in blocks],
@@ -988,7 +1036,8 @@ def export_all(
             if path.exists() and not force:
                 prev = previous.get((c.name, v.name), {})
                 results[(c.name, v.name)] = ExportResult(
-                    path, None, _graph_is_dynamic(path), prev.get("dynamic_error"), 0.0, cached=True
+                    path, None, _graph_is_dynamic(path), prev.get("dynamic_error"), 0.0, cached=True,
+                    ort=prev.get("ort"),
                 )
             else:
                 todo.append((c, v))
@@ -1036,7 +1085,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-k", dest="filter", action="append", default=[], help="only cases whose name contains this")
     ap.add_argument("--variant", action="append", default=[], choices=[v.name for v in VARIANTS])
     ap.add_argument("--force", action="store_true", help="re-export even if the .onnx file exists")
-    ap.add_argument("-j", "--jobs", type=int, default=1, help="parallel export processes")
+    ap.add_argument("-j", "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="parallel export processes")
     a = ap.parse_args(argv)
 
     cases = [c for c in CASES if not a.filter or any(f in c.name for f in a.filter)]
@@ -1047,7 +1096,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
 
     def show(e: dict[str, Any]) -> None:
-        res = "ok" if e["error"] is None else f"ERROR {e['error']}"
+        res = f"ok (ort {e['ort']})" if e["error"] is None else f"ERROR {e['error']}"
         if e["error"] is None and e["dynamic_error"]:
             res += f" (static fallback: {e['dynamic_error']})"
         print(fmt.format(e["case"], e["variant"], f"{e['seconds']:.1f}", str(e["dynamic"]), res), flush=True)

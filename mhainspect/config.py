@@ -1,0 +1,151 @@
+"""Settings from ``[tool.mhainspect]`` in the nearest pyproject.toml, merged under the CLI's.
+
+The nearest pyproject.toml that has a ``[tool.mhainspect]`` table, looking from the working
+directory upward (files without the table are skipped, as ruff does). Keys mirror the CLI
+options: max-params, max-attention-params, fail-on, ignore, exit-zero, format, heads. Unknown
+keys and bad values raise ConfigError with one line naming the file and the key. No printing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TypeVar
+
+from mhainspect.errors import InputError
+from mhainspect.gates import Limit, parse_codes, parse_limit
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 installs tomli (see pyproject.toml)
+    import tomli as tomllib
+
+__all__ = ["KEYS", "ConfigError", "Settings", "find_config", "load_settings", "merge", "settings_from_table"]
+
+T = TypeVar("T")
+
+KEYS = ("max-params", "max-attention-params", "fail-on", "ignore", "exit-zero", "format", "heads")
+
+
+class ConfigError(InputError):
+    """A bad pyproject.toml or [tool.mhainspect] value; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Options from one source; None means "not set here" so another source may set it."""
+
+    max_params: Limit | None = None
+    max_attention_params: Limit | None = None
+    fail_on: frozenset[str] | None = None
+    ignore: frozenset[str] | None = None
+    exit_zero: bool | None = None
+    format: str | None = None
+    heads: tuple[int, ...] | None = None
+
+
+def merge(first: Settings, second: Settings) -> Settings:
+    """Field by field, ``first`` wins where it is set (CLI over config file)."""
+    return Settings(**{
+        f.name: getattr(first, f.name) if getattr(first, f.name) is not None else getattr(second, f.name)
+        for f in fields(Settings)
+    })
+
+
+def _codes(value: object) -> frozenset[str]:
+    if isinstance(value, str):
+        return parse_codes([value])
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return parse_codes(value)
+    raise ValueError("expected a code or a list of codes, e.g. [\"MHA001\", \"MHA004\"]")
+
+
+def _heads(value: object) -> tuple[int, ...]:
+    out: list[int] = []
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, int) or isinstance(item, bool) or item <= 0:
+            raise ValueError("expected a positive integer or a list of them")
+        out.append(item)
+    return tuple(out)
+
+
+def _limit(value: object) -> Limit:
+    if isinstance(value, (str, int)):
+        return parse_limit(value)
+    raise ValueError("expected a count such as 7B, \"1.5M\" or 120000")
+
+
+def _value(key: str, value: object, formats: Collection[str]) -> object:
+    if key in ("max-params", "max-attention-params"):
+        return _limit(value)
+    if key in ("fail-on", "ignore"):
+        return _codes(value)
+    if key == "exit-zero":
+        if not isinstance(value, bool):
+            raise ValueError("expected true or false")
+        return value
+    if key == "format":
+        if not isinstance(value, str) or value not in formats:
+            raise ValueError("expected one of " + ", ".join(formats))
+        return value
+    if key == "heads":
+        return _heads(value)
+    raise ValueError("unknown key; known keys: " + ", ".join(KEYS))
+
+
+def settings_from_table(table: Mapping[str, object], source: str, formats: Collection[str]) -> Settings:
+    """Validate a ``[tool.mhainspect]`` table; ``formats`` are the accepted ``format`` values."""
+    values: dict[str, object] = {}
+    for key, value in table.items():
+        try:
+            values[key] = _value(key, value, formats)
+        except ValueError as exc:
+            raise ConfigError(f"{source} [tool.mhainspect] {key}: {exc}") from None
+
+    def get(key: str, kind: type[T]) -> T | None:
+        value = values.get(key)
+        return value if isinstance(value, kind) else None
+
+    return Settings(
+        max_params=get("max-params", Limit),
+        max_attention_params=get("max-attention-params", Limit),
+        fail_on=get("fail-on", frozenset),
+        ignore=get("ignore", frozenset),
+        exit_zero=get("exit-zero", bool),
+        format=get("format", str),
+        heads=get("heads", tuple),
+    )
+
+
+def find_config(start: Path) -> tuple[Path, Mapping[str, object]] | None:
+    """The nearest pyproject.toml at or above ``start`` with a [tool.mhainspect] table."""
+    for directory in (start, *start.parents):
+        candidate = directory / "pyproject.toml"
+        if not candidate.is_file():
+            continue
+        try:
+            with candidate.open("rb") as fh:
+                data = tomllib.load(fh)
+        except OSError as exc:
+            raise ConfigError(f"{candidate}: cannot read: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{candidate}: invalid TOML: {exc}") from None
+        tool = data.get("tool")
+        table = tool.get("mhainspect") if isinstance(tool, dict) else None
+        if table is None:
+            continue
+        if not isinstance(table, dict):
+            raise ConfigError(f"{candidate}: [tool.mhainspect] must be a table")
+        return candidate, table
+    return None
+
+
+def load_settings(start: Path, formats: Collection[str]) -> tuple[Settings, Path | None]:
+    """Settings from the nearest config (empty Settings when there is none) and its path."""
+    found = find_config(start.resolve())
+    if found is None:
+        return Settings(), None
+    path, table = found
+    return settings_from_table(table, str(path), formats), path

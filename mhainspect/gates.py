@@ -1,0 +1,119 @@
+"""Gates for pre-deployment checks: parameter budgets and flag codes that fail a run.
+
+Pure: reports and a GateConfig in, a tuple of GateFailure out. The CLI prints the failures and
+picks the exit code; nothing here prints or exits.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from mhainspect.findings import Report
+from mhainspect.flags import FLAG_CODES
+from mhainspect.render.numbers import group, parse_count
+
+__all__ = [
+    "GateConfig",
+    "GateFailure",
+    "Limit",
+    "drop_ignored",
+    "evaluate_gates",
+    "parse_codes",
+    "parse_limit",
+]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A parameter budget: its value and how the user spelled it (7B), for messages."""
+
+    value: int
+    text: str
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    max_params: Limit | None = None
+    max_attention_params: Limit | None = None
+    fail_on: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    """One failed gate for one model. ``gate`` is the option name without dashes."""
+
+    gate: str  # "max-params" | "max-attention-params" | "fail-on"
+    model: str  # the model's path as reported
+    actual: int  # the parameter count, or the number of flags with ``code``
+    limit: int | None  # the budget (None for fail-on)
+    code: str | None  # the flag code (fail-on only)
+    message: str  # one line, e.g. "m.onnx has 7,241,732,096 parameters > --max-params 7B"
+
+
+def parse_limit(value: str | int) -> Limit:
+    """A budget from the command line or the config file: 1.5M, 7B, 120k, 1_000 or an int.
+
+    Raises ValueError for anything that is not a whole non-negative count.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a count: {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"not a count: {value!r} (negative)")
+        return Limit(value, group(value))
+    return Limit(parse_count(value), value.strip())
+
+
+def parse_codes(items: Iterable[str]) -> frozenset[str]:
+    """Flag codes from repeated and/or comma-separated values ("MHA001,mha004").
+
+    Raises ValueError naming the first unknown code.
+    """
+    codes: set[str] = set()
+    for item in items:
+        for part in item.split(","):
+            code = part.strip().upper()
+            if not code:
+                continue
+            if code not in FLAG_CODES:
+                raise ValueError(f"unknown flag code '{part.strip()}'; known codes: " + ", ".join(FLAG_CODES))
+            codes.add(code)
+    return frozenset(codes)
+
+
+def drop_ignored(report: Report, ignore: frozenset[str]) -> Report:
+    """The report without flags whose code is in ``ignore`` (for output and for gates alike)."""
+    if not ignore or not any(f.code in ignore for f in report.flags):
+        return report
+    return replace(report, flags=tuple(f for f in report.flags if f.code not in ignore))
+
+
+def _model_gates(report: Report, config: GateConfig) -> list[GateFailure]:
+    path = report.model.path
+    out: list[GateFailure] = []
+    total, attention = report.model.total_params, report.model.attention_params
+    if config.max_params is not None and total > config.max_params.value:
+        out.append(GateFailure("max-params", path, total, config.max_params.value, None,
+                               f"{path} has {group(total)} parameters > --max-params {config.max_params.text}"))
+    limit = config.max_attention_params
+    if limit is not None and attention > limit.value:
+        out.append(GateFailure("max-attention-params", path, attention, limit.value, None,
+                               f"{path} has {group(attention)} attention parameters > "
+                               f"--max-attention-params {limit.text}"))
+    counts = Counter(f.code for f in report.flags if f.code in config.fail_on)
+    for code in sorted(counts):
+        n = counts[code]
+        out.append(GateFailure("fail-on", path, n, None, code,
+                               f"{path} has {n} {code} flag{'s' if n != 1 else ''} (--fail-on {code})"))
+    return out
+
+
+def evaluate_gates(reports: Iterable[Report], config: GateConfig) -> tuple[GateFailure, ...]:
+    """Every failed gate, model by model in input order (budgets first, then flag codes).
+
+    A budget fails when the count is strictly greater than it (equal passes). Apply
+    ``drop_ignored`` to the reports first so ignored codes never fail a gate.
+    """
+    return tuple(failure for report in reports for failure in _model_gates(report, config))

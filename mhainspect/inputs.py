@@ -1,0 +1,48 @@
+"""Model arguments -> model files: a directory stands for every *.onnx file below it.
+
+Reads directory listings only (never a model); no printing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from mhainspect.errors import InputError
+from mhainspect.sources import is_checkpoint_folder
+
+__all__ = ["MODEL_SUFFIX", "expand_models"]
+
+MODEL_SUFFIX = ".onnx"
+
+
+def _onnx_below(directory: Path) -> list[Path]:
+    """Every *.onnx file under ``directory``, recursively, sorted; symlinked folders not followed."""
+    found: list[Path] = []
+    for root, _dirs, files in os.walk(directory):
+        found.extend(Path(root) / name for name in files if name.lower().endswith(MODEL_SUFFIX))
+    return sorted(p for p in found if p.is_file())
+
+
+def expand_models(arguments: Iterable[Path]) -> tuple[Path, ...]:
+    """Files as given (existence is checked later, by the loader); directories expanded in place.
+
+    A directory without any *.onnx file raises InputError. A file reached twice is kept once,
+    at its first position.
+    """
+    out: list[Path] = []
+    seen: set[Path] = set()
+    for arg in arguments:
+        if arg.is_dir() and not is_checkpoint_folder(arg):
+            models = _onnx_below(arg)
+            if not models:
+                raise InputError(f"{arg}: no *{MODEL_SUFFIX} files in this directory")
+        else:
+            models = [arg]
+        for model in models:
+            key = Path(os.path.normpath(model))
+            if key not in seen:
+                seen.add(key)
+                out.append(model)
+    return tuple(out)

@@ -1,0 +1,263 @@
+"""Checkpoints without running anything from the file: safetensors headers, weights-only state dicts,
+Hugging Face folders (config.json + shards).
+
+- ``.safetensors``: the 8-byte header length and the JSON header are read (bounded); tensor data
+  is never read.
+- ``.pt/.pth/.bin``: ``torch.load(weights_only=True, mmap=True)``; a file that needs arbitrary
+  unpickling is refused (InputError) and nothing in it runs. Tensors stay memory-mapped, unread.
+- A folder with ``config.json``: heads, kv heads and head_dim from the config, shapes from the
+  weights (shards listed by ``*.index.json`` when present).
+
+Without a config, d_model and projection widths come from the shapes and heads are reported
+unknown (MHA004) unless 3-D Keras-style kernels identify them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mhainspect.errors import InputError, MissingDependencyError
+from mhainspect.findings import AttentionBlock, Report
+from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
+from mhainspect.loaders.roles import WeightMeta, group_attention
+from mhainspect.static_blocks import HeadOffers, assemble, build_report
+
+SAFETENSORS_SUFFIXES = (".safetensors",)
+TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+_MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
+_MAX_CONFIG_BYTES = 16 * 1024 * 1024
+_FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "float64", "float32", "float16", "bfloat16",
+                 "float8_e4m3fn", "float8_e5m2", "F8_E8M0", "F4"}
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+                       "F8_E4M3": "float8e4m3fn", "F8_E5M2": "float8e5m2"}
+NO_CONFIG_REASON = ("checkpoint without config.json: weight shapes give d_model and the projection widths, "
+                    "not the number of heads")
+
+
+def is_checkpoint_path(path: Path) -> bool:
+    if path.is_dir():
+        return (path / "config.json").is_file()
+    return path.suffix.lower() in SAFETENSORS_SUFFIXES + TORCH_SUFFIXES
+
+
+def read_safetensors_header(path: Path) -> dict[str, WeightMeta]:
+    """Tensor metadata from a .safetensors header; the tensor bytes are never read."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise InputError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+            (n,) = struct.unpack("<Q", head)
+            if n > _MAX_HEADER_BYTES or n + 8 > size or n == 0:
+                raise InputError(f"{path}: not a safetensors file (header length {n} does not fit the "
+                                 f"{size}-byte file)")
+            raw = fh.read(n)
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a model file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not a safetensors file (header is not JSON: {exc})") from None
+    if not isinstance(header, dict):
+        raise InputError(f"{path}: not a safetensors file (header is not a JSON object)")
+    out: dict[str, WeightMeta] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            raise InputError(f"{path}: malformed safetensors header entry '{name}'")
+        shape, dtype, offsets = entry.get("shape"), entry.get("dtype"), entry.get("data_offsets")
+        if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
+                or not isinstance(dtype, str) or not isinstance(offsets, list) or len(offsets) != 2):
+            raise InputError(f"{path}: malformed safetensors header entry '{name}'")
+        out[name] = WeightMeta(name, tuple(shape), _SAFETENSORS_DTYPES.get(dtype, dtype.lower()),
+                               f"{path.name}:{offsets[0]}:{offsets[1]}")
+    return out
+
+
+def _import_torch(what: str) -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise MissingDependencyError(f"{what} needs PyTorch: pip install \"mhainspect[torch]\"") from None
+    return torch
+
+
+def read_torch_state_dict(path: Path) -> dict[str, WeightMeta]:
+    """Tensor metadata from a torch.save'd state dict, loaded with weights_only=True (memory-mapped)."""
+    torch = _import_torch(f"{path.suffix} checkpoints")
+    import pickle
+
+    if not path.is_file():
+        raise InputError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    try:
+        try:
+            obj = torch.load(str(path), weights_only=True, mmap=True, map_location="cpu")
+        except RuntimeError as exc:
+            if "mmap" not in str(exc) and "zipfile" not in str(exc):
+                raise
+            # Legacy (non-zip) format cannot be memory-mapped; still weights-only.
+            obj = torch.load(str(path), weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()
+        detail = next((ln for ln in first if "Unsupported" in ln or "global" in ln.lower()), first[0] if first else "")
+        raise InputError(f"{path}: refused: loading it needs arbitrary unpickling (not a weights-only state "
+                         f"dict); nothing from the file was run ({detail.strip()[:200]})") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except (RuntimeError, OSError, EOFError, ValueError, KeyError, AttributeError, TypeError) as exc:
+        raise InputError(f"{path}: cannot read as a PyTorch checkpoint: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+                         ) from None
+    tensors: dict[str, Any] = {}
+    _flatten(obj, "", tensors, torch, depth=0)
+    if not tensors:
+        raise InputError(f"{path}: no tensors found (expected a state dict)")
+    out: dict[str, WeightMeta] = {}
+    for name, t in tensors.items():
+        out[name] = WeightMeta(name, tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."),
+                               _storage_key(t))
+    return out
+
+
+def _storage_key(t: Any) -> str:
+    try:
+        ptr = int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        ptr = 0
+    if ptr == 0:
+        return f"id:{id(t)}"
+    return f"ptr:{ptr}:{t.storage_offset()}:{tuple(t.shape)}:{tuple(t.stride())}"
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, Any], torch: Any, depth: int) -> None:
+    """State dicts, possibly nested ({"state_dict": ...}, {"model": ...}); non-tensors ignored."""
+    if depth > 8:
+        return
+    if isinstance(obj, torch.Tensor):
+        if prefix:
+            out[prefix] = obj
+        return
+    if isinstance(obj, Mapping):
+        keys = list(obj.keys())
+        for wrapper in ("state_dict", "model_state_dict", "model", "module", "params"):
+            if wrapper in obj and isinstance(obj[wrapper], Mapping) and not prefix:
+                _flatten(obj[wrapper], "", out, torch, depth + 1)
+                return
+        for k in keys:
+            if isinstance(k, str):
+                _flatten(obj[k], f"{prefix}.{k}" if prefix else k, out, torch, depth + 1)
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    try:
+        if path.stat().st_size > _MAX_CONFIG_BYTES:
+            raise InputError(f"{path}: config.json larger than {_MAX_CONFIG_BYTES} bytes")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return data
+
+
+def _shards(folder: Path) -> tuple[list[Path], str]:
+    """Weight files of a Hugging Face folder: safetensors preferred, then PyTorch .bin."""
+    for index_name, single, pattern, kind in (
+            ("model.safetensors.index.json", "model.safetensors", "*.safetensors", "safetensors"),
+            ("pytorch_model.bin.index.json", "pytorch_model.bin", "pytorch_model*.bin", "pytorch")):
+        index = folder / index_name
+        if index.is_file():
+            data = read_config(index)
+            weight_map = data.get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise InputError(f"{index}: no weight_map")
+            files: list[Path] = []
+            for f in dict.fromkeys(str(v) for v in weight_map.values()):
+                p = (folder / f).resolve()
+                if folder.resolve() not in p.parents:
+                    raise InputError(f"{index}: shard '{f}' is outside the folder")
+                if not p.is_file():
+                    raise InputError(f"{index}: shard '{f}' is missing")
+                files.append(p)
+            return files, kind
+        if (folder / single).is_file():
+            return [folder / single], kind
+        found = sorted(p for p in folder.glob(pattern) if p.is_file() and "adapter" not in p.name)
+        if found:
+            return found, kind
+    raise InputError(f"{folder}: no weights (model.safetensors, *.safetensors or pytorch_model*.bin) next to "
+                     "config.json")
+
+
+def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str, Any] | None, str]:
+    """(weights, config or None, format) for a checkpoint file or folder."""
+    if path.is_dir():
+        cfg_path = path / "config.json"
+        if not cfg_path.is_file():
+            raise InputError(f"{path}: is a directory without config.json (expected a model file or a "
+                             "Hugging Face model folder)")
+        config = read_config(cfg_path)
+        files, kind = _shards(path)
+        weights: dict[str, WeightMeta] = {}
+        for f in files:
+            weights.update(read_safetensors_header(f) if kind == "safetensors" else read_torch_state_dict(f))
+        return weights, config, "huggingface"
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    sibling = path.parent / "config.json"
+    config = read_config(sibling) if sibling.is_file() else None
+    if suffix in SAFETENSORS_SUFFIXES:
+        return read_safetensors_header(path), config, "safetensors"
+    return read_torch_state_dict(path), config, "pytorch"
+
+
+def count_weights(weights: Mapping[str, WeightMeta]) -> int:
+    """Unique float tensors by storage (tied weights once); integer buffers are not parameters."""
+    seen: set[str] = set()
+    total = 0
+    for t in weights.values():
+        if t.storage_key in seen or (t.dtype not in _FLOAT_DTYPES and not t.dtype.startswith("float")):
+            continue
+        seen.add(t.storage_key)
+        total += t.numel
+    return total
+
+
+def blocks_from_weights(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,
+                        *, config_label: str = "config.json") -> list[AttentionBlock]:
+    blocks: list[AttentionBlock] = []
+    for group in group_attention(weights):
+        offers: list[HeadOffers] = []
+        if config is not None:
+            offers.append(offers_from_config(config, group.name, label=config_label))
+        blocks.append(assemble(group, offers, matcher="checkpoint",
+                               no_heads_reason="" if config is not None else NO_CONFIG_REASON))
+    return blocks
+
+
+def analyze_checkpoint(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:
+    p = Path(path)
+    weights, config, fmt = load_checkpoint_weights(p)
+    warnings: list[str] = []
+    if config is not None and not p.is_dir():
+        warnings.append(f"heads read from {p.parent / 'config.json'} next to the checkpoint")
+    blocks = blocks_from_weights(weights, config)
+    producer = producer_from_config(config) if config is not None else ""
+    return build_report(blocks, path=str(path), fmt=fmt, total_params=count_weights(weights),
+                        num_nodes=0, producer=producer, warnings=warnings, what_if_heads=what_if_heads)

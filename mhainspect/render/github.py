@@ -1,0 +1,49 @@
+"""Reports -> GitHub Actions workflow commands (annotations). Pure: returns text.
+
+One line per flag (``::warning`` for warnings, ``::notice`` for info, ``::error`` for errors)
+and one ``::error`` line per failed gate, each with ``file=`` the model path so the annotation
+lands on the model file in a pull request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from mhainspect.findings import Flag, Report, Severity
+from mhainspect.gates import GateFailure
+
+__all__ = ["render_github"]
+
+_COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
+
+
+def _escape_data(value: str) -> str:
+    """The message part of a workflow command (after ``::``)."""
+    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(value: str) -> str:
+    """A property value (file=, title=): also ':' and ',' are special."""
+    return _escape_data(value).replace(":", "%3A").replace(",", "%2C")
+
+
+def _line(command: str, file: str, title: str, message: str) -> str:
+    return f"::{command} file={_escape_property(file)},title={_escape_property(title)}::{_escape_data(message)}"
+
+
+def _flag(path: str, flag: Flag) -> str:
+    severity = flag.severity if isinstance(flag.severity, Severity) else Severity(str(flag.severity))
+    where = f"{flag.block}: " if flag.block is not None else ""
+    return _line(_COMMAND[severity], path, flag.code, where + " ".join(flag.message.split()))
+
+
+def _gate(failure: GateFailure) -> str:
+    title = f"{failure.gate} {failure.code}" if failure.code else failure.gate
+    return _line("error", failure.model, f"mhainspect {title}", f"gate failed: {failure.message}")
+
+
+def render_github(reports: Iterable[Report], failures: Iterable[GateFailure] = ()) -> str:
+    """Annotation lines, flags model by model, then the failed gates; empty text when neither."""
+    lines = [_flag(r.model.path, f) for r in reports for f in r.flags]
+    lines.extend(_gate(f) for f in failures)
+    return "".join(line + "\n" for line in lines)

@@ -1,0 +1,143 @@
+"""Reports -> SARIF 2.1.0 (code scanning). Pure: returns a JSON-ready dict or text.
+
+One run; ``tool.driver.rules`` lists every MHA code (and the three gates), each result points at
+the model file (``physicalLocation.artifactLocation.uri``) and names the block as a logical
+location. Levels: warning -> ``warning``, info -> ``note``, error -> ``error``; failed gates are
+``error`` results of the gate rules.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import quote
+
+from mhainspect import __version__
+from mhainspect.findings import Flag, Report, Severity
+from mhainspect.flags import FLAG_CODES
+from mhainspect.gates import GateFailure
+
+__all__ = ["DOCS_BASE", "FLAG_ANCHORS", "GATE_RULES", "SARIF_SCHEMA", "render_sarif", "sarif_dict"]
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+# Where docs/ is published; helpUri must be absolute. Change here when the repository moves.
+DOCS_BASE = "https://github.com/mhainspect/mhainspect/blob/main/docs/"
+# GitHub's heading anchors in docs/flags.md (tests check them against the headings).
+FLAG_ANCHORS: dict[str, str] = {
+    "MHA001": "mha001--hd_k--d_model-warning",
+    "MHA002": "mha002--d_k--d_v-info",
+    "MHA003": "mha003--scale--1d_k-info",
+    "MHA004": "mha004--head-count-not-identifiable-warning",
+    "MHA005": "mha005--groupedmulti-query-attention-info",
+    "MHA006": "mha006--layout-differs-between-blocks-info",
+}
+# Gate rules: id -> (short description, anchor in docs/cli.md).
+GATE_RULES: dict[str, tuple[str, str]] = {
+    "max-params": ("the model has more parameters than --max-params allows", "gates"),
+    "max-attention-params": ("the attention blocks hold more parameters than --max-attention-params allows",
+                             "gates"),
+    "fail-on": ("the model has a flag whose code is listed in --fail-on", "gates"),
+}
+_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+
+
+def _severity(flag: Flag) -> Severity:
+    return flag.severity if isinstance(flag.severity, Severity) else Severity(str(flag.severity))
+
+
+def _uri(path: str) -> tuple[str, str | None]:
+    """(uri, uriBaseId): relative paths stay relative to the source root, absolute become file: URIs."""
+    if os.path.isabs(path):
+        return Path(path).as_uri(), None
+    return quote(PurePosixPath(os.path.normpath(path).replace(os.sep, "/")).as_posix()), "%SRCROOT%"
+
+
+def _location(path: str, block: str | None) -> dict[str, Any]:
+    uri, base = _uri(path)
+    artifact: dict[str, Any] = {"uri": uri}
+    if base is not None:
+        artifact["uriBaseId"] = base
+    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": artifact}}
+    if block is not None:
+        location["logicalLocations"] = [{"fullyQualifiedName": block, "kind": "module"}]
+    return location
+
+
+def _data(flag: Flag) -> dict[str, int | float | str | None]:
+    def clean(value: int | float | str | None) -> int | float | str | None:
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+    return {str(k): clean(v) for k, v in flag.data}
+
+
+def _rules(docs_base: str) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = []
+    for code, (severity, text) in FLAG_CODES.items():
+        anchor = FLAG_ANCHORS.get(code)
+        rules.append({
+            "id": code,
+            "name": code,
+            "shortDescription": {"text": text},
+            "helpUri": f"{docs_base}flags.md" + (f"#{anchor}" if anchor else ""),
+            "defaultConfiguration": {"level": _LEVEL[severity]},
+        })
+    for gate, (text, anchor) in GATE_RULES.items():
+        rules.append({
+            "id": gate,
+            "name": gate,
+            "shortDescription": {"text": text},
+            "helpUri": f"{docs_base}cli.md#{anchor}",
+            "defaultConfiguration": {"level": "error"},
+        })
+    return rules
+
+
+def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), *,
+               execution_successful: bool = True, docs_base: str = DOCS_BASE) -> dict[str, Any]:
+    """The SARIF log as a JSON-ready dict (one run, results in input order)."""
+    rules = _rules(docs_base)
+    index = {rule["id"]: i for i, rule in enumerate(rules)}
+    results: list[dict[str, Any]] = []
+    for report in reports:
+        for flag in report.flags:
+            where = f"{flag.block}: " if flag.block is not None else ""
+            results.append({
+                "ruleId": flag.code,
+                "ruleIndex": index[flag.code],
+                "level": _LEVEL[_severity(flag)],
+                "message": {"text": where + " ".join(flag.message.split())},
+                "locations": [_location(report.model.path, flag.block)],
+                "properties": {"data": _data(flag)},
+            })
+    for failure in failures:
+        props: dict[str, Any] = {"actual": failure.actual, "limit": failure.limit}
+        if failure.code is not None:
+            props["code"] = failure.code
+        results.append({
+            "ruleId": failure.gate,
+            "ruleIndex": index[failure.gate],
+            "level": "error",
+            "message": {"text": f"gate failed: {failure.message}"},
+            "locations": [_location(failure.model, None)],
+            "properties": props,
+        })
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "mhainspect", "version": __version__, "rules": rules}},
+            "invocations": [{"executionSuccessful": execution_successful}],
+            "results": results,
+        }],
+    }
+
+
+def render_sarif(reports: Iterable[Report], failures: Iterable[GateFailure] = (), *,
+                 execution_successful: bool = True, docs_base: str = DOCS_BASE) -> str:
+    """The SARIF log as pretty JSON text with a trailing newline."""
+    data = sarif_dict(reports, failures, execution_successful=execution_successful, docs_base=docs_base)
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"

@@ -1,0 +1,183 @@
+"""What kind of input a MODEL argument is, and the service that audits each kind.
+
+- ``*.onnx`` (and anything unrecognised): the ONNX loader.
+- ``*.safetensors``, ``*.pt/.pth/.bin/.ckpt``, a folder with config.json: the checkpoint loader.
+- ``pkg.module:callable`` or ``path/to/file.py:callable``: a factory in the user's own code, called
+  with ``--arg key=value`` keyword arguments; it returns a module or ``(module, example_inputs)``.
+
+Pure service: returns Reports, raises InputError; only cli.py prints.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mhainspect.errors import InputError, MissingDependencyError
+from mhainspect.findings import Report
+
+TORCH_HINT = 'pip install "mhainspect[torch]"'
+_CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
+_FACTORY = re.compile(r"^(?P<target>.+):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # "onnx", "checkpoint", "factory"
+    target: str  # a path, or the module / file part of a factory spec
+    attr: str = ""  # the callable of a factory spec
+
+
+def is_checkpoint_folder(path: Path) -> bool:
+    """A Hugging Face model folder: config.json next to safetensors or PyTorch weights (listing only)."""
+    if not (path / "config.json").is_file():
+        return False
+    try:
+        names = [p.name for p in path.iterdir()]
+    except OSError:
+        return False
+    return any(n.endswith(".safetensors") or (n.startswith("pytorch_model") and n.endswith((".bin", ".json")))
+               or n == "model.safetensors.index.json" for n in names)
+
+
+def classify(spec: str) -> Source:
+    """Decide what ``spec`` names, from its form and what exists on disk (nothing is read)."""
+    p = Path(spec)
+    if p.is_dir():
+        if is_checkpoint_folder(p) or ((p / "config.json").is_file() and p.suffix.lower() != ".onnx"):
+            return Source("checkpoint", spec)
+        return Source("onnx", spec)
+    if p.suffix.lower() in _CHECKPOINT_SUFFIXES:
+        return Source("checkpoint", spec)
+    if not p.exists():
+        m = _FACTORY.match(spec)
+        if m is not None:
+            target = m.group("target")
+            if target.endswith(".py") or _DOTTED.match(target):
+                return Source("factory", target, m.group("attr"))
+    return Source("onnx", spec)
+
+
+def parse_factory_args(pairs: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values are Python literals where they parse, else strings."""
+    out: dict[str, Any] = {}
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise InputError(f"--arg expects key=value with a Python identifier as key, got '{item}'")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            out[key] = value
+    return out
+
+
+def analyze_file(path: str, *, what_if_heads: tuple[int, ...] = ()) -> Report:
+    """An ONNX file or a checkpoint (file or Hugging Face folder)."""
+    src = classify(path)
+    if src.kind == "checkpoint":
+        from mhainspect.loaders.checkpoint import analyze_checkpoint
+
+        return analyze_checkpoint(path, what_if_heads=what_if_heads)
+    if src.kind == "factory":
+        raise InputError(f"{path}: no such file")
+    from mhainspect.analyze import analyze_path
+
+    return analyze_path(path, what_if_heads=what_if_heads)
+
+
+def analyze_source(spec: str, *, factory_args: Mapping[str, Any] | None = None,
+                   what_if_heads: tuple[int, ...] = ()) -> Report:
+    """Audit whatever ``spec`` names (see the module docstring)."""
+    src = classify(spec)
+    if src.kind != "factory":
+        return analyze_file(spec, what_if_heads=what_if_heads)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError(f"{spec}: auditing a PyTorch factory needs PyTorch: {TORCH_HINT}") from None
+    factory = load_factory(src)
+    try:
+        result = factory(**dict(factory_args or {}))
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(f"{spec}: the factory raised {type(exc).__name__}: {_first_line(exc)}") from None
+    module, inputs = _unpack_factory_result(spec, result)
+    from mhainspect.torch_inspect import inspect_module
+
+    return inspect_module(module, inputs, what_if_heads=what_if_heads, name=spec)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else repr(exc)
+
+
+def _unpack_factory_result(spec: str, result: Any) -> tuple[Any, Any]:
+    from torch import nn
+
+    if isinstance(result, nn.Module):
+        return result, None
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module):
+        return result[0], result[1]
+    raise InputError(f"{spec}: the factory returned {type(result).__name__}; expected an nn.Module or "
+                     "(module, example_inputs)")
+
+
+@contextmanager
+def _on_sys_path(folder: str) -> Iterator[None]:
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+
+
+def load_factory(src: Source) -> Any:
+    """Import the user's module (this runs their code, which is what a factory spec asks for)."""
+    try:
+        if src.target.endswith(".py"):
+            path = Path(src.target)
+            if not path.is_file():
+                raise InputError(f"{src.target}: no such file")
+            mod_name = f"_mhainspect_factory_{abs(hash(str(path.resolve())))}"
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            if spec is None or spec.loader is None:
+                raise InputError(f"{src.target}: cannot import")
+            module = importlib.util.module_from_spec(spec)
+            with _on_sys_path(str(path.resolve().parent)):
+                sys.modules[mod_name] = module
+                spec.loader.exec_module(module)
+        else:
+            with _on_sys_path(os.getcwd()):
+                module = importlib.import_module(src.target)
+    except InputError:
+        raise
+    except ModuleNotFoundError as exc:
+        raise InputError(f"{src.target}:{src.attr}: cannot import {exc.name or src.target} "
+                         "(not a file and not an importable module)") from None
+    except Exception as exc:  # user code failing at import
+        raise InputError(f"{src.target}: importing it raised {type(exc).__name__}: {_first_line(exc)}") from None
+    obj: Any = module
+    for part in src.attr.split("."):
+        if not hasattr(obj, part):
+            raise InputError(f"{src.target}: has no attribute '{src.attr}'")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise InputError(f"{src.target}:{src.attr} is not callable")
+    return obj
