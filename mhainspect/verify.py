@@ -471,6 +471,7 @@ def _check_external_data(model_dir: Path, locations: set[str]) -> None:
 def _summary(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", text)
+    text = re.sub(r"^Load model from \S+ failed: ?", "", text)  # the temporary copy's path means nothing
     text = re.sub(r"\S*onnxruntime_src/\S+:\d+ (?:[\w:~<>&*, ]+\([^)]*\) )?", "", text)  # C++ source location
     return text if len(text) <= 240 else text[:237] + "..."
 

@@ -93,7 +93,7 @@ def module_offers(module: nn.Module, label: str) -> HeadOffers | None:
     groups = _int_attr(module, _GROUP_ATTRS)
     if kv is None and groups is not None and heads is not None and heads[1] % groups[1] == 0:
         kv = (f"{heads[0]}/{groups[0]}", heads[1] // groups[1])
-    found = [f"{k}={v}" for k, v in (heads, kv, hd, groups) if k is not None]
+    found = [f"{item[0]}={item[1]}" for item in (heads, kv, hd, groups) if item is not None]
     if not found:
         return None
     return HeadOffers(num_heads=heads[1] if heads else None, num_kv_heads=kv[1] if kv else None,
