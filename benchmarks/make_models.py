@@ -109,13 +109,15 @@ class LlamaGraph:
         return outs[0]
 
     def const_i64(self, scope: str, values: list[int] | int) -> str:
+        """A Constant node; the value as raw_data, as the exporters write it."""
         dims = [] if isinstance(values, int) else [len(values)]
         vals = [values] if isinstance(values, int) else values
-        t = helper.make_tensor("value", TensorProto.INT64, dims, vals)
+        t = helper.make_tensor("value", TensorProto.INT64, dims, struct.pack(f"<{len(vals)}q", *vals), raw=True)
         return self.op(scope, "Constant", [], value=t)
 
     def const_f(self, scope: str, value: float, dtype: int) -> str:
-        t = helper.make_tensor("value", dtype, [], [value])
+        fmt = {TensorProto.FLOAT: "<f", TensorProto.FLOAT16: "<e"}[dtype]
+        t = helper.make_tensor("value", dtype, [], struct.pack(fmt, value), raw=True)
         return self.op(scope, "Constant", [], value=t)
 
     def weight(self, name: str | None, shape: tuple[int, ...], dtype: int) -> str:
@@ -128,7 +130,7 @@ def build_llama(shape: LlamaShape, producer: tuple[str, str] = ("pytorch", "2.1.
     """A LlamaForCausalLM forward (no KV cache) as the TorchScript exporter writes it, weights as metadata."""
     g = LlamaGraph()
     dt = shape.dtype
-    d, h, kvh, hd = shape.d_model, shape.heads, shape.kv_heads, shape.head_dim
+    d, hd = shape.d_model, shape.head_dim
 
     # embeddings
     emb = g.weight("model.embed_tokens.weight", (shape.vocab, d), dt)
@@ -162,71 +164,7 @@ def build_llama(shape: LlamaShape, producer: tuple[str, str] = ("pytorch", "2.1.
         return g.op(scope, "MatMul", [inp, g.weight(None, (d_in, d_out), dt)])
 
     for i in range(shape.layers):
-        L = f"/model/layers.{i}"
-        A = f"{L}/self_attn"
-        hs = rmsnorm(f"{L}/input_layernorm", x, f"model.layers.{i}.input_layernorm.weight")
-
-        # bsz, q_len = hidden_states.size()[:2]
-        bsz = g.op(A, "Gather", [g.op(A, "Shape", [hs]), g.const_i64(A, 0)], axis=0)
-        qlen = g.op(A, "Gather", [g.op(A, "Shape", [hs]), g.const_i64(A, 1)], axis=0)
-
-        def u0(t: str, scope: str = A) -> str:
-            return g.op(scope, "Unsqueeze", [t, g.const_i64(scope, [0])])
-
-        def heads_view(t: str, n: int) -> str:  # view(bsz, q_len, n, hd).transpose(1, 2)
-            shp = g.op(A, "Concat", [u0(bsz), u0(qlen), g.const_i64(A, [n]), g.const_i64(A, [hd])], axis=0)
-            t = g.op(A, "Reshape", [t, shp])
-            return g.op(A, "Transpose", [t], perm=[0, 2, 1, 3])
-
-        q = heads_view(linear(f"{A}/q_proj", hs, d, h * hd), h)
-        k = heads_view(linear(f"{A}/k_proj", hs, d, kvh * hd), kvh)
-        v = heads_view(linear(f"{A}/v_proj", hs, d, kvh * hd), kvh)
-
-        # apply_rotary_pos_emb: q * cos + rotate_half(q) * sin
-        c = g.op(A, "Unsqueeze", [cos, g.const_i64(A, [1])])
-        s = g.op(A, "Unsqueeze", [sin, g.const_i64(A, [1])])
-
-        def rope(t: str) -> str:
-            x1 = g.op(A, "Slice", [t, g.const_i64(A, [0]), g.const_i64(A, [hd // 2]), g.const_i64(A, [3]),
-                                   g.const_i64(A, [1])])
-            x2 = g.op(A, "Slice", [t, g.const_i64(A, [hd // 2]), g.const_i64(A, [INT64_MAX]),
-                                   g.const_i64(A, [3]), g.const_i64(A, [1])])
-            rot = g.op(A, "Concat", [g.op(A, "Neg", [x2]), x1], axis=-1)
-            return g.op(A, "Add", [g.op(A, "Mul", [t, c]), g.op(A, "Mul", [rot, s])])
-
-        q, k = rope(q), rope(k)
-
-        # repeat_kv: [B, kvh, S, hd] -> [B, kvh, 1, S, hd] -> expand(B, kvh, n_rep, S, hd) -> reshape(B, h, S, hd)
-        def repeat_kv(t: str) -> str:
-            t = g.op(A, "Unsqueeze", [t, g.const_i64(A, [2])])
-            eshape = g.op(A, "Concat", [u0(bsz), g.const_i64(A, [kvh]), g.const_i64(A, [h // kvh]), u0(qlen),
-                                        g.const_i64(A, [hd])], axis=0)
-            t = g.op(A, "Expand", [t, eshape])
-            rshape = g.op(A, "Concat", [u0(bsz), g.const_i64(A, [h]), u0(qlen), g.const_i64(A, [hd])], axis=0)
-            return g.op(A, "Reshape", [t, rshape])
-
-        k, v = repeat_kv(k), repeat_kv(v)
-
-        kt = g.op(A, "Transpose", [k], perm=[0, 1, 3, 2])
-        scores = g.op(A, "MatMul", [q, kt])
-        scores = g.op(A, "Mul", [scores, g.const_f(A, 1.0 / math.sqrt(hd), dt)])
-        scores = g.op(A, "Add", [scores, "attention_mask"])
-        probs = g.op(A, "Softmax", [scores], axis=-1)
-        ctx = g.op(A, "MatMul", [probs, v])
-        ctx = g.op(A, "Transpose", [ctx], perm=[0, 2, 1, 3])
-        oshape = g.op(A, "Concat", [u0(bsz), u0(qlen), g.const_i64(A, [d])], axis=0)
-        ctx = g.op(A, "Reshape", [ctx, oshape])
-        o = linear(f"{A}/o_proj", ctx, h * hd, d)
-        x = g.op(L, "Add", [x, o])
-
-        # SwiGLU MLP: down(silu(gate(x)) * up(x)); SiLU as x * Sigmoid(x)
-        M = f"{L}/mlp"
-        hs = rmsnorm(f"{L}/post_attention_layernorm", x, f"model.layers.{i}.post_attention_layernorm.weight")
-        gate = linear(f"{M}/gate_proj", hs, d, shape.ffn)
-        act = g.op(f"{M}/act_fn", "Mul", [gate, g.op(f"{M}/act_fn", "Sigmoid", [gate])])
-        up = linear(f"{M}/up_proj", hs, d, shape.ffn)
-        down = linear(f"{M}/down_proj", g.op(M, "Mul", [act, up]), shape.ffn, d)
-        x = g.op(L, "Add", [x, down])
+        x = _decoder_layer(g, shape, i, x, cos, sin, rmsnorm, linear)
 
     x = rmsnorm("/model/norm", x, "model.norm.weight")
     g.op("/lm_head", "MatMul", [x, g.weight(None, (d, shape.vocab), dt)], output="logits")
@@ -243,6 +181,79 @@ def build_llama(shape: LlamaShape, producer: tuple[str, str] = ("pytorch", "2.1.
                               producer_name=producer[0], producer_version=producer[1])
     model.ir_version = 8
     return model, g.weights
+
+
+def _decoder_layer(g: LlamaGraph, shape: LlamaShape, i: int, x: str, cos: str, sin: str,
+                   rmsnorm: Callable[[str, str, str], str], linear: Callable[[str, str, int, int], str]) -> str:
+    """One LlamaDecoderLayer: RMSNorm, GQA self-attention with RoPE, residual, RMSNorm, SwiGLU MLP, residual."""
+    dt = shape.dtype
+    d, h, kvh, hd = shape.d_model, shape.heads, shape.kv_heads, shape.head_dim
+    L = f"/model/layers.{i}"
+    A = f"{L}/self_attn"
+    hs = rmsnorm(f"{L}/input_layernorm", x, f"model.layers.{i}.input_layernorm.weight")
+
+    # bsz, q_len = hidden_states.size()[:2]
+    bsz = g.op(A, "Gather", [g.op(A, "Shape", [hs]), g.const_i64(A, 0)], axis=0)
+    qlen = g.op(A, "Gather", [g.op(A, "Shape", [hs]), g.const_i64(A, 1)], axis=0)
+
+    def u0(t: str, scope: str = A) -> str:
+        return g.op(scope, "Unsqueeze", [t, g.const_i64(scope, [0])])
+
+    def heads_view(t: str, n: int) -> str:  # view(bsz, q_len, n, hd).transpose(1, 2)
+        shp = g.op(A, "Concat", [u0(bsz), u0(qlen), g.const_i64(A, [n]), g.const_i64(A, [hd])], axis=0)
+        t = g.op(A, "Reshape", [t, shp])
+        return g.op(A, "Transpose", [t], perm=[0, 2, 1, 3])
+
+    q = heads_view(linear(f"{A}/q_proj", hs, d, h * hd), h)
+    k = heads_view(linear(f"{A}/k_proj", hs, d, kvh * hd), kvh)
+    v = heads_view(linear(f"{A}/v_proj", hs, d, kvh * hd), kvh)
+
+    # apply_rotary_pos_emb: q * cos + rotate_half(q) * sin
+    c = g.op(A, "Unsqueeze", [cos, g.const_i64(A, [1])])
+    s = g.op(A, "Unsqueeze", [sin, g.const_i64(A, [1])])
+
+    def rope(t: str) -> str:
+        x1 = g.op(A, "Slice", [t, g.const_i64(A, [0]), g.const_i64(A, [hd // 2]), g.const_i64(A, [3]),
+                               g.const_i64(A, [1])])
+        x2 = g.op(A, "Slice", [t, g.const_i64(A, [hd // 2]), g.const_i64(A, [INT64_MAX]),
+                               g.const_i64(A, [3]), g.const_i64(A, [1])])
+        rot = g.op(A, "Concat", [g.op(A, "Neg", [x2]), x1], axis=-1)
+        return g.op(A, "Add", [g.op(A, "Mul", [t, c]), g.op(A, "Mul", [rot, s])])
+
+    q, k = rope(q), rope(k)
+
+    # repeat_kv: [B, kvh, S, hd] -> [B, kvh, 1, S, hd] -> expand(B, kvh, n_rep, S, hd) -> reshape(B, h, S, hd)
+    def repeat_kv(t: str) -> str:
+        t = g.op(A, "Unsqueeze", [t, g.const_i64(A, [2])])
+        eshape = g.op(A, "Concat", [u0(bsz), g.const_i64(A, [kvh]), g.const_i64(A, [h // kvh]), u0(qlen),
+                                    g.const_i64(A, [hd])], axis=0)
+        t = g.op(A, "Expand", [t, eshape])
+        rshape = g.op(A, "Concat", [u0(bsz), g.const_i64(A, [h]), u0(qlen), g.const_i64(A, [hd])], axis=0)
+        return g.op(A, "Reshape", [t, rshape])
+
+    k, v = repeat_kv(k), repeat_kv(v)
+
+    kt = g.op(A, "Transpose", [k], perm=[0, 1, 3, 2])
+    scores = g.op(A, "MatMul", [q, kt])
+    scores = g.op(A, "Mul", [scores, g.const_f(A, 1.0 / math.sqrt(hd), dt)])
+    scores = g.op(A, "Add", [scores, "attention_mask"])
+    probs = g.op(A, "Softmax", [scores], axis=-1)
+    ctx = g.op(A, "MatMul", [probs, v])
+    ctx = g.op(A, "Transpose", [ctx], perm=[0, 2, 1, 3])
+    oshape = g.op(A, "Concat", [u0(bsz), u0(qlen), g.const_i64(A, [d])], axis=0)
+    ctx = g.op(A, "Reshape", [ctx, oshape])
+    o = linear(f"{A}/o_proj", ctx, h * hd, d)
+    x = g.op(L, "Add", [x, o])
+
+    # SwiGLU MLP: down(silu(gate(x)) * up(x)); SiLU as x * Sigmoid(x)
+    M = f"{L}/mlp"
+    hs = rmsnorm(f"{L}/post_attention_layernorm", x, f"model.layers.{i}.post_attention_layernorm.weight")
+    gate = linear(f"{M}/gate_proj", hs, d, shape.ffn)
+    act = g.op(f"{M}/act_fn", "Mul", [gate, g.op(f"{M}/act_fn", "Sigmoid", [gate])])
+    up = linear(f"{M}/up_proj", hs, d, shape.ffn)
+    down = linear(f"{M}/down_proj", g.op(M, "Mul", [act, up]), shape.ffn, d)
+    x = g.op(L, "Add", [x, down])
+    return x
 
 
 def _weight_proto(w: Weight) -> onnx.TensorProto:

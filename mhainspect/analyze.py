@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import re
 
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
 from mhainspect.errors import InputError
 from mhainspect.findings import SCHEMA_VERSION, AttentionBlock, Miss, ModelSummary, Report
 from mhainspect.flags import evaluate
-from mhainspect.graph import ModelGraph
+from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.matchers import decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.whatif import default_what_ifs
@@ -17,12 +19,22 @@ from mhainspect.whatif import default_what_ifs
 _FLOAT_DTYPES = {"float32", "float16", "float64", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
                  "float8e5m2fnuz", "float4e2m1"}
 _QUANTIZED_WEIGHT_OPS = {"MatMulNBits", "DequantizeLinear", "MatMulInteger", "QLinearMatMul", "GatherBlockQuantized"}
+_MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
+_MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
+_SUBGRAPH_PREFIX = re.compile(r"^(.*/body\d+/)")  # the loader names subgraph nodes "{parent}/body{i}/{name}"
+EXTERNAL_DATA_WARNING = "external data location"  # prefix of the warning for locations outside the model folder
 
 
 def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
     builders: list[BlockBuilder] = []
     misses: list[Miss] = []
     for node in index.order:
+        if node.op != "Softmax" and not fused.is_fused(node):
+            continue
+        if not node.inputs or not node.inputs[0] or not node.outputs or not node.outputs[0]:
+            matcher = decomposed.NAME if node.op == "Softmax" else fused.NAME
+            misses.append(Miss(matcher, node.name, f"{node.op} without a first input or output"))
+            continue
         if node.op == "Softmax":
             result = decomposed.match(index, node)
         elif fused.is_fused(node):
@@ -56,8 +68,64 @@ def count_parameters(index: GraphIndex) -> int:
     return total
 
 
+def _listed(what: str, names: list[str], consequence: str) -> str:
+    shown = ", ".join(names[:_MAX_LISTED]) + (f" and {len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else "")
+    return f"{what} ({len(names)}): {shown}; {consequence}"
+
+
+def _impossible_shape(t: Tensor) -> str | None:
+    if any(d < 0 for d in t.shape):
+        return "negative dim"
+    if t.numel > _MAX_NUMEL:
+        return "more elements than int64 counts"
+    return None
+
+
+def sanitize_graph(graph: ModelGraph) -> ModelGraph:
+    """``graph`` without what would make its numbers wrong, each removal or oddity named in a warning.
+
+    Weights whose declared shape is impossible (a negative dim, more than 2**63-1 elements) are
+    dropped, so they count nowhere; a tensor produced by several nodes (not valid ONNX) is kept,
+    with a warning, and the analysis follows one of its producers (the last in topological order).
+    """
+    warnings = list(graph.warnings)
+    bad = {name: why for name, t in graph.weights.items() if (why := _impossible_shape(t)) is not None}
+    weights = graph.weights
+    if bad:
+        weights = {name: t for name, t in graph.weights.items() if name not in bad}
+        warnings.append(_listed("weights with an impossible shape",
+                                [f"'{n}' {list(graph.weights[n].shape)} ({why})" for n, why in bad.items()],
+                                "the file is corrupt; these are not counted"))
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for n in graph.nodes:
+        for o in n.outputs:
+            if o in seen:
+                repeated.add(o)
+            seen.add(o)
+    repeated.discard("")
+    producers: dict[tuple[str, str], int] = {}
+    for n in graph.nodes if repeated else ():
+        if not repeated.intersection(n.outputs):
+            continue
+        # Sibling subgraphs (If's then/else branches) may reuse names: count within one scope only.
+        m = _SUBGRAPH_PREFIX.match(n.name)
+        scope = m.group(1) if m else ""
+        for o in n.outputs:
+            if o in repeated:
+                producers[scope, o] = producers.get((scope, o), 0) + 1
+    dup = [f"'{name}' ({count} nodes)" for (_, name), count in producers.items() if count > 1]
+    if dup:
+        warnings.append(_listed("tensors produced by more than one node", dup,
+                                "not valid ONNX; the analysis follows one producer of each"))
+    if not bad and not dup:
+        return graph
+    return dataclasses.replace(graph, weights=weights, warnings=tuple(warnings))
+
+
 def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
                   what_if_heads: tuple[int, ...] = ()) -> Report:
+    graph = sanitize_graph(graph)
     index = GraphIndex(graph)
     builders, misses = find_blocks(index)
     taken: set[str] = set()
@@ -99,14 +167,74 @@ def _attention_params(blocks: tuple[AttentionBlock, ...]) -> int:
     return total
 
 
+def check_symlink_loop(path: str | os.PathLike[str]) -> None:
+    """InputError when ``path`` is a symlink loop (a -> b -> a), which would otherwise read as missing."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(f"{os.fspath(path)}: symlink loop (too many levels of symbolic links)") from None
+    except ValueError:  # an embedded NUL: the loader reports it
+        pass
+
+
 def analyze_path(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:
     from mhainspect.loaders.onnx_loader import load_onnx
 
+    check_symlink_loop(path)
     try:
         graph = load_onnx(path)
+        escaping = external_data_warnings(path, graph)
+        if escaping:
+            graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
         return analyze_graph(graph, path=str(path), fmt="onnx", what_if_heads=what_if_heads)
     except InputError as exc:
         message = str(exc)
         if not message.startswith(str(path)):
             raise InputError(f"{path}: {message}") from None
         raise
+
+
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def external_location_escapes(model_dir: str, location: str) -> str | None:
+    """Why an external-data ``location`` leaves the model's folder, or None when it stays inside.
+
+    Decided from the text alone, except a symlink inside the folder, which is resolved with
+    lstat/readlink (``os.path.realpath``): the location itself is never opened.
+    """
+    if "\x00" in location:
+        return "contains a NUL byte"
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or _DRIVE.match(location):
+        return "absolute path"
+    if ".." in re.split(r"[\\/]", location):
+        return "'..' leaves the model folder"
+    folder = os.path.realpath(model_dir)
+    try:
+        target = os.path.realpath(os.path.join(folder, location))
+        inside = os.path.commonpath([folder, target]) == folder
+    except (OSError, ValueError):
+        return "cannot be resolved"
+    return None if inside else "a symlink resolving outside the model folder"
+
+
+def external_data_warnings(path: str | os.PathLike[str], graph: ModelGraph) -> list[str]:
+    """One warning per external-data location outside the model's folder (never opened, never read)."""
+    model_dir = os.path.dirname(os.path.abspath(os.fspath(path)))
+    users: dict[str, list[str]] = {}
+    for name, t in graph.weights.items():
+        if t.storage_key.startswith("external:"):
+            # The loader's key for external data is "external:{location}:{offset}:{length}".
+            location = t.storage_key[len("external:"):].rsplit(":", 2)[0]
+            users.setdefault(location, []).append(name)
+    out: list[str] = []
+    for location, names in users.items():
+        if len(out) >= _MAX_LISTED:
+            out.append(f"{EXTERNAL_DATA_WARNING}s: more locations outside the model folder not listed")
+            break
+        why = external_location_escapes(model_dir, location)
+        if why is not None:
+            out.append(f"{EXTERNAL_DATA_WARNING} {location!r} ({why}) of {len(names)} weight(s), first "
+                       f"'{names[0]}': refused, never opened (the audit reads no external data)")
+    return out

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -81,13 +81,71 @@ def _width() -> int | None:
     return None
 
 
+class _ProgressBar:
+    """A rich progress bar on stderr, shown once a model takes more than ~1 s; off when stderr is no terminal.
+
+    The loader reports through ``reporting_progress(callback)``; after it, the bar spins while the
+    analysis runs. Nothing is imported or started unless stderr is a terminal.
+    """
+
+    def __init__(self, model: Path) -> None:
+        self.model = model
+        self.progress: Any = None
+
+    def __enter__(self) -> _ProgressBar:
+        if not sys.stderr.isatty() or os.environ.get("MHAINSPECT_NO_PROGRESS"):
+            return self
+        import threading
+
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from mhainspect.loaders.onnx_loader import reporting_progress
+
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                                 console=Console(stderr=True), transient=True)
+        self.task = self.progress.add_task(f"reading {self.model.name}", total=None)
+        self.lock, self.closed = threading.Lock(), False
+        self.timer = threading.Timer(1.0, self._show)
+        self.timer.daemon = True
+        self.timer.start()
+        self.scope = reporting_progress(self._update)
+        self.scope.__enter__()
+        return self
+
+    def _show(self) -> None:
+        with self.lock:
+            if not self.closed:
+                self.progress.start()
+
+    def _update(self, stage: str, done: int, total: int) -> None:
+        name = self.model.name
+        if stage == "graph" and done >= total:
+            self.progress.update(self.task, description=f"analysing {name}", total=None, completed=0)
+        else:
+            label = "reading" if stage == "read" else "building the graph of"
+            self.progress.update(self.task, description=f"{label} {name}", total=total or None, completed=done)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is None:
+            return
+        self.scope.__exit__(None, None, None)
+        self.timer.cancel()
+        with self.lock:
+            self.closed = True
+            self.progress.stop()
+
+
 def _analyze_one(model: Path, what_if_heads: tuple[int, ...], factory_args: dict[str, object] | None = None
                  ) -> Report | str:
     """The model's report, or the one-line error message when it cannot be analysed."""
+    from mhainspect.analyze import check_symlink_loop
     from mhainspect.sources import analyze_source
 
     try:
-        return analyze_source(str(model), factory_args=factory_args, what_if_heads=what_if_heads)
+        check_symlink_loop(model)
+        with _ProgressBar(model):
+            return analyze_source(str(model), factory_args=factory_args, what_if_heads=what_if_heads)
     except InputError as exc:
         return str(exc)
     except RecursionError:
@@ -168,9 +226,14 @@ def _verify_setup(paths: Sequence[Path], verify: bool, dim: list[str] | None,
 
 def _verify_one(path: Path, report: Report, dims: dict[str, int]) -> Report:
     """``report`` with the run's verdict per block; a failure leaves every block unchecked with the reason."""
+    from mhainspect.analyze import EXTERNAL_DATA_WARNING
     from mhainspect.findings import BlockVerification
     from mhainspect.verify import attach, verify_report
 
+    if any(w.startswith(EXTERNAL_DATA_WARNING) for w in report.warnings):
+        # Running would read weights from outside the model's folder: refused, nothing is opened.
+        reason = "--verify refused: external data location outside the model folder (see warnings)"
+        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
     try:
         return attach(report, verify_report(path, report, dims=dims))
     except Exception as exc:  # the static report must survive any failure of the run

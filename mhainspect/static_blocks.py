@@ -111,10 +111,10 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
             conflicts.append(f"cannot split packed {packed.weight.name} {list(packed.weight.shape)} into Q/K/V "
                              "without head counts")
     for role in ("q", "k", "v", "o"):
-        rw = group.role(role)
-        if rw is not None:
+        single = group.role(role)
+        if single is not None:
             in_f, out_f = widths[role]
-            projections.append(projection(role, rw, in_f, out_f))
+            projections.append(projection(role, single, in_f, out_f))
     projections.sort(key=lambda p: "qkvo".index(p.role))
 
     wq = widths.get("q", (None, None))[1]

@@ -76,6 +76,26 @@ def ratio(a: Dim, b: Dim) -> Fraction | None:
     return Fraction(a.coef, b.coef)
 
 
+# Bounds that keep folding linear on hostile files: a shape, value, coefficient or symbol beyond
+# them is left unknown instead of growing (Mul(x, x) chains square, Add(x, x) chains double names).
+MAX_RANK = 64
+_MAX_VALUE_LEN = 4096
+_MAX_ABS_COEF = 1 << 64
+_MAX_FACTORS = 16
+_MAX_SYMBOL_LEN = 256
+
+
+def _bounded(d: Scalar) -> bool:
+    if not isinstance(d, Dim):
+        return True
+    return (-_MAX_ABS_COEF <= d.coef <= _MAX_ABS_COEF and len(d.factors) <= _MAX_FACTORS
+            and all(len(f) <= _MAX_SYMBOL_LEN for f in d.factors))
+
+
+def _bounded_shape(shape: Sequence[Scalar], limit: int = MAX_RANK) -> bool:
+    return len(shape) <= limit and all(_bounded(d) for d in shape)
+
+
 def _as_int(x: Scalar | None) -> int | None:
     if isinstance(x, Dim) and x.is_int:
         return x.coef
@@ -122,13 +142,15 @@ class ShapeEvaluator:
         self.values: dict[str, Value] = {}
         self._fresh = 0
         for name, t in graph.weights.items():
+            if len(t.shape) > MAX_RANK:
+                continue
             self.shapes[name] = tuple(int_dim(d) for d in t.shape)
             if t.int_value is not None:
                 self.values[name] = tuple(int_dim(v) for v in t.int_value)
             elif t.float_value is not None:
                 self.values[name] = (t.float_value,)
         for vi in graph.inputs:
-            if vi.name in self.shapes or vi.shape is None:
+            if vi.name in self.shapes or vi.shape is None or len(vi.shape) > MAX_RANK:
                 continue
             dims: list[Dim] = []
             for axis, d in enumerate(vi.shape):
@@ -147,7 +169,7 @@ class ShapeEvaluator:
                 continue
         # Declared shapes (exporters write value_info) fill what folding could not.
         for name, vi in graph.value_info.items():
-            if name not in self.shapes and vi.shape is not None:
+            if name not in self.shapes and vi.shape is not None and len(vi.shape) <= MAX_RANK:
                 self.shapes[name] = tuple(
                     int_dim(d) if isinstance(d, int) else sym_dim(d if isinstance(d, str) else self._new_sym())
                     for d in vi.shape)
@@ -209,9 +231,9 @@ class ShapeEvaluator:
     def _set(self, node: Node, shape: Shape | None, value: Value | None = None, out: int = 0) -> None:
         if out >= len(node.outputs) or not node.outputs[out]:
             return
-        if shape is not None:
+        if shape is not None and _bounded_shape(shape):
             self.shapes[node.outputs[out]] = shape
-        if value is not None:
+        if value is not None and _bounded_shape(value, _MAX_VALUE_LEN):
             self.values[node.outputs[out]] = value
 
     def _same_shape(self, node: Node) -> None:
@@ -466,7 +488,7 @@ def _h_reshape(ev: ShapeEvaluator, node: Node) -> None:
     if target is None:
         tshape = ev._in_shape(node, 1)
         # Unknown target values but known rank: keep the rank with fresh symbols.
-        if tshape is not None and len(tshape) == 1 and tshape[0].is_int:
+        if tshape is not None and len(tshape) == 1 and tshape[0].is_int and 0 <= tshape[0].coef <= MAX_RANK:
             ev._set(node, tuple(sym_dim(ev._new_sym()) for _ in range(tshape[0].coef)))
         return
     out = _resolve_reshape(ev._in_shape(node, 0), target, bool(node.attrs.get("allowzero", 0)))
@@ -566,7 +588,7 @@ def _h_split(ev: ShapeEvaluator, node: Node) -> None:
         if d.is_int and n_out:
             num = int(node.attrs.get("num_outputs", n_out) or n_out)  # type: ignore[arg-type]
             chunk = -(-d.coef // num)
-            sizes = tuple(min(chunk, d.coef - i * chunk) for i in range(num))
+            sizes = tuple(min(chunk, d.coef - i * chunk) for i in range(min(num, n_out)))
         else:
             return
     for i, size in enumerate(sizes):

@@ -58,8 +58,9 @@ def inspect_module(model: nn.Module, example_inputs: Any = None, *, what_if_head
                     if keys & known.storage_keys:
                         continue  # a recognised module: its block is already there
                     used_keys |= keys
-                    if not scopes.get(b.anchor, "x") and _root_level(b, model):
-                        b = dataclasses.replace(b, name=label)
+                    if not scopes.get(b.anchor, "x"):
+                        # The attention core is the root module's own code: name the block after it.
+                        b = dataclasses.replace(b, name=type(model).__name__)
                     traced.append(b)
                 misses.extend(report.misses)
     headless = [b for b in known.headless if not _uses(b, model, used_keys)]
@@ -67,12 +68,6 @@ def inspect_module(model: nn.Module, example_inputs: Any = None, *, what_if_head
     return build_report(blocks, path=label, fmt="torch", total_params=count_parameters(model), num_nodes=num_nodes,
                         producer=f"torch {torch.__version__}", misses=misses, warnings=warnings,
                         what_if_heads=what_if_heads)
-
-
-def _root_level(block: AttentionBlock, model: nn.Module) -> bool:
-    """The block's name is not a module of the model (the attention is the root module's own code)."""
-    names = {n for n, _ in model.named_modules()}
-    return block.name not in names or block.name == ""
 
 
 def _uses(block: AttentionBlock, model: nn.Module, keys: set[str]) -> bool:

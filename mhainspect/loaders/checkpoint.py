@@ -14,9 +14,11 @@ unknown (MHA004) unless 3-D Keras-style kernels identify them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import struct
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ _FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "float64", "
 _SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                        "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
                        "F8_E4M3": "float8e4m3fn", "F8_E5M2": "float8e5m2"}
+ROOT_NAME = "(root)"  # a checkpoint whose attention weights sit at the top level (no module prefix)
 NO_CONFIG_REASON = ("checkpoint without config.json: weight shapes give d_model and the projection widths, "
                     "not the number of heads")
 
@@ -104,13 +107,15 @@ def read_torch_state_dict(path: Path) -> dict[str, WeightMeta]:
     if not path.is_file():
         raise InputError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
     try:
-        try:
-            obj = torch.load(str(path), weights_only=True, mmap=True, map_location="cpu")
-        except RuntimeError as exc:
-            if "mmap" not in str(exc) and "zipfile" not in str(exc):
-                raise
-            # Legacy (non-zip) format cannot be memory-mapped; still weights-only.
-            obj = torch.load(str(path), weights_only=True, map_location="cpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                obj = torch.load(str(path), weights_only=True, mmap=True, map_location="cpu")
+            except RuntimeError as exc:
+                if "mmap" not in str(exc) and "zipfile" not in str(exc):
+                    raise
+                # Legacy (non-zip) format cannot be memory-mapped; still weights-only.
+                obj = torch.load(str(path), weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
         first = str(exc).strip().splitlines()
         detail = next((ln for ln in first if "Unsupported" in ln or "global" in ln.lower()), first[0] if first else "")
@@ -221,10 +226,15 @@ def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str
         raise InputError(f"{path}: no such file")
     suffix = path.suffix.lower()
     sibling = path.parent / "config.json"
-    config = read_config(sibling) if sibling.is_file() else None
+    beside: dict[str, Any] | None = None
+    if sibling.is_file():
+        try:
+            beside = read_config(sibling)
+        except InputError:
+            beside = None  # a broken neighbour is not this file's problem: heads stay unknown
     if suffix in SAFETENSORS_SUFFIXES:
-        return read_safetensors_header(path), config, "safetensors"
-    return read_torch_state_dict(path), config, "pytorch"
+        return read_safetensors_header(path), beside, "safetensors"
+    return read_torch_state_dict(path), beside, "pytorch"
 
 
 def count_weights(weights: Mapping[str, WeightMeta]) -> int:
@@ -243,6 +253,8 @@ def blocks_from_weights(weights: Mapping[str, WeightMeta], config: Mapping[str, 
                         *, config_label: str = "config.json") -> list[AttentionBlock]:
     blocks: list[AttentionBlock] = []
     for group in group_attention(weights):
+        if not group.name:
+            group = dataclasses.replace(group, name=ROOT_NAME)
         offers: list[HeadOffers] = []
         if config is not None:
             offers.append(offers_from_config(config, group.name, label=config_label))

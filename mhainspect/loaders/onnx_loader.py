@@ -68,6 +68,9 @@ _TEXT_SUFFIXES = frozenset({".txtpb", ".textproto", ".prototxt", ".pbtxt", ".jso
                             ".onnxtxt", ".onnxtext"})
 
 
+_DTYPE_NAMES = {**_OTHER_TYPES, **_FLOAT_TYPES, **_INT_TYPES}
+
+
 def dtype_name(elem_type: int) -> str:
     return _INT_TYPES.get(elem_type) or _FLOAT_TYPES.get(elem_type) or _OTHER_TYPES.get(elem_type, f"type{elem_type}")
 
@@ -464,38 +467,68 @@ def _tensor_values(t: Any) -> list[int] | list[float] | None:
     return data
 
 
-def _small_int_value(t: onnx.TensorProto, numel: int) -> tuple[int, ...] | None:  # type: ignore[name-defined]  # noqa: F821
-    if t.data_type not in _INT_TYPES or numel > _MAX_INT_VALUE_ELEMENTS or t.data_location == 1:
-        return None
+# Decoded values of small raw_data constants: exporters repeat the same few ([0], [1], head_dim, ...).
+_VALUE_CACHE: dict[tuple[Any, ...], tuple[tuple[int, ...] | None, float | None]] = {}
+
+
+def _small_values(t: Any, dt: int) -> tuple[tuple[int, ...] | None, float | None]:
+    """(int_value, float_value) candidates of a small int/float tensor; None where unreadable."""
+    key: tuple[Any, ...] | None = None
+    if not t.HasField("segment"):
+        if t.HasField("raw_data"):
+            raw = t.raw_data
+            if len(raw) <= 1024:
+                key = (dt, tuple(t.dims), raw)
+        else:
+            typed = getattr(t, _TYPED_FIELDS[dt])
+            if len(typed) <= 128:
+                key = (dt, tuple(t.dims), None, tuple(typed))
+        if key is not None:
+            hit = _VALUE_CACHE.get(key)
+            if hit is not None:
+                return hit
     try:
         values = _tensor_values(t)
     except Exception:  # malformed constant: its value just stays unknown
-        return None
-    return None if values is None else tuple(int(x) for x in values)
-
-
-def _small_float_value(t: onnx.TensorProto, numel: int) -> float | None:  # type: ignore[name-defined]  # noqa: F821
-    if t.data_type not in _FLOAT_TYPES or numel != 1 or t.data_location == 1:
-        return None
-    try:
-        values = _tensor_values(t)
-    except Exception:
-        return None
-    return None if not values else float(values[0])
+        values = None
+    if values is None:
+        result: tuple[tuple[int, ...] | None, float | None] = (None, None)
+    elif dt in _INT_TYPES:
+        result = (tuple(int(x) for x in values), None)
+    else:
+        result = (None, float(values[0]) if values else None)
+    if key is not None and len(_VALUE_CACHE) < 4096:
+        _VALUE_CACHE[key] = result
+    return result
 
 
 def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = False) -> Tensor:  # type: ignore[name-defined]  # noqa: F821
-    shape = tuple(int(d) for d in t.dims)
+    shape = tuple(t.dims)
     numel = 1
     for d in shape:
         numel *= max(d, 0)
+    dt = t.data_type
+    external = t.data_location == 1
+    int_value = float_value = None
+    if not external:
+        if dt in _INT_TYPES:
+            if numel <= _MAX_INT_VALUE_ELEMENTS:
+                int_value = _small_values(t, dt)[0]
+        elif dt in _FLOAT_TYPES and numel == 1:
+            float_value = _small_values(t, dt)[1]
+    if is_constant_node:
+        storage_key = f"const:{name}"
+    elif external:
+        storage_key = _storage_key(t)
+    else:
+        storage_key = f"name:{t.name}"
     return Tensor(
         name=name,
         shape=shape,
-        dtype=dtype_name(t.data_type),
-        storage_key=_storage_key(t) if not is_constant_node else f"const:{name}",
-        int_value=_small_int_value(t, numel),
-        float_value=_small_float_value(t, numel),
+        dtype=_DTYPE_NAMES.get(dt) or dtype_name(dt),
+        storage_key=storage_key,
+        int_value=int_value,
+        float_value=float_value,
         is_constant_node=is_constant_node,
     )
 
@@ -608,7 +641,7 @@ class _GraphBuilder:
         op_type = node.op_type
         domain = node.domain
         outputs = tuple(node.output)
-        if op_type == "Constant" and domain in ("", "ai.onnx") and len(outputs) == 1:
+        if op_type == "Constant" and len(outputs) == 1 and domain in ("", "ai.onnx"):
             tensor = _constant_tensor(node, outputs[0])
             if tensor is not None:
                 self.weights[outputs[0]] = tensor
@@ -621,23 +654,25 @@ class _GraphBuilder:
                 subgraphs.append(a.g)
             if a.graphs:
                 subgraphs.extend(a.graphs)
-            if a.name == "value" and a.HasField("t"):
+            a_name = a.name
+            if a_name == "value" and a.HasField("t"):
                 continue
-            attrs[a.name] = _attr_value(a)
+            attrs[a_name] = _attr_value(a)
         node_name = node.name
         name = prefix + (node_name or f"{op_type}_{len(self.nodes)}")
         scope = None
         if node.metadata_props:
-            scope = scope_from_metadata((p.key, p.value) for p in node.metadata_props)
+            scope = scope_from_metadata([(k, p.value) for p in node.metadata_props if (k := p.key) == _NAME_SCOPES_KEY])
         if not scope:
-            scope = scope_from_node_name(node_name)
-        func = self.functions.get((domain, op_type))
-        if func is not None and (domain, op_type) not in self._inlining:
-            self._inline_function(node, func, name, depth)
-            return
+            scope = scope_from_node_name(node_name) if "/" in node_name else ""
+        if self.functions:
+            func = self.functions.get((domain, op_type))
+            if func is not None and (domain, op_type) not in self._inlining:
+                self._inline_function(node, func, name, depth)
+                return
         self.nodes.append(Node(name=name, op=op_type, inputs=tuple(node.input), outputs=outputs,
                                attrs=attrs, scope=scope, domain=domain))
-        self.known_names.update(o for o in outputs if o)
+        self.known_names.update(outputs)  # "" too: check_dangling never looks it up
         for i, g in enumerate(subgraphs):
             self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,15 +58,23 @@ def normalise_inputs(example_inputs: Any) -> tuple[tuple[Any, ...], dict[str, An
 
 def export_program(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[str]]:
     """torch.export with dynamic batch/sequence dims, then static; returns (program, notes)."""
-    from torch.export import Dim, ShapesCollection
-
     notes: list[str] = []
     errors: list[str] = []
+    with warnings.catch_warnings():
+        # Tracing warns about user code (attributes set in forward, deprecated calls): not ours to print.
+        warnings.simplefilter("ignore")
+        return _export(model, args, kwargs, notes, errors)
+
+
+def _export(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], notes: list[str],
+            errors: list[str]) -> tuple[Any, list[str]]:
+    from torch.export import Dim, ShapesCollection
+
     try:
-        shapes = ShapesCollection()
+        shapes = ShapesCollection()  # type: ignore[no-untyped-call]
         for t in _tensors((args, kwargs)):
             shapes[t] = {i: Dim.AUTO for i in range(t.dim())}
-        dynamic = shapes.dynamic_shapes(model, args, kwargs)
+        dynamic = shapes.dynamic_shapes(model, args, kwargs)  # type: ignore[no-untyped-call]
         return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic, strict=False), notes
     except Exception as exc:  # any tracing failure: try the next strategy
         errors.append(_one_line(exc))
@@ -103,12 +112,15 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:200]}"
 
 
-def trace_module(model: nn.Module, example_inputs: Any, *, source: str = "") -> ModelGraph:
-    """Trace ``model`` on ``example_inputs`` into a ModelGraph (torch.export, else torch.fx)."""
+def trace_module(model: nn.Module, example_inputs: Any, *, source: str = "", method: str = "export") -> ModelGraph:
+    """Trace ``model`` on ``example_inputs`` into a ModelGraph (torch.export, else torch.fx;
+    ``method="fx"`` goes straight to torch.fx)."""
     args, kwargs = normalise_inputs(example_inputs)
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers(remove_duplicate=False))
     try:
+        if method == "fx":
+            raise InputError("torch.fx requested")
         program, notes = export_program(model, args, kwargs)
     except InputError as export_error:
         try:
@@ -116,7 +128,8 @@ def trace_module(model: nn.Module, example_inputs: Any, *, source: str = "") -> 
         except Exception as exc:
             raise InputError(f"{export_error}; torch.fx could not trace it either ({_one_line(exc)})") from None
         conv = _Converter(source or type(model).__name__, params, buffers)
-        conv.notes.append(f"traced with torch.fx (torch.export failed: {export_error})")
+        conv.notes.append("traced with torch.fx" if method == "fx" else
+                          f"traced with torch.fx (torch.export failed: {export_error})")
         return conv.convert_fx(gm)
     conv = _Converter(source or type(model).__name__, params, buffers)
     conv.notes.extend(notes)
@@ -124,14 +137,34 @@ def trace_module(model: nn.Module, example_inputs: Any, *, source: str = "") -> 
 
 
 def _fx_trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    import inspect
+
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-    gm = torch.fx.symbolic_trace(model, concrete_args=None)
+    # Optional arguments the caller did not give stay constants (``mask=None`` branches fold away).
+    concrete: dict[str, Any] = {}
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    for i, p in enumerate(params):
+        if i >= len(args) and p.name not in kwargs and p.default is not p.empty:
+            concrete[p.name] = p.default
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gm = torch.fx.symbolic_trace(model, concrete_args=concrete or None)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     values: list[Any] = list(args)
     for ph in placeholders[len(args):]:
         values.append(kwargs.get(ph.target, ph.args[0] if ph.args else None))
-    FakeTensorProp(gm).propagate(*values)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    # Shapes on fake tensors: parameters stay real (or meta), nothing is computed.
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake = [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in values]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake)
     return gm
 
 
@@ -215,7 +248,8 @@ class _Converter:
              domain: str = "", **attrs: AttrValue) -> str:
         name = self._fresh(base or op.lower())
         outs = tuple(outputs) if outputs is not None else (name,)
-        self.nodes.append(Node(name, op, tuple(inputs), outs, dict(attrs), self._scope, domain))
+        kept = {k: v for k, v in attrs.items() if v is not None}
+        self.nodes.append(Node(name, op, tuple(inputs), outs, kept, self._scope, domain))
         return outs[0]
 
     def const_ints(self, values: Sequence[int], scalar: bool = False) -> str:
@@ -322,7 +356,7 @@ class _Converter:
                 if isinstance(t, torch.Tensor):
                     self.add_weight(str(fx_node.target), t, constant=True)
                     self.names[fx_node] = str(fx_node.target)
-        return self._graph(len(self.nodes))
+        return self._graph()
 
     # -- torch.fx ------------------------------------------------------------------------------------
 
@@ -349,7 +383,7 @@ class _Converter:
             elif fx_node.op == "call_function":
                 self._scope = ""
                 self.convert_call(fx_node, _function_call(fx_node.target, fx_node.args, fx_node.kwargs))
-        return self._graph(len(self.nodes))
+        return self._graph()
 
     def _call_module(self, fx_node: Any, module: nn.Module | None) -> None:
         path = str(fx_node.target)
@@ -383,8 +417,7 @@ class _Converter:
                     ins.append(f"{path}.{pname}")
             self._single(fx_node, f"module.{type(module).__name__}", ins)
 
-    def _graph(self, count: int) -> ModelGraph:
-        del count
+    def _graph(self) -> ModelGraph:
         return ModelGraph(source=self.source, kind="torch", nodes=tuple(self.nodes), weights=dict(self.weights),
                           inputs=tuple(self.inputs), value_info=dict(self.value_info),
                           producer=f"torch {torch.__version__}", warnings=tuple(self.notes))
@@ -427,7 +460,7 @@ class _Converter:
             return
         self._single(fx_node, f"aten.{name}", ins)
 
-    def convert_call(self, fx_node: Any, call: _Call) -> None:  # noqa: C901 - one dispatch table
+    def convert_call(self, fx_node: Any, call: _Call) -> None:
         name, a, kw = call.name, call.args, call.kwargs
         handler = _HANDLERS.get(name)
         if name in _SKIP:
@@ -686,20 +719,17 @@ def _h_sdpa(c: _Converter, n: Any, a: tuple[Any, ...], kw: Mapping[str, Any]) ->
         return False
     mask = a[3] if len(a) > 3 else kw.get("attn_mask")
     ins = [q, k, v] + ([c.operand(mask) or ""] if isinstance(mask, torch.fx.Node) else [])
-    attrs: dict[str, AttrValue] = {}
-    scale = kw.get("scale")
-    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
-        attrs["scale"] = float(scale)
-    if kw.get("is_causal") or (len(a) > 5 and a[5] is True):
-        attrs["is_causal"] = 1
+    given = kw.get("scale")
+    scale = float(given) if isinstance(given, (int, float)) and not isinstance(given, bool) else None
+    causal = 1 if kw.get("is_causal") or (len(a) > 5 and a[5] is True) else None
     val = n.meta.get("val")
     if isinstance(val, (tuple, list)):
-        out = c.emit("Attention", ins, [f"{n.name}:0"], base=n.name, **attrs)
+        out = c.emit("Attention", ins, [f"{n.name}:0"], base=n.name, scale=scale, is_causal=causal)
         c.multi[n] = [out] + [""] * (len(val) - 1)
         if isinstance(val[0], torch.Tensor):
             c.value_info[out] = ValueInfo(out, tuple(_dim(d) for d in val[0].shape), _dtype(val[0].dtype))
     else:
-        c._single(n, "Attention", ins, **attrs)
+        c._single(n, "Attention", ins, scale=scale, is_causal=causal)
     return True
 
 
@@ -878,6 +908,14 @@ def _h_getitem(c: _Converter, n: Any, a: tuple[Any, ...], kw: Mapping[str, Any])
     return False
 
 
+def _h_getattr(c: _Converter, n: Any, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
+    if len(a) == 2 and a[1] == "shape":
+        x = c.operand(a[0])
+        if x is not None:
+            c.names[n] = c.emit("Shape", [x])
+    return True  # dtype, device, ...: not tensors
+
+
 def _h_sqrt_scalar(c: _Converter, n: Any, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
     x = c.operand(a[0]) if a else None
     if x is None:
@@ -910,6 +948,7 @@ _HANDLERS: dict[str, Handler] = {
     "repeat": _h_repeat, "tile": _h_repeat, "einsum": _h_einsum, "layer_norm": _h_layer_norm,
     "rms_norm": _h_rms_norm, "embedding": _h_embedding, "sym_size": _h_sym_size, "size": _h_sym_size,
     "sym_numel": _h_sym_numel, "numel": _h_sym_numel, "getitem": _h_getitem, "sqrt_scalar": _h_sqrt_scalar,
+    "getattr": _h_getattr,
     **{name: _h_sdpa for name in _SDPA},
 }
 

@@ -255,8 +255,17 @@ def _truth_bert(model: nn.Module) -> tuple[BlockTruth, ...]:
         _check(so.weight.shape == (cfg.hidden_size, h * dh), "bert out proj")
         out.append(
             _block(
-                _qualname(model, layer.attention), "self", h, h, sa.query.weight.shape[1], dh, dh,
-                _lin(sa.query), _lin(sa.key), _lin(sa.value), _lin(so),
+                _qualname(model, layer.attention),
+                "self",
+                h,
+                h,
+                sa.query.weight.shape[1],
+                dh,
+                dh,
+                _lin(sa.query),
+                _lin(sa.key),
+                _lin(sa.value),
+                _lin(so),
             )
         )
     return tuple(out)
@@ -297,9 +306,7 @@ def _truth_gpt2(model: nn.Module) -> tuple[BlockTruth, ...]:
         for i in range(3):
             wi, bi = w[:, i * s : (i + 1) * s], (b[i * s : (i + 1) * s] if b is not None else None)
             roles.append((_n(wi) + _n(bi), _n(bi)))
-        out.append(
-            _block(_qualname(model, a), "self", h, h, e, dh, dh, roles[0], roles[1], roles[2], _lin(a.c_proj))
-        )
+        out.append(_block(_qualname(model, a), "self", h, h, e, dh, dh, roles[0], roles[1], roles[2], _lin(a.c_proj)))
     return tuple(out)
 
 
@@ -310,10 +317,10 @@ def _build_llama(attn: str) -> tuple[nn.Module, tuple]:
     torch.manual_seed(SEED)
     cfg = LlamaConfig(
         vocab_size=VOCAB,
-        hidden_size=64,
+        hidden_size=128,  # 8 heads x head_dim 16: heads, kv heads (2), groups (4), head_dim all distinct
         num_attention_heads=8,
         num_key_value_heads=2,
-        head_dim=8,
+        head_dim=16,
         num_hidden_layers=2,
         intermediate_size=128,
         max_position_embeddings=64,
@@ -341,8 +348,17 @@ def _truth_llama(model: nn.Module) -> tuple[BlockTruth, ...]:
         _check(a.v_proj.weight.shape[0] == kv * dh and a.o_proj.weight.shape == (cfg.hidden_size, h * dh), "llama")
         out.append(
             _block(
-                _qualname(model, a), "self", h, kv, cfg.hidden_size, dh, dh,
-                _lin(a.q_proj), _lin(a.k_proj), _lin(a.v_proj), _lin(a.o_proj),
+                _qualname(model, a),
+                "self",
+                h,
+                kv,
+                cfg.hidden_size,
+                dh,
+                dh,
+                _lin(a.q_proj),
+                _lin(a.k_proj),
+                _lin(a.v_proj),
+                _lin(a.o_proj),
             )
         )
     return tuple(out)
@@ -553,8 +569,19 @@ def _truth_sdpa(model: nn.Module) -> tuple[BlockTruth, ...]:
     h, dh = a.num_heads, a.head_dim
     _check(a.q_proj.weight.shape[0] == h * dh, "sdpa heads")
     return (
-        _block(_qualname(model, a), "self", h, h, a.q_proj.in_features, dh, dh,
-               _lin(a.q_proj), _lin(a.k_proj), _lin(a.v_proj), _lin(a.o_proj)),
+        _block(
+            _qualname(model, a),
+            "self",
+            h,
+            h,
+            a.q_proj.in_features,
+            dh,
+            dh,
+            _lin(a.q_proj),
+            _lin(a.k_proj),
+            _lin(a.v_proj),
+            _lin(a.o_proj),
+        ),
     )
 
 
@@ -721,26 +748,89 @@ _BTD = {0: "batch", 1: "seq"}
 
 CASES: tuple[Case, ...] = (
     *_hf_cases(),
-    Case("mha-batch-first", _mha_build(True), _truth_mha, True, ("x",), {"x": _BTD}, "torch",
-         "nn.MultiheadAttention(64, 4, batch_first=True), self-attention, need_weights=True"),
-    Case("mha-seq-first", _mha_build(False), _truth_mha, True, ("x",), {"x": {0: "seq", 1: "batch"}}, "torch",
-         "nn.MultiheadAttention(64, 4, batch_first=False), input [T, B, E]"),
-    Case("mha-cross-kvdim", _build_mha_cross, _truth_mha, True, ("query", "key", "value"),
-         {"query": {0: "batch", 1: "tgt_seq"}, "key": {0: "batch", 1: "src_seq"}, "value": {0: "batch", 1: "src_seq"}},
-         "torch", "nn.MultiheadAttention(64, 4, kdim=48, vdim=40, batch_first=True), need_weights=False"),
-    Case("mha-nobias", _mha_build(True, bias=False), _truth_mha, True, ("x",), {"x": _BTD}, "torch",
-         "nn.MultiheadAttention(64, 4, bias=False, batch_first=True)"),
-    Case("sdpa-linear", _build_sdpa, _truth_sdpa, True, ("x",), {"x": _BTD}, "torch",
-         "own q/k/v/o nn.Linear + F.scaled_dot_product_attention, 4 heads"),
-    Case("annotated-h8", _annotated_build(8), _truth_annotated, True, ("x", "src_mask"),
-         {"x": _BTD, "src_mask": {0: "batch", 2: "seq"}}, "torch", "Annotated Transformer MultiHeadedAttention h=8"),
-    Case("annotated-h1", _annotated_build(1), _truth_annotated, True, ("x", "src_mask"),
-         {"x": _BTD, "src_mask": {0: "batch", 2: "seq"}}, "torch", "Annotated Transformer MultiHeadedAttention h=1"),
+    Case(
+        "mha-batch-first",
+        _mha_build(True),
+        _truth_mha,
+        True,
+        ("x",),
+        {"x": _BTD},
+        "torch",
+        "nn.MultiheadAttention(64, 4, batch_first=True), self-attention, need_weights=True",
+    ),
+    Case(
+        "mha-seq-first",
+        _mha_build(False),
+        _truth_mha,
+        True,
+        ("x",),
+        {"x": {0: "seq", 1: "batch"}},
+        "torch",
+        "nn.MultiheadAttention(64, 4, batch_first=False), input [T, B, E]",
+    ),
+    Case(
+        "mha-cross-kvdim",
+        _build_mha_cross,
+        _truth_mha,
+        True,
+        ("query", "key", "value"),
+        {"query": {0: "batch", 1: "tgt_seq"}, "key": {0: "batch", 1: "src_seq"}, "value": {0: "batch", 1: "src_seq"}},
+        "torch",
+        "nn.MultiheadAttention(64, 4, kdim=48, vdim=40, batch_first=True), need_weights=False",
+    ),
+    Case(
+        "mha-nobias",
+        _mha_build(True, bias=False),
+        _truth_mha,
+        True,
+        ("x",),
+        {"x": _BTD},
+        "torch",
+        "nn.MultiheadAttention(64, 4, bias=False, batch_first=True)",
+    ),
+    Case(
+        "sdpa-linear",
+        _build_sdpa,
+        _truth_sdpa,
+        True,
+        ("x",),
+        {"x": _BTD},
+        "torch",
+        "own q/k/v/o nn.Linear + F.scaled_dot_product_attention, 4 heads",
+    ),
+    Case(
+        "annotated-h8",
+        _annotated_build(8),
+        _truth_annotated,
+        True,
+        ("x", "src_mask"),
+        {"x": _BTD, "src_mask": {0: "batch", 2: "seq"}},
+        "torch",
+        "Annotated Transformer MultiHeadedAttention h=8",
+    ),
+    Case(
+        "annotated-h1",
+        _annotated_build(1),
+        _truth_annotated,
+        True,
+        ("x", "src_mask"),
+        {"x": _BTD, "src_mask": {0: "batch", 2: "seq"}},
+        "torch",
+        "Annotated Transformer MultiHeadedAttention h=1",
+    ),
     Case("mlp", _control_build(MLP, (BATCH, SEQ, 32)), _no_blocks, False, ("x",), {"x": _BTD}, "control"),
     Case("lstm", _control_build(LSTMNet, (BATCH, SEQ, 32)), _no_blocks, False, ("x",), {"x": _BTD}, "control"),
     Case("resnet", _build_resnet, _no_blocks, False, ("pixel_values",), {"pixel_values": {0: "batch"}}, "control"),
-    Case("mlp-softmax", _control_build(functools.partial(MLP, softmax_head=True), (BATCH, 32)), _no_blocks, False,
-         ("x",), {"x": {0: "batch"}}, "control", "MLP ending in a softmax classifier head"),
+    Case(
+        "mlp-softmax",
+        _control_build(functools.partial(MLP, softmax_head=True), (BATCH, 32)),
+        _no_blocks,
+        False,
+        ("x",),
+        {"x": {0: "batch"}},
+        "control",
+        "MLP ending in a softmax classifier head",
+    ),
 )
 
 CASES_BY_NAME: dict[str, Case] = {c.name: c for c in CASES}
@@ -785,8 +875,10 @@ def _quiet():
     except OSError:  # pragma: no cover - e.g. no real fds under some runners
         pass
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
-            io.StringIO()
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
         ):
             warnings.simplefilter("ignore")
             yield
@@ -929,29 +1021,69 @@ def _first_tensor(y: Any) -> torch.Tensor:
     return y
 
 
+_RESIZE = {"batch": 3, "seq": 5, "dec_seq": 4, "tgt_seq": 5, "src_seq": 7}
+
+
+def resized_inputs(case: Case, inputs: tuple) -> tuple | None:
+    """Example inputs with every dynamic axis resized (batch 3, seq 5, ...); None if no dynamic axes."""
+    if not case.dynamic_axes:
+        return None
+    g = torch.Generator().manual_seed(SEED + 4)
+    out = []
+    for name, t in zip(case.input_names, inputs):
+        shape = list(t.shape)
+        for ax, label in case.dynamic_axes.get(name, {}).items():
+            shape[ax] = _RESIZE.get(label, shape[ax] + 1)
+        if t.dtype.is_floating_point:
+            out.append(torch.randn(shape, generator=g, dtype=t.dtype))
+        elif "mask" in name:
+            out.append(torch.ones(shape, dtype=t.dtype))
+        else:
+            out.append(torch.randint(3, VOCAB, shape, generator=g, dtype=t.dtype))
+    return tuple(out)
+
+
 def ort_check(case: Case, path: str | os.PathLike) -> str:
-    """Run the exported file in onnxruntime on the example inputs and compare the first output."""
+    """Run the export in onnxruntime and compare the first output with torch.
+
+    Checks the example inputs and, when the case has dynamic axes, a second input set with every
+    dynamic axis resized (catches graphs that claim dynamic dims but baked a traced size in).
+    Returns "ok max_abs=..[; resized ok ..]" or a "mismatch"/"error" description.
+    """
     try:
         import numpy as np
         import onnxruntime as ort
 
+        ort.set_default_logger_severity(4)
         so = ort.SessionOptions()
-        so.log_severity_level = 3
+        so.log_severity_level = 4
         so.intra_op_num_threads = 1
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         with _quiet():
             model, inputs = case.build()  # seeded: same weights as the exported instance
-            with torch.no_grad():
-                ref = _first_tensor(model(**case.kwargs(inputs))).numpy()
-        feed_all = {n: t.numpy() for n, t in zip(case.input_names, inputs)}
-        feed = {i.name: feed_all[i.name] for i in sess.get_inputs()}
-        got = sess.run(None, feed)[0]
-        if got.shape != ref.shape:
-            return f"mismatch shape {list(got.shape)} vs torch {list(ref.shape)}"
-        err = float(np.max(np.abs(got - ref))) if ref.size else 0.0
-        return f"ok max_abs={err:.1e}" if err < 1e-3 else f"mismatch max_abs={err:.1e}"
     except Exception as e:  # noqa: BLE001
         return "error: " + _one_line(e, 200)
+
+    def run(xs: tuple) -> tuple[str, bool]:
+        try:
+            with _quiet(), torch.no_grad():
+                ref = _first_tensor(model(**case.kwargs(xs))).numpy()
+            feed_all = {n: t.numpy() for n, t in zip(case.input_names, xs)}
+            feed = {i.name: feed_all[i.name] for i in sess.get_inputs()}
+            got = sess.run(None, feed)[0]
+        except Exception as e:  # noqa: BLE001
+            return "error: " + _one_line(e, 200), False
+        if got.shape != ref.shape:
+            return f"mismatch shape {list(got.shape)} vs torch {list(ref.shape)}", False
+        err = float(np.max(np.abs(got - ref))) if ref.size else 0.0
+        return (f"ok max_abs={err:.1e}", True) if err < 1e-3 else (f"mismatch max_abs={err:.1e}", False)
+
+    msg, ok = run(inputs)
+    resized = resized_inputs(case, inputs)
+    if ok and resized is not None and _graph_is_dynamic(Path(path)):
+        rmsg, _ = run(resized)
+        msg += "; resized " + rmsg
+    return msg
 
 
 # --------------------------------------------------------------------------------------
@@ -959,12 +1091,20 @@ def ort_check(case: Case, path: str | os.PathLike) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _truth_and_params(case: Case) -> tuple[tuple[BlockTruth, ...], int]:
+def _truth_and_params(case: Case) -> tuple[tuple[BlockTruth, ...], int, dict[str, Any]]:
     with _quiet():
-        model, _ = case.build()
+        model, inputs = case.build()
     blocks = case.truth(model)
     assert case.has_attention == bool(blocks), case.name
-    return blocks, count_params(model)
+    spec = {
+        n: {
+            "shape": list(t.shape),
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "dynamic_axes": {str(ax): label for ax, label in case.dynamic_axes.get(n, {}).items()},
+        }
+        for n, t in zip(case.input_names, inputs)
+    }
+    return blocks, count_params(model), spec
 
 
 def _versions() -> dict[str, str]:
@@ -979,7 +1119,14 @@ def _versions() -> dict[str, str]:
     return v
 
 
-def _entry(case: Case, variant: Variant, res: ExportResult, blocks, total: int, outdir: Path) -> dict[str, Any]:
+def _entry(
+    case: Case,
+    variant: Variant,
+    res: ExportResult,
+    blocks: tuple[BlockTruth, ...],
+    total: int,
+    inputs: dict[str, Any],
+) -> dict[str, Any]:
     return {
         "case": case.name,
         "variant": variant.name,
@@ -994,6 +1141,7 @@ def _entry(case: Case, variant: Variant, res: ExportResult, blocks, total: int, 
         "total_params": total,
         "has_attention": case.has_attention,
         "blocks": [b.as_dict() for b in blocks],
+        "inputs": inputs,
         "notes": case.notes,
     }
 
@@ -1009,22 +1157,31 @@ def export_all(
     variants: Iterable[Variant] = VARIANTS,
     *,
     force: bool = False,
+    retry_failed: bool = False,
     jobs: int = 1,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Export every case x variant into outdir (cached by file presence) and write manifest.json.
+    """Export every case x variant into outdir and write outdir/manifest.json.
+
+    Caching: an existing ``<case>__<variant>.onnx`` is not re-exported (unless ``force``); a
+    failure recorded in the previous manifest under the same library versions is not retried
+    (unless ``retry_failed`` or ``force``).  Cached entries reuse the previous manifest's metadata.
+    Entries of the previous manifest for case x variant pairs outside this call are kept.
 
     Returns the manifest dict: {"versions", "batch", "seq", "entries": [one per case x variant]}.
-    Entries for cached files reuse the previous manifest's metadata when available.
     """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     cases, variants = list(cases), list(variants)
     man_path = outdir / "manifest.json"
-    previous: dict[tuple[str, str], dict] = {}
+    versions = _versions()
+    previous: dict[tuple[str, str], dict[str, Any]] = {}
+    prev_versions: dict[str, str] = {}
     if man_path.exists():
         with contextlib.suppress(Exception):
-            for e in json.loads(man_path.read_text())["entries"]:
+            old = json.loads(man_path.read_text())
+            prev_versions = old.get("versions", {})
+            for e in old["entries"]:
                 previous[(e["case"], e["variant"])] = e
 
     truths = {c.name: _truth_and_params(c) for c in cases}
@@ -1036,8 +1193,21 @@ def export_all(
             if path.exists() and not force:
                 prev = previous.get((c.name, v.name), {})
                 results[(c.name, v.name)] = ExportResult(
-                    path, None, _graph_is_dynamic(path), prev.get("dynamic_error"), 0.0, cached=True,
+                    path,
+                    None,
+                    _graph_is_dynamic(path),
+                    prev.get("dynamic_error"),
+                    0.0,
+                    cached=True,
                     ort=prev.get("ort"),
+                )
+            elif (
+                not (force or retry_failed)
+                and prev_versions == versions
+                and (prev := previous.get((c.name, v.name), {})).get("error")
+            ):
+                results[(c.name, v.name)] = ExportResult(
+                    None, prev["error"], False, prev.get("dynamic_error"), 0.0, cached=True
                 )
             else:
                 todo.append((c, v))
@@ -1045,7 +1215,7 @@ def export_all(
     def done(c: Case, v: Variant, r: ExportResult) -> None:
         results[(c.name, v.name)] = r
         if progress:
-            progress(_entry(c, v, r, *truths[c.name], outdir))
+            progress(_entry(c, v, r, *truths[c.name]))
 
     if jobs > 1 and len(todo) > 1 and all(c.name in CASES_BY_NAME for c, _ in todo):
         import concurrent.futures as cf
@@ -1064,10 +1234,14 @@ def export_all(
         for c, v in todo:
             done(c, v, export_case(c, v, outdir))
 
-    entries = [
-        _entry(c, v, results[(c.name, v.name)], *truths[c.name], outdir) for c in cases for v in variants
-    ]
-    manifest = {"versions": _versions(), "batch": BATCH, "seq": SEQ, "entries": entries}
+    fresh = {
+        (c.name, v.name): _entry(c, v, results[(c.name, v.name)], *truths[c.name]) for c in cases for v in variants
+    }
+    merged = {**{k: e for k, e in previous.items() if prev_versions == versions}, **fresh}
+    order = {c.name: i for i, c in enumerate(CASES)}
+    vorder = {v.name: i for i, v in enumerate(VARIANTS)}
+    keys = sorted(merged, key=lambda k: (order.get(k[0], len(order)), k[0], vorder.get(k[1], len(vorder)), k[1]))
+    manifest = {"versions": versions, "batch": BATCH, "seq": SEQ, "entries": [merged[k] for k in keys]}
     tmp = man_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(manifest, indent=2))
     os.replace(tmp, man_path)
@@ -1085,6 +1259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-k", dest="filter", action="append", default=[], help="only cases whose name contains this")
     ap.add_argument("--variant", action="append", default=[], choices=[v.name for v in VARIANTS])
     ap.add_argument("--force", action="store_true", help="re-export even if the .onnx file exists")
+    ap.add_argument("--retry-failed", action="store_true", help="retry exports that failed in the previous run")
     ap.add_argument("-j", "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="parallel export processes")
     a = ap.parse_args(argv)
 
@@ -1101,13 +1276,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             res += f" (static fallback: {e['dynamic_error']})"
         print(fmt.format(e["case"], e["variant"], f"{e['seconds']:.1f}", str(e["dynamic"]), res), flush=True)
 
-    man = export_all(a.outdir, cases, variants, force=a.force, jobs=a.jobs, progress=show)
-    for e in man["entries"]:
+    man = export_all(a.outdir, cases, variants, force=a.force, retry_failed=a.retry_failed, jobs=a.jobs, progress=show)
+    wanted = {(c.name, v.name) for c in cases for v in variants}
+    mine = [e for e in man["entries"] if (e["case"], e["variant"]) in wanted]
+    for e in mine:
         if e["cached"]:
             show(e)
-    n_ok = sum(e["error"] is None for e in man["entries"])
-    print(f"{n_ok}/{len(man['entries'])} exported, total {time.perf_counter() - t0:.1f}s -> {a.outdir}/manifest.json")
-    return 0 if n_ok == len(man["entries"]) else 1
+    n_ok = sum(e["error"] is None for e in mine)
+    n_cached = sum(e["cached"] for e in mine)
+    print(
+        f"{n_ok}/{len(mine)} exported ({n_cached} cached), total {time.perf_counter() - t0:.1f}s"
+        f" -> {a.outdir}/manifest.json"
+    )
+    return 0 if n_ok == len(mine) else 1
 
 
 if __name__ == "__main__":

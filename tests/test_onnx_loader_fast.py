@@ -1,0 +1,241 @@
+"""The fast ONNX path (no `import onnx`, weight payloads skipped) returns exactly the ModelGraph of
+``model_to_graph(read_model_proto(path))``; plus a smoke test of the benchmark model generator."""
+
+from __future__ import annotations
+
+import math
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from mhainspect.analyze import analyze_path
+from mhainspect.graph import ModelGraph
+from mhainspect.loaders import onnx_loader
+from mhainspect.loaders.onnx_loader import load_onnx, model_to_graph, read_model_proto
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _norm(g: ModelGraph) -> tuple[Any, ...]:
+    def fv(x: float | None) -> object:
+        return "nan" if isinstance(x, float) and math.isnan(x) else x
+
+    weights = [(k, v.name, v.shape, v.dtype, v.storage_key, v.int_value, fv(v.float_value), v.is_constant_node)
+               for k, v in g.weights.items()]
+    return (g.source, g.kind, g.nodes, weights, g.inputs, g.outputs, g.value_info, g.opset, g.producer, g.warnings)
+
+
+def _reference(path: Path) -> ModelGraph:
+    return model_to_graph(read_model_proto(path), source=str(path))
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "sample_models").glob("*.onnx")))
+def test_fast_path_matches_onnx_load_on_samples(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = REPO / "sample_models" / name
+    assert _norm(load_onnx(path)) == _norm(_reference(path))
+    monkeypatch.setattr(onnx_loader, "_SCAN_MIN_FILE_BYTES", 0)  # force the payload-skipping scan
+    monkeypatch.setattr(onnx_loader, "_SCAN_MIN_MESSAGE_BYTES", 0)
+    assert _norm(load_onnx(path)) == _norm(_reference(path))
+
+
+def _big(name: str, shape: tuple[int, ...], dtype: Any = np.float32) -> TensorProto:
+    return numpy_helper.from_array(np.arange(math.prod(shape)).reshape(shape).astype(dtype), name)
+
+
+def _tricky_model() -> onnx.ModelProto:
+    """Big payloads everywhere the scanner looks, next to small values the loader must still read."""
+    w = _big("w", (64, 64))                                     # strippable initializer (16 KiB)
+    idx = _big("idx", (2048,), np.int64)                        # int tensor, numel > 64: strippable
+    shape = numpy_helper.from_array(np.array([1, -1, 8, 8], np.int64), "shape")      # must keep its value
+    scale = numpy_helper.from_array(np.array(0.125, np.float32), "scale")             # must keep its value
+    odd = numpy_helper.from_array(np.arange(3000, dtype=np.int64), "odd")
+    odd.ClearField("dims")
+    odd.dims.extend([-1])                                       # negative dims: never stripped
+    typed = helper.make_tensor("typed", TensorProto.FLOAT, [40, 40], [0.5] * 1600)  # float_data, packed
+    big_const = helper.make_node("Constant", [], ["c"], name="c", value=_big("v", (32, 64)))
+    then_g = helper.make_graph([helper.make_node("MatMul", ["x", "w_then"], ["y_then"], name="mm_then")], "then",
+                               [], [helper.make_tensor_value_info("y_then", TensorProto.FLOAT, None)],
+                               initializer=[_big("w_then", (64, 32))])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["y_else"], name="id_else")], "else",
+                               [], [helper.make_tensor_value_info("y_else", TensorProto.FLOAT, None)])
+    nodes = [
+        big_const,
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="/layer/mm"),
+        helper.make_node("Reshape", ["h", "shape"], ["r"], name="/layer/rs"),
+        helper.make_node("Mul", ["r", "scale"], ["s"], name="/layer/mul"),
+        helper.make_node("Gather", ["idx", "s"], ["g"], name="gather", axis=0),
+        helper.make_node("Add", ["odd", "typed"], ["a"], name="add"),
+        helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g),
+        helper.make_node("Sp", ["x", "sp_values"], ["z"], name="sp", domain="custom"),
+    ]
+    sparse = helper.make_sparse_tensor(_big("sp_values", (1500,)), _big("sp_idx", (1500,), np.int64), [3000])
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 64]),
+                                           helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[w, idx, shape, scale, odd, typed], sparse_initializer=[sparse])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)])
+
+
+def test_payload_skipping_keeps_the_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "tricky.onnx"
+    onnx.save(_tricky_model(), path)
+    monkeypatch.setattr(onnx_loader, "_SCAN_MIN_FILE_BYTES", 0)
+    reference = _reference(path)
+    graph = load_onnx(path)
+    assert _norm(graph) == _norm(reference)
+    assert graph.weights["shape"].int_value == (1, -1, 8, 8)
+    assert graph.weights["scale"].float_value == 0.125
+    odd = graph.weights["odd"].int_value  # numel counts -1 as 0, so to_array reads all 3000 values
+    assert odd is not None and len(odd) == 3000
+    stripped = onnx_loader._stripped(memoryview(path.read_bytes()))
+    assert len(stripped) < 3000 * 8 + 2000 < path.stat().st_size // 3, "payloads were not skipped"  # odd kept
+    kept = onnx.ModelProto.FromString(stripped)
+    by_name = {t.name: t for t in kept.graph.initializer}
+    assert not by_name["w"].raw_data and not by_name["typed"].float_data and by_name["odd"].raw_data
+
+
+def test_corrupt_file_falls_back_to_onnx_load_errors(tmp_path: Path) -> None:
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(b"\x0a\xff\xff\xff\xff\x0f garbage")
+    with pytest.raises(Exception) as fast:
+        load_onnx(path)
+    with pytest.raises(Exception) as ref:
+        read_model_proto(path)
+    assert type(fast.value) is type(ref.value) and str(fast.value) == str(ref.value)
+
+
+def _old_values(t: TensorProto) -> tuple[Any, Any]:
+    """The loader's original decoding, through numpy_helper.to_array."""
+    shape = tuple(int(d) for d in t.dims)
+    numel = math.prod(max(d, 0) for d in shape)
+    ints = floats = None
+    if t.data_type in onnx_loader._INT_TYPES and numel <= 64:
+        try:
+            ints = tuple(int(x) for x in numpy_helper.to_array(t).reshape(-1).tolist())
+        except Exception:
+            ints = None
+    if t.data_type in onnx_loader._FLOAT_TYPES and numel == 1:
+        try:
+            floats = float(numpy_helper.to_array(t).reshape(-1)[0])
+        except Exception:
+            floats = None
+    return ints, floats
+
+
+def test_small_value_decoding_matches_numpy_helper() -> None:
+    rng = np.random.default_rng(0)
+    fields = {1: "float_data", 11: "double_data", 7: "int64_data", 12: "uint64_data", 13: "uint64_data"}
+    cases = 0
+    for dt in sorted(onnx_loader._INT_TYPES) + sorted(onnx_loader._FLOAT_TYPES):
+        for dims in ([], [1], [3], [2, 2], [-1], [2, -1], [0], [5], [1, 1]):
+            for count in (0, 1, 3, 4, 5):
+                for raw in (True, False):
+                    t = TensorProto()
+                    t.data_type = dt
+                    t.dims.extend(dims)
+                    vals = [int(v) for v in rng.integers(-70000, 70000, count)]
+                    if raw:
+                        fmt = onnx_loader._RAW_FORMATS[dt]
+                        size = struct.calcsize(fmt)
+                        t.raw_data = bytes(rng.integers(0, 256, count * size, dtype=np.uint8))
+                    elif dt in (1, 11):
+                        getattr(t, fields[dt]).extend(float(v) / 8 for v in vals)
+                    else:
+                        field = fields.get(dt, "int32_data")
+                        if field == "uint64_data":
+                            vals = [abs(v) for v in vals]
+                        getattr(t, field).extend(vals)
+                    new = onnx_loader.tensor_from_proto(t, "t")
+                    old = _old_values(t)
+                    got = (new.int_value, new.float_value)
+                    if isinstance(old[1], float) and math.isnan(old[1]):
+                        assert got[0] is None and got[1] is not None and math.isnan(got[1])
+                    else:
+                        assert got == old, (dt, dims, count, raw)
+                    cases += 1
+    assert cases > 1000
+
+
+def test_onnx_package_not_needed_for_the_fast_path() -> None:
+    import subprocess
+
+    code = ("import sys; from mhainspect.loaders.onnx_loader import load_onnx; "
+            f"g = load_onnx({str(REPO / 'sample_models' / 'gqa_llama.onnx')!r}); "
+            "print(len(g.nodes), 'onnx' in sys.modules, 'numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    nodes, onnx_imported, numpy_imported = out.stdout.split()
+    assert int(nodes) > 0 and onnx_imported == "False" and numpy_imported == "False"
+
+
+def test_progress_callback_reports_read_and_graph() -> None:
+    calls: list[tuple[str, int, int]] = []
+    load_onnx(REPO / "sample_models" / "bert_two_layers.onnx", progress=lambda *a: calls.append(a))
+    assert calls[0][0] == "read" and calls[-1][0] == "graph" and calls[-1][1] == calls[-1][2] > 0
+    calls.clear()
+    with onnx_loader.reporting_progress(lambda *a: calls.append(a)):
+        load_onnx(REPO / "sample_models" / "bert_two_layers.onnx")
+    assert calls
+
+
+# ---------------------------------------------------------------------------------------------
+# Benchmark generator smoke test (2 layers, tiny widths); the benchmarks themselves never run here.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def make_models() -> Any:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import make_models as mm
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return mm
+
+
+def test_generator_two_layers_external_and_inline(make_models: Any, tmp_path: Path) -> None:
+    shape = make_models.LlamaShape(layers=2, d_model=128, heads=8, kv_heads=2, ffn=256, vocab=100)
+    ext = tmp_path / "ext" / "model.onnx"
+    ext.parent.mkdir()
+    model, weights = make_models.build_llama(shape)
+    data = make_models.write_external(model, weights, ext)
+    inl = tmp_path / "inline.onnx"
+    model, weights = make_models.build_llama(shape)
+    make_models.write_inline(model, weights, inl)
+    onnx.checker.check_model(str(inl))
+    inits = {t.name: t for t in onnx.load(str(inl)).graph.initializer}
+    assert inits[weights[0].name].raw_data == bytes(weights[0].nbytes)
+
+    report = analyze_path(ext)
+    assert data.stat().st_blocks == 0, "tensor data was read"
+    assert [(b.num_heads, b.num_kv_heads, b.d_model, b.d_k) for b in report.blocks] == [(8, 2, 128, 16)] * 2
+    expected_total = shape.total_params() + shape.head_dim // 2  # + the rotary inv_freq buffer
+    assert report.model.total_params == expected_total
+    assert sum(b.params.total for b in report.blocks) == shape.attention_params()
+    data.unlink()
+    assert analyze_path(ext).blocks == report.blocks  # no data file needed
+    assert [b.params for b in analyze_path(inl).blocks] == [b.params for b in report.blocks]
+
+
+def test_generator_safetensors_headers(make_models: Any, tmp_path: Path) -> None:
+    import json
+
+    shape = make_models.LlamaShape(layers=3, d_model=64, heads=8, kv_heads=2, ffn=128, vocab=100)
+    n = make_models.write_safetensors(tmp_path, shape, max_shard_bytes=100_000)
+    assert n > 1
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    total = 0
+    for shard in sorted(tmp_path.glob("*.safetensors")):
+        raw = shard.read_bytes()
+        (hlen,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8:8 + hlen])
+        end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+        assert len(raw) == 8 + hlen + end
+        total += end
+    assert total == index["metadata"]["total_size"] == 2 * (shape.total_params())
+    assert json.loads((tmp_path / "config.json").read_text())["num_key_value_heads"] == 2
