@@ -14,6 +14,7 @@ from mhainspect.flags import evaluate
 from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.matchers import decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
+from mhainspect.static_blocks import attention_params
 from mhainspect.whatif import default_what_ifs
 
 _FLOAT_DTYPES = {"float32", "float16", "float64", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
@@ -148,23 +149,9 @@ def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None
         num_nodes=len(graph.nodes),
         opset=graph.opset,
         producer=graph.producer,
-        attention_params=_attention_params(blocks_t),
+        attention_params=attention_params(blocks_t),
     )
     return Report(SCHEMA_VERSION, summary, blocks_t, evaluate(blocks_t), tuple(misses), warnings=graph.warnings)
-
-
-def _attention_params(blocks: tuple[AttentionBlock, ...]) -> int:
-    """Sum over blocks, counting a weight shared by several blocks once."""
-    seen: set[tuple[str, str]] = set()
-    total = 0
-    for b in blocks:
-        for p in b.projections:
-            key = (p.role, p.weight or f"{b.name}:{p.role}")
-            if p.weight is not None and (p.weight, p.role) in seen:
-                continue
-            seen.add((p.weight or "", p.role) if p.weight else key)
-            total += p.weight_params + p.bias_params
-    return total
 
 
 def check_symlink_loop(path: str | os.PathLike[str]) -> None:

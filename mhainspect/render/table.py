@@ -212,9 +212,7 @@ def _block_details(b: AttentionBlock) -> list[Text]:
     for ev in b.evidence:
         value = "" if ev.value is None else f" = {ev.value:g}" if isinstance(ev.value, float) else f" = {ev.value}"
         lines.append(Text(f"  {ev.field}{value}  ({ev.source}) {ev.detail}"))
-    if b.scale_known and b.scale is not None:
-        lines.append(Text(f"  scale = {b.scale:g}"))
-    elif not b.scale_known:
+    if not b.scale_known and not any(ev.field == "scale" for ev in b.evidence):
         lines.append(Text("  scale: not found", style="dim"))
     if b.unknown_reason:
         lines.append(Text(f"  unknown: {b.unknown_reason}", style="yellow"))
