@@ -64,6 +64,8 @@ def count_parameters(index: GraphIndex) -> int:
         users = index.users(name)
         if not any(pos not in SHAPE_INPUTS.get(u.op, frozenset()) for u, pos in users):
             continue
+        if _only_feeds_trig(index, name):
+            continue  # rotary inv_freq: a buffer that only builds cos/sin tables, not a parameter
         seen.add(t.storage_key)
         total += t.numel
     return total
@@ -122,6 +124,30 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
     if not bad and not dup:
         return graph
     return dataclasses.replace(graph, weights=weights, warnings=tuple(warnings))
+
+
+_TRIG_PATH = {"Mul", "MatMul", "Unsqueeze", "Reshape", "Expand", "Cast", "Transpose", "Concat", "Div", "Identity",
+              "Slice", "Gather", "Squeeze", "Einsum"}
+
+
+def _only_feeds_trig(index: GraphIndex, name: str, limit: int = 64) -> bool:
+    """True when every path from ``name`` ends in Cos/Sin after a few elementwise/layout ops."""
+    frontier = [name]
+    seen = {name}
+    reached_trig = False
+    while frontier and len(seen) < limit:
+        cur = frontier.pop()
+        for user, _pos in index.users(cur):
+            if user.op in ("Cos", "Sin"):
+                reached_trig = True
+                continue
+            if user.op not in _TRIG_PATH:
+                return False
+            for o in user.outputs:
+                if o and o not in seen:
+                    seen.add(o)
+                    frontier.append(o)
+    return reached_trig and not frontier
 
 
 def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
