@@ -56,6 +56,8 @@ def count_parameters(index: GraphIndex) -> int:
     for name, t in index.graph.weights.items():
         if t.is_constant_node or not t.shape or t.storage_key in seen:
             continue
+        if t.kind is not None and t.kind != "parameter":
+            continue  # the exporter says: a buffer, a constant, or folded from non-parameters
         if t.numel == 1 and "." not in t.name:
             continue  # exporter scalars (scale, eps) shaped [1]; real parameters carry a module path
         quantized = any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in index.users(name))
@@ -89,7 +91,8 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
 
     Weights whose declared shape is impossible (a negative dim, more than 2**63-1 elements) are
     dropped, so they count nowhere; a tensor produced by several nodes (not valid ONNX) is kept,
-    with a warning, and the analysis follows one of its producers (the last in topological order).
+    with a warning, and the analysis follows one of its producers (the last in topological order);
+    nodes without any output (not valid ONNX, and dead) are dropped.
     """
     warnings = list(graph.warnings)
     bad = {name: why for name, t in graph.weights.items() if (why := _impossible_shape(t)) is not None}
@@ -121,9 +124,14 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
     if dup:
         warnings.append(_listed("tensors produced by more than one node", dup,
                                 "not valid ONNX; the analysis follows one producer of each"))
-    if not bad and not dup:
+    nodes = graph.nodes
+    dead = [n.name for n in nodes if not n.outputs]
+    if dead:
+        nodes = tuple(n for n in nodes if n.outputs)
+        warnings.append(_listed("nodes without outputs", [f"'{n}'" for n in dead], "not valid ONNX; ignored"))
+    if not bad and not dup and not dead:
         return graph
-    return dataclasses.replace(graph, weights=weights, warnings=tuple(warnings))
+    return dataclasses.replace(graph, nodes=nodes, weights=weights, warnings=tuple(warnings))
 
 
 _TRIG_PATH = {"Mul", "MatMul", "Unsqueeze", "Reshape", "Expand", "Cast", "Transpose", "Concat", "Div", "Identity",

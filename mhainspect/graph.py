@@ -28,6 +28,14 @@ class Tensor:
     int_value: tuple[int, ...] | None = None
     float_value: float | None = None
     is_constant_node: bool = False
+    # What the exporter says this tensor is: "parameter", "buffer", "constant", "derived"
+    # (folded from other tensors), or None when the file does not say (TorchScript, tf2onnx).
+    kind: str | None = None
+    origin: str | None = None  # the parameter this tensor was folded from (e.g. transposed)
+
+    @property
+    def display_name(self) -> str:
+        return self.origin or self.name
 
     @property
     def numel(self) -> int:

@@ -38,6 +38,7 @@ from typing import Any
 
 from mhainspect.errors import InputError
 from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.loaders.provenance import apply_provenance
 
 # Values of integer constants up to this many elements are read (shape arithmetic).
 _MAX_INT_VALUE_ELEMENTS = 64
@@ -368,11 +369,15 @@ def model_to_graph(model: onnx.ModelProto, source: str,  # type: ignore[name-def
     value_info = {v.name: _value_info(v) for v in graph.value_info}
     builder.check_dangling({v.name for v in graph.input})
     producer = " ".join(x for x in (model.producer_name, model.producer_version) if x)
+    signature = next((p.value for p in graph.metadata_props if p.key.endswith("ExportedProgram.graph_signature")), "")
+    weights = apply_provenance(builder.weights, (
+        (v.name, {p.key: p.value for p in v.metadata_props}) for v in graph.value_info if v.metadata_props),
+        signature)
     return ModelGraph(
         source=source,
         kind="onnx",
         nodes=tuple(builder.nodes),
-        weights=builder.weights,
+        weights=weights,
         inputs=inputs,
         outputs=outputs,
         value_info=value_info,

@@ -1,0 +1,74 @@
+"""Where an ONNX initializer came from, as the torch dynamo exporter records it.
+
+torch.onnx (dynamo) writes, in value_info metadata, the torch.export input kind of each
+initializer (PARAMETER, BUFFER, CONSTANT_TENSOR) and, for constants its optimizer folded,
+the names they were folded from. A transposed Linear weight folded into ``val_30`` is still the
+parameter ``layer.0.q.weight``; a causal mask folded from ``arange``/``expand`` is no parameter.
+TorchScript exports carry none of this: their tensors keep ``kind=None`` and the counting
+heuristics apply.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from mhainspect.graph import Tensor
+
+_KIND_KEY = "pkg.torch.export.graph_signature.InputSpec.kind"
+_FOLDED_KEY = "pkg.onnxscript.optimizer.folded_from"
+_KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant"}
+
+
+def _folded_from(value: str) -> tuple[str, ...]:
+    try:
+        names = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return ()
+    if isinstance(names, (list, tuple)):
+        return tuple(str(n) for n in names)
+    return ()
+
+
+_SIGNATURE_LINE = re.compile(r"^\s*\w+:\s*(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']+)'", re.MULTILINE)
+
+
+def signature_kinds(signature: str) -> dict[str, str]:
+    """Kinds by target name from the ExportedProgram graph signature the exporter stores as text."""
+    return {target: _KINDS[kind] for kind, target in _SIGNATURE_LINE.findall(signature)}
+
+
+def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str, Mapping[str, str]]],
+                     signature: str = "") -> dict[str, Tensor]:
+    """Weights with ``kind`` and ``origin`` filled from exporter metadata (name -> props)."""
+    props = {name: p for name, p in metadata if _KIND_KEY in p or _FOLDED_KEY in p}
+    if not props:
+        return dict(weights)
+    # Parameters folded away (transposed into val_N) appear only in the signature.
+    kinds: dict[str, str | None] = dict(signature_kinds(signature))
+    kinds.update({name: _KINDS.get(p.get(_KIND_KEY, ""), None) for name, p in props.items() if _KIND_KEY in p})
+    out = dict(weights)
+    for name, t in weights.items():
+        p = props.get(name)
+        if p is None:
+            continue
+        kind = kinds.get(name)
+        origin = None
+        storage_from = ""
+        if kind is None and _FOLDED_KEY in p:
+            sources = _folded_from(p[_FOLDED_KEY])
+            params = sorted(s for s in sources if kinds.get(s) == "parameter")
+            other_tensors = [s for s in sources if kinds.get(s) in ("buffer", "constant")]
+            # Parameters reshaped, transposed or concatenated (with index/shape helpers only) are
+            # still those parameters; anything folded from buffers (masks, rotary tables) is not.
+            if params and not other_tensors:
+                kind = "parameter"
+                origin = params[0] if len(params) == 1 else None
+                storage_from = "+".join(params)
+            else:
+                kind = "derived"
+        storage = f"param:{storage_from}" if storage_from else t.storage_key
+        out[name] = dataclasses.replace(t, kind=kind, origin=origin, storage_key=storage)
+    return out
