@@ -351,7 +351,51 @@ def _h_constant(ev: ShapeEvaluator, node: Node) -> None:
 def _h_constant_of_shape(ev: ShapeEvaluator, node: Node) -> None:
     v = ev._in_value(node, 0)
     if v is not None and all(isinstance(x, Dim) for x in v):
-        ev._set(node, tuple(x for x in v if isinstance(x, Dim)))
+        shape = tuple(x for x in v if isinstance(x, Dim))
+        value: Value | None = None
+        fill = node.attrs.get("value", 0.0)
+        if len(shape) == 1 and shape[0].is_int and shape[0].coef <= 64 and isinstance(fill, (int, float)):
+            value = tuple(Dim(fill) if isinstance(fill, int) else float(fill) for _ in range(shape[0].coef))
+        ev._set(node, shape, value)
+
+
+def _h_equal(ev: ShapeEvaluator, node: Node) -> None:
+    ev._elementwise(node)
+    a, b = ev._in_value(node, 0), ev._in_value(node, 1)
+    if a is None or b is None or not (len(a) == len(b) or len(b) == 1):
+        return
+    out: list[Scalar] = []
+    for i, x in enumerate(a):
+        y = b[0 if len(b) == 1 else i]
+        if isinstance(x, Dim) and isinstance(y, Dim):
+            if x == y:
+                out.append(Dim(1))
+            elif x.is_int and y.is_int:
+                out.append(Dim(0))
+            elif (y.is_int and y.coef <= 0) or (x.is_int and x.coef <= 0):
+                out.append(Dim(0))  # a symbolic dim is a positive size, never 0 or -1
+            else:
+                return
+        else:
+            return
+    ev._set(node, ev.shapes.get(node.outputs[0]), tuple(out))
+
+
+def _h_where(ev: ShapeEvaluator, node: Node) -> None:
+    ev._elementwise(node)
+    c, a, b = ev._in_value(node, 0), ev._in_value(node, 1), ev._in_value(node, 2)
+    if c is None or a is None or b is None:
+        return
+    n = max(len(c), len(a), len(b))
+    if any(len(v) not in (1, n) for v in (c, a, b)):
+        return
+    out: list[Scalar] = []
+    for i in range(n):
+        cond = c[0 if len(c) == 1 else i]
+        if not isinstance(cond, Dim) or not cond.is_int:
+            return
+        out.append((a if cond.coef else b)[0 if len(a if cond.coef else b) == 1 else i])
+    ev._set(node, ev.shapes.get(node.outputs[0]), tuple(out))
 
 
 def _h_gather(ev: ShapeEvaluator, node: Node) -> None:
@@ -431,6 +475,17 @@ def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
         ends = node.attrs.get("ends")  # type: ignore[assignment]
         axes = node.attrs.get("axes") or tuple(range(len(starts or ())))  # type: ignore[assignment]
         steps = tuple(1 for _ in (starts or ()))
+    if ends is None and starts is not None and len(node.inputs) >= 3 and all(x == 0 for x in starts):
+        # x[:, :seq] with seq read from another tensor's shape: the length is that symbol.
+        sym_ends = ev._in_value(node, 2)
+        if sym_ends is not None and (steps is None or all(x == 1 for x in steps)) and axes is not None:
+            out_sym = list(s)
+            for en_dim, ax in zip(sym_ends, axes):
+                if not isinstance(en_dim, Dim):
+                    return
+                out_sym[_norm_axis(ax, len(s))] = en_dim
+            ev._set(node, tuple(out_sym))
+        return
     if starts is None or ends is None or axes is None or steps is None:
         return
     out = list(s)
@@ -643,6 +698,32 @@ def _h_reduce(ev: ShapeEvaluator, node: Node) -> None:
     ev._set(node, out)
 
 
+def _h_conv(ev: ShapeEvaluator, node: Node) -> None:
+    x, w = ev._in_shape(node, 0), ev._in_shape(node, 1)
+    if x is None or w is None or len(x) != len(w) or len(x) < 3:
+        return
+    k = len(x) - 2
+    attr = node.attrs
+
+    def ints(name: str, default: int, n: int) -> tuple[int, ...]:
+        v = attr.get(name)
+        return tuple(int(i) for i in v) if isinstance(v, tuple) and len(v) == n else (default,) * n
+
+    strides, dilations, pads = ints("strides", 1, k), ints("dilations", 1, k), ints("pads", 0, 2 * k)
+    auto_pad = attr.get("auto_pad", "NOTSET")
+    spatial: list[Dim] = []
+    for i in range(k):
+        d, kern = x[2 + i], w[2 + i]
+        if not (d.is_int and kern.is_int):
+            spatial.append(sym_dim(ev._new_sym()))
+        elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            spatial.append(Dim(-(-d.coef // strides[i])))
+        else:
+            span = dilations[i] * (kern.coef - 1) + 1
+            spatial.append(Dim((d.coef + pads[i] + pads[i + k] - span) // strides[i] + 1))
+    ev._set(node, (x[0], w[0], *spatial))
+
+
 _HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     "Shape": _h_shape,
     "Size": _h_size,
@@ -664,6 +745,9 @@ _HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     "Split": _h_split,
     "Einsum": _h_einsum,
     "Range": _h_range,
+    "Equal": _h_equal,
+    "Conv": _h_conv,
+    "Where": _h_where,
     **{op: _h_reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                                 "ReduceSumSquare", "ReduceLogSumExp")},
 }

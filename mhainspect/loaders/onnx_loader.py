@@ -552,6 +552,15 @@ def _attr_value(a: onnx.AttributeProto) -> AttrValue:  # type: ignore[name-defin
         return tuple(float(x) for x in a.floats)
     if at == _A_STRINGS:
         return tuple(s.decode("utf-8", errors="replace") for s in a.strings)
+    if a.name == "value" and a.HasField("t") and len(a.t.dims) <= 1:
+        # ConstantOfShape's fill value: a one-element tensor, needed to fold shape arithmetic.
+        try:
+            ints, flt = _small_values(a.t, a.t.data_type)
+        except (KeyError, ValueError):  # an exotic dtype: the fill value stays unknown
+            return None
+        if ints is not None and len(ints) == 1:
+            return ints[0]
+        return flt
     return None
 
 
@@ -659,10 +668,7 @@ class _GraphBuilder:
                 subgraphs.append(a.g)
             if a.graphs:
                 subgraphs.extend(a.graphs)
-            a_name = a.name
-            if a_name == "value" and a.HasField("t"):
-                continue
-            attrs[a_name] = _attr_value(a)
+            attrs[a.name] = _attr_value(a)
         node_name = node.name
         name = prefix + (node_name or f"{op_type}_{len(self.nodes)}")
         scope = None

@@ -18,7 +18,9 @@ from mhainspect.matchers.projection import ProjectionHit, TracedProjection
 from mhainspect.matchers.scopes import block_name
 
 # Stronger sources first. "scale" is a fallback only: a custom scale is legitimate (MHA003).
-_PRIORITY = {"attribute": 0, "kernel_shape": 1, "shape": 2, "weight_shape": 3, "score_shape": 4, "reshape": 4,
+# The head axis of the scores is observed directly; widths / d_k depend on resolving packed
+# projections, so the scores win when the two disagree (and the disagreement is reported).
+_PRIORITY = {"attribute": 0, "kernel_shape": 1, "shape": 2, "score_shape": 3, "weight_shape": 4, "reshape": 4,
              "scale": 9}
 _FIELDS = ("num_heads", "num_kv_heads", "d_model", "d_k", "d_v")
 

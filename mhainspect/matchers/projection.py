@@ -23,14 +23,14 @@ _PROJECTION_OPS = {"MatMul", "Gemm", "FusedMatMul", "Einsum", "MatMulNBits", "Ma
 _BACKWARD_THROUGH: dict[str, tuple[int, ...] | None] = {
     "Reshape": (0,), "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Cast": (0,), "CastLike": (0,),
     "Identity": (0,), "Flatten": (0,), "Dropout": (0,), "Contiguous": (0,), "Expand": (0,), "Tile": (0,),
-    "Split": (0,), "Slice": (0,), "Gather": (0,), "Concat": None, "Mul": None, "Div": (0,), "Add": None,
+    "Split": (0,), "Slice": (0,), "Gather": (0,), "GatherND": (0,), "GatherElements": (0,), "Concat": None, "Mul": None, "Div": (0,), "Add": None,
     "Sub": None, "Neg": (0,), "Where": (1, 2), "LayerNormalization": (0,), "SimplifiedLayerNormalization": (0,),
     "RMSNormalization": (0,), "RotaryEmbedding": (0,), "Pow": (0,), "ReduceMean": (0,), "Sqrt": (0,),
     "Reciprocal": (0,), "Abs": (0,),
 }
 _FORWARD_THROUGH = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Cast", "CastLike", "Identity", "Flatten",
                     "Dropout", "Contiguous"}
-_SPLIT_OPS = {"Split", "Slice", "Gather"}
+_SPLIT_OPS = {"Split", "Slice", "Gather", "GatherND", "GatherElements"}
 _MAX_BACKWARD_NODES = 60
 _MAX_FORWARD_DEPTH = 8
 
