@@ -6,6 +6,7 @@ Exit codes: 0 the audit ran; 1 a gate failed; 2 usage or input error (one line o
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from enum import Enum
@@ -38,8 +39,18 @@ class OutputFormat(str, Enum):
     sarif = "sarif"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line with control characters escaped: names from a hostile file can hold
+    newlines or terminal escape sequences, and an error stays one line that cannot drive the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        text.strip())
+
+
 def fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
-    typer.echo(f"mhainspect: error: {message}", err=True)
+    typer.echo(f"mhainspect: error: {one_line(message)}", err=True)
     return typer.Exit(code)
 
 
@@ -78,7 +89,7 @@ def _width() -> int | None:
             return os.get_terminal_size().columns
         except OSError:
             return None
-    return None
+    return 160  # logs and pipes: no terminal to fit, so keep every column
 
 
 class _ProgressBar:
@@ -324,7 +335,7 @@ def inspect_cmd(
     for path in paths:
         result = _analyze_one(path, settings.heads or (), factory_args)
         if isinstance(result, str):
-            typer.echo(f"mhainspect: error: {result}", err=True)
+            typer.echo(f"mhainspect: error: {one_line(result)}", err=True)
             errors += 1
         else:
             if verify:
@@ -358,7 +369,7 @@ def inspect_cmd(
         else:
             sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
     for failure in failures:
-        typer.echo(f"mhainspect: gate failed: {failure.message}", err=True)
+        typer.echo(f"mhainspect: gate failed: {one_line(failure.message)}", err=True)
     contradicted = [f"{r.model.path}: {b.name}" for r in reports for b in r.blocks
                     if b.verification is not None and b.verification.status == "contradicted"]
     if fail_on_contradiction and contradicted:

@@ -715,20 +715,50 @@ _TOK = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "
 
 def _hf_cases() -> list[Case]:
     specs = [
-        ("bert", _build_bert, _truth_bert, ("input_ids", "attention_mask"), _TOK),
-        ("gpt2", _build_gpt2, _truth_gpt2, ("input_ids", "attention_mask"), _TOK),
-        ("llama", _build_llama, _truth_llama, ("input_ids", "attention_mask"), _TOK),
+        (
+            "bert",
+            _build_bert,
+            _truth_bert,
+            ("input_ids", "attention_mask"),
+            _TOK,
+            "BertModel hidden 64, 4 heads x 16, 2 layers, with pooler; o-proj is attention.output.dense",
+        ),
+        (
+            "gpt2",
+            _build_gpt2,
+            _truth_gpt2,
+            ("input_ids", "attention_mask"),
+            _TOK,
+            "GPT2Model n_embd 64, 4 heads x 16, 2 layers; fused c_attn Conv1D weight [in, 3*out], causal",
+        ),
+        (
+            "llama",
+            _build_llama,
+            _truth_llama,
+            ("input_ids", "attention_mask"),
+            _TOK,
+            "LlamaModel hidden 128, 8 heads x head_dim 16, 2 kv heads (GQA, 4 groups), RoPE, no biases, causal",
+        ),
         (
             "t5",
             _build_t5,
             _truth_t5,
             ("input_ids", "attention_mask", "decoder_input_ids"),
             {**_TOK, "decoder_input_ids": {0: "batch", 1: "dec_seq"}},
+            "T5Model d_model 32, 4 heads x d_kv 16 (inner 64 != d_model), no qk scaling, no biases; "
+            "layer-0 blocks also own relative_attention_bias Embedding[8, heads] (not in q/k/v/o)",
         ),
-        ("vit", _build_vit, _truth_vit, ("pixel_values",), {"pixel_values": {0: "batch"}}),
+        (
+            "vit",
+            _build_vit,
+            _truth_vit,
+            ("pixel_values",),
+            {"pixel_values": {0: "batch"}},
+            "ViTModel hidden 64, 4 heads x 16, image 32 / patch 8 (17 tokens incl. CLS), 2 layers",
+        ),
     ]
     out = []
-    for name, build, truth, names, dyn in specs:
+    for name, build, truth, names, dyn, notes in specs:
         for attn in ("eager", "sdpa"):
             out.append(
                 Case(
@@ -739,6 +769,7 @@ def _hf_cases() -> list[Case]:
                     input_names=names,
                     dynamic_axes=dyn,
                     family="transformers",
+                    notes=f"{notes}; attn_implementation={attn!r}",
                 )
             )
     return out
@@ -1197,7 +1228,7 @@ def export_all(
                     None,
                     _graph_is_dynamic(path),
                     prev.get("dynamic_error"),
-                    0.0,
+                    float(prev.get("seconds", 0.0)),
                     cached=True,
                     ort=prev.get("ort"),
                 )
@@ -1207,7 +1238,7 @@ def export_all(
                 and (prev := previous.get((c.name, v.name), {})).get("error")
             ):
                 results[(c.name, v.name)] = ExportResult(
-                    None, prev["error"], False, prev.get("dynamic_error"), 0.0, cached=True
+                    None, prev["error"], False, prev.get("dynamic_error"), float(prev.get("seconds", 0.0)), cached=True
                 )
             else:
                 todo.append((c, v))
