@@ -22,6 +22,7 @@ pytest.importorskip("transformers")
 from mhainspect.analyze import analyze_path  # noqa: E402
 from mhainspect.findings import Report  # noqa: E402
 from tests.conformance import zoo  # noqa: E402
+from tests.conformance.extended import DEFAULT_VARIANTS, EXTENDED_CASES  # noqa: E402
 
 pytestmark = pytest.mark.conformance
 
@@ -40,7 +41,8 @@ _PARAM_FIELDS = ("q", "k", "v", "o", "bias", "total")
 def manifest(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
     outdir = Path(os.environ.get("MHAINSPECT_ZOO_DIR") or tmp_path_factory.mktemp("zoo"))
     jobs = int(os.environ.get("MHAINSPECT_ZOO_JOBS", "2"))
-    result = zoo.export_all(outdir, jobs=jobs)
+    zoo.export_all(outdir, jobs=jobs)
+    result = zoo.export_all(outdir, cases=EXTENDED_CASES, variants=EXTENDED_VARIANTS, jobs=jobs)
     entries = {
         (e["case"], e["variant"]): dict(e, path=str(outdir / e["file"]) if e.get("file") else None)
         for e in result["entries"]
@@ -75,7 +77,11 @@ def _mismatches(report: Report, entry: dict[str, Any]) -> list[str]:
     return problems
 
 
-CASE_VARIANTS = [(c.name, v.name) for c in zoo.CASES for v in zoo.VARIANTS]
+# Architectures beyond the list: one exporter by default, every exporter on request.
+EXTENDED_VARIANTS = tuple(v for v in zoo.VARIANTS if os.environ.get("MHAINSPECT_CONFORMANCE_FULL")
+                          or v.name in DEFAULT_VARIANTS)
+CASE_VARIANTS = [(c.name, v.name) for c in zoo.CASES for v in zoo.VARIANTS] + [
+    (c.name, v.name) for c in EXTENDED_CASES for v in EXTENDED_VARIANTS]
 
 
 @pytest.mark.parametrize(("case", "variant"), CASE_VARIANTS, ids=[f"{c}-{v}" for c, v in CASE_VARIANTS])

@@ -1,0 +1,157 @@
+"""More architectures than the issue names, with one generic ground-truth reader.
+
+Each case is a transformers model built from its own config class (random weights, small sizes,
+the architecture's real head layout). Ground truth comes from the attention modules themselves:
+heads, kv heads and head size from the module/config, and per-role parameter counts from the
+projection weights (fused QKV weights split by the widths the module uses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from tests.conformance.zoo import BATCH, SEQ, VOCAB, BlockTruth, Case, _block, _eval, _hf_quiet, _ids, _qualname
+
+_TOK = {"input_ids": {0: "batch", 1: "seq"}}
+
+
+def _n(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.numel()
+
+
+def _linear(lin: nn.Module | None) -> tuple[int, int]:
+    if lin is None:
+        return (0, 0)
+    weight = getattr(lin, "weight", None)
+    bias = getattr(lin, "bias", None)
+    return (_n(weight) + _n(bias), _n(bias))
+
+
+def _rows(lin: nn.Module, start: int, stop: int) -> tuple[int, int]:
+    """Params of rows [start, stop) of a fused nn.Linear (weight [out, in])."""
+    w, b = lin.weight, lin.bias
+    return (_n(w[start:stop]) + (_n(b[start:stop]) if b is not None else 0), _n(b[start:stop]) if b is not None else 0)
+
+
+def _separate(model: nn.Module, attn: nn.Module, h: int, kv: int, hidden: int, dh: int,
+              names: tuple[str, str, str, str] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+              kind: str = "self") -> BlockTruth:
+    q, k, v, o = (getattr(attn, n) for n in names)
+    assert q.weight.shape[0] == h * dh and k.weight.shape[0] == kv * dh, (q.weight.shape, k.weight.shape)
+    return _block(_qualname(model, attn), kind, h, kv, hidden, dh, dh, _linear(q), _linear(k), _linear(v),
+                  _linear(o))
+
+
+def _build(config_cls: str, model_cls: str, tuple_outputs: bool = True,
+           **cfg: Any) -> Callable[[], tuple[nn.Module, tuple]]:
+    def build() -> tuple[nn.Module, tuple]:
+        import transformers
+
+        _hf_quiet()
+        torch.manual_seed(0)
+        config = getattr(transformers, config_cls)(vocab_size=VOCAB, use_cache=False, **cfg)
+        config.return_dict = not tuple_outputs  # BART's own code needs its ModelOutput objects
+        model = _eval(getattr(transformers, model_cls)(config))
+        return model, (_ids(BATCH, SEQ),)
+
+    return build
+
+
+def _truth_decoder(model: nn.Module) -> tuple[BlockTruth, ...]:
+    """Llama-family decoders: layers[i].self_attn with q/k/v/o_proj."""
+    cfg = model.config
+    out = []
+    for layer in model.layers:
+        a = layer.self_attn
+        dh = a.head_dim
+        out.append(_separate(model, a, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size, dh))
+    return tuple(out)
+
+
+def _truth_falcon(model: nn.Module) -> tuple[BlockTruth, ...]:
+    cfg = model.config
+    out = []
+    for layer in model.h:
+        a = layer.self_attention
+        h, dh, kv = a.num_heads, a.head_dim, (1 if cfg.multi_query else a.num_heads)
+        fused = a.query_key_value  # [(h + 2·kv)·dh, hidden]: q rows, then k, then v
+        q = _rows(fused, 0, h * dh)
+        k = _rows(fused, h * dh, (h + kv) * dh)
+        v = _rows(fused, (h + kv) * dh, (h + 2 * kv) * dh)
+        out.append(_block(_qualname(model, a), "self", h, kv, cfg.hidden_size, dh, dh, q, k, v, _linear(a.dense)))
+    return tuple(out)
+
+
+def _truth_neox(model: nn.Module) -> tuple[BlockTruth, ...]:
+    cfg = model.config
+    out = []
+    for layer in model.layers:
+        a = layer.attention
+        h, dh = cfg.num_attention_heads, a.head_size
+        fused = a.query_key_value  # rows interleaved per head: (h, 3, dh)
+        share = (_n(fused.weight) // 3 + (_n(fused.bias) // 3 if fused.bias is not None else 0),
+                 _n(fused.bias) // 3 if fused.bias is not None else 0)
+        out.append(_block(_qualname(model, a), "self", h, h, cfg.hidden_size, dh, dh, share, share, share,
+                          _linear(a.dense)))
+    return tuple(out)
+
+
+def _truth_bart(model: nn.Module) -> tuple[BlockTruth, ...]:
+    cfg = model.config
+    out = []
+    names = ("q_proj", "k_proj", "v_proj", "out_proj")
+    for layer in model.encoder.layers:
+        a = layer.self_attn
+        out.append(_separate(model, a, a.num_heads, a.num_heads, cfg.d_model, a.head_dim, names))
+    for layer in model.decoder.layers:
+        for a, kind in ((layer.self_attn, "self"), (layer.encoder_attn, "cross")):
+            out.append(_separate(model, a, a.num_heads, a.num_heads, cfg.d_model, a.head_dim, names, kind))
+    return tuple(out)
+
+
+def _bart_inputs(build: Callable[[], tuple[nn.Module, tuple]]) -> Callable[[], tuple[nn.Module, tuple]]:
+    def with_decoder() -> tuple[nn.Module, tuple]:
+        model, (ids,) = build()
+        return model, (ids, _ids(BATCH, SEQ - 2))
+
+    return with_decoder
+
+
+_SMALL = {"num_hidden_layers": 2, "intermediate_size": 128}
+
+EXTENDED_CASES: tuple[Case, ...] = (
+    Case("qwen3", _build("Qwen3Config", "Qwen3Model", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=32, attn_implementation="sdpa", **_SMALL),
+         _truth_decoder, True, ("input_ids",), _TOK, "transformers",
+         "Qwen3: head_dim 32 with hidden 64 / 4 heads (h·d_k = 128 ≠ d_model), per-head q_norm/k_norm, GQA"),
+    Case("gemma", _build("GemmaConfig", "GemmaModel", hidden_size=64, num_attention_heads=4, num_key_value_heads=1,
+                         head_dim=32, attn_implementation="eager", **_SMALL),
+         _truth_decoder, True, ("input_ids",), _TOK, "transformers",
+         "Gemma: multi-query (1 kv head), head_dim 32 ≠ hidden/heads"),
+    Case("qwen2", _build("Qwen2Config", "Qwen2Model", hidden_size=64, num_attention_heads=8, num_key_value_heads=2,
+                         attn_implementation="eager", **_SMALL),
+         _truth_decoder, True, ("input_ids",), _TOK, "transformers", "Qwen2: GQA with q/k/v biases, o without"),
+    Case("falcon", _build("FalconConfig", "FalconModel", hidden_size=64, num_attention_heads=4, multi_query=True,
+                          new_decoder_architecture=False, num_hidden_layers=2),
+         _truth_falcon, True, ("input_ids",), _TOK, "transformers",
+         "Falcon: one fused query_key_value for 4 query heads and 1 shared K/V head (multi-query)"),
+    Case("gpt-neox", _build("GPTNeoXConfig", "GPTNeoXModel", hidden_size=64, num_attention_heads=4, rotary_pct=0.25,
+                            **_SMALL),
+         _truth_neox, True, ("input_ids",), _TOK, "transformers",
+         "GPT-NeoX: fused QKV interleaved per head, partial rotary (25%)"),
+    Case("bart", _bart_inputs(_build("BartConfig", "BartModel", tuple_outputs=False, d_model=64, encoder_attention_heads=4,
+                                     decoder_attention_heads=4, encoder_layers=1, decoder_layers=1,
+                                     encoder_ffn_dim=128, decoder_ffn_dim=128)),
+         _truth_bart, True, ("input_ids", "decoder_input_ids"),
+         {**_TOK, "decoder_input_ids": {0: "batch", 1: "dec_seq"}}, "transformers",
+         "BART: encoder self, decoder self and cross attention with out_proj"),
+)
+
+# One exporter keeps the default suite fast; MHAINSPECT_CONFORMANCE_FULL=1 runs all variants.
+DEFAULT_VARIANTS = ("dynamo-18",)
+
+__all__ = ["EXTENDED_CASES", "DEFAULT_VARIANTS"]
