@@ -72,6 +72,8 @@ def read_safetensors_header(path: Path) -> dict[str, WeightMeta]:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         header = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise InputError(f"{path}: not a safetensors file (header nested too deeply)") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: not a safetensors file (header is not JSON: {exc})") from None
     if not isinstance(header, dict):
@@ -99,6 +101,37 @@ def _import_torch(what: str) -> Any:
     return torch
 
 
+# torch.save writes zip archives with stored (uncompressed) members; legacy files are raw pickles.
+_ZIP_MAGIC = b"PK\x03\x04"
+_PICKLE_MAGIC = b"\x80"
+
+
+def _check_checkpoint_container(path: Path) -> None:
+    """Refuse what torch.load would inflate or misreport: compressed members (zip bombs), members
+    larger than the file, and files that are neither a zip archive nor a pickle."""
+    import zipfile
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    if head.startswith(_ZIP_MAGIC):
+        size = path.stat().st_size
+        try:
+            with zipfile.ZipFile(path) as archive:
+                for info in archive.infolist():
+                    if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
+                        raise InputError(f"{path}: refused: archive member {info.filename!r} is compressed or "
+                                         "larger than the file (torch.save never writes that; a zip bomb?)")
+        except zipfile.BadZipFile as exc:
+            raise InputError(f"{path}: not a PyTorch checkpoint (broken zip archive: {exc})") from None
+    elif not head.startswith(_PICKLE_MAGIC):
+        raise InputError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a pickle)")
+
+
 def read_torch_state_dict(path: Path) -> dict[str, WeightMeta]:
     """Tensor metadata from a torch.save'd state dict, loaded with weights_only=True (memory-mapped)."""
     torch = _import_torch(f"{path.suffix} checkpoints")
@@ -106,6 +139,7 @@ def read_torch_state_dict(path: Path) -> dict[str, WeightMeta]:
 
     if not path.is_file():
         raise InputError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    _check_checkpoint_container(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
