@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -50,6 +51,15 @@ class ParamBreakdown:
     bias: int  # part of total that is biases
     total: int  # q + k + v + o
     extra: int = 0  # other params of the block (bias_k/bias_v, relative position tables)
+
+    @classmethod
+    def from_projections(cls, projections: Iterable[Projection], extra: int = 0) -> ParamBreakdown:
+        per = {"q": 0, "k": 0, "v": 0, "o": 0}
+        bias = 0
+        for p in projections:
+            per[p.role] += p.weight_params + p.bias_params
+            bias += p.bias_params
+        return cls(q=per["q"], k=per["k"], v=per["v"], o=per["o"], bias=bias, total=sum(per.values()), extra=extra)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ Weights are metadata only: shape, dtype and a storage key, never tensor data.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -39,10 +40,7 @@ class Tensor:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)

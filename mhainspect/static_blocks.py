@@ -161,7 +161,7 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     if h is None:
         g = None
         unknown = no_heads_reason or "no head count: weight shapes give the projection widths, not the heads"
-    params = dataclasses.replace(_breakdown(projections), extra=extra)
+    params = ParamBreakdown.from_projections(projections, extra=extra)
     return AttentionBlock(
         name=group.name, matcher=matcher, kind="cross" if group.cross else "self",
         num_heads=h, num_kv_heads=g, d_model=d_model, d_k=d_k, d_v=d_v, params=params,
@@ -187,14 +187,6 @@ def _split_packed(total: int | None, h: int | None, g: int | None, d_k: int | No
     return None
 
 
-def _breakdown(projections: Sequence[Projection]) -> ParamBreakdown:
-    per = {"q": 0, "k": 0, "v": 0, "o": 0}
-    bias = 0
-    for p in projections:
-        per[p.role] += p.weight_params + p.bias_params
-        bias += p.bias_params
-    return ParamBreakdown(q=per["q"], k=per["k"], v=per["v"], o=per["o"], bias=bias,
-                          total=per["q"] + per["k"] + per["v"] + per["o"])
 
 
 def attention_params(blocks: Sequence[AttentionBlock]) -> int:

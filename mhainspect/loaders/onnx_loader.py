@@ -552,7 +552,7 @@ def _attr_value(a: onnx.AttributeProto) -> AttrValue:  # type: ignore[name-defin
         return tuple(float(x) for x in a.floats)
     if at == _A_STRINGS:
         return tuple(s.decode("utf-8", errors="replace") for s in a.strings)
-    if a.name == "value" and a.HasField("t") and len(a.t.dims) <= 1:
+    if a.name == "value" and a.HasField("t") and len(a.t.dims) <= 1 and math.prod(a.t.dims) == 1:
         # ConstantOfShape's fill value: a one-element tensor, needed to fold shape arithmetic.
         try:
             ints, flt = _small_values(a.t, a.t.data_type)

@@ -11,8 +11,8 @@ heuristics apply.
 from __future__ import annotations
 
 import ast
-import re
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 
 from mhainspect.graph import Tensor

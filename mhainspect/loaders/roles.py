@@ -9,11 +9,13 @@ them from module attributes or a config (see ``mhainspect.static_blocks``).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mhainspect.findings import Projection
+from mhainspect.matchers.scopes import common_prefix
 
 # Role names of a projection module (the last component of its path), lower-cased.
 Q_NAMES = frozenset({"q_proj", "query", "q", "wq", "q_lin", "to_q", "query_proj", "q_linear", "linear_q", "w_q",
@@ -50,10 +52,7 @@ class WeightMeta:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -99,16 +98,7 @@ def _role_of(component: str) -> str | None:
 
 
 def _common_prefix(paths: Iterable[str]) -> str:
-    parts = [p.split(".") if p else [] for p in paths]
-    if not parts:
-        return ""
-    out: list[str] = []
-    for items in zip(*parts):
-        if all(x == items[0] for x in items):
-            out.append(items[0])
-        else:
-            break
-    return ".".join(out)
+    return ".".join(common_prefix([p.split(".") if p else [] for p in paths]))
 
 
 def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ...]:

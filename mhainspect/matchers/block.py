@@ -6,7 +6,6 @@ others as evidence, and reports disagreements instead of silently choosing.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -140,7 +139,7 @@ class BlockBuilder:
             unknown_reason = self._unknown_reason()
             picked["num_kv_heads"] = None
         projections = self._projections()
-        params = dataclasses.replace(_breakdown(projections), extra=sum(self.extras.values()))
+        params = ParamBreakdown.from_projections(projections, extra=sum(self.extras.values()))
         kind = self._kind()
         name = block_name(self.index, self.anchor, projections, taken_names)
         return AttentionBlock(
@@ -202,14 +201,6 @@ def _source(index: GraphIndex, name: str) -> str:
     return name
 
 
-def _breakdown(projections: tuple[Projection, ...]) -> ParamBreakdown:
-    per = {"q": 0, "k": 0, "v": 0, "o": 0}
-    bias = 0
-    for p in projections:
-        per[p.role] += p.weight_params + p.bias_params
-        bias += p.bias_params
-    return ParamBreakdown(q=per["q"], k=per["k"], v=per["v"], o=per["o"], bias=bias,
-                          total=per["q"] + per["k"] + per["v"] + per["o"])
 
 
 def inverse_sqrt_dim(scale: float) -> int | None:

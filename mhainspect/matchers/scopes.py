@@ -12,7 +12,8 @@ from mhainspect.graph import Node
 _GENERATED = re.compile(r"^(onnx::|val_|_val_|initializer|const|/)|^[A-Za-z]+_\d+$")
 
 
-def _common_prefix(paths: list[list[str]]) -> list[str]:
+def common_prefix(paths: list[list[str]]) -> list[str]:
+    """Longest shared leading run of dotted-path components."""
     if not paths:
         return []
     out: list[str] = []
@@ -38,10 +39,10 @@ def block_name(index: GraphIndex, anchor: Node, projections: tuple[Projection, .
     scopes = [by_name[p.node].scope.split(".") for p in projections if p.node in by_name and by_name[p.node].scope]
     if anchor.scope:
         scopes.append(anchor.scope.split("."))
-    name = ".".join(_common_prefix(scopes)) if scopes else ""
+    name = ".".join(common_prefix(scopes)) if scopes else ""
     if not name:
         ws = [s for s in (_weight_scope(p.weight) or _weight_scope(p.bias) for p in projections) if s]
-        name = ".".join(_common_prefix(ws))
+        name = ".".join(common_prefix(ws))
     if not name:
         name = anchor.name
     base, n = name, 2

@@ -6,8 +6,8 @@ import re
 from collections.abc import Iterable
 
 from mhainspect.findings import Flag, Report, Severity
-from mhainspect.render.numbers import group, human_count
-from mhainspect.render.table import heads_label
+from mhainspect.render.numbers import group
+from mhainspect.render.table import block_cells
 
 __all__ = ["render_markdown"]
 
@@ -33,14 +33,6 @@ def _code(value: str) -> str:
     return f"{fence}{pad}{one_line}{pad}{fence}" if one_line else "(unnamed)"
 
 
-def _opt(value: int | None) -> str:
-    return "?" if value is None else str(value)
-
-
-def _percent(part: int, whole: int) -> str:
-    return f"{100.0 * part / whole:.2f}" if whole else "-"
-
-
 def _row(cells: Iterable[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -57,7 +49,7 @@ def _report(report: Report, level: int) -> list[str]:
     lines = [f"{hashes} {_code(m.path)}", ""]
     opset = f", opset {m.opset}" if m.opset is not None else ""
     producer = f", {_text(m.producer)}" if m.producer else ""
-    share = f" ({_percent(m.attention_params, m.total_params)}%)" if m.total_params else ""
+    share = f" ({percent(m.attention_params, m.total_params)}%)" if m.total_params else ""
     lines.append(
         f"{_text(m.format)}{opset}{producer}: **{group(m.total_params)}** params, "
         f"attention **{group(m.attention_params)}**{share}, {len(report.blocks)} blocks"
@@ -67,26 +59,9 @@ def _report(report: Report, level: int) -> list[str]:
         lines.append(_row(_COLUMNS))
         lines.append(_row(_ALIGN))
         for b in report.blocks:
-            p = b.params
-            lines.append(
-                _row(
-                    (
-                        _code(b.name),
-                        _text(b.kind),
-                        heads_label(b),
-                        _opt(b.d_model),
-                        _opt(b.d_k),
-                        _opt(b.d_v),
-                        human_count(p.q),
-                        human_count(p.k),
-                        human_count(p.v),
-                        human_count(p.o),
-                        human_count(p.bias),
-                        f"**{human_count(p.total)}**",
-                        _percent(p.total, m.total_params),
-                    )
-                )
-            )
+            cells = list(block_cells(b, m.total_params))
+            cells[0], cells[1], cells[11] = _code(b.name), _text(b.kind), f"**{cells[11]}**"
+            lines.append(_row(cells))
     else:
         lines.append("No attention blocks found.")
     lines.append("")

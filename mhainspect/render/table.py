@@ -37,8 +37,16 @@ def _opt(value: int | None) -> str:
     return _UNKNOWN if value is None else str(value)
 
 
-def _percent(part: int, whole: int) -> str:
+def percent(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.2f}" if whole else "-"
+
+
+def block_cells(b: AttentionBlock, model_total: int) -> tuple[str, ...]:
+    """One block's row, in _COLUMNS order; shared by every tabular renderer."""
+    p = b.params
+    return (b.name, b.kind, heads_label(b), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v), human_count(p.q),
+            human_count(p.k), human_count(p.v), human_count(p.o), human_count(p.bias), human_count(p.total),
+            percent(p.total, model_total))
 
 
 def _misses(n: int) -> str:
@@ -53,7 +61,7 @@ def _header(report: Report) -> list[Text]:
     meta.append(f"  producer {m.producer or _UNKNOWN}")
     meta.append(f"  nodes {group(m.num_nodes)}")
     lines.append(meta)
-    share = _percent(m.attention_params, m.total_params)
+    share = percent(m.attention_params, m.total_params)
     lines.append(
         Text.assemble(
             ("Params: ", "bold"),
@@ -78,24 +86,7 @@ def _block_rows(report: Report) -> list[tuple[str, ...]]:
     total = report.model.total_params
     rows: list[tuple[str, ...]] = []
     for b in report.blocks:
-        p = b.params
-        rows.append(
-            (
-                b.name,
-                b.kind,
-                heads_label(b),
-                _opt(b.d_model),
-                _opt(b.d_k),
-                _opt(b.d_v),
-                human_count(p.q),
-                human_count(p.k),
-                human_count(p.v),
-                human_count(p.o),
-                human_count(p.bias),
-                human_count(p.total),
-                _percent(p.total, total),
-            )
-        )
+        rows.append(block_cells(b, total))
     return rows
 
 
