@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from mhainspect.findings import Flag, Report, Severity
 from mhainspect.render.numbers import group
-from mhainspect.render.table import block_cells
+from mhainspect.render.table import block_cells, percent
 
 __all__ = ["render_markdown"]
 
