@@ -6,7 +6,6 @@ Exit codes: 0 the audit ran; 1 a gate failed; 2 usage or input error (one line o
 from __future__ import annotations
 
 import os
-import re
 import sys
 import tempfile
 from enum import Enum
@@ -17,6 +16,7 @@ import typer
 
 from mhainspect import __version__
 from mhainspect.errors import InputError
+from mhainspect.render.text import printable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -39,14 +39,12 @@ class OutputFormat(str, Enum):
     sarif = "sarif"
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def one_line(text: str) -> str:
     """``text`` on one line with control characters escaped: names from a hostile file can hold
     newlines or terminal escape sequences, and an error stays one line that cannot drive the terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                        text.strip())
+    return printable(text.strip())
 
 
 def fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:

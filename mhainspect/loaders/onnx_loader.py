@@ -90,7 +90,23 @@ def load_onnx(path: str | os.PathLike[str], progress: ProgressCallback | None = 
     """Parse an ONNX file into a ModelGraph. Raises InputError with a one-line reason."""
     progress = progress or _PROGRESS.get()
     model = _read_model_metadata(Path(path), progress)
-    return model_to_graph(model, source=str(path), progress=progress)
+    try:
+        return model_to_graph(model, source=str(path), progress=progress)
+    except (TypeError, AttributeError):
+        # onnx.proto is proto2: a string field with non-UTF-8 bytes parses, and comes back as bytes.
+        if _has_byte_strings(model):
+            raise InputError(f"{path}: not a valid ONNX model (a name or string field is not UTF-8)") from None
+        raise
+
+
+def _has_byte_strings(model: Any) -> bool:
+    graph = model.graph
+    fields: list[Any] = [model.producer_name, model.producer_version, model.domain, graph.name]
+    for node in graph.node:
+        fields.extend((node.name, node.op_type, node.domain, *node.input, *node.output))
+    fields.extend(t.name for t in graph.initializer)
+    fields.extend(v.name for v in (*graph.input, *graph.output, *graph.value_info))
+    return any(isinstance(f, bytes) for f in fields)
 
 
 def read_model_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:  # type: ignore[name-defined]  # noqa: F821

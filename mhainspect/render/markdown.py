@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from mhainspect.findings import Flag, Report, Severity
 from mhainspect.render.numbers import group
 from mhainspect.render.table import block_cells, percent
+from mhainspect.render.text import printable_fields
 
 __all__ = ["render_markdown"]
 
@@ -98,7 +99,7 @@ def render_markdown(reports: Report | Iterable[Report], *, title: str | None = N
     headings are then level 3, else level 2). Human-size numbers (1.05M) appear in the block
     table only; the model totals are exact.
     """
-    items = [reports] if isinstance(reports, Report) else list(reports)
+    items = [printable_fields(r) for r in ([reports] if isinstance(reports, Report) else reports)]
     lines: list[str] = []
     level = 2
     if title is not None:

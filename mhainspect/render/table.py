@@ -12,6 +12,7 @@ from rich.text import Text
 
 from mhainspect.findings import AttentionBlock, BlockVerification, Flag, Report, Severity
 from mhainspect.render.numbers import group, human_count
+from mhainspect.render.text import printable_fields
 
 __all__ = ["render_table", "heads_label", "severity_style", "verify_label"]
 
@@ -248,6 +249,7 @@ def render_table(
     (flags, evidence) are not hard-wrapped. The result does not depend on environment
     variables (NO_COLOR, COLUMNS, ...): the caller decides ``color`` and ``width``.
     """
+    report = printable_fields(report)  # names from the file must not drive the terminal
     width = width or 120
     parts: list[Text | Table] = [*_header(report), Text("")]
     if report.blocks:
