@@ -499,8 +499,7 @@ def expected_params(name: str) -> tuple[int, int] | None:
     for n in (2, 8, 32):
         shapes[f"llama70b_L{n}"] = _with_layers(LLAMA_70B, n)
     s = shapes.get(name)
-    # + the rotary inv_freq buffer [1, head_dim/2, 1]: read by a MatMul as data, so it counts
-    return (s.total_params() + s.head_dim // 2, s.attention_params()) if s else None
+    return (s.total_params(), s.attention_params()) if s else None
 
 
 def generate(out: Path, only: set[str] | None = None, force: bool = False) -> dict[str, Path]:

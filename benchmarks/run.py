@@ -113,8 +113,15 @@ class Cell:
         return "not run"
 
 
+_TIME = shutil.which("time", path="/usr/bin:/bin")
+
+
 def measure(cmd: list[str], timeout: float, cwd: str | None = None, mem_limit: int | None = None) -> Run:
-    """One fresh child: wall time, its own peak RSS (wait4), exit code, output."""
+    """One fresh child: wall time, its own peak RSS, exit code, output.
+
+    Peak RSS comes from GNU time (%M) when present: ru_maxrss of a child forked straight from this
+    process would include this process's own RSS at fork time (Linux carries it across exec).
+    """
 
     def limit() -> None:
         if mem_limit:
@@ -122,15 +129,20 @@ def measure(cmd: list[str], timeout: float, cwd: str | None = None, mem_limit: i
 
             resource.setrlimit(resource.RLIMIT_AS, (mem_limit, mem_limit))
 
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        full = [_TIME, "-f", "%M", "-o", rss.name, *cmd] if _TIME else cmd
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, preexec_fn=limit if mem_limit else None,
-                                env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        proc = subprocess.Popen(full, stdout=out, stderr=err, cwd=cwd, preexec_fn=limit if mem_limit else None,
+                                env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True)
         timed_out = threading.Event()
 
         def kill() -> None:
             timed_out.set()
-            proc.kill()
+            try:
+                os.killpg(proc.pid, 9)  # the tool and, under GNU time, its parent
+            except ProcessLookupError:
+                pass
 
         timer = threading.Timer(timeout, kill)
         timer.start()
@@ -138,9 +150,15 @@ def measure(cmd: list[str], timeout: float, cwd: str | None = None, mem_limit: i
         wall = time.perf_counter() - t0
         timer.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
+        rss_kb = usage.ru_maxrss
+        if _TIME:
+            lines = [ln for ln in rss.read().split() if ln.isdigit()]
+            rss_kb = int(lines[-1]) if lines else 0
+            if proc.returncode != 0 and not lines:
+                rss_kb = 0
         out.seek(0)
         err.seek(0)
-        return Run(wall, usage.ru_maxrss, proc.returncode, out.read().decode(errors="replace"),
+        return Run(wall, rss_kb, proc.returncode, out.read().decode(errors="replace"),
                    err.read().decode(errors="replace"), timed_out.is_set())
 
 
@@ -173,7 +191,7 @@ TOOL_LABEL = {
 
 
 def bench_model(path: Path, tools: tuple[str, ...], repeat: int, timeout: float, workdir: Path,
-                external: bool, log: bool = True) -> dict[str, Cell]:
+                external: bool, max_repeat_seconds: float = 60.0, log: bool = True) -> dict[str, Cell]:
     warm(path)
     cells = {t: Cell() for t in tools}
     for i in range(repeat):
@@ -181,12 +199,14 @@ def bench_model(path: Path, tools: tuple[str, ...], repeat: int, timeout: float,
             cell = cells[tool]
             if cell.runs and not cell.ok:  # failed or timed out once: do not repeat
                 continue
+            if cell.runs and min(r.wall for r in cell.runs) > max_repeat_seconds:
+                continue  # minutes-long runs: one is enough (noise is small next to them)
             # Fusion passes run in an empty folder: nothing relative to the cwd can be read.
             cwd = str(workdir / "cwd")
             run = measure(commands(tool, path, workdir / "report.json", external), timeout, cwd=cwd)
             cell.runs.append(run)
             if tool == "mhainspect" and run.rc == 0:
-                cell.note = _summarise_report(workdir / "report.json")
+                cell.note = _summarise_report(workdir / "report.json", make_models.expected_params(path.parent.name))
             elif tool in ("ort", "onnxscript") and run.rc == 0 and run.out.strip():
                 cell.note = _summarise_fusions(run.out)
             if log:
@@ -196,16 +216,22 @@ def bench_model(path: Path, tools: tuple[str, ...], repeat: int, timeout: float,
     return cells
 
 
-def _summarise_report(report: Path) -> str:
+def _summarise_report(report: Path, expected: tuple[int, int] | None = None) -> str:
     try:
         data = json.loads(report.read_text())
     except (OSError, ValueError):
         return ""
+    if "models" in data and data["models"]:
+        data = data["models"][0]
     model = data.get("model", {})
     blocks = data.get("blocks", [])
     heads = sorted({(b.get("num_heads"), b.get("num_kv_heads")) for b in blocks}, key=str)
     head_text = ", ".join(f"{h}/{kv}" if kv and kv != h else str(h) for h, kv in heads)
-    return f"{len(blocks)} blocks, heads {head_text}, {model.get('total_params', 0):,} params"
+    total = model.get("total_params", 0)
+    check = ""
+    if expected is not None:
+        check = " (= construction)" if (total, model.get("attention_params")) == expected else f" (expected {expected})"
+    return f"{len(blocks)} blocks, heads {head_text}, {total:,} params{check}"
 
 
 def _summarise_fusions(out: str) -> str:
@@ -283,9 +309,32 @@ def scaling_table(rows: dict[int, dict[str, Cell]], nodes: dict[int, int]) -> st
 
 
 def count_nodes(path: Path) -> int:
-    from mhainspect.loaders.onnx_loader import load_onnx
+    """Nodes of the neutral graph (Constant nodes become weights), counted in a child process."""
+    code = "import sys; from mhainspect.loaders.onnx_loader import load_onnx; print(len(load_onnx(sys.argv[1]).nodes))"
+    out = subprocess.run([PY, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[-1])
 
-    return len(load_onnx(path).nodes)
+
+def fixed_costs(repeat: int, timeout: float, workdir: Path) -> str:
+    """What every run pays before touching a model: interpreter, imports, CLI parsing."""
+    tiny = Path(__file__).resolve().parents[1] / "sample_models" / "no_attention.onnx"
+    rows = [
+        ("python -c pass", [PY, "-c", "pass"]),
+        ("python -c 'import onnx'", [PY, "-c", "import onnx"]),
+        ("python -c 'import google.protobuf.message'", [PY, "-c", "import google.protobuf.message"]),
+        ("mhainspect --version", [*MHAINSPECT, "--version"]),
+        (f"mhainspect {tiny.name} (6 nodes) --format json",
+         [*MHAINSPECT, str(tiny), "--format", "json", "-o", str(workdir / "tiny.json")]),
+    ]
+    cells = {label: Cell() for label, _ in rows}
+    for _ in range(repeat):
+        for label, cmd in rows:
+            cells[label].runs.append(measure(cmd, timeout))
+    lines = ["| fixed cost | wall s | peak RSS MB |", "| --- | ---: | ---: |"]
+    for label, _ in rows:
+        c = cells[label]
+        lines.append(f"| {label} | {fmt_time(c, None)[0]} | {fmt_rss(c, None)[0]} |")
+    return "\n".join(lines)
 
 
 def proofs(models: dict[str, Path], workdir: Path, timeout: float) -> list[str]:
@@ -327,13 +376,12 @@ def safetensors_rows(folder: Path, repeat: int, timeout: float, workdir: Path) -
              "for p in sorted(pathlib.Path(sys.argv[1]).glob('*.safetensors')):\n"
              "    with open(p, 'rb') as f:\n"
              "        n = struct.unpack('<Q', f.read(8))[0]; json.loads(f.read(n))\n")
-    index = folder / "model.safetensors.index.json"
     cells = {"headers": Cell(), "mhainspect": Cell()}
     for _ in range(repeat):
         cells["headers"].runs.append(measure([PY, "-c", floor, str(folder)], timeout))
         if not cells["mhainspect"].runs or cells["mhainspect"].ok:
             cells["mhainspect"].runs.append(
-                measure([*MHAINSPECT, str(index), "--format", "json", "-o", str(workdir / "st.json")], timeout))
+                measure([*MHAINSPECT, str(folder), "--format", "json", "-o", str(workdir / "st.json")], timeout))
     h, m = cells["headers"], cells["mhainspect"]
     if m.ok:
         m.note = _summarise_report(workdir / "st.json")
@@ -343,7 +391,7 @@ def safetensors_rows(folder: Path, repeat: int, timeout: float, workdir: Path) -
         "| checkpoint | tool | wall s | peak RSS MB | result |", "| --- | --- | ---: | ---: | --- |",
         f"| {shards} shards, {total / 1e9:,.0f} GB (sparse) | python: read the {shards} JSON headers | "
         f"{fmt_time(h, None)[0]} | {fmt_rss(h, None)[0]} | |",
-        f"| same | mhainspect {index.name} | {fmt_time(m, None)[0]} | {fmt_rss(m, None)[0]} | "
+        f"| same | mhainspect {folder.name}/ | {fmt_time(m, None)[0]} | {fmt_rss(m, None)[0]} | "
         f"{m.note or m.status} |",
     ])
 
@@ -352,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best time counts")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it counts as 'timeout'")
+    ap.add_argument("--max-repeat-seconds", type=float, default=60.0,
+                    help="a run longer than this is not repeated")
     ap.add_argument("--models-dir", type=Path, default=make_models.DEFAULT_OUT)
     ap.add_argument("--models", default="llama70b,llama7b,dynamo_L32,inline_1p8gb",
                     help="models of the main table (comma-separated)")
@@ -383,8 +433,11 @@ def main(argv: list[str] | None = None) -> int:
             sizes[name] = (f"{p.stat().st_size / 1e6:,.1f} MB" +
                            (f" + {data.stat().st_size / 1e9:,.0f} GB sparse data" if entry.data else ""))
             print(f"  {name}: {entry.description}", file=sys.stderr)
-            results[name] = bench_model(p, tools, args.repeat, args.timeout, work, external=entry.data is not None)
+            results[name] = bench_model(p, tools, args.repeat, args.timeout, work, external=entry.data is not None,
+                                        max_repeat_seconds=args.max_repeat_seconds)
         sections.append(main_table(results, sizes))
+        print("  fixed costs", file=sys.stderr)
+        sections.append(fixed_costs(args.repeat, args.timeout, work))
 
         if "llama70b" in wanted and "ort" in tools:
             # What the documented call does on the 70B graph: optimize_model(path) loads the
@@ -412,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
                 if missing:
                     print(f"  {name} (scaling)", file=sys.stderr)
                     rows[layers].update(bench_model(paths[name], missing, args.repeat, args.timeout, work,
-                                                    external=True))
+                                                    external=True, max_repeat_seconds=args.max_repeat_seconds))
                 nodes[layers] = count_nodes(paths[name])
             sections.append(scaling_table(rows, nodes))
 
@@ -427,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     header = (f"Machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; best of {args.repeat} runs "
-              f"(wall), max peak RSS; timeout {args.timeout:.0f} s per run; total {time.time() - started:.0f} s.")
+              f"(wall; runs over {args.max_repeat_seconds:.0f} s are not repeated), max peak RSS; timeout "
+              f"{args.timeout:.0f} s per run; total {time.time() - started:.0f} s.")
     text = header + "\n\n" + "\n\n".join(sections) + "\n"
     print(text)
     if args.output:

@@ -194,7 +194,7 @@ def _read_model_metadata(p: Path, progress: ProgressCallback | None) -> Any:
         size = p.stat().st_size
         if progress:
             progress("read", 0, size)
-        data = _read_bytes(p, size)
+        data = _read_bytes(p, size, progress)
         model = cls()
         model.ParseFromString(data)
         del data
@@ -208,7 +208,7 @@ def _read_model_metadata(p: Path, progress: ProgressCallback | None) -> Any:
     return model
 
 
-def _read_bytes(p: Path, size: int) -> bytes:
+def _read_bytes(p: Path, size: int, progress: ProgressCallback | None = None) -> bytes:
     with open(p, "rb") as fh:
         if size < _SCAN_MIN_FILE_BYTES:
             return fh.read()
@@ -216,10 +216,21 @@ def _read_bytes(p: Path, size: int) -> bytes:
 
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         view = memoryview(mm)
+        page = mmap.ALLOCATIONGRANULARITY
+        can_drop = hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED")
+
+        def advance(pos: int) -> None:
+            # Unmap what the scan has passed (kept pieces are copied as it goes): with page-cache
+            # folios of up to 2 MiB, every header touched would otherwise stay in RSS.
+            if can_drop and pos >= page:
+                mm.madvise(mmap.MADV_DONTNEED, 0, pos - pos % page)
+            if progress:
+                progress("read", pos, size)
+
         try:
             if hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
                 mm.madvise(mmap.MADV_RANDOM)  # no read-ahead into the payloads we skip
-            return _stripped(view)
+            return _stripped(view, advance)
         finally:
             try:
                 view.release()
@@ -244,8 +255,11 @@ _CHILDREN: dict[int, dict[int, int]] = {
 _TENSOR_DATA_FIELDS = frozenset({4, 5, 6, 7, 9, 10, 11})
 
 
-def _stripped(buf: memoryview) -> bytes:
-    pieces = _scan(buf, 0, len(buf), _MODEL, 0)
+_ADVANCE_EVERY = 4 << 20  # bytes of scanned file between two advance() calls (page cache folios are up to 2 MiB)
+
+
+def _stripped(buf: memoryview, advance: Callable[[int], None] | None = None) -> bytes:
+    pieces = _scan(buf, 0, len(buf), _MODEL, 0, advance)
     return bytes(buf) if pieces is None else b"".join(pieces)
 
 
@@ -271,7 +285,8 @@ def _encode_varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _scan(buf: memoryview, pos: int, end: int, kind: int, depth: int) -> list[Any] | None:
+def _scan(buf: memoryview, pos: int, end: int, kind: int, depth: int,
+          advance: Callable[[int], None] | None = None) -> list[Any] | None:
     """The message buf[pos:end] with skippable payloads dropped, as pieces; None when unchanged."""
     if depth > 2 * _MAX_SUBGRAPH_DEPTH + 8:
         raise ValueError("nested too deeply")
@@ -280,7 +295,11 @@ def _scan(buf: memoryview, pos: int, end: int, kind: int, depth: int) -> list[An
     children = _CHILDREN[kind]
     out: list[Any] | None = None
     run_start = pos
+    next_advance = pos + _ADVANCE_EVERY if advance is not None else end + 1
     while pos < end:
+        if pos >= next_advance and advance is not None:
+            advance(pos)
+            next_advance = pos + _ADVANCE_EVERY
         field_start = pos
         key, pos = _varint(buf, pos)
         wire = key & 7
@@ -292,12 +311,12 @@ def _scan(buf: memoryview, pos: int, end: int, kind: int, depth: int) -> list[An
             child = children.get(key >> 3)
             if child is None or length <= _SCAN_MIN_MESSAGE_BYTES:
                 continue
-            sub = _scan(buf, body, pos, child, depth + 1)
+            sub = _scan(buf, body, pos, child, depth + 1, advance if depth == 0 else None)
             if sub is None:
                 continue
             if out is None:
                 out = []
-            out.append(buf[run_start:field_start])
+            out.append(bytes(buf[run_start:field_start]))  # copied now: its pages are released later
             out.append(_encode_varint(key) + _encode_varint(sum(len(s) for s in sub)))
             out.extend(sub)
             run_start = pos
@@ -312,7 +331,7 @@ def _scan(buf: memoryview, pos: int, end: int, kind: int, depth: int) -> list[An
     if pos != end:
         raise ValueError("truncated message")
     if out is not None:
-        out.append(buf[run_start:end])
+        out.append(bytes(buf[run_start:end]))
     return out
 
 
@@ -358,9 +377,9 @@ def _scan_tensor(buf: memoryview, pos: int, end: int) -> list[Any] | None:
     pieces: list[Any] = []
     cursor = start
     for span_start, span_stop in data_spans:
-        pieces.append(buf[cursor:span_start])
+        pieces.append(bytes(buf[cursor:span_start]))
         cursor = span_stop
-    pieces.append(buf[cursor:end])
+    pieces.append(bytes(buf[cursor:end]))
     return pieces
 
 
