@@ -57,6 +57,13 @@ def write_atomic(path: Path, text: str) -> None:
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise InputError(f"{path}: output folder does not exist")
+    if path.exists() and not path.is_file():
+        if path.is_dir():
+            raise InputError(f"{path}: is a directory")
+        # /dev/null, a FIFO, a terminal: write in place; renaming over them would replace the device.
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

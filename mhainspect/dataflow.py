@@ -72,6 +72,7 @@ class GraphIndex:
         self.graph = graph
         self.order = topological_order(graph)
         self.position = {id(n): i for i, n in enumerate(self.order)}
+        self.by_name: dict[str, Node] = {n.name: n for n in self.order}
         self.producer: dict[str, Node] = {}
         self.consumers: dict[str, list[tuple[Node, int]]] = {}
         for n in self.order:

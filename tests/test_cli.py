@@ -391,3 +391,19 @@ def test_output_file_named_like_a_subcommand(tmp_path: Path) -> None:
     proc = run_subprocess("-o", "calc", STANDARD, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "calc").is_file()
+
+
+def test_output_to_a_device_writes_in_place_and_keeps_the_device(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    import threading
+
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    result = subprocess.run([sys.executable, "-m", "mhainspect", str(SAMPLES / "standard_mha.onnx"), "-f", "json",
+                             "-o", str(fifo)], capture_output=True, text=True, timeout=120)
+    reader.join(timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert fifo.is_fifo()  # not replaced by a regular file
+    assert b'"schema_version"' in received[0]

@@ -35,7 +35,7 @@ def _weight_scope(name: str | None) -> list[str] | None:
 
 
 def block_name(index: GraphIndex, anchor: Node, projections: tuple[Projection, ...], taken: set[str]) -> str:
-    by_name = {n.name: n for n in index.order}
+    by_name = index.by_name
     scopes = [by_name[p.node].scope.split(".") for p in projections if p.node in by_name and by_name[p.node].scope]
     if anchor.scope:
         scopes.append(anchor.scope.split("."))
