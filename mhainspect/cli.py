@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from mhainspect.config import Settings
     from mhainspect.findings import Report
 
+V = TypeVar("V")
+R = TypeVar("R")
 EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -184,22 +187,16 @@ def _cli_settings(output_format: OutputFormat | None, heads: list[int] | None, m
 
     if heads and any(h <= 0 for h in heads):
         raise fail("--heads takes positive integers")
-    try:
-        limit = None if max_params is None else parse_limit(max_params)
-    except ValueError as exc:
-        raise fail(f"--max-params: {exc}") from None
-    try:
-        attention_limit = None if max_attention_params is None else parse_limit(max_attention_params)
-    except ValueError as exc:
-        raise fail(f"--max-attention-params: {exc}") from None
-    try:
-        fail_codes = None if fail_on is None else parse_codes(fail_on)
-    except ValueError as exc:
-        raise fail(f"--fail-on: {exc}") from None
-    try:
-        ignore_codes = None if ignore is None else parse_codes(ignore)
-    except ValueError as exc:
-        raise fail(f"--ignore: {exc}") from None
+    def parsed(option: str, parse: Callable[[V], R], value: V | None) -> R | None:
+        try:
+            return None if value is None else parse(value)
+        except ValueError as exc:
+            raise fail(f"{option}: {exc}") from None
+
+    limit = parsed("--max-params", parse_limit, max_params)
+    attention_limit = parsed("--max-attention-params", parse_limit, max_attention_params)
+    fail_codes = parsed("--fail-on", parse_codes, fail_on)
+    ignore_codes = parsed("--ignore", parse_codes, ignore)
     return Settings(max_params=limit, max_attention_params=attention_limit, fail_on=fail_codes,
                     ignore=ignore_codes, exit_zero=exit_zero,
                     format=None if output_format is None else output_format.value,
