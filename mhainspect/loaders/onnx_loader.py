@@ -320,19 +320,29 @@ def _scan(buf: memoryview, pos: int, end: int, kind: int, depth: int,
             out.append(_encode_varint(key) + _encode_varint(sum(len(s) for s in sub)))
             out.extend(sub)
             run_start = pos
-        elif wire == 0:
-            _, pos = _varint(buf, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
         else:
-            raise ValueError(f"unsupported wire type {wire}")
+            pos = _skip_scalar(buf, pos, wire)
     if pos != end:
         raise ValueError("truncated message")
     if out is not None:
         out.append(bytes(buf[run_start:end]))
     return out
+
+
+def _skip_scalar(buf: memoryview, pos: int, wire: int) -> int:
+    """Position after a varint (0), fixed64 (1) or fixed32 (5) field value."""
+    if wire == 0:
+        return _varint(buf, pos)[1]
+    if wire == 1:
+        return pos + 8
+    if wire == 5:
+        return pos + 4
+    raise ValueError(f"unsupported wire type {wire}")
+
+
+def _int64(value: int) -> int:
+    """A varint read as unsigned 64 bits, reinterpreted as the signed int64 ONNX dims are."""
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def _scan_tensor(buf: memoryview, pos: int, end: int) -> list[Any] | None:
@@ -352,19 +362,14 @@ def _scan_tensor(buf: memoryview, pos: int, end: int) -> list[Any] | None:
             if field == 1:  # packed dims
                 while body < pos:
                     d, body = _varint(buf, body)
-                    dims.append(d - (1 << 64) if d >= 1 << 63 else d)
+                    dims.append(_int64(d))
                 continue
-        elif wire == 0:
+        elif wire == 0 and field == 1:
             value, pos = _varint(buf, pos)
-            if field == 1:
-                dims.append(value - (1 << 64) if value >= 1 << 63 else value)
-                continue
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
+            dims.append(_int64(value))
+            continue
         else:
-            raise ValueError(f"unsupported wire type {wire}")
+            pos = _skip_scalar(buf, pos, wire)
         if field in _TENSOR_DATA_FIELDS:
             data_spans.append((field_start, pos))
     if pos != end:
