@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
 
     from mhainspect.config import Settings
     from mhainspect.findings import Report
+    from mhainspect.gates import GateFailure
 
 V = TypeVar("V")
 R = TypeVar("R")
@@ -67,10 +67,12 @@ def write_atomic(path: Path, text: str) -> None:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    fd, tmp = _create_temp(directory, path.name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+            if path.exists():  # replacing a report keeps its permissions
+                os.chmod(tmp, path.stat().st_mode & 0o7777)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -78,6 +80,19 @@ def write_atomic(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def _create_temp(directory: Path, name: str) -> tuple[int, str]:
+    """A new file beside the target, created like any new file (umask applies, unlike mkstemp's 0600).
+
+    Not tempfile: importing it costs a short run ~15 ms (random, shutil)."""
+    for attempt in range(100):
+        tmp = str(directory / f".{name}.{os.getpid()}.{attempt}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise InputError(f"{directory}: cannot create a temporary file for the report")
 
 
 def _color_wanted(no_color: bool, to_file: bool) -> bool:
@@ -256,6 +271,32 @@ def _verify_one(path: Path, report: Report, dims: dict[str, int]) -> Report:
         return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
 
 
+def _render(fmt: OutputFormat, reports: list[Report], failures: Sequence[GateFailure], *, several: bool,
+            errors: int, width: int | None, color: bool, verbose: bool) -> str:
+    """The report text; only the chosen renderer is imported (rich alone costs a short run 60 ms)."""
+    if fmt is OutputFormat.json or fmt is OutputFormat.jsonl:
+        from mhainspect.render.json_render import report_to_json, reports_to_json, reports_to_jsonl
+
+        if fmt is OutputFormat.jsonl:
+            return reports_to_jsonl(reports)
+        return reports_to_json(reports) if several else report_to_json(reports[0])
+    if fmt is OutputFormat.markdown:
+        from mhainspect.render.markdown import render_markdown
+
+        return render_markdown(reports)
+    if fmt is OutputFormat.github:
+        from mhainspect.render.github import render_github
+
+        return render_github(reports, failures)
+    if fmt is OutputFormat.sarif:
+        from mhainspect.render.sarif import render_sarif
+
+        return render_sarif(reports, failures, execution_successful=not errors)
+    from mhainspect.render.table import render_table
+
+    return "\n".join(render_table(r, width=width, color=color, verbose=verbose) for r in reports)
+
+
 @app.command("inspect")
 def inspect_cmd(
     models: Annotated[list[Path], typer.Argument(help="ONNX model files, checkpoints (.safetensors, .pt/.pth/.bin, "
@@ -308,11 +349,6 @@ def inspect_cmd(
     from mhainspect.config import ConfigError, load_settings, merge
     from mhainspect.gates import GateConfig, drop_ignored, evaluate_gates
     from mhainspect.inputs import expand_models
-    from mhainspect.render.github import render_github
-    from mhainspect.render.json_render import report_to_json, reports_to_json, reports_to_jsonl
-    from mhainspect.render.markdown import render_markdown
-    from mhainspect.render.sarif import render_sarif
-    from mhainspect.render.table import render_table
     from mhainspect.sources import parse_factory_args
 
     given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero)
@@ -348,19 +384,8 @@ def inspect_cmd(
 
     if reports and (output is None and not quiet or output is not None and not errors):
         several = len(models) > 1 or any(m.is_dir() for m in models)
-        if fmt is OutputFormat.json:
-            text = reports_to_json(reports) if several else report_to_json(reports[0])
-        elif fmt is OutputFormat.jsonl:
-            text = reports_to_jsonl(reports)
-        elif fmt is OutputFormat.markdown:
-            text = render_markdown(reports)
-        elif fmt is OutputFormat.github:
-            text = render_github(reports, failures)
-        elif fmt is OutputFormat.sarif:
-            text = render_sarif(reports, failures, execution_successful=not errors)
-        else:
-            color = _color_wanted(no_color, output is not None)
-            text = "\n".join(render_table(r, width=_width(), color=color, verbose=explain) for r in reports)
+        text = _render(fmt, reports, failures, several=several, errors=errors, width=_width(),
+                       color=_color_wanted(no_color, output is not None), verbose=explain)
         if output is not None:
             try:
                 write_atomic(output, text)

@@ -17,11 +17,6 @@ from typing import TypeVar
 from mhainspect.errors import InputError
 from mhainspect.gates import Limit, parse_codes, parse_limit
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 installs tomli (see pyproject.toml)
-    import tomli as tomllib
-
 __all__ = ["KEYS", "ConfigError", "Settings", "find_config", "load_settings", "merge", "settings_from_table"]
 
 T = TypeVar("T")
@@ -125,6 +120,10 @@ def find_config(start: Path) -> tuple[Path, Mapping[str, object]] | None:
         candidate = directory / "pyproject.toml"
         if not candidate.is_file():
             continue
+        if sys.version_info >= (3, 11):  # imported here: most runs have no pyproject.toml to read
+            import tomllib
+        else:  # pragma: no cover - Python 3.10 installs tomli (see pyproject.toml)
+            import tomli as tomllib
         try:
             with candidate.open("rb") as fh:
                 data = tomllib.load(fh)

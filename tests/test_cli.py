@@ -227,6 +227,22 @@ def test_output_file_written_nothing_on_stdout(tmp_path: Path, schema_validator:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"], "temp file left behind"
 
 
+def test_output_file_permissions_like_any_new_file_and_kept_on_replace(tmp_path: Path) -> None:
+    # A report for a dashboard must be readable like any file the user creates (umask), not 0600
+    # like a temp file; rewriting an existing report keeps the mode the user gave it.
+    out = tmp_path / "report.json"
+    old_umask = os.umask(0o022)
+    try:
+        assert run(STANDARD, "--format", "json", "-o", out).exit_code == 0
+        assert out.stat().st_mode & 0o777 == 0o644
+        out.chmod(0o640)
+        assert run(STANDARD, "--format", "json", "-o", out).exit_code == 0
+        assert out.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old_umask)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
 def test_output_table_file_has_no_ansi(tmp_path: Path) -> None:
     out = tmp_path / "report.txt"
     result = run(STANDARD, "-o", out, env={"FORCE_COLOR": "1"})
