@@ -396,6 +396,33 @@ def safetensors_rows(folder: Path, repeat: int, timeout: float, workdir: Path) -
     ])
 
 
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "absent"
+
+
+def compile_package() -> str:
+    """Write mhainspect's bytecode, as `pip install` does for a regular install.
+
+    An editable install under PYTHONDONTWRITEBYTECODE=1 (set in some CI images) would otherwise
+    compile every module from source in every measured run; onnx, the floor, is always
+    pip-installed with its bytecode.
+    """
+    import compileall
+    import importlib.util
+
+    spec = importlib.util.find_spec("mhainspect")
+    if spec is None or not spec.submodule_search_locations:
+        return "mhainspect not found"
+    package = next(iter(spec.submodule_search_locations))
+    ok = compileall.compile_dir(package, quiet=1, force=False)
+    return f"{package} compiled" if ok else f"{package}: compileall reported errors"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best time counts")
@@ -417,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [m for m in args.models.split(",") if m]
     scaling = [] if args.no_scaling else ["llama70b_L2", "llama70b_L8", "llama70b_L32", "llama70b"]
     extra = [] if args.no_safetensors else ["safetensors70b"]
+    bytecode = compile_package()
+    print(f"bytecode: {bytecode}", file=sys.stderr)
     print("models:", file=sys.stderr)
     paths = make_models.generate(args.models_dir, set(wanted + scaling + extra) | {"llama70b"})
     work = Path(tempfile.mkdtemp(prefix="mhainspect-bench-run-"))
@@ -481,7 +510,9 @@ def main(argv: list[str] | None = None) -> int:
 
     header = (f"Machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; best of {args.repeat} runs "
               f"(wall; runs over {args.max_repeat_seconds:.0f} s are not repeated), max peak RSS; timeout "
-              f"{args.timeout:.0f} s per run; total {time.time() - started:.0f} s.")
+              f"{args.timeout:.0f} s per run; total {time.time() - started:.0f} s; "
+              f"typer {_version('typer')}, protobuf {_version('protobuf')}, onnx {_version('onnx')}; "
+              f"mhainspect bytecode compiled before the runs, as pip does on install.")
     text = header + "\n\n" + "\n\n".join(sections) + "\n"
     print(text)
     if args.output:

@@ -9,12 +9,11 @@ import re
 
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
 from mhainspect.errors import InputError
-from mhainspect.findings import SCHEMA_VERSION, AttentionBlock, Miss, ModelSummary, Report
+from mhainspect.findings import SCHEMA_VERSION, AttentionBlock, Miss, ModelSummary, Report, attention_params
 from mhainspect.flags import evaluate
 from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.matchers import decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
-from mhainspect.static_blocks import attention_params
 from mhainspect.whatif import default_what_ifs
 
 _FLOAT_DTYPES = {"float32", "float16", "float64", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
@@ -60,10 +59,9 @@ def count_parameters(index: GraphIndex) -> int:
             continue  # the exporter says: a buffer, a constant, or folded from non-parameters
         if t.numel == 1 and "." not in t.name:
             continue  # exporter scalars (scale, eps) shaped [1]; real parameters carry a module path
-        quantized = any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in index.users(name))
-        if t.dtype not in _FLOAT_DTYPES and not quantized:
-            continue
         users = index.users(name)
+        if t.dtype not in _FLOAT_DTYPES and not any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in users):
+            continue
         if not any(pos not in SHAPE_INPUTS.get(u.op, frozenset()) for u, pos in users):
             continue
         if _only_feeds_trig(index, name):
@@ -79,7 +77,10 @@ def _listed(what: str, names: list[str], consequence: str) -> str:
 
 
 def _impossible_shape(t: Tensor) -> str | None:
-    if any(d < 0 for d in t.shape):
+    shape = t.shape
+    if not shape:
+        return None
+    if min(shape) < 0:
         return "negative dim"
     if t.numel > _MAX_NUMEL:
         return "more elements than int64 counts"

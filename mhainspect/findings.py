@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -153,3 +153,17 @@ class Report:
 
 
 SCHEMA_VERSION = "1.0"
+
+
+def attention_params(blocks: Sequence[AttentionBlock]) -> int:
+    """Sum over blocks, counting a weight shared by several blocks once (per role)."""
+    seen: set[tuple[str, str]] = set()
+    total = 0
+    for b in blocks:
+        for p in b.projections:
+            if p.weight is not None:
+                if (p.weight, p.role) in seen:
+                    continue
+                seen.add((p.weight, p.role))
+            total += p.weight_params + p.bias_params
+    return total

@@ -20,6 +20,7 @@ from mhainspect.findings import (
     ParamBreakdown,
     Projection,
     Report,
+    attention_params,
 )
 from mhainspect.flags import evaluate
 from mhainspect.loaders.roles import GroupedBlock, RoleWeights, kernel_head_split, linear_dims, projection
@@ -187,20 +188,6 @@ def _split_packed(total: int | None, h: int | None, g: int | None, d_k: int | No
     return None
 
 
-
-
-def attention_params(blocks: Sequence[AttentionBlock]) -> int:
-    """Sum over blocks, counting a weight shared by several blocks once (per role)."""
-    seen: set[tuple[str, str]] = set()
-    total = 0
-    for b in blocks:
-        for p in b.projections:
-            if p.weight is not None:
-                if (p.weight, p.role) in seen:
-                    continue
-                seen.add((p.weight, p.role))
-            total += p.weight_params + p.bias_params
-    return total
 
 
 def build_report(blocks: Sequence[AttentionBlock], *, path: str, fmt: str, total_params: int, num_nodes: int = 0,
