@@ -38,15 +38,16 @@ class GateConfig:
     max_params: Limit | None = None
     max_attention_params: Limit | None = None
     fail_on: frozenset[str] = frozenset()
+    fail_on_contradiction: bool = False  # a --verify run that contradicts a static head count
 
 
 @dataclass(frozen=True)
 class GateFailure:
     """One failed gate for one model. ``gate`` is the option name without dashes."""
 
-    gate: str  # "max-params" | "max-attention-params" | "fail-on"
+    gate: str  # "max-params" | "max-attention-params" | "fail-on" | "fail-on-contradiction"
     model: str  # the model's path as reported
-    actual: int  # the parameter count, or the number of flags with ``code``
+    actual: int  # the parameter count, the number of flags with ``code``, or of contradicted blocks
     limit: int | None  # the budget (None for fail-on)
     code: str | None  # the flag code (fail-on only)
     message: str  # one line, e.g. "m.onnx has 7,241,732,096 parameters > --max-params 7B"
@@ -107,11 +108,20 @@ def _model_gates(report: Report, config: GateConfig) -> list[GateFailure]:
         n = counts[code]
         out.append(GateFailure("fail-on", path, n, None, code,
                                f"{path} has {n} {code} flag{'s' if n != 1 else ''} (--fail-on {code})"))
+    if config.fail_on_contradiction:
+        contradicted = [b.name for b in report.blocks
+                        if b.verification is not None and b.verification.status == "contradicted"]
+        if contradicted:
+            n = len(contradicted)
+            out.append(GateFailure("fail-on-contradiction", path, n, None, None,
+                                   f"{path}: the run contradicts the static head count of {n} "
+                                   f"block{'s' if n != 1 else ''} ({', '.join(contradicted)}) "
+                                   "(--fail-on-contradiction)"))
     return out
 
 
 def evaluate_gates(reports: Iterable[Report], config: GateConfig) -> tuple[GateFailure, ...]:
-    """Every failed gate, model by model in input order (budgets first, then flag codes).
+    """Every failed gate, model by model in input order (budgets, flag codes, then contradictions).
 
     A budget fails when the count is strictly greater than it (equal passes). Apply
     ``drop_ignored`` to the reports first so ignored codes never fail a gate.

@@ -18,11 +18,13 @@ from typer.testing import CliRunner
 
 from mhainspect.analyze import analyze_path
 from mhainspect.cli import app
-from mhainspect.findings import Flag, Report, Severity
+from mhainspect.findings import BlockVerification, Flag, Report, Severity
 from mhainspect.flags import FLAG_CODES
 from mhainspect.gates import GateConfig, evaluate_gates, parse_limit
 from mhainspect.render.github import render_github
-from mhainspect.render.sarif import FLAG_ANCHORS, GATE_RULES, sarif_dict
+from mhainspect.render.markdown import render_markdown
+from mhainspect.render.sarif import FLAG_ANCHORS, GATE_RULES, VERIFY_RULE, sarif_dict
+from mhainspect.verify import attach
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "sample_models"
@@ -198,7 +200,7 @@ def test_sarif_validates_and_maps_flags(sarif_validator: Draft4Validator, report
     assert doc["version"] == "2.1.0"
     (run_,) = doc["runs"]
     rules = run_["tool"]["driver"]["rules"]
-    assert [r["id"] for r in rules] == [*FLAG_CODES, *GATE_RULES]
+    assert [r["id"] for r in rules] == [*FLAG_CODES, *GATE_RULES, VERIFY_RULE[0]]
     for rule in rules:
         assert rule["shortDescription"]["text"]
         assert urlparse(rule["helpUri"]).scheme == "https"
@@ -252,4 +254,49 @@ def test_sarif_help_anchors_exist_in_docs() -> None:
     assert set(FLAG_ANCHORS.values()) <= anchors
     cli_md = (REPO_ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     cli_anchors = {_github_slug(line.lstrip("#").strip()) for line in cli_md.splitlines() if line.startswith("#")}
-    assert {anchor for _, anchor in GATE_RULES.values()} <= cli_anchors
+    assert {anchor for _, anchor in GATE_RULES.values()} | {VERIFY_RULE[2]} <= cli_anchors
+
+
+# ----------------------------------------------------------------------------- --verify in every format
+
+
+def _verified(report: Report) -> Report:
+    """The report as a --verify run that contradicts its first block and confirms the others would leave it."""
+    first, *rest = report.blocks
+    wrong = (first.num_heads or 1) * 2
+    return attach(report, (BlockVerification(first.name, "contradicted", wrong, wrong,
+                                             f"saw {wrong} heads, static {first.num_heads} (Softmax 'p')"),
+                           *(BlockVerification(b.name, "confirmed", b.num_heads, b.num_kv_heads) for b in rest)))
+
+
+def test_verify_results_in_markdown_github_and_sarif(sarif_validator: Draft4Validator) -> None:
+    report = _verified(analyze_path("sample_models/bert_two_layers.onnx"))
+    first, second = report.blocks
+    markdown = render_markdown(report)
+    assert "**Run-time check (--verify)**" in markdown
+    markdown = markdown.replace("\\", "")  # markdown escapes of ( and )
+    assert f"contradicted (saw {first.verification.observed_heads} heads, static {first.num_heads})" in markdown
+    assert f"confirmed ({second.num_heads} heads)" in markdown
+    assert "Run-time check" not in render_markdown(analyze_path("sample_models/bert_two_layers.onnx"))
+
+    failures = evaluate_gates([report], GateConfig(fail_on_contradiction=True))
+    assert [(f.gate, f.actual) for f in failures] == [("fail-on-contradiction", 1)]
+    assert first.name in failures[0].message
+    assert not evaluate_gates([report], GateConfig())  # only the gate makes a contradiction fail
+
+    lines = render_github([report], failures).splitlines()
+    parsed = [GITHUB_LINE.match(line) for line in lines]
+    assert all(parsed)
+    verify_lines = [m for m in parsed if m is not None and m["title"] == "mhainspect verify"]
+    assert [(m["cmd"], m["msg"].split(":")[0]) for m in verify_lines] == [("warning", first.name)]
+    assert parsed[-1] is not None and parsed[-1]["cmd"] == "error" and "fail-on-contradiction" in parsed[-1]["title"]
+
+    doc = sarif_dict([report], failures)
+    assert not errors_of(sarif_validator, doc)
+    results = doc["runs"][0]["results"]
+    contradiction = [r for r in results if r["ruleId"] == VERIFY_RULE[0]]
+    assert len(contradiction) == 1 and contradiction[0]["level"] == "warning"
+    assert contradiction[0]["locations"][0]["logicalLocations"][0]["fullyQualifiedName"] == first.name
+    assert contradiction[0]["properties"]["static_heads"] == first.num_heads
+    gate = [r for r in results if r["ruleId"] == "fail-on-contradiction"]
+    assert len(gate) == 1 and gate[0]["level"] == "error"

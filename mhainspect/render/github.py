@@ -1,7 +1,7 @@
 """Reports -> GitHub Actions workflow commands (annotations). Pure: returns text.
 
-One line per flag (``::warning`` for warnings, ``::notice`` for info, ``::error`` for errors)
-and one ``::error`` line per failed gate, each with ``file=`` the model path so the annotation
+One line per flag (``::warning`` for warnings, ``::notice`` for info, ``::error`` for errors),
+one ``::warning`` per block a --verify run contradicts, and one ``::error`` line per failed gate, each with ``file=`` the model path so the annotation
 lands on the model file in a pull request.
 """
 
@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from mhainspect.findings import Flag, Report, Severity
 from mhainspect.gates import GateFailure
+from mhainspect.render.cells import verify_label
 
 __all__ = ["render_github"]
 
@@ -42,8 +43,14 @@ def _gate(failure: GateFailure) -> str:
     return _line("error", failure.model, f"mhainspect {title}", f"gate failed: {failure.message}")
 
 
+def _contradictions(report: Report) -> list[str]:
+    return [_line("warning", report.model.path, "mhainspect verify", f"{b.name}: {verify_label(b.verification)}")
+            for b in report.blocks if b.verification is not None and b.verification.status == "contradicted"]
+
+
 def render_github(reports: Iterable[Report], failures: Iterable[GateFailure] = ()) -> str:
-    """Annotation lines, flags model by model, then the failed gates; empty text when neither."""
-    lines = [_flag(r.model.path, f) for r in reports for f in r.flags]
+    """Annotation lines model by model (flags, then blocks the --verify run contradicts), then the
+    failed gates; empty text when none."""
+    lines = [line for r in reports for line in [*(_flag(r.model.path, f) for f in r.flags), *_contradictions(r)]]
     lines.extend(_gate(f) for f in failures)
     return "".join(line + "\n" for line in lines)

@@ -6,8 +6,8 @@ import re
 from collections.abc import Iterable
 
 from mhainspect.findings import Flag, Report, Severity
+from mhainspect.render.cells import block_cells, percent, verify_label
 from mhainspect.render.numbers import group
-from mhainspect.render.table import block_cells, percent
 from mhainspect.render.text import printable_fields
 
 __all__ = ["render_markdown"]
@@ -72,6 +72,13 @@ def _report(report: Report, level: int) -> list[str]:
         lines.extend(_flag_item(f) for f in report.flags)
     else:
         lines.append("No flags.")
+    checked = [b for b in report.blocks if b.verification is not None]
+    if checked:
+        lines.append("")
+        lines.append("**Run-time check (--verify)**")
+        lines.append("")
+        lines.extend(f"- {_code(b.name)}: {_text(verify_label(b.verification))}"
+                     for b in checked if b.verification is not None)
     if report.warnings:
         lines.append("")
         lines.append(f"**Warnings ({len(report.warnings)})**")

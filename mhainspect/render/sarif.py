@@ -1,9 +1,10 @@
 """Reports -> SARIF 2.1.0 (code scanning). Pure: returns a JSON-ready dict or text.
 
-One run; ``tool.driver.rules`` lists every MHA code (and the three gates), each result points at
-the model file (``physicalLocation.artifactLocation.uri``) and names the block as a logical
-location. Levels: warning -> ``warning``, info -> ``note``, error -> ``error``; failed gates are
-``error`` results of the gate rules.
+One run; ``tool.driver.rules`` lists every MHA code, the gates and the --verify contradiction
+rule; each result points at the model file (``physicalLocation.artifactLocation.uri``) and names
+the block as a logical location. Levels: warning -> ``warning``, info -> ``note``, error ->
+``error``; a block the --verify run contradicts is a ``warning``; failed gates are ``error``
+results of the gate rules.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from mhainspect import __version__
 from mhainspect.findings import Flag, Report, Severity
 from mhainspect.flags import FLAG_CODES
 from mhainspect.gates import GateFailure
+from mhainspect.render.cells import verify_label
 
-__all__ = ["DOCS_BASE", "FLAG_ANCHORS", "GATE_RULES", "SARIF_SCHEMA", "render_sarif", "sarif_dict"]
+__all__ = ["DOCS_BASE", "FLAG_ANCHORS", "GATE_RULES", "SARIF_SCHEMA", "VERIFY_RULE", "render_sarif", "sarif_dict"]
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 # Where docs/ is published; helpUri must be absolute. Change here when the repository moves.
@@ -41,7 +43,12 @@ GATE_RULES: dict[str, tuple[str, str]] = {
     "max-attention-params": ("the attention blocks hold more parameters than --max-attention-params allows",
                              "gates"),
     "fail-on": ("the model has a flag whose code is listed in --fail-on", "gates"),
+    "fail-on-contradiction": ("a --verify run contradicts a block's static head count (--fail-on-contradiction)",
+                              "--fail-on-contradiction"),
 }
+# A block whose static head count the --verify run contradicts (a warning; the gate above makes it fail).
+VERIFY_RULE = ("verify-contradiction", "the onnxruntime run (--verify) contradicts the block's static head count",
+               "--verify")
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
@@ -93,6 +100,14 @@ def _rules(docs_base: str) -> list[dict[str, Any]]:
             "helpUri": f"{docs_base}cli.md#{anchor}",
             "defaultConfiguration": {"level": "error"},
         })
+    rule_id, text, anchor = VERIFY_RULE
+    rules.append({
+        "id": rule_id,
+        "name": rule_id,
+        "shortDescription": {"text": text},
+        "helpUri": f"{docs_base}cli.md#{anchor}",
+        "defaultConfiguration": {"level": "warning"},
+    })
     return rules
 
 
@@ -113,6 +128,18 @@ def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), 
                 "locations": [_location(report.model.path, flag.block)],
                 "properties": {"data": _data(flag)},
             })
+        for block in report.blocks:
+            v = block.verification
+            if v is not None and v.status == "contradicted":
+                results.append({
+                    "ruleId": VERIFY_RULE[0],
+                    "ruleIndex": index[VERIFY_RULE[0]],
+                    "level": "warning",
+                    "message": {"text": f"{block.name}: {verify_label(v)}"},
+                    "locations": [_location(report.model.path, block.name)],
+                    "properties": {"observed_heads": v.observed_heads, "observed_kv_heads": v.observed_kv_heads,
+                                   "static_heads": block.num_heads, "static_kv_heads": block.num_kv_heads},
+                })
     for failure in failures:
         props: dict[str, Any] = {"actual": failure.actual, "limit": failure.limit}
         if failure.code is not None:

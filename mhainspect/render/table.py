@@ -10,44 +10,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mhainspect.findings import AttentionBlock, BlockVerification, Flag, Report, Severity
-from mhainspect.render.numbers import group, human_count
+from mhainspect.findings import AttentionBlock, Flag, Report, Severity
+from mhainspect.render.cells import UNKNOWN, block_cells, heads_label, percent, verify_label
+from mhainspect.render.numbers import group
 from mhainspect.render.text import printable_fields
 
 __all__ = ["render_table", "heads_label", "severity_style", "verify_label"]
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-_UNKNOWN = "?"
 
 
 def severity_style(severity: Severity | str) -> str:
     value = severity.value if isinstance(severity, Severity) else str(severity)
     return _SEVERITY_STYLE.get(value, "")
-
-
-def heads_label(block: AttentionBlock) -> str:
-    """'8', '8/2 kv' for grouped/multi-query attention, '?' when unknown."""
-    if block.num_heads is None:
-        return _UNKNOWN
-    if block.num_kv_heads is not None and block.num_kv_heads != block.num_heads:
-        return f"{block.num_heads}/{block.num_kv_heads} kv"
-    return str(block.num_heads)
-
-
-def _opt(value: int | None) -> str:
-    return _UNKNOWN if value is None else str(value)
-
-
-def percent(part: int, whole: int) -> str:
-    return f"{100.0 * part / whole:.2f}" if whole else "-"
-
-
-def block_cells(b: AttentionBlock, model_total: int) -> tuple[str, ...]:
-    """One block's row, in _COLUMNS order; shared by every tabular renderer."""
-    p = b.params
-    return (b.name, b.kind, heads_label(b), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v), human_count(p.q),
-            human_count(p.k), human_count(p.v), human_count(p.o), human_count(p.bias), human_count(p.total),
-            percent(p.total, model_total))
 
 
 def _misses(n: int) -> str:
@@ -58,8 +33,8 @@ def _header(report: Report) -> list[Text]:
     m = report.model
     lines = [Text.assemble(("Model: ", "bold"), m.path)]
     meta = Text.assemble(("Format: ", "bold"), m.format)
-    meta.append(f"  opset {m.opset if m.opset is not None else _UNKNOWN}")
-    meta.append(f"  producer {m.producer or _UNKNOWN}")
+    meta.append(f"  opset {m.opset if m.opset is not None else UNKNOWN}")
+    meta.append(f"  producer {m.producer or UNKNOWN}")
     meta.append(f"  nodes {group(m.num_nodes)}")
     lines.append(meta)
     share = percent(m.attention_params, m.total_params)
@@ -138,7 +113,7 @@ def _blocks_table(report: Report, compact: bool, ascii_only: bool) -> Table:
         cells: list[Text] = []
         for i in keep:
             value = row[i]
-            style = "bold" if _COLUMNS[i] == "Total" else ("dim" if value == _UNKNOWN else "")
+            style = "bold" if _COLUMNS[i] == "Total" else ("dim" if value == UNKNOWN else "")
             cells.append(Text(value, style=style))
         table.add_row(*cells)
     return table
@@ -162,20 +137,6 @@ def _block_lines(report: Report) -> list[Text]:
 
 
 _VERIFY_STYLE = {"confirmed": "green", "contradicted": "bold red", "observed": "cyan", "unchecked": "dim"}
-
-
-def verify_label(v: BlockVerification) -> str:
-    """'confirmed (8 heads)', 'contradicted (saw 4 heads, static 8)', 'not checkable (why)', ..."""
-    heads = f"{v.observed_heads} heads"
-    if v.observed_kv_heads is not None and v.observed_kv_heads != v.observed_heads:
-        heads += f", {v.observed_kv_heads} kv"
-    if v.status == "confirmed":
-        return f"confirmed ({heads})"
-    if v.status == "contradicted":
-        return f"contradicted ({(v.reason or '').split(' (')[0] or heads})"
-    if v.status == "observed":
-        return f"observed at run time: {heads}"
-    return f"not checkable ({v.reason or 'no reason given'})"
 
 
 def _verify_line(b: AttentionBlock, verbose: bool) -> Text:
@@ -211,11 +172,11 @@ def _block_details(b: AttentionBlock) -> list[Text]:
     for conflict in b.conflicts:
         lines.append(Text(f"  conflict: {conflict}", style="yellow"))
     for proj in b.projections:
-        shape = f"{proj.in_features or _UNKNOWN}->{proj.out_features or _UNKNOWN}"
+        shape = f"{proj.in_features or UNKNOWN}->{proj.out_features or UNKNOWN}"
         bias = f" + bias {group(proj.bias_params)}" if proj.bias_params else ""
         lines.append(
             Text(
-                f"  {proj.role}: {proj.weight or _UNKNOWN} ({shape}) "
+                f"  {proj.role}: {proj.weight or UNKNOWN} ({shape}) "
                 f"{group(proj.weight_params)}{bias}  via {proj.node}"
             )
         )
