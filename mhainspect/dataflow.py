@@ -40,6 +40,23 @@ def topological_order(graph: ModelGraph) -> list[Node]:
         for o in n.outputs:
             if o:
                 producer[o] = i
+    # Exporters write nodes in dependency order. Then Kahn's heap, keyed by file position, pops them
+    # in file order, so one scan that finds every input produced earlier gives the same answer.
+    get = producer.get
+    i = 0
+    for n in graph.nodes:
+        for x in n.inputs:
+            p = get(x, -1)
+            if p >= i:
+                if p == i:
+                    # Kahn's pass below would stop at this same node: no earlier node reads its own output.
+                    raise InputError(f"graph has a cycle: node '{n.name}' ({n.op}) reads its own output")
+                return _kahn(graph, producer)
+        i += 1
+    return list(graph.nodes)
+
+
+def _kahn(graph: ModelGraph, producer: dict[str, int]) -> list[Node]:
     indegree = [0] * len(graph.nodes)
     users: list[list[int]] = [[] for _ in graph.nodes]
     for i, n in enumerate(graph.nodes):
@@ -70,32 +87,45 @@ def topological_order(graph: ModelGraph) -> list[Node]:
 class GraphIndex:
     def __init__(self, graph: ModelGraph) -> None:
         self.graph = graph
-        self.order = topological_order(graph)
-        self.position = {id(n): i for i, n in enumerate(self.order)}
-        self.by_name: dict[str, Node] = {n.name: n for n in self.order}
-        self.producer: dict[str, Node] = {}
-        self.consumers: dict[str, list[tuple[Node, int]]] = {}
-        for n in self.order:
+        self.order = order = topological_order(graph)
+        self.position = {id(n): i for i, n in enumerate(order)}
+        self.by_name: dict[str, Node] = {n.name: n for n in order}
+        producer: dict[str, Node] = {}
+        consumers: dict[str, list[tuple[Node, int]]] = {}
+        for n in order:
             for o in n.outputs:
                 if o:
-                    self.producer[o] = n
-            for idx, x in enumerate(n.inputs):
+                    producer[o] = n
+            idx = 0
+            for x in n.inputs:
                 if x:
-                    self.consumers.setdefault(x, []).append((n, idx))
+                    users = consumers.get(x)
+                    if users is None:
+                        consumers[x] = [(n, idx)]
+                    else:
+                        users.append((n, idx))
+                idx += 1
+        self.producer = producer
+        self.consumers = consumers
         self.activations = self._find_activations()
-        self.shapes = ShapeEvaluator(graph, self.order)
+        self.shapes = ShapeEvaluator(graph, order)
 
     def _find_activations(self) -> set[str]:
         act = {v.name for v in self.graph.inputs if v.name not in self.graph.weights}
         for n in self.order:
-            if n.op in _SHAPE_OPS:
+            op = n.op
+            if op in _SHAPE_OPS:
                 continue
-            shape_only = SHAPE_INPUTS.get(n.op, frozenset())
-            if any(x in act for i, x in enumerate(n.inputs) if i not in shape_only):
+            shape_only = SHAPE_INPUTS.get(op)
+            if shape_only is None:
+                reads = not act.isdisjoint(n.inputs)  # every input counts: one C-level scan
+            else:
+                reads = any(x in act for i, x in enumerate(n.inputs) if i not in shape_only)
+            if reads:
                 act.update(o for o in n.outputs if o)
-            elif not n.inputs and n.op not in ("Constant",):
+            elif not n.inputs and op != "Constant":
                 # Random generators and ops without inputs produce data, not weights.
-                if n.op.startswith("Random"):
+                if op.startswith("Random"):
                     act.update(o for o in n.outputs if o)
         return act
 

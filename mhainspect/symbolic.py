@@ -27,6 +27,8 @@ class Dim:
         return not self.factors
 
     def __mul__(self, other: Dim) -> Dim:
+        if not self.factors and not other.factors:
+            return Dim(self.coef * other.coef)
         return Dim(self.coef * other.coef, tuple(sorted(self.factors + other.factors)))
 
     def div(self, other: Dim) -> Dim | None:
@@ -54,8 +56,17 @@ Shape = tuple[Dim, ...]
 Value = tuple[Scalar, ...]
 
 
+_INT_DIMS: dict[int, Dim] = {}  # small integer dims, shared: building a frozen dataclass is slow
+
+
 def int_dim(v: int) -> Dim:
-    return Dim(int(v))
+    i = int(v)
+    d = _INT_DIMS.get(i)
+    if d is None:
+        d = Dim(i)
+        if -2 <= i <= 1 << 16 and type(i) is int:
+            _INT_DIMS[i] = d
+    return d
 
 
 def sym_dim(name: str) -> Dim:
@@ -63,10 +74,14 @@ def sym_dim(name: str) -> Dim:
 
 
 def numel(shape: Shape) -> Dim:
-    out = Dim(1)
+    # One Dim at the end instead of one per factor: the product and the sorted factors are the same.
+    coef = 1
+    factors: list[str] = []
     for d in shape:
-        out = out * d
-    return out
+        coef = coef * d.coef
+        if d.factors:
+            factors += d.factors
+    return Dim(coef, tuple(sorted(factors))) if factors else Dim(coef)
 
 
 def ratio(a: Dim, b: Dim) -> Fraction | None:
@@ -93,13 +108,44 @@ def _bounded(d: Scalar) -> bool:
 
 
 def _bounded_shape(shape: Sequence[Scalar], limit: int = MAX_RANK) -> bool:
-    return len(shape) <= limit and all(_bounded(d) for d in shape)
+    # Runs on every output of every node: plain integer dims take the short test without a call.
+    if len(shape) > limit:
+        return False
+    for d in shape:
+        if isinstance(d, Dim):
+            if not -_MAX_ABS_COEF <= d.coef <= _MAX_ABS_COEF:
+                return False
+            f = d.factors
+            if f and (len(f) != 1 or len(f[0]) > _MAX_SYMBOL_LEN) and not _bounded(d):
+                return False
+    return True
+
+
+_ONE = Dim(1)  # shared: Dims are immutable and compared by value
 
 
 def _as_int(x: Scalar | None) -> int | None:
     if isinstance(x, Dim) and x.is_int:
         return x.coef
     return None
+
+
+def _broadcast2(a: Shape, b: Shape) -> Shape:
+    """``_broadcast([a, b])`` without its per-position scan over a list of shapes."""
+    if a is b or not b:
+        return tuple(a)
+    if not a:
+        return tuple(b)
+    la, lb = len(a), len(b)
+    n = la if la < lb else lb
+    out = list(a[:la - n] if la > lb else b[:lb - n])  # leading axes only one side has
+    for x, y in zip(a[la - n:], b[lb - n:]):
+        # _broadcast keeps the first side's dim unless it is 1 and the second's is not.
+        if x is not y and x.coef == 1 and not x.factors and not (y.coef == 1 and not y.factors):
+            out.append(y)
+        else:
+            out.append(x)
+    return tuple(out)
 
 
 def _broadcast(shapes: Sequence[Shape]) -> Shape | None:
@@ -131,6 +177,9 @@ _UNARY_SAME_SHAPE = {
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less", "Greater", "LessOrEqual",
                 "GreaterOrEqual", "And", "Or", "Xor", "Max", "Min", "Mod", "BitShift", "Sum", "Mean",
                 "PRelu", "BiasAdd"}
+# Unary ops whose value (not only shape) is folded; the rest pass the shape through and drop the value.
+_VALUE_UNARY = frozenset({"Identity", "Cast", "CastLike", "Sqrt", "Reciprocal"})
+_FOLDED_ARITH = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
 
 
 class ShapeEvaluator:
@@ -141,10 +190,22 @@ class ShapeEvaluator:
         self.shapes: dict[str, Shape] = {}
         self.values: dict[str, Value] = {}
         self._fresh = 0
+        # Layers repeat weight shapes: build each distinct shape once and share the (immutable) tuple.
+        shape_cache: dict[tuple[int, ...], Shape] = {}
         for name, t in graph.weights.items():
             if len(t.shape) > MAX_RANK:
                 continue
-            self.shapes[name] = tuple(int_dim(d) for d in t.shape)
+            try:
+                dims_of = shape_cache.get(t.shape)
+            except TypeError:  # an unhashable dim: build it the long way
+                dims_of = None
+            if dims_of is None:
+                dims_of = tuple(int_dim(d) for d in t.shape)
+                try:
+                    shape_cache[t.shape] = dims_of
+                except TypeError:
+                    pass
+            self.shapes[name] = dims_of
             if t.int_value is not None:
                 self.values[name] = tuple(int_dim(v) for v in t.int_value)
             elif t.float_value is not None:
@@ -161,9 +222,13 @@ class ShapeEvaluator:
                 else:
                     dims.append(sym_dim(f"{vi.name}.{axis}"))
             self.shapes[vi.name] = tuple(dims)
+        dispatch = _DISPATCH
         for node in order:
+            handler = dispatch.get(node.op)
+            if handler is None:
+                continue
             try:
-                self._eval(node)
+                handler(self, node)
             except (ValueError, IndexError, TypeError, ZeroDivisionError, KeyError, OverflowError):
                 # A node we cannot fold leaves its outputs unknown; the matchers then say why.
                 continue
@@ -188,10 +253,12 @@ class ShapeEvaluator:
         v = self.values.get(name)
         if v is None:
             return None
-        out = [_as_int(x) for x in v]
-        if any(x is None for x in out):
-            return None
-        return tuple(x for x in out if x is not None)
+        out: list[int] = []
+        for x in v:
+            if not isinstance(x, Dim) or x.factors:
+                return None
+            out.append(x.coef)
+        return tuple(out)
 
     def float_scalar(self, name: str) -> float | None:
         v = self.values.get(name)
@@ -205,13 +272,9 @@ class ShapeEvaluator:
     # -- evaluation -----------------------------------------------------------------------------
 
     def _eval(self, node: Node) -> None:
-        handler = _HANDLERS.get(node.op)
+        handler = _DISPATCH.get(node.op)
         if handler is not None:
             handler(self, node)
-        elif node.op in _UNARY_SAME_SHAPE:
-            self._same_shape(node)
-        elif node.op in _ELEMENTWISE:
-            self._elementwise(node)
 
     def _in_shape(self, node: Node, i: int) -> Shape | None:
         if i >= len(node.inputs) or not node.inputs[i]:
@@ -229,16 +292,27 @@ class ShapeEvaluator:
         return self.int_values(node.inputs[i])
 
     def _set(self, node: Node, shape: Shape | None, value: Value | None = None, out: int = 0) -> None:
-        if out >= len(node.outputs) or not node.outputs[out]:
+        outputs = node.outputs
+        if out >= len(outputs):
+            return
+        name = outputs[out]
+        if not name:
             return
         if shape is not None and _bounded_shape(shape):
-            self.shapes[node.outputs[out]] = shape
+            self.shapes[name] = shape
         if value is not None and _bounded_shape(value, _MAX_VALUE_LEN):
-            self.values[node.outputs[out]] = value
+            self.values[name] = value
 
     def _same_shape(self, node: Node) -> None:
-        s = self._in_shape(node, 0)
-        v = self._in_value(node, 0)
+        inputs = node.inputs
+        first = inputs[0] if inputs else ""
+        s = self.shapes.get(first) if first else None
+        if node.op not in _VALUE_UNARY:
+            # Most unary ops carry no value: skip the value lookup and the op checks below.
+            if s is not None:
+                self._set(node, s)
+            return
+        v = self.values.get(first) if first else None
         if node.op == "Cast" and v is not None:
             to = node.attrs.get("to")
             if to in (1, 10, 11, 16):
@@ -262,12 +336,22 @@ class ShapeEvaluator:
         return float(x.coef) if x.is_int else None
 
     def _elementwise(self, node: Node) -> None:
-        shapes = [self._in_shape(node, i) for i in range(len(node.inputs)) if node.inputs[i]]
-        out_shape = _broadcast([s for s in shapes if s is not None]) if shapes and all(
-            s is not None for s in shapes) else None
+        inputs = node.inputs
+        out_shape: Shape | None = None
+        if len(inputs) == 2 and inputs[0] and inputs[1]:
+            # The binary case (nearly every node here) without the list building of the general one.
+            sa, sb = self.shapes.get(inputs[0]), self.shapes.get(inputs[1])
+            if sa is not None and sb is not None:
+                out_shape = _broadcast2(sa, sb)
+        else:
+            shapes = [self._in_shape(node, i) for i in range(len(inputs)) if inputs[i]]
+            out_shape = _broadcast([s for s in shapes if s is not None]) if shapes and all(
+                s is not None for s in shapes) else None
         value = None
-        if node.op in ("Add", "Sub", "Mul", "Div", "Max", "Min") and len(node.inputs) == 2:
-            a, b = self._in_value(node, 0), self._in_value(node, 1)
+        if len(inputs) == 2 and node.op in _FOLDED_ARITH:
+            values = self.values
+            a = values.get(inputs[0]) if inputs[0] else None
+            b = values.get(inputs[1]) if inputs[1] else None
             if a is not None and b is not None and (len(a) == len(b) or len(a) == 1 or len(b) == 1):
                 n = max(len(a), len(b))
                 res: list[Scalar] = []
@@ -414,8 +498,17 @@ def _h_gather(ev: ShapeEvaluator, node: Node) -> None:
 
 def _h_unsqueeze(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
+    if s is None:
+        return
     axes = ev._in_ints(node, 1) if len(node.inputs) > 1 else node.attrs.get("axes")
-    if s is None or axes is None:
+    if axes is None:
+        return
+    if type(axes) is tuple and len(axes) == 1 and type(axes[0]) is int:
+        # One axis (nearly always): a tuple splice, which clamps out-of-range axes as list.insert does.
+        a = axes[0]
+        if a < 0:
+            a += len(s) + 1
+        ev._set(node, s[:a] + (_ONE,) + s[a:], ev._in_value(node, 0))
         return
     rank = len(s) + len(axes)  # type: ignore[arg-type]
     norm = sorted(_norm_axis(int(a), rank) for a in axes)  # type: ignore[union-attr]
@@ -439,25 +532,36 @@ def _h_squeeze(ev: ShapeEvaluator, node: Node) -> None:
 
 
 def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
-    shapes = [ev._in_shape(node, i) for i in range(len(node.inputs))]
+    inputs = node.inputs
     axis = int(node.attrs.get("axis", 0) or 0)  # type: ignore[arg-type]
-    values = [ev._in_value(node, i) for i in range(len(node.inputs))]
+    get_shape, get_value = ev.shapes.get, ev.values.get
+    shapes = [get_shape(x) if x else None for x in inputs]
+    values = [get_value(x) if x else None for x in inputs]
     value = None
-    if all(v is not None for v in values):
-        value = tuple(x for v in values if v is not None for x in v)
-    if any(s is None for s in shapes) or not shapes:
+    if None not in values:
+        value = tuple([x for v in values if v is not None for x in v])
+    if None in shapes or not shapes:
         if value is not None:
             ev._set(node, (int_dim(len(value)),), value)
         return
     first = shapes[0]
     assert first is not None
     a = _norm_axis(axis, len(first))
-    total = Dim(0)
+    # The sum stays a plain int until a symbolic dim joins; then it is the same string as before.
+    coef = 0
+    total: Dim | None = None
     for s in shapes:
         assert s is not None
         d = s[a]
-        total = Dim(total.coef + d.coef) if (total.is_int and d.is_int) else (
-            d if total.is_int and total.coef == 0 else sym_dim(f"({total}+{d})"))
+        if total is None:
+            if not d.factors:
+                coef = coef + d.coef
+                continue
+            total = d if coef == 0 else sym_dim(f"({Dim(coef)}+{d})")
+        else:
+            total = sym_dim(f"({total}+{d})")
+    if total is None:
+        total = int_dim(coef)
     ev._set(node, first[:a] + (total,) + first[a + 1:], value)
 
 
@@ -573,11 +677,10 @@ def _h_transpose(ev: ShapeEvaluator, node: Node) -> None:
 def matmul_shape(a: Shape, b: Shape) -> Shape | None:
     if not a or not b:
         return None
-    a2 = a if len(a) > 1 else (Dim(1),) + a
-    b2 = b if len(b) > 1 else b + (Dim(1),)
-    batch = _broadcast([a2[:-2], b2[:-2]]) if (a2[:-2] or b2[:-2]) else ()
-    if batch is None:
-        return None
+    a2 = a if len(a) > 1 else (_ONE,) + a
+    b2 = b if len(b) > 1 else b + (_ONE,)
+    ab, bb = a2[:-2], b2[:-2]
+    batch = _broadcast2(ab, bb) if (ab or bb) else ()
     out = tuple(batch) + (a2[-2], b2[-1])
     if len(a) == 1:
         out = out[:-2] + out[-1:]
@@ -750,4 +853,11 @@ _HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     "Where": _h_where,
     **{op: _h_reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                                 "ReduceSumSquare", "ReduceLogSumExp")},
+}
+
+# One lookup per node. Precedence as before: a dedicated handler, then same-shape unary, then elementwise.
+_DISPATCH: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
+    **{op: ShapeEvaluator._elementwise for op in _ELEMENTWISE},
+    **{op: ShapeEvaluator._same_shape for op in _UNARY_SAME_SHAPE},
+    **_HANDLERS,
 }
