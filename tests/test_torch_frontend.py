@@ -222,6 +222,40 @@ def test_annotated_transformer_found_by_tracing(heads: int) -> None:
     assert [p.weight for p in block.projections] == [f"linears.{i}.weight" for i in range(4)]
 
 
+class _GroupedQueryAttention(nn.Module):
+    """GQA the way reference code writes it: K/V heads widened with repeat_interleave (Meta's Llama) or repeat."""
+
+    def __init__(self, d_model: int, heads: int, kv_heads: int, widen: str) -> None:
+        super().__init__()
+        self.h, self.kv, self.hd, self.widen = heads, kv_heads, d_model // heads, widen
+        self.q = nn.Linear(d_model, heads * self.hd, bias=False)
+        self.k = nn.Linear(d_model, kv_heads * self.hd, bias=False)
+        self.v = nn.Linear(d_model, kv_heads * self.hd, bias=False)
+        self.o = nn.Linear(heads * self.hd, d_model, bias=False)
+
+    def forward(self, x: Any) -> Any:
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.h, self.hd).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv, self.hd).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv, self.hd).transpose(1, 2)
+        rep = self.h // self.kv
+        if self.widen == "repeat_interleave":
+            k, v = torch.repeat_interleave(k, rep, dim=1), v.repeat_interleave(rep, dim=1)
+        else:
+            k, v = k.repeat(1, rep, 1, 1), v.repeat(1, rep, 1, 1)
+        p = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.hd), dim=-1)
+        return self.o((p @ v).transpose(1, 2).reshape(b, s, -1))
+
+
+@pytest.mark.parametrize("widen", ["repeat_interleave", "repeat"])
+def test_grouped_query_attention_widened_in_module_code(widen: str) -> None:
+    model = _GroupedQueryAttention(64, 8, 2, widen)
+    report = mhainspect.inspect(model, (torch.zeros(2, 5, 64),))
+    (block,) = report.blocks
+    assert (block.num_heads, block.num_kv_heads, block.d_k, block.d_model) == (8, 2, 8, 64)
+    assert block.params.total == report.model.total_params == sum(p.numel() for p in model.parameters()) == 10_240
+
+
 def test_annotated_transformer_with_mask_and_without_inputs() -> None:
     """Nested in a model with a mask input; and, without example inputs, traced on made-up ones."""
     model = MultiHeadedAttention(4, 64)

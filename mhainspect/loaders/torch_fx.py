@@ -834,6 +834,31 @@ def _h_repeat(c: _Converter, n: Any, a: tuple[Any, ...], kw: Mapping[str, Any]) 
     return True
 
 
+def _h_repeat_interleave(c: _Converter, n: Any, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
+    """repeat_interleave(x, r, dim) as exporters write GQA's repeat_kv: Unsqueeze, Expand, Reshape.
+
+    Only a Python-int ``r`` (a tensor of per-element repeats is data-dependent) and an output whose
+    shape has at most one symbolic dim after ``dim`` (it becomes the Reshape's -1).
+    """
+    x, rank = c.operand(a[0]), c.rank(a[0])
+    reps = a[1] if len(a) > 1 else kw.get("repeats")
+    dim = a[2] if len(a) > 2 else kw.get("dim")
+    out = n.meta.get("val")
+    if x is None or rank is None or not isinstance(reps, int) or not isinstance(dim, int) \
+            or not isinstance(out, torch.Tensor):
+        return False
+    d = _norm(dim, rank)
+    tail = [_dim(s) for s in out.shape[d:]]  # the merged dim, then the dims after it
+    symbolic = [i for i, s in enumerate(tail) if not isinstance(s, int)]
+    if len(symbolic) > 1:
+        return False
+    target = [0] * d + [s if isinstance(s, int) else -1 for s in tail]
+    grown = c.emit("Unsqueeze", [x, c.const_ints([d + 1])])
+    expanded = c.emit("Expand", [grown, c.const_ints([1] * (d + 1) + [reps] + [1] * (rank - d - 1))])
+    c._single(n, "Reshape", [expanded, c.const_ints(target)])
+    return True
+
+
 def _h_einsum(c: _Converter, n: Any, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
     eq = a[0] if a else kw.get("equation")
     operands = a[1] if len(a) > 1 and isinstance(a[1], (list, tuple)) else a[1:]
@@ -945,7 +970,7 @@ _HANDLERS: dict[str, Handler] = {
     "where": _h_where, "ne": _h_ne, "rsub": _h_rsub, "rsqrt": _h_rsqrt, "split": _h_split,
     "split_with_sizes": _h_split, "chunk": _h_split, "tensor_split": _h_split, "unbind": _h_unbind,
     "select": _h_select, "slice": _h_slice, "cat": _h_cat, "concat": _h_cat, "stack": _h_stack,
-    "repeat": _h_repeat, "tile": _h_repeat, "einsum": _h_einsum, "layer_norm": _h_layer_norm,
+    "repeat": _h_repeat, "tile": _h_repeat, "repeat_interleave": _h_repeat_interleave, "einsum": _h_einsum, "layer_norm": _h_layer_norm,
     "rms_norm": _h_rms_norm, "embedding": _h_embedding, "sym_size": _h_sym_size, "size": _h_sym_size,
     "sym_numel": _h_sym_numel, "numel": _h_sym_numel, "getitem": _h_getitem, "sqrt_scalar": _h_sqrt_scalar,
     "getattr": _h_getattr,
