@@ -107,18 +107,23 @@ def _bounded(d: Scalar) -> bool:
             and all(len(f) <= _MAX_SYMBOL_LEN for f in d.factors))
 
 
-def _bounded_shape(shape: Sequence[Scalar], limit: int = MAX_RANK) -> bool:
-    # Runs on every output of every node: plain integer dims take the short test without a call.
-    if len(shape) > limit:
-        return False
-    for d in shape:
+def _dims_bounded(dims: Sequence[Scalar]) -> bool:
+    """``all(_bounded(d) for d in dims)``, with one-symbol dims tested inline."""
+    for d in dims:
         if isinstance(d, Dim):
-            if not -_MAX_ABS_COEF <= d.coef <= _MAX_ABS_COEF:
+            if not _MIN_COEF <= d.coef <= _MAX_ABS_COEF:
                 return False
             f = d.factors
             if f and (len(f) != 1 or len(f[0]) > _MAX_SYMBOL_LEN) and not _bounded(d):
                 return False
     return True
+
+
+_MIN_COEF = -_MAX_ABS_COEF
+
+
+def _bounded_shape(shape: Sequence[Scalar], limit: int = MAX_RANK) -> bool:
+    return len(shape) <= limit and _dims_bounded(shape)
 
 
 _ONE = Dim(1)  # shared: Dims are immutable and compared by value
@@ -190,26 +195,22 @@ class ShapeEvaluator:
         self.shapes: dict[str, Shape] = {}
         self.values: dict[str, Value] = {}
         self._fresh = 0
-        # Layers repeat weight shapes: build each distinct shape once and share the (immutable) tuple.
-        shape_cache: dict[tuple[int, ...], Shape] = {}
+        # True while every stored dim is within the bounds (checked once per seed below, and by _set
+        # for every computed dim): results made only of stored dims then need just a length check.
+        self._trusted = True
+        # Layers repeat weight shapes and small constants: build each distinct one once and share the
+        # (immutable) tuple.
+        cache: dict[tuple[int, ...], tuple[Dim, ...]] = {}
+        shapes, values = self.shapes, self.values
         for name, t in graph.weights.items():
-            if len(t.shape) > MAX_RANK:
+            shape = t.shape
+            if len(shape) > MAX_RANK:
                 continue
-            try:
-                dims_of = shape_cache.get(t.shape)
-            except TypeError:  # an unhashable dim: build it the long way
-                dims_of = None
-            if dims_of is None:
-                dims_of = tuple(int_dim(d) for d in t.shape)
-                try:
-                    shape_cache[t.shape] = dims_of
-                except TypeError:
-                    pass
-            self.shapes[name] = dims_of
+            shapes[name] = self._int_dims(shape, cache)
             if t.int_value is not None:
-                self.values[name] = tuple(int_dim(v) for v in t.int_value)
+                values[name] = self._int_dims(t.int_value, cache)
             elif t.float_value is not None:
-                self.values[name] = (t.float_value,)
+                values[name] = (t.float_value,)
         for vi in graph.inputs:
             if vi.name in self.shapes or vi.shape is None or len(vi.shape) > MAX_RANK:
                 continue
@@ -222,6 +223,8 @@ class ShapeEvaluator:
                 else:
                     dims.append(sym_dim(f"{vi.name}.{axis}"))
             self.shapes[vi.name] = tuple(dims)
+            if not _dims_bounded(dims):
+                self._trusted = False
         dispatch = _DISPATCH
         for node in order:
             handler = dispatch.get(node.op)
@@ -238,6 +241,21 @@ class ShapeEvaluator:
                 self.shapes[name] = tuple(
                     int_dim(d) if isinstance(d, int) else sym_dim(d if isinstance(d, str) else self._new_sym())
                     for d in vi.shape)
+
+    def _int_dims(self, ints: tuple[int, ...], cache: dict[tuple[int, ...], tuple[Dim, ...]]) -> tuple[Dim, ...]:
+        try:
+            dims = cache.get(ints)
+        except TypeError:  # an unhashable element: build it the long way
+            dims = None
+        if dims is None:
+            dims = tuple(int_dim(d) for d in ints)
+            if not _dims_bounded(dims):
+                self._trusted = False
+            try:
+                cache[ints] = dims
+            except TypeError:
+                pass
+        return dims
 
     def _new_sym(self) -> str:
         self._fresh += 1
@@ -277,19 +295,25 @@ class ShapeEvaluator:
             handler(self, node)
 
     def _in_shape(self, node: Node, i: int) -> Shape | None:
-        if i >= len(node.inputs) or not node.inputs[i]:
+        inputs = node.inputs
+        if i >= len(inputs):
             return None
-        return self.shapes.get(node.inputs[i])
+        name = inputs[i]
+        return self.shapes.get(name) if name else None
 
     def _in_value(self, node: Node, i: int) -> Value | None:
-        if i >= len(node.inputs) or not node.inputs[i]:
+        inputs = node.inputs
+        if i >= len(inputs):
             return None
-        return self.values.get(node.inputs[i])
+        name = inputs[i]
+        return self.values.get(name) if name else None
 
     def _in_ints(self, node: Node, i: int) -> tuple[int, ...] | None:
-        if i >= len(node.inputs) or not node.inputs[i]:
+        inputs = node.inputs
+        if i >= len(inputs):
             return None
-        return self.int_values(node.inputs[i])
+        name = inputs[i]
+        return self.int_values(name) if name else None
 
     def _set(self, node: Node, shape: Shape | None, value: Value | None = None, out: int = 0) -> None:
         outputs = node.outputs
@@ -303,6 +327,25 @@ class ShapeEvaluator:
         if value is not None and _bounded_shape(value, _MAX_VALUE_LEN):
             self.values[name] = value
 
+    def _set_picked(self, node: Node, shape: Shape | None, value: Value | None = None, out: int = 0) -> None:
+        """``_set`` for results whose dims are all stored dims, floats or small constants.
+
+        Stored dims passed the bounds already, so when the seeds did too only the lengths can fail.
+        """
+        if not self._trusted:
+            self._set(node, shape, value, out)
+            return
+        outputs = node.outputs
+        if out >= len(outputs):
+            return
+        name = outputs[out]
+        if not name:
+            return
+        if shape is not None and len(shape) <= MAX_RANK:
+            self.shapes[name] = shape
+        if value is not None and len(value) <= _MAX_VALUE_LEN:
+            self.values[name] = value
+
     def _same_shape(self, node: Node) -> None:
         inputs = node.inputs
         first = inputs[0] if inputs else ""
@@ -310,7 +353,7 @@ class ShapeEvaluator:
         if node.op not in _VALUE_UNARY:
             # Most unary ops carry no value: skip the value lookup and the op checks below.
             if s is not None:
-                self._set(node, s)
+                self._set_picked(node, s)
             return
         v = self.values.get(first) if first else None
         if node.op == "Cast" and v is not None:
@@ -327,7 +370,7 @@ class ShapeEvaluator:
             v = tuple(1.0 / x for x in fv if x) if None not in fv and 0 not in fv else None
         elif node.op not in ("Identity", "Cast", "CastLike"):
             v = None
-        self._set(node, s, v)
+        self._set_picked(node, s, v)  # Cast, Sqrt and Reciprocal make floats; the rest pass dims on
 
     @staticmethod
     def _num(x: Scalar) -> float | None:
@@ -363,7 +406,10 @@ class ShapeEvaluator:
                     res.append(r)
                 if len(res) == n:
                     value = tuple(res)
-        self._set(node, out_shape, value)
+        if value is None:
+            self._set_picked(node, out_shape)  # broadcasting only picks input dims
+        else:
+            self._set(node, out_shape, value)
 
 
 def _arith(op: str, a: Scalar, b: Scalar) -> Scalar | None:
@@ -419,7 +465,7 @@ def _h_shape(ev: ShapeEvaluator, node: Node) -> None:
     start = max(0, _norm_axis(start, len(s)))
     end = min(len(s), _norm_axis(end, len(s)))
     dims = s[start:end]
-    ev._set(node, (int_dim(len(dims)),), tuple(dims))
+    ev._set_picked(node, (int_dim(len(dims)),), tuple(dims))
 
 
 def _h_size(ev: ShapeEvaluator, node: Node) -> None:
@@ -493,29 +539,37 @@ def _h_gather(ev: ShapeEvaluator, node: Node) -> None:
         value = tuple(dv[i] for i in iv)
     if data is not None and idx_shape is not None:
         a = _norm_axis(axis, len(data))
-        ev._set(node, data[:a] + idx_shape + data[a + 1:], value)
+        ev._set_picked(node, data[:a] + idx_shape + data[a + 1:], value)
 
 
 def _h_unsqueeze(ev: ShapeEvaluator, node: Node) -> None:
-    s = ev._in_shape(node, 0)
+    inputs = node.inputs
+    first = inputs[0] if inputs else ""
+    s = ev.shapes.get(first) if first else None
     if s is None:
         return
-    axes = ev._in_ints(node, 1) if len(node.inputs) > 1 else node.attrs.get("axes")
+    if len(inputs) > 1:
+        axes = ev.int_values(inputs[1]) if inputs[1] else None
+    else:
+        axes = node.attrs.get("axes")  # type: ignore[assignment]
     if axes is None:
         return
+    value = ev.values.get(first)
     if type(axes) is tuple and len(axes) == 1 and type(axes[0]) is int:
-        # One axis (nearly always): a tuple splice, which clamps out-of-range axes as list.insert does.
+        # One axis in range (nearly always): a tuple splice. Out-of-range axes take the list.insert
+        # path below, which clamps them or overflows exactly as before.
         a = axes[0]
         if a < 0:
             a += len(s) + 1
-        ev._set(node, s[:a] + (_ONE,) + s[a:], ev._in_value(node, 0))
-        return
-    rank = len(s) + len(axes)  # type: ignore[arg-type]
-    norm = sorted(_norm_axis(int(a), rank) for a in axes)  # type: ignore[union-attr]
+        if 0 <= a <= len(s):
+            ev._set_picked(node, s[:a] + (_ONE,) + s[a:], value)
+            return
+    rank = len(s) + len(axes)
+    norm = sorted(_norm_axis(int(a), rank) for a in axes)
     out = list(s)
     for a in norm:
         out.insert(a, Dim(1))
-    ev._set(node, tuple(out), ev._in_value(node, 0))
+    ev._set_picked(node, tuple(out), value)
 
 
 def _h_squeeze(ev: ShapeEvaluator, node: Node) -> None:
@@ -528,7 +582,7 @@ def _h_squeeze(ev: ShapeEvaluator, node: Node) -> None:
     else:
         drop = {_norm_axis(int(a), len(s)) for a in axes}  # type: ignore[union-attr]
         out = tuple(d for i, d in enumerate(s) if i not in drop)
-    ev._set(node, out, ev._in_value(node, 0))
+    ev._set_picked(node, out, ev._in_value(node, 0))
 
 
 def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
@@ -542,7 +596,7 @@ def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
         value = tuple([x for v in values if v is not None for x in v])
     if None in shapes or not shapes:
         if value is not None:
-            ev._set(node, (int_dim(len(value)),), value)
+            ev._set_picked(node, (int_dim(len(value)),), value)
         return
     first = shapes[0]
     assert first is not None
@@ -562,7 +616,8 @@ def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
             total = sym_dim(f"({total}+{d})")
     if total is None:
         total = int_dim(coef)
-    ev._set(node, first[:a] + (total,) + first[a + 1:], value)
+    # The sum is the one new dim: an out-of-bounds sum drops the shape (as _set would), not the value.
+    ev._set_picked(node, first[:a] + (total,) + first[a + 1:] if _bounded(total) else None, value)
 
 
 def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
@@ -671,7 +726,7 @@ def _h_transpose(ev: ShapeEvaluator, node: Node) -> None:
     if s is None:
         return
     perm = node.attrs.get("perm") or tuple(reversed(range(len(s))))
-    ev._set(node, tuple(s[int(p)] for p in perm))  # type: ignore[union-attr]
+    ev._set_picked(node, tuple([s[int(p)] for p in perm]))  # type: ignore[union-attr]
 
 
 def matmul_shape(a: Shape, b: Shape) -> Shape | None:
@@ -692,7 +747,7 @@ def matmul_shape(a: Shape, b: Shape) -> Shape | None:
 def _h_matmul(ev: ShapeEvaluator, node: Node) -> None:
     a, b = ev._in_shape(node, 0), ev._in_shape(node, 1)
     if a is not None and b is not None:
-        ev._set(node, matmul_shape(a, b))
+        ev._set_picked(node, matmul_shape(a, b))
 
 
 def _h_fused_matmul(ev: ShapeEvaluator, node: Node) -> None:
@@ -720,8 +775,8 @@ def _h_expand(ev: ShapeEvaluator, node: Node) -> None:
     target = ev._in_value(node, 1)
     if s is None or target is None or not all(isinstance(t, Dim) for t in target):
         return
-    out = _broadcast([s, tuple(t for t in target if isinstance(t, Dim))])
-    ev._set(node, out)
+    out = _broadcast2(s, tuple([t for t in target if isinstance(t, Dim)]))
+    ev._set_picked(node, out)
 
 
 def _h_tile(ev: ShapeEvaluator, node: Node) -> None:
@@ -795,10 +850,11 @@ def _h_reduce(ev: ShapeEvaluator, node: Node) -> None:
         axes = tuple(int(a) for a in axes_attr)
     else:
         axes = () if node.attrs.get("noop_with_empty_axes") else tuple(range(len(s)))
-    norm = {_norm_axis(a, len(s)) for a in axes}
+    rank = len(s)
+    norm = {a + rank if a < 0 else a for a in axes}
     keep = node.attrs.get("keepdims", 1) != 0
-    out = tuple(Dim(1) if i in norm else d for i, d in enumerate(s) if keep or i not in norm)
-    ev._set(node, out)
+    out = tuple([_ONE if i in norm else d for i, d in enumerate(s) if keep or i not in norm])
+    ev._set_picked(node, out)
 
 
 def _h_conv(ev: ShapeEvaluator, node: Node) -> None:
