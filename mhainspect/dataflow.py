@@ -35,13 +35,7 @@ class WeightRef:
 
 def topological_order(graph: ModelGraph) -> list[Node]:
     """Kahn's algorithm; raises InputError naming a node on a cycle."""
-    producer: dict[str, int] = {}
-    for i, n in enumerate(graph.nodes):
-        for o in n.outputs:
-            if o:
-                producer[o] = i
-    # Exporters write nodes in dependency order. Then Kahn's heap, keyed by file position, pops them
-    # in file order, so one scan that finds every input produced earlier gives the same answer.
+    producer = _producer_positions(graph)
     get = producer.get
     i = 0
     for n in graph.nodes:
@@ -49,11 +43,27 @@ def topological_order(graph: ModelGraph) -> list[Node]:
             p = get(x, -1)
             if p >= i:
                 if p == i:
-                    # Kahn's pass below would stop at this same node: no earlier node reads its own output.
-                    raise InputError(f"graph has a cycle: node '{n.name}' ({n.op}) reads its own output")
+                    _self_loop(n)
                 return _kahn(graph, producer)
         i += 1
+    # Exporters write nodes in dependency order. Then Kahn's heap, keyed by file position, pops them
+    # in file order, so a scan that finds every input produced earlier gives the same answer.
     return list(graph.nodes)
+
+
+def _producer_positions(graph: ModelGraph) -> dict[str, int]:
+    """Tensor name -> position in the file of its (last) producer."""
+    producer: dict[str, int] = {}
+    for i, n in enumerate(graph.nodes):
+        for o in n.outputs:
+            if o:
+                producer[o] = i
+    return producer
+
+
+def _self_loop(n: Node) -> None:
+    # Found scanning in file order with every earlier node clean: Kahn's pass stops at this same node.
+    raise InputError(f"graph has a cycle: node '{n.name}' ({n.op}) reads its own output")
 
 
 def _kahn(graph: ModelGraph, producer: dict[str, int]) -> list[Node]:
@@ -85,11 +95,78 @@ def _kahn(graph: ModelGraph, producer: dict[str, int]) -> list[Node]:
 
 
 class GraphIndex:
+    order: list[Node]
+    position: dict[int, int]  # id(node) -> index in order
+    by_name: dict[str, Node]
+    producer: dict[str, Node]
+    consumers: dict[str, list[tuple[Node, int]]]
+    activations: set[str]
+    shapes: ShapeEvaluator
+
     def __init__(self, graph: ModelGraph) -> None:
         self.graph = graph
-        self.order = order = topological_order(graph)
+        producer_pos = _producer_positions(graph)
+        if not self._index_in_file_order(producer_pos):
+            self._index(_kahn(graph, producer_pos))
+        self.shapes = ShapeEvaluator(graph, self.order)
+
+    def _index_in_file_order(self, producer_pos: dict[str, int]) -> bool:
+        """One pass doing what topological_order and _index do, for a graph already in dependency order.
+
+        Returns False, with nothing set, at the first input produced later in the file; raises as
+        topological_order does for a node reading its own output.
+        """
+        graph = self.graph
+        nodes = graph.nodes
+        get_pos = producer_pos.get
+        producer: dict[str, Node] = {}
+        consumers: dict[str, list[tuple[Node, int]]] = {}
+        act = {v.name for v in graph.inputs if v.name not in graph.weights}
+        shape_ops, shape_inputs = _SHAPE_OPS, SHAPE_INPUTS
+        i = 0
+        for n in nodes:
+            inputs = n.inputs
+            idx = 0
+            for x in inputs:
+                if x:
+                    p = get_pos(x, -1)
+                    if p >= i:
+                        if p == i:
+                            _self_loop(n)
+                        return False
+                    users = consumers.get(x)
+                    if users is None:
+                        consumers[x] = [(n, idx)]
+                    else:
+                        users.append((n, idx))
+                idx += 1
+            outputs = n.outputs
+            for o in outputs:
+                if o:
+                    producer[o] = n
+            # Same rule as _find_activations, in the same (file = topological) order.
+            op = n.op
+            if op not in shape_ops:
+                shape_only = shape_inputs.get(op)
+                if shape_only is None:
+                    reads = not act.isdisjoint(inputs)
+                else:
+                    reads = any(x in act for j, x in enumerate(inputs) if j not in shape_only)
+                if reads or (not inputs and op != "Constant" and op.startswith("Random")):
+                    act.update(o for o in outputs if o)
+            i += 1
+        self.order = order = list(nodes)
         self.position = {id(n): i for i, n in enumerate(order)}
-        self.by_name: dict[str, Node] = {n.name: n for n in order}
+        self.by_name = {n.name: n for n in order}
+        self.producer = producer
+        self.consumers = consumers
+        self.activations = act
+        return True
+
+    def _index(self, order: list[Node]) -> None:
+        self.order = order
+        self.position = {id(n): i for i, n in enumerate(order)}
+        self.by_name = {n.name: n for n in order}
         producer: dict[str, Node] = {}
         consumers: dict[str, list[tuple[Node, int]]] = {}
         for n in order:
@@ -108,7 +185,6 @@ class GraphIndex:
         self.producer = producer
         self.consumers = consumers
         self.activations = self._find_activations()
-        self.shapes = ShapeEvaluator(graph, order)
 
     def _find_activations(self) -> set[str]:
         act = {v.name for v in self.graph.inputs if v.name not in self.graph.weights}
