@@ -153,7 +153,7 @@ class GraphIndex:
                 else:
                     reads = any(x in act for j, x in enumerate(inputs) if j not in shape_only)
                 if reads or (not inputs and op != "Constant" and op.startswith("Random")):
-                    act.update(o for o in outputs if o)
+                    act.update(outputs if "" not in outputs else [o for o in outputs if o])
             i += 1
         self.order = order = list(nodes)
         self.position = {id(n): i for i, n in enumerate(order)}

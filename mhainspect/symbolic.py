@@ -617,7 +617,8 @@ def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
     if total is None:
         total = int_dim(coef)
     # The sum is the one new dim: an out-of-bounds sum drops the shape (as _set would), not the value.
-    ev._set_picked(node, first[:a] + (total,) + first[a + 1:] if _bounded(total) else None, value)
+    ok = _MIN_COEF <= total.coef <= _MAX_ABS_COEF and (not total.factors or _bounded(total))
+    ev._set_picked(node, first[:a] + (total,) + first[a + 1:] if ok else None, value)
 
 
 def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
@@ -649,6 +650,7 @@ def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
         return
     out = list(s)
     value = ev._in_value(node, 0)
+    from_ends = False  # a length computed from the ends can be out of bounds; the rest are not
     for st, en, ax, sp in zip(starts, ends, axes, steps):
         a = _norm_axis(ax, len(s))
         d = s[a]
@@ -659,13 +661,14 @@ def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
                 return
             # Bounded slice of a symbolic dim: length known when both ends are small constants.
             out[a] = int_dim(max(0, (en - st + sp - 1) // sp))
+            from_ends = True
             value = None
             continue
         rng = range(d.coef)[slice(st, en, sp)]
-        out[a] = int_dim(len(rng))
+        out[a] = int_dim(len(rng))  # at most the stored dim
         if value is not None and len(s) == 1:
             value = tuple(value[i] for i in rng)
-    ev._set(node, tuple(out), value if len(s) == 1 else None)
+    (ev._set if from_ends else ev._set_picked)(node, tuple(out), value if len(s) == 1 else None)
 
 
 def _resolve_reshape(in_shape: Shape | None, target: Value, allowzero: bool) -> Shape | None:
@@ -847,7 +850,7 @@ def _h_reduce(ev: ShapeEvaluator, node: Node) -> None:
         if axes is None:
             return
     elif isinstance(axes_attr, tuple):
-        axes = tuple(int(a) for a in axes_attr)
+        axes = tuple([int(a) for a in axes_attr])
     else:
         axes = () if node.attrs.get("noop_with_empty_axes") else tuple(range(len(s)))
     rank = len(s)
