@@ -238,3 +238,91 @@ def test_generator_safetensors_headers(make_models: Any, tmp_path: Path) -> None
         total += end
     assert total == index["metadata"]["total_size"] == 2 * (shape.total_params())
     assert json.loads((tmp_path / "config.json").read_text())["num_key_value_heads"] == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# The graph builder's shortcuts (value caches, __init__-free construction) change no result.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_objects_built_without_init_equal_the_dataclasses() -> None:
+    from mhainspect.graph import Node, Tensor, ValueInfo
+
+    assert onnx_loader._RAW_NODE and onnx_loader._RAW_TENSOR and onnx_loader._RAW_VALUE_INFO
+    node = onnx_loader._make_node("n", "MatMul", ("a", "b"), ("c",), {"axis": 1}, "m.l", "")
+    assert node == Node("n", "MatMul", ("a", "b"), ("c",), {"axis": 1}, "m.l", "")
+    assert repr(node) == repr(Node("n", "MatMul", ("a", "b"), ("c",), {"axis": 1}, "m.l", ""))
+    tensor = onnx_loader._make_tensor("t", (2,), "int64", "const:t", (1, 2), None, True)
+    reference = Tensor("t", (2,), "int64", "const:t", (1, 2), None, True)
+    assert tensor == reference and hash(tensor) == hash(reference) and repr(tensor) == repr(reference)
+    assert ValueInfo("v", (1, "s"), "float32") == onnx_loader._ValueInfoReader()(
+        helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, "s"]))
+
+
+def _constants_model() -> onnx.ModelProto:
+    """Constants repeating the same few values under different names, in every form the loader reads."""
+    nodes = []
+    values: list[Any] = [
+        {"value": numpy_helper.from_array(np.array([1], np.int64))},
+        {"value": numpy_helper.from_array(np.array([1], np.int64), "named")},
+        {"value": numpy_helper.from_array(np.array(0.125, np.float32))},
+        {"value": numpy_helper.from_array(np.array(float("nan"), np.float32))},
+        {"value": numpy_helper.from_array(np.arange(100, dtype=np.int64))},
+        {"value_int": 3}, {"value_ints": [1, -1]}, {"value_float": 0.5}, {"value_floats": [0.5, 2.0]},
+        {"value_string": "x"},                                          # no tensor: stays a node
+    ]
+    for layer in range(3):
+        for i, kw in enumerate(values):
+            nodes.append(helper.make_node("Constant", [], [f"/l{layer}/c{i}"], name=f"/l{layer}/Constant_{i}", **kw))
+    nodes.append(helper.make_node("Constant", [], ["two_attrs"], name="two", value_int=1, value_float=2.0))
+    nodes.append(helper.make_node("Constant", [], ["o1", "o2"], name="two_outputs", value_int=1))
+    nodes.append(helper.make_node("Concat", [n.output[0] for n in nodes], ["y"], name="/l2/sub/cat", axis=0))
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_repeated_constants_match_reference(tmp_path: Path) -> None:
+    path = tmp_path / "constants.onnx"
+    onnx.save(_constants_model(), path)
+    graph = load_onnx(path)
+    assert _norm(graph) == _norm(_reference(path))
+    assert graph.weights["/l1/c0"].int_value == (1,) and graph.weights["/l2/c0"].storage_key == "const:/l2/c0"
+    assert graph.weights["/l2/c4"].int_value is None and graph.weights["/l2/c4"].shape == (100,)
+    assert "/l0/c9" not in graph.weights and [n.scope for n in graph.nodes][-1] == "l2.sub"
+
+
+def test_dangling_input_error_names_the_first_offender(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
+             helper.make_node("Add", ["a", "missing1"], ["b"], name="first"),
+             helper.make_node("Add", ["missing0", "b"], ["c"], name="second")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
+    path = tmp_path / "dangling.onnx"
+    onnx.save(helper.make_model(graph), path)
+    with pytest.raises(Exception) as fast:
+        load_onnx(path)
+    assert "node 'first' (Add) reads 'missing1'" in str(fast.value)
+
+
+def test_folded_from_shortcut_matches_literal_eval() -> None:
+    import ast
+    import random
+    import warnings
+
+    from mhainspect.loaders.provenance import _folded_from
+
+    def reference(value: str) -> tuple[str, ...]:
+        try:
+            names = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return ()
+        return tuple(str(n) for n in names) if isinstance(names, (list, tuple)) else ()
+
+    pieces = ["[", "]", "'", '"', ", ", ",", " ", "a", ".", "\\", "\n", "\r", "\x00", "\t", "\u2028", "é", "', '"]
+    rng = random.Random(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # literal_eval on invalid escape sequences of the random input
+        for _ in range(20000):
+            body = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+            for value in (f"['{body}']", f"[{body}]", f"['{body}', '{body}']", body):
+                assert _folded_from(value) == reference(value), repr(value)

@@ -416,15 +416,19 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
     builder = _GraphBuilder(functions, progress or _PROGRESS.get(), len(graph.node), name_scopes)
     builder.add_graph(graph, prefix="", depth=0)
     builder.report_progress(final=True)
-    inputs = tuple(_value_info(v) for v in graph.input if v.name not in builder.weights)
-    outputs = tuple(_value_info(v) for v in graph.output)
-    value_info = {v.name: _value_info(v) for v in graph.value_info}
+    read_value_info = _ValueInfoReader()
+    inputs = tuple(read_value_info(v) for v in graph.input if v.name not in builder.weights)
+    outputs = tuple(read_value_info(v) for v in graph.output)
+    value_info: dict[str, ValueInfo] = {}
+    value_metadata: list[tuple[str, dict[str, str]]] = []  # for apply_provenance; one pass over value_info
+    for v in graph.value_info:
+        value_info[v.name] = read_value_info(v)
+        if v.metadata_props:
+            value_metadata.append((v.name, {p.key: p.value for p in v.metadata_props}))
     builder.check_dangling({v.name for v in graph.input})
     producer = " ".join(x for x in (model.producer_name, model.producer_version) if x)
     signature = next((p.value for p in graph.metadata_props if p.key.endswith("ExportedProgram.graph_signature")), "")
-    weights = apply_provenance(builder.weights, (
-        (v.name, {p.key: p.value for p in v.metadata_props}) for v in graph.value_info if v.metadata_props),
-        signature)
+    weights = apply_provenance(builder.weights, value_metadata, signature)
     return ModelGraph(
         source=source,
         kind="onnx",
@@ -437,6 +441,30 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
         producer=producer,
         warnings=tuple(builder.warnings),
     )
+
+
+class _ValueInfoReader:
+    """_value_info(v), decoded once per distinct type: exporters declare thousands of values with a
+    few dozen types."""
+
+    def __init__(self) -> None:
+        self._types: dict[bytes, tuple[tuple[int | str | None, ...] | None, str]] = {}
+
+    def __call__(self, v: Any) -> ValueInfo:
+        key = v.type.SerializeToString()  # _value_info reads v.type and v.name only
+        hit = self._types.get(key)
+        if hit is None:
+            info = _value_info(v)
+            self._types[key] = (info.shape, info.dtype)
+            return info
+        if not _RAW_VALUE_INFO:
+            return ValueInfo(v.name, hit[0], hit[1])
+        info = _new(ValueInfo)
+        d = info.__dict__
+        d["name"] = v.name
+        d["shape"] = hit[0]
+        d["dtype"] = hit[1]
+        return info
 
 
 def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:  # type: ignore[name-defined]  # noqa: F821
@@ -643,8 +671,9 @@ def _literal_string_list(value: str) -> list[str] | None:
         return []
     if body[0] != "'" or body[-1] != "'":
         return None
-    parts = body[1:-1].split("', '")
-    if any("'" in p for p in parts):
+    inner = body[1:-1]
+    parts = inner.split("', '")
+    if inner.count("'") != 2 * (len(parts) - 1):  # a quote inside an entry (each separator has two)
         return None
     return parts
 
@@ -667,6 +696,7 @@ def _plain_fields(cls: type, names: tuple[str, ...]) -> bool:
 _RAW_NODE = _plain_fields(Node, ("name", "op", "inputs", "outputs", "attrs", "scope", "domain"))
 _RAW_TENSOR = _plain_fields(Tensor, ("name", "shape", "dtype", "storage_key", "int_value", "float_value",
                                      "is_constant_node", "kind", "origin"))
+_RAW_VALUE_INFO = _plain_fields(ValueInfo, ("name", "shape", "dtype"))
 _new = object.__new__
 
 
@@ -717,7 +747,7 @@ class _GraphBuilder:
         self.nodes: list[Node] = []
         self.weights: dict[str, Tensor] = {}
         self.warnings: list[str] = []
-        # Initializers, inputs and Constant outputs; check_dangling adds the outputs of self.nodes.
+        # Initializers and inputs; check_dangling adds the weights and the outputs of self.nodes.
         self.known_names: set[str] = set()
         self._inlining: list[tuple[str, str]] = []
         self._progress = progress
@@ -726,9 +756,9 @@ class _GraphBuilder:
         # False when no node can carry a name-scope entry: metadata_props is then never read.
         self._name_scopes = name_scopes
         self._scopes: dict[str, str] = {}  # node-name directory ('/model/layers.0/mlp') -> scope
-        # Serialized 'value' attribute of a Constant -> (shape, dtype, int_value, float_value), or
+        # Serialized 'value' attribute of a Constant -> the Tensor it made first (another name), or
         # None where it makes no constant; exporters repeat a few ([1], [-1], 0.5, ...) per layer.
-        self._constants: dict[bytes, tuple[Any, ...] | None] = {}
+        self._constants: dict[bytes, Tensor | None] = {}
 
     def report_progress(self, final: bool = False) -> None:
         if self._progress is not None:
@@ -772,8 +802,7 @@ class _GraphBuilder:
             out = output_list[0]
             tensor = self._constant(node, out)
             if tensor is not None:
-                self.weights[out] = tensor
-                self.known_names.add(out)
+                self.weights[out] = tensor  # check_dangling adds every weight name to known_names
                 return
         outputs = tuple(output_list)
         attrs: dict[str, AttrValue] = {}
@@ -819,16 +848,23 @@ class _GraphBuilder:
         cache = self._constants
         template = cache.get(key, _MISSING)
         if template is _MISSING:
-            # What follows depends on the attribute alone (equal bytes parse to equal fields) and on out.
+            # The tensor depends on the attribute alone (equal bytes parse to equal fields) but for
+            # its name and storage key, which come from out.
             tensor = _constant_tensor(node, out)
             if len(key) <= _CONSTANT_CACHE_MAX_BYTES:
-                cache[key] = None if tensor is None else (tensor.shape, tensor.dtype, tensor.int_value,
-                                                          tensor.float_value)
+                cache[key] = tensor
             return tensor
         if template is None:
             return None
-        shape, dtype, int_value, float_value = template
-        return _make_tensor(out, shape, dtype, f"const:{out}", int_value, float_value, True)
+        if not _RAW_TENSOR:
+            return Tensor(out, template.shape, template.dtype, f"const:{out}", template.int_value,
+                          template.float_value, True)
+        tensor = _new(Tensor)
+        d = tensor.__dict__
+        d.update(template.__dict__)
+        d["name"] = out
+        d["storage_key"] = f"const:{out}"
+        return tensor
 
     def _inline_function(self, call: onnx.NodeProto, func: onnx.FunctionProto, name: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
         if depth > _MAX_SUBGRAPH_DEPTH:
@@ -875,6 +911,7 @@ class _GraphBuilder:
     def check_dangling(self, graph_inputs: set[str]) -> None:
         known = self.known_names
         nodes = self.nodes
+        known.update(self.weights)
         known.update(chain.from_iterable([n.outputs for n in nodes]))
         known.add("")  # an empty input is an absent optional one: never looked up
         covers = known.issuperset

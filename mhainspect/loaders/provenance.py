@@ -23,13 +23,36 @@ _KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "cons
 
 
 def _folded_from(value: str) -> tuple[str, ...]:
-    try:
-        names = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return ()
+    names: object = _plain_string_list(value)
+    if names is None:
+        try:
+            names = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return ()
     if isinstance(names, (list, tuple)):
         return tuple(str(n) for n in names)
     return ()
+
+
+def _plain_string_list(value: str) -> list[str] | None:
+    """ast.literal_eval(value) for "['a.b', 'c']" (the exporter's form) without compiling it; None
+    for anything else: other spacing, escapes, quotes or line breaks in an entry, ..."""
+    if len(value) < 2 or value[0] != "[" or value[-1] != "]":
+        return None
+    inner = value[1:-1]
+    if not inner:
+        return []
+    if len(inner) < 2 or inner[0] != "'" or inner[-1] != "'" or any(c in inner for c in _SPECIAL):
+        return None
+    inner = inner[1:-1]
+    parts = inner.split("', '")
+    if inner.count("'") != 2 * (len(parts) - 1):  # a quote inside an entry (each separator has two)
+        return None
+    return parts
+
+
+# Characters a plain one-line '...' literal cannot hold as they are (literal_eval also refuses NUL).
+_SPECIAL = ("\\", '"', "\n", "\r", "\x00")
 
 
 _SIGNATURE_LINE = re.compile(r"^\s*\w+:\s*(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']+)'", re.MULTILINE)
