@@ -28,6 +28,7 @@ from mhainspect.findings import (
     Severity,
     WhatIf,
 )
+from mhainspect.render.json_text import dumps_pretty
 
 JSONDict = dict[str, Any]
 
@@ -199,7 +200,7 @@ def reports_to_dict(reports: Iterable[Report]) -> JSONDict:
 
 
 def _dumps_pretty(data: JSONDict) -> str:
-    return json.dumps(data, indent=2, allow_nan=False) + "\n"
+    return dumps_pretty(data) + "\n"
 
 
 def report_to_json(report: Report) -> str:

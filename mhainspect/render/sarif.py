@@ -9,7 +9,6 @@ results of the gate rules.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable
@@ -22,6 +21,7 @@ from mhainspect.findings import Flag, Report, Severity
 from mhainspect.flags import FLAG_CODES
 from mhainspect.gates import GateFailure
 from mhainspect.render.cells import verify_label
+from mhainspect.render.json_text import dumps_pretty
 
 __all__ = ["DOCS_BASE", "FLAG_ANCHORS", "GATE_RULES", "SARIF_SCHEMA", "VERIFY_RULE", "render_sarif", "sarif_dict"]
 
@@ -167,4 +167,4 @@ def render_sarif(reports: Iterable[Report], failures: Iterable[GateFailure] = ()
                  execution_successful: bool = True, docs_base: str = DOCS_BASE) -> str:
     """The SARIF log as pretty JSON text with a trailing newline."""
     data = sarif_dict(reports, failures, execution_successful=execution_successful, docs_base=docs_base)
-    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return dumps_pretty(data, ensure_ascii=False) + "\n"
