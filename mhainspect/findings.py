@@ -44,6 +44,8 @@ class Projection:
 
 @dataclass(frozen=True)
 class ParamBreakdown:
+    """A block's parameters by role; shared weights are counted in the first block that uses them."""
+
     q: int
     k: int
     v: int
@@ -92,6 +94,8 @@ class BlockVerification:
 
 @dataclass(frozen=True)
 class AttentionBlock:
+    """One attention block: what was recovered, from which evidence, and what it holds."""
+
     name: str
     matcher: str
     kind: str  # "self" | "cross"
@@ -114,6 +118,8 @@ class AttentionBlock:
 
 @dataclass(frozen=True)
 class Flag:
+    """A rule (MHA001...) raised for a block or for the whole model."""
+
     code: str
     severity: Severity
     block: str | None
@@ -133,6 +139,8 @@ class Miss:
 
 @dataclass(frozen=True)
 class ModelSummary:
+    """The model as a whole: where it came from and its parameter totals."""
+
     path: str
     format: str  # "onnx", ...
     total_params: int
@@ -144,6 +152,8 @@ class ModelSummary:
 
 @dataclass(frozen=True)
 class Report:
+    """Everything one analysis found in one model."""
+
     schema_version: str
     model: ModelSummary
     blocks: tuple[AttentionBlock, ...]

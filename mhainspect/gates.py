@@ -35,6 +35,8 @@ class Limit:
 
 @dataclass(frozen=True)
 class GateConfig:
+    """Which gates are on: budgets, flag codes, run-time contradictions."""
+
     max_params: Limit | None = None
     max_attention_params: Limit | None = None
     fail_on: frozenset[str] = frozenset()

@@ -45,6 +45,8 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Node:
+    """One operator: ONNX op names, also for graphs lowered from torch."""
+
     name: str
     op: str
     inputs: tuple[str, ...]
@@ -65,6 +67,8 @@ class ValueInfo:
 
 @dataclass(frozen=True)
 class ModelGraph:
+    """A model as the matchers see it: nodes in file order, weights by name, declared types."""
+
     source: str
     kind: str  # "onnx", "torch", "checkpoint"
     nodes: tuple[Node, ...]

@@ -33,6 +33,8 @@ _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
 @dataclass(frozen=True)
 class Source:
+    """What a command-line argument names: an ONNX file, a checkpoint, or a factory spec."""
+
     kind: str  # "onnx", "checkpoint", "factory"
     target: str  # a path, or the module / file part of a factory spec
     attr: str = ""  # the callable of a factory spec
