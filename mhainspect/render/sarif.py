@@ -81,33 +81,18 @@ def _data(flag: Flag) -> dict[str, int | float | str | None]:
     return {str(k): clean(v) for k, v in flag.data}
 
 
+def _rule(rule_id: str, text: str, help_uri: str, level: str) -> dict[str, Any]:
+    return {"id": rule_id, "name": rule_id, "shortDescription": {"text": text}, "helpUri": help_uri,
+            "defaultConfiguration": {"level": level}}
+
+
 def _rules(docs_base: str) -> list[dict[str, Any]]:
-    rules: list[dict[str, Any]] = []
-    for code, (severity, text) in FLAG_CODES.items():
-        anchor = FLAG_ANCHORS.get(code)
-        rules.append({
-            "id": code,
-            "name": code,
-            "shortDescription": {"text": text},
-            "helpUri": f"{docs_base}flags.md" + (f"#{anchor}" if anchor else ""),
-            "defaultConfiguration": {"level": _LEVEL[severity]},
-        })
-    for gate, (text, anchor) in GATE_RULES.items():
-        rules.append({
-            "id": gate,
-            "name": gate,
-            "shortDescription": {"text": text},
-            "helpUri": f"{docs_base}cli.md#{anchor}",
-            "defaultConfiguration": {"level": "error"},
-        })
+    """Flag codes, then gates, then the --verify rule; ruleIndex values point into this list."""
+    rules = [_rule(code, text, f"{docs_base}flags.md" + (f"#{FLAG_ANCHORS[code]}" if code in FLAG_ANCHORS else ""),
+                   _LEVEL[severity]) for code, (severity, text) in FLAG_CODES.items()]
+    rules.extend(_rule(gate, text, f"{docs_base}cli.md#{anchor}", "error") for gate, (text, anchor) in GATE_RULES.items())
     rule_id, text, anchor = VERIFY_RULE
-    rules.append({
-        "id": rule_id,
-        "name": rule_id,
-        "shortDescription": {"text": text},
-        "helpUri": f"{docs_base}cli.md#{anchor}",
-        "defaultConfiguration": {"level": "warning"},
-    })
+    rules.append(_rule(rule_id, text, f"{docs_base}cli.md#{anchor}", "warning"))
     return rules
 
 
