@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mhainspect.errors import InputError
@@ -106,18 +107,24 @@ class GraphIndex:
     def __init__(self, graph: ModelGraph) -> None:
         self.graph = graph
         producer_pos = _producer_positions(graph)
-        if not self._index_in_file_order(producer_pos):
-            self._index(_kahn(graph, producer_pos))
+        if not self._index_in_order(graph.nodes, producer_pos):
+            # Out of dependency order in the file: sort, then the same pass cannot fail.
+            order = _kahn(graph, producer_pos)
+            # Each tensor's producer as Kahn's edges saw it (the file's last, if several), now by sorted position.
+            sorted_pos = {id(n): i for i, n in enumerate(order)}
+            nodes = graph.nodes
+            done = self._index_in_order(order, {o: sorted_pos[id(nodes[p])] for o, p in producer_pos.items()})
+            assert done, "a topological order is in dependency order"
         self.shapes = ShapeEvaluator(graph, self.order)
 
-    def _index_in_file_order(self, producer_pos: dict[str, int]) -> bool:
-        """One pass doing what topological_order and _index do, for a graph already in dependency order.
+    def _index_in_order(self, nodes: Sequence[Node], producer_pos: dict[str, int]) -> bool:
+        """One pass building order, producers, consumers and activations, for nodes in dependency order.
 
-        Returns False, with nothing set, at the first input produced later in the file; raises as
-        topological_order does for a node reading its own output.
+        ``producer_pos`` maps each tensor to its producer's position in ``nodes``. Returns False,
+        with nothing set, at the first input produced at or after its reader (raising as
+        topological_order does when a node reads its own output).
         """
         graph = self.graph
-        nodes = graph.nodes
         get_pos = producer_pos.get
         producer: dict[str, Node] = {}
         consumers: dict[str, list[tuple[Node, int]]] = {}
@@ -144,7 +151,7 @@ class GraphIndex:
             for o in outputs:
                 if o:
                     producer[o] = n
-            # Same rule as _find_activations, in the same (file = topological) order.
+            # Activations: anything computed from a graph input, except through shape-only inputs.
             op = n.op
             if op not in shape_ops:
                 shape_only = shape_inputs.get(op)
@@ -162,48 +169,6 @@ class GraphIndex:
         self.consumers = consumers
         self.activations = act
         return True
-
-    def _index(self, order: list[Node]) -> None:
-        self.order = order
-        self.position = {id(n): i for i, n in enumerate(order)}
-        self.by_name = {n.name: n for n in order}
-        producer: dict[str, Node] = {}
-        consumers: dict[str, list[tuple[Node, int]]] = {}
-        for n in order:
-            for o in n.outputs:
-                if o:
-                    producer[o] = n
-            idx = 0
-            for x in n.inputs:
-                if x:
-                    users = consumers.get(x)
-                    if users is None:
-                        consumers[x] = [(n, idx)]
-                    else:
-                        users.append((n, idx))
-                idx += 1
-        self.producer = producer
-        self.consumers = consumers
-        self.activations = self._find_activations()
-
-    def _find_activations(self) -> set[str]:
-        act = {v.name for v in self.graph.inputs if v.name not in self.graph.weights}
-        for n in self.order:
-            op = n.op
-            if op in _SHAPE_OPS:
-                continue
-            shape_only = SHAPE_INPUTS.get(op)
-            if shape_only is None:
-                reads = not act.isdisjoint(n.inputs)  # every input counts: one C-level scan
-            else:
-                reads = any(x in act for i, x in enumerate(n.inputs) if i not in shape_only)
-            if reads:
-                act.update(o for o in n.outputs if o)
-            elif not n.inputs and op != "Constant":
-                # Random generators and ops without inputs produce data, not weights.
-                if op.startswith("Random"):
-                    act.update(o for o in n.outputs if o)
-        return act
 
     def is_activation(self, name: str) -> bool:
         return name in self.activations

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mhainspect.dataflow import GraphIndex, _kahn, _producer_positions, topological_order
+from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex, _kahn, _producer_positions, topological_order
 from mhainspect.errors import InputError
 from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.loaders.onnx_loader import load_onnx
@@ -23,10 +23,30 @@ SAMPLES = sorted((Path(__file__).resolve().parents[1] / "sample_models").glob("*
 
 
 def _general_index(graph: ModelGraph) -> GraphIndex:
-    """GraphIndex built through Kahn's algorithm and the separate passes, never the fused one."""
+    """GraphIndex built the plain way: Kahn's order, then separate passes; the oracle for the fused pass."""
     index = GraphIndex.__new__(GraphIndex)
     index.graph = graph
-    index._index(_kahn(graph, _producer_positions(graph)))
+    order = _kahn(graph, _producer_positions(graph))
+    index.order = order
+    index.position = {id(n): i for i, n in enumerate(order)}
+    index.by_name = {n.name: n for n in order}
+    index.producer, index.consumers = {}, {}
+    for n in order:
+        for o in n.outputs:
+            if o:
+                index.producer[o] = n
+        for i, x in enumerate(n.inputs):
+            if x:
+                index.consumers.setdefault(x, []).append((n, i))
+    act = {v.name for v in graph.inputs if v.name not in graph.weights}
+    for n in order:
+        if n.op in ("Shape", "Size"):
+            continue
+        shape_only = SHAPE_INPUTS.get(n.op, frozenset())
+        if any(x in act for i, x in enumerate(n.inputs) if i not in shape_only) or (
+                not n.inputs and n.op != "Constant" and n.op.startswith("Random")):
+            act.update(o for o in n.outputs if o)
+    index.activations = act
     index.shapes = ShapeEvaluator(graph, index.order)
     return index
 
