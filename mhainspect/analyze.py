@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import math
 import os
 import re
+from itertools import chain
+from operator import attrgetter
 
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
 from mhainspect.errors import InputError
@@ -28,7 +31,9 @@ EXTERNAL_DATA_WARNING = "external data location"  # prefix of the warning for lo
 def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
     builders: list[BlockBuilder] = []
     misses: list[Miss] = []
-    for node in index.order:
+    # Anchors are rare (one Softmax or fused op per block): test the op name before the domain.
+    anchor_ops = fused.FUSED_OP_NAMES | {"Softmax"}
+    for node in [n for n in index.order if n.op in anchor_ops]:
         if node.op != "Softmax" and not fused.is_fused(node):
             continue
         if not node.inputs or not node.inputs[0] or not node.outputs or not node.outputs[0]:
@@ -37,10 +42,8 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
             continue
         if node.op == "Softmax":
             result = decomposed.match(index, node)
-        elif fused.is_fused(node):
-            result = fused.match(index, node)
         else:
-            continue
+            result = fused.match(index, node)
         if isinstance(result, Miss):
             misses.append(result)
         else:
@@ -52,22 +55,25 @@ def count_parameters(index: GraphIndex) -> int:
     """Unique weights (by storage) that some op reads as data, not only for its shape."""
     seen: set[str] = set()
     total = 0
+    trig_sources = _trig_sources(index)
+    not_shape_only: frozenset[int] = frozenset()
     for name, t in index.graph.weights.items():
         if t.is_constant_node or not t.shape or t.storage_key in seen:
             continue
         if t.kind is not None and t.kind != "parameter":
             continue  # the exporter says: a buffer, a constant, or folded from non-parameters
-        if t.numel == 1 and "." not in t.name:
+        numel = t.numel
+        if numel == 1 and "." not in t.name:
             continue  # exporter scalars (scale, eps) shaped [1]; real parameters carry a module path
         users = index.users(name)
         if t.dtype not in _FLOAT_DTYPES and not any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in users):
             continue
-        if not any(pos not in SHAPE_INPUTS.get(u.op, frozenset()) for u, pos in users):
+        if not any(pos not in SHAPE_INPUTS.get(u.op, not_shape_only) for u, pos in users):
             continue
-        if _only_feeds_trig(index, name):
+        if (trig_sources is None or name in trig_sources) and _only_feeds_trig(index, name):
             continue  # rotary inv_freq: a buffer that only builds cos/sin tables, not a parameter
         seen.add(t.storage_key)
-        total += t.numel
+        total += numel
     return total
 
 
@@ -96,7 +102,11 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
     nodes without any output (not valid ONNX, and dead) are dropped.
     """
     warnings = list(graph.warnings)
-    bad = {name: why for name, t in graph.weights.items() if (why := _impossible_shape(t)) is not None}
+    # Checked once per distinct shape (thousands of weights share a handful of shapes).
+    odd_shapes = {s for s in set(map(attrgetter("shape"), graph.weights.values()))
+                  if s and (min(s) < 0 or math.prod(s) > _MAX_NUMEL)}
+    bad = {name: why for name, t in graph.weights.items()
+           if t.shape in odd_shapes and (why := _impossible_shape(t)) is not None} if odd_shapes else {}
     weights = graph.weights
     if bad:
         weights = {name: t for name, t in graph.weights.items() if name not in bad}
@@ -105,8 +115,10 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
                                 "the file is corrupt; these are not counted"))
     seen: set[str] = set()
     repeated: set[str] = set()
-    for n in graph.nodes:
-        for o in n.outputs:
+    outputs = list(map(attrgetter("outputs"), graph.nodes))
+    all_outputs = list(chain.from_iterable(outputs))
+    if len(set(all_outputs)) != len(all_outputs):  # some name repeats: find which (usually none)
+        for o in all_outputs:
             if o in seen:
                 repeated.add(o)
             seen.add(o)
@@ -126,7 +138,7 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
         warnings.append(_listed("tensors produced by more than one node", dup,
                                 "not valid ONNX; the analysis follows one producer of each"))
     nodes = graph.nodes
-    dead = [n.name for n in nodes if not n.outputs]
+    dead = [n.name for n in nodes if not n.outputs] if not all(outputs) else []
     if dead:
         nodes = tuple(n for n in nodes if n.outputs)
         warnings.append(_listed("nodes without outputs", [f"'{n}'" for n in dead], "not valid ONNX; ignored"))
@@ -157,6 +169,30 @@ def _only_feeds_trig(index: GraphIndex, name: str, limit: int = 64) -> bool:
                     seen.add(o)
                     frontier.append(o)
     return reached_trig and not frontier
+
+
+def _trig_sources(index: GraphIndex) -> set[str] | None:
+    """Every tensor from which a path through _TRIG_PATH ops reaches a Cos/Sin input.
+
+    _only_feeds_trig can only be True for these, so it walks from them alone. Found walking back
+    from the Cos/Sin nodes, which needs one producer per tensor: None when some tensor has several
+    (not valid ONNX), and then every weight is walked.
+    """
+    order = index.order
+    outputs = list(chain.from_iterable(map(attrgetter("outputs"), order)))
+    if len(outputs) - outputs.count("") != len(index.producer):
+        return None
+    found: set[str] = set()
+    stack = [x for n in order if n.op in ("Cos", "Sin") for x in n.inputs if x]
+    while stack:
+        cur = stack.pop()
+        if cur in found:
+            continue
+        found.add(cur)
+        node = index.producer.get(cur)
+        if node is not None and node.op in _TRIG_PATH:
+            stack.extend(x for x in node.inputs if x)
+    return found
 
 
 def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,

@@ -13,7 +13,7 @@ from fractions import Fraction
 from mhainspect.dataflow import GraphIndex
 from mhainspect.findings import AttentionBlock, Evidence, ParamBreakdown, Projection
 from mhainspect.graph import Node
-from mhainspect.matchers.projection import ProjectionHit, TracedProjection
+from mhainspect.matchers.projection import WHOLE, ProjectionHit, TracedProjection
 from mhainspect.matchers.scopes import block_name
 
 # Stronger sources first. "scale" is a fallback only: a custom scale is legitimate (MHA003).
@@ -68,18 +68,20 @@ class BlockBuilder:
         if r.traced is None:
             return None
         frac = self._fraction(role)
-        w = Fraction(r.traced.hit.out_features) * frac if frac is not None else None
-        return int(w) if w is not None and w.denominator == 1 else None
+        # out_features · frac when that is a whole number (exact in ints: frac is in lowest terms).
+        w = r.traced.hit.out_features * frac.numerator
+        return w // frac.denominator if w % frac.denominator == 0 else None
 
-    def _fraction(self, role: str) -> Fraction | None:
+    def _fraction(self, role: str) -> Fraction:
         r = self.roles[role]
         assert r.traced is not None
-        sharing = [x for x in self.roles.values() if x.traced is not None and x.traced.hit.node is r.traced.hit.node]
-        if len(sharing) == 1:
-            return Fraction(1)
+        node = r.traced.hit.node
+        sharing = sum(1 for x in self.roles.values() if x.traced is not None and x.traced.hit.node is node)
+        if sharing == 1:
+            return WHOLE
         if r.traced.split_fraction is not None and r.traced.split_fraction != 1:
             return r.traced.split_fraction
-        return Fraction(1, len(sharing))
+        return Fraction(1, sharing)
 
     def _pick(self, name: str) -> tuple[int | None, tuple[str, ...]]:
         offers = sorted((e for e in self.evidence if e.field == name and isinstance(e.value, int)),
@@ -113,8 +115,6 @@ class BlockBuilder:
         if d_k is None and h and wq and wq % h == 0:
             picked["d_k"] = d_k = wq // h
             self.evidence.append(Evidence("d_k", d_k, "weight_shape", f"Q width {wq} / heads {h}"))
-        if d_v is None and h and self.width("o") is None:
-            pass
         picked["num_kv_heads"], c = self._pick("num_kv_heads")
         conflicts.extend(c)
         if picked["num_kv_heads"] is None and h is not None and wk is None and d_k:
@@ -136,9 +136,9 @@ class BlockBuilder:
 
         unknown_reason = None
         if picked["num_heads"] is None:
-            unknown_reason = self._unknown_reason()
+            unknown_reason = self._unknown_reason(wq)
             picked["num_kv_heads"] = None
-        projections = self._projections()
+        projections = self._projections({"q": wq, "k": wk, "v": wv})
         params = ParamBreakdown.from_projections(projections, extra=sum(self.extras.values()))
         kind = self._kind()
         name = block_name(self.index, self.anchor, projections, taken_names)
@@ -150,10 +150,10 @@ class BlockBuilder:
             anchor=self.anchor.name, unknown_reason=unknown_reason, conflicts=tuple(dict.fromkeys(conflicts)),
         )
 
-    def _unknown_reason(self) -> str:
+    def _unknown_reason(self, wq: int | None) -> str:
         if self.notes:
             return "; ".join(self.notes)
-        if self.width("q") is None:
+        if wq is None:
             return "no Q projection weight found and no head dimension in the attention op's shapes"
         return "the head size is not a constant in the graph (Q's last dimension is computed at run time)"
 
@@ -166,7 +166,8 @@ class BlockBuilder:
         a, b = _source(self.index, q.traced.hit.activation), _source(self.index, k.traced.hit.activation)
         return "self" if a == b else "cross"
 
-    def _projections(self) -> tuple[Projection, ...]:
+    def _projections(self, widths: dict[str, int | None]) -> tuple[Projection, ...]:
+        """Q/K/V/O as counted; ``widths``: what width() gives for each role (computed once per build)."""
         out: list[Projection] = []
         for role in ("q", "k", "v"):
             r = self.roles.get(role)
@@ -178,12 +179,15 @@ class BlockBuilder:
                                           r.fused_bias, r.fused_bias_params, r.fused_node))
                 continue
             hit = r.traced.hit
-            frac = self._fraction(role) or Fraction(1)
-            width = self.width(role)
-            bias_params = int(hit.bias_params * frac) if hit.bias_slice is None else hit.bias_params
+            frac = self._fraction(role) or WHOLE
+            width = widths[role]
+            if frac == 1:  # the whole projection: no Fraction arithmetic
+                weight_params, bias_params = hit.weight_params, hit.bias_params
+            else:
+                weight_params = int(hit.weight_params * frac)
+                bias_params = int(hit.bias_params * frac) if hit.bias_slice is None else hit.bias_params
             out.append(Projection(role, hit.weight.tensor.display_name, hit.in_features, width,
-                                  int(hit.weight_params * frac), hit.bias.name if hit.bias else None,
-                                  bias_params, hit.node.name))
+                                  weight_params, hit.bias.name if hit.bias else None, bias_params, hit.node.name))
         if self.output is not None:
             o = self.output
             out.append(Projection("o", o.weight.tensor.display_name, o.in_features, o.out_features, o.weight_params,

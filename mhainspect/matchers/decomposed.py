@@ -166,7 +166,7 @@ def _offer_dims(index: GraphIndex, b: BlockBuilder, score: Node, pv: Node, softm
     heads = _heads_from_scores(scores)
     if heads is not None:
         b.offer("num_heads", heads, "score_shape", f"head axis of the scores at {softmax.name}: "
-                + "[" + ", ".join(str(d) for d in scores or ()) + "]")
+                + _shape_text(scores))
 
 
 def _heads_from_scores(scores: Shape | None) -> int | None:
@@ -278,13 +278,17 @@ def _offer_path_evidence(index: GraphIndex, b: BlockBuilder, role: str, traced: 
             out = index.shapes.shape(node.outputs[0])
             if out is not None:
                 b.evidence.append(Evidence(f"{role}_reshape", None, "reshape",
-                                           f"{node.name} -> [" + ", ".join(str(d) for d in out) + "]"
+                                           f"{node.name} -> " + _shape_text(out)
                                            + ("" if target is not None else " (target computed at run time)")))
         elif node.op in ("Expand", "Tile") and role in ("k", "v"):
             src, dst = index.shapes.shape(node.inputs[0]), index.shapes.shape(node.outputs[0])
             b.evidence.append(Evidence("kv_repeat", None, "repeat",
-                                       f"{node.op} {node.name}: [" + ", ".join(str(d) for d in src or ()) + "] -> ["
-                                       + ", ".join(str(d) for d in dst or ()) + "]"))
+                                       f"{node.op} {node.name}: {_shape_text(src)} -> {_shape_text(dst)}"))
+
+
+def _shape_text(shape: Shape | None) -> str:
+    """"[2, 32, s, 128]" as evidence prints a shape; most dims are plain integers (str(Dim) is slow)."""
+    return "[" + ", ".join([str(d.coef) if not d.factors else str(d) for d in shape or ()]) + "]"
 
 
 _BIAS_PATH = {"Transpose", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Slice", "Expand", "Add", "Identity",
@@ -314,9 +318,11 @@ def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, 
             if node.op != "Concat":
                 continue
             for x in node.inputs:
+                if index.is_activation(x):
+                    continue  # the K/V values themselves, not a learned row
                 wref = index.weight(x)
                 ref = wref.tensor if wref is not None else _expanded_weight(index, x)
-                if ref is not None and not index.is_activation(x):
+                if ref is not None:
                     b.extras[ref.name] = ref.numel
                     b.evidence.append(Evidence("extra", ref.numel, "weight_shape",
                                                f"learned {role.upper()} row {ref.name} concatenated at {node.name}"))

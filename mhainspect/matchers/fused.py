@@ -18,6 +18,7 @@ _MS_PACKED = {"Attention", "PackedAttention"}
 _MS_SEPARATE = {"MultiHeadAttention", "DecoderMaskedMultiHeadAttention", "PackedMultiHeadAttention"}
 _MS_GROUPED = {"GroupQueryAttention", "SparseAttention", "PagedAttention"}
 FUSED_OPS = {("", "Attention")} | {("com.microsoft", op) for op in _MS_PACKED | _MS_SEPARATE | _MS_GROUPED}
+FUSED_OP_NAMES = frozenset(op for _, op in FUSED_OPS)  # a cheap first test before the domain
 
 
 def is_fused(node: Node) -> bool:

@@ -30,8 +30,10 @@ _BACKWARD_THROUGH: dict[str, tuple[int, ...] | None] = {
 }
 _FORWARD_THROUGH = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Cast", "CastLike", "Identity", "Flatten",
                     "Dropout", "Contiguous"}
+_ATTENTION_CORES = {"Softmax", "Attention", "MultiHeadAttention", "GroupQueryAttention"}
 _SPLIT_OPS = {"Split", "Slice", "Gather", "GatherND", "GatherElements"}
 _MAX_BACKWARD_NODES = 60
+WHOLE = Fraction(1)  # the share of an unsplit projection; shared, as a Fraction is immutable
 _MAX_FORWARD_DEPTH = 8
 
 
@@ -80,10 +82,11 @@ def recognise_projection(index: GraphIndex, node: Node, via_input: str | None = 
             bias = _bias_input(index, node, 5 if len(node.inputs) > 5 else -1, n)
             return ProjectionHit(node, WeightRef(wt, False), a, k, n, k * n, bias, node.outputs[0])
         return None
-    wa, wb = index.weight(a), index.weight(b)
+    wb = index.weight(b)
     if wb is not None and index.is_activation(a) and (via_input in (None, a)):
         w, act, weight_first = wb, a, False
-    elif wa is not None and index.is_activation(b) and node.op in ("MatMul", "FusedMatMul") and via_input in (None, b):
+    elif (wa := index.weight(a)) is not None and index.is_activation(b) and node.op in ("MatMul", "FusedMatMul") \
+            and via_input in (None, b):
         w, act, weight_first = wa, b, True
     else:
         return None
@@ -201,40 +204,43 @@ def _einsum_projection(index: GraphIndex, node: Node, via_input: str | None) -> 
 def trace_back_to_projection(index: GraphIndex, tensor: str, stop: set[str] | None = None) -> TracedProjection | None:
     """Breadth-first walk from an attention input back to the nearest projection."""
     stop = stop or set()
-    start = tensor
-    queue: deque[tuple[str, tuple[Node, ...]]] = deque([(start, ())])
-    seen = {start}
+    producer, activations = index.producer, index.activations
+    queue: deque[tuple[str, tuple[Node, ...]]] = deque([(tensor, ())])
+    seen = {tensor}
     visited = 0
     while queue and visited < _MAX_BACKWARD_NODES:
         cur, path = queue.popleft()
-        node = index.producer.get(cur)
+        node = producer.get(cur)
         if node is None or node.name in stop:
             continue
         visited += 1
-        if node.op == "Add" and len(node.inputs) == 2:
+        op = node.op
+        if op == "Add" and len(node.inputs) == 2:
             # A bias Add right after a projection: the projection owns it.
             for pos in (0, 1):
-                inner = index.producer.get(node.inputs[pos])
-                if inner is not None and not index.is_activation(node.inputs[1 - pos]):
+                inner = producer.get(node.inputs[pos])
+                if inner is not None and inner.op in _PROJECTION_OPS and node.inputs[1 - pos] not in activations:
                     hit = recognise_projection(index, inner)
                     if hit is not None and hit.output == cur:
                         return _traced(index, hit, path)
-        hit = recognise_projection(index, node)
-        if hit is not None:
-            return _traced(index, hit, path)
-        if node.op in _PROJECTION_OPS or node.op in ("Softmax", "Attention", "MultiHeadAttention",
-                                                     "GroupQueryAttention"):
-            continue  # another attention core or an unrelated product: do not walk through it
-        through = _BACKWARD_THROUGH.get(node.op, ())
+        if op in _PROJECTION_OPS:
+            hit = recognise_projection(index, node)
+            if hit is not None:
+                return _traced(index, hit, path)
+            continue  # an unrelated product: do not walk through it
+        if op in _ATTENTION_CORES:
+            continue  # another attention core: do not walk through it
+        through = _BACKWARD_THROUGH.get(op, ())
         if through == ():
             continue
-        positions = range(len(node.inputs)) if through is None else through
-        for p in positions:
-            if p < len(node.inputs):
-                nxt = node.inputs[p]
-                if nxt and nxt not in seen and index.is_activation(nxt):
+        inputs = node.inputs
+        path = (node,) + path
+        for p in range(len(inputs)) if through is None else through:
+            if p < len(inputs):
+                nxt = inputs[p]
+                if nxt and nxt not in seen and nxt in activations:
                     seen.add(nxt)
-                    queue.append((nxt, (node,) + path))
+                    queue.append((nxt, path))
     return None
 
 
@@ -244,7 +250,6 @@ def _traced(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...]) -> Tr
 
 def _split_fraction(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...]) -> Fraction | None:
     """Share of the projection output that flows into this path at its first split op."""
-    prev = hit.output
     for node in path:
         if node.op in _SPLIT_OPS:
             src = node.inputs[0]
@@ -253,9 +258,7 @@ def _split_fraction(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...
             if s_in is None or s_out is None:
                 return None
             return ratio(numel(s_out), numel(s_in))
-        prev = node.outputs[0]
-    del prev
-    return Fraction(1)
+    return WHOLE
 
 
 def _feeds(index: GraphIndex, tensor: str, path: tuple[Node, ...]) -> bool:
