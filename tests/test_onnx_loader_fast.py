@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from mhainspect.analyze import analyze_path
+from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph
 from mhainspect.loaders import onnx_loader
 from mhainspect.loaders.onnx_loader import load_onnx, model_to_graph, read_model_proto
@@ -326,3 +327,66 @@ def test_folded_from_shortcut_matches_literal_eval() -> None:
             body = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
             for value in (f"['{body}']", f"[{body}]", f"['{body}', '{body}']", body):
                 assert _folded_from(value) == reference(value), repr(value)
+
+
+# ---------------------------------------------------------------- raw-attribute path (bytes attributes)
+
+
+def test_raw_attribute_schema_changes_only_node_attribute() -> None:
+    model_cls, attr_cls = onnx_loader._raw_attribute_classes()
+    node = model_cls.DESCRIPTOR.fields_by_name["graph"].message_type.fields_by_name["node"].message_type
+    assert node.fields_by_name["attribute"].type == 12  # TYPE_BYTES
+    assert attr_cls.DESCRIPTOR.full_name == "onnx.AttributeProto"
+    # every other field of every message keeps its type
+    normal = onnx.ModelProto.DESCRIPTOR.file
+    for name, desc in normal.message_types_by_name.items():
+        raw = model_cls.DESCRIPTOR.file.message_types_by_name[name]
+        for f in desc.fields:
+            if (name, f.name) != ("NodeProto", "attribute"):
+                assert (f.number, f.type) == (raw.fields_by_name[f.name].number, raw.fields_by_name[f.name].type)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "sample_models").glob("*.onnx")))
+def test_raw_attribute_path_matches_general_path(name: str) -> None:
+    path = REPO / "sample_models" / name
+    raw = onnx_loader._load_raw_attributes(path, None)
+    assert raw is not None
+    assert _norm(raw) == _norm(_reference(path))
+    assert repr(raw) == repr(_reference(path))
+
+
+def _write(tmp_path: Path, model: onnx.ModelProto) -> Path:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_raw_attribute_path_leaves_subgraphs_and_corrupt_attributes_to_the_general_path(tmp_path: Path) -> None:
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["y"])], "body", [], [])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = _write(tmp_path, helper.make_model(graph))
+    assert onnx_loader._load_raw_attributes(path, None) is None
+    assert _norm(load_onnx(path)) == _norm(_reference(path))
+    # an attribute whose bytes do not parse: the whole-model parse fails, and so does onnx.load
+    good = helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0]).SerializeToString()
+    attr = helper.make_attribute("axes", [0]).SerializeToString()
+    bad = good.replace(attr, b"\xff" * len(attr))
+    model = helper.make_model(helper.make_graph([], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]))
+    from google.protobuf.message import DecodeError
+
+    with pytest.raises(DecodeError):
+        onnx.NodeProto().ParseFromString(bad)
+    data = model.SerializeToString()
+    raw_model = onnx_loader._raw_attribute_classes()[0]()
+    raw_model.ParseFromString(data)
+    raw_model.graph.node.add().ParseFromString(bad)  # the raw schema accepts any attribute bytes
+    path.write_bytes(raw_model.SerializeToString())
+    assert onnx_loader._load_raw_attributes(path, None) is None
+    with pytest.raises(InputError) as fast:
+        load_onnx(path)
+    with pytest.raises(InputError) as ref:
+        read_model_proto(path)
+    assert str(fast.value) == str(ref.value)

@@ -91,6 +91,9 @@ def reporting_progress(callback: ProgressCallback | None) -> Iterator[None]:
 def load_onnx(path: str | os.PathLike[str], progress: ProgressCallback | None = None) -> ModelGraph:
     """Parse an ONNX file into a ModelGraph. Raises InputError with a one-line reason."""
     progress = progress or _PROGRESS.get()
+    graph = _load_raw_attributes(Path(path), progress)
+    if graph is not None:
+        return graph
     model, name_scopes = _read_model_metadata(Path(path), progress)
     try:
         return _model_to_graph(model, str(path), progress, name_scopes)
@@ -169,6 +172,17 @@ def _model_proto_class() -> Any:
     if onnx_mod is not None and hasattr(onnx_mod, "ModelProto"):
         return onnx_mod.ModelProto
     if _MODEL_CLASS is None:
+        _MODEL_CLASS = _message_class(_onnx_file_descriptor(), "onnx.ModelProto")
+    return _MODEL_CLASS
+
+
+_FILE_DESCRIPTOR: bytes | None = None
+
+
+def _onnx_file_descriptor() -> bytes:
+    """The serialized FileDescriptorProto of onnx.proto in the installed ``onnx/onnx_ml_pb2.py``."""
+    global _FILE_DESCRIPTOR
+    if _FILE_DESCRIPTOR is None:
         import importlib.util
 
         spec = importlib.util.find_spec("onnx")
@@ -178,8 +192,87 @@ def _model_proto_class() -> Any:
         line = next(ln for ln in source.splitlines() if "AddSerializedFile(" in ln)
         blobs = [n.value for n in ast.walk(ast.parse(line.strip()))
                  if isinstance(n, ast.Constant) and isinstance(n.value, bytes)]
-        _MODEL_CLASS = _message_class(blobs[0], "onnx.ModelProto")
-    return _MODEL_CLASS
+        _FILE_DESCRIPTOR = blobs[0]
+    return _FILE_DESCRIPTOR
+
+
+_RAW_CLASSES: tuple[Any, Any] | None = None
+
+
+def _raw_attribute_classes() -> tuple[Any, Any]:
+    """(ModelProto, AttributeProto) of a private schema where NodeProto.attribute is ``repeated bytes``.
+
+    Upb then hands each attribute over as its serialized bytes: a Constant's value is its own
+    cache key (no wrapper object, no SerializeToString) and a repeated attribute (axes=[0], ...)
+    is parsed once. Only _load_raw_attributes uses them.
+    """
+    global _RAW_CLASSES
+    if _RAW_CLASSES is None:
+        blob = _onnx_file_descriptor()
+        raw = _bytes_attribute_descriptor(blob)
+        if raw is None:
+            raise ValueError("unexpected onnx.proto descriptor")
+        _RAW_CLASSES = (_message_class(raw, "onnx.ModelProto"), _message_class(raw, "onnx.AttributeProto"))
+    return _RAW_CLASSES
+
+
+def _fields(buf: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, start, end) of each field of a message; end is past the value."""
+    view = memoryview(buf)
+    pos = 0
+    while pos < len(buf):
+        start = pos
+        key, pos = _varint(view, pos)
+        wire = key & 7
+        if wire == 2:
+            length, pos = _varint(view, pos)
+            pos += length
+        else:
+            pos = _skip_scalar(view, pos, wire)
+        yield key >> 3, wire, start, pos
+
+
+def _length_delimited(field: int, body: bytes) -> bytes:
+    return _encode_varint(field << 3 | 2) + _encode_varint(len(body)) + body
+
+
+def _payload(buf: bytes, start: int, end: int) -> bytes:
+    """The value of the length-delimited field buf[start:end]."""
+    view = memoryview(buf)
+    pos = _varint(view, start)[1]
+    pos = _varint(view, pos)[1]
+    return buf[pos:end]
+
+
+def _bytes_attribute_descriptor(file_descriptor: bytes) -> bytes | None:
+    """file_descriptor with NodeProto field 5 ('attribute') made ``repeated bytes``; None if not found.
+
+    FileDescriptorProto.message_type = 4; DescriptorProto.name = 1, .field = 2;
+    FieldDescriptorProto.name = 1, .number = 3, .type = 5, .type_name = 6 (TYPE_BYTES = 12).
+    """
+    out: list[bytes] = []
+    found = 0
+    for num, wire, start, end in _fields(file_descriptor):
+        piece = file_descriptor[start:end]
+        if num == 4 and wire == 2:
+            message = _payload(file_descriptor, start, end)
+            names = [_payload(message, s, e) for n, w, s, e in _fields(message) if n == 1 and w == 2]
+            if names == [b"NodeProto"]:
+                parts: list[bytes] = []
+                for n, w, s, e in _fields(message):
+                    sub = message[s:e]
+                    if n == 2 and w == 2:
+                        field = _payload(message, s, e)
+                        entries = list(_fields(field))
+                        fname = [_payload(field, fs, fe) for fn, fw, fs, fe in entries if fn == 1 and fw == 2]
+                        if fname == [b"attribute"]:
+                            body = b"".join(field[fs:fe] for fn, fw, fs, fe in entries if fn not in (5, 6))
+                            sub = _length_delimited(2, body + b"\x28\x0c")
+                            found += 1
+                    parts.append(sub)
+                piece = _length_delimited(4, b"".join(parts))
+        out.append(piece)
+    return b"".join(out) if found == 1 else None
 
 
 def _message_class(file_descriptor: bytes, full_name: str) -> Any:
@@ -213,6 +306,46 @@ def _upb_module() -> Any:
     if api_implementation.Type() != "upb" or not getattr(module, "_IS_UPB", False):
         return None
     return module
+
+
+class _Unsupported(Exception):
+    """Something _load_raw_attributes leaves to the general path."""
+
+
+def _load_raw_attributes(p: Path, progress: ProgressCallback | None) -> ModelGraph | None:
+    """load_onnx with NodeProto attributes parsed from their bytes, once per distinct attribute;
+    None on anything else than a plain success, and load_onnx then starts over on the general path
+    (which gives every error, and the result of every unusual file, as before).
+
+    Exactness: every attribute's bytes are parsed (its first occurrence) by the same AttributeProto
+    parser the general path's ModelProto parse would use, so the bytes that parse here parse there.
+    Subgraphs ('g', 'graphs'), types ('tp', 'type_protos') and model functions are left to the
+    general path: those nest without bound, and upb's depth limit counts from the model.
+    """
+    try:
+        if os.path.splitext(str(p))[1] in _TEXT_SUFFIXES:
+            return None
+        _model_proto_class()  # what decides whether the fast path is on at all
+        model_cls, attr_cls = _raw_attribute_classes()
+        check_readable_file(p)
+        size = p.stat().st_size
+        if progress:
+            progress("read", 0, size)
+        data = _read_bytes(p, size, progress)
+        model = model_cls()
+        model.ParseFromString(data)
+        name_scopes = len(data) > len(model.graph.node) << 10 or _NAME_SCOPES_KEY_BYTES in data
+        del data
+        if progress:
+            progress("read", size, size)
+        _check_has_graph(model, p)
+        if model.functions:
+            return None
+        return _model_to_graph(model, str(p), progress, name_scopes, attr_cls)
+    except KeyboardInterrupt:
+        raise
+    except Exception:
+        return None
 
 
 def _read_model_metadata(p: Path, progress: ProgressCallback | None) -> tuple[Any, bool]:
@@ -435,14 +568,15 @@ def model_to_graph(model: onnx.ModelProto, source: str,  # type: ignore[name-def
     return _model_to_graph(model, source, progress, True)
 
 
-def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, name_scopes: bool) -> ModelGraph:
+def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, name_scopes: bool,
+                    attr_cls: Any = None) -> ModelGraph:
     opset = None
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
             opset = int(imp.version)
     functions = {(f.domain, f.name): f for f in model.functions}
     graph = model.graph
-    builder = _GraphBuilder(functions, progress or _PROGRESS.get(), len(graph.node), name_scopes)
+    builder = _GraphBuilder(functions, progress or _PROGRESS.get(), len(graph.node), name_scopes, attr_cls)
     builder.add_graph(graph, prefix="", depth=0)
     builder.report_progress(final=True)
     read_value_info = _ValueInfoReader()
@@ -771,7 +905,8 @@ _CONSTANT_CACHE_MAX_BYTES = 4096  # larger Constant values are decoded each time
 
 class _GraphBuilder:
     def __init__(self, functions: dict[tuple[str, str], onnx.FunctionProto],  # type: ignore[name-defined]  # noqa: F821
-                 progress: ProgressCallback | None = None, total_nodes: int = 0, name_scopes: bool = True) -> None:
+                 progress: ProgressCallback | None = None, total_nodes: int = 0, name_scopes: bool = True,
+                 attr_cls: Any = None) -> None:
         self.functions = functions
         self.nodes: list[Node] = []
         self.weights: dict[str, Tensor] = {}
@@ -788,6 +923,9 @@ class _GraphBuilder:
         # Serialized 'value' attribute of a Constant -> the Tensor it made first (another name), or
         # None where it makes no constant; exporters repeat a few ([1], [-1], 0.5, ...) per layer.
         self._constants: dict[bytes, Tensor | None] = {}
+        # Set by _load_raw_attributes: NodeProto.attribute then holds bytes, parsed with this class.
+        self._attr_cls = attr_cls
+        self._attrs: dict[bytes, tuple[str, AttrValue]] = {}  # attribute bytes -> (name, value)
 
     def report_progress(self, final: bool = False) -> None:
         if self._progress is not None:
@@ -837,7 +975,15 @@ class _GraphBuilder:
         attrs: dict[str, AttrValue] = {}
         subgraphs: list[Any] = []
         attributes = node.attribute
-        if attributes:
+        if attributes and self._attr_cls is not None:
+            cache = self._attrs
+            for raw in attributes:
+                hit = cache.get(raw)
+                if hit is None:
+                    a = self._parse_attribute(raw)
+                    hit = cache[raw] = (a.name, _attr_value(a))
+                attrs[hit[0]] = hit[1]
+        elif attributes:
             for a in attributes:
                 if a.HasField("g"):
                     subgraphs.append(a.g)
@@ -871,15 +1017,16 @@ class _GraphBuilder:
     def _constant(self, node: Any, out: str) -> Tensor | None:
         """_constant_tensor(node, out), decoded once per distinct single 'value' attribute."""
         attributes = node.attribute
+        raw = self._attr_cls is not None
         if len(attributes) != 1:
-            return _constant_tensor(node, out)
-        key = attributes[0].SerializeToString()
+            return _constant_tensor([self._parse_attribute(b) for b in attributes] if raw else node.attribute, out)
+        key = attributes[0] if raw else attributes[0].SerializeToString()
         cache = self._constants
         template = cache.get(key, _MISSING)
         if template is _MISSING:
             # The tensor depends on the attribute alone (equal bytes parse to equal fields) but for
             # its name and storage key, which come from out.
-            tensor = _constant_tensor(node, out)
+            tensor = _constant_tensor([self._parse_attribute(key)] if raw else attributes, out)
             if len(key) <= _CONSTANT_CACHE_MAX_BYTES:
                 cache[key] = tensor
             return tensor
@@ -894,6 +1041,14 @@ class _GraphBuilder:
         d["name"] = out
         d["storage_key"] = f"const:{out}"
         return tensor
+
+    def _parse_attribute(self, raw: bytes) -> Any:
+        """The AttributeProto in raw (bytes of a raw-attribute NodeProto); _Unsupported for the
+        fields _load_raw_attributes leaves to the general path."""
+        a = self._attr_cls.FromString(raw)
+        if a.HasField("g") or a.graphs or a.HasField("tp") or a.type_protos:
+            raise _Unsupported(a.name)
+        return a
 
     def _inline_function(self, call: onnx.NodeProto, func: onnx.FunctionProto, name: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
         if depth > _MAX_SUBGRAPH_DEPTH:
@@ -953,8 +1108,9 @@ class _GraphBuilder:
                                      "which no node, input or initializer provides")
 
 
-def _constant_tensor(node: onnx.NodeProto, out: str) -> Tensor | None:  # type: ignore[name-defined]  # noqa: F821
-    for a in node.attribute:
+def _constant_tensor(attributes: Iterable[Any], out: str) -> Tensor | None:
+    """The tensor a Constant node with these attributes makes, or None."""
+    for a in attributes:
         if a.name == "value" and a.type == _A_TENSOR:
             return tensor_from_proto(a.t, out, is_constant_node=True)
         if a.name == "value_int":
