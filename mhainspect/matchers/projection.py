@@ -30,7 +30,6 @@ _BACKWARD_THROUGH: dict[str, tuple[int, ...] | None] = {
 }
 _FORWARD_THROUGH = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Cast", "CastLike", "Identity", "Flatten",
                     "Dropout", "Contiguous"}
-_ATTENTION_CORES = {"Softmax", "Attention", "MultiHeadAttention", "GroupQueryAttention"}
 _SPLIT_OPS = {"Split", "Slice", "Gather", "GatherND", "GatherElements"}
 _MAX_BACKWARD_NODES = 60
 WHOLE = Fraction(1)  # the share of an unsplit projection; shared, as a Fraction is immutable
@@ -205,42 +204,46 @@ def trace_back_to_projection(index: GraphIndex, tensor: str, stop: set[str] | No
     """Breadth-first walk from an attention input back to the nearest projection."""
     stop = stop or set()
     producer, activations = index.producer, index.activations
-    queue: deque[tuple[str, tuple[Node, ...]]] = deque([(tensor, ())])
+    # The queue as two lists read front to back (a BFS never revisits): tensor, nodes walked to reach it.
+    queue: list[str] = [tensor]
+    paths: list[tuple[Node, ...]] = [()]
     seen = {tensor}
     visited = 0
-    while queue and visited < _MAX_BACKWARD_NODES:
-        cur, path = queue.popleft()
+    i = 0
+    while i < len(queue) and visited < _MAX_BACKWARD_NODES:
+        cur, path = queue[i], paths[i]
+        i += 1
         node = producer.get(cur)
         if node is None or node.name in stop:
             continue
         visited += 1
         op = node.op
-        if op == "Add" and len(node.inputs) == 2:
+        inputs = node.inputs
+        if op == "Add" and len(inputs) == 2:
             # A bias Add right after a projection: the projection owns it.
             for pos in (0, 1):
-                inner = producer.get(node.inputs[pos])
-                if inner is not None and inner.op in _PROJECTION_OPS and node.inputs[1 - pos] not in activations:
+                inner = producer.get(inputs[pos])
+                if inner is not None and inner.op in _PROJECTION_OPS and inputs[1 - pos] not in activations:
                     hit = recognise_projection(index, inner)
                     if hit is not None and hit.output == cur:
                         return _traced(index, hit, path)
-        if op in _PROJECTION_OPS:
+        elif op in _PROJECTION_OPS:
             hit = recognise_projection(index, node)
             if hit is not None:
                 return _traced(index, hit, path)
             continue  # an unrelated product: do not walk through it
-        if op in _ATTENTION_CORES:
-            continue  # another attention core: do not walk through it
+        # Attention cores (Softmax, fused ops) and other ops not listed end the walk here.
         through = _BACKWARD_THROUGH.get(op, ())
         if through == ():
             continue
-        inputs = node.inputs
         path = (node,) + path
         for p in range(len(inputs)) if through is None else through:
             if p < len(inputs):
                 nxt = inputs[p]
                 if nxt and nxt not in seen and nxt in activations:
                     seen.add(nxt)
-                    queue.append((nxt, path))
+                    queue.append(nxt)
+                    paths.append(path)
     return None
 
 
