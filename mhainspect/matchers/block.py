@@ -84,8 +84,8 @@ class BlockBuilder:
         return Fraction(1, sharing)
 
     def _pick(self, name: str) -> tuple[int | None, tuple[str, ...]]:
-        offers = sorted((e for e in self.evidence if e.field == name and isinstance(e.value, int)),
-                        key=lambda e: _PRIORITY.get(e.source, 5))
+        offers = [e for e in self.evidence if e.field == name and isinstance(e.value, int)]
+        offers.sort(key=lambda e: _PRIORITY.get(e.source, 5))  # stable: ties keep the order offered
         if not offers:
             return None, ()
         best = offers[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 from mhainspect.dataflow import GraphIndex
@@ -16,13 +17,8 @@ def common_prefix(paths: list[list[str]]) -> list[str]:
     """Longest shared leading run of dotted-path components."""
     if not paths:
         return []
-    out: list[str] = []
-    for parts in zip(*paths):
-        if all(p == parts[0] for p in parts):
-            out.append(parts[0])
-        else:
-            break
-    return out
+    # The lexicographically smallest and largest paths share exactly the prefix that all share.
+    return list(os.path.commonprefix(paths))
 
 
 def _weight_scope(name: str | None) -> list[str] | None:
