@@ -81,6 +81,7 @@ class Run:
     out: str
     err: str
     timed_out: bool = False
+    cpu: float | None = None  # user + system seconds of the child (GNU time), None without it
 
 
 @dataclass
@@ -95,6 +96,12 @@ class Cell:
     @property
     def wall(self) -> float | None:
         return min((r.wall for r in self.ok), default=None)
+
+    @property
+    def cpu(self) -> float | None:
+        """CPU seconds (user + system) of the run with the best wall time."""
+        best = min(self.ok, key=lambda r: r.wall, default=None)
+        return None if best is None else best.cpu
 
     @property
     def rss_mb(self) -> float | None:
@@ -131,7 +138,7 @@ def measure(cmd: list[str], timeout: float, cwd: str | None = None, mem_limit: i
 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
-        full = [_TIME, "-f", "%M", "-o", rss.name, *cmd] if _TIME else cmd
+        full = [_TIME, "-f", "%M %U %S", "-o", rss.name, *cmd] if _TIME else cmd
         t0 = time.perf_counter()
         proc = subprocess.Popen(full, stdout=out, stderr=err, cwd=cwd, preexec_fn=limit if mem_limit else None,
                                 env={**os.environ, "PYTHONWARNINGS": "ignore"}, start_new_session=True)
@@ -151,15 +158,18 @@ def measure(cmd: list[str], timeout: float, cwd: str | None = None, mem_limit: i
         timer.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
         rss_kb = usage.ru_maxrss
+        cpu = None
         if _TIME:
-            lines = [ln for ln in rss.read().split() if ln.isdigit()]
-            rss_kb = int(lines[-1]) if lines else 0
-            if proc.returncode != 0 and not lines:
+            # GNU time's last line is "%M %U %S"; earlier lines may be its "Command exited..." notes.
+            fields = (rss.read().strip().splitlines() or [""])[-1].split()
+            if len(fields) == 3 and fields[0].isdigit():
+                rss_kb, cpu = int(fields[0]), float(fields[1]) + float(fields[2])
+            else:
                 rss_kb = 0
         out.seek(0)
         err.seek(0)
         return Run(wall, rss_kb, proc.returncode, out.read().decode(errors="replace"),
-                   err.read().decode(errors="replace"), timed_out.is_set())
+                   err.read().decode(errors="replace"), timed_out.is_set(), cpu)
 
 
 def warm(path: Path) -> None:
@@ -258,8 +268,8 @@ def fmt_rss(cell: Cell, base: Cell | None) -> tuple[str, str]:
 
 
 def main_table(results: dict[str, dict[str, Cell]], sizes: dict[str, str]) -> str:
-    lines = ["| model | file | tool | wall s | x parse | peak RSS MB | x parse | result |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| model | file | tool | wall s | x parse | CPU s | peak RSS MB | x parse | result |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for model, cells in results.items():
         base = cells.get("parse")
         for tool, cell in cells.items():
@@ -267,7 +277,8 @@ def main_table(results: dict[str, dict[str, Cell]], sizes: dict[str, str]) -> st
             m, mr = fmt_rss(cell, base)
             if tool == "parse":
                 tr, mr = "1.00x", "1.00x" if cell.rss_mb else ""
-            lines.append(f"| {model} | {sizes.get(model, '')} | {TOOL_LABEL[tool]} | {t} | {tr} | {m} | {mr} | "
+            cpu = f"{cell.cpu:.2f}" if cell.cpu is not None else ""
+            lines.append(f"| {model} | {sizes.get(model, '')} | {TOOL_LABEL[tool]} | {t} | {tr} | {cpu} | {m} | {mr} | "
                          f"{cell.note or ('' if cell.ok else cell.status)} |")
     return "\n".join(lines)
 
