@@ -40,7 +40,7 @@ from typing import Any
 
 from mhainspect.errors import InputError
 from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
-from mhainspect.loaders.provenance import apply_provenance
+from mhainspect.loaders.provenance import apply_provenance, string_list
 
 # Values of integer constants up to this many elements are read (shape arithmetic).
 _MAX_INT_VALUE_ELEMENTS = 64
@@ -808,37 +808,15 @@ def scope_from_metadata(props: Iterable[tuple[str, str]]) -> str | None:
     """The module path the torch dynamo exporter records in node metadata, if any."""
     for key, value in props:
         if key == _NAME_SCOPES_KEY:
-            scopes = _literal_string_list(value)
-            if scopes is None:
-                try:
-                    scopes = ast.literal_eval(value)
-                except (ValueError, SyntaxError):
-                    return None
-            if isinstance(scopes, (list, tuple)) and scopes:
+            scopes = string_list(value)
+            if scopes:
                 # Cumulative module paths ('', 'm', 'm.layer.0', ...) end with the op's own name.
                 path = ""
                 for entry in scopes:
-                    entry = str(entry)
                     if entry and (not path or entry.startswith(path + ".")):
                         path = entry
                 return path or None
     return None
-
-
-def _literal_string_list(value: str) -> list[str] | None:
-    """ast.literal_eval of "['', 'a', 'a.b']" without the parser, for plain entries only."""
-    if len(value) < 2 or value[0] != "[" or value[-1] != "]" or "\\" in value or '"' in value:
-        return None
-    body = value[1:-1]
-    if not body:
-        return []
-    if body[0] != "'" or body[-1] != "'":
-        return None
-    inner = body[1:-1]
-    parts = inner.split("', '")
-    if inner.count("'") != 2 * (len(parts) - 1):  # a quote inside an entry (each separator has two)
-        return None
-    return parts
 
 
 def scope_from_node_name(name: str) -> str:

@@ -23,15 +23,23 @@ _KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "cons
 
 
 def _folded_from(value: str) -> tuple[str, ...]:
+    return tuple(string_list(value) or ())
+
+
+def string_list(value: str) -> list[str] | None:
+    """A list (or tuple) literal from exporter metadata, entries as str; None when it is not one.
+
+    ``ast.literal_eval``'s answer, without compiling the plain "['a.b', 'c']" form the exporter writes.
+    """
     names: object = _plain_string_list(value)
     if names is None:
         try:
             names = ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            return ()
+            return None
     if isinstance(names, (list, tuple)):
-        return tuple(str(n) for n in names)
-    return ()
+        return [str(n) for n in names]
+    return None
 
 
 def _plain_string_list(value: str) -> list[str] | None:
