@@ -28,6 +28,7 @@ from mhainspect.analyze import (
     sanitize_graph,
 )
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
+from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.loaders.onnx_loader import load_onnx
 
@@ -134,16 +135,20 @@ def _random_graph(rng: random.Random) -> ModelGraph:
     return ModelGraph("random", "onnx", tuple(nodes), weights, inputs=(ValueInfo("x", (2, 4), "float32"),))
 
 
-@pytest.mark.parametrize("seed", range(400))
-def test_random_graphs_count_and_sanitize_as_plain_code(seed: int) -> None:
-    graph = _random_graph(random.Random(seed))
-    clean = sanitize_graph(graph)
-    assert clean == _plain_sanitize(graph)
-    try:
-        index = GraphIndex(clean)
-    except Exception as exc:  # a cycle: the index refuses the graph, both sides alike
-        pytest.skip(f"graph not indexable: {exc}")
-    assert count_parameters(index) == _plain_count(index)
+def test_random_graphs_count_and_sanitize_as_plain_code() -> None:
+    compared = 0
+    for seed in range(400):
+        graph = _random_graph(random.Random(seed))
+        clean = sanitize_graph(graph)
+        assert clean == _plain_sanitize(graph), seed
+        try:
+            index = GraphIndex(clean)
+        except InputError as exc:  # a cycle: the index refuses the graph before anything is counted
+            assert "cycle" in str(exc), seed
+            continue
+        assert count_parameters(index) == _plain_count(index), seed
+        compared += 1
+    assert compared >= 250  # most random graphs are acyclic: the comparison really ran
 
 
 def test_trig_sources_give_up_on_duplicate_producers() -> None:
