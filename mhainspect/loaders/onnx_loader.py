@@ -328,16 +328,7 @@ def _load_raw_attributes(p: Path, progress: ProgressCallback | None) -> ModelGra
         _model_proto_class()  # what decides whether the fast path is on at all
         model_cls, attr_cls = _raw_attribute_classes()
         check_readable_file(p)
-        size = p.stat().st_size
-        if progress:
-            progress("read", 0, size)
-        data = _read_bytes(p, size, progress)
-        model = model_cls()
-        model.ParseFromString(data)
-        name_scopes = len(data) > len(model.graph.node) << 10 or _NAME_SCOPES_KEY_BYTES in data
-        del data
-        if progress:
-            progress("read", size, size)
+        model, name_scopes = _parse_file(p, model_cls, progress)
         _check_has_graph(model, p)
         if model.functions:
             return None
@@ -358,23 +349,29 @@ def _read_model_metadata(p: Path, progress: ProgressCallback | None) -> tuple[An
     if os.path.splitext(str(p))[1] in _TEXT_SUFFIXES:
         return read_model_proto(p), True
     try:
-        cls = _model_proto_class()
-        size = p.stat().st_size
-        if progress:
-            progress("read", 0, size)
-        data = _read_bytes(p, size, progress)
-        model = cls()
-        model.ParseFromString(data)
-        # The search (~4 GB/s) only pays where nodes are dense in the file (~0.5 us saved per node).
-        name_scopes = len(data) > len(model.graph.node) << 10 or _NAME_SCOPES_KEY_BYTES in data
-        del data
-        if progress:
-            progress("read", size, size)
+        model, name_scopes = _parse_file(p, _model_proto_class(), progress)
     except (InputError, KeyboardInterrupt):
         raise
     except Exception:  # corrupt or unusual file: onnx.load decides, with its own error
         return read_model_proto(p), True
     _check_has_graph(model, p)
+    return model, name_scopes
+
+
+def _parse_file(p: Path, model_cls: Any, progress: ProgressCallback | None) -> tuple[Any, bool]:
+    """The file parsed as ``model_cls``, and whether any node may carry a torch name-scope entry
+    (False only when the key is nowhere in the bytes parsed)."""
+    size = p.stat().st_size
+    if progress:
+        progress("read", 0, size)
+    data = _read_bytes(p, size, progress)
+    model = model_cls()
+    model.ParseFromString(data)
+    # The search (~4 GB/s) only pays where nodes are dense in the file (~0.5 us saved per node).
+    name_scopes = len(data) > len(model.graph.node) << 10 or _NAME_SCOPES_KEY_BYTES in data
+    del data
+    if progress:
+        progress("read", size, size)
     return model, name_scopes
 
 
