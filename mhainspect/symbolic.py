@@ -315,35 +315,28 @@ class ShapeEvaluator:
         name = inputs[i]
         return self.int_values(name) if name else None
 
-    def _set(self, node: Node, shape: Shape | None, value: Value | None = None, out: int = 0) -> None:
+    def _set(self, node: Node, shape: Shape | None, value: Value | None = None, out: int = 0,
+             picked: bool = False) -> None:
+        """Store output ``out``'s shape and value when within the bounds.
+
+        ``picked``: the result is made only of stored dims, floats or small constants. Stored dims
+        passed the bounds already, so while the seeds did too only the lengths can fail.
+        """
         outputs = node.outputs
         if out >= len(outputs):
             return
         name = outputs[out]
         if not name:
+            return
+        if picked and self._trusted:
+            if shape is not None and len(shape) <= MAX_RANK:
+                self.shapes[name] = shape
+            if value is not None and len(value) <= _MAX_VALUE_LEN:
+                self.values[name] = value
             return
         if shape is not None and _bounded_shape(shape):
             self.shapes[name] = shape
         if value is not None and _bounded_shape(value, _MAX_VALUE_LEN):
-            self.values[name] = value
-
-    def _set_picked(self, node: Node, shape: Shape | None, value: Value | None = None, out: int = 0) -> None:
-        """``_set`` for results whose dims are all stored dims, floats or small constants.
-
-        Stored dims passed the bounds already, so when the seeds did too only the lengths can fail.
-        """
-        if not self._trusted:
-            self._set(node, shape, value, out)
-            return
-        outputs = node.outputs
-        if out >= len(outputs):
-            return
-        name = outputs[out]
-        if not name:
-            return
-        if shape is not None and len(shape) <= MAX_RANK:
-            self.shapes[name] = shape
-        if value is not None and len(value) <= _MAX_VALUE_LEN:
             self.values[name] = value
 
     def _same_shape(self, node: Node) -> None:
@@ -353,7 +346,7 @@ class ShapeEvaluator:
         if node.op not in _VALUE_UNARY:
             # Most unary ops carry no value: skip the value lookup and the op checks below.
             if s is not None:
-                self._set_picked(node, s)
+                self._set(node, s, picked=True)
             return
         v = self.values.get(first) if first else None
         if node.op == "Cast" and v is not None:
@@ -370,7 +363,7 @@ class ShapeEvaluator:
             v = tuple(1.0 / x for x in fv if x) if None not in fv and 0 not in fv else None
         elif node.op not in ("Identity", "Cast", "CastLike"):
             v = None
-        self._set_picked(node, s, v)  # Cast, Sqrt and Reciprocal make floats; the rest pass dims on
+        self._set(node, s, v, picked=True)  # Cast, Sqrt and Reciprocal make floats; the rest pass dims on
 
     @staticmethod
     def _num(x: Scalar) -> float | None:
@@ -407,7 +400,7 @@ class ShapeEvaluator:
                 if len(res) == n:
                     value = tuple(res)
         if value is None:
-            self._set_picked(node, out_shape)  # broadcasting only picks input dims
+            self._set(node, out_shape, picked=True)  # broadcasting only picks input dims
         else:
             self._set(node, out_shape, value)
 
@@ -465,7 +458,7 @@ def _h_shape(ev: ShapeEvaluator, node: Node) -> None:
     start = max(0, _norm_axis(start, len(s)))
     end = min(len(s), _norm_axis(end, len(s)))
     dims = s[start:end]
-    ev._set_picked(node, (int_dim(len(dims)),), tuple(dims))
+    ev._set(node, (int_dim(len(dims)),), tuple(dims), picked=True)
 
 
 def _h_size(ev: ShapeEvaluator, node: Node) -> None:
@@ -539,7 +532,7 @@ def _h_gather(ev: ShapeEvaluator, node: Node) -> None:
         value = tuple(dv[i] for i in iv)
     if data is not None and idx_shape is not None:
         a = _norm_axis(axis, len(data))
-        ev._set_picked(node, data[:a] + idx_shape + data[a + 1:], value)
+        ev._set(node, data[:a] + idx_shape + data[a + 1:], value, picked=True)
 
 
 def _h_unsqueeze(ev: ShapeEvaluator, node: Node) -> None:
@@ -562,14 +555,14 @@ def _h_unsqueeze(ev: ShapeEvaluator, node: Node) -> None:
         if a < 0:
             a += len(s) + 1
         if 0 <= a <= len(s):
-            ev._set_picked(node, s[:a] + (_ONE,) + s[a:], value)
+            ev._set(node, s[:a] + (_ONE,) + s[a:], value, picked=True)
             return
     rank = len(s) + len(axes)
     norm = sorted(_norm_axis(int(a), rank) for a in axes)
     out = list(s)
     for a in norm:
         out.insert(a, Dim(1))
-    ev._set_picked(node, tuple(out), value)
+    ev._set(node, tuple(out), value, picked=True)
 
 
 def _h_squeeze(ev: ShapeEvaluator, node: Node) -> None:
@@ -582,7 +575,7 @@ def _h_squeeze(ev: ShapeEvaluator, node: Node) -> None:
     else:
         drop = {_norm_axis(int(a), len(s)) for a in axes}  # type: ignore[union-attr]
         out = tuple(d for i, d in enumerate(s) if i not in drop)
-    ev._set_picked(node, out, ev._in_value(node, 0))
+    ev._set(node, out, ev._in_value(node, 0), picked=True)
 
 
 def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
@@ -596,7 +589,7 @@ def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
         value = tuple([x for v in values if v is not None for x in v])
     if None in shapes or not shapes:
         if value is not None:
-            ev._set_picked(node, (int_dim(len(value)),), value)
+            ev._set(node, (int_dim(len(value)),), value, picked=True)
         return
     first = shapes[0]
     assert first is not None
@@ -618,7 +611,7 @@ def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
         total = int_dim(coef)
     # The sum is the one new dim: an out-of-bounds sum drops the shape (as _set would), not the value.
     ok = _MIN_COEF <= total.coef <= _MAX_ABS_COEF and (not total.factors or _bounded(total))
-    ev._set_picked(node, first[:a] + (total,) + first[a + 1:] if ok else None, value)
+    ev._set(node, first[:a] + (total,) + first[a + 1:] if ok else None, value, picked=True)
 
 
 def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
@@ -668,7 +661,7 @@ def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
         out[a] = int_dim(len(rng))  # at most the stored dim
         if value is not None and len(s) == 1:
             value = tuple(value[i] for i in rng)
-    (ev._set if from_ends else ev._set_picked)(node, tuple(out), value if len(s) == 1 else None)
+    ev._set(node, tuple(out), value if len(s) == 1 else None, picked=not from_ends)
 
 
 def _resolve_reshape(in_shape: Shape | None, target: Value, allowzero: bool) -> Shape | None:
@@ -729,7 +722,7 @@ def _h_transpose(ev: ShapeEvaluator, node: Node) -> None:
     if s is None:
         return
     perm = node.attrs.get("perm") or tuple(reversed(range(len(s))))
-    ev._set_picked(node, tuple([s[int(p)] for p in perm]))  # type: ignore[union-attr]
+    ev._set(node, tuple([s[int(p)] for p in perm]), picked=True)  # type: ignore[union-attr]
 
 
 def matmul_shape(a: Shape, b: Shape) -> Shape | None:
@@ -750,7 +743,7 @@ def matmul_shape(a: Shape, b: Shape) -> Shape | None:
 def _h_matmul(ev: ShapeEvaluator, node: Node) -> None:
     a, b = ev._in_shape(node, 0), ev._in_shape(node, 1)
     if a is not None and b is not None:
-        ev._set_picked(node, matmul_shape(a, b))
+        ev._set(node, matmul_shape(a, b), picked=True)
 
 
 def _h_fused_matmul(ev: ShapeEvaluator, node: Node) -> None:
@@ -779,7 +772,7 @@ def _h_expand(ev: ShapeEvaluator, node: Node) -> None:
     if s is None or target is None or not all(isinstance(t, Dim) for t in target):
         return
     out = _broadcast2(s, tuple([t for t in target if isinstance(t, Dim)]))
-    ev._set_picked(node, out)
+    ev._set(node, out, picked=True)
 
 
 def _h_tile(ev: ShapeEvaluator, node: Node) -> None:
@@ -857,7 +850,7 @@ def _h_reduce(ev: ShapeEvaluator, node: Node) -> None:
     norm = {a + rank if a < 0 else a for a in axes}
     keep = node.attrs.get("keepdims", 1) != 0
     out = tuple([_ONE if i in norm else d for i, d in enumerate(s) if keep or i not in norm])
-    ev._set_picked(node, out)
+    ev._set(node, out, picked=True)
 
 
 def _h_conv(ev: ShapeEvaluator, node: Node) -> None:
