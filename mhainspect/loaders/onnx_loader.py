@@ -585,7 +585,7 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
         value_info[v.name] = read_value_info(v)
         if v.metadata_props:
             value_metadata.append((v.name, {p.key: p.value for p in v.metadata_props}))
-    builder.check_dangling({v.name for v in graph.input})
+    builder.check_dangling()
     producer = " ".join(x for x in (model.producer_name, model.producer_version) if x)
     signature = next((p.value for p in graph.metadata_props if p.key.endswith("ExportedProgram.graph_signature")), "")
     weights = apply_provenance(builder.weights, value_metadata, signature)
@@ -1007,15 +1007,8 @@ class _GraphBuilder:
             return tensor
         if template is None:
             return None
-        if not _RAW_TENSOR:
-            return Tensor(out, template.shape, template.dtype, f"const:{out}", template.int_value,
-                          template.float_value, True)
-        tensor = _new(Tensor)
-        d = tensor.__dict__
-        d.update(template.__dict__)
-        d["name"] = out
-        d["storage_key"] = f"const:{out}"
-        return tensor
+        return _make_tensor(out, template.shape, template.dtype, f"const:{out}", template.int_value,
+                            template.float_value, True)
 
     def _parse_attribute(self, raw: bytes) -> Any:
         """The AttributeProto in raw (bytes of a raw-attribute NodeProto); _Unsupported for the
@@ -1067,7 +1060,8 @@ class _GraphBuilder:
         finally:
             self._inlining.pop()
 
-    def check_dangling(self, graph_inputs: set[str]) -> None:
+    def check_dangling(self) -> None:
+        """InputError naming the first node input that no node, graph input or initializer provides."""
         known = self.known_names
         nodes = self.nodes
         known.update(self.weights)
