@@ -42,8 +42,6 @@ class OutputFormat(str, Enum):
     sarif = "sarif"
 
 
-
-
 def one_line(text: str) -> str:
     """``text`` on one line with control characters escaped: names from a hostile file can hold
     newlines or terminal escape sequences, and an error stays one line that cannot drive the terminal."""

@@ -188,8 +188,6 @@ def _split_packed(total: int | None, h: int | None, g: int | None, d_k: int | No
     return None
 
 
-
-
 def build_report(blocks: Sequence[AttentionBlock], *, path: str, fmt: str, total_params: int, num_nodes: int = 0,
                  opset: int | None = None, producer: str = "", misses: Sequence[Miss] = (),
                  warnings: Sequence[str] = (), what_if_heads: tuple[int, ...] = ()) -> Report:

@@ -205,8 +205,6 @@ def _source(index: GraphIndex, name: str) -> str:
     return name
 
 
-
-
 def inverse_sqrt_dim(scale: float) -> int | None:
     """d when scale == 1/sqrt(d) for an integer d (within float tolerance)."""
     if scale <= 0:
