@@ -35,21 +35,9 @@ class WeightRef:
 
 
 def topological_order(graph: ModelGraph) -> list[Node]:
-    """Kahn's algorithm; raises InputError naming a node on a cycle."""
-    producer = _producer_positions(graph)
-    get = producer.get
-    i = 0
-    for n in graph.nodes:
-        for x in n.inputs:
-            p = get(x, -1)
-            if p >= i:
-                if p == i:
-                    _self_loop(n)
-                return _kahn(graph, producer)
-        i += 1
-    # Exporters write nodes in dependency order. Then Kahn's heap, keyed by file position, pops them
-    # in file order, so a scan that finds every input produced earlier gives the same answer.
-    return list(graph.nodes)
+    """Kahn's algorithm; raises InputError naming a node on a cycle. (GraphIndex gets the same order
+    in one pass when the file is already in dependency order.)"""
+    return _kahn(graph, _producer_positions(graph))
 
 
 def _producer_positions(graph: ModelGraph) -> dict[str, int]:
@@ -63,7 +51,7 @@ def _producer_positions(graph: ModelGraph) -> dict[str, int]:
 
 
 def _self_loop(n: Node) -> None:
-    # Found scanning in file order with every earlier node clean: Kahn's pass stops at this same node.
+    # Kahn's check and the one-pass index scan both stop at the first such node in file order.
     raise InputError(f"graph has a cycle: node '{n.name}' ({n.op}) reads its own output")
 
 
@@ -76,7 +64,7 @@ def _kahn(graph: ModelGraph, producer: dict[str, int]) -> list[Node]:
         for d in deps:
             users[d].append(i)
         if any(x in producer and producer[x] == i for x in n.inputs):
-            raise InputError(f"graph has a cycle: node '{n.name}' ({n.op}) reads its own output")
+            _self_loop(n)
     # A heap keyed by file position keeps the exporter's order wherever dependencies allow.
     ready = [i for i, d in enumerate(indegree) if d == 0]
     heapq.heapify(ready)
