@@ -177,3 +177,9 @@ def attention_params(blocks: Sequence[AttentionBlock]) -> int:
                 seen.add((p.weight, p.role))
             total += p.weight_params + p.bias_params
     return total
+
+
+def contradicted(report: Report) -> list[tuple[AttentionBlock, BlockVerification]]:
+    """The blocks whose static head count a --verify run contradicted, with that run's verdict."""
+    return [(b, b.verification) for b in report.blocks
+            if b.verification is not None and b.verification.status == "contradicted"]

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from mhainspect.findings import Report
+from mhainspect.findings import Report, contradicted
 from mhainspect.flags import FLAG_CODES
 from mhainspect.render.numbers import group, parse_count
 
@@ -111,13 +111,12 @@ def _model_gates(report: Report, config: GateConfig) -> list[GateFailure]:
         out.append(GateFailure("fail-on", path, n, None, code,
                                f"{path} has {n} {code} flag{'s' if n != 1 else ''} (--fail-on {code})"))
     if config.fail_on_contradiction:
-        contradicted = [b.name for b in report.blocks
-                        if b.verification is not None and b.verification.status == "contradicted"]
-        if contradicted:
-            n = len(contradicted)
+        names = [b.name for b, _ in contradicted(report)]
+        if names:
+            n = len(names)
             out.append(GateFailure("fail-on-contradiction", path, n, None, None,
                                    f"{path}: the run contradicts the static head count of {n} "
-                                   f"block{'s' if n != 1 else ''} ({', '.join(contradicted)}) "
+                                   f"block{'s' if n != 1 else ''} ({', '.join(names)}) "
                                    "(--fail-on-contradiction)"))
     return out
 

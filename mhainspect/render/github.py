@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mhainspect.findings import Flag, Report, Severity
+from mhainspect.findings import Flag, Report, Severity, contradicted
 from mhainspect.gates import GateFailure
 from mhainspect.render.cells import verify_label
 
@@ -44,8 +44,8 @@ def _gate(failure: GateFailure) -> str:
 
 
 def _contradictions(report: Report) -> list[str]:
-    return [_line("warning", report.model.path, "mhainspect verify", f"{b.name}: {verify_label(b.verification)}")
-            for b in report.blocks if b.verification is not None and b.verification.status == "contradicted"]
+    return [_line("warning", report.model.path, "mhainspect verify", f"{b.name}: {verify_label(v)}")
+            for b, v in contradicted(report)]
 
 
 def render_github(reports: Iterable[Report], failures: Iterable[GateFailure] = ()) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from mhainspect import __version__
-from mhainspect.findings import Flag, Report, Severity
+from mhainspect.findings import Flag, Report, Severity, contradicted
 from mhainspect.flags import FLAG_CODES
 from mhainspect.gates import GateFailure
 from mhainspect.render.cells import verify_label
@@ -113,18 +113,16 @@ def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), 
                 "locations": [_location(report.model.path, flag.block)],
                 "properties": {"data": _data(flag)},
             })
-        for block in report.blocks:
-            v = block.verification
-            if v is not None and v.status == "contradicted":
-                results.append({
-                    "ruleId": VERIFY_RULE[0],
-                    "ruleIndex": index[VERIFY_RULE[0]],
-                    "level": "warning",
-                    "message": {"text": f"{block.name}: {verify_label(v)}"},
-                    "locations": [_location(report.model.path, block.name)],
-                    "properties": {"observed_heads": v.observed_heads, "observed_kv_heads": v.observed_kv_heads,
-                                   "static_heads": block.num_heads, "static_kv_heads": block.num_kv_heads},
-                })
+        for block, v in contradicted(report):
+            results.append({
+                "ruleId": VERIFY_RULE[0],
+                "ruleIndex": index[VERIFY_RULE[0]],
+                "level": "warning",
+                "message": {"text": f"{block.name}: {verify_label(v)}"},
+                "locations": [_location(report.model.path, block.name)],
+                "properties": {"observed_heads": v.observed_heads, "observed_kv_heads": v.observed_kv_heads,
+                               "static_heads": block.num_heads, "static_kv_heads": block.num_kv_heads},
+            })
     for failure in failures:
         props: dict[str, Any] = {"actual": failure.actual, "limit": failure.limit}
         if failure.code is not None:
