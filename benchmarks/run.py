@@ -523,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
               f"(wall; runs over {args.max_repeat_seconds:.0f} s are not repeated), max peak RSS; timeout "
               f"{args.timeout:.0f} s per run; total {time.time() - started:.0f} s; "
               f"typer {_version('typer')}, protobuf {_version('protobuf')}, onnx {_version('onnx')}; "
-              f"mhainspect bytecode compiled before the runs, as pip does on install.")
+              + ("mhainspect bytecode compiled before the runs, as pip does on install."
+                 if bytecode.endswith(" compiled") else f"bytecode not compiled ({bytecode})."))
     text = header + "\n\n" + "\n\n".join(sections) + "\n"
     print(text)
     if args.output:
