@@ -1,3 +1,3 @@
-from mhainspect.cli import main
+from mhainspect.cli import run
 
-main()
+run()
