@@ -3,8 +3,6 @@
 Exit codes: 0 the audit ran; 1 a gate failed; 2 usage or input error (one line on stderr).
 """
 
-from __future__ import annotations
-
 import os
 import sys
 from collections.abc import Callable
@@ -124,7 +122,7 @@ class _ProgressBar:
         self.model = model
         self.progress: Any = None
 
-    def __enter__(self) -> _ProgressBar:
+    def __enter__(self) -> "_ProgressBar":
         if not sys.stderr.isatty() or os.environ.get("MHAINSPECT_NO_PROGRESS"):
             return self
         import threading
@@ -169,7 +167,7 @@ class _ProgressBar:
 
 
 def _analyze_one(model: Path, what_if_heads: tuple[int, ...], factory_args: dict[str, object] | None = None
-                 ) -> Report | str:
+                 ) -> "Report | str":
     """The model's report, or the one-line error message when it cannot be analysed."""
     from mhainspect.analyze import check_symlink_loop
     from mhainspect.sources import analyze_source
@@ -193,7 +191,7 @@ def _analyze_one(model: Path, what_if_heads: tuple[int, ...], factory_args: dict
 
 def _cli_settings(output_format: OutputFormat | None, heads: list[int] | None, max_params: str | None,
                   max_attention_params: str | None, fail_on: list[str] | None, ignore: list[str] | None,
-                  exit_zero: bool | None) -> Settings:
+                  exit_zero: bool | None) -> "Settings":
     """The options given on the command line (None where not given); one-line error on bad values."""
     from mhainspect.config import Settings
     from mhainspect.gates import parse_codes, parse_limit
@@ -216,7 +214,7 @@ def _cli_settings(output_format: OutputFormat | None, heads: list[int] | None, m
                     heads=None if heads is None else tuple(heads))
 
 
-def _verify_setup(paths: Sequence[Path], verify: bool, dim: list[str] | None,
+def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
                   max_verify_bytes: str | None) -> dict[str, int]:
     """--verify options as symbolic dims; refuses (exit 2) a model whose weights exceed the budget."""
     if not verify:
@@ -250,7 +248,7 @@ def _verify_setup(paths: Sequence[Path], verify: bool, dim: list[str] | None,
     return dims
 
 
-def _verify_one(path: Path, report: Report, dims: dict[str, int]) -> Report:
+def _verify_one(path: Path, report: "Report", dims: dict[str, int]) -> "Report":
     """``report`` with the run's verdict per block; a failure leaves every block unchecked with the reason."""
     from mhainspect.analyze import EXTERNAL_DATA_WARNING
     from mhainspect.findings import BlockVerification
@@ -269,7 +267,7 @@ def _verify_one(path: Path, report: Report, dims: dict[str, int]) -> Report:
         return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
 
 
-def _render(fmt: OutputFormat, reports: list[Report], failures: Sequence[GateFailure], *, several: bool,
+def _render(fmt: OutputFormat, reports: "list[Report]", failures: "Sequence[GateFailure]", *, several: bool,
             errors: int, width: int | None, color: bool, verbose: bool) -> str:
     """The report text; only the chosen renderer is imported (rich alone costs a short run 60 ms)."""
     if fmt is OutputFormat.json or fmt is OutputFormat.jsonl:
