@@ -7,7 +7,6 @@ plain ``int``; floats that are not finite become ``null`` so the output is alway
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import operator
@@ -215,6 +214,8 @@ def reports_to_json(reports: Iterable[Report]) -> str:
 
 def reports_to_jsonl(reports: Iterable[Report]) -> str:
     """One compact report document per line (JSON Lines); empty string for no reports."""
+    import json  # only JSON Lines needs the stdlib encoder; pretty JSON is written by json_text
+
     return "".join(
         json.dumps(report_to_dict(r), separators=(",", ":"), allow_nan=False) + "\n"
         for r in reports
