@@ -1,0 +1,51 @@
+"""analyze.collector_paused: the cycle collector is off while a graph is analysed and always comes
+back as it was, so a library caller never inherits a disabled collector (also after an error)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mhainspect.analyze import analyze_path, collector_paused
+from mhainspect.errors import InputError
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_models" / "standard_mha.onnx"
+
+
+@pytest.fixture
+def collector_enabled() -> Iterator[None]:
+    gc.enable()
+    yield
+    gc.enable()
+
+
+def test_paused_inside_and_enabled_after(collector_enabled: None) -> None:
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_enabled_again_after_an_error(collector_enabled: None) -> None:
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+
+
+def test_a_caller_that_disabled_it_keeps_it_disabled(collector_enabled: None) -> None:
+    gc.disable()
+    with collector_paused():
+        pass
+    assert not gc.isenabled()
+
+
+def test_analyze_path_restores_the_collector(collector_enabled: None, tmp_path: Path) -> None:
+    report = analyze_path(SAMPLE)
+    assert report.blocks and gc.isenabled()
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\xff not a model")
+    with pytest.raises(InputError):
+        analyze_path(bad)
+    assert gc.isenabled()
