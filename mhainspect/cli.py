@@ -515,7 +515,14 @@ def run() -> NoReturn:
     A 70B graph leaves ~10^5 objects; freeing them one by one at interpreter exit costs ~30 ms
     that the OS does for free. Only for a whole process: tests and embedders call main(), which
     raises SystemExit as usual.
+
+    A reader that stops early (``| head``) ends the process by SIGPIPE, as it ends cat or grep:
+    the shell sees 141, not the 1 that click would turn a broken pipe into (1 means a gate failed).
     """
+    import signal
+
+    if hasattr(signal, "SIGPIPE"):  # not on Windows
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         main()
         code: object = EXIT_OK

@@ -46,7 +46,9 @@ def run(*args: str | os.PathLike[str], env: dict[str, str | None] | None = None)
 
 
 def run_subprocess(*args: str | os.PathLike[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "MHAINSPECT_DEBUG", "COLUMNS")}
+    # PYTHONUNBUFFERED (set on some CI machines) would hide a missing final flush of stdout.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FORCE_COLOR", "MHAINSPECT_DEBUG", "COLUMNS", "PYTHONUNBUFFERED")}
     return subprocess.run([sys.executable, "-m", "mhainspect", *map(str, args)], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=60)
 
@@ -407,6 +409,34 @@ def test_output_file_named_like_a_subcommand(tmp_path: Path) -> None:
     proc = run_subprocess("-o", "calc", STANDARD, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "calc").is_file()
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGPIPE"), reason="no SIGPIPE on this platform")
+def test_a_reader_that_goes_away_ends_the_run_by_sigpipe_not_a_gate_exit() -> None:
+    """``mhainspect m -f json | head``: killed by SIGPIPE like cat (shell 141), silently; exit 1 would
+    read as a failed gate."""
+    import signal
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the report is written
+    try:
+        proc = subprocess.run([sys.executable, "-m", "mhainspect", str(STANDARD), "-f", "json", "-v"],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == -signal.SIGPIPE
+    assert proc.stderr == ""
+
+
+def test_whole_process_output_is_complete_when_piped() -> None:
+    """cli.run ends with os._exit: what a report left in stdout's buffer must be flushed first.
+    Both outputs are smaller than the 8 KiB buffer, so nothing reaches the pipe before the end."""
+    report = run_subprocess(STANDARD, "-f", "json")
+    assert report.returncode == 0, report.stderr
+    assert len(report.stdout) < 8192 and json.loads(report.stdout)["blocks"]
+    calc = run_subprocess("calc", "pytorch", "embed_dim=512", "num_heads=8", "--format", "json")
+    assert calc.returncode == 0, calc.stderr
+    assert json.loads(calc.stdout)
 
 
 def test_output_to_a_device_writes_in_place_and_keeps_the_device(tmp_path: Path) -> None:
