@@ -15,12 +15,11 @@ from operator import attrgetter
 
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
 from mhainspect.errors import InputError
-from mhainspect.findings import SCHEMA_VERSION, AttentionBlock, Miss, ModelSummary, Report, attention_params
-from mhainspect.flags import evaluate
+from mhainspect.findings import AttentionBlock, Miss, Report
 from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.matchers import decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
-from mhainspect.whatif import default_what_ifs
+from mhainspect.report import build_report
 
 _FLOAT_DTYPES = {"float32", "float16", "float64", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
                  "float8e5m2fnuz", "float4e2m1"}
@@ -212,20 +211,10 @@ def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None
             if name in extras_seen:
                 del b.extras[name]
             extras_seen.add(name)
-        block = b.build(taken)
-        blocks.append(dataclasses.replace(block, what_if=default_what_ifs(block, what_if_heads)))
-    total = count_parameters(index)
-    blocks_t = tuple(blocks)
-    summary = ModelSummary(
-        path=path if path is not None else graph.source,
-        format=fmt or graph.kind,
-        total_params=total,
-        num_nodes=len(graph.nodes),
-        opset=graph.opset,
-        producer=graph.producer,
-        attention_params=attention_params(blocks_t),
-    )
-    return Report(SCHEMA_VERSION, summary, blocks_t, evaluate(blocks_t), tuple(misses), warnings=graph.warnings)
+        blocks.append(b.build(taken))
+    return build_report(blocks, path=path if path is not None else graph.source, fmt=fmt or graph.kind,
+                        total_params=count_parameters(index), num_nodes=len(graph.nodes), opset=graph.opset,
+                        producer=graph.producer, misses=misses, warnings=graph.warnings, what_if_heads=what_if_heads)
 
 
 def check_symlink_loop(path: str | os.PathLike[str]) -> None:

@@ -7,24 +7,16 @@ where sources disagree the stronger one wins and the disagreement is reported.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from mhainspect.findings import (
-    SCHEMA_VERSION,
     AttentionBlock,
     Evidence,
-    Miss,
-    ModelSummary,
     ParamBreakdown,
     Projection,
-    Report,
-    attention_params,
 )
-from mhainspect.flags import evaluate
 from mhainspect.loaders.roles import GroupedBlock, RoleWeights, kernel_head_split, linear_dims, projection
-from mhainspect.whatif import default_what_ifs
 
 # Stronger sources first.
 _PRIORITY = {"kernel_shape": 0, "module": 1, "config": 2, "weight_shape": 3}
@@ -186,13 +178,3 @@ def _split_packed(total: int | None, h: int | None, g: int | None, d_k: int | No
     if total % 3 == 0 and (g is None or g == h):
         return total // 3, total // 3, total // 3
     return None
-
-
-def build_report(blocks: Sequence[AttentionBlock], *, path: str, fmt: str, total_params: int, num_nodes: int = 0,
-                 opset: int | None = None, producer: str = "", misses: Sequence[Miss] = (),
-                 warnings: Sequence[str] = (), what_if_heads: tuple[int, ...] = ()) -> Report:
-    """A Report from finished blocks: what-if counts, flags and the model summary."""
-    final = tuple(dataclasses.replace(b, what_if=default_what_ifs(b, what_if_heads)) for b in blocks)
-    summary = ModelSummary(path=path, format=fmt, total_params=total_params, num_nodes=num_nodes, opset=opset,
-                           producer=producer, attention_params=attention_params(final))
-    return Report(SCHEMA_VERSION, summary, final, evaluate(final), tuple(misses), warnings=tuple(warnings))

@@ -17,7 +17,7 @@ from mhainspect.errors import InputError
 from mhainspect.findings import AttentionBlock, Miss, Report
 from mhainspect.loaders.torch_fx import trace_module
 from mhainspect.loaders.torch_modules import count_parameters, recognise
-from mhainspect.static_blocks import build_report
+from mhainspect.report import build_report
 
 EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 

@@ -27,7 +27,8 @@ from mhainspect.errors import InputError, MissingDependencyError
 from mhainspect.findings import AttentionBlock, Report
 from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
 from mhainspect.loaders.roles import WeightMeta, group_attention
-from mhainspect.static_blocks import HeadOffers, assemble, build_report
+from mhainspect.report import build_report
+from mhainspect.static_blocks import HeadOffers, assemble
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
