@@ -86,6 +86,20 @@ def _truth_falcon(model: nn.Module) -> tuple[BlockTruth, ...]:
     return tuple(out)
 
 
+def _truth_phi3(model: nn.Module) -> tuple[BlockTruth, ...]:
+    cfg = model.config
+    out = []
+    for layer in model.layers:
+        a = layer.self_attn
+        h, kv, dh = cfg.num_attention_heads, cfg.num_key_value_heads, a.head_dim
+        fused = a.qkv_proj  # [(h + 2·kv)·dh, hidden]: q rows, then k, then v
+        q = _rows(fused, 0, h * dh)
+        k = _rows(fused, h * dh, (h + kv) * dh)
+        v = _rows(fused, (h + kv) * dh, (h + 2 * kv) * dh)
+        out.append(_block(_qualname(model, a), "self", h, kv, cfg.hidden_size, dh, dh, q, k, v, _linear(a.o_proj)))
+    return tuple(out)
+
+
 def _truth_neox(model: nn.Module) -> tuple[BlockTruth, ...]:
     cfg = model.config
     out = []
@@ -135,6 +149,14 @@ EXTENDED_CASES: tuple[Case, ...] = (
     Case("qwen2", _build("Qwen2Config", "Qwen2Model", hidden_size=64, num_attention_heads=8, num_key_value_heads=2,
                          attn_implementation="eager", **_SMALL),
          _truth_decoder, True, ("input_ids",), _TOK, "transformers", "Qwen2: GQA with q/k/v biases, o without"),
+    Case("gemma2", _build("Gemma2Config", "Gemma2Model", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=32, attn_logit_softcapping=50.0, attn_implementation="eager", **_SMALL),
+         _truth_decoder, True, ("input_ids",), _TOK, "transformers",
+         "Gemma 2: attention-logit soft-capping (tanh) between Q·Kᵀ and Softmax, head_dim 32 ≠ hidden/heads, GQA"),
+    Case("phi3", _build("Phi3Config", "Phi3Model", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                        pad_token_id=0, attn_implementation="eager", **_SMALL),
+         _truth_phi3, True, ("input_ids",), _TOK, "transformers",
+         "Phi-3: one fused qkv_proj holding 4 query heads and 2 K/V heads (GQA packed in one weight)"),
     Case("falcon", _build("FalconConfig", "FalconModel", hidden_size=64, num_attention_heads=4, multi_query=True,
                           new_decoder_architecture=False, num_hidden_layers=2),
          _truth_falcon, True, ("input_ids",), _TOK, "transformers",
