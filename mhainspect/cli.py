@@ -46,9 +46,27 @@ def one_line(text: str) -> str:
     return printable(text.strip())
 
 
-def fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
+def say_error(message: str) -> None:
     typer.echo(f"mhainspect: error: {one_line(message)}", err=True)
+
+
+def fail(message: str, code: int = EXIT_INPUT) -> typer.Exit:
+    say_error(message)
     return typer.Exit(code)
+
+
+def _stdout_unwritable(exc: OSError) -> str:
+    return f"stdout: cannot write: {exc.strerror or exc}"
+
+
+def write_stdout(text: str) -> None:
+    """The report on stdout, flushed here so that a full disk or a closed descriptor is one error
+    line and exit 2 (not a traceback, and not lost in the flush at exit)."""
+    try:
+        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+        sys.stdout.flush()
+    except OSError as exc:
+        raise fail(_stdout_unwritable(exc)) from None
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -369,7 +387,7 @@ def inspect_cmd(
     for path in paths:
         result = _analyze_one(path, settings.heads or (), factory_args)
         if isinstance(result, str):
-            typer.echo(f"mhainspect: error: {one_line(result)}", err=True)
+            say_error(result)
             errors += 1
         else:
             if verify:
@@ -390,7 +408,7 @@ def inspect_cmd(
             except OSError as exc:
                 raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
         else:
-            sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+            write_stdout(text)
     for failure in failures:
         typer.echo(f"mhainspect: gate failed: {one_line(failure.message)}", err=True)
     if errors:
@@ -448,7 +466,7 @@ def calc_cmd(
                         if output_format is CalcFormat.json else calc_render.calc_text(calc))
     except ValueError as exc:
         raise fail(str(exc)) from None
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    write_stdout(text)
 
 
 def _version_callback(value: bool) -> None:
@@ -532,9 +550,16 @@ def run() -> NoReturn:
         sys.stderr.write(f"{code}\n")
         code = 1
     status = code or EXIT_OK
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a reader that went away (| head), or a closed stream
-            pass
+    try:  # what typer itself printed (--help, --version); reports are flushed by write_stdout
+        sys.stdout.flush()
+    except OSError as exc:
+        if status == EXIT_OK:  # else the run has said why it failed (write_stdout's bytes fail here again)
+            say_error(_stdout_unwritable(exc))
+            status = EXIT_INPUT
+    except ValueError:  # closed by an embedding caller
+        pass
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):  # nowhere left to say it
+        pass
     os._exit(status)

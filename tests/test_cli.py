@@ -428,6 +428,24 @@ def test_a_reader_that_goes_away_ends_the_run_by_sigpipe_not_a_gate_exit() -> No
     assert proc.stderr == ""
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("command", [[str(STANDARD), "-f", "json"], ["calc", "pytorch", "embed_dim=8", "num_heads=2"]],
+                         ids=["report", "calc"])
+def test_stdout_that_cannot_be_written_is_one_error_line_and_exit_2(command: list[str], unbuffered: bool) -> None:
+    """A full disk behind stdout: the write fails at once (unbuffered) or at the flush (buffered);
+    either way one line and exit 2, never a traceback and never exit 0 with the report lost."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "mhainspect", *command], stdout=full, stderr=subprocess.PIPE,
+                              text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert_one_line_error(proc.stderr)
+    assert proc.stderr.startswith(f"{ERROR_PREFIX} stdout: cannot write:")
+
+
 def test_whole_process_output_is_complete_when_piped() -> None:
     """cli.run ends with os._exit: what a report left in stdout's buffer must be flushed first.
     Both outputs are smaller than the 8 KiB buffer, so nothing reaches the pipe before the end."""
