@@ -37,6 +37,11 @@ def _rows(lin: nn.Module, start: int, stop: int) -> tuple[int, int]:
     return (_n(w[start:stop]) + (_n(b[start:stop]) if b is not None else 0), _n(b[start:stop]) if b is not None else 0)
 
 
+def _qkv_rows(fused: nn.Module, h: int, kv: int, dh: int) -> tuple[tuple[int, int], ...]:
+    """Q, K and V params of a fused nn.Linear whose rows are [(h + 2·kv)·dh]: q rows, then k, then v."""
+    return _rows(fused, 0, h * dh), _rows(fused, h * dh, (h + kv) * dh), _rows(fused, (h + kv) * dh, (h + 2 * kv) * dh)
+
+
 def _separate(model: nn.Module, attn: nn.Module, h: int, kv: int, hidden: int, dh: int,
               names: tuple[str, str, str, str] = ("q_proj", "k_proj", "v_proj", "o_proj"),
               kind: str = "self") -> BlockTruth:
@@ -78,10 +83,7 @@ def _truth_falcon(model: nn.Module) -> tuple[BlockTruth, ...]:
     for layer in model.h:
         a = layer.self_attention
         h, dh, kv = a.num_heads, a.head_dim, (1 if cfg.multi_query else a.num_heads)
-        fused = a.query_key_value  # [(h + 2·kv)·dh, hidden]: q rows, then k, then v
-        q = _rows(fused, 0, h * dh)
-        k = _rows(fused, h * dh, (h + kv) * dh)
-        v = _rows(fused, (h + kv) * dh, (h + 2 * kv) * dh)
+        q, k, v = _qkv_rows(a.query_key_value, h, kv, dh)
         out.append(_block(_qualname(model, a), "self", h, kv, cfg.hidden_size, dh, dh, q, k, v, _linear(a.dense)))
     return tuple(out)
 
@@ -92,10 +94,7 @@ def _truth_phi3(model: nn.Module) -> tuple[BlockTruth, ...]:
     for layer in model.layers:
         a = layer.self_attn
         h, kv, dh = cfg.num_attention_heads, cfg.num_key_value_heads, a.head_dim
-        fused = a.qkv_proj  # [(h + 2·kv)·dh, hidden]: q rows, then k, then v
-        q = _rows(fused, 0, h * dh)
-        k = _rows(fused, h * dh, (h + kv) * dh)
-        v = _rows(fused, (h + kv) * dh, (h + 2 * kv) * dh)
+        q, k, v = _qkv_rows(a.qkv_proj, h, kv, dh)
         out.append(_block(_qualname(model, a), "self", h, kv, cfg.hidden_size, dh, dh, q, k, v, _linear(a.o_proj)))
     return tuple(out)
 
