@@ -14,6 +14,7 @@ from itertools import chain
 from operator import attrgetter
 
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
+from mhainspect.dtypes import is_float
 from mhainspect.errors import InputError
 from mhainspect.findings import AttentionBlock, Miss, Report
 from mhainspect.graph import ModelGraph, Tensor
@@ -21,8 +22,6 @@ from mhainspect.matchers import decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.report import build_report
 
-_FLOAT_DTYPES = {"float32", "float16", "float64", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
-                 "float8e5m2fnuz", "float4e2m1"}
 _QUANTIZED_WEIGHT_OPS = {"MatMulNBits", "DequantizeLinear", "MatMulInteger", "QLinearMatMul", "GatherBlockQuantized"}
 _MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
@@ -68,7 +67,7 @@ def count_parameters(index: GraphIndex) -> int:
         if numel == 1 and "." not in t.name:
             continue  # exporter scalars (scale, eps) shaped [1]; real parameters carry a module path
         users = index.users(name)
-        if t.dtype not in _FLOAT_DTYPES and not any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in users):
+        if not is_float(t.dtype) and not any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in users):
             continue
         if not any(pos not in SHAPE_INPUTS.get(u.op, not_shape_only) for u, pos in users):
             continue

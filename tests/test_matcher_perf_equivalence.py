@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from mhainspect.analyze import (
-    _FLOAT_DTYPES,
     _QUANTIZED_WEIGHT_OPS,
     _SUBGRAPH_PREFIX,
     _TRIG_PATH,
@@ -28,6 +27,7 @@ from mhainspect.analyze import (
     sanitize_graph,
 )
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
+from mhainspect.dtypes import is_float
 from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.loaders.onnx_loader import load_onnx
@@ -48,7 +48,7 @@ def _plain_count(index: GraphIndex) -> int:
         if t.numel == 1 and "." not in t.name:
             continue
         users = index.users(name)
-        if t.dtype not in _FLOAT_DTYPES and not any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in users):
+        if not is_float(t.dtype) and not any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in users):
             continue
         if not any(pos not in SHAPE_INPUTS.get(u.op, frozenset()) for u, pos in users):
             continue

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mhainspect.dtypes import canonical, is_float
 from mhainspect.errors import InputError, MissingDependencyError
 from mhainspect.findings import AttentionBlock, Report
 from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
@@ -34,11 +35,6 @@ SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 _MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
 _MAX_CONFIG_BYTES = 16 * 1024 * 1024
-_FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "float64", "float32", "float16", "bfloat16",
-                 "float8_e4m3fn", "float8_e5m2", "F8_E8M0", "F4"}
-_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
-                       "F8_E4M3": "float8e4m3fn", "F8_E5M2": "float8e5m2"}
 ROOT_NAME = "(root)"  # a checkpoint whose attention weights sit at the top level (no module prefix)
 NO_CONFIG_REASON = ("checkpoint without config.json: weight shapes give d_model and the projection widths, "
                     "not the number of heads")
@@ -89,7 +85,7 @@ def read_safetensors_header(path: Path) -> dict[str, WeightMeta]:
         if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
                 or not isinstance(dtype, str) or not isinstance(offsets, list) or len(offsets) != 2):
             raise InputError(f"{path}: malformed safetensors header entry '{name}'")
-        out[name] = WeightMeta(name, tuple(shape), _SAFETENSORS_DTYPES.get(dtype, dtype.lower()),
+        out[name] = WeightMeta(name, tuple(shape), canonical(dtype),
                                f"{path.name}:{offsets[0]}:{offsets[1]}")
     return out
 
@@ -167,7 +163,7 @@ def read_torch_state_dict(path: Path) -> dict[str, WeightMeta]:
         raise InputError(f"{path}: no tensors found (expected a state dict)")
     out: dict[str, WeightMeta] = {}
     for name, t in tensors.items():
-        out[name] = WeightMeta(name, tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."),
+        out[name] = WeightMeta(name, tuple(int(d) for d in t.shape), canonical(str(t.dtype)),
                                _storage_key(t))
     return out
 
@@ -277,7 +273,7 @@ def count_weights(weights: Mapping[str, WeightMeta]) -> int:
     seen: set[str] = set()
     total = 0
     for t in weights.values():
-        if t.storage_key in seen or (t.dtype not in _FLOAT_DTYPES and not t.dtype.startswith("float")):
+        if t.storage_key in seen or not is_float(t.dtype):
             continue
         seen.add(t.storage_key)
         total += t.numel

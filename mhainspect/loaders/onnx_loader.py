@@ -38,6 +38,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from mhainspect.dtypes import ONNX_FLOAT_CODES, ONNX_INTEGER_CODES, onnx_name
 from mhainspect.errors import InputError
 from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.loaders.provenance import apply_provenance, string_list
@@ -46,11 +47,9 @@ from mhainspect.loaders.provenance import apply_provenance, string_list
 _MAX_INT_VALUE_ELEMENTS = 64
 _MAX_SUBGRAPH_DEPTH = 32
 
-_INT_TYPES = {6: "int32", 7: "int64", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 12: "uint32", 13: "uint64"}
-_FLOAT_TYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
-_OTHER_TYPES = {9: "bool", 8: "string", 14: "complex64", 15: "complex128",
-                17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz",
-                21: "uint4", 22: "int4", 23: "float4e2m1"}
+# Element types whose small constants are read: integers (shape arithmetic), float scalars (scale).
+_INT_TYPES = ONNX_INTEGER_CODES
+_FLOAT_TYPES = ONNX_FLOAT_CODES
 
 # AttributeProto.AttributeType values
 _A_FLOAT, _A_INT, _A_STRING, _A_TENSOR, _A_FLOATS, _A_INTS, _A_STRINGS = 1, 2, 3, 4, 6, 7, 8
@@ -69,13 +68,6 @@ _SCAN_MIN_MESSAGE_BYTES = 4096
 # Extensions that onnx.load reads as text/JSON instead of binary protobuf.
 _TEXT_SUFFIXES = frozenset({".txtpb", ".textproto", ".prototxt", ".pbtxt", ".json", ".onnxjson",
                             ".onnxtxt", ".onnxtext"})
-
-
-_DTYPE_NAMES = {**_OTHER_TYPES, **_FLOAT_TYPES, **_INT_TYPES}
-
-
-def dtype_name(elem_type: int) -> str:
-    return _INT_TYPES.get(elem_type) or _FLOAT_TYPES.get(elem_type) or _OTHER_TYPES.get(elem_type, f"type{elem_type}")
 
 
 @contextlib.contextmanager
@@ -633,7 +625,7 @@ def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:  # type: ignore[name-defin
         return ValueInfo(v.name, None, "unknown")
     tt = t.tensor_type
     if not tt.HasField("shape"):
-        return ValueInfo(v.name, None, dtype_name(tt.elem_type))
+        return ValueInfo(v.name, None, onnx_name(tt.elem_type))
     dims: list[int | str | None] = []
     for d in tt.shape.dim:
         if d.HasField("dim_value"):
@@ -642,7 +634,7 @@ def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:  # type: ignore[name-defin
             dims.append(d.dim_param)
         else:
             dims.append(None)
-    return ValueInfo(v.name, tuple(dims), dtype_name(tt.elem_type))
+    return ValueInfo(v.name, tuple(dims), onnx_name(tt.elem_type))
 
 
 def _storage_key(t: onnx.TensorProto) -> str:  # type: ignore[name-defined]  # noqa: F821
@@ -767,7 +759,7 @@ def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = F
         storage_key = _storage_key(t)
     else:
         storage_key = f"name:{t.name}"
-    return _make_tensor(name, shape, _DTYPE_NAMES.get(dt) or dtype_name(dt), storage_key, int_value, float_value,
+    return _make_tensor(name, shape, onnx_name(dt), storage_key, int_value, float_value,
                         is_constant_node)
 
 
@@ -919,7 +911,7 @@ class _GraphBuilder:
             values = sp.values
             name = values.name
             shape = tuple(int(d) for d in sp.dims)
-            weights[name] = Tensor(name, shape, dtype_name(values.data_type), f"name:{name}")
+            weights[name] = Tensor(name, shape, onnx_name(values.data_type), f"name:{name}")
             known.add(name)
         for v in graph.input:
             known.add(v.name)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mhainspect.dtypes import canonical
 from mhainspect.errors import InputError
 from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
 
@@ -180,9 +181,6 @@ class _Call:
     kwargs: Mapping[str, Any]
 
 
-_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
-                torch.float64: "float64", torch.int64: "int64", torch.int32: "int32", torch.bool: "bool",
-                torch.int8: "int8", torch.uint8: "uint8"}
 _UNARY = {"relu": "Relu", "gelu": "Gelu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "sqrt": "Sqrt",
           "neg": "Neg", "abs": "Abs", "reciprocal": "Reciprocal", "log": "Log", "sin": "Sin", "cos": "Cos",
           "erf": "Erf", "logical_not": "Not", "bitwise_not": "Not", "silu": "aten.silu", "tril": "Trilu",
@@ -510,7 +508,7 @@ def _dim(d: Any) -> int | str:
 
 
 def _dtype(dtype: Any) -> str:
-    return _DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
+    return canonical(str(dtype))
 
 
 def _get_attr(root: Any, target: str) -> Any:

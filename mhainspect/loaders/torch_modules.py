@@ -20,6 +20,7 @@ from typing import Any
 
 from torch import nn
 
+from mhainspect.dtypes import canonical
 from mhainspect.findings import AttentionBlock
 from mhainspect.loaders.hf_config import offers_from_config
 from mhainspect.loaders.roles import GroupedBlock, WeightMeta, group_attention
@@ -56,7 +57,7 @@ def parameter_metas(model: nn.Module) -> dict[str, WeightMeta]:
             layout = "out_in"
         elif owner is not None and type(owner).__name__ == "Conv1D" and hasattr(owner, "nf"):
             layout = "in_out"
-        out[name] = WeightMeta(name, tuple(int(d) for d in p.shape), str(p.dtype).removeprefix("torch."),
+        out[name] = WeightMeta(name, tuple(int(d) for d in p.shape), canonical(str(p.dtype)),
                                storage_key(p), layout)
     return out
 
