@@ -93,6 +93,25 @@ class BlockVerification:
 
 
 @dataclass(frozen=True)
+class KVCache:
+    """The model's key/value cache during autoregressive decoding (issue: size in bytes).
+
+    ``bytes_per_token`` sums every caching block's kv_heads · (d_k + d_v) · itemsize;
+    ``total_bytes`` is that at ``context`` tokens and ``batch`` sequences (sliding-window layers
+    capped at their window); ``bytes_per_encoder_token`` is what cross-attention caches once per
+    encoder token. ``reason`` says why there is no cache (encoder-only) or what is unknown.
+    """
+
+    bytes_per_token: int | None
+    dtype: str | None
+    context: int | None = None
+    batch: int = 1
+    total_bytes: int | None = None
+    bytes_per_encoder_token: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class AttentionBlock:
     """One attention block: what was recovered, from which evidence, and what it holds."""
 
@@ -114,6 +133,10 @@ class AttentionBlock:
     conflicts: tuple[str, ...] = ()  # disagreements between evidence sources
     what_if: tuple[WhatIf, ...] = ()  # counts under other head counts (h/2, 2h, --heads N)
     verification: BlockVerification | None = None  # outcome of --verify (None: not run)
+    weight_bytes: int | None = None  # bytes of the block's stored weights (shared tensors once)
+    kv_cache_bytes_per_token: int | None = None  # None for a block that does not cache (see reason)
+    kv_cache_reason: str | None = None  # why the block caches nothing, or what is unknown
+    sliding_window: int | None = None  # tokens a sliding-window layer keeps in its cache
 
 
 @dataclass(frozen=True)
@@ -148,6 +171,10 @@ class ModelSummary:
     opset: int | None
     producer: str
     attention_params: int
+    weight_bytes: int | None = None  # every stored tensor as stored: parameters and overhead
+    weight_bytes_by_dtype: tuple[tuple[str, int], ...] = ()  # (canonical dtype name, bytes), largest first
+    weight_bytes_overhead: int | None = None  # the part of weight_bytes that is not parameters
+    kv_cache: KVCache | None = None
 
 
 @dataclass(frozen=True)
