@@ -32,7 +32,7 @@ class Outcome:
     expected: int
     found: int
     exact: int
-    wrong: tuple[str, ...]  # one line per wrong block: "<name>: field got != want, ..."
+    wrong: tuple[tuple[str, str], ...]  # (block name, "field got != want, ...") per wrong block
     missing: int
     duplicated: tuple[str, ...]  # names of blocks that repeat an earlier block's projections
     extra: tuple[str, ...]  # names of found blocks with no truth block left (false positives)
@@ -49,7 +49,10 @@ class Outcome:
         out: list[str] = []
         if self.error:
             out.append(f"analysis failed: {self.error}")
-        out += list(self.wrong)
+        by_difference: dict[str, list[str]] = {}
+        for name, difference in self.wrong:  # one line per kind of error, naming the blocks it hits
+            by_difference.setdefault(difference, []).append(name)
+        out += [f"{', '.join(names)}: {difference}" for difference, names in by_difference.items()]
         if self.missing:
             out.append(f"{self.missing} of {self.expected} blocks missing")
         if self.duplicated:
@@ -101,14 +104,14 @@ def compare(report: Report, truth: list[dict[str, Any]]) -> Outcome:
         else:
             left.remove(hit)
             exact += 1
-    wrong: list[str] = []
+    wrong: list[tuple[str, str]] = []
     extra: list[str] = []
     for block in unmatched:
         if not left:
             extra.append(block.name)
             continue
         want = truth[left.pop(0)]
-        wrong.append(f"{block.name}: " + ", ".join(_differences(_values(block), want)))
+        wrong.append((block.name, ", ".join(_differences(_values(block), want))))
     return Outcome(expected=len(truth), found=len(report.blocks), exact=exact, wrong=tuple(wrong), missing=len(left),
                    duplicated=tuple(duplicated), extra=tuple(extra),
                    mha004=sum(1 for f in report.flags if f.code == "MHA004"))

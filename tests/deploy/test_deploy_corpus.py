@@ -26,7 +26,110 @@ import pytest
 from tests.deploy.corpus import ENV_VAR, corpus_root, evaluate, file_entries, load_manifest, skipped_steps
 
 # file (relative to the corpus) -> what mhainspect reports wrong today (observed values, per block).
-KNOWN_GAPS: dict[str, str] = {}
+KNOWN_GAPS: dict[str, str] = {
+    'optimum-merge/gpt2/merged/decoder_model_merged.onnx': (
+        "merged decoder: the If's two branches use the same outer weights and are reported twice; outer-graph biases and the no-past branch's cross K/V are not merged. Observed: "
+        '2 duplicated: transformer.h.0.attn#2, transformer.h.1.attn#2'),
+    'optimum-merge/llama/merged/decoder_model_merged.onnx': (
+        "merged decoder: the If's two branches use the same outer weights and are reported twice; outer-graph biases and the no-past branch's cross K/V are not merged. Observed: "
+        '2 duplicated: model.layers.0.self_attn#2, model.layers.1.self_attn#2'),
+    'optimum/t5/with-past/decoder_with_past_model.onnx': (
+        'decoder with past: cross-attention whose K/V arrive as past inputs is reported as self-attention. Observed: '
+        'decoder.block.0.layer.1.EncDecAttention, decoder.block.1.layer.1.EncDecAttention: kind self != cross'),
+    'optimum-merge/t5/merged/decoder_model_merged.onnx': (
+        "merged decoder: the If's two branches use the same outer weights and are reported twice; outer-graph biases and the no-past branch's cross K/V are not merged. Observed: "
+        'decoder.block.0.layer.1.EncDecAttention, decoder.block.1.layer.1.EncDecAttention: kind self != cross, k 0 != 2048, v 0 != 2048, total 4096 != 8192; 4 duplicated: decoder.block.0.layer.0.SelfAttention#2, decoder.block.0.layer.1.EncDecAttention#2, decoder.block.1.layer.0.SelfAttention#2, decoder.block.1.layer.1.EncDecAttention#2'),
+    'optimum/whisper/with-past/decoder_with_past_model.onnx': (
+        'decoder with past: cross-attention whose K/V arrive as past inputs is reported as self-attention. Observed: '
+        'model.decoder.layers.0.encoder_attn, model.decoder.layers.1.encoder_attn: kind self != cross'),
+    'optimum-merge/whisper/merged/decoder_model_merged.onnx': (
+        "merged decoder: the If's two branches use the same outer weights and are reported twice; outer-graph biases and the no-past branch's cross K/V are not merged. Observed: "
+        'model.decoder.layers.0.self_attn, model.decoder.layers.1.self_attn: q 4096 != 4160, v 4096 != 4160, o 4096 != 4160, bias 0 != 192, total 16384 != 16576; model.decoder.layers.0.encoder_attn, model.decoder.layers.1.encoder_attn: kind self != cross, q 4096 != 4160, k 0 != 4096, v 0 != 4160, o 4096 != 4160, bias 0 != 192, total 8192 != 16576; 4 duplicated: model.decoder.layers.0.self_attn#2, model.decoder.layers.0.encoder_attn#2, model.decoder.layers.1.self_attn#2, model.decoder.layers.1.encoder_attn#2'),
+    'optimum/bert/O2/model.onnx': (
+        "ORT optimizer (O2): the O projection's bias moved into SkipLayerNormalization's 5th input is dropped. Observed: "
+        'encoder.layer.0.attention.output.dense, encoder.layer.1.attention.output.dense: o 4096 != 4160, bias 192 != 256, total 16576 != 16640'),
+    'optimum/whisper/O2/decoder_model.onnx': (
+        "ORT optimizer (O2): the O projection's bias moved into SkipLayerNormalization's 5th input is dropped; the fused Attention's packed qkv bias holds a zero K slice (Whisper's k_proj has no bias): the file holds 64 bias elements per block the module does not (truth convention to settle). Observed: "
+        'model.decoder.layers.0.self_attn.out_proj: k 4160 != 4096, bias 256 != 192, total 16640 != 16576; model.decoder.layers.0.encoder_attn, model.decoder.layers.1.encoder_attn: o 4096 != 4160, bias 128 != 192, total 16512 != 16576; model.decoder.layers.1.self_attn.out_proj: k 4160 != 4096, o 4096 != 4160'),
+    'optimum/whisper/O2/encoder_model.onnx': (
+        "ORT optimizer (O2): the O projection's bias moved into SkipLayerNormalization's 5th input is dropped; the fused Attention's packed qkv bias holds a zero K slice (Whisper's k_proj has no bias): the file holds 64 bias elements per block the module does not (truth convention to settle). Observed: "
+        'layers.0.self_attn.out_proj: k 4160 != 4096, bias 256 != 192, total 16640 != 16576; layers.1.self_attn.out_proj: k 4160 != 4096, o 4096 != 4160'),
+    'optimum/vit/O2/model.onnx': (
+        "ORT optimizer (O2): the O projection's bias moved into SkipLayerNormalization's 5th input is dropped. Observed: "
+        'encoder.layer.0.attention, encoder.layer.1.attention: o 4096 != 4160, bias 192 != 256, total 16576 != 16640'),
+    'genai/qwen2/int4/model.onnx': (
+        'genai int4: the q/k/v bias Add after the packed MatMulNBits is dropped. Observed: '
+        'model.layers.0.attn, model.layers.1.attn: q 4096 != 4160, k 2048 != 2080, v 2048 != 2080, bias 0 != 128, total 12288 != 12416'),
+    'ort-quantization/bert/dynamic-int8/model.onnx': (
+        'dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and the O projection lost, heads unknown where no reshape constant survives. Observed: '
+        'encoder.layer.0.attention.self, encoder.layer.1.attention.self: num_heads None != 4, num_kv_heads None != 4, d_k None != 16, d_v None != 16, q 4096 != 4160, k 4096 != 4160, v 4096 != 4160, o 0 != 4160, bias 0 != 256, total 12288 != 16640'),
+    'ort-quantization/gpt2/dynamic-int8/model.onnx': (
+        'dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and the O projection lost, heads unknown where no reshape constant survives. Observed: '
+        'transformer.h.0.attn, transformer.h.1.attn: num_heads None != 4, num_kv_heads None != 4, d_k None != 16, d_v None != 16, q 4096 != 4160, k 4096 != 4160, v 4096 != 4160, o 0 != 4160, bias 0 != 256, total 12288 != 16640'),
+    'ort-quantization/llama/dynamic-int8/model.onnx': (
+        'dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and the O projection lost, heads unknown where no reshape constant survives. Observed: '
+        'model.layers.0.self_attn, model.layers.1.self_attn: o 0 != 4096, total 6144 != 10240'),
+    'ort-quantization/qwen2/dynamic-int8/model.onnx': (
+        'dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and the O projection lost, heads unknown where no reshape constant survives. Observed: '
+        'model.layers.0.self_attn, model.layers.1.self_attn: q 4096 != 4160, k 2048 != 2080, v 2048 != 2080, o 0 != 4096, bias 0 != 128, total 8192 != 12416'),
+    'ort-quantization/phi3/dynamic-int8/model.onnx': (
+        'dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and the O projection lost, heads unknown where no reshape constant survives. Observed: '
+        'model.layers.0.self_attn, model.layers.1.self_attn: o 0 != 4096, total 8192 != 12288'),
+    'ort-quantization/t5/dynamic-int8/decoder_model.onnx': (
+        'dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and the O projection lost, heads unknown where no reshape constant survives. Observed: '
+        'decoder.block.0.layer.0.SelfAttention, decoder.block.0.layer.1.EncDecAttention, decoder.block.1.layer.0.SelfAttention, decoder.block.1.layer.1.EncDecAttention: num_heads None != 4, num_kv_heads None != 4, d_k None != 8, d_v None != 8, o 0 != 2048, total 6144 != 8192'),
+    'ort-quantization/t5/dynamic-int8/encoder_model.onnx': (
+        'dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and the O projection lost, heads unknown where no reshape constant survives. Observed: '
+        'block.0.layer.0.SelfAttention, block.1.layer.0.SelfAttention: num_heads None != 4, num_kv_heads None != 4, d_k None != 8, d_v None != 8, o 0 != 2048, total 6144 != 8192'),
+    'ort-quantization/whisper/dynamic-int8/decoder_model.onnx': (
+        'dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and the O projection lost, heads unknown where no reshape constant survives. Observed: '
+        'model.decoder.layers.0.self_attn, model.decoder.layers.0.encoder_attn, model.decoder.layers.1.self_attn, model.decoder.layers.1.encoder_attn: q 4096 != 4160, v 4096 != 4160, o 0 != 4160, bias 0 != 192, total 12288 != 16576'),
+    'ort-quantization/whisper/dynamic-int8/encoder_model.onnx': (
+        'dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and the O projection lost, heads unknown where no reshape constant survives. Observed: '
+        'layers.0.self_attn, layers.1.self_attn: q 4096 != 4160, v 4096 != 4160, o 0 != 4160, bias 0 != 192, total 12288 != 16576'),
+    'ort-quantization/vit/dynamic-int8/model.onnx': (
+        'dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and the O projection lost, heads unknown where no reshape constant survives. Observed: '
+        'encoder.layer.0.attention.attention, encoder.layer.1.attention.attention: q 4096 != 4160, k 4096 != 4160, v 4096 != 4160, o 0 != 4160, bias 0 != 256, total 12288 != 16640'),
+    'ort-quantization/llama/dynamic-int8@with-past/model.onnx': (
+        'dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and the O projection lost, heads unknown where no reshape constant survives. Observed: '
+        'model.layers.0.self_attn, model.layers.1.self_attn: o 0 != 4096, total 6144 != 10240'),
+    'ort-quantization/bert/static-qdq-int8/model.onnx': (
+        'static QDQ int8: Q·Kᵀ inputs pass through QuantizeLinear -> DequantizeLinear, no block found. Observed: '
+        '2 of 2 blocks missing'),
+    'ort-quantization/gpt2/static-qdq-int8/model.onnx': (
+        'static QDQ int8: Q·Kᵀ inputs pass through QuantizeLinear -> DequantizeLinear, no block found. Observed: '
+        '2 of 2 blocks missing'),
+    'ort-quantization/llama/static-qdq-int8/model.onnx': (
+        'static QDQ int8: Q·Kᵀ inputs pass through QuantizeLinear -> DequantizeLinear, no block found. Observed: '
+        '2 of 2 blocks missing'),
+    'ort-quantization/phi3/static-qdq-int8/model.onnx': (
+        'static QDQ int8: Q·Kᵀ inputs pass through QuantizeLinear -> DequantizeLinear, no block found. Observed: '
+        '2 of 2 blocks missing'),
+    'ort-quantization/vit/static-qdq-int8/model.onnx': (
+        'static QDQ int8: Q·Kᵀ inputs pass through QuantizeLinear -> DequantizeLinear, no block found. Observed: '
+        '2 of 2 blocks missing'),
+    'ort-quantization/bert/matmulnbits-qoperator/model.onnx': (
+        'MatMulNBits 4-bit: bias Add after MatMulNBits dropped and/or heads unknown (MHA004) in some layers. Observed: '
+        'encoder.layer.0.attention: q 4096 != 4160, k 4096 != 4160, v 4096 != 4160, o 4096 != 4160, bias 0 != 256, total 16384 != 16640; encoder.layer.1.attention: num_heads None != 4, num_kv_heads None != 4, d_k None != 16, d_v None != 16, q 4096 != 4160, k 4096 != 4160, v 4096 != 4160, o 4096 != 4160, bias 0 != 256, total 16384 != 16640'),
+    'ort-quantization/phi3/matmulnbits-qoperator/model.onnx': (
+        'MatMulNBits on a packed GQA qkv_proj: split into equal thirds (2730) instead of 4096/2048/2048, heads unknown. Observed: '
+        'model.layers.0.self_attn: num_heads None != 4, num_kv_heads None != 2, q 2730 != 4096, k 2730 != 2048, v 2730 != 2048, total 12286 != 12288; model.layers.1.self_attn: num_heads None != 4, num_kv_heads None != 2, d_v None != 16, q 2730 != 4096, k 2730 != 2048, v 2730 != 2048, total 12286 != 12288'),
+    'ort-quantization/t5/matmulnbits-qoperator/decoder_model.onnx': (
+        'MatMulNBits 4-bit: bias Add after MatMulNBits dropped and/or heads unknown (MHA004) in some layers. Observed: '
+        'decoder.block.0.layer.1.EncDecAttention, decoder.block.1.layer.0.SelfAttention, decoder.block.1.layer.1.EncDecAttention: num_heads None != 4, num_kv_heads None != 4, d_k None != 8, d_v None != 8'),
+    'ort-quantization/t5/matmulnbits-qoperator/encoder_model.onnx': (
+        'MatMulNBits 4-bit: bias Add after MatMulNBits dropped and/or heads unknown (MHA004) in some layers. Observed: '
+        'block.1.layer.0.SelfAttention: num_heads None != 4, num_kv_heads None != 4, d_k None != 8, d_v None != 8'),
+    'ort-quantization/vit/matmulnbits-qoperator/model.onnx': (
+        'MatMulNBits 4-bit: bias Add after MatMulNBits dropped and/or heads unknown (MHA004) in some layers. Observed: '
+        'encoder.layer.0.attention, encoder.layer.1.attention: q 4096 != 4160, k 4096 != 4160, v 4096 != 4160, o 4096 != 4160, bias 0 != 256, total 16384 != 16640'),
+    'ort-quantization/bert/matmulnbits-qdq/model.onnx': (
+        'MatMulNBits 4-bit: bias Add after MatMulNBits dropped and/or heads unknown (MHA004) in some layers. Observed: '
+        'encoder.layer.1.attention: num_heads None != 4, num_kv_heads None != 4, d_k None != 16, d_v None != 16'),
+    'ort-quantization/phi3/matmulnbits-qdq/model.onnx': (
+        'MatMulNBits on a packed GQA qkv_proj: split into equal thirds (2730) instead of 4096/2048/2048, heads unknown. Observed: '
+        'model.layers.0.self_attn: num_heads None != 4, num_kv_heads None != 2, q 2730 != 4096, k 2730 != 2048, v 2730 != 2048, total 12286 != 12288; model.layers.1.self_attn: num_heads None != 4, num_kv_heads None != 2, d_v None != 16, q 2730 != 4096, k 2730 != 2048, v 2730 != 2048, total 12286 != 12288'),
+}
 
 # generation step -> why the toolchain cannot produce it (the step is recorded as skipped in truth.json).
 KNOWN_SKIPPED_STEPS: dict[str, str] = {}
