@@ -25,7 +25,8 @@ import pytest
 
 from tests.deploy.corpus import ENV_VAR, corpus_root, evaluate, file_entries, load_manifest, skipped_steps
 
-# file (relative to the corpus) -> what mhainspect reports wrong today (observed values, per block).
+# file (relative to the corpus) -> why, and what mhainspect reports wrong today (`got != truth`, per block).
+# Printed from a corpus by `python scripts/deploy_report.py CORPUS --gaps`; update it when a fix lands.
 KNOWN_GAPS: dict[str, str] = {
     'optimum-merge/gpt2/merged/decoder_model_merged.onnx': (
         "merged decoder: the If's two branches use the same outer weights and are reported twice; outer-graph biases and the no-past branch's cross K/V are not merged. Observed: "
