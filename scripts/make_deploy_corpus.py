@@ -328,7 +328,7 @@ def save_models(work: Path, names: list[str]) -> dict[str, Any]:
             if folder.exists():
                 shutil.rmtree(folder)
             model.save_pretrained(folder)
-            if spec.task not in ("feature-extraction",) or name == "bert":
+            if spec.truth not in ("vit", "control"):  # text models: exporters and the builder want one
                 _tokenizer(folder)
             if name == "whisper":
                 from transformers import WhisperFeatureExtractor
@@ -358,7 +358,6 @@ class Step:
     variant: str
     tool: str  # what was run, for a reader
     needs: tuple[str, ...] = ()  # step ids this one reads from
-    notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -366,8 +365,8 @@ class Step:
         return f"{self.toolchain}/{self.model}/{self.variant}"
 
 
-def _optimum_parts(spec: ModelSpec, folder: Path, with_past: bool) -> list[tuple[str, str]]:
-    """(file, part) for every ONNX file optimum wrote."""
+def _optimum_parts(folder: Path) -> list[tuple[str, str]]:
+    """(file, part) for every ONNX file optimum wrote: which of the model's blocks it holds."""
     files: list[tuple[str, str]] = []
     for f in sorted(folder.glob("*.onnx")):
         stem = f.stem
@@ -397,8 +396,7 @@ def run_optimum(step: Step, out: Path, work: Path) -> list[tuple[str, str]]:
     main_export(str(work / "hf" / step.model), output=str(dest), task=task, opset=step.extra.get("opset"),
                 do_validation=False, no_post_process=bool(step.extra.get("no_post_process")),
                 local_files_only=True, **kwargs)
-    parts = _optimum_parts(spec, dest, bool(step.extra.get("past")))
-    return [(f"{step.id}/{name}", part) for name, part in parts]
+    return [(f"{step.id}/{name}", part) for name, part in _optimum_parts(dest)]
 
 
 def run_merge(step: Step, out: Path, work: Path) -> list[tuple[str, str]]:
@@ -644,7 +642,7 @@ def worker(step_id: str, out: Path, work: Path, sources: list[list[str]]) -> Non
     logging.disable(logging.WARNING)
     step = {s.id: s for s in plan()}[step_id]
     if sources:
-        step = Step(step.toolchain, step.model, step.variant, step.tool, step.needs, step.notes,
+        step = Step(step.toolchain, step.model, step.variant, step.tool, step.needs,
                     {**step.extra, "sources": sources})
     try:
         files = _runner(step)(step, out, work)
@@ -659,7 +657,9 @@ def _spawn(step: Step, out: Path, work: Path, sources: list[list[str]]) -> dict[
     cmd = [sys.executable, __file__, str(out), "--work", str(work), "--worker", step.id,
            "--sources", json.dumps(sources)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=STEP_TIMEOUT)
+        # one thread per step: the steps themselves run in parallel (-j)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=STEP_TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
         return {"files": [], "error": f"timed out after {STEP_TIMEOUT} s", "seconds": STEP_TIMEOUT}
     result = None
