@@ -1,4 +1,5 @@
-"""Model arguments -> model files: a directory stands for every *.onnx file below it.
+"""Model arguments -> model files: a directory stands for every *.onnx and *.gguf file below it
+(a split GGUF model once, by its first file).
 
 Reads directory listings only (never a model); no printing.
 """
@@ -6,6 +7,7 @@ Reads directory listings only (never a model); no printing.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,13 +17,16 @@ from mhainspect.sources import is_checkpoint_folder
 __all__ = ["MODEL_SUFFIX", "expand_models"]
 
 MODEL_SUFFIX = ".onnx"
+GGUF_SUFFIX = ".gguf"
+_SPLIT_LATER_PART = re.compile(r"-(?!00001)\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)  # listed by part 00001
 
 
 def _onnx_below(directory: Path) -> list[Path]:
-    """Every *.onnx file under ``directory``, recursively, sorted; symlinked folders not followed."""
+    """Every *.onnx and *.gguf file under ``directory``, recursively, sorted; symlinked folders not followed."""
     found: list[Path] = []
     for root, _dirs, files in os.walk(directory):
-        found.extend(Path(root) / name for name in files if name.lower().endswith(MODEL_SUFFIX))
+        found.extend(Path(root) / name for name in files if name.lower().endswith(MODEL_SUFFIX)
+                     or (name.lower().endswith(GGUF_SUFFIX) and not _SPLIT_LATER_PART.search(name)))
     return sorted(p for p in found if p.is_file())
 
 
@@ -37,7 +42,7 @@ def expand_models(arguments: Iterable[Path]) -> tuple[Path, ...]:
         if arg.is_dir() and not is_checkpoint_folder(arg):
             models = _onnx_below(arg)
             if not models:
-                raise InputError(f"{arg}: no *{MODEL_SUFFIX} files in this directory")
+                raise InputError(f"{arg}: no *{MODEL_SUFFIX} or *{GGUF_SUFFIX} files in this directory")
         else:
             models = [arg]
         for model in models:

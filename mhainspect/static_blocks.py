@@ -18,8 +18,9 @@ from mhainspect.findings import (
 )
 from mhainspect.loaders.roles import GroupedBlock, RoleWeights, kernel_head_split, linear_dims, projection
 
-# Stronger sources first.
-_PRIORITY = {"kernel_shape": 0, "module": 1, "config": 2, "weight_shape": 3}
+# Stronger sources first. A "weight_shape" offer is a tensor whose shape is one head (a per-head norm);
+# widths divided by picked numbers are added after the pick. "gguf" is a GGUF file's metadata.
+_PRIORITY = {"kernel_shape": 0, "weight_shape": 1, "module": 2, "config": 3, "gguf": 3}
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,7 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         evidence.append(Evidence("d_v", d_v, "weight_shape", f"V width {wv} / kv heads {g}"))
     if d_v is None and d_k is not None and h is not None and wv is None:
         d_v = d_k
+    h, g, d_v = _shapes_win(evidence, conflicts, h, g, d_k, d_v, wq, wk, wv)
     if h is not None and d_k is not None and wq is not None and h * d_k != wq:
         conflicts.append(f"num_heads {h} × d_k {d_k} = {h * d_k} but the Q projection is {wq} wide")
     if g is not None and d_k is not None and wk is not None and g * d_k != wk:
@@ -163,6 +165,34 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     )
 
 
+def _shapes_win(evidence: list[Evidence], conflicts: list[str], h: int | None, g: int | None, d_k: int | None,
+                d_v: int | None, wq: int | None, wk: int | None, wv: int | None
+                ) -> tuple[int | None, int | None, int | None]:
+    """Weight shapes outrank what a config or file metadata claims. With d_k fixed by a shape, Q's
+    width gives the heads; with Q agreeing (h·d_k = Q width), K's width gives the KV heads and V's
+    the value head size. Each overruled claim is recorded as a conflict."""
+    def overrule(field: str, claimed: int, value: int, why: str) -> None:
+        claim = next((e for e in evidence if e.field == field and e.value == claimed), None)
+        said = f"{claim.source} says {claimed} ({claim.detail})" if claim is not None else f"{claimed} was assumed"
+        conflicts.append(f"{field}: {said} but {why}; the weight shapes win")
+        evidence.append(Evidence(field, value, "weight_shape", why))
+
+    d_k_from_shape = any(e.field == "d_k" and e.value == d_k and e.source in ("weight_shape", "kernel_shape")
+                         for e in evidence)
+    if d_k_from_shape and h and d_k and wq and h * d_k != wq and wq % d_k == 0:
+        overrule("num_heads", h, wq // d_k, f"Q width {wq} / d_k {d_k} = {wq // d_k}")
+        h = wq // d_k
+    if not (h and d_k and wq == h * d_k):
+        return h, g, d_v
+    if g is not None and wk and g * d_k != wk and wk % d_k == 0:
+        overrule("num_kv_heads", g, wk // d_k, f"K width {wk} / d_k {d_k} = {wk // d_k}")
+        g = wk // d_k
+    if g and d_v is not None and wv and g * d_v != wv and wv % g == 0:
+        overrule("d_v", d_v, wv // g, f"V width {wv} / kv heads {g} = {wv // g}")
+        d_v = wv // g
+    return h, g, d_v
+
+
 def _split_packed(total: int | None, h: int | None, g: int | None, d_k: int | None, d_v: int | None
                   ) -> tuple[int, int, int] | None:
     if not total:
@@ -172,6 +202,10 @@ def _split_packed(total: int | None, h: int | None, g: int | None, d_k: int | No
         dv = d_v or d_k
         if h * d_k + g2 * d_k + g2 * dv == total:
             return h * d_k, g2 * d_k, g2 * dv
+    if h and d_k and total > h * d_k and (total - h * d_k) % (d_k + (d_v or d_k)) == 0:
+        # The packed width decides the KV heads (shapes outrank a contradicting claim; see _shapes_win).
+        g2 = (total - h * d_k) // (d_k + (d_v or d_k))
+        return h * d_k, g2 * d_k, g2 * (d_v or d_k)
     if h and g and h != g and total % (h + 2 * g) == 0:
         d = total // (h + 2 * g)
         return h * d, g * d, g * d
