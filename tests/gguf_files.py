@@ -7,6 +7,7 @@ the right size with the right GGML type code (no real quantization needed).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,20 @@ from typing import Any
 import numpy as np
 
 F32, F16, Q8_0, Q4_K = "F32", "F16", "Q8_0", "Q4_K"
+
+
+def raw_header(n_tensors: int, n_kv: int, version: int = 3) -> bytes:
+    """The fixed GGUF header, by hand (for files no writer would produce)."""
+    return b"GGUF" + struct.pack("<IQQ", version, n_tensors, n_kv)
+
+
+def kv_bytes(key: bytes, vtype: int, payload: bytes) -> bytes:
+    return struct.pack("<Q", len(key)) + key + struct.pack("<I", vtype) + payload
+
+
+def tensor_info_bytes(name: bytes, dims: list[int], gtype: int, offset: int) -> bytes:
+    return (struct.pack("<Q", len(name)) + name + struct.pack("<I", len(dims))
+            + b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", gtype, offset))
 
 
 def _gguf() -> Any:

@@ -16,11 +16,13 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-
 from gguf_files import F16, F32, Q4_K, Q8_0, Decoder, T, write_gguf
+from gguf_files import kv_bytes as _kv
+from gguf_files import raw_header as _header
+from gguf_files import tensor_info_bytes as _tensor
+
 from mhainspect import dtypes
 from mhainspect.errors import InputError
 from mhainspect.findings import AttentionBlock, Report
@@ -254,7 +256,7 @@ def test_heads_unknown_without_metadata(tmp_path: Path) -> None:
 def test_split_files_are_one_model(tmp_path: Path) -> None:
     spec = Decoder(layers=3)
     parts = spec.write(tmp_path / "model.gguf", split_max_tensors=8)
-    assert len(parts) >= 3 and parts[0].name.endswith("-00001-of-%05d.gguf" % len(parts))
+    assert len(parts) >= 3 and parts[0].name.endswith(f"-00001-of-{len(parts):05d}.gguf")
     (tmp_path / "single").mkdir()
     (single,) = Decoder(layers=3).write(tmp_path / "single" / "model.gguf")
     expected = audit(single)
@@ -382,19 +384,6 @@ def test_tensor_data_is_never_read(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ hostile headers
-
-def _header(n_tensors: int, n_kv: int, version: int = 3) -> bytes:
-    return b"GGUF" + struct.pack("<IQQ", version, n_tensors, n_kv)
-
-
-def _kv(key: bytes, vtype: int, payload: bytes) -> bytes:
-    return struct.pack("<Q", len(key)) + key + struct.pack("<I", vtype) + payload
-
-
-def _tensor(name: bytes, dims: list[int], gtype: int, offset: int) -> bytes:
-    return (struct.pack("<Q", len(name)) + name + struct.pack("<I", len(dims))
-            + b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", gtype, offset))
-
 
 HOSTILE: dict[str, tuple[bytes, str]] = {
     "empty": (b"", "empty file"),

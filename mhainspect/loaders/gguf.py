@@ -161,17 +161,15 @@ class _Cursor:
         """Walk past ``n`` strings (tokenizer vocabularies: hundreds of thousands), lengths checked."""
         unpack = struct.Struct(self.order + "Q").unpack_from
         buf, pos, size = self.buf, self.pos, self.size
-        for i in range(n):
-            if pos + 8 > size:
-                break
+        i = 0
+        while i < n and pos + 8 <= size:
             pos += 8 + unpack(buf, pos)[0]
             if pos > size:
                 break
-        else:
-            self.pos = pos
-            return
-        self.pos = min(pos, size)
-        raise self.fail(f"string {i} of '{key}' runs past the end of the file (truncated?)")
+            i += 1
+        if i < n:
+            raise self.fail(f"string {i} of '{key}' runs past the end of the file (truncated?)")
+        self.pos = pos
 
     def value(self, vtype: int, key: str) -> MetaValue:
         if vtype in _SCALARS:
