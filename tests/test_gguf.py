@@ -178,6 +178,23 @@ def test_per_head_norm_fixes_d_k_against_the_default(tmp_path: Path) -> None:
     assert any("d_k" in c for c in b.conflicts)
 
 
+def test_gated_q_is_not_read_as_more_heads(tmp_path: Path) -> None:
+    """Gated attention packs a gate into Q (twice h·d_k wide): O's input width still says h heads, so
+    the shapes do not settle it; the metadata's numbers stay and the disagreement is flagged."""
+    d, h, dk = 256, 8, 32
+    tensors = [T("blk.0.attn_q.weight", (2 * h * dk, d)), T("blk.0.attn_k.weight", (2 * dk, d)),
+               T("blk.0.attn_v.weight", (2 * dk, d)), T("blk.0.attn_output.weight", (d, h * dk)),
+               T("blk.0.attn_q_norm.weight", (dk,)), T("blk.0.attn_k_norm.weight", (dk,))]
+    meta = {"{arch}.block_count": 1, "{arch}.embedding_length": d, "{arch}.attention.head_count": h,
+            "{arch}.attention.head_count_kv": 2, "{arch}.attention.key_length": dk}
+    (path,) = write_gguf(tmp_path / "gated.gguf", "qwen3next", meta, tensors)
+    report = audit(path)
+    (b,) = report.blocks
+    assert (b.num_heads, b.num_kv_heads, b.d_k) == (h, 2, dk)
+    assert any("Q projection is 512 wide" in c for c in b.conflicts), b.conflicts
+    assert "MHA007" in {f.code for f in report.flags}
+
+
 def test_sliding_window_pattern_array_and_period(tmp_path: Path) -> None:
     pattern = [True, False, True, False]
     spec = Decoder(arch="gemma3", layers=4, metadata={"{arch}.attention.sliding_window": 512,
@@ -303,6 +320,15 @@ def test_cli_json_schema_and_gates(tmp_path: Path) -> None:
     assert doc["blocks"][0]["num_kv_heads"] == 8 and doc["blocks"][0]["conflicts"]
     gate = run_cli("lying.gguf", "--fail-on", "MHA007", "--quiet", cwd=tmp_path)
     assert gate.returncode == 1 and "MHA007" in gate.stderr
+
+
+def test_verify_leaves_gguf_blocks_unchecked(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    Decoder().write(tmp_path / "m.gguf")
+    run = run_cli("m.gguf", "--verify", "--format", "json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    verdicts = [b["verify"] for b in json.loads(run.stdout)["blocks"]]
+    assert verdicts and all(v["status"] == "unchecked" and "ONNX models only" in v["reason"] for v in verdicts)
 
 
 def test_gguf_run_imports_neither_numpy_nor_gguf(tmp_path: Path) -> None:
