@@ -456,6 +456,13 @@ def test_hostile_header_is_one_input_error(case: str, tmp_path: Path) -> None:
     assert message.startswith(str(path))
 
 
+def test_fifo_named_gguf_is_refused_without_opening(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        audit(fifo)  # opening it for reading would block forever
+
+
 def test_truncated_anywhere(tmp_path: Path) -> None:
     """Every prefix length of a real file is a report or an InputError, nothing else."""
     (path,) = Decoder(layers=1, metadata={"tokenizer.ggml.tokens": ["a", "bb", "ccc"]}).write(tmp_path / "m.gguf")

@@ -212,6 +212,8 @@ class _Cursor:
 def read_header(path: Path) -> GGUFHeader:
     """The header of one GGUF file, validated; tensor data is never read (see the module docstring)."""
     try:
+        if path.exists() and not path.is_file():  # a FIFO or a device: opening it could block
+            raise InputError(f"{path}: not a regular file")
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size < 4 + 4 + 8 + 8:
@@ -339,14 +341,12 @@ class GGUFModel:
     path: Path
     metadata: Mapping[str, MetaValue]
     tensors: tuple[tuple[Path, TensorInfo], ...]
-    warnings: tuple[str, ...] = ()
 
 
 def read_model(path: Path) -> GGUFModel:
     parts = split_parts(path)
     headers = [read_header(p) for p in parts]
     first = headers[0]
-    warnings: list[str] = []
     declared = first.metadata.get("split.count")
     if len(parts) > 1 or (isinstance(declared, int) and declared > 1):
         if declared != len(parts):
@@ -365,7 +365,7 @@ def read_model(path: Path) -> GGUFModel:
     total = first.metadata.get("split.tensors.count")
     if isinstance(total, int) and not isinstance(total, bool) and total != len(tensors):
         raise InputError(f"{path}: split.tensors.count is {total} but the files hold {len(tensors)} tensors")
-    return GGUFModel(parts[0], first.metadata, tuple(tensors), tuple(warnings))
+    return GGUFModel(parts[0], first.metadata, tuple(tensors))
 
 
 # ------------------------------------------------------------------------------ metadata semantics
@@ -501,7 +501,7 @@ def blocks_from_model(model: GGUFModel) -> tuple[list[AttentionBlock], list[Miss
             owner = f"{m.group('scope')}.{m.group('kind')}"
             roles.setdefault(owner, {}).setdefault(_ROLE[m.group("role")], {})[m.group("leaf")] = meta
             continue
-        m = _HEAD_NORM.match(t.name) or None
+        m = _HEAD_NORM.match(t.name)
         if m is not None:
             norms.setdefault(f"{m.group('scope')}.{m.group('kind')}", {})[m.group("role")] = meta
             continue
@@ -613,7 +613,7 @@ def analyze_gguf(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...]
     model = read_model(p)
     blocks, misses, warnings = blocks_from_model(model)
     arch, _ = _architecture(model.metadata)
-    warnings = list(model.warnings) + warnings + _swa_warning(model.metadata, arch)
+    warnings += _swa_warning(model.metadata, arch)
     return build_report(blocks, path=str(path), fmt="gguf", total_params=count_parameters(model), num_nodes=0,
                         producer=_producer(model.metadata, arch), misses=misses, warnings=warnings,
                         what_if_heads=what_if_heads)
