@@ -18,9 +18,9 @@ from mhainspect.findings import (
 )
 from mhainspect.loaders.roles import GroupedBlock, RoleWeights, kernel_head_split, linear_dims, projection
 
-# Stronger sources first. A "weight_shape" offer is a tensor whose shape is one head (a per-head norm);
-# widths divided by picked numbers are added after the pick. "gguf" is a GGUF file's metadata.
-_PRIORITY = {"kernel_shape": 0, "weight_shape": 1, "module": 2, "config": 3, "gguf": 3}
+# Stronger sources first. "head_shape" is a tensor whose shape is one head (a per-head Q/K norm);
+# "gguf" is a GGUF file's metadata, a claim like a config.
+_PRIORITY = {"kernel_shape": 0, "head_shape": 0, "module": 1, "config": 2, "gguf": 2, "weight_shape": 3}
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ def _shapes_win(evidence: list[Evidence], conflicts: list[str], h: int | None, g
         conflicts.append(f"{field}: {said} but {why}; the weight shapes win")
         evidence.append(Evidence(field, value, "weight_shape", why))
 
-    d_k_from_shape = any(e.field == "d_k" and e.value == d_k and e.source in ("weight_shape", "kernel_shape")
+    d_k_from_shape = any(e.field == "d_k" and e.value == d_k and e.source in ("head_shape", "kernel_shape")
                          for e in evidence)
     if d_k_from_shape and h and d_k and wq and h * d_k != wq and wq % d_k == 0:
         h2 = wq // d_k

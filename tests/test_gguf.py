@@ -174,7 +174,7 @@ def test_per_head_norm_fixes_d_k_against_the_default(tmp_path: Path) -> None:
     report = audit(path)
     check_decoder(report, spec)
     b = report.blocks[0]
-    assert any(e.field == "d_k" and e.source == "weight_shape" and "attn_q_norm" in e.detail for e in b.evidence)
+    assert any(e.field == "d_k" and e.source == "head_shape" and "attn_q_norm" in e.detail for e in b.evidence)
     assert any("d_k" in c for c in b.conflicts)
 
 

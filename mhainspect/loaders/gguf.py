@@ -555,7 +555,7 @@ def _head_norm_offer(norms: Mapping[str, WeightMeta], q_width: int | None) -> He
     if d == 0 or d == q_width:
         return None
     names = " and ".join(m.name for m in (q, k) if m is not None)
-    return HeadOffers(head_dim=d, source="weight_shape", detail=f"per-head norm {names} [{d}]")
+    return HeadOffers(head_dim=d, source="head_shape", detail=f"per-head norm {names} [{d}]")
 
 
 def _caching(block: AttentionBlock, ns: Namespace, swa: bool, scope: str, causal: MetaValue | None
