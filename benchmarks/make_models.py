@@ -461,7 +461,7 @@ def gguf_tensors(shape: LlamaShape) -> list[tuple[str, tuple[int, ...], str]]:
     return out
 
 
-def write_gguf(path: Path, shape: LlamaShape) -> None:
+def write_gguf(path: Path, shape: LlamaShape, merges: int = GGUF_MERGES) -> None:
     """The header through gguf-py's writer; then the file is extended to its full size with a hole."""
     import gguf
     import numpy as np
@@ -485,7 +485,7 @@ def write_gguf(path: Path, shape: LlamaShape) -> None:
     w.add_tokenizer_pre("llama-bpe")
     w.add_token_list([f"tok{i}" for i in range(shape.vocab)])
     w.add_token_types([1] * shape.vocab)
-    w.add_token_merges([f"t{i} k{i}" for i in range(GGUF_MERGES)])
+    w.add_token_merges([f"t{i} k{i}" for i in range(merges)])
     w.add_chat_template("{% for m in messages %}{{ m.content }}{% endfor %}" * 40)
     total = 0
     for name, shp, qtype in gguf_tensors(shape):

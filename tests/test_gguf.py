@@ -492,3 +492,20 @@ def test_big_endian_file(tmp_path: Path) -> None:
     w.close()
     (b,) = audit(tmp_path / "be.gguf").blocks
     assert layout(b) == (4, 4, 16, 16, 64)
+
+
+def test_benchmark_generator_small(tmp_path: Path) -> None:
+    """benchmarks/make_models.write_gguf at 2 layers: a sparse file the audit reads exactly."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    try:
+        import make_models
+    finally:
+        sys.path.remove(str(REPO_ROOT / "benchmarks"))
+    shape = make_models.LlamaShape(layers=2, d_model=256, heads=8, kv_heads=2, ffn=512, vocab=300)
+    path = tmp_path / "bench.gguf"
+    make_models.write_gguf(path, shape, merges=50)
+    report = audit(path)
+    assert [layout(b) for b in report.blocks] == [(8, 2, 32, 32, 256)] * 2
+    assert report.model.total_params == shape.total_params()
+    assert sum(b.params.total for b in report.blocks) == shape.attention_params()
+    assert path.stat().st_blocks * 512 < path.stat().st_size  # the data is a hole
