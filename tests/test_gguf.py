@@ -200,7 +200,10 @@ def test_sliding_window_pattern_array_and_period(tmp_path: Path) -> None:
     spec = Decoder(arch="gemma3", layers=4, metadata={"{arch}.attention.sliding_window": 512,
                                                       "{arch}.attention.sliding_window_pattern": pattern})
     (path,) = spec.write(tmp_path / "swa.gguf")
-    assert [b.sliding_window for b in audit(path).blocks] == [512, None, 512, None]
+    report = audit(path)
+    assert [b.sliding_window for b in report.blocks] == [512, None, 512, None]
+    ev = next(e for e in report.blocks[2].evidence if e.field == "sliding_window")
+    assert "sliding_window_pattern[2] = True" in ev.detail and ev.source == "gguf"
     spec = Decoder(arch="gemma3", layers=6, metadata={"{arch}.attention.sliding_window": 512,
                                                       "{arch}.attention.sliding_window_pattern": 3})
     (path,) = spec.write(tmp_path / "swa_period.gguf")

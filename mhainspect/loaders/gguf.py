@@ -32,7 +32,7 @@ from pathlib import Path
 
 from mhainspect.dtypes import Family, ggml_name, lookup
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Miss, Report
+from mhainspect.findings import AttentionBlock, Evidence, Miss, Report
 from mhainspect.loaders.roles import GroupedBlock, RoleWeights, WeightMeta, natural_key
 from mhainspect.report import build_report
 from mhainspect.static_blocks import HeadOffers, assemble
@@ -393,7 +393,8 @@ class _Key:
 
     def describe(self, layer: int | None) -> str:
         if isinstance(self.value, tuple):
-            return f"{self.name}[{layer}] = {self.at(layer)}"
+            raw = self.value[layer] if layer is not None and layer < len(self.value) else None
+            return f"{self.name}[{layer}] = {raw}"
         return f"{self.name} = {self.value}"
 
 
@@ -488,7 +489,9 @@ def _architecture(metadata: Mapping[str, MetaValue]) -> tuple[str, list[str]]:
     return "", ["general.architecture missing and no *.attention.head_count key: heads only from shapes"]
 
 
-def blocks_from_model(model: GGUFModel) -> tuple[list[AttentionBlock], list[Miss], list[str]]:
+def blocks_from_model(model: GGUFModel
+                      ) -> tuple[list[AttentionBlock], dict[str, Decoding], list[Miss], list[str]]:
+    """Blocks, what each does during decoding, near misses and warnings."""
     arch, warnings = _architecture(model.metadata)
     roles: dict[str, dict[str, dict[str, WeightMeta]]] = {}  # block -> role -> {"weight"/"bias": meta}
     norms: dict[str, dict[str, WeightMeta]] = {}
@@ -514,6 +517,7 @@ def blocks_from_model(model: GGUFModel) -> tuple[list[AttentionBlock], list[Miss
             others.setdefault(f"{m.group('scope')}.{m.group('kind')}", []).append(t.name)
 
     blocks: list[AttentionBlock] = []
+    decodings: dict[str, Decoding] = {}
     misses: list[Miss] = []
     causal = model.metadata.get(f"{arch}.attention.causal")
     for name in sorted(set(roles) | set(others), key=natural_key):
@@ -540,8 +544,9 @@ def blocks_from_model(model: GGUFModel) -> tuple[list[AttentionBlock], list[Miss
             offers.append(shape)
         block = assemble(group, offers, matcher="gguf", no_heads_reason="GGUF metadata gives no head count for "
                          f"'{name}' ({ns.prefix}attention.head_count) and no per-head tensor fixes it")
-        blocks.append(_caching(block, ns, swa, scope, causal))
-    return blocks, misses, warnings
+        blocks.append(block)
+        decodings[name] = decoding(block, ns, layer, swa, causal)
+    return blocks, decodings, misses, warnings
 
 
 def _head_norm_offer(norms: Mapping[str, WeightMeta], q_width: int | None) -> HeadOffers | None:
@@ -558,19 +563,47 @@ def _head_norm_offer(norms: Mapping[str, WeightMeta], q_width: int | None) -> He
     return HeadOffers(head_dim=d, source="head_shape", detail=f"per-head norm {names} [{d}]")
 
 
-def _caching(block: AttentionBlock, ns: Namespace, swa: bool, scope: str, causal: MetaValue | None
-             ) -> AttentionBlock:
-    """What the size report needs beyond heads and head sizes: the sliding window of a sliding
-    layer, and why a block caches nothing (encoders)."""
-    changes: dict[str, object] = {}
-    window = ns.key("attention.sliding_window").at(None)
-    if swa and window:
-        changes["sliding_window"] = window
+@dataclass(frozen=True)
+class Decoding:
+    """What the file says about one block during llama.cpp's autoregressive decoding: whether it
+    caches K/V per token (and why), and the sliding window of a sliding layer."""
+
+    caches: bool
+    reason: str
+    window: int | None = None
+    window_source: str = ""
+
+
+KV_CACHE_DTYPE = "float16"  # llama.cpp's default K/V cache type (its -ctk / -ctv options change it)
+KV_CACHE_DTYPE_SOURCE = "llama.cpp's default cache type f16 (-ctk/-ctv change it)"
+
+
+def decoding(block: AttentionBlock, ns: Namespace, layer: int | None, swa: bool, causal: MetaValue | None
+             ) -> Decoding:
+    scope = block.name.rsplit(".", 1)[0]
     if causal is False:
-        changes["kv_cache_reason"] = f"bidirectional encoder ({ns.prefix}attention.causal = false): no KV cache"
-    elif scope.split(".", 1)[0] in ("enc", *_SUB_MODELS) and block.kind == "self":
-        changes["kv_cache_reason"] = "encoder block: runs once over its input, no KV cache"
-    return dataclasses.replace(block, **changes) if changes else block  # type: ignore[arg-type]
+        return Decoding(False, f"GGUF {ns.prefix}attention.causal = false: a bidirectional encoder, run once")
+    if scope.split(".", 1)[0] in ("enc", *_SUB_MODELS) and block.kind == "self":
+        return Decoding(False, f"GGUF '{scope}' is an encoder block (runs once over its input)")
+    reason = ("GGUF cross-attention of a decoder: K/V computed once from the encoder output" if block.kind == "cross"
+              else f"GGUF {ns.prefix.rstrip('.')}: llama.cpp decodes autoregressively (causal attention)")
+    window = ns.key("attention.sliding_window")
+    w = window.at(None)
+    if swa and w and block.kind != "cross":
+        pattern = ns.key("attention.sliding_window_pattern")
+        where = pattern.describe(layer) if isinstance(pattern.value, tuple) else \
+            f"{pattern.name} = {pattern.value} (llama.cpp: layer {layer} slides)"
+        return Decoding(True, reason, w, f"GGUF {window.describe(None)}, {where}")
+    return Decoding(True, reason)
+
+
+def _with_decoding(block: AttentionBlock, d: Decoding) -> AttentionBlock:
+    """The decoding facts on the block itself (sliding window; why a block caches nothing)."""
+    evidence = block.evidence
+    if d.window is not None:
+        evidence += (Evidence("sliding_window", d.window, "gguf", d.window_source),)
+    return dataclasses.replace(block, sliding_window=d.window, kv_cache_reason=None if d.caches else d.reason,
+                               evidence=evidence)
 
 
 def _swa_warning(metadata: Mapping[str, MetaValue], arch: str) -> list[str]:
@@ -611,7 +644,8 @@ def analyze_gguf(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...]
     if p.is_dir():
         raise InputError(f"{p}: is a directory, expected a .gguf file")
     model = read_model(p)
-    blocks, misses, warnings = blocks_from_model(model)
+    blocks, decodings, misses, warnings = blocks_from_model(model)
+    blocks = [_with_decoding(b, decodings[b.name]) for b in blocks]
     arch, _ = _architecture(model.metadata)
     warnings += _swa_warning(model.metadata, arch)
     return build_report(blocks, path=str(path), fmt="gguf", total_params=count_parameters(model), num_nodes=0,
