@@ -93,7 +93,7 @@ def analyze_file(path: str, *, what_if_heads: tuple[int, ...] = ()) -> Report:
     """An ONNX file, a GGUF file or a checkpoint (file or Hugging Face folder)."""
     src = classify(path)
     if src.kind == "gguf":
-        from mhainspect.loaders.gguf import analyze_gguf
+        from mhainspect.gguf_inspect import analyze_gguf
 
         return analyze_gguf(path, what_if_heads=what_if_heads)
     if src.kind == "checkpoint":

@@ -12,15 +12,14 @@ Why not ``gguf.GGUFReader``: it makes one numpy view per array element (12 s for
 tokenizer on this machine) and loops forever on an array whose declared length runs past the end
 of the file (a 41-byte file hangs it). The ``gguf`` package is used by the tests, to write files.
 
-Heads, KV heads, d_k, d_v and d_model come from the metadata ({arch}.attention.head_count,
-head_count_kv -- scalars or per-layer arrays --, key_length, value_length, embedding_length, with
-llama.cpp's defaults when absent) and from the tensor shapes (blk.N.attn_q/k/v/output, fused
-attn_qkv, per-head attn_q_norm/attn_k_norm); the shared assembler decides, shapes first.
+What the metadata means is here too, as llama.cpp reads it: {arch}.attention.head_count and
+head_count_kv (scalars or per-layer arrays), key_length / value_length, embedding_length, with
+llama.cpp's defaults when a key is absent, the sliding window and which layers slide, causal or
+not. ``mhainspect.gguf_inspect`` groups the tensors into blocks and assembles them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import mmap
 import os
@@ -32,10 +31,8 @@ from pathlib import Path
 
 from mhainspect.dtypes import Family, ggml_name, lookup
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Evidence, Miss, Report
-from mhainspect.loaders.roles import GroupedBlock, RoleWeights, WeightMeta, natural_key
-from mhainspect.report import build_report
-from mhainspect.static_blocks import HeadOffers, assemble
+from mhainspect.loaders.roles import WeightMeta
+from mhainspect.static_blocks import HeadOffers
 
 GGUF_SUFFIX = ".gguf"
 MAGIC = b"GGUF"
@@ -454,14 +451,8 @@ def offers_for(ns: Namespace, layer: int | None, swa: bool) -> list[HeadOffers]:
 
 # ------------------------------------------------------------------------------ tensors -> blocks
 
-# blk.N.attn_q.weight, enc.blk.N.attn_o.bias, dec.blk.N.cross_attn_k.weight, v.blk.N.attn_qkv.weight ...
-_ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<role>q|k|v|qkv|output|out|o)\.(?P<leaf>weight|bias)$")
-_HEAD_NORM = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<role>q|k)_norm\.weight$")
-_EXTRA = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?:rel_b|sinks)\.weight$")
-_OTHER_ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_[a-z_]+\.weight$")
-_ROLE = {"q": "q", "k": "k", "v": "v", "qkv": "qkv", "output": "o", "out": "o", "o": "o"}
 _LAYER = re.compile(r"(?:^|\.)(?:blk|layers?|posnet)\.(\d+)$")
-_SUB_MODELS = {"v": "vision", "a": "audio"}  # mmproj files: v.blk.N / a.blk.N under {arch}.vision. / .audio.
+SUB_MODELS = {"v": "vision", "a": "audio"}  # mmproj files: v.blk.N / a.blk.N under {arch}.vision. / .audio.
 
 
 def weight_meta(source: Path, t: TensorInfo) -> WeightMeta:
@@ -469,9 +460,15 @@ def weight_meta(source: Path, t: TensorInfo) -> WeightMeta:
     return WeightMeta(t.name, t.shape, t.dtype, f"{source.name}:{t.offset}", layout="out_in")
 
 
-def _namespace(arch: str, scope: str, metadata: Mapping[str, MetaValue]) -> Namespace:
+def layer_of(scope: str) -> int | None:
+    """The layer index of a block scope (blk.N, enc.blk.N, v.blk.N)."""
+    m = _LAYER.search(scope)
+    return int(m.group(1)) if m else None
+
+
+def namespace(arch: str, scope: str, metadata: Mapping[str, MetaValue]) -> Namespace:
     first = scope.split(".", 1)[0]
-    sub = _SUB_MODELS.get(first)
+    sub = SUB_MODELS.get(first)
     if sub is not None:
         prefix = f"{arch}.{sub}."
         if any(k.startswith(prefix) for k in metadata):
@@ -479,7 +476,7 @@ def _namespace(arch: str, scope: str, metadata: Mapping[str, MetaValue]) -> Name
     return Namespace(f"{arch}.", metadata)
 
 
-def _architecture(metadata: Mapping[str, MetaValue]) -> tuple[str, list[str]]:
+def architecture(metadata: Mapping[str, MetaValue]) -> tuple[str, list[str]]:
     arch = metadata.get("general.architecture")
     if isinstance(arch, str) and arch:
         return arch, []
@@ -487,80 +484,6 @@ def _architecture(metadata: Mapping[str, MetaValue]) -> tuple[str, list[str]]:
     if found:
         return found[0].split(".")[0], [f"general.architecture missing: head counts read from '{found[0]}.*'"]
     return "", ["general.architecture missing and no *.attention.head_count key: heads only from shapes"]
-
-
-def blocks_from_model(model: GGUFModel
-                      ) -> tuple[list[AttentionBlock], dict[str, Decoding], list[Miss], list[str]]:
-    """Blocks, what each does during decoding, near misses and warnings."""
-    arch, warnings = _architecture(model.metadata)
-    roles: dict[str, dict[str, dict[str, WeightMeta]]] = {}  # block -> role -> {"weight"/"bias": meta}
-    norms: dict[str, dict[str, WeightMeta]] = {}
-    extras: dict[str, list[WeightMeta]] = {}
-    others: dict[str, list[str]] = {}
-    for source, t in model.tensors:
-        meta = weight_meta(source, t)
-        m = _ATTN.match(t.name)
-        if m is not None:
-            owner = f"{m.group('scope')}.{m.group('kind')}"
-            roles.setdefault(owner, {}).setdefault(_ROLE[m.group("role")], {})[m.group("leaf")] = meta
-            continue
-        m = _HEAD_NORM.match(t.name)
-        if m is not None:
-            norms.setdefault(f"{m.group('scope')}.{m.group('kind')}", {})[m.group("role")] = meta
-            continue
-        m = _EXTRA.match(t.name)
-        if m is not None:
-            extras.setdefault(f"{m.group('scope')}.{m.group('kind')}", []).append(meta)
-            continue
-        m = _OTHER_ATTN.match(t.name)
-        if m is not None and not t.name.endswith("_norm.weight"):
-            others.setdefault(f"{m.group('scope')}.{m.group('kind')}", []).append(t.name)
-
-    blocks: list[AttentionBlock] = []
-    decodings: dict[str, Decoding] = {}
-    misses: list[Miss] = []
-    causal = model.metadata.get(f"{arch}.attention.causal")
-    for name in sorted(set(roles) | set(others), key=natural_key):
-        found = roles.get(name, {})
-        have = {r for r, tensors in found.items() if "weight" in tensors}
-        if not ("qkv" in have or ("q" in have and have & {"k", "v"})):
-            listed = sorted(t.name for r in found.values() for t in r.values()) + others.get(name, [])
-            misses.append(Miss("gguf", name, "attention tensors without separate K/V projections or a fused QKV "
-                                             f"(e.g. latent K/V, MLA): {', '.join(listed[:6])}"))
-            continue
-        scope, kind = name.rsplit(".", 1)
-        layer_m = _LAYER.search(scope)
-        layer = int(layer_m.group(1)) if layer_m else None
-        ns = _namespace(arch, scope, model.metadata)
-        swa_layers = ns.swa_layers()
-        swa = bool(swa_layers is not None and layer is not None and layer < len(swa_layers) and swa_layers[layer])
-        role_weights = tuple(RoleWeights(r, f"{name}_{r}", found[r]["weight"], found[r].get("bias"))
-                             for r in ("q", "k", "v", "qkv", "o") if r in have and (r != "qkv" or "q" not in have))
-        group = GroupedBlock(name, name, role_weights, tuple(extras.get(name, ())), cross=kind.startswith("cross"))
-        offers = offers_for(ns, layer, swa) if arch else []
-        q_weight = found.get("q", {}).get("weight")
-        shape = _head_norm_offer(norms.get(name, {}), q_weight.shape[0] if q_weight is not None else None)
-        if shape is not None:
-            offers.append(shape)
-        block = assemble(group, offers, matcher="gguf", no_heads_reason="GGUF metadata gives no head count for "
-                         f"'{name}' ({ns.prefix}attention.head_count) and no per-head tensor fixes it")
-        blocks.append(block)
-        decodings[name] = decoding(block, ns, layer, swa, causal)
-    return blocks, decodings, misses, warnings
-
-
-def _head_norm_offer(norms: Mapping[str, WeightMeta], q_width: int | None) -> HeadOffers | None:
-    """Per-head Q/K norms (Qwen3, Gemma 3, ...) are [d_k]: a shape that fixes d_k. A norm over the
-    whole projection (OLMo 2) is as wide as Q and says nothing about the heads."""
-    q, k = norms.get("q"), norms.get("k")
-    dims = {m.shape[0] for m in (q, k) if m is not None and len(m.shape) == 1}
-    if len(dims) != 1:
-        return None
-    (d,) = dims
-    if d == 0 or d == q_width:
-        return None
-    names = " and ".join(m.name for m in (q, k) if m is not None)
-    return HeadOffers(head_dim=d, source="head_shape", detail=f"per-head norm {names} [{d}]")
 
 
 @dataclass(frozen=True)
@@ -578,18 +501,20 @@ KV_CACHE_DTYPE = "float16"  # llama.cpp's default K/V cache type (its -ctk / -ct
 KV_CACHE_DTYPE_SOURCE = "llama.cpp's default cache type f16 (-ctk/-ctv change it)"
 
 
-def decoding(block: AttentionBlock, ns: Namespace, layer: int | None, swa: bool, causal: MetaValue | None
-             ) -> Decoding:
-    scope = block.name.rsplit(".", 1)[0]
+def decoding(name: str, cross: bool, ns: Namespace, layer: int | None, swa: bool,
+             metadata: Mapping[str, MetaValue]) -> Decoding:
+    """How the block ``name`` (``{scope}.{kind}``) of a GGUF model decodes, from the metadata."""
+    scope = name.rsplit(".", 1)[0]
+    causal = metadata.get(ns.prefix + "attention.causal")
     if causal is False:
         return Decoding(False, f"GGUF {ns.prefix}attention.causal = false: a bidirectional encoder, run once")
-    if scope.split(".", 1)[0] in ("enc", *_SUB_MODELS) and block.kind == "self":
+    if scope.split(".", 1)[0] in ("enc", *SUB_MODELS) and not cross:
         return Decoding(False, f"GGUF '{scope}' is an encoder block (runs once over its input)")
-    reason = ("GGUF cross-attention of a decoder: K/V computed once from the encoder output" if block.kind == "cross"
+    reason = ("GGUF cross-attention of a decoder: K/V computed once from the encoder output" if cross
               else f"GGUF {ns.prefix.rstrip('.')}: llama.cpp decodes autoregressively (causal attention)")
     window = ns.key("attention.sliding_window")
     w = window.at(None)
-    if swa and w and block.kind != "cross":
+    if swa and w and not cross:
         pattern = ns.key("attention.sliding_window_pattern")
         where = pattern.describe(layer) if isinstance(pattern.value, tuple) else \
             f"{pattern.name} = {pattern.value} (llama.cpp: layer {layer} slides)"
@@ -597,16 +522,7 @@ def decoding(block: AttentionBlock, ns: Namespace, layer: int | None, swa: bool,
     return Decoding(True, reason)
 
 
-def _with_decoding(block: AttentionBlock, d: Decoding) -> AttentionBlock:
-    """The decoding facts on the block itself (sliding window; why a block caches nothing)."""
-    evidence = block.evidence
-    if d.window is not None:
-        evidence += (Evidence("sliding_window", d.window, "gguf", d.window_source),)
-    return dataclasses.replace(block, sliding_window=d.window, kv_cache_reason=None if d.caches else d.reason,
-                               evidence=evidence)
-
-
-def _swa_warning(metadata: Mapping[str, MetaValue], arch: str) -> list[str]:
+def swa_warnings(metadata: Mapping[str, MetaValue], arch: str) -> list[str]:
     window = _uint(metadata.get(f"{arch}.attention.sliding_window"))
     if window and f"{arch}.attention.sliding_window_pattern" not in metadata:
         return [f"{arch}.attention.sliding_window = {window} without {arch}.attention.sliding_window_pattern: "
@@ -631,23 +547,9 @@ def model_weights(model: GGUFModel) -> dict[str, WeightMeta]:
     return {t.name: weight_meta(source, t) for source, t in model.tensors}
 
 
-def _producer(metadata: Mapping[str, MetaValue], arch: str) -> str:
+def producer(metadata: Mapping[str, MetaValue], arch: str) -> str:
     name = metadata.get("general.name")
     label = arch or "unknown architecture"
     return f"{name} ({label})" if isinstance(name, str) and name else label
 
 
-def analyze_gguf(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file")
-    if p.is_dir():
-        raise InputError(f"{p}: is a directory, expected a .gguf file")
-    model = read_model(p)
-    blocks, decodings, misses, warnings = blocks_from_model(model)
-    blocks = [_with_decoding(b, decodings[b.name]) for b in blocks]
-    arch, _ = _architecture(model.metadata)
-    warnings += _swa_warning(model.metadata, arch)
-    return build_report(blocks, path=str(path), fmt="gguf", total_params=count_parameters(model), num_nodes=0,
-                        producer=_producer(model.metadata, arch), misses=misses, warnings=warnings,
-                        what_if_heads=what_if_heads)
