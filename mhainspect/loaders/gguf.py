@@ -106,6 +106,12 @@ class GGUFHeader:
 # ------------------------------------------------------------------------------ the header
 
 
+def _q(name: str, limit: int = 120) -> str:
+    """A name from the file, quoted for a one-line message: control characters escaped, long names cut."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name[: limit + 1])
+    return f"'{shown[:limit]}…'" if len(shown) > limit else f"'{shown}'"
+
+
 class _Cursor:
     """Bounded reads from the mapped header: every read checks the bytes left first."""
 
@@ -165,39 +171,39 @@ class _Cursor:
                 break
             i += 1
         if i < n:
-            raise self.fail(f"string {i} of '{key}' runs past the end of the file (truncated?)")
+            raise self.fail(f"string {i} of {_q(key)} runs past the end of the file (truncated?)")
         self.pos = pos
 
     def value(self, vtype: int, key: str) -> MetaValue:
         if vtype in _SCALARS:
-            v = self.scalar(_SCALARS[vtype], f"value of '{key}'")
+            v = self.scalar(_SCALARS[vtype], f"value of {_q(key)}")
             return bool(v) if vtype == 7 else v
         if vtype == _STRING:
-            start, n = self.raw_string(f"value of '{key}'")
+            start, n = self.raw_string(f"value of {_q(key)}")
             if n > _KEPT_STRING:
                 return Unread("string", n)
             return bytes(self.buf[start:start + n]).decode("utf-8", errors="replace")
         if vtype == _ARRAY:
             return self.array(key)
-        raise self.fail(f"key '{key}' has unknown value type {vtype}")
+        raise self.fail(f"key {_q(key)} has unknown value type {vtype}")
 
     def array(self, key: str) -> MetaValue:
-        itype = self.u32(f"element type of '{key}'")
-        n = self.u64(f"length of '{key}'")
+        itype = self.u32(f"element type of {_q(key)}")
+        n = self.u64(f"length of {_q(key)}")
         if itype == _ARRAY:
-            raise self.fail(f"key '{key}' is an array of arrays (llama.cpp refuses nested arrays)")
+            raise self.fail(f"key {_q(key)} is an array of arrays (llama.cpp refuses nested arrays)")
         if itype == _STRING:
-            self.need(8 * n, f"{n:,} strings of '{key}'")
+            self.need(8 * n, f"{n:,} strings of {_q(key)}")
             self.strings_walked += n
             if self.strings_walked > MAX_ARRAY_STRINGS:
-                raise self.fail(f"more than {MAX_ARRAY_STRINGS:,} strings in metadata arrays (key '{key}')")
+                raise self.fail(f"more than {MAX_ARRAY_STRINGS:,} strings in metadata arrays (key {_q(key)})")
             self.skip_strings(n, key)
             return Unread("string array", n)
         fmt = _SCALARS.get(itype)
         if fmt is None:
-            raise self.fail(f"key '{key}' is an array of unknown value type {itype}")
+            raise self.fail(f"key {_q(key)} is an array of unknown value type {itype}")
         size = struct.calcsize(fmt) * n
-        self.need(size, f"{n:,} elements of '{key}'")
+        self.need(size, f"{n:,} elements of {_q(key)}")
         start = self.pos
         self.pos += size
         if n > _KEPT_ARRAY:
@@ -254,8 +260,8 @@ def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFHeader:
     for _ in range(n_kv):
         key = cur.text("a metadata key", MAX_NAME_BYTES)
         if key in metadata:
-            raise cur.fail(f"duplicate key '{key}'")
-        metadata[key] = cur.value(cur.u32(f"value type of '{key}'"), key)
+            raise cur.fail(f"duplicate key {_q(key)}")
+        metadata[key] = cur.value(cur.u32(f"value type of {_q(key)}"), key)
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 \
             or alignment & (alignment - 1):
@@ -268,11 +274,11 @@ def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFHeader:
     expected = 0
     for t in tensors:
         if t.offset != expected:
-            raise cur.fail(f"tensor '{t.name}' has data offset {t.offset:,}, expected {expected:,} (tensors are "
+            raise cur.fail(f"tensor {_q(t.name)} has data offset {t.offset:,}, expected {expected:,} (tensors are "
                            "laid out in order, each padded to the alignment)")
         end = data_offset + t.offset + t.nbytes
         if end > size:
-            raise cur.fail(f"tensor '{t.name}' ends at byte {end:,}, past the end of the {size:,}-byte file "
+            raise cur.fail(f"tensor {_q(t.name)} ends at byte {end:,}, past the end of the {size:,}-byte file "
                            "(truncated?)")
         expected += -(-t.nbytes // alignment) * alignment
     return GGUFHeader(path, version, metadata, tuple(tensors), data_offset, size)
@@ -281,29 +287,29 @@ def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFHeader:
 def _tensor_info(cur: _Cursor, names: set[str]) -> TensorInfo:
     name = cur.text("a tensor name", MAX_NAME_BYTES)
     if name in names:
-        raise cur.fail(f"duplicate tensor name '{name}'")
+        raise cur.fail(f"duplicate tensor name {_q(name)}")
     names.add(name)
-    n_dims = cur.u32(f"dim count of '{name}'")
+    n_dims = cur.u32(f"dim count of {_q(name)}")
     if n_dims > MAX_DIMS:
-        raise cur.fail(f"tensor '{name}' has {n_dims:,} dims (at most {MAX_DIMS})")
-    ne = tuple(cur.u64(f"dims of '{name}'") for _ in range(n_dims))
+        raise cur.fail(f"tensor {_q(name)} has {n_dims:,} dims (at most {MAX_DIMS})")
+    ne = tuple(cur.u64(f"dims of {_q(name)}") for _ in range(n_dims))
     numel = 1
     for d in ne:
         if d > _INT64_MAX:
-            raise cur.fail(f"tensor '{name}' has a negative dim ({d - (1 << 64)} as int64)")
+            raise cur.fail(f"tensor {_q(name)} has a negative dim ({d - (1 << 64)} as int64)")
         numel *= d
     if numel > _INT64_MAX:
-        raise cur.fail(f"tensor '{name}' dims {list(ne)} hold more elements than int64 counts")
-    code = cur.u32(f"type of '{name}'")
+        raise cur.fail(f"tensor {_q(name)} dims {list(ne)} hold more elements than int64 counts")
+    code = cur.u32(f"type of {_q(name)}")
     dtype = ggml_name(code)
     found = lookup(dtype) if dtype is not None else None
     if dtype is None or found is None:
-        raise cur.fail(f"tensor '{name}' has unknown GGML type {code}")
+        raise cur.fail(f"tensor {_q(name)} has unknown GGML type {code}")
     row = ne[0] if ne else 1
     if row % found.block_size:
-        raise cur.fail(f"tensor '{name}' rows of {row} elements are not a whole number of {dtype} blocks "
+        raise cur.fail(f"tensor {_q(name)} rows of {row} elements are not a whole number of {dtype} blocks "
                        f"({found.block_size} elements each)")
-    offset = cur.u64(f"data offset of '{name}'")
+    offset = cur.u64(f"data offset of {_q(name)}")
     return TensorInfo(name, ne, code, dtype, offset, found.nbytes(numel))
 
 
@@ -321,7 +327,7 @@ def split_parts(path: Path) -> tuple[Path, ...]:
     parts = tuple(path.with_name(f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1))
     missing = [p.name for p in parts if not p.is_file()]
     if missing:
-        raise InputError(f"{path}: split model is missing {len(missing)} of its {count} files, first {missing[0]}")
+        raise InputError(f"{path}: split model is missing {len(missing)} of its {count} files, first {_q(missing[0])}")
     return parts
 
 
@@ -356,7 +362,7 @@ def read_model(path: Path) -> GGUFModel:
     for h in headers:
         for t in h.tensors:
             if t.name in seen:
-                raise InputError(f"{h.path}: tensor '{t.name}' is also in another file of the split model")
+                raise InputError(f"{h.path}: tensor {_q(t.name)} is also in another file of the split model")
             seen.add(t.name)
             tensors.append((h.path, t))
     total = first.metadata.get("split.tensors.count")
