@@ -537,15 +537,16 @@ def swa_warnings(metadata: Mapping[str, MetaValue], arch: str) -> list[str]:
     return []
 
 
+def is_parameter(dtype: str) -> bool:
+    """Float and block-quantized tensors are parameters; integer tensors are not."""
+    found = lookup(dtype)
+    return found is not None and found.family in (Family.FLOAT, Family.QUANTIZED_BLOCK)
+
+
 def count_parameters(model: GGUFModel) -> int:
     """Logical elements of float and block-quantized tensors (a Q4_K weight counts its elements, not
     its bytes); integer tensors are not parameters."""
-    total = 0
-    for _source, t in model.tensors:
-        found = lookup(t.dtype)
-        if found is not None and found.family in (Family.FLOAT, Family.QUANTIZED_BLOCK):
-            total += t.numel
-    return total
+    return sum(t.numel for _source, t in model.tensors if is_parameter(t.dtype))
 
 
 def model_weights(model: GGUFModel) -> dict[str, WeightMeta]:
