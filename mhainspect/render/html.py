@@ -249,8 +249,22 @@ def _whatif_chart(group_blocks: Sequence[AttentionBlock], ids: Ids) -> str:
                        x_fmt=lambda v: f"{v:g}")
     names = group_blocks[0].name + (f" and {len(group_blocks) - 1} more block(s) of this layout"
                                     if len(group_blocks) > 1 else "")
-    return f"<figure>{chart}<figcaption>{html(names)}: {html(heads_label(b))} heads, d_k {_opt(b.d_k)}, " \
-           f"d_model {_opt(b.d_model)}</figcaption></figure>"
+    return (f"<figure>{chart}<figcaption><b>{html(names)}</b>: {html(heads_label(b))} heads, d_k {_opt(b.d_k)}, "
+            f"d_model {_opt(b.d_model)}. {html(_whatif_sentence(b, own.head_dim_fixed))}</figcaption></figure>")
+
+
+def _whatif_sentence(b: AttentionBlock, own: int) -> str:
+    """The chart in words, from the block's own what-if rows (h/2, 2h, --heads)."""
+    rows = [w for w in b.what_if if w.num_heads != b.num_heads]
+    if not rows:
+        return ""
+    fixed_width = ", ".join(f"{group(w.total_width_fixed)} at {w.num_heads}" for w in rows)
+    fixed_dk = ", ".join(f"{group(w.head_dim_fixed)} at {w.num_heads}" for w in rows)
+    if all(w.total_width_fixed == own for w in rows):
+        lead = f"Keeping h·d_k, any head count holds {group(own)}"
+    else:
+        lead = f"Keeping h·d_k: {fixed_width}"
+    return f"{lead}; keeping d_k = {b.d_k}: {fixed_dk} heads."
 
 
 def _whatif_section(report: Report, ids: Ids) -> str:
@@ -290,8 +304,13 @@ def _kv_section(report: Report, ids: Ids) -> str:
     kv: KVCache | None = report.model.kv_cache
     if kv is None or kv.bytes_per_token is None:
         return ""
-    top = max(32768, 2 * (kv.context or 0))
-    contexts = [512 * 2 ** i for i in range(20) if 512 * 2 ** i <= top]
+    top = 32768
+    while top < 2 * (kv.context or 0):
+        top *= 2
+    # Linear in context (the cache grows linearly until a sliding window caps it): 16 even steps,
+    # plus the model's own context and every window, where the line bends.
+    windows = {b.sliding_window for b in report.blocks if b.sliding_window is not None and b.sliding_window < top}
+    contexts = sorted({top * i // 16 for i in range(17)} | windows | ({kv.context} if kv.context else set()))
     points = tuple((float(c), float(v)) for c in contexts if (v := kv_bytes_at(report, c)) is not None)
     marks = []
     if kv.context is not None and kv.total_bytes is not None:
@@ -301,8 +320,8 @@ def _kv_section(report: Report, ids: Ids) -> str:
     desc = "; ".join(f"{int(c):,} tokens: {human_bytes(int(v))}" for c, v in points)
     chart = line_chart([Series(f"KV cache{batch}", points, "kv")], marks, ids=ids, x_label="context length (tokens)",
                        title="KV cache against context length", desc=desc, y_fmt=human_bytes, y_tick=human_bytes,
-                       x_fmt=lambda v: f"{int(v) // 1024}k" if v >= 1024 else f"{int(v)}", x_log=True,
-                       x_ticks=[c for c in contexts if c >= 1024 and (c // 1024) & ((c // 1024) - 1) == 0][::2])
+                       y_binary=True, x_fmt=lambda v: f"{v / 1024:g}k" if v >= 1024 else f"{int(v)}",
+                       x_ticks=[0.0, *(float(top * i // 4) for i in range(1, 5))])
     dtype = f" ({kv.dtype})" if kv.dtype else ""
     return (f"<h3>KV cache against context length</h3><figure>{chart}<figcaption>"
             f"{html(human_bytes(kv.bytes_per_token))} per token{html(dtype)}{html(batch)}; sliding-window "

@@ -46,6 +46,8 @@ def label_width(labels: Sequence[str], limit: int = 34) -> int:
 
 def short_count(value: int) -> str:
     """An axis tick: '40k' rather than '40.00k'."""
+    if 1000 <= value < 10_000:
+        return f"{value / 1000:g}k"
     text = human_count(value)
     if "." in text and text[-1].isalpha():
         number, unit = text[:-1], text[-1]
@@ -65,12 +67,16 @@ def _open(width: float, height: float, ids: Ids, title: str, desc: str, css: str
             f'<title id="{tid}">{html(title)}</title>', f'<desc id="{did}">{html(desc)}</desc>']
 
 
-def _ticks(top: float, count: int = 4) -> list[float]:
-    """Round tick values from 0 to at least ``top``."""
+def _ticks(top: float, count: int = 4, binary: bool = False) -> list[float]:
+    """Round tick values from 0 to at least ``top``; ``binary`` rounds to KiB/MiB/GiB multiples."""
     if top <= 0:
         return [0.0, 1.0]
     raw = top / count
-    power = 10 ** math.floor(math.log10(raw))
+    if binary and raw >= 1024:
+        unit = 1024 ** math.floor(math.log(raw, 1024))
+        power = unit * 10 ** math.floor(math.log10(raw / unit))
+    else:
+        power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
     return [step * i for i in range(int(math.ceil(top / step - 1e-9)) + 1)]
 
@@ -146,35 +152,43 @@ class Column:
 def columns_chart(columns: Sequence[Column], panels: Sequence[str], *, ids: Ids, title: str, desc: str,
                   width: int = 760) -> str:
     """One small column chart per panel, blocks along x in model order, so a change of layout
-    between layers shows as a step. Unknown values are drawn as a hollow '?' marker."""
-    panel_h, gap, left, top = 56, 18, 70, 4
+    between layers shows as a step; unknown values are drawn as an accent '?'. Panels stand side
+    by side when they fit in ``width``, else one above the other."""
+    panel_h, gap, top, title_h = 56, 28, 4, 18
     n = max(len(columns), 1)
-    step = min(64.0, (width - left - 10) / n)  # a few blocks stay together instead of spreading out
+    step = min(48.0, (width - 10) / n)  # a few blocks stay together instead of spreading out
     plot_w = step * n
-    width = int(left + plot_w + 10)
+    side_by_side = (plot_w + gap) * len(panels) <= width
+    if side_by_side:
+        width = int((plot_w + gap) * len(panels))
+        height = top + title_h + panel_h + 8
+    else:
+        height = top + len(panels) * (title_h + panel_h + gap)
     bar_w = max(1.0, min(28.0, step * 0.7))
-    height = top + len(panels) * (panel_h + gap) + 8
     out = _open(width, height, ids, title, desc, "columns")
     for p, panel in enumerate(panels):
-        y0 = top + p * (panel_h + gap)
+        x0 = p * (plot_w + gap) if side_by_side else 0.0
+        y0 = top + (0 if side_by_side else p * (title_h + panel_h + gap))
+        base = y0 + title_h + panel_h
         known = [c.values[p] for c in columns if c.values[p] is not None]
         peak = max((v for v in known if v is not None), default=1) or 1
-        out.append(f'<text class="panel" x="0" y="{_n(y0 + 12)}">{html(panel)}</text>')
-        out.append(f'<line class="axis" x1="{left}" y1="{_n(y0 + panel_h)}" x2="{_n(left + plot_w)}" '
-                   f'y2="{_n(y0 + panel_h)}"/>')
+        values = sorted({v for v in known if v is not None})
+        span = "" if not values else f": {values[0]}" if len(values) == 1 else f": {values[0]}–{values[-1]}"
+        out.append(f'<text class="panel" x="{_n(x0)}" y="{_n(y0 + 12)}">{html(panel + span)}</text>')
+        out.append(f'<line class="axis" x1="{_n(x0)}" y1="{_n(base)}" x2="{_n(x0 + plot_w)}" y2="{_n(base)}"/>')
         for i, col in enumerate(columns):
-            x = left + i * step + (step - bar_w) / 2
+            x = x0 + i * step + (step - bar_w) / 2
             value = col.values[p]
             css = "col hl" if col.highlight else "col"
             if value is None:
-                out.append(f'<text class="unknown" x="{_n(x + bar_w / 2)}" y="{_n(y0 + panel_h - 4)}" '
+                out.append(f'<text class="unknown" x="{_n(x + bar_w / 2)}" y="{_n(base - 4)}" '
                            f'text-anchor="middle"><title>{html(col.label)}: {html(panel)} unknown</title>?</text>')
                 continue
             h = max(1.0, (panel_h - 14) * value / peak)
-            out.append(f'<rect class="{css}" x="{_n(x)}" y="{_n(y0 + panel_h - h)}" width="{_n(bar_w)}" '
+            out.append(f'<rect class="{css}" x="{_n(x)}" y="{_n(base - h)}" width="{_n(bar_w)}" '
                        f'height="{_n(h)}"><title>{html(col.label)}: {html(panel)} {value}</title></rect>')
             if n <= 24:
-                out.append(f'<text class="value" x="{_n(x + bar_w / 2)}" y="{_n(y0 + panel_h - h - 3)}" '
+                out.append(f'<text class="value" x="{_n(x + bar_w / 2)}" y="{_n(base - h - 3)}" '
                            f'text-anchor="middle">{value}</text>')
     out.append("</svg>")
     return "".join(out)
@@ -201,7 +215,7 @@ class Mark:
 def line_chart(series: Sequence[Series], marks: Sequence[Mark], *, ids: Ids, title: str, desc: str,
                x_label: str, y_fmt: Callable[[int], str], y_tick: Callable[[int], str] = short_count, x_fmt: Callable[[float], str] = lambda v: f"{v:g}",
                x_log: bool = False, x_ticks: Sequence[float] = (), width: int = 520, height: int = 240,
-               layered: bool = False) -> str:
+               layered: bool = False, y_binary: bool = False) -> str:
     """Lines through points on a shared scale, y from 0; ``marks`` are highlighted points (the
     model's own configuration). ``x_log`` spaces x by log2 (context lengths). ``layered`` draws
     each later series thinner, so lines that coincide stay visible."""
@@ -216,7 +230,7 @@ def line_chart(series: Sequence[Series], marks: Sequence[Mark], *, ids: Ids, tit
 
     lo, hi = fx(min(xs)), fx(max(xs))
     span = (hi - lo) or 1.0
-    y_ticks = _ticks(max(ys) if ys else 1)
+    y_ticks = _ticks(max(ys) if ys else 1, binary=y_binary)
     y_top = y_ticks[-1] or 1.0
     plot_w, plot_h = width - left - right, height - top - bottom
 
