@@ -12,6 +12,7 @@ text one, a URL, a style or an id (ids are counters).
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -33,6 +34,7 @@ from mhainspect.render.svg import (
     label_width,
     line_chart,
     stacked_bars,
+    truncate,
 )
 from mhainspect.whatif import what_if
 
@@ -247,7 +249,7 @@ def _whatif_chart(group_blocks: Sequence[AttentionBlock], ids: Ids) -> str:
     chart = line_chart([fixed_width, fixed_dk], [mark], ids=ids, x_label="heads",
                        title=f"Parameters against the head count: {b.name}", desc=desc, y_fmt=human_count,
                        x_fmt=lambda v: f"{v:g}")
-    names = group_blocks[0].name + (f" and {len(group_blocks) - 1} more block(s) of this layout"
+    names = truncate(group_blocks[0].name, 120) + (f" and {len(group_blocks) - 1} more block(s) of this layout"
                                     if len(group_blocks) > 1 else "")
     return (f"<figure>{chart}<figcaption><b>{html(names)}</b>: {html(heads_label(b))} heads, d_k {_opt(b.d_k)}, "
             f"d_model {_opt(b.d_model)}. {html(_whatif_sentence(b, own.head_dim_fixed))}</figcaption></figure>")
@@ -442,10 +444,11 @@ def _comparison(reports: Sequence[Report], ids: Ids) -> str:
               "<th>KV / token</th><th class=\"l\">flags</th></tr>" + "".join(rows) + "</table></div>")
 
 
-def render_html_body(reports: Report | Iterable[Report]) -> str:
-    """The report's content in one ``<div class="mhai">`` (no page, no stylesheet)."""
+def render_html_body(reports: Report | Iterable[Report], *, id_prefix: str = "m") -> str:
+    """The report's content in one ``<div class="mhai">`` (no page, no stylesheet). Element ids
+    start with ``id_prefix``, so several bodies can share one document (a notebook)."""
     items = [reports] if isinstance(reports, Report) else list(reports)
-    ids = Ids()
+    ids = Ids(id_prefix)
     parts = ['<div class="mhai multi">' if len(items) > 1 else '<div class="mhai">']
     if len(items) > 1:
         parts.append(_comparison(items, ids))
@@ -479,4 +482,6 @@ def render_html(reports: Report | Iterable[Report]) -> str:
 
 def repr_html(report: Report) -> str:
     """What Jupyter shows for a Report: the page body with its stylesheet (scoped to ``.mhai``)."""
-    return f"<style>{CSS}</style>{render_html_body(report)}"
+    # Ids from the report's content: two different reports in one notebook never share an id.
+    digest = hashlib.sha256(repr((report.model, [b.name for b in report.blocks])).encode()).hexdigest()[:8]
+    return f"<style>{CSS}</style>{render_html_body(report, id_prefix='m' + digest)}"

@@ -22,6 +22,7 @@ Arial,sans-serif;max-width:1280px;margin:0 auto;padding:16px 20px 40px}
 --card:#151b23;--accent:#ff7b72;--link:#4493f8;--q:#76a5d6;--k:#ffa64d;--v:#7bc46f;--o:#d49ac6;
 --bias:#f2cc4d;--extra:#c49a7c;--rest:#4a4f57;--fixw:#76a5d6;--fixd:#ff8a8a;--col:#8b98ad;--warn:#d29922;
 --info:#4493f8;--err:#ff7b72}}
+.mhai p,.mhai li,.mhai h1,.mhai h3,.mhai figcaption,.mhai summary{overflow-wrap:anywhere}
 .mhai h1{font-size:1.5em;margin:.2em 0 .6em}
 .mhai h2{font-size:1.25em;margin:0 0 .3em;overflow-wrap:anywhere}
 .mhai h3{font-size:1.05em;margin:1.4em 0 .4em}

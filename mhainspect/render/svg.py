@@ -158,23 +158,27 @@ def columns_chart(columns: Sequence[Column], panels: Sequence[str], *, ids: Ids,
     n = max(len(columns), 1)
     step = min(48.0, (width - 10) / n)  # a few blocks stay together instead of spreading out
     plot_w = step * n
-    side_by_side = (plot_w + gap) * len(panels) <= width
+    titles = []
+    for p, panel in enumerate(panels):
+        values = sorted({v for c in columns if (v := c.values[p]) is not None})
+        span = "" if not values else f": {values[0]}" if len(values) == 1 else f": {values[0]}–{values[-1]}"
+        titles.append(panel + span)
+    slot = max(plot_w, max(len(t) for t in titles) * _CHAR + 4) + gap  # a panel and its title
+    side_by_side = slot * len(panels) <= width
     if side_by_side:
-        width = int((plot_w + gap) * len(panels))
+        width = int(slot * len(panels))
         height = top + title_h + panel_h + 8
     else:
         height = top + len(panels) * (title_h + panel_h + gap)
     bar_w = max(1.0, min(28.0, step * 0.7))
     out = _open(width, height, ids, title, desc, "columns")
     for p, panel in enumerate(panels):
-        x0 = p * (plot_w + gap) if side_by_side else 0.0
+        x0 = p * slot if side_by_side else 0.0
         y0 = top + (0 if side_by_side else p * (title_h + panel_h + gap))
         base = y0 + title_h + panel_h
         known = [c.values[p] for c in columns if c.values[p] is not None]
         peak = max((v for v in known if v is not None), default=1) or 1
-        values = sorted({v for v in known if v is not None})
-        span = "" if not values else f": {values[0]}" if len(values) == 1 else f": {values[0]}–{values[-1]}"
-        out.append(f'<text class="panel" x="{_n(x0)}" y="{_n(y0 + 12)}">{html(panel + span)}</text>')
+        out.append(f'<text class="panel" x="{_n(x0)}" y="{_n(y0 + 12)}">{html(titles[p])}</text>')
         out.append(f'<line class="axis" x1="{_n(x0)}" y1="{_n(base)}" x2="{_n(x0 + plot_w)}" y2="{_n(base)}"/>')
         for i, col in enumerate(columns):
             x = x0 + i * step + (step - bar_w) / 2
