@@ -197,7 +197,7 @@ class _Collect(HTMLParser):
 
 _ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "div", "section", "h1", "h2", "h3", "p", "b",
                  "i", "span", "code", "ul", "li", "a", "table", "tr", "th", "td", "details", "summary", "figure",
-                 "figcaption", "footer", "svg", "desc", "g", "rect", "line", "path", "circle", "text"}
+                 "figcaption", "footer", "wbr", "svg", "desc", "g", "rect", "line", "path", "circle", "text"}
 
 
 def test_html_names_are_text(hostile: Report) -> None:

@@ -66,6 +66,12 @@ def _sev(flag: Flag) -> str:
     return flag.severity.value if isinstance(flag.severity, Severity) else str(flag.severity)
 
 
+def _name(text: str) -> str:
+    """A model name as text with break opportunities after '.' and '/' (escaped first, so the
+    ``<wbr>`` tags are the page's own markup), so a narrow cell wraps between path components."""
+    return html(text).replace(".", ".<wbr>").replace("/", "/<wbr>")
+
+
 def _flag_link(code: str) -> str:
     anchor = FLAG_ANCHORS.get(code)
     href = f"{DOCS_BASE}flags.md" + (f"#{anchor}" if anchor else "")
@@ -385,7 +391,7 @@ def _blocks_section(report: Report) -> str:
         p = b.params
         cells = [_opt(b.num_heads), _opt(b.num_kv_heads), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v)]
         dims = "".join(f'<td class="unknown">{c}</td>' if c == UNKNOWN else f"<td>{c}</td>" for c in cells)
-        rows.append(f'<tr><td class="name"><code>{html(b.name)}</code></td><td class="l">{html(b.kind)}</td>{dims}'
+        rows.append(f'<tr><td class="name"><code>{_name(b.name)}</code></td><td class="l">{html(b.kind)}</td>{dims}'
                     + "".join(f"<td>{group(v)}</td>" for v in (p.q, p.k, p.v, p.o, p.bias))
                     + f"<td><b>{group(p.total)}</b></td><td>{percent(p.total, total)}</td></tr>")
     details = "".join(f"<details><summary>Evidence for <code>{html(b.name)}</code></summary>{_block_details(b)}"
@@ -422,7 +428,7 @@ def _comparison(reports: Sequence[Report], ids: Ids) -> str:
         m = r.model
         layouts = sorted({heads_label(b) + f"×{_opt(b.d_k)}" for b in r.blocks})
         kv = m.kv_cache
-        rows.append(f'<tr><td class="name"><code>{html(m.path)}</code></td><td class="l">{html(m.format)}</td>'
+        rows.append(f'<tr><td class="name"><code>{_name(m.path)}</code></td><td class="l">{html(m.format)}</td>'
                     f"<td>{group(m.total_params)}</td><td>{group(m.attention_params)}</td>"
                     f"<td>{percent(m.attention_params, m.total_params)}</td><td>{len(r.blocks)}</td>"
                     f'<td class="l">{html(", ".join(layouts) or "-")}</td>'

@@ -32,7 +32,7 @@ overflow-wrap:anywhere}
 .mhai .meta,.mhai .caption{color:var(--muted)}
 .mhai .caption{font-size:.9em;margin:.2em 0 .6em}
 .mhai.multi{max-width:1840px}
-.mhai .models{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,36rem),1fr));gap:20px}
+.mhai .models{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,46rem),1fr));gap:20px}
 .mhai .model{border:1px solid var(--line);border-radius:10px;padding:16px 18px;min-width:0}
 .mhai .tiles{display:flex;flex-wrap:wrap;gap:10px;margin:.8em 0}
 .mhai .tile{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:6px 12px;min-width:8.5em}
@@ -83,7 +83,8 @@ border:1px solid currentColor}
 font-variant-numeric:tabular-nums}
 .mhai th{background:var(--card)}
 .mhai th.l,.mhai td.l{text-align:left}
-.mhai td.name{text-align:left;max-width:28em;overflow-wrap:anywhere}
+.mhai td.name{text-align:left;min-width:12em;max-width:28em;overflow-wrap:break-word}
+.mhai td.name code{overflow-wrap:break-word}
 .mhai td.unknown{color:var(--accent)}
 .mhai details{margin:.35em 0;border:1px solid var(--line);border-radius:6px;padding:4px 10px}
 .mhai summary{cursor:pointer;overflow-wrap:anywhere}
