@@ -154,3 +154,15 @@ def test_cli_html_to_file_and_stdout(tmp_path: Path, capsys: pytest.CaptureFixtu
         main(["calc", "pytorch", "embed_dim=512", "num_heads=8", "--format", "html"])
     assert exit_.value.code == 0
     assert "torch.nn.MultiheadAttention(embed_dim=512" in capsys.readouterr().out
+
+
+def test_browser_tests_skip_locally_but_fail_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    import chromium
+
+    monkeypatch.setattr(chromium, "chromium_path", lambda: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        chromium.require_chromium()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI: chromium not installed"):
+        chromium.require_chromium()
