@@ -326,6 +326,16 @@ def test_cli_json_schema_and_gates(tmp_path: Path) -> None:
     assert gate.returncode == 1 and "MHA007" in gate.stderr
 
 
+def test_python_api(tmp_path: Path) -> None:
+    import mhainspect
+
+    spec = Decoder()
+    (path,) = spec.write(tmp_path / "m.gguf")
+    report = mhainspect.inspect(path)
+    assert report.model.format == "gguf"
+    check_decoder(report, spec)
+
+
 def test_verify_leaves_gguf_blocks_unchecked(tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     Decoder().write(tmp_path / "m.gguf")
