@@ -251,6 +251,21 @@ def test_t5_encoder_decoder_and_cross_attention(tmp_path: Path) -> None:
     assert by_name["dec.blk.0.attn"].kv_cache_reason is None
 
 
+def test_mmproj_vision_encoder(tmp_path: Path) -> None:
+    """A multimodal projector file (arch "clip"): v.blk.N blocks read their heads from clip.vision.*."""
+    d = 64
+    tensors = [T(f"v.blk.0.attn_{r}.weight", (d, d)) for r in ("q", "k", "v", "out")]
+    tensors += [T(f"v.blk.0.attn_{r}.bias", (d,)) for r in ("q", "k", "v", "out")]
+    meta = {"clip.vision.block_count": 1, "clip.vision.embedding_length": d, "clip.vision.attention.head_count": 8,
+            "clip.has_vision_encoder": True}
+    (path,) = write_gguf(tmp_path / "mmproj.gguf", "clip", meta, tensors)
+    (b,) = audit(path).blocks
+    assert b.name == "v.blk.0.attn" and layout(b) == (8, 8, 8, 8, d)
+    assert any("clip.vision.attention.head_count = 8" in e.detail for e in b.evidence)
+    assert b.params.total == 4 * d * d + 4 * d
+    assert b.kv_cache_reason is not None and "encoder" in b.kv_cache_reason
+
+
 def test_latent_attention_is_a_near_miss(tmp_path: Path) -> None:
     d = 64
     tensors = [T("blk.0.attn_q.weight", (d, d)), T("blk.0.attn_kv_a_mqa.weight", (48, d)),
