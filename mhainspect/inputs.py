@@ -18,15 +18,32 @@ __all__ = ["MODEL_SUFFIX", "expand_models"]
 
 MODEL_SUFFIX = ".onnx"
 GGUF_SUFFIX = ".gguf"
-_SPLIT_LATER_PART = re.compile(r"-(?!00001)\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)  # listed by part 00001
+_SPLIT_PART = re.compile(r"^(?P<model>.+)-(?P<no>\d{5})-(?P<count>of-\d{5}\.gguf)$", re.IGNORECASE)
+
+
+def _models_in(files: Iterable[str]) -> list[str]:
+    """The model files among ``files``: *.onnx and *.gguf, a split GGUF model once (by its
+    lowest-numbered part present: the loader reads every part, and says which one is missing)."""
+    out: list[str] = []
+    first_part: dict[tuple[str, str], str] = {}
+    for name in files:
+        low = name.lower()
+        split = _SPLIT_PART.match(name) if low.endswith(GGUF_SUFFIX) else None
+        if split is not None:
+            key = (split.group("model"), split.group("count").lower())
+            if key not in first_part or name < first_part[key]:
+                first_part[key] = name
+        elif low.endswith((MODEL_SUFFIX, GGUF_SUFFIX)):
+            out.append(name)
+    return out + list(first_part.values())
 
 
 def _onnx_below(directory: Path) -> list[Path]:
-    """Every *.onnx and *.gguf file under ``directory``, recursively, sorted; symlinked folders not followed."""
+    """Every model file (see ``_models_in``) under ``directory``, recursively, sorted; symlinked
+    folders not followed."""
     found: list[Path] = []
     for root, _dirs, files in os.walk(directory):
-        found.extend(Path(root) / name for name in files if name.lower().endswith(MODEL_SUFFIX)
-                     or (name.lower().endswith(GGUF_SUFFIX) and not _SPLIT_LATER_PART.search(name)))
+        found.extend(Path(root) / name for name in _models_in(files))
     return sorted(p for p in found if p.is_file())
 
 

@@ -308,6 +308,10 @@ def test_split_model_with_a_missing_part(tmp_path: Path) -> None:
     parts[-1].unlink()
     with pytest.raises(InputError, match="missing 1 of its"):
         audit(parts[0])
+    parts[0].unlink()
+    assert expand_models([tmp_path]) == (parts[1],)  # listed once, by the first part present
+    with pytest.raises(InputError, match=f"missing 2 of its {len(parts)} files, first '{parts[0].name}'"):
+        audit(parts[1])
 
 
 def test_folder_of_gguf_files(tmp_path: Path) -> None:
