@@ -14,7 +14,7 @@ import typer
 
 from mhainspect import __version__
 from mhainspect.errors import InputError
-from mhainspect.render.text import printable
+from mhainspect.render.safe import printable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,6 +38,7 @@ class OutputFormat(str, Enum):
     markdown = "markdown"
     github = "github"
     sarif = "sarif"
+    html = "html"
 
 
 def one_line(text: str) -> str:
@@ -257,6 +258,8 @@ def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
     except InputError as exc:
         raise fail(str(exc)) from None
     for path in paths:
+        if path.suffix.lower() == ".gguf":
+            continue  # not run (see _verify_one); parsing it as ONNX would read the whole file
         try:
             verify_mod.check_budget(path, budget)
         except verify_mod.VerifyBudgetError as exc:
@@ -272,6 +275,9 @@ def _verify_one(path: Path, report: "Report", dims: dict[str, int]) -> "Report":
     from mhainspect.findings import BlockVerification
     from mhainspect.verify import attach, verify_report
 
+    if report.model.format == "gguf":
+        reason = "--verify runs ONNX models only; a GGUF file is audited from its header"
+        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
     if any(w.startswith(EXTERNAL_DATA_WARNING) for w in report.warnings):
         # Running would read weights from outside the model's folder: refused, nothing is opened.
         reason = "--verify refused: external data location outside the model folder (see warnings)"
@@ -302,6 +308,10 @@ def _render(fmt: OutputFormat, reports: "list[Report]", failures: "Sequence[Gate
         from mhainspect.render.github import render_github
 
         return render_github(reports, failures)
+    if fmt is OutputFormat.html:
+        from mhainspect.render.html import render_html
+
+        return render_html(reports)
     if fmt is OutputFormat.sarif:
         from mhainspect.render.sarif import render_sarif
 
@@ -420,6 +430,7 @@ def inspect_cmd(
 class CalcFormat(str, Enum):
     text = "text"
     json = "json"
+    html = "html"
 
 
 @app.command("calc")
@@ -446,7 +457,16 @@ def calc_cmd(
             raise fail(f"expected name=value, got '{item}'")
         values[name] = value
     try:
-        if compare_all or convention is None:
+        if output_format is CalcFormat.html:
+            from mhainspect.render import calc_html
+
+            if compare_all or convention is None:
+                text = calc_html.render_compare_html(conventions.compare(values), heads or ())
+            elif convention not in conventions.CONVENTIONS:
+                raise fail(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
+            else:
+                text = calc_html.render_calc_html(conventions.calculate(convention, values), heads or ())
+        elif compare_all or convention is None:
             entries = conventions.compare(values)
             text = (json.dumps(calc_render.compare_json(entries), indent=2) + "\n"
                     if output_format is CalcFormat.json else calc_render.compare_text(entries))
