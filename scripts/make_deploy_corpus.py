@@ -519,18 +519,20 @@ def run_derived(step: Step, out: Path, work: Path) -> list[tuple[str, str]]:
 
 
 def run_genai(step: Step, out: Path, work: Path) -> list[tuple[str, str]]:
+    from onnxruntime_genai.models import builder
+
     dest = out / step.id
     if dest.exists():
         shutil.rmtree(dest)
-    cache = work / "genai-cache" / step.model / step.variant
-    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(work / "hf" / step.model),
-           "-o", str(dest), "-p", step.variant, "-e", "cpu", "-c", str(cache), "--extra_options", "hf_token=false"]
-    if step.variant == "int4":
-        cmd += ["int4_block_size=32"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=STEP_TIMEOUT)
-    if proc.returncode != 0 or not (dest / "model.onnx").exists():
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise RuntimeError(f"builder exit {proc.returncode}: " + " | ".join(tail))
+    precision, _, form = step.variant.partition("-")
+    options = ["hf_token=false"] + (["int4_block_size=32"] if precision == "int4" else [])
+    if form == "qdq":  # DequantizeLinear + MatMul instead of MatMulNBits
+        options.append("use_qdq=true")
+    builder.create_model(None, str(work / "hf" / step.model), str(dest), precision, "cpu",
+                         str(work / "genai-cache" / step.model / step.variant),
+                         **builder.parse_extra_options(options, "cpu"))
+    if not (dest / "model.onnx").exists():
+        raise RuntimeError("the builder wrote no model.onnx")
     for junk in dest.glob("*"):  # keep the graph and its weights only
         if junk.suffix not in (".onnx", ".data") and not junk.name.endswith(".onnx.data"):
             junk.unlink() if junk.is_file() else shutil.rmtree(junk)
@@ -610,8 +612,9 @@ def plan() -> list[Step]:
         steps.append(Step("optimum", m, "O2", f"main_export(task={MODELS[m].task}, optimize=O2)",
                           extra={"optimize": "O2"}))
     for m in GENAI_MODELS:
-        for p in ("fp32", "int4"):
-            steps.append(Step("genai", m, p, f"onnxruntime_genai.models.builder -p {p} -e cpu"))
+        for p in ("fp32", "int4", "int4-qdq"):
+            steps.append(Step("genai", m, p, f"onnxruntime_genai.models.builder -p {p.split('-')[0]} -e cpu"
+                              + (" --extra_options use_qdq=true" if p.endswith("qdq") else "")))
     for variant, (toolchain, inputs) in DERIVED.items():
         for name in inputs:
             model, suffix, base = _derived_input(name)
