@@ -462,6 +462,18 @@ def _calibration_inputs(path: Path, count: int = 4) -> list[dict[str, Any]]:
     return feeds
 
 
+def _with_symbolic_shapes(src: Path, folder: Path) -> Path:
+    """onnxruntime's symbolic shape inference, the pre-processing its quantizers need on graphs with
+    com.microsoft ops (ONNX shape inference leaves their outputs untyped)."""
+    import onnx
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model = SymbolicShapeInference.infer_shapes(onnx.load(str(src)), auto_merge=True, guess_output_rank=True)
+    onnx.save(model, str(folder / src.name))
+    return folder / src.name
+
+
 def _source_files(step: Step, out: Path) -> list[tuple[Path, str]]:
     """The (file, part) pairs of the step this one derives from (truth.json of that step)."""
     return [(out / rel, part) for rel, part in step.extra["sources"]]
@@ -477,7 +489,9 @@ def run_derived(step: Step, out: Path, work: Path) -> list[tuple[str, str]]:
     made = []
     for src, part in _source_files(step, out):
         target = dest / src.name
-        how = step.variant.split("@")[0]
+        how, _, base = step.variant.partition("@")
+        if base == "O2" and how != "matmulnbits-qoperator":
+            src = _with_symbolic_shapes(src, work / "shapes" / step.id)
         if how == "dynamic-int8":
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -567,13 +581,15 @@ PAST_MODELS = ("gpt2", "llama", "t5", "whisper")
 O2_MODELS = ("bert", "gpt2", "llama", "t5", "whisper", "vit")
 GENAI_MODELS = ("llama", "qwen2", "phi3", "gemma")
 # derived variant -> (toolchain, inputs): an input is a model (its optimum no-past export), or
-# "model:with-past" (its optimum with-past export), or the torch-exported control "mlp-softmax".
+# "model:VARIANT" (its optimum with-past or O2 export: quantizing an ORT-optimized graph gives QAttention),
+# or the torch-exported control "mlp-softmax".
 DERIVED: dict[str, tuple[str, tuple[str, ...]]] = {
     "dynamic-int8": ("ort-quantization", ("bert", "gpt2", "llama", "qwen2", "phi3", "t5", "whisper", "vit",
-                                          "llama:with-past", "resnet", "mlp-softmax")),
-    "static-qdq-int8": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "vit", "resnet", "mlp-softmax")),
+                                          "llama:with-past", "bert:O2", "gpt2:O2", "resnet", "mlp-softmax")),
+    "static-qdq-int8": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "vit", "bert:O2", "resnet",
+                                             "mlp-softmax")),
     "matmulnbits-qoperator": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "t5", "vit", "llama:with-past",
-                                                   "mlp-softmax")),
+                                                   "bert:O2", "mlp-softmax")),
     "matmulnbits-qdq": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "mlp-softmax")),
     "fp16": ("onnxconverter-common", ("bert", "gpt2", "llama", "t5", "whisper", "vit", "resnet", "mlp-softmax")),
     "onnxslim": ("onnxslim", ("bert", "gpt2", "llama", "t5", "whisper", "vit", "mlp-softmax")),
@@ -618,7 +634,8 @@ def plan() -> list[Step]:
     for variant, (toolchain, inputs) in DERIVED.items():
         for name in inputs:
             model, suffix, base = _derived_input(name)
-            steps.append(Step(toolchain, model, variant + suffix, f"{DERIVED_TOOLS[variant]} on {base}",
+            shapes = " after symbolic shape inference" if suffix == "@O2" and variant != "matmulnbits-qoperator" else ""
+            steps.append(Step(toolchain, model, variant + suffix, f"{DERIVED_TOOLS[variant]} on {base}{shapes}",
                               needs=(base,)))
     return steps
 
