@@ -121,6 +121,12 @@ GAP_CAUSES: tuple[tuple[str, str], ...] = (
      "outer-graph biases and the no-past branch's cross K/V are not merged"),
     ("decoder_with_past", "decoder with past: cross-attention whose K/V arrive as past inputs is reported as "
      "self-attention"),
+    ("dynamic-int8@O2", "dynamic int8 of an ORT-optimized graph: the fused Attention becomes com.microsoft "
+     "QAttention; other projections go through DynamicQuantizeLinear -> MatMulInteger"),
+    ("static-qdq-int8@O2", "static QDQ of an ORT-optimized graph: Attention over DequantizeLinear weights; the O "
+     "projection behind Q/DQ and its bias in SkipLayerNormalization are lost"),
+    ("matmulnbits-qoperator@O2", "MatMulNBits of an ORT-optimized graph: the O projection's bias moved into "
+     "SkipLayerNormalization's 5th input is dropped"),
     ("/whisper/O2/", "ORT optimizer (O2): the O projection's bias moved into SkipLayerNormalization's 5th input is "
      "dropped; the fused Attention's packed qkv bias holds a zero K slice (Whisper's k_proj has no bias): the file "
      "holds 64 bias elements per block the module does not (truth convention to settle)"),
