@@ -69,7 +69,7 @@ class WhatIf:
     """Parameter count of a block under another head count."""
 
     num_heads: int
-    total_width_fixed: int  # standard layout: h*d_k stays the same
+    total_width_fixed: int | None  # standard layout: h*d_k stays the same (None: not divisible by num_heads)
     head_dim_fixed: int  # per-head width stays the block's d_k
 
 

@@ -120,7 +120,7 @@ def _evidence(ev: Evidence) -> JSONDict:
 def _what_if(w: WhatIf) -> JSONDict:
     return {
         "num_heads": _int(w.num_heads),
-        "total_width_fixed": _int(w.total_width_fixed),
+        "total_width_fixed": _opt_int(w.total_width_fixed),
         "head_dim_fixed": _int(w.head_dim_fixed),
     }
 
