@@ -22,7 +22,6 @@ from mhainspect.render.cells import (
     UNKNOWN,
     block_cells,
     format_label,
-    gate_line,
     head_count_lines,
     heads_label,
     ignored_line,
