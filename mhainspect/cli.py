@@ -405,9 +405,10 @@ def _several(models: "Sequence[Path]", paths: "Sequence[Path]") -> bool:
 
 def _gate_config(settings: "Settings", given: "Settings", config_path: Path | None,
                  fail_on_contradiction: bool) -> "GateConfig":
+    from mhainspect.config import shown_path
     from mhainspect.gates import GateConfig
 
-    source = "--fail-on" if given.fail_on is not None else str(config_path or "")
+    source = "--fail-on" if given.fail_on is not None else shown_path(str(config_path or ""))
     return GateConfig(settings.max_params, settings.max_attention_params, settings.fail_on or frozenset(),
                       fail_on_contradiction, fail_on_source=source)
 

@@ -69,9 +69,20 @@ def _heads(value: object) -> tuple[int, ...]:
     return tuple(out)
 
 
+def shown_path(source: str) -> str:
+    """A config path as messages show it: relative to the working directory when below it."""
+    import os
+
+    try:
+        rel = os.path.relpath(source)
+    except ValueError:  # another drive (Windows)
+        return source
+    return source if rel.startswith("..") else rel
+
+
 def _limit(value: object, source: str) -> Limit:
     if isinstance(value, (str, int)):
-        return replace(parse_limit(value), source=source)
+        return replace(parse_limit(value), source=shown_path(source))
     raise ValueError("expected a count such as 7B, \"1.5M\" or 120000")
 
 

@@ -95,8 +95,10 @@ class _Layout:
     """How the block table fits the width: which columns, exact or abbreviated counts, and the
     width block names are shortened to (None: names in full); ``lines`` is one line per block."""
 
-    def __init__(self, columns: list[int], exact: bool, name_width: int | None, lines: bool = False) -> None:
+    def __init__(self, columns: list[int], exact: bool, name_width: int | None, lines: bool = False,
+                 shorten: str = "tail") -> None:
         self.columns, self.exact, self.name_width, self.lines = columns, exact, name_width, lines
+        self.shorten = shorten
 
 
 def _layout(report: Report, width: int, ascii_only: bool) -> _Layout:
@@ -111,16 +113,34 @@ def _layout(report: Report, width: int, ascii_only: bool) -> _Layout:
             if natural[0] + rest <= width:
                 return _Layout(columns, exact, None)
         room = width - rest  # rest of the compact columns
-        if room >= _MIN_NAME:
-            return _Layout(_compact_columns(), exact, room)
+        how = _shortening([b.name for b in report.blocks], room) if room >= _MIN_NAME else None
+        if how is not None:
+            return _Layout(_compact_columns(), exact, room, shorten=how)
     return _Layout([], False, None, lines=True)
 
 
-def _shorten(name: str, width: int) -> str:
+def _shortening(names: list[str], width: int) -> str | None:
+    """How to shorten names to ``width`` so they still tell the blocks apart: keep their ends
+    ("tail") or both ends ("middle"); None when neither does (the table keeps them whole)."""
+    for how in ("tail", "middle"):
+        if len({_shorten(n, width, how) for n in names}) == len(set(names)):
+            return how
+    return None
+
+
+def _shorten(name: str, width: int, how: str = "tail") -> str:
     """``name`` in at most ``width`` cells: its end kept (the layer number and role) behind '…',
-    cut at a '.' or '/' where one is near."""
+    cut at a '.' or '/' where one is near; "middle" keeps a third of the start too."""
     if cell_len(name) <= width:
         return name
+    if how == "middle":
+        head_len = (width - 1) // 3
+        head = name[:head_len]
+        rest = width - 1 - cell_len(head)
+        tail = name[-rest:] if rest > 0 else ""
+        while cell_len(tail) > rest:
+            tail = tail[1:]
+        return head + "…" + tail
     tail = name[-(width - 1):]
     while cell_len(tail) > width - 1:
         tail = tail[1:]
@@ -152,7 +172,7 @@ def _blocks_table(report: Report, layout: _Layout, ascii_only: bool) -> Table:
         for i in layout.columns:
             value = row[i]
             if i == 0 and layout.name_width is not None:
-                value = _shorten(value, layout.name_width)
+                value = _shorten(value, layout.name_width, layout.shorten)
             style = "bold" if _COLUMNS[i] == "Total" else ("dim" if value == UNKNOWN else "")
             cells.append(Text(value, style=style))
         table.add_row(*cells)
@@ -237,7 +257,7 @@ def _flag_rows(groups: Sequence[FlagGroup]) -> Table:
 
 def _detail(lead: str, text: str, style: str = "") -> Table:
     """'   lead text...' with the text wrapped under itself."""
-    return _hang(((lead, style),), Text(text, style=style), indent=2, gap=2)
+    return _hang(((lead, style),), Text(text, style=style), indent=2, gap=1)
 
 
 def _block_details(b: AttentionBlock) -> list[RenderableType]:
@@ -246,7 +266,7 @@ def _block_details(b: AttentionBlock) -> list[RenderableType]:
         lines.append(_detail("anchor:", b.anchor))
     for ev in b.evidence:
         value = "" if ev.value is None else f" = {ev.value:g}" if isinstance(ev.value, float) else f" = {ev.value}"
-        lines.append(_detail(f"{ev.field}{value}", f"({ev.source}) {ev.detail}"))
+        lines.append(_detail(f"{ev.field}{value} ", f"({ev.source}) {ev.detail}"))
     if not b.scale_known and not any(ev.field == "scale" for ev in b.evidence):
         lines.append(_detail("scale:", "not found", "dim"))
     if b.unknown_reason:
