@@ -87,7 +87,7 @@ def head_count_lines(report: Report) -> list[str]:
                      "split projections of a fixed width).")
     if follows:
         names = join_names([b.name for b in follows])
-        lines.append(f"The head count changes the count of {names} (h·d_k ≠ d_model: the projection widths "
+        lines.append(f"The head count changes the count of {names} (h·d_k differs from d_model: the projection widths "
                      "follow the head count; see MHA001).")
     if unknown:
         lines.append(f"Unknown for {join_names(unknown)}: the head layout was not identified.")

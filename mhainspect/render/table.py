@@ -203,7 +203,7 @@ def _layout_notes(layout: _Layout, width: int) -> list[Text]:
     if layout.name_width is not None:
         notes.append("Block names shortened (…) to fit; full names with -v or --format json.")
     if not layout.exact and not layout.lines:
-        notes.append(f"Counts abbreviated to fit {width} columns (k = 10³, M = 10⁶, B = 10⁹); "
+        notes.append(f"Counts abbreviated to fit {width} columns (k = thousand, M = million, B = billion); "
                      "exact counts in a wider terminal or with --format json.")
     return [Text(n, style="dim") for n in notes]
 
@@ -401,7 +401,13 @@ def render_table(
                 style="dim",
             )
         )
-    return _print(parts, width, color)
+    text = _print(parts, width, color)
+    return text.translate(_ASCII) if ascii_only else text
+
+
+# ascii_only: the tool's own typography in ASCII (names from the file are left as they are).
+_ASCII = str.maketrans({"·": "*", "…": "~", "×": "x", "–": "-",
+                        "√": "sqrt", "→": "->"})
 
 
 def _console(buffer: io.StringIO, width: int, color: bool) -> Console:
