@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class Severity(str, Enum):
@@ -175,6 +176,7 @@ class ModelSummary:
     weight_bytes_by_dtype: tuple[tuple[str, int], ...] = ()  # (canonical dtype name, bytes), largest first
     weight_bytes_overhead: int | None = None  # the part of weight_bytes that is not parameters
     kv_cache: KVCache | None = None
+    trainable_params: int | None = None  # nn.Modules only: parameters with requires_grad (None: not known)
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,25 @@ class Report:
     flags: tuple[Flag, ...]
     misses: tuple[Miss, ...]
     warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document of ``--format json`` (docs/report.schema.json) as plain Python data."""
+        from mhainspect.render.json_render import report_to_dict  # the one JSON implementation
+
+        return report_to_dict(self)
+
+    def to_json(self) -> str:
+        """``--format json``'s text for this report."""
+        from mhainspect.render.json_render import report_to_json
+
+        return report_to_json(self)
+
+    def __repr__(self) -> str:
+        """One line (the dataclass repr of a 12-layer model is 30,000 characters); to_dict() has it all."""
+        m = self.model
+        return (f"<Report {m.path!r}: {m.format}, {m.total_params:,} params, attention {m.attention_params:,}, "
+                f"{len(self.blocks)} block{'s' if len(self.blocks) != 1 else ''}, "
+                f"{len(self.flags)} flag{'s' if len(self.flags) != 1 else ''}>")
 
 
 SCHEMA_VERSION = "1.0"

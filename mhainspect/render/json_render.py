@@ -90,6 +90,7 @@ def _model(model: ModelSummary) -> JSONDict:
         "producer": model.producer,
         # extension
         "attention_share": _share(attention, total),
+        **({} if model.trainable_params is None else {"trainable_params": _int(model.trainable_params)}),
     }
 
 
