@@ -734,6 +734,25 @@ def _click_exceptions() -> tuple[type[Exception], type[Exception]]:
         return click.UsageError, click.ClickException
 
 
+def _spread_vs(args: list[str]) -> list[str]:
+    """`--vs A=1 B=2` -> `--vs A=1 --vs B=2`: every name=value after --vs (up to the next option)
+    belongs to the second argument set, as the help and the issue spell it."""
+    out: list[str] = []
+    in_vs = False
+    for token in args:
+        if token == "--vs":
+            in_vs = True
+            continue
+        if token.startswith("-"):
+            in_vs = False
+        elif in_vs and "=" in token:
+            out.append("--vs")
+        out.append(token)
+    if in_vs and (not out or out[-1] != "--vs") and args[-1] == "--vs":
+        out.append("--vs")  # a bare --vs at the end: let click say it needs a value
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: `mhainspect MODEL ...` means `mhainspect inspect MODEL ...`."""
     usage_error, click_exception = _click_exceptions()
@@ -742,6 +761,8 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo("mhainspect: error: no model given; usage: mhainspect MODEL... (see mhainspect --help)",
                    err=True)
         sys.exit(EXIT_INPUT)
+    if args[0] == "calc":
+        args = _spread_vs(args)
     if args[0] == "help":  # mhainspect help [COMMAND]
         args = [*args[1:2], "--help"] if args[1:2] and args[1] in _SUBCOMMANDS else ["--help"]
     if args[0] not in _SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):

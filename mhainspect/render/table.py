@@ -208,8 +208,18 @@ def _layout_notes(layout: _Layout, width: int) -> list[Text]:
     return [Text(n, style="dim") for n in notes]
 
 
-def _hang(lead: Sequence[tuple[str, str]], body: Text, indent: int = 0, gap: int = 1) -> Table:
-    """``lead`` cells, then ``body`` wrapped at word boundaries under itself (a hanging indent)."""
+def _hang(lead: Sequence[tuple[str, str]], body: Text, width: int, indent: int = 0, gap: int = 1) -> RenderableType:
+    """``lead`` cells, then ``body`` wrapped at word boundaries under itself (a hanging indent);
+    plain wrapping from the line start when a word of ``body`` (a long tensor name) would not fit
+    under the lead, so no word is split."""
+    room = width - indent - sum(cell_len(text) + gap for text, _ in lead)
+    if max((cell_len(w) for w in body.plain.split()), default=0) > room:
+        line = Text(" " * indent)
+        for text, style in lead:
+            line.append(text, style=style)
+            line.append(" " * gap)
+        line.append_text(body)
+        return line
     grid = Table.grid(padding=(0, gap, 0, 0), pad_edge=False)
     if indent:
         grid.add_column(width=indent - gap, no_wrap=True)
@@ -235,12 +245,10 @@ def _verify_line(b: AttentionBlock, verbose: bool) -> Text:
     return line
 
 
-def _flag_rows(groups: Sequence[FlagGroup]) -> Table:
-    """Code, severity, then the message wrapped under itself; a folded group says ×N and its blocks."""
-    grid = Table.grid(padding=(0, 2, 0, 0), pad_edge=False)
-    grid.add_column(no_wrap=True)
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold", ratio=1)
+def _flag_rows(groups: Sequence[FlagGroup], width: int) -> list[RenderableType]:
+    """Code, severity, then the message wrapped under itself; a folded group says ×N and its blocks.
+    Plain wrapping from the line start when a word (a long block name) would not fit under them."""
+    rows: list[tuple[Text, Text, Text]] = []
     for g in groups:
         flag = g.flag
         sev = flag.severity.value if isinstance(flag.severity, Severity) else str(flag.severity)
@@ -251,16 +259,25 @@ def _flag_rows(groups: Sequence[FlagGroup]) -> Table:
         if names:
             body.append(join_names(names) + ": ")
         body.append(flag.message)
-        grid.add_row(Text(flag.code, style="bold"), Text(sev, style=severity_style(sev)), body)
-    return grid
+        rows.append((Text(flag.code, style="bold"), Text(sev, style=severity_style(sev)), body))
+    lead = max((r[0].cell_len for r in rows), default=0) + max((r[1].cell_len for r in rows), default=0) + 4
+    longest = max((cell_len(w) for r in rows for w in r[2].plain.split()), default=0)
+    if longest > width - lead:
+        return [Text.assemble(code, "  ", sev, "  ", body) for code, sev, body in rows]
+    grid = Table.grid(padding=(0, 2, 0, 0), pad_edge=False)
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold", ratio=1)
+    for row in rows:
+        grid.add_row(*row)
+    return [grid]
 
 
-def _detail(lead: str, text: str, style: str = "") -> Table:
-    """'   lead text...' with the text wrapped under itself."""
-    return _hang(((lead, style),), Text(text, style=style), indent=2, gap=1)
+def _block_details(b: AttentionBlock, width: int) -> list[RenderableType]:
+    def _detail(lead: str, text: str, style: str = "") -> RenderableType:
+        """'  lead text...' with the text wrapped under itself."""
+        return _hang(((lead, style),), Text(text, style=style), width, indent=2, gap=1)
 
-
-def _block_details(b: AttentionBlock) -> list[RenderableType]:
     lines: list[RenderableType] = [Text.assemble(("Block ", "bold"), (b.name, "bold"), f"  [{b.matcher}]")]
     if b.anchor:
         lines.append(_detail("anchor:", b.anchor))
@@ -281,8 +298,8 @@ def _block_details(b: AttentionBlock) -> list[RenderableType]:
     if b.params.extra:
         lines.append(_detail("extra params:", group(b.params.extra)))
     for w in b.what_if:
-        width = UNKNOWN if w.total_width_fixed is None else group(w.total_width_fixed)
-        lines.append(_detail(f"what if h={w.num_heads}:", f"{width} (h*d_k fixed), "
+        fixed = UNKNOWN if w.total_width_fixed is None else group(w.total_width_fixed)
+        lines.append(_detail(f"what if h={w.num_heads}:", f"{fixed} (h*d_k fixed), "
                              f"{group(w.head_dim_fixed)} (d_k fixed)"))
     return lines
 
@@ -359,7 +376,7 @@ def render_table(
     if report.flags:
         groups = group_flags(report.flags, group=group_repeats and not verbose)
         parts.append(Text(f"Flags ({len(report.flags)})", style="bold"))
-        parts.append(_flag_rows(groups))
+        parts.extend(_flag_rows(groups, width))
         if len(groups) < len(report.flags):
             parts.append(Text("Identical flags of several blocks are one line (×N); --no-group or -v "
                               "lists each.", style="dim"))
@@ -374,22 +391,22 @@ def render_table(
         parts.append(Text(f"Gates ({failed} failed)" if failed else "Gates: all passed", style="bold"))
         for g in extras.gates:
             parts.append(_hang(((("passed", "green") if g.passed else ("FAILED", "bold red")),),
-                               Text(g.message)))
+                               Text(g.message), width))
 
     if report.warnings:
         parts.append(Text(""))
         parts.append(Text(f"Warnings ({len(report.warnings)})", style="bold"))
-        parts.extend(_hang((("-", ""),), Text(w, style="yellow")) for w in report.warnings)
+        parts.extend(_hang((("-", ""),), Text(w, style="yellow"), width) for w in report.warnings)
 
     n_miss = len(report.misses)
     if verbose:
         for b in report.blocks:
             parts.append(Text(""))
-            parts.extend(_block_details(b))
+            parts.extend(_block_details(b, width))
         parts.append(Text(""))
         parts.append(Text(f"Near misses ({n_miss})", style="bold"))
         parts.extend(
-            _hang((("-", ""),), Text.assemble((m.matcher, "bold"), f" at {m.anchor}: {m.reason}"))
+            _hang((("-", ""),), Text.assemble((m.matcher, "bold"), f" at {m.anchor}: {m.reason}"), width)
             for m in report.misses
         )
     elif n_miss:
