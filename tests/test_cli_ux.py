@@ -300,19 +300,20 @@ def test_one_model_is_one_json_document_whatever_its_source(cli: Any, tmp_path: 
 
 
 def _hf_folder(folder: Path) -> Path:
-    """A tiny BERT checkpoint folder: config.json and model.safetensors written from random weights."""
-    pytest.importorskip("safetensors")
-    import torch
-    from safetensors.torch import save_file
-    from transformers import BertConfig, BertModel
-
-    config = BertConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=1, intermediate_size=64,
-                        vocab_size=50, max_position_embeddings=16)
-    torch.manual_seed(0)
-    model = BertModel(config)
+    """A tiny BERT checkpoint folder: config.json and model.safetensors (random attention weights)."""
+    np = pytest.importorskip("numpy")
+    save_file = pytest.importorskip("safetensors.numpy").save_file
     folder.mkdir(parents=True)
-    config.save_pretrained(folder)
-    save_file({k: v.contiguous() + 0.01 for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
+    config = {"model_type": "bert", "architectures": ["BertModel"], "hidden_size": 32, "num_attention_heads": 4,
+              "num_hidden_layers": 1, "intermediate_size": 64}
+    (folder / "config.json").write_text(json.dumps(config))
+    rng = np.random.default_rng(0)
+    prefix = "encoder.layer.0.attention."
+    tensors = {}
+    for module in ("self.query", "self.key", "self.value", "output.dense"):
+        tensors[f"{prefix}{module}.weight"] = rng.standard_normal((32, 32)).astype("float32")
+        tensors[f"{prefix}{module}.bias"] = rng.standard_normal(32).astype("float32")
+    save_file(tensors, str(folder / "model.safetensors"))
     return folder
 
 
