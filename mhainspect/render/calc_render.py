@@ -254,8 +254,12 @@ def vs_text(vs: VsResult, width: int | None = None) -> str:
              ("weights", _n(a.weights), _n(b.weights)), ("biases", _n(a.biases), _n(b.biases)),
              ("total", _n(a.total), _n(b.total))]
     layer = LAYER_NAMES.get(a.convention, a.convention)
-    lines = [f"{layer}: A = {_signature(a).split(': ', 1)[1]}", f"{' ' * len(layer)}  B = {_signature(b).split(': ', 1)[1]}", ""]
+    lines = [f"{layer}, two argument sets:"]
+    for label, c in (("A", a), ("B", b)):
+        args = ", ".join(f"{name}={_arg(value)}" for name, value in c.arguments)
+        lines.extend(_wrap(args, indent="     ", first=f"  {label}: ", width=width))
+    lines.append("")
     lines.extend(_table(header, rows, left=1))
     lines.append("")
-    lines.extend(_wrap(vs.sentence, width=width))
+    lines.extend(_wrap(vs.sentence.replace(" → ", f"{_NBSP}→{_NBSP}"), width=width))
     return "\n".join(lines) + "\n"
