@@ -450,3 +450,18 @@ def test_onnx_samples_still_load() -> None:
     # guard: the samples this file relies on exist and are ONNX
     for model in (BERT, KERAS, STANDARD, GQA):
         onnx.load(str(model), load_external_data=False)
+
+
+def test_new_json_keys_follow_the_schema(cli: Any, tmp_path: Path) -> None:
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads((REPO_ROOT / "docs" / "report.schema.json").read_text(encoding="utf-8"))
+    validator = Draft202012Validator(schema)
+    doc = json.loads(cli(KERAS, "-f", "json", "--max-params", "1k", "--fail-on", "warning", "--ignore", "MHA002",
+                         "--heads", "3").out)
+    assert [g["gate"] for g in doc["gates"]] == ["max-params", "fail-on"]
+    assert not list(validator.iter_errors(doc))
+    ignored = json.loads(cli(KERAS, "-f", "json", "--ignore", "MHA001").out)
+    assert ignored["ignored_flags"] == {"MHA001": 1} and not list(validator.iter_errors(ignored))
+    broken = {**doc, "gates": [{"gate": "max-params"}]}
+    assert list(validator.iter_errors(broken))  # the schema does check the gate entries
