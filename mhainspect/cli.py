@@ -328,6 +328,7 @@ class _View:
     several: bool  # several models (or a folder of them): a multi-model document
     errors: int  # models that could not be read
     width: int | None
+    wrap: bool  # a terminal (or COLUMNS) to wrap text for; a pipe keeps one line per flag
     color: bool
     verbose: bool
     group: bool
@@ -362,11 +363,11 @@ def _render(view: _View, reports: "list[Report]", extras: "list[ModelExtras]") -
     from mhainspect.render.table import render_summary, render_table
 
     parts = [render_table(r, width=view.width, color=view.color, verbose=view.verbose, extras=e,
-                          what_if_heads=view.what_if_heads, group_repeats=view.group)
+                          what_if_heads=view.what_if_heads, group_repeats=view.group, wrap=view.wrap)
              for r, e in zip(reports, extras)]
     if view.several:
         parts.append(render_summary(_summary_lines(reports, extras, view.errors), width=view.width,
-                                    color=view.color))
+                                    color=view.color, wrap=view.wrap))
     return "\n".join(parts)
 
 
@@ -578,7 +579,8 @@ def inspect_cmd(
     failures = [g for e in extras for g in e.gates if not g.passed]
     to_stdout = output is None or str(output) == "-"
     view = _View(fmt=fmt, several=_several(models, paths), errors=errors,
-                 width=_width(), color=_color_wanted(no_color, not to_stdout), verbose=explain,
+                 width=_width(), wrap=to_stdout and _terminal_width() is not None,
+                 color=_color_wanted(no_color, not to_stdout), verbose=explain,
                  group=not no_group, what_if_heads=given.heads or run_settings.heads or (), quiet=quiet)
 
     if reports and (to_stdout and (not quiet or fmt is OutputFormat.github and failures)

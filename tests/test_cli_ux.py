@@ -465,3 +465,12 @@ def test_new_json_keys_follow_the_schema(cli: Any, tmp_path: Path) -> None:
     assert ignored["ignored_flags"] == {"MHA001": 1} and not list(validator.iter_errors(ignored))
     broken = {**doc, "gates": [{"gate": "max-params"}]}
     assert list(validator.iter_errors(broken))  # the schema does check the gate entries
+
+
+def test_pipe_keeps_one_line_per_flag(cli: Any) -> None:
+    """No terminal and no COLUMNS (a log, grep): flags are not wrapped; a terminal wraps them."""
+    piped = cli(KERAS).out
+    flag = next(ln for ln in piped.splitlines() if ln.startswith("MHA001"))
+    assert flag.endswith("would hold 4,224.")
+    wrapped = cli(KERAS, columns=80).out
+    assert not next(ln for ln in wrapped.splitlines() if ln.startswith("MHA001")).endswith("4,224.")

@@ -325,6 +325,7 @@ def render_table(
     extras: ModelExtras = NO_EXTRAS,
     what_if_heads: Sequence[int] = (),
     group_repeats: bool = True,
+    wrap: bool = True,
 ) -> str:
     """Render one report as terminal text.
 
@@ -335,12 +336,15 @@ def render_table(
     section; ``extras`` the run's gate results and the flags --ignore dropped. The block table
     fits ``width`` (default 120): it drops the Q/K/V/O/Bias columns, then shortens block names,
     then abbreviates counts, saying so each time, and becomes one line per block on very narrow
-    terminals. Free text wraps at word boundaries. The result does not depend on environment
+    terminals. Free text wraps at word boundaries (``wrap=False``: never, one line per flag, for
+    logs and pipes). The result does not depend on environment
     variables (NO_COLOR, COLUMNS, ...): the caller decides ``color`` and ``width``.
     """
     report = printable_fields(report)  # names from the file must not drive the terminal
     extras = printable_fields(extras)
     width = width or 120
+    # wrap=False (a pipe or a log): every flag, warning and evidence line stays one greppable line.
+    text_width = width if wrap else 0
     parts: list[RenderableType] = [*_header(report), Text("")]
     if report.blocks:
         parts.append(Text(f"Attention blocks ({len(report.blocks)})", style="bold"))
@@ -376,7 +380,7 @@ def render_table(
     if report.flags:
         groups = group_flags(report.flags, group=group_repeats and not verbose)
         parts.append(Text(f"Flags ({len(report.flags)})", style="bold"))
-        parts.extend(_flag_rows(groups, width))
+        parts.extend(_flag_rows(groups, text_width))
         if len(groups) < len(report.flags):
             parts.append(Text("Identical flags of several blocks are one line (×N); --no-group or -v "
                               "lists each.", style="dim"))
@@ -391,22 +395,22 @@ def render_table(
         parts.append(Text(f"Gates ({failed} failed)" if failed else "Gates: all passed", style="bold"))
         for g in extras.gates:
             parts.append(_hang(((("passed", "green") if g.passed else ("FAILED", "bold red")),),
-                               Text(g.message), width))
+                               Text(g.message), text_width))
 
     if report.warnings:
         parts.append(Text(""))
         parts.append(Text(f"Warnings ({len(report.warnings)})", style="bold"))
-        parts.extend(_hang((("-", ""),), Text(w, style="yellow"), width) for w in report.warnings)
+        parts.extend(_hang((("-", ""),), Text(w, style="yellow"), text_width) for w in report.warnings)
 
     n_miss = len(report.misses)
     if verbose:
         for b in report.blocks:
             parts.append(Text(""))
-            parts.extend(_block_details(b, width))
+            parts.extend(_block_details(b, text_width))
         parts.append(Text(""))
         parts.append(Text(f"Near misses ({n_miss})", style="bold"))
         parts.extend(
-            _hang((("-", ""),), Text.assemble((m.matcher, "bold"), f" at {m.anchor}: {m.reason}"), width)
+            _hang((("-", ""),), Text.assemble((m.matcher, "bold"), f" at {m.anchor}: {m.reason}"), text_width)
             for m in report.misses
         )
     elif n_miss:
@@ -418,7 +422,7 @@ def render_table(
                 style="dim",
             )
         )
-    text = _print(parts, width, color)
+    text = _print(parts, width, color, wrap)
     return text.translate(_ASCII) if ascii_only else text
 
 
@@ -444,17 +448,19 @@ def _console(buffer: io.StringIO, width: int, color: bool) -> Console:
     )
 
 
-def _print(parts: Sequence[RenderableType], width: int, color: bool) -> str:
+def _print(parts: Sequence[RenderableType], width: int, color: bool, wrap: bool = True) -> str:
     buffer = io.StringIO()
     console = _console(buffer, width, color)
     for part in parts:
-        console.print(part)  # rich wraps at word boundaries; a word longer than a line folds
+        # rich wraps text at word boundaries (a word longer than a line folds); tables fit ``width``.
+        console.print(part, soft_wrap=not wrap and isinstance(part, Text))
     text = buffer.getvalue()
     if not color:
         text = "\n".join(line.rstrip() for line in text.split("\n"))
     return text
 
 
-def render_summary(lines: Sequence[str], *, width: int | None = None, color: bool = True) -> str:
+def render_summary(lines: Sequence[str], *, width: int | None = None, color: bool = True, wrap: bool = True) -> str:
     """The end-of-run lines of a many-model run, wrapped like the reports."""
-    return _print([Text(line, style="bold" if i == 0 else "") for i, line in enumerate(lines)], width or 120, color)
+    return _print([Text(line, style="bold" if i == 0 else "") for i, line in enumerate(lines)], width or 120, color,
+                  wrap)
