@@ -108,7 +108,7 @@ def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what
         lines.append("No attention blocks found.")
     if what_if_heads and report.blocks:
         lines.extend(["", f"**What if (--heads {', '.join(str(h) for h in what_if_heads)})**", "",
-                      _row(("Blocks", "Heads", "At", "h·d_k fixed", "d_k fixed")),
+                      _row(("Blocks", "Heads now", "At heads", "h·d_k fixed", "d_k fixed")),
                       _row(("---", "---:", "---:", "---:", "---:"))])
         lines.extend(_row((_code(names), _text(now), str(n), a, b_))
                      for names, now, n, a, b_ in what_if_rows(report, what_if_heads))

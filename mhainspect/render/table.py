@@ -304,14 +304,21 @@ def _block_details(b: AttentionBlock, width: int) -> list[RenderableType]:
     return lines
 
 
-def _what_if_table(report: Report, heads: Sequence[int], ascii_only: bool) -> Table:
+def _what_if_table(report: Report, heads: Sequence[int], width: int, ascii_only: bool) -> Table:
     table = Table(box=box.ASCII if ascii_only else box.SIMPLE_HEAD, show_edge=False, header_style="bold",
                   pad_edge=False, padding=(0, 1) if ascii_only else (0, 1, 0, 0))
-    table.add_column("Blocks", overflow="fold")
-    for name in ("Heads", "At", "h·d_k fixed", "d_k fixed"):
+    headers = ("Heads now", "At heads", "h·d_k fixed", "d_k fixed")
+    rows = what_if_rows(report, heads)
+    # Names stay whole, or are shortened (distinctly) like the block table's, never folded.
+    rest = sum(max([len(h), *(len(str(r[i + 1])) for r in rows)]) for i, h in enumerate(headers))
+    room = max(width - rest - _gap(ascii_only) * len(headers), _MIN_NAME)
+    names = [r[0] for r in rows]
+    how = _shortening(list(dict.fromkeys(names)), room) or "middle"
+    table.add_column("Blocks", no_wrap=True)
+    for name in headers:
         table.add_column(name, justify="right", no_wrap=True)
-    for names, now, n, width_fixed, dk_fixed in what_if_rows(report, heads):
-        table.add_row(names, now, str(n), width_fixed, dk_fixed)
+    for label, now, n, width_fixed, dk_fixed in rows:
+        table.add_row(_shorten(label, room, how), now, str(n), width_fixed, dk_fixed)
     return table
 
 
@@ -365,7 +372,7 @@ def render_table(
     if what_if_heads and report.blocks:
         parts.append(Text(""))
         parts.append(Text(f"What if (--heads {', '.join(str(h) for h in what_if_heads)})", style="bold"))
-        parts.append(_what_if_table(report, what_if_heads, ascii_only))
+        parts.append(_what_if_table(report, what_if_heads, width, ascii_only))
         parts.append(Text("h·d_k fixed: the heads split the same projection width (d_k shrinks); d_k fixed: "
                           "every head keeps its width (the projections grow). ? = not possible at that "
                           "head count (width not divisible) or layout unknown.", style="dim"))
