@@ -474,3 +474,12 @@ def test_pipe_keeps_one_line_per_flag(cli: Any) -> None:
     assert flag.endswith("would hold 4,224.")
     wrapped = cli(KERAS, columns=80).out
     assert not next(ln for ln in wrapped.splitlines() if ln.startswith("MHA001")).endswith("4,224.")
+
+
+def test_what_if_rows_fold_numbered_layers_only() -> None:
+    from mhainspect.render.cells import what_if_rows
+
+    layers = _report_with_blocks([f"model.layers.{i}.self_attn" for i in range(16)])
+    assert [r[0] for r in what_if_rows(layers, [4])] == ["model.layers.{0–15}.self_attn"]
+    mixed = _report_with_blocks(["encoder.attn", "decoder.cross"])
+    assert [r[0] for r in what_if_rows(mixed, [4])] == ["encoder.attn", "decoder.cross"]

@@ -96,7 +96,7 @@ def head_count_lines(report: Report) -> list[str]:
 
 def what_if_rows(report: Report, heads: Sequence[int]) -> list[tuple[str, str, int, str, str]]:
     """(blocks, heads now, N, count with h·d_k fixed, count with d_k fixed) for each --heads N;
-    blocks with the same numbers share one row."""
+    numbered blocks with the same numbers (layers 0–11) share one row."""
     rows: list[tuple[str, str, int, str, str]] = []
     for n in heads:
         seen: dict[tuple[str, str, str], list[str]] = {}
@@ -111,7 +111,11 @@ def what_if_rows(report: Report, heads: Sequence[int]) -> list[tuple[str, str, i
                 width = UNKNOWN if w.total_width_fixed is None else group(w.total_width_fixed)
                 key = (heads_label(b), width, group(w.head_dim_fixed))
             seen.setdefault(key, []).append(b.name)
-        rows.extend((join_names(names), key[0], n, key[1], key[2]) for key, names in seen.items())
+        for key, names in seen.items():
+            label = join_names(names)
+            # One row for numbered siblings (layers.{0–11}.attn); names that share no pattern get a row each.
+            labels = [label] if len(names) == 1 or "{" in label else names
+            rows.extend((name, key[0], n, key[1], key[2]) for name in labels)
     return rows
 
 
