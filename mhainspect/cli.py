@@ -15,7 +15,7 @@ import typer
 
 from mhainspect import __version__
 from mhainspect.errors import InputError
-from mhainspect.render.text import printable
+from mhainspect.render.safe import printable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -41,6 +41,7 @@ class OutputFormat(str, Enum):
     markdown = "markdown"
     github = "github"
     sarif = "sarif"
+    html = "html"
 
 
 def one_line(text: str) -> str:
@@ -356,6 +357,10 @@ def _render(view: _View, reports: "list[Report]", extras: "list[ModelExtras]") -
         from mhainspect.render.github import render_github
 
         return render_github([] if view.quiet else reports, failures)
+    if fmt is OutputFormat.html:
+        from mhainspect.render.html import render_html
+
+        return render_html(reports)
     if fmt is OutputFormat.sarif:
         from mhainspect.render.sarif import render_sarif
 
@@ -607,6 +612,7 @@ def inspect_cmd(
 class CalcFormat(str, Enum):
     text = "text"
     json = "json"
+    html = "html"
 
 
 def _calc_pairs(items: "Sequence[str]", option: str = "") -> dict[str, str]:
@@ -667,7 +673,18 @@ def calc_cmd(
     as_json = output_format is CalcFormat.json
     width = _terminal_width()
     try:
-        if compare_all or convention is None:
+        if output_format is CalcFormat.html:
+            from mhainspect.render import calc_html
+
+            if changes:
+                raise fail("--vs is shown as text or JSON (--format text|json), not in the HTML page")
+            if compare_all or convention is None:  # the page draws each convention's count against --heads
+                text = calc_html.render_compare_html(conventions.compare(values), heads or ())
+            elif convention not in conventions.CONVENTIONS:
+                raise fail(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
+            else:
+                text = calc_html.render_calc_html(conventions.calculate(convention, values), heads or ())
+        elif compare_all or convention is None:
             if heads or changes:
                 raise fail(f"{'--heads' if heads else '--vs'} applies to one convention (calc CONVENTION ...); "
                            "with --compare, change the arguments themselves (num_heads=N) and run again")

@@ -209,6 +209,15 @@ class Report:
                 f"{len(self.blocks)} block{'s' if len(self.blocks) != 1 else ''}, "
                 f"{len(self.flags)} flag{'s' if len(self.flags) != 1 else ''}>")
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a Report as the HTML report's body (charts included).
+
+        Imports from the render layer here are deferred to the call: Jupyter looks for this
+        method on the object itself, and nothing is imported until a notebook asks."""
+        from mhainspect.render.html import repr_html
+
+        return repr_html(self)
+
 
 SCHEMA_VERSION = "1.0"
 

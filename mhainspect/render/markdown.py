@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 from mhainspect.findings import AttentionBlock, Report, Severity
@@ -22,7 +21,7 @@ from mhainspect.render.cells import (
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import FlagGroup, group_flags, join_names
 from mhainspect.render.numbers import group
-from mhainspect.render.text import printable_fields
+from mhainspect.render.safe import md_code, md_text
 
 __all__ = ["render_markdown"]
 
@@ -31,23 +30,6 @@ _COLUMNS = (
     "Q", "K", "V", "O", "Bias", "Total", "Share (%)",
 )
 _ALIGN = ("---", "---") + ("---:",) * (len(_COLUMNS) - 2)
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
-
-
-def _text(value: str) -> str:
-    """Inline text safe in a table cell or list item: one line, markdown and pipes escaped."""
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(value.split()))
-
-
-def _code(value: str) -> str:
-    """An inline code span that survives backticks in the value and pipes in table cells."""
-    one_line = " ".join(value.split()).replace("|", "\\|")
-    longest = max((len(run) for run in re.findall(r"`+", one_line)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if one_line.startswith("`") or one_line.endswith("`") else ""
-    return f"{fence}{pad}{one_line}{pad}{fence}" if one_line else "(unnamed)"
-
-
 def _row(cells: Iterable[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -56,26 +38,26 @@ def _flag_item(g: FlagGroup) -> str:
     flag = g.flag
     sev = flag.severity.value if isinstance(flag.severity, Severity) else str(flag.severity)
     names = [b for b in g.blocks if b is not None]
-    where = f"{_code(join_names(names))}: " if names else ""
+    where = f"{md_code(join_names(names))}: " if names else ""
     times = f" ×{g.count}" if g.count > 1 else ""
-    return f"- **{flag.code}** ({sev}){times} {where}{_text(flag.message)}"
+    return f"- **{flag.code}** ({sev}){times} {where}{md_text(flag.message)}"
 
 
 def _evidence(b: AttentionBlock) -> list[str]:
     """-v: the evidence behind a block's numbers, folded under its name."""
-    lines = ["<details>", f"<summary>Evidence: {_text(b.name)} ({_text(b.matcher)})</summary>", ""]
+    lines = ["<details>", f"<summary>Evidence: {md_text(b.name)} ({md_text(b.matcher)})</summary>", ""]
     if b.anchor:
-        lines.append(f"- anchor: {_code(b.anchor)}")
+        lines.append(f"- anchor: {md_code(b.anchor)}")
     for ev in b.evidence:
         value = "" if ev.value is None else f" = {ev.value:g}" if isinstance(ev.value, float) else f" = {ev.value}"
-        lines.append(f"- {_text(ev.field + value)} ({_text(ev.source)}): {_text(ev.detail)}")
+        lines.append(f"- {md_text(ev.field + value)} ({md_text(ev.source)}): {md_text(ev.detail)}")
     if b.unknown_reason:
-        lines.append(f"- unknown: {_text(b.unknown_reason)}")
-    lines.extend(f"- conflict: {_text(c)}" for c in b.conflicts)
+        lines.append(f"- unknown: {md_text(b.unknown_reason)}")
+    lines.extend(f"- conflict: {md_text(c)}" for c in b.conflicts)
     for p in b.projections:
         bias = f" + bias {group(p.bias_params)}" if p.bias_params else ""
-        lines.append(f"- {p.role}: {_code(p.weight or UNKNOWN)} ({p.in_features or UNKNOWN}→"
-                     f"{p.out_features or UNKNOWN}) {group(p.weight_params)}{bias} via {_code(p.node)}")
+        lines.append(f"- {p.role}: {md_code(p.weight or UNKNOWN)} ({p.in_features or UNKNOWN}→"
+                     f"{p.out_features or UNKNOWN}) {group(p.weight_params)}{bias} via {md_code(p.node)}")
     lines.extend(["", "</details>"])
     return lines
 
@@ -84,14 +66,14 @@ def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what
             group_repeats: bool) -> list[str]:
     m = report.model
     hashes = "#" * level
-    lines = [f"{hashes} {_code(m.path)}", ""]
-    facts = "".join(f", {_text(f)}" for f in source_facts(m))
+    lines = [f"{hashes} {md_code(m.path)}", ""]
+    facts = "".join(f", {md_text(f)}" for f in source_facts(m))
     share = f" ({percent(m.attention_params, m.total_params)}%)" if m.total_params else ""
     trainable = getattr(m, "trainable_params", None)
     train = (f" (trainable {group(trainable)}, non-trainable {group(m.total_params - trainable)})"
              if trainable is not None else "")
     lines.append(
-        f"{_text(format_label(m.format))}{facts}: **{group(m.total_params)}** params{train}, "
+        f"{md_text(format_label(m.format))}{facts}: **{group(m.total_params)}** params{train}, "
         f"attention **{group(m.attention_params)}**{share}, {blocks_word(len(report.blocks))}"
     )
     lines.append("")
@@ -100,17 +82,17 @@ def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what
         lines.append(_row(_ALIGN))
         for b in report.blocks:
             cells = list(block_cells(b, m.total_params))
-            cells[0], cells[1], cells[11] = _code(b.name), _text(b.kind), f"**{cells[11]}**"
+            cells[0], cells[1], cells[11] = md_code(b.name, table_cell=True), md_text(b.kind), f"**{cells[11]}**"
             lines.append(_row(cells))
         lines.append("")
-        lines.extend(_text(line) for line in head_count_lines(report))
+        lines.extend(md_text(line) for line in head_count_lines(report))
     else:
         lines.append("No attention blocks found.")
     if what_if_heads and report.blocks:
         lines.extend(["", f"**What if (--heads {', '.join(str(h) for h in what_if_heads)})**", "",
                       _row(("Blocks", "Heads now", "At heads", "h·d_k fixed", "d_k fixed")),
                       _row(("---", "---:", "---:", "---:", "---:"))])
-        lines.extend(_row((_code(names), _text(now), str(n), a, b_))
+        lines.extend(_row((md_code(names, table_cell=True), md_text(now), str(n), a, b_))
                      for names, now, n, a, b_ in what_if_rows(report, what_if_heads))
     lines.append("")
     if report.flags:
@@ -120,23 +102,23 @@ def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what
     else:
         lines.append("No flags.")
     if extras.ignored:
-        lines.extend(["", _text(ignored_line(extras.ignored)) + "."])
+        lines.extend(["", md_text(ignored_line(extras.ignored)) + "."])
     if extras.gates:
         failed = sum(1 for g in extras.gates if not g.passed)
         lines.extend(["", f"**Gates ({failed} failed)**" if failed else "**Gates: all passed**", ""])
-        lines.extend(f"- {'✅' if g.passed else '❌'} {_text(gate_line(g))}" for g in extras.gates)
+        lines.extend(f"- {'✅' if g.passed else '❌'} {md_text(gate_line(g))}" for g in extras.gates)
     checked = [b for b in report.blocks if b.verification is not None]
     if checked:
         lines.append("")
         lines.append("**Run-time check (--verify)**")
         lines.append("")
-        lines.extend(f"- {_code(b.name)}: {_text(verify_label(b.verification))}"
+        lines.extend(f"- {md_code(b.name)}: {md_text(verify_label(b.verification))}"
                      for b in checked if b.verification is not None)
     if report.warnings:
         lines.append("")
         lines.append(f"**Warnings ({len(report.warnings)})**")
         lines.append("")
-        lines.extend(f"- {_text(w)}" for w in report.warnings)
+        lines.extend(f"- {md_text(w)}" for w in report.warnings)
     if verbose:
         for b in report.blocks:
             lines.append("")
@@ -148,7 +130,7 @@ def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what
         lines.append(f"<summary>{n} near miss{'es' if n != 1 else ''}</summary>")
         lines.append("")
         lines.extend(
-            f"- {_text(x.matcher)} at {_code(x.anchor)}: {_text(x.reason)}" for x in report.misses
+            f"- {md_text(x.matcher)} at {md_code(x.anchor)}: {md_text(x.reason)}" for x in report.misses
         )
         lines.append("")
         lines.append("</details>")
@@ -166,12 +148,12 @@ def render_markdown(reports: Report | Iterable[Report], *, title: str | None = N
     add the gate results and the flags --ignore dropped; ``verbose`` the evidence per block (in a
     folded <details>) and every flag on its own line; ``what_if_heads`` a what-if table.
     """
-    items = [printable_fields(r) for r in ([reports] if isinstance(reports, Report) else reports)]
-    more = [printable_fields(e) for e in extras] if extras is not None else [NO_EXTRAS] * len(items)
+    items = [reports] if isinstance(reports, Report) else list(reports)
+    more = list(extras) if extras is not None else [NO_EXTRAS] * len(items)
     lines: list[str] = []
     level = 2
     if title is not None:
-        lines.extend([f"## {_text(title)}", ""])
+        lines.extend([f"## {md_text(title)}", ""])
         level = 3
     if not items:
         lines.extend(["No models analysed.", ""])

@@ -33,7 +33,7 @@ from mhainspect.render.cells import (
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import FlagGroup, group_flags, join_names
 from mhainspect.render.numbers import group
-from mhainspect.render.text import printable_fields
+from mhainspect.render.safe import printable_fields
 
 __all__ = ["render_table", "heads_label", "severity_style", "verify_label"]
 
