@@ -360,7 +360,7 @@ def _render(view: _View, reports: "list[Report]", extras: "list[ModelExtras]") -
     if fmt is OutputFormat.html:
         from mhainspect.render.html import render_html
 
-        return render_html(reports)
+        return render_html(reports, extras=extras)
     if fmt is OutputFormat.sarif:
         from mhainspect.render.sarif import render_sarif
 

@@ -256,6 +256,8 @@ def test_gates_in_every_format(cli: Any) -> None:
     assert "**Gates: all passed**" in md and "- ✅ passed" in md
     table = cli(STANDARD, "--max-params", "1k", columns=200).out
     assert "Gates (1 failed)" in table and "FAILED" in table
+    page = cli(STANDARD, "-f", "html", "--max-params", "1k").out
+    assert "<h3>Gates (1 failed)</h3>" in page and "16,768 parameters &gt; --max-params 1k" in page
     quiet = cli(KERAS, "-q", "-f", "github", "--fail-on", "MHA001")
     assert quiet.code == 1
     assert quiet.out.startswith("::error ") and "::warning" not in quiet.out  # only the failures

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 
 from mhainspect import __version__
 from mhainspect.findings import AttentionBlock, Flag, KVCache, Report, Severity
-from mhainspect.render.cells import UNKNOWN, heads_label, percent, verify_label
+from mhainspect.render.cells import UNKNOWN, heads_label, ignored_line, percent, verify_label
+from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.html_style import CSS, CSS_HASH
 from mhainspect.render.numbers import group, human_count
 from mhainspect.render.safe import html
@@ -417,8 +418,22 @@ def _misses_section(report: Report) -> str:
             f"match, with the reason)</summary><ul>{items}</ul></details>")
 
 
-def _model_section(report: Report, ids: Ids) -> str:
-    parts = [f'<section class="model" aria-label="{html(report.model.path)}">', _header(report)]
+def _gates_section(extras: ModelExtras) -> str:
+    """The run's gate results and the flags --ignore dropped (the CLI's extras), as a list."""
+    items = [f"<li>{'✅ passed' if g.passed else '❌ <b>FAILED</b>'}: {html(g.message)}</li>" for g in extras.gates]
+    parts = []
+    if items:
+        failed = sum(1 for g in extras.gates if not g.passed)
+        parts.append(f"<h3>Gates ({failed} failed)</h3>" if failed else "<h3>Gates: all passed</h3>")
+        parts.append("<ul>" + "".join(items) + "</ul>")
+    if extras.ignored:
+        parts.append(f"<p>{html(ignored_line(extras.ignored))}.</p>")
+    return "".join(parts)
+
+
+def _model_section(report: Report, ids: Ids, extras: ModelExtras = NO_EXTRAS) -> str:
+    parts = [f'<section class="model" aria-label="{html(report.model.path)}">', _header(report),
+             _gates_section(extras)]
     if report.blocks:
         parts += [_params_section(report, ids), _layout_section(report, ids), _whatif_section(report, ids),
                   _kv_section(report, ids), _blocks_section(report)]
@@ -457,17 +472,20 @@ def _comparison(reports: Sequence[Report], ids: Ids) -> str:
               "<th>KV / token</th><th class=\"l\">flags</th></tr>" + "".join(rows) + "</table></div>")
 
 
-def render_html_body(reports: Report | Iterable[Report], *, id_prefix: str = "m") -> str:
+def render_html_body(reports: Report | Iterable[Report], *, id_prefix: str = "m",
+                     extras: Sequence[ModelExtras] | None = None) -> str:
     """The report's content in one ``<div class="mhai">`` (no page, no stylesheet). Element ids
-    start with ``id_prefix``, so several bodies can share one document (a notebook)."""
+    start with ``id_prefix``, so several bodies can share one document (a notebook). ``extras``
+    (one per report) add the run's gate results."""
     items = [reports] if isinstance(reports, Report) else list(reports)
+    more = list(extras) if extras is not None else [NO_EXTRAS] * len(items)
     ids = Ids(id_prefix)
     parts = ['<div class="mhai multi">' if len(items) > 1 else '<div class="mhai">']
     if len(items) > 1:
         parts.append(_comparison(items, ids))
     if not items:
         parts.append("<p>No models analysed.</p>")
-    parts.append('<div class="models">' + "".join(_model_section(r, ids) for r in items) + "</div>")
+    parts.append('<div class="models">' + "".join(_model_section(r, ids, e) for r, e in zip(items, more)) + "</div>")
     parts.append(f'<footer>mhainspect {html(__version__)} · counts are exact; charts round. '
                  f'Flag codes: <a href="{html(DOCS_BASE)}flags.md" rel="noopener noreferrer">docs/flags.md</a>'
                  "</footer></div>")
@@ -485,12 +503,13 @@ def page(title: str, body: str) -> str:
             f'<body class="mhai-page">\n{body}\n</body></html>\n')
 
 
-def render_html(reports: Report | Iterable[Report]) -> str:
+def render_html(reports: Report | Iterable[Report], *, extras: Sequence[ModelExtras] | None = None) -> str:
     """One self-contained page: a comparison when there are several models, then per model the
-    header, parameter charts, head layout, what-if, KV cache, block table and near misses."""
+    header, the gate results (``extras``), parameter charts, head layout, what-if, KV cache, block
+    table and near misses."""
     items = [reports] if isinstance(reports, Report) else list(reports)
     title = ("mhainspect: " + items[0].model.path) if len(items) == 1 else f"mhainspect: {len(items)} models"
-    return page(title, render_html_body(items))
+    return page(title, render_html_body(items, extras=extras))
 
 
 def repr_html(report: Report) -> str:
