@@ -1,25 +1,45 @@
 """Model arguments -> models: a folder stands for every model below it.
 
-Every supported model file counts (sources.MODEL_FILE_KINDS: .onnx, .safetensors, .pt/.pth/.bin/
-.ckpt, and what other front ends register there), and a Hugging Face model folder (config.json
-with its weights) is one model, not a folder of files. Reads directory listings only (never a
-model); no printing.
+Every supported model file counts (sources.MODEL_FILE_KINDS: .onnx, .gguf, .safetensors,
+.pt/.pth/.bin/.ckpt, and what other front ends register there); a split GGUF model
+(``*-00001-of-00003.gguf``) counts once, by its first part; a Hugging Face model folder
+(config.json with its weights) is one model, not a folder of files. Reads directory listings
+only (never a model); no printing.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from mhainspect.errors import InputError
-from mhainspect.sources import MODEL_FILE_KINDS, is_checkpoint_folder
+from mhainspect.sources import GGUF_SUFFIX, MODEL_FILE_KINDS, is_checkpoint_folder
 
 __all__ = ["expand_models", "is_model_folder", "models_below"]
+
+_SPLIT_PART = re.compile(r"^(?P<model>.+)-(?P<no>\d{5})-(?P<count>of-\d{5}\.gguf)$", re.IGNORECASE)
 
 
 def _is_model_file(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in MODEL_FILE_KINDS
+
+
+def _models_in(files: Iterable[str]) -> list[str]:
+    """The model files among ``files``, a split GGUF model once (by its lowest-numbered part
+    present: the loader reads every part, and says which one is missing)."""
+    out: list[str] = []
+    first_part: dict[tuple[str, str], str] = {}
+    for name in files:
+        split = _SPLIT_PART.match(name) if name.lower().endswith(GGUF_SUFFIX) else None
+        if split is not None:
+            key = (split.group("model"), split.group("count").lower())
+            if key not in first_part or name < first_part[key]:
+                first_part[key] = name
+        elif _is_model_file(name):
+            out.append(name)
+    return out + list(first_part.values())
 
 
 def is_model_folder(path: Path) -> bool:
@@ -50,7 +70,7 @@ def models_below(directory: Path) -> list[Path]:
             else:
                 kept.append(d)
         dirs[:] = kept
-        found.extend(here / name for name in files if _is_model_file(name) and (here / name).is_file())
+        found.extend(here / name for name in _models_in(files) if (here / name).is_file())
     return sorted(found)
 
 
