@@ -284,10 +284,12 @@ def test_folder_scan_finds_every_format_and_hf_folder_is_one_model(tmp_path: Pat
     (root / "hf" / "config.json").write_text("{}")
     (root / "hf" / "model.safetensors").write_bytes(b"")
     (root / "sub").mkdir()
-    for name in ("a.onnx", "sub/b.safetensors", "sub/c.pt", "sub/d.pth", "sub/e.bin", "notes.txt"):
+    for name in ("a.onnx", "sub/b.safetensors", "sub/c.pt", "sub/d.pth", "sub/e.bin", "notes.txt", "f.gguf",
+                 "g-00002-of-00002.gguf", "g-00001-of-00002.gguf"):
         (root / name).write_bytes(b"")
     found = [p.relative_to(root).as_posix() for p in expand_models([root])]
-    assert found == ["a.onnx", "hf", "sub/b.safetensors", "sub/c.pt", "sub/d.pth", "sub/e.bin"]
+    assert found == ["a.onnx", "f.gguf", "g-00001-of-00002.gguf", "hf", "sub/b.safetensors", "sub/c.pt",
+                     "sub/d.pth", "sub/e.bin"]
     assert expand_models([root / "hf"]) == (root / "hf",)
 
 
