@@ -16,7 +16,7 @@ from operator import attrgetter
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
 from mhainspect.dtypes import is_float
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Miss, Report
+from mhainspect.findings import AttentionBlock, Evidence, Miss, Report
 from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.matchers import decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
@@ -26,6 +26,7 @@ _QUANTIZED_WEIGHT_OPS = {"MatMulNBits", "DequantizeLinear", "MatMulInteger", "QL
 _MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
 _SUBGRAPH_PREFIX = re.compile(r"^(.*/body\d+/)")  # the loader names subgraph nodes "{parent}/body{i}/{name}"
+_BODY = re.compile(r"/body(\d+)/")
 EXTERNAL_DATA_WARNING = "external data location"  # prefix of the warning for locations outside the model folder
 
 
@@ -50,6 +51,89 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
         else:
             builders.append(result)
     return builders, misses
+
+
+def module_identity(index: GraphIndex, b: BlockBuilder) -> tuple[str, str] | None:
+    """What identifies the attention module a matcher reached: the storage of its Q weight (else
+    its O weight), with the role. Two anchors with the same identity are one module, reached from
+    two branches of an If or applied several times (ALBERT). K/V alone do not identify a module:
+    layers may share a K/V projection (cross-layer KV sharing) and stay distinct modules.
+    None when neither Q nor O resolved to a weight: such a block stands alone."""
+    q = b.roles.get("q")
+    if q is not None:
+        if q.traced is not None:
+            return "q", q.traced.hit.weight.tensor.storage_key
+        if q.fused_weight is not None:
+            t = index.graph.weights.get(q.fused_weight)
+            return "q", t.storage_key if t is not None else f"name:{q.fused_weight}"
+    if b.output is not None:
+        return "o", b.output.weight.tensor.storage_key
+    return None
+
+
+def modules(index: GraphIndex, builders: list[BlockBuilder]) -> list[list[BlockBuilder]]:
+    """The builders grouped by module_identity, groups in order of their first anchor."""
+    groups: dict[object, list[BlockBuilder]] = {}
+    for i, b in enumerate(builders):
+        key = module_identity(index, b)
+        groups.setdefault(key if key is not None else i, []).append(b)
+    return list(groups.values())
+
+
+def _branch_choices(index: GraphIndex, node_name: str) -> dict[str, int]:
+    """{If node: branch} of every If branch that holds the node (the loader names subgraph nodes
+    "{parent}/body{i}/{name}"; body0 of an If is then_branch, body1 else_branch)."""
+    choices: dict[str, int] = {}
+    for m in _BODY.finditer(node_name):
+        parent = index.by_name.get(node_name[:m.start()])
+        if parent is not None and parent.op == "If":
+            choices[parent.name] = int(m.group(1))
+    return choices
+
+
+def _compatible(a: dict[str, int], b: dict[str, int]) -> bool:
+    """Whether one run can execute both: they agree on every If that holds both."""
+    return all(b.get(k, v) == v for k, v in a.items())
+
+
+def merge_module(index: GraphIndex, group: list[BlockBuilder]) -> tuple[BlockBuilder, int]:
+    """One builder for a module reached from several anchors, and how many times one run applies it.
+
+    The anchor that resolved the most projections leads; a Q/K/V role or an output projection it
+    lacks is taken from another anchor (an If's no-past branch has the cross-attention K/V that
+    the with-past branch reads from the cache). Anchors in different branches of one If are
+    alternatives; the others are applications of the same weights.
+    """
+    if len(group) == 1:
+        return group[0], 1
+    choices = [_branch_choices(index, b.anchor.name) for b in group]
+    applications = max(sum(1 for c in choices if _compatible(mine, c)) for mine in choices)
+
+    def resolved(b: BlockBuilder) -> int:
+        found = [r for r in b.roles.values() if r.traced is not None or r.fused_weight is not None]
+        return len(found) + (b.output is not None)
+
+    lead = max(group, key=resolved)  # max keeps the first of equals: the first anchor in graph order
+    for other in group:
+        if other is lead:
+            continue
+        for role, r in other.roles.items():
+            mine = lead.roles.get(role)
+            if (r.traced is not None or r.fused_weight is not None) and (
+                    mine is None or (mine.traced is None and mine.fused_weight is None)):
+                lead.roles[role] = r
+                lead.evidence.append(Evidence(role, None, "same_weights",
+                                              f"{role.upper()} projection found from {other.anchor.name}"))
+        if lead.output is None and other.output is not None:
+            lead.output = other.output
+            lead.evidence.append(Evidence("o", None, "same_weights", f"O projection found from {other.anchor.name}"))
+        for name, numel in other.extras.items():
+            lead.extras.setdefault(name, numel)
+    others = ", ".join(b.anchor.name for b in group if b is not lead)
+    what = (f"applied {applications} times" if applications > 1 else "one module in alternative If branches")
+    lead.evidence.append(Evidence("applications", applications, "same_weights",
+                                  f"{what}: the weights of {lead.anchor.name} are also read at {others}"))
+    return lead, applications
 
 
 def count_parameters(index: GraphIndex) -> int:
@@ -204,13 +288,15 @@ def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None
     taken: set[str] = set()
     blocks: list[AttentionBlock] = []
     extras_seen: set[str] = set()
-    for b in builders:
+    for group in modules(index, builders):
+        b, applications = merge_module(index, group)
         # A shared table (T5 computes its position bias once and reuses it) counts in its first block.
         for name in list(b.extras):
             if name in extras_seen:
                 del b.extras[name]
             extras_seen.add(name)
-        blocks.append(b.build(taken))
+        block = b.build(taken)
+        blocks.append(block if applications == 1 else dataclasses.replace(block, applications=applications))
     return build_report(blocks, path=path if path is not None else graph.source, fmt=fmt or graph.kind,
                         total_params=count_parameters(index), num_nodes=len(graph.nodes), opset=graph.opset,
                         producer=graph.producer, misses=misses, warnings=graph.warnings, what_if_heads=what_if_heads)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mhainspect.findings import AttentionBlock, BlockVerification
 from mhainspect.render.numbers import human_count
 
-__all__ = ["UNKNOWN", "block_cells", "heads_label", "percent", "verify_label"]
+__all__ = ["UNKNOWN", "block_cells", "heads_label", "kind_label", "percent", "verify_label"]
 
 UNKNOWN = "?"  # a number the analysis could not determine
 
@@ -19,6 +19,11 @@ def heads_label(block: AttentionBlock) -> str:
     return str(block.num_heads)
 
 
+def kind_label(block: AttentionBlock) -> str:
+    """'self', 'cross', ...; 'self ×12' for one module whose weights a run applies 12 times."""
+    return block.kind if block.applications == 1 else f"{block.kind} ×{block.applications}"
+
+
 def _opt(value: int | None) -> str:
     return UNKNOWN if value is None else str(value)
 
@@ -30,7 +35,7 @@ def percent(part: int, whole: int) -> str:
 def block_cells(b: AttentionBlock, model_total: int) -> tuple[str, ...]:
     """One block's row, in _COLUMNS order; shared by every tabular renderer."""
     p = b.params
-    return (b.name, b.kind, heads_label(b), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v), human_count(p.q),
+    return (b.name, kind_label(b), heads_label(b), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v), human_count(p.q),
             human_count(p.k), human_count(p.v), human_count(p.o), human_count(p.bias), human_count(p.total),
             percent(p.total, model_total))
 

@@ -61,7 +61,7 @@ def _report(report: Report, level: int) -> list[str]:
         lines.append(_row(_ALIGN))
         for b in report.blocks:
             cells = list(block_cells(b, m.total_params))
-            cells[0], cells[1], cells[11] = _code(b.name), _text(b.kind), f"**{cells[11]}**"
+            cells[0], cells[1], cells[11] = _code(b.name), _text(cells[1]), f"**{cells[11]}**"
             lines.append(_row(cells))
     else:
         lines.append("No attention blocks found.")
