@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from itertools import chain
 from operator import attrgetter
 
-from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
-from mhainspect.dtypes import is_float
+from mhainspect.accounting import count_parameters
+from mhainspect.dataflow import GraphIndex
 from mhainspect.errors import InputError
 from mhainspect.findings import AttentionBlock, Evidence, Miss, Report
 from mhainspect.graph import ModelGraph, Tensor
@@ -22,7 +22,6 @@ from mhainspect.matchers import decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.report import build_report
 
-_QUANTIZED_WEIGHT_OPS = {"MatMulNBits", "DequantizeLinear", "MatMulInteger", "QLinearMatMul", "GatherBlockQuantized"}
 _MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
 _SUBGRAPH_PREFIX = re.compile(r"^(.*/body\d+/)")  # the loader names subgraph nodes "{parent}/body{i}/{name}"
@@ -136,32 +135,6 @@ def merge_module(index: GraphIndex, group: list[BlockBuilder]) -> tuple[BlockBui
     return lead, applications
 
 
-def count_parameters(index: GraphIndex) -> int:
-    """Unique weights (by storage) that some op reads as data, not only for its shape."""
-    seen: set[str] = set()
-    total = 0
-    trig_sources = _trig_sources(index)
-    not_shape_only: frozenset[int] = frozenset()
-    for name, t in index.graph.weights.items():
-        if t.is_constant_node or not t.shape or t.storage_key in seen:
-            continue
-        if t.kind is not None and t.kind != "parameter":
-            continue  # the exporter says: a buffer, a constant, or folded from non-parameters
-        numel = t.numel
-        if numel == 1 and "." not in t.name:
-            continue  # exporter scalars (scale, eps) shaped [1]; real parameters carry a module path
-        users = index.users(name)
-        if not is_float(t.dtype) and not any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in users):
-            continue
-        if not any(pos not in SHAPE_INPUTS.get(u.op, not_shape_only) for u, pos in users):
-            continue
-        if (trig_sources is None or name in trig_sources) and _only_feeds_trig(index, name):
-            continue  # rotary inv_freq: a buffer that only builds cos/sin tables, not a parameter
-        seen.add(t.storage_key)
-        total += numel
-    return total
-
-
 def _listed(what: str, names: list[str], consequence: str) -> str:
     shown = ", ".join(names[:_MAX_LISTED]) + (f" and {len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else "")
     return f"{what} ({len(names)}): {shown}; {consequence}"
@@ -230,54 +203,6 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
     if not bad and not dup and not dead:
         return graph
     return dataclasses.replace(graph, nodes=nodes, weights=weights, warnings=tuple(warnings))
-
-
-_TRIG_PATH = {"Mul", "MatMul", "Unsqueeze", "Reshape", "Expand", "Cast", "Transpose", "Concat", "Div", "Identity",
-              "Slice", "Gather", "Squeeze", "Einsum"}
-
-
-def _only_feeds_trig(index: GraphIndex, name: str, limit: int = 64) -> bool:
-    """True when every path from ``name`` ends in Cos/Sin after a few elementwise/layout ops."""
-    frontier = [name]
-    seen = {name}
-    reached_trig = False
-    while frontier and len(seen) < limit:
-        cur = frontier.pop()
-        for user, _pos in index.users(cur):
-            if user.op in ("Cos", "Sin"):
-                reached_trig = True
-                continue
-            if user.op not in _TRIG_PATH:
-                return False
-            for o in user.outputs:
-                if o and o not in seen:
-                    seen.add(o)
-                    frontier.append(o)
-    return reached_trig and not frontier
-
-
-def _trig_sources(index: GraphIndex) -> set[str] | None:
-    """Every tensor from which a path through _TRIG_PATH ops reaches a Cos/Sin input.
-
-    _only_feeds_trig can only be True for these, so it walks from them alone. Found walking back
-    from the Cos/Sin nodes, which needs one producer per tensor: None when some tensor has several
-    (not valid ONNX), and then every weight is walked.
-    """
-    order = index.order
-    outputs = list(chain.from_iterable(map(attrgetter("outputs"), order)))
-    if len(outputs) - outputs.count("") != len(index.producer):
-        return None
-    found: set[str] = set()
-    stack = [x for n in order if n.op in ("Cos", "Sin") for x in n.inputs if x]
-    while stack:
-        cur = stack.pop()
-        if cur in found:
-            continue
-        found.add(cur)
-        node = index.producer.get(cur)
-        if node is not None and node.op in _TRIG_PATH:
-            stack.extend(x for x in node.inputs if x)
-    return found
 
 
 def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
