@@ -51,7 +51,7 @@ def block_flags(b: AttentionBlock) -> list[Flag]:
     if b.scale_known and b.scale is not None and d_k:
         expected = 1.0 / math.sqrt(d_k)
         if not math.isclose(b.scale, expected, rel_tol=1e-3):
-            what = ("scores are not scaled at all (the scale is folded into the weights, as in T5)"
+            what = ("the graph applies no scale to the scores (no factor on Q, K or Q·Kᵀ before the Softmax)"
                     if b.scale == 1.0 else f"scores are scaled by {b.scale:.6g}")
             out.append(_flag("MHA003", b.name, f"{what}; 1/√d_k would be {expected:.6g}.", scale=b.scale,
                              expected=expected))

@@ -95,12 +95,7 @@ def mha_nodes(g: Nodes, scope: str, x: str, prefix: str, heads: int, d_k: int, *
             k = g.add("Concat", [cache_kv[0], k], f"{scope}/k/Concat_out", axis=2)
             v = g.add("Concat", [cache_kv[1], v], f"{scope}/v/Concat_out", axis=2)
         k_t = g.add("Transpose", [k], f"{scope}/k/TransposeT_out", perm=[0, 1, 3, 2])
-    scores = g.add("MatMul", [q, k_t], f"{scope}/scores/MatMul_out")
-    s = 1.0 / math.sqrt(d_k) if scale is None else scale
-    g.inits.append(numpy_helper.from_array(np.array(s, dtype=np.float32), f"{scope}.scale_value"))
-    scaled = g.add("Mul", [scores, f"{scope}.scale_value"], f"{scope}/scores/Mul_out")
-    probs = g.add("Softmax", [scaled], f"{scope}/Softmax_out", axis=-1)
-    ctx = g.add("MatMul", [probs, v], f"{scope}/ctx/MatMul_out")
+    ctx = core_nodes(g, scope, q, k_t, v, "scores", 1.0 / math.sqrt(d_k) if scale is None else scale)
     t = g.add("Transpose", [ctx], f"{scope}/ctx/Transpose_out", perm=[0, 2, 1, 3])
     merged = g.add("Reshape", [t, "merge_heads"], f"{scope}/ctx/Reshape_out")
     return _project(g, scope, merged, prefix, "o")
@@ -116,3 +111,38 @@ def model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], inputs: li
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
+
+
+def runtime_root_scale(g: Nodes, scope: str, of: str, tag: str) -> str:
+    """√(1/√d_k) computed at run time from the last dimension of ``of``: Sqrt(1/Sqrt(Cast(Gather(Shape))))."""
+    shape = g.add("Shape", [of], f"{scope}/{tag}/Shape_out")
+    g.inits.append(numpy_helper.from_array(np.array(-1, dtype=np.int64), f"{scope}.{tag}.last"))
+    dim = g.add("Gather", [shape, f"{scope}.{tag}.last"], f"{scope}/{tag}/Gather_out", axis=0)
+    as_float = g.add("Cast", [dim], f"{scope}/{tag}/Cast_out", to=TensorProto.FLOAT)
+    root = g.add("Sqrt", [as_float], f"{scope}/{tag}/Sqrt_out")
+    g.inits.append(numpy_helper.from_array(np.array(1.0, dtype=np.float32), f"{scope}.{tag}.one"))
+    inv = g.add("Div", [f"{scope}.{tag}.one", root], f"{scope}/{tag}/Div_out")
+    return g.add("Sqrt", [inv], f"{scope}/{tag}/Sqrt2_out")
+
+
+def core_nodes(g: Nodes, scope: str, q: str, k_t: str, v: str, mode: str, scale: float = 1.0) -> str:
+    """softmax(scale · q·k_t)·v with the scale placed by ``mode``: "scores" (a constant on the scores),
+    "q" / "k" (a constant on Q / on Kᵀ), "split" (√scale on Q and on Kᵀ), "split_runtime"
+    (√(1/√d_k) computed from Q's shape, on Q and on Kᵀ), "none"."""
+    def const(tag: str, value: float) -> str:
+        g.inits.append(numpy_helper.from_array(np.array(value, dtype=np.float32), f"{scope}.{tag}"))
+        return f"{scope}.{tag}"
+
+    if mode in ("q", "split", "split_runtime"):
+        factor = (runtime_root_scale(g, scope, q, "qscale") if mode == "split_runtime"
+                  else const("q_scale", scale if mode == "q" else math.sqrt(scale)))
+        q = g.add("Mul", [q, factor], f"{scope}/q/Mul_out")
+    if mode in ("k", "split", "split_runtime"):
+        factor = (runtime_root_scale(g, scope, q, "kscale") if mode == "split_runtime"
+                  else const("k_scale", scale if mode == "k" else math.sqrt(scale)))
+        k_t = g.add("Mul", [k_t, factor], f"{scope}/k/Mul_out")
+    scores = g.add("MatMul", [q, k_t], f"{scope}/scores/MatMul_out")
+    if mode == "scores":
+        scores = g.add("Mul", [scores, const("scale_value", scale)], f"{scope}/scores/Mul_out")
+    probs = g.add("Softmax", [scores], f"{scope}/Softmax_out", axis=-1)
+    return g.add("MatMul", [probs, v], f"{scope}/ctx/MatMul_out")
