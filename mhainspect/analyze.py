@@ -18,7 +18,7 @@ from mhainspect.dataflow import GraphIndex
 from mhainspect.errors import InputError
 from mhainspect.findings import AttentionBlock, Evidence, Miss, Report
 from mhainspect.graph import ModelGraph, Tensor
-from mhainspect.matchers import decomposed, fused
+from mhainspect.matchers import additive, decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.report import build_report
 
@@ -43,6 +43,8 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
             continue
         if node.op == "Softmax":
             result = decomposed.match(index, node)
+            if isinstance(result, Miss) and result.reason.startswith(decomposed.NO_SCORE_PRODUCT):
+                result = additive.match(index, node) or result  # scores without Q·Kᵀ: additive ones?
         else:
             result = fused.match(index, node)
         if isinstance(result, Miss):

@@ -31,7 +31,8 @@ def block_flags(b: AttentionBlock) -> list[Flag]:
         out.append(_flag("MHA004", b.name, f"heads unknown: {b.unknown_reason or 'no evidence'}",
                          reason=b.unknown_reason))
         return out
-    if d_k is not None and d_model is not None and h * d_k != d_model:
+    # Additive attention has one head by construction: its width is no per-head choice.
+    if d_k is not None and d_model is not None and h * d_k != d_model and b.kind != "additive":
         std = standard_layout_count(b)
         half, double = what_if(b, max(1, h // 2)), what_if(b, h * 2)
         parts = [f"{h} heads × d_k {d_k} = {h * d_k} ≠ d_model {d_model}: Q/K/V/O widths follow the head "
@@ -45,7 +46,7 @@ def block_flags(b: AttentionBlock) -> list[Flag]:
                          projection_width=h * d_k, params=b.params.total, standard_layout_params=std,
                          params_at_half_heads=half.head_dim_fixed if half else None,
                          params_at_double_heads=double.head_dim_fixed if double else None))
-    if d_k is not None and d_v is not None and d_k != d_v:
+    if d_k is not None and d_v is not None and d_k != d_v and b.kind != "additive":
         out.append(_flag("MHA002", b.name, f"d_k {d_k} ≠ d_v {d_v}: value heads are {'wider' if d_v > d_k else 'narrower'} "
                          "than query/key heads.", d_k=d_k, d_v=d_v))
     if b.scale_known and b.scale is not None and d_k:

@@ -26,13 +26,13 @@ _SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Tanh", "Clip", "Ide
 # Between Softmax and ·V: casts, dropout, head masks, reshapes.
 _PROBS_PATH = {"Cast", "Dropout", "Where", "Identity", "Reshape", "Mul", "Squeeze", "Unsqueeze"}
 _MAX_SCORE_NODES = 24
+NO_SCORE_PRODUCT = "no Q·Kᵀ product of two activations before the Softmax"
 
 
 def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     found = _find_score_product(index, softmax.inputs[0])
     if found is None:
-        return Miss(NAME, softmax.name, "no Q·Kᵀ product of two activations before the Softmax "
-                                         "(a classifier or router softmax, not attention)")
+        return Miss(NAME, softmax.name, NO_SCORE_PRODUCT + " (a classifier or router softmax, not attention)")
     score, score_path = found
     pv = _find_value_product(index, softmax.outputs[0])
     if pv is None:
