@@ -16,7 +16,7 @@ from operator import attrgetter
 from mhainspect.accounting import count_parameters
 from mhainspect.dataflow import GraphIndex
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Evidence, Miss, Report
+from mhainspect.findings import AttentionBlock, Evidence, Miss, ParamBreakdown, Projection, Report
 from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.matchers import additive, decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
@@ -137,6 +137,33 @@ def merge_module(index: GraphIndex, group: list[BlockBuilder]) -> tuple[BlockBui
     return lead, applications
 
 
+def count_shared_once(blocks: list[AttentionBlock]) -> list[AttentionBlock]:
+    """Blocks whose projection weights (or biases) an earlier block also uses count them there only
+    (layers sharing a K/V projection): the later block's share is 0 for that weight, with evidence,
+    so that block shares never add up past the model."""
+    owner: dict[tuple[str, str], str] = {}
+    out: list[AttentionBlock] = []
+    for b in blocks:
+        changed: list[Projection] = []
+        notes: list[Evidence] = []
+        for p in b.projections:
+            counted = {"weight": p.weight_params, "bias": p.bias_params}
+            for what, tensor in (("weight", p.weight), ("bias", p.bias)):
+                if tensor is None or not counted[what]:
+                    continue
+                first = owner.setdefault((tensor, p.role), b.name)
+                if first != b.name:
+                    notes.append(Evidence(p.role, counted[what], "same_weights",
+                                          f"{p.role.upper()} {tensor} is shared with {first}: counted there"))
+                    counted[what] = 0
+            changed.append(dataclasses.replace(p, weight_params=counted["weight"], bias_params=counted["bias"]))
+        if notes:
+            breakdown = ParamBreakdown.from_projections(changed, extra=b.params.extra)
+            b = dataclasses.replace(b, projections=tuple(changed), params=breakdown, evidence=b.evidence + tuple(notes))
+        out.append(b)
+    return out
+
+
 def _listed(what: str, names: list[str], consequence: str) -> str:
     shown = ", ".join(names[:_MAX_LISTED]) + (f" and {len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else "")
     return f"{what} ({len(names)}): {shown}; {consequence}"
@@ -224,6 +251,7 @@ def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None
             extras_seen.add(name)
         block = b.build(taken)
         blocks.append(block if applications == 1 else dataclasses.replace(block, applications=applications))
+    blocks = count_shared_once(blocks)
     return build_report(blocks, path=path if path is not None else graph.source, fmt=fmt or graph.kind,
                         total_params=count_parameters(index), num_nodes=len(graph.nodes), opset=graph.opset,
                         producer=graph.producer, misses=misses, warnings=graph.warnings, what_if_heads=what_if_heads)
