@@ -141,9 +141,10 @@ _RESCALE_SOURCES = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "Qu
 
 
 def _rescales(index: GraphIndex, mul: Node, pos: int) -> bool:
-    """Whether Mul ``mul`` multiplies its input ``pos`` with a quantization scale or an integer
-    product: then that input is a weight's scale (dynamic quantization: MatMulInteger -> Cast ->
-    Mul(a_scale · w_scale)), not a weight."""
+    """Whether Mul ``mul`` multiplies its input ``pos`` with a quantization scale, an integer
+    product or an integer weight decoded by a Cast: then that input is a scale (dynamic
+    quantization: MatMulInteger -> Cast -> Mul(a_scale · w_scale); Cast(int8 weight) · scale),
+    not a weight."""
     if len(mul.inputs) != 2:
         return False
     cur = mul.inputs[1 - pos]
@@ -153,8 +154,13 @@ def _rescales(index: GraphIndex, mul: Node, pos: int) -> bool:
             return False
         if node.op in _RESCALE_SOURCES:
             return node.op != "DynamicQuantizeLinear" or cur != node.outputs[0]
-        if node.op not in ("Cast", "Mul", "Reshape", "Identity"):
+        if node.op not in ("Cast", "Mul", "Reshape", "Identity", "Transpose"):
             return False
+        if node.op == "Cast" and node.inputs:
+            source = index.graph.weights.get(node.inputs[0])
+            if source is not None:
+                found = lookup(source.dtype)
+                return found is not None and found.family is Family.INTEGER and source.numel > 1
         cur = node.inputs[0]
     return False
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from mhainspect.accounting import (
+    _TRIG_PATH,
     QUANT_PARAM_INPUTS,
     QUANT_WEIGHT_INPUTS,
-    _TRIG_PATH,
     _only_feeds_trig,
     _trig_sources,
     count_parameters,
@@ -40,20 +40,31 @@ _STATE = {"LSTM": {4, 5, 6}, "GRU": {4, 5, 6}, "RNN": {4, 5, 6}, "DynamicQuantiz
 _LAYOUT = {"Expand", "Tile", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten"}
 
 
+_INTS = {"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "int4", "uint4", "int2", "uint2"}
+
+
+def _scale_operand(index: GraphIndex, tensor: str, hops: int = 3) -> bool:
+    """``tensor`` is a quantization scale, an integer product, or a Cast of a stored integer weight."""
+    node = index.producer.get(tensor)
+    if node is None:
+        return False
+    if node.op in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QuantizeLinear"):
+        return node.op != "DynamicQuantizeLinear" or tensor != node.outputs[0]
+    if node.op not in ("Cast", "Mul", "Reshape", "Identity", "Transpose"):
+        return False
+    source = index.graph.weights.get(node.inputs[0]) if node.op == "Cast" and node.inputs else None
+    if source is not None:
+        return source.dtype in _INTS and source.numel > 1
+    return hops > 1 and _scale_operand(index, node.inputs[0], hops - 1)
+
+
 def _read_as_data(index: GraphIndex, name: str, hops: int = 4) -> bool:
     """Some use reads ``name`` as values (not shape, scale, zero point or recurrent state)."""
     for u, pos in index.users(name):
         if pos in QUANT_PARAM_INPUTS.get(u.op, ()) or pos in _STATE.get(u.op, ()) or pos in SHAPE_INPUTS.get(u.op, ()):
             continue
-        if u.op == "Mul":
-            other = index.producer.get(u.inputs[1 - pos]) if len(u.inputs) == 2 else None
-            for _ in range(3):
-                if other is None or other.op not in ("Cast", "Mul", "Reshape", "Identity"):
-                    break
-                other = index.producer.get(other.inputs[0])
-            if other is not None and (other.op in ("MatMulInteger", "ConvInteger", "QuantizeLinear") or (
-                    other.op == "DynamicQuantizeLinear" and u.inputs[1 - pos] != other.outputs[0])):
-                continue  # multiplied with a quantization scale: a scale
+        if u.op == "Mul" and len(u.inputs) == 2 and _scale_operand(index, u.inputs[1 - pos]):
+            continue  # multiplied with a quantization scale or a decoded integer weight: a scale
         if u.op in _LAYOUT and pos == 0:
             if hops > 1 and any(_read_as_data(index, o, hops - 1) for o in u.outputs if o):
                 return True
@@ -161,7 +172,8 @@ def test_models_count_and_sanitize_as_plain_code(path: Path) -> None:
 
 
 _OPS = sorted(_TRIG_PATH) + ["Cos", "Sin", "Softmax", "Add", "Relu", "Shape", "Reshape", "Gather", "DequantizeLinear",
-                             "MatMulInteger", "DynamicQuantizeLinear", "Expand", "LSTM", "MatMulNBits"]
+                             "MatMulInteger", "DynamicQuantizeLinear", "Expand", "LSTM", "MatMulNBits", "Mul", "Cast",
+                             "Cast", "Mul"]
 
 
 def _random_graph(rng: random.Random) -> ModelGraph:
