@@ -138,25 +138,23 @@ def merge_module(index: GraphIndex, group: list[BlockBuilder]) -> tuple[BlockBui
 
 
 def count_shared_once(blocks: list[AttentionBlock]) -> list[AttentionBlock]:
-    """Blocks whose projection weights (or biases) an earlier block also uses count them there only
-    (layers sharing a K/V projection): the later block's share is 0 for that weight, with evidence,
-    so that block shares never add up past the model."""
+    """A projection whose weight an earlier block also uses (layers sharing a K/V projection)
+    counts there only: in the later block its weight and bias count 0, with evidence naming the
+    block it counts in, so that block shares never add up past the model. As attention_params
+    does, a bias alone is not identity: exporters store equal all-zero biases of different layers
+    as one tensor."""
     owner: dict[tuple[str, str], str] = {}
     out: list[AttentionBlock] = []
     for b in blocks:
         changed: list[Projection] = []
         notes: list[Evidence] = []
         for p in b.projections:
-            counted = {"weight": p.weight_params, "bias": p.bias_params}
-            for what, tensor in (("weight", p.weight), ("bias", p.bias)):
-                if tensor is None or not counted[what]:
-                    continue
-                first = owner.setdefault((tensor, p.role), b.name)
-                if first != b.name:
-                    notes.append(Evidence(p.role, counted[what], "same_weights",
-                                          f"{p.role.upper()} {tensor} is shared with {first}: counted there"))
-                    counted[what] = 0
-            changed.append(dataclasses.replace(p, weight_params=counted["weight"], bias_params=counted["bias"]))
+            first = owner.setdefault((p.weight, p.role), b.name) if p.weight is not None else b.name
+            if first != b.name and (p.weight_params or p.bias_params):
+                notes.append(Evidence(p.role, p.weight_params + p.bias_params, "same_weights",
+                                      f"{p.role.upper()} projection {p.weight} is shared with {first}: counted there"))
+                p = dataclasses.replace(p, weight_params=0, bias_params=0)
+            changed.append(p)
         if notes:
             breakdown = ParamBreakdown.from_projections(changed, extra=b.params.extra)
             b = dataclasses.replace(b, projections=tuple(changed), params=breakdown, evidence=b.evidence + tuple(notes))
