@@ -265,7 +265,7 @@ def test_a_runtime_scale_over_a_symbolic_dimension_is_unknown_with_the_reason() 
     block = report.blocks[0]
     assert block.scale is None and not block.scale_known
     detail = next(e.detail for e in block.evidence if e.field == "scale")
-    assert detail.startswith("unknown:") and "computed at run time" in detail
+    assert detail.startswith("unknown:") and "computed at run time" in detail and "qscale" in detail
     assert not [f for f in report.flags if f.code == "MHA003"]
 
 

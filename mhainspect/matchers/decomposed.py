@@ -226,7 +226,8 @@ _OPERAND_CHAIN = {"Reshape", "Transpose", "Cast", "Identity", "Squeeze", "Unsque
 def _fold_scalar(index: GraphIndex, name: str, depth: int = 0) -> _ScalarFold:
     """The value of a one-element tensor built by scalar arithmetic (Sqrt(Cast(Gather(Shape(q))))
     and the like) from constants and shape dims, folded with the symbolic shapes; None when a
-    dimension it reads is symbolic; _NOT_SCALAR when it is not such a scalar."""
+    dimension it reads is symbolic (or a constant's value was not read); _NOT_SCALAR when it is not
+    such a scalar."""
     if depth > _MAX_FOLD_DEPTH:
         return _NOT_SCALAR
     t = index.graph.weights.get(name)
@@ -235,7 +236,7 @@ def _fold_scalar(index: GraphIndex, name: str, depth: int = 0) -> _ScalarFold:
             return _NOT_SCALAR
         if t.float_value is not None:
             return t.float_value
-        return float(t.int_value[0]) if t.int_value else _NOT_SCALAR
+        return float(t.int_value[0]) if t.int_value else None  # a one-element constant whose value is not read
     known = index.shapes.float_scalar(name)
     if known is not None:
         return known
@@ -291,7 +292,8 @@ def _factor(index: GraphIndex, node: Node, on_tensor: str) -> tuple[float | None
     if isinstance(value, _NotScalar):
         return None
     if value is None:
-        return None, f"the factor {other} at {node.name} is computed at run time from a dimension that is not a constant"
+        return None, (f"the factor {other} at {node.name} does not fold to a number (computed at run time from a "
+                      "dimension that is not a constant, or a constant whose value is not read)")
     if node.op == "Div":
         if pos == 1:
             return None, f"{node.name} divides a constant by the scores"
