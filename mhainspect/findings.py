@@ -138,8 +138,9 @@ class AttentionBlock:
     kv_cache_reason: str | None = None  # why the block caches nothing, or what is unknown
     sliding_window: int | None = None  # tokens a sliding-window layer keeps in its cache
     # How many times one run applies this module's weights (ALBERT's shared layer: 12); its
-    # parameters are counted once whatever the number. Branches of an If are alternatives, not
-    # applications: a block found in both is one block applied once.
+    # parameters are counted once whatever the number, its KV cache (kv_cache_bytes_per_token is
+    # one application's) N times. Branches of an If are alternatives, not applications: a block
+    # found in both is one block applied once.
     applications: int = 1
 
 
@@ -191,6 +192,15 @@ class Report:
     flags: tuple[Flag, ...]
     misses: tuple[Miss, ...]
     warnings: tuple[str, ...] = ()
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a Report as the HTML report's body (charts included).
+
+        The one import from the render layer here, deferred to the call: Jupyter looks for this
+        method on the object itself, and nothing is imported until a notebook asks."""
+        from mhainspect.render.html import repr_html
+
+        return repr_html(self)
 
 
 SCHEMA_VERSION = "1.0"
