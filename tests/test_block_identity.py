@@ -342,3 +342,16 @@ def test_additive_scores_without_a_value_product_are_a_near_miss_named_as_such()
     assert not report.blocks
     (miss,) = report.misses
     assert miss.matcher == "additive" and "vᵀ·tanh" in miss.reason and "router" not in miss.reason
+
+
+def test_fused_multi_head_attention_reading_encoder_memory_is_cross_attention() -> None:
+    w = Weights("dec.attn", D, with_kv=False)
+    g = Nodes()
+    q = g.add("Add", [g.add("MatMul", ["x", "dec.attn.q_proj.weight"], "/dec/q/MatMul_out"), "dec.attn.q_proj.bias"],
+              "/dec/q/Add_out")
+    g.nodes.append(helper.make_node("MultiHeadAttention", [q, "memory", "memory"], ["y"], name="/dec/MHA",
+                                    domain="com.microsoft", num_heads=H))
+    m = model(g.nodes, w.tensors(), [value("x", 1, "s", D), value("memory", 1, "t", D)], [value("y", 1, "s", D)])
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    report = analyze(m)
+    assert [(b.kind, b.num_heads) for b in report.blocks] == [("cross", H)]
