@@ -258,6 +258,8 @@ def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
     except InputError as exc:
         raise fail(str(exc)) from None
     for path in paths:
+        if path.suffix.lower() == ".gguf":
+            continue  # not run (see _verify_one); parsing it as ONNX would read the whole file
         try:
             verify_mod.check_budget(path, budget)
         except verify_mod.VerifyBudgetError as exc:
@@ -273,6 +275,9 @@ def _verify_one(path: Path, report: "Report", dims: dict[str, int]) -> "Report":
     from mhainspect.findings import BlockVerification
     from mhainspect.verify import attach, verify_report
 
+    if report.model.format == "gguf":
+        reason = "--verify runs ONNX models only; a GGUF file is audited from its header"
+        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
     if any(w.startswith(EXTERNAL_DATA_WARNING) for w in report.warnings):
         # Running would read weights from outside the model's folder: refused, nothing is opened.
         reason = "--verify refused: external data location outside the model folder (see warnings)"

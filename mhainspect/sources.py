@@ -2,6 +2,7 @@
 
 - ``*.onnx`` (and anything unrecognised): the ONNX loader.
 - ``*.safetensors``, ``*.pt/.pth/.bin/.ckpt``, a folder with config.json: the checkpoint loader.
+- ``*.gguf`` (split files ``*-00001-of-00003.gguf`` as one model): the GGUF loader.
 - ``pkg.module:callable`` or ``path/to/file.py:callable``: a factory in the user's own code, called
   with ``--arg key=value`` keyword arguments; it returns a module or ``(module, example_inputs)``.
 
@@ -27,6 +28,7 @@ from mhainspect.findings import Report
 
 TORCH_HINT = 'pip install "mhainspect[torch]"'
 _CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
+GGUF_SUFFIX = ".gguf"
 _FACTORY = re.compile(r"^(?P<target>.+):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
@@ -35,7 +37,7 @@ _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 class Source:
     """What a command-line argument names: an ONNX file, a checkpoint, or a factory spec."""
 
-    kind: str  # "onnx", "checkpoint", "factory"
+    kind: str  # "onnx", "checkpoint", "gguf", "factory"
     target: str  # a path, or the module / file part of a factory spec
     attr: str = ""  # the callable of a factory spec
 
@@ -61,6 +63,8 @@ def classify(spec: str) -> Source:
         return Source("onnx", spec)
     if p.suffix.lower() in _CHECKPOINT_SUFFIXES:
         return Source("checkpoint", spec)
+    if p.suffix.lower() == GGUF_SUFFIX:
+        return Source("gguf", spec)
     if not p.exists():
         m = _FACTORY.match(spec)
         if m is not None:
@@ -86,8 +90,12 @@ def parse_factory_args(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def analyze_file(path: str, *, what_if_heads: tuple[int, ...] = ()) -> Report:
-    """An ONNX file or a checkpoint (file or Hugging Face folder)."""
+    """An ONNX file, a GGUF file or a checkpoint (file or Hugging Face folder)."""
     src = classify(path)
+    if src.kind == "gguf":
+        from mhainspect.gguf_inspect import analyze_gguf
+
+        return analyze_gguf(path, what_if_heads=what_if_heads)
     if src.kind == "checkpoint":
         from mhainspect.loaders.checkpoint import analyze_checkpoint
 
