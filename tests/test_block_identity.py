@@ -355,3 +355,14 @@ def test_fused_multi_head_attention_reading_encoder_memory_is_cross_attention() 
     m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     report = analyze(m)
     assert [(b.kind, b.num_heads) for b in report.blocks] == [("cross", H)]
+
+
+def test_k_and_v_over_memory_concatenated_with_the_input_are_still_self_attention() -> None:
+    """Transformer-XL: K/V are projected from Concat(mems, h), Q from h."""
+    w = Weights("layer.attn", D)
+    g = Nodes()
+    kv = g.add("Concat", ["mems", "h"], "/layer/attn/Concat_out", axis=1)
+    out = mha_nodes(g, "/layer/attn", "h", w.prefix, H, DK, kv_src=kv)
+    report = analyze(model(g.nodes, g.inits + w.tensors() + shape_consts(H, DK),
+                           [value("h", 1, "s", D), value("mems", 1, "m", D)], [value(out, 1, "s", D)]))
+    assert [(b.kind, b.params.total) for b in report.blocks] == [("self", BLOCK)]

@@ -174,9 +174,10 @@ class BlockBuilder:
         return "self" if a & b else "cross"
 
     def _sources(self, r: RoleInput) -> set[str]:
-        if r.traced is not None:
-            return {_source(self.index, r.traced.hit.activation)}
-        return _origins(self.index, r.tensor) if r.tensor else set()
+        # A projected role: what its projection reads (memory Concat'ed before the input, as
+        # Transformer-XL does, still shares the current input with Q).
+        start = r.traced.hit.activation if r.traced is not None else r.tensor
+        return _origins(self.index, start) if start else set()
 
     def _projections(self, widths: dict[str, int | None]) -> tuple[Projection, ...]:
         """Q/K/V/O as counted; ``widths``: what width() gives for each role (computed once per build)."""
@@ -205,16 +206,6 @@ class BlockBuilder:
             out.append(Projection("o", o.weight.tensor.display_name, o.in_features, o.out_features, o.weight_params,
                                   o.bias.name if o.bias else None, o.bias_params, o.node.name))
         return tuple(out)
-
-
-def _source(index: GraphIndex, name: str) -> str:
-    """Look through casts/identities so that Q and K reading the same tensor count as self."""
-    for _ in range(8):
-        node = index.producer.get(name)
-        if node is None or node.op not in ("Identity", "Cast", "Dropout", "Contiguous"):
-            return name
-        name = node.inputs[0]
-    return name
 
 
 # Ops between a Q/K source and the attention core that keep the values' origin (layout, casts, scaling).
