@@ -72,12 +72,31 @@ def module_identity(index: GraphIndex, b: BlockBuilder) -> tuple[str, str] | Non
     return None
 
 
+def _identity_node(b: BlockBuilder) -> str:
+    """The node that applies the weight module_identity names (its Q projection, else O)."""
+    q = b.roles.get("q")
+    if q is not None and q.traced is not None:
+        return q.traced.hit.node.name
+    if q is not None and q.fused_weight is not None:
+        return q.fused_node or b.anchor.name
+    return b.output.node.name if b.output is not None else b.anchor.name
+
+
 def modules(index: GraphIndex, builders: list[BlockBuilder]) -> list[list[BlockBuilder]]:
-    """The builders grouped by module_identity, groups in order of their first anchor."""
+    """The builders grouped by module_identity, groups in order of their first anchor.
+
+    Anchors that reach the weight through the same node are not one module applied twice but two
+    attention maps over one projection (two Softmaxes over slices of one Q, as differential
+    attention has): they stay separate blocks, as before."""
     groups: dict[object, list[BlockBuilder]] = {}
+    nodes: dict[object, set[str]] = {}
     for i, b in enumerate(builders):
-        key = module_identity(index, b)
-        groups.setdefault(key if key is not None else i, []).append(b)
+        key: object = module_identity(index, b)
+        node = _identity_node(b)
+        if key is None or node in nodes.get(key, ()):
+            key = i
+        groups.setdefault(key, []).append(b)
+        nodes.setdefault(key, set()).add(node)
     return list(groups.values())
 
 

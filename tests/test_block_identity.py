@@ -366,3 +366,19 @@ def test_k_and_v_over_memory_concatenated_with_the_input_are_still_self_attentio
     report = analyze(model(g.nodes, g.inits + w.tensors() + shape_consts(H, DK),
                            [value("h", 1, "s", D), value("mems", 1, "m", D)], [value(out, 1, "s", D)]))
     assert [(b.kind, b.params.total) for b in report.blocks] == [("self", BLOCK)]
+
+
+def test_two_softmaxes_over_one_projection_are_not_one_module_applied_twice() -> None:
+    """Two attention maps over the same Q/K projection nodes (as differential attention has): the
+    anchors reach the weights through one node, so they are not applications of a shared layer."""
+    g = Nodes()
+    q = g.add("MatMul", ["x", "attn.q.weight"], "/attn/q/MatMul_out")
+    k_t = g.add("Transpose", [g.add("MatMul", ["x", "attn.k.weight"], "/attn/k/MatMul_out")], "/attn/k/T_out",
+                perm=[0, 2, 1])
+    v = g.add("MatMul", ["x", "attn.v.weight"], "/attn/v/MatMul_out")
+    one = core_nodes(g, "/attn/map1", q, k_t, v, "scores", 0.25)
+    two = core_nodes(g, "/attn/map2", q, k_t, v, "scores", 0.25)
+    diff = g.add("Sub", [one, two], "/attn/Sub_out")
+    inits = [helper.make_tensor(f"attn.{r}.weight", TensorProto.FLOAT, [D, D], [0.01] * D * D) for r in "qkv"]
+    report = analyze(model(g.nodes, g.inits + inits, [value("x", 1, "s", D)], [value(diff, 1, "s", D)]))
+    assert len(report.blocks) == 2 and all(b.applications == 1 for b in report.blocks)
