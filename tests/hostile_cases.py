@@ -570,7 +570,7 @@ CASES: tuple[Case, ...] = (
     Case("empty_onnx", "empty file (.onnx)", empty(".onnx"), "error", "empty"),
     Case("empty_pt", "empty file (.pt)", empty(".pt"), "error", torch=True),
     Case("empty_safetensors", "empty file (.safetensors)", empty(".safetensors"), "error"),
-    Case("empty_directory", "directory without models", empty_directory, "error", "no *.onnx or *.gguf files"),
+    Case("empty_directory", "directory without models", empty_directory, "error", "no models in this folder"),
     Case("directory_named_onnx", "directory named model.onnx", directory_named_onnx, "error"),
     Case("unreadable", "unreadable file (mode 000; as root, audited without CAP_DAC_OVERRIDE)", unreadable,
          "error", "not readable", unprivileged=True),
