@@ -117,10 +117,6 @@ def splice(doc: str, section: str) -> str:
 # Why a file is a known gap, by the first pattern its path contains (the issue 15 item it waits for).
 # Written for the failure modes seen when the table was made: check it still says what happens.
 GAP_CAUSES: tuple[tuple[str, str], ...] = (
-    ("optimum-merge/", "merged decoder: the If's two branches use the same outer weights and are reported twice; "
-     "outer-graph biases and the no-past branch's cross K/V are not merged"),
-    ("decoder_with_past", "decoder with past: cross-attention whose K/V arrive as past inputs is reported as "
-     "self-attention"),
     ("dynamic-int8@O2", "dynamic int8 of an ORT-optimized graph: the fused Attention becomes com.microsoft "
      "QAttention; other projections go through DynamicQuantizeLinear -> MatMulInteger"),
     ("static-qdq-int8@O2", "static QDQ of an ORT-optimized graph: Attention over DequantizeLinear weights; the O "

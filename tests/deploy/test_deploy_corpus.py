@@ -28,24 +28,6 @@ from tests.deploy.corpus import ENV_VAR, corpus_root, evaluate, file_entries, lo
 # file (relative to the corpus) -> why, and what mhainspect reports wrong today (`got != truth`, per block).
 # Printed from a corpus by `python scripts/deploy_report.py CORPUS --gaps`; update it when a fix lands.
 KNOWN_GAPS: dict[str, str] = {
-    'optimum-merge/gpt2/merged/decoder_model_merged.onnx': (
-        "merged decoder: the If's two branches use the same outer weights and are reported twice; outer-graph biases and the no-past branch's cross K/V are not merged. Observed: "
-        '2 duplicated: transformer.h.0.attn#2, transformer.h.1.attn#2'),
-    'optimum-merge/llama/merged/decoder_model_merged.onnx': (
-        "merged decoder: the If's two branches use the same outer weights and are reported twice; outer-graph biases and the no-past branch's cross K/V are not merged. Observed: "
-        '2 duplicated: model.layers.0.self_attn#2, model.layers.1.self_attn#2'),
-    'optimum/t5/with-past/decoder_with_past_model.onnx': (
-        'decoder with past: cross-attention whose K/V arrive as past inputs is reported as self-attention. Observed: '
-        'decoder.block.0.layer.1.EncDecAttention, decoder.block.1.layer.1.EncDecAttention: kind self != cross'),
-    'optimum-merge/t5/merged/decoder_model_merged.onnx': (
-        "merged decoder: the If's two branches use the same outer weights and are reported twice; outer-graph biases and the no-past branch's cross K/V are not merged. Observed: "
-        'decoder.block.0.layer.1.EncDecAttention, decoder.block.1.layer.1.EncDecAttention: kind self != cross, k 0 != 2048, v 0 != 2048, total 4096 != 8192; 4 duplicated: decoder.block.0.layer.0.SelfAttention#2, decoder.block.0.layer.1.EncDecAttention#2, decoder.block.1.layer.0.SelfAttention#2, decoder.block.1.layer.1.EncDecAttention#2'),
-    'optimum/whisper/with-past/decoder_with_past_model.onnx': (
-        'decoder with past: cross-attention whose K/V arrive as past inputs is reported as self-attention. Observed: '
-        'model.decoder.layers.0.encoder_attn, model.decoder.layers.1.encoder_attn: kind self != cross'),
-    'optimum-merge/whisper/merged/decoder_model_merged.onnx': (
-        "merged decoder: the If's two branches use the same outer weights and are reported twice; outer-graph biases and the no-past branch's cross K/V are not merged. Observed: "
-        'model.decoder.layers.0.self_attn, model.decoder.layers.1.self_attn: q 4096 != 4160, v 4096 != 4160, o 4096 != 4160, bias 0 != 192, total 16384 != 16576; model.decoder.layers.0.encoder_attn, model.decoder.layers.1.encoder_attn: kind self != cross, q 4096 != 4160, k 0 != 4096, v 0 != 4160, o 4096 != 4160, bias 0 != 192, total 8192 != 16576; 4 duplicated: model.decoder.layers.0.self_attn#2, model.decoder.layers.0.encoder_attn#2, model.decoder.layers.1.self_attn#2, model.decoder.layers.1.encoder_attn#2'),
     'optimum/bert/O2/model.onnx': (
         "ORT optimizer (O2): the O projection's bias moved into SkipLayerNormalization's 5th input is dropped. Observed: "
         'encoder.layer.0.attention.output.dense, encoder.layer.1.attention.output.dense: o 4096 != 4160, bias 192 != 256, total 16576 != 16640'),
