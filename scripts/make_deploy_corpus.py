@@ -586,8 +586,8 @@ GENAI_MODELS = ("llama", "qwen2", "phi3", "gemma")
 DERIVED: dict[str, tuple[str, tuple[str, ...]]] = {
     "dynamic-int8": ("ort-quantization", ("bert", "gpt2", "llama", "qwen2", "phi3", "t5", "whisper", "vit",
                                           "llama:with-past", "bert:O2", "gpt2:O2", "resnet", "mlp-softmax")),
-    "static-qdq-int8": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "vit", "bert:O2", "resnet",
-                                             "mlp-softmax")),
+    "static-qdq-int8": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "t5", "whisper", "vit", "bert:O2",
+                                             "resnet", "mlp-softmax")),
     "matmulnbits-qoperator": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "t5", "vit", "llama:with-past",
                                                    "bert:O2", "mlp-softmax")),
     "matmulnbits-qdq": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "mlp-softmax")),
