@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import copy
 import json
 import os
 import shutil
@@ -136,7 +137,8 @@ def _block(name: str, kind: str, part: str, h: int, kv: int, d_model: int, dk: i
     assert h % kv == 0, (h, kv)
     return {"name_hint": name, "kind": kind, "part": part, "num_heads": h, "num_kv_heads": kv, "d_model": d_model,
             "d_k": dk, "d_v": dv, "q": q[0], "k": k[0], "v": v[0], "o": o[0],
-            "bias": q[1] + k[1] + v[1] + o[1], "total": q[0] + k[0] + v[0] + o[0]}
+            "bias": q[1] + k[1] + v[1] + o[1], "total": q[0] + k[0] + v[0] + o[0],
+            "q_bias": q[1], "k_bias": k[1], "v_bias": v[1], "o_bias": o[1], "file_notes": []}
 
 
 def _qualname(root: Any, mod: Any) -> str:
@@ -255,26 +257,51 @@ def blocks_for(truth: list[dict[str, Any]], part: str) -> list[dict[str, Any]]:
     part: "all"; "encoder"; "decoder" (decoder self + cross, every projection); "decoder-past" (a
     decoder that takes the cross-attention K/V as past inputs: its cross blocks hold Q and O only).
     """
+    truth = copy.deepcopy(truth)  # per file: its notes and adjustments are its own
     if part == "all":
-        return [dict(b) for b in truth]
+        return truth
     if part == "encoder":
-        return [dict(b) for b in truth if b["part"] == "encoder"]
+        return [b for b in truth if b["part"] == "encoder"]
     out = []
     for b in truth:
         if b["part"] != "decoder":
             continue
-        b = dict(b)
         if part == "decoder-past" and b["kind"] == "cross":
             # K/V of cross-attention were computed once from the encoder output: not in this file.
-            bias = b["bias"]
-            qo_bias = bias - _bias_of(b, "k") - _bias_of(b, "v")
-            b.update(k=0, v=0, bias=qo_bias, total=b["q"] + b["o"], k_bias=0, v_bias=0)
+            b.update(k=0, v=0, bias=b["q_bias"] + b["o_bias"], total=b["q"] + b["o"], k_bias=0, v_bias=0,
+                     file_notes=["cross-attention K/V arrive as past inputs: their projections are not in this file"])
         out.append(b)
     return out
 
 
-def _bias_of(b: dict[str, Any], role: str) -> int:
-    return int(b.get(f"{role}_bias", 0))
+PACKED_BIAS_OPS = ("Attention", "QAttention")  # com.microsoft ops taking one packed [q | k | v] bias
+
+
+def hold_packed_biases(path: Path, blocks: list[dict[str, Any]]) -> None:
+    """What the file holds when onnxruntime's optimizer fused a block into com.microsoft Attention.
+
+    The op takes one packed Q|K|V bias: a role whose module has no bias (Whisper's k_proj) gets a
+    slice of zeros in the file. Those are parameters of the file (the tool reads no tensor values),
+    so the truth counts them. Applied only when the fused ops and the file's self-attention blocks
+    pair one to one; the block notes say so.
+    """
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    fused = [n for n in graph.node if n.domain == "com.microsoft" and n.op_type in PACKED_BIAS_OPS
+             and len(n.input) > 2 and n.input[2]]
+    selves = [b for b in blocks if b["kind"] == "self"]
+    if not fused or len(fused) != len(selves):
+        return
+    for b in selves:
+        widths = {"q": b["num_heads"] * b["d_k"], "k": b["num_kv_heads"] * b["d_k"], "v": b["num_kv_heads"] * b["d_v"]}
+        for role, width in widths.items():
+            if b[f"{role}_bias"] == 0:
+                b[role] += width
+                b[f"{role}_bias"] = width
+                b["bias"] += width
+                b["total"] += width
+                b["file_notes"].append(f"{role} bias: {width} zeros in the fused Attention's packed bias")
 
 
 # --------------------------------------------------------------------------------------
@@ -292,18 +319,6 @@ def _tokenizer(folder: Path) -> None:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
                                    unk_token="<unk>")
     fast.save_pretrained(folder)
-
-
-def _with_role_biases(model: Any, blocks: list[dict[str, Any]], spec: ModelSpec) -> None:
-    """Record the K and V bias sizes per block (decoder-past cross blocks drop them)."""
-    if spec.truth == "t5":
-        return  # no biases
-    if spec.truth == "whisper":
-        attns = [layer.self_attn for layer in model.model.encoder.layers]
-        for layer in model.model.decoder.layers:
-            attns += [layer.self_attn, layer.encoder_attn]
-        for b, a in zip(blocks, attns):
-            b["k_bias"], b["v_bias"] = _n(a.k_proj.bias), _n(a.v_proj.bias)
 
 
 def save_models(work: Path, names: list[str]) -> dict[str, Any]:
@@ -324,7 +339,6 @@ def save_models(work: Path, names: list[str]) -> dict[str, Any]:
                 for p in model.parameters():
                     p.add_(torch.randn(p.shape, generator=g) * NOISE)
             blocks = TRUTH[spec.truth](model)
-            _with_role_biases(model, blocks, spec)
             if folder.exists():
                 shutil.rmtree(folder)
             model.save_pretrained(folder)
@@ -764,9 +778,7 @@ def build(out: Path, work: Path, jobs: int, select: str | None) -> dict[str, Any
             continue
         for rel, part in r["files"]:
             blocks = blocks_for(truth, part)
-            for b in blocks:
-                b.pop("k_bias", None)
-                b.pop("v_bias", None)
+            hold_packed_biases(out / rel, blocks)
             entries.append({**base, "file": rel, "part": part, "status": "ok", "reason": None,
                             "control": not blocks, "blocks": blocks})
     manifest = {"schema": 1, "seed": SEED, "noise": NOISE, "versions": _versions(),
