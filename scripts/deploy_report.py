@@ -68,7 +68,9 @@ def render(manifest: dict[str, Any], results: list[tuple[dict[str, Any], Outcome
         "onnxslim; plus controls without attention (ResNet, an MLP ending "
         "in a softmax, and their quantized forms). Truth per file: the attention modules' heads, KV heads, "
         "d_k, d_v, d_model and q/k/v/o/bias/total parameters from their own projection weights, restricted to "
-        "the blocks the file holds (a decoder-with-past file holds the cross-attention's Q and O only).",
+        "the blocks the file holds: a decoder-with-past file holds the cross-attention's Q and O only, and a "
+        "block fused into com.microsoft `Attention` holds its packed Q|K|V bias whole, zeros included where "
+        "the module has no bias (Whisper's K); `file_notes` in truth.json say where.",
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if k != "python") + ".",
         "",
@@ -125,9 +127,6 @@ GAP_CAUSES: tuple[tuple[str, str], ...] = (
      "projection behind Q/DQ and its bias in SkipLayerNormalization are lost"),
     ("matmulnbits-qoperator@O2", "MatMulNBits of an ORT-optimized graph: the O projection's bias moved into "
      "SkipLayerNormalization's 5th input is dropped"),
-    ("/whisper/O2/", "ORT optimizer (O2): the O projection's bias moved into SkipLayerNormalization's 5th input is "
-     "dropped; the fused Attention's packed qkv bias holds a zero K slice (Whisper's k_proj has no bias): the file "
-     "holds 64 bias elements per block the module does not (truth convention to settle)"),
     ("/O2/", "ORT optimizer (O2): the O projection's bias moved into SkipLayerNormalization's 5th input is dropped"),
     ("genai/", "genai int4: the q/k/v bias Add after the packed MatMulNBits is dropped"),
     ("dynamic-int8", "dynamic int8 (DynamicQuantizeLinear -> MatMulInteger -> Mul(scale) -> Add(bias)): biases and "

@@ -15,7 +15,9 @@ then passed through the tools people deploy with:
 The truth of every file is read from the torch modules (heads, kv heads, d_k, d_v, d_model and the
 q/k/v/o/bias/total parameters of each attention module's own projection weights), restricted to the
 blocks the file holds (an encoder file holds the encoder's blocks; a decoder-with-past file holds the
-cross-attention's Q and O projections only, its K/V come in as past inputs). Controls hold no attention.
+cross-attention's Q and O projections only, its K/V come in as past inputs; a block fused into
+com.microsoft Attention holds the op's packed Q|K|V bias whole, zeros where the module has no bias).
+Each block's ``file_notes`` say where the file differs from the module. Controls hold no attention.
 
 This script runs in its own virtual environment (optimum-onnx pins an older transformers than the
 main one): ``.venv-deploy/bin/python scripts/make_deploy_corpus.py OUTDIR [-j 2] [-k SUBSTR]``.
