@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -10,9 +11,47 @@ from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph, Node, Tensor
 from mhainspect.symbolic import ShapeEvaluator
 
-# Ops through which a weight keeps its identity (layout or dtype changes only).
-_WEIGHT_VIEW_OPS = {"Identity", "Cast", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "DequantizeLinear",
-                    "Contiguous", "CastLike"}
+# Ops that pass a value on unchanged but for its dtype or its quantization (the first output only:
+# DynamicQuantizeLinear's other outputs are its scale and zero point). Every walk of the matchers
+# looks through them, so a quantized or cast graph meets the same patterns as the float one.
+VALUE_PRESERVING_OPS = frozenset({"Identity", "Cast", "CastLike", "QuantizeLinear", "DequantizeLinear",
+                                  "DynamicQuantizeLinear", "Dropout", "Contiguous"})
+# Ops through which a weight keeps its identity (layout, dtype or quantization changes only).
+_WEIGHT_VIEW_OPS = VALUE_PRESERVING_OPS | {"Transpose", "Reshape", "Squeeze", "Unsqueeze"}
+_MAX_VALUE_HOPS = 8
+
+
+@dataclass(frozen=True)
+class ProductOperands:
+    """Where a matrix-product op reads its activation, its weight and (optionally) its bias.
+
+    ``packed_shape``: the weight is stored packed (4-bit blocks) and its logical [K, N] comes from
+    the op's K and N attributes. ``integer_result``: the op yields integer accumulators that a
+    Cast and a rescaling Mul turn back into the float product.
+    """
+
+    activation: int
+    weight: int
+    bias: int | None = None
+    packed_shape: bool = False
+    integer_result: bool = False
+
+
+# Products whose second operand is the weight, as deployment tools write them (onnxruntime's
+# quantizers and contrib ops). Scales and zero points are inputs too, but never parameters.
+QUANTIZED_PRODUCTS: dict[str, ProductOperands] = {
+    "MatMulInteger": ProductOperands(0, 1, integer_result=True),
+    "MatMulIntegerToFloat": ProductOperands(0, 1, bias=6),
+    "DynamicQuantizeMatMul": ProductOperands(0, 1, bias=4),
+    "QLinearMatMul": ProductOperands(0, 3),
+    "MatMulNBits": ProductOperands(0, 1, bias=5, packed_shape=True),
+    "MatMulBnb4": ProductOperands(0, 1, packed_shape=True),
+}
+
+
+def passes_value(node: Node, output: str) -> bool:
+    """True when ``output`` of ``node`` is its first input's value, only cast or (de)quantized."""
+    return node.op in VALUE_PRESERVING_OPS and bool(node.outputs) and node.outputs[0] == output
 # Outputs of these ops describe shapes, not activations.
 _SHAPE_OPS = {"Shape", "Size"}
 # Input positions that are read for their shape or as shape arguments only.
@@ -30,8 +69,17 @@ SHAPE_INPUTS: dict[str, frozenset[int]] = {
 class WeightRef:
     """A weight reached from a node input, possibly through a transpose or cast."""
 
-    tensor: Tensor
+    tensor: Tensor  # the stored tensor (its storage key, dtype and bytes)
     transposed: bool  # the op sees the weight with its last two axes swapped
+    logical: tuple[int, ...] | None = None  # the shape the op sees when storage packs it (4-bit blocks)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.logical if self.logical is not None else self.tensor.shape
+
+    @property
+    def numel(self) -> int:
+        return self.tensor.numel if self.logical is None else math.prod(self.logical)
 
 
 def topological_order(graph: ModelGraph) -> list[Node]:
@@ -186,3 +234,43 @@ class GraphIndex:
 
     def users(self, name: str) -> list[tuple[Node, int]]:
         return self.consumers.get(name, [])
+
+    def value_source(self, name: str) -> str:
+        """The tensor whose value ``name`` is, looking back through casts and (de)quantization."""
+        producer = self.producer
+        for _ in range(_MAX_VALUE_HOPS):
+            node = producer.get(name)
+            if node is None or not node.inputs or not node.inputs[0] or not passes_value(node, name):
+                return name
+            name = node.inputs[0]
+        return name
+
+    def value_users(self, name: str) -> list[tuple[Node, int]]:
+        """Consumers of ``name``'s value, looking forward through casts and (de)quantization."""
+        out: list[tuple[Node, int]] = []
+        frontier = [name]
+        for _ in range(_MAX_VALUE_HOPS):
+            nxt: list[str] = []
+            for cur in frontier:
+                for user, pos in self.consumers.get(cur, ()):
+                    if pos == 0 and user.op in VALUE_PRESERVING_OPS and user.outputs and user.outputs[0]:
+                        nxt.append(user.outputs[0])
+                    else:
+                        out.append((user, pos))
+            if not nxt:
+                return out
+            frontier = nxt
+        return out
+
+    def product_weight(self, node: Node, operands: ProductOperands) -> WeightRef | None:
+        """The logical weight a quantized product applies: its stored tensor, and for packed
+        storage the [K, N] shape from the op's attributes."""
+        if operands.weight >= len(node.inputs):
+            return None
+        if not operands.packed_shape:
+            return self.weight(node.inputs[operands.weight])
+        k, n = node.attrs.get("K"), node.attrs.get("N")
+        t = self.graph.weights.get(node.inputs[operands.weight])
+        if t is None or not isinstance(k, int) or not isinstance(n, int) or k <= 0 or n <= 0:
+            return None
+        return WeightRef(t, False, (k, n))

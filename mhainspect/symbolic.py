@@ -176,8 +176,9 @@ _UNARY_SAME_SHAPE = {
     "Identity", "Cast", "CastLike", "Relu", "Gelu", "FastGelu", "BiasGelu", "Erf", "Sqrt", "Tanh", "Neg",
     "Softmax", "LogSoftmax", "Sigmoid", "Not", "Exp", "Log", "Abs", "Reciprocal", "Floor", "Ceil",
     "Sin", "Cos", "Softplus", "IsNaN", "Round", "Sign", "Clip", "Dropout", "LayerNormalization",
-    "SimplifiedLayerNormalization", "SkipLayerNormalization", "RMSNormalization", "HardSigmoid",
+    "SimplifiedLayerNormalization", "RMSNormalization", "HardSigmoid",
     "LeakyRelu", "Elu", "Selu", "Mish", "QuickGelu", "Trilu", "CumSum", "RotaryEmbedding",
+    "QuantizeLinear", "DequantizeLinear",
 }
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less", "Greater", "LessOrEqual",
                 "GreaterOrEqual", "And", "Or", "Xor", "Max", "Min", "Mod", "BitShift", "Sum", "Mean",
@@ -766,6 +767,39 @@ def _h_gemm(ev: ShapeEvaluator, node: Node) -> None:
     ev._set(node, (m, n))
 
 
+def _h_matmul_at(a_pos: int, b_pos: int) -> Callable[[ShapeEvaluator, Node], None]:
+    """Quantized products (MatMulInteger, QLinearMatMul, ...): the MatMul shape of two of their inputs."""
+    def handler(ev: ShapeEvaluator, node: Node) -> None:
+        a, b = ev._in_shape(node, a_pos), ev._in_shape(node, b_pos)
+        if a is not None and b is not None:
+            ev._set(node, matmul_shape(a, b), picked=True)
+    return handler
+
+
+def _h_matmul_nbits(ev: ShapeEvaluator, node: Node) -> None:
+    """MatMulNBits / MatMulBnb4: x[..., K] times a packed weight of logical shape [K, N] (attribute N)."""
+    a, n = ev._in_shape(node, 0), node.attrs.get("N")
+    if a is not None and a and isinstance(n, int) and n > 0:
+        ev._set(node, a[:-1] + (int_dim(n),))
+
+
+def _h_dynamic_quantize(ev: ShapeEvaluator, node: Node) -> None:
+    """DynamicQuantizeLinear: the quantized value keeps its shape; scale and zero point are scalars."""
+    s = ev._in_shape(node, 0)
+    if s is not None:
+        ev._set(node, s, picked=True)
+    ev._set(node, (), out=1, picked=True)
+    ev._set(node, (), out=2, picked=True)
+
+
+def _h_skip_norm(ev: ShapeEvaluator, node: Node) -> None:
+    """Skip(Simplified)LayerNormalization: the normalised sum, and (output 3) the sum itself."""
+    s = ev._in_shape(node, 0)
+    if s is not None:
+        ev._set(node, s, picked=True)
+        ev._set(node, s, out=3, picked=True)
+
+
 def _h_expand(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
     target = ev._in_value(node, 1)
@@ -898,6 +932,15 @@ _HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     "Expand": _h_expand,
     "Tile": _h_tile,
     "Split": _h_split,
+    "MatMulInteger": _h_matmul_at(0, 1),
+    "MatMulIntegerToFloat": _h_matmul_at(0, 1),
+    "DynamicQuantizeMatMul": _h_matmul_at(0, 1),
+    "QLinearMatMul": _h_matmul_at(0, 3),
+    "MatMulNBits": _h_matmul_nbits,
+    "MatMulBnb4": _h_matmul_nbits,
+    "DynamicQuantizeLinear": _h_dynamic_quantize,
+    "SkipLayerNormalization": _h_skip_norm,
+    "SkipSimplifiedLayerNormalization": _h_skip_norm,
     "Einsum": _h_einsum,
     "Range": _h_range,
     "Equal": _h_equal,

@@ -68,11 +68,15 @@ class BlockBuilder:
         if r.traced is None:
             return None
         frac = self._fraction(role)
+        if frac is None:
+            return None
         # out_features · frac when that is a whole number (exact in ints: frac is in lowest terms).
         w = r.traced.hit.out_features * frac.numerator
         return w // frac.denominator if w % frac.denominator == 0 else None
 
-    def _fraction(self, role: str) -> Fraction:
+    def _fraction(self, role: str) -> Fraction | None:
+        """The share of its projection that a role uses: the whole when no other role reads it,
+        else the split the graph shows; None when it shows none (never an equal division)."""
         r = self.roles[role]
         assert r.traced is not None
         node = r.traced.hit.node
@@ -81,7 +85,19 @@ class BlockBuilder:
             return WHOLE
         if r.traced.split_fraction is not None and r.traced.split_fraction != 1:
             return r.traced.split_fraction
-        return Fraction(1, sharing)
+        return None
+
+    def _unsplit_packed(self) -> str | None:
+        """Why Q/K/V widths are unknown: a packed projection whose split the graph does not show."""
+        for role in ("q", "k", "v"):
+            r = self.roles.get(role)
+            if r is not None and r.traced is not None and self._fraction(role) is None:
+                hit = r.traced.hit
+                users = "/".join(x.role.upper() for x in self.roles.values()
+                                 if x.traced is not None and x.traced.hit.node is hit.node)
+                return (f"packed projection {hit.node.name} ({hit.out_features} outputs) feeds {users}, but the "
+                        "graph does not show how its outputs are split (no constant Split/Slice sizes, no shapes)")
+        return None
 
     def _pick(self, name: str) -> tuple[int | None, tuple[str, ...]]:
         offers = [e for e in self.evidence if e.field == name and isinstance(e.value, int)]
@@ -135,6 +151,10 @@ class BlockBuilder:
         conflicts.extend(c)
 
         unknown_reason = None
+        unsplit = self._unsplit_packed()
+        if unsplit is not None:
+            picked["num_heads"] = None  # the K/V head count would be a guess
+            self.notes.insert(0, unsplit)
         if picked["num_heads"] is None:
             unknown_reason = self._unknown_reason(wq)
             picked["num_kv_heads"] = None
@@ -179,8 +199,13 @@ class BlockBuilder:
                                           r.fused_bias, r.fused_bias_params, r.fused_node))
                 continue
             hit = r.traced.hit
-            frac = self._fraction(role) or WHOLE
+            frac = self._fraction(role)
             width = widths[role]
+            if frac is None:
+                # Split unknown: the packed weight counts once, on the first role that reads it.
+                first = next(x for x in ("q", "k", "v") if (y := self.roles.get(x)) is not None
+                             and y.traced is not None and y.traced.hit.node is hit.node)
+                frac = WHOLE if first == role else Fraction(0)
             if frac == 1:  # the whole projection: no Fraction arithmetic
                 weight_params, bias_params = hit.weight_params, hit.bias_params
             else:
@@ -196,13 +221,8 @@ class BlockBuilder:
 
 
 def _source(index: GraphIndex, name: str) -> str:
-    """Look through casts/identities so that Q and K reading the same tensor count as self."""
-    for _ in range(8):
-        node = index.producer.get(name)
-        if node is None or node.op not in ("Identity", "Cast", "Dropout", "Contiguous"):
-            return name
-        name = node.inputs[0]
-    return name
+    """Look through casts and (de)quantization so that Q and K reading the same tensor count as self."""
+    return index.value_source(name)
 
 
 def inverse_sqrt_dim(scale: float) -> int | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from mhainspect.dataflow import GraphIndex
+from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex, passes_value
 from mhainspect.findings import Evidence, Miss
 from mhainspect.graph import Node, Tensor
 from mhainspect.matchers.block import BlockBuilder, RoleInput, inverse_sqrt_dim
@@ -20,10 +20,10 @@ from mhainspect.symbolic import Dim, Shape
 NAME = "decomposed"
 _PRODUCTS = {"MatMul", "Einsum", "FusedMatMul"}
 # Between Q·Kᵀ and Softmax: scaling, masks, softcapping, bias (ALiBi, relative position), casts.
-_SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Tanh", "Clip", "Identity", "Reshape", "Squeeze",
-               "Unsqueeze", "Max", "Min", "Dropout"}
+_SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Tanh", "Clip", "Reshape", "Squeeze",
+               "Unsqueeze", "Max", "Min"} | VALUE_PRESERVING_OPS
 # Between Softmax and ·V: casts, dropout, head masks, reshapes.
-_PROBS_PATH = {"Cast", "Dropout", "Where", "Identity", "Reshape", "Mul", "Squeeze", "Unsqueeze"}
+_PROBS_PATH = {"Where", "Reshape", "Mul", "Squeeze", "Unsqueeze"} | VALUE_PRESERVING_OPS
 _MAX_SCORE_NODES = 24
 
 
@@ -74,10 +74,10 @@ def _find_score_product(index: GraphIndex, start: str) -> tuple[Node, tuple[Node
         node = index.producer.get(cur)
         if node is None:
             continue
-        visited += 1
+        visited += node.op not in VALUE_PRESERVING_OPS  # Q/DQ pairs do not use up the budget
         if node.op in _PRODUCTS and _two_activations(index, node):
             return node, path
-        if node.op not in _SCORE_PATH:
+        if node.op not in _SCORE_PATH or (node.op in VALUE_PRESERVING_OPS and not passes_value(node, cur)):
             continue
         for x in node.inputs:
             if x and x not in seen and index.is_activation(x):
@@ -103,10 +103,11 @@ def _find_value_product(index: GraphIndex, start: str) -> tuple[Node, str] | Non
                 if user.op == "Einsum" or pos == 0:
                     return user, cur
             if user.op in _PROBS_PATH and (user.op != "Where" or pos != 0):
-                for o in user.outputs:
+                step = user.op not in VALUE_PRESERVING_OPS
+                for o in user.outputs[:1]:
                     if o and o not in seen:
                         seen.add(o)
-                        queue.append((o, depth + 1))
+                        queue.append((o, depth + step))
     return None
 
 
@@ -215,7 +216,7 @@ def _scalar_factor(index: GraphIndex, node: Node, on_tensor: str) -> float | Non
         return None
     pos = 0 if node.inputs[0] == on_tensor else 1
     other = node.inputs[1 - pos]
-    value = index.shapes.float_scalar(other)
+    value = index.shapes.float_scalar(index.value_source(other))  # a constant may be Q/DQ'd too
     if value is None or value == 0:
         return None
     if node.op == "Div":
