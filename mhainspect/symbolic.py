@@ -826,6 +826,8 @@ def _h_split(ev: ShapeEvaluator, node: Node) -> None:
     sizes: tuple[int, ...] | None = (ev._in_ints(node, 1) if len(node.inputs) > 1 and node.inputs[1]
                                      else tuple(int(x) for x in split_attr) if isinstance(split_attr, tuple) else None)
     n_out = len(node.outputs)
+    if sizes is None and len(node.inputs) > 1 and node.inputs[1]:
+        return  # sizes computed at run time: not an equal split
     if sizes is None:
         d = s[a]
         if d.is_int and n_out:

@@ -346,12 +346,13 @@ def _constant_share(index: GraphIndex, node: Node, out: str, width: int) -> Frac
     if node.op == "Split" and node.attrs.get("axis") == -1:
         pos = node.outputs.index(out)
         split_attr = node.attrs.get("split")
-        sizes = ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else (
+        has_input = len(node.inputs) > 1 and bool(node.inputs[1])
+        sizes = ints(node.inputs[1]) if has_input else (
             tuple(int(x) for x in split_attr) if isinstance(split_attr, tuple) else None)
         if sizes is not None and sum(sizes) == width and pos < len(sizes):
             return Fraction(int(sizes[pos]), width)
-        if sizes is None and width % len(node.outputs) == 0:  # no sizes: equal parts, by the op's definition
-            return Fraction(1, len(node.outputs))
+        if sizes is None and not has_input and width % len(node.outputs) == 0:
+            return Fraction(1, len(node.outputs))  # no sizes at all: equal parts, by the op's definition
     return None
 
 
