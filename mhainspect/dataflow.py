@@ -246,13 +246,16 @@ class GraphIndex:
         return name
 
     def value_users(self, name: str) -> list[tuple[Node, int]]:
-        """Consumers of ``name``'s value, looking forward through casts and (de)quantization."""
+        """Consumers of ``name``'s value, looking forward through casts and (de)quantization (readers
+        of its shape only, Shape and Size, are not consumers of the value)."""
         out: list[tuple[Node, int]] = []
         frontier = [name]
         for _ in range(_MAX_VALUE_HOPS):
             nxt: list[str] = []
             for cur in frontier:
                 for user, pos in self.consumers.get(cur, ()):
+                    if user.op in _SHAPE_OPS:
+                        continue
                     if pos == 0 and user.op in VALUE_PRESERVING_OPS and user.outputs and user.outputs[0]:
                         nxt.append(user.outputs[0])
                     else:

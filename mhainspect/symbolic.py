@@ -7,6 +7,7 @@ sequence stay symbols while head counts and head sizes come out as integers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -178,7 +179,8 @@ _UNARY_SAME_SHAPE = {
     "Sin", "Cos", "Softplus", "IsNaN", "Round", "Sign", "Clip", "Dropout", "LayerNormalization",
     "SimplifiedLayerNormalization", "RMSNormalization", "HardSigmoid",
     "LeakyRelu", "Elu", "Selu", "Mish", "QuickGelu", "Trilu", "CumSum", "RotaryEmbedding",
-    "QuantizeLinear", "DequantizeLinear",
+    "QuantizeLinear", "DequantizeLinear", "BatchNormalization", "InstanceNormalization", "HardSwish", "Celu",
+    "Softsign", "ThresholdedRelu", "Shrink",
 }
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less", "Greater", "LessOrEqual",
                 "GreaterOrEqual", "And", "Or", "Xor", "Max", "Min", "Mod", "BitShift", "Sum", "Mean",
@@ -800,6 +802,12 @@ def _h_skip_norm(ev: ShapeEvaluator, node: Node) -> None:
         ev._set(node, s, out=3, picked=True)
 
 
+def _h_qlinear_conv(ev: ShapeEvaluator, node: Node) -> None:
+    """QLinearConv: a Conv of input 0 and the weight at input 3."""
+    if len(node.inputs) > 3:
+        _h_conv(ev, dataclasses.replace(node, inputs=(node.inputs[0], node.inputs[3])))
+
+
 def _h_expand(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
     target = ev._in_value(node, 1)
@@ -947,6 +955,8 @@ _HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     "Range": _h_range,
     "Equal": _h_equal,
     "Conv": _h_conv,
+    "ConvInteger": _h_conv,
+    "QLinearConv": _h_qlinear_conv,
     "Where": _h_where,
     **{op: _h_reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                                 "ReduceSumSquare", "ReduceLogSumExp")},

@@ -255,3 +255,44 @@ def variant(base: Base, kind: str) -> Path:
 
 
 KINDS = ("fp32", "dynamic", "dynamic_u8_perchannel", "qdq", "nbits", "nbits_qdq", "opt", "opt2", "fp16")
+
+
+@dataclass(frozen=True)
+class VisionTruth:
+    heads: int
+    d_k: int
+    d_v: int
+    total: int  # every parameter of the attention module (projections, BatchNorm scale/shift, bias table)
+
+
+def build_levit(out: Path) -> tuple[tuple[VisionTruth, ...], Path]:
+    """LeViT: Linear + BatchNorm projections, packed per-head Q/K/V split [key_dim, key_dim,
+    ratio·key_dim], a learned per-head bias table gathered into the scores, HardSwish before the
+    output projection, and subsampling attention blocks."""
+    import torch
+    from transformers import LevitConfig, LevitModel
+
+    cfg = LevitConfig(image_size=64, hidden_sizes=[32, 48], num_attention_heads=[2, 3], depths=[1, 1],
+                      key_dim=[8, 8], attention_ratio=[2, 2], mlp_ratio=[2, 2],
+                      down_ops=[["Subsample", 8, 32 // 8, 4, 2, 2]])
+    m = LevitModel(cfg).eval()
+    _noise(m)
+    truth = []
+    for _, mod in m.named_modules():
+        kind = type(mod).__name__
+        if kind in ("LevitAttention", "LevitAttentionSubsample"):
+            ratio = mod.attention_ratio
+            truth.append(VisionTruth(mod.num_attention_heads, mod.key_dim, ratio * mod.key_dim,
+                                     sum(p.numel() for p in mod.parameters())))
+    path = out / "levit.onnx"
+    if not path.exists():
+        class Wrap(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.m = m
+
+            def forward(self, x: Any) -> Any:
+                return self.m(pixel_values=x).last_hidden_state
+
+        _export(Wrap(), (torch.randn(1, 3, 64, 64),), ["x"], path, {})
+    return tuple(truth), path

@@ -166,3 +166,25 @@ def test_onnx_attention_function_body_without_projections(tmp_path: Path, varian
     (b,) = report.blocks
     assert (b.num_heads, b.num_kv_heads, b.d_k, b.d_v) == (8, 2, 16, 16)
     assert b.params.total == 0
+
+
+@pytest.mark.parametrize("kind", ["fp32", "dynamic"])
+def test_levit_linear_batchnorm_projections(deploy_dir: Path, kind: str) -> None:
+    """Linear + BatchNorm projections (the norm's scale/shift count with the projection), a packed
+    per-head split read from the Split sizes, d_v = ratio·d_k, the gathered bias table as extra."""
+    pytest.importorskip("transformers")
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from tests.deployment_models import build_levit
+
+    deploy_dir.mkdir(parents=True, exist_ok=True)
+    truth, path = build_levit(deploy_dir)
+    if kind == "dynamic":
+        quantized = path.with_name("levit.dynamic.onnx")
+        if not quantized.exists():
+            quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8)
+        path = quantized
+    report = analyze_path(path)
+    assert [(b.num_heads, b.num_kv_heads, b.d_k, b.d_v) for b in report.blocks] == \
+        [(t.heads, t.heads, t.d_k, t.d_v) for t in truth]
+    assert [b.params.total + b.params.extra for b in report.blocks] == [t.total for t in truth]

@@ -212,11 +212,11 @@ class BlockBuilder:
                 weight_params = int(hit.weight_params * frac)
                 bias_params = int(hit.bias_params * frac) if hit.bias_slice is None else hit.bias_params
             out.append(Projection(role, hit.weight.tensor.display_name, hit.in_features, width,
-                                  weight_params, hit.bias.name if hit.bias else None, bias_params, hit.node.name))
+                                  weight_params, hit.bias_name, bias_params, hit.node.name))
         if self.output is not None:
             o = self.output
             out.append(Projection("o", o.weight.tensor.display_name, o.in_features, o.out_features, o.weight_params,
-                                  o.bias.name if o.bias else None, o.bias_params, o.node.name))
+                                  o.bias_name, o.bias_params, o.node.name))
         return tuple(out)
 
 

@@ -292,8 +292,8 @@ def _shape_text(shape: Shape | None) -> str:
     return "[" + ", ".join([str(d.coef) if not d.factors else str(d) for d in shape or ()]) + "]"
 
 
-_BIAS_PATH = {"Transpose", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Slice", "Expand", "Add", "Identity",
-              "Permute", "Concat", "Mul", "Where"}
+_BIAS_PATH = {"Transpose", "Unsqueeze", "Squeeze", "Reshape", "Slice", "Expand", "Add",
+              "Permute", "Concat", "Mul", "Where"} | VALUE_PRESERVING_OPS
 
 
 def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, ...]) -> None:

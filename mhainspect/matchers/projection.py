@@ -34,9 +34,12 @@ _BACKWARD_THROUGH: dict[str, tuple[int, ...] | None] = {
     "Split": (0,), "Slice": (0,), "Gather": (0,), "GatherND": (0,), "GatherElements": (0,), "Concat": None, "Mul": None, "Div": (0,), "Add": None,
     "Sub": None, "Neg": (0,), "Where": (1, 2), "LayerNormalization": (0,), "SimplifiedLayerNormalization": (0,),
     "RMSNormalization": (0,), "RotaryEmbedding": (0,), "Pow": (0,), "ReduceMean": (0,), "Sqrt": (0,),
-    "Reciprocal": (0,), "Abs": (0,),
+    "Reciprocal": (0,), "Abs": (0,), "BatchNormalization": (0,),
 }
-_FORWARD_THROUGH = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"} | VALUE_PRESERVING_OPS
+# Activations some vision models apply between the merged heads and the output projection (LeViT).
+_FORWARD_ACTIVATIONS = {"HardSwish", "Relu", "Gelu", "Sigmoid", "HardSigmoid"}
+_FORWARD_THROUGH = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"} | VALUE_PRESERVING_OPS \
+    | _FORWARD_ACTIVATIONS
 _SPLIT_OPS = {"Split", "Slice", "Gather", "GatherND", "GatherElements"}
 _MAX_BACKWARD_NODES = 60
 WHOLE = Fraction(1)  # the share of an unsplit projection; shared, as a Fraction is immutable
@@ -55,12 +58,21 @@ class ProjectionHit:
     output: str  # projection output (after the bias Add when there is one)
     head_split: tuple[int, int] | None = None  # (heads, head_dim) read from a 3-D kernel
     bias_slice: int | None = None  # bias elements used when the bias is a slice of a packed vector
+    norm: Node | None = None  # a BatchNormalization right after the product (Linear + BN, LeViT)
+    norm_params: int = 0  # its learned scale and shift (the running statistics are buffers)
 
     @property
     def bias_params(self) -> int:
+        """The projection's learned per-output terms: its bias and a following BatchNorm's scale/shift."""
         if self.bias is None:
-            return 0
-        return self.bias_slice if self.bias_slice is not None else self.bias.numel
+            return self.norm_params
+        return (self.bias_slice if self.bias_slice is not None else self.bias.numel) + self.norm_params
+
+    @property
+    def bias_name(self) -> str | None:
+        if self.bias is not None:
+            return self.bias.name
+        return self.norm.inputs[2] if self.norm is not None else None
 
 
 @dataclass(frozen=True)
@@ -136,7 +148,36 @@ def _with_bias(index: GraphIndex, node: Node, w: WeightRef, act: str, in_f: int,
             bias, output, bias_slice = add
         elif (skip := _skip_norm_bias(index, output, out_f)) is not None:
             bias = skip
-    return ProjectionHit(node, w, act, in_f, out_f, w.numel, bias, output, bias_slice=bias_slice)
+    norm, norm_params = None, 0
+    found = _batch_norm_after(index, output, out_f)
+    if found is not None:
+        norm, norm_params = found
+        output = norm.outputs[0]
+    return ProjectionHit(node, w, act, in_f, out_f, w.numel, bias, output, bias_slice=bias_slice, norm=norm,
+                         norm_params=norm_params)
+
+
+_BN_LAYOUT = {"Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"}
+
+
+def _batch_norm_after(index: GraphIndex, output: str, width: int) -> tuple[Node, int] | None:
+    """A BatchNormalization over the product's channels (Linear + BatchNorm as one projection, the
+    tokens folded into its batch axis by a Flatten/Reshape): the node and its scale + shift size."""
+    cur = output
+    for _ in range(3):
+        users = index.value_users(cur)
+        if len(users) != 1:
+            return None
+        user, pos = users[0]
+        if user.op == "BatchNormalization" and pos == 0 and len(user.inputs) >= 3:
+            params = [index.weight(x) for x in user.inputs[1:3]]
+            if all(p is not None and p.numel == width for p in params):
+                return user, sum(p.numel for p in params if p is not None)
+            return None
+        if user.op not in _BN_LAYOUT or not user.outputs:
+            return None
+        cur = user.outputs[0]
+    return None
 
 
 def dequantized_output(index: GraphIndex, output: str, integer_result: bool) -> str:
