@@ -507,6 +507,40 @@ def _h_equal(ev: ShapeEvaluator, node: Node) -> None:
     ev._set(node, ev.shapes.get(node.outputs[0]), tuple(out))
 
 
+def _logic(op: str, a: int, b: int) -> int | None:
+    if op == "And":
+        return int(bool(a and b))
+    if op == "Or":
+        return int(bool(a or b))
+    if op == "Xor":
+        return int(bool(a) != bool(b))
+    return a % b if b else None  # Mod
+
+
+_LOGIC = ("And", "Or", "Xor", "Mod")
+
+
+def _h_logic(ev: ShapeEvaluator, node: Node) -> None:
+    """Not/And/Or/Xor/Mod of small integer constants (the head-repeat condition of the ONNX Attention body)."""
+    if node.op == "Not":
+        ev._same_shape(node)
+        v = ev._in_ints(node, 0)
+        if v is not None:
+            ev._set(node, ev.shapes.get(node.outputs[0]), tuple(Dim(int(not x)) for x in v))
+        return
+    ev._elementwise(node)
+    a, b = ev._in_ints(node, 0), ev._in_ints(node, 1)
+    if a is None or b is None or not a or not b or (len(a) != len(b) and 1 not in (len(a), len(b))):
+        return
+    out: list[Scalar] = []
+    for i in range(max(len(a), len(b))):
+        r = _logic(node.op, a[0 if len(a) == 1 else i], b[0 if len(b) == 1 else i])
+        if r is None:
+            return
+        out.append(Dim(r))
+    ev._set(node, ev.shapes.get(node.outputs[0]), tuple(out))
+
+
 def _h_where(ev: ShapeEvaluator, node: Node) -> None:
     ev._elementwise(node)
     c, a, b = ev._in_value(node, 0), ev._in_value(node, 1), ev._in_value(node, 2)
@@ -967,4 +1001,5 @@ _DISPATCH: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     **{op: ShapeEvaluator._elementwise for op in _ELEMENTWISE},
     **{op: ShapeEvaluator._same_shape for op in _UNARY_SAME_SHAPE},
     **_HANDLERS,
+    **{op: _h_logic for op in ("Not", *_LOGIC)},
 }

@@ -90,6 +90,17 @@ def dq_blocked_int4(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
     return b.one("Add", [y, b.const("b", _f(n))]) if bias else y
 
 
+def dq_float8(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
+    """A float8 (e4m3fn) weight with a per-tensor scale, the bias stored as fp16 and cast."""
+    n8 = b.name("w8")
+    b.inits.append(helper.make_tensor(n8, TensorProto.FLOAT8E4M3FN, (k, n), _f(k, n).flatten().tolist()))
+    w = b.one("DequantizeLinear", [n8, b.const("ws", np.array(0.01, np.float32))])
+    y = b.one("MatMul", [x, w])
+    if not bias:
+        return y
+    return b.one("Add", [y, b.one("Cast", [b.const("b16", _f(n).astype(np.float16))], to=TensorProto.FLOAT)])
+
+
 def matmul_nbits(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
     """onnxruntime MatMulNBits: B stored [N, K/32, 16] uint8, logical [K, N] from attributes; bias as input 5."""
     blocks = k // 32
@@ -146,7 +157,7 @@ def fp16_cast(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
 
 
 PROJECTIONS: dict[str, Projection] = {
-    "float": float_matmul, "qdq_per_axis": qdq_per_axis, "dq_blocked_int4": dq_blocked_int4,
+    "float": float_matmul, "qdq_per_axis": qdq_per_axis, "dq_blocked_int4": dq_blocked_int4, "dq_float8": dq_float8,
     "matmul_nbits": matmul_nbits, "matmul_nbits_add": matmul_nbits_add, "dynamic_int8": dynamic_int8,
     "matmul_integer_to_float": matmul_integer_to_float, "qlinear_matmul": qlinear_matmul, "fp16_cast": fp16_cast,
 }
@@ -336,10 +347,12 @@ def onnx_attention_expanded(proj: Projection | None, heads: int = 8, kv_heads: i
     func = onnx.FunctionProto()
     func.ParseFromString(body)
     func.domain = "expand"
-    node.domain = "expand"
+    call = next(n for n in model.graph.node if n.name == node.name)  # the graph holds a copy of ``node``
+    call.domain = "expand"
     model.functions.append(func)
     model.opset_import.append(helper.make_opsetid("expand", 1))
     inlined = inliner.inline_local_functions(model)
+    assert not any(n.op_type == "Attention" for n in inlined.graph.node), "the Attention node was not expanded"
     del inlined.opset_import[:]
     inlined.opset_import.extend([helper.make_opsetid("", 23), helper.make_opsetid(MS, 1)])
     return inlined

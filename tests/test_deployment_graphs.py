@@ -156,16 +156,28 @@ def test_onnx_attention_function_body(tmp_path: Path, kv_heads: int, variant: di
     """What onnx expands opset-23 Attention into (its own GQA head repeat): exact heads and kv heads."""
     report = _analyze(tmp_path, g.onnx_attention_expanded(g.float_matmul, kv_heads=kv_heads, **variant))  # type: ignore[arg-type]
     (b,) = report.blocks
+    assert b.matcher == "decomposed" and not b.conflicts
     assert _dims(b) == (8, kv_heads, 16, 16, 64)
     assert _params(b) == g.block_params(8, kv_heads, 16, 64, bias=True)
 
 
-@pytest.mark.parametrize("variant", [{}, {"four_d": True, "mask": True, "past": True}])
+@pytest.mark.parametrize("variant", [{}, {"four_d": True, "mask": True, "past": True}, {"softcap": 30.0, "causal": True}])
 def test_onnx_attention_function_body_without_projections(tmp_path: Path, variant: dict[str, object]) -> None:
+    """No K projection to measure: the KV head count comes from the body's own head repeat."""
     report = _analyze(tmp_path, g.onnx_attention_expanded(None, kv_heads=2, **variant))  # type: ignore[arg-type]
     (b,) = report.blocks
+    assert b.matcher == "decomposed"
     assert (b.num_heads, b.num_kv_heads, b.d_k, b.d_v) == (8, 2, 16, 16)
+    assert any(e.field == "num_kv_heads" and "head repeat" in e.detail for e in b.evidence)
     assert b.params.total == 0
+
+
+def test_onnx_attention_fused_node(tmp_path: Path) -> None:
+    report = _analyze(tmp_path, g.onnx_attention_expanded(g.matmul_nbits, kv_heads=2, expand=False))
+    (b,) = report.blocks
+    assert b.matcher == "fused:Attention"
+    assert _dims(b) == (8, 2, 16, 16, 64)
+    assert _params(b) == g.block_params(8, 2, 16, 64, bias=True)
 
 
 @pytest.mark.parametrize("kind", ["fp32", "dynamic"])

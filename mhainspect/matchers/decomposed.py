@@ -54,6 +54,7 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
         b.evidence.append(Evidence("o", None, "missing", f"no output projection after {pv_node.name}"))
 
     _offer_dims(index, b, score, pv_node, softmax, q_in, k_in, v_in)
+    _offer_kv_repeat(index, b, k_in, stop)
     _collect_extras(index, b, score_path)
     _offer_scale(index, b, score, score_path)
     for role in ("q", "k", "v"):
@@ -168,6 +169,47 @@ def _offer_dims(index: GraphIndex, b: BlockBuilder, score: Node, pv: Node, softm
     if heads is not None:
         b.offer("num_heads", heads, "score_shape", f"head axis of the scores at {softmax.name}: "
                 + _shape_text(scores))
+
+
+# Ops between the K/V head split and the attention core (the grouped-query head repeat included).
+_REPEAT_PATH = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Tile", "Concat", "Slice",
+                "Mul", "Div"} | VALUE_PRESERVING_OPS
+_MAX_REPEAT_HOPS = 12
+
+
+def _offer_kv_repeat(index: GraphIndex, b: BlockBuilder, k_in: str, stop: set[str]) -> None:
+    """K/V heads from a grouped-query head repeat on K's way to Q·Kᵀ: an Expand that grows a
+    size-1 axis after the KV head axis ([B, g, 1, S, d] -> [B, g, h/g, S, d], repeat_kv and the
+    ONNX Attention body), or a Tile that multiplies the head axis. Needs no projection weight."""
+    cur = k_in
+    for _ in range(_MAX_REPEAT_HOPS):
+        node = index.producer.get(cur)
+        if node is None or node.name in stop or node.op not in _REPEAT_PATH or not node.inputs:
+            return
+        if node.op in ("Expand", "Tile"):
+            g = _repeated_heads(index.shapes.shape(node.inputs[0]), index.shapes.shape(node.outputs[0]), node.op)
+            if g is not None:
+                b.offer("num_kv_heads", g, "shape", f"KV head axis before the head repeat at {node.name} "
+                        f"({node.op} {_shape_text(index.shapes.shape(node.inputs[0]))} -> "
+                        f"{_shape_text(index.shapes.shape(node.outputs[0]))})")
+            return
+        # The value is input 0 (Concat: the cache grows the sequence, the heads stay; follow the last part).
+        cur = node.inputs[-1] if node.op == "Concat" else node.inputs[0]
+
+
+def _repeated_heads(src: Shape | None, dst: Shape | None, op: str) -> int | None:
+    if src is None or dst is None or len(src) != len(dst):
+        return None
+    grown = [i for i, (a, c) in enumerate(zip(src, dst)) if a != c]
+    if len(grown) != 1:
+        return None
+    i = grown[0]
+    a, c = src[i], dst[i]
+    if op == "Expand" and a.is_int and a.coef == 1 and c.is_int and c.coef > 1 and i >= 1 and src[i - 1].is_int:
+        return src[i - 1].coef  # [.., g, 1, ..] -> [.., g, n_rep, ..]: heads = g · n_rep, g outer
+    if op == "Tile" and a.is_int and c.is_int and c.coef > a.coef:
+        return a.coef
+    return None
 
 
 def _heads_from_scores(scores: Shape | None) -> int | None:
