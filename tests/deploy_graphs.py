@@ -360,3 +360,26 @@ def onnx_attention_expanded(proj: Projection | None, heads: int = 8, kv_heads: i
 
 def _tp(shape: list[int | str]) -> onnx.TypeProto:
     return helper.make_tensor_type_proto(TensorProto.FLOAT, shape)
+
+
+def keras_einsum_dense(heads: int = 4, d_k: int = 16, d_model: int = 64, quantized: bool = False) -> onnx.ModelProto:
+    """Keras MultiHeadAttention as tf2onnx writes it: EinsumDense kernels [d_model, h, d_k] with a
+    [h, d_k] bias Add after each Einsum, scores as an Einsum, output kernel [h, d_k, d_model]."""
+    b = Builder()
+
+    def kernel(stem: str, *shape: int) -> str:
+        if not quantized:
+            return b.const(stem, _f(*shape))
+        return b.one("DequantizeLinear", [b.const(stem, np.random.randint(-127, 127, shape).astype(np.int8)),
+                                          b.const("s", np.array(0.01, np.float32))])
+
+    def dense(x: str) -> str:
+        y = b.one("Einsum", [x, kernel("k", d_model, heads, d_k)], equation="abc,cde->abde")
+        return b.one("Add", [y, b.const("bias", _f(heads, d_k))])
+
+    q, k, v = dense("x"), dense("x"), dense("x")
+    q = b.one("Mul", [q, b.const("sc", np.array(1 / np.sqrt(d_k), np.float32))])
+    s = b.one("Einsum", [k, q], equation="aecd,abcd->acbe")
+    ctx = b.one("Einsum", [b.one("Softmax", [s], axis=-1), v], equation="acbe,aecd->abcd")
+    o = b.one("Einsum", [ctx, kernel("ok", heads, d_k, d_model)], equation="abcd,cde->abe")
+    return _model(b, [_x(d_model)], b.one("Add", [o, b.const("ob", _f(d_model))]))

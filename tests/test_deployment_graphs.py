@@ -200,3 +200,12 @@ def test_levit_linear_batchnorm_projections(deploy_dir: Path, kind: str) -> None
     assert [(b.num_heads, b.num_kv_heads, b.d_k, b.d_v) for b in report.blocks] == \
         [(t.heads, t.heads, t.d_k, t.d_v) for t in truth]
     assert [b.params.total + b.params.extra for b in report.blocks] == [t.total for t in truth]
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_keras_einsum_dense_head_bias(tmp_path: Path, quantized: bool) -> None:
+    """A [heads, d_k] bias Add after a Keras EinsumDense kernel belongs to the projection."""
+    report = _analyze(tmp_path, g.keras_einsum_dense(quantized=quantized))
+    (b,) = report.blocks
+    assert _dims(b) == (4, 4, 16, 16, 64)
+    assert _params(b) == g.block_params(4, 4, 16, 64, bias=True)
