@@ -243,6 +243,18 @@ def variant(base: Base, kind: str) -> Path:
         opt = optimize_model(src, model_type=base.model_type, num_heads=heads, hidden_size=base.truth[0].d_model,
                              opt_level=0 if kind == "opt" else 2, only_onnxruntime=False)
         opt.save_model_to_file(str(path))
+    elif kind in ("opt_dynamic", "opt_qdq"):
+        # Quantizing an ORT-optimized model: QAttention (dynamic) or Attention with DequantizeLinear weights.
+        import onnx
+        from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+        fused = str(variant(base, "opt"))
+        extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}  # the contrib ops defeat shape inference
+        if kind == "opt_dynamic":
+            quantize_dynamic(fused, str(path), weight_type=QuantType.QInt8, extra_options=extra)
+        else:
+            quantize_static(fused, str(path), _Reader(base.feeds),  # type: ignore[arg-type]
+                            quant_format=QuantFormat.QDQ, extra_options=extra)
     elif kind == "fp16":
         import onnx
         from onnxruntime.transformers.float16 import convert_float_to_float16

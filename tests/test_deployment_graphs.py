@@ -66,6 +66,21 @@ def test_exported_model_blocks_are_exact(bases: dict[str, object], name: str, ki
         assert mismatch(block, truth) == [], (block.name, block.unknown_reason)
 
 
+@pytest.mark.parametrize("kind", ["opt_dynamic", "opt_qdq"])
+def test_quantized_ort_optimized_bert(bases: dict[str, object], kind: str) -> None:
+    """onnxruntime's quantizers on a fused model: QAttention, or Attention over DequantizeLinear weights."""
+    from tests.deploy_measure import mismatch
+    from tests.deployment_models import Base, variant
+
+    base = bases["bert"]
+    assert isinstance(base, Base)
+    report = analyze_path(variant(base, kind))
+    assert [b.matcher.rsplit(".", 1)[-1] for b in report.blocks] == \
+        ["QAttention" if kind == "opt_dynamic" else "Attention"] * len(base.truth)
+    for block, truth in zip(report.blocks, base.truth):
+        assert mismatch(block, truth) == [], (block.name, block.unknown_reason)
+
+
 # ----------------------------------------------------------------------------- hand-built patterns
 
 @pytest.mark.parametrize("packed", [None, "split"])
