@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph, Node, Tensor
-from mhainspect.symbolic import ShapeEvaluator
+from mhainspect.symbolic import ShapeEvaluator, gathered_table_shape
 
 # Ops that pass a value on unchanged but for its dtype or its quantization (the first output only:
 # DynamicQuantizeLinear's other outputs are its scale and zero point). Every walk of the matchers
@@ -264,6 +264,14 @@ class GraphIndex:
                 return out
             frontier = nxt
         return out
+
+    def table_weight(self, node: Node) -> WeightRef | None:
+        """The embedding table a GatherBlockQuantized reads, with its logical shape."""
+        t = self.graph.weights.get(node.inputs[0]) if node.inputs else None
+        if t is None:
+            return None
+        shape = gathered_table_shape(node, t)
+        return WeightRef(t, False, shape if shape != t.shape else None) if shape is not None else None
 
     def product_weight(self, node: Node, operands: ProductOperands) -> WeightRef | None:
         """The logical weight a quantized product applies: its stored tensor, and for packed

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from mhainspect.graph import ModelGraph, Node
+from mhainspect.graph import ModelGraph, Node, Tensor
 
 
 @dataclass(frozen=True)
@@ -572,6 +572,33 @@ def _h_gather(ev: ShapeEvaluator, node: Node) -> None:
         ev._set(node, data[:a] + idx_shape + data[a + 1:], value, picked=True)
 
 
+def gathered_table_shape(node: Node, stored: Tensor) -> tuple[int, ...] | None:
+    """The logical [rows, width] of a GatherBlockQuantized table: uint8 storage packs 8/bits
+    elements per byte along the quantized axis (int4/uint4 storage is already logical)."""
+    bits = node.attrs.get("bits", 4)
+    axis = node.attrs.get("quantize_axis", len(stored.shape) - 1)
+    if not isinstance(bits, int) or not isinstance(axis, int) or bits not in (2, 4, 8) or not stored.shape:
+        return None
+    axis = axis + len(stored.shape) if axis < 0 else axis
+    if stored.dtype != "uint8" or not 0 <= axis < len(stored.shape):
+        return stored.shape
+    shape = list(stored.shape)
+    shape[axis] *= 8 // bits
+    return tuple(shape)
+
+
+def _h_gather_block_quantized(ev: ShapeEvaluator, node: Node) -> None:
+    """GatherBlockQuantized (a quantized embedding lookup): Gather on the table's logical shape."""
+    stored = ev.graph.weights.get(node.inputs[0]) if node.inputs else None
+    idx_shape = ev._in_shape(node, 1)
+    data = gathered_table_shape(node, stored) if stored is not None else None
+    if data is None or idx_shape is None:
+        return
+    axis = node.attrs.get("gather_axis", 0)
+    a = _norm_axis(axis if isinstance(axis, int) else 0, len(data))
+    ev._set(node, tuple(int_dim(d) for d in data[:a]) + idx_shape + tuple(int_dim(d) for d in data[a + 1:]))
+
+
 def _h_unsqueeze(ev: ShapeEvaluator, node: Node) -> None:
     inputs = node.inputs
     first = inputs[0] if inputs else ""
@@ -983,6 +1010,7 @@ _HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     "MatMulNBits": _h_matmul_nbits,
     "MatMulBnb4": _h_matmul_nbits,
     "DynamicQuantizeLinear": _h_dynamic_quantize,
+    "GatherBlockQuantized": _h_gather_block_quantized,
     "SkipLayerNormalization": _h_skip_norm,
     "SkipSimplifiedLayerNormalization": _h_skip_norm,
     "Einsum": _h_einsum,

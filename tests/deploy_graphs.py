@@ -168,11 +168,17 @@ def _i64(*v: int) -> np.ndarray:
 
 
 def attention_model(proj: Projection, heads: int = 8, kv_heads: int = 2, d_k: int = 16, d_model: int = 64,
-                    bias: bool = True, packed: str | None = None) -> onnx.ModelProto:
+                    bias: bool = True, packed: str | None = None, embed: bool = False) -> onnx.ModelProto:
     """One self-attention block. ``packed``: None (separate Q/K/V), "split" (one QKV projection split
-    by a constant Split), "split_runtime" (split sizes computed at run time: unidentifiable)."""
+    by a constant Split), "split_runtime" (split sizes computed at run time: unidentifiable).
+    ``embed``: the block reads a 4-bit GatherBlockQuantized embedding of token ids (uint8 storage,
+    two elements a byte), so every activation shape starts at that op."""
     b = Builder()
     x = "x"
+    if embed:
+        table = b.const("emb", np.random.randint(0, 255, (100, d_model // 2)).astype(np.uint8))
+        x = b.one("GatherBlockQuantized", [table, "ids", b.const("es", np.full((100, d_model // 16), 0.01, np.float32))],
+                  MS, bits=4, block_size=16, gather_axis=0, quantize_axis=1)
     qw, kw = heads * d_k, kv_heads * d_k
     if packed is None:
         q, k, v = (proj(b, x, d_model, w, bias) for w in (qw, kw, kw))
@@ -200,6 +206,8 @@ def attention_model(proj: Projection, heads: int = 8, kv_heads: int = 2, d_k: in
     merged = b.one("Reshape", [b.one("Transpose", [ctx], perm=[0, 2, 1, 3]), b.const("shape", _i64(0, 0, qw))])
     y = proj(b, merged, qw, d_model, bias)
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d_model])]
+    if embed:
+        inputs = [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])]
     if packed == "split_runtime":
         inputs.append(helper.make_tensor_value_info("split_sizes", TensorProto.INT64, [3]))
     graph = helper.make_graph(b.nodes, "attn", inputs,

@@ -225,14 +225,17 @@ def variant(base: Base, kind: str) -> Path:
         quantize_static(src, str(path), _Reader(base.feeds), quant_format=QuantFormat.QDQ,  # type: ignore[arg-type]
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
                         calibrate_method=CalibrationMethod.MinMax)
-    elif kind in ("nbits", "nbits_qdq"):
+    elif kind in ("nbits", "nbits_qdq", "nbits_gather"):
         import onnx
         from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
         from onnxruntime.quantization.quant_utils import QuantFormat
 
         model = onnx.load(src)
-        fmt = QuantFormat.QOperator if kind == "nbits" else QuantFormat.QDQ
-        cfg = DefaultWeightOnlyQuantConfig(block_size=16, is_symmetric=True, quant_format=fmt)
+        fmt = QuantFormat.QDQ if kind == "nbits_qdq" else QuantFormat.QOperator
+        # nbits_gather: embeddings too (GatherBlockQuantized), as for a model whose activations start there.
+        ops = {"op_types_to_quantize": ("MatMul", "Gather"), "quant_axes": (("MatMul", 0), ("Gather", 1))} \
+            if kind == "nbits_gather" else {}
+        cfg = DefaultWeightOnlyQuantConfig(block_size=16, is_symmetric=True, quant_format=fmt, **ops)  # type: ignore[arg-type]
         q = MatMulNBitsQuantizer(model, algo_config=cfg)
         q.process()
         q.model.save_model_to_file(str(path), False)
@@ -266,7 +269,8 @@ def variant(base: Base, kind: str) -> Path:
     return path
 
 
-KINDS = ("fp32", "dynamic", "dynamic_u8_perchannel", "qdq", "nbits", "nbits_qdq", "opt", "opt2", "fp16")
+KINDS = ("fp32", "dynamic", "dynamic_u8_perchannel", "qdq", "nbits", "nbits_qdq", "nbits_gather", "opt", "opt2",
+         "fp16")
 
 
 @dataclass(frozen=True)

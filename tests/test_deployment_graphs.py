@@ -17,7 +17,7 @@ from mhainspect.analyze import analyze_path
 from mhainspect.findings import AttentionBlock, Report
 from tests import deploy_graphs as g
 
-MODEL_KINDS = ("dynamic", "qdq", "nbits", "nbits_qdq", "opt", "fp16")
+MODEL_KINDS = ("dynamic", "qdq", "nbits", "nbits_qdq", "nbits_gather", "opt", "fp16")
 
 
 def _analyze(tmp_path: Path, model: onnx.ModelProto, name: str = "m.onnx") -> Report:
@@ -224,3 +224,20 @@ def test_keras_einsum_dense_head_bias(tmp_path: Path, quantized: bool) -> None:
     (b,) = report.blocks
     assert _dims(b) == (4, 4, 16, 16, 64)
     assert _params(b) == g.block_params(4, 4, 16, 64, bias=True)
+
+
+def test_quantized_embedding_keeps_the_shapes(tmp_path: Path) -> None:
+    """A 4-bit GatherBlockQuantized embedding (uint8 storage, two elements a byte) has the logical
+    width 64, so the shapes downstream (and the packed split read from them) stay known."""
+    from mhainspect.dataflow import GraphIndex
+    from mhainspect.loaders.onnx_loader import load_onnx
+
+    model = g.attention_model(g.matmul_nbits, packed="split", embed=True)
+    report = _analyze(tmp_path, model)
+    (b,) = report.blocks
+    assert _dims(b) == (8, 2, 16, 16, 64)
+    index = GraphIndex(load_onnx(tmp_path / "m.onnx"))
+    gather = next(n for n in index.order if n.op == "GatherBlockQuantized")
+    assert str(index.shapes.shape(gather.outputs[0])[-1]) == "64"
+    ref = index.table_weight(gather)
+    assert ref is not None and ref.shape == (100, 64) and ref.tensor.shape == (100, 32)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex, passes_value
+from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex, WeightRef, passes_value
 from mhainspect.findings import Evidence, Miss
 from mhainspect.graph import Node, Tensor
 from mhainspect.matchers.block import BlockBuilder, RoleInput, inverse_sqrt_dim
@@ -350,9 +350,9 @@ def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, 
                 continue
             table = _embedding_table(index, x)
             if table is not None:
-                b.extras[table.name] = table.numel
-                b.evidence.append(Evidence("extra", table.numel, "weight_shape",
-                                           f"score bias table {table.name} {list(table.shape)} added at {node.name}"))
+                b.extras[table.tensor.name] = table.numel
+                b.evidence.append(Evidence("extra", table.numel, "weight_shape", f"score bias table "
+                                           f"{table.tensor.name} {list(table.shape)} added at {node.name}"))
     for role in ("k", "v"):
         r = b.roles.get(role)
         if r is None or r.traced is None:
@@ -383,7 +383,7 @@ def _expanded_weight(index: GraphIndex, name: str) -> Tensor | None:
     return None
 
 
-def _embedding_table(index: GraphIndex, name: str) -> Tensor | None:
+def _embedding_table(index: GraphIndex, name: str) -> WeightRef | None:
     """A weight gathered by position indices somewhere behind ``name`` (a few hops)."""
     queue = deque([(name, 0)])
     seen = {name}
@@ -395,7 +395,11 @@ def _embedding_table(index: GraphIndex, name: str) -> Tensor | None:
         if node.op == "Gather" and node.inputs:
             t = index.graph.weights.get(node.inputs[0])
             if t is not None and not t.is_constant_node and len(t.shape) == 2:
-                return t
+                return WeightRef(t, False)
+        if node.op == "GatherBlockQuantized" and node.inputs:
+            ref = index.table_weight(node)  # a quantized table: its logical shape, not the packed bytes
+            if ref is not None and len(ref.shape) == 2:
+                return ref
         if node.op not in _BIAS_PATH:
             continue
         for x in node.inputs:
