@@ -54,6 +54,7 @@ def passes_value(node: Node, output: str) -> bool:
     return node.op in VALUE_PRESERVING_OPS and bool(node.outputs) and node.outputs[0] == output
 # Outputs of these ops describe shapes, not activations.
 _SHAPE_OPS = {"Shape", "Size"}
+_LOOK_FORWARD = VALUE_PRESERVING_OPS | _SHAPE_OPS  # consumers value_users looks past
 # Input positions that are read for their shape or as shape arguments only.
 SHAPE_INPUTS: dict[str, frozenset[int]] = {
     "Shape": frozenset({0}), "Size": frozenset({0}), "Reshape": frozenset({1}), "Expand": frozenset({1}),
@@ -142,6 +143,7 @@ class GraphIndex:
 
     def __init__(self, graph: ModelGraph) -> None:
         self.graph = graph
+        self._ops: set[str] | None = None
         producer_pos = _producer_positions(graph)
         if not self._index_in_order(graph.nodes, producer_pos):
             # Out of dependency order in the file: sort, then the same pass cannot fail.
@@ -235,6 +237,14 @@ class GraphIndex:
     def users(self, name: str) -> list[tuple[Node, int]]:
         return self.consumers.get(name, [])
 
+    def has_op(self, op: str) -> bool:
+        """Whether any node of the graph is ``op`` (a set built on first use: lets rare patterns be
+        skipped at no cost per node)."""
+        ops = self._ops
+        if ops is None:
+            ops = self._ops = {n.op for n in self.order}
+        return op in ops
+
     def value_source(self, name: str) -> str:
         """The tensor whose value ``name`` is, looking back through casts and (de)quantization."""
         producer = self.producer
@@ -248,6 +258,14 @@ class GraphIndex:
     def value_users(self, name: str) -> list[tuple[Node, int]]:
         """Consumers of ``name``'s value, looking forward through casts and (de)quantization (readers
         of its shape only, Shape and Size, are not consumers of the value)."""
+        direct = self.consumers.get(name)
+        if not direct:
+            return []
+        for user, _pos in direct:
+            if user.op in _LOOK_FORWARD:
+                break
+        else:
+            return direct  # the common case: nothing to look through (callers never mutate it)
         out: list[tuple[Node, int]] = []
         frontier = [name]
         for _ in range(_MAX_VALUE_HOPS):

@@ -149,7 +149,7 @@ def _with_bias(index: GraphIndex, node: Node, w: WeightRef, act: str, in_f: int,
         elif (skip := _skip_norm_bias(index, output, out_f)) is not None:
             bias = skip
     norm, norm_params = None, 0
-    found = _batch_norm_after(index, output, out_f)
+    found = _batch_norm_after(index, output, out_f) if index.has_op("BatchNormalization") else None
     if found is not None:
         norm, norm_params = found
         output = norm.outputs[0]
@@ -203,6 +203,8 @@ _SKIP_NORM_BIAS = {"SkipLayerNormalization": 4, "SkipSimplifiedLayerNormalizatio
 
 
 def _skip_norm_bias(index: GraphIndex, output: str, width: int) -> Tensor | None:
+    if not any(index.has_op(op) for op in _SKIP_NORM_BIAS):
+        return None
     users = index.value_users(output)
     if len(users) != 1:
         return None
