@@ -62,15 +62,16 @@ def parameter_metas(model: nn.Module) -> dict[str, WeightMeta]:
     return out
 
 
-def count_parameters(model: nn.Module) -> int:
-    """Unique parameters by storage (tied weights once)."""
+def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
+    """Unique parameters by storage (tied weights once); ``trainable_only``: those with requires_grad."""
     seen: set[str] = set()
     total = 0
     for _, p in model.named_parameters(remove_duplicate=False):
         key = storage_key(p)
         if key not in seen:
             seen.add(key)
-            total += p.numel()
+            if p.requires_grad or not trainable_only:
+                total += p.numel()
     return total
 
 
