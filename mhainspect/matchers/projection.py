@@ -1,9 +1,13 @@
 """Linear projections: recognise a node that applies a weight, and walk the dataflow to one.
 
-A projection is MatMul / Gemm / FusedMatMul / MatMulNBits / Einsum with one activation input
-and one weight input (initializer, possibly behind Transpose/Cast/DequantizeLinear), optionally
-followed by a bias Add. Walking backward from Q/K/V (or forward from the attention output) passes
-through the head-plumbing ops exporters write between projections and the attention core.
+A projection is MatMul / Gemm / FusedMatMul / Einsum, or a quantized product (dataflow's
+QUANTIZED_PRODUCTS: MatMulInteger, MatMulNBits, QLinearMatMul, ...), with one activation input and
+one weight input (an initializer, possibly behind Transpose/Cast/DequantizeLinear), read at its
+logical shape. Its epilogue belongs to it: the dequantizing Cast/Mul of an integer product, a bias
+(an input, an Add after the product, or a following SkipLayerNormalization's bias input) and a
+BatchNorm over its channels. Walking backward from Q/K/V (or forward from the attention output)
+passes through the head-plumbing ops exporters write between projections and the attention core,
+and through casts and Q/DQ pairs (dataflow.VALUE_PRESERVING_OPS) everywhere.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ _PROJECTION_OPS = {"MatMul", "Gemm", "FusedMatMul", "Einsum"} | set(QUANTIZED_PR
 # Ops a Q/K/V value passes through between its projection and the attention core, with the
 # input positions that carry the value (None: every activation input).
 _BACKWARD_THROUGH: dict[str, tuple[int, ...] | None] = {
-    **{op: (0,) for op in VALUE_PRESERVING_OPS},
-    "Reshape": (0,), "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Cast": (0,), "CastLike": (0,),
-    "Identity": (0,), "Flatten": (0,), "Dropout": (0,), "Contiguous": (0,), "Expand": (0,), "Tile": (0,),
+    **{op: (0,) for op in VALUE_PRESERVING_OPS},  # casts, Q/DQ, Identity, Dropout
+    "Reshape": (0,), "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,),
+    "Flatten": (0,), "Expand": (0,), "Tile": (0,),
     "Split": (0,), "Slice": (0,), "Gather": (0,), "GatherND": (0,), "GatherElements": (0,), "Concat": None, "Mul": None, "Div": (0,), "Add": None,
     "Sub": None, "Neg": (0,), "Where": (1, 2), "LayerNormalization": (0,), "SimplifiedLayerNormalization": (0,),
     "RMSNormalization": (0,), "RotaryEmbedding": (0,), "Pow": (0,), "ReduceMean": (0,), "Sqrt": (0,),
@@ -187,7 +191,7 @@ def dequantized_output(index: GraphIndex, output: str, integer_result: bool) -> 
         users = index.users(output)
         if len(users) != 1:
             return output
-        user, pos = users[0]
+        user = users[0][0]
         if passes_value(user, user.outputs[0] if user.outputs else ""):
             output = user.outputs[0]
         elif integer_result and user.op == "Mul" and len(user.inputs) == 2 and user.outputs:
