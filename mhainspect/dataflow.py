@@ -52,6 +52,8 @@ QUANTIZED_PRODUCTS: dict[str, ProductOperands] = {
 def passes_value(node: Node, output: str) -> bool:
     """True when ``output`` of ``node`` is its first input's value, only cast or (de)quantized."""
     return node.op in VALUE_PRESERVING_OPS and bool(node.outputs) and node.outputs[0] == output
+
+
 # Outputs of these ops describe shapes, not activations.
 _SHAPE_OPS = {"Shape", "Size"}
 _LOOK_FORWARD = VALUE_PRESERVING_OPS | _SHAPE_OPS  # consumers value_users looks past
