@@ -200,6 +200,7 @@ def test_levit_linear_batchnorm_projections(deploy_dir: Path, kind: str) -> None
     """Linear + BatchNorm projections (the norm's scale/shift count with the projection), a packed
     per-head split read from the Split sizes, d_v = ratio·d_k, the gathered bias table as extra."""
     pytest.importorskip("transformers")
+    pytest.importorskip("onnxruntime")
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from tests.deployment_models import build_levit
