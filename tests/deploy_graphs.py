@@ -77,6 +77,14 @@ def qdq_per_axis(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
     return y
 
 
+def qdq_float_weight(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
+    """Fake quantization (TensorRT-style QAT exports): a float weight through QuantizeLinear -> DequantizeLinear."""
+    s, z = b.const("ws", np.array(0.01, np.float32)), b.const("wz", np.array(0, np.int8))
+    w = b.one("DequantizeLinear", [b.one("QuantizeLinear", [b.const("w", _f(k, n)), s, z]), s, z])
+    y = b.one("MatMul", [_qdq(b, x), w])
+    return b.one("Add", [y, b.const("b", _f(n))]) if bias else y
+
+
 def _qdq(b: Builder, x: str) -> str:
     s, z = b.const("s", np.array(0.02, np.float32)), b.const("z", np.array(128, np.uint8))
     return b.one("DequantizeLinear", [b.one("QuantizeLinear", [x, s, z]), s, z])
@@ -157,7 +165,8 @@ def fp16_cast(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
 
 
 PROJECTIONS: dict[str, Projection] = {
-    "float": float_matmul, "qdq_per_axis": qdq_per_axis, "dq_blocked_int4": dq_blocked_int4, "dq_float8": dq_float8,
+    "float": float_matmul, "qdq_per_axis": qdq_per_axis, "qdq_float_weight": qdq_float_weight,
+    "dq_blocked_int4": dq_blocked_int4, "dq_float8": dq_float8,
     "matmul_nbits": matmul_nbits, "matmul_nbits_add": matmul_nbits_add, "dynamic_int8": dynamic_int8,
     "matmul_integer_to_float": matmul_integer_to_float, "qlinear_matmul": qlinear_matmul, "fp16_cast": fp16_cast,
 }
