@@ -138,6 +138,11 @@ class AttentionBlock:
     kv_cache_bytes_per_token: int | None = None  # None for a block that does not cache (see reason)
     kv_cache_reason: str | None = None  # why the block caches nothing, or what is unknown
     sliding_window: int | None = None  # tokens a sliding-window layer keeps in its cache
+    # How many times one run applies this module's weights (ALBERT's shared layer: 12); its
+    # parameters are counted once whatever the number, its KV cache (kv_cache_bytes_per_token is
+    # one application's) N times. Branches of an If are alternatives, not applications: a block
+    # found in both is one block applied once.
+    applications: int = 1
 
 
 @dataclass(frozen=True)
