@@ -400,3 +400,24 @@ def keras_einsum_dense(heads: int = 4, d_k: int = 16, d_model: int = 64, quantiz
     ctx = b.one("Einsum", [b.one("Softmax", [s], axis=-1), v], equation="acbe,aecd->abcd")
     o = b.one("Einsum", [ctx, kernel("ok", heads, d_k, d_model)], equation="abcd,cde->abe")
     return _model(b, [_x(d_model)], b.one("Add", [o, b.const("ob", _f(d_model))]))
+
+
+def mqa_broadcast(batch: int = 2, heads: int = 8, d_k: int = 16, d_model: int = 64) -> onnx.ModelProto:
+    """Multi-query attention whose single K/V head is broadcast by one Expand on the head axis
+    ([B, 1, S, d] -> [B, h, S, d]), with a static batch: the batch axis is not a head count."""
+    b = Builder()
+    q = float_matmul(b, "x", d_model, heads * d_k, False)
+    k, v = (float_matmul(b, "x", d_model, d_k, False) for _ in range(2))
+
+    def heads_first(t: str, n: int) -> str:
+        return b.one("Transpose", [b.one("Reshape", [t, b.const("shape", _i64(0, 0, n, d_k))])], perm=[0, 2, 1, 3])
+
+    qh = heads_first(q, heads)
+    kh, vh = (b.one("Expand", [heads_first(t, 1), b.const("to", _i64(batch, heads, 1, d_k))]) for t in (k, v))
+    scores = b.one("Mul", [b.one("MatMul", [qh, b.one("Transpose", [kh], perm=[0, 1, 3, 2])]),
+                           b.const("scale", np.array(1 / np.sqrt(d_k), np.float32))])
+    ctx = b.one("MatMul", [b.one("Softmax", [scores], axis=-1), vh])
+    merged = b.one("Reshape", [b.one("Transpose", [ctx], perm=[0, 2, 1, 3]), b.const("shape", _i64(0, 0, heads * d_k))])
+    y = float_matmul(b, merged, heads * d_k, d_model, False)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, "seq", d_model])
+    return _model(b, [x], y)

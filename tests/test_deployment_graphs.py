@@ -242,3 +242,15 @@ def test_quantized_embedding_keeps_the_shapes(tmp_path: Path) -> None:
     assert str(index.shapes.shape(gather.outputs[0])[-1]) == "64"
     ref = index.table_weight(gather)
     assert ref is not None and ref.shape == (100, 64) and ref.tensor.shape == (100, 32)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_head_repeat_with_static_batch(tmp_path: Path, kv_heads: int) -> None:
+    """The K/V head count read from the repeat is the axis before the grown one in repeat_kv's
+    5-D form, and 1 for a 4-D broadcast of one head; never the (static) batch."""
+    model = g.mqa_broadcast() if kv_heads == 1 else g.attention_model(g.float_matmul, kv_heads=2)
+    report = _analyze(tmp_path, model)
+    (b,) = report.blocks
+    assert (b.num_heads, b.num_kv_heads) == (8, kv_heads)
+    assert not b.conflicts
+    assert any(e.field == "num_kv_heads" and "head repeat" in e.detail for e in b.evidence)

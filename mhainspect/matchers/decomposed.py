@@ -206,8 +206,11 @@ def _repeated_heads(src: Shape | None, dst: Shape | None, op: str) -> int | None
         return None
     i = grown[0]
     a, c = src[i], dst[i]
-    if op == "Expand" and a.is_int and a.coef == 1 and c.is_int and c.coef > 1 and i >= 1 and src[i - 1].is_int:
-        return src[i - 1].coef  # [.., g, 1, ..] -> [.., g, n_rep, ..]: heads = g · n_rep, g outer
+    if op == "Expand" and a.is_int and a.coef == 1 and c.is_int and c.coef > 1:
+        if len(src) == 4:
+            return 1  # [B, 1, S, d] -> [B, h, S, d]: one K/V head broadcast to all (multi-query)
+        if len(src) >= 5 and i >= 1 and src[i - 1].is_int:
+            return src[i - 1].coef  # [B, g, 1, S, d] -> [B, g, n_rep, S, d]: heads = g · n_rep, g outer
     if op == "Tile" and a.is_int and c.is_int and c.coef > a.coef:
         return a.coef
     return None
