@@ -179,7 +179,8 @@ def _i64(*v: int) -> np.ndarray:
 def attention_model(proj: Projection, heads: int = 8, kv_heads: int = 2, d_k: int = 16, d_model: int = 64,
                     bias: bool = True, packed: str | None = None, embed: bool = False) -> onnx.ModelProto:
     """One self-attention block. ``packed``: None (separate Q/K/V), "split" (one QKV projection split
-    by a constant Split), "split_runtime" (split sizes computed at run time: unidentifiable).
+    by a constant Split), "heads" (reshaped to [B, S, h + 2g, d] and split on the heads axis),
+    "split_runtime" (split sizes computed at run time: unidentifiable).
     ``embed``: the block reads a 4-bit GatherBlockQuantized embedding of token ids (uint8 storage,
     two elements a byte), so every activation shape starts at that op."""
     b = Builder()
@@ -191,12 +192,18 @@ def attention_model(proj: Projection, heads: int = 8, kv_heads: int = 2, d_k: in
     qw, kw = heads * d_k, kv_heads * d_k
     if packed is None:
         q, k, v = (proj(b, x, d_model, w, bias) for w in (qw, kw, kw))
+    elif packed == "heads":  # the heads separated first: [B, S, h + 2g, d], split on the heads axis
+        qkv = b.one("Reshape", [proj(b, x, d_model, qw + 2 * kw, bias),
+                                b.const("shape", _i64(0, 0, heads + 2 * kv_heads, d_k))])
+        q, k, v = b.op("Split", [qkv, b.const("sizes", _i64(heads, kv_heads, kv_heads))], 3, axis=2)
     else:
         qkv = proj(b, x, d_model, qw + 2 * kw, bias)
         sizes = b.const("sizes", _i64(qw, kw, kw)) if packed == "split" else "split_sizes"
         q, k, v = b.op("Split", [qkv, sizes], 3, axis=-1)
 
     def heads_first(t: str, n: int) -> str:
+        if packed == "heads":
+            return b.one("Transpose", [t], perm=[0, 2, 1, 3])
         return b.one("Transpose", [b.one("Reshape", [t, b.const("shape", _i64(0, 0, n, d_k))])], perm=[0, 2, 1, 3])
 
     qh, kh, vh = heads_first(q, heads), heads_first(k, kv_heads), heads_first(v, kv_heads)

@@ -254,3 +254,18 @@ def test_head_repeat_with_static_batch(tmp_path: Path, kv_heads: int) -> None:
     assert (b.num_heads, b.num_kv_heads) == (8, kv_heads)
     assert not b.conflicts
     assert any(e.field == "num_kv_heads" and "head repeat" in e.detail for e in b.evidence)
+
+
+@pytest.mark.parametrize("packed", ["split", "heads"])
+@pytest.mark.parametrize("proj", ["float", "matmul_nbits", "qdq_per_axis"])
+def test_packed_split_from_constants_without_shapes(tmp_path: Path, proj: str, packed: str) -> None:
+    """The input's rank unknown, so no shapes: the shares come from the Split sizes, on the
+    projection's last axis or on the heads axis of the reshape that separates heads."""
+    from onnx import TensorProto, helper
+
+    model = g.attention_model(g.PROJECTIONS[proj], packed=packed)
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, None))
+    report = _analyze(tmp_path, model)
+    (b,) = report.blocks
+    assert (b.num_heads, b.num_kv_heads) == (8, 2), b.unknown_reason
+    assert _params(b) == g.block_params(8, 2, 16, 64, bias=True)

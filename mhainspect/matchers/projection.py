@@ -372,14 +372,22 @@ def _split_fraction(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...
             out = next((o for o in node.outputs if _feeds(index, o, path)), node.outputs[0])
             s_in, s_out = index.shapes.shape(src), index.shapes.shape(out)
             share = ratio(numel(s_out), numel(s_in)) if s_in is not None and s_out is not None else None
-            if share is None and index.value_source(src) == index.value_source(hit.output):
-                share = _constant_share(index, node, out, hit.out_features)
+            if share is None:
+                share = _share_from_constants(index, hit, node, out)
             return share
     return WHOLE
 
 
+def _share_from_constants(index: GraphIndex, hit: ProjectionHit, node: Node, out: str) -> Fraction | None:
+    """Without shapes: the split's own constants, when it cuts the projection's output directly."""
+    if index.value_source(node.inputs[0]) != index.value_source(hit.output):
+        return None
+    return _constant_share(index, node, out, hit.out_features)
+
+
 def _constant_share(index: GraphIndex, node: Node, out: str, width: int) -> Fraction | None:
-    """The share ``out`` takes of a ``width``-wide last axis, read from Split/Slice constants."""
+    """The share ``out`` takes of a ``width``-wide last axis, read from Split/Slice constants (the
+    rank is unknown here, so only axis -1 is sure to be that axis)."""
     ints = index.shapes.int_values
     if node.op == "Slice" and len(node.inputs) >= 3:
         starts, ends = ints(node.inputs[1]), ints(node.inputs[2])
@@ -390,7 +398,8 @@ def _constant_share(index: GraphIndex, node: Node, out: str, width: int) -> Frac
         lo, hi = (x + width if x < 0 else x for x in (starts[0], ends[0]))
         size = min(hi, width) - max(lo, 0)
         return Fraction(size, width) if 0 < size <= width else None
-    if node.op == "Split" and node.attrs.get("axis") == -1:
+    split_axis = node.attrs.get("axis", 0)
+    if node.op == "Split" and split_axis == -1:
         pos = node.outputs.index(out)
         split_attr = node.attrs.get("split")
         has_input = len(node.inputs) > 1 and bool(node.inputs[1])
