@@ -16,11 +16,11 @@ from operator import attrgetter
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
 from mhainspect.dtypes import is_float
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Miss, Report
+from mhainspect.findings import AttentionBlock, Miss, ModelFacts, Report, SourceResult
 from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.matchers import decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
-from mhainspect.report import build_report
+from mhainspect.report import report_from
 
 _QUANTIZED_WEIGHT_OPS = {"MatMulNBits", "DequantizeLinear", "MatMulInteger", "QLinearMatMul", "GatherBlockQuantized"}
 _MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
@@ -196,8 +196,8 @@ def _trig_sources(index: GraphIndex) -> set[str] | None:
     return found
 
 
-def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
-                  what_if_heads: tuple[int, ...] = ()) -> Report:
+def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None) -> SourceResult:
+    """The ONNX / traced-graph front end: blocks, near misses and model facts of ``graph``."""
     graph = sanitize_graph(graph)
     index = GraphIndex(graph)
     builders, misses = find_blocks(index)
@@ -211,9 +211,15 @@ def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None
                 del b.extras[name]
             extras_seen.add(name)
         blocks.append(b.build(taken))
-    return build_report(blocks, path=path if path is not None else graph.source, fmt=fmt or graph.kind,
-                        total_params=count_parameters(index), num_nodes=len(graph.nodes), opset=graph.opset,
-                        producer=graph.producer, misses=misses, warnings=graph.warnings, what_if_heads=what_if_heads)
+    facts = ModelFacts(path=path if path is not None else graph.source, format=fmt or graph.kind,
+                       total_params=count_parameters(index), num_nodes=len(graph.nodes), opset=graph.opset,
+                       producer=graph.producer)
+    return SourceResult(tuple(blocks), tuple(misses), facts, graph.warnings)
+
+
+def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
+                  what_if_heads: tuple[int, ...] = ()) -> Report:
+    return report_from(graph_result(graph, path=path, fmt=fmt), what_if_heads=what_if_heads)
 
 
 def check_symlink_loop(path: str | os.PathLike[str]) -> None:

@@ -7,10 +7,69 @@ from dataclasses import dataclass
 from enum import Enum
 
 
-class Severity(str, Enum):
+class Vocabulary(str, Enum):
+    """A closed set of words written into reports. A member is its own value as text (f-strings,
+    JSON), so replacing a bare string by a member leaves every output byte-identical."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Severity(Vocabulary):
     INFO = "info"
     WARNING = "warning"
     ERROR = "error"
+
+
+class EvidenceSource(Vocabulary):
+    """Where a number was read. Ranked for conflicts in ``mhainspect.matchers.assembly.PRIORITY``."""
+
+    ATTRIBUTE = "attribute"  # an operator attribute (num_heads of a fused op)
+    KERNEL_SHAPE = "kernel_shape"  # a 3-D per-head kernel [in, heads, head_dim]
+    SHAPE = "shape"  # a constant reshape target / declared shape in the graph
+    SCORE_SHAPE = "score_shape"  # the head axis of the attention scores
+    WEIGHT_SHAPE = "weight_shape"  # a projection width divided by another known number
+    RESHAPE = "reshape"  # a reshape of Q/K/V read symbolically
+    MODULE = "module"  # an attribute of the nn.Module (num_heads, head_dim, ...)
+    CONFIG = "config"  # a model config (config.json, PretrainedConfig)
+    SCALE = "scale"  # 1/sqrt(d) read off the score scale (a fallback: custom scales are legitimate)
+    REPEAT = "repeat"  # K/V repeated to the query heads (grouped-query attention)
+    MISSING = "missing"  # a projection the matcher looked for and did not find
+
+
+class Matcher(Vocabulary):
+    """What found a block (``AttentionBlock.matcher``, ``Miss.matcher``). A graph's fused matcher
+    names the operator after a colon ("fused:com.microsoft.Attention")."""
+
+    DECOMPOSED = "decomposed"  # MatMul -> Softmax -> MatMul in a graph
+    FUSED = "fused"  # one attention operator in a graph
+    MODULE = "module"  # a known nn.Module, recognised without tracing
+    CHECKPOINT = "checkpoint"  # weight names and shapes of a checkpoint, plus its config
+
+    @classmethod
+    def checked(cls, text: str) -> str:
+        """``text`` as a member, or unchanged when qualified ("fused:Attention"); ValueError when
+        the part before the colon is not a matcher."""
+        head, colon, _ = text.partition(":")
+        member = cls(head)
+        return text if colon else member
+
+
+class BlockKind(Vocabulary):
+    SELF = "self"
+    CROSS = "cross"
+
+
+class VerifyStatus(Vocabulary):
+    """Outcome of --verify for one block (see ``BlockVerification``)."""
+
+    CONFIRMED = "confirmed"
+    CONTRADICTED = "contradicted"
+    OBSERVED = "observed"
+    UNCHECKED = "unchecked"
 
 
 @dataclass(frozen=True)
@@ -24,8 +83,12 @@ class Evidence:
 
     field: str
     value: int | float | None
-    source: str
+    source: str  # an EvidenceSource; a bare string is checked and converted on construction
     detail: str
+
+    def __post_init__(self) -> None:
+        if type(self.source) is not EvidenceSource:
+            object.__setattr__(self, "source", EvidenceSource(self.source))
 
 
 @dataclass(frozen=True)
@@ -73,7 +136,7 @@ class WhatIf:
     head_dim_fixed: int  # per-head width stays the block's d_k
 
 
-VERIFY_STATUSES = ("confirmed", "contradicted", "observed", "unchecked")
+VERIFY_STATUSES = tuple(s.value for s in VerifyStatus)
 
 
 @dataclass(frozen=True)
@@ -86,10 +149,14 @@ class BlockVerification:
     """
 
     block: str
-    status: str
+    status: str  # a VerifyStatus; a bare string is checked and converted on construction
     observed_heads: int | None = None
     observed_kv_heads: int | None = None
     reason: str | None = None  # the tensor that was read, or why nothing could be checked
+
+    def __post_init__(self) -> None:
+        if type(self.status) is not VerifyStatus:
+            object.__setattr__(self, "status", VerifyStatus(self.status))
 
 
 @dataclass(frozen=True)
@@ -116,8 +183,8 @@ class AttentionBlock:
     """One attention block: what was recovered, from which evidence, and what it holds."""
 
     name: str
-    matcher: str
-    kind: str  # "self" | "cross"
+    matcher: str  # a Matcher; a bare string is checked and converted on construction
+    kind: str  # a BlockKind ("self" | "cross"), checked and converted likewise
     num_heads: int | None
     num_kv_heads: int | None
     d_model: int | None
@@ -138,6 +205,12 @@ class AttentionBlock:
     kv_cache_reason: str | None = None  # why the block caches nothing, or what is unknown
     sliding_window: int | None = None  # tokens a sliding-window layer keeps in its cache
 
+    def __post_init__(self) -> None:
+        if type(self.matcher) is not Matcher:
+            object.__setattr__(self, "matcher", Matcher.checked(self.matcher))
+        if type(self.kind) is not BlockKind:
+            object.__setattr__(self, "kind", BlockKind(self.kind))
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -155,9 +228,13 @@ class Flag:
 class Miss:
     """A near miss: a candidate that looked like attention but did not match, and why."""
 
-    matcher: str
+    matcher: str  # a Matcher, checked and converted on construction
     anchor: str
     reason: str
+
+    def __post_init__(self) -> None:
+        if type(self.matcher) is not Matcher:
+            object.__setattr__(self, "matcher", Matcher.checked(self.matcher))
 
 
 @dataclass(frozen=True)
@@ -190,6 +267,29 @@ class Report:
 
 
 SCHEMA_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a front end knows about the model as a whole (the report adds totals and flags)."""
+
+    path: str
+    format: str  # "onnx", "torch", "huggingface", "safetensors", "pytorch", ...
+    total_params: int
+    num_nodes: int = 0
+    opset: int | None = None
+    producer: str = ""
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """What every front end (ONNX graph, nn.Module, checkpoint) turns a source into; only
+    ``mhainspect.report`` makes a Report of it."""
+
+    blocks: tuple[AttentionBlock, ...]
+    misses: tuple[Miss, ...]
+    model: ModelFacts
+    warnings: tuple[str, ...] = ()
 
 
 def attention_params(blocks: Sequence[AttentionBlock]) -> int:

@@ -89,7 +89,7 @@ def analyze_file(path: str, *, what_if_heads: tuple[int, ...] = ()) -> Report:
     """An ONNX file or a checkpoint (file or Hugging Face folder)."""
     src = classify(path)
     if src.kind == "checkpoint":
-        from mhainspect.loaders.checkpoint import analyze_checkpoint
+        from mhainspect.checkpoint_inspect import analyze_checkpoint
 
         return analyze_checkpoint(path, what_if_heads=what_if_heads)
     if src.kind == "factory":
