@@ -173,12 +173,18 @@ def _bert_output(owner: str, modules: Mapping[str, Mapping[str, WeightMeta]]) ->
     return None
 
 
-def linear_dims(meta: WeightMeta, module: str) -> tuple[int, int] | None:
-    """(in_features, out_features) of a 2-D projection weight; None for other ranks."""
+def linear_dims(meta: WeightMeta, module: str, *, packed: bool = False) -> tuple[int, int] | None:
+    """(in_features, out_features) of a 2-D projection weight; None for other ranks.
+
+    Without a recorded layout: a packed [Q; K; V] weight is wider out than in (it holds at least
+    the model width plus two heads), which tells GPTBigCode's nn.Linear ``c_attn`` [(h + 2)·d, E]
+    from GPT-2's Conv1D ``c_attn`` [E, 3E]; otherwise the name decides (Conv1D names, ``kernel``)."""
     if len(meta.shape) != 2:
         return None
     a, b = meta.shape
     layout = meta.layout
+    if not layout and packed and a != b:
+        layout = "in_out" if b > a else "out_in"
     if not layout:
         leaf = _split(meta.name)[-1].lower()
         last = module.split(".")[-1].lower() if module else ""

@@ -42,7 +42,7 @@ def _dims(rw: RoleWeights, role: str, evidence: list[Evidence]) -> tuple[int | N
         elif role == "v":
             evidence.append(Evidence("d_v", d, EvidenceSource.KERNEL_SHAPE, f"V kernel {rw.weight.name} {shape}"))
         return in_f, out_f
-    dims = linear_dims(rw.weight, rw.module)
+    dims = linear_dims(rw.weight, rw.module, packed=role == "qkv")
     return dims if dims is not None else (None, None)
 
 
