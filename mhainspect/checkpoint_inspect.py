@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mhainspect.findings import AttentionBlock, ModelFacts, Report, SourceResult
+from mhainspect.findings import AttentionBlock, ModelFacts, Report, ReportWarning, SourceResult, WarningCode
 from mhainspect.loaders.checkpoint import load_checkpoint_weights
 from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
 from mhainspect.matchers.static import blocks_from_weights
@@ -35,9 +35,10 @@ def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, An
 def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
     p = Path(path)
     weights, config, fmt = load_checkpoint_weights(p)
-    warnings: list[str] = []
+    warnings: list[ReportWarning] = []
     if config is not None and not p.is_dir():
-        warnings.append(f"heads read from {p.parent / 'config.json'} next to the checkpoint")
+        warnings.append(ReportWarning(f"heads read from {p.parent / 'config.json'} next to the checkpoint",
+                                      WarningCode.CONFIG_BESIDE))
     producer = producer_from_config(config) if config is not None else ""
     facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer)
     return SourceResult(tuple(checkpoint_blocks(weights, config)), (), facts, tuple(warnings))

@@ -72,6 +72,45 @@ class VerifyStatus(Vocabulary):
     UNCHECKED = "unchecked"
 
 
+class WarningCode(Vocabulary):
+    """What a report warning is about; decisions (the CLI refusing --verify) test the code."""
+
+    LOADER = "loader"  # noticed while reading the file or tracing the module
+    IMPOSSIBLE_SHAPE = "impossible_shape"  # weights dropped: a negative dim or more than int64 elements
+    DUPLICATE_PRODUCER = "duplicate_producer"  # a tensor produced by several nodes
+    NODE_WITHOUT_OUTPUTS = "node_without_outputs"
+    EXTERNAL_DATA_OUTSIDE = "external_data_outside"  # external data outside the model folder: never opened
+    CONFIG_BESIDE = "config_beside"  # heads read from a config.json next to a checkpoint file
+    MADE_UP_INPUTS = "made_up_inputs"  # a module traced on inputs the caller did not give
+    NOT_TRACED = "not_traced"
+
+
+class ReportWarning(str):
+    """A warning: its text (what every format prints, unchanged) with a ``code``.
+
+    A str so that renderers, JSON and comparisons treat it as the text it always was."""
+
+    code: WarningCode
+
+    def __new__(cls, text: str, code: WarningCode) -> ReportWarning:
+        obj = super().__new__(cls, text)
+        obj.code = code
+        return obj
+
+    def __reduce__(self) -> tuple[type[ReportWarning], tuple[str, WarningCode]]:
+        return ReportWarning, (str(self), self.code)
+
+
+def warning_code(text: str) -> WarningCode:
+    """The code of a warning; a bare string comes from a loader."""
+    return text.code if isinstance(text, ReportWarning) else WarningCode.LOADER
+
+
+def coded(texts: Iterable[str], code: WarningCode = WarningCode.LOADER) -> tuple[ReportWarning, ...]:
+    """Each text as a ReportWarning, keeping the code of those that have one."""
+    return tuple(t if isinstance(t, ReportWarning) else ReportWarning(t, code) for t in texts)
+
+
 @dataclass(frozen=True)
 class Evidence:
     """Where one recovered number came from.
@@ -153,6 +192,7 @@ class BlockVerification:
     observed_heads: int | None = None
     observed_kv_heads: int | None = None
     reason: str | None = None  # the tensor that was read, or why nothing could be checked
+    disagreement: str | None = None  # contradicted: what differed ("saw 4 heads, static 8"), without the detail
 
     def __post_init__(self) -> None:
         if type(self.status) is not VerifyStatus:

@@ -14,6 +14,7 @@ from mhainspect.findings import (
     Report,
     SourceResult,
     attention_params,
+    coded,
 )
 from mhainspect.flags import evaluate
 from mhainspect.whatif import default_what_ifs
@@ -26,7 +27,7 @@ def build_report(blocks: Sequence[AttentionBlock], *, path: str, fmt: str, total
     final = tuple(dataclasses.replace(b, what_if=default_what_ifs(b, what_if_heads)) for b in blocks)
     summary = ModelSummary(path=path, format=fmt, total_params=total_params, num_nodes=num_nodes, opset=opset,
                            producer=producer, attention_params=attention_params(final))
-    return Report(SCHEMA_VERSION, summary, final, evaluate(final), tuple(misses), warnings=tuple(warnings))
+    return Report(SCHEMA_VERSION, summary, final, evaluate(final), tuple(misses), warnings=coded(warnings))
 
 
 def report_from(result: SourceResult, *, what_if_heads: tuple[int, ...] = ()) -> Report:

@@ -19,7 +19,18 @@ from torch import nn
 
 from mhainspect.analyze import graph_result
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, BlockKind, Matcher, Miss, ModelFacts, Report, SourceResult
+from mhainspect.findings import (
+    AttentionBlock,
+    BlockKind,
+    Matcher,
+    Miss,
+    ModelFacts,
+    Report,
+    ReportWarning,
+    SourceResult,
+    WarningCode,
+    coded,
+)
 from mhainspect.loaders.hf_config import offers_from_config
 from mhainspect.loaders.torch_fx import trace_module
 from mhainspect.loaders.torch_modules import (
@@ -132,7 +143,7 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
                   name: str | None = None) -> SourceResult:
     label = name or type(model).__name__
     known = recognise(model)
-    warnings: list[str] = []
+    warnings: list[ReportWarning] = []
     misses: list[Miss] = []
     traced: list[AttentionBlock] = []
     num_nodes = 0
@@ -143,20 +154,20 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
         if inputs is None:
             inputs, how = make_example_inputs(model)
             if inputs is not None:
-                warnings.append(f"traced on made-up inputs: {how}")
+                warnings.append(ReportWarning(f"traced on made-up inputs: {how}", WarningCode.MADE_UP_INPUTS))
         if inputs is None:
             if known.pending:
-                warnings.append("not traced (pass example_inputs to find custom attention): "
-                                + ", ".join(p or label for p in known.pending))
+                warnings.append(ReportWarning("not traced (pass example_inputs to find custom attention): "
+                                              + ", ".join(p or label for p in known.pending), WarningCode.NOT_TRACED))
         else:
             try:
                 graph = trace_module(model, inputs, source=label)
             except InputError as exc:
-                warnings.append(f"not traced: {exc}")
+                warnings.append(ReportWarning(f"not traced: {exc}", WarningCode.NOT_TRACED))
             else:
                 num_nodes = len(graph.nodes)
                 found = graph_result(graph, path=label, fmt="torch")
-                warnings.extend(found.warnings)
+                warnings.extend(coded(found.warnings))
                 scopes = {n.name: n.scope for n in graph.nodes}
                 for b in found.blocks:
                     keys = {graph.weights[p.weight].storage_key for p in b.projections

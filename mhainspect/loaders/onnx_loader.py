@@ -637,11 +637,11 @@ def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:  # type: ignore[name-defin
     return ValueInfo(v.name, tuple(dims), onnx_name(tt.elem_type))
 
 
-def _storage_key(t: onnx.TensorProto) -> str:  # type: ignore[name-defined]  # noqa: F821
-    if t.data_location == 1:  # EXTERNAL: identity is (file, offset), so shared data counts once
-        entries = {e.key: e.value for e in t.external_data}
-        return f"external:{entries.get('location', '')}:{entries.get('offset', '0')}:{entries.get('length', '')}"
-    return f"name:{t.name}"
+def _external_key(t: onnx.TensorProto) -> tuple[str, str]:  # type: ignore[name-defined]  # noqa: F821
+    """(storage key, location) of external data: identity is (file, offset), so shared data counts once."""
+    entries = {e.key: e.value for e in t.external_data}
+    location = entries.get("location", "")
+    return f"external:{location}:{entries.get('offset', '0')}:{entries.get('length', '')}", location
 
 
 # Decoding of small constants, as onnx.numpy_helper.to_array does it (little-endian raw_data, or
@@ -753,14 +753,15 @@ def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = F
                 int_value = _small_values(t, dt)[0]
         elif dt in _FLOAT_TYPES and numel == 1:
             float_value = _small_values(t, dt)[1]
+    location = None
     if is_constant_node:
         storage_key = f"const:{name}"
     elif external:
-        storage_key = _storage_key(t)
+        storage_key, location = _external_key(t)
     else:
         storage_key = f"name:{t.name}"
     return _make_tensor(name, shape, onnx_name(dt), storage_key, int_value, float_value,
-                        is_constant_node)
+                        is_constant_node, location)
 
 
 def _attr_value(a: onnx.AttributeProto) -> AttrValue:  # type: ignore[name-defined]  # noqa: F821
@@ -825,7 +826,7 @@ def _plain_fields(cls: type, names: tuple[str, ...]) -> bool:
 
 _RAW_NODE = _plain_fields(Node, ("name", "op", "inputs", "outputs", "attrs", "scope", "domain"))
 _RAW_TENSOR = _plain_fields(Tensor, ("name", "shape", "dtype", "storage_key", "int_value", "float_value",
-                                     "is_constant_node", "kind", "origin"))
+                                     "is_constant_node", "kind", "origin", "location"))
 _RAW_VALUE_INFO = _plain_fields(ValueInfo, ("name", "shape", "dtype"))
 _new = object.__new__
 
@@ -848,10 +849,11 @@ def _make_node(name: str, op: str, inputs: tuple[str, ...], outputs: tuple[str, 
 
 
 def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str,
-                 int_value: tuple[int, ...] | None, float_value: float | None, is_constant_node: bool) -> Tensor:
-    """Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node)."""
+                 int_value: tuple[int, ...] | None, float_value: float | None, is_constant_node: bool,
+                 location: str | None = None) -> Tensor:
+    """Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=...)."""
     if not _RAW_TENSOR:
-        return Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node)
+        return Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=location)
     tensor = _new(Tensor)
     d = tensor.__dict__
     d["name"] = name
@@ -863,6 +865,7 @@ def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str
     d["is_constant_node"] = is_constant_node
     d["kind"] = None
     d["origin"] = None
+    d["location"] = location
     return tensor
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mhainspect.findings import AttentionBlock, BlockVerification
+from mhainspect.findings import AttentionBlock, BlockVerification, VerifyStatus
 from mhainspect.render.numbers import human_count
 
 __all__ = ["UNKNOWN", "block_cells", "heads_label", "percent", "verify_label"]
@@ -40,10 +40,10 @@ def verify_label(v: BlockVerification) -> str:
     heads = f"{v.observed_heads} heads"
     if v.observed_kv_heads is not None and v.observed_kv_heads != v.observed_heads:
         heads += f", {v.observed_kv_heads} kv"
-    if v.status == "confirmed":
+    if v.status == VerifyStatus.CONFIRMED:
         return f"confirmed ({heads})"
-    if v.status == "contradicted":
-        return f"contradicted ({(v.reason or '').split(' (')[0] or heads})"
-    if v.status == "observed":
+    if v.status == VerifyStatus.CONTRADICTED:
+        return f"contradicted ({v.disagreement or heads})"
+    if v.status == VerifyStatus.OBSERVED:
         return f"observed at run time: {heads}"
     return f"not checkable ({v.reason or 'no reason given'})"
