@@ -1,4 +1,9 @@
-"""The analysis service: ModelGraph -> Report. Pure: no printing, no exit codes."""
+"""The graph front end: ModelGraph -> SourceResult (blocks, near misses, model facts).
+
+``graph_result`` / ``analyze_graph`` are pure. ``analyze_path`` is the ONNX door: it loads the
+file (with the cycle collector paused), checks external-data locations against the model's
+folder (lstat/readlink only) and hands the graph on. No printing, no exit codes.
+"""
 
 from __future__ import annotations
 
