@@ -49,10 +49,6 @@ class HeadOffers:
                 out.append(Evidence(field, value, self.source, self.detail))
         return out
 
-    @property
-    def says_anything(self) -> bool:
-        return any(v is not None for v in (self.num_heads, self.num_kv_heads, self.head_dim, self.v_head_dim))
-
 
 def count_weights(weights: Mapping[str, WeightMeta]) -> int:
     """Unique float tensors by storage (tied weights once); integer buffers are not parameters.
