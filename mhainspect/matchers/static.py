@@ -1,8 +1,9 @@
-"""AttentionBlocks without a graph: from grouped projection weights plus head evidence.
+"""AttentionBlocks without a graph: from name-grouped projection weights plus head evidence.
 
-Used by the known-module recognisers (module attributes, their config) and the checkpoint
-loader (config.json, 3-D kernels). Pure: no torch, no I/O. Each number carries its evidence;
-where sources disagree the stronger one wins and the disagreement is reported.
+Used by the module front end (module attributes, their config) and the checkpoint front end
+(config.json, 3-D kernels). Pure: no torch, no I/O. Each number carries its evidence; which
+offer wins, the defaults and the packed split are the shared rules of ``matchers.assembly``, and
+where the widths contradict a module or config claim the widths win and the conflict is listed.
 """
 
 from __future__ import annotations
