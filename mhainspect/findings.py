@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class Vocabulary(str, Enum):
@@ -29,12 +30,14 @@ class EvidenceSource(Vocabulary):
 
     ATTRIBUTE = "attribute"  # an operator attribute (num_heads of a fused op)
     KERNEL_SHAPE = "kernel_shape"  # a 3-D per-head kernel [in, heads, head_dim]
+    HEAD_SHAPE = "head_shape"  # a tensor one head wide (a per-head Q/K norm)
     SHAPE = "shape"  # a constant reshape target / declared shape in the graph
     SCORE_SHAPE = "score_shape"  # the head axis of the attention scores
     WEIGHT_SHAPE = "weight_shape"  # a projection width divided by another known number
     RESHAPE = "reshape"  # a reshape of Q/K/V read symbolically
     MODULE = "module"  # an attribute of the nn.Module (num_heads, head_dim, ...)
     CONFIG = "config"  # a model config (config.json, PretrainedConfig)
+    GGUF = "gguf"  # a GGUF file's metadata (a claim, like a config)
     SCALE = "scale"  # 1/sqrt(d) read off the score scale (a fallback: custom scales are legitimate)
     REPEAT = "repeat"  # K/V repeated to the query heads (grouped-query attention)
     MISSING = "missing"  # a projection the matcher looked for and did not find
@@ -48,6 +51,7 @@ class Matcher(Vocabulary):
     FUSED = "fused"  # one attention operator in a graph
     MODULE = "module"  # a known nn.Module, recognised without tracing
     CHECKPOINT = "checkpoint"  # weight names and shapes of a checkpoint, plus its config
+    GGUF = "gguf"  # tensor names and shapes of a GGUF file, plus its metadata
 
     @classmethod
     def checked(cls, text: str) -> str:
@@ -171,7 +175,7 @@ class WhatIf:
     """Parameter count of a block under another head count."""
 
     num_heads: int
-    total_width_fixed: int  # standard layout: h*d_k stays the same
+    total_width_fixed: int | None  # standard layout: h*d_k stays the same (None: not divisible by num_heads)
     head_dim_fixed: int  # per-head width stays the block's d_k
 
 
@@ -292,6 +296,7 @@ class ModelSummary:
     weight_bytes_by_dtype: tuple[tuple[str, int], ...] = ()  # (canonical dtype name, bytes), largest first
     weight_bytes_overhead: int | None = None  # the part of weight_bytes that is not parameters
     kv_cache: KVCache | None = None
+    trainable_params: int | None = None  # nn.Modules only: parameters with requires_grad (None: not known)
 
 
 @dataclass(frozen=True)
@@ -305,10 +310,29 @@ class Report:
     misses: tuple[Miss, ...]
     warnings: tuple[str, ...] = ()
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document of ``--format json`` (docs/report.schema.json) as plain Python data."""
+        from mhainspect.render.json_render import report_to_dict  # the one JSON implementation
+
+        return report_to_dict(self)
+
+    def to_json(self) -> str:
+        """``--format json``'s text for this report."""
+        from mhainspect.render.json_render import report_to_json
+
+        return report_to_json(self)
+
+    def __repr__(self) -> str:
+        """One line (the dataclass repr of a 12-layer model is 30,000 characters); to_dict() has it all."""
+        m = self.model
+        return (f"<Report {m.path!r}: {m.format}, {m.total_params:,} params, attention {m.attention_params:,}, "
+                f"{len(self.blocks)} block{'s' if len(self.blocks) != 1 else ''}, "
+                f"{len(self.flags)} flag{'s' if len(self.flags) != 1 else ''}>")
+
     def _repr_html_(self) -> str:
         """Jupyter shows a Report as the HTML report's body (charts included).
 
-        The one import from the render layer here, deferred to the call: Jupyter looks for this
+        Imports from the render layer here are deferred to the call: Jupyter looks for this
         method on the object itself, and nothing is imported until a notebook asks."""
         from mhainspect.render.html import repr_html
 
@@ -328,6 +352,7 @@ class ModelFacts:
     num_nodes: int = 0
     opset: int | None = None
     producer: str = ""
+    trainable_params: int | None = None  # nn.Modules only: parameters with requires_grad
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ FLAG_CODES: dict[str, tuple[Severity, str]] = {
     "MHA004": (Severity.WARNING, "head count not identifiable from the graph"),
     "MHA005": (Severity.INFO, "grouped/multi-query attention: K/V width = kv_heads·d_k"),
     "MHA006": (Severity.INFO, "head layout differs between attention blocks of the model"),
+    "MHA007": (Severity.WARNING, "sources disagree about the block (metadata or config against weight shapes)"),
 }
 
 
@@ -27,6 +28,9 @@ def _flag(code: str, block: str | None, message: str, **data: int | float | str 
 def block_flags(b: AttentionBlock) -> list[Flag]:
     out: list[Flag] = []
     h, g, d_k, d_v, d_model = b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model
+    if b.conflicts:
+        more = f" (+{len(b.conflicts) - 1} more)" if len(b.conflicts) > 1 else ""
+        out.append(_flag("MHA007", b.name, f"{b.conflicts[0]}{more}.", conflicts=len(b.conflicts)))
     if h is None:
         out.append(_flag("MHA004", b.name, f"heads unknown: {b.unknown_reason or 'no evidence'}",
                          reason=b.unknown_reason))

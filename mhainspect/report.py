@@ -33,6 +33,9 @@ def build_report(blocks: Sequence[AttentionBlock], *, path: str, fmt: str, total
 def report_from(result: SourceResult, *, what_if_heads: tuple[int, ...] = ()) -> Report:
     """The Report of what a front end found."""
     m = result.model
-    return build_report(result.blocks, path=m.path, fmt=m.format, total_params=m.total_params,
-                        num_nodes=m.num_nodes, opset=m.opset, producer=m.producer, misses=result.misses,
-                        warnings=result.warnings, what_if_heads=what_if_heads)
+    report = build_report(result.blocks, path=m.path, fmt=m.format, total_params=m.total_params,
+                          num_nodes=m.num_nodes, opset=m.opset, producer=m.producer, misses=result.misses,
+                          warnings=result.warnings, what_if_heads=what_if_heads)
+    if m.trainable_params is None:
+        return report
+    return dataclasses.replace(report, model=dataclasses.replace(report.model, trainable_params=m.trainable_params))

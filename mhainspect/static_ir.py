@@ -38,8 +38,12 @@ class HeadOffers:
     num_kv_heads: int | None = None
     head_dim: int | None = None
     v_head_dim: int | None = None
-    source: EvidenceSource = EvidenceSource.CONFIG  # MODULE or CONFIG
+    source: str = EvidenceSource.CONFIG  # an EvidenceSource (module, config, gguf, head_shape); checked
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        if type(self.source) is not EvidenceSource:
+            object.__setattr__(self, "source", EvidenceSource(self.source))
 
     def evidence(self) -> list[Evidence]:
         out: list[Evidence] = []

@@ -182,8 +182,10 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
                 misses.extend(found.misses)
     headless = [b for b in known.headless if not _uses(b, model, used_keys)]
     blocks = list(known.blocks) + traced + headless
+    # torchinfo's split: a live module knows which parameters train (a file does not).
     facts = ModelFacts(path=label, format="torch", total_params=count_parameters(model), num_nodes=num_nodes,
-                       producer=f"torch {torch.__version__}")
+                       producer=f"torch {torch.__version__}",
+                       trainable_params=count_parameters(model, trainable_only=True))
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings))
 
 

@@ -17,7 +17,7 @@ LAYERS: dict[str, int] = {
     "dataflow": 2, "symbolic": 2,
     "matchers": 3,
     "flags": 4, "whatif": 4, "conventions": 4, "report": 4, "size": 4,
-    "analyze": 5, "torch_inspect": 5, "checkpoint_inspect": 5, "verify": 5, "sources": 5, "inputs": 5,
+    "analyze": 5, "torch_inspect": 5, "checkpoint_inspect": 5, "gguf_inspect": 5, "verify": 5, "sources": 5, "inputs": 5,
     "render": 6, "gates": 6,  # gate verdicts are rendered by every format and share render.numbers
     "api": 7, "config": 7, "cli": 7, "__main__": 7, "__init__": 7,
 }

@@ -23,7 +23,7 @@ from torch import nn
 from mhainspect.dtypes import canonical
 from mhainspect.findings import EvidenceSource
 from mhainspect.loaders.torch_fx import storage_key
-from mhainspect.static_ir import HeadOffers, WeightMeta, count_weights
+from mhainspect.static_ir import HeadOffers, WeightMeta
 
 _HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head")
 _KV_ATTRS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "kv_heads", "n_head_kv")
@@ -49,9 +49,20 @@ def parameter_metas(model: nn.Module) -> dict[str, WeightMeta]:
     return out
 
 
-def count_parameters(model: nn.Module) -> int:
-    """Unique parameters by storage (tied weights once): the one weight-list counter."""
-    return count_weights(parameter_metas(model))
+def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
+    """Unique parameters by storage (tied weights once); ``trainable_only``: those with requires_grad.
+
+    (A module's own counter: checkpoints count their WeightMeta with ``static_ir.count_weights``;
+    only a live module knows requires_grad.)"""
+    seen: set[str] = set()
+    total = 0
+    for _, p in model.named_parameters(remove_duplicate=False):
+        key = storage_key(p)
+        if key not in seen:
+            seen.add(key)
+            if p.requires_grad or not trainable_only:
+                total += p.numel()
+    return total
 
 
 def _int_attr(obj: Any, names: tuple[str, ...]) -> tuple[str, int] | None:

@@ -9,11 +9,13 @@ so a head count comes out the same whichever door a model comes in by. Pure func
   when no K width is known (a K width says otherwise by itself).
 - ``split_packed``: a packed [Q; K; V] width split by what the head counts imply; when the
   offered kv heads do not fit the width but another count does, the width wins (a conflict).
+- ``shapes_win``: widths outrank a module, config or file-metadata claim where two shapes agree
+  on the answer; each overruled claim becomes a conflict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mhainspect.findings import Evidence, EvidenceSource
@@ -24,10 +26,12 @@ from mhainspect.findings import Evidence, EvidenceSource
 PRIORITY: dict[EvidenceSource, int] = {
     EvidenceSource.ATTRIBUTE: 0,
     EvidenceSource.KERNEL_SHAPE: 1,
+    EvidenceSource.HEAD_SHAPE: 1,  # a tensor one head wide: observed like a per-head kernel
     EvidenceSource.SHAPE: 2,
     EvidenceSource.SCORE_SHAPE: 3,
     EvidenceSource.MODULE: 4,
     EvidenceSource.CONFIG: 5,
+    EvidenceSource.GGUF: 5,  # file metadata: a claim, like a config
     EvidenceSource.WEIGHT_SHAPE: 6,
     EvidenceSource.RESHAPE: 6,
     EvidenceSource.REPEAT: 7,
@@ -99,17 +103,58 @@ def split_packed(total: int | None, h: int | None, g: int | None, d_k: int | Non
         g2, dv = g or h, d_v or d_k
         if h * d_k + g2 * (d_k + dv) == total:
             return PackedSplit(h * d_k, g2 * d_k, g2 * dv, g2)
-        # The offered kv heads do not fit: solve the width for them (K and V of one head size).
+        # The offered kv heads do not fit: solve the width for them (the width is what runs).
         rest = total - h * d_k
-        if (d_v is None or d_v == d_k) and rest > 0 and rest % (2 * d_k) == 0:
-            solved = rest // (2 * d_k)
+        if rest > 0 and rest % (d_k + dv) == 0:
+            solved = rest // (d_k + dv)
             if h % solved == 0:
-                why = None if g is None else (f"num_kv_heads: the packed width {total} = ({h} + 2·{solved}) × {d_k} "
-                                              f"gives {solved}, not the {g} offered")
-                return PackedSplit(h * d_k, solved * d_k, solved * d_k, solved, why)
+                why = None if g is None else (f"num_kv_heads: the packed width {total} = {h}·{d_k} + {solved}·"
+                                              f"({d_k} + {dv}) gives {solved}, not the {g} offered")
+                return PackedSplit(h * d_k, solved * d_k, solved * dv, solved, why)
     if h and g and h != g and total % (h + 2 * g) == 0:
         d = total // (h + 2 * g)
         return PackedSplit(h * d, g * d, g * d, g)
     if total % 3 == 0 and (g is None or g == h):
         return PackedSplit(total // 3, total // 3, total // 3, g)
     return None
+
+
+def shapes_win(evidence: list[Evidence], conflicts: list[str], h: int | None, g: int | None, d_k: int | None,
+               d_v: int | None, widths: Mapping[str, tuple[int | None, int | None]]
+               ) -> tuple[int | None, int | None, int | None]:
+    """(h, g, d_v) after weight shapes overrule a claim, where two shapes agree on the answer.
+
+    With d_k fixed by a shape, Q's width gives the heads when O's input width agrees (a Q that also
+    carries a gate, as in gated attention, does not); with Q agreeing (h·d_k = Q width), K's width
+    gives the KV heads when V's agrees (or V's head size is not known yet), and V's width the value
+    head size when O's agrees. Each overruled claim is recorded as a conflict and the shape as
+    evidence; a disagreement the shapes cannot settle stays a width conflict."""
+    wq, wk, wv = widths.get("q", (None, None))[1], widths.get("k", (None, None))[1], widths.get("v", (None, None))[1]
+    wo_in = widths.get("o", (None, None))[0]
+
+    def overrule(field: str, claimed: int, value: int, why: str) -> None:
+        claim = next((e for e in evidence if e.field == field and e.value == claimed), None)
+        said = f"{claim.source} says {claimed} ({claim.detail})" if claim is not None else f"{claimed} was assumed"
+        conflicts.append(f"{field}: {said} but {why}; the weight shapes win")
+        evidence.append(Evidence(field, value, EvidenceSource.WEIGHT_SHAPE, why))
+
+    observed = (EvidenceSource.HEAD_SHAPE, EvidenceSource.KERNEL_SHAPE)
+    d_k_from_shape = any(e.field == "d_k" and e.value == d_k and e.source in observed for e in evidence)
+    if d_k_from_shape and h and d_k and wq and h * d_k != wq and wq % d_k == 0:
+        h2 = wq // d_k
+        if wo_in is None or wo_in == h2 * (d_v or d_k):
+            overrule("num_heads", h, h2, f"Q width {wq} / d_k {d_k} = {h2}")
+            h = h2
+    if not (h and d_k and wq == h * d_k):
+        return h, g, d_v
+    if g is not None and wk and g * d_k != wk and wk % d_k == 0:
+        g2 = wk // d_k
+        if wv is None or d_v is None or wv == g2 * d_v:
+            overrule("num_kv_heads", g, g2, f"K width {wk} / d_k {d_k} = {g2}")
+            g = g2
+    if g and d_v is not None and wv and g * d_v != wv and wv % g == 0:
+        dv2 = wv // g
+        if wo_in is None or wo_in == h * dv2:
+            overrule("d_v", d_v, dv2, f"V width {wv} / kv heads {g} = {dv2}")
+            d_v = dv2
+    return h, g, d_v

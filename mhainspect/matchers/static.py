@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mhainspect.findings import AttentionBlock, BlockKind, Evidence, EvidenceSource, Matcher, ParamBreakdown, Projection
-from mhainspect.matchers.assembly import default_kv_heads, per_head, pick, split_packed, width_conflicts
+from mhainspect.matchers.assembly import default_kv_heads, per_head, pick, shapes_win, split_packed, width_conflicts
 from mhainspect.matchers.grouping import (
     GroupedBlock,
     RoleWeights,
@@ -100,13 +100,10 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     if d_k is None and (n := per_head(wq, h)) is not None:
         d_k = n
         evidence.append(Evidence("d_k", d_k, EvidenceSource.WEIGHT_SHAPE, f"Q width {wq} / heads {h}"))
-    if h is not None and (n := per_head(wk, d_k)) is not None and n != g:
-        # The K width with the head size fixes the kv heads: it wins over a module or config claim.
-        detail = f"K width {wk} / d_k {d_k}"
-        if g is not None:
-            conflicts.append(f"num_kv_heads: {detail} gives {n}, not the {g} offered")
+    h, g, d_v = shapes_win(evidence, conflicts, h, g, d_k, d_v, widths)
+    if g is None and d_k and (n := per_head(wk, d_k)) is not None and h is not None:
         g = n
-        evidence.append(Evidence("num_kv_heads", g, EvidenceSource.WEIGHT_SHAPE, detail))
+        evidence.append(Evidence("num_kv_heads", g, EvidenceSource.WEIGHT_SHAPE, f"K width {wk} / d_k {d_k}"))
     if g is None:
         g = default_kv_heads(h, wk)
     if d_v is None and (n := per_head(wv, g)) is not None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Iterable
-from typing import Any, SupportsIndex
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from mhainspect.findings import (
     SCHEMA_VERSION,
@@ -29,6 +29,9 @@ from mhainspect.findings import (
 )
 from mhainspect.render.json_text import dumps_pretty
 
+if TYPE_CHECKING:
+    from mhainspect.gates import GateResult
+
 JSONDict = dict[str, Any]
 
 __all__ = [
@@ -38,6 +41,8 @@ __all__ = [
     "reports_to_dict",
     "reports_to_json",
     "reports_to_jsonl",
+    "to_json",
+    "to_jsonl",
 ]
 
 
@@ -85,6 +90,7 @@ def _model(model: ModelSummary) -> JSONDict:
         "producer": model.producer,
         # extension
         "attention_share": _share(attention, total),
+        **({} if model.trainable_params is None else {"trainable_params": _int(model.trainable_params)}),
     }
 
 
@@ -120,7 +126,7 @@ def _evidence(ev: Evidence) -> JSONDict:
 def _what_if(w: WhatIf) -> JSONDict:
     return {
         "num_heads": _int(w.num_heads),
-        "total_width_fixed": _int(w.total_width_fixed),
+        "total_width_fixed": _opt_int(w.total_width_fixed),
         "head_dim_fixed": _int(w.head_dim_fixed),
     }
 
@@ -180,10 +186,26 @@ def _miss(miss: Miss) -> JSONDict:
     return {"matcher": miss.matcher, "anchor": miss.anchor, "reason": miss.reason}
 
 
-def report_to_dict(report: Report) -> JSONDict:
-    """The single-model JSON document (docs/report.schema.json), in declared order."""
-    model = _model(report.model)
+def _gate(result: GateResult) -> JSONDict:
     return {
+        "gate": result.gate,
+        "passed": bool(result.passed),
+        "actual": _int(result.actual),
+        "limit": _opt_int(result.limit),
+        "code": result.code,
+        "source": result.source,
+        "message": result.message,
+    }
+
+
+def report_to_dict(report: Report, *, gates: Sequence[GateResult] = (),
+                   ignored: Sequence[tuple[str, int]] = ()) -> JSONDict:
+    """The single-model JSON document (docs/report.schema.json), in declared order.
+
+    ``gates`` (the run's gate results, passed and failed) and ``ignored`` ((code, count) of the
+    flags --ignore dropped) add the keys ``gates`` and ``ignored_flags`` when given."""
+    model = _model(report.model)
+    data: JSONDict = {
         "schema_version": report.schema_version,
         "model": model,
         "blocks": [_block(b, model["total_params"]) for b in report.blocks],
@@ -191,11 +213,30 @@ def report_to_dict(report: Report) -> JSONDict:
         "misses": [_miss(m) for m in report.misses],
         "warnings": list(report.warnings),
     }
+    if gates:
+        data["gates"] = [_gate(g) for g in gates]
+    if ignored:
+        data["ignored_flags"] = {code: _int(n) for code, n in ignored}
+    return data
 
 
-def reports_to_dict(reports: Iterable[Report]) -> JSONDict:
-    """The multi-model JSON document (docs/multi-report.schema.json)."""
-    return {"schema_version": SCHEMA_VERSION, "models": [report_to_dict(r) for r in reports]}
+def reports_to_dict(reports: Iterable[Report], *, docs: Sequence[JSONDict] | None = None) -> JSONDict:
+    """The multi-model JSON document (docs/multi-report.schema.json); ``docs`` are the models'
+    documents when already built (with their gates)."""
+    models = list(docs) if docs is not None else [report_to_dict(r) for r in reports]
+    return {"schema_version": SCHEMA_VERSION, "models": models}
+
+
+def to_json(data: JSONDict) -> str:
+    """A document as pretty JSON (indent=2, keys in declared order) with a trailing newline."""
+    return _dumps_pretty(data)
+
+
+def to_jsonl(docs: Iterable[JSONDict]) -> str:
+    """One compact document per line (JSON Lines); empty string for none."""
+    import json  # only JSON Lines needs the stdlib encoder; pretty JSON is written by json_text
+
+    return "".join(json.dumps(d, separators=(",", ":"), allow_nan=False) + "\n" for d in docs)
 
 
 def _dumps_pretty(data: JSONDict) -> str:
@@ -214,9 +255,4 @@ def reports_to_json(reports: Iterable[Report]) -> str:
 
 def reports_to_jsonl(reports: Iterable[Report]) -> str:
     """One compact report document per line (JSON Lines); empty string for no reports."""
-    import json  # only JSON Lines needs the stdlib encoder; pretty JSON is written by json_text
-
-    return "".join(
-        json.dumps(report_to_dict(r), separators=(",", ":"), allow_nan=False) + "\n"
-        for r in reports
-    )
+    return to_jsonl(report_to_dict(r) for r in reports)
