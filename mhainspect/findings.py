@@ -41,6 +41,7 @@ class EvidenceSource(Vocabulary):
     SCALE = "scale"  # 1/sqrt(d) read off the score scale (a fallback: custom scales are legitimate)
     REPEAT = "repeat"  # K/V repeated to the query heads (grouped-query attention)
     MISSING = "missing"  # a projection the matcher looked for and did not find
+    SAME_WEIGHTS = "same_weights"  # one module reached from several anchors, or a weight counted in another block
 
 
 class Matcher(Vocabulary):
@@ -49,6 +50,7 @@ class Matcher(Vocabulary):
 
     DECOMPOSED = "decomposed"  # MatMul -> Softmax -> MatMul in a graph
     FUSED = "fused"  # one attention operator in a graph
+    ADDITIVE = "additive"  # Bahdanau scores vᵀ·tanh(W·q + U·k) in a graph
     MODULE = "module"  # a known nn.Module, recognised without tracing
     CHECKPOINT = "checkpoint"  # weight names and shapes of a checkpoint, plus its config
     GGUF = "gguf"  # tensor names and shapes of a GGUF file, plus its metadata
@@ -63,8 +65,9 @@ class Matcher(Vocabulary):
 
 
 class BlockKind(Vocabulary):
-    SELF = "self"
-    CROSS = "cross"
+    SELF = "self"  # Q, K and V read the same tensor
+    CROSS = "cross"  # K/V come from another source than Q
+    ADDITIVE = "additive"  # Bahdanau attention: one head, no Q·Kᵀ
 
 
 class VerifyStatus(Vocabulary):
@@ -228,7 +231,7 @@ class AttentionBlock:
 
     name: str
     matcher: str  # a Matcher; a bare string is checked and converted on construction
-    kind: str  # a BlockKind ("self" | "cross"), checked and converted likewise
+    kind: str  # a BlockKind ("self" | "cross" | "additive"), checked and converted likewise
     num_heads: int | None
     num_kv_heads: int | None
     d_model: int | None
@@ -248,6 +251,11 @@ class AttentionBlock:
     kv_cache_bytes_per_token: int | None = None  # None for a block that does not cache (see reason)
     kv_cache_reason: str | None = None  # why the block caches nothing, or what is unknown
     sliding_window: int | None = None  # tokens a sliding-window layer keeps in its cache
+    # How many times one run applies this module's weights (ALBERT's shared layer: 12); its
+    # parameters are counted once whatever the number, its KV cache (kv_cache_bytes_per_token is
+    # one application's) N times. Branches of an If are alternatives, not applications: a block
+    # found in both is one block applied once.
+    applications: int = 1
 
     def __post_init__(self) -> None:
         if type(self.matcher) is not Matcher:

@@ -35,7 +35,8 @@ def block_flags(b: AttentionBlock) -> list[Flag]:
         out.append(_flag("MHA004", b.name, f"heads unknown: {b.unknown_reason or 'no evidence'}",
                          reason=b.unknown_reason))
         return out
-    if d_k is not None and d_model is not None and h * d_k != d_model:
+    # Additive attention has one head by construction: its width is no per-head choice.
+    if d_k is not None and d_model is not None and h * d_k != d_model and b.kind != "additive":
         std = standard_layout_count(b)
         half, double = what_if(b, max(1, h // 2)), what_if(b, h * 2)
         parts = [f"{h} heads × d_k {d_k} = {h * d_k} ≠ d_model {d_model}: Q/K/V/O widths follow the head "
@@ -49,13 +50,13 @@ def block_flags(b: AttentionBlock) -> list[Flag]:
                          projection_width=h * d_k, params=b.params.total, standard_layout_params=std,
                          params_at_half_heads=half.head_dim_fixed if half else None,
                          params_at_double_heads=double.head_dim_fixed if double else None))
-    if d_k is not None and d_v is not None and d_k != d_v:
+    if d_k is not None and d_v is not None and d_k != d_v and b.kind != "additive":
         out.append(_flag("MHA002", b.name, f"d_k {d_k} ≠ d_v {d_v}: value heads are {'wider' if d_v > d_k else 'narrower'} "
                          "than query/key heads.", d_k=d_k, d_v=d_v))
     if b.scale_known and b.scale is not None and d_k:
         expected = 1.0 / math.sqrt(d_k)
         if not math.isclose(b.scale, expected, rel_tol=1e-3):
-            what = ("scores are not scaled at all (the scale is folded into the weights, as in T5)"
+            what = ("the graph applies no scale to the scores (no factor on Q, K or Q·Kᵀ before the Softmax)"
                     if b.scale == 1.0 else f"scores are scaled by {b.scale:.6g}")
             out.append(_flag("MHA003", b.name, f"{what}; 1/√d_k would be {expected:.6g}.", scale=b.scale,
                              expected=expected))

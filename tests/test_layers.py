@@ -14,7 +14,7 @@ ROOT = Path(mhainspect.__file__).parent
 LAYERS: dict[str, int] = {
     "errors": 0, "dtypes": 0, "findings": 0, "graph": 0, "static_ir": 0,
     "loaders": 1,
-    "dataflow": 2, "symbolic": 2,
+    "dataflow": 2, "symbolic": 2, "accounting": 2,
     "matchers": 3,
     "flags": 4, "whatif": 4, "conventions": 4, "report": 4, "size": 4,
     "analyze": 5, "torch_inspect": 5, "checkpoint_inspect": 5, "gguf_inspect": 5, "verify": 5, "sources": 5, "inputs": 5,

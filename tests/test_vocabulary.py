@@ -45,7 +45,7 @@ def test_schema_lists_the_python_enums() -> None:
 
 def test_readme_lists_every_evidence_source() -> None:
     listed = README[README.index("`evidence[].source` is one of"):]
-    listed = listed[:listed.index("Keys are never")]
+    listed = listed[:listed.index("never renamed")]
     assert _values(EvidenceSource) <= set(re.findall(r"`([a-z_]+)`", listed))
 
 

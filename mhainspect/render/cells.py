@@ -10,7 +10,7 @@ from mhainspect.render.grouping import join_names
 from mhainspect.render.numbers import group, human_count
 
 __all__ = ["UNKNOWN", "block_cells", "blocks_word", "format_label", "gate_line", "head_count_lines", "heads_label",
-           "ignored_line", "percent", "source_facts", "verify_label", "what_if_rows"]
+           "ignored_line", "kind_label", "percent", "source_facts", "verify_label", "what_if_rows"]
 
 # One display name per source format (the JSON keeps the format's own key).
 _FORMAT_LABELS = {"onnx": "ONNX", "torch": "PyTorch module", "pytorch": "PyTorch checkpoint",
@@ -48,6 +48,11 @@ def heads_label(block: AttentionBlock) -> str:
     return str(block.num_heads)
 
 
+def kind_label(block: AttentionBlock) -> str:
+    """'self', 'cross', ...; 'self ×12' for one module whose weights a run applies 12 times."""
+    return block.kind if block.applications == 1 else f"{block.kind} ×{block.applications}"
+
+
 def _opt(value: int | None) -> str:
     return UNKNOWN if value is None else str(value)
 
@@ -61,7 +66,7 @@ def block_cells(b: AttentionBlock, model_total: int, *, exact: bool = True) -> t
     (1,050,624); ``exact=False`` abbreviates them (1.05M) for a terminal too narrow for them."""
     p = b.params
     n = group if exact else human_count
-    return (b.name, b.kind, heads_label(b), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v), n(p.q),
+    return (b.name, kind_label(b), heads_label(b), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v), n(p.q),
             n(p.k), n(p.v), n(p.o), n(p.bias), n(p.total), percent(p.total, model_total))
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from mhainspect import __version__
 from mhainspect.findings import AttentionBlock, Flag, KVCache, Report, Severity
-from mhainspect.render.cells import UNKNOWN, heads_label, ignored_line, percent, verify_label
+from mhainspect.render.cells import UNKNOWN, heads_label, ignored_line, kind_label, percent, verify_label
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.html_style import CSS, CSS_HASH
 from mhainspect.render.numbers import group, human_count
@@ -310,7 +310,9 @@ def kv_bytes_at(report: Report, context: int) -> int | None:
         return None
     caching = [b for b in report.blocks if b.kv_cache_bytes_per_token is not None and b.kind != "cross"]
     if caching:
-        total = sum((b.kv_cache_bytes_per_token or 0) * min(context, b.sliding_window or context) for b in caching)
+        # A module applied N times (a shared layer) keeps N caches.
+        total = sum((b.kv_cache_bytes_per_token or 0) * b.applications * min(context, b.sliding_window or context)
+                    for b in caching)
     else:
         total = kv.bytes_per_token * context
     return total * kv.batch
@@ -399,7 +401,7 @@ def _blocks_section(report: Report) -> str:
         p = b.params
         cells = [_opt(b.num_heads), _opt(b.num_kv_heads), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v)]
         dims = "".join(f'<td class="unknown">{c}</td>' if c == UNKNOWN else f"<td>{c}</td>" for c in cells)
-        rows.append(f'<tr><td class="name"><code>{_name(b.name)}</code></td><td class="l">{html(b.kind)}</td>{dims}'
+        rows.append(f'<tr><td class="name"><code>{_name(b.name)}</code></td><td class="l">{html(kind_label(b))}</td>{dims}'
                     + "".join(f"<td>{group(v)}</td>" for v in (p.q, p.k, p.v, p.o, p.bias))
                     + f"<td><b>{group(p.total)}</b></td><td>{percent(p.total, total)}</td></tr>")
     details = "".join(f"<details><summary>Evidence for <code>{html(b.name)}</code></summary>{_block_details(b)}"

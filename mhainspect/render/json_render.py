@@ -167,6 +167,8 @@ def _block(block: AttentionBlock, model_total: int) -> JSONDict:
         "scale_known": bool(block.scale_known),
         "anchor": block.anchor,
     }
+    if block.applications != 1:  # only for a module whose weights one run applies several times
+        data["applications"] = _int(block.applications)
     if block.verification is not None:  # only when --verify ran
         data["verify"] = _verification(block.verification)
     return data

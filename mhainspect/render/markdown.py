@@ -82,7 +82,7 @@ def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what
         lines.append(_row(_ALIGN))
         for b in report.blocks:
             cells = list(block_cells(b, m.total_params))
-            cells[0], cells[1], cells[11] = md_code(b.name, table_cell=True), md_text(b.kind), f"**{cells[11]}**"
+            cells[0], cells[1], cells[11] = md_code(b.name, table_cell=True), md_text(cells[1]), f"**{cells[11]}**"
             lines.append(_row(cells))
         lines.append("")
         lines.extend(md_text(line) for line in head_count_lines(report))
