@@ -44,6 +44,9 @@ class EvidenceSource(Vocabulary):
     SAME_WEIGHTS = "same_weights"  # one module reached from several anchors, or a weight counted in another block
 
 
+_SOURCES: dict[str, EvidenceSource] = {m.value: m for m in EvidenceSource}
+
+
 class Matcher(Vocabulary):
     """What found a block (``AttentionBlock.matcher``, ``Miss.matcher``). A graph's fused matcher
     names the operator after a colon ("fused:com.microsoft.Attention")."""
@@ -133,8 +136,11 @@ class Evidence:
     detail: str
 
     def __post_init__(self) -> None:
-        if type(self.source) is not EvidenceSource:
-            object.__setattr__(self, "source", EvidenceSource(self.source))
+        if type(self.source) is not EvidenceSource:  # a dict lookup: thousands per large model
+            member = _SOURCES.get(self.source)
+            if member is None:
+                raise ValueError(f"{self.source!r} is not a valid EvidenceSource")
+            object.__setattr__(self, "source", member)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from mhainspect.findings import Evidence, EvidenceSource
 # Stronger sources first. Operator attributes and shapes read in a graph are observed; module
 # attributes and configs are claims about the code; widths divided by another number inherit
 # that number's doubt; a scale is a fallback only (a custom scale is legitimate, MHA003).
-PRIORITY: dict[EvidenceSource, int] = {
+PRIORITY: dict[str, int] = {  # keyed by EvidenceSource members (str): looked up per offer
     EvidenceSource.ATTRIBUTE: 0,
     EvidenceSource.KERNEL_SHAPE: 1,
     EvidenceSource.HEAD_SHAPE: 1,  # a tensor one head wide: observed like a per-head kernel
@@ -51,7 +51,7 @@ def pick(evidence: Iterable[Evidence], field: str) -> tuple[int | None, tuple[st
     offers = [e for e in evidence if e.field == field and isinstance(e.value, int)]
     if not offers:
         return None, ()
-    offers.sort(key=lambda e: PRIORITY.get(EvidenceSource(e.source), 7))  # stable: ties keep the order
+    offers.sort(key=lambda e: PRIORITY.get(e.source, 7))  # stable: ties keep the order
     best = offers[0]
     conflicts = tuple(conflict_text(field, best, e) for e in offers[1:]
                       if e.value != best.value and e.source not in _NEVER_CONFLICTS)
