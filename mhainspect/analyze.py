@@ -60,7 +60,7 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
             continue
         if node.op == "Softmax":
             result = decomposed.match(index, node)
-            if isinstance(result, Miss) and result.reason.startswith(decomposed.NO_SCORE_PRODUCT):
+            if isinstance(result, Miss) and result.code == decomposed.NO_SCORE_PRODUCT_CODE:
                 result = additive.match(index, node) or result  # scores without Q·Kᵀ: additive ones?
         else:
             result = fused.match(index, node)

@@ -289,6 +289,9 @@ class Miss:
     matcher: str  # a Matcher, checked and converted on construction
     anchor: str
     reason: str
+    # Why, for code that decides on it (never rendered): "no_score_product" when a Softmax has no
+    # Q·Kᵀ of two activations before it (the additive matcher then looks at it).
+    code: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.matcher) is not Matcher:
