@@ -6,7 +6,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from mhainspect.findings import SCHEMA_VERSION, AttentionBlock, Miss, ModelSummary, Report, attention_params
+from mhainspect.findings import (
+    SCHEMA_VERSION,
+    AttentionBlock,
+    Miss,
+    ModelSummary,
+    Report,
+    SourceResult,
+    attention_params,
+    coded,
+)
 from mhainspect.flags import evaluate
 from mhainspect.whatif import default_what_ifs
 
@@ -18,4 +27,15 @@ def build_report(blocks: Sequence[AttentionBlock], *, path: str, fmt: str, total
     final = tuple(dataclasses.replace(b, what_if=default_what_ifs(b, what_if_heads)) for b in blocks)
     summary = ModelSummary(path=path, format=fmt, total_params=total_params, num_nodes=num_nodes, opset=opset,
                            producer=producer, attention_params=attention_params(final))
-    return Report(SCHEMA_VERSION, summary, final, evaluate(final), tuple(misses), warnings=tuple(warnings))
+    return Report(SCHEMA_VERSION, summary, final, evaluate(final), tuple(misses), warnings=coded(warnings))
+
+
+def report_from(result: SourceResult, *, what_if_heads: tuple[int, ...] = ()) -> Report:
+    """The Report of what a front end found."""
+    m = result.model
+    report = build_report(result.blocks, path=m.path, fmt=m.format, total_params=m.total_params,
+                          num_nodes=m.num_nodes, opset=m.opset, producer=m.producer, misses=result.misses,
+                          warnings=result.warnings, what_if_heads=what_if_heads)
+    if m.trainable_params is None:
+        return report
+    return dataclasses.replace(report, model=dataclasses.replace(report.model, trainable_params=m.trainable_params))

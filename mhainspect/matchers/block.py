@@ -10,17 +10,15 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from mhainspect.dataflow import GraphIndex
+from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex
 from mhainspect.findings import AttentionBlock, Evidence, ParamBreakdown, Projection
 from mhainspect.graph import Node
+from mhainspect.matchers import assembly
 from mhainspect.matchers.projection import WHOLE, ProjectionHit, TracedProjection
 from mhainspect.matchers.scopes import block_name
 
-# Stronger sources first. "scale" is a fallback only: a custom scale is legitimate (MHA003).
-# The head axis of the scores is observed directly; widths / d_k depend on resolving packed
-# projections, so the scores win when the two disagree (and the disagreement is reported).
-_PRIORITY = {"attribute": 0, "kernel_shape": 1, "shape": 2, "score_shape": 3, "weight_shape": 4, "reshape": 4,
-             "scale": 9}
+# Which offer wins, the conflict text and the defaults are the shared rules of
+# mhainspect.matchers.assembly (the same for modules and checkpoints).
 _FIELDS = ("num_heads", "num_kv_heads", "d_model", "d_k", "d_v")
 
 
@@ -70,11 +68,15 @@ class BlockBuilder:
         if r.traced is None:
             return None
         frac = self._fraction(role)
+        if frac is None:
+            return None
         # out_features · frac when that is a whole number (exact in ints: frac is in lowest terms).
         w = r.traced.hit.out_features * frac.numerator
         return w // frac.denominator if w % frac.denominator == 0 else None
 
-    def _fraction(self, role: str) -> Fraction:
+    def _fraction(self, role: str) -> Fraction | None:
+        """The share of its projection that a role uses: the whole when no other role reads it,
+        else the split the graph shows; None when it shows none (never an equal division)."""
         r = self.roles[role]
         assert r.traced is not None
         node = r.traced.hit.node
@@ -83,18 +85,22 @@ class BlockBuilder:
             return WHOLE
         if r.traced.split_fraction is not None and r.traced.split_fraction != 1:
             return r.traced.split_fraction
-        return Fraction(1, sharing)
+        return None
+
+    def _unsplit_packed(self) -> str | None:
+        """Why Q/K/V widths are unknown: a packed projection whose split the graph does not show."""
+        for role in ("q", "k", "v"):
+            r = self.roles.get(role)
+            if r is not None and r.traced is not None and self._fraction(role) is None:
+                hit = r.traced.hit
+                users = "/".join(x.role.upper() for x in self.roles.values()
+                                 if x.traced is not None and x.traced.hit.node is hit.node)
+                return (f"packed projection {hit.node.name} ({hit.out_features} outputs) feeds {users}, but the "
+                        "graph does not show how its outputs are split (no constant Split/Slice sizes, no shapes)")
+        return None
 
     def _pick(self, name: str) -> tuple[int | None, tuple[str, ...]]:
-        offers = [e for e in self.evidence if e.field == name and isinstance(e.value, int)]
-        offers.sort(key=lambda e: _PRIORITY.get(e.source, 5))  # stable: ties keep the order offered
-        if not offers:
-            return None, ()
-        best = offers[0]
-        conflicts = tuple(
-            f"{name}: {best.source} says {best.value} ({best.detail}) but {e.source} says {e.value} ({e.detail})"
-            for e in offers[1:] if e.value != best.value and e.source != "scale")
-        return int(best.value) if best.value is not None else None, conflicts
+        return assembly.pick(self.evidence, name)
 
     def build(self, taken_names: set[str]) -> AttentionBlock:
         conflicts: list[str] = []
@@ -119,8 +125,8 @@ class BlockBuilder:
             self.evidence.append(Evidence("d_k", d_k, "weight_shape", f"Q width {wq} / heads {h}"))
         picked["num_kv_heads"], c = self._pick("num_kv_heads")
         conflicts.extend(c)
-        if picked["num_kv_heads"] is None and h is not None and wk is None and d_k:
-            picked["num_kv_heads"] = h
+        if picked["num_kv_heads"] is None and d_k:
+            picked["num_kv_heads"] = assembly.default_kv_heads(h, wk)
         if d_v is None and picked["num_kv_heads"] and wv and wv % picked["num_kv_heads"] == 0:
             picked["d_v"] = d_v = wv // picked["num_kv_heads"]
             self.evidence.append(Evidence("d_v", d_v, "weight_shape", f"V width {wv} / kv heads {picked['num_kv_heads']}"))
@@ -137,6 +143,10 @@ class BlockBuilder:
         conflicts.extend(c)
 
         unknown_reason = None
+        unsplit = self._unsplit_packed()
+        if unsplit is not None:
+            picked["num_heads"] = None  # the K/V head count would be a guess
+            self.notes.insert(0, unsplit)
         if picked["num_heads"] is None:
             unknown_reason = self._unknown_reason(wq)
             picked["num_kv_heads"] = None
@@ -192,25 +202,30 @@ class BlockBuilder:
                                           r.fused_bias, r.fused_bias_params, r.fused_node))
                 continue
             hit = r.traced.hit
-            frac = self._fraction(role) or WHOLE
+            frac = self._fraction(role)
             width = widths[role]
+            if frac is None:
+                # Split unknown: the packed weight counts once, on the first role that reads it.
+                first = next(x for x in ("q", "k", "v") if (y := self.roles.get(x)) is not None
+                             and y.traced is not None and y.traced.hit.node is hit.node)
+                frac = WHOLE if first == role else Fraction(0)
             if frac == 1:  # the whole projection: no Fraction arithmetic
                 weight_params, bias_params = hit.weight_params, hit.bias_params
             else:
                 weight_params = int(hit.weight_params * frac)
                 bias_params = int(hit.bias_params * frac) if hit.bias_slice is None else hit.bias_params
             out.append(Projection(role, hit.weight.tensor.display_name, hit.in_features, width,
-                                  weight_params, hit.bias.name if hit.bias else None, bias_params, hit.node.name))
+                                  weight_params, hit.bias_name, bias_params, hit.node.name))
         if self.output is not None:
             o = self.output
             out.append(Projection("o", o.weight.tensor.display_name, o.in_features, o.out_features, o.weight_params,
-                                  o.bias.name if o.bias else None, o.bias_params, o.node.name))
+                                  o.bias_name, o.bias_params, o.node.name))
         return tuple(out)
 
 
 # Ops between a Q/K source and the attention core that keep the values' origin (layout, casts, scaling).
-_ORIGIN_THROUGH = {"Identity", "Cast", "Dropout", "Contiguous", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
-                   "Expand", "Tile", "Flatten", "Mul", "Div", "Concat"}
+_ORIGIN_THROUGH = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Expand", "Tile", "Flatten", "Mul", "Div",
+                   "Concat"} | VALUE_PRESERVING_OPS  # casts and Q/DQ pairs too
 _MAX_ORIGIN_NODES = 24
 
 
