@@ -118,8 +118,9 @@ def splice(doc: str, section: str) -> str:
     return doc.rstrip("\n") + "\n\n" + section
 
 
-# Why a file is a known gap, by the first pattern its path contains (the issue 15 item it waits for).
-# Written for the failure modes seen when the table was made: check it still says what happens.
+# Why a file is a known gap, by the first pattern its path contains: the failure modes measured before
+# issue 15's engine work landed (all fixed since). A new gap that matches one is likely a regression of
+# it; check the cause still says what happens before pasting it into the test module.
 GAP_CAUSES: tuple[tuple[str, str], ...] = (
     ("dynamic-int8@O2", "dynamic int8 of an ORT-optimized graph: the fused Attention becomes com.microsoft "
      "QAttention; other projections go through DynamicQuantizeLinear -> MatMulInteger"),
