@@ -8,10 +8,11 @@ import gc
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from itertools import chain
 from operator import attrgetter
+from typing import Any
 
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
 from mhainspect.dtypes import is_float
@@ -21,6 +22,7 @@ from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.matchers import decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.report import build_report
+from mhainspect.size import graph_size_inputs
 
 _QUANTIZED_WEIGHT_OPS = {"MatMulNBits", "DequantizeLinear", "MatMulInteger", "QLinearMatMul", "GatherBlockQuantized"}
 _MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
@@ -52,10 +54,11 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
     return builders, misses
 
 
-def count_parameters(index: GraphIndex) -> int:
-    """Unique weights (by storage) that some op reads as data, not only for its shape."""
-    seen: set[str] = set()
-    total = 0
+def parameter_tensors(index: GraphIndex) -> dict[str, Tensor]:
+    """The one notion of "is a parameter" for a graph: storage key -> tensor, for unique weights
+    (by storage) that some op reads as data, not only for its shape. count_parameters sums them;
+    mhainspect.size calls every other stored tensor overhead."""
+    seen: dict[str, Tensor] = {}
     trig_sources = _trig_sources(index)
     not_shape_only: frozenset[int] = frozenset()
     for name, t in index.graph.weights.items():
@@ -73,9 +76,13 @@ def count_parameters(index: GraphIndex) -> int:
             continue
         if (trig_sources is None or name in trig_sources) and _only_feeds_trig(index, name):
             continue  # rotary inv_freq: a buffer that only builds cos/sin tables, not a parameter
-        seen.add(t.storage_key)
-        total += numel
-    return total
+        seen[t.storage_key] = t
+    return seen
+
+
+def count_parameters(index: GraphIndex) -> int:
+    """Unique weights (by storage) that some op reads as data, not only for its shape."""
+    return sum(t.numel for t in parameter_tensors(index).values())
 
 
 def _listed(what: str, names: list[str], consequence: str) -> str:
@@ -197,7 +204,8 @@ def _trig_sources(index: GraphIndex) -> set[str] | None:
 
 
 def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
-                  what_if_heads: tuple[int, ...] = ()) -> Report:
+                  what_if_heads: tuple[int, ...] = (), config: Mapping[str, Any] | None = None,
+                  config_label: str = "config.json") -> Report:
     graph = sanitize_graph(graph)
     index = GraphIndex(graph)
     builders, misses = find_blocks(index)
@@ -211,9 +219,12 @@ def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None
                 del b.extras[name]
             extras_seen.add(name)
         blocks.append(b.build(taken))
+    parameters = parameter_tensors(index)
+    size = graph_size_inputs(index, blocks, frozenset(parameters), config, config_label)
     return build_report(blocks, path=path if path is not None else graph.source, fmt=fmt or graph.kind,
-                        total_params=count_parameters(index), num_nodes=len(graph.nodes), opset=graph.opset,
-                        producer=graph.producer, misses=misses, warnings=graph.warnings, what_if_heads=what_if_heads)
+                        total_params=sum(t.numel for t in parameters.values()), num_nodes=len(graph.nodes),
+                        opset=graph.opset, producer=graph.producer, misses=misses, warnings=graph.warnings,
+                        what_if_heads=what_if_heads, size=size)
 
 
 def check_symlink_loop(path: str | os.PathLike[str]) -> None:
@@ -253,12 +264,30 @@ def analyze_path(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...]
             escaping = external_data_warnings(path, graph)
             if escaping:
                 graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
-            return analyze_graph(graph, path=str(path), fmt="onnx", what_if_heads=what_if_heads)
+            config, label = config_beside(path)
+            return analyze_graph(graph, path=str(path), fmt="onnx", what_if_heads=what_if_heads, config=config,
+                                 config_label=label)
     except InputError as exc:
         message = str(exc)
         if not message.startswith(str(path)):
             raise InputError(f"{path}: {message}") from None
         raise
+
+
+def config_beside(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, str]:
+    """The Hugging Face config.json next to an ONNX file (optimum exports ship one), for what only a
+    config says (sliding windows, whether the model decodes); None when absent or unreadable."""
+    candidate = os.path.join(os.path.dirname(os.path.abspath(os.fspath(path))), "config.json")
+    if not os.path.isfile(candidate):
+        return None, ""
+    from pathlib import Path
+
+    from mhainspect.loaders.checkpoint import read_config
+
+    try:
+        return read_config(Path(candidate)), "config.json beside the model"
+    except InputError:
+        return None, ""
 
 
 _DRIVE = re.compile(r"^[A-Za-z]:")

@@ -136,7 +136,8 @@ class AttentionBlock:
     weight_bytes: int | None = None  # bytes of the block's stored weights (shared tensors once)
     kv_cache_bytes_per_token: int | None = None  # None for a block that does not cache (see reason)
     kv_cache_reason: str | None = None  # why the block caches nothing, or what is unknown
-    sliding_window: int | None = None  # tokens a sliding-window layer keeps in its cache
+    sliding_window: int | None = None  # tokens a sliding-window layer attends to (its cache keeps window - 1)
+    kv_cache_dtype: str | None = None  # element type of the block's cache (None when it caches nothing)
 
 
 @dataclass(frozen=True)

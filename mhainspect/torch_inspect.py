@@ -16,7 +16,7 @@ from mhainspect.analyze import analyze_graph
 from mhainspect.errors import InputError
 from mhainspect.findings import AttentionBlock, Miss, Report
 from mhainspect.loaders.torch_fx import trace_module
-from mhainspect.loaders.torch_modules import count_parameters, recognise
+from mhainspect.loaders.torch_modules import count_parameters, module_size_inputs, recognise
 from mhainspect.report import build_report
 
 EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
@@ -67,7 +67,7 @@ def inspect_module(model: nn.Module, example_inputs: Any = None, *, what_if_head
     blocks = list(known.blocks) + traced + headless
     return build_report(blocks, path=label, fmt="torch", total_params=count_parameters(model), num_nodes=num_nodes,
                         producer=f"torch {torch.__version__}", misses=misses, warnings=warnings,
-                        what_if_heads=what_if_heads)
+                        what_if_heads=what_if_heads, size=module_size_inputs(model, blocks))
 
 
 def _uses(block: AttentionBlock, model: nn.Module, keys: set[str]) -> bool:

@@ -29,6 +29,15 @@ from mhainspect.findings import AttentionBlock, Report
 from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
 from mhainspect.loaders.roles import WeightMeta, group_attention
 from mhainspect.report import build_report
+from mhainspect.size import (
+    SizeInputs,
+    config_decoding,
+    config_dtype,
+    model_float_dtype,
+    prefix_block_tensors,
+    tensors_from_metas,
+    weight_compute_dtypes,
+)
 from mhainspect.static_blocks import HeadOffers, assemble
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
@@ -268,16 +277,33 @@ def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str
     return read_torch_state_dict(path), beside, "pytorch"
 
 
+def parameter_keys(weights: Mapping[str, WeightMeta]) -> dict[str, int]:
+    """What a checkpoint's parameters are: storage key -> numel of unique float tensors (tied
+    weights once); integer buffers are not parameters."""
+    found: dict[str, int] = {}
+    for t in weights.values():
+        if t.storage_key not in found and is_float(t.dtype):
+            found[t.storage_key] = t.numel
+    return found
+
+
 def count_weights(weights: Mapping[str, WeightMeta]) -> int:
     """Unique float tensors by storage (tied weights once); integer buffers are not parameters."""
-    seen: set[str] = set()
-    total = 0
-    for t in weights.values():
-        if t.storage_key in seen or not is_float(t.dtype):
-            continue
-        seen.add(t.storage_key)
-        total += t.numel
-    return total
+    return sum(parameter_keys(weights).values())
+
+
+def checkpoint_size_inputs(weights: Mapping[str, WeightMeta], blocks: list[AttentionBlock],
+                           config: Mapping[str, Any] | None, *, parameters: frozenset[str] | None = None,
+                           label: str = "config.json", no_config: str = "") -> SizeInputs:
+    """Size metadata of a checkpoint or module: every tensor, the tensors under each block's module
+    path, and what the config says about decoding (no graph to show a cache or a causal mask).
+    ``parameters``: storage keys of the parameters when the source says (a module), else float tensors."""
+    keys = parameters if parameters is not None else frozenset(parameter_keys(weights))
+    tensors = tensors_from_metas(weights.values(), keys)
+    fallback = config_dtype(config) or model_float_dtype(tensors)
+    compute = weight_compute_dtypes(blocks, {n: t.dtype for n, t in weights.items()}, fallback)
+    return SizeInputs(tensors, prefix_block_tensors(blocks, weights),
+                      config_decoding(config, blocks, compute, label=label, no_config=no_config))
 
 
 def blocks_from_weights(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,
@@ -302,5 +328,9 @@ def analyze_checkpoint(path: str | os.PathLike[str], *, what_if_heads: tuple[int
         warnings.append(f"heads read from {p.parent / 'config.json'} next to the checkpoint")
     blocks = blocks_from_weights(weights, config)
     producer = producer_from_config(config) if config is not None else ""
+    label = "config.json" if p.is_dir() else "config.json beside the checkpoint"
+    size = checkpoint_size_inputs(weights, blocks, config, label=label,
+                                  no_config="checkpoint without config.json: nothing says whether the model "
+                                            "decodes autoregressively")
     return build_report(blocks, path=str(path), fmt=fmt, total_params=count_weights(weights),
-                        num_nodes=0, producer=producer, warnings=warnings, what_if_heads=what_if_heads)
+                        num_nodes=0, producer=producer, warnings=warnings, what_if_heads=what_if_heads, size=size)

@@ -25,6 +25,7 @@ from mhainspect.findings import AttentionBlock
 from mhainspect.loaders.hf_config import offers_from_config
 from mhainspect.loaders.roles import GroupedBlock, WeightMeta, group_attention
 from mhainspect.loaders.torch_fx import storage_key
+from mhainspect.size import SizeInputs
 from mhainspect.static_blocks import HeadOffers, assemble
 
 _HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head")
@@ -60,6 +61,22 @@ def parameter_metas(model: nn.Module) -> dict[str, WeightMeta]:
         out[name] = WeightMeta(name, tuple(int(d) for d in p.shape), canonical(str(p.dtype)),
                                storage_key(p), layout)
     return out
+
+
+def module_size_inputs(model: nn.Module, blocks: list[AttentionBlock]) -> SizeInputs:
+    """Size metadata of a module: its parameters and buffers (rotary tables, masks: overhead), the
+    tensors under each block's module path, and what the model's config says about decoding."""
+    from mhainspect.loaders.checkpoint import checkpoint_size_inputs
+
+    metas: dict[str, WeightMeta] = dict(parameter_metas(model))
+    for name, buf in model.named_buffers(remove_duplicate=False):
+        metas.setdefault(name, WeightMeta(name, tuple(int(d) for d in buf.shape), canonical(str(buf.dtype)),
+                                          storage_key(buf)))
+    # A module says what its parameters are: buffers are overhead.
+    params = frozenset(storage_key(p) for _, p in model.named_parameters(remove_duplicate=False))
+    return checkpoint_size_inputs(metas, blocks, _config_dict(model), parameters=params, label="the model's config",
+                                  no_config=f"{type(model).__name__} has no config: nothing says whether it decodes "
+                                            "autoregressively")
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -1,0 +1,688 @@
+"""Size in bytes: the stored weights (by dtype, parameters vs overhead, per block) and the KV cache.
+
+One module for every front end. A front end (ONNX graph, PyTorch module, checkpoint) supplies
+metadata only -- each stored tensor's dtype, element count, storage key and whether it is a
+parameter, the tensors each block uses, and per block what the source says about decoding (a
+past/present tensor, a causal mask, a config) -- and ``apply`` turns that into the report's size
+fields. Nothing here reads tensor data.
+
+Rules (each number in one place):
+
+- a tensor occupies ``dtypes.nbytes(dtype, numel)`` bytes (packed int4 and GGML block types
+  rounded up per tensor); tensors sharing a storage key count once;
+- ``weight_bytes`` is every stored tensor, ``weight_bytes_overhead`` the part that is not a
+  parameter (quantization scales and zero points, rotary tables, shape constants, buffers);
+- a block that caches holds ``num_kv_heads · (d_k + d_v) · itemsize`` bytes per token (per
+  encoder token for cross-attention); a sliding-window layer holds at most ``window - 1`` past
+  tokens between decoding steps (what transformers' sliding cache keeps; the token being decoded
+  adds its own K/V inside the step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mhainspect import dtypes
+from mhainspect.findings import AttentionBlock, KVCache, Report
+
+if TYPE_CHECKING:
+    from mhainspect.dataflow import GraphIndex
+    from mhainspect.graph import Node
+
+__all__ = [
+    "BlockDecoding",
+    "SizeInputs",
+    "SizeOptions",
+    "StoredTensor",
+    "apply",
+    "config_decoding",
+    "graph_size_inputs",
+    "layer_index",
+    "with_options",
+]
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    """One stored tensor as metadata. ``stored_bytes``: what the file says it occupies (an
+    external-data length), used only when the dtype has no size (strings)."""
+
+    name: str
+    dtype: str
+    numel: int
+    storage_key: str
+    is_parameter: bool
+    stored_bytes: int | None = None
+
+    @property
+    def nbytes(self) -> int | None:
+        n = dtypes.nbytes(self.dtype, self.numel)
+        return n if n is not None else self.stored_bytes
+
+
+@dataclass(frozen=True)
+class BlockDecoding:
+    """What the source says about one block during autoregressive decoding.
+
+    ``caches``: True (it caches K/V per token), False (it does not), None (cannot be told);
+    ``reason`` is the evidence either way. ``dtype`` is the cache's element type with where it
+    came from (a past/present tensor, the projection's compute dtype, the config).
+    """
+
+    block: str
+    caches: bool | None
+    reason: str
+    dtype: str | None = None
+    dtype_source: str = ""
+    window: int | None = None  # sliding window (tokens the layer attends to), None: full attention
+    window_source: str = ""
+
+
+@dataclass(frozen=True)
+class SizeInputs:
+    """A front end's metadata for the size computation."""
+
+    tensors: tuple[StoredTensor, ...] = ()
+    block_tensors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # block -> tensor names
+    decoding: tuple[BlockDecoding, ...] = ()
+
+
+@dataclass(frozen=True)
+class SizeOptions:
+    """--context, --batch, --kv-dtype."""
+
+    context: int | None = None
+    batch: int = 1
+    kv_dtype: str | None = None
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+@dataclass(frozen=True)
+class WeightSizes:
+    total: int
+    by_dtype: tuple[tuple[str, int], ...]
+    overhead: int
+    per_block: Mapping[str, int]
+    unsized: tuple[str, ...]  # tensors whose dtype has no size (not counted)
+
+
+def weight_sizes(tensors: Iterable[StoredTensor], blocks: Sequence[AttentionBlock],
+                 block_tensors: Mapping[str, tuple[str, ...]]) -> WeightSizes:
+    """Bytes of every stored tensor, shared storage once; per block, a tensor counts in the first
+    block that uses it (as parameters do), so the blocks never add up past the model."""
+    seen: set[str] = set()
+    by_dtype: Counter[str] = Counter()
+    total = overhead = 0
+    unsized: list[str] = []
+    by_name: dict[str, StoredTensor] = {}
+    for t in tensors:
+        by_name.setdefault(t.name, t)
+        if t.storage_key in seen:
+            continue
+        seen.add(t.storage_key)
+        n = t.nbytes
+        if n is None:
+            unsized.append(t.name)
+            continue
+        total += n
+        by_dtype[dtypes.canonical(t.dtype)] += n
+        if not t.is_parameter:
+            overhead += n
+    per_block: dict[str, int] = {}
+    counted: set[str] = set()
+    for b in blocks:
+        names = block_tensors.get(b.name, ())
+        if not names:
+            continue
+        size = 0
+        for name in names:
+            used = by_name.get(name)
+            if used is None or used.storage_key in counted:
+                continue
+            counted.add(used.storage_key)
+            size += used.nbytes or 0
+        per_block[b.name] = size
+    ordered = tuple(sorted(by_dtype.items(), key=lambda kv: (-kv[1], kv[0])))
+    return WeightSizes(total, ordered, overhead, per_block, tuple(unsized))
+
+
+def projection_tensor_names(block: AttentionBlock) -> tuple[str, ...]:
+    """The weights and biases a block's projections name (for front ends without a graph)."""
+    out: list[str] = []
+    for p in block.projections:
+        out.extend(x for x in (p.weight, p.bias) if x)
+    return tuple(dict.fromkeys(out))
+
+
+# ----------------------------------------------------------------------------- KV cache
+
+
+def _itemsize(dtype: str | None) -> int | None:
+    if dtype is None:
+        return None
+    found = dtypes.lookup(dtype)
+    if found is None or found.block_size != 1 or found.block_bytes == 0 or found.block_bytes.denominator != 1:
+        return None
+    return int(found.block_bytes)
+
+
+def _elements_per_token(b: AttentionBlock) -> int | None:
+    if b.num_kv_heads is None or b.d_k is None or b.d_v is None:
+        return None
+    return b.num_kv_heads * (b.d_k + b.d_v)
+
+
+def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | None) -> tuple[int | None, str | None, str]:
+    """(bytes per token, dtype, reason) for one block; bytes None when it does not cache or is unknown."""
+    if d is None:
+        return None, None, "unknown: nothing in the source says whether this block decodes autoregressively"
+    if d.caches is False:
+        return None, None, f"no cache: {d.reason}"
+    if d.caches is None:
+        return None, None, f"unknown: {d.reason}"
+    dtype = dtypes.canonical(kv_dtype) if kv_dtype else d.dtype
+    elements = _elements_per_token(b)
+    if elements is None:
+        return None, dtype, "unknown: caches during decoding, but its K/V heads or d_k/d_v are unknown"
+    size = _itemsize(dtype)
+    if size is None:
+        return None, dtype, f"unknown: caches during decoding, but the cache dtype ({dtype or 'unknown'}) has no size"
+    how = "--kv-dtype" if kv_dtype else d.dtype_source
+    per = "per encoder token, cached once per input" if b.kind == "cross" else "per token"
+    reason = (f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {size} bytes ({dtype}, {how}) {per}; "
+              f"{d.reason}")
+    if d.window is not None and b.kind != "cross":
+        reason += f"; sliding window {d.window} ({d.window_source}): keeps at most {d.window - 1} past tokens"
+    return elements * size, dtype, reason
+
+
+def _held_tokens(context: int, window: int | None) -> int:
+    return context if window is None else min(context, max(window - 1, 0))
+
+
+def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCache:
+    self_blocks = [b for b in blocks if b.kind != "cross"]
+    cross_blocks = [b for b in blocks if b.kind == "cross"]
+    caching = [b for b in self_blocks if b.kv_cache_bytes_per_token is not None]
+    unknown = [b for b in blocks if b.kv_cache_bytes_per_token is None and (b.kv_cache_reason or "").startswith("unknown")]
+    dtype_set = {b.kv_cache_dtype for b in blocks if b.kv_cache_bytes_per_token is not None and b.kv_cache_dtype}
+    dtype = dtype_set.pop() if len(dtype_set) == 1 else ("mixed" if dtype_set else None)
+    cross = [b for b in cross_blocks if b.kv_cache_bytes_per_token is not None]
+    per_encoder = sum(b.kv_cache_bytes_per_token or 0 for b in cross) if cross else None
+    if unknown:
+        names = ", ".join(b.name for b in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        return KVCache(None, dtype, options.context, options.batch, None, None if unknown else per_encoder,
+                       reason=f"unknown for {len(unknown)} block(s) ({names}): {(unknown[0].kv_cache_reason or '')}")
+    if not caching:
+        why = next((b.kv_cache_reason for b in blocks if b.kv_cache_reason), None) or "no attention blocks"
+        return KVCache(None, None, options.context, options.batch, None, per_encoder,
+                       reason=f"no block caches K/V per token ({why})")
+    per_token = sum(b.kv_cache_bytes_per_token or 0 for b in caching)
+    total = None
+    reason = None
+    if options.context is not None:
+        total = options.batch * sum((b.kv_cache_bytes_per_token or 0) * _held_tokens(options.context, b.sliding_window)
+                                    for b in caching)
+        if per_encoder:
+            reason = ("total_bytes covers the decoder's self-attention at the context; cross-attention adds "
+                      "bytes_per_encoder_token per encoder token per sequence")
+    return KVCache(per_token, dtype, options.context, options.batch, total, per_encoder, reason=reason)
+
+
+def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDecoding],
+                options: SizeOptions) -> tuple[AttentionBlock, ...]:
+    out = []
+    for b in blocks:
+        d = decoding.get(b.name)
+        per_token, dtype, reason = _block_cache(b, d, options.kv_dtype)
+        window = d.window if d is not None and d.caches and b.kind != "cross" else None
+        out.append(dataclasses.replace(b, kv_cache_bytes_per_token=per_token, kv_cache_reason=reason,
+                                       kv_cache_dtype=dtype if per_token is not None else None,
+                                       sliding_window=window))
+    return tuple(out)
+
+
+def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOptions | None = None
+          ) -> tuple[tuple[AttentionBlock, ...], dict[str, Any], tuple[str, ...]]:
+    """Blocks with their size fields, the ModelSummary size fields, and warnings."""
+    options = options or SizeOptions()
+    weights = weight_sizes(inputs.tensors, blocks, inputs.block_tensors)
+    decoding = {d.block: d for d in inputs.decoding}
+    sized = tuple(dataclasses.replace(b, weight_bytes=weights.per_block.get(b.name)) for b in blocks)
+    sized = _with_cache(sized, decoding, options)
+    warnings: list[str] = []
+    if weights.unsized:
+        shown = ", ".join(f"'{n}'" for n in weights.unsized[:5])
+        warnings.append(f"tensors of a type without a size ({len(weights.unsized)}): {shown}; not in weight_bytes")
+    summary: dict[str, Any] = {
+        "weight_bytes": weights.total if inputs.tensors else None,
+        "weight_bytes_by_dtype": weights.by_dtype,
+        "weight_bytes_overhead": weights.overhead if inputs.tensors else None,
+        "kv_cache": _model_cache(sized, options),
+    }
+    return sized, summary, tuple(warnings)
+
+
+def with_options(report: Report, options: SizeOptions) -> Report:
+    """``report`` with the KV cache at ``--context``/``--batch`` and, with ``--kv-dtype``, in that
+    dtype; the per-block figures are recomputed from the block's own fields."""
+    if options.context is None and options.batch == 1 and options.kv_dtype is None:
+        return report
+    blocks = report.blocks
+    if options.kv_dtype is not None:
+        new_size = _itemsize(options.kv_dtype)
+        if new_size is None:
+            raise ValueError(f"--kv-dtype {options.kv_dtype!r}: not a dtype with a whole number of bytes per element")
+        name = dtypes.canonical(options.kv_dtype)
+        changed = []
+        for b in blocks:
+            elements = _elements_per_token(b)
+            if b.kv_cache_bytes_per_token is None or elements is None:
+                changed.append(b)
+                continue
+            reason = re.sub(r"× \d+ bytes \([^)]*\)", f"× {new_size} bytes ({name}, --kv-dtype)", b.kv_cache_reason or "",
+                            count=1)
+            changed.append(dataclasses.replace(b, kv_cache_bytes_per_token=elements * new_size, kv_cache_dtype=name,
+                                               kv_cache_reason=reason))
+        blocks = tuple(changed)
+    model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options))
+    return dataclasses.replace(report, blocks=blocks, model=model)
+
+
+# ----------------------------------------------------------------------------- config evidence
+
+_LAYER = re.compile(r"(?:^|[./_])(?:layers?|h|blocks?|block|transformer_blocks?)[./_](\d+)(?:[./_]|$)")
+_ANY_INT = re.compile(r"(?:^|[./_])(\d+)(?:[./_]|$)")
+_CAUSAL_ARCH = re.compile(r"(ForCausalLM|LMHeadModel|ForConditionalGeneration|ForSpeechSeq2Seq)$")
+_ENCODER_ARCH = re.compile(r"(ForMaskedLM|ForSequenceClassification|ForTokenClassification|ForQuestionAnswering|"
+                           r"ForImageClassification|ForMultipleChoice|ForPreTraining|ForAudioClassification|"
+                           r"ForCTC|ForNextSentencePrediction)$")
+_DECODER_WORDS = ("decoder", "dec.")
+_ENCODER_WORDS = ("encoder", "enc.")
+
+
+def layer_index(block_name: str) -> int | None:
+    """The layer number in a block's name (layers.3, h.3, block.3, ...), else its first number."""
+    m = _LAYER.search(block_name) or _ANY_INT.search(block_name)
+    return int(m.group(1)) if m else None
+
+
+def _sub_config(cfg: Mapping[str, Any], block_name: str) -> Mapping[str, Any]:
+    from mhainspect.loaders.hf_config import sub_config
+
+    return sub_config(cfg, block_name)[1]
+
+
+def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
+    """The block's sliding window from the config: layer_types, sliding_window_pattern, Gemma 2's
+    alternation, Qwen2's use_sliding_window/max_window_layers, or sliding_window for every layer."""
+    c = _sub_config(cfg, block_name)
+    window = c.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return None, ""
+    i = layer_index(block_name)
+    types = c.get("layer_types")
+    if isinstance(types, list) and types:
+        if i is None or i >= len(types):
+            return None, ""
+        kind = str(types[i])
+        return (window, f"config layer_types[{i}] = {kind}, sliding_window = {window}") if "sliding" in kind else (None, "")
+    pattern = c.get("sliding_window_pattern")
+    if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0 and i is not None:
+        sliding = (i + 1) % pattern != 0
+        return (window, f"config sliding_window_pattern = {pattern}, sliding_window = {window}") if sliding else (None, "")
+    if c.get("model_type") == "gemma2" and i is not None:  # Gemma 2 alternates: even layers slide
+        return (window, f"Gemma 2 alternates sliding (even) and full layers, sliding_window = {window}") \
+            if i % 2 == 0 else (None, "")
+    if c.get("use_sliding_window") is False:
+        return None, ""
+    if c.get("use_sliding_window") is True and isinstance(c.get("max_window_layers"), int) and i is not None:
+        return (window, f"config max_window_layers = {c['max_window_layers']}, sliding_window = {window}") \
+            if i >= c["max_window_layers"] else (None, "")
+    return window, f"config sliding_window = {window}"
+
+
+def _config_causal(cfg: Mapping[str, Any], block: AttentionBlock) -> tuple[bool | None, str]:
+    name = block.name.lower()
+    archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
+    if cfg.get("is_encoder_decoder") is True:
+        if block.kind == "cross" or any(w in name for w in _DECODER_WORDS):
+            return True, "config is_encoder_decoder: a decoder layer"
+        if any(w in name for w in _ENCODER_WORDS):
+            return False, "config is_encoder_decoder: an encoder layer, run once over the input"
+        return None, "config is_encoder_decoder, but the block's name says neither encoder nor decoder"
+    if any(_CAUSAL_ARCH.search(a) for a in archs):
+        return True, f"config architectures {archs[0]}: a causal language model"
+    if cfg.get("is_decoder") is True:
+        return True, "config is_decoder = true"
+    if archs and all(_ENCODER_ARCH.search(a) for a in archs):
+        return False, f"config architectures {archs[0]}: an encoder, run once over the input"
+    return None, "the config does not say whether the model decodes autoregressively (no causal architecture, " \
+                 "is_decoder or is_encoder_decoder)"
+
+
+def config_dtype(cfg: Mapping[str, Any] | None) -> str | None:
+    if cfg is None:
+        return None
+    for key in ("torch_dtype", "dtype"):
+        v = cfg.get(key)
+        if isinstance(v, str) and dtypes.is_float(v):
+            return dtypes.canonical(v)
+    return None
+
+
+def config_decoding(cfg: Mapping[str, Any] | None, blocks: Sequence[AttentionBlock],
+                    compute_dtypes: Mapping[str, tuple[str | None, str]], *, label: str = "config",
+                    no_config: str = "") -> tuple[BlockDecoding, ...]:
+    """Per block, from a Hugging Face style config: does it cache, its window, its dtype
+    (``compute_dtypes``: block -> (dtype, where it came from), the projection's own dtype)."""
+    out = []
+    for b in blocks:
+        dtype, dsource = compute_dtypes.get(b.name, (None, ""))
+        if cfg is None:
+            out.append(BlockDecoding(b.name, None, no_config or "no config says whether the model decodes "
+                                     "autoregressively", dtype, dsource))
+            continue
+        caches, reason = _config_causal(cfg, b)
+        window, wsource = _window(cfg, b.name) if b.kind != "cross" else (None, "")
+        out.append(BlockDecoding(b.name, caches, f"{label}: {reason}", dtype, dsource, window,
+                                 f"{label} {wsource.removeprefix('config ')}" if window else ""))
+    return tuple(out)
+
+
+def model_float_dtype(tensors: Iterable[StoredTensor]) -> str | None:
+    """The float dtype holding most parameter elements (the compute dtype's last resort)."""
+    counts: Counter[str] = Counter()
+    for t in tensors:
+        if t.is_parameter and dtypes.is_float(t.dtype):
+            counts[dtypes.canonical(t.dtype)] += t.numel
+    return counts.most_common(1)[0][0] if counts else None
+
+
+# ----------------------------------------------------------------------------- graph evidence
+
+_CACHE_NAME = re.compile(r"past|present|cache|key_values", re.IGNORECASE)
+_COMPARE_OPS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
+# Ops a stored weight passes through on its way to a projection (dequantization, layout, casts).
+_WEIGHT_PATH = {"DequantizeLinear", "Cast", "Transpose", "Reshape", "Identity", "Unsqueeze", "Squeeze",
+                "Mul", "Sub", "Add", "Concat", "Split", "Slice", "Gather", "Expand", "MatMulNBits",
+                "GatherBlockQuantized"}
+_MASK_WALK_LIMIT = 400  # nodes visited walking back from a block's scores looking for a causal mask
+_IO_WALK_LIMIT = 600  # nodes visited from a past/present tensor to the nearest block
+
+
+def _external_length(storage_key: str) -> int | None:
+    if not storage_key.startswith("external:"):
+        return None
+    length = storage_key.rsplit(":", 1)[-1]
+    return int(length) if length.isdigit() else None
+
+
+def _block_nodes(blocks: Sequence[AttentionBlock]) -> dict[str, str]:
+    """Node name -> block name, for the anchors and the projection nodes."""
+    out: dict[str, str] = {}
+    for b in blocks:
+        if b.anchor:
+            out.setdefault(b.anchor, b.name)
+        for p in b.projections:
+            if p.node:
+                out.setdefault(p.node, b.name)
+    return out
+
+
+def _stored_sources(index: GraphIndex, name: str, memo: dict[str, tuple[str, ...] | None],
+                    depth: int = 0) -> tuple[str, ...] | None:
+    """The stored tensors ``name`` is computed from when it is computed from stored tensors alone
+    (through dequantization, casts, layout ops), else None (an activation)."""
+    weights = index.graph.weights
+    if name in weights:
+        t = weights[name]
+        return (name,) if not t.is_constant_node or t.numel > 1 else ()
+    if name in memo:
+        return memo[name]
+    memo[name] = None  # a cycle or a deep chain is an activation
+    producer = index.producer.get(name)
+    if producer is None or producer.op not in _WEIGHT_PATH or depth >= 6:
+        return None
+    found: list[str] = []
+    for x in producer.inputs:
+        if not x:
+            continue
+        sub = _stored_sources(index, x, memo, depth + 1)
+        if sub is None:
+            return None
+        found.extend(sub)
+    memo[name] = tuple(found)
+    return memo[name]
+
+
+def _graph_block_tensors(index: GraphIndex, blocks: Sequence[AttentionBlock]) -> dict[str, tuple[str, ...]]:
+    """Per block, the stored tensors its projection nodes read, directly or through dequantization,
+    casts and layout ops (scales and zero points included)."""
+    weights = index.graph.weights
+    memo: dict[str, tuple[str, ...] | None] = {}
+    out: dict[str, tuple[str, ...]] = {}
+    for b in blocks:
+        names: list[str] = [x for x in projection_tensor_names(b) if x in weights]
+        for p in b.projections:
+            node = index.by_name.get(p.node)
+            if node is None:
+                continue
+            for x in node.inputs:
+                if x:
+                    names.extend(_stored_sources(index, x, memo) or ())
+        out[b.name] = tuple(dict.fromkeys(names))
+    return out
+
+
+def _nearest_block(index: GraphIndex, start: str, nodes: Mapping[str, str], forward: bool) -> str | None:
+    """The block whose anchor or projection node is nearest to tensor ``start`` (breadth first)."""
+    frontier = [start]
+    seen = {start}
+    visited = 0
+    while frontier and visited < _IO_WALK_LIMIT:
+        nxt: list[str] = []
+        for tensor in frontier:
+            if forward:
+                steps: list[Node] = [u for u, _ in index.users(tensor)]
+            else:
+                p = index.producer.get(tensor)
+                steps = [p] if p is not None else []
+            for node in steps:
+                visited += 1
+                hit = nodes.get(node.name)
+                if hit is not None:
+                    return hit
+                for x in (node.outputs if forward else node.inputs):
+                    if x and x not in seen and x not in index.graph.weights:
+                        seen.add(x)
+                        nxt.append(x)
+        frontier = nxt
+    return None
+
+
+def _cache_io(index: GraphIndex, blocks: Sequence[AttentionBlock]) -> dict[str, list[tuple[str, str]]]:
+    """Block -> [(past/present tensor, dtype)] for the graph's cache inputs and outputs."""
+    nodes = _block_nodes(blocks)
+    out: dict[str, list[tuple[str, str]]] = {}
+    g = index.graph
+    for forward, infos in ((True, g.inputs), (False, g.outputs)):
+        for v in infos:
+            if not _CACHE_NAME.search(v.name) or not dtypes.is_float(v.dtype):
+                continue
+            block = _nearest_block(index, v.name, nodes, forward)
+            if block is not None:
+                out.setdefault(block, []).append((v.name, dtypes.canonical(v.dtype)))
+    return out
+
+
+def _from_range(index: GraphIndex, name: str, depth: int = 8) -> bool:
+    """True when ``name`` is computed from a Range (position indices) within a few ops."""
+    stack = [(name, 0)]
+    seen: set[str] = set()
+    while stack:
+        cur, d = stack.pop()
+        p = index.producer.get(cur)
+        if p is None or cur in seen or d > depth:
+            continue
+        seen.add(cur)
+        if p.op in ("Range", "CumSum"):
+            return True
+        stack.extend((x, d + 1) for x in p.inputs if x)
+    return False
+
+
+_CAUSAL_ATTRS = (("is_causal", "ONNX Attention is_causal = 1"), ("unidirectional", "Attention unidirectional = 1"))
+
+
+def _causal_mask(index: GraphIndex, block: AttentionBlock) -> str | None:
+    """Where the graph makes this block causal: a causal attribute, a GroupQueryAttention, or a
+    mask from Trilu or from comparing position indices (Range) reaching its scores."""
+    anchor = index.by_name.get(block.anchor)
+    if anchor is None:
+        return None
+    for attr, text in _CAUSAL_ATTRS:
+        if anchor.attrs.get(attr) == 1:
+            return text
+    if anchor.op in ("GroupQueryAttention", "PagedAttention", "SparseAttention"):
+        return f"{anchor.op} (always causal)"
+    frontier = [x for x in anchor.inputs if x]
+    seen = set(frontier)
+    visited = 0
+    while frontier and visited < _MASK_WALK_LIMIT:
+        cur = frontier.pop(0)
+        node = index.producer.get(cur)
+        if node is None:
+            continue
+        visited += 1
+        if node.op == "Trilu":
+            return f"causal mask (Trilu '{node.name}')"
+        if node.op in _COMPARE_OPS and len(node.inputs) == 2 and all(_from_range(index, x) for x in node.inputs):
+            return f"causal mask (position comparison {node.op} '{node.name}')"
+        if node.op in ("MatMul", "Gemm", "MatMulNBits", "MatMulInteger") and node.name != block.anchor \
+                and any(node.name == p.node for p in block.projections):
+            continue  # do not walk into the block's own projections' inputs
+        for x in node.inputs:
+            if x and x not in seen and x not in index.graph.weights:
+                seen.add(x)
+                frontier.append(x)
+    return None
+
+
+def _compute_dtype(index: GraphIndex, block: AttentionBlock, fallback: str | None) -> tuple[str | None, str]:
+    """The dtype K and V are computed in: a float stored tensor the K/V projection reads (a float
+    weight, or the scales of a quantized one), else the model's prevailing float dtype."""
+    weights = index.graph.weights
+    for role in ("k", "v", "q"):
+        for p in block.projections:
+            if p.role != role:
+                continue
+            node = index.by_name.get(p.node)
+            for name in (p.weight, *(node.inputs if node is not None else ())):
+                if name and name in weights and dtypes.is_float(weights[name].dtype):
+                    return dtypes.canonical(weights[name].dtype), f"{role} projection '{p.node}' computes in it"
+            info = index.graph.value_info.get(node.outputs[0]) if node is not None and node.outputs else None
+            if info is not None and dtypes.is_float(info.dtype):
+                return dtypes.canonical(info.dtype), f"{role} projection output '{info.name}'"
+    if fallback:
+        return fallback, "the model's prevailing float dtype"
+    return None, ""
+
+
+def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], parameter_keys: frozenset[str],
+                      config: Mapping[str, Any] | None = None, config_label: str = "config.json") -> SizeInputs:
+    """SizeInputs for an ONNX / traced graph: every initializer and Constant, the tensors each block
+    reads, and per block the decoding evidence (past/present tensors, a causal mask, the config)."""
+    tensors = tuple(StoredTensor(name, t.dtype, t.numel, t.storage_key, t.storage_key in parameter_keys,
+                                 _external_length(t.storage_key))
+                    for name, t in index.graph.weights.items())
+    fallback = model_float_dtype(tensors)
+    io = _cache_io(index, blocks)
+    any_io = bool(io)
+    compute = {b.name: _compute_dtype(index, b, fallback) for b in blocks}
+    from_config = {d.block: d for d in config_decoding(config, blocks, compute, label=config_label)} \
+        if config is not None else {}
+    causal_self = False
+    decoding: list[BlockDecoding] = []
+    pending_cross: list[AttentionBlock] = []
+    for b in blocks:
+        cfg = from_config.get(b.name)
+        window, wsource = (cfg.window, cfg.window_source) if cfg is not None else (None, "")
+        tensors_io = io.get(b.name)
+        if tensors_io:
+            io_dtype = tensors_io[0][1]
+            names = ", ".join(n for n, _ in tensors_io[:4])
+            decoding.append(BlockDecoding(b.name, True, f"cache tensors {names} in the graph", io_dtype,
+                                          f"graph cache tensor '{tensors_io[0][0]}'", window, wsource))
+            causal_self = causal_self or b.kind != "cross"
+            continue
+        if b.kind == "cross":
+            pending_cross.append(b)
+            continue
+        mask = _causal_mask(index, b)
+        if mask is not None:
+            mask_dtype, mask_dsource = compute[b.name]
+            decoding.append(BlockDecoding(b.name, True, mask, mask_dtype, mask_dsource, window, wsource))
+            causal_self = True
+        elif any_io:
+            decoding.append(BlockDecoding(b.name, False, "no past/present tensor of the graph reaches this block and "
+                                          "no causal mask does: it runs once over the input (an encoder)"))
+        elif cfg is not None and cfg.caches is not None:
+            decoding.append(cfg)
+            causal_self = causal_self or bool(cfg.caches)
+        else:
+            decoding.append(BlockDecoding(b.name, False, "no past/present inputs or outputs and no causal mask reach "
+                                          "this block: an encoder layer (or a decoder exported without its cache "
+                                          "and causal mask)"))
+    for b in pending_cross:
+        cross_dtype, cross_dsource = compute[b.name]
+        if causal_self:
+            decoding.append(BlockDecoding(b.name, True, "cross-attention of a causal decoder: K/V of the encoder "
+                                          "output, computed once per input", cross_dtype, cross_dsource))
+        else:
+            decoding.append(BlockDecoding(b.name, False, "cross-attention, and no block of the graph decodes "
+                                          "autoregressively"))
+    order = {b.name: i for i, b in enumerate(blocks)}
+    decoding.sort(key=lambda d: order[d.block])
+    return SizeInputs(tensors, _graph_block_tensors(index, blocks), tuple(decoding))
+
+
+def tensors_from_metas(metas: Iterable[Any], parameter_keys: frozenset[str]) -> tuple[StoredTensor, ...]:
+    """StoredTensors from name-keyed weight metadata (checkpoints, module parameters and buffers)."""
+    return tuple(StoredTensor(m.name, m.dtype, m.numel, m.storage_key, m.storage_key in parameter_keys)
+                 for m in metas)
+
+
+def prefix_block_tensors(blocks: Sequence[AttentionBlock], names: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Per block, its projections' tensors plus every tensor under the block's module path
+    (quantization scales and zero points stored beside a weight: q_proj.scales, .qzeros, ...)."""
+    all_names = list(names)
+    out: dict[str, tuple[str, ...]] = {}
+    for b in blocks:
+        own = list(projection_tensor_names(b))
+        prefixes = {p.rsplit(".", 1)[0] + "." for p in own if "." in p}
+        own.extend(n for n in all_names if any(n.startswith(pre) for pre in prefixes))
+        out[b.name] = tuple(dict.fromkeys(own))
+    return out
+
+
+def weight_compute_dtypes(blocks: Sequence[AttentionBlock], dtype_of: Mapping[str, str],
+                          fallback: str | None) -> dict[str, tuple[str | None, str]]:
+    """Per block, the float dtype of its K (else V, Q) projection weight, else ``fallback``."""
+    out: dict[str, tuple[str | None, str]] = {}
+    for b in blocks:
+        found: tuple[str | None, str] = (fallback, "the model's prevailing float dtype") if fallback else (None, "")
+        for role in ("k", "v", "qkv", "q"):
+            p = next((p for p in b.projections if p.role == role and p.weight in dtype_of), None)
+            if p is not None and p.weight is not None and dtypes.is_float(dtype_of[p.weight]):
+                found = (dtypes.canonical(dtype_of[p.weight]), f"{role} projection weight '{p.weight}'")
+                break
+        out[b.name] = found
+    return out
