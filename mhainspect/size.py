@@ -218,12 +218,14 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCa
     per_encoder = sum(b.kv_cache_bytes_per_token or 0 for b in cross) if cross else None
     if unknown:
         names = ", ".join(b.name for b in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
-        return KVCache(None, dtype, options.context, options.batch, None, None if unknown else per_encoder,
-                       reason=f"unknown for {len(unknown)} block(s) ({names}): {(unknown[0].kv_cache_reason or '')}")
+        first = (unknown[0].kv_cache_reason or "").removeprefix("unknown: ")
+        return KVCache(None, dtype, options.context, options.batch, None, None,
+                       reason=f"unknown for {len(unknown)} block(s) ({names}): {first}")
     if not caching:
-        why = next((b.kv_cache_reason for b in blocks if b.kv_cache_reason), None) or "no attention blocks"
+        why = next((b.kv_cache_reason for b in blocks if b.kv_cache_reason), None)
+        why = why.removeprefix("no cache: ") if why else "the model has no attention blocks"
         return KVCache(None, None, options.context, options.batch, None, per_encoder,
-                       reason=f"no block caches K/V per token ({why})")
+                       reason=f"no block caches K/V per token: {why}")
     per_token = sum(b.kv_cache_bytes_per_token or 0 for b in caching)
     total = None
     reason = None
@@ -542,38 +544,54 @@ def _from_range(index: GraphIndex, name: str, depth: int = 8) -> bool:
 _CAUSAL_ATTRS = (("is_causal", "ONNX Attention is_causal = 1"), ("unidirectional", "Attention unidirectional = 1"))
 
 
-def _causal_mask(index: GraphIndex, block: AttentionBlock) -> str | None:
-    """Where the graph makes this block causal: a causal attribute, a GroupQueryAttention, or a
-    mask from Trilu or from comparing position indices (Range) reaching its scores."""
+_PRODUCTS = {"MatMul", "Gemm", "Einsum", "MatMulNBits", "MatMulInteger", "QLinearMatMul", "FusedMatMul"}
+
+
+def _causal_mask(index: GraphIndex, block: AttentionBlock) -> tuple[bool | None, str]:
+    """Whether the graph makes this block causal: (True, where) for a causal attribute, a
+    GroupQueryAttention, or a mask from Trilu or from comparing position indices (Range); (None,
+    why) when the mask is a graph input of rank 3 or more (the caller decides); (False, why) else.
+    The walk goes back from the scores (Softmax or fused op) and stops at products, so it sees
+    what is added to the scores, not the activations Q and K come from."""
     anchor = index.by_name.get(block.anchor)
     if anchor is None:
-        return None
+        return None, "the block's anchor node is not in the graph"
     for attr, text in _CAUSAL_ATTRS:
         if anchor.attrs.get(attr) == 1:
-            return text
+            return True, text
     if anchor.op in ("GroupQueryAttention", "PagedAttention", "SparseAttention"):
-        return f"{anchor.op} (always causal)"
-    frontier = [x for x in anchor.inputs if x]
+        return True, f"{anchor.op} (always causal)"
+    inputs = {v.name: v for v in index.graph.inputs}
+    # A fused op reads Q, K, V (or the input, packed weights, bias) first; the mask comes after.
+    frontier = [x for x in (anchor.inputs if anchor.op == "Softmax" else anchor.inputs[3:]) if x]
     seen = set(frontier)
     visited = 0
+    open_masks: list[str] = []
     while frontier and visited < _MASK_WALK_LIMIT:
         cur = frontier.pop(0)
         node = index.producer.get(cur)
         if node is None:
+            info = inputs.get(cur)
+            # [batch, 1, 1, keys] pads keys; only a mask with a query axis can be causal.
+            if info is not None and (info.shape is None or (len(info.shape) >= 3 and info.shape[-2] != 1)):
+                open_masks.append(f"'{cur}' {list(info.shape) if info.shape is not None else '(rank unknown)'}")
             continue
         visited += 1
         if node.op == "Trilu":
-            return f"causal mask (Trilu '{node.name}')"
+            return True, f"causal mask (Trilu '{node.name}')"
         if node.op in _COMPARE_OPS and len(node.inputs) == 2 and all(_from_range(index, x) for x in node.inputs):
-            return f"causal mask (position comparison {node.op} '{node.name}')"
-        if node.op in ("MatMul", "Gemm", "MatMulNBits", "MatMulInteger") and node.name != block.anchor \
-                and any(node.name == p.node for p in block.projections):
-            continue  # do not walk into the block's own projections' inputs
+            return True, f"causal mask (position comparison {node.op} '{node.name}')"
+        if node.op in _PRODUCTS:
+            continue  # Q·Kᵀ or a projection: the activations behind it are not the mask
         for x in node.inputs:
             if x and x not in seen and x not in index.graph.weights:
                 seen.add(x)
                 frontier.append(x)
-    return None
+    if open_masks:
+        return None, (f"the scores take a mask from graph input {open_masks[0]}: whether it is causal is up to the "
+                      "caller, and the graph has no past/present tensors")
+    return False, ("no past/present inputs or outputs, and no causal mask reaches the scores: the block attends both "
+                   "ways, run once over the input (an encoder)")
 
 
 def _compute_dtype(index: GraphIndex, block: AttentionBlock, fallback: str | None) -> tuple[str | None, str]:
@@ -626,10 +644,10 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
         if b.kind == "cross":
             pending_cross.append(b)
             continue
-        mask = _causal_mask(index, b)
-        if mask is not None:
-            mask_dtype, mask_dsource = compute[b.name]
-            decoding.append(BlockDecoding(b.name, True, mask, mask_dtype, mask_dsource, window, wsource))
+        causal, why = _causal_mask(index, b)
+        mask_dtype, mask_dsource = compute[b.name]
+        if causal:
+            decoding.append(BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource))
             causal_self = True
         elif any_io:
             decoding.append(BlockDecoding(b.name, False, "no past/present tensor of the graph reaches this block and "
@@ -638,9 +656,7 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
             decoding.append(cfg)
             causal_self = causal_self or bool(cfg.caches)
         else:
-            decoding.append(BlockDecoding(b.name, False, "no past/present inputs or outputs and no causal mask reach "
-                                          "this block: an encoder layer (or a decoder exported without its cache "
-                                          "and causal mask)"))
+            decoding.append(BlockDecoding(b.name, causal, why, mask_dtype, mask_dsource))
     for b in pending_cross:
         cross_dtype, cross_dsource = compute[b.name]
         if causal_self:
