@@ -209,10 +209,11 @@ def _analyze_one(model: Path, what_if_heads: tuple[int, ...], factory_args: dict
 
 def _cli_settings(output_format: OutputFormat | None, heads: list[int] | None, max_params: str | None,
                   max_attention_params: str | None, fail_on: list[str] | None, ignore: list[str] | None,
-                  exit_zero: bool | None) -> "Settings":
+                  exit_zero: bool | None, size: "dict[str, Any] | None" = None) -> "Settings":
     """The options given on the command line (None where not given); one-line error on bad values."""
     from mhainspect.config import Settings
-    from mhainspect.gates import parse_codes, parse_limit
+    from mhainspect.gates import parse_byte_limit, parse_codes, parse_limit
+    from mhainspect.size import check_kv_dtype
 
     if heads and any(h <= 0 for h in heads):
         raise fail("--heads takes positive integers")
@@ -226,10 +227,18 @@ def _cli_settings(output_format: OutputFormat | None, heads: list[int] | None, m
     attention_limit = parsed("--max-attention-params", parse_limit, max_attention_params)
     fail_codes = parsed("--fail-on", parse_codes, fail_on)
     ignore_codes = parsed("--ignore", parse_codes, ignore)
+    size = size or {}
+    for option in ("context", "batch"):
+        if size.get(option) is not None and size[option] <= 0:
+            raise fail(f"--{option} takes a positive integer")
     return Settings(max_params=limit, max_attention_params=attention_limit, fail_on=fail_codes,
                     ignore=ignore_codes, exit_zero=exit_zero,
                     format=None if output_format is None else output_format.value,
-                    heads=None if heads is None else tuple(heads))
+                    heads=None if heads is None else tuple(heads),
+                    max_weight_bytes=parsed("--max-weight-bytes", parse_byte_limit, size.get("max_weight_bytes")),
+                    max_kv_cache=parsed("--max-kv-cache", parse_byte_limit, size.get("max_kv_cache")),
+                    context=size.get("context"), batch=size.get("batch"),
+                    kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")))
 
 
 def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
@@ -358,6 +367,19 @@ def inspect_cmd(
     fail_on_contradiction: Annotated[bool, typer.Option("--fail-on-contradiction", help="Gate: fail when the "
                                                         "run contradicts a static head count (implies "
                                                         "--verify).")] = False,
+    context: Annotated[int | None, typer.Option("--context", metavar="N", help="KV cache total at N tokens "
+                                                "(per sequence).", show_default=False)] = None,
+    batch: Annotated[int | None, typer.Option("--batch", metavar="B", help="KV cache total for B sequences "
+                                              "(default 1).", show_default=False)] = None,
+    kv_dtype: Annotated[str | None, typer.Option("--kv-dtype", metavar="DTYPE", help="KV cache element type "
+                                                 "(float16, bfloat16, float8e4m3fn, int8, ...) instead of the "
+                                                 "graph's or the projections' own.", show_default=False)] = None,
+    max_weight_bytes: Annotated[str | None, typer.Option("--max-weight-bytes", metavar="SIZE", help="Gate: fail "
+                                                         "when the stored weights exceed SIZE, e.g. 512M, 4GiB "
+                                                         "(K/M/G/T are binary).", show_default=False)] = None,
+    max_kv_cache: Annotated[str | None, typer.Option("--max-kv-cache", metavar="SIZE", help="Gate: fail when "
+                                                     "the KV cache at --context (and --batch) exceeds SIZE.",
+                                                     show_default=False)] = None,
 ) -> None:
     """Audit MODELS: find every attention block, its heads, d_k, d_v and parameter count."""
     from mhainspect.config import ConfigError, load_settings, merge
@@ -365,7 +387,11 @@ def inspect_cmd(
     from mhainspect.inputs import expand_models
     from mhainspect.sources import parse_factory_args
 
-    given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero)
+    from mhainspect.size import SizeOptions, with_options
+
+    given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
+                          {"context": context, "batch": batch, "kv_dtype": kv_dtype,
+                           "max_weight_bytes": max_weight_bytes, "max_kv_cache": max_kv_cache})
     try:
         from_file, _ = load_settings(Path.cwd(), [f.value for f in OutputFormat])
         paths = expand_models(models)
@@ -379,6 +405,9 @@ def inspect_cmd(
     ignored = settings.ignore or frozenset()
     verify = verify or fail_on_contradiction
     verify_dims = _verify_setup(list(paths), verify, dim, max_verify_bytes)
+    if settings.max_kv_cache is not None and settings.context is None:
+        raise fail("--max-kv-cache needs --context N (the token count the cache is sized at)")
+    size_options = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype)
 
     # An unreadable model is reported on its own line and the others are still analysed; the run
     # then exits 2, and -o FILE is left untouched (a report missing a model is not written).
@@ -392,9 +421,10 @@ def inspect_cmd(
         else:
             if verify:
                 result = _verify_one(path, result, verify_dims)
-            reports.append(drop_ignored(result, ignored))
+            reports.append(drop_ignored(with_options(result, size_options), ignored))
     failures = evaluate_gates(reports, GateConfig(settings.max_params, settings.max_attention_params,
-                                                  settings.fail_on or frozenset(), fail_on_contradiction))
+                                                  settings.fail_on or frozenset(), fail_on_contradiction,
+                                                  settings.max_weight_bytes, settings.max_kv_cache))
 
     if reports and (output is None and not quiet or output is not None and not errors):
         several = len(models) > 1 or any(m.is_dir() for m in models)

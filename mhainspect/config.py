@@ -2,7 +2,8 @@
 
 The nearest pyproject.toml that has a ``[tool.mhainspect]`` table, looking from the working
 directory upward (files without the table are skipped, as ruff does). Keys mirror the CLI
-options: max-params, max-attention-params, fail-on, ignore, exit-zero, format, heads. Unknown
+options: max-params, max-attention-params, max-weight-bytes, max-kv-cache, context, batch,
+kv-dtype, fail-on, ignore, exit-zero, format, heads. Unknown
 keys and bad values raise ConfigError with one line naming the file and the key. No printing.
 """
 
@@ -15,13 +16,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from mhainspect.errors import InputError
-from mhainspect.gates import Limit, parse_codes, parse_limit
+from mhainspect.gates import Limit, parse_byte_limit, parse_codes, parse_limit
 
 __all__ = ["KEYS", "ConfigError", "Settings", "find_config", "load_settings", "merge", "settings_from_table"]
 
 T = TypeVar("T")
 
-KEYS = ("max-params", "max-attention-params", "fail-on", "ignore", "exit-zero", "format", "heads")
+KEYS = ("max-params", "max-attention-params", "fail-on", "ignore", "exit-zero", "format", "heads",
+        "max-weight-bytes", "max-kv-cache", "context", "batch", "kv-dtype")
 
 
 class ConfigError(InputError):
@@ -39,6 +41,11 @@ class Settings:
     exit_zero: bool | None = None
     format: str | None = None
     heads: tuple[int, ...] | None = None
+    max_weight_bytes: Limit | None = None
+    max_kv_cache: Limit | None = None
+    context: int | None = None
+    batch: int | None = None
+    kv_dtype: str | None = None
 
 
 def merge(first: Settings, second: Settings) -> Settings:
@@ -72,9 +79,27 @@ def _limit(value: object) -> Limit:
     raise ValueError("expected a count such as 7B, \"1.5M\" or 120000")
 
 
+def _positive(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError("expected a positive integer")
+    return value
+
+
 def _value(key: str, value: object, formats: Collection[str]) -> object:
     if key in ("max-params", "max-attention-params"):
         return _limit(value)
+    if key in ("max-weight-bytes", "max-kv-cache"):
+        if isinstance(value, (str, int)):
+            return parse_byte_limit(value)
+        raise ValueError("expected a size such as \"512M\", \"4GiB\" or 1048576")
+    if key in ("context", "batch"):
+        return _positive(value)
+    if key == "kv-dtype":
+        from mhainspect.size import check_kv_dtype
+
+        if not isinstance(value, str):
+            raise ValueError("expected a dtype name such as \"float16\" or \"float8e4m3fn\"")
+        return check_kv_dtype(value)
     if key in ("fail-on", "ignore"):
         return _codes(value)
     if key == "exit-zero":
@@ -111,6 +136,11 @@ def settings_from_table(table: Mapping[str, object], source: str, formats: Colle
         exit_zero=get("exit-zero", bool),
         format=get("format", str),
         heads=get("heads", tuple),
+        max_weight_bytes=get("max-weight-bytes", Limit),
+        max_kv_cache=get("max-kv-cache", Limit),
+        context=get("context", int),
+        batch=get("batch", int),
+        kv_dtype=get("kv-dtype", str),
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from mhainspect.findings import Report, contradicted
 from mhainspect.flags import FLAG_CODES
-from mhainspect.render.numbers import group, parse_count
+from mhainspect.render.numbers import format_bytes, group, parse_count, parse_size
 
 __all__ = [
     "GateConfig",
@@ -20,6 +20,7 @@ __all__ = [
     "Limit",
     "drop_ignored",
     "evaluate_gates",
+    "parse_byte_limit",
     "parse_codes",
     "parse_limit",
 ]
@@ -41,13 +42,15 @@ class GateConfig:
     max_attention_params: Limit | None = None
     fail_on: frozenset[str] = frozenset()
     fail_on_contradiction: bool = False  # a --verify run that contradicts a static head count
+    max_weight_bytes: Limit | None = None  # bytes of every stored tensor
+    max_kv_cache: Limit | None = None  # KV cache bytes at --context (and --batch)
 
 
 @dataclass(frozen=True)
 class GateFailure:
     """One failed gate for one model. ``gate`` is the option name without dashes."""
 
-    gate: str  # "max-params" | "max-attention-params" | "fail-on" | "fail-on-contradiction"
+    gate: str  # "max-params" | "max-attention-params" | "max-weight-bytes" | "max-kv-cache" | "fail-on" | ...
     model: str  # the model's path as reported
     actual: int  # the parameter count, the number of flags with ``code``, or of contradicted blocks
     limit: int | None  # the budget (None for fail-on)
@@ -67,6 +70,51 @@ def parse_limit(value: str | int) -> Limit:
             raise ValueError(f"not a count: {value!r} (negative)")
         return Limit(value, group(value))
     return Limit(parse_count(value), value.strip())
+
+
+def parse_byte_limit(value: str | int) -> Limit:
+    """A size budget: 512M, 4GiB, 1.5G, 4096 (K/M/G/T binary, as --max-verify-bytes). ValueError else."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        if value < 1:
+            raise ValueError(f"invalid size {value!r}: must be at least 1 byte")
+        return Limit(value, str(value))
+    return Limit(parse_size(value), value.strip())
+
+
+def _size_gates(report: Report, config: GateConfig) -> list[GateFailure]:
+    """--max-weight-bytes and --max-kv-cache; a figure the analysis could not determine fails the
+    gate with the reason (a budget cannot pass on an unknown)."""
+    path, m = report.model.path, report.model
+    out: list[GateFailure] = []
+    limit = config.max_weight_bytes
+    if limit is not None:
+        if m.weight_bytes is None:
+            out.append(GateFailure("max-weight-bytes", path, 0, limit.value, None,
+                                   f"{path}: weight bytes unknown (the source lists no tensors), cannot check "
+                                   f"--max-weight-bytes {limit.text}"))
+        elif m.weight_bytes > limit.value:
+            out.append(GateFailure("max-weight-bytes", path, m.weight_bytes, limit.value, None,
+                                   f"{path} stores {group(m.weight_bytes)} bytes of weights "
+                                   f"({format_bytes(m.weight_bytes)}) > --max-weight-bytes {limit.text}"))
+    limit = config.max_kv_cache
+    kv = m.kv_cache
+    if limit is not None:
+        total = None if kv is None else kv.total_bytes
+        if total is None and kv is not None and kv.bytes_per_token is None and kv.reason \
+                and kv.reason.startswith("no block caches"):
+            total = 0  # nothing caches (an encoder): the cache is empty
+        if total is None:
+            why = kv.reason if kv is not None and kv.reason else "no --context given"
+            out.append(GateFailure("max-kv-cache", path, 0, limit.value, None,
+                                   f"{path}: KV cache unknown ({why}), cannot check --max-kv-cache {limit.text}"))
+        elif total > limit.value:
+            assert kv is not None
+            out.append(GateFailure("max-kv-cache", path, total, limit.value, None,
+                                   f"{path} caches {group(total)} bytes of K/V ({format_bytes(total)}) at context "
+                                   f"{kv.context} × batch {kv.batch} > --max-kv-cache {limit.text}"))
+    return out
 
 
 def parse_codes(items: Iterable[str]) -> frozenset[str]:
@@ -105,6 +153,7 @@ def _model_gates(report: Report, config: GateConfig) -> list[GateFailure]:
         out.append(GateFailure("max-attention-params", path, attention, limit.value, None,
                                f"{path} has {group(attention)} attention parameters > "
                                f"--max-attention-params {limit.text}"))
+    out.extend(_size_gates(report, config))
     counts = Counter(f.code for f in report.flags if f.code in config.fail_on)
     for code in sorted(counts):
         n = counts[code]

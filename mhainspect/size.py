@@ -40,6 +40,7 @@ __all__ = [
     "SizeOptions",
     "StoredTensor",
     "apply",
+    "check_kv_dtype",
     "config_decoding",
     "graph_size_inputs",
     "layer_index",
@@ -272,6 +273,14 @@ def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOpt
     return sized, summary, tuple(warnings)
 
 
+def check_kv_dtype(name: str) -> str:
+    """The canonical name of a --kv-dtype value; ValueError for a type without whole bytes per element."""
+    if _itemsize(name) is None:
+        raise ValueError(f"'{name}' is not an element type with whole bytes per element "
+                         "(float32, float16, bfloat16, float8e4m3fn, int8, ...)")
+    return dtypes.canonical(name)
+
+
 def with_options(report: Report, options: SizeOptions) -> Report:
     """``report`` with the KV cache at ``--context``/``--batch`` and, with ``--kv-dtype``, in that
     dtype; the per-block figures are recomputed from the block's own fields."""
@@ -279,10 +288,8 @@ def with_options(report: Report, options: SizeOptions) -> Report:
         return report
     blocks = report.blocks
     if options.kv_dtype is not None:
-        new_size = _itemsize(options.kv_dtype)
-        if new_size is None:
-            raise ValueError(f"--kv-dtype {options.kv_dtype!r}: not a dtype with a whole number of bytes per element")
-        name = dtypes.canonical(options.kv_dtype)
+        name = check_kv_dtype(options.kv_dtype)
+        new_size = _itemsize(name) or 0
         changed = []
         for b in blocks:
             elements = _elements_per_token(b)

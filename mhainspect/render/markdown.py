@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from mhainspect.findings import Flag, Report, Severity
 from mhainspect.render.cells import block_cells, percent, verify_label
 from mhainspect.render.numbers import group
+from mhainspect.render.size_lines import size_lines
 from mhainspect.render.text import printable_fields
 
 __all__ = ["render_markdown"]
@@ -72,6 +73,12 @@ def _report(report: Report, level: int) -> list[str]:
         lines.extend(_flag_item(f) for f in report.flags)
     else:
         lines.append("No flags.")
+    sizes = size_lines(report)
+    if sizes:
+        lines.append("")
+        lines.append("**Size**")
+        lines.append("")
+        lines.extend(f"- {_text(line.strip())}" for line in sizes)
     checked = [b for b in report.blocks if b.verification is not None]
     if checked:
         lines.append("")

@@ -13,6 +13,7 @@ from rich.text import Text
 from mhainspect.findings import AttentionBlock, Flag, Report, Severity
 from mhainspect.render.cells import UNKNOWN, block_cells, heads_label, percent, verify_label
 from mhainspect.render.numbers import group
+from mhainspect.render.size_lines import block_size_line, size_lines
 from mhainspect.render.text import printable_fields
 
 __all__ = ["render_table", "heads_label", "severity_style", "verify_label"]
@@ -182,6 +183,7 @@ def _block_details(b: AttentionBlock) -> list[Text]:
         )
     if b.params.extra:
         lines.append(Text(f"  extra params: {group(b.params.extra)}"))
+    lines.append(Text(f"  size: {block_size_line(b)}"))
     for w in b.what_if:
         lines.append(
             Text(
@@ -230,6 +232,12 @@ def render_table(
                 ("No attention blocks found", "bold yellow"), f" ({_misses(len(report.misses))})"
             )
         )
+
+    sizes = size_lines(report)
+    if sizes:
+        parts.append(Text(""))
+        parts.append(Text("Size", style="bold"))
+        parts.extend(Text(line) for line in sizes)
 
     checked = [b for b in report.blocks if b.verification is not None]
     if checked:
