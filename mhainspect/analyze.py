@@ -18,13 +18,21 @@ from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
 from mhainspect.dtypes import is_float
 from mhainspect.errors import InputError
 from mhainspect.findings import AttentionBlock, Miss, Report
-from mhainspect.graph import ModelGraph, Tensor
+from mhainspect.graph import ModelGraph, Node, Tensor
 from mhainspect.matchers import decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.report import build_report
 from mhainspect.size import graph_size_inputs
 
 _QUANTIZED_WEIGHT_OPS = {"MatMulNBits", "DequantizeLinear", "MatMulInteger", "QLinearMatMul", "GatherBlockQuantized"}
+# Inputs of quantized ops that carry scales and zero points (not parameters: size overhead).
+_QUANT_SIDE_INPUTS: dict[str, frozenset[int]] = {
+    "DequantizeLinear": frozenset({1, 2}), "QuantizeLinear": frozenset({1, 2}), "MatMulNBits": frozenset({2, 3, 4}),
+    "MatMulInteger": frozenset({2, 3}), "ConvInteger": frozenset({2, 3}), "GatherBlockQuantized": frozenset({2, 3}),
+    "QLinearMatMul": frozenset({1, 2, 4, 5, 6, 7}), "QLinearConv": frozenset({1, 2, 4, 5, 6, 7}),
+    "DynamicQuantizeLSTM": frozenset({8, 9, 10, 11}),
+}
+_DECODED_VIA = {"Gather", "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten"}  # int weight -> dequantized
 _MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
 _SUBGRAPH_PREFIX = re.compile(r"^(.*/body\d+/)")  # the loader names subgraph nodes "{parent}/body{i}/{name}"
@@ -70,14 +78,25 @@ def parameter_tensors(index: GraphIndex) -> dict[str, Tensor]:
         if numel == 1 and "." not in t.name:
             continue  # exporter scalars (scale, eps) shaped [1]; real parameters carry a module path
         users = index.users(name)
-        if not is_float(t.dtype) and not any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in users):
+        if not is_float(t.dtype) and not any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in users) \
+                and not _dequantized_later(index, users):
             continue
         if not any(pos not in SHAPE_INPUTS.get(u.op, not_shape_only) for u, pos in users):
             continue
+        if users and all(pos in _QUANT_SIDE_INPUTS.get(u.op, not_shape_only) for u, pos in users):
+            continue  # a quantization scale or zero point
         if (trig_sources is None or name in trig_sources) and _only_feeds_trig(index, name):
             continue  # rotary inv_freq: a buffer that only builds cos/sin tables, not a parameter
         seen[t.storage_key] = t
     return seen
+
+
+def _dequantized_later(index: GraphIndex, users: list[tuple[Node, int]]) -> bool:
+    """An integer table read by a Gather (or a layout op) whose result a DequantizeLinear decodes:
+    a quantized embedding."""
+    return any(u.op in _DECODED_VIA and pos == 0 and u.outputs and
+               any(v.op == "DequantizeLinear" and vpos == 0 for v, vpos in index.users(u.outputs[0]))
+               for u, pos in users)
 
 
 def count_parameters(index: GraphIndex) -> int:
