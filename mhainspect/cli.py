@@ -385,9 +385,8 @@ def inspect_cmd(
     from mhainspect.config import ConfigError, load_settings, merge
     from mhainspect.gates import GateConfig, drop_ignored, evaluate_gates
     from mhainspect.inputs import expand_models
-    from mhainspect.sources import parse_factory_args
-
     from mhainspect.size import SizeOptions, with_options
+    from mhainspect.sources import parse_factory_args
 
     given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
                           {"context": context, "batch": batch, "kv_dtype": kv_dtype,
@@ -460,6 +459,14 @@ def calc_cmd(
     heads: Annotated[list[int] | None, typer.Option("--heads", help="Also count at N heads, other arguments "
                                                        "unchanged (repeatable).")] = None,
     output_format: Annotated[CalcFormat, typer.Option("--format", "-f", help="Output format.")] = CalcFormat.text,
+    dtype: Annotated[str | None, typer.Option("--dtype", metavar="DTYPE", help="Also give the layer in bytes: "
+                                              "weights and KV cache per token in DTYPE (float32, bfloat16, "
+                                              "float16, float8e4m3fn, int8, ...).", show_default=False)] = None,
+    context: Annotated[int | None, typer.Option("--context", metavar="N", help="KV cache at N tokens (implies "
+                                                "--dtype float32 unless given).", show_default=False)] = None,
+    kv_heads: Annotated[list[int] | None, typer.Option("--kv-heads", metavar="G", help="What-if: the layer with "
+                                                       "G K/V heads, side by side (repeatable: MHA, GQA, MQA).",
+                                                       show_default=False)] = None,
 ) -> None:
     """Count the parameters of an attention layer under pytorch, keras, matlab, hf or t5 conventions."""
     import json
@@ -475,6 +482,12 @@ def calc_cmd(
         if not sep or not name:
             raise fail(f"expected name=value, got '{item}'")
         values[name] = value
+    sized = dtype is not None or context is not None or bool(kv_heads)
+    if context is not None and context <= 0 or kv_heads and any(g <= 0 for g in kv_heads):
+        raise fail("--context and --kv-heads take positive integers")
+    if sized and (compare_all or convention is None):
+        raise fail("--dtype, --context and --kv-heads apply to one convention (not --compare)")
+    size_dtype = dtype or "float32"
     try:
         if compare_all or convention is None:
             entries = conventions.compare(values)
@@ -494,9 +507,34 @@ def calc_cmd(
             else:
                 text = (json.dumps(calc_render.calc_json(calc), indent=2) + "\n"
                         if output_format is CalcFormat.json else calc_render.calc_text(calc))
+            if sized:
+                text = _calc_sized(text, convention, values, calc, size_dtype, context, kv_heads or [],
+                                   output_format is CalcFormat.json)
     except ValueError as exc:
         raise fail(str(exc)) from None
     write_stdout(text)
+
+
+def _calc_sized(text: str, convention: str, values: dict[str, str], calc: Any, dtype: str, context: int | None,
+                kv_heads: list[int], as_json: bool) -> str:
+    """``text`` (the calc output) with the layer in bytes and the --kv-heads what-if."""
+    import json
+
+    from mhainspect import conventions
+    from mhainspect.render import calc_render
+
+    rows = conventions.kv_what_if(convention, values, kv_heads) if kv_heads else ()
+    if as_json:
+        doc = json.loads(text)
+        doc = doc if "calculation" in doc else {"calculation": doc}
+        doc["size"] = calc_render.size_json(calc, dtype, context)
+        if kv_heads:
+            doc["kv_heads_what_if"] = calc_render.kv_heads_json(rows, dtype, context)
+        return json.dumps(doc, indent=2) + "\n"
+    text += "\n" + calc_render.size_text(calc, dtype, context)
+    if kv_heads:
+        text += "\n" + calc_render.kv_heads_text(convention, rows, dtype, context)
+    return text
 
 
 def _version_callback(value: bool) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "StoredTensor",
     "apply",
     "check_kv_dtype",
+    "layer_bytes",
     "config_decoding",
     "graph_size_inputs",
     "layer_index",
@@ -174,10 +175,39 @@ def _itemsize(dtype: str | None) -> int | None:
     return int(found.block_bytes)
 
 
+def kv_elements_per_token(kv_heads: int, d_k: int, d_v: int) -> int:
+    """What one caching block stores per token: K and V of every K/V head."""
+    return kv_heads * (d_k + d_v)
+
+
 def _elements_per_token(b: AttentionBlock) -> int | None:
     if b.num_kv_heads is None or b.d_k is None or b.d_v is None:
         return None
-    return b.num_kv_heads * (b.d_k + b.d_v)
+    return kv_elements_per_token(b.num_kv_heads, b.d_k, b.d_v)
+
+
+@dataclass(frozen=True)
+class LayerBytes:
+    """One attention layer in bytes (the calc side): weights and its KV cache."""
+
+    dtype: str
+    itemsize: int
+    weight_bytes: int
+    kv_heads: int
+    kv_bytes_per_token: int
+    context: int | None
+    kv_bytes: int | None  # at ``context`` tokens, one sequence
+
+
+def layer_bytes(params: int, kv_heads: int, d_k: int, d_v: int, dtype: str, context: int | None) -> LayerBytes:
+    """Bytes of a layer with ``params`` parameters stored in ``dtype`` and its cache at ``context``.
+    ValueError for a dtype without whole bytes per element."""
+    name = check_kv_dtype(dtype)
+    size = _itemsize(name) or 0
+    per_token = kv_elements_per_token(kv_heads, d_k, d_v) * size
+    weight = dtypes.nbytes(name, params) or 0
+    return LayerBytes(name, size, weight, kv_heads, per_token, context,
+                      None if context is None else per_token * context)
 
 
 def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | None) -> tuple[int | None, str | None, str]:
