@@ -1,0 +1,355 @@
+"""Size in bytes checked against reality: every present.* output of one onnxruntime run, every stored
+initializer and Constant of the file, safetensors header offsets, torch parameter storage.
+
+The models are small transformers decoders exported once per session with their KV cache
+(tests/size_exports.py); the run is at PAST + NEW tokens for BATCH sequences.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from mhainspect import dtypes
+from mhainspect.api import inspect
+from mhainspect.findings import AttentionBlock, Report
+from mhainspect.size import SizeOptions, StoredTensor, weight_sizes, with_options
+
+sys.path.insert(0, str(Path(__file__).parent))
+import size_exports as se  # noqa: E402
+
+pytest.importorskip("transformers")
+pytest.importorskip("onnxruntime")
+
+REPO = Path(__file__).resolve().parents[1]
+SCALE_SUFFIXES = ("_scale", "_zero_point", "_scales", "_zero_points")  # onnxruntime quantizers' names
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], se.Export]:
+    root = tmp_path_factory.mktemp("size_exports")
+    cache: dict[str, se.Export] = {}
+
+    def get(name: str) -> se.Export:
+        if name not in cache:
+            cache[name] = se.BUILDERS[name](root)
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def quantized(exported: Callable[[str], se.Export]) -> Callable[[str], se.Export]:
+    """int8 (quantize_dynamic) and int4 (MatMulNBits, block 16, with zero points) copies of the GQA decoder."""
+    cache: dict[str, se.Export] = {}
+
+    def get(kind: str) -> se.Export:
+        if kind not in cache:
+            base = exported("llama_gqa")
+            target = base.path.parent / f"{kind}.onnx"
+            if kind == "int8":
+                from onnxruntime.quantization import QuantType, quantize_dynamic
+
+                quantize_dynamic(str(base.path), str(target), weight_type=QuantType.QInt8)
+            else:
+                from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+                q = MatMulNBitsQuantizer(onnx.load(str(base.path)), block_size=16, is_symmetric=False)
+                q.process()
+                onnx.save(q.model.model, str(target))
+            cache[kind] = se.Export(target, base.feed, base.context)
+        return cache[kind]
+
+    return get
+
+
+def _report(export: se.Export, path: Path | None = None) -> Report:
+    return with_options(inspect(str(path or export.path)), SizeOptions(context=export.context, batch=se.BATCH))
+
+
+def _held(block: AttentionBlock, context: int) -> int:
+    return context if block.sliding_window is None else min(context, block.sliding_window - 1)
+
+
+# ----------------------------------------------------------------------------- KV cache vs the run
+
+DECODERS = ["gpt2", "llama_gqa", "llama_mqa", "llama_fp16", "mistral", "hybrid", "t5", "whisper"]
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_kv_cache_equals_every_present_output(name: str, exported: Callable[[str], se.Export]) -> None:
+    export = exported(name)
+    outputs = se.run(export)
+    report = _report(export)
+    self_blocks = [b for b in report.blocks if b.kind == "self" and b.kv_cache_bytes_per_token is not None]
+    cross_blocks = [b for b in report.blocks if b.kind == "cross" and b.kv_cache_bytes_per_token is not None]
+    seq2seq = export.encoder_tokens is not None
+    assert len(self_blocks) == 2 and len(cross_blocks) == (2 if seq2seq else 0)
+    for i, block in enumerate(self_blocks):  # layer i's present key and value, one by one
+        names = [f"present.{i}.decoder.{kv}" if seq2seq else f"present.{i}.{kv}" for kv in ("key", "value")]
+        run_bytes = sum(outputs[n].nbytes for n in names)
+        assert run_bytes == se.BATCH * block.kv_cache_bytes_per_token * _held(block, export.context), (name, block.name)
+        assert block.kv_cache_dtype == dtypes.canonical(str(outputs[names[0]].dtype))
+    for i, block in enumerate(cross_blocks):
+        run_bytes = sum(outputs[f"present.{i}.encoder.{kv}"].nbytes for kv in ("key", "value"))
+        assert export.encoder_tokens is not None
+        assert run_bytes == se.BATCH * block.kv_cache_bytes_per_token * export.encoder_tokens
+    kv = report.model.kv_cache
+    assert kv is not None
+    presents = [n for n in outputs if n.startswith("present") and ".encoder." not in n]
+    assert kv.total_bytes == sum(outputs[n].nbytes for n in presents)
+    encoder_presents = [n for n in outputs if ".encoder." in n]
+    if seq2seq:
+        assert kv.bytes_per_encoder_token is not None and export.encoder_tokens is not None
+        assert se.BATCH * kv.bytes_per_encoder_token * export.encoder_tokens == sum(
+            outputs[n].nbytes for n in encoder_presents)
+        encoder_blocks = [b for b in report.blocks if "encoder" in b.name and b.kind == "self"]
+        assert encoder_blocks and all(b.kv_cache_bytes_per_token is None and "no cache" in (b.kv_cache_reason or "")
+                                      for b in encoder_blocks)
+
+
+def test_gqa_and_mqa_shrink_the_cache_not_the_query(exported: Callable[[str], se.Export]) -> None:
+    per_token = {name: inspect(str(exported(name).path)).model.kv_cache for name in ("llama_gqa", "llama_mqa")}
+    gqa, mqa = per_token["llama_gqa"], per_token["llama_mqa"]
+    assert gqa is not None and mqa is not None and gqa.bytes_per_token == 2 * (mqa.bytes_per_token or 0)
+
+
+def test_sliding_window_layers_are_capped(exported: Callable[[str], se.Export]) -> None:
+    report = _report(exported("hybrid"))
+    windows = [b.sliding_window for b in report.blocks]
+    assert windows == [se.WINDOW, None]  # layer_types: sliding, full
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token is not None
+    per_layer = kv.bytes_per_token // 2
+    assert kv.total_bytes == se.BATCH * per_layer * (min(export_context := exported("hybrid").context, se.WINDOW - 1)
+                                                     + export_context)
+    mistral = _report(exported("mistral"))
+    assert all(b.sliding_window == se.WINDOW for b in mistral.blocks)
+    assert "sliding window" in (mistral.blocks[0].kv_cache_reason or "")
+
+
+def test_kv_dtype_overrides_the_graph(exported: Callable[[str], se.Export]) -> None:
+    export = exported("llama_gqa")
+    report = with_options(inspect(str(export.path)), SizeOptions(context=100, kv_dtype="float8_e4m3fn"))
+    kv = report.model.kv_cache
+    assert kv is not None and kv.dtype == "float8e4m3fn" and kv.bytes_per_token == 2 * 2 * (8 + 8) * 1
+    assert kv.total_bytes == 100 * kv.bytes_per_token
+    assert "--kv-dtype" in (report.blocks[0].kv_cache_reason or "")
+
+
+# ----------------------------------------------------------------------------- weights vs the file
+
+
+def _stored_bytes(path: Path) -> tuple[int, int, dict[str, int]]:
+    """(all initializer and Constant bytes, parameter-initializer bytes, bytes by dtype) read with numpy."""
+    model = onnx.load(str(path))
+    total = params = 0
+    by_dtype: dict[str, int] = {}
+
+    def add(t: onnx.TensorProto, parameter: bool) -> None:
+        nonlocal total, params
+        n = numpy_helper.to_array(t).nbytes
+        total += n
+        params += n if parameter else 0
+        name = dtypes.onnx_name(t.data_type)
+        by_dtype[name] = by_dtype.get(name, 0) + n
+
+    for init in model.graph.initializer:
+        add(init, not init.name.endswith(SCALE_SUFFIXES))
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            add(next(a.t for a in node.attribute if a.name == "value"), False)
+    return total, params, by_dtype
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa", "llama_fp16", "t5", "whisper"])
+def test_weight_bytes_equal_the_stored_tensors(name: str, exported: Callable[[str], se.Export]) -> None:
+    path = exported(name).path
+    total, params, by_dtype = _stored_bytes(path)
+    model = inspect(str(path)).model
+    assert model.weight_bytes == total
+    assert model.weight_bytes - (model.weight_bytes_overhead or 0) == params
+    assert dict(model.weight_bytes_by_dtype) == by_dtype
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_quantized_weight_bytes(kind: str, quantized: Callable[[str], se.Export]) -> None:
+    export = quantized(kind)
+    total, params, by_dtype = _stored_bytes(export.path)
+    report = _report(export)
+    m = report.model
+    assert m.weight_bytes == total
+    assert m.weight_bytes - (m.weight_bytes_overhead or 0) == params  # scales and zero points are overhead
+    assert dict(m.weight_bytes_by_dtype) == by_dtype
+    model = onnx.load(str(export.path))
+    scales = sum(numpy_helper.to_array(i).nbytes for i in model.graph.initializer if i.name.endswith(SCALE_SUFFIXES))
+    assert scales > 0 and (m.weight_bytes_overhead or 0) >= scales
+    assert all(b.weight_bytes for b in report.blocks)
+    # the run still agrees on the cache (quantized weights, float cache)
+    outputs = se.run(export)
+    kv = m.kv_cache
+    assert kv is not None and kv.total_bytes == sum(v.nbytes for n, v in outputs.items() if n.startswith("present"))
+
+
+def test_block_weight_bytes_are_its_projections(exported: Callable[[str], se.Export]) -> None:
+    path = exported("llama_fp16").path
+    stored = {i.name: numpy_helper.to_array(i).nbytes for i in onnx.load(str(path)).graph.initializer}
+    report = inspect(str(path))
+    for b in report.blocks:  # no biases, no shared tensors (the exporter keeps o_proj in float32 here)
+        assert b.weight_bytes == sum(stored[p.weight] for p in b.projections if p.weight)
+
+
+def test_packed_int4_and_ggml_blocks_round_up() -> None:
+    def stored(dtype: str, numel: int) -> StoredTensor:
+        return StoredTensor("w", dtype, numel, f"k{dtype}{numel}", True)
+
+    assert weight_sizes([stored("int4", 15)], [], {}).total == 8
+    assert weight_sizes([stored("q4_k", 512)], [], {}).total == 2 * 144
+    shared = [StoredTensor("a", "float16", 10, "same", True), StoredTensor("b", "float16", 10, "same", True)]
+    assert weight_sizes(shared, [], {}).total == 20  # tied: once
+    assert dtypes.lookup("q4_0") is not None and dtypes.lookup("q4_0").bits_per_element == Fraction(9, 2)  # type: ignore[union-attr]
+
+
+def test_int4_initializer_from_onnx_helper(tmp_path: Path) -> None:
+    """A DequantizeLinear(int4 weight [16, 15], per-axis scales) -> MatMul graph: packed bytes exact."""
+    w = helper.make_tensor("w", TensorProto.INT4, [16, 15], np.ones(240, dtype=np.int8).tolist())
+    s = helper.make_tensor("s", TensorProto.FLOAT, [15], np.ones(15, dtype=np.float32).tolist())
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s"], ["wf"], axis=1),
+             helper.make_node("MatMul", ["x", "wf"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 15])], [w, s])
+    path = tmp_path / "int4.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), str(path))
+    m = inspect(str(path)).model
+    assert m.weight_bytes == 120 + 60 and dict(m.weight_bytes_by_dtype) == {"int4": 120, "float32": 60}
+    assert m.weight_bytes_overhead == 60  # the per-axis scales
+
+
+# ----------------------------------------------------------------------------- checkpoints and modules
+
+
+@pytest.fixture(scope="session")
+def mistral_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=64, sliding_window=se.WINDOW)
+    model = MistralForCausalLM(cfg).to(dtype=__import__("torch").bfloat16)
+    folder = tmp_path_factory.mktemp("mistral_ckpt")
+    model.save_pretrained(folder)
+    return folder, model
+
+
+def test_checkpoint_folder_sizes(mistral_folder: tuple[Path, Any], exported: Callable[[str], se.Export]) -> None:
+    folder, _ = mistral_folder
+    header_bytes = 0
+    for shard in folder.glob("*.safetensors"):
+        raw = shard.read_bytes()
+        header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+        header_bytes += sum(e["data_offsets"][1] - e["data_offsets"][0] for k, e in header.items() if k != "__metadata__")
+    report = with_options(inspect(str(folder)), SizeOptions(context=10))
+    m = report.model
+    assert m.weight_bytes == header_bytes and dict(m.weight_bytes_by_dtype) == {"bfloat16": header_bytes}
+    assert m.weight_bytes_overhead == 0
+    kv = m.kv_cache
+    assert kv is not None and kv.dtype == "bfloat16"
+    onnx_kv = inspect(str(exported("mistral").path)).model.kv_cache  # same layout, float32
+    assert onnx_kv is not None and kv.bytes_per_token == (onnx_kv.bytes_per_token or 0) // 2
+    assert kv.total_bytes == (kv.bytes_per_token or 0) * (se.WINDOW - 1)  # every layer slides
+    assert all(b.weight_bytes == 2 * b.params.total for b in report.blocks)
+
+
+def test_module_sizes(mistral_folder: tuple[Path, Any]) -> None:
+    _, model = mistral_folder
+    report = inspect(model, trace=False)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    m = report.model
+    assert m.weight_bytes == params + buffers and m.weight_bytes_overhead == buffers
+    kv = m.kv_cache
+    assert kv is not None and kv.bytes_per_token == 2 * 2 * (8 + 8) * 2  # 2 layers, 2 kv heads, bfloat16
+
+
+def test_encoder_only_reports_no_cache() -> None:
+    report = inspect(str(REPO / "sample_models" / "bert_two_layers.onnx"))
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token is None and kv.total_bytes is None
+    assert kv.reason is not None and "encoder" in kv.reason
+    assert all(b.kv_cache_bytes_per_token is None for b in report.blocks)
+
+
+def test_checkpoint_without_config_is_unknown(tmp_path: Path, mistral_folder: tuple[Path, Any]) -> None:
+    folder, _ = mistral_folder
+    shard = next(folder.glob("*.safetensors"))
+    lone = tmp_path / "model.safetensors"
+    lone.write_bytes(shard.read_bytes())
+    kv = inspect(str(lone)).model.kv_cache
+    assert kv is not None and kv.bytes_per_token is None and (kv.reason or "").startswith("unknown")
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "MHAINSPECT_NO_PROGRESS": "1"}
+    return subprocess.run([sys.executable, "-m", "mhainspect", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=120)
+
+
+def test_size_gates_from_the_command_line(exported: Callable[[str], se.Export]) -> None:
+    path = str(exported("llama_gqa").path)
+    ok = _cli(path, "--context", "100", "--max-weight-bytes", "1G", "--max-kv-cache", "1MiB", "-q")
+    assert ok.returncode == 0, ok.stderr
+    bad = _cli(path, "--context", "100", "--max-weight-bytes", "10K", "--max-kv-cache", "1K", "-q")
+    assert bad.returncode == 1
+    lines = [ln for ln in bad.stderr.splitlines() if "gate failed" in ln]
+    assert len(lines) == 2 and "--max-weight-bytes 10K" in lines[0] and "--max-kv-cache 1K" in lines[1]
+    assert "25,600 bytes" in lines[1]  # 256 bytes per token x 100 tokens
+    assert _cli(path, "--max-kv-cache", "1K").returncode == 2  # needs --context
+    assert _cli(path, "--max-weight-bytes", "lots").returncode == 2
+
+
+def test_size_gates_from_pyproject(tmp_path: Path, exported: Callable[[str], se.Export]) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\nmax-kv-cache = "1K"\ncontext = 100\n'
+                                             'max-weight-bytes = 1000000\n', encoding="utf-8")
+    result = _cli(str(exported("llama_gqa").path), "-q", cwd=tmp_path)
+    assert result.returncode == 1 and result.stderr.count("gate failed") == 1 and "--max-kv-cache 1K" in result.stderr
+    (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\nmax-kv-cache = "2 GB?"\n', encoding="utf-8")
+    assert _cli(str(exported("llama_gqa").path), cwd=tmp_path).returncode == 2
+
+
+def test_json_carries_the_size_keys(exported: Callable[[str], se.Export], schema_validator: Any) -> None:
+    result = _cli(str(exported("t5").path), "-f", "json", "--context", "8", "--batch", "3")
+    doc = json.loads(result.stdout)
+    assert not list(schema_validator.iter_errors(doc))
+    kv = doc["model"]["kv_cache"]
+    assert kv["context"] == 8 and kv["batch"] == 3 and kv["total_bytes"] == 3 * 8 * kv["bytes_per_token"]
+    assert kv["bytes_per_encoder_token"] == 2 * 4 * (8 + 8) * 4
+    assert doc["model"]["weight_bytes"] == sum(doc["model"]["weight_bytes_by_dtype"].values())
+    assert all("kv_cache_bytes_per_token" in b and "weight_bytes" in b for b in doc["blocks"])
+    table = _cli(str(exported("t5").path), "--context", "8")
+    assert "Size" in table.stdout and "per encoder token" in table.stdout and "at context 8" in table.stdout
+
+
+def test_calc_kv_heads_side_by_side() -> None:
+    result = _cli("calc", "hf", "hidden_size=4096", "num_attention_heads=32", "--dtype", "bfloat16", "--context",
+                  "8192", "--kv-heads", "32", "--kv-heads", "8", "--kv-heads", "1", "-f", "json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["kv_heads_what_if"]
+    assert [r["layout"] for r in rows] == ["MHA", "GQA", "MQA"]
+    assert [r["kv_bytes_per_token"] for r in rows] == [32 * 256 * 2, 8 * 256 * 2, 1 * 256 * 2]
+    assert rows[1]["kv_bytes"] == 8192 * 8 * 256 * 2
+    assert rows[0]["weight_bytes"] == 2 * 4 * 4096 * 4096
+    heads = _cli("calc", "hf", "hidden_size=4096", "num_attention_heads=32", "--heads", "16", "--dtype", "float16")
+    assert heads.returncode == 0 and "does not change the parameter count" in heads.stdout
