@@ -25,7 +25,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mhainspect import dtypes
 from mhainspect.findings import AttentionBlock, KVCache, Report
@@ -49,10 +50,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class StoredTensor:
+class StoredTensor(NamedTuple):
     """One stored tensor as metadata. ``stored_bytes``: what the file says it occupies (an
-    external-data length), used only when the dtype has no size (strings)."""
+    external-data length), used only when the dtype has no size (strings). A NamedTuple: a 70B
+    graph has thousands and they are built on the hot path."""
 
     name: str
     dtype: str
@@ -63,8 +64,26 @@ class StoredTensor:
 
     @property
     def nbytes(self) -> int | None:
-        n = dtypes.nbytes(self.dtype, self.numel)
-        return n if n is not None else self.stored_bytes
+        rate = _rate(self.dtype)
+        if rate is None:
+            return self.stored_bytes
+        block_size, num, den = rate
+        blocks = -(-self.numel // block_size)
+        return -(-(blocks * num) // den)
+
+
+@lru_cache(maxsize=None)
+def _rate(dtype: str) -> tuple[int, int, int] | None:
+    """(elements per block, bytes per block as numerator, denominator) of ``dtype``; None: no size."""
+    found = dtypes.lookup(dtype)
+    if found is None or found.block_bytes == 0:
+        return None
+    return found.block_size, found.block_bytes.numerator, found.block_bytes.denominator
+
+
+@lru_cache(maxsize=None)
+def _canonical(dtype: str) -> str:
+    return dtypes.canonical(dtype)
 
 
 @dataclass(frozen=True)
@@ -134,7 +153,7 @@ def weight_sizes(tensors: Iterable[StoredTensor], blocks: Sequence[AttentionBloc
             unsized.append(t.name)
             continue
         total += n
-        by_dtype[dtypes.canonical(t.dtype)] += n
+        by_dtype[_canonical(t.dtype)] += n
         if not t.is_parameter:
             overhead += n
     per_block: dict[str, int] = {}
@@ -656,7 +675,7 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
     """SizeInputs for an ONNX / traced graph: every initializer and Constant, the tensors each block
     reads, and per block the decoding evidence (past/present tensors, a causal mask, the config)."""
     tensors = tuple(StoredTensor(name, t.dtype, t.numel, t.storage_key, t.storage_key in parameter_keys,
-                                 _external_length(t.storage_key))
+                                 _external_length(t.storage_key) if _rate(t.dtype) is None else None)
                     for name, t in index.graph.weights.items())
     fallback = model_float_dtype(tensors)
     io = _cache_io(index, blocks)
