@@ -26,7 +26,8 @@ def size_lines(report: Report) -> list[str]:
     if kv is None:
         return lines
     if kv.bytes_per_token is None:
-        lines.append(f"KV cache: {'unknown' if (kv.reason or '').startswith('unknown') else 'none'} ({kv.reason})")
+        reason = (kv.reason or "").removeprefix("no block caches K/V per token: ")
+        lines.append(f"KV cache: {'unknown' if reason.startswith('unknown') else 'none'} ({reason})")
     else:
         line = f"KV cache: {_bytes(kv.bytes_per_token)} per token ({kv.dtype})"
         if kv.total_bytes is not None and kv.context is not None:
