@@ -25,7 +25,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mhainspect import dtypes
@@ -72,7 +72,7 @@ class StoredTensor(NamedTuple):
         return -(-(blocks * num) // den)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _rate(dtype: str) -> tuple[int, int, int] | None:
     """(elements per block, bytes per block as numerator, denominator) of ``dtype``; None: no size."""
     found = dtypes.lookup(dtype)
@@ -81,7 +81,7 @@ def _rate(dtype: str) -> tuple[int, int, int] | None:
     return found.block_size, found.block_bytes.numerator, found.block_bytes.denominator
 
 
-@lru_cache(maxsize=None)
+@cache
 def _canonical(dtype: str) -> str:
     return dtypes.canonical(dtype)
 
