@@ -353,3 +353,15 @@ def test_calc_kv_heads_side_by_side() -> None:
     assert rows[0]["weight_bytes"] == 2 * 4 * 4096 * 4096
     heads = _cli("calc", "hf", "hidden_size=4096", "num_attention_heads=32", "--heads", "16", "--dtype", "float16")
     assert heads.returncode == 0 and "does not change the parameter count" in heads.stdout
+
+
+@pytest.mark.parametrize("fmt", ["sarif", "github"])
+def test_size_gates_in_ci_formats(fmt: str, exported: Callable[[str], se.Export]) -> None:
+    result = _cli(str(exported("llama_gqa").path), "-f", fmt, "--context", "100", "--max-kv-cache", "1K",
+                  "--max-weight-bytes", "1K")
+    assert result.returncode == 1, result.stderr
+    if fmt == "sarif":
+        rules = {r["ruleId"] for run in json.loads(result.stdout)["runs"] for r in run["results"]}
+        assert {"max-kv-cache", "max-weight-bytes"} <= rules
+    else:
+        assert result.stdout.count("::error") == 2
