@@ -14,7 +14,7 @@ import typer
 
 from mhainspect import __version__
 from mhainspect.errors import InputError
-from mhainspect.render.text import printable
+from mhainspect.render.safe import printable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,6 +38,7 @@ class OutputFormat(str, Enum):
     markdown = "markdown"
     github = "github"
     sarif = "sarif"
+    html = "html"
 
 
 def one_line(text: str) -> str:
@@ -311,6 +312,10 @@ def _render(fmt: OutputFormat, reports: "list[Report]", failures: "Sequence[Gate
         from mhainspect.render.github import render_github
 
         return render_github(reports, failures)
+    if fmt is OutputFormat.html:
+        from mhainspect.render.html import render_html
+
+        return render_html(reports)
     if fmt is OutputFormat.sarif:
         from mhainspect.render.sarif import render_sarif
 
@@ -449,6 +454,7 @@ def inspect_cmd(
 class CalcFormat(str, Enum):
     text = "text"
     json = "json"
+    html = "html"
 
 
 @app.command("calc")
@@ -487,9 +493,20 @@ def calc_cmd(
         raise fail("--context and --kv-heads take positive integers")
     if sized and (compare_all or convention is None):
         raise fail("--dtype, --context and --kv-heads apply to one convention (not --compare)")
+    if sized and output_format is CalcFormat.html:
+        raise fail("--dtype, --context and --kv-heads are given in text and json (--format text|json), not html")
     size_dtype = dtype or "float32"
     try:
-        if compare_all or convention is None:
+        if output_format is CalcFormat.html:
+            from mhainspect.render import calc_html
+
+            if compare_all or convention is None:
+                text = calc_html.render_compare_html(conventions.compare(values), heads or ())
+            elif convention not in conventions.CONVENTIONS:
+                raise fail(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
+            else:
+                text = calc_html.render_calc_html(conventions.calculate(convention, values), heads or ())
+        elif compare_all or convention is None:
             entries = conventions.compare(values)
             text = (json.dumps(calc_render.compare_json(entries), indent=2) + "\n"
                     if output_format is CalcFormat.json else calc_render.compare_text(entries))

@@ -189,6 +189,15 @@ class Report:
     misses: tuple[Miss, ...]
     warnings: tuple[str, ...] = ()
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a Report as the HTML report's body (charts included).
+
+        The one import from the render layer here, deferred to the call: Jupyter looks for this
+        method on the object itself, and nothing is imported until a notebook asks."""
+        from mhainspect.render.html import repr_html
+
+        return repr_html(self)
+
 
 SCHEMA_VERSION = "1.0"
 

@@ -21,6 +21,8 @@ from onnx import helper
 from mhainspect.analyze import analyze_path
 from mhainspect.errors import InputError
 from mhainspect.findings import Report
+from mhainspect.render.github import render_github
+from mhainspect.render.html import render_html
 from mhainspect.render.json_render import report_to_json
 from mhainspect.render.markdown import render_markdown
 from mhainspect.render.sarif import render_sarif
@@ -221,6 +223,8 @@ def render_all(report: Report) -> None:
     render_table(report, width=100, color=False, verbose=True)
     render_markdown([report])
     render_sarif([report])
+    render_github([report])
+    render_html([report])
 
 
 def check_contract(path: Path) -> Report | None:

@@ -98,7 +98,7 @@ def _assert_cli_contract(exit_code: int, stdout: str, stderr: str) -> None:
 
 @settings(max_examples=max(5, settings().max_examples // 3))
 @given(sample=samples, fields=field_mutations, raw=byte_mutations, use_bytes=st.booleans(),
-       fmt=st.sampled_from(["table", "json", "markdown", "sarif"]))
+       fmt=st.sampled_from(["table", "json", "markdown", "sarif", "github", "html"]))
 def test_cli_on_mutated_models(workdir: Path, sample: int, fields: list[tuple[object, ...]],
                                raw: list[tuple[object, ...]], use_bytes: bool, fmt: str) -> None:
     data = mutate_bytes(sample_bytes(sample), raw) if use_bytes else _mutated_fields(sample, fields)

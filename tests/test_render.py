@@ -485,7 +485,7 @@ def test_markdown() -> None:
     assert "`decoder\\|attn [0]`" in md  # pipe escaped inside a table cell
     rows = [ln for ln in md.splitlines() if ln.startswith("| `")]
     assert all(ln.count(" | ") == 12 for ln in rows)
-    assert "- **MHA004** (warning) `decoder\\|attn [0]`: head count not identifiable" in md
+    assert "- **MHA004** (warning) `decoder|attn [0]`: head count not identifiable" in md
     assert "- **MHA006** (error) head layout differs" in md
     assert "**20,000,000** params" in md
     assert "No attention blocks found." in md

@@ -12,24 +12,15 @@ from collections.abc import Iterable
 from mhainspect.findings import Flag, Report, Severity, contradicted
 from mhainspect.gates import GateFailure
 from mhainspect.render.cells import verify_label
+from mhainspect.render.safe import github_message, github_property
 
 __all__ = ["render_github"]
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
 
-def _escape_data(value: str) -> str:
-    """The message part of a workflow command (after ``::``)."""
-    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(value: str) -> str:
-    """A property value (file=, title=): also ':' and ',' are special."""
-    return _escape_data(value).replace(":", "%3A").replace(",", "%2C")
-
-
 def _line(command: str, file: str, title: str, message: str) -> str:
-    return f"::{command} file={_escape_property(file)},title={_escape_property(title)}::{_escape_data(message)}"
+    return f"::{command} file={github_property(file)},title={github_property(title)}::{github_message(message)}"
 
 
 def _flag(path: str, flag: Flag) -> str:

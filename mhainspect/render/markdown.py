@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from mhainspect.findings import Flag, Report, Severity
 from mhainspect.render.cells import block_cells, percent, verify_label
 from mhainspect.render.numbers import group
+from mhainspect.render.safe import md_code, md_text
 from mhainspect.render.size_lines import size_lines
-from mhainspect.render.text import printable_fields
 
 __all__ = ["render_markdown"]
 
@@ -18,21 +17,6 @@ _COLUMNS = (
     "Q", "K", "V", "O", "Bias", "Total", "Share (%)",
 )
 _ALIGN = ("---", "---") + ("---:",) * (len(_COLUMNS) - 2)
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
-
-
-def _text(value: str) -> str:
-    """Inline text safe in a table cell or list item: one line, markdown and pipes escaped."""
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(value.split()))
-
-
-def _code(value: str) -> str:
-    """An inline code span that survives backticks in the value and pipes in table cells."""
-    one_line = " ".join(value.split()).replace("|", "\\|")
-    longest = max((len(run) for run in re.findall(r"`+", one_line)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if one_line.startswith("`") or one_line.endswith("`") else ""
-    return f"{fence}{pad}{one_line}{pad}{fence}" if one_line else "(unnamed)"
 
 
 def _row(cells: Iterable[str]) -> str:
@@ -41,19 +25,19 @@ def _row(cells: Iterable[str]) -> str:
 
 def _flag_item(flag: Flag) -> str:
     sev = flag.severity.value if isinstance(flag.severity, Severity) else str(flag.severity)
-    where = f"{_code(flag.block)}: " if flag.block is not None else ""
-    return f"- **{flag.code}** ({sev}) {where}{_text(flag.message)}"
+    where = f"{md_code(flag.block)}: " if flag.block is not None else ""
+    return f"- **{flag.code}** ({sev}) {where}{md_text(flag.message)}"
 
 
 def _report(report: Report, level: int) -> list[str]:
     m = report.model
     hashes = "#" * level
-    lines = [f"{hashes} {_code(m.path)}", ""]
+    lines = [f"{hashes} {md_code(m.path)}", ""]
     opset = f", opset {m.opset}" if m.opset is not None else ""
-    producer = f", {_text(m.producer)}" if m.producer else ""
+    producer = f", {md_text(m.producer)}" if m.producer else ""
     share = f" ({percent(m.attention_params, m.total_params)}%)" if m.total_params else ""
     lines.append(
-        f"{_text(m.format)}{opset}{producer}: **{group(m.total_params)}** params, "
+        f"{md_text(m.format)}{opset}{producer}: **{group(m.total_params)}** params, "
         f"attention **{group(m.attention_params)}**{share}, {len(report.blocks)} blocks"
     )
     lines.append("")
@@ -62,7 +46,7 @@ def _report(report: Report, level: int) -> list[str]:
         lines.append(_row(_ALIGN))
         for b in report.blocks:
             cells = list(block_cells(b, m.total_params))
-            cells[0], cells[1], cells[11] = _code(b.name), _text(b.kind), f"**{cells[11]}**"
+            cells[0], cells[1], cells[11] = md_code(b.name, table_cell=True), md_text(b.kind), f"**{cells[11]}**"
             lines.append(_row(cells))
     else:
         lines.append("No attention blocks found.")
@@ -78,19 +62,19 @@ def _report(report: Report, level: int) -> list[str]:
         lines.append("")
         lines.append("**Size**")
         lines.append("")
-        lines.extend(f"- {_text(line.strip())}" for line in sizes)
+        lines.extend(f"- {md_text(line.strip())}" for line in sizes)
     checked = [b for b in report.blocks if b.verification is not None]
     if checked:
         lines.append("")
         lines.append("**Run-time check (--verify)**")
         lines.append("")
-        lines.extend(f"- {_code(b.name)}: {_text(verify_label(b.verification))}"
+        lines.extend(f"- {md_code(b.name)}: {md_text(verify_label(b.verification))}"
                      for b in checked if b.verification is not None)
     if report.warnings:
         lines.append("")
         lines.append(f"**Warnings ({len(report.warnings)})**")
         lines.append("")
-        lines.extend(f"- {_text(w)}" for w in report.warnings)
+        lines.extend(f"- {md_text(w)}" for w in report.warnings)
     if report.misses:
         n = len(report.misses)
         lines.append("")
@@ -98,7 +82,7 @@ def _report(report: Report, level: int) -> list[str]:
         lines.append(f"<summary>{n} near miss{'es' if n != 1 else ''}</summary>")
         lines.append("")
         lines.extend(
-            f"- {_text(x.matcher)} at {_code(x.anchor)}: {_text(x.reason)}" for x in report.misses
+            f"- {md_text(x.matcher)} at {md_code(x.anchor)}: {md_text(x.reason)}" for x in report.misses
         )
         lines.append("")
         lines.append("</details>")
@@ -113,11 +97,11 @@ def render_markdown(reports: Report | Iterable[Report], *, title: str | None = N
     headings are then level 3, else level 2). Human-size numbers (1.05M) appear in the block
     table only; the model totals are exact.
     """
-    items = [printable_fields(r) for r in ([reports] if isinstance(reports, Report) else reports)]
+    items = [reports] if isinstance(reports, Report) else list(reports)
     lines: list[str] = []
     level = 2
     if title is not None:
-        lines.extend([f"## {_text(title)}", ""])
+        lines.extend([f"## {md_text(title)}", ""])
         level = 3
     if not items:
         lines.extend(["No models analysed.", ""])

@@ -22,6 +22,7 @@ from mhainspect.flags import FLAG_CODES
 from mhainspect.gates import GateFailure
 from mhainspect.render.cells import verify_label
 from mhainspect.render.json_text import dumps_pretty
+from mhainspect.render.safe import sarif_text
 
 __all__ = ["DOCS_BASE", "FLAG_ANCHORS", "GATE_RULES", "SARIF_SCHEMA", "VERIFY_RULE", "render_sarif", "sarif_dict"]
 
@@ -111,7 +112,7 @@ def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), 
                 "ruleId": flag.code,
                 "ruleIndex": index[flag.code],
                 "level": _LEVEL[_severity(flag)],
-                "message": {"text": where + " ".join(flag.message.split())},
+                "message": {"text": sarif_text(where + " ".join(flag.message.split()))},
                 "locations": [_location(report.model.path, flag.block)],
                 "properties": {"data": _data(flag)},
             })
@@ -120,7 +121,7 @@ def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), 
                 "ruleId": VERIFY_RULE[0],
                 "ruleIndex": index[VERIFY_RULE[0]],
                 "level": "warning",
-                "message": {"text": f"{block.name}: {verify_label(v)}"},
+                "message": {"text": sarif_text(f"{block.name}: {verify_label(v)}")},
                 "locations": [_location(report.model.path, block.name)],
                 "properties": {"observed_heads": v.observed_heads, "observed_kv_heads": v.observed_kv_heads,
                                "static_heads": block.num_heads, "static_kv_heads": block.num_kv_heads},
@@ -133,7 +134,7 @@ def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), 
             "ruleId": failure.gate,
             "ruleIndex": index[failure.gate],
             "level": "error",
-            "message": {"text": f"gate failed: {failure.message}"},
+            "message": {"text": sarif_text(f"gate failed: {failure.message}")},
             "locations": [_location(failure.model, None)],
             "properties": props,
         })

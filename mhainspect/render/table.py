@@ -13,8 +13,8 @@ from rich.text import Text
 from mhainspect.findings import AttentionBlock, Flag, Report, Severity
 from mhainspect.render.cells import UNKNOWN, block_cells, heads_label, percent, verify_label
 from mhainspect.render.numbers import group
+from mhainspect.render.safe import printable_fields
 from mhainspect.render.size_lines import block_size_line, size_lines
-from mhainspect.render.text import printable_fields
 
 __all__ = ["render_table", "heads_label", "severity_style", "verify_label"]
 

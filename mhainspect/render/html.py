@@ -1,0 +1,493 @@
+"""Reports -> one self-contained HTML page with inline SVG charts. Pure: returns text.
+
+The page makes no request of any kind: the stylesheet is inline, the charts are inline SVG, there
+is no script, font, image or link that loads anything, and a Content-Security-Policy meta tag
+(``default-src 'none'``, the stylesheet allowed by its hash) holds the browser to that. Every
+string from the model goes through ``safe.html``; none reaches an attribute other than a quoted
+text one, a URL, a style or an id (ids are counters).
+
+``render_html_body`` is the same content without the page around it, for Jupyter
+(``Report._repr_html_``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from mhainspect import __version__
+from mhainspect.findings import AttentionBlock, Flag, KVCache, Report, Severity
+from mhainspect.render.cells import UNKNOWN, heads_label, percent, verify_label
+from mhainspect.render.html_style import CSS, CSS_HASH
+from mhainspect.render.numbers import group, human_count
+from mhainspect.render.safe import html
+from mhainspect.render.sarif import DOCS_BASE, FLAG_ANCHORS
+from mhainspect.render.svg import (
+    Column,
+    Ids,
+    Mark,
+    Row,
+    Segment,
+    Series,
+    columns_chart,
+    label_width,
+    line_chart,
+    stacked_bars,
+    truncate,
+)
+from mhainspect.whatif import what_if
+
+__all__ = ["CSP", "human_bytes", "kv_bytes_at", "page", "render_html", "render_html_body", "repr_html"]
+
+# Nothing may load: no fetch, image, font, frame, form target or base URL; only our stylesheet.
+CSP = (f"default-src 'none'; style-src '{CSS_HASH}'; img-src 'none'; font-src 'none'; connect-src 'none'; "
+       "script-src 'none'; object-src 'none'; frame-src 'none'; form-action 'none'; base-uri 'none'")
+
+_ROLES = (("q", "Q"), ("k", "K"), ("v", "V"), ("o", "O"))
+_MAX_WHATIF_CHARTS = 6
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB'; exact bytes below 1 KiB."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{n:,} B" if unit == "B" else f"{value:.1f} {unit}".replace(".0 ", " ")
+        value /= 1024
+    return f"{n:,} B"  # unreachable
+
+
+def _opt(value: int | None) -> str:
+    return UNKNOWN if value is None else str(value)
+
+
+def _sev(flag: Flag) -> str:
+    return flag.severity.value if isinstance(flag.severity, Severity) else str(flag.severity)
+
+
+def _name(text: str) -> str:
+    """A model name as text with break opportunities after '.' and '/' (escaped first, so the
+    ``<wbr>`` tags are the page's own markup), so a narrow cell wraps between path components."""
+    return html(text).replace(".", ".<wbr>").replace("/", "/<wbr>")
+
+
+def _flag_link(code: str) -> str:
+    anchor = FLAG_ANCHORS.get(code)
+    href = f"{DOCS_BASE}flags.md" + (f"#{anchor}" if anchor else "")
+    return f'<a href="{html(href)}" rel="noopener noreferrer"><b>{html(code)}</b></a>'
+
+
+# ------------------------------------------------------------------------------------ parts
+
+
+def _segments(b: AttentionBlock) -> tuple[Segment, ...]:
+    """Q/K/V/O weights, then all biases, then extra (bias_k/bias_v, position tables)."""
+    p = b.params
+    per_role = {"q": p.q, "k": p.k, "v": p.v, "o": p.o}
+    biases = {r: 0 for r in per_role}
+    for proj in b.projections:
+        if proj.role in biases:
+            biases[proj.role] += proj.bias_params
+    segs = []
+    bias_total = 0
+    for role, label in _ROLES:
+        bias = min(biases[role], per_role[role])
+        bias_total += bias
+        segs.append(Segment(f"{label} weights", per_role[role] - bias, role))
+    segs.append(Segment("biases", bias_total, "bias"))
+    if p.extra:
+        segs.append(Segment("other block parameters", p.extra, "extra"))
+    return tuple(segs)
+
+
+def _layout(b: AttentionBlock) -> tuple[int | None, ...]:
+    return (b.num_heads, b.num_kv_heads, b.d_k, b.d_v)
+
+
+def _common_layout(blocks: Sequence[AttentionBlock]) -> tuple[int | None, ...] | None:
+    counts = Counter(_layout(b) for b in blocks)
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def _legend(items: Iterable[tuple[str, str]]) -> str:
+    return '<div class="legend">' + "".join(f'<span><i class="sw {css}"></i>{html(label)}</span>'
+                                          for css, label in items) + "</div>"
+
+
+def _tiles(report: Report) -> str:
+    m = report.model
+    tiles = [(group(m.total_params), "parameters"),
+             (group(m.attention_params), f"in attention ({percent(m.attention_params, m.total_params)}%)"
+              if m.total_params else "in attention"),
+             (str(len(report.blocks)), "attention blocks")]
+    if m.weight_bytes is not None:
+        tiles.append((human_bytes(m.weight_bytes), "weights as stored"))
+    kv = m.kv_cache
+    if kv is not None and kv.bytes_per_token is not None:
+        tiles.append((human_bytes(kv.bytes_per_token), "KV cache per token"))
+        if kv.total_bytes is not None and kv.context is not None:
+            tiles.append((human_bytes(kv.total_bytes), f"KV cache at {group(kv.context)} tokens"))
+    tiles.append((str(len(report.flags)), "flags"))
+    return '<div class="tiles">' + "".join(f"<div class=\"tile\"><b>{html(v)}</b><span>{html(k)}</span></div>"
+                                           for v, k in tiles) + "</div>"
+
+
+def _size_lines(report: Report) -> list[str]:
+    m = report.model
+    out = []
+    if m.weight_bytes_by_dtype:
+        parts = ", ".join(f"{html(dtype)} {html(human_bytes(n))}" for dtype, n in m.weight_bytes_by_dtype)
+        overhead = (f"; overhead (scales, zero points, constant tables) {html(human_bytes(m.weight_bytes_overhead))}"
+                    if m.weight_bytes_overhead else "")
+        out.append(f'<p class="meta">Weights by type: {parts}{overhead}</p>')
+    kv = m.kv_cache
+    if kv is not None:
+        if kv.bytes_per_token is not None:
+            text = f"KV cache: {human_bytes(kv.bytes_per_token)} per token"
+            if kv.dtype:
+                text += f" ({kv.dtype})"
+            if kv.bytes_per_encoder_token:
+                text += f"; cross-attention {human_bytes(kv.bytes_per_encoder_token)} per encoder token"
+            out.append(f'<p class="meta">{html(text)}</p>')
+        elif kv.reason:
+            out.append(f'<p class="meta">KV cache: {html(kv.reason)}</p>')
+    return out
+
+
+def _header(report: Report) -> str:
+    m = report.model
+    meta = [f"format {m.format}", f"opset {_opt(m.opset)}", f"producer {m.producer or UNKNOWN}",
+            f"{group(m.num_nodes)} nodes"]
+    out = [f"<h2>{html(m.path)}</h2>", f'<p class="meta">{html(" · ".join(meta))}</p>', _tiles(report),
+           *_size_lines(report)]
+    if report.flags:
+        items = []
+        for f in report.flags:
+            where = f"<code>{html(f.block)}</code>: " if f.block is not None else ""
+            items.append(f'<li>{_flag_link(f.code)}<span class="sev {html(_sev(f))}">{html(_sev(f))}</span>'
+                         f"{where}{html(f.message)}</li>")
+        out.append('<ul class="flags">' + "".join(items) + "</ul>")
+    else:
+        out.append('<p class="meta">No flags.</p>')
+    if report.warnings:
+        out.append('<ul class="warnings">' + "".join(f"<li>{html(w)}</li>" for w in report.warnings) + "</ul>")
+    return "".join(out)
+
+
+def _params_section(report: Report, ids: Ids) -> str:
+    m = report.model
+    blocks = report.blocks
+    totals: dict[str, int] = {}
+    for b in blocks:
+        for seg in _segments(b):
+            totals[seg.css] = totals.get(seg.css, 0) + seg.value
+    rest = max(0, m.total_params - m.attention_params)
+    whole = Row("whole model", (*(Segment(label, totals.get(css, 0), css) for css, label in
+                                  (("q", "Q weights"), ("k", "K weights"), ("v", "V weights"), ("o", "O weights"),
+                                   ("bias", "biases"), ("extra", "other block parameters"))),
+                                Segment("rest of the model", rest, "rest")),
+                note=f"{percent(m.attention_params, m.total_params)}% attention" if m.total_params else "")
+    chars = label_width([whole.label, *(b.name for b in blocks)])
+    model_bar = stacked_bars([whole], label_chars=chars, ids=ids, title="Attention parameters against the whole model",
+                             desc=f"{group(m.attention_params)} of {group(m.total_params)} parameters are in "
+                                  f"attention blocks; {group(rest)} are elsewhere.", fmt=human_count)
+    common = _common_layout(blocks)
+    rows = [Row(b.name, _segments(b), note=human_count(b.params.total + b.params.extra),
+                highlight=_layout(b) != common) for b in blocks]
+    desc = "; ".join(f"{b.name}: Q {group(b.params.q)}, K {group(b.params.k)}, V {group(b.params.v)}, "
+                     f"O {group(b.params.o)} (biases {group(b.params.bias)})" for b in blocks[:64])
+    per_block = stacked_bars(rows, label_chars=chars, ids=ids, title="Attention parameters per block, stacked Q / K / V / O / bias",
+                             desc=desc, fmt=human_count)
+    legend = _legend([("q", "Q"), ("k", "K"), ("v", "V"), ("o", "O"), ("bias", "biases"),
+                      *([("extra", "other block parameters")] if totals.get("extra") else []),
+                      ("rest", "rest of the model")])
+    return ("<h3>Where the attention parameters are</h3>" + legend + model_bar + per_block
+            + '<p class="caption">One bar per attention block, in model order; the scale is shared. '
+              "Names in the accent colour have a head layout that differs from the most common one.</p>")
+
+
+def _layout_section(report: Report, ids: Ids) -> str:
+    blocks = report.blocks
+    common = _common_layout(blocks)
+    show_dv = any(b.d_v != b.d_k for b in blocks)
+    panels = ["heads", "KV heads", "d_k", *(["d_v"] if show_dv else [])]
+    cols = [Column(b.name, (b.num_heads, b.num_kv_heads if b.num_kv_heads is not None else b.num_heads, b.d_k,
+                            *((b.d_v,) if show_dv else ())), highlight=_layout(b) != common) for b in blocks]
+    layouts = Counter(_layout(b) for b in blocks)
+    desc = (f"{len(layouts)} head layout(s): "
+            + "; ".join(f"{n} block(s) with {_opt(h)} heads, {_opt(g)} KV heads, d_k {_opt(dk)}, d_v {_opt(dv)}"
+                        for (h, g, dk, dv), n in layouts.most_common()))
+    chart = columns_chart(cols, panels, ids=ids, title="Heads, KV heads and head width per block", desc=desc)
+    note = ("All blocks share one layout." if len(layouts) == 1 else
+            "The layout changes between blocks (MHA006): the differing blocks are in the accent colour.")
+    return f'<h3>Head layout per block</h3>{chart}<p class="caption">{html(note)}</p>'
+
+
+def _head_range(b: AttentionBlock) -> list[int]:
+    h = b.num_heads or 1
+    top = max([2 * h, *(w.num_heads for w in b.what_if)])
+    values = {1, h, 2 * h, *(w.num_heads for w in b.what_if)}
+    p = 2
+    while p <= top:
+        values.add(p)
+        p *= 2
+    return sorted(v for v in values if 1 <= v <= top)
+
+
+def _whatif_chart(group_blocks: Sequence[AttentionBlock], ids: Ids) -> str:
+    b = group_blocks[0]
+    h = b.num_heads
+    points = [(x, w) for x in _head_range(b) if (w := what_if(b, x)) is not None]
+    own = what_if(b, h) if h is not None else None
+    if h is None or own is None or len(points) < 2:
+        return ""
+    fixed_width = Series("h·d_k fixed (d_k shrinks as heads grow)",
+                         tuple((float(x), float(w.total_width_fixed)) for x, w in points), "fixw")
+    fixed_dk = Series(f"d_k fixed at {b.d_k} (widths grow with heads)",
+                      tuple((float(x), float(w.head_dim_fixed)) for x, w in points), "fixd")
+    mark = Mark(float(h), float(own.head_dim_fixed), f"this block: {h} heads, {group(own.head_dim_fixed)}")
+    first, last = points[0], points[-1]
+    desc = (f"With h·d_k fixed, {first[0]} heads hold {group(first[1].total_width_fixed)} and {last[0]} heads "
+            f"{group(last[1].total_width_fixed)} parameters; with d_k fixed at {b.d_k}, {first[0]} heads hold "
+            f"{group(first[1].head_dim_fixed)} and {last[0]} heads {group(last[1].head_dim_fixed)}. "
+            f"The block has {h} heads and {group(own.head_dim_fixed)} projection parameters.")
+    chart = line_chart([fixed_width, fixed_dk], [mark], ids=ids, x_label="heads",
+                       title=f"Parameters against the head count: {b.name}", desc=desc, y_fmt=human_count,
+                       x_fmt=lambda v: f"{v:g}")
+    names = truncate(group_blocks[0].name, 120) + (f" and {len(group_blocks) - 1} more block(s) of this layout"
+                                    if len(group_blocks) > 1 else "")
+    return (f"<figure>{chart}<figcaption><b>{html(names)}</b>: {html(heads_label(b))} heads, d_k {_opt(b.d_k)}, "
+            f"d_model {_opt(b.d_model)}. {html(_whatif_sentence(b, own.head_dim_fixed))}</figcaption></figure>")
+
+
+def _whatif_sentence(b: AttentionBlock, own: int) -> str:
+    """The chart in words, from the block's own what-if rows (h/2, 2h, --heads)."""
+    rows = [w for w in b.what_if if w.num_heads != b.num_heads]
+    if not rows:
+        return ""
+    fixed_width = ", ".join(f"{group(w.total_width_fixed)} at {w.num_heads}" for w in rows)
+    fixed_dk = ", ".join(f"{group(w.head_dim_fixed)} at {w.num_heads}" for w in rows)
+    if all(w.total_width_fixed == own for w in rows):
+        lead = f"Keeping h·d_k, any head count holds {group(own)}"
+    else:
+        lead = f"Keeping h·d_k: {fixed_width}"
+    return f"{lead}; keeping d_k = {b.d_k}: {fixed_dk} heads."
+
+
+def _whatif_section(report: Report, ids: Ids) -> str:
+    groups: dict[tuple[object, ...], list[AttentionBlock]] = {}
+    for b in report.blocks:
+        key = (*_layout(b), b.d_model, b.params.total,
+               tuple((p.role, p.in_features, p.out_features, bool(p.bias_params)) for p in b.projections))
+        groups.setdefault(key, []).append(b)
+    charts = [c for c in (_whatif_chart(g, ids) for g in list(groups.values())[:_MAX_WHATIF_CHARTS]) if c]
+    if not charts:
+        return ""
+    more = (f'<p class="caption">{len(groups) - _MAX_WHATIF_CHARTS} more layouts not drawn; '
+            "the block table lists every block's what-if counts.</p>" if len(groups) > _MAX_WHATIF_CHARTS else "")
+    return ("<h3>What would more heads cost?</h3>"
+            + _legend([("fixw", "total width h·d_k fixed (PyTorch, MATLAB: d_k = width / h)"),
+                       ("fixd", "per-head width d_k fixed (Keras key_dim, T5 d_kv, Llama head_dim)")])
+            + '<div class="charts">' + "".join(charts) + "</div>" + more
+            + '<p class="caption">A flat line means the head count does not change the parameter count; '
+              "the circled point is the block as it is.</p>")
+
+
+def kv_bytes_at(report: Report, context: int) -> int | None:
+    """KV cache bytes at ``context`` tokens: per-block caches (sliding windows capped) when the
+    blocks carry them, else the model's bytes per token; times the cache's batch."""
+    kv = report.model.kv_cache
+    if kv is None or kv.bytes_per_token is None:
+        return None
+    caching = [b for b in report.blocks if b.kv_cache_bytes_per_token is not None and b.kind != "cross"]
+    if caching:
+        total = sum((b.kv_cache_bytes_per_token or 0) * min(context, b.sliding_window or context) for b in caching)
+    else:
+        total = kv.bytes_per_token * context
+    return total * kv.batch
+
+
+def _kv_section(report: Report, ids: Ids) -> str:
+    kv: KVCache | None = report.model.kv_cache
+    if kv is None or kv.bytes_per_token is None:
+        return ""
+    top = 32768
+    while top < 2 * (kv.context or 0):
+        top *= 2
+    # Linear in context (the cache grows linearly until a sliding window caps it): 16 even steps,
+    # plus the model's own context and every window, where the line bends.
+    windows = {b.sliding_window for b in report.blocks if b.sliding_window is not None and b.sliding_window < top}
+    contexts = sorted({top * i // 16 for i in range(17)} | windows | ({kv.context} if kv.context else set()))
+    points = tuple((float(c), float(v)) for c in contexts if (v := kv_bytes_at(report, c)) is not None)
+    marks = []
+    if kv.context is not None and kv.total_bytes is not None:
+        marks.append(Mark(float(kv.context), float(kv.total_bytes),
+                          f"{group(kv.context)} tokens: {human_bytes(kv.total_bytes)}"))
+    batch = f", batch {kv.batch}" if kv.batch != 1 else ""
+    desc = "; ".join(f"{int(c):,} tokens: {human_bytes(int(v))}" for c, v in points)
+    chart = line_chart([Series(f"KV cache{batch}", points, "kv")], marks, ids=ids, x_label="context length (tokens)",
+                       title="KV cache against context length", desc=desc, y_fmt=human_bytes, y_tick=human_bytes,
+                       y_binary=True, x_fmt=lambda v: f"{v / 1024:g}k" if v >= 1024 else f"{int(v)}",
+                       x_ticks=[0.0, *(float(top * i // 4) for i in range(1, 5))])
+    dtype = f" ({kv.dtype})" if kv.dtype else ""
+    return (f"<h3>KV cache against context length</h3><figure>{chart}<figcaption>"
+            f"{html(human_bytes(kv.bytes_per_token))} per token{html(dtype)}{html(batch)}; sliding-window "
+            "layers stop growing at their window.</figcaption></figure>")
+
+
+def _evidence_table(b: AttentionBlock) -> str:
+    rows = []
+    for ev in b.evidence:
+        value = "" if ev.value is None else f"{ev.value:g}" if isinstance(ev.value, float) else str(ev.value)
+        rows.append(f'<tr><td class="l">{html(ev.field)}</td><td>{html(value)}</td><td class="l">{html(ev.source)}'
+                    f'</td><td class="name mono">{html(ev.detail)}</td></tr>')
+    return ('<div class="scroll"><table><tr><th class="l">field</th><th>value</th><th class="l">source</th>'
+            '<th class="l">detail</th></tr>' + "".join(rows) + "</table></div>") if rows else ""
+
+
+def _block_details(b: AttentionBlock) -> str:
+    parts = [f'<p class="meta">matcher {html(b.matcher)}' + (f" · anchor <code>{html(b.anchor)}</code>" if b.anchor
+                                                             else "")
+             + (f" · scale {b.scale:g}" if b.scale is not None else " · scale not found") + "</p>"]
+    if b.unknown_reason:
+        parts.append(f"<p>Heads unknown: {html(b.unknown_reason)}</p>")
+    parts.extend(f"<p>Conflict: {html(c)}</p>" for c in b.conflicts)
+    if b.verification is not None:
+        parts.append(f"<p>--verify: {html(verify_label(b.verification))}</p>")
+    parts.append(_evidence_table(b))
+    proj_rows = "".join(
+        f'<tr><td class="l">{html(p.role.upper())}</td><td class="name mono">{html(p.weight or UNKNOWN)}</td>'
+        f"<td>{_opt(p.in_features)}→{_opt(p.out_features)}</td><td>{group(p.weight_params)}</td>"
+        f"<td>{group(p.bias_params)}</td><td class=\"name mono\">{html(p.node)}</td></tr>" for p in b.projections)
+    if proj_rows:
+        parts.append('<div class="scroll"><table><tr><th class="l">role</th><th class="l">weight</th><th>shape</th>'
+                     '<th>weights</th><th>bias</th><th class="l">node</th></tr>' + proj_rows + "</table></div>")
+    if b.what_if:
+        wi = "".join(f"<tr><td>{w.num_heads}</td><td>{group(w.total_width_fixed)}</td><td>{group(w.head_dim_fixed)}"
+                     "</td></tr>" for w in b.what_if)
+        parts.append("<table><tr><th>heads</th><th>h·d_k fixed</th><th>d_k fixed</th></tr>" + wi + "</table>")
+    if b.weight_bytes is not None or b.kv_cache_bytes_per_token is not None or b.kv_cache_reason:
+        size = []
+        if b.weight_bytes is not None:
+            size.append(f"weights {human_bytes(b.weight_bytes)}")
+        if b.kv_cache_bytes_per_token is not None:
+            size.append(f"KV cache {human_bytes(b.kv_cache_bytes_per_token)} per token")
+        if b.sliding_window is not None:
+            size.append(f"sliding window {group(b.sliding_window)} tokens")
+        if b.kv_cache_reason:
+            size.append(b.kv_cache_reason)
+        parts.append(f'<p class="meta">{html("; ".join(size))}</p>')
+    return "".join(parts)
+
+
+def _blocks_section(report: Report) -> str:
+    total = report.model.total_params
+    head = ("<tr><th class=\"l\">block</th><th class=\"l\">kind</th><th>heads</th><th>KV heads</th><th>d_model</th>"
+            "<th>d_k</th><th>d_v</th><th>Q</th><th>K</th><th>V</th><th>O</th><th>bias</th><th>total</th>"
+            "<th>share %</th></tr>")
+    rows = []
+    for b in report.blocks:
+        p = b.params
+        cells = [_opt(b.num_heads), _opt(b.num_kv_heads), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v)]
+        dims = "".join(f'<td class="unknown">{c}</td>' if c == UNKNOWN else f"<td>{c}</td>" for c in cells)
+        rows.append(f'<tr><td class="name"><code>{_name(b.name)}</code></td><td class="l">{html(b.kind)}</td>{dims}'
+                    + "".join(f"<td>{group(v)}</td>" for v in (p.q, p.k, p.v, p.o, p.bias))
+                    + f"<td><b>{group(p.total)}</b></td><td>{percent(p.total, total)}</td></tr>")
+    details = "".join(f"<details><summary>Evidence for <code>{html(b.name)}</code></summary>{_block_details(b)}"
+                      "</details>" for b in report.blocks)
+    return ('<h3>Blocks</h3><div class="scroll"><table class="blocks">' + head + "".join(rows) + "</table></div>"
+            + details)
+
+
+def _misses_section(report: Report) -> str:
+    if not report.misses:
+        return ""
+    n = len(report.misses)
+    items = "".join(f"<li>{html(x.matcher)} at <code>{html(x.anchor)}</code>: {html(x.reason)}</li>"
+                    for x in report.misses)
+    return (f'<details class="misses"><summary>{n} near miss{"es" if n != 1 else ""} (candidates that did not '
+            f"match, with the reason)</summary><ul>{items}</ul></details>")
+
+
+def _model_section(report: Report, ids: Ids) -> str:
+    parts = [f'<section class="model" aria-label="{html(report.model.path)}">', _header(report)]
+    if report.blocks:
+        parts += [_params_section(report, ids), _layout_section(report, ids), _whatif_section(report, ids),
+                  _kv_section(report, ids), _blocks_section(report)]
+    else:
+        parts.append("<p><b>No attention blocks found.</b></p>")
+    parts += [_misses_section(report), "</section>"]
+    return "".join(parts)
+
+
+def _comparison(reports: Sequence[Report], ids: Ids) -> str:
+    rows = []
+    bars = []
+    for r in reports:
+        m = r.model
+        layouts = sorted({heads_label(b) + f"×{_opt(b.d_k)}" for b in r.blocks})
+        kv = m.kv_cache
+        rows.append(f'<tr><td class="name"><code>{_name(m.path)}</code></td><td class="l">{html(m.format)}</td>'
+                    f"<td>{group(m.total_params)}</td><td>{group(m.attention_params)}</td>"
+                    f"<td>{percent(m.attention_params, m.total_params)}</td><td>{len(r.blocks)}</td>"
+                    f'<td class="l">{html(", ".join(layouts) or "-")}</td>'
+                    f"<td>{html(human_bytes(m.weight_bytes)) if m.weight_bytes is not None else '-'}</td>"
+                    f"<td>{html(human_bytes(kv.bytes_per_token)) if kv and kv.bytes_per_token is not None else '-'}</td>"
+                    f'<td class="l">{" ".join(_flag_link(c) for c in sorted({f.code for f in r.flags})) or "-"}</td>'
+                    "</tr>")
+        scale = 10_000
+        att = round(scale * m.attention_params / m.total_params) if m.total_params else 0
+        bars.append(Row(m.path, (Segment("attention", att, "q"), Segment("rest of the model", scale - att, "rest")),
+                        note=f"{percent(m.attention_params, m.total_params)}% of {human_count(m.total_params)}"))
+    chart = stacked_bars(bars, ids=ids, title="Share of the parameters in attention, per model",
+                         desc="; ".join(f"{r.model.path}: {percent(r.model.attention_params, r.model.total_params)}% "
+                                        f"of {group(r.model.total_params)}" for r in reports),
+                         fmt=lambda v: f"{v / 100:g}%", tick=lambda v: f"{v / 100:g}%")
+    return ("<h2>Comparison</h2>" + _legend([("q", "attention"), ("rest", "rest of the model")]) + chart
+            + '<div class="scroll"><table><tr><th class="l">model</th><th class="l">format</th><th>parameters</th>'
+              "<th>attention</th><th>share %</th><th>blocks</th><th class=\"l\">heads×d_k</th><th>weights</th>"
+              "<th>KV / token</th><th class=\"l\">flags</th></tr>" + "".join(rows) + "</table></div>")
+
+
+def render_html_body(reports: Report | Iterable[Report], *, id_prefix: str = "m") -> str:
+    """The report's content in one ``<div class="mhai">`` (no page, no stylesheet). Element ids
+    start with ``id_prefix``, so several bodies can share one document (a notebook)."""
+    items = [reports] if isinstance(reports, Report) else list(reports)
+    ids = Ids(id_prefix)
+    parts = ['<div class="mhai multi">' if len(items) > 1 else '<div class="mhai">']
+    if len(items) > 1:
+        parts.append(_comparison(items, ids))
+    if not items:
+        parts.append("<p>No models analysed.</p>")
+    parts.append('<div class="models">' + "".join(_model_section(r, ids) for r in items) + "</div>")
+    parts.append(f'<footer>mhainspect {html(__version__)} · counts are exact; charts round. '
+                 f'Flag codes: <a href="{html(DOCS_BASE)}flags.md" rel="noopener noreferrer">docs/flags.md</a>'
+                 "</footer></div>")
+    return "".join(parts)
+
+
+def page(title: str, body: str) -> str:
+    """A complete page around ``body`` (a ``.mhai`` div): CSP, colour schemes, the stylesheet."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            '<meta name="referrer" content="no-referrer">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            '<meta name="color-scheme" content="light dark">'
+            f"<title>{html(title)}</title><style>{CSS}</style></head>"
+            f'<body class="mhai-page">\n{body}\n</body></html>\n')
+
+
+def render_html(reports: Report | Iterable[Report]) -> str:
+    """One self-contained page: a comparison when there are several models, then per model the
+    header, parameter charts, head layout, what-if, KV cache, block table and near misses."""
+    items = [reports] if isinstance(reports, Report) else list(reports)
+    title = ("mhainspect: " + items[0].model.path) if len(items) == 1 else f"mhainspect: {len(items)} models"
+    return page(title, render_html_body(items))
+
+
+def repr_html(report: Report) -> str:
+    """What Jupyter shows for a Report: the page body with its stylesheet (scoped to ``.mhai``)."""
+    # Ids from the report's content: two different reports in one notebook never share an id.
+    digest = hashlib.sha256(repr((report.model, [b.name for b in report.blocks])).encode()).hexdigest()[:8]
+    return f"<style>{CSS}</style>{render_html_body(report, id_prefix='m' + digest)}"
