@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from mhainspect.findings import Report, contradicted
 from mhainspect.flags import FLAG_CODES
 from mhainspect.render.numbers import format_bytes, group, parse_count, parse_size
+from mhainspect.size import cache_bytes_at_context
 
 __all__ = [
     "GateConfig",
@@ -101,10 +102,7 @@ def _size_gates(report: Report, config: GateConfig) -> list[GateFailure]:
     limit = config.max_kv_cache
     kv = m.kv_cache
     if limit is not None:
-        total = None if kv is None else kv.total_bytes
-        if total is None and kv is not None and kv.bytes_per_token is None and kv.reason \
-                and kv.reason.startswith("no block caches"):
-            total = 0  # nothing caches (an encoder): the cache is empty
+        total = cache_bytes_at_context(kv)  # 0 when nothing caches (an encoder)
         if total is None:
             why = kv.reason if kv is not None and kv.reason else "no --context given"
             out.append(GateFailure("max-kv-cache", path, 0, limit.value, None,

@@ -41,6 +41,7 @@ __all__ = [
     "SizeOptions",
     "StoredTensor",
     "apply",
+    "cache_bytes_at_context",
     "check_kv_dtype",
     "layer_bytes",
     "config_decoding",
@@ -257,6 +258,21 @@ def _held_tokens(context: int, window: int | None) -> int:
     return context if window is None else min(context, max(window - 1, 0))
 
 
+NO_CACHE = "no block caches K/V per token:"  # KVCache.reason of a model where nothing caches
+
+
+def cache_bytes_at_context(kv: KVCache | None) -> int | None:
+    """What the cache holds at the report's context: total_bytes, 0 when nothing caches (an
+    encoder), None when unknown or no context was given."""
+    if kv is None:
+        return None
+    if kv.total_bytes is not None:
+        return kv.total_bytes
+    if kv.context is not None and kv.bytes_per_token is None and (kv.reason or "").startswith(NO_CACHE):
+        return 0
+    return None
+
+
 def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCache:
     self_blocks = [b for b in blocks if b.kind != "cross"]
     cross_blocks = [b for b in blocks if b.kind == "cross"]
@@ -275,7 +291,7 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCa
         why = next((b.kv_cache_reason for b in blocks if b.kv_cache_reason), None)
         why = why.removeprefix("no cache: ") if why else "the model has no attention blocks"
         return KVCache(None, None, options.context, options.batch, None, per_encoder,
-                       reason=f"no block caches K/V per token: {why}")
+                       reason=f"{NO_CACHE} {why}")
     per_token = sum(b.kv_cache_bytes_per_token or 0 for b in caching)
     total = None
     reason = None

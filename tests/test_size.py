@@ -365,3 +365,11 @@ def test_size_gates_in_ci_formats(fmt: str, exported: Callable[[str], se.Export]
         assert {"max-kv-cache", "max-weight-bytes"} <= rules
     else:
         assert result.stdout.count("::error") == 2
+
+
+def test_kv_gate_passes_an_encoder_and_fails_an_unknown() -> None:
+    encoder = _cli(str(REPO / "sample_models" / "bert_two_layers.onnx"), "--context", "512", "--max-kv-cache", "1",
+                   "-q")
+    assert encoder.returncode == 0, encoder.stderr  # nothing caches
+    unknown = _cli(str(REPO / "sample_models" / "gqa_llama.onnx"), "--context", "512", "--max-kv-cache", "1G", "-q")
+    assert unknown.returncode == 1 and "KV cache unknown" in unknown.stderr and "attention_mask" in unknown.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mhainspect.findings import AttentionBlock, Report
 from mhainspect.render.numbers import format_bytes, group
+from mhainspect.size import NO_CACHE
 
 __all__ = ["block_size_line", "size_lines"]
 
@@ -26,7 +27,7 @@ def size_lines(report: Report) -> list[str]:
     if kv is None:
         return lines
     if kv.bytes_per_token is None:
-        reason = (kv.reason or "").removeprefix("no block caches K/V per token: ")
+        reason = (kv.reason or "").removeprefix(NO_CACHE).strip()
         lines.append(f"KV cache: {'unknown' if reason.startswith('unknown') else 'none'} ({reason})")
     else:
         line = f"KV cache: {_bytes(kv.bytes_per_token)} per token ({kv.dtype})"
