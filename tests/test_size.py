@@ -373,3 +373,24 @@ def test_kv_gate_passes_an_encoder_and_fails_an_unknown() -> None:
     assert encoder.returncode == 0, encoder.stderr  # nothing caches
     unknown = _cli(str(REPO / "sample_models" / "gqa_llama.onnx"), "--context", "512", "--max-kv-cache", "1G", "-q")
     assert unknown.returncode == 1 and "KV cache unknown" in unknown.stderr and "attention_mask" in unknown.stderr
+
+
+def test_config_decides_per_tower() -> None:
+    """A vision-language config: the language model's blocks cache, the vision tower's do not."""
+    from mhainspect.findings import ParamBreakdown
+    from mhainspect.size import config_decoding
+
+    def block(name: str) -> AttentionBlock:
+        return AttentionBlock(name, "checkpoint", "self", 8, 2, 64, 8, 8, ParamBreakdown(0, 0, 0, 0, 0, 0), (), ())
+
+    cfg = {"architectures": ["LlavaForConditionalGeneration"],
+           "vision_config": {"num_attention_heads": 8, "hidden_size": 64},
+           "text_config": {"num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 64,
+                           "sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]}}
+    text0, text1, vision = (block("language_model.model.layers.0.self_attn"),
+                            block("language_model.model.layers.1.self_attn"),
+                            block("vision_tower.vision_model.encoder.layers.0.self_attn"))
+    decided = {d.block: d for d in config_decoding(cfg, [text0, text1, vision], {})}
+    assert decided[text0.name].caches is True and decided[text0.name].window == 16
+    assert decided[text1.name].caches is True and decided[text1.name].window is None
+    assert decided[vision.name].caches is False
