@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from math import prod
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -138,40 +139,59 @@ class WeightSizes:
 def weight_sizes(tensors: Iterable[StoredTensor], blocks: Sequence[AttentionBlock],
                  block_tensors: Mapping[str, tuple[str, ...]]) -> WeightSizes:
     """Bytes of every stored tensor, shared storage once; per block, a tensor counts in the first
-    block that uses it (as parameters do), so the blocks never add up past the model."""
+    block that uses it (as parameters do), so the blocks never add up past the model.
+
+    Plain types (whole bytes per element) are summed as elements per (dtype, parameter or not)
+    and multiplied once; packed and block types are rounded up tensor by tensor."""
+    tensors = tuple(tensors)
     seen: set[str] = set()
+    seen_add = seen.add
+    elements: Counter[tuple[str, bool]] = Counter()
+    rounded: Counter[tuple[str, bool]] = Counter()  # bytes of packed / block-typed tensors
+    unsized: list[str] = []
+    for t in tensors:
+        key = t.storage_key
+        if key in seen:
+            continue
+        seen_add(key)
+        dtype = t.dtype
+        rate = _rate(dtype)
+        if rate is None:
+            if t.stored_bytes is None:
+                unsized.append(t.name)
+            else:
+                rounded[dtype, t.is_parameter] += t.stored_bytes
+        elif rate[0] == 1 and rate[2] == 1:
+            elements[dtype, t.is_parameter] += t.numel
+        else:
+            rounded[dtype, t.is_parameter] += t.nbytes or 0
     by_dtype: Counter[str] = Counter()
     total = overhead = 0
-    unsized: list[str] = []
-    by_name: dict[str, StoredTensor] = {}
-    for t in tensors:
-        by_name.setdefault(t.name, t)
-        if t.storage_key in seen:
-            continue
-        seen.add(t.storage_key)
-        n = t.nbytes
-        if n is None:
-            unsized.append(t.name)
-            continue
+    for (dtype, is_parameter), n in elements.items():
+        rate = _rate(dtype)
+        rounded[dtype, is_parameter] += n * rate[1] if rate is not None else 0
+    for (dtype, is_parameter), n in rounded.items():
         total += n
-        by_dtype[_canonical(t.dtype)] += n
-        if not t.is_parameter:
-            overhead += n
+        by_dtype[_canonical(dtype)] += n
+        overhead += 0 if is_parameter else n
     per_block: dict[str, int] = {}
-    counted: set[str] = set()
-    for b in blocks:
-        names = block_tensors.get(b.name, ())
-        if not names:
-            continue
-        size = 0
-        for name in names:
-            used = by_name.get(name)
-            if used is None or used.storage_key in counted:
+    if block_tensors:
+        wanted = {n for names in block_tensors.values() for n in names}
+        by_name = {t.name: t for t in tensors if t.name in wanted}
+        counted: set[str] = set()
+        for b in blocks:
+            names = block_tensors.get(b.name, ())
+            if not names:
                 continue
-            counted.add(used.storage_key)
-            size += used.nbytes or 0
-        per_block[b.name] = size
-    ordered = tuple(sorted(by_dtype.items(), key=lambda kv: (-kv[1], kv[0])))
+            size = 0
+            for name in names:
+                used = by_name.get(name)
+                if used is None or used.storage_key in counted:
+                    continue
+                counted.add(used.storage_key)
+                size += used.nbytes or 0
+            per_block[b.name] = size
+    ordered = tuple(sorted(((k, v) for k, v in by_dtype.items() if v), key=lambda kv: (-kv[1], kv[0])))
     return WeightSizes(total, ordered, overhead, per_block, tuple(unsized))
 
 
@@ -481,10 +501,14 @@ def config_decoding(cfg: Mapping[str, Any] | None, blocks: Sequence[AttentionBlo
 
 def model_float_dtype(tensors: Iterable[StoredTensor]) -> str | None:
     """The float dtype holding most parameter elements (the compute dtype's last resort)."""
-    counts: Counter[str] = Counter()
+    by_spelling: Counter[str] = Counter()
     for t in tensors:
-        if t.is_parameter and dtypes.is_float(t.dtype):
-            counts[dtypes.canonical(t.dtype)] += t.numel
+        if t.is_parameter:
+            by_spelling[t.dtype] += t.numel
+    counts: Counter[str] = Counter()
+    for spelling, n in by_spelling.items():
+        if dtypes.is_float(spelling):
+            counts[_canonical(spelling)] += n
     return counts.most_common(1)[0][0] if counts else None
 
 
@@ -694,13 +718,35 @@ def _compute_dtype(index: GraphIndex, block: AttentionBlock, fallback: str | Non
     return None, ""
 
 
+def _graph_tensors(index: GraphIndex, parameter_keys: frozenset[str]) -> tuple[StoredTensor, ...]:
+    """Every initializer and Constant as a StoredTensor. Constant values of whole-byte types that
+    are not parameters (a 70B export has thousands, nearly all int64 shape scalars) are summed
+    into one entry per dtype: their bytes are exact either way, and this keeps the pass cheap."""
+    out: list[StoredTensor] = []
+    constants: Counter[str] = Counter()
+    whole: dict[str, bool] = {}  # dtype spelling -> whole bytes per element (looked up once per spelling)
+    for name, t in index.graph.weights.items():
+        key = t.storage_key
+        dtype = t.dtype
+        plain = whole.get(dtype)
+        if plain is None:
+            rate = _rate(dtype)
+            plain = whole[dtype] = rate is not None and rate[0] == 1 and rate[2] == 1
+        if plain and t.is_constant_node and key not in parameter_keys:
+            constants[dtype] += prod(t.shape)
+            continue
+        out.append(StoredTensor(name, dtype, prod(t.shape), key, key in parameter_keys,
+                                _external_length(key) if _rate(dtype) is None else None))
+    out.extend(StoredTensor(f"(Constant values, {dtype})", dtype, n, f"constants:{dtype}", False)
+               for dtype, n in constants.items())
+    return tuple(out)
+
+
 def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], parameter_keys: frozenset[str],
                       config: Mapping[str, Any] | None = None, config_label: str = "config.json") -> SizeInputs:
     """SizeInputs for an ONNX / traced graph: every initializer and Constant, the tensors each block
     reads, and per block the decoding evidence (past/present tensors, a causal mask, the config)."""
-    tensors = tuple(StoredTensor(name, t.dtype, t.numel, t.storage_key, t.storage_key in parameter_keys,
-                                 _external_length(t.storage_key) if _rate(t.dtype) is None else None)
-                    for name, t in index.graph.weights.items())
+    tensors = _graph_tensors(index, parameter_keys)
     fallback = model_float_dtype(tensors)
     io = _cache_io(index, blocks)
     any_io = bool(io)
