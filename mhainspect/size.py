@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from math import prod
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from math import prod
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mhainspect import dtypes
@@ -794,6 +794,16 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
     order = {b.name: i for i, b in enumerate(blocks)}
     decoding.sort(key=lambda d: order[d.block])
     return SizeInputs(tensors, _graph_block_tensors(index, blocks), tuple(decoding))
+
+
+def causal_in_graph(graph: Any, blocks: Sequence[AttentionBlock]) -> dict[str, BlockDecoding]:
+    """Blocks of a traced graph that the graph shows caching (cache tensors, a causal mask): the
+    positive evidence a module's front end adds to its config's."""
+    from mhainspect.analyze import sanitize_graph
+    from mhainspect.dataflow import GraphIndex
+
+    index = GraphIndex(sanitize_graph(graph))
+    return {d.block: d for d in graph_size_inputs(index, blocks, frozenset()).decoding if d.caches}
 
 
 def tensors_from_metas(metas: Iterable[Any], parameter_keys: frozenset[str]) -> tuple[StoredTensor, ...]:

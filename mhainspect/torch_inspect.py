@@ -18,6 +18,7 @@ from mhainspect.findings import AttentionBlock, Miss, Report
 from mhainspect.loaders.torch_fx import trace_module
 from mhainspect.loaders.torch_modules import count_parameters, module_size_inputs, recognise
 from mhainspect.report import build_report
+from mhainspect.size import BlockDecoding, causal_in_graph
 
 EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 
@@ -32,6 +33,7 @@ def inspect_module(model: nn.Module, example_inputs: Any = None, *, what_if_head
     num_nodes = 0
     want = trace if trace is not None else (example_inputs is not None or bool(known.pending) or not known.blocks)
     used_keys: set[str] = set()
+    graph_causal: dict[str, BlockDecoding] = {}
     if want:
         inputs = example_inputs
         if inputs is None:
@@ -63,11 +65,12 @@ def inspect_module(model: nn.Module, example_inputs: Any = None, *, what_if_head
                         b = dataclasses.replace(b, name=type(model).__name__)
                     traced.append(b)
                 misses.extend(report.misses)
+                graph_causal = causal_in_graph(graph, traced)
     headless = [b for b in known.headless if not _uses(b, model, used_keys)]
     blocks = list(known.blocks) + traced + headless
     return build_report(blocks, path=label, fmt="torch", total_params=count_parameters(model), num_nodes=num_nodes,
                         producer=f"torch {torch.__version__}", misses=misses, warnings=warnings,
-                        what_if_heads=what_if_heads, size=module_size_inputs(model, blocks))
+                        what_if_heads=what_if_heads, size=module_size_inputs(model, blocks, graph_causal))
 
 
 def _uses(block: AttentionBlock, model: nn.Module, keys: set[str]) -> bool:

@@ -394,3 +394,36 @@ def test_config_decides_per_tower() -> None:
     assert decided[text0.name].caches is True and decided[text0.name].window == 16
     assert decided[text1.name].caches is True and decided[text1.name].window is None
     assert decided[vision.name].caches is False
+
+
+def test_traced_module_causal_mask_decides() -> None:
+    """A module without a config: a causal mask in its traced graph says it caches (2 kv heads of 4)."""
+    import torch
+    from torch import nn
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.k, self.v, self.o = nn.Linear(32, 32), nn.Linear(32, 16), nn.Linear(32, 16), nn.Linear(32, 32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, t, _ = x.shape
+            q = self.q(x).view(b, t, 4, 8).transpose(1, 2)
+            k = self.k(x).view(b, t, 2, 8).transpose(1, 2).repeat_interleave(2, 1)
+            v = self.v(x).view(b, t, 2, 8).transpose(1, 2).repeat_interleave(2, 1)
+            mask = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+            scores = (q @ k.transpose(-1, -2) / 8**0.5).masked_fill(mask, -1e9)
+            return self.o((torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(b, t, 32))
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = Attention()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attn(x)
+
+    report = inspect(Model(), (torch.randn(2, 5, 32),), context=10)
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token == 2 * (8 + 8) * 4 and kv.total_bytes == 10 * kv.bytes_per_token
+    assert "Trilu" in (report.blocks[0].kv_cache_reason or "")

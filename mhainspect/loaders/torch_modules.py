@@ -13,6 +13,7 @@ so is an attention-named module without recognisable projections.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from mhainspect.findings import AttentionBlock
 from mhainspect.loaders.hf_config import offers_from_config
 from mhainspect.loaders.roles import GroupedBlock, WeightMeta, group_attention
 from mhainspect.loaders.torch_fx import storage_key
-from mhainspect.size import SizeInputs
+from mhainspect.size import BlockDecoding, SizeInputs
 from mhainspect.static_blocks import HeadOffers, assemble
 
 _HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head")
@@ -63,9 +64,12 @@ def parameter_metas(model: nn.Module) -> dict[str, WeightMeta]:
     return out
 
 
-def module_size_inputs(model: nn.Module, blocks: list[AttentionBlock]) -> SizeInputs:
+def module_size_inputs(model: nn.Module, blocks: list[AttentionBlock],
+                       graph_causal: Mapping[str, BlockDecoding] | None = None) -> SizeInputs:
     """Size metadata of a module: its parameters and buffers (rotary tables, masks: overhead), the
-    tensors under each block's module path, and what the model's config says about decoding."""
+    tensors under each block's module path, and what the model's config says about decoding;
+    ``graph_causal``: traced blocks the graph shows caching (a causal mask), used where the config
+    does not decide."""
     from mhainspect.loaders.checkpoint import checkpoint_size_inputs
 
     metas: dict[str, WeightMeta] = dict(parameter_metas(model))
@@ -74,9 +78,13 @@ def module_size_inputs(model: nn.Module, blocks: list[AttentionBlock]) -> SizeIn
                                           storage_key(buf)))
     # A module says what its parameters are: buffers are overhead.
     params = frozenset(storage_key(p) for _, p in model.named_parameters(remove_duplicate=False))
-    return checkpoint_size_inputs(metas, blocks, _config_dict(model), parameters=params, label="the model's config",
+    size = checkpoint_size_inputs(metas, blocks, _config_dict(model), parameters=params, label="the model's config",
                                   no_config=f"{type(model).__name__} has no config: nothing says whether it decodes "
                                             "autoregressively")
+    if not graph_causal:
+        return size
+    decoding = tuple(graph_causal.get(d.block, d) if d.caches is None else d for d in size.decoding)
+    return dataclasses.replace(size, decoding=decoding)
 
 
 def count_parameters(model: nn.Module) -> int:
