@@ -427,3 +427,16 @@ def test_traced_module_causal_mask_decides() -> None:
     kv = report.model.kv_cache
     assert kv is not None and kv.bytes_per_token == 2 * (8 + 8) * 4 and kv.total_bytes == 10 * kv.bytes_per_token
     assert "Trilu" in (report.blocks[0].kv_cache_reason or "")
+
+
+def test_schema_documents_every_emitted_key(exported: Callable[[str], se.Export], report_schema: Any) -> None:
+    """Every key the JSON report writes for the model, its KV cache and its blocks is in the schema."""
+    from mhainspect.render.json_render import report_to_dict
+
+    doc = report_to_dict(with_options(inspect(str(exported("t5").path)), SizeOptions(context=8)))
+    defs = report_schema["$defs"]
+    assert set(doc["model"]) <= set(defs["model"]["properties"])
+    assert set(doc["model"]["kv_cache"]) <= set(defs["kvCache"]["properties"])
+    assert set(defs["kvCache"]["required"]) <= set(doc["model"]["kv_cache"])
+    for block in doc["blocks"]:
+        assert set(block) <= set(defs["block"]["properties"])
