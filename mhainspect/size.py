@@ -264,7 +264,7 @@ def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | Non
         return None, dtype, "unknown: caches during decoding, but its K/V heads or d_k/d_v are unknown"
     size = _itemsize(dtype)
     if size is None:
-        return None, dtype, f"unknown: caches during decoding, but the cache dtype ({dtype or 'unknown'}) has no size"
+        return None, dtype, f"{_UNSIZED_CACHE} ({dtype or 'unknown'}) has no size; give --kv-dtype; {d.reason}"
     how = "--kv-dtype" if kv_dtype else d.dtype_source
     per = "per encoder token, cached once per input" if b.kind == "cross" else "per token"
     reason = (f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {size} bytes ({dtype}, {how}) {per}; "
@@ -279,6 +279,7 @@ def _held_tokens(context: int, window: int | None) -> int:
 
 
 NO_CACHE = "no block caches K/V per token:"  # KVCache.reason of a model where nothing caches
+_UNSIZED_CACHE = "unknown: caches during decoding, but the cache dtype"  # a block --kv-dtype can size
 
 
 def cache_bytes_at_context(kv: KVCache | None) -> int | None:
@@ -378,11 +379,17 @@ def with_options(report: Report, options: SizeOptions) -> Report:
         changed = []
         for b in blocks:
             elements = _elements_per_token(b)
-            if b.kv_cache_bytes_per_token is None or elements is None:
+            old = b.kv_cache_reason or ""
+            if elements is None or (b.kv_cache_bytes_per_token is None and not old.startswith(_UNSIZED_CACHE)):
                 changed.append(b)
                 continue
-            reason = re.sub(r"× \d+ bytes \([^)]*\)", f"× {new_size} bytes ({name}, --kv-dtype)", b.kv_cache_reason or "",
-                            count=1)
+            if b.kv_cache_bytes_per_token is None:  # caches, in a dtype the source did not give
+                per = "per encoder token, cached once per input" if b.kind == "cross" else "per token"
+                evidence = old.split("; give --kv-dtype; ", 1)[-1]
+                reason = (f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {new_size} bytes ({name}, "
+                          f"--kv-dtype) {per}; {evidence}")
+            else:
+                reason = re.sub(r"× \d+ bytes \([^)]*\)", f"× {new_size} bytes ({name}, --kv-dtype)", old, count=1)
             changed.append(dataclasses.replace(b, kv_cache_bytes_per_token=elements * new_size, kv_cache_dtype=name,
                                                kv_cache_reason=reason))
         blocks = tuple(changed)

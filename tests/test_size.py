@@ -440,3 +440,17 @@ def test_schema_documents_every_emitted_key(exported: Callable[[str], se.Export]
     assert set(defs["kvCache"]["required"]) <= set(doc["model"]["kv_cache"])
     for block in doc["blocks"]:
         assert set(block) <= set(defs["block"]["properties"])
+
+
+def test_kv_dtype_sizes_a_cache_whose_dtype_the_source_does_not_give() -> None:
+    from mhainspect.findings import ParamBreakdown
+    from mhainspect.report import build_report
+    from mhainspect.size import BlockDecoding, SizeInputs
+
+    block = AttentionBlock("layers.0.attn", "x", "self", 8, 2, 64, 8, 8, ParamBreakdown(0, 0, 0, 0, 0, 0), (), ())
+    report = build_report([block], path="m", fmt="onnx", total_params=0,
+                          size=SizeInputs(decoding=(BlockDecoding(block.name, True, "causal mask", None, ""),)))
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token is None and "--kv-dtype" in (kv.reason or "")
+    sized = with_options(report, SizeOptions(context=10, kv_dtype="bf16")).model.kv_cache
+    assert sized is not None and sized.bytes_per_token == 2 * 16 * 2 and sized.total_bytes == 640
