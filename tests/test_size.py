@@ -454,3 +454,16 @@ def test_kv_dtype_sizes_a_cache_whose_dtype_the_source_does_not_give() -> None:
     assert kv is not None and kv.bytes_per_token is None and "--kv-dtype" in (kv.reason or "")
     sized = with_options(report, SizeOptions(context=10, kv_dtype="bf16")).model.kv_cache
     assert sized is not None and sized.bytes_per_token == 2 * 16 * 2 and sized.total_bytes == 640
+
+
+def test_ggml_tensors_are_parameters_in_their_blocks() -> None:
+    """What a GGUF front end hands over (GGML block types by name): bytes by their blocks, weights not overhead."""
+    from mhainspect.loaders.checkpoint import checkpoint_size_inputs
+    from mhainspect.loaders.roles import WeightMeta
+
+    metas = {"blk.0.attn_q.weight": WeightMeta("blk.0.attn_q.weight", (4096, 4096), "q4_k", "a"),
+             "blk.0.attn_norm.weight": WeightMeta("blk.0.attn_norm.weight", (4096,), "float32", "b"),
+             "blk.0.ffn_down.weight": WeightMeta("blk.0.ffn_down.weight", (4096, 32), "q8_0", "c")}
+    sizes = weight_sizes(checkpoint_size_inputs(metas, [], None).tensors, [], {})
+    assert dict(sizes.by_dtype) == {"q4_k": 4096 * 4096 // 256 * 144, "float32": 4096 * 4, "q8_0": 4096 * 32 // 32 * 34}
+    assert sizes.overhead == 0

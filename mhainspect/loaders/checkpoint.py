@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mhainspect.dtypes import canonical, is_float
+from mhainspect.dtypes import canonical, is_block_quantized, is_float
 from mhainspect.errors import InputError, MissingDependencyError
 from mhainspect.findings import AttentionBlock, Report
 from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
@@ -278,11 +278,11 @@ def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str
 
 
 def parameter_keys(weights: Mapping[str, WeightMeta]) -> dict[str, int]:
-    """What a checkpoint's parameters are: storage key -> numel of unique float tensors (tied
-    weights once); integer buffers are not parameters."""
+    """What a checkpoint's parameters are: storage key -> numel of unique float or block-quantized
+    (GGML) tensors (tied weights once); integer buffers are not parameters."""
     found: dict[str, int] = {}
     for t in weights.values():
-        if t.storage_key not in found and is_float(t.dtype):
+        if t.storage_key not in found and (is_float(t.dtype) or is_block_quantized(t.dtype)):
             found[t.storage_key] = t.numel
     return found
 
