@@ -467,3 +467,24 @@ def test_ggml_tensors_are_parameters_in_their_blocks() -> None:
     sizes = weight_sizes(checkpoint_size_inputs(metas, [], None).tensors, [], {})
     assert dict(sizes.by_dtype) == {"q4_k": 4096 * 4096 // 256 * 144, "float32": 4096 * 4, "q8_0": 4096 * 32 // 32 * 34}
     assert sizes.overhead == 0
+
+
+def test_external_data_lengths_70b_width(tmp_path: Path) -> None:
+    """Two layers at Llama-2-70B width, float16 weights as external data in a sparse file (never
+    read): the parameter bytes equal the external-data lengths the file declares, and the cache,
+    with a config.json beside the model, is 2 layers x 8 kv heads x (128 + 128) x 2 bytes per token."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import make_models as mm
+
+    model, weights = mm.build_llama(mm.LlamaShape(layers=2, d_model=8192, heads=64, kv_heads=8, ffn=28672))
+    path = tmp_path / "model.onnx"
+    mm.write_external(model, weights, path)
+    declared = sum(int(e.value) for init in onnx.load(str(path), load_external_data=False).graph.initializer
+                   for e in init.external_data if e.key == "length")
+    m = inspect(str(path)).model
+    assert m.weight_bytes is not None and m.weight_bytes - (m.weight_bytes_overhead or 0) == declared
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "torch_dtype": "float16"}),
+                                          encoding="utf-8")
+    kv = inspect(str(path), context=4096).model.kv_cache
+    assert kv is not None and kv.bytes_per_token == 2 * 8 * (128 + 128) * 2 and kv.dtype == "float16"
+    assert kv.total_bytes == 4096 * kv.bytes_per_token
