@@ -4,6 +4,7 @@ Hugging Face folders (docs/size.md shows a run).
     python scripts/compare_size_tools.py [--workdir DIR] [--context 8192] [--keep]
 
 1. Writes Hugging Face folders for published configs (Llama-3-8B, Mistral-7B-v0.1, Gemma-2-9B,
+   gpt-oss-120b with its experts in bfloat16 (the published files store them in MXFP4),
    Falcon-7B-style multi-query, flan-T5-base): config.json plus a model.safetensors whose header
    lists every tensor of the real architecture (names, shapes and dtypes from transformers on the
    meta device) and whose data is a sparse hole: gigabytes on paper, nothing on disk, and
@@ -62,6 +63,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
         "vocab_size": 256000, "max_position_embeddings": 8192, "sliding_window": 4096, "torch_dtype": "bfloat16",
         "query_pre_attn_scalar": 256,
+    },
+    "gpt-oss-120b (hybrid sliding 128, bf16 experts)": {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+        "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+        "num_local_experts": 128, "num_experts_per_tok": 4, "vocab_size": 201088, "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 18, "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
     },
     "falcon-7b (multi-query)": {
         "architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32,
