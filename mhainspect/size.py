@@ -658,26 +658,83 @@ _CAUSAL_ATTRS = (("is_causal", "ONNX Attention is_causal = 1"), ("unidirectional
 _PRODUCTS = {"MatMul", "Gemm", "Einsum", "MatMulNBits", "MatMulInteger", "QLinearMatMul", "FusedMatMul"}
 
 
-def _causal_mask(index: GraphIndex, block: AttentionBlock) -> tuple[bool | None, str]:
-    """Whether the graph makes this block causal: (True, where) for a causal attribute, a
-    GroupQueryAttention, or a mask from Trilu or from comparing position indices (Range); (None,
-    why) when the mask is a graph input of rank 3 or more (the caller decides); (False, why) else.
-    The walk goes back from the scores (Softmax or fused op) and stops at products, so it sees
-    what is added to the scores, not the activations Q and K come from."""
+def _scalar_int(index: GraphIndex, name: str) -> int | None:
+    t = index.graph.weights.get(name)
+    if t is None or t.int_value is None or len(t.int_value) != 1:
+        return None
+    return t.int_value[0]
+
+
+def _minus_constant(index: GraphIndex, name: str) -> int | None:
+    """c when ``name`` is (position indices) - c, from Sub(x, c) or Add(x, -c); else None."""
+    node = index.producer.get(name)
+    if node is None or len(node.inputs) != 2 or not _from_range(index, node.inputs[0]):
+        return None
+    c = _scalar_int(index, node.inputs[1])
+    if c is None:
+        return None
+    return c if node.op == "Sub" else -c if node.op == "Add" else None
+
+
+def _difference_of_positions(index: GraphIndex, name: str) -> bool:
+    node = index.producer.get(name)
+    return (node is not None and node.op == "Sub" and len(node.inputs) == 2
+            and all(_from_range(index, x) for x in node.inputs))
+
+
+# (op, which side holds "q - c") -> tokens attended beyond c: kv > q - c keeps c tokens, kv >= q - c keeps c + 1.
+_WINDOW_FORMS = {("Greater", 1): 0, ("GreaterOrEqual", 1): 1, ("Less", 0): 0, ("LessOrEqual", 0): 1}
+# (op, which side holds the constant) for q - kv compared with c: q - kv < c keeps c tokens.
+_WINDOW_DIFF_FORMS = {("Less", 1): 0, ("LessOrEqual", 1): 1, ("Greater", 0): 0, ("GreaterOrEqual", 0): 1}
+
+
+def _window_in_mask(index: GraphIndex, node: Node) -> int | None:
+    """The sliding window a position comparison encodes: kv > q - W (transformers' sliding
+    overlay) or q - kv < W, in any of their spellings; None for a plain causal comparison."""
+    for side in (0, 1):
+        c = _minus_constant(index, node.inputs[side])
+        extra = _WINDOW_FORMS.get((node.op, side))
+        if c is not None and extra is not None and c + extra > 0:
+            return c + extra
+        c = _scalar_int(index, node.inputs[side])
+        extra = _WINDOW_DIFF_FORMS.get((node.op, side))
+        if c is not None and extra is not None and _difference_of_positions(index, node.inputs[1 - side]) \
+                and c + extra > 0:
+            return c + extra
+    return None
+
+
+@dataclass(frozen=True)
+class _MaskEvidence:
+    causal: bool | None
+    reason: str
+    window: int | None = None
+    window_source: str = ""
+
+
+def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
+    """Whether the graph makes this block causal: True for a causal attribute, a
+    GroupQueryAttention, or a mask from Trilu or from comparing position indices (Range), with the
+    sliding window when the comparison has one (kv > q - W); None when the mask is a graph input of
+    rank 3 or more (the caller decides); False else. The walk goes back from the scores (Softmax or
+    fused op) and stops at products, so it sees what is added to the scores, not the activations Q
+    and K come from."""
     anchor = index.by_name.get(block.anchor)
     if anchor is None:
-        return None, "the block's anchor node is not in the graph"
+        return _MaskEvidence(None, "the block's anchor node is not in the graph")
     for attr, text in _CAUSAL_ATTRS:
         if anchor.attrs.get(attr) == 1:
-            return True, text
+            return _MaskEvidence(True, text)
     if anchor.op in ("GroupQueryAttention", "PagedAttention", "SparseAttention"):
-        return True, f"{anchor.op} (always causal)"
+        return _MaskEvidence(True, f"{anchor.op} (always causal)")
     inputs = {v.name: v for v in index.graph.inputs}
     # A fused op reads Q, K, V (or the input, packed weights, bias) first; the mask comes after.
     frontier = [x for x in (anchor.inputs if anchor.op == "Softmax" else anchor.inputs[3:]) if x]
     seen = set(frontier)
     visited = 0
     open_masks: list[str] = []
+    causal: str | None = None
+    window: tuple[int, str] | None = None
     while frontier and visited < _MASK_WALK_LIMIT:
         cur = frontier.pop(0)
         node = index.producer.get(cur)
@@ -689,20 +746,31 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> tuple[bool | None,
             continue
         visited += 1
         if node.op == "Trilu":
-            return True, f"causal mask (Trilu '{node.name}')"
-        if node.op in _COMPARE_OPS and len(node.inputs) == 2 and all(_from_range(index, x) for x in node.inputs):
-            return True, f"causal mask (position comparison {node.op} '{node.name}')"
+            causal = causal or f"causal mask (Trilu '{node.name}')"
+        elif node.op in _COMPARE_OPS and len(node.inputs) == 2 and all(_from_range(index, x) for x in node.inputs):
+            w = _window_in_mask(index, node)
+            if w is not None:
+                window = window or (w, f"the mask's position comparison {node.op} '{node.name}'")
+            else:
+                causal = causal or f"causal mask (position comparison {node.op} '{node.name}')"
+        elif node.op in _COMPARE_OPS and len(node.inputs) == 2:
+            w = _window_in_mask(index, node)  # q - kv < W
+            if w is not None:
+                window = window or (w, f"the mask's position comparison {node.op} '{node.name}'")
         if node.op in _PRODUCTS:
             continue  # Q·Kᵀ or a projection: the activations behind it are not the mask
         for x in node.inputs:
             if x and x not in seen and x not in index.graph.weights:
                 seen.add(x)
                 frontier.append(x)
+    if causal is not None or window is not None:
+        reason = causal or f"causal sliding-window mask ({window[1] if window else ''})"
+        return _MaskEvidence(True, reason, window[0] if window else None, window[1] if window else "")
     if open_masks:
-        return None, (f"the scores take a mask from graph input {open_masks[0]}: whether it is causal is up to the "
-                      "caller, and the graph has no past/present tensors")
-    return False, ("no past/present inputs or outputs, and no causal mask reaches the scores: the block attends both "
-                   "ways, run once over the input (an encoder)")
+        return _MaskEvidence(None, f"the scores take a mask from graph input {open_masks[0]}: whether it is causal "
+                                   "is up to the caller, and the graph has no past/present tensors")
+    return _MaskEvidence(False, "no past/present inputs or outputs, and no causal mask reaches the scores: the block "
+                                "attends both ways, run once over the input (an encoder)")
 
 
 def _compute_dtype(index: GraphIndex, block: AttentionBlock, fallback: str | None) -> tuple[str | None, str]:
@@ -767,6 +835,9 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
         cfg = from_config.get(b.name)
         window, wsource = (cfg.window, cfg.window_source) if cfg is not None else (None, "")
         tensors_io = io.get(b.name)
+        mask = _causal_mask(index, b) if b.kind != "cross" else None
+        if mask is not None and mask.window is not None:  # the graph's own mask outranks the config
+            window, wsource = mask.window, mask.window_source
         if tensors_io:
             io_dtype = tensors_io[0][1]
             names = ", ".join(n for n, _ in tensors_io[:4])
@@ -777,7 +848,8 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
         if b.kind == "cross":
             pending_cross.append(b)
             continue
-        causal, why = _causal_mask(index, b)
+        assert mask is not None
+        causal, why = mask.causal, mask.reason
         mask_dtype, mask_dsource = compute[b.name]
         if causal:
             decoding.append(BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource))

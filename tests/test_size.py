@@ -488,3 +488,19 @@ def test_external_data_lengths_70b_width(tmp_path: Path) -> None:
     kv = inspect(str(path), context=4096).model.kv_cache
     assert kv is not None and kv.bytes_per_token == 2 * 8 * (128 + 128) * 2 and kv.dtype == "float16"
     assert kv.total_bytes == 4096 * kv.bytes_per_token
+
+
+@pytest.mark.parametrize("name", ["mistral", "hybrid"])
+def test_sliding_window_read_from_the_graph_mask(name: str, exported: Callable[[str], se.Export],
+                                                 tmp_path: Path) -> None:
+    """Without config.json the window comes from the mask itself (kv > q - W), layer by layer."""
+    export = exported(name)
+    lone = tmp_path / "model.onnx"
+    lone.write_bytes(export.path.read_bytes())
+    report = _report(export, lone)
+    outputs = se.run(export)
+    kv = report.model.kv_cache
+    assert kv is not None and kv.total_bytes == sum(v.nbytes for n, v in outputs.items() if n.startswith("present"))
+    expected = [se.WINDOW, se.WINDOW] if name == "mistral" else [se.WINDOW, None]
+    assert [b.sliding_window for b in report.blocks] == expected
+    assert "position comparison" in (report.blocks[0].kv_cache_reason or "")
