@@ -1,6 +1,6 @@
 """Generate the benchmark models: Llama-shaped ONNX graphs at 7B and 70B shapes, a 1.5-1.9 GB file
 with inline weights, a 32-layer dynamo export of a tiny LlamaForCausalLM and a 70B-shaped sharded
-safetensors checkpoint.
+safetensors checkpoint, and a 70B-shaped GGUF file (Q4_K, real header and tokenizer, sparse data).
 
 No real weights are ever written for the big models: every weight of the external-data graphs points
 into ONE sparse file per model (created with truncate, so it allocates no blocks), and the
@@ -438,6 +438,73 @@ def write_safetensors(folder: Path, shape: LlamaShape, max_shard_bytes: int = 10
 
 
 # --------------------------------------------------------------------------------------
+# 70B-shaped GGUF (llama.cpp layout): real header and tokenizer, a hole for the tensor data
+# --------------------------------------------------------------------------------------
+
+LLAMA3_70B = LlamaShape(layers=80, d_model=8192, heads=64, kv_heads=8, ffn=28672, vocab=128256)
+GGUF_MERGES = 280147  # Llama 3's BPE merges: the header walks every string of the tokenizer
+
+
+def gguf_tensors(shape: LlamaShape) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, logical numpy shape, GGML type) as llama.cpp's convert_hf_to_gguf + Q4_K_M name them."""
+    d, hd = shape.d_model, shape.head_dim
+    out = [("token_embd.weight", (shape.vocab, d), "Q4_K")]
+    for i in range(shape.layers):
+        p = f"blk.{i}"
+        out += [(f"{p}.attn_norm.weight", (d,), "F32"), (f"{p}.attn_q.weight", (shape.heads * hd, d), "Q4_K"),
+                (f"{p}.attn_k.weight", (shape.kv_heads * hd, d), "Q4_K"),
+                (f"{p}.attn_v.weight", (shape.kv_heads * hd, d), "Q6_K"),
+                (f"{p}.attn_output.weight", (d, shape.heads * hd), "Q4_K"), (f"{p}.ffn_norm.weight", (d,), "F32"),
+                (f"{p}.ffn_gate.weight", (shape.ffn, d), "Q4_K"), (f"{p}.ffn_up.weight", (shape.ffn, d), "Q4_K"),
+                (f"{p}.ffn_down.weight", (d, shape.ffn), "Q6_K")]
+    out += [("output_norm.weight", (d,), "F32"), ("output.weight", (shape.vocab, d), "Q6_K")]
+    return out
+
+
+def write_gguf(path: Path, shape: LlamaShape, merges: int = GGUF_MERGES) -> None:
+    """The header through gguf-py's writer; then the file is extended to its full size with a hole."""
+    import gguf
+    import numpy as np
+
+    from mhainspect.dtypes import nbytes
+
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("Llama-3-70B-shaped (sparse)")
+    w.add_block_count(shape.layers)
+    w.add_context_length(8192)
+    w.add_embedding_length(shape.d_model)
+    w.add_feed_forward_length(shape.ffn)
+    w.add_head_count(shape.heads)
+    w.add_head_count_kv(shape.kv_heads)
+    w.add_rope_freq_base(500000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    w.add_vocab_size(shape.vocab)
+    w.add_rope_dimension_count(shape.head_dim)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list([f"tok{i}" for i in range(shape.vocab)])
+    w.add_token_types([1] * shape.vocab)
+    w.add_token_merges([f"t{i} k{i}" for i in range(merges)])
+    w.add_chat_template("{% for m in messages %}{{ m.content }}{% endfor %}" * 40)
+    total = 0
+    for name, shp, qtype in gguf_tensors(shape):
+        size = nbytes(qtype, math.prod(shp))
+        assert size is not None
+        w.add_tensor_info(name, shp, np.dtype(np.float32), size, raw_dtype=gguf.GGMLQuantizationType[qtype])
+        total += -(-size // w.data_alignment) * w.data_alignment
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    assert w.fout is not None
+    fh = w.fout[0]
+    fh.flush()
+    start = -(-fh.tell() // w.data_alignment) * w.data_alignment
+    fh.close()
+    os.truncate(path, start + total)
+
+
+# --------------------------------------------------------------------------------------
 # The catalogue
 # --------------------------------------------------------------------------------------
 
@@ -489,13 +556,16 @@ def catalogue() -> list[Entry]:
         Entry("safetensors70b", "safetensors70b/model.safetensors.index.json",
               "70B-shaped sharded safetensors (bf16, sparse shards, real headers) + config.json",
               lambda p: print(f"    {write_safetensors(p.parent, LLAMA_70B)} shards", file=sys.stderr)),
+        Entry("gguf70b", "gguf70b/llama-3-70b-Q4_K_M.gguf",
+              "Llama-3-70B-shaped GGUF: 80 layers, 64/8 heads, Q4_K/Q6_K, 128k-token tokenizer, sparse data",
+              lambda p: write_gguf(p, LLAMA3_70B)),
     ]
     return entries
 
 
 def expected_params(name: str) -> tuple[int, int] | None:
     """(total params, attention params) the audit must report for a generated graph."""
-    shapes = {"llama7b": LLAMA_7B, "llama70b": LLAMA_70B, "inline_1p8gb": INLINE_1P8GB}
+    shapes = {"llama7b": LLAMA_7B, "llama70b": LLAMA_70B, "inline_1p8gb": INLINE_1P8GB, "gguf70b": LLAMA3_70B}
     for n in (2, 8, 32):
         shapes[f"llama70b_L{n}"] = _with_layers(LLAMA_70B, n)
     s = shapes.get(name)

@@ -407,6 +407,68 @@ def safetensors_rows(folder: Path, repeat: int, timeout: float, workdir: Path) -
     ])
 
 
+GGUF_READER = "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); print(len(r.tensors))"
+
+
+def _resident_pages(path: Path, start: int) -> tuple[int, int]:
+    """(pages from byte ``start`` on that are in the page cache, all such pages): mincore on a fresh mapping."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = path.stat().st_size
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        vec = ctypes.create_string_buffer(-(-size // mmap.PAGESIZE))
+        libc.mincore(addr, size, vec)
+        libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    first = -(-start // mmap.PAGESIZE)
+    pages = vec.raw[first:]
+    return sum(b & 1 for b in pages), len(pages)
+
+
+def gguf_rows(path: Path, repeat: int, timeout: float, workdir: Path) -> str:
+    """mhainspect on the 70B-shaped GGUF against gguf-py's own reader; then the page-cache proof."""
+    from mhainspect.loaders.gguf import read_header
+
+    cells = {"reader": Cell(), "mhainspect": Cell()}
+    for _ in range(repeat):
+        for tool, cmd in (("mhainspect", [*MHAINSPECT, str(path), "--format", "json", "-o", str(workdir / "g.json")]),
+                          ("reader", [PY, "-c", GGUF_READER, str(path)])):
+            cell = cells[tool]
+            if cell.runs and (not cell.ok or min(r.wall for r in cell.runs) > 30):
+                continue
+            cell.runs.append(measure(cmd, timeout))
+    m, r = cells["mhainspect"], cells["reader"]
+    if m.ok:
+        m.note = _summarise_report(workdir / "g.json", make_models.expected_params("gguf70b"))
+    data_start = read_header(path).data_offset
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    run = measure([*MHAINSPECT, str(path), "--format", "json", "-o", str(workdir / "g2.json")], timeout)
+    resident, pages = _resident_pages(path, data_start)
+    return "\n".join([
+        "| GGUF | tool | wall s | peak RSS MB | result |", "| --- | --- | ---: | ---: | --- |",
+        f"| {path.name}, {path.stat().st_size / 1e9:,.1f} GB (sparse), header {data_start / 1e6:.1f} MB | "
+        f"mhainspect | {fmt_time(m, None)[0]} | {fmt_rss(m, None)[0]} | {m.note or m.status} |",
+        f"| same | gguf-py GGUFReader(path) | {fmt_time(r, None)[0]} | {fmt_rss(r, None)[0]} | "
+        f"{'' if r.ok else r.status} |",
+        "",
+        f"- Page cache after a cold mhainspect run (exit {run.rc}): {resident:,} of the {pages:,} pages past the "
+        "header resident, so no tensor data was read.",
+    ])
+
+
 def _version(dist: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -448,13 +510,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--no-proofs", action="store_true")
     ap.add_argument("--no-safetensors", action="store_true")
+    ap.add_argument("--no-gguf", action="store_true")
     ap.add_argument("--output", type=Path, help="also write the markdown to FILE")
     args = ap.parse_args(argv)
 
     tools = tuple(t for t in args.tools.split(",") if t)
     wanted = [m for m in args.models.split(",") if m]
     scaling = [] if args.no_scaling else ["llama70b_L2", "llama70b_L8", "llama70b_L32", "llama70b"]
-    extra = [] if args.no_safetensors else ["safetensors70b"]
+    extra = ([] if args.no_safetensors else ["safetensors70b"]) + ([] if args.no_gguf else ["gguf70b"])
     bytecode = compile_package()
     print(f"bytecode: {bytecode}", file=sys.stderr)
     print("models:", file=sys.stderr)
@@ -512,6 +575,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_safetensors:
             print("  safetensors70b", file=sys.stderr)
             sections.append(safetensors_rows(paths["safetensors70b"].parent, args.repeat, args.timeout, work))
+
+        if not args.no_gguf:
+            print("  gguf70b", file=sys.stderr)
+            sections.append(gguf_rows(paths["gguf70b"], args.repeat, args.timeout, work))
 
         if not args.no_proofs:
             print("  proofs", file=sys.stderr)

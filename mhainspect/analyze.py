@@ -14,28 +14,20 @@ from itertools import chain
 from operator import attrgetter
 from typing import Any
 
-from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
-from mhainspect.dtypes import is_float
+from mhainspect.accounting import parameter_counts
+from mhainspect.dataflow import GraphIndex
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Miss, Report
-from mhainspect.graph import ModelGraph, Node, Tensor
-from mhainspect.matchers import decomposed, fused
+from mhainspect.findings import AttentionBlock, Evidence, Miss, ParamBreakdown, Projection, Report
+from mhainspect.graph import ModelGraph, Tensor
+from mhainspect.matchers import additive, decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.report import build_report
 from mhainspect.size import graph_size_inputs
 
-_QUANTIZED_WEIGHT_OPS = {"MatMulNBits", "DequantizeLinear", "MatMulInteger", "QLinearMatMul", "GatherBlockQuantized"}
-# Inputs of quantized ops that carry scales and zero points (not parameters: size overhead).
-_QUANT_SIDE_INPUTS: dict[str, frozenset[int]] = {
-    "DequantizeLinear": frozenset({1, 2}), "QuantizeLinear": frozenset({1, 2}), "MatMulNBits": frozenset({2, 3, 4}),
-    "MatMulInteger": frozenset({2, 3}), "ConvInteger": frozenset({2, 3}), "GatherBlockQuantized": frozenset({2, 3}),
-    "QLinearMatMul": frozenset({1, 2, 4, 5, 6, 7}), "QLinearConv": frozenset({1, 2, 4, 5, 6, 7}),
-    "DynamicQuantizeLSTM": frozenset({8, 9, 10, 11}),
-}
-_DECODED_VIA = {"Gather", "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten"}  # int weight -> dequantized
 _MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
 _SUBGRAPH_PREFIX = re.compile(r"^(.*/body\d+/)")  # the loader names subgraph nodes "{parent}/body{i}/{name}"
+_BODY = re.compile(r"/body(\d+)/")
 EXTERNAL_DATA_WARNING = "external data location"  # prefix of the warning for locations outside the model folder
 
 
@@ -53,6 +45,8 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
             continue
         if node.op == "Softmax":
             result = decomposed.match(index, node)
+            if isinstance(result, Miss) and result.reason.startswith(decomposed.NO_SCORE_PRODUCT):
+                result = additive.match(index, node) or result  # scores without Q·Kᵀ: additive ones?
         else:
             result = fused.match(index, node)
         if isinstance(result, Miss):
@@ -62,46 +56,131 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
     return builders, misses
 
 
-def parameter_tensors(index: GraphIndex) -> dict[str, Tensor]:
-    """The one notion of "is a parameter" for a graph: storage key -> tensor, for unique weights
-    (by storage) that some op reads as data, not only for its shape. count_parameters sums them;
-    mhainspect.size calls every other stored tensor overhead."""
-    seen: dict[str, Tensor] = {}
-    trig_sources = _trig_sources(index)
-    not_shape_only: frozenset[int] = frozenset()
-    for name, t in index.graph.weights.items():
-        if t.is_constant_node or not t.shape or t.storage_key in seen:
+def module_identity(index: GraphIndex, b: BlockBuilder) -> tuple[str, str] | None:
+    """What identifies the attention module a matcher reached: the storage of its Q weight (else
+    its O weight), with the role. Two anchors with the same identity are one module, reached from
+    two branches of an If or applied several times (ALBERT). K/V alone do not identify a module:
+    layers may share a K/V projection (cross-layer KV sharing) and stay distinct modules.
+    None when neither Q nor O resolved to a weight: such a block stands alone."""
+    q = b.roles.get("q")
+    if q is not None:
+        if q.traced is not None:
+            return "q", q.traced.hit.weight.tensor.storage_key
+        if q.fused_weight is not None:
+            t = index.graph.weights.get(q.fused_weight)
+            return "q", t.storage_key if t is not None else f"name:{q.fused_weight}"
+    if b.output is not None:
+        return "o", b.output.weight.tensor.storage_key
+    return None
+
+
+def _identity_node(b: BlockBuilder) -> str:
+    """The node that applies the weight module_identity names (its Q projection, else O)."""
+    q = b.roles.get("q")
+    if q is not None and q.traced is not None:
+        return q.traced.hit.node.name
+    if q is not None and q.fused_weight is not None:
+        return q.fused_node or b.anchor.name
+    return b.output.node.name if b.output is not None else b.anchor.name
+
+
+def modules(index: GraphIndex, builders: list[BlockBuilder]) -> list[list[BlockBuilder]]:
+    """The builders grouped by module_identity, groups in order of their first anchor.
+
+    Anchors that reach the weight through the same node are not one module applied twice but two
+    attention maps over one projection (two Softmaxes over slices of one Q, as differential
+    attention has): they stay separate blocks, as before."""
+    groups: dict[object, list[BlockBuilder]] = {}
+    nodes: dict[object, set[str]] = {}
+    for i, b in enumerate(builders):
+        key: object = module_identity(index, b)
+        node = _identity_node(b)
+        if key is None or node in nodes.get(key, ()):
+            key = i
+        groups.setdefault(key, []).append(b)
+        nodes.setdefault(key, set()).add(node)
+    return list(groups.values())
+
+
+def _branch_choices(index: GraphIndex, node_name: str) -> dict[str, int]:
+    """{If node: branch} of every If branch that holds the node (the loader names subgraph nodes
+    "{parent}/body{i}/{name}"; body0 of an If is then_branch, body1 else_branch)."""
+    choices: dict[str, int] = {}
+    for m in _BODY.finditer(node_name):
+        parent = index.by_name.get(node_name[:m.start()])
+        if parent is not None and parent.op == "If":
+            choices[parent.name] = int(m.group(1))
+    return choices
+
+
+def _compatible(a: dict[str, int], b: dict[str, int]) -> bool:
+    """Whether one run can execute both: they agree on every If that holds both."""
+    return all(b.get(k, v) == v for k, v in a.items())
+
+
+def merge_module(index: GraphIndex, group: list[BlockBuilder]) -> tuple[BlockBuilder, int]:
+    """One builder for a module reached from several anchors, and how many times one run applies it.
+
+    The anchor that resolved the most projections leads; a Q/K/V role or an output projection it
+    lacks is taken from another anchor (an If's no-past branch has the cross-attention K/V that
+    the with-past branch reads from the cache). Anchors in different branches of one If are
+    alternatives; the others are applications of the same weights.
+    """
+    if len(group) == 1:
+        return group[0], 1
+    choices = [_branch_choices(index, b.anchor.name) for b in group]
+    applications = max(sum(1 for c in choices if _compatible(mine, c)) for mine in choices)
+
+    def resolved(b: BlockBuilder) -> int:
+        found = [r for r in b.roles.values() if r.traced is not None or r.fused_weight is not None]
+        return len(found) + (b.output is not None)
+
+    lead = max(group, key=resolved)  # max keeps the first of equals: the first anchor in graph order
+    for other in group:
+        if other is lead:
             continue
-        if t.kind is not None and t.kind != "parameter":
-            continue  # the exporter says: a buffer, a constant, or folded from non-parameters
-        numel = t.numel
-        if numel == 1 and "." not in t.name:
-            continue  # exporter scalars (scale, eps) shaped [1]; real parameters carry a module path
-        users = index.users(name)
-        if not is_float(t.dtype) and not any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in users) \
-                and not _dequantized_later(index, users):
-            continue
-        if not any(pos not in SHAPE_INPUTS.get(u.op, not_shape_only) for u, pos in users):
-            continue
-        if users and all(pos in _QUANT_SIDE_INPUTS.get(u.op, not_shape_only) for u, pos in users):
-            continue  # a quantization scale or zero point
-        if (trig_sources is None or name in trig_sources) and _only_feeds_trig(index, name):
-            continue  # rotary inv_freq: a buffer that only builds cos/sin tables, not a parameter
-        seen[t.storage_key] = t
-    return seen
+        for role, r in other.roles.items():
+            mine = lead.roles.get(role)
+            if (r.traced is not None or r.fused_weight is not None) and (
+                    mine is None or (mine.traced is None and mine.fused_weight is None)):
+                lead.roles[role] = r
+                lead.evidence.append(Evidence(role, None, "same_weights",
+                                              f"{role.upper()} projection found from {other.anchor.name}"))
+        if lead.output is None and other.output is not None:
+            lead.output = other.output
+            lead.evidence.append(Evidence("o", None, "same_weights", f"O projection found from {other.anchor.name}"))
+        for name, numel in other.extras.items():
+            lead.extras.setdefault(name, numel)
+    others = ", ".join(b.anchor.name for b in group if b is not lead)
+    what = (f"applied {applications} times" if applications > 1 else "one module in alternative If branches")
+    lead.evidence.append(Evidence("applications", applications, "same_weights",
+                                  f"{what}: the weights of {lead.anchor.name} are also read at {others}"))
+    return lead, applications
 
 
-def _dequantized_later(index: GraphIndex, users: list[tuple[Node, int]]) -> bool:
-    """An integer table read by a Gather (or a layout op) whose result a DequantizeLinear decodes:
-    a quantized embedding."""
-    return any(u.op in _DECODED_VIA and pos == 0 and u.outputs and
-               any(v.op == "DequantizeLinear" and vpos == 0 for v, vpos in index.users(u.outputs[0]))
-               for u, pos in users)
-
-
-def count_parameters(index: GraphIndex) -> int:
-    """Unique weights (by storage) that some op reads as data, not only for its shape."""
-    return sum(t.numel for t in parameter_tensors(index).values())
+def count_shared_once(blocks: list[AttentionBlock]) -> list[AttentionBlock]:
+    """A projection whose weight an earlier block also uses (layers sharing a K/V projection)
+    counts there only: in the later block its weight and bias count 0, with evidence naming the
+    block it counts in, so that block shares never add up past the model. As attention_params
+    does, a bias alone is not identity: exporters store equal all-zero biases of different layers
+    as one tensor."""
+    owner: dict[tuple[str, str], str] = {}
+    out: list[AttentionBlock] = []
+    for b in blocks:
+        changed: list[Projection] = []
+        notes: list[Evidence] = []
+        for p in b.projections:
+            first = owner.setdefault((p.weight, p.role), b.name) if p.weight is not None else b.name
+            if first != b.name and (p.weight_params or p.bias_params):
+                notes.append(Evidence(p.role, p.weight_params + p.bias_params, "same_weights",
+                                      f"{p.role.upper()} projection {p.weight} is shared with {first}: counted there"))
+                p = dataclasses.replace(p, weight_params=0, bias_params=0)
+            changed.append(p)
+        if notes:
+            breakdown = ParamBreakdown.from_projections(changed, extra=b.params.extra)
+            b = dataclasses.replace(b, projections=tuple(changed), params=breakdown, evidence=b.evidence + tuple(notes))
+        out.append(b)
+    return out
 
 
 def _listed(what: str, names: list[str], consequence: str) -> str:
@@ -174,54 +253,6 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
     return dataclasses.replace(graph, nodes=nodes, weights=weights, warnings=tuple(warnings))
 
 
-_TRIG_PATH = {"Mul", "MatMul", "Unsqueeze", "Reshape", "Expand", "Cast", "Transpose", "Concat", "Div", "Identity",
-              "Slice", "Gather", "Squeeze", "Einsum"}
-
-
-def _only_feeds_trig(index: GraphIndex, name: str, limit: int = 64) -> bool:
-    """True when every path from ``name`` ends in Cos/Sin after a few elementwise/layout ops."""
-    frontier = [name]
-    seen = {name}
-    reached_trig = False
-    while frontier and len(seen) < limit:
-        cur = frontier.pop()
-        for user, _pos in index.users(cur):
-            if user.op in ("Cos", "Sin"):
-                reached_trig = True
-                continue
-            if user.op not in _TRIG_PATH:
-                return False
-            for o in user.outputs:
-                if o and o not in seen:
-                    seen.add(o)
-                    frontier.append(o)
-    return reached_trig and not frontier
-
-
-def _trig_sources(index: GraphIndex) -> set[str] | None:
-    """Every tensor from which a path through _TRIG_PATH ops reaches a Cos/Sin input.
-
-    _only_feeds_trig can only be True for these, so it walks from them alone. Found walking back
-    from the Cos/Sin nodes, which needs one producer per tensor: None when some tensor has several
-    (not valid ONNX), and then every weight is walked.
-    """
-    order = index.order
-    outputs = list(chain.from_iterable(map(attrgetter("outputs"), order)))
-    if len(outputs) - outputs.count("") != len(index.producer):
-        return None
-    found: set[str] = set()
-    stack = [x for n in order if n.op in ("Cos", "Sin") for x in n.inputs if x]
-    while stack:
-        cur = stack.pop()
-        if cur in found:
-            continue
-        found.add(cur)
-        node = index.producer.get(cur)
-        if node is not None and node.op in _TRIG_PATH:
-            stack.extend(x for x in node.inputs if x)
-    return found
-
-
 def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
                   what_if_heads: tuple[int, ...] = (), config: Mapping[str, Any] | None = None,
                   config_label: str = "config.json") -> Report:
@@ -231,19 +262,22 @@ def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None
     taken: set[str] = set()
     blocks: list[AttentionBlock] = []
     extras_seen: set[str] = set()
-    for b in builders:
+    for group in modules(index, builders):
+        b, applications = merge_module(index, group)
         # A shared table (T5 computes its position bias once and reuses it) counts in its first block.
         for name in list(b.extras):
             if name in extras_seen:
                 del b.extras[name]
             extras_seen.add(name)
-        blocks.append(b.build(taken))
-    parameters = parameter_tensors(index)
+        block = b.build(taken)
+        blocks.append(block if applications == 1 else dataclasses.replace(block, applications=applications))
+    blocks = count_shared_once(blocks)
+    parameters = parameter_counts(index)  # the one notion of a parameter; size calls the rest overhead
     size = graph_size_inputs(index, blocks, frozenset(parameters), config, config_label)
     return build_report(blocks, path=path if path is not None else graph.source, fmt=fmt or graph.kind,
-                        total_params=sum(t.numel for t in parameters.values()), num_nodes=len(graph.nodes),
-                        opset=graph.opset, producer=graph.producer, misses=misses, warnings=graph.warnings,
-                        what_if_heads=what_if_heads, size=size)
+                        total_params=sum(parameters.values()), num_nodes=len(graph.nodes), opset=graph.opset,
+                        producer=graph.producer, misses=misses, warnings=graph.warnings, what_if_heads=what_if_heads,
+                        size=size)
 
 
 def check_symlink_loop(path: str | os.PathLike[str]) -> None:

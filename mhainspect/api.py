@@ -1,17 +1,60 @@
-"""Python API: ``mhainspect.inspect(obj, example_inputs=None, **kwargs) -> Report``.
+"""Python API.
 
-``obj`` is an ``nn.Module`` or a path (``.onnx``, ``.safetensors``, ``.pt/.pth/.bin``, a Hugging
-Face folder with config.json). Pure service: returns a Report, raises InputError; never prints.
+- ``inspect(obj, example_inputs=None, ...) -> Report``: an ``nn.Module`` or a path (``.onnx``,
+  ``.safetensors``, ``.pt/.pth/.bin``, a Hugging Face folder, or a folder holding one model).
+- ``inspect_all(*paths) -> list[Report]``: files and folders, expanded as the CLI does.
+- ``calc(convention, **arguments) -> Calculation`` and ``compare(**arguments)``: the ``calc`` command.
+
+Pure service: returns results, raises InputError (ValueError for bad calc arguments); never prints.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError, MissingDependencyError
 from mhainspect.findings import Report
 from mhainspect.sources import TORCH_HINT
+
+if TYPE_CHECKING:
+    from mhainspect.conventions import Calculation, UserValue
+
+__all__ = ["calc", "compare", "inspect", "inspect_all"]
+
+
+def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[Path, ...]:
+    from mhainspect.inputs import expand_models
+
+    return expand_models(Path(os.fspath(p)) for p in paths)
+
+
+def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] = ()) -> list[Report]:
+    """Every model the paths name, folders expanded as on the command line (every model file below
+    them, a Hugging Face folder as one model), in the CLI's order."""
+    from mhainspect.sources import analyze_file
+
+    heads = tuple(int(h) for h in what_if_heads)
+    return [analyze_file(str(p), what_if_heads=heads) for p in _models(paths)]
+
+
+def calc(convention: str, /, **arguments: UserValue) -> Calculation:
+    """``mhainspect calc CONVENTION name=value ...``: the layer's parameters term by term, e.g.
+    ``calc("matlab", NumHeads=4, NumKeyChannels=784, InputSize=3136).weights == 9_834_496``.
+    Raises ValueError (one line) for an unknown convention or bad arguments."""
+    from mhainspect import conventions
+
+    if convention.lower() not in conventions.CONVENTIONS:
+        raise ValueError(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
+    return conventions.calculate(convention.lower(), arguments)
+
+
+def compare(**arguments: UserValue) -> tuple[tuple[str, Calculation | str], ...]:
+    """``mhainspect calc --compare``: the same numbers under every convention (or why one cannot take them)."""
+    from mhainspect import conventions
+
+    return conventions.compare(arguments)
 
 
 def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, ...] = (),
@@ -31,9 +74,17 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     options = SizeOptions(context, batch, kv_dtype)
     heads = tuple(int(h) for h in what_if_heads)
     if isinstance(obj, (str, os.PathLike)):
+        from mhainspect.inputs import is_model_folder
         from mhainspect.sources import analyze_file
 
-        return with_options(analyze_file(os.fspath(obj), what_if_heads=heads), options)
+        path = Path(os.fspath(obj))
+        if path.is_dir() and not is_model_folder(path):  # a folder of models, as the CLI takes it
+            found = _models((path,))
+            if len(found) != 1:
+                raise InputError(f"{path}: holds {len(found)} models; use mhainspect.inspect_all() for a "
+                                 "list of reports")
+            path = found[0]
+        return with_options(analyze_file(str(path), what_if_heads=heads), options)
     try:
         from torch import nn
     except ImportError:

@@ -70,7 +70,7 @@ _GGML_BLOCKS = {
     "q2_k": (256, 84), "q3_k": (256, 110), "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210),
     "q8_k": (256, 292), "iq2_xxs": (256, 66), "iq2_xs": (256, 74), "iq3_xxs": (256, 98), "iq1_s": (256, 50),
     "iq4_nl": (32, 18), "iq3_s": (256, 110), "iq2_s": (256, 82), "iq4_xs": (256, 136), "iq1_m": (256, 56),
-    "tq1_0": (256, 54), "tq2_0": (256, 66), "mxfp4": (32, 17),
+    "tq1_0": (256, 54), "tq2_0": (256, 66), "mxfp4": (32, 17), "nvfp4": (64, 36), "q1_0": (128, 18),
 }
 
 _BY_NAME: dict[str, DType] = {d.name: d for d in _PLAIN}
@@ -87,6 +87,16 @@ ONNX_CODES: dict[int, str] = {
 ONNX_INTEGER_CODES = frozenset(code for code, name in ONNX_CODES.items() if _BY_NAME[name].family is Family.INTEGER
                                and _BY_NAME[name].block_bytes >= 1)
 ONNX_FLOAT_CODES = frozenset(code for code in (1, 10, 11, 16))  # the types whose scalars are read as floats
+
+# GGML type ids (ggml.h ``enum ggml_type``) as GGUF tensor infos store them; ids 4, 5 and 31-33 were
+# removed or never written to files.
+GGML_CODES: dict[int, str] = {
+    0: "float32", 1: "float16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 9: "q8_1", 10: "q2_k",
+    11: "q3_k", 12: "q4_k", 13: "q5_k", 14: "q6_k", 15: "q8_k", 16: "iq2_xxs", 17: "iq2_xs", 18: "iq3_xxs",
+    19: "iq1_s", 20: "iq4_nl", 21: "iq3_s", 22: "iq2_s", 23: "iq4_xs", 24: "int8", 25: "int16", 26: "int32",
+    27: "int64", 28: "float64", 29: "iq1_m", 30: "bfloat16", 34: "tq1_0", 35: "tq2_0", 39: "mxfp4", 40: "nvfp4",
+    41: "q1_0",
+}
 
 # Other spellings of the same types: safetensors header codes, torch dtype names, GGML scalar types.
 _ALIASES = {
@@ -120,6 +130,11 @@ def canonical(name: str) -> str:
 def onnx_name(code: int) -> str:
     """The canonical name of an ONNX element type number ("type{N}" for numbers onnx does not define)."""
     return ONNX_CODES.get(code, f"type{code}")
+
+
+def ggml_name(code: int) -> str | None:
+    """The canonical name of a GGML type id; None for ids ggml does not define."""
+    return GGML_CODES.get(code)
 
 
 def is_float(name: str) -> bool:

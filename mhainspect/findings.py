@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class Severity(str, Enum):
@@ -69,7 +70,7 @@ class WhatIf:
     """Parameter count of a block under another head count."""
 
     num_heads: int
-    total_width_fixed: int  # standard layout: h*d_k stays the same
+    total_width_fixed: int | None  # standard layout: h*d_k stays the same (None: not divisible by num_heads)
     head_dim_fixed: int  # per-head width stays the block's d_k
 
 
@@ -137,6 +138,11 @@ class AttentionBlock:
     kv_cache_bytes_per_token: int | None = None  # None for a block that does not cache (see reason)
     kv_cache_reason: str | None = None  # why the block caches nothing, or what is unknown
     sliding_window: int | None = None  # tokens a sliding-window layer attends to (its cache keeps window - 1)
+    # How many times one run applies this module's weights (ALBERT's shared layer: 12); its
+    # parameters are counted once whatever the number, its KV cache (kv_cache_bytes_per_token is
+    # one application's) N times. Branches of an If are alternatives, not applications: a block
+    # found in both is one block applied once.
+    applications: int = 1
     kv_cache_dtype: str | None = None  # element type of the block's cache (None when it caches nothing)
 
 
@@ -176,6 +182,7 @@ class ModelSummary:
     weight_bytes_by_dtype: tuple[tuple[str, int], ...] = ()  # (canonical dtype name, bytes), largest first
     weight_bytes_overhead: int | None = None  # the part of weight_bytes that is not parameters
     kv_cache: KVCache | None = None
+    trainable_params: int | None = None  # nn.Modules only: parameters with requires_grad (None: not known)
 
 
 @dataclass(frozen=True)
@@ -189,10 +196,29 @@ class Report:
     misses: tuple[Miss, ...]
     warnings: tuple[str, ...] = ()
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document of ``--format json`` (docs/report.schema.json) as plain Python data."""
+        from mhainspect.render.json_render import report_to_dict  # the one JSON implementation
+
+        return report_to_dict(self)
+
+    def to_json(self) -> str:
+        """``--format json``'s text for this report."""
+        from mhainspect.render.json_render import report_to_json
+
+        return report_to_json(self)
+
+    def __repr__(self) -> str:
+        """One line (the dataclass repr of a 12-layer model is 30,000 characters); to_dict() has it all."""
+        m = self.model
+        return (f"<Report {m.path!r}: {m.format}, {m.total_params:,} params, attention {m.attention_params:,}, "
+                f"{len(self.blocks)} block{'s' if len(self.blocks) != 1 else ''}, "
+                f"{len(self.flags)} flag{'s' if len(self.flags) != 1 else ''}>")
+
     def _repr_html_(self) -> str:
         """Jupyter shows a Report as the HTML report's body (charts included).
 
-        The one import from the render layer here, deferred to the call: Jupyter looks for this
+        Imports from the render layer here are deferred to the call: Jupyter looks for this
         method on the object itself, and nothing is imported until a notebook asks."""
         from mhainspect.render.html import repr_html
 

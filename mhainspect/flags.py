@@ -17,6 +17,7 @@ FLAG_CODES: dict[str, tuple[Severity, str]] = {
     "MHA004": (Severity.WARNING, "head count not identifiable from the graph"),
     "MHA005": (Severity.INFO, "grouped/multi-query attention: K/V width = kv_heads·d_k"),
     "MHA006": (Severity.INFO, "head layout differs between attention blocks of the model"),
+    "MHA007": (Severity.WARNING, "sources disagree about the block (metadata or config against weight shapes)"),
 }
 
 
@@ -27,11 +28,15 @@ def _flag(code: str, block: str | None, message: str, **data: int | float | str 
 def block_flags(b: AttentionBlock) -> list[Flag]:
     out: list[Flag] = []
     h, g, d_k, d_v, d_model = b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model
+    if b.conflicts:
+        more = f" (+{len(b.conflicts) - 1} more)" if len(b.conflicts) > 1 else ""
+        out.append(_flag("MHA007", b.name, f"{b.conflicts[0]}{more}.", conflicts=len(b.conflicts)))
     if h is None:
         out.append(_flag("MHA004", b.name, f"heads unknown: {b.unknown_reason or 'no evidence'}",
                          reason=b.unknown_reason))
         return out
-    if d_k is not None and d_model is not None and h * d_k != d_model:
+    # Additive attention has one head by construction: its width is no per-head choice.
+    if d_k is not None and d_model is not None and h * d_k != d_model and b.kind != "additive":
         std = standard_layout_count(b)
         half, double = what_if(b, max(1, h // 2)), what_if(b, h * 2)
         parts = [f"{h} heads × d_k {d_k} = {h * d_k} ≠ d_model {d_model}: Q/K/V/O widths follow the head "
@@ -45,13 +50,13 @@ def block_flags(b: AttentionBlock) -> list[Flag]:
                          projection_width=h * d_k, params=b.params.total, standard_layout_params=std,
                          params_at_half_heads=half.head_dim_fixed if half else None,
                          params_at_double_heads=double.head_dim_fixed if double else None))
-    if d_k is not None and d_v is not None and d_k != d_v:
+    if d_k is not None and d_v is not None and d_k != d_v and b.kind != "additive":
         out.append(_flag("MHA002", b.name, f"d_k {d_k} ≠ d_v {d_v}: value heads are {'wider' if d_v > d_k else 'narrower'} "
                          "than query/key heads.", d_k=d_k, d_v=d_v))
     if b.scale_known and b.scale is not None and d_k:
         expected = 1.0 / math.sqrt(d_k)
         if not math.isclose(b.scale, expected, rel_tol=1e-3):
-            what = ("scores are not scaled at all (the scale is folded into the weights, as in T5)"
+            what = ("the graph applies no scale to the scores (no factor on Q, K or Q·Kᵀ before the Softmax)"
                     if b.scale == 1.0 else f"scores are scaled by {b.scale:.6g}")
             out.append(_flag("MHA003", b.name, f"{what}; 1/√d_k would be {expected:.6g}.", scale=b.scale,
                              expected=expected))

@@ -30,7 +30,7 @@ from math import prod
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mhainspect import dtypes
-from mhainspect.findings import AttentionBlock, KVCache, Report
+from mhainspect.findings import AttentionBlock, Evidence, KVCache, Report
 
 if TYPE_CHECKING:
     from mhainspect.dataflow import GraphIndex
@@ -104,6 +104,7 @@ class BlockDecoding:
     dtype_source: str = ""
     window: int | None = None  # sliding window (tokens the layer attends to), None: full attention
     window_source: str = ""
+    source: str = "config"  # evidence kind: "cache_tensor", "causal_mask", "config", "gguf", ...
 
 
 @dataclass(frozen=True)
@@ -250,8 +251,12 @@ def layer_bytes(params: int, kv_heads: int, d_k: int, d_v: int, dtype: str, cont
                       None if context is None else per_token * context)
 
 
+KV_FIELD = "kv_cache_bytes_per_token"  # the Evidence field that says where a block's cache figure came from
+
+
 def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | None) -> tuple[int | None, str | None, str]:
-    """(bytes per token, dtype, reason) for one block; bytes None when it does not cache or is unknown."""
+    """(bytes per token, dtype, text) for one block: with bytes, the text is the figure's evidence;
+    without (it does not cache, or something is unknown), the reason."""
     if d is None:
         return None, None, "unknown: nothing in the source says whether this block decodes autoregressively"
     if d.caches is False:
@@ -302,7 +307,8 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCa
     dtype_set = {b.kv_cache_dtype for b in blocks if b.kv_cache_bytes_per_token is not None and b.kv_cache_dtype}
     dtype = dtype_set.pop() if len(dtype_set) == 1 else ("mixed" if dtype_set else None)
     cross = [b for b in cross_blocks if b.kv_cache_bytes_per_token is not None]
-    per_encoder = sum(b.kv_cache_bytes_per_token or 0 for b in cross) if cross else None
+    # A module applied N times (shared layers) caches once per application.
+    per_encoder = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in cross) if cross else None
     if unknown:
         names = ", ".join(b.name for b in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
         first = (unknown[0].kv_cache_reason or "").removeprefix("unknown: ")
@@ -313,16 +319,23 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCa
         why = why.removeprefix("no cache: ") if why else "the model has no attention blocks"
         return KVCache(None, None, options.context, options.batch, None, per_encoder,
                        reason=f"{NO_CACHE} {why}")
-    per_token = sum(b.kv_cache_bytes_per_token or 0 for b in caching)
+    per_token = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in caching)
     total = None
     reason = None
     if options.context is not None:
-        total = options.batch * sum((b.kv_cache_bytes_per_token or 0) * _held_tokens(options.context, b.sliding_window)
-                                    for b in caching)
+        total = options.batch * sum((b.kv_cache_bytes_per_token or 0) * b.applications
+                                    * _held_tokens(options.context, b.sliding_window) for b in caching)
         if per_encoder:
             reason = ("total_bytes covers the decoder's self-attention at the context; cross-attention adds "
                       "bytes_per_encoder_token per encoder token per sequence")
     return KVCache(per_token, dtype, options.context, options.batch, total, per_encoder, reason=reason)
+
+
+def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str) -> AttentionBlock:
+    """``b`` caching ``per_token`` bytes: the figure, its dtype, and its evidence (replacing an older one)."""
+    evidence = tuple(e for e in b.evidence if e.field != KV_FIELD) + (Evidence(KV_FIELD, per_token, source, detail),)
+    return dataclasses.replace(b, kv_cache_bytes_per_token=per_token, kv_cache_reason=None, kv_cache_dtype=dtype,
+                               evidence=evidence)
 
 
 def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDecoding],
@@ -330,11 +343,14 @@ def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDe
     out = []
     for b in blocks:
         d = decoding.get(b.name)
-        per_token, dtype, reason = _block_cache(b, d, options.kv_dtype)
+        per_token, dtype, text = _block_cache(b, d, options.kv_dtype)
         window = d.window if d is not None and d.caches and b.kind != "cross" else None
-        out.append(dataclasses.replace(b, kv_cache_bytes_per_token=per_token, kv_cache_reason=reason,
-                                       kv_cache_dtype=dtype if per_token is not None else None,
-                                       sliding_window=window))
+        b = dataclasses.replace(b, sliding_window=window)
+        if per_token is not None and d is not None:
+            out.append(_with_figure(b, per_token, dtype, text, d.source))
+        else:
+            out.append(dataclasses.replace(b, kv_cache_bytes_per_token=None, kv_cache_reason=text,
+                                           kv_cache_dtype=None))
     return tuple(out)
 
 
@@ -385,13 +401,16 @@ def with_options(report: Report, options: SizeOptions) -> Report:
                 continue
             if b.kv_cache_bytes_per_token is None:  # caches, in a dtype the source did not give
                 per = "per encoder token, cached once per input" if b.kind == "cross" else "per token"
-                evidence = old.split("; give --kv-dtype; ", 1)[-1]
-                reason = (f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {new_size} bytes ({name}, "
-                          f"--kv-dtype) {per}; {evidence}")
+                why = old.split("; give --kv-dtype; ", 1)[-1]
+                detail = (f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {new_size} bytes ({name}, "
+                          f"--kv-dtype) {per}; {why}")
+                source = "option"
             else:
-                reason = re.sub(r"× \d+ bytes \([^)]*\)", f"× {new_size} bytes ({name}, --kv-dtype)", old, count=1)
-            changed.append(dataclasses.replace(b, kv_cache_bytes_per_token=elements * new_size, kv_cache_dtype=name,
-                                               kv_cache_reason=reason))
+                before = next((e for e in b.evidence if e.field == KV_FIELD), None)
+                detail = re.sub(r"× \d+ bytes \([^)]*\)", f"× {new_size} bytes ({name}, --kv-dtype)",
+                                before.detail if before is not None else "", count=1)
+                source = before.source if before is not None else "option"
+            changed.append(_with_figure(b, elements * new_size, name, detail, source))
         blocks = tuple(changed)
     model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options))
     return dataclasses.replace(report, blocks=blocks, model=model)
@@ -842,7 +861,7 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
             io_dtype = tensors_io[0][1]
             names = ", ".join(n for n, _ in tensors_io[:4])
             decoding.append(BlockDecoding(b.name, True, f"cache tensors {names} in the graph", io_dtype,
-                                          f"graph cache tensor '{tensors_io[0][0]}'", window, wsource))
+                                          f"graph cache tensor '{tensors_io[0][0]}'", window, wsource, "cache_tensor"))
             causal_self = causal_self or b.kind != "cross"
             continue
         if b.kind == "cross":
@@ -852,7 +871,7 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
         causal, why = mask.causal, mask.reason
         mask_dtype, mask_dsource = compute[b.name]
         if causal:
-            decoding.append(BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource))
+            decoding.append(BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource, "causal_mask"))
             causal_self = True
         elif any_io:
             decoding.append(BlockDecoding(b.name, False, "no past/present tensor of the graph reaches this block and "
@@ -866,7 +885,8 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
         cross_dtype, cross_dsource = compute[b.name]
         if causal_self:
             decoding.append(BlockDecoding(b.name, True, "cross-attention of a causal decoder: K/V of the encoder "
-                                          "output, computed once per input", cross_dtype, cross_dsource))
+                                          "output, computed once per input", cross_dtype, cross_dsource,
+                                          source="causal_mask"))
         else:
             decoding.append(BlockDecoding(b.name, False, "cross-attention, and no block of the graph decodes "
                                           "autoregressively"))

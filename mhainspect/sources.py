@@ -2,6 +2,7 @@
 
 - ``*.onnx`` (and anything unrecognised): the ONNX loader.
 - ``*.safetensors``, ``*.pt/.pth/.bin/.ckpt``, a folder with config.json: the checkpoint loader.
+- ``*.gguf`` (split files ``*-00001-of-00003.gguf`` as one model): the GGUF loader.
 - ``pkg.module:callable`` or ``path/to/file.py:callable``: a factory in the user's own code, called
   with ``--arg key=value`` keyword arguments; it returns a module or ``(module, example_inputs)``.
 
@@ -26,7 +27,20 @@ from mhainspect.errors import InputError, MissingDependencyError
 from mhainspect.findings import Report
 
 TORCH_HINT = 'pip install "mhainspect[torch]"'
-_CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
+
+# Every model file suffix and the kind of source it is: a folder scan picks up these files, and
+# classify() dispatches on them. A new format adds its suffix here (and its kind in analyze_file).
+MODEL_FILE_KINDS: dict[str, str] = {
+    ".onnx": "onnx",
+    ".safetensors": "checkpoint",
+    ".pt": "checkpoint",
+    ".pth": "checkpoint",
+    ".bin": "checkpoint",
+    ".ckpt": "checkpoint",
+    ".gguf": "gguf",
+}
+_CHECKPOINT_SUFFIXES = tuple(s for s, kind in MODEL_FILE_KINDS.items() if kind == "checkpoint")
+GGUF_SUFFIX = ".gguf"
 _FACTORY = re.compile(r"^(?P<target>.+):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
@@ -35,7 +49,7 @@ _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 class Source:
     """What a command-line argument names: an ONNX file, a checkpoint, or a factory spec."""
 
-    kind: str  # "onnx", "checkpoint", "factory"
+    kind: str  # "onnx", "checkpoint", "gguf", "factory"
     target: str  # a path, or the module / file part of a factory spec
     attr: str = ""  # the callable of a factory spec
 
@@ -59,25 +73,32 @@ def classify(spec: str) -> Source:
         if is_checkpoint_folder(p) or ((p / "config.json").is_file() and p.suffix.lower() != ".onnx"):
             return Source("checkpoint", spec)
         return Source("onnx", spec)
-    if p.suffix.lower() in _CHECKPOINT_SUFFIXES:
-        return Source("checkpoint", spec)
+    kind = MODEL_FILE_KINDS.get(p.suffix.lower())
+    if kind is not None and kind != "onnx":
+        return Source(kind, spec)
     if not p.exists():
         m = _FACTORY.match(spec)
         if m is not None:
             target = m.group("target")
             if target.endswith(".py") or _DOTTED.match(target):
                 return Source("factory", target, m.group("attr"))
+    if p.suffix.lower() == ".py":
+        raise InputError(f"{spec}: a Python file is a factory spec only with the function to call: "
+                         f"{spec}:FUNCTION (e.g. {spec}:make_model)")
     return Source("onnx", spec)
 
 
 def parse_factory_args(pairs: Sequence[str]) -> dict[str, Any]:
-    """``key=value`` pairs; values are Python literals where they parse, else strings."""
+    """``key=value`` pairs; values are Python literals where they parse, else strings.
+    A key given twice is refused (the second would silently win)."""
     out: dict[str, Any] = {}
     for item in pairs:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key.isidentifier():
             raise InputError(f"--arg expects key=value with a Python identifier as key, got '{item}'")
+        if key in out:
+            raise InputError(f"--arg {key} given twice ({key}={out[key]!r} and {item.strip()}); give each key once")
         try:
             out[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -86,8 +107,12 @@ def parse_factory_args(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def analyze_file(path: str, *, what_if_heads: tuple[int, ...] = ()) -> Report:
-    """An ONNX file or a checkpoint (file or Hugging Face folder)."""
+    """An ONNX file, a GGUF file or a checkpoint (file or Hugging Face folder)."""
     src = classify(path)
+    if src.kind == "gguf":
+        from mhainspect.gguf_inspect import analyze_gguf
+
+        return analyze_gguf(path, what_if_heads=what_if_heads)
     if src.kind == "checkpoint":
         from mhainspect.loaders.checkpoint import analyze_checkpoint
 
@@ -119,7 +144,15 @@ def analyze_source(spec: str, *, factory_args: Mapping[str, Any] | None = None,
     module, inputs = _unpack_factory_result(spec, result)
     from mhainspect.torch_inspect import inspect_module
 
-    return inspect_module(module, inputs, what_if_heads=what_if_heads, name=spec)
+    return inspect_module(module, inputs, what_if_heads=what_if_heads, name=factory_label(spec, factory_args))
+
+
+def factory_label(spec: str, factory_args: Mapping[str, Any] | None) -> str:
+    """How a factory run is named in reports: the spec and the arguments it was called with,
+    'roberta.py:make(num_heads=4)', so two runs of one factory are told apart."""
+    if not factory_args:
+        return spec
+    return f"{spec}({', '.join(f'{k}={v!r}' for k, v in factory_args.items())})"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -18,8 +18,9 @@ from mhainspect.findings import (
 )
 from mhainspect.loaders.roles import GroupedBlock, RoleWeights, kernel_head_split, linear_dims, projection
 
-# Stronger sources first.
-_PRIORITY = {"kernel_shape": 0, "module": 1, "config": 2, "weight_shape": 3}
+# Stronger sources first. "head_shape" is a tensor whose shape is one head (a per-head Q/K norm);
+# "gguf" is a GGUF file's metadata, a claim like a config.
+_PRIORITY = {"kernel_shape": 0, "head_shape": 0, "module": 1, "config": 2, "gguf": 2, "weight_shape": 3}
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,7 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         evidence.append(Evidence("d_v", d_v, "weight_shape", f"V width {wv} / kv heads {g}"))
     if d_v is None and d_k is not None and h is not None and wv is None:
         d_v = d_k
+    h, g, d_v = _shapes_win(evidence, conflicts, h, g, d_k, d_v, widths)
     if h is not None and d_k is not None and wq is not None and h * d_k != wq:
         conflicts.append(f"num_heads {h} × d_k {d_k} = {h * d_k} but the Q projection is {wq} wide")
     if g is not None and d_k is not None and wk is not None and g * d_k != wk:
@@ -163,6 +165,46 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     )
 
 
+def _shapes_win(evidence: list[Evidence], conflicts: list[str], h: int | None, g: int | None, d_k: int | None,
+                d_v: int | None, widths: dict[str, tuple[int | None, int | None]]
+                ) -> tuple[int | None, int | None, int | None]:
+    """Weight shapes outrank what a config or file metadata claims, where two shapes agree on the
+    answer. With d_k fixed by a shape, Q's width gives the heads when O's input width agrees (a Q
+    that also carries a gate, as in gated attention, does not); with Q agreeing (h·d_k = Q width),
+    K's width gives the KV heads when V's agrees, and V's width the value head size when O's
+    agrees. Each overruled claim is recorded as a conflict; a disagreement the shapes cannot settle
+    stays a conflict (see assemble)."""
+    wq, wk, wv = widths.get("q", (None, None))[1], widths.get("k", (None, None))[1], widths.get("v", (None, None))[1]
+    wo_in = widths.get("o", (None, None))[0]
+
+    def overrule(field: str, claimed: int, value: int, why: str) -> None:
+        claim = next((e for e in evidence if e.field == field and e.value == claimed), None)
+        said = f"{claim.source} says {claimed} ({claim.detail})" if claim is not None else f"{claimed} was assumed"
+        conflicts.append(f"{field}: {said} but {why}; the weight shapes win")
+        evidence.append(Evidence(field, value, "weight_shape", why))
+
+    d_k_from_shape = any(e.field == "d_k" and e.value == d_k and e.source in ("head_shape", "kernel_shape")
+                         for e in evidence)
+    if d_k_from_shape and h and d_k and wq and h * d_k != wq and wq % d_k == 0:
+        h2 = wq // d_k
+        if wo_in is None or wo_in == h2 * (d_v or d_k):
+            overrule("num_heads", h, h2, f"Q width {wq} / d_k {d_k} = {h2}")
+            h = h2
+    if not (h and d_k and wq == h * d_k):
+        return h, g, d_v
+    if g is not None and wk and g * d_k != wk and wk % d_k == 0:
+        g2 = wk // d_k
+        if wv is None or d_v is None or wv == g2 * d_v:
+            overrule("num_kv_heads", g, g2, f"K width {wk} / d_k {d_k} = {g2}")
+            g = g2
+    if g and d_v is not None and wv and g * d_v != wv and wv % g == 0:
+        dv2 = wv // g
+        if wo_in is None or wo_in == h * dv2:
+            overrule("d_v", d_v, dv2, f"V width {wv} / kv heads {g} = {dv2}")
+            d_v = dv2
+    return h, g, d_v
+
+
 def _split_packed(total: int | None, h: int | None, g: int | None, d_k: int | None, d_v: int | None
                   ) -> tuple[int, int, int] | None:
     if not total:
@@ -172,6 +214,10 @@ def _split_packed(total: int | None, h: int | None, g: int | None, d_k: int | No
         dv = d_v or d_k
         if h * d_k + g2 * d_k + g2 * dv == total:
             return h * d_k, g2 * d_k, g2 * dv
+    if h and d_k and total > h * d_k and (total - h * d_k) % (d_k + (d_v or d_k)) == 0:
+        # The packed width decides the KV heads (shapes outrank a contradicting claim; see _shapes_win).
+        g2 = (total - h * d_k) // (d_k + (d_v or d_k))
+        return h * d_k, g2 * d_k, g2 * (d_v or d_k)
     if h and g and h != g and total % (h + 2 * g) == 0:
         d = total // (h + 2 * g)
         return h * d, g * d, g * d

@@ -68,9 +68,13 @@ def inspect_module(model: nn.Module, example_inputs: Any = None, *, what_if_head
                 graph_causal = causal_in_graph(graph, traced)
     headless = [b for b in known.headless if not _uses(b, model, used_keys)]
     blocks = list(known.blocks) + traced + headless
-    return build_report(blocks, path=label, fmt="torch", total_params=count_parameters(model), num_nodes=num_nodes,
-                        producer=f"torch {torch.__version__}", misses=misses, warnings=warnings,
-                        what_if_heads=what_if_heads, size=module_size_inputs(model, blocks, graph_causal))
+    report = build_report(blocks, path=label, fmt="torch", total_params=count_parameters(model),
+                          num_nodes=num_nodes, producer=f"torch {torch.__version__}", misses=misses,
+                          warnings=warnings, what_if_heads=what_if_heads,
+                          size=module_size_inputs(model, blocks, graph_causal))
+    # torchinfo's split: a live module knows which parameters train (a file does not).
+    summary = dataclasses.replace(report.model, trainable_params=count_parameters(model, trainable_only=True))
+    return dataclasses.replace(report, model=summary)
 
 
 def _uses(block: AttentionBlock, model: nn.Module, keys: set[str]) -> bool:

@@ -550,3 +550,15 @@ def attach(report: Report, verifications: tuple[BlockVerification, ...]) -> Repo
         return report
     blocks = tuple(dataclasses.replace(b, verification=v) for b, v in zip(report.blocks, verifications))
     return dataclasses.replace(report, blocks=blocks + report.blocks[len(blocks):])
+
+
+def input_symbols(path: str | os.PathLike[str]) -> frozenset[str]:
+    """The symbolic dimension names of the graph inputs (what ``dims`` can set); weights are not read."""
+    import onnx
+
+    try:
+        model = onnx.load(os.fspath(path), load_external_data=False)
+    except Exception:  # an unreadable model is reported by the analysis
+        return frozenset()
+    return frozenset(d.dim_param for v in model.graph.input if v.type.HasField("tensor_type")
+                     for d in v.type.tensor_type.shape.dim if d.dim_param)

@@ -7,7 +7,32 @@ Llama head_dim), where every projection grows with the head count.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from mhainspect.findings import AttentionBlock, Projection, WhatIf
+
+MAX_HEADS = 65_536  # a what-if head count above this is a typo, not a layer
+
+
+def check_head_counts(heads: Iterable[int], option: str = "--heads") -> None:
+    """The one check of user-given what-if head counts, for ``inspect`` and ``calc`` alike:
+    raises ValueError (one line) for 0, negatives and absurdly large numbers."""
+    for h in heads:
+        if h < 1:
+            raise ValueError(f"{option} {h}: a layer has at least 1 head")
+        if h > MAX_HEADS:
+            raise ValueError(f"{option} {h}: not a head count a layer can have (at most {MAX_HEADS:,})")
+
+
+def total_width_reason(block: AttentionBlock, heads: int) -> str | None:
+    """Why ``heads`` cannot split this block's projection width (None when it can)."""
+    h, d_k, d_v = block.num_heads, block.d_k, block.d_v
+    if h is None or d_k is None or d_v is None:
+        return "the block's head layout is unknown"
+    for what, width in (("query/key", h * d_k), ("value", h * d_v)):
+        if width % heads:
+            return f"the {what} width {width} is not divisible by {heads} heads"
+    return None
 
 
 def _role(block: AttentionBlock, role: str) -> Projection | None:
@@ -48,6 +73,8 @@ def what_if(block: AttentionBlock, heads: int) -> WhatIf | None:
     per_head = count_with_widths(block, heads * d_k, g2 * d_k, g2 * d_v, heads * d_v)
     if same_width is None or per_head is None:
         return None
+    if total_width_reason(block, heads) is not None:
+        same_width = None  # h·d_k cannot be split into that many equal heads
     return WhatIf(num_heads=heads, total_width_fixed=same_width, head_dim_fixed=per_head)
 
 

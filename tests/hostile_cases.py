@@ -474,6 +474,50 @@ def safetensors(header_len: int, header: bytes, name: str) -> Callable[[Path], l
     return build
 
 
+# -- GGUF files (written by hand: no writer produces these) ---------------------------------------
+
+
+def gguf(name: str, data: Callable[[], bytes]) -> Callable[[Path], list[str]]:
+    def build(folder: Path) -> list[str]:
+        return [_write(folder, name, data()).name]
+
+    return build
+
+
+def _gguf_truncated() -> bytes:
+    from gguf_files import kv_bytes, raw_header
+
+    return raw_header(1, 1) + kv_bytes(b"general.architecture", 8, struct.pack("<Q", 5) + b"lla")
+
+
+def _gguf_counts() -> bytes:
+    from gguf_files import raw_header
+
+    return raw_header(2**63, 2**62)
+
+
+def _gguf_huge_string() -> bytes:
+    from gguf_files import kv_bytes, raw_header
+
+    return raw_header(0, 1) + kv_bytes(b"general.name", 8, struct.pack("<Q", 2**62))
+
+
+def _gguf_huge_array() -> bytes:
+    """A 41-byte file declaring 2**40 uint8s: gguf-py's GGUFReader loops on it forever."""
+    from gguf_files import kv_bytes, raw_header
+
+    return raw_header(0, 1) + kv_bytes(b"k", 9, struct.pack("<IQ", 0, 2**40))
+
+
+def _gguf_tensor(dims: list[int], gtype: int, offset: int, pad: int = 64) -> Callable[[], bytes]:
+    def data() -> bytes:
+        from gguf_files import raw_header, tensor_info_bytes
+
+        return raw_header(1, 0) + tensor_info_bytes(b"blk.0.attn_q.weight", dims, gtype, offset) + bytes(pad)
+
+    return data
+
+
 # ------------------------------------------------------------------------------ the catalogue
 
 
@@ -526,7 +570,7 @@ CASES: tuple[Case, ...] = (
     Case("empty_onnx", "empty file (.onnx)", empty(".onnx"), "error", "empty"),
     Case("empty_pt", "empty file (.pt)", empty(".pt"), "error", torch=True),
     Case("empty_safetensors", "empty file (.safetensors)", empty(".safetensors"), "error"),
-    Case("empty_directory", "directory without models", empty_directory, "error", "no *.onnx files"),
+    Case("empty_directory", "directory without models", empty_directory, "error", "no models in this folder"),
     Case("directory_named_onnx", "directory named model.onnx", directory_named_onnx, "error"),
     Case("unreadable", "unreadable file (mode 000; as root, audited without CAP_DAC_OVERRIDE)", unreadable,
          "error", "not readable", unprivileged=True),
@@ -551,6 +595,23 @@ CASES: tuple[Case, ...] = (
          safetensors(2**60, b"{}", "huge_header.safetensors"), "error", "header length"),
     Case("safetensors_not_json", "safetensors header that is not JSON",
          safetensors(10, b"not json!!", "not_json.safetensors"), "error", "not JSON"),
+    Case("gguf_empty", "empty file (.gguf)", empty(".gguf"), "error", "empty"),
+    Case("gguf_truncated", "GGUF truncated inside its header", gguf("truncated.gguf", _gguf_truncated), "error",
+         "truncated"),
+    Case("gguf_counts", "GGUF declaring 2**63 tensors and 2**62 keys", gguf("counts.gguf", _gguf_counts), "error",
+         "more than its"),
+    Case("gguf_huge_string", "GGUF string value of 2**62 bytes", gguf("string.gguf", _gguf_huge_string), "error",
+         "needs"),
+    Case("gguf_huge_array", "GGUF array of 2**40 elements in a 41-byte file (hangs gguf-py's reader)",
+         gguf("array.gguf", _gguf_huge_array), "error", "elements of 'k'", budget=10),
+    Case("gguf_negative_dim", "GGUF tensor with a negative dim (int64)",
+         gguf("negative.gguf", _gguf_tensor([2**64 - 4, 2], 0, 0)), "error", "negative dim"),
+    Case("gguf_overflow", "GGUF tensor dims whose product overflows int64",
+         gguf("overflow.gguf", _gguf_tensor([2**40, 2**40], 0, 0)), "error", "int64"),
+    Case("gguf_unknown_type", "GGUF tensor of unknown GGML type 99", gguf("type.gguf", _gguf_tensor([4], 99, 0)),
+         "error", "unknown GGML type 99"),
+    Case("gguf_offset_past_end", "GGUF tensor data past the end of the file",
+         gguf("past_end.gguf", _gguf_tensor([1 << 20], 0, 0, pad=8)), "error", "past the end"),
     Case("safetensors_deep_json", "safetensors header of 100k nested JSON arrays",
          safetensors(200_000, b"[" * 100_000 + b"]" * 100_000, "deep.safetensors"), "error", "nested too deeply"),
 )

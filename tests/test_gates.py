@@ -116,7 +116,7 @@ def test_max_params_equal_passes_one_less_fails(standard: Report) -> None:
     assert evaluate_gates([standard], GateConfig(max_params=parse_limit("16768"))) == ()
     (failure,) = evaluate_gates([standard], GateConfig(max_params=parse_limit("16767")))
     assert failure == GateFailure("max-params", str(STANDARD), 16_768, 16_767, None,
-                                  f"{STANDARD} has 16,768 parameters > --max-params 16767")
+                                  f"{STANDARD} has 16,768 parameters > --max-params 16767", False, "--max-params")
 
 
 def test_max_params_message_keeps_the_spelling(standard: Report) -> None:
@@ -207,7 +207,9 @@ def test_cli_ignore_drops_flags_from_output_and_gates() -> None:
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["flags"] == []
     table = run(KERAS, "--ignore", "mha001")
-    assert table.exit_code == 0 and "MHA001" not in table.stdout
+    assert table.exit_code == 0 and "Flags: none" in table.stdout
+    assert "1 flag hidden by --ignore: MHA001 ×1" in table.stdout  # said, not silently dropped
+    assert json.loads(result.stdout)["ignored_flags"] == {"MHA001": 1}
     kept = run(T5, "--format", "json", "--ignore", "MHA003")
     assert [f["code"] for f in json.loads(kept.stdout)["flags"]] == ["MHA001", "MHA001"]
 

@@ -15,17 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from mhainspect.analyze import (
-    _QUANTIZED_WEIGHT_OPS,
-    _SUBGRAPH_PREFIX,
+from mhainspect.accounting import (
     _TRIG_PATH,
-    _impossible_shape,
-    _listed,
+    QUANT_PARAM_INPUTS,
+    QUANT_WEIGHT_INPUTS,
     _only_feeds_trig,
     _trig_sources,
     count_parameters,
-    sanitize_graph,
 )
+from mhainspect.analyze import _SUBGRAPH_PREFIX, _impossible_shape, _listed, sanitize_graph
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
 from mhainspect.dtypes import is_float
 from mhainspect.errors import InputError
@@ -37,25 +35,88 @@ _ZOO = os.environ.get("MHAINSPECT_ZOO_DIR")
 MODELS = sorted((_ROOT / "sample_models").glob("*.onnx")) + (sorted(Path(_ZOO).glob("*.onnx")) if _ZOO else [])
 
 
+_NARROW_INTS = {"int8", "uint8", "int4", "uint4", "int2", "uint2"}
+_STATE = {"LSTM": {4, 5, 6}, "GRU": {4, 5, 6}, "RNN": {4, 5, 6}, "DynamicQuantizeLSTM": {4, 5, 6}}
+_LAYOUT = {"Expand", "Tile", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten"}
+
+
+_INTS = {"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "int4", "uint4", "int2", "uint2"}
+
+
+def _scale_operand(index: GraphIndex, tensor: str, hops: int = 3) -> bool:
+    """``tensor`` is a quantization scale, an integer product, or a Cast of a stored integer weight."""
+    node = index.producer.get(tensor)
+    if node is None:
+        return False
+    if node.op in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QuantizeLinear"):
+        return node.op != "DynamicQuantizeLinear" or tensor != node.outputs[0]
+    if node.op not in ("Cast", "Mul", "Reshape", "Identity", "Transpose"):
+        return False
+    source = index.graph.weights.get(node.inputs[0]) if node.op == "Cast" and node.inputs else None
+    if source is not None:
+        return source.dtype in _INTS and source.numel > 1
+    return hops > 1 and _scale_operand(index, node.inputs[0], hops - 1)
+
+
+def _read_as_data(index: GraphIndex, name: str, hops: int = 4) -> bool:
+    """Some use reads ``name`` as values (not shape, scale, zero point or recurrent state)."""
+    for u, pos in index.users(name):
+        if pos in QUANT_PARAM_INPUTS.get(u.op, ()) or pos in _STATE.get(u.op, ()) or pos in SHAPE_INPUTS.get(u.op, ()):
+            continue
+        if u.op == "Mul" and len(u.inputs) == 2 and _scale_operand(index, u.inputs[1 - pos]):
+            continue  # multiplied with a quantization scale or a decoded integer weight: a scale
+        if u.op in _LAYOUT and pos == 0:
+            if hops > 1 and any(_read_as_data(index, o, hops - 1) for o in u.outputs if o):
+                return True
+            continue
+        return True
+    return False
+
+
+def _decodes(index: GraphIndex, name: str, hops: int = 4) -> bool:
+    for u, pos in index.users(name):
+        if (u.op == "Cast" and u.attrs.get("to") in (1, 10, 11, 16, 17, 18, 19, 20, 23, 24)) or (
+                u.op in ("CastLike", "DequantizeLinear") and pos == 0) or (
+                u.op in QUANT_WEIGHT_INPUTS and pos not in QUANT_PARAM_INPUTS.get(u.op, ())):
+            return True
+        if hops > 1 and pos == 0 and u.op in ("Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+                                              "Expand", "Slice", "Gather", "Split", "Concat"):
+            if any(_decodes(index, o, hops - 1) for o in u.outputs if o):
+                return True
+    return False
+
+
 def _plain_count(index: GraphIndex) -> int:
+    """The counting rules of mhainspect.accounting written plainly: every weight walked to Cos/Sin."""
     seen: set[str] = set()
     total = 0
     for name, t in index.graph.weights.items():
-        if t.is_constant_node or not t.shape or t.storage_key in seen:
+        if not t.shape or t.storage_key in seen:
             continue
         if t.kind is not None and t.kind != "parameter":
             continue
-        if t.numel == 1 and "." not in t.name:
+        if t.numel == 1 and (t.is_constant_node or "." not in t.name):
             continue
-        users = index.users(name)
-        if not is_float(t.dtype) and not any(u.op in _QUANTIZED_WEIGHT_OPS for u, _ in users):
+        quantized = [(u, pos) for u, pos in index.users(name) if pos in QUANT_WEIGHT_INPUTS.get(u.op, ())]
+        if quantized:
+            u, pos = quantized[0]
+            count = t.numel
+            if u.op == "MatMulNBits" and pos == 1 and isinstance(u.attrs.get("K"), int) and isinstance(u.attrs.get("N"), int):
+                count = int(u.attrs["K"]) * int(u.attrs["N"])  # type: ignore[call-overload]
+            elif u.op == "GatherBlockQuantized" and pos == 0 and t.dtype == "uint8":
+                count = t.numel * (8 // int(u.attrs.get("bits", 4)))  # type: ignore[call-overload]
+        elif not _read_as_data(index, name):
             continue
-        if not any(pos not in SHAPE_INPUTS.get(u.op, frozenset()) for u, pos in users):
-            continue
-        if _only_feeds_trig(index, name):
+        elif is_float(t.dtype):
+            if _only_feeds_trig(index, name):
+                continue
+            count = t.numel
+        elif t.dtype in _NARROW_INTS and _decodes(index, name):
+            count = t.numel
+        else:
             continue
         seen.add(t.storage_key)
-        total += t.numel
+        total += count
     return total
 
 
@@ -110,7 +171,9 @@ def test_models_count_and_sanitize_as_plain_code(path: Path) -> None:
     assert count_parameters(index) == _plain_count(index)
 
 
-_OPS = sorted(_TRIG_PATH) + ["Cos", "Sin", "Softmax", "Add", "Relu", "Shape", "Reshape", "Gather"]
+_OPS = sorted(_TRIG_PATH) + ["Cos", "Sin", "Softmax", "Add", "Relu", "Shape", "Reshape", "Gather", "DequantizeLinear",
+                             "MatMulInteger", "DynamicQuantizeLinear", "Expand", "LSTM", "MatMulNBits", "Mul", "Cast",
+                             "Cast", "Mul"]
 
 
 def _random_graph(rng: random.Random) -> ModelGraph:
@@ -119,12 +182,12 @@ def _random_graph(rng: random.Random) -> ModelGraph:
     for i in range(rng.randint(1, 6)):
         shape = rng.choice([(4,), (4, 4), (1,), (8, 2), (3, -1), (2**40, 2**40)])
         name = rng.choice([f"layer{i}.w", f"w{i}"])
-        weights[name] = Tensor(name, shape, rng.choice(["float32", "int64"]), f"s{i % 4}",
-                               kind=rng.choice([None, None, "parameter", "buffer"]))
+        weights[name] = Tensor(name, shape, rng.choice(["float32", "int64", "int8"]), f"s{i % 4}",
+                               kind=rng.choice([None, None, "parameter", "buffer"]), is_constant_node=rng.random() < 0.2)
     tensors = list(weights) + ["x"]
     nodes: list[Node] = []
     for i in range(rng.randint(1, 30)):
-        ins = tuple(rng.choice(tensors) for _ in range(rng.randint(1, 2)))
+        ins = tuple(rng.choice(tensors) for _ in range(rng.randint(1, 4)))
         n_out = rng.choice([1, 1, 1, 2, 0])
         # Mostly fresh names; sometimes empty, sometimes a name already produced (not valid ONNX).
         outs = tuple(rng.choice([f"t{i}_{j}"] * 8 + ["", rng.choice([t for t in tensors if t not in ins] or [""])])

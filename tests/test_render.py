@@ -384,15 +384,16 @@ def test_table_contents() -> None:
     assert "69.48%" in text  # attention share
     for col in ("Block", "Kind", "Heads", "d_model", "d_k", "d_v", "Bias", "Total", "Share (%)"):
         assert col in text
-    assert "1.05M" in text and "262.66k" in text  # standard block, human numbers
-    assert "32/8 kv" in text and "10.49M" in text and "4.19M" in text  # GQA
+    assert "1,050,624" in text and "262,656" in text  # standard block: exact counts everywhere
+    assert "32/8 kv" in text and "10,485,760" in text and "4,194,304" in text  # GQA
+    assert not re.search(r"\d[kMB]\b", text)  # no abbreviated count at a width that fits exact ones
     assert "decoder|attn [0]" in text  # not eaten as rich markup
     assert "5.25" in text  # standard share (%)
     rows = [ln for ln in text.splitlines() if "decoder|attn" in ln]
     assert rows and "?" in rows[0] and "cross" in rows[0]
-    assert "MHA005 info     model.layers.0.self_attn: grouped-query" in text
-    assert "MHA004 warning  decoder|attn [0]: head count not identifiable" in text
-    assert "MHA006 error    head layout differs" in text
+    assert "MHA005  info     model.layers.0.self_attn: grouped-query" in text
+    assert "MHA004  warning  decoder|attn [0]: head count not identifiable" in text
+    assert "MHA006  error    head layout differs" in text
     assert "2 near misses" in text and "--explain" in text
     assert "no Q/K MatMul" not in text  # reasons only in verbose
     assert "external data not read" in text
@@ -429,16 +430,25 @@ def test_table_width_and_layouts() -> None:
         mixed_report(), color=False, width=120
     )
     # full table at 160 (names never folded): Q/K/V/O shown; at 80 the detail columns are dropped with a note
-    assert "262.66k" in render_table(mixed_report(), color=False, width=160)
+    assert "262,656" in render_table(mixed_report(), color=False, width=160)
     narrow = render_table(mixed_report(), color=False, width=80)
-    assert "262.66k" not in narrow and "columns hidden" in narrow
-    assert "encoder.layers.0.self_attn" in narrow and "10.49M" in narrow
-    # very narrow: one line per block, nothing lost
+    assert "262,656" not in narrow and "columns hidden at 80 columns" in narrow
+    assert "10,485,760" in narrow  # exact counts before anything else
+    # names shortened with an ellipsis, still telling the blocks apart, and the table says so
+    rows = [ln.split()[0] for ln in _table_part(narrow).splitlines() if "self" in ln.split()[1:2]]
+    assert len(rows) == 2 and len(set(rows)) == 2 and all("…" in r for r in rows)
+    assert "Block names shortened (…) to fit; full names with -v or --format json." in narrow
+    # narrower: counts abbreviated, and the table says so
+    seventy = render_table(mixed_report(), color=False, width=70)
+    assert "10.49M" in seventy and "Counts abbreviated to fit 70 columns" in seventy
+    # very narrow: one wrapped paragraph per block, exact, nothing lost
     tiny = render_table(mixed_report(), color=False, width=50)
-    assert "model.layers.0.self_attn: self, heads 32/8 kv, d_model 2048" in tiny
-    assert "Q 4.19M K 1.05M V 1.05M O 4.19M" in tiny
-    # flag lines are never hard-wrapped
-    assert "MHA004 warning  decoder|attn [0]: head count not identifiable: head split" in tiny
+    assert "model.layers.0.self_attn: self, heads 32/8 kv," in tiny
+    assert "Q 4,194,304 K" in " ".join(tiny.split())
+    assert max(len(line) for line in tiny.splitlines()) <= 50
+    # flag messages wrap at word boundaries under themselves (a hanging indent)
+    assert "MHA004  warning  decoder|attn [0]: head count not" in tiny
+    assert "\n                 identifiable: head split" in tiny
     ascii_text = render_table(mixed_report(), color=False, ascii_only=True)
     assert ascii_text.isascii()
     assert all(line == line.rstrip() for line in ascii_text.splitlines())
@@ -480,7 +490,7 @@ def test_markdown() -> None:
     assert "### `models/mixed.onnx`" in md and "### `cnn.onnx`" in md
     assert "| Block | Kind | Heads | d_model | d_k | d_v | Q | K | V | O | Bias | Total | Share (%) |" in md
     assert "| --- | --- | ---: |" in md
-    assert "| `encoder.layers.0.self_attn` | self | 8 | 512 | 64 | 64 | 262.66k |" in md
+    assert "| `encoder.layers.0.self_attn` | self | 8 | 512 | 64 | 64 | 262,656 |" in md
     assert "32/8 kv" in md
     assert "`decoder\\|attn [0]`" in md  # pipe escaped inside a table cell
     rows = [ln for ln in md.splitlines() if ln.startswith("| `")]

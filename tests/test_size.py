@@ -78,6 +78,13 @@ def _report(export: se.Export, path: Path | None = None) -> Report:
     return with_options(inspect(str(path or export.path)), SizeOptions(context=export.context, batch=se.BATCH))
 
 
+def _kv_evidence(block: AttentionBlock) -> str:
+    """Where a caching block's figure came from (its kv_cache_bytes_per_token evidence)."""
+    found = [e for e in block.evidence if e.field == "kv_cache_bytes_per_token"]
+    assert len(found) == 1 and found[0].value == block.kv_cache_bytes_per_token
+    return found[0].detail
+
+
 def _held(block: AttentionBlock, context: int) -> int:
     return context if block.sliding_window is None else min(context, block.sliding_window - 1)
 
@@ -136,7 +143,7 @@ def test_sliding_window_layers_are_capped(exported: Callable[[str], se.Export]) 
                                                      + export_context)
     mistral = _report(exported("mistral"))
     assert all(b.sliding_window == se.WINDOW for b in mistral.blocks)
-    assert "sliding window" in (mistral.blocks[0].kv_cache_reason or "")
+    assert "sliding window" in _kv_evidence(mistral.blocks[0]) and mistral.blocks[0].kv_cache_reason is None
 
 
 def test_kv_dtype_overrides_the_graph(exported: Callable[[str], se.Export]) -> None:
@@ -145,7 +152,7 @@ def test_kv_dtype_overrides_the_graph(exported: Callable[[str], se.Export]) -> N
     kv = report.model.kv_cache
     assert kv is not None and kv.dtype == "float8e4m3fn" and kv.bytes_per_token == 2 * 2 * (8 + 8) * 1
     assert kv.total_bytes == 100 * kv.bytes_per_token
-    assert "--kv-dtype" in (report.blocks[0].kv_cache_reason or "")
+    assert "--kv-dtype" in _kv_evidence(report.blocks[0])
 
 
 # ----------------------------------------------------------------------------- weights vs the file
@@ -321,12 +328,16 @@ def test_size_gates_from_the_command_line(exported: Callable[[str], se.Export]) 
 
 
 def test_size_gates_from_pyproject(tmp_path: Path, exported: Callable[[str], se.Export]) -> None:
+    """The nearest pyproject.toml above the model (as ruff finds it) sets the size gates and the context."""
+    model = tmp_path / "model.onnx"
+    model.write_bytes(exported("llama_gqa").path.read_bytes())
     (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\nmax-kv-cache = "1K"\ncontext = 100\n'
                                              'max-weight-bytes = 1000000\n', encoding="utf-8")
-    result = _cli(str(exported("llama_gqa").path), "-q", cwd=tmp_path)
-    assert result.returncode == 1 and result.stderr.count("gate failed") == 1 and "--max-kv-cache 1K" in result.stderr
+    result = _cli(str(model), "-q")
+    assert result.returncode == 1 and result.stderr.count("gate failed") == 1, result.stderr
+    assert "max-kv-cache 1K from" in result.stderr and "25,600 bytes" in result.stderr
     (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\nmax-kv-cache = "2 GB?"\n', encoding="utf-8")
-    assert _cli(str(exported("llama_gqa").path), cwd=tmp_path).returncode == 2
+    assert _cli(str(model)).returncode == 2
 
 
 def test_json_carries_the_size_keys(exported: Callable[[str], se.Export], schema_validator: Any) -> None:
@@ -426,7 +437,7 @@ def test_traced_module_causal_mask_decides() -> None:
     report = inspect(Model(), (torch.randn(2, 5, 32),), context=10)
     kv = report.model.kv_cache
     assert kv is not None and kv.bytes_per_token == 2 * (8 + 8) * 4 and kv.total_bytes == 10 * kv.bytes_per_token
-    assert "Trilu" in (report.blocks[0].kv_cache_reason or "")
+    assert "Trilu" in _kv_evidence(report.blocks[0])
 
 
 def test_schema_documents_every_emitted_key(exported: Callable[[str], se.Export], report_schema: Any) -> None:
@@ -503,4 +514,4 @@ def test_sliding_window_read_from_the_graph_mask(name: str, exported: Callable[[
     assert kv is not None and kv.total_bytes == sum(v.nbytes for n, v in outputs.items() if n.startswith("present"))
     expected = [se.WINDOW, se.WINDOW] if name == "mistral" else [se.WINDOW, None]
     assert [b.sliding_window for b in report.blocks] == expected
-    assert "position comparison" in (report.blocks[0].kv_cache_reason or "")
+    assert "position comparison" in _kv_evidence(report.blocks[0])

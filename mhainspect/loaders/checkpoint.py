@@ -138,6 +138,21 @@ def _check_checkpoint_container(path: Path) -> None:
         raise InputError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a pickle)")
 
 
+def _unpickling_reason(message: str) -> str:
+    """Why torch's weights-only loader refused the file, in words that fit one line: the class it
+    met (a whole pickled model, not a state dict) and what to save instead."""
+    import re
+
+    found = re.search(r"GLOBAL\s+([\w.]+)", message)
+    if found is not None:
+        return (f"it pickles a {found.group(1)} object (a whole model saved with torch.save(model), not a "
+                "state dict); save model.state_dict() instead, or inspect the model in Python with "
+                "mhainspect.inspect(model)")
+    lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+    first = next((ln for ln in lines if "Unsupported" in ln), lines[0] if lines else "")
+    return f"loading it needs arbitrary unpickling (not a weights-only state dict): {first}"
+
+
 def read_torch_state_dict(path: Path) -> dict[str, WeightMeta]:
     """Tensor metadata from a torch.save'd state dict, loaded with weights_only=True (memory-mapped)."""
     torch = _import_torch(f"{path.suffix} checkpoints")
@@ -157,10 +172,7 @@ def read_torch_state_dict(path: Path) -> dict[str, WeightMeta]:
                 # Legacy (non-zip) format cannot be memory-mapped; still weights-only.
                 obj = torch.load(str(path), weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()
-        detail = next((ln for ln in first if "Unsupported" in ln or "global" in ln.lower()), first[0] if first else "")
-        raise InputError(f"{path}: refused: loading it needs arbitrary unpickling (not a weights-only state "
-                         f"dict); nothing from the file was run ({detail.strip()[:200]})") from None
+        raise InputError(f"{path}: refused: {_unpickling_reason(str(exc))}; nothing from the file was run") from None
     except PermissionError:
         raise InputError(f"{path}: permission denied") from None
     except (RuntimeError, OSError, EOFError, ValueError, KeyError, AttributeError, TypeError) as exc:

@@ -758,7 +758,7 @@ def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = F
     elif external:
         storage_key = _storage_key(t)
     else:
-        storage_key = f"name:{t.name}"
+        storage_key = f"name:{name}"  # name: the tensor's name in its scope (a subgraph's own are prefixed)
     return _make_tensor(name, shape, onnx_name(dt), storage_key, int_value, float_value,
                         is_constant_node)
 
@@ -893,6 +893,10 @@ class _GraphBuilder:
         # Set by _load_raw_attributes: NodeProto.attribute then holds bytes, parsed with this class.
         self._attr_cls = attr_cls
         self._attrs: dict[bytes, tuple[str, AttrValue]] = {}  # attribute bytes -> (name, value)
+        # Names local to the subgraphs being read -> their scoped names ("{parent}/body{i}/{name}"):
+        # sibling branches of an If may reuse a name, and each must stay its own tensor. Outer names
+        # (the weights both branches read) are not in the map and keep their identity. Empty at top level.
+        self._rename: dict[str, str] = {}
 
     def report_progress(self, final: bool = False) -> None:
         if self._progress is not None:
@@ -902,19 +906,31 @@ class _GraphBuilder:
     def add_graph(self, graph: onnx.GraphProto, prefix: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
         if depth > _MAX_SUBGRAPH_DEPTH:
             raise InputError(f"subgraphs nested deeper than {_MAX_SUBGRAPH_DEPTH} levels")
+        outer = self._rename
+        if depth > 0:
+            local = chain((i.name for i in graph.initializer), (sp.values.name for sp in graph.sparse_initializer),
+                          (v.name for v in graph.input), chain.from_iterable(n.output for n in graph.node))
+            self._rename = {**outer, **{n: prefix + n for n in local if n}}
+        try:
+            self._add_graph(graph, prefix, depth)
+        finally:
+            self._rename = outer
+
+    def _add_graph(self, graph: onnx.GraphProto, prefix: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
         weights, known = self.weights, self.known_names
+        rename = self._rename
         for init in graph.initializer:
-            name = init.name
+            name = rename.get(init.name, init.name)
             weights[name] = tensor_from_proto(init, name)
             known.add(name)
         for sp in graph.sparse_initializer:
             values = sp.values
-            name = values.name
+            name = rename.get(values.name, values.name)
             shape = tuple(int(d) for d in sp.dims)
             weights[name] = Tensor(name, shape, onnx_name(values.data_type), f"name:{name}")
             known.add(name)
         for v in graph.input:
-            known.add(v.name)
+            known.add(rename.get(v.name, v.name))
         add_node = self._add_node
         if depth == 0 and not prefix and self._progress is not None:
             for node in graph.node:
@@ -932,6 +948,9 @@ class _GraphBuilder:
         op_type = node.op_type
         domain = node.domain
         output_list = node.output[:]
+        rename = self._rename
+        if rename:
+            output_list = [rename.get(o, o) for o in output_list]
         if op_type == "Constant" and len(output_list) == 1 and domain in ("", "ai.onnx"):
             out = output_list[0]
             tensor = self._constant(node, out)
@@ -976,7 +995,10 @@ class _GraphBuilder:
             if func is not None and (domain, op_type) not in self._inlining:
                 self._inline_function(node, func, name, depth)
                 return
-        self.nodes.append(_make_node(name, op_type, tuple(node.input[:]), outputs, attrs, scope, domain))
+        inputs = tuple(node.input[:])
+        if rename:
+            inputs = tuple([rename.get(i, i) for i in inputs])
+        self.nodes.append(_make_node(name, op_type, inputs, outputs, attrs, scope, domain))
         if subgraphs:
             for i, g in enumerate(subgraphs):
                 self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)

@@ -87,15 +87,16 @@ def module_size_inputs(model: nn.Module, blocks: list[AttentionBlock],
     return dataclasses.replace(size, decoding=decoding)
 
 
-def count_parameters(model: nn.Module) -> int:
-    """Unique parameters by storage (tied weights once)."""
+def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
+    """Unique parameters by storage (tied weights once); ``trainable_only``: those with requires_grad."""
     seen: set[str] = set()
     total = 0
     for _, p in model.named_parameters(remove_duplicate=False):
         key = storage_key(p)
         if key not in seen:
             seen.add(key)
-            total += p.numel()
+            if p.requires_grad or not trainable_only:
+                total += p.numel()
     return total
 
 

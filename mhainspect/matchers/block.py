@@ -38,6 +38,7 @@ class RoleInput:
     fused_bias: str | None = None
     fused_bias_params: int = 0
     fused_node: str = ""
+    tensor: str = ""  # the tensor that reaches the attention core (decomposed matchers)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class BlockBuilder:
     scale_known: bool = False
     notes: list[str] = field(default_factory=list)
     extras: dict[str, int] = field(default_factory=dict)  # other block params by tensor name
+    kind: str | None = None  # set by a matcher that knows the kind (additive); else read from the sources
 
     def offer(self, name: str, value: int | None, source: str, detail: str) -> None:
         if value is None or value <= 0:
@@ -158,13 +160,24 @@ class BlockBuilder:
         return "the head size is not a constant in the graph (Q's last dimension is computed at run time)"
 
     def _kind(self) -> str:
+        """"cross" when K comes from another source than Q (an encoder output, a graph input, a
+        cache read as it is), with or without projections; "self" when they share one, or when the
+        graph does not show where K comes from."""
+        if self.kind is not None:
+            return self.kind
         q, k = self.roles.get("q"), self.roles.get("k")
         if q is None or k is None:
             return "self"
-        if q.traced is None or k.traced is None:
+        a, b = self._sources(q), self._sources(k)
+        if not a or not b:
             return "self"
-        a, b = _source(self.index, q.traced.hit.activation), _source(self.index, k.traced.hit.activation)
-        return "self" if a == b else "cross"
+        return "self" if a & b else "cross"
+
+    def _sources(self, r: RoleInput) -> set[str]:
+        # A projected role: what its projection reads (memory Concat'ed before the input, as
+        # Transformer-XL does, still shares the current input with Q).
+        start = r.traced.hit.activation if r.traced is not None else r.tensor
+        return _origins(self.index, start) if start else set()
 
     def _projections(self, widths: dict[str, int | None]) -> tuple[Projection, ...]:
         """Q/K/V/O as counted; ``widths``: what width() gives for each role (computed once per build)."""
@@ -195,14 +208,30 @@ class BlockBuilder:
         return tuple(out)
 
 
-def _source(index: GraphIndex, name: str) -> str:
-    """Look through casts/identities so that Q and K reading the same tensor count as self."""
-    for _ in range(8):
-        node = index.producer.get(name)
-        if node is None or node.op not in ("Identity", "Cast", "Dropout", "Contiguous"):
-            return name
-        name = node.inputs[0]
-    return name
+# Ops between a Q/K source and the attention core that keep the values' origin (layout, casts, scaling).
+_ORIGIN_THROUGH = {"Identity", "Cast", "Dropout", "Contiguous", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
+                   "Expand", "Tile", "Flatten", "Mul", "Div", "Concat"}
+_MAX_ORIGIN_NODES = 24
+
+
+def _origins(index: GraphIndex, tensor: str) -> set[str]:
+    """The tensors an attention input is made of, behind layout, casts, scaling and cache Concats:
+    for Q or K without a projection, the graph input or the op output they come from."""
+    found: set[str] = set()
+    stack, seen = [tensor], {tensor}
+    while stack and len(seen) < _MAX_ORIGIN_NODES:
+        cur = stack.pop()
+        node = index.producer.get(cur)
+        if node is None or node.op not in _ORIGIN_THROUGH:
+            found.add(cur)
+            continue
+        nxt = [x for x in node.inputs if x and index.is_activation(x)] if node.op in ("Mul", "Div", "Concat") \
+            else node.inputs[:1]
+        for x in nxt:
+            if x not in seen:
+                seen.add(x)
+                stack.append(x)
+    return found
 
 
 def inverse_sqrt_dim(scale: float) -> int | None:

@@ -8,6 +8,7 @@ GQA repeats) and from the result forward to the output projection.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from mhainspect.dataflow import GraphIndex
@@ -25,13 +26,13 @@ _SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Tanh", "Clip", "Ide
 # Between Softmax and ·V: casts, dropout, head masks, reshapes.
 _PROBS_PATH = {"Cast", "Dropout", "Where", "Identity", "Reshape", "Mul", "Squeeze", "Unsqueeze"}
 _MAX_SCORE_NODES = 24
+NO_SCORE_PRODUCT = "no Q·Kᵀ product of two activations before the Softmax"
 
 
 def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     found = _find_score_product(index, softmax.inputs[0])
     if found is None:
-        return Miss(NAME, softmax.name, "no Q·Kᵀ product of two activations before the Softmax "
-                                         "(a classifier or router softmax, not attention)")
+        return Miss(NAME, softmax.name, NO_SCORE_PRODUCT + " (a classifier or router softmax, not attention)")
     score, score_path = found
     pv = _find_value_product(index, softmax.outputs[0])
     if pv is None:
@@ -46,7 +47,7 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     stop = {softmax.name, score.name, pv_node.name}
     for role, tensor in (("q", q_in), ("k", k_in), ("v", v_in)):
         traced = trace_back_to_projection(index, tensor, stop)
-        b.roles[role] = RoleInput(role, traced)
+        b.roles[role] = RoleInput(role, traced, tensor=tensor)
     out = trace_forward_to_projection(index, pv_node.outputs[0])
     if out is not None:
         b.output = out[0]
@@ -55,7 +56,7 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
 
     _offer_dims(index, b, score, pv_node, softmax, q_in, k_in, v_in)
     _collect_extras(index, b, score_path)
-    _offer_scale(index, b, score, score_path)
+    _offer_scale(index, b, score, score_path, q_in, k_in)
     for role in ("q", "k", "v"):
         r = b.roles[role]
         if r.traced is not None:
@@ -209,48 +210,162 @@ def _einsum_value_dim(index: GraphIndex, node: Node) -> Dim | None:
     return None
 
 
-def _scalar_factor(index: GraphIndex, node: Node, on_tensor: str) -> float | None:
-    """The constant factor a Mul/Div applies to ``on_tensor``, if it is a scalar constant."""
-    if node.op not in ("Mul", "Div") or len(node.inputs) != 2:
+class _NotScalar:
+    """The factor is not a scalar of the arithmetic (an activation, a table, a mask)."""
+
+
+_NOT_SCALAR = _NotScalar()
+_ScalarFold = float | None | _NotScalar  # a value; None: computed at run time from a symbolic shape
+_SCALAR_VIEWS = {"Cast", "CastLike", "Identity", "Squeeze", "Unsqueeze", "Reshape", "Flatten", "Expand"}
+_MAX_FOLD_DEPTH = 12
+# Between a projection (or the tensor Q/K are read from) and the score product: where a scale sits.
+_OPERAND_CHAIN = {"Reshape", "Transpose", "Cast", "Identity", "Squeeze", "Unsqueeze", "Mul", "Div", "Expand",
+                  "Dropout", "Contiguous", "Tile"}
+
+
+def _fold_scalar(index: GraphIndex, name: str, depth: int = 0) -> _ScalarFold:
+    """The value of a one-element tensor built by scalar arithmetic (Sqrt(Cast(Gather(Shape(q))))
+    and the like) from constants and shape dims, folded with the symbolic shapes; None when a
+    dimension it reads is symbolic (or a constant's value was not read); _NOT_SCALAR when it is not
+    such a scalar."""
+    if depth > _MAX_FOLD_DEPTH:
+        return _NOT_SCALAR
+    t = index.graph.weights.get(name)
+    if t is not None:
+        if t.numel != 1:
+            return _NOT_SCALAR
+        if t.float_value is not None:
+            return t.float_value
+        return float(t.int_value[0]) if t.int_value else None  # a one-element constant whose value is not read
+    known = index.shapes.float_scalar(name)
+    if known is not None:
+        return known
+    node = index.producer.get(name)
+    if node is None or not node.inputs:
+        return _NOT_SCALAR
+    op = node.op
+    if op in _SCALAR_VIEWS:
+        return _fold_scalar(index, node.inputs[0], depth + 1)
+    if op in ("Gather", "Slice"):
+        source = index.producer.get(node.inputs[0])
+        return None if source is not None and source.op == "Shape" else _NOT_SCALAR  # a symbolic dim
+    if op in ("Sqrt", "Reciprocal", "Neg"):
+        x = _fold_scalar(index, node.inputs[0], depth + 1)
+        if not isinstance(x, float):
+            return x
+        if op == "Sqrt":
+            return math.sqrt(x) if x >= 0 else _NOT_SCALAR
+        if op == "Reciprocal":
+            return 1.0 / x if x else _NOT_SCALAR
+        return -x
+    if op in ("Mul", "Div", "Add", "Sub", "Pow") and len(node.inputs) == 2:
+        a, b = (_fold_scalar(index, x, depth + 1) for x in node.inputs)
+        if isinstance(a, _NotScalar) or isinstance(b, _NotScalar):
+            return _NOT_SCALAR
+        if a is None or b is None:
+            return None
+        try:
+            if op == "Mul":
+                return a * b
+            if op == "Div":
+                return a / b
+            if op == "Add":
+                return a + b
+            if op == "Sub":
+                return a - b
+            result = a ** b
+            return result if isinstance(result, float) else _NOT_SCALAR  # a complex root is no scale
+        except (ZeroDivisionError, OverflowError):
+            return _NOT_SCALAR
+    return _NOT_SCALAR
+
+
+def _factor(index: GraphIndex, node: Node, on_tensor: str) -> tuple[float | None, str] | None:
+    """The scalar factor a Mul/Div on the path applies to ``on_tensor``: (value, how it was read),
+    (None, why) when it is a scalar computed at run time that does not fold, None when the node is
+    no scaling (an elementwise product with an activation or a table: rotary, a mask)."""
+    if node.op not in ("Mul", "Div") or len(node.inputs) != 2 or on_tensor not in node.inputs:
         return None
     pos = 0 if node.inputs[0] == on_tensor else 1
     other = node.inputs[1 - pos]
-    value = index.shapes.float_scalar(other)
-    if value is None or value == 0:
+    value = _fold_scalar(index, other)
+    if isinstance(value, _NotScalar):
         return None
+    if value is None:
+        return None, (f"the factor {other} at {node.name} does not fold to a number (computed at run time from a "
+                      "dimension that is not a constant, or a constant whose value is not read)")
     if node.op == "Div":
-        return 1.0 / value if pos == 0 else None
-    return value
+        if pos == 1:
+            return None, f"{node.name} divides a constant by the scores"
+        if value == 0:
+            return None, f"{node.name} divides by 0"
+        return 1.0 / value, node.name
+    return value, node.name
 
 
-def _offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tuple[Node, ...]) -> None:
+def _operand_chain(index: GraphIndex, tensor: str) -> tuple[Node, ...]:
+    """Layout and scaling nodes right behind an attention input, source first (when Q or K has no
+    traced projection, its scale still sits there)."""
+    chain: list[Node] = []
+    cur = tensor
+    for _ in range(_MAX_SCORE_NODES):
+        node = index.producer.get(cur)
+        if node is None or node.op not in _OPERAND_CHAIN:
+            break
+        chain.append(node)
+        acts = [x for x in node.inputs[:2] if x and index.is_activation(x)] if node.op in ("Mul", "Div") else []
+        cur = acts[0] if len(acts) == 1 else node.inputs[0]
+    return tuple(reversed(chain))
+
+
+def _offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tuple[Node, ...],
+                 q_in: str = "", k_in: str = "") -> None:
+    """One scale from every factor between the projections and the Softmax: on Q, on K or Kᵀ, on the
+    scores (split between them multiplies), FusedMatMul's alpha; unknown, with the reason, when a
+    factor does not fold to a number."""
     scale = 1.0
     sources: list[str] = []
+    unknown: list[str] = []
+
+    def take(node: Node, cur: str) -> None:
+        nonlocal scale
+        found = _factor(index, node, cur)
+        if found is None:
+            return
+        value, how = found
+        if value is None:
+            unknown.append(how)
+        else:
+            scale *= value
+            sources.append(how)
+
     cur = score.outputs[0]
     for node in reversed(score_path):
-        if node.op in ("Mul", "Div") and cur in node.inputs:
-            f = _scalar_factor(index, node, cur)
-            if f is not None:
-                scale *= f
-                sources.append(node.name)
+        take(node, cur)
         cur = node.outputs[0]
     if score.op == "FusedMatMul":
         alpha = score.attrs.get("alpha")
         if isinstance(alpha, float) and alpha != 1.0:
             scale *= alpha
             sources.append(f"{score.name}.alpha")
-    for role in ("q", "k"):
+    for role, tensor in (("q", q_in), ("k", k_in)):
         r = b.roles.get(role)
-        if r is None or r.traced is None:
-            continue
-        prev = r.traced.hit.output
-        for node in r.traced.path:
-            if node.op in ("Mul", "Div") and prev in node.inputs:
-                f = _scalar_factor(index, node, prev)
-                if f is not None:
-                    scale *= f
-                    sources.append(node.name)
+        if r is not None and r.traced is not None:
+            prev, path = r.traced.hit.output, r.traced.path
+        else:
+            path = _operand_chain(index, tensor) if tensor else ()
+            prev = path[0].inputs[0] if path else ""
+        for node in path:
+            if node.op in ("Mul", "Div"):
+                on = prev if prev in node.inputs else next((x for x in node.inputs if index.is_activation(x)), "")
+                take(node, on)
             prev = node.outputs[0]
+    if unknown:
+        b.scale = None
+        b.scale_known = False
+        b.evidence.append(Evidence("scale", None, "scale", "unknown: " + "; ".join(unknown)
+                                   + (f" (known factors: {', '.join(sources)})" if sources else "")))
+        return
     b.scale = scale
     b.scale_known = True
     if sources:

@@ -55,7 +55,8 @@ def match(index: GraphIndex, node: Node) -> BlockBuilder | Miss:
 def _trace_roles(index: GraphIndex, node: Node, b: BlockBuilder, positions: tuple[int, int, int]) -> None:
     for role, pos in zip(("q", "k", "v"), positions):
         if pos < len(node.inputs) and node.inputs[pos]:
-            b.roles[role] = RoleInput(role, trace_back_to_projection(index, node.inputs[pos], {node.name}))
+            b.roles[role] = RoleInput(role, trace_back_to_projection(index, node.inputs[pos], {node.name}),
+                                      tensor=node.inputs[pos])
 
 
 def _int_attr(node: Node, name: str) -> int | None:

@@ -1,4 +1,7 @@
-"""Render the ``calc`` side (mhainspect.conventions) as text or JSON-ready data. Pure: no I/O."""
+"""Render the ``calc`` side (mhainspect.conventions) as text or JSON-ready data. Pure: no I/O.
+
+Prose is wrapped at word boundaries to ``width`` (the terminal's) when one is given, and left
+one paragraph per line otherwise (a pipe or a file: the reader's tool wraps it)."""
 
 from __future__ import annotations
 
@@ -6,12 +9,12 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from mhainspect.conventions import LAYER_NAMES, ArgValue, Calculation, kv_heads_of
+from mhainspect.conventions import LAYER_NAMES, ArgValue, Calculation, VsResult, kv_heads_of
 from mhainspect.dtypes import canonical
 from mhainspect.render.numbers import format_bytes
 from mhainspect.size import LayerBytes, layer_bytes
 
-_WIDTH = 88
+_NBSP = "\u00a0"  # binds "heads 4" so a wrap never separates a label from its number
 _SHARED_NOTES = ("No bias switch given", "Ignored (no effect")
 
 
@@ -25,14 +28,26 @@ def _arg(value: ArgValue) -> str:
     return "None" if value is None else str(value)
 
 
-def _wrap(text: str, indent: str = "  ", first: str | None = None) -> list[str]:
-    return textwrap.wrap(
+def _wrap(text: str, indent: str = "  ", first: str | None = None, width: int | None = None) -> list[str]:
+    lead = indent if first is None else first
+    if width is None:
+        return [(lead + text).replace(_NBSP, " ")]
+    return [line.replace(_NBSP, " ") for line in textwrap.wrap(
         text,
-        width=_WIDTH,
-        initial_indent=indent if first is None else first,
+        width=max(width, len(lead) + 20),
+        initial_indent=lead,
         subsequent_indent=indent,
         break_on_hyphens=False,
-    )
+        break_long_words=False,
+    )]
+
+
+def head_count_sentence(c: Calculation) -> str:
+    """The answer most readers came for, in one sentence."""
+    if c.scales_with_heads:
+        return ("The head count changes this count (other arguments fixed): the projection widths follow "
+                "the heads.")
+    return "The head count does not change this count (other arguments fixed)."
 
 
 def _signature(c: Calculation) -> str:
@@ -41,9 +56,9 @@ def _signature(c: Calculation) -> str:
     return f"{c.convention}: {layer}({args})"
 
 
-def calc_text(c: Calculation) -> str:
+def calc_text(c: Calculation, width: int | None = None) -> str:
     """A term-by-term breakdown with implied d_k/d_v, widths, the verdict and the explanation."""
-    lines = [_signature(c), ""]
+    lines = [*_wrap(_signature(c), indent="    ", first="", width=width), ""]
     rows = [(t.name, t.tensor, t.formula, t.expanded, _n(t.value) + (" *" if t.extra else "")) for t in c.terms]
     header = ("term", "tensor", "formula", "=", "params")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
@@ -62,19 +77,17 @@ def calc_text(c: Calculation) -> str:
     if c.extra:
         lines.append(f"  * extra, not in total: {_n(c.extra)}")
     lines.append("")
-    lines.append(
-        f"  heads {c.num_heads}   d_k {c.d_k}   d_v {c.d_v}   query/key width {c.q_width}   "
-        f"value width {c.v_width}   d_model {c.d_model}   output {c.output_dim}"
-    )
-    verdict = "yes" if c.scales_with_heads else "no"
-    lines.append(f"  Changes with the head count (other arguments fixed): {verdict}")
+    facts = [("heads", c.num_heads), ("d_k", c.d_k), ("d_v", c.d_v), ("query/key width", c.q_width),
+             ("value width", c.v_width), ("d_model", c.d_model), ("output", c.output_dim)]
+    lines.extend(_wrap("   ".join(f"{k}{_NBSP}{v}".replace(" ", _NBSP) for k, v in facts), width=width))
+    lines.extend(_wrap(head_count_sentence(c), width=width))
     lines.append("")
-    lines.extend(_wrap(c.explanation))
+    lines.extend(_wrap(c.explanation, width=width))
     if c.notes:
         lines.append("")
         lines.append("  Notes:")
         for note in c.notes:
-            lines.extend(_wrap(note, indent="    ", first="  - "))
+            lines.extend(_wrap(note, indent="    ", first="  - ", width=width))
     return "\n".join(lines) + "\n"
 
 
@@ -124,7 +137,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> l
     return out
 
 
-def compare_text(entries: Sequence[tuple[str, Calculation | str]]) -> str:
+def compare_text(entries: Sequence[tuple[str, Calculation | str]], width: int | None = None) -> str:
     """Side-by-side table of ``conventions.compare`` results, then why some could not apply."""
     header = ("convention", "heads", "d_k", "d_v", "q/k width", "weights", "biases", "total", "scales")
     rows: list[tuple[str, ...]] = []
@@ -156,18 +169,18 @@ def compare_text(entries: Sequence[tuple[str, Calculation | str]]) -> str:
     lines.extend(_table(header, rows, left=1) if rows else ["  (no convention could take them)"])
     if rows:
         lines.append("")
-        lines.append("  scales: would the count change with the head count if that layer's own")
-        lines.append("  arguments stayed as they are here?")
+        lines.extend(_wrap("scales: would the count change with the head count if that layer's own "
+                           "arguments stayed as they are here?", width=width))
     if skipped:
         lines.append("")
         lines.append("  Not applicable:")
         for name, reason in skipped:
-            lines.extend(_wrap(reason, indent="    ", first=f"  - {name}: "))
+            lines.extend(_wrap(reason, indent="    ", first=f"  - {name}: ", width=width))
     if assumptions:
         lines.append("")
         lines.append("  Assumptions:")
         for note in assumptions:
-            lines.extend(_wrap(note, indent="    ", first="  - "))
+            lines.extend(_wrap(note, indent="    ", first="  - ", width=width))
     return "\n".join(lines) + "\n"
 
 
@@ -179,7 +192,7 @@ def compare_json(entries: Sequence[tuple[str, Calculation | str]]) -> list[dict[
     ]
 
 
-def what_if_text(convention: str, rows: Sequence[tuple[int, Calculation | str]]) -> str:
+def what_if_text(convention: str, rows: Sequence[tuple[int, Calculation | str]], width: int | None = None) -> str:
     """Table of ``conventions.what_if`` results: the count at each head count."""
     layer = LAYER_NAMES.get(convention, convention)
     valid = [(h, e) for h, e in rows if not isinstance(e, str)]
@@ -202,7 +215,7 @@ def what_if_text(convention: str, rows: Sequence[tuple[int, Calculation | str]])
     if errors:
         lines.append("")
         for h, reason in errors:
-            lines.extend(_wrap(reason, indent="    ", first=f"  - {h} heads: "))
+            lines.extend(_wrap(reason, indent="    ", first=f"  - {h} heads: ", width=width))
     if len({entry.total for _, entry in valid}) == 1 and len(valid) > 1:
         lines.append("")
         lines.append("  The head count does not change the parameter count here.")
@@ -217,6 +230,44 @@ def what_if_json(rows: Sequence[tuple[int, Calculation | str]]) -> list[dict[str
     ]
 
 
+def calc_document(c: Calculation, what_if: Sequence[tuple[int, Calculation | str]] = (),
+                  vs: VsResult | None = None) -> dict[str, Any]:
+    """``calc -f json``: always one shape, the calculation's keys at the top level, then
+    ``what_if`` (a list, empty without --heads) and ``vs`` (null without --vs)."""
+    return {**calc_json(c), "what_if": what_if_json(what_if), "vs": None if vs is None else vs_json(vs)}
+
+
+def vs_json(vs: VsResult) -> dict[str, Any]:
+    return {
+        "calculation": calc_json(vs.other),
+        "changed": [{"argument": ch.argument, "from": ch.before, "to": ch.after, "alone": ch.alone,
+                     "alone_total": ch.alone_total} for ch in vs.changes],
+        "difference": vs.other.total - vs.base.total,
+        "summary": vs.sentence,
+    }
+
+
+def vs_text(vs: VsResult, width: int | None = None) -> str:
+    """Two argument sets side by side, then which argument moved the count."""
+    a, b = vs.base, vs.other
+    header = ("", "A", "B")
+    rows = [(ch.argument, _arg(ch.before), _arg(ch.after)) for ch in vs.changes]
+    rows += [("heads", str(a.num_heads), str(b.num_heads)), ("d_k", str(a.d_k), str(b.d_k)),
+             ("d_v", str(a.d_v), str(b.d_v)), ("query/key width", str(a.q_width), str(b.q_width)),
+             ("weights", _n(a.weights), _n(b.weights)), ("biases", _n(a.biases), _n(b.biases)),
+             ("total", _n(a.total), _n(b.total))]
+    layer = LAYER_NAMES.get(a.convention, a.convention)
+    lines = [f"{layer}, two argument sets:"]
+    for label, c in (("A", a), ("B", b)):
+        args = ", ".join(f"{name}={_arg(value)}" for name, value in c.arguments)
+        lines.extend(_wrap(args, indent="     ", first=f"  {label}: ", width=width))
+    lines.append("")
+    lines.extend(_table(header, rows, left=1))
+    lines.append("")
+    lines.extend(_wrap(vs.sentence.replace(" → ", f"{_NBSP}→{_NBSP}"), width=width))
+    return "\n".join(lines) + "\n"
+
+
 def _layout_name(kv_heads: int, heads: int) -> str:
     return "MHA" if kv_heads == heads else "MQA" if kv_heads == 1 else "GQA"
 
@@ -226,7 +277,7 @@ def layer_bytes_for(c: Calculation, dtype: str, context: int | None, kv_heads: i
     return layer_bytes(c.total, kv_heads or kv_heads_of(c), c.d_k, c.d_v, dtype, context)
 
 
-def size_text(c: Calculation, dtype: str, context: int | None) -> str:
+def size_text(c: Calculation, dtype: str, context: int | None, width: int | None = None) -> str:
     """Weights and KV cache of one layer in bytes: what --dtype and --context ask."""
     b = layer_bytes_for(c, dtype, context)
     line = (f"  In {b.dtype}: weights {_n(b.weight_bytes)} bytes ({format_bytes(b.weight_bytes)}); KV cache "
@@ -234,9 +285,9 @@ def size_text(c: Calculation, dtype: str, context: int | None) -> str:
             f"{b.itemsize} bytes)")
     if b.kv_bytes is not None and b.context is not None:
         line += f", {_n(b.kv_bytes)} bytes ({format_bytes(b.kv_bytes)}) at context {_n(b.context)}"
-    lines = _wrap(line.strip(), indent="  ", first="  ")
+    lines = _wrap(line.strip(), indent="  ", first="  ", width=width)
     lines.extend(_wrap("Per layer and per sequence; the cache counts only for a layer that decodes "
-                       "autoregressively (causal self-attention).", indent="  "))
+                       "autoregressively (causal self-attention).", indent="  ", width=width))
     return "\n".join(lines) + "\n"
 
 
@@ -247,7 +298,7 @@ def size_json(c: Calculation, dtype: str, context: int | None) -> dict[str, Any]
 
 
 def kv_heads_text(convention: str, rows: Sequence[tuple[int, Calculation | str]], dtype: str,
-                  context: int | None) -> str:
+                  context: int | None, width: int | None = None) -> str:
     """MHA vs GQA vs MQA side by side: parameters, weight bytes and the cache per token and at context."""
     layer = LAYER_NAMES.get(convention, convention)
     valid = [(g, e) for g, e in rows if not isinstance(e, str)]
@@ -266,11 +317,11 @@ def kv_heads_text(convention: str, rows: Sequence[tuple[int, Calculation | str]]
     lines = [f"{layer}: other K/V head counts, other arguments as given ({canonical(dtype)})", ""]
     lines.extend(_table(header, table_rows, left=1) if table_rows else ["  (none valid)"])
     for g, reason in errors:
-        lines.extend(_wrap(reason, indent="    ", first=f"  - {g} kv heads: "))
+        lines.extend(_wrap(reason, indent="    ", first=f"  - {g} kv heads: ", width=width))
     if table_rows:
         lines.append("")
         lines.extend(_wrap("Query heads at a fixed width leave the weights alone (see --heads); K/V heads set the "
-                           "cache per token, and the K/V projections with it.", indent="  "))
+                           "cache per token, and the K/V projections with it.", indent="  ", width=width))
     return "\n".join(lines) + "\n"
 
 

@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
-from mhainspect.findings import AttentionBlock, BlockVerification
-from mhainspect.render.numbers import human_count
+from collections.abc import Sequence
 
-__all__ = ["UNKNOWN", "block_cells", "heads_label", "percent", "verify_label"]
+from mhainspect.findings import AttentionBlock, BlockVerification, ModelSummary, Report
+from mhainspect.gates import GateResult
+from mhainspect.render.grouping import join_names
+from mhainspect.render.numbers import group, human_count
+
+__all__ = ["UNKNOWN", "block_cells", "blocks_word", "format_label", "gate_line", "head_count_lines", "heads_label",
+           "ignored_line", "kind_label", "percent", "source_facts", "verify_label", "what_if_rows"]
+
+# One display name per source format (the JSON keeps the format's own key).
+_FORMAT_LABELS = {"onnx": "ONNX", "torch": "PyTorch module", "pytorch": "PyTorch checkpoint",
+                  "safetensors": "safetensors"}
+
+
+def format_label(fmt: str) -> str:
+    return _FORMAT_LABELS.get(fmt, fmt)
+
+
+def source_facts(m: ModelSummary) -> list[str]:
+    """What this source has besides its format: opset, producer, node count (only those it has)."""
+    facts = []
+    if m.opset is not None:
+        facts.append(f"opset {m.opset}")
+    if m.producer:
+        facts.append(f"producer {m.producer}")
+    if m.num_nodes:
+        facts.append(f"{'traced nodes' if m.format == 'torch' else 'nodes'} {group(m.num_nodes)}")
+    return facts
+
+
+def blocks_word(n: int) -> str:
+    return f"{n} block" if n == 1 else f"{n} blocks"
 
 UNKNOWN = "?"  # a number the analysis could not determine
 
@@ -19,6 +48,11 @@ def heads_label(block: AttentionBlock) -> str:
     return str(block.num_heads)
 
 
+def kind_label(block: AttentionBlock) -> str:
+    """'self', 'cross', ...; 'self ×12' for one module whose weights a run applies 12 times."""
+    return block.kind if block.applications == 1 else f"{block.kind} ×{block.applications}"
+
+
 def _opt(value: int | None) -> str:
     return UNKNOWN if value is None else str(value)
 
@@ -27,12 +61,78 @@ def percent(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.2f}" if whole else "-"
 
 
-def block_cells(b: AttentionBlock, model_total: int) -> tuple[str, ...]:
-    """One block's row, in _COLUMNS order; shared by every tabular renderer."""
+def block_cells(b: AttentionBlock, model_total: int, *, exact: bool = True) -> tuple[str, ...]:
+    """One block's row, in _COLUMNS order; shared by every tabular renderer. Counts are exact
+    (1,050,624); ``exact=False`` abbreviates them (1.05M) for a terminal too narrow for them."""
     p = b.params
-    return (b.name, b.kind, heads_label(b), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v), human_count(p.q),
-            human_count(p.k), human_count(p.v), human_count(p.o), human_count(p.bias), human_count(p.total),
-            percent(p.total, model_total))
+    n = group if exact else human_count
+    return (b.name, kind_label(b), heads_label(b), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v), n(p.q),
+            n(p.k), n(p.v), n(p.o), n(p.bias), n(p.total), percent(p.total, model_total))
+
+
+def head_count_lines(report: Report) -> list[str]:
+    """Per kind of layout, one sentence: does the head count change these blocks' counts?
+
+    With h·d_k = d_model the heads only split projections of a fixed width (the count stays the
+    same at any head count); otherwise the widths are h·d_k and follow the head count (MHA001)."""
+    fixed: list[str] = []
+    follows: list[AttentionBlock] = []
+    unknown: list[str] = []
+    for b in report.blocks:
+        if b.num_heads is None or b.d_k is None or b.d_model is None:
+            unknown.append(b.name)
+        elif b.num_heads * b.d_k == b.d_model:
+            fixed.append(b.name)
+        else:
+            follows.append(b)
+    lines = []
+    if fixed:
+        these = "this block" if len(fixed) == 1 else f"these {len(fixed)} blocks"
+        lines.append(f"The head count does not change the count of {these} (h·d_k = d_model: the heads "
+                     "split projections of a fixed width).")
+    if follows:
+        names = join_names([b.name for b in follows])
+        lines.append(f"The head count changes the count of {names} (h·d_k differs from d_model: the projection widths "
+                     "follow the head count; see MHA001).")
+    if unknown:
+        lines.append(f"Unknown for {join_names(unknown)}: the head layout was not identified.")
+    return lines
+
+
+def what_if_rows(report: Report, heads: Sequence[int]) -> list[tuple[str, str, int, str, str]]:
+    """(blocks, heads now, N, count with h·d_k fixed, count with d_k fixed) for each --heads N;
+    numbered blocks with the same numbers (layers 0–11) share one row."""
+    rows: list[tuple[str, str, int, str, str]] = []
+    for n in heads:
+        seen: dict[tuple[str, str, str], list[str]] = {}
+        for b in report.blocks:
+            w = next((x for x in b.what_if if x.num_heads == n), None)
+            if b.num_heads == n:
+                same = (group(b.params.total), group(b.params.total))
+                key = (heads_label(b), *same)
+            elif w is None:
+                key = (heads_label(b), UNKNOWN, UNKNOWN)
+            else:
+                width = UNKNOWN if w.total_width_fixed is None else group(w.total_width_fixed)
+                key = (heads_label(b), width, group(w.head_dim_fixed))
+            seen.setdefault(key, []).append(b.name)
+        for key, names in seen.items():
+            label = join_names(names)
+            # One row for numbered siblings (layers.{0–11}.attn); names that share no pattern get a row each.
+            labels = [label] if len(names) == 1 or "{" in label else names
+            rows.extend((name, key[0], n, key[1], key[2]) for name in labels)
+    return rows
+
+
+def gate_line(result: GateResult) -> str:
+    return f"{'passed' if result.passed else 'FAILED'}: {result.message}"
+
+
+def ignored_line(ignored: Sequence[tuple[str, int]]) -> str:
+    """'3 flags hidden by --ignore: MHA001 ×2, MHA003 ×1'."""
+    n = sum(c for _, c in ignored)
+    codes = ", ".join(f"{code} ×{c}" for code, c in ignored)
+    return f"{n} flag{'s' if n != 1 else ''} hidden by --ignore: {codes}"
 
 
 def verify_label(v: BlockVerification) -> str:

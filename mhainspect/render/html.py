@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 
 from mhainspect import __version__
 from mhainspect.findings import AttentionBlock, Flag, KVCache, Report, Severity
-from mhainspect.render.cells import UNKNOWN, heads_label, percent, verify_label
+from mhainspect.render.cells import UNKNOWN, heads_label, ignored_line, kind_label, percent, verify_label
+from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.html_style import CSS, CSS_HASH
 from mhainspect.render.numbers import group, human_count
 from mhainspect.render.safe import html
@@ -242,14 +243,16 @@ def _whatif_chart(group_blocks: Sequence[AttentionBlock], ids: Ids) -> str:
     own = what_if(b, h) if h is not None else None
     if h is None or own is None or len(points) < 2:
         return ""
+    # h·d_k fixed has no count where the width does not divide into x heads (total_width_fixed None).
     fixed_width = Series("h·d_k fixed (d_k shrinks as heads grow)",
-                         tuple((float(x), float(w.total_width_fixed)) for x, w in points), "fixw")
+                         tuple((float(x), float(w.total_width_fixed)) for x, w in points
+                               if w.total_width_fixed is not None), "fixw")
     fixed_dk = Series(f"d_k fixed at {b.d_k} (widths grow with heads)",
                       tuple((float(x), float(w.head_dim_fixed)) for x, w in points), "fixd")
     mark = Mark(float(h), float(own.head_dim_fixed), f"this block: {h} heads, {group(own.head_dim_fixed)}")
     first, last = points[0], points[-1]
-    desc = (f"With h·d_k fixed, {first[0]} heads hold {group(first[1].total_width_fixed)} and {last[0]} heads "
-            f"{group(last[1].total_width_fixed)} parameters; with d_k fixed at {b.d_k}, {first[0]} heads hold "
+    desc = (f"With h·d_k fixed, {first[0]} heads hold {_count(first[1].total_width_fixed)} and {last[0]} heads "
+            f"{_count(last[1].total_width_fixed)} parameters; with d_k fixed at {b.d_k}, {first[0]} heads hold "
             f"{group(first[1].head_dim_fixed)} and {last[0]} heads {group(last[1].head_dim_fixed)}. "
             f"The block has {h} heads and {group(own.head_dim_fixed)} projection parameters.")
     chart = line_chart([fixed_width, fixed_dk], [mark], ids=ids, x_label="heads",
@@ -261,15 +264,20 @@ def _whatif_chart(group_blocks: Sequence[AttentionBlock], ids: Ids) -> str:
             f"d_model {_opt(b.d_model)}. {html(_whatif_sentence(b, own.head_dim_fixed))}</figcaption></figure>")
 
 
+def _count(value: int | None) -> str:
+    """A what-if count, or why there is none (h·d_k not divisible by that head count)."""
+    return "no count (width not divisible)" if value is None else group(value)
+
+
 def _whatif_sentence(b: AttentionBlock, own: int) -> str:
     """The chart in words, from the block's own what-if rows (h/2, 2h, --heads)."""
     rows = [w for w in b.what_if if w.num_heads != b.num_heads]
     if not rows:
         return ""
-    fixed_width = ", ".join(f"{group(w.total_width_fixed)} at {w.num_heads}" for w in rows)
+    fixed_width = ", ".join(f"{_count(w.total_width_fixed)} at {w.num_heads}" for w in rows)
     fixed_dk = ", ".join(f"{group(w.head_dim_fixed)} at {w.num_heads}" for w in rows)
-    if all(w.total_width_fixed == own for w in rows):
-        lead = f"Keeping h·d_k, any head count holds {group(own)}"
+    if all(w.total_width_fixed in (own, None) for w in rows):
+        lead = f"Keeping h·d_k, any head count that divides the width holds {group(own)}"
     else:
         lead = f"Keeping h·d_k: {fixed_width}"
     return f"{lead}; keeping d_k = {b.d_k}: {fixed_dk} heads."
@@ -302,7 +310,9 @@ def kv_bytes_at(report: Report, context: int) -> int | None:
         return None
     caching = [b for b in report.blocks if b.kv_cache_bytes_per_token is not None and b.kind != "cross"]
     if caching:
-        total = sum((b.kv_cache_bytes_per_token or 0) * min(context, b.sliding_window or context) for b in caching)
+        # A module applied N times (a shared layer) keeps N caches.
+        total = sum((b.kv_cache_bytes_per_token or 0) * b.applications * min(context, b.sliding_window or context)
+                    for b in caching)
     else:
         total = kv.bytes_per_token * context
     return total * kv.batch
@@ -364,7 +374,7 @@ def _block_details(b: AttentionBlock) -> str:
         parts.append('<div class="scroll"><table><tr><th class="l">role</th><th class="l">weight</th><th>shape</th>'
                      '<th>weights</th><th>bias</th><th class="l">node</th></tr>' + proj_rows + "</table></div>")
     if b.what_if:
-        wi = "".join(f"<tr><td>{w.num_heads}</td><td>{group(w.total_width_fixed)}</td><td>{group(w.head_dim_fixed)}"
+        wi = "".join(f"<tr><td>{w.num_heads}</td><td>{_count(w.total_width_fixed)}</td><td>{group(w.head_dim_fixed)}"
                      "</td></tr>" for w in b.what_if)
         parts.append("<table><tr><th>heads</th><th>h·d_k fixed</th><th>d_k fixed</th></tr>" + wi + "</table>")
     if b.weight_bytes is not None or b.kv_cache_bytes_per_token is not None or b.kv_cache_reason:
@@ -391,7 +401,7 @@ def _blocks_section(report: Report) -> str:
         p = b.params
         cells = [_opt(b.num_heads), _opt(b.num_kv_heads), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v)]
         dims = "".join(f'<td class="unknown">{c}</td>' if c == UNKNOWN else f"<td>{c}</td>" for c in cells)
-        rows.append(f'<tr><td class="name"><code>{_name(b.name)}</code></td><td class="l">{html(b.kind)}</td>{dims}'
+        rows.append(f'<tr><td class="name"><code>{_name(b.name)}</code></td><td class="l">{html(kind_label(b))}</td>{dims}'
                     + "".join(f"<td>{group(v)}</td>" for v in (p.q, p.k, p.v, p.o, p.bias))
                     + f"<td><b>{group(p.total)}</b></td><td>{percent(p.total, total)}</td></tr>")
     details = "".join(f"<details><summary>Evidence for <code>{html(b.name)}</code></summary>{_block_details(b)}"
@@ -410,8 +420,22 @@ def _misses_section(report: Report) -> str:
             f"match, with the reason)</summary><ul>{items}</ul></details>")
 
 
-def _model_section(report: Report, ids: Ids) -> str:
-    parts = [f'<section class="model" aria-label="{html(report.model.path)}">', _header(report)]
+def _gates_section(extras: ModelExtras) -> str:
+    """The run's gate results and the flags --ignore dropped (the CLI's extras), as a list."""
+    items = [f"<li>{'✅ passed' if g.passed else '❌ <b>FAILED</b>'}: {html(g.message)}</li>" for g in extras.gates]
+    parts = []
+    if items:
+        failed = sum(1 for g in extras.gates if not g.passed)
+        parts.append(f"<h3>Gates ({failed} failed)</h3>" if failed else "<h3>Gates: all passed</h3>")
+        parts.append("<ul>" + "".join(items) + "</ul>")
+    if extras.ignored:
+        parts.append(f"<p>{html(ignored_line(extras.ignored))}.</p>")
+    return "".join(parts)
+
+
+def _model_section(report: Report, ids: Ids, extras: ModelExtras = NO_EXTRAS) -> str:
+    parts = [f'<section class="model" aria-label="{html(report.model.path)}">', _header(report),
+             _gates_section(extras)]
     if report.blocks:
         parts += [_params_section(report, ids), _layout_section(report, ids), _whatif_section(report, ids),
                   _kv_section(report, ids), _blocks_section(report)]
@@ -450,17 +474,20 @@ def _comparison(reports: Sequence[Report], ids: Ids) -> str:
               "<th>KV / token</th><th class=\"l\">flags</th></tr>" + "".join(rows) + "</table></div>")
 
 
-def render_html_body(reports: Report | Iterable[Report], *, id_prefix: str = "m") -> str:
+def render_html_body(reports: Report | Iterable[Report], *, id_prefix: str = "m",
+                     extras: Sequence[ModelExtras] | None = None) -> str:
     """The report's content in one ``<div class="mhai">`` (no page, no stylesheet). Element ids
-    start with ``id_prefix``, so several bodies can share one document (a notebook)."""
+    start with ``id_prefix``, so several bodies can share one document (a notebook). ``extras``
+    (one per report) add the run's gate results."""
     items = [reports] if isinstance(reports, Report) else list(reports)
+    more = list(extras) if extras is not None else [NO_EXTRAS] * len(items)
     ids = Ids(id_prefix)
     parts = ['<div class="mhai multi">' if len(items) > 1 else '<div class="mhai">']
     if len(items) > 1:
         parts.append(_comparison(items, ids))
     if not items:
         parts.append("<p>No models analysed.</p>")
-    parts.append('<div class="models">' + "".join(_model_section(r, ids) for r in items) + "</div>")
+    parts.append('<div class="models">' + "".join(_model_section(r, ids, e) for r, e in zip(items, more)) + "</div>")
     parts.append(f'<footer>mhainspect {html(__version__)} · counts are exact; charts round. '
                  f'Flag codes: <a href="{html(DOCS_BASE)}flags.md" rel="noopener noreferrer">docs/flags.md</a>'
                  "</footer></div>")
@@ -478,12 +505,13 @@ def page(title: str, body: str) -> str:
             f'<body class="mhai-page">\n{body}\n</body></html>\n')
 
 
-def render_html(reports: Report | Iterable[Report]) -> str:
+def render_html(reports: Report | Iterable[Report], *, extras: Sequence[ModelExtras] | None = None) -> str:
     """One self-contained page: a comparison when there are several models, then per model the
-    header, parameter charts, head layout, what-if, KV cache, block table and near misses."""
+    header, the gate results (``extras``), parameter charts, head layout, what-if, KV cache, block
+    table and near misses."""
     items = [reports] if isinstance(reports, Report) else list(reports)
     title = ("mhainspect: " + items[0].model.path) if len(items) == 1 else f"mhainspect: {len(items)} models"
-    return page(title, render_html_body(items))
+    return page(title, render_html_body(items, extras=extras))
 
 
 def repr_html(report: Report) -> str:

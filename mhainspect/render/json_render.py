@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Iterable
-from typing import Any, SupportsIndex
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from mhainspect.findings import (
     SCHEMA_VERSION,
@@ -30,6 +30,9 @@ from mhainspect.findings import (
 )
 from mhainspect.render.json_text import dumps_pretty
 
+if TYPE_CHECKING:
+    from mhainspect.gates import GateResult
+
 JSONDict = dict[str, Any]
 
 __all__ = [
@@ -39,6 +42,8 @@ __all__ = [
     "reports_to_dict",
     "reports_to_json",
     "reports_to_jsonl",
+    "to_json",
+    "to_jsonl",
 ]
 
 
@@ -86,6 +91,7 @@ def _model(model: ModelSummary) -> JSONDict:
         "producer": model.producer,
         # extension
         "attention_share": _share(attention, total),
+        **({} if model.trainable_params is None else {"trainable_params": _int(model.trainable_params)}),
         # size in bytes (mhainspect.size)
         "weight_bytes": _opt_int(model.weight_bytes),
         "weight_bytes_by_dtype": {str(name): _int(n) for name, n in model.weight_bytes_by_dtype},
@@ -138,7 +144,7 @@ def _evidence(ev: Evidence) -> JSONDict:
 def _what_if(w: WhatIf) -> JSONDict:
     return {
         "num_heads": _int(w.num_heads),
-        "total_width_fixed": _int(w.total_width_fixed),
+        "total_width_fixed": _opt_int(w.total_width_fixed),
         "head_dim_fixed": _int(w.head_dim_fixed),
     }
 
@@ -185,6 +191,8 @@ def _block(block: AttentionBlock, model_total: int) -> JSONDict:
         "kv_cache_reason": block.kv_cache_reason,
         "sliding_window": _opt_int(block.sliding_window),
     }
+    if block.applications != 1:  # only for a module whose weights one run applies several times
+        data["applications"] = _int(block.applications)
     if block.verification is not None:  # only when --verify ran
         data["verify"] = _verification(block.verification)
     return data
@@ -204,10 +212,26 @@ def _miss(miss: Miss) -> JSONDict:
     return {"matcher": miss.matcher, "anchor": miss.anchor, "reason": miss.reason}
 
 
-def report_to_dict(report: Report) -> JSONDict:
-    """The single-model JSON document (docs/report.schema.json), in declared order."""
-    model = _model(report.model)
+def _gate(result: GateResult) -> JSONDict:
     return {
+        "gate": result.gate,
+        "passed": bool(result.passed),
+        "actual": _int(result.actual),
+        "limit": _opt_int(result.limit),
+        "code": result.code,
+        "source": result.source,
+        "message": result.message,
+    }
+
+
+def report_to_dict(report: Report, *, gates: Sequence[GateResult] = (),
+                   ignored: Sequence[tuple[str, int]] = ()) -> JSONDict:
+    """The single-model JSON document (docs/report.schema.json), in declared order.
+
+    ``gates`` (the run's gate results, passed and failed) and ``ignored`` ((code, count) of the
+    flags --ignore dropped) add the keys ``gates`` and ``ignored_flags`` when given."""
+    model = _model(report.model)
+    data: JSONDict = {
         "schema_version": report.schema_version,
         "model": model,
         "blocks": [_block(b, model["total_params"]) for b in report.blocks],
@@ -215,11 +239,30 @@ def report_to_dict(report: Report) -> JSONDict:
         "misses": [_miss(m) for m in report.misses],
         "warnings": list(report.warnings),
     }
+    if gates:
+        data["gates"] = [_gate(g) for g in gates]
+    if ignored:
+        data["ignored_flags"] = {code: _int(n) for code, n in ignored}
+    return data
 
 
-def reports_to_dict(reports: Iterable[Report]) -> JSONDict:
-    """The multi-model JSON document (docs/multi-report.schema.json)."""
-    return {"schema_version": SCHEMA_VERSION, "models": [report_to_dict(r) for r in reports]}
+def reports_to_dict(reports: Iterable[Report], *, docs: Sequence[JSONDict] | None = None) -> JSONDict:
+    """The multi-model JSON document (docs/multi-report.schema.json); ``docs`` are the models'
+    documents when already built (with their gates)."""
+    models = list(docs) if docs is not None else [report_to_dict(r) for r in reports]
+    return {"schema_version": SCHEMA_VERSION, "models": models}
+
+
+def to_json(data: JSONDict) -> str:
+    """A document as pretty JSON (indent=2, keys in declared order) with a trailing newline."""
+    return _dumps_pretty(data)
+
+
+def to_jsonl(docs: Iterable[JSONDict]) -> str:
+    """One compact document per line (JSON Lines); empty string for none."""
+    import json  # only JSON Lines needs the stdlib encoder; pretty JSON is written by json_text
+
+    return "".join(json.dumps(d, separators=(",", ":"), allow_nan=False) + "\n" for d in docs)
 
 
 def _dumps_pretty(data: JSONDict) -> str:
@@ -238,9 +281,4 @@ def reports_to_json(reports: Iterable[Report]) -> str:
 
 def reports_to_jsonl(reports: Iterable[Report]) -> str:
     """One compact report document per line (JSON Lines); empty string for no reports."""
-    import json  # only JSON Lines needs the stdlib encoder; pretty JSON is written by json_text
-
-    return "".join(
-        json.dumps(report_to_dict(r), separators=(",", ":"), allow_nan=False) + "\n"
-        for r in reports
-    )
+    return to_jsonl(report_to_dict(r) for r in reports)

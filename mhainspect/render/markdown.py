@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from mhainspect.findings import Flag, Report, Severity
-from mhainspect.render.cells import block_cells, percent, verify_label
+from mhainspect.findings import AttentionBlock, Report, Severity
+from mhainspect.render.cells import (
+    UNKNOWN,
+    block_cells,
+    blocks_word,
+    format_label,
+    gate_line,
+    head_count_lines,
+    ignored_line,
+    percent,
+    source_facts,
+    verify_label,
+    what_if_rows,
+)
+from mhainspect.render.extras import NO_EXTRAS, ModelExtras
+from mhainspect.render.grouping import FlagGroup, group_flags, join_names
 from mhainspect.render.numbers import group
 from mhainspect.render.safe import md_code, md_text
 from mhainspect.render.size_lines import size_lines
@@ -17,28 +31,51 @@ _COLUMNS = (
     "Q", "K", "V", "O", "Bias", "Total", "Share (%)",
 )
 _ALIGN = ("---", "---") + ("---:",) * (len(_COLUMNS) - 2)
-
-
 def _row(cells: Iterable[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _flag_item(flag: Flag) -> str:
+def _flag_item(g: FlagGroup) -> str:
+    flag = g.flag
     sev = flag.severity.value if isinstance(flag.severity, Severity) else str(flag.severity)
-    where = f"{md_code(flag.block)}: " if flag.block is not None else ""
-    return f"- **{flag.code}** ({sev}) {where}{md_text(flag.message)}"
+    names = [b for b in g.blocks if b is not None]
+    where = f"{md_code(join_names(names))}: " if names else ""
+    times = f" ×{g.count}" if g.count > 1 else ""
+    return f"- **{flag.code}** ({sev}){times} {where}{md_text(flag.message)}"
 
 
-def _report(report: Report, level: int) -> list[str]:
+def _evidence(b: AttentionBlock) -> list[str]:
+    """-v: the evidence behind a block's numbers, folded under its name."""
+    lines = ["<details>", f"<summary>Evidence: {md_text(b.name)} ({md_text(b.matcher)})</summary>", ""]
+    if b.anchor:
+        lines.append(f"- anchor: {md_code(b.anchor)}")
+    for ev in b.evidence:
+        value = "" if ev.value is None else f" = {ev.value:g}" if isinstance(ev.value, float) else f" = {ev.value}"
+        lines.append(f"- {md_text(ev.field + value)} ({md_text(ev.source)}): {md_text(ev.detail)}")
+    if b.unknown_reason:
+        lines.append(f"- unknown: {md_text(b.unknown_reason)}")
+    lines.extend(f"- conflict: {md_text(c)}" for c in b.conflicts)
+    for p in b.projections:
+        bias = f" + bias {group(p.bias_params)}" if p.bias_params else ""
+        lines.append(f"- {p.role}: {md_code(p.weight or UNKNOWN)} ({p.in_features or UNKNOWN}→"
+                     f"{p.out_features or UNKNOWN}) {group(p.weight_params)}{bias} via {md_code(p.node)}")
+    lines.extend(["", "</details>"])
+    return lines
+
+
+def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what_if_heads: Sequence[int],
+            group_repeats: bool) -> list[str]:
     m = report.model
     hashes = "#" * level
     lines = [f"{hashes} {md_code(m.path)}", ""]
-    opset = f", opset {m.opset}" if m.opset is not None else ""
-    producer = f", {md_text(m.producer)}" if m.producer else ""
+    facts = "".join(f", {md_text(f)}" for f in source_facts(m))
     share = f" ({percent(m.attention_params, m.total_params)}%)" if m.total_params else ""
+    trainable = getattr(m, "trainable_params", None)
+    train = (f" (trainable {group(trainable)}, non-trainable {group(m.total_params - trainable)})"
+             if trainable is not None else "")
     lines.append(
-        f"{md_text(m.format)}{opset}{producer}: **{group(m.total_params)}** params, "
-        f"attention **{group(m.attention_params)}**{share}, {len(report.blocks)} blocks"
+        f"{md_text(format_label(m.format))}{facts}: **{group(m.total_params)}** params{train}, "
+        f"attention **{group(m.attention_params)}**{share}, {blocks_word(len(report.blocks))}"
     )
     lines.append("")
     if report.blocks:
@@ -46,17 +83,31 @@ def _report(report: Report, level: int) -> list[str]:
         lines.append(_row(_ALIGN))
         for b in report.blocks:
             cells = list(block_cells(b, m.total_params))
-            cells[0], cells[1], cells[11] = md_code(b.name, table_cell=True), md_text(b.kind), f"**{cells[11]}**"
+            cells[0], cells[1], cells[11] = md_code(b.name, table_cell=True), md_text(cells[1]), f"**{cells[11]}**"
             lines.append(_row(cells))
+        lines.append("")
+        lines.extend(md_text(line) for line in head_count_lines(report))
     else:
         lines.append("No attention blocks found.")
+    if what_if_heads and report.blocks:
+        lines.extend(["", f"**What if (--heads {', '.join(str(h) for h in what_if_heads)})**", "",
+                      _row(("Blocks", "Heads now", "At heads", "h·d_k fixed", "d_k fixed")),
+                      _row(("---", "---:", "---:", "---:", "---:"))])
+        lines.extend(_row((md_code(names, table_cell=True), md_text(now), str(n), a, b_))
+                     for names, now, n, a, b_ in what_if_rows(report, what_if_heads))
     lines.append("")
     if report.flags:
         lines.append(f"**Flags ({len(report.flags)})**")
         lines.append("")
-        lines.extend(_flag_item(f) for f in report.flags)
+        lines.extend(_flag_item(g) for g in group_flags(report.flags, group=group_repeats and not verbose))
     else:
         lines.append("No flags.")
+    if extras.ignored:
+        lines.extend(["", md_text(ignored_line(extras.ignored)) + "."])
+    if extras.gates:
+        failed = sum(1 for g in extras.gates if not g.passed)
+        lines.extend(["", f"**Gates ({failed} failed)**" if failed else "**Gates: all passed**", ""])
+        lines.extend(f"- {'✅' if g.passed else '❌'} {md_text(gate_line(g))}" for g in extras.gates)
     sizes = size_lines(report)
     if sizes:
         lines.append("")
@@ -75,6 +126,10 @@ def _report(report: Report, level: int) -> list[str]:
         lines.append(f"**Warnings ({len(report.warnings)})**")
         lines.append("")
         lines.extend(f"- {md_text(w)}" for w in report.warnings)
+    if verbose:
+        for b in report.blocks:
+            lines.append("")
+            lines.extend(_evidence(b))
     if report.misses:
         n = len(report.misses)
         lines.append("")
@@ -90,14 +145,18 @@ def _report(report: Report, level: int) -> list[str]:
     return lines
 
 
-def render_markdown(reports: Report | Iterable[Report], *, title: str | None = None) -> str:
+def render_markdown(reports: Report | Iterable[Report], *, title: str | None = None,
+                    extras: Sequence[ModelExtras] | None = None, verbose: bool = False,
+                    what_if_heads: Sequence[int] = (), group_repeats: bool = True) -> str:
     """A markdown summary: per model a heading, a table of blocks and a list of flags.
 
     Accepts one report or several. ``title`` adds a level-2 heading above the models (their
-    headings are then level 3, else level 2). Human-size numbers (1.05M) appear in the block
-    table only; the model totals are exact.
+    headings are then level 3, else level 2). Every count is exact. ``extras`` (one per report)
+    add the gate results and the flags --ignore dropped; ``verbose`` the evidence per block (in a
+    folded <details>) and every flag on its own line; ``what_if_heads`` a what-if table.
     """
     items = [reports] if isinstance(reports, Report) else list(reports)
+    more = list(extras) if extras is not None else [NO_EXTRAS] * len(items)
     lines: list[str] = []
     level = 2
     if title is not None:
@@ -105,6 +164,6 @@ def render_markdown(reports: Report | Iterable[Report], *, title: str | None = N
         level = 3
     if not items:
         lines.extend(["No models analysed.", ""])
-    for report in items:
-        lines.extend(_report(report, level))
+    for report, extra in zip(items, more):
+        lines.extend(_report(report, level, extra, verbose, what_if_heads, group_repeats))
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mhainspect.findings import AttentionBlock, Report
 from mhainspect.render.numbers import format_bytes, group
-from mhainspect.size import NO_CACHE
+from mhainspect.size import KV_FIELD, NO_CACHE
 
 __all__ = ["block_size_line", "size_lines"]
 
@@ -52,7 +52,8 @@ def block_size_line(b: AttentionBlock) -> str:
     weights = "weights ?" if b.weight_bytes is None else f"weights {_bytes(b.weight_bytes)}"
     if b.kv_cache_bytes_per_token is not None:
         per = "per encoder token" if b.kind == "cross" else "per token"
-        kv = f"KV cache {_bytes(b.kv_cache_bytes_per_token)} {per} [{b.kv_cache_reason}]"
+        detail = next((e.detail for e in b.evidence if e.field == KV_FIELD), "")
+        kv = f"KV cache {_bytes(b.kv_cache_bytes_per_token)} {per} [{detail}]"
     else:
         kv = f"KV cache: {b.kv_cache_reason or 'unknown'}"
     return f"{weights}; {kv}"

@@ -1,17 +1,37 @@
-"""Report -> terminal text (rich). Pure: renders into a string, never prints."""
+"""Report -> terminal text (rich). Pure: renders into a string, never prints.
+
+Free text wraps at word boundaries to the given width (rich does the wrapping), with a hanging
+indent under each flag, warning and evidence line; block names are never split: the table
+shortens a name that cannot fit ("…layers.0.attention") and says so, and -v and JSON keep it whole.
+Counts are exact; only a terminal too narrow for exact counts abbreviates them, and says so.
+"""
 
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 
 from rich import box
 from rich.cells import cell_len
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from mhainspect.findings import AttentionBlock, Flag, Report, Severity
-from mhainspect.render.cells import UNKNOWN, block_cells, heads_label, percent, verify_label
+from mhainspect.findings import AttentionBlock, Report, Severity
+from mhainspect.render.cells import (
+    UNKNOWN,
+    block_cells,
+    format_label,
+    head_count_lines,
+    heads_label,
+    ignored_line,
+    percent,
+    source_facts,
+    verify_label,
+    what_if_rows,
+)
+from mhainspect.render.extras import NO_EXTRAS, ModelExtras
+from mhainspect.render.grouping import FlagGroup, group_flags, join_names
 from mhainspect.render.numbers import group
 from mhainspect.render.safe import printable_fields
 from mhainspect.render.size_lines import block_size_line, size_lines
@@ -33,19 +53,20 @@ def _misses(n: int) -> str:
 def _header(report: Report) -> list[Text]:
     m = report.model
     lines = [Text.assemble(("Model: ", "bold"), m.path)]
-    meta = Text.assemble(("Format: ", "bold"), m.format)
-    meta.append(f"  opset {m.opset if m.opset is not None else UNKNOWN}")
-    meta.append(f"  producer {m.producer or UNKNOWN}")
-    meta.append(f"  nodes {group(m.num_nodes)}")
+    meta = Text.assemble(("Format: ", "bold"), format_label(m.format))
+    for fact in source_facts(m):
+        meta.append(f"  {fact}")
     lines.append(meta)
     share = percent(m.attention_params, m.total_params)
-    lines.append(
-        Text.assemble(
-            ("Params: ", "bold"),
-            f"{group(m.total_params)} total; attention {group(m.attention_params)}",
-            f" ({share}%)" if m.total_params else "",
-        )
+    params = Text.assemble(
+        ("Params: ", "bold"),
+        f"{group(m.total_params)} total; attention {group(m.attention_params)}",
+        f" ({share}%)" if m.total_params else "",
     )
+    trainable = getattr(m, "trainable_params", None)
+    if trainable is not None:
+        params.append(f"; trainable {group(trainable)}, non-trainable {group(m.total_params - trainable)}")
+    lines.append(params)
     return lines
 
 
@@ -59,41 +80,80 @@ def _gap(ascii_only: bool) -> int:
     return 3 if ascii_only else 2
 
 
-def _block_rows(report: Report) -> list[tuple[str, ...]]:
+def _block_rows(report: Report, exact: bool) -> list[tuple[str, ...]]:
     total = report.model.total_params
-    rows: list[tuple[str, ...]] = []
-    for b in report.blocks:
-        rows.append(block_cells(b, total))
-    return rows
-
-
-def _layout(report: Report, width: int, ascii_only: bool) -> str:
-    """'full' table, 'compact' table (no Q/K/V/O/Bias) or 'list' (one line per block)."""
-    rows = _block_rows(report)
-    natural = [max(cell_len(c) for c in col) for col in zip(_COLUMNS, *rows)]
-
-    def needed(columns: list[int], block_floor: int) -> int:
-        rest = sum(natural[i] for i in columns if i != 0)
-        return min(natural[0], block_floor) + rest + _gap(ascii_only) * (len(columns) - 1)
-
-    all_cols = list(range(len(_COLUMNS)))
-    # Block names are the handle users grep for: drop detail columns before folding a name.
-    if needed(all_cols, natural[0]) <= width:
-        return "full"
-    if needed(_compact_columns(), natural[0]) <= width:
-        return "compact"
-    if needed(_compact_columns(), 12) <= width:
-        return "compact"
-    return "list"
+    return [block_cells(b, total, exact=exact) for b in report.blocks]
 
 
 def _compact_columns() -> list[int]:
     return [i for i, name in enumerate(_COLUMNS) if name not in _DETAIL_COLUMNS]
 
 
-def _blocks_table(report: Report, compact: bool, ascii_only: bool) -> Table:
-    rows = _block_rows(report)
-    keep = _compact_columns() if compact else list(range(len(_COLUMNS)))
+_MIN_NAME = 16  # a block name shortened below this no longer says which block it is
+
+
+class _Layout:
+    """How the block table fits the width: which columns, exact or abbreviated counts, and the
+    width block names are shortened to (None: names in full); ``lines`` is one line per block."""
+
+    def __init__(self, columns: list[int], exact: bool, name_width: int | None, lines: bool = False,
+                 shorten: str = "tail") -> None:
+        self.columns, self.exact, self.name_width, self.lines = columns, exact, name_width, lines
+        self.shorten = shorten
+
+
+def _layout(report: Report, width: int, ascii_only: bool) -> _Layout:
+    """The widest layout that fits: every column; without Q/K/V/O/Bias; then shortened names;
+    then abbreviated counts; else one line per block."""
+    gap = _gap(ascii_only)
+    for exact in (True, False):
+        rows = _block_rows(report, exact)
+        natural = [max(cell_len(c) for c in col) for col in zip(_COLUMNS, *rows)]
+        for columns in (list(range(len(_COLUMNS))), _compact_columns()):
+            rest = sum(natural[i] for i in columns if i != 0) + gap * (len(columns) - 1)
+            if natural[0] + rest <= width:
+                return _Layout(columns, exact, None)
+        room = width - rest  # rest of the compact columns
+        how = _shortening([b.name for b in report.blocks], room) if room >= _MIN_NAME else None
+        if how is not None:
+            return _Layout(_compact_columns(), exact, room, shorten=how)
+    return _Layout([], False, None, lines=True)
+
+
+def _shortening(names: list[str], width: int) -> str | None:
+    """How to shorten names to ``width`` so they still tell the blocks apart: keep their ends
+    ("tail") or both ends ("middle"); None when neither does (the table keeps them whole)."""
+    for how in ("tail", "middle"):
+        if len({_shorten(n, width, how) for n in names}) == len(set(names)):
+            return how
+    return None
+
+
+def _shorten(name: str, width: int, how: str = "tail") -> str:
+    """``name`` in at most ``width`` cells: its end kept (the layer number and role) behind '…',
+    cut at a '.' or '/' where one is near; "middle" keeps a third of the start too."""
+    if cell_len(name) <= width:
+        return name
+    if how == "middle":
+        head_len = (width - 1) // 3
+        head = name[:head_len]
+        rest = width - 1 - cell_len(head)
+        tail = name[-rest:] if rest > 0 else ""
+        while cell_len(tail) > rest:
+            tail = tail[1:]
+        return head + "…" + tail
+    tail = name[-(width - 1):]
+    while cell_len(tail) > width - 1:
+        tail = tail[1:]
+    for i, ch in enumerate(tail[: len(tail) // 2]):
+        if ch in "./":
+            tail = tail[i + 1:] if i + 1 < len(tail) else tail
+            break
+    return "…" + tail
+
+
+def _blocks_table(report: Report, layout: _Layout, ascii_only: bool) -> Table:
+    rows = _block_rows(report, layout.exact)
     table = Table(
         box=box.ASCII if ascii_only else box.SIMPLE_HEAD,
         show_edge=False,
@@ -102,18 +162,18 @@ def _blocks_table(report: Report, compact: bool, ascii_only: bool) -> Table:
         # SIMPLE_HEAD's divider is a space: right padding alone separates columns.
         padding=(0, 1) if ascii_only else (0, 1, 0, 0),
     )
-    for i in keep:
+    for i in layout.columns:
         name = _COLUMNS[i]
-        if i == 0:
-            table.add_column(name, overflow="fold", min_width=12)
-        elif i == 1:
+        if i <= 1:
             table.add_column(name, no_wrap=True)
         else:
             table.add_column(name, justify="right", no_wrap=True)
     for row in rows:
         cells: list[Text] = []
-        for i in keep:
+        for i in layout.columns:
             value = row[i]
+            if i == 0 and layout.name_width is not None:
+                value = _shorten(value, layout.name_width, layout.shorten)
             style = "bold" if _COLUMNS[i] == "Total" else ("dim" if value == UNKNOWN else "")
             cells.append(Text(value, style=style))
         table.add_row(*cells)
@@ -121,9 +181,9 @@ def _blocks_table(report: Report, compact: bool, ascii_only: bool) -> Table:
 
 
 def _block_lines(report: Report) -> list[Text]:
-    """Narrow-terminal fallback: one line per block, all columns as 'label value'."""
+    """Narrow-terminal fallback: one (wrapped) line per block, all columns as 'label value'."""
     lines = []
-    for row in _block_rows(report):
+    for row in _block_rows(report, True):
         name, kind, heads, d_model, d_k, d_v, q, k, v, o, bias, total, share = row
         lines.append(
             Text.assemble(
@@ -135,6 +195,43 @@ def _block_lines(report: Report) -> list[Text]:
             )
         )
     return lines
+
+
+def _layout_notes(layout: _Layout, width: int) -> list[Text]:
+    notes = []
+    if not layout.lines and len(layout.columns) < len(_COLUMNS):
+        notes.append(f"Q/K/V/O/Bias columns hidden at {width} columns (see --format json).")
+    if layout.name_width is not None:
+        notes.append("Block names shortened (…) to fit; full names with -v or --format json.")
+    if not layout.exact and not layout.lines:
+        notes.append(f"Counts abbreviated to fit {width} columns (k = thousand, M = million, B = billion); "
+                     "exact counts in a wider terminal or with --format json.")
+    return [Text(n, style="dim") for n in notes]
+
+
+def _hang(lead: Sequence[tuple[str, str]], body: Text, width: int, indent: int = 0, gap: int = 1) -> RenderableType:
+    """``lead`` cells, then ``body`` wrapped at word boundaries under itself (a hanging indent);
+    plain wrapping from the line start when a word of ``body`` (a long tensor name) would not fit
+    under the lead, so no word is split."""
+    room = width - indent - sum(cell_len(text) + gap for text, _ in lead)
+    if max((cell_len(w) for w in body.plain.split()), default=0) > room:
+        line = Text(" " * indent)
+        for text, style in lead:
+            line.append(text, style=style)
+            line.append(" " * gap)
+        line.append_text(body)
+        return line
+    grid = Table.grid(padding=(0, gap, 0, 0), pad_edge=False)
+    if indent:
+        grid.add_column(width=indent - gap, no_wrap=True)
+    for _ in lead:
+        grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold", ratio=1)
+    cells: list[RenderableType] = [Text("")] if indent else []
+    cells.extend(Text(text, style=style) for text, style in lead)
+    cells.append(body)
+    grid.add_row(*cells)
+    return grid
 
 
 _VERIFY_STYLE = {"confirmed": "green", "contradicted": "bold red", "observed": "cyan", "unchecked": "dim"}
@@ -149,49 +246,82 @@ def _verify_line(b: AttentionBlock, verbose: bool) -> Text:
     return line
 
 
-def _flag_line(flag: Flag) -> Text:
-    sev = flag.severity.value if isinstance(flag.severity, Severity) else str(flag.severity)
-    line = Text.assemble((flag.code, "bold"), " ", (f"{sev:<7}", severity_style(sev)), "  ")
-    if flag.block is not None:
-        line.append(flag.block)
-        line.append(": ")
-    line.append(flag.message)
-    return line
+def _flag_rows(groups: Sequence[FlagGroup], width: int) -> list[RenderableType]:
+    """Code, severity, then the message wrapped under itself; a folded group says ×N and its blocks.
+    Plain wrapping from the line start when a word (a long block name) would not fit under them."""
+    rows: list[tuple[Text, Text, Text]] = []
+    for g in groups:
+        flag = g.flag
+        sev = flag.severity.value if isinstance(flag.severity, Severity) else str(flag.severity)
+        body = Text()
+        if g.count > 1:
+            body.append(f"×{g.count} ", style="bold")
+        names = [b for b in g.blocks if b is not None]
+        if names:
+            body.append(join_names(names) + ": ")
+        body.append(flag.message)
+        rows.append((Text(flag.code, style="bold"), Text(sev, style=severity_style(sev)), body))
+    lead = max((r[0].cell_len for r in rows), default=0) + max((r[1].cell_len for r in rows), default=0) + 4
+    longest = max((cell_len(w) for r in rows for w in r[2].plain.split()), default=0)
+    if longest > width - lead:
+        return [Text.assemble(code, "  ", sev, "  ", body) for code, sev, body in rows]
+    grid = Table.grid(padding=(0, 2, 0, 0), pad_edge=False)
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold", ratio=1)
+    for row in rows:
+        grid.add_row(*row)
+    return [grid]
 
 
-def _block_details(b: AttentionBlock) -> list[Text]:
-    lines = [Text.assemble(("Block ", "bold"), (b.name, "bold"), f"  [{b.matcher}]")]
+def _block_details(b: AttentionBlock, width: int) -> list[RenderableType]:
+    def _detail(lead: str, text: str, style: str = "") -> RenderableType:
+        """'  lead text...' with the text wrapped under itself."""
+        return _hang(((lead, style),), Text(text, style=style), width, indent=2, gap=1)
+
+    lines: list[RenderableType] = [Text.assemble(("Block ", "bold"), (b.name, "bold"), f"  [{b.matcher}]")]
     if b.anchor:
-        lines.append(Text(f"  anchor: {b.anchor}"))
+        lines.append(_detail("anchor:", b.anchor))
     for ev in b.evidence:
         value = "" if ev.value is None else f" = {ev.value:g}" if isinstance(ev.value, float) else f" = {ev.value}"
-        lines.append(Text(f"  {ev.field}{value}  ({ev.source}) {ev.detail}"))
+        lines.append(_detail(f"{ev.field}{value} ", f"({ev.source}) {ev.detail}"))
     if not b.scale_known and not any(ev.field == "scale" for ev in b.evidence):
-        lines.append(Text("  scale: not found", style="dim"))
+        lines.append(_detail("scale:", "not found", "dim"))
     if b.unknown_reason:
-        lines.append(Text(f"  unknown: {b.unknown_reason}", style="yellow"))
+        lines.append(_detail("unknown:", b.unknown_reason, "yellow"))
     for conflict in b.conflicts:
-        lines.append(Text(f"  conflict: {conflict}", style="yellow"))
+        lines.append(_detail("conflict:", conflict, "yellow"))
     for proj in b.projections:
         shape = f"{proj.in_features or UNKNOWN}->{proj.out_features or UNKNOWN}"
         bias = f" + bias {group(proj.bias_params)}" if proj.bias_params else ""
-        lines.append(
-            Text(
-                f"  {proj.role}: {proj.weight or UNKNOWN} ({shape}) "
-                f"{group(proj.weight_params)}{bias}  via {proj.node}"
-            )
-        )
+        lines.append(_detail(f"{proj.role}:", f"{proj.weight or UNKNOWN} ({shape}) "
+                             f"{group(proj.weight_params)}{bias}  via {proj.node}"))
     if b.params.extra:
-        lines.append(Text(f"  extra params: {group(b.params.extra)}"))
-    lines.append(Text(f"  size: {block_size_line(b)}"))
+        lines.append(_detail("extra params:", group(b.params.extra)))
+    lines.append(_detail("size:", block_size_line(b)))
     for w in b.what_if:
-        lines.append(
-            Text(
-                f"  what if h={w.num_heads}: {group(w.total_width_fixed)} (h*d_k fixed), "
-                f"{group(w.head_dim_fixed)} (d_k fixed)"
-            )
-        )
+        fixed = UNKNOWN if w.total_width_fixed is None else group(w.total_width_fixed)
+        lines.append(_detail(f"what if h={w.num_heads}:", f"{fixed} (h*d_k fixed), "
+                             f"{group(w.head_dim_fixed)} (d_k fixed)"))
     return lines
+
+
+def _what_if_table(report: Report, heads: Sequence[int], width: int, ascii_only: bool) -> Table:
+    table = Table(box=box.ASCII if ascii_only else box.SIMPLE_HEAD, show_edge=False, header_style="bold",
+                  pad_edge=False, padding=(0, 1) if ascii_only else (0, 1, 0, 0))
+    headers = ("Heads now", "At heads", "h·d_k fixed", "d_k fixed")
+    rows = what_if_rows(report, heads)
+    # Names stay whole, or are shortened (distinctly) like the block table's, never folded.
+    rest = sum(max([len(h), *(len(str(r[i + 1])) for r in rows)]) for i, h in enumerate(headers))
+    room = max(width - rest - _gap(ascii_only) * len(headers), _MIN_NAME)
+    names = [r[0] for r in rows]
+    how = _shortening(list(dict.fromkeys(names)), room) or "middle"
+    table.add_column("Blocks", no_wrap=True)
+    for name in headers:
+        table.add_column(name, justify="right", no_wrap=True)
+    for label, now, n, width_fixed, dk_fixed in rows:
+        table.add_row(_shorten(label, room, how), now, str(n), width_fixed, dk_fixed)
+    return table
 
 
 def render_table(
@@ -201,31 +331,39 @@ def render_table(
     color: bool = True,
     verbose: bool = False,
     ascii_only: bool = False,
+    extras: ModelExtras = NO_EXTRAS,
+    what_if_heads: Sequence[int] = (),
+    group_repeats: bool = True,
+    wrap: bool = True,
 ) -> str:
     """Render one report as terminal text.
 
     ``color=False`` yields plain text without any escape sequence. ``verbose`` (the CLI's
-    ``--explain``) adds per-block evidence and lists every near miss with its reason;
-    otherwise misses are only counted. ``ascii_only`` draws the table with ASCII rules.
-    The block table fits ``width`` (default 120): it drops the Q/K/V/O/Bias columns when they
-    do not fit, and becomes one line per block on very narrow terminals. Free-text lines
-    (flags, evidence) are not hard-wrapped. The result does not depend on environment
+    ``--explain``) adds per-block evidence, lists every near miss with its reason and every flag
+    on its own line; otherwise misses are only counted and identical flags of several blocks are
+    one line (also with ``group_repeats=False``). ``what_if_heads`` (--heads) adds a what-if
+    section; ``extras`` the run's gate results and the flags --ignore dropped. The block table
+    fits ``width`` (default 120): it drops the Q/K/V/O/Bias columns, then shortens block names,
+    then abbreviates counts, saying so each time, and becomes one line per block on very narrow
+    terminals. Free text wraps at word boundaries (``wrap=False``: never, one line per flag, for
+    logs and pipes). The result does not depend on environment
     variables (NO_COLOR, COLUMNS, ...): the caller decides ``color`` and ``width``.
     """
     report = printable_fields(report)  # names from the file must not drive the terminal
+    extras = printable_fields(extras)
     width = width or 120
-    parts: list[Text | Table] = [*_header(report), Text("")]
+    # wrap=False (a pipe or a log): every flag, warning and evidence line stays one greppable line.
+    text_width = width if wrap else 0
+    parts: list[RenderableType] = [*_header(report), Text("")]
     if report.blocks:
         parts.append(Text(f"Attention blocks ({len(report.blocks)})", style="bold"))
         layout = _layout(report, width, ascii_only)
-        if layout == "list":
+        if layout.lines:
             parts.extend(_block_lines(report))
         else:
-            parts.append(_blocks_table(report, layout == "compact", ascii_only))
-        if layout == "compact":
-            parts.append(
-                Text("Q/K/V/O/Bias columns hidden at this width (see --format json)", style="dim")
-            )
+            parts.append(_blocks_table(report, layout, ascii_only))
+        parts.extend(_layout_notes(layout, width))
+        parts.extend(Text(line) for line in head_count_lines(report))
     else:
         parts.append(
             Text.assemble(
@@ -233,6 +371,13 @@ def render_table(
             )
         )
 
+    if what_if_heads and report.blocks:
+        parts.append(Text(""))
+        parts.append(Text(f"What if (--heads {', '.join(str(h) for h in what_if_heads)})", style="bold"))
+        parts.append(_what_if_table(report, what_if_heads, width, ascii_only))
+        parts.append(Text("h·d_k fixed: the heads split the same projection width (d_k shrinks); d_k fixed: "
+                          "every head keeps its width (the projections grow). ? = not possible at that "
+                          "head count (width not divisible) or layout unknown.", style="dim"))
     sizes = size_lines(report)
     if sizes:
         parts.append(Text(""))
@@ -247,25 +392,39 @@ def render_table(
 
     parts.append(Text(""))
     if report.flags:
+        groups = group_flags(report.flags, group=group_repeats and not verbose)
         parts.append(Text(f"Flags ({len(report.flags)})", style="bold"))
-        parts.extend(_flag_line(f) for f in report.flags)
+        parts.extend(_flag_rows(groups, text_width))
+        if len(groups) < len(report.flags):
+            parts.append(Text("Identical flags of several blocks are one line (×N); --no-group or -v "
+                              "lists each.", style="dim"))
     else:
         parts.append(Text("Flags: none", style="bold"))
+    if extras.ignored:
+        parts.append(Text(ignored_line(extras.ignored), style="dim"))
+
+    if extras.gates:
+        parts.append(Text(""))
+        failed = sum(1 for g in extras.gates if not g.passed)
+        parts.append(Text(f"Gates ({failed} failed)" if failed else "Gates: all passed", style="bold"))
+        for g in extras.gates:
+            parts.append(_hang(((("passed", "green") if g.passed else ("FAILED", "bold red")),),
+                               Text(g.message), text_width))
 
     if report.warnings:
         parts.append(Text(""))
         parts.append(Text(f"Warnings ({len(report.warnings)})", style="bold"))
-        parts.extend(Text(f"- {w}", style="yellow") for w in report.warnings)
+        parts.extend(_hang((("-", ""),), Text(w, style="yellow"), text_width) for w in report.warnings)
 
     n_miss = len(report.misses)
     if verbose:
         for b in report.blocks:
             parts.append(Text(""))
-            parts.extend(_block_details(b))
+            parts.extend(_block_details(b, text_width))
         parts.append(Text(""))
         parts.append(Text(f"Near misses ({n_miss})", style="bold"))
         parts.extend(
-            Text.assemble("- ", (m.matcher, "bold"), f" at {m.anchor}: {m.reason}")
+            _hang((("-", ""),), Text.assemble((m.matcher, "bold"), f" at {m.anchor}: {m.reason}"), text_width)
             for m in report.misses
         )
     elif n_miss:
@@ -277,9 +436,17 @@ def render_table(
                 style="dim",
             )
         )
+    text = _print(parts, width, color, wrap)
+    return text.translate(_ASCII) if ascii_only else text
 
-    buffer = io.StringIO()
-    console = Console(
+
+# ascii_only: the tool's own typography in ASCII (names from the file are left as they are).
+_ASCII = str.maketrans({"·": "*", "…": "~", "×": "x", "–": "-",
+                        "√": "sqrt", "→": "->"})
+
+
+def _console(buffer: io.StringIO, width: int, color: bool) -> Console:
+    return Console(
         file=buffer,
         width=width,
         force_terminal=color,
@@ -293,11 +460,21 @@ def render_table(
         highlight=False,
         _environ={},  # independent of NO_COLOR, COLUMNS, FORCE_COLOR, ...
     )
+
+
+def _print(parts: Sequence[RenderableType], width: int, color: bool, wrap: bool = True) -> str:
+    buffer = io.StringIO()
+    console = _console(buffer, width, color)
     for part in parts:
-        # Text lines are never hard-wrapped (one flag = one line, greppable); the table is
-        # laid out to ``width``.
-        console.print(part, soft_wrap=isinstance(part, Text))
+        # rich wraps text at word boundaries (a word longer than a line folds); tables fit ``width``.
+        console.print(part, soft_wrap=not wrap and isinstance(part, Text))
     text = buffer.getvalue()
     if not color:
         text = "\n".join(line.rstrip() for line in text.split("\n"))
     return text
+
+
+def render_summary(lines: Sequence[str], *, width: int | None = None, color: bool = True, wrap: bool = True) -> str:
+    """The end-of-run lines of a many-model run, wrapped like the reports."""
+    return _print([Text(line, style="bold" if i == 0 else "") for i, line in enumerate(lines)], width or 120, color,
+                  wrap)

@@ -1,0 +1,153 @@
+"""Small GGUF files written with the gguf package's own writer (llama.cpp's gguf-py), tensors named
+the way llama.cpp names them. Shared by tests/test_gguf.py and tests/hostile_cases.py.
+
+Tensor contents are zeros: the audit reads no tensor data, and a quantized tensor is raw bytes of
+the right size with the right GGML type code (no real quantization needed).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+F32, F16, Q8_0, Q4_K = "F32", "F16", "Q8_0", "Q4_K"
+
+
+def raw_header(n_tensors: int, n_kv: int, version: int = 3) -> bytes:
+    """The fixed GGUF header, by hand (for files no writer would produce)."""
+    return b"GGUF" + struct.pack("<IQQ", version, n_tensors, n_kv)
+
+
+def kv_bytes(key: bytes, vtype: int, payload: bytes) -> bytes:
+    return struct.pack("<Q", len(key)) + key + struct.pack("<I", vtype) + payload
+
+
+def tensor_info_bytes(name: bytes, dims: list[int], gtype: int, offset: int) -> bytes:
+    return (struct.pack("<Q", len(name)) + name + struct.pack("<I", len(dims))
+            + b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", gtype, offset))
+
+
+def _gguf() -> Any:
+    import gguf
+
+    return gguf
+
+
+@dataclass(frozen=True)
+class T:
+    """One tensor: name, logical shape in numpy order (out, in) and GGML type name."""
+
+    name: str
+    shape: tuple[int, ...]
+    qtype: str = F32
+
+
+def write_gguf(path: Path, arch: str, metadata: Mapping[str, Any], tensors: Sequence[T], *,
+               split_max_tensors: int = 0) -> list[Path]:
+    """Write a GGUF file (or split files) with ``metadata`` keys (``{arch}`` is filled in) and ``tensors``.
+    Returns the paths written."""
+    gguf = _gguf()
+    w = gguf.GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
+    for key, value in metadata.items():
+        key = key.format(arch=arch)
+        if isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        elif isinstance(value, str):
+            w.add_string(key, value)
+        else:
+            w.add_array(key, list(value))
+    for t in tensors:
+        qtype = gguf.GGMLQuantizationType[t.qtype]
+        if qtype == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(t.name, np.zeros(t.shape, np.float32))
+        elif qtype == gguf.GGMLQuantizationType.F16:
+            w.add_tensor(t.name, np.zeros(t.shape, np.float16))
+        else:
+            byte_shape = gguf.quant_shape_to_byte_shape(t.shape, qtype)
+            w.add_tensor(t.name, np.zeros(byte_shape, np.uint8), raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    if split_max_tensors:
+        return sorted(path.parent.glob(f"{path.stem}-*-of-*.gguf"))
+    return [path]
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """A decoder stack in llama.cpp naming; what the audit must find in every layer."""
+
+    arch: str = "llama"
+    layers: int = 2
+    d_model: int = 256
+    heads: int = 8
+    kv_heads: int = 2
+    head_dim: int = 32
+    v_head_dim: int | None = None
+    qtypes: Mapping[str, str] = field(default_factory=lambda: {"q": F32, "k": F32, "v": F32, "o": F32})
+    fused: bool = False  # Phi-3: one attn_qkv
+    biases: bool = False  # Qwen2: q/k/v biases
+    head_norms: bool = False  # Qwen3/Gemma 3: per-head attn_q_norm / attn_k_norm
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # extra or overriding keys
+    kv_per_layer: tuple[int, ...] | None = None  # the K/V heads each layer's tensors really have
+    tensor_kv_heads: int | None = None  # K/V tensors this many heads wide (a file contradicting its metadata)
+    vocab: int = 512
+
+    @property
+    def d_v(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    def kv_at(self, layer: int) -> int:
+        if self.kv_per_layer is not None:
+            return self.kv_per_layer[layer]
+        return self.tensor_kv_heads or self.kv_heads
+
+    def default_metadata(self) -> dict[str, Any]:
+        return {"general.name": f"tiny {self.arch}", "{arch}.block_count": self.layers,
+                "{arch}.embedding_length": self.d_model, "{arch}.attention.head_count": self.heads,
+                "{arch}.attention.head_count_kv": self.kv_heads, "{arch}.context_length": 4096}
+
+    def tensors(self) -> list[T]:
+        out = [T("token_embd.weight", (self.vocab, self.d_model), F16)]
+        q = self.qtypes
+        for i in range(self.layers):
+            g = self.kv_at(i)
+            wq, wk, wv = self.heads * self.head_dim, g * self.head_dim, g * self.d_v
+            p = f"blk.{i}"
+            out.append(T(f"{p}.attn_norm.weight", (self.d_model,)))
+            if self.fused:
+                out.append(T(f"{p}.attn_qkv.weight", (wq + wk + wv, self.d_model), q["q"]))
+            else:
+                out += [T(f"{p}.attn_q.weight", (wq, self.d_model), q["q"]),
+                        T(f"{p}.attn_k.weight", (wk, self.d_model), q["k"]),
+                        T(f"{p}.attn_v.weight", (wv, self.d_model), q["v"])]
+            if self.biases:
+                out += [T(f"{p}.attn_q.bias", (wq,)), T(f"{p}.attn_k.bias", (wk,)), T(f"{p}.attn_v.bias", (wv,))]
+            if self.head_norms:
+                out += [T(f"{p}.attn_q_norm.weight", (self.head_dim,)), T(f"{p}.attn_k_norm.weight", (self.head_dim,))]
+            out.append(T(f"{p}.attn_output.weight", (self.d_model, self.heads * self.d_v), q["o"]))
+            out += [T(f"{p}.ffn_norm.weight", (self.d_model,)), T(f"{p}.ffn_up.weight", (512, self.d_model)),
+                    T(f"{p}.ffn_down.weight", (self.d_model, 512))]
+        out += [T("output_norm.weight", (self.d_model,)), T("output.weight", (self.vocab, self.d_model), F16)]
+        return out
+
+    def write(self, path: Path, **kwargs: Any) -> list[Path]:
+        meta = {**self.default_metadata(), **self.metadata}
+        meta = {k: v for k, v in meta.items() if v is not None}
+        return write_gguf(path, self.arch, meta, self.tensors(), **kwargs)
+
+    def attention_params(self, layer: int) -> int:
+        g = self.kv_at(layer)
+        wq, wk, wv = self.heads * self.head_dim, g * self.head_dim, g * self.d_v
+        weights = (wq + wk + wv) * self.d_model + self.d_model * self.heads * self.d_v
+        return weights + ((wq + wk + wv) if self.biases else 0)
