@@ -515,3 +515,13 @@ def test_sliding_window_read_from_the_graph_mask(name: str, exported: Callable[[
     expected = [se.WINDOW, se.WINDOW] if name == "mistral" else [se.WINDOW, None]
     assert [b.sliding_window for b in report.blocks] == expected
     assert "position comparison" in _kv_evidence(report.blocks[0])
+
+
+def test_size_gates_in_the_json_report(exported: Callable[[str], se.Export], schema_validator: Any) -> None:
+    result = _cli(str(exported("llama_gqa").path), "-f", "json", "--context", "100", "--max-kv-cache", "1K",
+                  "--max-weight-bytes", "1G")
+    doc = json.loads(result.stdout)
+    assert result.returncode == 1 and not list(schema_validator.iter_errors(doc))
+    gates = {g["gate"]: g for g in doc["gates"]}
+    assert gates["max-weight-bytes"]["passed"] and not gates["max-kv-cache"]["passed"]
+    assert gates["max-kv-cache"]["actual"] == 25_600 and gates["max-kv-cache"]["limit"] == 1024
