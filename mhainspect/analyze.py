@@ -1,4 +1,9 @@
-"""The analysis service: ModelGraph -> Report. Pure: no printing, no exit codes."""
+"""The graph front end: ModelGraph -> SourceResult (blocks, near misses, model facts).
+
+``graph_result`` / ``analyze_graph`` are pure. ``analyze_path`` is the ONNX door: it loads the
+file (with the cycle collector paused), checks external-data locations against the model's
+folder (lstat/readlink only) and hands the graph on. No printing, no exit codes.
+"""
 
 from __future__ import annotations
 
@@ -17,18 +22,30 @@ from typing import Any
 from mhainspect.accounting import parameter_counts
 from mhainspect.dataflow import GraphIndex
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Evidence, Miss, ParamBreakdown, Projection, Report
+from mhainspect.findings import (
+    AttentionBlock,
+    Evidence,
+    Miss,
+    ModelFacts,
+    ParamBreakdown,
+    Projection,
+    Report,
+    ReportWarning,
+    SourceResult,
+    WarningCode,
+    coded,
+)
 from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.matchers import additive, decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
-from mhainspect.report import build_report
+from mhainspect.report import report_from
 from mhainspect.size import graph_size_inputs
 
 _MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
 _SUBGRAPH_PREFIX = re.compile(r"^(.*/body\d+/)")  # the loader names subgraph nodes "{parent}/body{i}/{name}"
 _BODY = re.compile(r"/body(\d+)/")
-EXTERNAL_DATA_WARNING = "external data location"  # prefix of the warning for locations outside the model folder
+EXTERNAL_DATA_WARNING = "external data location"  # how the warning for locations outside the model folder begins
 
 
 def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
@@ -45,7 +62,7 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
             continue
         if node.op == "Softmax":
             result = decomposed.match(index, node)
-            if isinstance(result, Miss) and result.reason.startswith(decomposed.NO_SCORE_PRODUCT):
+            if isinstance(result, Miss) and result.code == decomposed.NO_SCORE_PRODUCT_CODE:
                 result = additive.match(index, node) or result  # scores without Q·Kᵀ: additive ones?
         else:
             result = fused.match(index, node)
@@ -216,9 +233,9 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
     weights = graph.weights
     if bad:
         weights = {name: t for name, t in graph.weights.items() if name not in bad}
-        warnings.append(_listed("weights with an impossible shape",
-                                [f"'{n}' {list(graph.weights[n].shape)} ({why})" for n, why in bad.items()],
-                                "the file is corrupt; these are not counted"))
+        warnings.append(ReportWarning(_listed(
+            "weights with an impossible shape", [f"'{n}' {list(graph.weights[n].shape)} ({why})" for n, why in bad.items()],
+            "the file is corrupt; these are not counted"), WarningCode.IMPOSSIBLE_SHAPE))
     seen: set[str] = set()
     repeated: set[str] = set()
     outputs = list(map(attrgetter("outputs"), graph.nodes))
@@ -241,21 +258,24 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
                 producers[scope, o] = producers.get((scope, o), 0) + 1
     dup = [f"'{name}' ({count} nodes)" for (_, name), count in producers.items() if count > 1]
     if dup:
-        warnings.append(_listed("tensors produced by more than one node", dup,
-                                "not valid ONNX; the analysis follows one producer of each"))
+        warnings.append(ReportWarning(_listed("tensors produced by more than one node", dup,
+                                              "not valid ONNX; the analysis follows one producer of each"),
+                                      WarningCode.DUPLICATE_PRODUCER))
     nodes = graph.nodes
     dead = [n.name for n in nodes if not n.outputs] if not all(outputs) else []
     if dead:
         nodes = tuple(n for n in nodes if n.outputs)
-        warnings.append(_listed("nodes without outputs", [f"'{n}'" for n in dead], "not valid ONNX; ignored"))
+        warnings.append(ReportWarning(_listed("nodes without outputs", [f"'{n}'" for n in dead],
+                                              "not valid ONNX; ignored"), WarningCode.NODE_WITHOUT_OUTPUTS))
     if not bad and not dup and not dead:
         return graph
     return dataclasses.replace(graph, nodes=nodes, weights=weights, warnings=tuple(warnings))
 
 
-def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
-                  what_if_heads: tuple[int, ...] = (), config: Mapping[str, Any] | None = None,
-                  config_label: str = "config.json") -> Report:
+def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
+                 config: Mapping[str, Any] | None = None, config_label: str = "config.json") -> SourceResult:
+    """The ONNX / traced-graph front end: blocks, near misses, model facts and size metadata of
+    ``graph`` (``config``: a config.json beside the file, for what only a config says)."""
     graph = sanitize_graph(graph)
     index = GraphIndex(graph)
     builders, misses = find_blocks(index)
@@ -274,10 +294,17 @@ def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None
     blocks = count_shared_once(blocks)
     parameters = parameter_counts(index)  # the one notion of a parameter; size calls the rest overhead
     size = graph_size_inputs(index, blocks, frozenset(parameters), config, config_label)
-    return build_report(blocks, path=path if path is not None else graph.source, fmt=fmt or graph.kind,
-                        total_params=sum(parameters.values()), num_nodes=len(graph.nodes), opset=graph.opset,
-                        producer=graph.producer, misses=misses, warnings=graph.warnings, what_if_heads=what_if_heads,
-                        size=size)
+    facts = ModelFacts(path=path if path is not None else graph.source, format=fmt or graph.kind,
+                       total_params=sum(parameters.values()), num_nodes=len(graph.nodes), opset=graph.opset,
+                       producer=graph.producer)
+    return SourceResult(tuple(blocks), tuple(misses), facts, coded(graph.warnings), size)
+
+
+def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
+                  what_if_heads: tuple[int, ...] = (), config: Mapping[str, Any] | None = None,
+                  config_label: str = "config.json") -> Report:
+    return report_from(graph_result(graph, path=path, fmt=fmt, config=config, config_label=config_label),
+                       what_if_heads=what_if_heads)
 
 
 def check_symlink_loop(path: str | os.PathLike[str]) -> None:
@@ -367,22 +394,22 @@ def external_location_escapes(model_dir: str, location: str) -> str | None:
     return None if inside else "a symlink resolving outside the model folder"
 
 
-def external_data_warnings(path: str | os.PathLike[str], graph: ModelGraph) -> list[str]:
+def external_data_warnings(path: str | os.PathLike[str], graph: ModelGraph) -> list[ReportWarning]:
     """One warning per external-data location outside the model's folder (never opened, never read)."""
     model_dir = os.path.dirname(os.path.abspath(os.fspath(path)))
     users: dict[str, list[str]] = {}
     for name, t in graph.weights.items():
-        if t.storage_key.startswith("external:"):
-            # The loader's key for external data is "external:{location}:{offset}:{length}".
-            location = t.storage_key[len("external:"):].rsplit(":", 2)[0]
-            users.setdefault(location, []).append(name)
-    out: list[str] = []
+        if t.location is not None:
+            users.setdefault(t.location, []).append(name)
+    out: list[ReportWarning] = []
+    code = WarningCode.EXTERNAL_DATA_OUTSIDE
     for location, names in users.items():
         if len(out) >= _MAX_LISTED:
-            out.append(f"{EXTERNAL_DATA_WARNING}s: more locations outside the model folder not listed")
+            out.append(ReportWarning(f"{EXTERNAL_DATA_WARNING}s: more locations outside the model folder not listed",
+                                     code))
             break
         why = external_location_escapes(model_dir, location)
         if why is not None:
-            out.append(f"{EXTERNAL_DATA_WARNING} {location!r} ({why}) of {len(names)} weight(s), first "
-                       f"'{names[0]}': refused, never opened (the audit reads no external data)")
+            out.append(ReportWarning(f"{EXTERNAL_DATA_WARNING} {location!r} ({why}) of {len(names)} weight(s), first "
+                                     f"'{names[0]}': refused, never opened (the audit reads no external data)", code))
     return out

@@ -317,14 +317,13 @@ def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
 
 def _verify_one(path: Path, report: "Report", dims: dict[str, int]) -> "Report":
     """``report`` with the run's verdict per block; a failure leaves every block unchecked with the reason."""
-    from mhainspect.analyze import EXTERNAL_DATA_WARNING
-    from mhainspect.findings import BlockVerification
+    from mhainspect.findings import BlockVerification, WarningCode, warning_code
     from mhainspect.verify import attach, verify_report
 
     if report.model.format == "gguf":
         reason = "--verify runs ONNX models only; a GGUF file is audited from its header"
         return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
-    if any(w.startswith(EXTERNAL_DATA_WARNING) for w in report.warnings):
+    if any(warning_code(w) is WarningCode.EXTERNAL_DATA_OUTSIDE for w in report.warnings):
         # Running would read weights from outside the model's folder: refused, nothing is opened.
         reason = "--verify refused: external data location outside the model folder (see warnings)"
         return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))

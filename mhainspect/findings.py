@@ -5,13 +5,126 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mhainspect.static_ir import SizeInputs
 
 
-class Severity(str, Enum):
+class Vocabulary(str, Enum):
+    """A closed set of words written into reports. A member is its own value as text (f-strings,
+    JSON), so replacing a bare string by a member leaves every output byte-identical."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Severity(Vocabulary):
     INFO = "info"
     WARNING = "warning"
     ERROR = "error"
+
+
+class EvidenceSource(Vocabulary):
+    """Where a number was read. Ranked for conflicts in ``mhainspect.matchers.assembly.PRIORITY``."""
+
+    ATTRIBUTE = "attribute"  # an operator attribute (num_heads of a fused op)
+    KERNEL_SHAPE = "kernel_shape"  # a 3-D per-head kernel [in, heads, head_dim]
+    HEAD_SHAPE = "head_shape"  # a tensor one head wide (a per-head Q/K norm)
+    SHAPE = "shape"  # a constant reshape target / declared shape in the graph
+    SCORE_SHAPE = "score_shape"  # the head axis of the attention scores
+    WEIGHT_SHAPE = "weight_shape"  # a projection width divided by another known number
+    RESHAPE = "reshape"  # a reshape of Q/K/V read symbolically
+    MODULE = "module"  # an attribute of the nn.Module (num_heads, head_dim, ...)
+    CONFIG = "config"  # a model config (config.json, PretrainedConfig)
+    GGUF = "gguf"  # a GGUF file's metadata (a claim, like a config)
+    SCALE = "scale"  # 1/sqrt(d) read off the score scale (a fallback: custom scales are legitimate)
+    REPEAT = "repeat"  # K/V repeated to the query heads (grouped-query attention)
+    MISSING = "missing"  # a projection the matcher looked for and did not find
+    SAME_WEIGHTS = "same_weights"  # one module reached from several anchors, or a weight counted in another block
+    CACHE_TENSOR = "cache_tensor"  # a past/present (KV cache) input or output of the graph reaching the block
+    CAUSAL_MASK = "causal_mask"  # a causal mask (Trilu, position comparison, causal attribute) reaching the scores
+    OPTION = "option"  # a command-line option (--kv-dtype)
+
+
+_SOURCES: dict[str, EvidenceSource] = {m.value: m for m in EvidenceSource}
+
+
+class Matcher(Vocabulary):
+    """What found a block (``AttentionBlock.matcher``, ``Miss.matcher``). A graph's fused matcher
+    names the operator after a colon ("fused:com.microsoft.Attention")."""
+
+    DECOMPOSED = "decomposed"  # MatMul -> Softmax -> MatMul in a graph
+    FUSED = "fused"  # one attention operator in a graph
+    ADDITIVE = "additive"  # Bahdanau scores vᵀ·tanh(W·q + U·k) in a graph
+    MODULE = "module"  # a known nn.Module, recognised without tracing
+    CHECKPOINT = "checkpoint"  # weight names and shapes of a checkpoint, plus its config
+    GGUF = "gguf"  # tensor names and shapes of a GGUF file, plus its metadata
+
+    @classmethod
+    def checked(cls, text: str) -> str:
+        """``text`` as a member, or unchanged when qualified ("fused:Attention"); ValueError when
+        the part before the colon is not a matcher."""
+        head, colon, _ = text.partition(":")
+        member = cls(head)
+        return text if colon else member
+
+
+class BlockKind(Vocabulary):
+    SELF = "self"  # Q, K and V read the same tensor
+    CROSS = "cross"  # K/V come from another source than Q
+    ADDITIVE = "additive"  # Bahdanau attention: one head, no Q·Kᵀ
+
+
+class VerifyStatus(Vocabulary):
+    """Outcome of --verify for one block (see ``BlockVerification``)."""
+
+    CONFIRMED = "confirmed"
+    CONTRADICTED = "contradicted"
+    OBSERVED = "observed"
+    UNCHECKED = "unchecked"
+
+
+class WarningCode(Vocabulary):
+    """What a report warning is about; decisions (the CLI refusing --verify) test the code."""
+
+    LOADER = "loader"  # noticed while reading the file or tracing the module
+    IMPOSSIBLE_SHAPE = "impossible_shape"  # weights dropped: a negative dim or more than int64 elements
+    DUPLICATE_PRODUCER = "duplicate_producer"  # a tensor produced by several nodes
+    NODE_WITHOUT_OUTPUTS = "node_without_outputs"
+    EXTERNAL_DATA_OUTSIDE = "external_data_outside"  # external data outside the model folder: never opened
+    CONFIG_BESIDE = "config_beside"  # heads read from a config.json next to a checkpoint file
+    MADE_UP_INPUTS = "made_up_inputs"  # a module traced on inputs the caller did not give
+    NOT_TRACED = "not_traced"
+
+
+class ReportWarning(str):
+    """A warning: its text (what every format prints, unchanged) with a ``code``.
+
+    A str so that renderers, JSON and comparisons treat it as the text it always was."""
+
+    code: WarningCode
+
+    def __new__(cls, text: str, code: WarningCode) -> ReportWarning:
+        obj = super().__new__(cls, text)
+        obj.code = code
+        return obj
+
+    def __reduce__(self) -> tuple[type[ReportWarning], tuple[str, WarningCode]]:
+        return ReportWarning, (str(self), self.code)
+
+
+def warning_code(text: str) -> WarningCode:
+    """The code of a warning; a bare string comes from a loader."""
+    return text.code if isinstance(text, ReportWarning) else WarningCode.LOADER
+
+
+def coded(texts: Iterable[str], code: WarningCode = WarningCode.LOADER) -> tuple[ReportWarning, ...]:
+    """Each text as a ReportWarning, keeping the code of those that have one."""
+    return tuple(t if isinstance(t, ReportWarning) else ReportWarning(t, code) for t in texts)
 
 
 @dataclass(frozen=True)
@@ -25,8 +138,15 @@ class Evidence:
 
     field: str
     value: int | float | None
-    source: str
+    source: str  # an EvidenceSource; a bare string is checked and converted on construction
     detail: str
+
+    def __post_init__(self) -> None:
+        if type(self.source) is not EvidenceSource:  # a dict lookup: thousands per large model
+            member = _SOURCES.get(self.source)
+            if member is None:
+                raise ValueError(f"{self.source!r} is not a valid EvidenceSource")
+            object.__setattr__(self, "source", member)
 
 
 @dataclass(frozen=True)
@@ -74,7 +194,7 @@ class WhatIf:
     head_dim_fixed: int  # per-head width stays the block's d_k
 
 
-VERIFY_STATUSES = ("confirmed", "contradicted", "observed", "unchecked")
+VERIFY_STATUSES = tuple(s.value for s in VerifyStatus)
 
 
 @dataclass(frozen=True)
@@ -87,10 +207,15 @@ class BlockVerification:
     """
 
     block: str
-    status: str
+    status: str  # a VerifyStatus; a bare string is checked and converted on construction
     observed_heads: int | None = None
     observed_kv_heads: int | None = None
     reason: str | None = None  # the tensor that was read, or why nothing could be checked
+    disagreement: str | None = None  # contradicted: what differed ("saw 4 heads, static 8"), without the detail
+
+    def __post_init__(self) -> None:
+        if type(self.status) is not VerifyStatus:
+            object.__setattr__(self, "status", VerifyStatus(self.status))
 
 
 @dataclass(frozen=True)
@@ -117,8 +242,8 @@ class AttentionBlock:
     """One attention block: what was recovered, from which evidence, and what it holds."""
 
     name: str
-    matcher: str
-    kind: str  # "self" | "cross"
+    matcher: str  # a Matcher; a bare string is checked and converted on construction
+    kind: str  # a BlockKind ("self" | "cross" | "additive"), checked and converted likewise
     num_heads: int | None
     num_kv_heads: int | None
     d_model: int | None
@@ -145,6 +270,12 @@ class AttentionBlock:
     applications: int = 1
     kv_cache_dtype: str | None = None  # element type of the block's cache (None when it caches nothing)
 
+    def __post_init__(self) -> None:
+        if type(self.matcher) is not Matcher:
+            object.__setattr__(self, "matcher", Matcher.checked(self.matcher))
+        if type(self.kind) is not BlockKind:
+            object.__setattr__(self, "kind", BlockKind(self.kind))
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -162,9 +293,16 @@ class Flag:
 class Miss:
     """A near miss: a candidate that looked like attention but did not match, and why."""
 
-    matcher: str
+    matcher: str  # a Matcher, checked and converted on construction
     anchor: str
     reason: str
+    # Why, for code that decides on it (never rendered): "no_score_product" when a Softmax has no
+    # Q·Kᵀ of two activations before it (the additive matcher then looks at it).
+    code: str | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.matcher) is not Matcher:
+            object.__setattr__(self, "matcher", Matcher.checked(self.matcher))
 
 
 @dataclass(frozen=True)
@@ -226,6 +364,31 @@ class Report:
 
 
 SCHEMA_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a front end knows about the model as a whole (the report adds totals and flags)."""
+
+    path: str
+    format: str  # "onnx", "torch", "huggingface", "safetensors", "pytorch", ...
+    total_params: int
+    num_nodes: int = 0
+    opset: int | None = None
+    producer: str = ""
+    trainable_params: int | None = None  # nn.Modules only: parameters with requires_grad
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """What every front end (ONNX graph, nn.Module, checkpoint) turns a source into; only
+    ``mhainspect.report`` makes a Report of it."""
+
+    blocks: tuple[AttentionBlock, ...]
+    misses: tuple[Miss, ...]
+    model: ModelFacts
+    warnings: tuple[str, ...] = ()
+    size: SizeInputs | None = None  # tensor metadata and decoding evidence for mhainspect.size
 
 
 def attention_params(blocks: Sequence[AttentionBlock]) -> int:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 from mhainspect.findings import Flag, Report, Severity, contradicted
 from mhainspect.flags import FLAG_CODES
-from mhainspect.render.numbers import format_bytes, group, parse_count, parse_size
-from mhainspect.size import cache_bytes_at_context
+from mhainspect.render.numbers import group, parse_count
+from mhainspect.size import cache_bytes_at_context, format_bytes, parse_size
 
 __all__ = [
     "SEVERITIES",

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Evidence, Miss, Report
+from mhainspect.findings import AttentionBlock, Evidence, Miss, ModelFacts, Report, SourceResult
 from mhainspect.loaders.gguf import (
     KV_CACHE_DTYPE,
     KV_CACHE_DTYPE_SOURCE,
@@ -34,10 +34,11 @@ from mhainspect.loaders.gguf import (
     swa_warnings,
     weight_meta,
 )
-from mhainspect.loaders.roles import GroupedBlock, RoleWeights, WeightMeta, natural_key
-from mhainspect.report import build_report
+from mhainspect.matchers.grouping import GroupedBlock, RoleWeights, natural_key
+from mhainspect.matchers.static import assemble
+from mhainspect.report import report_from
 from mhainspect.size import BlockDecoding, SizeInputs, prefix_block_tensors, tensors_from_metas
-from mhainspect.static_blocks import HeadOffers, assemble
+from mhainspect.static_ir import HeadOffers, WeightMeta
 
 # blk.N.attn_q.weight, enc.blk.N.attn_o.bias, dec.blk.N.cross_attn_k.weight, v.blk.N.attn_qkv.weight ...
 _ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<role>q|k|v|qkv|output|out|o)\.(?P<leaf>weight|bias)$")
@@ -135,7 +136,8 @@ def _with_decoding(block: AttentionBlock, d: Decoding) -> AttentionBlock:
                                evidence=evidence)
 
 
-def analyze_gguf(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:
+def gguf_result(path: str | os.PathLike[str]) -> SourceResult:
+    """The GGUF front end: blocks, near misses and model facts from the file's header."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")
@@ -146,9 +148,14 @@ def analyze_gguf(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...]
     blocks = [_with_decoding(b, decodings[b.name]) for b in blocks]
     arch, _ = architecture(model.metadata)
     warnings += swa_warnings(model.metadata, arch)
-    return build_report(blocks, path=str(path), fmt="gguf", total_params=count_parameters(model), num_nodes=0,
-                        producer=producer(model.metadata, arch), misses=misses, warnings=warnings,
-                        what_if_heads=what_if_heads, size=size_inputs(model, blocks, decodings))
+    facts = ModelFacts(path=str(path), format="gguf", total_params=count_parameters(model),
+                       producer=producer(model.metadata, arch))
+    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
+                        size_inputs(model, blocks, decodings))
+
+
+def analyze_gguf(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:
+    return report_from(gguf_result(path), what_if_heads=what_if_heads)
 
 
 def size_inputs(model: GGUFModel, blocks: list[AttentionBlock], decodings: Mapping[str, Decoding]) -> SizeInputs:

@@ -33,6 +33,7 @@ class Tensor:
     # (folded from other tensors), or None when the file does not say (TorchScript, tf2onnx).
     kind: str | None = None
     origin: str | None = None  # the parameter this tensor was folded from (e.g. transposed)
+    location: str | None = None  # the external-data file holding its bytes (None: inside the model file)
 
     @property
     def display_name(self) -> str:

@@ -6,7 +6,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from mhainspect.findings import SCHEMA_VERSION, AttentionBlock, Miss, ModelSummary, Report, attention_params
+from mhainspect.findings import (
+    SCHEMA_VERSION,
+    AttentionBlock,
+    Miss,
+    ModelSummary,
+    Report,
+    SourceResult,
+    attention_params,
+    coded,
+)
 from mhainspect.flags import evaluate
 from mhainspect.size import SizeInputs, apply
 from mhainspect.whatif import default_what_ifs
@@ -23,4 +32,15 @@ def build_report(blocks: Sequence[AttentionBlock], *, path: str, fmt: str, total
     summary = ModelSummary(path=path, format=fmt, total_params=total_params, num_nodes=num_nodes, opset=opset,
                            producer=producer, attention_params=attention_params(sized), **fields)
     return Report(SCHEMA_VERSION, summary, sized, evaluate(sized), tuple(misses),
-                  warnings=tuple(warnings) + size_warnings)
+                  warnings=coded(warnings) + coded(size_warnings))
+
+
+def report_from(result: SourceResult, *, what_if_heads: tuple[int, ...] = ()) -> Report:
+    """The Report of what a front end found (its size metadata included: ``result.size``)."""
+    m = result.model
+    report = build_report(result.blocks, path=m.path, fmt=m.format, total_params=m.total_params,
+                          num_nodes=m.num_nodes, opset=m.opset, producer=m.producer, misses=result.misses,
+                          warnings=result.warnings, what_if_heads=what_if_heads, size=result.size)
+    if m.trainable_params is None:
+        return report
+    return dataclasses.replace(report, model=dataclasses.replace(report.model, trainable_params=m.trainable_params))

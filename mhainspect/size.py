@@ -21,16 +21,19 @@ Rules (each number in one place):
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from math import prod
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from mhainspect import dtypes
 from mhainspect.findings import AttentionBlock, Evidence, KVCache, Report
+from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
+from mhainspect.static_ir import byte_rate as _rate
 
 if TYPE_CHECKING:
     from mhainspect.dataflow import GraphIndex
@@ -44,76 +47,20 @@ __all__ = [
     "apply",
     "cache_bytes_at_context",
     "check_kv_dtype",
+    "format_bytes",
+    "parse_size",
     "layer_bytes",
     "config_decoding",
     "graph_size_inputs",
     "layer_index",
+    "metas_size_inputs",
     "with_options",
 ]
-
-
-class StoredTensor(NamedTuple):
-    """One stored tensor as metadata. ``stored_bytes``: what the file says it occupies (an
-    external-data length), used only when the dtype has no size (strings). A NamedTuple: a 70B
-    graph has thousands and they are built on the hot path."""
-
-    name: str
-    dtype: str
-    numel: int
-    storage_key: str
-    is_parameter: bool
-    stored_bytes: int | None = None
-
-    @property
-    def nbytes(self) -> int | None:
-        rate = _rate(self.dtype)
-        if rate is None:
-            return self.stored_bytes
-        block_size, num, den = rate
-        blocks = -(-self.numel // block_size)
-        return -(-(blocks * num) // den)
-
-
-@cache
-def _rate(dtype: str) -> tuple[int, int, int] | None:
-    """(elements per block, bytes per block as numerator, denominator) of ``dtype``; None: no size."""
-    found = dtypes.lookup(dtype)
-    if found is None or found.block_bytes == 0:
-        return None
-    return found.block_size, found.block_bytes.numerator, found.block_bytes.denominator
 
 
 @cache
 def _canonical(dtype: str) -> str:
     return dtypes.canonical(dtype)
-
-
-@dataclass(frozen=True)
-class BlockDecoding:
-    """What the source says about one block during autoregressive decoding.
-
-    ``caches``: True (it caches K/V per token), False (it does not), None (cannot be told);
-    ``reason`` is the evidence either way. ``dtype`` is the cache's element type with where it
-    came from (a past/present tensor, the projection's compute dtype, the config).
-    """
-
-    block: str
-    caches: bool | None
-    reason: str
-    dtype: str | None = None
-    dtype_source: str = ""
-    window: int | None = None  # sliding window (tokens the layer attends to), None: full attention
-    window_source: str = ""
-    source: str = "config"  # evidence kind: "cache_tensor", "causal_mask", "config", "gguf", ...
-
-
-@dataclass(frozen=True)
-class SizeInputs:
-    """A front end's metadata for the size computation."""
-
-    tensors: tuple[StoredTensor, ...] = ()
-    block_tensors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # block -> tensor names
-    decoding: tuple[BlockDecoding, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +70,33 @@ class SizeOptions:
     context: int | None = None
     batch: int = 1
     kv_dtype: str | None = None
+
+
+# ----------------------------------------------------------------------------- bytes as typed and shown
+_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*")
+
+
+def parse_size(text: str) -> int:
+    """Bytes as typed on a command line: '2G' -> 2 GiB, '512M', '4GiB', '100k', '1.5G', '4096'.
+
+    K/M/G/T are powers of 1024 whether or not an 'i' follows (512M = 512MiB = 536,870,912):
+    memory is sized in binary units. Raises ValueError for anything else or below 1 byte.
+    """
+    m = _SIZE_RE.fullmatch(text)
+    if not m:
+        raise ValueError(f"invalid size '{text}': expected bytes or a number with K, M, G or T (512M, 2G, 4GiB)")
+    value = float(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
+    if not math.isfinite(value) or value < 1:
+        raise ValueError(f"invalid size '{text}': must be at least 1 byte")
+    return int(value)
+
+
+def format_bytes(n: int) -> str:
+    """Binary units for display: 1536 -> '1.5 KiB', 3 -> '3 B'."""
+    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 # ----------------------------------------------------------------------------- weights
@@ -895,14 +869,16 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
     return SizeInputs(tensors, _graph_block_tensors(index, blocks), tuple(decoding))
 
 
-def causal_in_graph(graph: Any, blocks: Sequence[AttentionBlock]) -> dict[str, BlockDecoding]:
-    """Blocks of a traced graph that the graph shows caching (cache tensors, a causal mask): the
-    positive evidence a module's front end adds to its config's."""
-    from mhainspect.analyze import sanitize_graph
-    from mhainspect.dataflow import GraphIndex
-
-    index = GraphIndex(sanitize_graph(graph))
-    return {d.block: d for d in graph_size_inputs(index, blocks, frozenset()).decoding if d.caches}
+def metas_size_inputs(weights: Mapping[str, Any], blocks: Sequence[AttentionBlock], config: Mapping[str, Any] | None,
+                      parameters: frozenset[str], *, label: str = "config.json", no_config: str = "") -> SizeInputs:
+    """Size metadata of a weight list (a checkpoint, a module's parameters and buffers): every
+    tensor (``parameters``: the storage keys that are parameters), the tensors under each block's
+    module path, and what the config says about decoding (no graph to show a cache or a mask)."""
+    tensors = tensors_from_metas(weights.values(), parameters)
+    fallback = config_dtype(config) or model_float_dtype(tensors)
+    compute = weight_compute_dtypes(blocks, {n: t.dtype for n, t in weights.items()}, fallback)
+    return SizeInputs(tensors, prefix_block_tensors(blocks, weights),
+                      config_decoding(config, blocks, compute, label=label, no_config=no_config))
 
 
 def tensors_from_metas(metas: Iterable[Any], parameter_keys: frozenset[str]) -> tuple[StoredTensor, ...]:

@@ -114,7 +114,7 @@ def analyze_file(path: str, *, what_if_heads: tuple[int, ...] = ()) -> Report:
 
         return analyze_gguf(path, what_if_heads=what_if_heads)
     if src.kind == "checkpoint":
-        from mhainspect.loaders.checkpoint import analyze_checkpoint
+        from mhainspect.checkpoint_inspect import analyze_checkpoint
 
         return analyze_checkpoint(path, what_if_heads=what_if_heads)
     if src.kind == "factory":

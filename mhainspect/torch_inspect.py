@@ -1,80 +1,221 @@
-"""nn.Module -> Report: known modules first, tracing for the rest, nothing counted twice.
+"""nn.Module -> blocks: known modules first, tracing for the rest, nothing counted twice.
 
-Imports torch; only loaded when a module (or a factory spec) is audited.
+The front end for PyTorch modules. Known modules are recognised from what the module says
+(``mhainspect.loaders.torch_modules``: parameter metadata, head attributes, config) through the
+same name grouping and assembly as checkpoints (``mhainspect.matchers.static``); the rest is
+traced to a graph and matched like an ONNX file. Imports torch; only loaded when a module (or a
+factory spec) is audited.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect as pyinspect
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from mhainspect.analyze import analyze_graph
+from mhainspect.analyze import graph_result
+from mhainspect.dtypes import canonical
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Miss, Report
-from mhainspect.loaders.torch_fx import trace_module
-from mhainspect.loaders.torch_modules import count_parameters, module_size_inputs, recognise
-from mhainspect.report import build_report
-from mhainspect.size import BlockDecoding, causal_in_graph
+from mhainspect.findings import (
+    AttentionBlock,
+    BlockKind,
+    Matcher,
+    Miss,
+    ModelFacts,
+    Report,
+    ReportWarning,
+    SourceResult,
+    WarningCode,
+    coded,
+)
+from mhainspect.loaders.hf_config import offers_from_config
+from mhainspect.loaders.torch_fx import storage_key, trace_module
+from mhainspect.loaders.torch_modules import (
+    config_dict,
+    count_parameters,
+    is_cross_module,
+    module_offers,
+    module_scale,
+    parameter_metas,
+)
+from mhainspect.matchers.grouping import group_attention
+from mhainspect.matchers.static import assemble
+from mhainspect.report import report_from
+from mhainspect.size import BlockDecoding, SizeInputs, metas_size_inputs
+from mhainspect.static_ir import HeadOffers, WeightMeta
 
 EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 
 
+@dataclass(frozen=True)
+class KnownModules:
+    """What the recogniser found without tracing."""
+
+    blocks: tuple[AttentionBlock, ...]
+    storage_keys: frozenset[str]  # weights of recognised blocks (a traced block using them is a duplicate)
+    covered: tuple[str, ...]  # module paths of recognised blocks
+    pending: tuple[str, ...]  # attention-like modules left for tracing
+    # Name-grouped blocks whose heads no attribute or config gives (MHA004), used when tracing
+    # does not find them either.
+    headless: tuple[AttentionBlock, ...] = ()
+
+
+
+
+def recognise(model: nn.Module) -> KnownModules:
+    """Known attention modules of ``model`` as AttentionBlocks, in module order."""
+    modules = dict(model.named_modules(remove_duplicate=False))
+    order = {name: i for i, name in enumerate(modules)}
+    metas = parameter_metas(model)
+    root_cfg = config_dict(model)
+    blocks: list[tuple[int, AttentionBlock]] = []
+    keys: set[str] = set()
+    covered: list[str] = []
+    pending: list[str] = []
+    headless: list[tuple[int, AttentionBlock]] = []
+    for group in group_attention(metas):
+        owner = modules.get(group.owner)
+        if owner is None:
+            continue
+        label = group.owner or type(model).__name__
+        offers: list[HeadOffers] = []
+        own = module_offers(owner, label)
+        if own is not None:
+            offers.append(own)
+        cfg = config_dict(owner) or root_cfg
+        if cfg is not None:
+            cfg_offer = offers_from_config(cfg, group.name, label="config")
+            if cfg_offer.num_heads or cfg_offer.head_dim:
+                offers.append(cfg_offer)
+        scale, scale_detail = module_scale(owner)
+        block = assemble(group, offers, matcher=Matcher.MODULE, scale=scale, scale_detail=scale_detail,
+                         no_heads_reason=f"{type(owner).__name__} at '{label}' has projections but no head count "
+                                         "attribute or config, and tracing did not find it")
+        if group.cross or is_cross_module(owner):
+            block = _as_cross(block)
+        if not block.name:
+            block = _renamed(block, type(model).__name__)
+        if not offers:
+            pending.append(group.owner)
+            headless.append((order.get(group.owner, len(order)), block))
+            continue
+        blocks.append((order.get(group.owner, len(order)), block))
+        covered.append(group.name)
+        for r in group.roles:
+            keys.add(r.weight.storage_key)
+            if r.bias is not None:
+                keys.add(r.bias.storage_key)
+    for name, m in modules.items():
+        cls = type(m).__name__.lower()
+        if ("attention" in cls or "attn" in cls) and not _inside(name, covered) and not _contains(name, covered):
+            if any(True for _ in m.parameters(recurse=True)) and name not in pending:
+                pending.append(name)
+    blocks.sort(key=lambda x: x[0])
+    headless.sort(key=lambda x: x[0])
+    return KnownModules(tuple(b for _, b in blocks), frozenset(keys), tuple(covered), tuple(pending),
+                        tuple(b for _, b in headless))
+
+
+def _inside(name: str, scopes: list[str]) -> bool:
+    return any(s == "" or name == s or name.startswith(s + ".") for s in scopes)
+
+
+def _contains(name: str, scopes: list[str]) -> bool:
+    return any(name == "" or s.startswith(name + ".") for s in scopes)
+
+
+def _as_cross(block: AttentionBlock) -> AttentionBlock:
+    return dataclasses.replace(block, kind=BlockKind.CROSS)
+
+
+def _renamed(block: AttentionBlock, name: str) -> AttentionBlock:
+    return dataclasses.replace(block, name=name)
+
+
 def inspect_module(model: nn.Module, example_inputs: Any = None, *, what_if_heads: tuple[int, ...] = (),
                    trace: bool | None = None, name: str | None = None) -> Report:
+    return report_from(module_result(model, example_inputs, trace=trace, name=name), what_if_heads=what_if_heads)
+
+
+def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool | None = None,
+                  name: str | None = None) -> SourceResult:
     label = name or type(model).__name__
     known = recognise(model)
-    warnings: list[str] = []
+    warnings: list[ReportWarning] = []
     misses: list[Miss] = []
     traced: list[AttentionBlock] = []
     num_nodes = 0
     want = trace if trace is not None else (example_inputs is not None or bool(known.pending) or not known.blocks)
     used_keys: set[str] = set()
-    graph_causal: dict[str, BlockDecoding] = {}
+    graph_causal: dict[str, BlockDecoding] = {}  # traced blocks the graph shows caching (a causal mask)
     if want:
         inputs = example_inputs
         if inputs is None:
             inputs, how = make_example_inputs(model)
             if inputs is not None:
-                warnings.append(f"traced on made-up inputs: {how}")
+                warnings.append(ReportWarning(f"traced on made-up inputs: {how}", WarningCode.MADE_UP_INPUTS))
         if inputs is None:
             if known.pending:
-                warnings.append("not traced (pass example_inputs to find custom attention): "
-                                + ", ".join(p or label for p in known.pending))
+                warnings.append(ReportWarning("not traced (pass example_inputs to find custom attention): "
+                                              + ", ".join(p or label for p in known.pending), WarningCode.NOT_TRACED))
         else:
             try:
                 graph = trace_module(model, inputs, source=label)
             except InputError as exc:
-                warnings.append(f"not traced: {exc}")
+                warnings.append(ReportWarning(f"not traced: {exc}", WarningCode.NOT_TRACED))
             else:
                 num_nodes = len(graph.nodes)
-                warnings.extend(graph.warnings)
-                report = analyze_graph(graph, path=label, fmt="torch")
+                found = graph_result(graph, path=label, fmt="torch")
+                warnings.extend(coded(found.warnings))
                 scopes = {n.name: n.scope for n in graph.nodes}
-                for b in report.blocks:
+                for b in found.blocks:
                     keys = {graph.weights[p.weight].storage_key for p in b.projections
                             if p.weight is not None and p.weight in graph.weights}
                     if keys & known.storage_keys:
                         continue  # a recognised module: its block is already there
                     used_keys |= keys
+                    decided = next((d for d in (found.size.decoding if found.size else ())
+                                    if d.block == b.name and d.caches), None)
                     if not scopes.get(b.anchor, "x"):
                         # The attention core is the root module's own code: name the block after it.
                         b = dataclasses.replace(b, name=type(model).__name__)
+                    if decided is not None:
+                        graph_causal[b.name] = dataclasses.replace(decided, block=b.name)
                     traced.append(b)
-                misses.extend(report.misses)
-                graph_causal = causal_in_graph(graph, traced)
+                misses.extend(found.misses)
     headless = [b for b in known.headless if not _uses(b, model, used_keys)]
     blocks = list(known.blocks) + traced + headless
-    report = build_report(blocks, path=label, fmt="torch", total_params=count_parameters(model),
-                          num_nodes=num_nodes, producer=f"torch {torch.__version__}", misses=misses,
-                          warnings=warnings, what_if_heads=what_if_heads,
-                          size=module_size_inputs(model, blocks, graph_causal))
     # torchinfo's split: a live module knows which parameters train (a file does not).
-    summary = dataclasses.replace(report.model, trainable_params=count_parameters(model, trainable_only=True))
-    return dataclasses.replace(report, model=summary)
+    facts = ModelFacts(path=label, format="torch", total_params=count_parameters(model), num_nodes=num_nodes,
+                       producer=f"torch {torch.__version__}",
+                       trainable_params=count_parameters(model, trainable_only=True))
+    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
+                        module_size_inputs(model, blocks, graph_causal))
+
+
+def module_size_inputs(model: nn.Module, blocks: list[AttentionBlock],
+                       graph_causal: dict[str, BlockDecoding]) -> SizeInputs:
+    """Size metadata of a module: its parameters and buffers (rotary tables, masks: overhead), the
+    tensors under each block's module path, and what the model's config says about decoding;
+    ``graph_causal``: traced blocks whose graph shows them caching, used where the config does not
+    decide."""
+    metas: dict[str, WeightMeta] = dict(parameter_metas(model))
+    for buf_name, buf in model.named_buffers(remove_duplicate=False):
+        metas.setdefault(buf_name, WeightMeta(buf_name, tuple(int(d) for d in buf.shape),
+                                              canonical(str(buf.dtype)), storage_key(buf)))
+    # A module says what its parameters are: buffers are overhead.
+    params = frozenset(storage_key(p) for _, p in model.named_parameters(remove_duplicate=False))
+    size = metas_size_inputs(metas, blocks, config_dict(model), params, label="the model's config",
+                             no_config=f"{type(model).__name__} has no config: nothing says whether it decodes "
+                                       "autoregressively")
+    if not graph_causal:
+        return size
+    decoding = tuple(graph_causal.get(d.block, d) if d.caches is None else d for d in size.decoding)
+    return dataclasses.replace(size, decoding=decoding)
 
 
 def _uses(block: AttentionBlock, model: nn.Module, keys: set[str]) -> bool:

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError, MissingDependencyError
-from mhainspect.findings import AttentionBlock, BlockVerification, Report
+from mhainspect.findings import AttentionBlock, BlockVerification, Report, VerifyStatus
 from mhainspect.graph import Node
 from mhainspect.loaders.onnx_loader import model_to_graph, read_model_proto
-from mhainspect.render.numbers import format_bytes, parse_size
+from mhainspect.size import format_bytes, parse_size
 
 if TYPE_CHECKING:
     import numpy as np
@@ -315,17 +315,18 @@ def _read(probe: _Probe, shapes: Mapping[str, tuple[int, ...]], batch: int | Non
 def _judge(block: AttentionBlock, reading: _Reading) -> BlockVerification:
     heads, kv = reading.heads, reading.kv_heads
     if not heads:  # None, or 0 from an empty tensor
-        return BlockVerification(block.name, "unchecked", None, None, reading.detail)
+        return BlockVerification(block.name, VerifyStatus.UNCHECKED, None, None, reading.detail)
     if block.num_heads is None:
-        return BlockVerification(block.name, "observed", heads, kv, f"observed at run time: {reading.detail}")
+        return BlockVerification(block.name, VerifyStatus.OBSERVED, heads, kv, f"observed at run time: {reading.detail}")
     seen = []
     if heads != block.num_heads:
         seen.append(f"saw {heads} heads, static {block.num_heads}")
     if kv is not None and block.num_kv_heads is not None and kv != block.num_kv_heads:
         seen.append(f"saw {kv} kv heads, static {block.num_kv_heads}")
     if seen:
-        return BlockVerification(block.name, "contradicted", heads, kv, "; ".join(seen) + f" ({reading.detail})")
-    return BlockVerification(block.name, "confirmed", heads, kv, reading.detail)
+        return BlockVerification(block.name, VerifyStatus.CONTRADICTED, heads, kv,
+                                 "; ".join(seen) + f" ({reading.detail})", disagreement="; ".join(seen))
+    return BlockVerification(block.name, VerifyStatus.CONFIRMED, heads, kv, reading.detail)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -531,16 +532,16 @@ def verify_report(path: str | os.PathLike[str], report: Report, *, dims: Mapping
     results = []
     for block, plan in zip(report.blocks, plans):
         if isinstance(plan, str):
-            results.append(BlockVerification(block.name, "unchecked", reason=plan))
+            results.append(BlockVerification(block.name, VerifyStatus.UNCHECKED, reason=plan))
         elif any(name not in shapes for _, name in plan.tensors):
-            results.append(BlockVerification(block.name, "unchecked", reason=f"tensor at {plan.anchor} not produced"))
+            results.append(BlockVerification(block.name, VerifyStatus.UNCHECKED, reason=f"tensor at {plan.anchor} not produced"))
         else:
             results.append(_judge(block, _read(plan, shapes, batch)))
     return tuple(results)
 
 
 def _all_unchecked(report: Report, plans: list[_Probe | str], reason: str) -> tuple[BlockVerification, ...]:
-    return tuple(BlockVerification(b.name, "unchecked", reason=p if isinstance(p, str) else reason)
+    return tuple(BlockVerification(b.name, VerifyStatus.UNCHECKED, reason=p if isinstance(p, str) else reason)
                  for b, p in zip(report.blocks, plans))
 
 

@@ -178,7 +178,7 @@ def test_head_count_sentence_by_default(cli: Any) -> None:
 
 def _report_with_blocks(names: list[str], total: int = 16_640) -> Report:
     blocks = tuple(
-        AttentionBlock(name=n, matcher="onnx_gqa", kind="self", num_heads=8, num_kv_heads=2, d_model=64, d_k=8,
+        AttentionBlock(name=n, matcher="fused", kind="self", num_heads=8, num_kv_heads=2, d_model=64, d_k=8,
                        d_v=8, params=ParamBreakdown(q=total // 4, k=total // 4, v=total // 4, o=total // 4, bias=0,
                                                     total=total), projections=(), evidence=())
         for n in names)

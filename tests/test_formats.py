@@ -265,7 +265,8 @@ def _verified(report: Report) -> Report:
     first, *rest = report.blocks
     wrong = (first.num_heads or 1) * 2
     return attach(report, (BlockVerification(first.name, "contradicted", wrong, wrong,
-                                             f"saw {wrong} heads, static {first.num_heads} (Softmax 'p')"),
+                                             f"saw {wrong} heads, static {first.num_heads} (Softmax 'p')",
+                                             disagreement=f"saw {wrong} heads, static {first.num_heads}"),
                            *(BlockVerification(b.name, "confirmed", b.num_heads, b.num_kv_heads) for b in rest)))
 
 

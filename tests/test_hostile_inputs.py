@@ -170,7 +170,7 @@ def test_external_data_is_never_opened(case_id: str, fast_path: bool, folder: Pa
     if not fast_path:  # the fallback that onnx.load takes on an unusual file
         from mhainspect.loaders import onnx_loader
 
-        monkeypatch.setattr(onnx_loader, "_model_proto_class", lambda: (_ for _ in ()).throw(ImportError("off")))
+        monkeypatch.setattr(onnx_loader, "model_proto_class", lambda: (_ for _ in ()).throw(ImportError("off")))
     report = analyze_path(model)
     assert not forbidden & set(record_opens), f"opened {sorted(forbidden & set(record_opens))}"
     assert os.path.realpath(model) in record_opens  # the spy works: the model itself was opened

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from mhainspect.analyze import analyze_path
 from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph
-from mhainspect.loaders import onnx_loader
+from mhainspect.loaders import onnx_loader, onnx_wire
 from mhainspect.loaders.onnx_loader import load_onnx, model_to_graph, read_model_proto
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,8 +40,8 @@ def _reference(path: Path) -> ModelGraph:
 def test_fast_path_matches_onnx_load_on_samples(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     path = REPO / "sample_models" / name
     assert _norm(load_onnx(path)) == _norm(_reference(path))
-    monkeypatch.setattr(onnx_loader, "_SCAN_MIN_FILE_BYTES", 0)  # force the payload-skipping scan
-    monkeypatch.setattr(onnx_loader, "_SCAN_MIN_MESSAGE_BYTES", 0)
+    monkeypatch.setattr(onnx_wire, "SCAN_MIN_FILE_BYTES", 0)  # force the payload-skipping scan
+    monkeypatch.setattr(onnx_wire, "SCAN_MIN_MESSAGE_BYTES", 0)
     assert _norm(load_onnx(path)) == _norm(_reference(path))
 
 
@@ -86,7 +86,7 @@ def _tricky_model() -> onnx.ModelProto:
 def test_payload_skipping_keeps_the_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "tricky.onnx"
     onnx.save(_tricky_model(), path)
-    monkeypatch.setattr(onnx_loader, "_SCAN_MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(onnx_wire, "SCAN_MIN_FILE_BYTES", 0)
     reference = _reference(path)
     graph = load_onnx(path)
     assert _norm(graph) == _norm(reference)
@@ -94,7 +94,7 @@ def test_payload_skipping_keeps_the_graph(tmp_path: Path, monkeypatch: pytest.Mo
     assert graph.weights["scale"].float_value == 0.125
     odd = graph.weights["odd"].int_value  # numel counts -1 as 0, so to_array reads all 3000 values
     assert odd is not None and len(odd) == 3000
-    stripped = onnx_loader._stripped(memoryview(path.read_bytes()))
+    stripped = onnx_wire.stripped(memoryview(path.read_bytes()))
     assert len(stripped) < 3000 * 8 + 2000 < path.stat().st_size // 3, "payloads were not skipped"  # odd kept
     kept = onnx.ModelProto.FromString(stripped)
     by_name = {t.name: t for t in kept.graph.initializer}
@@ -333,7 +333,7 @@ def test_folded_from_shortcut_matches_literal_eval() -> None:
 
 
 def test_raw_attribute_schema_changes_only_node_attribute() -> None:
-    model_cls, attr_cls = onnx_loader._raw_attribute_classes()
+    model_cls, attr_cls = onnx_wire.raw_attribute_classes()
     node = model_cls.DESCRIPTOR.fields_by_name["graph"].message_type.fields_by_name["node"].message_type
     assert node.fields_by_name["attribute"].type == 12  # TYPE_BYTES
     assert attr_cls.DESCRIPTOR.full_name == "onnx.AttributeProto"
@@ -380,7 +380,7 @@ def test_raw_attribute_path_leaves_subgraphs_and_corrupt_attributes_to_the_gener
     with pytest.raises(DecodeError):
         onnx.NodeProto().ParseFromString(bad)
     data = model.SerializeToString()
-    raw_model = onnx_loader._raw_attribute_classes()[0]()
+    raw_model = onnx_wire.raw_attribute_classes()[0]()
     raw_model.ParseFromString(data)
     raw_model.graph.node.add().ParseFromString(bad)  # the raw schema accepts any attribute bytes
     path.write_bytes(raw_model.SerializeToString())
@@ -390,3 +390,41 @@ def test_raw_attribute_path_leaves_subgraphs_and_corrupt_attributes_to_the_gener
     with pytest.raises(InputError) as ref:
         read_model_proto(path)
     assert str(fast.value) == str(ref.value)
+
+
+def test_named_field_numbers_match_the_installed_descriptors() -> None:
+    from google.protobuf import descriptor_pb2
+
+    def number(message: Any, field: str) -> int:
+        return int(message.DESCRIPTOR.fields_by_name[field].number)
+
+    w = onnx_wire
+    assert (number(onnx.ModelProto, "graph"), number(onnx.ModelProto, "training_info"),
+            number(onnx.ModelProto, "functions")) == (w.MODEL_GRAPH, w.MODEL_TRAINING_INFO, w.MODEL_FUNCTIONS)
+    assert (number(onnx.GraphProto, "node"), number(onnx.GraphProto, "initializer"),
+            number(onnx.GraphProto, "sparse_initializer")) == (w.GRAPH_NODE, w.GRAPH_INITIALIZER,
+                                                                w.GRAPH_SPARSE_INITIALIZER)
+    assert number(onnx.NodeProto, "attribute") == w.NODE_ATTRIBUTE
+    assert [number(onnx.AttributeProto, f) for f in ("t", "g", "tensors", "graphs", "sparse_tensor",
+                                                     "sparse_tensors")] == [
+        w.ATTR_T, w.ATTR_G, w.ATTR_TENSORS, w.ATTR_GRAPHS, w.ATTR_SPARSE_TENSOR, w.ATTR_SPARSE_TENSORS]
+    assert (number(onnx.FunctionProto, "node"), number(onnx.FunctionProto, "attribute_proto")) == (
+        w.FUNCTION_NODE, w.FUNCTION_ATTRIBUTE_PROTO)
+    assert (number(onnx.TrainingInfoProto, "initialization"), number(onnx.TrainingInfoProto, "algorithm")) == (
+        w.TRAINING_INITIALIZATION, w.TRAINING_ALGORITHM)
+    assert (number(onnx.SparseTensorProto, "values"), number(onnx.SparseTensorProto, "indices")) == (
+        w.SPARSE_VALUES, w.SPARSE_INDICES)
+    assert number(onnx.TensorProto, "dims") == w.TENSOR_DIMS
+    assert {f: number(onnx.TensorProto, f) for f in w.TENSOR_DATA_FIELDS} == w.TENSOR_DATA_FIELDS
+    assert (number(descriptor_pb2.FileDescriptorProto, "message_type"), number(descriptor_pb2.DescriptorProto, "name"),
+            number(descriptor_pb2.DescriptorProto, "field")) == (w.FILE_MESSAGE_TYPE, w.MESSAGE_NAME, w.MESSAGE_FIELD)
+    fields = descriptor_pb2.FieldDescriptorProto
+    assert (number(fields, "name"), number(fields, "type"), number(fields, "type_name")) == (
+        w.FIELD_NAME, w.FIELD_TYPE, w.FIELD_TYPE_NAME)
+    assert fields.TYPE_BYTES == w.TYPE_BYTES
+
+
+def test_fast_path_errors_are_narrow() -> None:
+    """A bug in the fast path (not a corrupt file) is raised, never hidden by the fallback."""
+    assert Exception not in onnx_wire.fast_path_errors()
+    assert not any(issubclass(NameError, e) or issubclass(AssertionError, e) for e in onnx_wire.fast_path_errors())

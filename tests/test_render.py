@@ -70,7 +70,7 @@ def standard_block() -> AttentionBlock:
     e = 512
     return AttentionBlock(
         name="encoder.layers.0.self_attn",
-        matcher="onnx_mha",
+        matcher="decomposed",
         kind="self",
         num_heads=8,
         num_kv_heads=8,
@@ -96,7 +96,7 @@ def gqa_block() -> AttentionBlock:
     h_, d = 2048, 64
     return AttentionBlock(
         name="model.layers.0.self_attn",
-        matcher="onnx_gqa",
+        matcher="fused",
         kind="self",
         num_heads=32,
         num_kv_heads=8,
@@ -121,7 +121,7 @@ def gqa_block() -> AttentionBlock:
 def unknown_block() -> AttentionBlock:
     return AttentionBlock(
         name="decoder|attn [0]",  # pipes/brackets: must survive markdown and rich
-        matcher="onnx_mha",
+        matcher="decomposed",
         kind="cross",
         num_heads=None,
         num_kv_heads=None,
@@ -146,8 +146,8 @@ FLAG_UNKNOWN = Flag("MHA004", Severity.WARNING, "decoder|attn [0]",
                           ("d_k", None)))
 FLAG_MODEL = Flag("MHA006", Severity.ERROR, None, "head layout differs between layers")
 MISSES = (
-    Miss("onnx_mha", "/pool/Softmax", "no Q/K MatMul feeds the Softmax"),
-    Miss("onnx_gqa", "/head/Softmax", "softmax over the class axis"),
+    Miss("decomposed", "/pool/Softmax", "no Q/K MatMul feeds the Softmax"),
+    Miss("fused", "/head/Softmax", "softmax over the class axis"),
 )
 
 
@@ -183,7 +183,7 @@ def empty_report() -> Report:
         model=ModelSummary("cnn.onnx", "onnx", 0, 12, None, "", 0),
         blocks=(),
         flags=(),
-        misses=MISSES + (Miss("onnx_mha", "/x/Softmax", "not a score tensor"),),
+        misses=MISSES + (Miss("decomposed", "/x/Softmax", "not a score tensor"),),
     )
 
 

@@ -458,7 +458,7 @@ def test_kv_dtype_sizes_a_cache_whose_dtype_the_source_does_not_give() -> None:
     from mhainspect.report import build_report
     from mhainspect.size import BlockDecoding, SizeInputs
 
-    block = AttentionBlock("layers.0.attn", "x", "self", 8, 2, 64, 8, 8, ParamBreakdown(0, 0, 0, 0, 0, 0), (), ())
+    block = AttentionBlock("layers.0.attn", "checkpoint", "self", 8, 2, 64, 8, 8, ParamBreakdown(0, 0, 0, 0, 0, 0), (), ())
     report = build_report([block], path="m", fmt="onnx", total_params=0,
                           size=SizeInputs(decoding=(BlockDecoding(block.name, True, "causal mask", None, ""),)))
     kv = report.model.kv_cache
@@ -468,14 +468,16 @@ def test_kv_dtype_sizes_a_cache_whose_dtype_the_source_does_not_give() -> None:
 
 
 def test_ggml_tensors_are_parameters_in_their_blocks() -> None:
-    """What a GGUF front end hands over (GGML block types by name): bytes by their blocks, weights not overhead."""
-    from mhainspect.loaders.checkpoint import checkpoint_size_inputs
-    from mhainspect.loaders.roles import WeightMeta
+    """What the GGUF front end hands over (GGML block types by name): bytes by their blocks, weights not overhead."""
+    from mhainspect.loaders.gguf import is_parameter
+    from mhainspect.size import metas_size_inputs
+    from mhainspect.static_ir import WeightMeta
 
     metas = {"blk.0.attn_q.weight": WeightMeta("blk.0.attn_q.weight", (4096, 4096), "q4_k", "a"),
              "blk.0.attn_norm.weight": WeightMeta("blk.0.attn_norm.weight", (4096,), "float32", "b"),
              "blk.0.ffn_down.weight": WeightMeta("blk.0.ffn_down.weight", (4096, 32), "q8_0", "c")}
-    sizes = weight_sizes(checkpoint_size_inputs(metas, [], None).tensors, [], {})
+    parameters = frozenset(m.storage_key for m in metas.values() if is_parameter(m.dtype))
+    sizes = weight_sizes(metas_size_inputs(metas, [], None, parameters).tensors, [], {})
     assert dict(sizes.by_dtype) == {"q4_k": 4096 * 4096 // 256 * 144, "float32": 4096 * 4, "q8_0": 4096 * 32 // 32 * 34}
     assert sizes.overhead == 0
 

@@ -14,7 +14,6 @@ unknown (MHA004) unless 3-D Keras-style kernels identify them.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import struct
@@ -23,30 +22,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mhainspect.dtypes import canonical, is_block_quantized, is_float
+from mhainspect.dtypes import canonical
 from mhainspect.errors import InputError, MissingDependencyError
-from mhainspect.findings import AttentionBlock, Report
-from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
-from mhainspect.loaders.roles import WeightMeta, group_attention
-from mhainspect.report import build_report
-from mhainspect.size import (
-    SizeInputs,
-    config_decoding,
-    config_dtype,
-    model_float_dtype,
-    prefix_block_tensors,
-    tensors_from_metas,
-    weight_compute_dtypes,
-)
-from mhainspect.static_blocks import HeadOffers, assemble
+from mhainspect.static_ir import WeightMeta, count_weights  # noqa: F401  (count_weights: old import path)
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 _MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
 _MAX_CONFIG_BYTES = 16 * 1024 * 1024
-ROOT_NAME = "(root)"  # a checkpoint whose attention weights sit at the top level (no module prefix)
-NO_CONFIG_REASON = ("checkpoint without config.json: weight shapes give d_model and the projection widths, "
-                    "not the number of heads")
 
 
 def is_checkpoint_path(path: Path) -> bool:
@@ -289,60 +272,16 @@ def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str
     return read_torch_state_dict(path), beside, "pytorch"
 
 
-def parameter_keys(weights: Mapping[str, WeightMeta]) -> dict[str, int]:
-    """What a checkpoint's parameters are: storage key -> numel of unique float or block-quantized
-    (GGML) tensors (tied weights once); integer buffers are not parameters."""
-    found: dict[str, int] = {}
-    for t in weights.values():
-        if t.storage_key not in found and (is_float(t.dtype) or is_block_quantized(t.dtype)):
-            found[t.storage_key] = t.numel
-    return found
-
-
-def count_weights(weights: Mapping[str, WeightMeta]) -> int:
-    """Unique float tensors by storage (tied weights once); integer buffers are not parameters."""
-    return sum(parameter_keys(weights).values())
-
-
-def checkpoint_size_inputs(weights: Mapping[str, WeightMeta], blocks: list[AttentionBlock],
-                           config: Mapping[str, Any] | None, *, parameters: frozenset[str] | None = None,
-                           label: str = "config.json", no_config: str = "") -> SizeInputs:
-    """Size metadata of a checkpoint or module: every tensor, the tensors under each block's module
-    path, and what the config says about decoding (no graph to show a cache or a causal mask).
-    ``parameters``: storage keys of the parameters when the source says (a module), else float tensors."""
-    keys = parameters if parameters is not None else frozenset(parameter_keys(weights))
-    tensors = tensors_from_metas(weights.values(), keys)
-    fallback = config_dtype(config) or model_float_dtype(tensors)
-    compute = weight_compute_dtypes(blocks, {n: t.dtype for n, t in weights.items()}, fallback)
-    return SizeInputs(tensors, prefix_block_tensors(blocks, weights),
-                      config_decoding(config, blocks, compute, label=label, no_config=no_config))
-
-
+# Compatibility for branches written before the front ends moved (remove once all are merged):
+# the checkpoint front end is mhainspect.checkpoint_inspect; loaders build no blocks or Reports.
 def blocks_from_weights(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,
-                        *, config_label: str = "config.json") -> list[AttentionBlock]:
-    blocks: list[AttentionBlock] = []
-    for group in group_attention(weights):
-        if not group.name:
-            group = dataclasses.replace(group, name=ROOT_NAME)
-        offers: list[HeadOffers] = []
-        if config is not None:
-            offers.append(offers_from_config(config, group.name, label=config_label))
-        blocks.append(assemble(group, offers, matcher="checkpoint",
-                               no_heads_reason="" if config is not None else NO_CONFIG_REASON))
-    return blocks
+                        *, config_label: str = "config.json") -> list[Any]:
+    from mhainspect.checkpoint_inspect import checkpoint_blocks
+
+    return checkpoint_blocks(weights, config, config_label=config_label)
 
 
-def analyze_checkpoint(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:
-    p = Path(path)
-    weights, config, fmt = load_checkpoint_weights(p)
-    warnings: list[str] = []
-    if config is not None and not p.is_dir():
-        warnings.append(f"heads read from {p.parent / 'config.json'} next to the checkpoint")
-    blocks = blocks_from_weights(weights, config)
-    producer = producer_from_config(config) if config is not None else ""
-    label = "config.json" if p.is_dir() else "config.json beside the checkpoint"
-    size = checkpoint_size_inputs(weights, blocks, config, label=label,
-                                  no_config="checkpoint without config.json: nothing says whether the model "
-                                            "decodes autoregressively")
-    return build_report(blocks, path=str(path), fmt=fmt, total_params=count_weights(weights),
-                        num_nodes=0, producer=producer, warnings=warnings, what_if_heads=what_if_heads, size=size)
+def analyze_checkpoint(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Any:
+    from mhainspect.checkpoint_inspect import analyze_checkpoint as front_end
+
+    return front_end(path, what_if_heads=what_if_heads)

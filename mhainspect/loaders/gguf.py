@@ -31,8 +31,7 @@ from pathlib import Path
 
 from mhainspect.dtypes import Family, ggml_name, lookup
 from mhainspect.errors import InputError
-from mhainspect.loaders.roles import WeightMeta
-from mhainspect.static_blocks import HeadOffers
+from mhainspect.static_ir import HeadOffers, WeightMeta
 
 GGUF_SUFFIX = ".gguf"
 MAGIC = b"GGUF"

@@ -1,71 +1,192 @@
 """Head counts from a Hugging Face style config (config.json or ``PretrainedConfig.to_dict()``).
 
-Pure: a mapping in, ``HeadOffers`` out. Knows the common aliases (num_attention_heads, n_head,
-num_heads, encoder/decoder_attention_heads; num_key_value_heads, num_kv_heads, multi_query;
-head_dim, d_kv, attention_head_size, kv_channels) and nested sub-configs (text_config,
-vision_config, encoder/decoder).
+Pure: a mapping in, ``HeadOffers`` out. Every alias and every rule lives in the tables below, each
+applied the way the architecture's own modelling code applies it:
+
+- query heads: ``num_attention_heads`` (most), ``n_head`` (GPT-2, Bloom, GPT-J, Falcon/RW),
+  ``num_heads`` (T5), ``n_heads`` (MPT), ``encoder_attention_heads`` / ``decoder_attention_heads``
+  (BART family), ``num_query_heads`` (OpenELM, one per layer);
+- key/value heads, first rule that applies:
+  ChatGLM ``multi_query_attention`` -> ``multi_query_group_num``; Falcon / RW / GPTBigCode
+  ``multi_query: true`` -> 1 unless ``new_decoder_architecture`` (then ``num_kv_heads`` /
+  ``n_head_kv``, as FalconAttention does: a config may carry ``num_kv_heads == heads`` next to
+  ``multi_query: true``); MPT ``attn_config.attn_type == "multiquery_attention"`` -> 1;
+  DeciLM ``block_configs[i].attention.n_heads_in_group`` -> heads / group; then the explicit
+  keys ``num_key_value_heads``, ``num_kv_heads``, ``n_head_kv``, ``n_kv_heads``, ...;
+- head size: ``head_dim`` (Llama, Gemma, Qwen3), ``d_kv`` (T5), ``kv_channels`` (ChatGLM,
+  Megatron), ``attention_head_size``; value head size ``v_head_dim``;
+- per-layer lists (OpenELM) are indexed by the block's layer number; nested sub-configs
+  (``text_config``, ``vision_config``, ``encoder``/``decoder``, ...) are chosen by the block's name.
+
+Where the config and the weight shapes disagree the assembler lets the shapes win and records
+the disagreement (``mhainspect.matchers.assembly``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from mhainspect.static_blocks import HeadOffers
+from mhainspect.findings import EvidenceSource
+from mhainspect.static_ir import HeadOffers
 
-_HEADS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads", "num_attention_head")
-_DECODER_HEADS = ("decoder_attention_heads", "num_decoder_attention_heads", "decoder_num_heads")
-_KV_HEADS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "kv_heads", "num_kv")
-_HEAD_DIM = ("head_dim", "d_kv", "attention_head_size", "kv_channels", "qk_head_dim")
-_V_HEAD_DIM = ("v_head_dim",)
+HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
+              "num_attention_head", "num_query_heads")
+DECODER_HEADS_KEYS = ("decoder_attention_heads", "num_decoder_attention_heads", "decoder_num_heads")
+KV_HEADS_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "kv_heads", "num_kv",
+                 "kv_n_heads")
+HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "qk_head_dim")
+V_HEAD_DIM_KEYS = ("v_head_dim",)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim")
-_SUB_CONFIGS = {"vision": ("vision_config",), "text": ("text_config", "llm_config", "language_config"),
-                "audio": ("audio_config",), "encoder": ("encoder",), "decoder": ("decoder",)}
+SUB_CONFIGS = {"vision": ("vision_config",), "text": ("text_config", "llm_config", "language_config"),
+               "audio": ("audio_config",), "encoder": ("encoder",), "decoder": ("decoder",)}
+# Words in a block's name that put it in the decoder of an encoder-decoder config.
+_DECODER_WORDS = ("decoder", "encdecattention", "encoder_attn")
+_LAYER_NUMBER = re.compile(r"(?:^|[./])(\d+)(?:[./]|$)")
 
 
-def _int(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, int] | None:
+@dataclass(frozen=True)
+class Found:
+    """One value read from a config, with the text that says where."""
+
+    value: int
+    said: str  # "num_kv_heads=4", "multi_query=true -> 1", ...
+
+
+def _positive(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def _value(cfg: Mapping[str, Any], key: str, layer: int | None) -> Found | None:
+    """``cfg[key]`` as a positive int; a per-layer list is read at ``layer`` (or when all agree)."""
+    v = cfg.get(key)
+    if isinstance(v, list) and v and all(_positive(x) for x in v):
+        if len(set(v)) == 1:
+            return Found(v[0], f"{key}={v[0]} (every layer)")
+        if layer is not None and 0 <= layer < len(v):
+            return Found(v[layer], f"{key}[{layer}]={v[layer]}")
+        return None
+    n = _positive(v)
+    return Found(n, f"{key}={n}") if n is not None else None
+
+
+def _first(cfg: Mapping[str, Any], keys: Sequence[str], layer: int | None) -> Found | None:
     for k in keys:
-        v = cfg.get(k)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return k, v
+        found = _value(cfg, k, layer)
+        if found is not None:
+            return found
     return None
+
+
+# ----------------------------------------------------------------------------- key/value heads
+# Each rule: (what it follows, function(config, query heads, layer) -> Found | None). The first
+# rule that returns a value decides; a rule returning None passes to the next.
+
+KvRule = Callable[[Mapping[str, Any], "int | None", "int | None"], "Found | None"]
+
+
+def _chatglm(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Found | None:
+    if cfg.get("multi_query_attention") is True:
+        groups = _value(cfg, "multi_query_group_num", layer)
+        if groups is not None:
+            return Found(groups.value, f"multi_query_attention=true, {groups.said}")
+    return None
+
+
+def _falcon_multi_query(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Found | None:
+    if cfg.get("multi_query") is True and cfg.get("new_decoder_architecture") is not True:
+        return Found(1, "multi_query=true -> 1")
+    return None
+
+
+def _mpt(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Found | None:
+    attn = cfg.get("attn_config")
+    if not isinstance(attn, Mapping):
+        return None
+    kind = attn.get("attn_type")
+    if kind == "multiquery_attention":
+        return Found(1, "attn_config.attn_type=multiquery_attention -> 1")
+    if kind == "grouped_query_attention":
+        kv = _value(attn, "kv_n_heads", layer)
+        return Found(kv.value, f"attn_config.{kv.said}") if kv is not None else None
+    return None
+
+
+def _decilm(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Found | None:
+    blocks = cfg.get("block_configs")
+    if heads is None or layer is None or not isinstance(blocks, list) or not 0 <= layer < len(blocks):
+        return None
+    attn = blocks[layer].get("attention") if isinstance(blocks[layer], Mapping) else None
+    group = _positive(attn.get("n_heads_in_group")) if isinstance(attn, Mapping) else None
+    if group is None or heads % group:
+        return None
+    return Found(heads // group, f"block_configs[{layer}].attention.n_heads_in_group={group} -> {heads // group}")
+
+
+def _explicit(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Found | None:
+    return _first(cfg, KV_HEADS_KEYS, layer)
+
+
+KV_RULES: tuple[tuple[str, KvRule], ...] = (
+    ("ChatGLM: multi_query_attention uses multi_query_group_num K/V heads", _chatglm),
+    ("Falcon, RW, GPTBigCode: multi_query means one K/V head unless new_decoder_architecture", _falcon_multi_query),
+    ("MPT: attn_config.attn_type", _mpt),
+    ("DeciLM: heads / n_heads_in_group per layer", _decilm),
+    ("explicit key/value head count", _explicit),
+)
+
+
+# ----------------------------------------------------------------------------- lookup
+
+
+def _has_heads(cfg: Mapping[str, Any]) -> bool:
+    return _first(cfg, HEADS_KEYS + DECODER_HEADS_KEYS, None) is not None or any(
+        isinstance(cfg.get(k), list) for k in HEADS_KEYS)
 
 
 def sub_config(cfg: Mapping[str, Any], block_name: str) -> tuple[str, Mapping[str, Any]]:
     """The nested config that describes the block (by words in its name), or the top level."""
     low = block_name.lower()
-    for word, keys in _SUB_CONFIGS.items():
+    for word, keys in SUB_CONFIGS.items():
         if word in low or (word == "text" and any(w in low for w in ("language_model", "text_model", "llm"))):
             for k in keys:
                 sub = cfg.get(k)
-                if isinstance(sub, Mapping) and _int(sub, _HEADS + _DECODER_HEADS):
+                if isinstance(sub, Mapping) and _has_heads(sub):
                     return f"{k}.", sub
-    if not _int(cfg, _HEADS + _DECODER_HEADS):
-        for keys in _SUB_CONFIGS.values():
+    if not _has_heads(cfg):
+        for keys in SUB_CONFIGS.values():
             for k in keys:
                 sub = cfg.get(k)
-                if isinstance(sub, Mapping) and _int(sub, _HEADS + _DECODER_HEADS):
+                if isinstance(sub, Mapping) and _has_heads(sub):
                     return f"{k}.", sub
     return "", cfg
 
 
+def layer_number(block_name: str) -> int | None:
+    """The first all-digit component of a block's module path (``model.layers.3.self_attn`` -> 3)."""
+    m = _LAYER_NUMBER.search(block_name)
+    return int(m.group(1)) if m else None
+
+
 def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = "config",
-                       source: str = "config") -> HeadOffers:
+                       source: EvidenceSource = EvidenceSource.CONFIG) -> HeadOffers:
     """What the config says about the block named ``block_name``."""
     prefix, c = sub_config(cfg, block_name)
-    decoder = any(w in block_name.lower() for w in ("decoder", "encdecattention", "encoder_attn"))
-    heads = (_int(c, _DECODER_HEADS) if decoder else None) or _int(c, _HEADS)
-    kv = _int(c, _KV_HEADS)
-    if kv is None and c.get("multi_query") is True:
-        kv = ("multi_query", 1)
-    hd = _int(c, _HEAD_DIM)
-    vhd = _int(c, _V_HEAD_DIM)
-    parts = [f"{prefix}{kv_[0]}={kv_[1]}" for kv_ in (heads, kv, hd, vhd) if kv_ is not None]
+    layer = layer_number(block_name)
+    decoder = any(w in block_name.lower() for w in _DECODER_WORDS)
+    heads = (_first(c, DECODER_HEADS_KEYS, layer) if decoder else None) or _first(c, HEADS_KEYS, layer)
+    h = heads.value if heads is not None else None
+    kv = next((found for _, rule in KV_RULES if (found := rule(c, h, layer)) is not None), None)
+    hd = _first(c, HEAD_DIM_KEYS, layer)
+    vhd = _first(c, V_HEAD_DIM_KEYS, layer)
+    parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd) if f is not None]
     return HeadOffers(
-        num_heads=heads[1] if heads else None,
-        num_kv_heads=kv[1] if kv else None,
-        head_dim=hd[1] if hd else None,
-        v_head_dim=vhd[1] if vhd else None,
+        num_heads=h,
+        num_kv_heads=kv.value if kv else None,
+        head_dim=hd.value if hd else None,
+        v_head_dim=vhd.value if vhd else None,
         source=source,
         detail=f"{label} " + ", ".join(parts) if parts else label,
     )

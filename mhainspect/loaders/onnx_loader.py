@@ -25,13 +25,11 @@ The library never prints.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import math
 import os
 import struct
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from itertools import chain
@@ -41,11 +39,19 @@ from typing import Any
 from mhainspect.dtypes import ONNX_FLOAT_CODES, ONNX_INTEGER_CODES, onnx_name
 from mhainspect.errors import InputError
 from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.loaders.onnx_wire import (
+    MAX_INT_VALUE_ELEMENTS,
+    MAX_SUBGRAPH_DEPTH,
+    fast_path_errors,
+    model_proto_class,
+    raw_attribute_classes,
+    read_bytes,
+)
 from mhainspect.loaders.provenance import apply_provenance, string_list
 
 # Values of integer constants up to this many elements are read (shape arithmetic).
-_MAX_INT_VALUE_ELEMENTS = 64
-_MAX_SUBGRAPH_DEPTH = 32
+_MAX_INT_VALUE_ELEMENTS = MAX_INT_VALUE_ELEMENTS
+_MAX_SUBGRAPH_DEPTH = MAX_SUBGRAPH_DEPTH
 
 # Element types whose small constants are read: integers (shape arithmetic), float scalars (scale).
 _INT_TYPES = ONNX_INTEGER_CODES
@@ -60,11 +66,6 @@ ProgressCallback = Callable[[str, int, int], None]
 _PROGRESS: ContextVar[ProgressCallback | None] = ContextVar("mhainspect_onnx_progress", default=None)
 _PROGRESS_EVERY = 2048  # nodes between two "graph" progress calls
 
-# Files from this size on are memory-mapped and scanned so that weight payloads are skipped;
-# smaller ones are read whole (their payloads cost less than the scan).
-_SCAN_MIN_FILE_BYTES = 16 << 20
-# Submessages up to this size are copied as they are: they cannot hold a payload worth skipping.
-_SCAN_MIN_MESSAGE_BYTES = 4096
 # Extensions that onnx.load reads as text/JSON instead of binary protobuf.
 _TEXT_SUFFIXES = frozenset({".txtpb", ".textproto", ".prototxt", ".pbtxt", ".json", ".onnxjson",
                             ".onnxtxt", ".onnxtext"})
@@ -149,157 +150,6 @@ def check_readable_file(p: Path) -> None:
 # Fast metadata read: no `import onnx`, weight payloads skipped
 # ----------------------------------------------------------------------------------------------
 
-_MODEL_CLASS: Any = None
-
-
-def _model_proto_class() -> Any:
-    """onnx.ModelProto if onnx is imported already, else the same message from a private pool.
-
-    The descriptor is the serialized FileDescriptorProto in the installed ``onnx/onnx_ml_pb2.py``,
-    read as a literal, so the class always matches the installed onnx; importing ``onnx`` itself
-    (numpy, helper, checker, ...) is what this avoids.
-    """
-    global _MODEL_CLASS
-    onnx_mod = sys.modules.get("onnx")
-    if onnx_mod is not None and hasattr(onnx_mod, "ModelProto"):
-        return onnx_mod.ModelProto
-    if _MODEL_CLASS is None:
-        _MODEL_CLASS = _message_class(_onnx_file_descriptor(), "onnx.ModelProto")
-    return _MODEL_CLASS
-
-
-_FILE_DESCRIPTOR: bytes | None = None
-
-
-def _onnx_file_descriptor() -> bytes:
-    """The serialized FileDescriptorProto of onnx.proto in the installed ``onnx/onnx_ml_pb2.py``."""
-    global _FILE_DESCRIPTOR
-    if _FILE_DESCRIPTOR is None:
-        import importlib.util
-
-        spec = importlib.util.find_spec("onnx")
-        if spec is None or not spec.submodule_search_locations:
-            raise ImportError("onnx is not installed")
-        source = Path(next(iter(spec.submodule_search_locations)), "onnx_ml_pb2.py").read_text("utf-8")
-        line = next(ln for ln in source.splitlines() if "AddSerializedFile(" in ln)
-        blobs = [n.value for n in ast.walk(ast.parse(line.strip()))
-                 if isinstance(n, ast.Constant) and isinstance(n.value, bytes)]
-        _FILE_DESCRIPTOR = blobs[0]
-    return _FILE_DESCRIPTOR
-
-
-_RAW_CLASSES: tuple[Any, Any] | None = None
-
-
-def _raw_attribute_classes() -> tuple[Any, Any]:
-    """(ModelProto, AttributeProto) of a private schema where NodeProto.attribute is ``repeated bytes``.
-
-    Upb then hands each attribute over as its serialized bytes: a Constant's value is its own
-    cache key (no wrapper object, no SerializeToString) and a repeated attribute (axes=[0], ...)
-    is parsed once. Only _load_raw_attributes uses them.
-    """
-    global _RAW_CLASSES
-    if _RAW_CLASSES is None:
-        blob = _onnx_file_descriptor()
-        raw = _bytes_attribute_descriptor(blob)
-        if raw is None:
-            raise ValueError("unexpected onnx.proto descriptor")
-        _RAW_CLASSES = (_message_class(raw, "onnx.ModelProto"), _message_class(raw, "onnx.AttributeProto"))
-    return _RAW_CLASSES
-
-
-def _fields(buf: bytes) -> Iterator[tuple[int, int, int, int]]:
-    """(field number, wire type, start, end) of each field of a message; end is past the value."""
-    view = memoryview(buf)
-    pos = 0
-    while pos < len(buf):
-        start = pos
-        key, pos = _varint(view, pos)
-        wire = key & 7
-        if wire == 2:
-            length, pos = _varint(view, pos)
-            pos += length
-        else:
-            pos = _skip_scalar(view, pos, wire)
-        yield key >> 3, wire, start, pos
-
-
-def _length_delimited(field: int, body: bytes) -> bytes:
-    return _encode_varint(field << 3 | 2) + _encode_varint(len(body)) + body
-
-
-def _payload(buf: bytes, start: int, end: int) -> bytes:
-    """The value of the length-delimited field buf[start:end]."""
-    view = memoryview(buf)
-    pos = _varint(view, start)[1]
-    pos = _varint(view, pos)[1]
-    return buf[pos:end]
-
-
-def _bytes_attribute_descriptor(file_descriptor: bytes) -> bytes | None:
-    """file_descriptor with NodeProto field 5 ('attribute') made ``repeated bytes``; None if not found.
-
-    FileDescriptorProto.message_type = 4; DescriptorProto.name = 1, .field = 2;
-    FieldDescriptorProto.name = 1, .number = 3, .type = 5, .type_name = 6 (TYPE_BYTES = 12).
-    """
-    out: list[bytes] = []
-    found = 0
-    for num, wire, start, end in _fields(file_descriptor):
-        piece = file_descriptor[start:end]
-        if num == 4 and wire == 2:
-            message = _payload(file_descriptor, start, end)
-            names = [_payload(message, s, e) for n, w, s, e in _fields(message) if n == 1 and w == 2]
-            if names == [b"NodeProto"]:
-                parts: list[bytes] = []
-                for n, w, s, e in _fields(message):
-                    sub = message[s:e]
-                    if n == 2 and w == 2:
-                        field = _payload(message, s, e)
-                        entries = list(_fields(field))
-                        fname = [_payload(field, fs, fe) for fn, fw, fs, fe in entries if fn == 1 and fw == 2]
-                        if fname == [b"attribute"]:
-                            body = b"".join(field[fs:fe] for fn, fw, fs, fe in entries if fn not in (5, 6))
-                            sub = _length_delimited(2, body + b"\x28\x0c")
-                            found += 1
-                    parts.append(sub)
-                piece = _length_delimited(4, b"".join(parts))
-        out.append(piece)
-    return b"".join(out) if found == 1 else None
-
-
-def _message_class(file_descriptor: bytes, full_name: str) -> Any:
-    """The class of message ``full_name`` from a serialized FileDescriptorProto, in a new pool.
-
-    With the upb backend (protobuf's default), the pool and the class come from its C module
-    directly: ``descriptor_pool`` and ``message_factory`` import the pure-Python implementation
-    and text_format (~15 ms a process) only to reach the same two calls.
-    """
-    upb = _upb_module()
-    if upb is not None:
-        from google.protobuf import message
-
-        pool = upb.DescriptorPool()
-        pool.AddSerializedFile(file_descriptor)
-        descriptor = pool.FindMessageTypeByName(full_name)
-        # What message_factory.GetMessageClass builds: its metaclass adds nothing under upb.
-        return upb.MessageMeta(descriptor.name, (message.Message,), {"DESCRIPTOR": descriptor, "__module__": None})
-    from google.protobuf import descriptor_pool, message_factory
-
-    pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(file_descriptor)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name))
-
-
-def _upb_module() -> Any:
-    """google._upb._message when it is the implementation protobuf uses, else None."""
-    from google.protobuf.internal import api_implementation
-
-    module = api_implementation._c_module
-    if api_implementation.Type() != "upb" or not getattr(module, "_IS_UPB", False):
-        return None
-    return module
-
-
 class _Unsupported(Exception):
     """Something _load_raw_attributes leaves to the general path."""
 
@@ -317,18 +167,18 @@ def _load_raw_attributes(p: Path, progress: ProgressCallback | None) -> ModelGra
     try:
         if os.path.splitext(str(p))[1] in _TEXT_SUFFIXES:
             return None
-        _model_proto_class()  # what decides whether the fast path is on at all
-        model_cls, attr_cls = _raw_attribute_classes()
+        model_proto_class()  # what decides whether the fast path is on at all
+        model_cls, attr_cls = raw_attribute_classes()
         check_readable_file(p)
         model, name_scopes = _parse_file(p, model_cls, progress)
         _check_has_graph(model, p)
         if model.functions:
             return None
         return _model_to_graph(model, str(p), progress, name_scopes, attr_cls)
-    except KeyboardInterrupt:
+    except BaseException as exc:  # evaluated only on failure: the fast path's narrow set, else raised
+        if isinstance(exc, (InputError, _Unsupported, *fast_path_errors())):
+            return None
         raise
-    except Exception:
-        return None
 
 
 def _read_model_metadata(p: Path, progress: ProgressCallback | None) -> tuple[Any, bool]:
@@ -341,10 +191,10 @@ def _read_model_metadata(p: Path, progress: ProgressCallback | None) -> tuple[An
     if os.path.splitext(str(p))[1] in _TEXT_SUFFIXES:
         return read_model_proto(p), True
     try:
-        model, name_scopes = _parse_file(p, _model_proto_class(), progress)
-    except (InputError, KeyboardInterrupt):
+        model, name_scopes = _parse_file(p, model_proto_class(), progress)
+    except InputError:
         raise
-    except Exception:  # corrupt or unusual file: onnx.load decides, with its own error
+    except fast_path_errors():  # corrupt or unusual file: onnx.load decides, with its own error
         return read_model_proto(p), True
     _check_has_graph(model, p)
     return model, name_scopes
@@ -356,7 +206,7 @@ def _parse_file(p: Path, model_cls: Any, progress: ProgressCallback | None) -> t
     size = p.stat().st_size
     if progress:
         progress("read", 0, size)
-    data = _read_bytes(p, size, progress)
+    data = read_bytes(p, size, progress)
     model = model_cls()
     model.ParseFromString(data)
     # The search (~4 GB/s) only pays where nodes are dense in the file (~0.5 us saved per node).
@@ -365,186 +215,6 @@ def _parse_file(p: Path, model_cls: Any, progress: ProgressCallback | None) -> t
     if progress:
         progress("read", size, size)
     return model, name_scopes
-
-
-def _read_bytes(p: Path, size: int, progress: ProgressCallback | None = None) -> bytes:
-    with open(p, "rb") as fh:
-        if size < _SCAN_MIN_FILE_BYTES:
-            return fh.read()
-        import mmap
-
-        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        view = memoryview(mm)
-        page = mmap.ALLOCATIONGRANULARITY
-        can_drop = hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED")
-
-        def advance(pos: int) -> None:
-            # Unmap what the scan has passed (kept pieces are copied as it goes): with page-cache
-            # folios of up to 2 MiB, every header touched would otherwise stay in RSS.
-            if can_drop and pos >= page:
-                mm.madvise(mmap.MADV_DONTNEED, 0, pos - pos % page)
-            if progress:
-                progress("read", pos, size)
-
-        try:
-            if hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
-                mm.madvise(mmap.MADV_RANDOM)  # no read-ahead into the payloads we skip
-            return _stripped(view, advance)
-        finally:
-            try:
-                view.release()
-                mm.close()
-            except BufferError:  # a traceback still holds a slice; the map closes when collected
-                pass
-
-
-# Wire-format schema: message kind -> {field number: kind of the length-delimited submessage}.
-_MODEL, _GRAPH, _NODE, _ATTR, _TENSOR, _SPARSE, _FUNC, _TRAIN = range(8)
-_CHILDREN: dict[int, dict[int, int]] = {
-    _MODEL: {7: _GRAPH, 20: _TRAIN, 25: _FUNC},                      # graph, training_info, functions
-    _GRAPH: {1: _NODE, 5: _TENSOR, 15: _SPARSE},                      # node, initializer, sparse_initializer
-    _NODE: {5: _ATTR},                                                # attribute
-    _ATTR: {5: _TENSOR, 6: _GRAPH, 10: _TENSOR, 11: _GRAPH, 22: _SPARSE, 23: _SPARSE},
-    _FUNC: {7: _NODE, 11: _ATTR},                                     # node, attribute_proto
-    _TRAIN: {1: _GRAPH, 2: _GRAPH},                                   # initialization, algorithm
-    _SPARSE: {1: _TENSOR, 2: _TENSOR},                                # values, indices
-    _TENSOR: {},
-}
-# TensorProto data fields: float_data, int32_data, string_data, int64_data, raw_data, double_data, uint64_data
-_TENSOR_DATA_FIELDS = frozenset({4, 5, 6, 7, 9, 10, 11})
-
-
-_ADVANCE_EVERY = 4 << 20  # bytes of scanned file between two advance() calls (page cache folios are up to 2 MiB)
-
-
-def _stripped(buf: memoryview, advance: Callable[[int], None] | None = None) -> bytes:
-    pieces = _scan(buf, 0, len(buf), _MODEL, 0, advance)
-    return bytes(buf) if pieces is None else b"".join(pieces)
-
-
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _encode_varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _scan(buf: memoryview, pos: int, end: int, kind: int, depth: int,
-          advance: Callable[[int], None] | None = None) -> list[Any] | None:
-    """The message buf[pos:end] with skippable payloads dropped, as pieces; None when unchanged."""
-    if depth > 2 * _MAX_SUBGRAPH_DEPTH + 8:
-        raise ValueError("nested too deeply")
-    if kind == _TENSOR:
-        return _scan_tensor(buf, pos, end)
-    children = _CHILDREN[kind]
-    out: list[Any] | None = None
-    run_start = pos
-    next_advance = pos + _ADVANCE_EVERY if advance is not None else end + 1
-    while pos < end:
-        if pos >= next_advance and advance is not None:
-            advance(pos)
-            next_advance = pos + _ADVANCE_EVERY
-        field_start = pos
-        key, pos = _varint(buf, pos)
-        wire = key & 7
-        if wire == 2:
-            length, pos = _varint(buf, pos)
-            body, pos = pos, pos + length
-            if pos > end:
-                raise ValueError("truncated field")
-            child = children.get(key >> 3)
-            if child is None or length <= _SCAN_MIN_MESSAGE_BYTES:
-                continue
-            sub = _scan(buf, body, pos, child, depth + 1, advance if depth == 0 else None)
-            if sub is None:
-                continue
-            if out is None:
-                out = []
-            out.append(bytes(buf[run_start:field_start]))  # copied now: its pages are released later
-            out.append(_encode_varint(key) + _encode_varint(sum(len(s) for s in sub)))
-            out.extend(sub)
-            run_start = pos
-        else:
-            pos = _skip_scalar(buf, pos, wire)
-    if pos != end:
-        raise ValueError("truncated message")
-    if out is not None:
-        out.append(bytes(buf[run_start:end]))
-    return out
-
-
-def _skip_scalar(buf: memoryview, pos: int, wire: int) -> int:
-    """Position after a varint (0), fixed64 (1) or fixed32 (5) field value."""
-    if wire == 0:
-        return _varint(buf, pos)[1]
-    if wire == 1:
-        return pos + 8
-    if wire == 5:
-        return pos + 4
-    raise ValueError(f"unsupported wire type {wire}")
-
-
-def _int64(value: int) -> int:
-    """A varint read as unsigned 64 bits, reinterpreted as the signed int64 ONNX dims are."""
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _scan_tensor(buf: memoryview, pos: int, end: int) -> list[Any] | None:
-    """Drop the data fields of a tensor whose dims say the loader never reads its values."""
-    start = pos
-    dims: list[int] = []
-    data_spans: list[tuple[int, int]] = []
-    while pos < end:
-        field_start = pos
-        key, pos = _varint(buf, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 2:
-            length, pos = _varint(buf, pos)
-            body, pos = pos, pos + length
-            if pos > end:
-                raise ValueError("truncated field")
-            if field == 1:  # packed dims
-                while body < pos:
-                    d, body = _varint(buf, body)
-                    dims.append(_int64(d))
-                continue
-        elif wire == 0 and field == 1:
-            value, pos = _varint(buf, pos)
-            dims.append(_int64(value))
-            continue
-        else:
-            pos = _skip_scalar(buf, pos, wire)
-        if field in _TENSOR_DATA_FIELDS:
-            data_spans.append((field_start, pos))
-    if pos != end:
-        raise ValueError("truncated tensor")
-    # tensor_from_proto reads values only when numel <= _MAX_INT_VALUE_ELEMENTS (ints) or == 1
-    # (floats), numel counting negative dims as 0: with every dim >= 0 and more elements than
-    # that, the data is never looked at, so leaving it out changes nothing.
-    if not data_spans or any(d < 0 for d in dims) or math.prod(dims) <= _MAX_INT_VALUE_ELEMENTS:
-        return None
-    pieces: list[Any] = []
-    cursor = start
-    for span_start, span_stop in data_spans:
-        pieces.append(bytes(buf[cursor:span_start]))
-        cursor = span_stop
-    pieces.append(bytes(buf[cursor:end]))
-    return pieces
 
 
 # ----------------------------------------------------------------------------------------------
@@ -637,11 +307,11 @@ def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:  # type: ignore[name-defin
     return ValueInfo(v.name, tuple(dims), onnx_name(tt.elem_type))
 
 
-def _storage_key(t: onnx.TensorProto) -> str:  # type: ignore[name-defined]  # noqa: F821
-    if t.data_location == 1:  # EXTERNAL: identity is (file, offset), so shared data counts once
-        entries = {e.key: e.value for e in t.external_data}
-        return f"external:{entries.get('location', '')}:{entries.get('offset', '0')}:{entries.get('length', '')}"
-    return f"name:{t.name}"
+def _external_key(t: onnx.TensorProto) -> tuple[str, str]:  # type: ignore[name-defined]  # noqa: F821
+    """(storage key, location) of external data: identity is (file, offset), so shared data counts once."""
+    entries = {e.key: e.value for e in t.external_data}
+    location = entries.get("location", "")
+    return f"external:{location}:{entries.get('offset', '0')}:{entries.get('length', '')}", location
 
 
 # Decoding of small constants, as onnx.numpy_helper.to_array does it (little-endian raw_data, or
@@ -753,14 +423,15 @@ def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = F
                 int_value = _small_values(t, dt)[0]
         elif dt in _FLOAT_TYPES and numel == 1:
             float_value = _small_values(t, dt)[1]
+    location = None
     if is_constant_node:
         storage_key = f"const:{name}"
     elif external:
-        storage_key = _storage_key(t)
+        storage_key, location = _external_key(t)
     else:
         storage_key = f"name:{name}"  # name: the tensor's name in its scope (a subgraph's own are prefixed)
     return _make_tensor(name, shape, onnx_name(dt), storage_key, int_value, float_value,
-                        is_constant_node)
+                        is_constant_node, location)
 
 
 def _attr_value(a: onnx.AttributeProto) -> AttrValue:  # type: ignore[name-defined]  # noqa: F821
@@ -825,7 +496,7 @@ def _plain_fields(cls: type, names: tuple[str, ...]) -> bool:
 
 _RAW_NODE = _plain_fields(Node, ("name", "op", "inputs", "outputs", "attrs", "scope", "domain"))
 _RAW_TENSOR = _plain_fields(Tensor, ("name", "shape", "dtype", "storage_key", "int_value", "float_value",
-                                     "is_constant_node", "kind", "origin"))
+                                     "is_constant_node", "kind", "origin", "location"))
 _RAW_VALUE_INFO = _plain_fields(ValueInfo, ("name", "shape", "dtype"))
 _new = object.__new__
 
@@ -848,10 +519,11 @@ def _make_node(name: str, op: str, inputs: tuple[str, ...], outputs: tuple[str, 
 
 
 def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str,
-                 int_value: tuple[int, ...] | None, float_value: float | None, is_constant_node: bool) -> Tensor:
-    """Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node)."""
+                 int_value: tuple[int, ...] | None, float_value: float | None, is_constant_node: bool,
+                 location: str | None = None) -> Tensor:
+    """Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=...)."""
     if not _RAW_TENSOR:
-        return Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node)
+        return Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=location)
     tensor = _new(Tensor)
     d = tensor.__dict__
     d["name"] = name
@@ -863,6 +535,7 @@ def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str
     d["is_constant_node"] = is_constant_node
     d["kind"] = None
     d["origin"] = None
+    d["location"] = location
     return tensor
 
 

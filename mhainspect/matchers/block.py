@@ -13,14 +13,12 @@ from fractions import Fraction
 from mhainspect.dataflow import GraphIndex
 from mhainspect.findings import AttentionBlock, Evidence, ParamBreakdown, Projection
 from mhainspect.graph import Node
+from mhainspect.matchers import assembly
 from mhainspect.matchers.projection import WHOLE, ProjectionHit, TracedProjection
 from mhainspect.matchers.scopes import block_name
 
-# Stronger sources first. "scale" is a fallback only: a custom scale is legitimate (MHA003).
-# The head axis of the scores is observed directly; widths / d_k depend on resolving packed
-# projections, so the scores win when the two disagree (and the disagreement is reported).
-_PRIORITY = {"attribute": 0, "kernel_shape": 1, "shape": 2, "score_shape": 3, "weight_shape": 4, "reshape": 4,
-             "scale": 9}
+# Which offer wins, the conflict text and the defaults are the shared rules of
+# mhainspect.matchers.assembly (the same for modules and checkpoints).
 _FIELDS = ("num_heads", "num_kv_heads", "d_model", "d_k", "d_v")
 
 
@@ -86,15 +84,7 @@ class BlockBuilder:
         return Fraction(1, sharing)
 
     def _pick(self, name: str) -> tuple[int | None, tuple[str, ...]]:
-        offers = [e for e in self.evidence if e.field == name and isinstance(e.value, int)]
-        offers.sort(key=lambda e: _PRIORITY.get(e.source, 5))  # stable: ties keep the order offered
-        if not offers:
-            return None, ()
-        best = offers[0]
-        conflicts = tuple(
-            f"{name}: {best.source} says {best.value} ({best.detail}) but {e.source} says {e.value} ({e.detail})"
-            for e in offers[1:] if e.value != best.value and e.source != "scale")
-        return int(best.value) if best.value is not None else None, conflicts
+        return assembly.pick(self.evidence, name)
 
     def build(self, taken_names: set[str]) -> AttentionBlock:
         conflicts: list[str] = []
@@ -119,8 +109,8 @@ class BlockBuilder:
             self.evidence.append(Evidence("d_k", d_k, "weight_shape", f"Q width {wq} / heads {h}"))
         picked["num_kv_heads"], c = self._pick("num_kv_heads")
         conflicts.extend(c)
-        if picked["num_kv_heads"] is None and h is not None and wk is None and d_k:
-            picked["num_kv_heads"] = h
+        if picked["num_kv_heads"] is None and d_k:
+            picked["num_kv_heads"] = assembly.default_kv_heads(h, wk)
         if d_v is None and picked["num_kv_heads"] and wv and wv % picked["num_kv_heads"] == 0:
             picked["d_v"] = d_v = wv // picked["num_kv_heads"]
             self.evidence.append(Evidence("d_v", d_v, "weight_shape", f"V width {wv} / kv heads {picked['num_kv_heads']}"))

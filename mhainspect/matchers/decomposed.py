@@ -27,12 +27,14 @@ _SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Tanh", "Clip", "Ide
 _PROBS_PATH = {"Cast", "Dropout", "Where", "Identity", "Reshape", "Mul", "Squeeze", "Unsqueeze"}
 _MAX_SCORE_NODES = 24
 NO_SCORE_PRODUCT = "no Q·Kᵀ product of two activations before the Softmax"
+NO_SCORE_PRODUCT_CODE = "no_score_product"  # Miss.code of that miss: scores of another kind (additive?)
 
 
 def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     found = _find_score_product(index, softmax.inputs[0])
     if found is None:
-        return Miss(NAME, softmax.name, NO_SCORE_PRODUCT + " (a classifier or router softmax, not attention)")
+        return Miss(NAME, softmax.name, NO_SCORE_PRODUCT + " (a classifier or router softmax, not attention)",
+                    code=NO_SCORE_PRODUCT_CODE)
     score, score_path = found
     pv = _find_value_product(index, softmax.outputs[0])
     if pv is None:

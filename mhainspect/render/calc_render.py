@@ -11,8 +11,7 @@ from typing import Any
 
 from mhainspect.conventions import LAYER_NAMES, ArgValue, Calculation, VsResult, kv_heads_of
 from mhainspect.dtypes import canonical
-from mhainspect.render.numbers import format_bytes
-from mhainspect.size import LayerBytes, layer_bytes
+from mhainspect.size import LayerBytes, format_bytes, layer_bytes
 
 _NBSP = "\u00a0"  # binds "heads 4" so a wrap never separates a label from its number
 _SHARED_NOTES = ("No bias switch given", "Ignored (no effect")

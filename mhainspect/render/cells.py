@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mhainspect.findings import AttentionBlock, BlockVerification, ModelSummary, Report
+from mhainspect.findings import AttentionBlock, BlockVerification, ModelSummary, Report, VerifyStatus
 from mhainspect.gates import GateResult
 from mhainspect.render.grouping import join_names
 from mhainspect.render.numbers import group, human_count
@@ -140,10 +140,10 @@ def verify_label(v: BlockVerification) -> str:
     heads = f"{v.observed_heads} heads"
     if v.observed_kv_heads is not None and v.observed_kv_heads != v.observed_heads:
         heads += f", {v.observed_kv_heads} kv"
-    if v.status == "confirmed":
+    if v.status == VerifyStatus.CONFIRMED:
         return f"confirmed ({heads})"
-    if v.status == "contradicted":
-        return f"contradicted ({(v.reason or '').split(' (')[0] or heads})"
-    if v.status == "observed":
+    if v.status == VerifyStatus.CONTRADICTED:
+        return f"contradicted ({v.disagreement or heads})"
+    if v.status == VerifyStatus.OBSERVED:
         return f"observed at run time: {heads}"
     return f"not checkable ({v.reason or 'no reason given'})"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 from decimal import Decimal, InvalidOperation
@@ -82,28 +81,3 @@ def parse_count(text: str) -> int:
         raise ValueError(f"not a whole count: {text!r} = {number}")
     return int(number)
 
-
-_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*")
-
-
-def parse_size(text: str) -> int:
-    """Bytes as typed on a command line: '2G' -> 2 GiB, '512M', '4GiB', '100k', '1.5G', '4096'.
-
-    K/M/G/T are powers of 1024 whether or not an 'i' follows (512M = 512MiB = 536,870,912):
-    memory is sized in binary units. Raises ValueError for anything else or below 1 byte.
-    """
-    m = _SIZE_RE.fullmatch(text)
-    if not m:
-        raise ValueError(f"invalid size '{text}': expected bytes or a number with K, M, G or T (512M, 2G, 4GiB)")
-    value = float(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
-    if not math.isfinite(value) or value < 1:
-        raise ValueError(f"invalid size '{text}': must be at least 1 byte")
-    return int(value)
-
-
-def format_bytes(n: int) -> str:
-    """Binary units for display: 1536 -> '1.5 KiB', 3 -> '3 B'."""
-    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from mhainspect.findings import AttentionBlock, Report
-from mhainspect.render.numbers import format_bytes, group
-from mhainspect.size import KV_FIELD, NO_CACHE
+from mhainspect.render.numbers import group
+from mhainspect.size import KV_FIELD, NO_CACHE, format_bytes
 
 __all__ = ["block_size_line", "size_lines"]
 

@@ -10,8 +10,6 @@ Exports are cached in MHAINSPECT_ZOO_DIR when set (reuse across runs), else in a
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +20,8 @@ pytest.importorskip("transformers")
 from mhainspect.analyze import analyze_path  # noqa: E402
 from mhainspect.findings import Report  # noqa: E402
 from tests.conformance import zoo  # noqa: E402
-from tests.conformance.extended import DEFAULT_VARIANTS, EXTENDED_CASES  # noqa: E402
+from tests.conformance.conftest import EXTENDED_VARIANTS  # noqa: E402
+from tests.conformance.extended import EXTENDED_CASES  # noqa: E402
 
 pytestmark = pytest.mark.conformance
 
@@ -35,19 +34,6 @@ KNOWN_TOTAL_PARAM_GAPS: dict[str, str] = {
 
 _BLOCK_FIELDS = ("kind", "num_heads", "num_kv_heads", "d_model", "d_k", "d_v")
 _PARAM_FIELDS = ("q", "k", "v", "o", "bias", "total")
-
-
-@pytest.fixture(scope="session")
-def manifest(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
-    outdir = Path(os.environ.get("MHAINSPECT_ZOO_DIR") or tmp_path_factory.mktemp("zoo"))
-    jobs = int(os.environ.get("MHAINSPECT_ZOO_JOBS", "2"))
-    zoo.export_all(outdir, jobs=jobs)
-    result = zoo.export_all(outdir, cases=EXTENDED_CASES, variants=EXTENDED_VARIANTS, jobs=jobs)
-    entries = {
-        (e["case"], e["variant"]): dict(e, path=str(outdir / e["file"]) if e.get("file") else None)
-        for e in result["entries"]
-    }
-    return entries
 
 
 def _entry(manifest: dict[tuple[str, str], dict[str, Any]], case: str, variant: str) -> dict[str, Any]:
@@ -77,9 +63,6 @@ def _mismatches(report: Report, entry: dict[str, Any]) -> list[str]:
     return problems
 
 
-# Architectures beyond the list: one exporter by default, every exporter on request.
-EXTENDED_VARIANTS = tuple(v for v in zoo.VARIANTS if os.environ.get("MHAINSPECT_CONFORMANCE_FULL")
-                          or v.name in DEFAULT_VARIANTS)
 CASE_VARIANTS = [(c.name, v.name) for c in zoo.CASES for v in zoo.VARIANTS] + [
     (c.name, v.name) for c in EXTENDED_CASES for v in EXTENDED_VARIANTS]
 

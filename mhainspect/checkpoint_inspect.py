@@ -1,0 +1,54 @@
+"""Checkpoint -> blocks: the front end for safetensors / PyTorch state dicts / Hugging Face folders.
+
+The loader (``mhainspect.loaders.checkpoint``) reads names, shapes and the config; the name
+grouping and assembly (``mhainspect.matchers.static``) make the blocks, with head counts from
+the config table (``mhainspect.loaders.hf_config``); ``mhainspect.report`` makes the Report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mhainspect.findings import AttentionBlock, ModelFacts, Report, ReportWarning, SourceResult, WarningCode
+from mhainspect.loaders.checkpoint import load_checkpoint_weights
+from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
+from mhainspect.matchers.static import blocks_from_weights
+from mhainspect.report import report_from
+from mhainspect.size import metas_size_inputs
+from mhainspect.static_ir import HeadOffers, WeightMeta, count_weights, parameter_keys
+
+
+def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,
+                      *, config_label: str = "config.json") -> list[AttentionBlock]:
+    """Blocks from weight names and shapes, heads from ``config`` when there is one."""
+    if config is None:
+        return blocks_from_weights(weights, None)
+
+    def offers_for(block_name: str) -> list[HeadOffers]:
+        return [offers_from_config(config, block_name, label=config_label)]
+
+    return blocks_from_weights(weights, offers_for)
+
+
+def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
+    p = Path(path)
+    weights, config, fmt = load_checkpoint_weights(p)
+    warnings: list[ReportWarning] = []
+    if config is not None and not p.is_dir():
+        warnings.append(ReportWarning(f"heads read from {p.parent / 'config.json'} next to the checkpoint",
+                                      WarningCode.CONFIG_BESIDE))
+    producer = producer_from_config(config) if config is not None else ""
+    facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer)
+    blocks = checkpoint_blocks(weights, config)
+    size = metas_size_inputs(weights, blocks, config, parameter_keys(weights),
+                             label="config.json" if p.is_dir() else "config.json beside the checkpoint",
+                             no_config="checkpoint without config.json: nothing says whether the model decodes "
+                                       "autoregressively")
+    return SourceResult(tuple(blocks), (), facts, tuple(warnings), size)
+
+
+def analyze_checkpoint(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:
+    return report_from(checkpoint_result(path), what_if_heads=what_if_heads)

@@ -1,0 +1,215 @@
+"""Attention blocks from weight names and shapes alone (checkpoints, module parameter lists).
+
+Pure: no torch, no I/O. A weight list (name, shape, dtype, storage key, layout) is grouped by
+module prefix and role name (q_proj/k_proj/v_proj/o_proj, query/key/value + BERT's
+``attention.output.dense``, c_attn/c_proj, qkv_proj, in_proj_weight/out_proj, T5's q/k/v/o, ...)
+into blocks of projections with their widths. Head counts are not in weight names: callers add
+them from module attributes or a config (see ``mhainspect.matchers.static``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from mhainspect.findings import Projection
+from mhainspect.matchers.scopes import common_prefix
+from mhainspect.static_ir import WeightMeta
+
+# Role names of a projection module (the last component of its path), lower-cased.
+Q_NAMES = frozenset({"q_proj", "query", "q", "wq", "q_lin", "to_q", "query_proj", "q_linear", "linear_q", "w_q",
+                     "q_layer", "queries"})
+K_NAMES = frozenset({"k_proj", "key", "k", "wk", "k_lin", "to_k", "key_proj", "k_linear", "linear_k", "w_k",
+                     "k_layer", "keys"})
+V_NAMES = frozenset({"v_proj", "value", "v", "wv", "v_lin", "to_v", "value_proj", "v_linear", "linear_v", "w_v",
+                     "v_layer", "values"})
+O_NAMES = frozenset({"o_proj", "out_proj", "o", "wo", "out_lin", "dense", "c_proj", "proj", "out", "linear_out",
+                     "output_proj", "o_linear", "out_linear", "w_o", "attention_output", "output_dense"})
+PACKED_NAMES = frozenset({"c_attn", "qkv_proj", "qkv", "query_key_value", "wqkv", "in_proj", "qkv_linear",
+                          "w_pack", "qkv_layer"})
+# Conv1D-style names (GPT-2 family): weights stored [in, out].
+CONV1D_NAMES = frozenset({"c_attn", "c_proj", "c_fc"})
+# Parameters of nn.MultiheadAttention stored directly on the module.
+_MHA_LEAVES = {"in_proj_weight": ("qkv", "weight"), "in_proj_bias": ("qkv", "bias"),
+               "q_proj_weight": ("q", "weight"), "k_proj_weight": ("k", "weight"), "v_proj_weight": ("v", "weight")}
+_EXTRA_LEAVES = frozenset({"bias_k", "bias_v"})
+_EXTRA_MODULES = frozenset({"relative_attention_bias"})
+_WEIGHT_LEAVES = frozenset({"weight", "kernel", "w"})
+_BIAS_LEAVES = frozenset({"bias", "b"})
+
+
+@dataclass(frozen=True)
+class RoleWeights:
+    role: str  # "q", "k", "v", "o", "qkv"
+    module: str  # module path that applies the weight
+    weight: WeightMeta
+    bias: WeightMeta | None
+    bias_share: tuple[int, int] = (1, 1)  # this role's part of the bias (nn.MultiheadAttention in_proj_bias)
+
+
+@dataclass(frozen=True)
+class GroupedBlock:
+    """Projections of one attention block found by names; widths not yet split for packed weights."""
+
+    name: str  # common module prefix of its projections
+    owner: str  # the module holding Q/K/V (where head attributes live)
+    roles: tuple[RoleWeights, ...]
+    extras: tuple[WeightMeta, ...]
+    cross: bool = False
+
+    def role(self, role: str) -> RoleWeights | None:
+        return next((r for r in self.roles if r.role == role), None)
+
+
+def _split(name: str) -> list[str]:
+    return name.replace("/", ".").replace(":0", "").split(".")
+
+
+def _role_of(component: str) -> str | None:
+    c = component.lower()
+    if c in Q_NAMES:
+        return "q"
+    if c in K_NAMES:
+        return "k"
+    if c in V_NAMES:
+        return "v"
+    if c in PACKED_NAMES:
+        return "qkv"
+    if c in O_NAMES:
+        return "o"
+    return None
+
+
+def _common_prefix(paths: Iterable[str]) -> str:
+    return ".".join(common_prefix([p.split(".") if p else [] for p in paths]))
+
+
+def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ...]:
+    """Group weights into attention blocks by module prefix and role names, in name order."""
+    # module path -> {"weight": meta, "bias": meta}
+    modules: dict[str, dict[str, WeightMeta]] = {}
+    mha: dict[str, dict[tuple[str, str], WeightMeta]] = {}
+    extras: dict[str, list[WeightMeta]] = {}
+    for name, meta in weights.items():
+        parts = _split(name)
+        leaf = parts[-1]
+        scope = ".".join(parts[:-1])
+        if leaf in _MHA_LEAVES:
+            mha.setdefault(scope, {})[_MHA_LEAVES[leaf]] = meta
+        elif leaf in _EXTRA_LEAVES:
+            extras.setdefault(scope, []).append(meta)
+        elif len(parts) >= 2 and parts[-2] in _EXTRA_MODULES:
+            extras.setdefault(".".join(parts[:-2]), []).append(meta)
+        elif leaf.lower() in _WEIGHT_LEAVES:
+            modules.setdefault(scope, {})["weight"] = meta
+        elif leaf.lower() in _BIAS_LEAVES:
+            modules.setdefault(scope, {})["bias"] = meta
+    # Children by parent: parent -> role -> module path
+    children: dict[str, dict[str, str]] = {}
+    for path, tensors in modules.items():
+        if "weight" not in tensors or not path:
+            continue
+        parts = path.split(".")
+        role = _role_of(parts[-1])
+        parent = ".".join(parts[:-1])
+        # to_out.0 (diffusers): the output projection is the first item of a Sequential.
+        if role is None and len(parts) >= 2 and parts[-1].isdigit() and parts[-2].lower() == "to_out":
+            role, parent = "o", ".".join(parts[:-2])
+        if role is not None:
+            children.setdefault(parent, {}).setdefault(role, path)
+
+    def rw(role: str, path: str) -> RoleWeights:
+        t = modules[path]
+        return RoleWeights(role, path, t["weight"], t.get("bias"))
+
+    blocks: list[GroupedBlock] = []
+    for owner in sorted(set(children) | set(mha), key=natural_key):
+        roles: list[RoleWeights] = []
+        kids = children.get(owner, {})
+        params = mha.get(owner, {})
+        if ("qkv", "weight") in params:
+            roles.append(RoleWeights("qkv", owner, params[("qkv", "weight")], params.get(("qkv", "bias"))))
+        elif all((r, "weight") in params for r in ("q", "k", "v")):
+            # Separate Q/K/V weights (kdim/vdim) share one packed in_proj_bias: a third each.
+            bias = params.get(("qkv", "bias"))
+            roles.extend(RoleWeights(r, owner, params[(r, "weight")], bias, (1, 3)) for r in ("q", "k", "v"))
+        elif all(r in kids for r in ("q", "k", "v")):
+            roles.extend(rw(r, kids[r]) for r in ("q", "k", "v"))
+        elif "qkv" in kids:
+            roles.append(rw("qkv", kids["qkv"]))
+        elif "q" in kids and "qkv" not in kids and any(r in kids for r in ("k", "v")):
+            roles.extend(rw(r, kids[r]) for r in ("q", "k", "v") if r in kids)
+        else:
+            continue
+        o_path = kids.get("o")
+        if o_path is None:
+            o_path = _bert_output(owner, modules)
+        if o_path is not None:
+            roles.append(rw("o", o_path))
+        paths = [r.module for r in roles]
+        name = _common_prefix(paths) or owner
+        block_extras = tuple(extras.get(owner, []) + (extras.get(name, []) if name != owner else []))
+        low = owner.lower()
+        cross = any(s in low for s in ("crossattention", "encdecattention", "encoder_attn", "cross_attn"))
+        blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross))
+    return tuple(blocks)
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that puts layer.2 before layer.10."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
+
+
+def _bert_output(owner: str, modules: Mapping[str, Mapping[str, WeightMeta]]) -> str | None:
+    """BERT-style layout: Q/K/V under ``X.self`` (or ``X.attention``), O at ``X.output.dense``."""
+    parts = owner.split(".")
+    if len(parts) < 2:
+        return None
+    gp = ".".join(parts[:-1])
+    for cand in (f"{gp}.output.dense", f"{gp}.output.o_proj", f"{gp}.dense"):
+        if cand in modules and "weight" in modules[cand]:
+            return cand
+    return None
+
+
+def linear_dims(meta: WeightMeta, module: str, *, packed: bool = False) -> tuple[int, int] | None:
+    """(in_features, out_features) of a 2-D projection weight; None for other ranks.
+
+    Without a recorded layout: a packed [Q; K; V] weight is wider out than in (it holds at least
+    the model width plus two heads), which tells GPTBigCode's nn.Linear ``c_attn`` [(h + 2)·d, E]
+    from GPT-2's Conv1D ``c_attn`` [E, 3E]; otherwise the name decides (Conv1D names, ``kernel``)."""
+    if len(meta.shape) != 2:
+        return None
+    a, b = meta.shape
+    layout = meta.layout
+    if not layout and packed and a != b:
+        layout = "in_out" if b > a else "out_in"
+    if not layout:
+        leaf = _split(meta.name)[-1].lower()
+        last = module.split(".")[-1].lower() if module else ""
+        layout = "in_out" if (leaf == "kernel" or last in CONV1D_NAMES) else "out_in"
+    return (a, b) if layout == "in_out" else (b, a)
+
+
+def kernel_head_split(meta: WeightMeta, role: str) -> tuple[int, int, int, int] | None:
+    """Keras-style 3-D kernels: Q/K/V ``[in, heads, head_dim]``, O ``[heads, head_dim, out]``.
+
+    Returns (in_features, out_features, heads, head_dim)."""
+    if len(meta.shape) != 3:
+        return None
+    if role == "o":
+        h, d, out = meta.shape
+        return h * d, out, h, d
+    d_in, h, d = meta.shape
+    return d_in, h * d, h, d
+
+
+def projection(role: str, rw: RoleWeights, in_f: int | None, out_f: int | None, share: tuple[int, int] = (1, 1)
+               ) -> Projection:
+    """A Projection for ``role`` taking ``share`` (numerator, denominator) of a packed weight."""
+    num, den = share
+    bn, bd = rw.bias_share
+    bias_params = rw.bias.numel * num * bn // (den * bd) if rw.bias is not None else 0
+    return Projection(role, rw.weight.name, in_f, out_f, rw.weight.numel * num // den,
+                      rw.bias.name if rw.bias is not None else None, bias_params, rw.module)

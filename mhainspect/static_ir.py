@@ -1,0 +1,144 @@
+"""Neutral data for sources without a graph (checkpoints, module parameter lists, configs).
+
+Loaders produce these; the name grouping and block assembly in ``mhainspect.matchers`` consume
+them. Like ``mhainspect.graph``, this module imports nothing above the vocabulary in findings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import NamedTuple
+
+from mhainspect import dtypes
+from mhainspect.dtypes import is_float
+from mhainspect.findings import Evidence, EvidenceSource
+
+
+@dataclass(frozen=True)
+class WeightMeta:
+    """One tensor: name, shape and identity. ``layout`` is "out_in" (nn.Linear), "in_out" (Conv1D,
+    Keras/Flax kernels) or "" when only the name can tell."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    storage_key: str
+    layout: str = ""
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class HeadOffers:
+    """What a module or config says about one block (None: it does not say)."""
+
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    v_head_dim: int | None = None
+    source: str = EvidenceSource.CONFIG  # an EvidenceSource (module, config, gguf, head_shape); checked
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if type(self.source) is not EvidenceSource:
+            object.__setattr__(self, "source", EvidenceSource(self.source))
+
+    def evidence(self) -> list[Evidence]:
+        out: list[Evidence] = []
+        for field, value in (("num_heads", self.num_heads), ("num_kv_heads", self.num_kv_heads),
+                             ("d_k", self.head_dim), ("d_v", self.v_head_dim)):
+            if isinstance(value, int) and value > 0:
+                out.append(Evidence(field, value, self.source, self.detail))
+        return out
+
+
+def parameter_keys(weights: Mapping[str, WeightMeta]) -> frozenset[str]:
+    """Storage keys of the parameters of a weight list: unique float tensors (tied weights once);
+    integer buffers are not parameters. count_weights counts them; mhainspect.size calls every
+    other stored tensor overhead."""
+    return frozenset(t.storage_key for t in weights.values() if is_float(t.dtype))
+
+
+def count_weights(weights: Mapping[str, WeightMeta]) -> int:
+    """Unique float tensors by storage (tied weights once); integer buffers are not parameters.
+
+    The one counter for weight lists (checkpoints, module parameters); graphs are counted by use
+    in ``mhainspect.analyze.count_parameters``."""
+    seen: set[str] = set()
+    total = 0
+    for t in weights.values():
+        if t.storage_key in seen or not is_float(t.dtype):
+            continue
+        seen.add(t.storage_key)
+        total += t.numel
+    return total
+
+
+# ----------------------------------------------------------------------------- size metadata
+# What every front end hands mhainspect.size (in SourceResult.size): tensors as metadata and per
+# block what the source says about decoding.
+
+
+class StoredTensor(NamedTuple):
+    """One stored tensor as metadata. ``stored_bytes``: what the file says it occupies (an
+    external-data length), used only when the dtype has no size (strings). A NamedTuple: a 70B
+    graph has thousands and they are built on the hot path."""
+
+    name: str
+    dtype: str
+    numel: int
+    storage_key: str
+    is_parameter: bool
+    stored_bytes: int | None = None
+
+    @property
+    def nbytes(self) -> int | None:
+        rate = byte_rate(self.dtype)
+        if rate is None:
+            return self.stored_bytes
+        block_size, num, den = rate
+        blocks = -(-self.numel // block_size)
+        return -(-(blocks * num) // den)
+
+
+@cache
+def byte_rate(dtype: str) -> tuple[int, int, int] | None:
+    """(elements per block, bytes per block as numerator, denominator) of ``dtype``; None: no size."""
+    found = dtypes.lookup(dtype)
+    if found is None or found.block_bytes == 0:
+        return None
+    return found.block_size, found.block_bytes.numerator, found.block_bytes.denominator
+
+
+@dataclass(frozen=True)
+class BlockDecoding:
+    """What the source says about one block during autoregressive decoding.
+
+    ``caches``: True (it caches K/V per token), False (it does not), None (cannot be told);
+    ``reason`` is the evidence either way. ``dtype`` is the cache's element type with where it
+    came from (a past/present tensor, the projection's compute dtype, the config).
+    """
+
+    block: str
+    caches: bool | None
+    reason: str
+    dtype: str | None = None
+    dtype_source: str = ""
+    window: int | None = None  # sliding window (tokens the layer attends to), None: full attention
+    window_source: str = ""
+    source: str = "config"  # evidence kind: "cache_tensor", "causal_mask", "config", "gguf", ...
+
+
+@dataclass(frozen=True)
+class SizeInputs:
+    """A front end's metadata for the size computation."""
+
+    tensors: tuple[StoredTensor, ...] = ()
+    block_tensors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # block -> tensor names
+    decoding: tuple[BlockDecoding, ...] = ()
