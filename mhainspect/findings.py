@@ -261,7 +261,9 @@ class AttentionBlock:
     verification: BlockVerification | None = None  # outcome of --verify (None: not run)
     weight_bytes: int | None = None  # bytes of the block's stored weights (shared tensors once)
     kv_cache_bytes_per_token: int | None = None  # None for a block that does not cache (see reason)
-    kv_cache_reason: str | None = None  # why the block caches nothing, or what is unknown
+    # Why kv_cache_bytes_per_token is None ("no cache: ..." or "unknown: ..."); a block that caches
+    # has its figure's evidence in ``evidence`` (field "kv_cache_bytes_per_token") instead.
+    kv_cache_reason: str | None = None
     sliding_window: int | None = None  # tokens a sliding-window layer attends to (its cache keeps window - 1)
     # How many times one run applies this module's weights (ALBERT's shared layer: 12); its
     # parameters are counted once whatever the number, its KV cache (kv_cache_bytes_per_token is

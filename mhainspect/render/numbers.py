@@ -80,4 +80,3 @@ def parse_count(text: str) -> int:
     if number != number.to_integral_value():
         raise ValueError(f"not a whole count: {text!r} = {number}")
     return int(number)
-
