@@ -77,7 +77,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "bias": False, "vocab_size": 65024, "torch_dtype": "bfloat16", "max_position_embeddings": 2048,
         "alibi": False,
     },
-    "flan-t5-base (encoder-decoder)": {
+    "flan-t5-base-shaped (encoder-decoder)": {
         "architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 768, "d_kv": 64, "d_ff": 2048,
         "num_layers": 12, "num_decoder_layers": 12, "num_heads": 12, "vocab_size": 32128, "is_encoder_decoder": True,
         "feed_forward_proj": "gated-gelu", "torch_dtype": "float32", "tie_word_embeddings": False,
