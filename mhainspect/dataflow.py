@@ -3,18 +3,60 @@
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph, Node, Tensor
-from mhainspect.symbolic import ShapeEvaluator
+from mhainspect.symbolic import ShapeEvaluator, gathered_table_shape
 
-# Ops through which a weight keeps its identity (layout or dtype changes only).
-_WEIGHT_VIEW_OPS = {"Identity", "Cast", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "DequantizeLinear",
-                    "Contiguous", "CastLike"}
+# Ops that pass a value on unchanged but for its dtype or its quantization (the first output only:
+# DynamicQuantizeLinear's other outputs are its scale and zero point). Every walk of the matchers
+# looks through them, so a quantized or cast graph meets the same patterns as the float one.
+VALUE_PRESERVING_OPS = frozenset({"Identity", "Cast", "CastLike", "QuantizeLinear", "DequantizeLinear",
+                                  "DynamicQuantizeLinear", "Dropout", "Contiguous"})
+# Ops through which a weight keeps its identity (layout, dtype or quantization changes only).
+_WEIGHT_VIEW_OPS = VALUE_PRESERVING_OPS | {"Transpose", "Reshape", "Squeeze", "Unsqueeze"}
+_MAX_VALUE_HOPS = 8
+
+
+@dataclass(frozen=True)
+class ProductOperands:
+    """Where a matrix-product op reads its activation, its weight and (optionally) its bias.
+
+    ``packed_shape``: the weight is stored packed (4-bit blocks) and its logical [K, N] comes from
+    the op's K and N attributes. ``integer_result``: the op yields integer accumulators that a
+    Cast and a rescaling Mul turn back into the float product.
+    """
+
+    activation: int
+    weight: int
+    bias: int | None = None
+    packed_shape: bool = False
+    integer_result: bool = False
+
+
+# Products whose second operand is the weight, as deployment tools write them (onnxruntime's
+# quantizers and contrib ops). Scales and zero points are inputs too, but never parameters.
+QUANTIZED_PRODUCTS: dict[str, ProductOperands] = {
+    "MatMulInteger": ProductOperands(0, 1, integer_result=True),
+    "MatMulIntegerToFloat": ProductOperands(0, 1, bias=6),
+    "DynamicQuantizeMatMul": ProductOperands(0, 1, bias=4),
+    "QLinearMatMul": ProductOperands(0, 3),
+    "MatMulNBits": ProductOperands(0, 1, bias=5, packed_shape=True),
+    "MatMulBnb4": ProductOperands(0, 1, packed_shape=True),
+}
+
+
+def passes_value(node: Node, output: str) -> bool:
+    """True when ``output`` of ``node`` is its first input's value, only cast or (de)quantized."""
+    return node.op in VALUE_PRESERVING_OPS and bool(node.outputs) and node.outputs[0] == output
+
+
 # Outputs of these ops describe shapes, not activations.
 _SHAPE_OPS = {"Shape", "Size"}
+_LOOK_FORWARD = VALUE_PRESERVING_OPS | _SHAPE_OPS  # consumers value_users looks past
 # Input positions that are read for their shape or as shape arguments only.
 SHAPE_INPUTS: dict[str, frozenset[int]] = {
     "Shape": frozenset({0}), "Size": frozenset({0}), "Reshape": frozenset({1}), "Expand": frozenset({1}),
@@ -30,8 +72,17 @@ SHAPE_INPUTS: dict[str, frozenset[int]] = {
 class WeightRef:
     """A weight reached from a node input, possibly through a transpose or cast."""
 
-    tensor: Tensor
+    tensor: Tensor  # the stored tensor (its storage key, dtype and bytes)
     transposed: bool  # the op sees the weight with its last two axes swapped
+    logical: tuple[int, ...] | None = None  # the shape the op sees when storage packs it (4-bit blocks)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.logical if self.logical is not None else self.tensor.shape
+
+    @property
+    def numel(self) -> int:
+        return self.tensor.numel if self.logical is None else math.prod(self.logical)
 
 
 def topological_order(graph: ModelGraph) -> list[Node]:
@@ -94,6 +145,7 @@ class GraphIndex:
 
     def __init__(self, graph: ModelGraph) -> None:
         self.graph = graph
+        self._ops: set[str] | None = None
         producer_pos = _producer_positions(graph)
         if not self._index_in_order(graph.nodes, producer_pos):
             # Out of dependency order in the file: sort, then the same pass cannot fail.
@@ -186,3 +238,70 @@ class GraphIndex:
 
     def users(self, name: str) -> list[tuple[Node, int]]:
         return self.consumers.get(name, [])
+
+    def has_op(self, op: str) -> bool:
+        """Whether any node of the graph is ``op`` (a set built on first use: lets rare patterns be
+        skipped at no cost per node)."""
+        ops = self._ops
+        if ops is None:
+            ops = self._ops = {n.op for n in self.order}
+        return op in ops
+
+    def value_source(self, name: str) -> str:
+        """The tensor whose value ``name`` is, looking back through casts and (de)quantization."""
+        producer = self.producer
+        for _ in range(_MAX_VALUE_HOPS):
+            node = producer.get(name)
+            if node is None or not node.inputs or not node.inputs[0] or not passes_value(node, name):
+                return name
+            name = node.inputs[0]
+        return name
+
+    def value_users(self, name: str) -> list[tuple[Node, int]]:
+        """Consumers of ``name``'s value, looking forward through casts and (de)quantization (readers
+        of its shape only, Shape and Size, are not consumers of the value)."""
+        direct = self.consumers.get(name)
+        if not direct:
+            return []
+        for user, _pos in direct:
+            if user.op in _LOOK_FORWARD:
+                break
+        else:
+            return direct  # the common case: nothing to look through (callers never mutate it)
+        out: list[tuple[Node, int]] = []
+        frontier = [name]
+        for _ in range(_MAX_VALUE_HOPS):
+            nxt: list[str] = []
+            for cur in frontier:
+                for user, pos in self.consumers.get(cur, ()):
+                    if user.op in _SHAPE_OPS:
+                        continue
+                    if pos == 0 and user.op in VALUE_PRESERVING_OPS and user.outputs and user.outputs[0]:
+                        nxt.append(user.outputs[0])
+                    else:
+                        out.append((user, pos))
+            if not nxt:
+                return out
+            frontier = nxt
+        return out
+
+    def table_weight(self, node: Node) -> WeightRef | None:
+        """The embedding table a GatherBlockQuantized reads, with its logical shape."""
+        t = self.graph.weights.get(node.inputs[0]) if node.inputs else None
+        if t is None:
+            return None
+        shape = gathered_table_shape(node, t)
+        return WeightRef(t, False, shape if shape != t.shape else None) if shape is not None else None
+
+    def product_weight(self, node: Node, operands: ProductOperands) -> WeightRef | None:
+        """The logical weight a quantized product applies: its stored tensor, and for packed
+        storage the [K, N] shape from the op's attributes."""
+        if operands.weight >= len(node.inputs):
+            return None
+        if not operands.packed_shape:
+            return self.weight(node.inputs[operands.weight])
+        k, n = node.attrs.get("K"), node.attrs.get("N")
+        t = self.graph.weights.get(node.inputs[operands.weight])
+        if t is None or not isinstance(k, int) or not isinstance(n, int) or k <= 0 or n <= 0:
+            return None
+        return WeightRef(t, False, (k, n))

@@ -7,12 +7,13 @@ sequence stay symbols while head counts and head sizes come out as integers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from mhainspect.graph import ModelGraph, Node
+from mhainspect.graph import ModelGraph, Node, Tensor
 
 
 @dataclass(frozen=True)
@@ -176,8 +177,10 @@ _UNARY_SAME_SHAPE = {
     "Identity", "Cast", "CastLike", "Relu", "Gelu", "FastGelu", "BiasGelu", "Erf", "Sqrt", "Tanh", "Neg",
     "Softmax", "LogSoftmax", "Sigmoid", "Not", "Exp", "Log", "Abs", "Reciprocal", "Floor", "Ceil",
     "Sin", "Cos", "Softplus", "IsNaN", "Round", "Sign", "Clip", "Dropout", "LayerNormalization",
-    "SimplifiedLayerNormalization", "SkipLayerNormalization", "RMSNormalization", "HardSigmoid",
+    "SimplifiedLayerNormalization", "RMSNormalization", "HardSigmoid",
     "LeakyRelu", "Elu", "Selu", "Mish", "QuickGelu", "Trilu", "CumSum", "RotaryEmbedding",
+    "QuantizeLinear", "DequantizeLinear", "BatchNormalization", "InstanceNormalization", "HardSwish", "Celu",
+    "Softsign", "ThresholdedRelu", "Shrink",
 }
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less", "Greater", "LessOrEqual",
                 "GreaterOrEqual", "And", "Or", "Xor", "Max", "Min", "Mod", "BitShift", "Sum", "Mean",
@@ -504,6 +507,40 @@ def _h_equal(ev: ShapeEvaluator, node: Node) -> None:
     ev._set(node, ev.shapes.get(node.outputs[0]), tuple(out))
 
 
+def _logic(op: str, a: int, b: int) -> int | None:
+    if op == "And":
+        return int(bool(a and b))
+    if op == "Or":
+        return int(bool(a or b))
+    if op == "Xor":
+        return int(bool(a) != bool(b))
+    return a % b if b else None  # Mod
+
+
+_LOGIC = ("And", "Or", "Xor", "Mod")
+
+
+def _h_logic(ev: ShapeEvaluator, node: Node) -> None:
+    """Not/And/Or/Xor/Mod of small integer constants (the head-repeat condition of the ONNX Attention body)."""
+    if node.op == "Not":
+        ev._same_shape(node)
+        v = ev._in_ints(node, 0)
+        if v is not None:
+            ev._set(node, ev.shapes.get(node.outputs[0]), tuple(Dim(int(not x)) for x in v))
+        return
+    ev._elementwise(node)
+    a, b = ev._in_ints(node, 0), ev._in_ints(node, 1)
+    if a is None or b is None or not a or not b or (len(a) != len(b) and 1 not in (len(a), len(b))):
+        return
+    out: list[Scalar] = []
+    for i in range(max(len(a), len(b))):
+        r = _logic(node.op, a[0 if len(a) == 1 else i], b[0 if len(b) == 1 else i])
+        if r is None:
+            return
+        out.append(Dim(r))
+    ev._set(node, ev.shapes.get(node.outputs[0]), tuple(out))
+
+
 def _h_where(ev: ShapeEvaluator, node: Node) -> None:
     ev._elementwise(node)
     c, a, b = ev._in_value(node, 0), ev._in_value(node, 1), ev._in_value(node, 2)
@@ -533,6 +570,33 @@ def _h_gather(ev: ShapeEvaluator, node: Node) -> None:
     if data is not None and idx_shape is not None:
         a = _norm_axis(axis, len(data))
         ev._set(node, data[:a] + idx_shape + data[a + 1:], value, picked=True)
+
+
+def gathered_table_shape(node: Node, stored: Tensor) -> tuple[int, ...] | None:
+    """The logical [rows, width] of a GatherBlockQuantized table: uint8 storage packs 8/bits
+    elements per byte along the quantized axis (int4/uint4 storage is already logical)."""
+    bits = node.attrs.get("bits", 4)
+    axis = node.attrs.get("quantize_axis", len(stored.shape) - 1)
+    if not isinstance(bits, int) or not isinstance(axis, int) or bits not in (2, 4, 8) or not stored.shape:
+        return None
+    axis = axis + len(stored.shape) if axis < 0 else axis
+    if stored.dtype != "uint8" or not 0 <= axis < len(stored.shape):
+        return stored.shape
+    shape = list(stored.shape)
+    shape[axis] *= 8 // bits
+    return tuple(shape)
+
+
+def _h_gather_block_quantized(ev: ShapeEvaluator, node: Node) -> None:
+    """GatherBlockQuantized (a quantized embedding lookup): Gather on the table's logical shape."""
+    stored = ev.graph.weights.get(node.inputs[0]) if node.inputs else None
+    idx_shape = ev._in_shape(node, 1)
+    data = gathered_table_shape(node, stored) if stored is not None else None
+    if data is None or idx_shape is None:
+        return
+    axis = node.attrs.get("gather_axis", 0)
+    a = _norm_axis(axis if isinstance(axis, int) else 0, len(data))
+    ev._set(node, tuple(int_dim(d) for d in data[:a]) + idx_shape + tuple(int_dim(d) for d in data[a + 1:]))
 
 
 def _h_unsqueeze(ev: ShapeEvaluator, node: Node) -> None:
@@ -766,6 +830,45 @@ def _h_gemm(ev: ShapeEvaluator, node: Node) -> None:
     ev._set(node, (m, n))
 
 
+def _h_matmul_at(a_pos: int, b_pos: int) -> Callable[[ShapeEvaluator, Node], None]:
+    """Quantized products (MatMulInteger, QLinearMatMul, ...): the MatMul shape of two of their inputs."""
+    def handler(ev: ShapeEvaluator, node: Node) -> None:
+        a, b = ev._in_shape(node, a_pos), ev._in_shape(node, b_pos)
+        if a is not None and b is not None:
+            ev._set(node, matmul_shape(a, b), picked=True)
+    return handler
+
+
+def _h_matmul_nbits(ev: ShapeEvaluator, node: Node) -> None:
+    """MatMulNBits / MatMulBnb4: x[..., K] times a packed weight of logical shape [K, N] (attribute N)."""
+    a, n = ev._in_shape(node, 0), node.attrs.get("N")
+    if a is not None and a and isinstance(n, int) and n > 0:
+        ev._set(node, a[:-1] + (int_dim(n),))
+
+
+def _h_dynamic_quantize(ev: ShapeEvaluator, node: Node) -> None:
+    """DynamicQuantizeLinear: the quantized value keeps its shape; scale and zero point are scalars."""
+    s = ev._in_shape(node, 0)
+    if s is not None:
+        ev._set(node, s, picked=True)
+    ev._set(node, (), out=1, picked=True)
+    ev._set(node, (), out=2, picked=True)
+
+
+def _h_skip_norm(ev: ShapeEvaluator, node: Node) -> None:
+    """Skip(Simplified)LayerNormalization: the normalised sum, and (output 3) the sum itself."""
+    s = ev._in_shape(node, 0)
+    if s is not None:
+        ev._set(node, s, picked=True)
+        ev._set(node, s, out=3, picked=True)
+
+
+def _h_qlinear_conv(ev: ShapeEvaluator, node: Node) -> None:
+    """QLinearConv: a Conv of input 0 and the weight at input 3."""
+    if len(node.inputs) > 3:
+        _h_conv(ev, dataclasses.replace(node, inputs=(node.inputs[0], node.inputs[3])))
+
+
 def _h_expand(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
     target = ev._in_value(node, 1)
@@ -792,6 +895,8 @@ def _h_split(ev: ShapeEvaluator, node: Node) -> None:
     sizes: tuple[int, ...] | None = (ev._in_ints(node, 1) if len(node.inputs) > 1 and node.inputs[1]
                                      else tuple(int(x) for x in split_attr) if isinstance(split_attr, tuple) else None)
     n_out = len(node.outputs)
+    if sizes is None and len(node.inputs) > 1 and node.inputs[1]:
+        return  # sizes computed at run time: not an equal split
     if sizes is None:
         d = s[a]
         if d.is_int and n_out:
@@ -898,10 +1003,22 @@ _HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     "Expand": _h_expand,
     "Tile": _h_tile,
     "Split": _h_split,
+    "MatMulInteger": _h_matmul_at(0, 1),
+    "MatMulIntegerToFloat": _h_matmul_at(0, 1),
+    "DynamicQuantizeMatMul": _h_matmul_at(0, 1),
+    "QLinearMatMul": _h_matmul_at(0, 3),
+    "MatMulNBits": _h_matmul_nbits,
+    "MatMulBnb4": _h_matmul_nbits,
+    "DynamicQuantizeLinear": _h_dynamic_quantize,
+    "GatherBlockQuantized": _h_gather_block_quantized,
+    "SkipLayerNormalization": _h_skip_norm,
+    "SkipSimplifiedLayerNormalization": _h_skip_norm,
     "Einsum": _h_einsum,
     "Range": _h_range,
     "Equal": _h_equal,
     "Conv": _h_conv,
+    "ConvInteger": _h_conv,
+    "QLinearConv": _h_qlinear_conv,
     "Where": _h_where,
     **{op: _h_reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                                 "ReduceSumSquare", "ReduceLogSumExp")},
@@ -912,4 +1029,5 @@ _DISPATCH: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     **{op: ShapeEvaluator._elementwise for op in _ELEMENTWISE},
     **{op: ShapeEvaluator._same_shape for op in _UNARY_SAME_SHAPE},
     **_HANDLERS,
+    **{op: _h_logic for op in ("Not", *_LOGIC)},
 }

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from mhainspect.dataflow import GraphIndex
+from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex
 from mhainspect.findings import AttentionBlock, Evidence, ParamBreakdown, Projection
 from mhainspect.graph import Node
 from mhainspect.matchers import assembly
@@ -68,11 +68,15 @@ class BlockBuilder:
         if r.traced is None:
             return None
         frac = self._fraction(role)
+        if frac is None:
+            return None
         # out_features · frac when that is a whole number (exact in ints: frac is in lowest terms).
         w = r.traced.hit.out_features * frac.numerator
         return w // frac.denominator if w % frac.denominator == 0 else None
 
-    def _fraction(self, role: str) -> Fraction:
+    def _fraction(self, role: str) -> Fraction | None:
+        """The share of its projection that a role uses: the whole when no other role reads it,
+        else the split the graph shows; None when it shows none (never an equal division)."""
         r = self.roles[role]
         assert r.traced is not None
         node = r.traced.hit.node
@@ -81,7 +85,19 @@ class BlockBuilder:
             return WHOLE
         if r.traced.split_fraction is not None and r.traced.split_fraction != 1:
             return r.traced.split_fraction
-        return Fraction(1, sharing)
+        return None
+
+    def _unsplit_packed(self) -> str | None:
+        """Why Q/K/V widths are unknown: a packed projection whose split the graph does not show."""
+        for role in ("q", "k", "v"):
+            r = self.roles.get(role)
+            if r is not None and r.traced is not None and self._fraction(role) is None:
+                hit = r.traced.hit
+                users = "/".join(x.role.upper() for x in self.roles.values()
+                                 if x.traced is not None and x.traced.hit.node is hit.node)
+                return (f"packed projection {hit.node.name} ({hit.out_features} outputs) feeds {users}, but the "
+                        "graph does not show how its outputs are split (no constant Split/Slice sizes, no shapes)")
+        return None
 
     def _pick(self, name: str) -> tuple[int | None, tuple[str, ...]]:
         return assembly.pick(self.evidence, name)
@@ -127,6 +143,10 @@ class BlockBuilder:
         conflicts.extend(c)
 
         unknown_reason = None
+        unsplit = self._unsplit_packed()
+        if unsplit is not None:
+            picked["num_heads"] = None  # the K/V head count would be a guess
+            self.notes.insert(0, unsplit)
         if picked["num_heads"] is None:
             unknown_reason = self._unknown_reason(wq)
             picked["num_kv_heads"] = None
@@ -182,25 +202,30 @@ class BlockBuilder:
                                           r.fused_bias, r.fused_bias_params, r.fused_node))
                 continue
             hit = r.traced.hit
-            frac = self._fraction(role) or WHOLE
+            frac = self._fraction(role)
             width = widths[role]
+            if frac is None:
+                # Split unknown: the packed weight counts once, on the first role that reads it.
+                first = next(x for x in ("q", "k", "v") if (y := self.roles.get(x)) is not None
+                             and y.traced is not None and y.traced.hit.node is hit.node)
+                frac = WHOLE if first == role else Fraction(0)
             if frac == 1:  # the whole projection: no Fraction arithmetic
                 weight_params, bias_params = hit.weight_params, hit.bias_params
             else:
                 weight_params = int(hit.weight_params * frac)
                 bias_params = int(hit.bias_params * frac) if hit.bias_slice is None else hit.bias_params
             out.append(Projection(role, hit.weight.tensor.display_name, hit.in_features, width,
-                                  weight_params, hit.bias.name if hit.bias else None, bias_params, hit.node.name))
+                                  weight_params, hit.bias_name, bias_params, hit.node.name))
         if self.output is not None:
             o = self.output
             out.append(Projection("o", o.weight.tensor.display_name, o.in_features, o.out_features, o.weight_params,
-                                  o.bias.name if o.bias else None, o.bias_params, o.node.name))
+                                  o.bias_name, o.bias_params, o.node.name))
         return tuple(out)
 
 
 # Ops between a Q/K source and the attention core that keep the values' origin (layout, casts, scaling).
-_ORIGIN_THROUGH = {"Identity", "Cast", "Dropout", "Contiguous", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
-                   "Expand", "Tile", "Flatten", "Mul", "Div", "Concat"}
+_ORIGIN_THROUGH = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Expand", "Tile", "Flatten", "Mul", "Div",
+                   "Concat"} | VALUE_PRESERVING_OPS  # casts and Q/DQ pairs too
 _MAX_ORIGIN_NODES = 24
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from mhainspect.dataflow import GraphIndex
+from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex, WeightRef, passes_value
 from mhainspect.findings import Evidence, Miss
 from mhainspect.graph import Node, Tensor
 from mhainspect.matchers.block import BlockBuilder, RoleInput, inverse_sqrt_dim
@@ -21,10 +21,10 @@ from mhainspect.symbolic import Dim, Shape
 NAME = "decomposed"
 _PRODUCTS = {"MatMul", "Einsum", "FusedMatMul"}
 # Between Q·Kᵀ and Softmax: scaling, masks, softcapping, bias (ALiBi, relative position), casts.
-_SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Cast", "Tanh", "Clip", "Identity", "Reshape", "Squeeze",
-               "Unsqueeze", "Max", "Min", "Dropout"}
+_SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Tanh", "Clip", "Reshape", "Squeeze",
+               "Unsqueeze", "Max", "Min"} | VALUE_PRESERVING_OPS
 # Between Softmax and ·V: casts, dropout, head masks, reshapes.
-_PROBS_PATH = {"Cast", "Dropout", "Where", "Identity", "Reshape", "Mul", "Squeeze", "Unsqueeze"}
+_PROBS_PATH = {"Where", "Reshape", "Mul", "Squeeze", "Unsqueeze"} | VALUE_PRESERVING_OPS
 _MAX_SCORE_NODES = 24
 NO_SCORE_PRODUCT = "no Q·Kᵀ product of two activations before the Softmax"
 NO_SCORE_PRODUCT_CODE = "no_score_product"  # Miss.code of that miss: scores of another kind (additive?)
@@ -57,6 +57,7 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
         b.evidence.append(Evidence("o", None, "missing", f"no output projection after {pv_node.name}"))
 
     _offer_dims(index, b, score, pv_node, softmax, q_in, k_in, v_in)
+    _offer_kv_repeat(index, b, k_in, stop)
     _collect_extras(index, b, score_path)
     _offer_scale(index, b, score, score_path, q_in, k_in)
     for role in ("q", "k", "v"):
@@ -77,10 +78,10 @@ def _find_score_product(index: GraphIndex, start: str) -> tuple[Node, tuple[Node
         node = index.producer.get(cur)
         if node is None:
             continue
-        visited += 1
+        visited += node.op not in VALUE_PRESERVING_OPS  # Q/DQ pairs do not use up the budget
         if node.op in _PRODUCTS and _two_activations(index, node):
             return node, path
-        if node.op not in _SCORE_PATH:
+        if node.op not in _SCORE_PATH or (node.op in VALUE_PRESERVING_OPS and not passes_value(node, cur)):
             continue
         for x in node.inputs:
             if x and x not in seen and index.is_activation(x):
@@ -106,10 +107,11 @@ def _find_value_product(index: GraphIndex, start: str) -> tuple[Node, str] | Non
                 if user.op == "Einsum" or pos == 0:
                     return user, cur
             if user.op in _PROBS_PATH and (user.op != "Where" or pos != 0):
-                for o in user.outputs:
+                step = user.op not in VALUE_PRESERVING_OPS
+                for o in user.outputs[:1]:
                     if o and o not in seen:
                         seen.add(o)
-                        queue.append((o, depth + 1))
+                        queue.append((o, depth + step))
     return None
 
 
@@ -172,6 +174,50 @@ def _offer_dims(index: GraphIndex, b: BlockBuilder, score: Node, pv: Node, softm
                 + _shape_text(scores))
 
 
+# Ops between the K/V head split and the attention core (the grouped-query head repeat included).
+_REPEAT_PATH = {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Tile", "Concat", "Slice",
+                "Mul", "Div"} | VALUE_PRESERVING_OPS
+_MAX_REPEAT_HOPS = 12
+
+
+def _offer_kv_repeat(index: GraphIndex, b: BlockBuilder, k_in: str, stop: set[str]) -> None:
+    """K/V heads from a grouped-query head repeat on K's way to Q·Kᵀ: an Expand that grows a
+    size-1 axis after the KV head axis ([B, g, 1, S, d] -> [B, g, h/g, S, d], repeat_kv and the
+    ONNX Attention body), or a Tile that multiplies the head axis. Needs no projection weight."""
+    cur = k_in
+    for _ in range(_MAX_REPEAT_HOPS):
+        node = index.producer.get(cur)
+        if node is None or node.name in stop or node.op not in _REPEAT_PATH or not node.inputs:
+            return
+        if node.op in ("Expand", "Tile"):
+            g = _repeated_heads(index.shapes.shape(node.inputs[0]), index.shapes.shape(node.outputs[0]), node.op)
+            if g is not None:
+                b.offer("num_kv_heads", g, "shape", f"KV head axis before the head repeat at {node.name} "
+                        f"({node.op} {_shape_text(index.shapes.shape(node.inputs[0]))} -> "
+                        f"{_shape_text(index.shapes.shape(node.outputs[0]))})")
+            return
+        # The value is input 0 (Concat: the cache grows the sequence, the heads stay; follow the last part).
+        cur = node.inputs[-1] if node.op == "Concat" else node.inputs[0]
+
+
+def _repeated_heads(src: Shape | None, dst: Shape | None, op: str) -> int | None:
+    if src is None or dst is None or len(src) != len(dst):
+        return None
+    grown = [i for i, (a, c) in enumerate(zip(src, dst)) if a != c]
+    if len(grown) != 1:
+        return None
+    i = grown[0]
+    a, c = src[i], dst[i]
+    if op == "Expand" and a.is_int and a.coef == 1 and c.is_int and c.coef > 1:
+        if len(src) == 4:
+            return 1  # [B, 1, S, d] -> [B, h, S, d]: one K/V head broadcast to all (multi-query)
+        if len(src) >= 5 and i >= 1 and src[i - 1].is_int:
+            return src[i - 1].coef  # [B, g, 1, S, d] -> [B, g, n_rep, S, d]: heads = g · n_rep, g outer
+    if op == "Tile" and a.is_int and c.is_int and c.coef > a.coef:
+        return a.coef
+    return None
+
+
 def _heads_from_scores(scores: Shape | None) -> int | None:
     if scores is None:
         return None
@@ -218,11 +264,11 @@ class _NotScalar:
 
 _NOT_SCALAR = _NotScalar()
 _ScalarFold = float | None | _NotScalar  # a value; None: computed at run time from a symbolic shape
-_SCALAR_VIEWS = {"Cast", "CastLike", "Identity", "Squeeze", "Unsqueeze", "Reshape", "Flatten", "Expand"}
+_SCALAR_VIEWS = {"Squeeze", "Unsqueeze", "Reshape", "Flatten", "Expand"} | VALUE_PRESERVING_OPS  # Q/DQ'd constants too
 _MAX_FOLD_DEPTH = 12
 # Between a projection (or the tensor Q/K are read from) and the score product: where a scale sits.
-_OPERAND_CHAIN = {"Reshape", "Transpose", "Cast", "Identity", "Squeeze", "Unsqueeze", "Mul", "Div", "Expand",
-                  "Dropout", "Contiguous", "Tile"}
+_OPERAND_CHAIN = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Mul", "Div", "Expand",
+                  "Tile"} | VALUE_PRESERVING_OPS
 
 
 def _fold_scalar(index: GraphIndex, name: str, depth: int = 0) -> _ScalarFold:
@@ -408,8 +454,8 @@ def _shape_text(shape: Shape | None) -> str:
     return "[" + ", ".join([str(d.coef) if not d.factors else str(d) for d in shape or ()]) + "]"
 
 
-_BIAS_PATH = {"Transpose", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Slice", "Expand", "Add", "Identity",
-              "Permute", "Concat", "Mul", "Where"}
+_BIAS_PATH = {"Transpose", "Unsqueeze", "Squeeze", "Reshape", "Slice", "Expand", "Add",
+              "Permute", "Concat", "Mul", "Where"} | VALUE_PRESERVING_OPS
 
 
 def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, ...]) -> None:
@@ -424,9 +470,9 @@ def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, 
                 continue
             table = _embedding_table(index, x)
             if table is not None:
-                b.extras[table.name] = table.numel
-                b.evidence.append(Evidence("extra", table.numel, "weight_shape",
-                                           f"score bias table {table.name} {list(table.shape)} added at {node.name}"))
+                b.extras[table.tensor.name] = table.numel
+                b.evidence.append(Evidence("extra", table.numel, "weight_shape", f"score bias table "
+                                           f"{table.tensor.name} {list(table.shape)} added at {node.name}"))
     for role in ("k", "v"):
         r = b.roles.get(role)
         if r is None or r.traced is None:
@@ -457,7 +503,7 @@ def _expanded_weight(index: GraphIndex, name: str) -> Tensor | None:
     return None
 
 
-def _embedding_table(index: GraphIndex, name: str) -> Tensor | None:
+def _embedding_table(index: GraphIndex, name: str) -> WeightRef | None:
     """A weight gathered by position indices somewhere behind ``name`` (a few hops)."""
     queue = deque([(name, 0)])
     seen = {name}
@@ -469,7 +515,11 @@ def _embedding_table(index: GraphIndex, name: str) -> Tensor | None:
         if node.op == "Gather" and node.inputs:
             t = index.graph.weights.get(node.inputs[0])
             if t is not None and not t.is_constant_node and len(t.shape) == 2:
-                return t
+                return WeightRef(t, False)
+        if node.op == "GatherBlockQuantized" and node.inputs:
+            ref = index.table_weight(node)  # a quantized table: its logical shape, not the packed bytes
+            if ref is not None and len(ref.shape) == 2:
+                return ref
         if node.op not in _BIAS_PATH:
             continue
         for x in node.inputs:

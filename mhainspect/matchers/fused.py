@@ -14,7 +14,7 @@ from mhainspect.matchers.block import BlockBuilder, RoleInput
 from mhainspect.matchers.projection import trace_back_to_projection, trace_forward_to_projection
 
 NAME = "fused"
-_MS_PACKED = {"Attention", "PackedAttention"}
+_MS_PACKED = {"Attention", "PackedAttention", "QAttention"}  # input, packed [D, Wq+Wk+Wv] weight, bias
 _MS_SEPARATE = {"MultiHeadAttention", "DecoderMaskedMultiHeadAttention", "PackedMultiHeadAttention"}
 _MS_GROUPED = {"GroupQueryAttention", "SparseAttention", "PagedAttention"}
 FUSED_OPS = {("", "Attention")} | {("com.microsoft", op) for op in _MS_PACKED | _MS_SEPARATE | _MS_GROUPED}
@@ -102,7 +102,7 @@ def _ms_attention(index: GraphIndex, node: Node, b: BlockBuilder) -> Miss | None
     if isinstance(sizes, tuple) and len(sizes) == 3 and sum(int(s) for s in sizes) == total:
         wq, wk, wv = (int(s) for s in sizes)
     elif total % 3 == 0:
-        wq = wk = wv = total // 3
+        wq = wk = wv = total // 3  # the op's definition: without qkv_hidden_sizes the three widths are equal
     else:
         return Miss(NAME, node.name, f"packed weight width {total} is not three equal parts and "
                                      "qkv_hidden_sizes is missing")

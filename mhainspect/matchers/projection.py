@@ -1,9 +1,13 @@
 """Linear projections: recognise a node that applies a weight, and walk the dataflow to one.
 
-A projection is MatMul / Gemm / FusedMatMul / MatMulNBits / Einsum with one activation input
-and one weight input (initializer, possibly behind Transpose/Cast/DequantizeLinear), optionally
-followed by a bias Add. Walking backward from Q/K/V (or forward from the attention output) passes
-through the head-plumbing ops exporters write between projections and the attention core.
+A projection is MatMul / Gemm / FusedMatMul / Einsum, or a quantized product (dataflow's
+QUANTIZED_PRODUCTS: MatMulInteger, MatMulNBits, QLinearMatMul, ...), with one activation input and
+one weight input (an initializer, possibly behind Transpose/Cast/DequantizeLinear), read at its
+logical shape. Its epilogue belongs to it: the dequantizing Cast/Mul of an integer product, a bias
+(an input, an Add after the product, or a following SkipLayerNormalization's bias input) and a
+BatchNorm over its channels. Walking backward from Q/K/V (or forward from the attention output)
+passes through the head-plumbing ops exporters write between projections and the attention core,
+and through casts and Q/DQ pairs (dataflow.VALUE_PRESERVING_OPS) everywhere.
 """
 
 from __future__ import annotations
@@ -12,24 +16,34 @@ from collections import deque
 from dataclasses import dataclass
 from fractions import Fraction
 
-from mhainspect.dataflow import GraphIndex, WeightRef
+from mhainspect.dataflow import (
+    QUANTIZED_PRODUCTS,
+    VALUE_PRESERVING_OPS,
+    GraphIndex,
+    ProductOperands,
+    WeightRef,
+    passes_value,
+)
 from mhainspect.graph import Node, Tensor
 from mhainspect.symbolic import numel, ratio
 
-_PROJECTION_OPS = {"MatMul", "Gemm", "FusedMatMul", "Einsum", "MatMulNBits", "MatMulInteger"}
+_PROJECTION_OPS = {"MatMul", "Gemm", "FusedMatMul", "Einsum"} | set(QUANTIZED_PRODUCTS)
 
 # Ops a Q/K/V value passes through between its projection and the attention core, with the
 # input positions that carry the value (None: every activation input).
 _BACKWARD_THROUGH: dict[str, tuple[int, ...] | None] = {
-    "Reshape": (0,), "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Cast": (0,), "CastLike": (0,),
-    "Identity": (0,), "Flatten": (0,), "Dropout": (0,), "Contiguous": (0,), "Expand": (0,), "Tile": (0,),
+    **{op: (0,) for op in VALUE_PRESERVING_OPS},  # casts, Q/DQ, Identity, Dropout
+    "Reshape": (0,), "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,),
+    "Flatten": (0,), "Expand": (0,), "Tile": (0,),
     "Split": (0,), "Slice": (0,), "Gather": (0,), "GatherND": (0,), "GatherElements": (0,), "Concat": None, "Mul": None, "Div": (0,), "Add": None,
     "Sub": None, "Neg": (0,), "Where": (1, 2), "LayerNormalization": (0,), "SimplifiedLayerNormalization": (0,),
     "RMSNormalization": (0,), "RotaryEmbedding": (0,), "Pow": (0,), "ReduceMean": (0,), "Sqrt": (0,),
-    "Reciprocal": (0,), "Abs": (0,),
+    "Reciprocal": (0,), "Abs": (0,), "BatchNormalization": (0,),
 }
-_FORWARD_THROUGH = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Cast", "CastLike", "Identity", "Flatten",
-                    "Dropout", "Contiguous"}
+# Activations some vision models apply between the merged heads and the output projection (LeViT).
+_FORWARD_ACTIVATIONS = {"HardSwish", "Relu", "Gelu", "Sigmoid", "HardSigmoid"}
+_FORWARD_THROUGH = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"} | VALUE_PRESERVING_OPS \
+    | _FORWARD_ACTIVATIONS
 _SPLIT_OPS = {"Split", "Slice", "Gather", "GatherND", "GatherElements"}
 _MAX_BACKWARD_NODES = 60
 WHOLE = Fraction(1)  # the share of an unsplit projection; shared, as a Fraction is immutable
@@ -48,12 +62,21 @@ class ProjectionHit:
     output: str  # projection output (after the bias Add when there is one)
     head_split: tuple[int, int] | None = None  # (heads, head_dim) read from a 3-D kernel
     bias_slice: int | None = None  # bias elements used when the bias is a slice of a packed vector
+    norm: Node | None = None  # a BatchNormalization right after the product (Linear + BN, LeViT)
+    norm_params: int = 0  # its learned scale and shift (the running statistics are buffers)
 
     @property
     def bias_params(self) -> int:
+        """The projection's learned per-output terms: its bias and a following BatchNorm's scale/shift."""
         if self.bias is None:
-            return 0
-        return self.bias_slice if self.bias_slice is not None else self.bias.numel
+            return self.norm_params
+        return (self.bias_slice if self.bias_slice is not None else self.bias.numel) + self.norm_params
+
+    @property
+    def bias_name(self) -> str | None:
+        if self.bias is not None:
+            return self.bias.name
+        return self.norm.inputs[2] if self.norm is not None else None
 
 
 @dataclass(frozen=True)
@@ -69,18 +92,12 @@ def recognise_projection(index: GraphIndex, node: Node, via_input: str | None = 
     """A ProjectionHit when ``node`` applies a weight to an activation (``via_input`` if given)."""
     if node.op not in _PROJECTION_OPS or len(node.inputs) < 2:
         return None
-    a, b = node.inputs[0], node.inputs[1]
     if node.op == "Einsum":
         return _einsum_projection(index, node, via_input)
-    if node.op == "MatMulNBits":
-        k, n = node.attrs.get("K"), node.attrs.get("N")
-        if isinstance(k, int) and isinstance(n, int) and index.is_activation(a):
-            wt = index.graph.weights.get(b)
-            if wt is None:
-                return None
-            bias = _bias_input(index, node, 5 if len(node.inputs) > 5 else -1, n)
-            return ProjectionHit(node, WeightRef(wt, False), a, k, n, k * n, bias, node.outputs[0])
-        return None
+    quantized = QUANTIZED_PRODUCTS.get(node.op)
+    if quantized is not None:
+        return _quantized_projection(index, node, quantized, via_input)
+    a, b = node.inputs[0], node.inputs[1]
     wb = index.weight(b)
     if wb is not None and index.is_activation(a) and (via_input in (None, a)):
         w, act, weight_first = wb, a, False
@@ -89,7 +106,7 @@ def recognise_projection(index: GraphIndex, node: Node, via_input: str | None = 
         w, act, weight_first = wa, b, True
     else:
         return None
-    shape = w.tensor.shape
+    shape = w.shape
     if len(shape) != 2 or min(shape) <= 0:
         return None
     rows, cols = shape
@@ -103,21 +120,107 @@ def recognise_projection(index: GraphIndex, node: Node, via_input: str | None = 
         out_f, in_f = (cols, rows) if transposed else (rows, cols)
     else:
         in_f, out_f = (cols, rows) if transposed else (rows, cols)
-    bias = None
-    output = node.outputs[0]
-    if node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2]:
-        bias = _bias_tensor(index, node.inputs[2], out_f)
-        bias_slice = None
-    else:
-        bias_slice = None
+    bias_pos = 2 if node.op == "Gemm" else None
+    return _with_bias(index, node, w, act, in_f, out_f, bias_pos, integer_result=False)
+
+
+def _quantized_projection(index: GraphIndex, node: Node, operands: ProductOperands,
+                          via_input: str | None) -> ProjectionHit | None:
+    """A product whose weight is stored quantized: the logical weight, as the float graph has it."""
+    if operands.activation >= len(node.inputs):
+        return None
+    act = node.inputs[operands.activation]
+    if not index.is_activation(act) or via_input not in (None, act):
+        return None
+    w = index.product_weight(node, operands)
+    if w is None or len(w.shape) != 2 or min(w.shape) <= 0:
+        return None
+    rows, cols = w.shape
+    in_f, out_f = (cols, rows) if w.transposed else (rows, cols)
+    return _with_bias(index, node, w, act, in_f, out_f, operands.bias, operands.integer_result)
+
+
+def _with_bias(index: GraphIndex, node: Node, w: WeightRef, act: str, in_f: int, out_f: int,
+               bias_pos: int | None, integer_result: bool) -> ProjectionHit:
+    """The hit with its bias: an input of the op, or an Add after the (dequantized) product."""
+    output = dequantized_output(index, node.outputs[0], integer_result)
+    bias = _bias_input(index, node, bias_pos, out_f) if bias_pos is not None else None
+    bias_slice = None
+    if bias is None:
         add = _bias_add(index, output, out_f)
         if add is not None:
             bias, output, bias_slice = add
-    return ProjectionHit(node, w, act, in_f, out_f, w.tensor.numel, bias, output, bias_slice=bias_slice)
+        elif (skip := _skip_norm_bias(index, output, out_f)) is not None:
+            bias = skip
+    norm, norm_params = None, 0
+    found = _batch_norm_after(index, output, out_f) if index.has_op("BatchNormalization") else None
+    if found is not None:
+        norm, norm_params = found
+        output = norm.outputs[0]
+    return ProjectionHit(node, w, act, in_f, out_f, w.numel, bias, output, bias_slice=bias_slice, norm=norm,
+                         norm_params=norm_params)
+
+
+_BN_LAYOUT = {"Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"}
+
+
+def _batch_norm_after(index: GraphIndex, output: str, width: int) -> tuple[Node, int] | None:
+    """A BatchNormalization over the product's channels (Linear + BatchNorm as one projection, the
+    tokens folded into its batch axis by a Flatten/Reshape): the node and its scale + shift size."""
+    cur = output
+    for _ in range(3):
+        users = index.value_users(cur)
+        if len(users) != 1:
+            return None
+        user, pos = users[0]
+        if user.op == "BatchNormalization" and pos == 0 and len(user.inputs) >= 3:
+            params = [index.weight(x) for x in user.inputs[1:3]]
+            if all(p is not None and p.numel == width for p in params):
+                return user, sum(p.numel for p in params if p is not None)
+            return None
+        if user.op not in _BN_LAYOUT or not user.outputs:
+            return None
+        cur = user.outputs[0]
+    return None
+
+
+def dequantized_output(index: GraphIndex, output: str, integer_result: bool) -> str:
+    """The float value of a product: past casts and (de)quantization, and for integer accumulators
+    (MatMulInteger) the Mul that rescales them by the input and weight scales."""
+    for _ in range(4):
+        users = index.users(output)
+        if len(users) != 1:
+            return output
+        user = users[0][0]
+        if passes_value(user, user.outputs[0] if user.outputs else ""):
+            output = user.outputs[0]
+        elif integer_result and user.op == "Mul" and len(user.inputs) == 2 and user.outputs:
+            output = user.outputs[0]  # the rescale: int32 accumulator x (input scale x weight scale)
+            integer_result = False
+        else:
+            return output
+    return output
+
+
+# onnxruntime's fused residual + norm ops take the preceding projection's bias as an input.
+_SKIP_NORM_BIAS = {"SkipLayerNormalization": 4, "SkipSimplifiedLayerNormalization": 3}
+
+
+def _skip_norm_bias(index: GraphIndex, output: str, width: int) -> Tensor | None:
+    if not any(index.has_op(op) for op in _SKIP_NORM_BIAS):
+        return None
+    users = index.value_users(output)
+    if len(users) != 1:
+        return None
+    user, pos = users[0]
+    bias_pos = _SKIP_NORM_BIAS.get(user.op)
+    if bias_pos is None or pos > 1 or user.domain not in ("com.microsoft", ""):
+        return None
+    return _bias_input(index, user, bias_pos, width)
 
 
 def _bias_input(index: GraphIndex, node: Node, pos: int, width: int) -> Tensor | None:
-    if pos < 0 or pos >= len(node.inputs) or not node.inputs[pos]:
+    if pos >= len(node.inputs) or not node.inputs[pos]:
         return None
     return _bias_tensor(index, node.inputs[pos], width)
 
@@ -136,13 +239,13 @@ def _bias_tensor(index: GraphIndex, name: str, width: int) -> Tensor | None:
 
 def _bias_add(index: GraphIndex, output: str, width: int) -> tuple[Tensor, str, int | None] | None:
     """(bias tensor, output after the Add, slice size if the bias is part of a packed vector)."""
-    users = index.users(output)
+    users = index.value_users(output)
     if len(users) != 1:
         return None
     user, pos = users[0]
     if user.op != "Add" or len(user.inputs) != 2:
         return None
-    other = user.inputs[1 - pos]
+    other = index.value_source(user.inputs[1 - pos])
     if index.is_activation(other):
         return None
     t = index.graph.weights.get(other)
@@ -175,7 +278,7 @@ def _einsum_projection(index: GraphIndex, node: Node, via_input: str | None) -> 
         if w is None or not index.is_activation(act) or via_input not in (None, act):
             continue
         wterm, aterm = terms[wpos], terms[apos]
-        shape = w.tensor.shape
+        shape = w.shape
         if len(shape) != len(wterm) or w.transposed:
             return None
         dims = dict(zip(wterm, shape))
@@ -196,7 +299,7 @@ def _einsum_projection(index: GraphIndex, node: Node, via_input: str | None) -> 
         add = _bias_add(index, output, out_f)
         if add is not None:
             bias, output, bias_slice = add
-        return ProjectionHit(node, w, act, in_f, out_f, w.tensor.numel, bias, output, head_split, bias_slice)
+        return ProjectionHit(node, w, act, in_f, out_f, w.numel, bias, output, head_split, bias_slice)
     return None
 
 
@@ -216,13 +319,15 @@ def trace_back_to_projection(index: GraphIndex, tensor: str, stop: set[str] | No
         node = producer.get(cur)
         if node is None or node.name in stop:
             continue
-        visited += 1
+        visited += node.op not in VALUE_PRESERVING_OPS  # Q/DQ pairs do not use up the budget
         op = node.op
         inputs = node.inputs
+        if op in VALUE_PRESERVING_OPS and not passes_value(node, cur):
+            continue  # a quantization scale or zero point, not the value
         if op == "Add" and len(inputs) == 2:
-            # A bias Add right after a projection: the projection owns it.
+            # A bias Add right after a (dequantized) projection: the projection owns it.
             for pos in (0, 1):
-                inner = producer.get(inputs[pos])
+                inner = producer.get(index.value_source(inputs[pos]))
                 if inner is not None and inner.op in _PROJECTION_OPS and inputs[1 - pos] not in activations:
                     hit = recognise_projection(index, inner)
                     if hit is not None and hit.output == cur:
@@ -248,20 +353,63 @@ def trace_back_to_projection(index: GraphIndex, tensor: str, stop: set[str] | No
 
 
 def _traced(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...]) -> TracedProjection:
+    # The walk may have come through the projection's own epilogue (dequantizing Cast/Mul, bias
+    # Add): those nodes belong to the projection, not to the path after it.
+    for i, node in enumerate(path):
+        if hit.output in node.outputs:
+            path = path[i + 1:]
+            break
     return TracedProjection(hit, path, _split_fraction(index, hit, path))
 
 
 def _split_fraction(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...]) -> Fraction | None:
-    """Share of the projection output that flows into this path at its first split op."""
+    """Share of the projection output that flows into this path at its first split op: from the
+    shapes around the split, else from the split's own constants on the projection's last axis.
+    None when the graph does not say (never an equal division by the number of users)."""
     for node in path:
         if node.op in _SPLIT_OPS:
             src = node.inputs[0]
             out = next((o for o in node.outputs if _feeds(index, o, path)), node.outputs[0])
             s_in, s_out = index.shapes.shape(src), index.shapes.shape(out)
-            if s_in is None or s_out is None:
-                return None
-            return ratio(numel(s_out), numel(s_in))
+            share = ratio(numel(s_out), numel(s_in)) if s_in is not None and s_out is not None else None
+            if share is None:
+                share = _share_from_constants(index, hit, node, out)
+            return share
     return WHOLE
+
+
+def _share_from_constants(index: GraphIndex, hit: ProjectionHit, node: Node, out: str) -> Fraction | None:
+    """Without shapes: the split's own constants, when it cuts the projection's output directly."""
+    if index.value_source(node.inputs[0]) != index.value_source(hit.output):
+        return None
+    return _constant_share(index, node, out, hit.out_features)
+
+
+def _constant_share(index: GraphIndex, node: Node, out: str, width: int) -> Fraction | None:
+    """The share ``out`` takes of a ``width``-wide last axis, read from Split/Slice constants (the
+    rank is unknown here, so only axis -1 is sure to be that axis)."""
+    ints = index.shapes.int_values
+    if node.op == "Slice" and len(node.inputs) >= 3:
+        starts, ends = ints(node.inputs[1]), ints(node.inputs[2])
+        axes = ints(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else (0,)
+        steps = ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] else (1,)
+        if starts is None or ends is None or axes != (-1,) or steps != (1,) or len(starts) != 1 or len(ends) != 1:
+            return None
+        lo, hi = (x + width if x < 0 else x for x in (starts[0], ends[0]))
+        size = min(hi, width) - max(lo, 0)
+        return Fraction(size, width) if 0 < size <= width else None
+    split_axis = node.attrs.get("axis", 0)
+    if node.op == "Split" and split_axis == -1:
+        pos = node.outputs.index(out)
+        split_attr = node.attrs.get("split")
+        has_input = len(node.inputs) > 1 and bool(node.inputs[1])
+        sizes = ints(node.inputs[1]) if has_input else (
+            tuple(int(x) for x in split_attr) if isinstance(split_attr, tuple) else None)
+        if sizes is not None and sum(sizes) == width and pos < len(sizes):
+            return Fraction(int(sizes[pos]), width)
+        if sizes is None and not has_input and width % len(node.outputs) == 0:
+            return Fraction(1, len(node.outputs))  # no sizes at all: equal parts, by the op's definition
+    return None
 
 
 def _feeds(index: GraphIndex, tensor: str, path: tuple[Node, ...]) -> bool:
@@ -281,8 +429,10 @@ def trace_forward_to_projection(index: GraphIndex, tensor: str) -> tuple[Project
             if hit is not None:
                 return hit, path
             if user.op in _FORWARD_THROUGH:
-                for o in user.outputs:
+                # The value only: not a quantizer's scale, zero point or a dropout mask.
+                step = 0 if user.op in VALUE_PRESERVING_OPS else 1  # Q/DQ pairs do not use up the depth
+                for o in user.outputs[:1]:
                     if o and o not in seen:
                         seen.add(o)
-                        queue.append((o, path + (user,), depth + 1))
+                        queue.append((o, path + (user,), depth + step))
     return None
