@@ -527,3 +527,29 @@ def test_size_gates_in_the_json_report(exported: Callable[[str], se.Export], sch
     gates = {g["gate"]: g for g in doc["gates"]}
     assert gates["max-weight-bytes"]["passed"] and not gates["max-kv-cache"]["passed"]
     assert gates["max-kv-cache"]["actual"] == 25_600 and gates["max-kv-cache"]["limit"] == 1024
+
+
+@pytest.mark.parametrize("projection", ["float_matmul", "matmul_nbits"])
+def test_kv_cache_of_an_ort_group_query_attention(projection: str, tmp_path: Path) -> None:
+    """onnxruntime-genai's layout (com.microsoft GroupQueryAttention fed by past_key/past_value,
+    float or 4-bit projections): one decoding step's present_key/present_value bytes, exactly."""
+    import deploy_graphs as dg
+    import onnxruntime as ort
+
+    model = dg.genai_gqa(getattr(dg, projection), packed=False)
+    gqa = next(n for n in model.graph.node if n.op_type == "GroupQueryAttention")
+    model.graph.output.extend(helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in gqa.output[1:])
+    path = tmp_path / "gqa.onnx"
+    onnx.save(model, str(path))
+    past, batch = 3, 2
+    report = with_options(inspect(str(path)), SizeOptions(context=past + 1, batch=batch))
+    feed = {"x": np.random.randn(batch, 1, 64).astype(np.float32),
+            "past_key": np.zeros((batch, 2, past, 16), np.float32),
+            "past_value": np.zeros((batch, 2, past, 16), np.float32),
+            "seqlens_k": np.full((batch,), past, np.int32), "total_seq": np.array(past + 1, np.int32)}
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+    present = sum(outputs[o].nbytes for o in gqa.output[1:])
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token == 2 * (16 + 16) * 4 and kv.total_bytes == present
+    assert "past_key" in _kv_evidence(report.blocks[0])
