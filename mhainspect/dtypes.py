@@ -147,12 +147,6 @@ def is_integer(name: str) -> bool:
     return found is not None and found.family is Family.INTEGER
 
 
-def is_block_quantized(name: str) -> bool:
-    """A GGML block type (q4_k, q8_0, ...): weights and their scales in one blob."""
-    found = lookup(name)
-    return found is not None and found.family is Family.QUANTIZED_BLOCK
-
-
 def nbytes(name: str, numel: int) -> int | None:
     """Bytes ``numel`` elements of type ``name`` occupy as stored; None for an unknown or unsized type."""
     found = lookup(name)
