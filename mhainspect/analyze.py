@@ -13,12 +13,13 @@ import gc
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from itertools import chain
 from operator import attrgetter
+from typing import Any
 
-from mhainspect.accounting import count_parameters
+from mhainspect.accounting import parameter_counts
 from mhainspect.dataflow import GraphIndex
 from mhainspect.errors import InputError
 from mhainspect.findings import (
@@ -38,6 +39,7 @@ from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.matchers import additive, decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.report import report_from
+from mhainspect.size import graph_size_inputs
 
 _MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
@@ -270,8 +272,10 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
     return dataclasses.replace(graph, nodes=nodes, weights=weights, warnings=tuple(warnings))
 
 
-def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None) -> SourceResult:
-    """The ONNX / traced-graph front end: blocks, near misses and model facts of ``graph``."""
+def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
+                 config: Mapping[str, Any] | None = None, config_label: str = "config.json") -> SourceResult:
+    """The ONNX / traced-graph front end: blocks, near misses, model facts and size metadata of
+    ``graph`` (``config``: a config.json beside the file, for what only a config says)."""
     graph = sanitize_graph(graph)
     index = GraphIndex(graph)
     builders, misses = find_blocks(index)
@@ -288,15 +292,19 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
         block = b.build(taken)
         blocks.append(block if applications == 1 else dataclasses.replace(block, applications=applications))
     blocks = count_shared_once(blocks)
+    parameters = parameter_counts(index)  # the one notion of a parameter; size calls the rest overhead
+    size = graph_size_inputs(index, blocks, frozenset(parameters), config, config_label)
     facts = ModelFacts(path=path if path is not None else graph.source, format=fmt or graph.kind,
-                       total_params=count_parameters(index), num_nodes=len(graph.nodes), opset=graph.opset,
+                       total_params=sum(parameters.values()), num_nodes=len(graph.nodes), opset=graph.opset,
                        producer=graph.producer)
-    return SourceResult(tuple(blocks), tuple(misses), facts, coded(graph.warnings))
+    return SourceResult(tuple(blocks), tuple(misses), facts, coded(graph.warnings), size)
 
 
 def analyze_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
-                  what_if_heads: tuple[int, ...] = ()) -> Report:
-    return report_from(graph_result(graph, path=path, fmt=fmt), what_if_heads=what_if_heads)
+                  what_if_heads: tuple[int, ...] = (), config: Mapping[str, Any] | None = None,
+                  config_label: str = "config.json") -> Report:
+    return report_from(graph_result(graph, path=path, fmt=fmt, config=config, config_label=config_label),
+                       what_if_heads=what_if_heads)
 
 
 def check_symlink_loop(path: str | os.PathLike[str]) -> None:
@@ -336,12 +344,30 @@ def analyze_path(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...]
             escaping = external_data_warnings(path, graph)
             if escaping:
                 graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
-            return analyze_graph(graph, path=str(path), fmt="onnx", what_if_heads=what_if_heads)
+            config, label = config_beside(path)
+            return analyze_graph(graph, path=str(path), fmt="onnx", what_if_heads=what_if_heads, config=config,
+                                 config_label=label)
     except InputError as exc:
         message = str(exc)
         if not message.startswith(str(path)):
             raise InputError(f"{path}: {message}") from None
         raise
+
+
+def config_beside(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, str]:
+    """The Hugging Face config.json next to an ONNX file (optimum exports ship one), for what only a
+    config says (sliding windows, whether the model decodes); None when absent or unreadable."""
+    candidate = os.path.join(os.path.dirname(os.path.abspath(os.fspath(path))), "config.json")
+    if not os.path.isfile(candidate):
+        return None, ""
+    from pathlib import Path
+
+    from mhainspect.loaders.checkpoint import read_config
+
+    try:
+        return read_config(Path(candidate)), "config.json beside the model"
+    except InputError:
+        return None, ""
 
 
 _DRIVE = re.compile(r"^[A-Za-z]:")

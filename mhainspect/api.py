@@ -58,15 +58,20 @@ def compare(**arguments: UserValue) -> tuple[tuple[str, Calculation | str], ...]
 
 
 def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, ...] = (),
-            trace: bool | None = None, name: str | None = None) -> Report:
+            trace: bool | None = None, name: str | None = None, context: int | None = None, batch: int = 1,
+            kv_dtype: str | None = None) -> Report:
     """Audit the attention blocks of a module or a model file.
 
     For a module, known attention modules (nn.MultiheadAttention, Hugging Face attention) are read
     from their attributes; the model is traced (torch.export on fake tensors) when
     ``example_inputs`` are given, when an attention-like module is not recognised, or when
     ``trace=True``. Traced blocks whose weights belong to a recognised module are dropped, so
-    nothing counts twice. ``trace=False`` never traces.
+    nothing counts twice. ``trace=False`` never traces. ``context``, ``batch`` and ``kv_dtype``
+    size the KV cache (``report.model.kv_cache.total_bytes``) as --context, --batch and --kv-dtype do.
     """
+    from mhainspect.size import SizeOptions, with_options
+
+    options = SizeOptions(context, batch, kv_dtype)
     heads = tuple(int(h) for h in what_if_heads)
     if isinstance(obj, (str, os.PathLike)):
         from mhainspect.inputs import is_model_folder
@@ -79,7 +84,7 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
                 raise InputError(f"{path}: holds {len(found)} models; use mhainspect.inspect_all() for a "
                                  "list of reports")
             path = found[0]
-        return analyze_file(str(path), what_if_heads=heads)
+        return with_options(analyze_file(str(path), what_if_heads=heads), options)
     try:
         from torch import nn
     except ImportError:
@@ -88,4 +93,4 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
         raise InputError(f"expected an nn.Module or a model path, got {type(obj).__name__}")
     from mhainspect.torch_inspect import inspect_module
 
-    return inspect_module(obj, example_inputs, what_if_heads=heads, trace=trace, name=name)
+    return with_options(inspect_module(obj, example_inputs, what_if_heads=heads, trace=trace, name=name), options)

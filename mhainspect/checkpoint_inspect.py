@@ -17,7 +17,8 @@ from mhainspect.loaders.checkpoint import load_checkpoint_weights
 from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.report import report_from
-from mhainspect.static_ir import HeadOffers, WeightMeta, count_weights
+from mhainspect.size import metas_size_inputs
+from mhainspect.static_ir import HeadOffers, WeightMeta, count_weights, parameter_keys
 
 
 def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,
@@ -41,7 +42,12 @@ def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
                                       WarningCode.CONFIG_BESIDE))
     producer = producer_from_config(config) if config is not None else ""
     facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer)
-    return SourceResult(tuple(checkpoint_blocks(weights, config)), (), facts, tuple(warnings))
+    blocks = checkpoint_blocks(weights, config)
+    size = metas_size_inputs(weights, blocks, config, parameter_keys(weights),
+                             label="config.json" if p.is_dir() else "config.json beside the checkpoint",
+                             no_config="checkpoint without config.json: nothing says whether the model decodes "
+                                       "autoregressively")
+    return SourceResult(tuple(blocks), (), facts, tuple(warnings), size)
 
 
 def analyze_checkpoint(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:

@@ -226,10 +226,11 @@ def _analyze_one(model: Path, what_if_heads: tuple[int, ...], factory_args: dict
 
 def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None, max_params: str | None,
                   max_attention_params: str | None, fail_on: list[str] | None, ignore: list[str] | None,
-                  exit_zero: bool | None) -> "Settings":
+                  exit_zero: bool | None, size: "dict[str, Any] | None" = None) -> "Settings":
     """The options given on the command line (None where not given); one-line error on bad values."""
     from mhainspect.config import Settings
-    from mhainspect.gates import parse_codes, parse_fail_on, parse_limit
+    from mhainspect.gates import parse_byte_limit, parse_codes, parse_fail_on, parse_limit
+    from mhainspect.size import check_kv_dtype
     from mhainspect.whatif import check_head_counts
 
     def parsed(option: str, parse: Callable[[V], R], value: V | None) -> R | None:
@@ -248,12 +249,22 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
     ignore_codes = parsed("--ignore", parse_codes, ignore)
     import dataclasses
 
+    size = size or {}
+    for option in ("context", "batch"):
+        if size.get(option) is not None and size[option] <= 0:
+            raise fail(f"--{option} takes a positive integer")
+    weight_limit = parsed("--max-weight-bytes", parse_byte_limit, size.get("max_weight_bytes"))
+    kv_limit = parsed("--max-kv-cache", parse_byte_limit, size.get("max_kv_cache"))
     return Settings(max_params=limit and dataclasses.replace(limit, source="--max-params"),
                     max_attention_params=attention_limit and dataclasses.replace(attention_limit,
                                                                                  source="--max-attention-params"),
                     fail_on=fail_codes, ignore=ignore_codes, exit_zero=exit_zero,
                     format=None if output_format is None else output_format.value,
-                    heads=None if heads is None else tuple(dict.fromkeys(heads)))
+                    heads=None if heads is None else tuple(dict.fromkeys(heads)),
+                    max_weight_bytes=weight_limit and dataclasses.replace(weight_limit, source="--max-weight-bytes"),
+                    max_kv_cache=kv_limit and dataclasses.replace(kv_limit, source="--max-kv-cache"),
+                    context=size.get("context"), batch=size.get("batch"),
+                    kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")))
 
 
 def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
@@ -420,7 +431,8 @@ def _gate_config(settings: "Settings", given: "Settings", config_path: Path | No
 
     source = "--fail-on" if given.fail_on is not None else shown_path(str(config_path or ""))
     return GateConfig(settings.max_params, settings.max_attention_params, settings.fail_on or frozenset(),
-                      fail_on_contradiction, fail_on_source=source)
+                      fail_on_contradiction, fail_on_source=source, max_weight_bytes=settings.max_weight_bytes,
+                      max_kv_cache=settings.max_kv_cache)
 
 
 def _version_callback(value: bool) -> None:
@@ -435,6 +447,7 @@ def _version_callback(value: bool) -> None:
 
 _OUT, _GATES, _CONFIG, _WHATIF, _VERIFY, _FACTORY = ("Output", "Gates", "Configuration", "What-if", "Run-time check",
                                                       "Factory specs")
+_SIZE = "Size in bytes"
 
 ModelsArg = Annotated[list[Path], typer.Argument(
     metavar="MODEL...", show_default=False,
@@ -483,6 +496,23 @@ ExitZeroOpt = Annotated[bool | None, typer.Option(
 FailOnContradictionOpt = Annotated[bool, typer.Option(
     "--fail-on-contradiction", rich_help_panel=_GATES,
     help="Gate: fail when the run contradicts a static head count (implies --verify).")]
+MaxWeightBytesOpt = Annotated[str | None, typer.Option(
+    "--max-weight-bytes", metavar="SIZE", show_default=False, rich_help_panel=_GATES,
+    help="Gate: fail when the stored weights exceed SIZE, e.g. 512M, 4GiB (K/M/G/T are binary).")]
+MaxKvCacheOpt = Annotated[str | None, typer.Option(
+    "--max-kv-cache", metavar="SIZE", show_default=False, rich_help_panel=_GATES,
+    help="Gate: fail when the KV cache at --context (and --batch) exceeds SIZE.")]
+# Size in bytes
+ContextOpt = Annotated[int | None, typer.Option(
+    "--context", metavar="N", show_default=False, rich_help_panel=_SIZE,
+    help="KV cache total at N tokens (per sequence).")]
+BatchOpt = Annotated[int | None, typer.Option(
+    "--batch", metavar="B", show_default=False, rich_help_panel=_SIZE,
+    help="KV cache total for B sequences (default 1).")]
+KvDtypeOpt = Annotated[str | None, typer.Option(
+    "--kv-dtype", metavar="DTYPE", show_default=False, rich_help_panel=_SIZE,
+    help="KV cache element type (float16, bfloat16, float8e4m3fn, int8, ...) instead of the graph's or the "
+         "projections' own.")]
 # Configuration
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", metavar="FILE", show_default=False, rich_help_panel=_CONFIG,
@@ -527,6 +557,11 @@ def inspect_cmd(
     ignore: IgnoreOpt = None,
     exit_zero: ExitZeroOpt = None,
     fail_on_contradiction: FailOnContradictionOpt = False,
+    max_weight_bytes: MaxWeightBytesOpt = None,
+    max_kv_cache: MaxKvCacheOpt = None,
+    context: ContextOpt = None,
+    batch: BatchOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     config: ConfigOpt = None,
     isolated: IsolatedOpt = False,
     verify: VerifyOpt = False,
@@ -540,11 +575,14 @@ def inspect_cmd(
     from mhainspect.gates import check_gates, drop_ignored, ignored_counts
     from mhainspect.inputs import expand_models
     from mhainspect.render.extras import ModelExtras
+    from mhainspect.size import SizeOptions, with_options
     from mhainspect.sources import classify, parse_factory_args
 
     if config is not None and isolated:
         raise fail("--config and --isolated exclude each other")
-    given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero)
+    given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
+                          {"context": context, "batch": batch, "kv_dtype": kv_dtype,
+                           "max_weight_bytes": max_weight_bytes, "max_kv_cache": max_kv_cache})
     formats = [f.value for f in OutputFormat]
     try:
         finder = ConfigFinder(formats, config_file=config, isolated=isolated)
@@ -573,6 +611,8 @@ def inspect_cmd(
             errors += 1
             continue
         settings = merge(given, file_settings)
+        if settings.max_kv_cache is not None and settings.context is None:
+            raise fail("--max-kv-cache needs --context N (the token count the cache is sized at)")
         result = _analyze_one(path, settings.heads or (), factory_args)
         if isinstance(result, str):
             say_error(result)
@@ -581,6 +621,7 @@ def inspect_cmd(
         if verify:
             result = _verify_one(path, result, verify_dims)
         ignored = settings.ignore or frozenset()
+        result = with_options(result, SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype))
         report = drop_ignored(result, ignored)
         gates = check_gates(report, _gate_config(settings, given, config_path, fail_on_contradiction))
         reports.append(report)
@@ -658,6 +699,14 @@ def calc_cmd(
     heads: CalcHeadsOpt = None,
     vs: VsOpt = None,
     output_format: Annotated[CalcFormat, typer.Option("--format", "-f", help="Output format.")] = CalcFormat.text,
+    dtype: Annotated[str | None, typer.Option("--dtype", metavar="DTYPE", help="Also give the layer in bytes: "
+                                              "weights and KV cache per token in DTYPE (float32, bfloat16, "
+                                              "float16, float8e4m3fn, int8, ...).", show_default=False)] = None,
+    context: Annotated[int | None, typer.Option("--context", metavar="N", help="KV cache at N tokens (implies "
+                                                "--dtype float32 unless given).", show_default=False)] = None,
+    kv_heads: Annotated[list[int] | None, typer.Option("--kv-heads", metavar="G", help="What-if: the layer with "
+                                                       "G K/V heads, side by side (repeatable: MHA, GQA, MQA).",
+                                                       show_default=False)] = None,
 ) -> None:
     """Count the parameters of an attention layer under pytorch, keras, matlab, hf or t5 conventions."""
     import json
@@ -676,6 +725,13 @@ def calc_cmd(
         raise fail(str(exc)) from None
     as_json = output_format is CalcFormat.json
     width = _terminal_width()
+    sized = dtype is not None or context is not None or bool(kv_heads)
+    if context is not None and context <= 0 or kv_heads and any(g <= 0 for g in kv_heads):
+        raise fail("--context and --kv-heads take positive integers")
+    if sized and (compare_all or convention is None):
+        raise fail("--dtype, --context and --kv-heads apply to one convention (not --compare)")
+    if sized and output_format is CalcFormat.html:
+        raise fail("--dtype, --context and --kv-heads are given in text and json (--format text|json), not html")
     try:
         if output_format is CalcFormat.html:
             from mhainspect.render import calc_html
@@ -710,9 +766,34 @@ def calc_cmd(
                     text += "\n" + calc_render.what_if_text(convention, rows, width)
                 if result is not None:
                     text += "\n" + calc_render.vs_text(result, width)
+            if sized:
+                text = _calc_sized(text, convention, values, calc, dtype or "float32", context, kv_heads or [],
+                                   as_json, width)
     except ValueError as exc:
         raise fail(str(exc)) from None
     write_stdout(text)
+
+
+def _calc_sized(text: str, convention: str, values: dict[str, str], calc: Any, dtype: str, context: int | None,
+                kv_heads: list[int], as_json: bool, width: int | None) -> str:
+    """``text`` (the calc output) with the layer in bytes and the --kv-heads what-if (JSON: keys
+    ``size`` and ``kv_heads_what_if`` beside the calculation's)."""
+    import json
+
+    from mhainspect import conventions
+    from mhainspect.render import calc_render
+    from mhainspect.render.json_render import to_json
+
+    rows = conventions.kv_what_if(convention, values, kv_heads) if kv_heads else ()
+    if as_json:
+        doc = json.loads(text)
+        doc["size"] = calc_render.size_json(calc, dtype, context)
+        doc["kv_heads_what_if"] = calc_render.kv_heads_json(rows, dtype, context)
+        return to_json(doc)
+    text += "\n" + calc_render.size_text(calc, dtype, context, width)
+    if kv_heads:
+        text += "\n" + calc_render.kv_heads_text(convention, rows, dtype, context, width)
+    return text
 
 
 @app.callback()

@@ -4,7 +4,8 @@ The nearest pyproject.toml that has a ``[tool.mhainspect]`` table, looking from 
 folder upward (files without the table are skipped), as ruff does: the same model gates the same
 way whatever the working directory. ``--config FILE`` names one file for every model and
 ``--isolated`` reads none. Keys mirror the CLI
-options: max-params, max-attention-params, fail-on, ignore, exit-zero, format, heads. Unknown
+options: max-params, max-attention-params, max-weight-bytes, max-kv-cache, context, batch,
+kv-dtype, fail-on, ignore, exit-zero, format, heads. Unknown
 keys and bad values raise ConfigError with one line naming the file and the key. No printing.
 """
 
@@ -17,14 +18,15 @@ from pathlib import Path
 from typing import TypeVar
 
 from mhainspect.errors import InputError
-from mhainspect.gates import Limit, parse_codes, parse_limit
+from mhainspect.gates import Limit, parse_byte_limit, parse_codes, parse_limit
 
 __all__ = ["KEYS", "ConfigError", "Settings", "ConfigFinder", "find_config", "load_config_file", "load_settings", "merge",
            "settings_from_table"]
 
 T = TypeVar("T")
 
-KEYS = ("max-params", "max-attention-params", "fail-on", "ignore", "exit-zero", "format", "heads")
+KEYS = ("max-params", "max-attention-params", "fail-on", "ignore", "exit-zero", "format", "heads",
+        "max-weight-bytes", "max-kv-cache", "context", "batch", "kv-dtype")
 
 
 class ConfigError(InputError):
@@ -42,6 +44,11 @@ class Settings:
     exit_zero: bool | None = None
     format: str | None = None
     heads: tuple[int, ...] | None = None
+    max_weight_bytes: Limit | None = None
+    max_kv_cache: Limit | None = None
+    context: int | None = None
+    batch: int | None = None
+    kv_dtype: str | None = None
 
 
 def merge(first: Settings, second: Settings) -> Settings:
@@ -86,9 +93,27 @@ def _limit(value: object, source: str) -> Limit:
     raise ValueError("expected a count such as 7B, \"1.5M\" or 120000")
 
 
+def _positive(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError("expected a positive integer")
+    return value
+
+
 def _value(key: str, value: object, formats: Collection[str], source: str) -> object:
     if key in ("max-params", "max-attention-params"):
         return _limit(value, source)
+    if key in ("max-weight-bytes", "max-kv-cache"):
+        if isinstance(value, (str, int)):
+            return replace(parse_byte_limit(value), source=shown_path(source))
+        raise ValueError("expected a size such as \"512M\", \"4GiB\" or 1048576")
+    if key in ("context", "batch"):
+        return _positive(value)
+    if key == "kv-dtype":
+        from mhainspect.size import check_kv_dtype
+
+        if not isinstance(value, str):
+            raise ValueError("expected a dtype name such as \"float16\" or \"float8e4m3fn\"")
+        return check_kv_dtype(value)
     if key == "fail-on":
         return _codes(value, severities=True)
     if key == "ignore":
@@ -127,6 +152,11 @@ def settings_from_table(table: Mapping[str, object], source: str, formats: Colle
         exit_zero=get("exit-zero", bool),
         format=get("format", str),
         heads=get("heads", tuple),
+        max_weight_bytes=get("max-weight-bytes", Limit),
+        max_kv_cache=get("max-kv-cache", Limit),
+        context=get("context", int),
+        batch=get("batch", int),
+        kv_dtype=get("kv-dtype", str),
     )
 
 

@@ -1267,3 +1267,29 @@ def _vs_sentence(base: Calculation, other: Calculation, changes: Sequence[VsChan
     if diff != 0 and not movers:
         parts.append("only the changes together move it")
     return head + "; ".join(parts) + "."
+
+
+def kv_heads_of(calc: Calculation) -> int:
+    """K/V heads of a calculated layer: the value projection is kv_heads × d_v wide."""
+    return calc.v_width // calc.d_v if calc.d_v else calc.num_heads
+
+
+def kv_what_if(convention: str, args: Mapping[str, UserValue], kv_heads: Sequence[int]
+               ) -> tuple[tuple[int, Calculation | str], ...]:
+    """The same layer with other K/V head counts (MHA: as many as query heads; GQA: fewer; MQA: one),
+    every other argument as given. A convention without a K/V head argument gives the reason."""
+    spec = _spec(convention)
+    kv_names = {_key(n) for n in _ROLES["kv_heads"]}
+    param = next((p.name for p in spec.params if _key(p.name) in kv_names), None)
+    rows: list[tuple[int, Calculation | str]] = []
+    for g in kv_heads:
+        if param is None:
+            rows.append((g, f"{LAYER_NAMES.get(convention, convention)} has no separate K/V head count: K and V "
+                            "have as many heads as Q"))
+            continue
+        base = {k: v for k, v in args.items() if _key(k) != _key(param)}
+        try:
+            rows.append((g, calculate(convention, {**base, param: g})))
+        except ValueError as exc:
+            rows.append((g, str(exc)))
+    return tuple(rows)

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mhainspect.static_ir import SizeInputs
 
 
 class Vocabulary(str, Enum):
@@ -42,6 +45,9 @@ class EvidenceSource(Vocabulary):
     REPEAT = "repeat"  # K/V repeated to the query heads (grouped-query attention)
     MISSING = "missing"  # a projection the matcher looked for and did not find
     SAME_WEIGHTS = "same_weights"  # one module reached from several anchors, or a weight counted in another block
+    CACHE_TENSOR = "cache_tensor"  # a past/present (KV cache) input or output of the graph reaching the block
+    CAUSAL_MASK = "causal_mask"  # a causal mask (Trilu, position comparison, causal attribute) reaching the scores
+    OPTION = "option"  # a command-line option (--kv-dtype)
 
 
 _SOURCES: dict[str, EvidenceSource] = {m.value: m for m in EvidenceSource}
@@ -255,13 +261,16 @@ class AttentionBlock:
     verification: BlockVerification | None = None  # outcome of --verify (None: not run)
     weight_bytes: int | None = None  # bytes of the block's stored weights (shared tensors once)
     kv_cache_bytes_per_token: int | None = None  # None for a block that does not cache (see reason)
-    kv_cache_reason: str | None = None  # why the block caches nothing, or what is unknown
-    sliding_window: int | None = None  # tokens a sliding-window layer keeps in its cache
+    # Why kv_cache_bytes_per_token is None ("no cache: ..." or "unknown: ..."); a block that caches
+    # has its figure's evidence in ``evidence`` (field "kv_cache_bytes_per_token") instead.
+    kv_cache_reason: str | None = None
+    sliding_window: int | None = None  # tokens a sliding-window layer attends to (its cache keeps window - 1)
     # How many times one run applies this module's weights (ALBERT's shared layer: 12); its
     # parameters are counted once whatever the number, its KV cache (kv_cache_bytes_per_token is
     # one application's) N times. Branches of an If are alternatives, not applications: a block
     # found in both is one block applied once.
     applications: int = 1
+    kv_cache_dtype: str | None = None  # element type of the block's cache (None when it caches nothing)
 
     def __post_init__(self) -> None:
         if type(self.matcher) is not Matcher:
@@ -381,6 +390,7 @@ class SourceResult:
     misses: tuple[Miss, ...]
     model: ModelFacts
     warnings: tuple[str, ...] = ()
+    size: SizeInputs | None = None  # tensor metadata and decoding evidence for mhainspect.size
 
 
 def attention_params(blocks: Sequence[AttentionBlock]) -> int:

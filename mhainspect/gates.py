@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from mhainspect.findings import Flag, Report, Severity, contradicted
 from mhainspect.flags import FLAG_CODES
 from mhainspect.render.numbers import group, parse_count
+from mhainspect.size import cache_bytes_at_context, format_bytes, parse_size
 
 __all__ = [
     "SEVERITIES",
@@ -24,6 +25,7 @@ __all__ = [
     "drop_ignored",
     "evaluate_gates",
     "ignored_counts",
+    "parse_byte_limit",
     "parse_codes",
     "parse_fail_on",
     "parse_limit",
@@ -51,13 +53,15 @@ class GateConfig:
     fail_on: frozenset[str] = frozenset()  # flag codes and/or severities (SEVERITIES)
     fail_on_contradiction: bool = False  # a --verify run that contradicts a static head count
     fail_on_source: str = ""  # where fail_on was set: "--fail-on" or a pyproject.toml path
+    max_weight_bytes: Limit | None = None  # bytes of every stored tensor
+    max_kv_cache: Limit | None = None  # KV cache bytes at --context (and --batch)
 
 
 @dataclass(frozen=True)
 class GateResult:
     """One gate checked for one model, passed or failed. ``gate`` is the option name without dashes."""
 
-    gate: str  # "max-params" | "max-attention-params" | "fail-on" | "fail-on-contradiction"
+    gate: str  # "max-params" | "max-attention-params" | "max-weight-bytes" | "max-kv-cache" | "fail-on" | ...
     model: str  # the model's path as reported
     actual: int  # the parameter count, the number of flags with ``code``, or of contradicted blocks
     limit: int | None  # the budget (None for fail-on)
@@ -82,6 +86,55 @@ def parse_limit(value: str | int) -> Limit:
             raise ValueError(f"not a count: {value!r} (negative)")
         return Limit(value, group(value))
     return Limit(parse_count(value), value.strip())
+
+
+def parse_byte_limit(value: str | int) -> Limit:
+    """A size budget: 512M, 4GiB, 1.5G, 4096 (K/M/G/T binary, as --max-verify-bytes). ValueError else."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        if value < 1:
+            raise ValueError(f"invalid size {value!r}: must be at least 1 byte")
+        return Limit(value, str(value))
+    return Limit(parse_size(value), value.strip())
+
+
+def _size_gates(report: Report, config: GateConfig) -> list[GateResult]:
+    """--max-weight-bytes and --max-kv-cache; a figure the analysis could not determine fails the
+    gate with the reason (a budget cannot pass on an unknown)."""
+    path, m = report.model.path, report.model
+    out: list[GateResult] = []
+    limit = config.max_weight_bytes
+    if limit is not None:
+        where = _where("max-weight-bytes", limit.text, limit.source)
+        source = limit.source or "--max-weight-bytes"
+        if m.weight_bytes is None:
+            out.append(GateResult("max-weight-bytes", path, 0, limit.value, None,
+                                  f"{path}: weight bytes unknown (the source lists no tensors), cannot check {where}",
+                                  False, source))
+        else:
+            passed = m.weight_bytes <= limit.value
+            out.append(GateResult("max-weight-bytes", path, m.weight_bytes, limit.value, None,
+                                  f"{path} stores {group(m.weight_bytes)} bytes of weights "
+                                  f"({format_bytes(m.weight_bytes)}) {'<=' if passed else '>'} {where}",
+                                  passed, source))
+    limit = config.max_kv_cache
+    kv = m.kv_cache
+    if limit is not None:
+        where = _where("max-kv-cache", limit.text, limit.source)
+        source = limit.source or "--max-kv-cache"
+        total = cache_bytes_at_context(kv)  # 0 when nothing caches (an encoder)
+        if total is None:
+            why = kv.reason if kv is not None and kv.reason else "no --context given"
+            out.append(GateResult("max-kv-cache", path, 0, limit.value, None,
+                                  f"{path}: KV cache unknown ({why}), cannot check {where}", False, source))
+        else:
+            passed = total <= limit.value
+            at = f" at context {kv.context} × batch {kv.batch}" if kv is not None else ""
+            out.append(GateResult("max-kv-cache", path, total, limit.value, None,
+                                  f"{path} caches {group(total)} bytes of K/V ({format_bytes(total)}){at} "
+                                  f"{'<=' if passed else '>'} {where}", passed, source))
+    return out
 
 
 def parse_codes(items: Iterable[str], *, severities: bool = False) -> frozenset[str]:
@@ -157,6 +210,7 @@ def check_gates(report: Report, config: GateConfig) -> tuple[GateResult, ...]:
         out.append(GateResult(gate, path, actual, limit.value, None,
                               f"{path} has {group(actual)} {noun} {'<=' if passed else '>'} {where}",
                               passed, limit.source or f"--{gate}"))
+    out.extend(_size_gates(report, config))
     source = config.fail_on_source or "--fail-on"
     for wanted in sorted(config.fail_on, key=lambda w: (w in SEVERITIES, w)):
         n = sum(1 for f in report.flags if _fails_on(f, frozenset({wanted})))

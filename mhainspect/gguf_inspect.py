@@ -17,12 +17,16 @@ from pathlib import Path
 from mhainspect.errors import InputError
 from mhainspect.findings import AttentionBlock, Evidence, Miss, ModelFacts, Report, SourceResult
 from mhainspect.loaders.gguf import (
+    KV_CACHE_DTYPE,
+    KV_CACHE_DTYPE_SOURCE,
     Decoding,
     GGUFModel,
     architecture,
     count_parameters,
     decoding,
+    is_parameter,
     layer_of,
+    model_weights,
     namespace,
     offers_for,
     producer,
@@ -33,6 +37,7 @@ from mhainspect.loaders.gguf import (
 from mhainspect.matchers.grouping import GroupedBlock, RoleWeights, natural_key
 from mhainspect.matchers.static import assemble
 from mhainspect.report import report_from
+from mhainspect.size import BlockDecoding, SizeInputs, prefix_block_tensors, tensors_from_metas
 from mhainspect.static_ir import HeadOffers, WeightMeta
 
 # blk.N.attn_q.weight, enc.blk.N.attn_o.bias, dec.blk.N.cross_attn_k.weight, v.blk.N.attn_qkv.weight ...
@@ -145,8 +150,22 @@ def gguf_result(path: str | os.PathLike[str]) -> SourceResult:
     warnings += swa_warnings(model.metadata, arch)
     facts = ModelFacts(path=str(path), format="gguf", total_params=count_parameters(model),
                        producer=producer(model.metadata, arch))
-    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings))
+    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
+                        size_inputs(model, blocks, decodings))
 
 
 def analyze_gguf(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:
     return report_from(gguf_result(path), what_if_heads=what_if_heads)
+
+
+def size_inputs(model: GGUFModel, blocks: list[AttentionBlock], decodings: Mapping[str, Decoding]) -> SizeInputs:
+    """What mhainspect.size needs: every tensor (GGML types sized by their blocks; float and
+    block-quantized tensors are parameters), each block's tensors, and the metadata's decoding facts
+    with llama.cpp's default cache type."""
+    weights = model_weights(model)
+    parameters = frozenset(m.storage_key for m in weights.values() if is_parameter(m.dtype))
+    decoding = tuple(BlockDecoding(b.name, d.caches, d.reason, KV_CACHE_DTYPE, KV_CACHE_DTYPE_SOURCE, d.window,
+                                   d.window_source, "gguf")
+                     for b in blocks if (d := decodings.get(b.name)) is not None)
+    return SizeInputs(tensors_from_metas(weights.values(), parameters), prefix_block_tensors(blocks, weights),
+                      decoding)

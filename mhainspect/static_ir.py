@@ -6,10 +6,14 @@ them. Like ``mhainspect.graph``, this module imports nothing above the vocabular
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
+from typing import NamedTuple
 
+from mhainspect import dtypes
 from mhainspect.dtypes import is_float
 from mhainspect.findings import Evidence, EvidenceSource
 
@@ -54,6 +58,13 @@ class HeadOffers:
         return out
 
 
+def parameter_keys(weights: Mapping[str, WeightMeta]) -> frozenset[str]:
+    """Storage keys of the parameters of a weight list: unique float tensors (tied weights once);
+    integer buffers are not parameters. count_weights counts them; mhainspect.size calls every
+    other stored tensor overhead."""
+    return frozenset(t.storage_key for t in weights.values() if is_float(t.dtype))
+
+
 def count_weights(weights: Mapping[str, WeightMeta]) -> int:
     """Unique float tensors by storage (tied weights once); integer buffers are not parameters.
 
@@ -67,3 +78,67 @@ def count_weights(weights: Mapping[str, WeightMeta]) -> int:
         seen.add(t.storage_key)
         total += t.numel
     return total
+
+
+# ----------------------------------------------------------------------------- size metadata
+# What every front end hands mhainspect.size (in SourceResult.size): tensors as metadata and per
+# block what the source says about decoding.
+
+
+class StoredTensor(NamedTuple):
+    """One stored tensor as metadata. ``stored_bytes``: what the file says it occupies (an
+    external-data length), used only when the dtype has no size (strings). A NamedTuple: a 70B
+    graph has thousands and they are built on the hot path."""
+
+    name: str
+    dtype: str
+    numel: int
+    storage_key: str
+    is_parameter: bool
+    stored_bytes: int | None = None
+
+    @property
+    def nbytes(self) -> int | None:
+        rate = byte_rate(self.dtype)
+        if rate is None:
+            return self.stored_bytes
+        block_size, num, den = rate
+        blocks = -(-self.numel // block_size)
+        return -(-(blocks * num) // den)
+
+
+@cache
+def byte_rate(dtype: str) -> tuple[int, int, int] | None:
+    """(elements per block, bytes per block as numerator, denominator) of ``dtype``; None: no size."""
+    found = dtypes.lookup(dtype)
+    if found is None or found.block_bytes == 0:
+        return None
+    return found.block_size, found.block_bytes.numerator, found.block_bytes.denominator
+
+
+@dataclass(frozen=True)
+class BlockDecoding:
+    """What the source says about one block during autoregressive decoding.
+
+    ``caches``: True (it caches K/V per token), False (it does not), None (cannot be told);
+    ``reason`` is the evidence either way. ``dtype`` is the cache's element type with where it
+    came from (a past/present tensor, the projection's compute dtype, the config).
+    """
+
+    block: str
+    caches: bool | None
+    reason: str
+    dtype: str | None = None
+    dtype_source: str = ""
+    window: int | None = None  # sliding window (tokens the layer attends to), None: full attention
+    window_source: str = ""
+    source: str = "config"  # evidence kind: "cache_tensor", "causal_mask", "config", "gguf", ...
+
+
+@dataclass(frozen=True)
+class SizeInputs:
+    """A front end's metadata for the size computation."""
+
+    tensors: tuple[StoredTensor, ...] = ()
+    block_tensors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # block -> tensor names
+    decoding: tuple[BlockDecoding, ...] = ()

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from mhainspect.analyze import graph_result
+from mhainspect.dtypes import canonical
 from mhainspect.errors import InputError
 from mhainspect.findings import (
     AttentionBlock,
@@ -32,7 +33,7 @@ from mhainspect.findings import (
     coded,
 )
 from mhainspect.loaders.hf_config import offers_from_config
-from mhainspect.loaders.torch_fx import trace_module
+from mhainspect.loaders.torch_fx import storage_key, trace_module
 from mhainspect.loaders.torch_modules import (
     config_dict,
     count_parameters,
@@ -44,7 +45,8 @@ from mhainspect.loaders.torch_modules import (
 from mhainspect.matchers.grouping import group_attention
 from mhainspect.matchers.static import assemble
 from mhainspect.report import report_from
-from mhainspect.static_ir import HeadOffers
+from mhainspect.size import BlockDecoding, SizeInputs, metas_size_inputs
+from mhainspect.static_ir import HeadOffers, WeightMeta
 
 EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 
@@ -149,6 +151,7 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
     num_nodes = 0
     want = trace if trace is not None else (example_inputs is not None or bool(known.pending) or not known.blocks)
     used_keys: set[str] = set()
+    graph_causal: dict[str, BlockDecoding] = {}  # traced blocks the graph shows caching (a causal mask)
     if want:
         inputs = example_inputs
         if inputs is None:
@@ -175,9 +178,13 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
                     if keys & known.storage_keys:
                         continue  # a recognised module: its block is already there
                     used_keys |= keys
+                    decided = next((d for d in (found.size.decoding if found.size else ())
+                                    if d.block == b.name and d.caches), None)
                     if not scopes.get(b.anchor, "x"):
                         # The attention core is the root module's own code: name the block after it.
                         b = dataclasses.replace(b, name=type(model).__name__)
+                    if decided is not None:
+                        graph_causal[b.name] = dataclasses.replace(decided, block=b.name)
                     traced.append(b)
                 misses.extend(found.misses)
     headless = [b for b in known.headless if not _uses(b, model, used_keys)]
@@ -186,7 +193,29 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
     facts = ModelFacts(path=label, format="torch", total_params=count_parameters(model), num_nodes=num_nodes,
                        producer=f"torch {torch.__version__}",
                        trainable_params=count_parameters(model, trainable_only=True))
-    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings))
+    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
+                        module_size_inputs(model, blocks, graph_causal))
+
+
+def module_size_inputs(model: nn.Module, blocks: list[AttentionBlock],
+                       graph_causal: dict[str, BlockDecoding]) -> SizeInputs:
+    """Size metadata of a module: its parameters and buffers (rotary tables, masks: overhead), the
+    tensors under each block's module path, and what the model's config says about decoding;
+    ``graph_causal``: traced blocks whose graph shows them caching, used where the config does not
+    decide."""
+    metas: dict[str, WeightMeta] = dict(parameter_metas(model))
+    for buf_name, buf in model.named_buffers(remove_duplicate=False):
+        metas.setdefault(buf_name, WeightMeta(buf_name, tuple(int(d) for d in buf.shape),
+                                              canonical(str(buf.dtype)), storage_key(buf)))
+    # A module says what its parameters are: buffers are overhead.
+    params = frozenset(storage_key(p) for _, p in model.named_parameters(remove_duplicate=False))
+    size = metas_size_inputs(metas, blocks, config_dict(model), params, label="the model's config",
+                             no_config=f"{type(model).__name__} has no config: nothing says whether it decodes "
+                                       "autoregressively")
+    if not graph_causal:
+        return size
+    decoding = tuple(graph_causal.get(d.block, d) if d.caches is None else d for d in size.decoding)
+    return dataclasses.replace(size, decoding=decoding)
 
 
 def _uses(block: AttentionBlock, model: nn.Module, keys: set[str]) -> bool:

@@ -39,6 +39,7 @@ from mhainspect.errors import InputError, MissingDependencyError
 from mhainspect.findings import AttentionBlock, BlockVerification, Report, VerifyStatus
 from mhainspect.graph import Node
 from mhainspect.loaders.onnx_loader import model_to_graph, read_model_proto
+from mhainspect.size import format_bytes, parse_size
 
 if TYPE_CHECKING:
     import numpy as np
@@ -73,24 +74,6 @@ class VerifyBudgetError(InputError):
 
 
 # ----------------------------------------------------------------------------- budget
-
-
-def parse_size(text: str) -> int:
-    """'2G' -> 2 GiB, '512M', '100k', '1.5G', '4096' (bytes); K/M/G/T are powers of 1024."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", text)
-    if not m:
-        raise ValueError(f"invalid size '{text}': expected bytes or a number with K, M, G or T (512M, 2G)")
-    value = float(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
-    if not math.isfinite(value) or value < 1:
-        raise ValueError(f"invalid size '{text}': must be at least 1 byte")
-    return int(value)
-
-
-def format_bytes(n: int) -> str:
-    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def default_max_verify_bytes() -> int | None:

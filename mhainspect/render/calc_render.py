@@ -9,7 +9,9 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from mhainspect.conventions import LAYER_NAMES, ArgValue, Calculation, VsResult
+from mhainspect.conventions import LAYER_NAMES, ArgValue, Calculation, VsResult, kv_heads_of
+from mhainspect.dtypes import canonical
+from mhainspect.size import LayerBytes, format_bytes, layer_bytes
 
 _NBSP = "\u00a0"  # binds "heads 4" so a wrap never separates a label from its number
 _SHARED_NOTES = ("No bias switch given", "Ignored (no effect")
@@ -263,3 +265,72 @@ def vs_text(vs: VsResult, width: int | None = None) -> str:
     lines.append("")
     lines.extend(_wrap(vs.sentence.replace(" → ", f"{_NBSP}→{_NBSP}"), width=width))
     return "\n".join(lines) + "\n"
+
+
+def _layout_name(kv_heads: int, heads: int) -> str:
+    return "MHA" if kv_heads == heads else "MQA" if kv_heads == 1 else "GQA"
+
+
+def layer_bytes_for(c: Calculation, dtype: str, context: int | None, kv_heads: int | None = None) -> LayerBytes:
+    """The calculated layer in bytes (mhainspect.size holds the rule)."""
+    return layer_bytes(c.total, kv_heads or kv_heads_of(c), c.d_k, c.d_v, dtype, context)
+
+
+def size_text(c: Calculation, dtype: str, context: int | None, width: int | None = None) -> str:
+    """Weights and KV cache of one layer in bytes: what --dtype and --context ask."""
+    b = layer_bytes_for(c, dtype, context)
+    line = (f"  In {b.dtype}: weights {_n(b.weight_bytes)} bytes ({format_bytes(b.weight_bytes)}); KV cache "
+            f"{_n(b.kv_bytes_per_token)} bytes per token ({b.kv_heads} kv heads × (d_k {c.d_k} + d_v {c.d_v}) × "
+            f"{b.itemsize} bytes)")
+    if b.kv_bytes is not None and b.context is not None:
+        line += f", {_n(b.kv_bytes)} bytes ({format_bytes(b.kv_bytes)}) at context {_n(b.context)}"
+    lines = _wrap(line.strip(), indent="  ", first="  ", width=width)
+    lines.extend(_wrap("Per layer and per sequence; the cache counts only for a layer that decodes "
+                       "autoregressively (causal self-attention).", indent="  ", width=width))
+    return "\n".join(lines) + "\n"
+
+
+def size_json(c: Calculation, dtype: str, context: int | None) -> dict[str, Any]:
+    b = layer_bytes_for(c, dtype, context)
+    return {"dtype": b.dtype, "weight_bytes": b.weight_bytes, "kv_heads": b.kv_heads,
+            "kv_bytes_per_token": b.kv_bytes_per_token, "context": b.context, "kv_bytes": b.kv_bytes}
+
+
+def kv_heads_text(convention: str, rows: Sequence[tuple[int, Calculation | str]], dtype: str,
+                  context: int | None, width: int | None = None) -> str:
+    """MHA vs GQA vs MQA side by side: parameters, weight bytes and the cache per token and at context."""
+    layer = LAYER_NAMES.get(convention, convention)
+    valid = [(g, e) for g, e in rows if not isinstance(e, str)]
+    errors = [(g, e) for g, e in rows if isinstance(e, str)]
+    header = ["layout", "kv heads", "K/V width", "params", "weight bytes", "KV bytes/token"]
+    if context is not None:
+        header.append(f"KV at {_n(context)}")
+    table_rows = []
+    for g, entry in valid:
+        b = layer_bytes_for(entry, dtype, context, g)
+        row = [_layout_name(g, entry.num_heads), str(g), str(g * entry.d_k), _n(entry.total), _n(b.weight_bytes),
+               _n(b.kv_bytes_per_token)]
+        if b.kv_bytes is not None:
+            row.append(_n(b.kv_bytes))
+        table_rows.append(tuple(row))
+    lines = [f"{layer}: other K/V head counts, other arguments as given ({canonical(dtype)})", ""]
+    lines.extend(_table(header, table_rows, left=1) if table_rows else ["  (none valid)"])
+    for g, reason in errors:
+        lines.extend(_wrap(reason, indent="    ", first=f"  - {g} kv heads: ", width=width))
+    if table_rows:
+        lines.append("")
+        lines.extend(_wrap("Query heads at a fixed width leave the weights alone (see --heads); K/V heads set the "
+                           "cache per token, and the K/V projections with it.", indent="  ", width=width))
+    return "\n".join(lines) + "\n"
+
+
+def kv_heads_json(rows: Sequence[tuple[int, Calculation | str]], dtype: str, context: int | None
+                  ) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for g, entry in rows:
+        if isinstance(entry, str):
+            out.append({"kv_heads": g, "error": entry})
+            continue
+        out.append({"kv_heads": g, "layout": _layout_name(g, entry.num_heads), "params": int(entry.total),
+                    **size_json(entry, dtype, context)})
+    return out

@@ -19,6 +19,7 @@ from mhainspect.findings import (
     BlockVerification,
     Evidence,
     Flag,
+    KVCache,
     Miss,
     ModelSummary,
     ParamBreakdown,
@@ -91,6 +92,23 @@ def _model(model: ModelSummary) -> JSONDict:
         # extension
         "attention_share": _share(attention, total),
         **({} if model.trainable_params is None else {"trainable_params": _int(model.trainable_params)}),
+        # size in bytes (mhainspect.size)
+        "weight_bytes": _opt_int(model.weight_bytes),
+        "weight_bytes_by_dtype": {str(name): _int(n) for name, n in model.weight_bytes_by_dtype},
+        "weight_bytes_overhead": _opt_int(model.weight_bytes_overhead),
+        "kv_cache": None if model.kv_cache is None else _kv_cache(model.kv_cache),
+    }
+
+
+def _kv_cache(kv: KVCache) -> JSONDict:
+    return {
+        "bytes_per_token": _opt_int(kv.bytes_per_token),
+        "dtype": kv.dtype,
+        "context": _opt_int(kv.context),
+        "batch": _int(kv.batch),
+        "total_bytes": _opt_int(kv.total_bytes),
+        "bytes_per_encoder_token": _opt_int(kv.bytes_per_encoder_token),
+        "reason": kv.reason,
     }
 
 
@@ -166,6 +184,12 @@ def _block(block: AttentionBlock, model_total: int) -> JSONDict:
         # extensions
         "scale_known": bool(block.scale_known),
         "anchor": block.anchor,
+        # size in bytes (mhainspect.size)
+        "weight_bytes": _opt_int(block.weight_bytes),
+        "kv_cache_bytes_per_token": _opt_int(block.kv_cache_bytes_per_token),
+        "kv_cache_dtype": block.kv_cache_dtype,
+        "kv_cache_reason": block.kv_cache_reason,
+        "sliding_window": _opt_int(block.sliding_window),
     }
     if block.applications != 1:  # only for a module whose weights one run applies several times
         data["applications"] = _int(block.applications)

@@ -22,6 +22,7 @@ from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import FlagGroup, group_flags, join_names
 from mhainspect.render.numbers import group
 from mhainspect.render.safe import md_code, md_text
+from mhainspect.render.size_lines import size_lines
 
 __all__ = ["render_markdown"]
 
@@ -107,6 +108,12 @@ def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what
         failed = sum(1 for g in extras.gates if not g.passed)
         lines.extend(["", f"**Gates ({failed} failed)**" if failed else "**Gates: all passed**", ""])
         lines.extend(f"- {'✅' if g.passed else '❌'} {md_text(gate_line(g))}" for g in extras.gates)
+    sizes = size_lines(report)
+    if sizes:
+        lines.append("")
+        lines.append("**Size**")
+        lines.append("")
+        lines.extend(f"- {md_text(line.strip())}" for line in sizes)
     checked = [b for b in report.blocks if b.verification is not None]
     if checked:
         lines.append("")

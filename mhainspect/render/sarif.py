@@ -44,6 +44,8 @@ GATE_RULES: dict[str, tuple[str, str]] = {
     "max-params": ("the model has more parameters than --max-params allows", "gates"),
     "max-attention-params": ("the attention blocks hold more parameters than --max-attention-params allows",
                              "gates"),
+    "max-weight-bytes": ("the stored weights take more bytes than --max-weight-bytes allows", "--max-weight-bytes-size"),
+    "max-kv-cache": ("the KV cache at --context takes more bytes than --max-kv-cache allows", "--max-kv-cache-size"),
     "fail-on": ("the model has a flag whose code is listed in --fail-on", "gates"),
     "fail-on-contradiction": ("a --verify run contradicts a block's static head count (--fail-on-contradiction)",
                               "--fail-on-contradiction"),

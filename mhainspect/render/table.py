@@ -34,6 +34,7 @@ from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import FlagGroup, group_flags, join_names
 from mhainspect.render.numbers import group
 from mhainspect.render.safe import printable_fields
+from mhainspect.render.size_lines import block_size_line, size_lines
 
 __all__ = ["render_table", "heads_label", "severity_style", "verify_label"]
 
@@ -297,6 +298,7 @@ def _block_details(b: AttentionBlock, width: int) -> list[RenderableType]:
                              f"{group(proj.weight_params)}{bias}  via {proj.node}"))
     if b.params.extra:
         lines.append(_detail("extra params:", group(b.params.extra)))
+    lines.append(_detail("size:", block_size_line(b)))
     for w in b.what_if:
         fixed = UNKNOWN if w.total_width_fixed is None else group(w.total_width_fixed)
         lines.append(_detail(f"what if h={w.num_heads}:", f"{fixed} (h*d_k fixed), "
@@ -376,6 +378,11 @@ def render_table(
         parts.append(Text("h·d_k fixed: the heads split the same projection width (d_k shrinks); d_k fixed: "
                           "every head keeps its width (the projections grow). ? = not possible at that "
                           "head count (width not divisible) or layout unknown.", style="dim"))
+    sizes = size_lines(report)
+    if sizes:
+        parts.append(Text(""))
+        parts.append(Text("Size", style="bold"))
+        parts.extend(Text(line) for line in sizes)
 
     checked = [b for b in report.blocks if b.verification is not None]
     if checked:

@@ -1,0 +1,59 @@
+"""The Size section shared by the text renderers (terminal table, markdown): plain lines, no markup."""
+
+from __future__ import annotations
+
+from mhainspect.findings import AttentionBlock, Report
+from mhainspect.render.numbers import group
+from mhainspect.size import KV_FIELD, NO_CACHE, format_bytes
+
+__all__ = ["block_size_line", "size_lines"]
+
+
+def _bytes(n: int) -> str:
+    return f"{group(n)} bytes ({format_bytes(n)})" if n >= 1024 else f"{group(n)} bytes"
+
+
+def size_lines(report: Report) -> list[str]:
+    """Weights by dtype and overhead; the KV cache per token and at the context (or why none)."""
+    m = report.model
+    lines: list[str] = []
+    if m.weight_bytes is not None:
+        by_dtype = ", ".join(f"{name} {group(n)}" for name, n in m.weight_bytes_by_dtype)
+        lines.append(f"Weights: {_bytes(m.weight_bytes)}" + (f"; by dtype: {by_dtype}" if by_dtype else ""))
+        if m.weight_bytes_overhead:
+            lines.append(f"  overhead (not parameters: scales, zero points, constant tables): "
+                         f"{_bytes(m.weight_bytes_overhead)}")
+    kv = m.kv_cache
+    if kv is None:
+        return lines
+    if kv.bytes_per_token is None:
+        reason = (kv.reason or "").removeprefix(NO_CACHE).strip()
+        lines.append(f"KV cache: {'unknown' if reason.startswith('unknown') else 'none'} ({reason})")
+    else:
+        line = f"KV cache: {_bytes(kv.bytes_per_token)} per token ({kv.dtype})"
+        if kv.total_bytes is not None and kv.context is not None:
+            line += f"; {_bytes(kv.total_bytes)} at context {group(kv.context)}"
+            line += f" × batch {kv.batch}" if kv.batch != 1 else ""
+        elif kv.context is None:
+            line += "; give --context N for the total"
+        lines.append(line)
+    if kv.bytes_per_encoder_token:
+        lines.append(f"  cross-attention: {_bytes(kv.bytes_per_encoder_token)} per encoder token, cached once per input")
+    windows = sorted({b.sliding_window for b in report.blocks if b.sliding_window})
+    if windows:
+        n = sum(1 for b in report.blocks if b.sliding_window)
+        lines.append(f"  {n} sliding-window block(s) (window {', '.join(map(str, windows))}) hold at most "
+                     "window - 1 tokens")
+    return lines
+
+
+def block_size_line(b: AttentionBlock) -> str:
+    """One block's bytes, for --explain."""
+    weights = "weights ?" if b.weight_bytes is None else f"weights {_bytes(b.weight_bytes)}"
+    if b.kv_cache_bytes_per_token is not None:
+        per = "per encoder token" if b.kind == "cross" else "per token"
+        detail = next((e.detail for e in b.evidence if e.field == KV_FIELD), "")
+        kv = f"KV cache {_bytes(b.kv_cache_bytes_per_token)} {per} [{detail}]"
+    else:
+        kv = f"KV cache: {b.kv_cache_reason or 'unknown'}"
+    return f"{weights}; {kv}"
