@@ -501,6 +501,17 @@ def render(manifest: dict[str, Any], rows: list[Row], truths: dict[tuple[str, st
     return "\n".join(out)
 
 
+def _keep_deploy_section(out: Path, text: str) -> str:
+    """The deployment table (scripts/deploy_report.py) shares the file: carry it over unchanged."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from deploy_report import BEGIN, END, splice
+
+    old = out.read_text(encoding="utf-8") if out.exists() else ""
+    if BEGIN not in old or END not in old:
+        return text
+    return splice(text, BEGIN + old.split(BEGIN, 1)[1].split(END, 1)[0] + END + "\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--zoo", default=DEFAULT_ZOO, help="zoo export directory (cached exports + manifest.json)")
@@ -525,7 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = render(manifest, rows, truths, a.timeout, a.zoo)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    out.write_text(_keep_deploy_section(out, text))
     print(f"wrote {out} ({len(rows)} case x variant rows, {time.perf_counter() - t0:.0f}s)", file=sys.stderr)
     return 0
 
