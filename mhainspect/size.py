@@ -447,7 +447,7 @@ _ENCODER_TOWERS = ("vision_config.", "audio_config.", "encoder.")  # sub-configs
 
 
 def _config_causal(cfg: Mapping[str, Any], block: AttentionBlock) -> tuple[bool | None, str]:
-    from mhainspect.loaders.hf_config import sub_config
+    from mhainspect.loaders.hf_config import decoder_only_model_type, sub_config
 
     name = block.name.lower()
     archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
@@ -466,8 +466,11 @@ def _config_causal(cfg: Mapping[str, Any], block: AttentionBlock) -> tuple[bool 
         return True, "config is_decoder = true"
     if archs and all(_ENCODER_ARCH.search(a) for a in archs):
         return False, f"config architectures {archs[0]}: an encoder, run once over the input"
+    family = decoder_only_model_type(_sub_config(cfg, block.name)) or decoder_only_model_type(cfg)
+    if family is not None:
+        return True, f"config model_type {family}: a decoder-only language model"
     return None, "the config does not say whether the model decodes autoregressively (no causal architecture, " \
-                 "is_decoder or is_encoder_decoder)"
+                 "decoder-only model_type, is_decoder or is_encoder_decoder)"
 
 
 def config_dtype(cfg: Mapping[str, Any] | None) -> str | None:
@@ -705,13 +708,65 @@ class _MaskEvidence:
     window_source: str = ""
 
 
+_MASKED_BELOW = -1e4  # an additive mask entry at or below this hides the key (0 / -inf, 0 / finfo.min)
+# Ops whose later inputs are indices, shapes, axes or bounds: only input 0 carries values to the scores.
+_DATA_FIRST = {"Gather", "GatherElements", "GatherND", "Reshape", "Expand", "Tile", "Slice", "Unsqueeze",
+               "Squeeze", "Pad", "Resize", "ScatterElements", "ScatterND", "TopK", "Split"}
+_SHAPE_ONLY = {"Shape", "Size", "ConstantOfShape", "EyeLike", "Range", "RandomNormalLike", "RandomUniformLike"}
+
+
+def _constant_mask(values: Sequence[float], shape: Sequence[int]) -> tuple[str, int | None]:
+    """What a small constant mask [..., queries, keys] does: ("causal", None), ("window", W),
+    ("none", None) when every query sees every key, ("other", None) for any other pattern.
+
+    Which entries hide a key: those at or below -1e4 when there are any (an additive mask), else
+    those unlike the diagonal entry (a boolean or 1/0 mask, either polarity). The last query sees
+    the last key; with keys = queries + past, query q sees keys up to q + past."""
+    queries, keys = shape[-2], shape[-1]
+    past = keys - queries
+    if past < 0 or not values:
+        return "other", None
+    additive = any(v <= _MASKED_BELOW for v in values)
+    pattern: tuple[tuple[int, int], ...] | None = None
+    for start in range(0, len(values), queries * keys):
+        plane = values[start:start + queries * keys]
+        keep = plane[past]  # query 0 sees its own key
+        rows = []
+        for q in range(queries):
+            row = plane[q * keys:(q + 1) * keys]
+            seen = [k for k, v in enumerate(row) if (v > _MASKED_BELOW if additive else v == keep)]
+            if not seen or seen != list(range(seen[0], seen[-1] + 1)):
+                return "other", None
+            rows.append((seen[0], seen[-1]))
+        if pattern is not None and tuple(rows) != pattern:
+            return "other", None
+        pattern = tuple(rows)
+    assert pattern is not None
+    if all(first == 0 and last == keys - 1 for first, last in pattern):
+        return "none", None
+    if any(last != q + past for q, (_, last) in enumerate(pattern)):
+        return "other", None
+    widths = {last - first + 1 for first, last in pattern if first > 0}
+    if not widths:
+        return "causal", None
+    if len(widths) == 1:
+        width = widths.pop()
+        if all(last - first + 1 == min(width, last + 1) for first, last in pattern):
+            return "window", width
+    return "other", None
+
+
 def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
     """Whether the graph makes this block causal: True for a causal attribute, a
-    GroupQueryAttention, or a mask from Trilu or from comparing position indices (Range), with the
-    sliding window when the comparison has one (kv > q - W); None when the mask is a graph input of
-    rank 3 or more (the caller decides); False else. The walk goes back from the scores (Softmax or
-    fused op) and stops at products, so it sees what is added to the scores, not the activations Q
-    and K come from."""
+    GroupQueryAttention, a mask from Trilu or from comparing position indices (Range), or a small
+    constant mask whose values are causal, with the sliding window when the comparison or the
+    constant has one; None when a mask the tool cannot read reaches the scores (a graph input with
+    a query axis, a larger constant, a constant of another pattern); False only when nothing that
+    reaches the scores has a query axis or the constant mask lets every query see every key.
+
+    The walk goes back from the scores (Softmax or fused op) and stops at products, so it sees
+    what is added to the scores, not the activations Q and K come from; it follows values only,
+    not indices, shapes or bounds (a relative-position bucket selects a bias, it hides no key)."""
     anchor = index.by_name.get(block.anchor)
     if anchor is None:
         return _MaskEvidence(None, "the block's anchor node is not in the graph")
@@ -721,21 +776,46 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
     if anchor.op in ("GroupQueryAttention", "PagedAttention", "SparseAttention"):
         return _MaskEvidence(True, f"{anchor.op} (always causal)")
     inputs = {v.name: v for v in index.graph.inputs}
+    weights = index.graph.weights
     # A fused op reads Q, K, V (or the input, packed weights, bias) first; the mask comes after.
     frontier = [x for x in (anchor.inputs if anchor.op == "Softmax" else anchor.inputs[3:]) if x]
     seen = set(frontier)
     visited = 0
     open_masks: list[str] = []
+    full_constants: list[str] = []
     causal: str | None = None
     window: tuple[int, str] | None = None
     while frontier and visited < _MASK_WALK_LIMIT:
         cur = frontier.pop(0)
+        stored = weights.get(cur)
+        if stored is not None:
+            shape = stored.shape
+            if len(shape) < 2 or shape[-2] <= 1 or shape[-1] < shape[-2] or (len(shape) == 2 and shape[0] != shape[1]):
+                continue  # no [queries, keys] plane: a bias per key or per head, a table, a scale, a shape
+            label = f"constant mask '{cur}' {list(shape)}"
+            if stored.mask_values is None:
+                open_masks.append(f"{label}, whose values are not read (only tiny constants are): whether it is "
+                                  "causal is not visible")
+                continue
+            kind, w = _constant_mask(stored.mask_values, shape)
+            if kind == "causal":
+                causal = causal or f"causal mask ({label}: each query sees itself and earlier keys)"
+            elif kind == "window":
+                assert w is not None
+                window = window or (w, f"the values of {label}")
+            elif kind == "none":
+                full_constants.append(label)
+            else:
+                open_masks.append(f"{label} of a pattern neither causal nor full: whether the block is causal is not "
+                                  "visible")
+            continue
         node = index.producer.get(cur)
         if node is None:
             info = inputs.get(cur)
             # [batch, 1, 1, keys] pads keys; only a mask with a query axis can be causal.
             if info is not None and (info.shape is None or (len(info.shape) >= 3 and info.shape[-2] != 1)):
-                open_masks.append(f"'{cur}' {list(info.shape) if info.shape is not None else '(rank unknown)'}")
+                shown = list(info.shape) if info.shape is not None else "(rank unknown)"
+                open_masks.append(f"graph input '{cur}' {shown}: whether it is causal is up to the caller")
             continue
         visited += 1
         if node.op == "Trilu":
@@ -752,16 +832,25 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
                 window = window or (w, f"the mask's position comparison {node.op} '{node.name}'")
         if node.op in _PRODUCTS:
             continue  # Q·Kᵀ or a projection: the activations behind it are not the mask
-        for x in node.inputs:
-            if x and x not in seen and x not in index.graph.weights:
+        followed = () if node.op in _SHAPE_ONLY else node.inputs[:1] if node.op in _DATA_FIRST else node.inputs
+        for x in followed:
+            if x and x not in seen:
                 seen.add(x)
                 frontier.append(x)
     if causal is not None or window is not None:
         reason = causal or f"causal sliding-window mask ({window[1] if window else ''})"
         return _MaskEvidence(True, reason, window[0] if window else None, window[1] if window else "")
     if open_masks:
-        return _MaskEvidence(None, f"the scores take a mask from graph input {open_masks[0]}: whether it is causal "
-                                   "is up to the caller, and the graph has no past/present tensors")
+        return _MaskEvidence(None, f"the scores take a mask from {open_masks[0]}, and the graph has no "
+                                   "past/present tensors")
+    if frontier:
+        return _MaskEvidence(None, f"the mask path to the scores is longer than {_MASK_WALK_LIMIT} nodes: whether "
+                                   "it is causal was not followed to the end")
+    if full_constants:
+        return _MaskEvidence(False, f"no past/present inputs or outputs, and the {full_constants[0]} lets every "
+                                    "query see every key: the block attends both ways, run once over the input "
+                                    "(an encoder)")
+    # Nothing with a [queries, keys] plane reaches the scores: no mask of any kind could hide keys.
     return _MaskEvidence(False, "no past/present inputs or outputs, and no causal mask reaches the scores: the block "
                                 "attends both ways, run once over the input (an encoder)")
 

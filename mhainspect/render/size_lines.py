@@ -42,8 +42,9 @@ def size_lines(report: Report) -> list[str]:
     windows = sorted({b.sliding_window for b in report.blocks if b.sliding_window})
     if windows:
         n = sum(1 for b in report.blocks if b.sliding_window)
+        held = ", ".join(str(max(w - 1, 0)) for w in windows)
         lines.append(f"  {n} sliding-window block(s) (window {', '.join(map(str, windows))}) hold at most "
-                     "window - 1 tokens")
+                     f"{held} past tokens")
     return lines
 
 
