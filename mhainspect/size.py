@@ -258,6 +258,9 @@ def _held_tokens(context: int, window: int | None) -> int:
 
 
 NO_CACHE = "no block caches K/V per token:"  # KVCache.reason of a model where nothing caches
+# A causal mask without past/present tensors or a config that says the model decodes.
+IF_DECODED = ("the graph has no past/present tensors and no config says the model decodes: this is what "
+              "the cache holds if it is decoded token by token")
 _UNSIZED_CACHE = "unknown: caches during decoding, but the cache dtype"  # a block --kv-dtype can size
 
 
@@ -302,6 +305,8 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCa
         if per_encoder:
             reason = ("total_bytes covers the decoder's self-attention at the context; cross-attention adds "
                       "bytes_per_encoder_token per encoder token per sequence")
+    if all(IF_DECODED in (next((e.detail for e in b.evidence if e.field == KV_FIELD), "")) for b in caching):
+        reason = f"{IF_DECODED}; {reason}" if reason else IF_DECODED
     return KVCache(per_token, dtype, options.context, options.batch, total, per_encoder, reason=reason)
 
 
@@ -933,7 +938,13 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
         assert mask is not None
         causal, why = mask.causal, mask.reason
         mask_dtype, mask_dsource = compute[b.name]
-        if causal:
+        if causal and cfg is not None and cfg.caches is False:
+            decoding.append(BlockDecoding(b.name, False, f"{cfg.reason} (a causal mask reaches the scores, but the "
+                                          "graph has no past/present tensors)"))
+        elif causal:
+            # A causal mask says the block can cache, not that it is ever decoded token by token
+            # (CLIP's text tower is causal and runs once): say which, when a config tells.
+            why = f"{why}; {cfg.reason}" if cfg is not None and cfg.caches else f"{why}; {IF_DECODED}"
             decoding.append(BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource, "causal_mask"))
             causal_self = True
         elif any_io:
