@@ -21,7 +21,7 @@ class Tensor:
     ``int_value`` carries the value of small integer constants (shape arithmetic) only.
     ``float_value`` carries the value of float scalars (attention scale), only when tiny.
     ``mask_values`` carries the flat values (bool as 0/1) of bool/float tensors of rank >= 2 with
-    at most 64 elements: an attention mask an exporter folded to a constant, read to tell causal
+    at most 1024 elements: an attention mask an exporter folded to a constant, read to tell causal
     from bidirectional.
     """
 

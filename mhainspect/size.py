@@ -722,42 +722,43 @@ _SHAPE_ONLY = {"Shape", "Size", "ConstantOfShape", "EyeLike", "Range", "RandomNo
 
 def _constant_mask(values: Sequence[float], shape: Sequence[int]) -> tuple[str, int | None]:
     """What a small constant mask [..., queries, keys] does: ("causal", None), ("window", W),
-    ("none", None) when every query sees every key, ("other", None) for any other pattern.
+    ("none", None) when some query sees a later key or nothing is hidden (not causal), ("other",
+    None) when it cannot be told.
 
-    Which entries hide a key: those at or below -1e4 when there are any (an additive mask), else
-    those unlike the diagonal entry (a boolean or 1/0 mask, either polarity). The last query sees
-    the last key; with keys = queries + past, query q sees keys up to q + past."""
+    Which entries hide a key: those at or below -1e4 when there are any (an additive mask); else,
+    with two values, those unlike the diagonal entry (a boolean or 1/0 mask, either polarity; a
+    query always sees itself); else none (a bias). With keys = queries + past, query q's own key
+    is q + past."""
     queries, keys = shape[-2], shape[-1]
     past = keys - queries
-    if past < 0 or not values:
+    size = queries * keys
+    if past < 0 or not values or len(values) % size:
         return "other", None
     additive = any(v <= _MASKED_BELOW for v in values)
-    pattern: tuple[tuple[int, int], ...] | None = None
-    for start in range(0, len(values), queries * keys):
-        plane = values[start:start + queries * keys]
+    if not additive and len(set(values)) > 2:
+        return "none", None  # a bias: it shifts scores, it hides no key
+    pattern: tuple[tuple[int, ...], ...] | None = None
+    for start in range(0, len(values), size):
+        plane = values[start:start + size]
         keep = plane[past]  # query 0 sees its own key
-        rows = []
-        for q in range(queries):
-            row = plane[q * keys:(q + 1) * keys]
-            seen = [k for k, v in enumerate(row) if (v > _MASKED_BELOW if additive else v == keep)]
-            if not seen or seen != list(range(seen[0], seen[-1] + 1)):
-                return "other", None
-            rows.append((seen[0], seen[-1]))
-        if pattern is not None and tuple(rows) != pattern:
+        rows = tuple(tuple(k for k in range(keys) if (plane[q * keys + k] > _MASKED_BELOW if additive
+                                                      else plane[q * keys + k] == keep))
+                     for q in range(queries))
+        if pattern is not None and rows != pattern:
             return "other", None
-        pattern = tuple(rows)
+        pattern = rows
     assert pattern is not None
-    if all(first == 0 and last == keys - 1 for first, last in pattern):
-        return "none", None
-    if any(last != q + past for q, (_, last) in enumerate(pattern)):
+    if any(row and row[-1] > q + past for q, row in enumerate(pattern)):
+        return "none", None  # a query sees a later key: not causal
+    if any(not row or row[-1] != q + past or row != tuple(range(row[0], row[-1] + 1))
+           for q, row in enumerate(pattern)):
         return "other", None
-    widths = {last - first + 1 for first, last in pattern if first > 0}
+    widths = {len(row) for row in pattern if row[0] > 0}
     if not widths:
         return "causal", None
-    if len(widths) == 1:
-        width = widths.pop()
-        if all(last - first + 1 == min(width, last + 1) for first, last in pattern):
-            return "window", width
+    width = widths.pop()
+    if not widths and all(len(row) == min(width, q + past + 1) for q, row in enumerate(pattern)):
+        return "window", width
     return "other", None
 
 
@@ -797,7 +798,7 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
             shape = stored.shape
             if len(shape) < 2 or shape[-2] <= 1 or shape[-1] < shape[-2] or (len(shape) == 2 and shape[0] != shape[1]):
                 continue  # no [queries, keys] plane: a bias per key or per head, a table, a scale, a shape
-            label = f"constant mask '{cur}' {list(shape)}"
+            label = f"constant '{cur}' {list(shape)}"
             if stored.mask_values is None:
                 open_masks.append(f"{label}, whose values are not read (only tiny constants are): whether it is "
                                   "causal is not visible")
@@ -809,7 +810,7 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
                 assert w is not None
                 window = window or (w, f"the values of {label}")
             elif kind == "none":
-                full_constants.append(label)
+                full_constants.append(label)  # hides nothing, or lets queries see later keys
             else:
                 open_masks.append(f"{label} of a pattern neither causal nor full: whether the block is causal is not "
                                   "visible")
@@ -852,9 +853,9 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
         return _MaskEvidence(None, f"the mask path to the scores is longer than {_MASK_WALK_LIMIT} nodes: whether "
                                    "it is causal was not followed to the end")
     if full_constants:
-        return _MaskEvidence(False, f"no past/present inputs or outputs, and the {full_constants[0]} lets every "
-                                    "query see every key: the block attends both ways, run once over the input "
-                                    "(an encoder)")
+        return _MaskEvidence(False, f"no past/present inputs or outputs, and the {full_constants[0]} lets queries "
+                                    "see later keys or hides none: the block attends both ways, run once over the "
+                                    "input (an encoder)")
     # Nothing with a [queries, keys] plane reaches the scores: no mask of any kind could hide keys.
     return _MaskEvidence(False, "no past/present inputs or outputs, and no causal mask reaches the scores: the block "
                                 "attends both ways, run once over the input (an encoder)")

@@ -97,11 +97,17 @@ def test_constant_mask_patterns() -> None:
     assert _constant_mask(band * 2, (2, 1, 8, 8)) == ("window", 4)  # same plane per batch row
     assert _constant_mask(_plane(8, 8, lambda q, k: True), (1, 1, 8, 8)) == ("none", None)
     assert _constant_mask([0.0] * 64, (8, 8)) == ("none", None)  # an additive mask hiding nothing
-    assert _constant_mask(_plane(8, 8, lambda q, k: k >= q), (8, 8))[0] == "other"  # anti-causal
+    assert _constant_mask(_plane(8, 8, lambda q, k: k >= q), (8, 8))[0] == "none"  # sees later keys
+    # Swin's shifted windows: 0 / -100 by window, every query sees a later key of its window
+    windows = [0.0 if q // 4 == k // 4 else -100.0 for q in range(8) for k in range(8)]
+    assert _constant_mask(windows, (1, 1, 8, 8))[0] == "none"
+    bias = [float(q - k) / 7 for q in range(8) for k in range(8)]  # a relative-position bias
+    assert _constant_mask(bias, (1, 1, 8, 8))[0] == "none"
     assert _constant_mask(causal + band, (2, 1, 8, 8))[0] == "other"  # planes differ
     with_past = _plane(4, 6, lambda q, k: k <= q + 2)  # 2 past keys
     assert _constant_mask(with_past, (1, 1, 4, 6)) == ("causal", None)
-    assert _constant_mask(_plane(3, 3, lambda q, k: k != 1), (3, 3))[0] == "other"  # not contiguous
+    dilated = _plane(6, 6, lambda q, k: k <= q and (q - k) % 2 == 0)  # causal, but not a band
+    assert _constant_mask(dilated, (6, 6))[0] == "other"
 
 
 # ----------------------------------------------------------------------------- exports
@@ -116,24 +122,25 @@ def test_dynamo_mistral_constant_mask_is_causal_with_window(tmp_path: Path) -> N
     assert _windows(report) == [4, 4]
     evidence = [e for b in report.blocks for e in b.evidence if e.field == "kv_cache_bytes_per_token"]
     assert evidence and all(e.source == "causal_mask" for e in evidence)
-    assert all("sliding window 4 (the values of constant mask" in e.detail for e in evidence), evidence
+    assert all("sliding window 4 (the values of constant " in e.detail for e in evidence), evidence
     assert "decoded token by token" in (kv.reason or "")  # no past/present tensors, no config
 
 
 def test_dynamo_mask_too_large_to_read_is_unknown(tmp_path: Path) -> None:
-    """A mask of 16 x 16 (256 elements) is not read: unknown with the reason, not an encoder."""
+    """A mask of 40 x 40 (1600 elements, over the 1024 read) is not read: unknown with the reason,
+    not an encoder."""
     global SEQ
     model = _model("MistralConfig", "MistralModel", sliding_window=None, **MISTRAL)
-    old, SEQ = SEQ, 16
+    old, SEQ = SEQ, 40
     try:
-        path = _export(model, tmp_path / "mistral16.dynamo.onnx", dynamo=True)
+        path = _export(model, tmp_path / "mistral40.dynamo.onnx", dynamo=True)
     finally:
         SEQ = old
     report = inspect(str(path))
     kv = report.model.kv_cache
     assert kv is not None and kv.bytes_per_token is None
     assert (kv.reason or "").startswith("unknown"), kv.reason
-    assert "constant mask" in (kv.reason or "") and "not read" in (kv.reason or "")
+    assert "mask from constant" in (kv.reason or "") and "not read" in (kv.reason or "")
     assert all(not (b.kv_cache_reason or "").startswith("no cache") for b in report.blocks)
 
 

@@ -1,7 +1,8 @@
 """ONNX loader: protobuf -> ModelGraph, reading graph structure and weight metadata only.
 
 Tensor data is never read or copied, except the values of tiny integer/float constants that
-drive shape arithmetic and attention scaling. External data files are never opened.
+drive shape arithmetic and attention scaling, and of small bool/float tensors of rank >= 2 (a mask
+an exporter folded to a constant). External data files are never opened.
 
 ``load_onnx`` is the fast path; it returns exactly the ModelGraph that
 ``model_to_graph(read_model_proto(path))`` returns, but:
@@ -11,7 +12,7 @@ drive shape arithmetic and attention scaling. External data files are never open
   (``onnx/onnx_ml_pb2.py``) in a private protobuf pool; constant values are decoded with ``struct``;
 - on a large file it never materialises weight payloads: the file is memory-mapped and a small
   wire-format scanner copies the model minus the data fields of every tensor whose value the
-  loader would never read (more than ``_MAX_INT_VALUE_ELEMENTS`` elements), then protobuf parses
+  loader would never read (more than ``_MAX_INT_VALUE_ELEMENTS`` elements, save small masks), then protobuf parses
   that much smaller buffer. Pages of the skipped payloads are never touched.
 
 Any failure of the fast path (unusual file, corrupt protobuf, missing descriptor) falls back to
@@ -40,7 +41,9 @@ from mhainspect.dtypes import ONNX_FLOAT_CODES, ONNX_INTEGER_CODES, onnx_name
 from mhainspect.errors import InputError
 from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.loaders.onnx_wire import (
+    MASK_TYPE_CODES,
     MAX_INT_VALUE_ELEMENTS,
+    MAX_MASK_ELEMENTS,
     MAX_SUBGRAPH_DEPTH,
     fast_path_errors,
     model_proto_class,
@@ -425,7 +428,7 @@ def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = F
         elif dt in _FLOAT_TYPES and numel == 1:
             float_value = _small_values(t, dt)[1]
     mask_values = None
-    if not external and dt in _MASK_TYPES and len(shape) >= 2 and 1 < numel <= _MAX_INT_VALUE_ELEMENTS:
+    if not external and dt in MASK_TYPE_CODES and len(shape) >= 2 and 1 < numel <= MAX_MASK_ELEMENTS:
         mask_values = _mask_values(t)
     location = None
     if is_constant_node:
@@ -436,10 +439,6 @@ def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = F
         storage_key = f"name:{name}"  # name: the tensor's name in its scope (a subgraph's own are prefixed)
     return _make_tensor(name, shape, onnx_name(dt), storage_key, int_value, float_value,
                         is_constant_node, location, mask_values)
-
-
-# Element types of a tiny rank >= 2 constant whose values are read as a possible attention mask.
-_MASK_TYPES = _FLOAT_TYPES | {9}
 
 
 def _mask_values(t: Any) -> tuple[float, ...] | None:
