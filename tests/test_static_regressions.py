@@ -93,6 +93,7 @@ def test_deberta_v1_q_bias_and_v_bias_module_and_folder(tmp_path: Path) -> None:
             assert biases["q"] is not None and biases["q"].endswith("self.q_bias")
             assert biases["v"] is not None and biases["v"].endswith("self.v_bias")
             assert biases["k"] is None
+            assert b.weight_bytes == 16_576 * 4  # its own tensors, not the module's position projections
 
 
 def test_deberta_v1_without_config(tmp_path: Path) -> None:
