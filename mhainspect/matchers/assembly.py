@@ -119,7 +119,7 @@ def split_packed(total: int | None, h: int | None, g: int | None, d_k: int | Non
                 why = None if g is None else (f"num_kv_heads: the packed width {total} = {h}·{d_k} + {solved}·"
                                               f"({d_k} + {dv}) gives {solved}, not the {g} offered")
                 return PackedSplit(h * d_k, solved * d_k, solved * dv, solved, why)
-    if h and g and h != g and total % (h + 2 * g) == 0:
+    if h and g and h != g and total % (h + 2 * g) == 0 and (o_in is None or o_in == h * (total // (h + 2 * g))):
         d = total // (h + 2 * g)
         return PackedSplit(h * d, g * d, g * d, g)
     if h and total % 3 == 0 and (g is None or g == h) and (o_in is None or o_in == total // 3):
