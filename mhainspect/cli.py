@@ -122,15 +122,11 @@ def _color_wanted(no_color: bool, to_file: bool) -> bool:
 
 
 def _width() -> int | None:
-    cols = os.environ.get("COLUMNS")
-    if cols and cols.isdigit():
-        return int(cols)
-    if sys.stdout.isatty():
-        try:
-            return os.get_terminal_size().columns
-        except OSError:
-            return None
-    return 160  # logs and pipes: no terminal to fit, so keep every column
+    """The width to fit the table to: as _terminal_width, but 160 for a pipe or file."""
+    width = _terminal_width()
+    if width is None and not sys.stdout.isatty():
+        return 160  # logs and pipes: no terminal to fit, so keep every column
+    return width
 
 
 def _terminal_width() -> int | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mhainspect.dtypes import canonical
-from mhainspect.errors import InputError, MissingDependencyError
+from mhainspect.errors import InputError, MissingDependencyError, read_failure
 from mhainspect.static_ir import WeightMeta
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
@@ -50,14 +50,8 @@ def read_safetensors_header(path: Path) -> dict[str, WeightMeta]:
                 raise InputError(f"{path}: not a safetensors file (header length {n} does not fit the "
                                  f"{size}-byte file)")
             raw = fh.read(n)
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, expected a model file") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise InputError(read_failure(path, exc)) from None
     try:
         header = json.loads(raw.decode("utf-8"))
     except RecursionError:
