@@ -415,7 +415,7 @@ def _summary_lines(reports: "Sequence[Report]", extras: "Sequence[ModelExtras]",
 def _several(models: "Sequence[Path]", paths: "Sequence[Path]") -> bool:
     """A multi-model document: several models, or a folder of models (a Hugging Face model folder
     is one model, not a folder of them)."""
-    from mhainspect.inputs import is_model_folder
+    from mhainspect.sources import is_model_folder
 
     return len(paths) > 1 or len(models) > 1 or any(m.is_dir() and not is_model_folder(m) for m in models)
 
