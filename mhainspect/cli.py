@@ -462,7 +462,8 @@ _SIZE = "Size in bytes"
 
 ModelsArg = Annotated[list[Path], typer.Argument(
     metavar="MODEL...", show_default=False,
-    help="ONNX files (.onnx), checkpoints (.safetensors, .pt/.pth/.bin/.ckpt), Hugging Face model folders "
+    help="ONNX files (.onnx), GGUF files (.gguf; split parts as one model), checkpoints (.safetensors, "
+         ".pt/.pth/.bin/.ckpt), Hugging Face model folders "
          "(config.json with weights: one model), factory specs (pkg.module:function, file.py:function), or "
          "folders (every model below them, sorted).")]
 # Output
