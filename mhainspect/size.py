@@ -995,7 +995,9 @@ def prefix_block_tensors(blocks: Sequence[AttentionBlock], names: Iterable[str])
     out: dict[str, tuple[str, ...]] = {}
     for b in blocks:
         own = list(projection_tensor_names(b))
-        prefixes = {p.rsplit(".", 1)[0] + "." for p in own if "." in p}
+        # Beside the weights only: a bias held on the attention module itself (DeBERTa's q_bias)
+        # would make the whole module (its position projections too) a prefix.
+        prefixes = {w.rsplit(".", 1)[0] + "." for p in b.projections if (w := p.weight) and "." in w}
         own.extend(n for n in all_names if any(n.startswith(pre) for pre in prefixes))
         out[b.name] = tuple(dict.fromkeys(own))
     return out

@@ -109,6 +109,7 @@ def recognise(model: nn.Module) -> KnownModules:
             keys.add(r.weight.storage_key)
             if r.bias is not None:
                 keys.add(r.bias.storage_key)
+        keys.update(b.storage_key for _, b in group.role_biases)
     for name, m in modules.items():
         cls = type(m).__name__.lower()
         if ("attention" in cls or "attn" in cls) and not _inside(name, covered) and not _contains(name, covered):

@@ -9,6 +9,8 @@ so a head count comes out the same whichever door a model comes in by. Pure func
   when no K width is known (a K width says otherwise by itself).
 - ``split_packed``: a packed [Q; K; V] width split by what the head counts imply; when the
   offered kv heads do not fit the width but another count does, the width wins (a conflict).
+  Without head counts only the O projection's input width can fix Q's part (an assumption the
+  evidence states); never an even split by default.
 - ``shapes_win``: widths outrank a module, config or file-metadata claim where two shapes agree
   on the answer; each overruled claim becomes a conflict.
 """
@@ -86,17 +88,23 @@ class PackedSplit:
     q: int
     k: int
     v: int
-    kv_heads: int | None  # the kv heads the split used (None: not implied, e.g. an even thirds split)
+    kv_heads: int | None  # the kv heads the split used (None: not implied by the split)
     conflict: str | None = None  # the offered kv heads did not fit the width; the width won
+    assumption: str | None = None  # what the split takes for granted (evidence text), when anything
 
     @property
     def parts(self) -> tuple[int, int, int]:
         return self.q, self.k, self.v
 
 
-def split_packed(total: int | None, h: int | None, g: int | None, d_k: int | None, d_v: int | None
-                 ) -> PackedSplit | None:
-    """Q, K and V widths of a packed [(h·d_k) + (g·d_k) + (g·d_v)] projection of ``total`` rows."""
+def split_packed(total: int | None, h: int | None, g: int | None, d_k: int | None, d_v: int | None,
+                 o_in: int | None = None) -> PackedSplit | None:
+    """Q, K and V widths of a packed [(h·d_k) + (g·d_k) + (g·d_v)] projection of ``total`` rows.
+
+    ``o_in``: the O projection's input width (h·d_v). Without head sizes, equal thirds only when
+    the heads are known and K/V heads equal them (and O agrees); else, taking d_v = d_k, Q is as
+    wide as O's input and K, V share the rest equally (g·d_k = g·d_v), used only when Q's width is a
+    whole multiple of K's (h = n·g). None: nothing splits it (never an even split by default)."""
     if not total:
         return None
     if h and d_k:
@@ -111,11 +119,17 @@ def split_packed(total: int | None, h: int | None, g: int | None, d_k: int | Non
                 why = None if g is None else (f"num_kv_heads: the packed width {total} = {h}·{d_k} + {solved}·"
                                               f"({d_k} + {dv}) gives {solved}, not the {g} offered")
                 return PackedSplit(h * d_k, solved * d_k, solved * dv, solved, why)
-    if h and g and h != g and total % (h + 2 * g) == 0:
+    if h and g and h != g and total % (h + 2 * g) == 0 and (o_in is None or o_in == h * (total // (h + 2 * g))):
         d = total // (h + 2 * g)
         return PackedSplit(h * d, g * d, g * d, g)
-    if total % 3 == 0 and (g is None or g == h):
-        return PackedSplit(total // 3, total // 3, total // 3, g)
+    if h and total % 3 == 0 and (g is None or g == h) and (o_in is None or o_in == total // 3):
+        return PackedSplit(total // 3, total // 3, total // 3, h)
+    if o_in and 0 < o_in < total and (total - o_in) % 2 == 0:
+        kv = (total - o_in) // 2
+        if kv and o_in % kv == 0 and (h is None or o_in % h == 0):
+            return PackedSplit(o_in, kv, kv, None, assumption=(
+                f"Q width {o_in} = the O projection's input width (h·d_v, taken as h·d_k: d_v = d_k); K and V "
+                f"share the other {total - o_in} equally (g·d_k = g·d_v)"))
     return None
 
 

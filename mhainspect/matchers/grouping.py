@@ -34,6 +34,9 @@ CONV1D_NAMES = frozenset({"c_attn", "c_proj", "c_fc"})
 _MHA_LEAVES = {"in_proj_weight": ("qkv", "weight"), "in_proj_bias": ("qkv", "bias"),
                "q_proj_weight": ("q", "weight"), "k_proj_weight": ("k", "weight"), "v_proj_weight": ("v", "weight")}
 _EXTRA_LEAVES = frozenset({"bias_k", "bias_v"})
+# A per-role bias vector held on the attention module itself, beside a packed weight without a
+# bias (DeBERTa's DisentangledSelfAttention: in_proj + q_bias, v_bias): that role's bias.
+_ROLE_BIAS_LEAVES = {"q_bias": "q", "k_bias": "k", "v_bias": "v"}
 _EXTRA_MODULES = frozenset({"relative_attention_bias"})
 _WEIGHT_LEAVES = frozenset({"weight", "kernel", "w"})
 _BIAS_LEAVES = frozenset({"bias", "b"})
@@ -57,9 +60,15 @@ class GroupedBlock:
     roles: tuple[RoleWeights, ...]
     extras: tuple[WeightMeta, ...]
     cross: bool = False
+    # (role, bias vector) of per-role biases held on the owner (q_bias, v_bias): each is that
+    # role's whole bias, added to its part of a packed weight.
+    role_biases: tuple[tuple[str, WeightMeta], ...] = ()
 
     def role(self, role: str) -> RoleWeights | None:
         return next((r for r in self.roles if r.role == role), None)
+
+    def role_bias(self, role: str) -> WeightMeta | None:
+        return next((b for r, b in self.role_biases if r == role), None)
 
 
 def _split(name: str) -> list[str]:
@@ -91,6 +100,7 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
     modules: dict[str, dict[str, WeightMeta]] = {}
     mha: dict[str, dict[tuple[str, str], WeightMeta]] = {}
     extras: dict[str, list[WeightMeta]] = {}
+    role_biases: dict[str, list[tuple[str, WeightMeta]]] = {}
     for name, meta in weights.items():
         parts = _split(name)
         leaf = parts[-1]
@@ -99,6 +109,8 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
             mha.setdefault(scope, {})[_MHA_LEAVES[leaf]] = meta
         elif leaf in _EXTRA_LEAVES:
             extras.setdefault(scope, []).append(meta)
+        elif leaf.lower() in _ROLE_BIAS_LEAVES and len(meta.shape) == 1:
+            role_biases.setdefault(scope, []).append((_ROLE_BIAS_LEAVES[leaf.lower()], meta))
         elif len(parts) >= 2 and parts[-2] in _EXTRA_MODULES:
             extras.setdefault(".".join(parts[:-2]), []).append(meta)
         elif leaf.lower() in _WEIGHT_LEAVES:
@@ -152,8 +164,15 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         block_extras = tuple(extras.get(owner, []) + (extras.get(name, []) if name != owner else []))
         low = owner.lower()
         cross = any(s in low for s in ("crossattention", "encdecattention", "encoder_attn", "cross_attn"))
-        blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross))
+        own_biases = tuple(rb for rb in role_biases.get(owner, []) if _bias_free(roles, rb[0]))
+        blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross, own_biases))
     return tuple(blocks)
+
+
+def _bias_free(roles: Iterable[RoleWeights], role: str) -> bool:
+    """True when ``role``'s projection (or the packed weight holding it) has no bias of its own."""
+    r = next((x for x in roles if x.role == role), None) or next((x for x in roles if x.role == "qkv"), None)
+    return r is not None and r.bias is None
 
 
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
@@ -205,10 +224,14 @@ def kernel_head_split(meta: WeightMeta, role: str) -> tuple[int, int, int, int] 
     return d_in, h * d, h, d
 
 
-def projection(role: str, rw: RoleWeights, in_f: int | None, out_f: int | None, share: tuple[int, int] = (1, 1)
-               ) -> Projection:
-    """A Projection for ``role`` taking ``share`` (numerator, denominator) of a packed weight."""
+def projection(role: str, rw: RoleWeights, in_f: int | None, out_f: int | None, share: tuple[int, int] = (1, 1),
+               own_bias: WeightMeta | None = None) -> Projection:
+    """A Projection for ``role`` taking ``share`` (numerator, denominator) of a packed weight;
+    ``own_bias``: the role's own bias vector (q_bias), used whole, when the weight has no bias."""
     num, den = share
+    if rw.bias is None and own_bias is not None:
+        return Projection(role, rw.weight.name, in_f, out_f, rw.weight.numel * num // den, own_bias.name,
+                          own_bias.numel, rw.module)
     bn, bd = rw.bias_share
     bias_params = rw.bias.numel * num * bn // (den * bd) if rw.bias is not None else 0
     return Projection(role, rw.weight.name, in_f, out_f, rw.weight.numel * num // den,

@@ -65,30 +65,40 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     conflicts += c1 + c2 + c3 + c4
 
     projections: list[Projection] = []
+    unsplit: str | None = None
     packed = group.role("qkv")
     if packed is not None:
         in_f, total = widths["qkv"]
-        split = split_packed(total, h, g, d_k, d_v)
+        o_in = widths["o"][0] if "o" in widths else None
+        split = split_packed(total, h, g, d_k, d_v, o_in)
         if split is not None and total:
             for role, width in zip(("q", "k", "v"), split.parts):
-                projections.append(projection(role, packed, in_f, width, (width, total)))
+                projections.append(projection(role, packed, in_f, width, (width, total), group.role_bias(role)))
                 widths[role] = (in_f, width)
             evidence.append(Evidence("qkv_split", None, EvidenceSource.WEIGHT_SHAPE,
                                      f"packed {packed.weight.name} {list(packed.weight.shape)} split "
-                                     + " + ".join(str(p) for p in split.parts)))
+                                     + " + ".join(str(p) for p in split.parts)
+                                     + (f" ({split.assumption})" if split.assumption else "")))
             if split.conflict is not None and split.kv_heads is not None:
                 g = split.kv_heads  # the width is what the block computes with: it wins over a claim
                 evidence.append(Evidence("num_kv_heads", g, EvidenceSource.WEIGHT_SHAPE, split.conflict))
                 conflicts.append(split.conflict)
         else:
-            projections.append(projection("q", packed, in_f, total))
-            conflicts.append(f"cannot split packed {packed.weight.name} {list(packed.weight.shape)} into Q/K/V "
-                             "without head counts")
+            # Split unknown: the packed weight counts once, whole, on Q (as the graph path does).
+            unsplit = (f"packed {packed.weight.name} {list(packed.weight.shape)}: nothing gives its Q/K/V split "
+                       "(no head counts, no O projection width that fits), so it is counted whole under Q")
+            projections.append(projection("q", packed, in_f, None, own_bias=group.role_bias("q")))
+            projections.extend(Projection(r, None, None, None, 0, b.name, b.numel, group.owner)
+                               for r, b in group.role_biases if r != "q")
+            evidence.append(Evidence("qkv_split", None, EvidenceSource.WEIGHT_SHAPE, unsplit))
+            if h is not None:
+                conflicts.append(f"cannot split packed {packed.weight.name} {list(packed.weight.shape)} into Q/K/V "
+                                 "with the head counts offered")
     for role in ("q", "k", "v", "o"):
         single = group.role(role)
         if single is not None:
             in_f, out_f = widths[role]
-            projections.append(projection(role, single, in_f, out_f))
+            projections.append(projection(role, single, in_f, out_f, own_bias=group.role_bias(role)))
     projections.sort(key=lambda p: "qkvo".index(p.role))
 
     wq = widths.get("q", (None, None))[1]
@@ -128,9 +138,13 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     if scale is not None:
         evidence.append(Evidence("scale", scale, EvidenceSource.MODULE, scale_detail or "scale attribute"))
     unknown = None
+    if unsplit is not None:
+        h = g = None  # with Q's width unknown, any head count would be a guess
     if h is None:
         g = None
         unknown = no_heads_reason or "no head count: weight shapes give the projection widths, not the heads"
+        if unsplit is not None:
+            unknown = f"{unknown}; {unsplit}"
     params = ParamBreakdown.from_projections(projections, extra=extra)
     return AttentionBlock(
         name=group.name, matcher=matcher, kind=BlockKind.CROSS if group.cross else BlockKind.SELF,
