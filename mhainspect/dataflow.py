@@ -18,6 +18,9 @@ VALUE_PRESERVING_OPS = frozenset({"Identity", "Cast", "CastLike", "QuantizeLinea
                                   "DynamicQuantizeLinear", "Dropout", "Contiguous"})
 # Ops through which a weight keeps its identity (layout, dtype or quantization changes only).
 _WEIGHT_VIEW_OPS = VALUE_PRESERVING_OPS | {"Transpose", "Reshape", "Squeeze", "Unsqueeze"}
+# Ops that cut a part out of a stored weight (nn.MultiheadAttention slices its packed in_proj_weight
+# into Q and K/V when the query is not the key, with bounds computed from shapes at run time).
+_WEIGHT_PART_OPS = frozenset({"Slice", "Split"})
 _MAX_VALUE_HOPS = 8
 
 
@@ -74,7 +77,14 @@ class WeightRef:
 
     tensor: Tensor  # the stored tensor (its storage key, dtype and bytes)
     transposed: bool  # the op sees the weight with its last two axes swapped
-    logical: tuple[int, ...] | None = None  # the shape the op sees when storage packs it (4-bit blocks)
+    # The shape the op sees when storage packs it (4-bit blocks) or when it reads a part of it.
+    logical: tuple[int, ...] | None = None
+    part: str | None = None  # which part of the stored tensor (a Slice's bounds, a Split's output)
+
+    @property
+    def identity(self) -> str:
+        """What the op reads: the storage, and the part of it when it reads a part."""
+        return self.tensor.storage_key if self.part is None else f"{self.tensor.storage_key}[{self.part}]"
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -217,24 +227,55 @@ class GraphIndex:
         return self.position[id(node)]
 
     def weight(self, name: str, max_hops: int = 6) -> WeightRef | None:
-        """The parameter tensor behind a node input, looking through views and casts."""
+        """The parameter tensor behind a node input, looking through views and casts, and through
+        one Slice/Split of it (a part of a packed weight, read at the part's resolved shape)."""
         transposed = False
+        reshaped = False  # a view that changes the rank lies between the op and ``cur``
+        part: tuple[tuple[int, ...], str] | None = None
         cur = name
         for _ in range(max_hops):
             t = self.graph.weights.get(cur)
             if t is not None:
                 if t.is_constant_node and len(t.shape) < 2:
                     return None
-                return WeightRef(t, transposed)
+                if part is None:
+                    return WeightRef(t, transposed)
+                return WeightRef(t, transposed, part[0], part[1]) if math.prod(part[0]) < t.numel else None
             node = self.producer.get(cur)
-            if node is None or node.op not in _WEIGHT_VIEW_OPS or not node.inputs:
+            if node is None or not node.inputs:
                 return None
-            if node.op == "Transpose":
+            op = node.op
+            if op in _WEIGHT_PART_OPS:
+                if part is not None or reshaped:
+                    return None
+                part = self._weight_part(node, cur)
+                if part is None:
+                    return None
+            elif op not in _WEIGHT_VIEW_OPS:
+                return None
+            elif part is None and op == "Transpose":
                 perm = node.attrs.get("perm")
                 if perm is None or (isinstance(perm, tuple) and len(perm) >= 2 and perm[-1] != len(perm) - 1):
                     transposed = not transposed
+            elif op in ("Reshape", "Squeeze", "Unsqueeze"):
+                reshaped = True
             cur = node.inputs[0]
         return None
+
+    def _weight_part(self, node: Node, output: str) -> tuple[tuple[int, ...], str] | None:
+        """(resolved shape, which part) of a Slice/Split output cut from a weight; None unless both
+        the shape and the bounds are constants of the graph (they name the part: a module applied
+        twice reads the same part, Q and K/V read different ones)."""
+        shape = self.shapes.shape(output)
+        if shape is None or any(d.factors for d in shape):
+            return None
+        dims = tuple(d.coef for d in shape)
+        if node.op == "Split":
+            return dims, f"split {node.outputs.index(output)} of {node.attrs.get('axis', 0)}"
+        bounds = [self.shapes.int_values(x) if x else None for x in node.inputs[1:]]
+        if len(bounds) < 2 or any(b is None for b in bounds):
+            return None
+        return dims, "slice " + " ".join(map(str, bounds))
 
     def users(self, name: str) -> list[tuple[Node, int]]:
         return self.consumers.get(name, [])

@@ -213,7 +213,7 @@ class BlockBuilder:
                 weight_params, bias_params = hit.weight_params, hit.bias_params
             else:
                 weight_params = int(hit.weight_params * frac)
-                bias_params = int(hit.bias_params * frac) if hit.bias_slice is None else hit.bias_params
+                bias_params = int(hit.bias_params * frac)  # a sliced bias is the product's width: split alike
             out.append(Projection(role, hit.weight.tensor.display_name, hit.in_features, width,
                                   weight_params, hit.bias_name, bias_params, hit.node.name))
         if self.output is not None:
