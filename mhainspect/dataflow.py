@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mhainspect.dtypes import is_float
 from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph, Node, Tensor
 from mhainspect.symbolic import ShapeEvaluator, gathered_table_shape
@@ -22,6 +23,7 @@ _WEIGHT_VIEW_OPS = VALUE_PRESERVING_OPS | {"Transpose", "Reshape", "Squeeze", "U
 # into Q and K/V when the query is not the key, with bounds computed from shapes at run time).
 _WEIGHT_PART_OPS = frozenset({"Slice", "Split"})
 _MAX_VALUE_HOPS = 8
+_NAME_SEPARATORS = frozenset("_./:")  # where a deployment tool's suffix may begin (X_quantized, X.qweight)
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,6 @@ class WeightRef:
     # The shape the op sees when storage packs it (4-bit blocks) or when it reads a part of it.
     logical: tuple[int, ...] | None = None
     part: str | None = None  # which part of the stored tensor (a Slice's bounds, a Split's output)
-
-    @property
-    def identity(self) -> str:
-        """What the op reads: the storage, and the part of it when it reads a part."""
-        return self.tensor.storage_key if self.part is None else f"{self.tensor.storage_key}[{self.part}]"
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -276,6 +273,28 @@ class GraphIndex:
         if len(bounds) < 2 or any(b is None for b in bounds):
             return None
         return dims, "slice " + " ".join(map(str, bounds))
+
+    def quantized_from(self, t: Tensor, numel: int) -> Tensor | None:
+        """The stored float weight a stored quantized weight was made from, when the file keeps both
+        (a quantizer that rewrote one use of a shared weight and left another on the float copy:
+        onnxruntime writes X_quantized beside X). Only the graph's own evidence: a float weight
+        whose name is the quantized one's up to a separator, with as many elements."""
+        if is_float(t.dtype):
+            return None
+        name, weights = t.name, self.graph.weights
+        for i in range(len(name) - 1, 0, -1):
+            if name[i] in _NAME_SEPARATORS:
+                base = weights.get(name[:i])
+                if base is not None and base.numel == numel and is_float(base.dtype) and not base.is_constant_node:
+                    return base
+        return None
+
+    def weight_identity(self, ref: WeightRef) -> str:
+        """The storage a weight reference reads, as the model's parameter: a quantized copy of a
+        float weight the file also keeps is that weight (the part, for a part of a packed weight)."""
+        base = self.quantized_from(ref.tensor, ref.tensor.numel if ref.part is not None else ref.numel)
+        key = (base or ref.tensor).storage_key
+        return key if ref.part is None else f"{key}[{ref.part}]"
 
     def users(self, name: str) -> list[tuple[Node, int]]:
         return self.consumers.get(name, [])
