@@ -268,7 +268,8 @@ class GraphIndex:
             return None
         dims = tuple(d.coef for d in shape)
         if node.op == "Split":
-            return dims, f"split {node.outputs.index(output)} of {node.attrs.get('axis', 0)}"
+            axis = node.attrs.get("axis", 0)
+            return dims, f"split {node.outputs.index(output)} of {axis!r}"
         bounds = [self.shapes.int_values(x) if x else None for x in node.inputs[1:]]
         if len(bounds) < 2 or any(b is None for b in bounds):
             return None
