@@ -243,8 +243,8 @@ class GraphIndex:
                 return None
             op = node.op
             if op in _WEIGHT_PART_OPS:
-                if part is not None or reshaped:
-                    return None
+                if part is not None or reshaped or node.inputs[0] in self.activations:
+                    return None  # one part of a stored weight, read as it is cut (not a slice of a value)
                 part = self._weight_part(node, cur)
                 if part is None:
                     return None
