@@ -146,14 +146,19 @@ def test_deberta_v2_every_layer_has_its_heads(deberta_files: dict[str, tuple[Any
         assert b["unknown_reason"] is None
 
 
-def test_deberta_v1_later_layer_splits_packed_in_proj(deberta_files: dict[str, tuple[Any, Path]]) -> None:
-    """Layer 1 of DeBERTa (v1) used to count the whole packed in_proj as Q, heads unknown."""
-    _, path = deberta_files["v1"]
+def test_deberta_v1_packed_in_proj_and_its_q_v_biases(deberta_files: dict[str, tuple[Any, Path]]) -> None:
+    """Layer 1 of DeBERTa (v1) used to count the whole packed in_proj as Q, heads unknown; and the
+    q_bias / v_bias added after the split of the bias-free in_proj went uncounted in every layer."""
+    m, path = deberta_files["v1"]
     _, blocks = _blocks(path)
     assert len(blocks) == 2
-    for b in blocks:
+    for i, b in enumerate(blocks):
+        att = m.encoder.layer[i].attention
+        third = att.self.in_proj.weight.numel() // 3
         assert (b["num_heads"], b["d_k"]) == (4, 16), b["name"]
-        assert (b["params"]["q"], b["params"]["k"], b["params"]["v"]) == (4096, 4096, 4096), b["name"]
+        assert (b["params"]["q"], b["params"]["k"], b["params"]["v"]) == (
+            third + att.self.q_bias.numel(), third, third + att.self.v_bias.numel()) == (4160, 4096, 4160), b["name"]
+        assert b["params"]["total"] == _params(att, "self", "self.in_proj", "output.dense") == 16576
 
 
 # ------------------------------------------------------------------ ALBERT after quantize_dynamic
