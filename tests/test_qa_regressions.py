@@ -180,3 +180,21 @@ def test_albert_quantized_shared_layer_is_one_block(tmp_path: Path) -> None:
         # The quantizer left one application on the float copy: the weight still counts once.
         assert model["total_params"] == _blocks(src)[0]["total_params"] == sum(
             p.numel() for n, p in m.named_parameters() if not n.startswith("pooler."))  # no pooler in the export
+
+
+@pytest.mark.parametrize("front", ["module", "folder"])
+def test_deberta_v1_q_v_biases_beside_packed_in_proj(deberta_files: dict[str, tuple[Any, Path]], front: str,
+                                                     tmp_path: Path) -> None:
+    """Without a graph: q_bias / v_bias stored beside the bias-free packed in_proj join Q and V."""
+    m, _ = deberta_files["v1"]
+    if front == "folder":
+        m.save_pretrained(str(tmp_path))
+    d = mhainspect.inspect(m if front == "module" else str(tmp_path)).to_dict()
+    assert len(d["blocks"]) == 2
+    for i, b in enumerate(d["blocks"]):
+        att = m.encoder.layer[i].attention
+        by_role = {p["role"]: p for p in b["projections"]}
+        assert by_role["q"]["bias"].endswith(f"layer.{i}.attention.self.q_bias")
+        assert by_role["v"]["bias"].endswith(f"layer.{i}.attention.self.v_bias")
+        assert (b["params"]["q"], b["params"]["k"], b["params"]["v"]) == (4160, 4096, 4160), b["name"]
+        assert b["params"]["total"] == _params(att, "self", "self.in_proj", "output.dense") == 16576

@@ -34,6 +34,9 @@ CONV1D_NAMES = frozenset({"c_attn", "c_proj", "c_fc"})
 _MHA_LEAVES = {"in_proj_weight": ("qkv", "weight"), "in_proj_bias": ("qkv", "bias"),
                "q_proj_weight": ("q", "weight"), "k_proj_weight": ("k", "weight"), "v_proj_weight": ("v", "weight")}
 _EXTRA_LEAVES = frozenset({"bias_k", "bias_v"})
+# A role's own bias stored on the attention module beside a bias-free packed projection
+# (DeBERTa, BEiT/Swin-v2: qkv without bias, then q + q_bias, v + v_bias after the split).
+_ROLE_BIAS_LEAVES = {"q_bias": "q", "k_bias": "k", "v_bias": "v"}
 _EXTRA_MODULES = frozenset({"relative_attention_bias"})
 _WEIGHT_LEAVES = frozenset({"weight", "kernel", "w"})
 _BIAS_LEAVES = frozenset({"bias", "b"})
@@ -57,6 +60,7 @@ class GroupedBlock:
     roles: tuple[RoleWeights, ...]
     extras: tuple[WeightMeta, ...]
     cross: bool = False
+    role_biases: tuple[tuple[str, WeightMeta], ...] = ()  # (role, bias) stored beside a packed projection
 
     def role(self, role: str) -> RoleWeights | None:
         return next((r for r in self.roles if r.role == role), None)
@@ -91,12 +95,15 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
     modules: dict[str, dict[str, WeightMeta]] = {}
     mha: dict[str, dict[tuple[str, str], WeightMeta]] = {}
     extras: dict[str, list[WeightMeta]] = {}
+    role_biases: dict[str, dict[str, WeightMeta]] = {}
     for name, meta in weights.items():
         parts = _split(name)
         leaf = parts[-1]
         scope = ".".join(parts[:-1])
         if leaf in _MHA_LEAVES:
             mha.setdefault(scope, {})[_MHA_LEAVES[leaf]] = meta
+        elif leaf in _ROLE_BIAS_LEAVES and len(meta.shape) == 1:
+            role_biases.setdefault(scope, {})[_ROLE_BIAS_LEAVES[leaf]] = meta
         elif leaf in _EXTRA_LEAVES:
             extras.setdefault(scope, []).append(meta)
         elif len(parts) >= 2 and parts[-2] in _EXTRA_MODULES:
@@ -152,7 +159,11 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         block_extras = tuple(extras.get(owner, []) + (extras.get(name, []) if name != owner else []))
         low = owner.lower()
         cross = any(s in low for s in ("crossattention", "encdecattention", "encoder_attn", "cross_attn"))
-        blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross))
+        own = role_biases.get(owner, {})
+        # Only beside a bias-free packed projection: elsewhere such a name is no role's bias we know.
+        if not (own and len(roles) and roles[0].role == "qkv" and roles[0].bias is None):
+            own = {}
+        blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross, tuple(sorted(own.items()))))
     return tuple(blocks)
 
 

@@ -90,6 +90,7 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
             in_f, out_f = widths[role]
             projections.append(projection(role, single, in_f, out_f))
     projections.sort(key=lambda p: "qkvo".index(p.role))
+    unplaced = _add_role_biases(group, projections, evidence)
 
     wq = widths.get("q", (None, None))[1]
     wk = widths.get("k", (None, None))[1]
@@ -122,7 +123,7 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         evidence.append(Evidence("d_model", d_model, EvidenceSource.WEIGHT_SHAPE, f"output width of {o_proj.node}"))
 
     extra = 0
-    for t in group.extras:
+    for t in group.extras + unplaced:
         extra += t.numel
         evidence.append(Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE, f"{t.name} {list(t.shape)}"))
     if scale is not None:
@@ -139,6 +140,22 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts)),
     )
 
+
+
+def _add_role_biases(group: GroupedBlock, projections: list[Projection], evidence: list[Evidence]
+                     ) -> tuple[WeightMeta, ...]:
+    """Each role bias stored beside a bias-free packed projection joins its role's projection; the
+    ones whose role has no projection (the packed weight could not be split) are returned."""
+    unplaced: list[WeightMeta] = []
+    for role, meta in group.role_biases:
+        i = next((i for i, p in enumerate(projections) if p.role == role and p.bias is None), None)
+        if i is None:
+            unplaced.append(meta)
+            continue
+        projections[i] = dataclasses.replace(projections[i], bias=meta.name, bias_params=meta.numel)
+        evidence.append(Evidence(role, meta.numel, EvidenceSource.WEIGHT_SHAPE,
+                                 f"{role.upper()} bias {meta.name} {list(meta.shape)}, added after the packed split"))
+    return tuple(unplaced)
 
 
 def blocks_from_weights(weights: Mapping[str, WeightMeta],
