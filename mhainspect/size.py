@@ -31,6 +31,7 @@ from math import prod
 from typing import TYPE_CHECKING, Any
 
 from mhainspect import dtypes
+from mhainspect.dataflow import SHAPE_INPUTS
 from mhainspect.findings import AttentionBlock, Evidence, KVCache, Report
 from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.static_ir import byte_rate as _rate
@@ -520,6 +521,9 @@ _COMPARE_OPS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
 _WEIGHT_PATH = {"DequantizeLinear", "Cast", "Transpose", "Reshape", "Identity", "Unsqueeze", "Squeeze",
                 "Mul", "Sub", "Add", "Concat", "Split", "Slice", "Gather", "Expand", "MatMulNBits",
                 "GatherBlockQuantized"}
+# Input positions of an op that are indices or shape arguments, not values reaching the scores.
+_NOT_MASK_INPUTS: dict[str, frozenset[int]] = {
+    **SHAPE_INPUTS, "Gather": frozenset({1}), "GatherElements": frozenset({1}), "GatherND": frozenset({1})}
 _MASK_WALK_LIMIT = 400  # nodes visited walking back from a block's scores looking for a causal mask
 _IO_WALK_LIMIT = 600  # nodes visited from a past/present tensor to the nearest block
 
@@ -752,8 +756,11 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
                 window = window or (w, f"the mask's position comparison {node.op} '{node.name}'")
         if node.op in _PRODUCTS:
             continue  # Q·Kᵀ or a projection: the activations behind it are not the mask
-        for x in node.inputs:
-            if x and x not in seen and x not in index.graph.weights:
+        # A mask reaches the scores as a value: indices (a relative-position bucket, DeBERTa/T5
+        # comparing q - kv with a bucket bound) and shape arguments select values, they mask none.
+        skip = _NOT_MASK_INPUTS.get(node.op, ())
+        for i, x in enumerate(node.inputs):
+            if x and x not in seen and x not in index.graph.weights and i not in skip:
                 seen.add(x)
                 frontier.append(x)
     if causal is not None or window is not None:

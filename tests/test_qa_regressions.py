@@ -144,6 +144,9 @@ def test_deberta_v2_every_layer_has_its_heads(deberta_files: dict[str, tuple[Any
         assert (b["num_heads"], b["num_kv_heads"], b["d_k"], b["d_v"], b["d_model"]) == (4, 4, 16, 16, 64), b["name"]
         assert b["params"]["total"] == truth == 16640
         assert b["unknown_reason"] is None
+        # An encoder: the relative-position bucket's comparison (q - kv < c, an index into the
+        # position table) is no causal or sliding-window mask.
+        assert (b["kv_cache_bytes_per_token"], b["sliding_window"]) == (None, None), b["kv_cache_reason"]
 
 
 def test_deberta_v1_packed_in_proj_and_its_q_v_biases(deberta_files: dict[str, tuple[Any, Path]]) -> None:
@@ -198,3 +201,22 @@ def test_deberta_v1_q_v_biases_beside_packed_in_proj(deberta_files: dict[str, tu
         assert by_role["v"]["bias"].endswith(f"layer.{i}.attention.self.v_bias")
         assert (b["params"]["q"], b["params"]["k"], b["params"]["v"]) == (4160, 4096, 4160), b["name"]
         assert b["params"]["total"] == _params(att, "self", "self.in_proj", "output.dense") == 16576
+
+
+# ------------------------------------------------------------------ packed multi-query weight, no config
+
+
+def test_packed_mqa_checkpoint_without_config_is_not_split_in_thirds(tmp_path: Path) -> None:
+    """GPTBigCode multi_query c_attn [(h + 2)·d, E] = [96, 64]: a third is not what O reads (64), so
+    equal thirds would be a confident wrong split; without head counts it stays unsplit."""
+    from safetensors.torch import save_file
+
+    m = _noise(transformers.GPTBigCodeModel(transformers.GPTBigCodeConfig(
+        n_embd=64, n_head=4, n_layer=2, multi_query=True, vocab_size=128)))
+    save_file({k: v.contiguous() for k, v in m.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    d = mhainspect.inspect(str(tmp_path / "model.safetensors")).to_dict()
+    b = d["blocks"][0]
+    assert b["num_heads"] is None
+    assert (b["params"]["k"], b["params"]["v"]) == (0, 0)  # not 2,080 each
+    assert any("cannot split packed" in c for c in b["conflicts"])
+    assert b["params"]["total"] == sum(p.numel() for p in m.h[0].attn.parameters())

@@ -94,9 +94,13 @@ class PackedSplit:
         return self.q, self.k, self.v
 
 
-def split_packed(total: int | None, h: int | None, g: int | None, d_k: int | None, d_v: int | None
-                 ) -> PackedSplit | None:
-    """Q, K and V widths of a packed [(h·d_k) + (g·d_k) + (g·d_v)] projection of ``total`` rows."""
+def split_packed(total: int | None, h: int | None, g: int | None, d_k: int | None, d_v: int | None,
+                 o_in: int | None = None) -> PackedSplit | None:
+    """Q, K and V widths of a packed [(h·d_k) + (g·d_k) + (g·d_v)] projection of ``total`` rows.
+
+    Without head counts only equal thirds fit, and only while nothing contradicts them: an output
+    projection reading ``o_in`` = h·d_v features where a third is not ``o_in`` (a multi-query
+    c_attn [(h + 2)·d, E]) says the parts are unequal, so there is no split (None)."""
     if not total:
         return None
     if h and d_k:
@@ -114,7 +118,7 @@ def split_packed(total: int | None, h: int | None, g: int | None, d_k: int | Non
     if h and g and h != g and total % (h + 2 * g) == 0:
         d = total // (h + 2 * g)
         return PackedSplit(h * d, g * d, g * d, g)
-    if total % 3 == 0 and (g is None or g == h):
+    if total % 3 == 0 and (g is None or g == h) and (h is not None or o_in is None or total == 3 * o_in):
         return PackedSplit(total // 3, total // 3, total // 3, g)
     return None
 

@@ -68,7 +68,7 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     packed = group.role("qkv")
     if packed is not None:
         in_f, total = widths["qkv"]
-        split = split_packed(total, h, g, d_k, d_v)
+        split = split_packed(total, h, g, d_k, d_v, widths["o"][0] if "o" in widths else None)
         if split is not None and total:
             for role, width in zip(("q", "k", "v"), split.parts):
                 projections.append(projection(role, packed, in_f, width, (width, total)))
