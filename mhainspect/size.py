@@ -701,6 +701,16 @@ def _window_in_mask(index: GraphIndex, node: Node) -> int | None:
     return None
 
 
+def _stored_mask(t: Any) -> bool:
+    """A stored tensor that may be a folded causal or sliding mask (a static-shape export writes
+    one as a constant): a query and a key axis, the same for every head and batch (a position bias
+    has a head axis), and not a learned parameter. Its values are data the audit does not read."""
+    shape = t.shape
+    if len(shape) < 3 or shape[-2] == 1 or shape[-1] == 1 or any(d != 1 for d in shape[:-2]):
+        return False
+    return t.kind in (None, "constant", "derived", "buffer") and (t.dtype == "bool" or dtypes.is_float(t.dtype))
+
+
 @dataclass(frozen=True)
 class _MaskEvidence:
     causal: bool | None
@@ -739,7 +749,8 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
             info = inputs.get(cur)
             # [batch, 1, 1, keys] pads keys; only a mask with a query axis can be causal.
             if info is not None and (info.shape is None or (len(info.shape) >= 3 and info.shape[-2] != 1)):
-                open_masks.append(f"'{cur}' {list(info.shape) if info.shape is not None else '(rank unknown)'}")
+                shown = list(info.shape) if info.shape is not None else "(rank unknown)"
+                open_masks.append(f"graph input '{cur}' {shown}")
             continue
         visited += 1
         if node.op == "Trilu":
@@ -760,14 +771,20 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
         # comparing q - kv with a bucket bound) and shape arguments select values, they mask none.
         skip = _NOT_MASK_INPUTS.get(node.op, ())
         for i, x in enumerate(node.inputs):
-            if x and x not in seen and x not in index.graph.weights and i not in skip:
+            if x in index.graph.weights and i not in skip and x not in seen:
+                seen.add(x)
+                t = index.graph.weights[x]
+                if _stored_mask(t):
+                    open_masks.append(f"a stored mask '{x}' {list(t.shape)} ({t.dtype}), whose values are not read")
+                continue
+            if x and x not in seen and i not in skip:
                 seen.add(x)
                 frontier.append(x)
     if causal is not None or window is not None:
         reason = causal or f"causal sliding-window mask ({window[1] if window else ''})"
         return _MaskEvidence(True, reason, window[0] if window else None, window[1] if window else "")
     if open_masks:
-        return _MaskEvidence(None, f"the scores take a mask from graph input {open_masks[0]}: whether it is causal "
+        return _MaskEvidence(None, f"the scores take a mask from {open_masks[0]}: whether it is causal "
                                    "is up to the caller, and the graph has no past/present tensors")
     return _MaskEvidence(False, "no past/present inputs or outputs, and no causal mask reaches the scores: the block "
                                 "attends both ways, run once over the input (an encoder)")
@@ -828,7 +845,7 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
     compute = {b.name: _compute_dtype(index, b, fallback) for b in blocks}
     from_config = {d.block: d for d in config_decoding(config, blocks, compute, label=config_label)} \
         if config is not None else {}
-    causal_self = False
+    causal_self = unknown_self = False
     decoding: list[BlockDecoding] = []
     pending_cross: list[AttentionBlock] = []
     for b in blocks:
@@ -862,12 +879,16 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
             causal_self = causal_self or bool(cfg.caches)
         else:
             decoding.append(BlockDecoding(b.name, causal, why, mask_dtype, mask_dsource))
+            unknown_self = unknown_self or causal is None
     for b in pending_cross:
         cross_dtype, cross_dsource = compute[b.name]
         if causal_self:
             decoding.append(BlockDecoding(b.name, True, "cross-attention of a causal decoder: K/V of the encoder "
                                           "output, computed once per input", cross_dtype, cross_dsource,
                                           source="causal_mask"))
+        elif unknown_self:
+            decoding.append(BlockDecoding(b.name, None, "cross-attention of a graph whose self-attention may decode "
+                                          "autoregressively (see its blocks): whether it caches is up to the caller"))
         else:
             decoding.append(BlockDecoding(b.name, False, "cross-attention, and no block of the graph decodes "
                                           "autoregressively"))

@@ -220,3 +220,34 @@ def test_packed_mqa_checkpoint_without_config_is_not_split_in_thirds(tmp_path: P
     assert (b["params"]["k"], b["params"]["v"]) == (0, 0)  # not 2,080 each
     assert any("cannot split packed" in c for c in b["conflicts"])
     assert b["params"]["total"] == sum(p.numel() for p in m.h[0].attn.parameters())
+
+
+# ------------------------------------------------------------------ a static-shape export's stored mask
+
+
+@pytest.mark.parametrize(("mask_shape", "caches"), [((1, 1, 6, 6), None), ((1, 4, 6, 6), False)])
+def test_stored_mask_on_the_scores_is_not_read_as_no_mask(tmp_path: Path, mask_shape: tuple[int, ...],
+                                                          caches: bool | None) -> None:
+    """dynamo with static shapes folds a causal mask into a constant [1, 1, q, k] added to the scores:
+    the audit does not read its values, so the block may decode (unknown), not 'attends both ways'.
+    A tensor with a head axis is a position bias: still an encoder."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    from tests import attention_graphs as ag
+
+    g = ag.Nodes(inits=ag.Weights("attn", 32).tensors() + ag.shape_consts(4, 8))
+    out = ag.mha_nodes(g, "attn", "x", "attn", 4, 8)
+    i, softmax = next((i, n) for i, n in enumerate(g.nodes) if n.op_type == "Softmax")
+    g.inits.append(numpy_helper.from_array(np.zeros(mask_shape, dtype=np.float32), "folded_mask"))
+    g.nodes.insert(i, onnx.helper.make_node("Add", [softmax.input[0], "folded_mask"], ["masked"], name="mask_add"))
+    softmax.input[0] = "masked"
+    path = tmp_path / "m.onnx"
+    onnx.save(ag.model(g.nodes, g.inits, [ag.value("x", 1, 6, 32)], [ag.value(out, 1, 6, 32)]), str(path))
+    (b,) = mhainspect.inspect(str(path)).to_dict()["blocks"]
+    assert b["num_heads"] == 4
+    if caches is None:
+        assert b["kv_cache_bytes_per_token"] is None and "stored mask 'folded_mask'" in b["kv_cache_reason"]
+    else:
+        assert b["kv_cache_reason"].startswith("no cache"), b["kv_cache_reason"]
