@@ -703,10 +703,11 @@ def _window_in_mask(index: GraphIndex, node: Node) -> int | None:
 
 def _stored_mask(t: Any) -> bool:
     """A stored tensor that may be a folded causal or sliding mask (a static-shape export writes
-    one as a constant): a query and a key axis, the same for every head and batch (a position bias
-    has a head axis), and not a learned parameter. Its values are data the audit does not read."""
+    one as a constant): [batch, 1, ..., q, k], the same for every head (a position bias has a
+    head axis; the batch may be folded in), and not a learned parameter. Its values are data the
+    audit does not read."""
     shape = t.shape
-    if len(shape) < 3 or shape[-2] == 1 or shape[-1] == 1 or any(d != 1 for d in shape[:-2]):
+    if len(shape) < 3 or shape[-2] == 1 or shape[-1] == 1 or any(d != 1 for d in shape[1:-2]):
         return False
     return t.kind in (None, "constant", "derived", "buffer") and (t.dtype == "bool" or dtypes.is_float(t.dtype))
 
