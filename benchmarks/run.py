@@ -411,26 +411,12 @@ GGUF_READER = "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); print(len(r.t
 
 
 def _resident_pages(path: Path, start: int) -> tuple[int, int]:
-    """(pages from byte ``start`` on that are in the page cache, all such pages): mincore on a fresh mapping."""
-    import ctypes
+    """(pages from byte ``start`` on that are in the page cache, all such pages)."""
     import mmap
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    size = path.stat().st_size
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        vec = ctypes.create_string_buffer(-(-size // mmap.PAGESIZE))
-        libc.mincore(addr, size, vec)
-        libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-    first = -(-start // mmap.PAGESIZE)
-    pages = vec.raw[first:]
+    from page_cache import page_residency
+
+    pages = page_residency(path)[-(-start // mmap.PAGESIZE):]
     return sum(b & 1 for b in pages), len(pages)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError
+from mhainspect.findings import REPORT_RENDERERS
 
 __version__ = "0.1.0"
 __all__ = ["InputError", "Report", "__version__", "calc", "compare", "inspect", "inspect_all"]
@@ -15,6 +16,31 @@ if TYPE_CHECKING:
 
 _LAZY = {"inspect": "mhainspect.api", "inspect_all": "mhainspect.api", "calc": "mhainspect.api",
          "compare": "mhainspect.api", "Report": "mhainspect.findings"}
+
+
+# Report's methods that render (findings sits below the renderers); each imports its renderer
+# only when called, so importing mhainspect stays cheap.
+def _to_dict(report: Report) -> dict[str, Any]:
+    from mhainspect.render.json_render import report_to_dict
+
+    return report_to_dict(report)
+
+
+def _to_json(report: Report) -> str:
+    from mhainspect.render.json_render import report_to_json
+
+    return report_to_json(report)
+
+
+def _html(report: Report) -> str:
+    from mhainspect.render.html import repr_html
+
+    return repr_html(report)
+
+
+REPORT_RENDERERS.to_dict = _to_dict
+REPORT_RENDERERS.to_json = _to_json
+REPORT_RENDERERS.html = _html
 
 
 def __getattr__(name: str) -> Any:

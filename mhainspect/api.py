@@ -74,8 +74,7 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     options = SizeOptions(context, batch, kv_dtype)
     heads = tuple(int(h) for h in what_if_heads)
     if isinstance(obj, (str, os.PathLike)):
-        from mhainspect.inputs import is_model_folder
-        from mhainspect.sources import analyze_file
+        from mhainspect.sources import analyze_file, is_model_folder
 
         path = Path(os.fspath(obj))
         if path.is_dir() and not is_model_folder(path):  # a folder of models, as the CLI takes it

@@ -20,6 +20,8 @@ from mhainspect.render.safe import printable
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    import onnx
+
     from mhainspect.config import Settings
     from mhainspect.findings import Report
     from mhainspect.gates import GateConfig
@@ -122,15 +124,11 @@ def _color_wanted(no_color: bool, to_file: bool) -> bool:
 
 
 def _width() -> int | None:
-    cols = os.environ.get("COLUMNS")
-    if cols and cols.isdigit():
-        return int(cols)
-    if sys.stdout.isatty():
-        try:
-            return os.get_terminal_size().columns
-        except OSError:
-            return None
-    return 160  # logs and pipes: no terminal to fit, so keep every column
+    """The width to fit the table to: as _terminal_width, but 160 for a pipe or file."""
+    width = _terminal_width()
+    if width is None and not sys.stdout.isatty():
+        return 160  # logs and pipes: no terminal to fit, so keep every column
+    return width
 
 
 def _terminal_width() -> int | None:
@@ -267,15 +265,25 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
                     kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")))
 
 
+@dataclass(frozen=True)
+class _VerifySetup:
+    dims: dict[str, int]  # --dim: symbolic input dims by name
+    # The parsed file of a one-model run, kept for the run itself (verify_report adds outputs to
+    # it): one parse serves the budget, --dim and the run. A many-model run keeps none, which
+    # would hold every model's inline weights at once.
+    models: "dict[Path, onnx.ModelProto]"
+
+
 def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
-                  max_verify_bytes: str | None) -> dict[str, int]:
+                  max_verify_bytes: str | None) -> _VerifySetup:
     """--verify options as symbolic dims; refuses (exit 2) a model whose weights exceed the budget,
     a --dim given twice and a --dim that names no input dimension of any model."""
     if not verify:
         if dim or max_verify_bytes is not None:
             raise fail("--dim and --max-verify-bytes apply only with --verify")
-        return {}
+        return _VerifySetup({}, {})
     from mhainspect import verify as verify_mod
+    from mhainspect.loaders.onnx_loader import read_model_proto
 
     dims: dict[str, int] = {}
     for item in dim or []:
@@ -294,28 +302,31 @@ def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
         verify_mod.require_runtime()
     except InputError as exc:
         raise fail(str(exc)) from None
+    models: dict[Path, onnx.ModelProto] = {}
+    symbols: set[str] = set()
     for path in paths:
         if path.suffix.lower() == ".gguf":
             continue  # not run (see _verify_one); parsing it as ONNX would read the whole file
         try:
-            verify_mod.check_budget(path, budget)
+            model = read_model_proto(path)
+            verify_mod.check_budget(path, budget, model)
         except verify_mod.VerifyBudgetError as exc:
             raise fail(str(exc)) from None
         except InputError:
-            pass  # an unreadable model is reported by the analysis
+            continue  # an unreadable model is reported by the analysis
+        symbols |= verify_mod.graph_input_symbols(model)
+        if len(paths) == 1:
+            models[path] = model
     if dims:
-        symbols: set[str] = set()
-        for path in paths:
-            symbols |= verify_mod.input_symbols(path)
         unknown = sorted(set(dims) - symbols)
         if unknown:
             known = ", ".join(sorted(symbols)) or "none"
             raise fail(f"--dim {', '.join(unknown)}: no input of the model{'s' if len(paths) > 1 else ''} has a "
                        f"dimension of that name (symbolic input dims: {known})")
-    return dims
+    return _VerifySetup(dims, models)
 
 
-def _verify_one(path: Path, report: "Report", dims: dict[str, int]) -> "Report":
+def _verify_one(path: Path, report: "Report", setup: _VerifySetup) -> "Report":
     """``report`` with the run's verdict per block; a failure leaves every block unchecked with the reason."""
     from mhainspect.findings import BlockVerification, WarningCode, warning_code
     from mhainspect.verify import attach, verify_report
@@ -328,7 +339,7 @@ def _verify_one(path: Path, report: "Report", dims: dict[str, int]) -> "Report":
         reason = "--verify refused: external data location outside the model folder (see warnings)"
         return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
     try:
-        return attach(report, verify_report(path, report, dims=dims))
+        return attach(report, verify_report(path, report, dims=setup.dims, model=setup.models.pop(path, None)))
     except Exception as exc:  # the static report must survive any failure of the run
         if os.environ.get("MHAINSPECT_DEBUG"):
             raise
@@ -419,7 +430,7 @@ def _summary_lines(reports: "Sequence[Report]", extras: "Sequence[ModelExtras]",
 def _several(models: "Sequence[Path]", paths: "Sequence[Path]") -> bool:
     """A multi-model document: several models, or a folder of models (a Hugging Face model folder
     is one model, not a folder of them)."""
-    from mhainspect.inputs import is_model_folder
+    from mhainspect.sources import is_model_folder
 
     return len(paths) > 1 or len(models) > 1 or any(m.is_dir() and not is_model_folder(m) for m in models)
 
@@ -451,7 +462,8 @@ _SIZE = "Size in bytes"
 
 ModelsArg = Annotated[list[Path], typer.Argument(
     metavar="MODEL...", show_default=False,
-    help="ONNX files (.onnx), checkpoints (.safetensors, .pt/.pth/.bin/.ckpt), Hugging Face model folders "
+    help="ONNX files (.onnx), GGUF files (.gguf; split parts as one model), checkpoints (.safetensors, "
+         ".pt/.pth/.bin/.ckpt), Hugging Face model folders "
          "(config.json with weights: one model), factory specs (pkg.module:function, file.py:function), or "
          "folders (every model below them, sorted).")]
 # Output
@@ -596,7 +608,7 @@ def inspect_cmd(
                    "none of the models is one")
     fmt = OutputFormat(run_settings.format or OutputFormat.table.value)
     verify = verify or fail_on_contradiction
-    verify_dims = _verify_setup(list(paths), verify, dim, max_verify_bytes)
+    verify_setup = _verify_setup(list(paths), verify, dim, max_verify_bytes)
 
     # An unreadable model is reported on its own line and the others are still analysed; the run
     # then exits 2, and -o FILE is left untouched (a report missing a model is not written).
@@ -619,7 +631,7 @@ def inspect_cmd(
             errors += 1
             continue
         if verify:
-            result = _verify_one(path, result, verify_dims)
+            result = _verify_one(path, result, verify_setup)
         ignored = settings.ignore or frozenset()
         result = with_options(result, SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype))
         report = drop_ignored(result, ignored)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TypeVar
 
-from mhainspect.errors import InputError
+from mhainspect.errors import InputError, read_failure
 from mhainspect.gates import Limit, parse_byte_limit, parse_codes, parse_limit
 
 __all__ = ["KEYS", "ConfigError", "Settings", "ConfigFinder", "find_config", "load_config_file", "load_settings", "merge",
@@ -168,12 +168,8 @@ def _read_toml(path: Path) -> dict[str, object]:
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a config file") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise ConfigError(read_failure(path, exc, directory="is a directory, not a config file")) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -338,15 +338,11 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of ``--format json`` (docs/report.schema.json) as plain Python data."""
-        from mhainspect.render.json_render import report_to_dict  # the one JSON implementation
-
-        return report_to_dict(self)
+        return REPORT_RENDERERS.to_dict(self)  # the one JSON implementation, render.json_render
 
     def to_json(self) -> str:
         """``--format json``'s text for this report."""
-        from mhainspect.render.json_render import report_to_json
-
-        return report_to_json(self)
+        return REPORT_RENDERERS.to_json(self)
 
     def __repr__(self) -> str:
         """One line (the dataclass repr of a 12-layer model is 30,000 characters); to_dict() has it all."""
@@ -356,14 +352,21 @@ class Report:
                 f"{len(self.flags)} flag{'s' if len(self.flags) != 1 else ''}>")
 
     def _repr_html_(self) -> str:
-        """Jupyter shows a Report as the HTML report's body (charts included).
+        """Jupyter shows a Report as the HTML report's body (charts included)."""
+        return REPORT_RENDERERS.html(self)
 
-        Imports from the render layer here are deferred to the call: Jupyter looks for this
-        method on the object itself, and nothing is imported until a notebook asks."""
-        from mhainspect.render.html import repr_html
 
-        return repr_html(self)
+class _ReportRenderers:
+    """Report's to_dict/to_json/_repr_html_ call the renderers, which sit above this module (imports
+    only point down): ``mhainspect/__init__.py``, the top of the package, installs them, each
+    importing its renderer only when called."""
 
+    to_dict: Callable[[Report], dict[str, Any]]
+    to_json: Callable[[Report], str]
+    html: Callable[[Report], str]
+
+
+REPORT_RENDERERS = _ReportRenderers()
 
 SCHEMA_VERSION = "1.0"
 

@@ -4,26 +4,21 @@ Every supported model file counts (sources.MODEL_FILE_KINDS: .onnx, .gguf, .safe
 .pt/.pth/.bin/.ckpt, and what other front ends register there); a split GGUF model
 (``*-00001-of-00003.gguf``) counts once, by its first part; a Hugging Face model folder
 (config.json with its weights) is one model, not a folder of files. Reads directory listings
-only (never a model); no printing.
+only (never a model); no printing. What counts as a model file or a one-model folder is
+sources.py's to decide (file_kind, is_model_folder), the same rule classify() dispatches on.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from mhainspect.errors import InputError
-from mhainspect.sources import GGUF_SUFFIX, MODEL_FILE_KINDS, is_checkpoint_folder
+from mhainspect.loaders.gguf import GGUF_SUFFIX, SPLIT_NAME  # the loader's own rule for a split model's parts
+from mhainspect.sources import MODEL_FILE_KINDS, file_kind, is_checkpoint_folder, is_model_folder
 
-__all__ = ["expand_models", "is_model_folder", "models_below"]
-
-_SPLIT_PART = re.compile(r"^(?P<model>.+)-(?P<no>\d{5})-(?P<count>of-\d{5}\.gguf)$", re.IGNORECASE)
-
-
-def _is_model_file(name: str) -> bool:
-    return os.path.splitext(name)[1].lower() in MODEL_FILE_KINDS
+__all__ = ["expand_models", "models_below"]
 
 
 def _models_in(files: Iterable[str]) -> list[str]:
@@ -32,29 +27,14 @@ def _models_in(files: Iterable[str]) -> list[str]:
     out: list[str] = []
     first_part: dict[tuple[str, str], str] = {}
     for name in files:
-        split = _SPLIT_PART.match(name) if name.lower().endswith(GGUF_SUFFIX) else None
+        split = SPLIT_NAME.match(name) if name.lower().endswith(GGUF_SUFFIX) else None
         if split is not None:
-            key = (split.group("model"), split.group("count").lower())
+            key = (split.group("stem"), split.group("count"))
             if key not in first_part or name < first_part[key]:
                 first_part[key] = name
-        elif _is_model_file(name):
+        elif file_kind(name) is not None:
             out.append(name)
     return out + list(first_part.values())
-
-
-def is_model_folder(path: Path) -> bool:
-    """A folder that is one model: a Hugging Face folder (config.json with weights), or a
-    config.json with no model file beside it (the architecture alone, nothing to scan)."""
-    if not path.is_dir():
-        return False
-    if is_checkpoint_folder(path):
-        return True
-    if not (path / "config.json").is_file():
-        return False
-    try:
-        return not any(_is_model_file(p.name) for p in path.iterdir())
-    except OSError:
-        return False
 
 
 def models_below(directory: Path) -> list[Path]:

@@ -40,7 +40,6 @@ MODEL_FILE_KINDS: dict[str, str] = {
     ".gguf": "gguf",
 }
 _CHECKPOINT_SUFFIXES = tuple(s for s, kind in MODEL_FILE_KINDS.items() if kind == "checkpoint")
-GGUF_SUFFIX = ".gguf"
 _FACTORY = re.compile(r"^(?P<target>.+):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
@@ -66,14 +65,33 @@ def is_checkpoint_folder(path: Path) -> bool:
                or n == "model.safetensors.index.json" for n in names)
 
 
+def file_kind(name: str | os.PathLike[str]) -> str | None:
+    """The kind of source a model file is by its suffix (MODEL_FILE_KINDS); None: not a model file."""
+    return MODEL_FILE_KINDS.get(os.path.splitext(name)[1].lower())
+
+
+def is_model_folder(path: Path) -> bool:
+    """A folder that is one model: a Hugging Face folder (config.json with weights), or a
+    config.json with no model file beside it (the architecture alone, nothing to scan). Any other
+    folder is a folder of models (see inputs.py)."""
+    if not path.is_dir():
+        return False
+    if is_checkpoint_folder(path):
+        return True
+    if not (path / "config.json").is_file():
+        return False
+    try:
+        return not any(file_kind(p.name) is not None for p in path.iterdir())
+    except OSError:
+        return False
+
+
 def classify(spec: str) -> Source:
     """Decide what ``spec`` names, from its form and what exists on disk (nothing is read)."""
     p = Path(spec)
     if p.is_dir():
-        if is_checkpoint_folder(p) or ((p / "config.json").is_file() and p.suffix.lower() != ".onnx"):
-            return Source("checkpoint", spec)
-        return Source("onnx", spec)
-    kind = MODEL_FILE_KINDS.get(p.suffix.lower())
+        return Source("checkpoint" if is_model_folder(p) else "onnx", spec)
+    kind = file_kind(p)
     if kind is not None and kind != "onnx":
         return Source(kind, spec)
     if not p.exists():

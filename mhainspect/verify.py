@@ -52,6 +52,7 @@ __all__ = [
     "check_budget",
     "default_max_verify_bytes",
     "format_bytes",
+    "graph_input_symbols",
     "parse_size",
     "require_runtime",
     "verify_report",
@@ -142,9 +143,11 @@ def weight_bytes(model: onnx.ModelProto) -> int:
     return sum(_tensor_bytes(t) for t in _graph_tensors(model.graph))
 
 
-def check_budget(path: str | os.PathLike[str], max_bytes: int | None) -> int:
-    """The model's weight bytes; raises VerifyBudgetError when they exceed ``max_bytes``."""
-    n = weight_bytes(read_model_proto(path))
+def check_budget(path: str | os.PathLike[str], max_bytes: int | None,
+                 model: onnx.ModelProto | None = None) -> int:
+    """The model's weight bytes; raises VerifyBudgetError when they exceed ``max_bytes``.
+    ``model``: the file already read (read_model_proto), so it is not parsed again."""
+    n = weight_bytes(model if model is not None else read_model_proto(path))
     if max_bytes is not None and n > max_bytes:
         raise VerifyBudgetError(
             f"{path}: --verify refused: the weights alone take {format_bytes(n)} ({n:,} bytes), over the "
@@ -488,17 +491,20 @@ def _run(model: onnx.ModelProto, model_dir: Path, feeds: Mapping[str, np.ndarray
 
 
 def verify_report(path: str | os.PathLike[str], report: Report, *, dims: Mapping[str, int] | None = None,
-                  inputs: Mapping[str, Any] | None = None) -> tuple[BlockVerification, ...]:
+                  inputs: Mapping[str, Any] | None = None,
+                  model: onnx.ModelProto | None = None) -> tuple[BlockVerification, ...]:
     """One result per block of ``report`` (same order), from one onnxruntime run of ``path``.
 
     ``dims`` sets symbolic input dims by name; ``inputs`` supplies values for inputs that cannot
-    be synthesised (e.g. a reshape target). Loads external data; never modifies ``path``.
-    Raises InputError only when the file cannot be read (or onnxruntime is missing).
+    be synthesised (e.g. a reshape target). ``model``: ``path`` already read (read_model_proto),
+    so it is not parsed again; the run adds outputs to it. Loads external data; never modifies
+    ``path``. Raises InputError only when the file cannot be read (or onnxruntime is missing).
     """
     if not report.blocks:
         return ()
     require_runtime()
-    model = read_model_proto(path)
+    if model is None:
+        model = read_model_proto(path)
     graph = model_to_graph(model, source=str(path))
     nodes = _unique_nodes(graph.nodes)
     proto_nodes = {o: n for n in model.graph.node for o in n.output if o}
@@ -561,5 +567,10 @@ def input_symbols(path: str | os.PathLike[str]) -> frozenset[str]:
         model = onnx.load(os.fspath(path), load_external_data=False)
     except Exception:  # an unreadable model is reported by the analysis
         return frozenset()
+    return graph_input_symbols(model)
+
+
+def graph_input_symbols(model: onnx.ModelProto) -> frozenset[str]:
+    """The symbolic dimension names of a model's graph inputs."""
     return frozenset(d.dim_param for v in model.graph.input if v.type.HasField("tensor_type")
                      for d in v.type.tensor_type.shape.dim if d.dim_param)

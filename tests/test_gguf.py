@@ -8,7 +8,6 @@ hostile headers; and a proof that tensor data is never read (page-cache residenc
 
 from __future__ import annotations
 
-import ctypes
 import json
 import mmap
 import os
@@ -382,26 +381,13 @@ _PAGE = mmap.PAGESIZE
 
 
 def _resident_pages(path: Path) -> list[bool]:
-    """Which pages of ``path`` are in the page cache (mincore on a fresh shared mapping, which
-    itself faults nothing in)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    size = path.stat().st_size
-    fd = os.open(path, os.O_RDONLY)
+    """Which pages of ``path`` are in the page cache (benchmarks/page_cache.py, the benchmark's own proof)."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        assert addr not in (None, ctypes.c_void_p(-1).value)
-        try:
-            vec = ctypes.create_string_buffer(-(-size // _PAGE))
-            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
-            return [b & 1 == 1 for b in vec.raw]
-        finally:
-            libc.munmap(addr, size)
+        from page_cache import page_residency
     finally:
-        os.close(fd)
+        sys.path.remove(str(REPO_ROOT / "benchmarks"))
+    return [b & 1 == 1 for b in page_residency(path)]
 
 
 def _evict(path: Path) -> None:

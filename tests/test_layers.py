@@ -21,14 +21,8 @@ LAYERS: dict[str, int] = {
     "render": 6, "gates": 6,  # gate verdicts are rendered by every format and share render.numbers
     "api": 7, "config": 7, "cli": 7, "__main__": 7, "__init__": 7,
 }
-# The only upward imports, each with its reason. The compat shims keep old import paths working
-# for branches written before the move; remove them (and their lines here) once all are merged.
-COMPAT_SHIMS = {
-    ("loaders.roles", "matchers"): "compat shim: re-exports matchers.grouping",
-    ("loaders.checkpoint", "checkpoint_inspect"): "compat shim: blocks_from_weights / analyze_checkpoint forwarders",
-    ("static_blocks", "matchers"): "compat shim: re-exports matchers.static",
-    ("findings", "render"): "Report._repr_html_, Jupyter's display hook, imports the HTML renderer when called",
-}
+# No exceptions: the old compat shims are gone, and Report's Jupyter hook is attached from the
+# package's __init__ (top layer), not from findings.
 
 
 def _layer(dotted: str) -> tuple[str, int] | None:
@@ -36,8 +30,6 @@ def _layer(dotted: str) -> tuple[str, int] | None:
     if parts[0] != "mhainspect":
         return None
     head = parts[1] if len(parts) > 1 else "__init__"
-    if head == "static_blocks":  # the compat shim: counts as a front end
-        return head, 5
     return head, LAYERS[head]
 
 
@@ -69,8 +61,6 @@ def test_imports_point_down() -> None:
         for target in _imports(path):
             theirs = _layer(target)
             if theirs is None or theirs[1] <= mine[1]:
-                continue
-            if (rel, theirs[0]) in COMPAT_SHIMS:
                 continue
             wrong.append(f"{rel} (layer {mine[1]}) imports {target} (layer {theirs[1]})")
     assert not wrong, "\n".join(wrong)

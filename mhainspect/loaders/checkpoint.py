@@ -15,7 +15,6 @@ unknown (MHA004) unless 3-D Keras-style kernels identify them.
 from __future__ import annotations
 
 import json
-import os
 import struct
 import warnings
 from collections.abc import Mapping
@@ -23,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from mhainspect.dtypes import canonical
-from mhainspect.errors import InputError, MissingDependencyError
-from mhainspect.static_ir import WeightMeta, count_weights  # noqa: F401  (count_weights: old import path)
+from mhainspect.errors import InputError, MissingDependencyError, read_failure
+from mhainspect.static_ir import WeightMeta
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -51,14 +50,8 @@ def read_safetensors_header(path: Path) -> dict[str, WeightMeta]:
                 raise InputError(f"{path}: not a safetensors file (header length {n} does not fit the "
                                  f"{size}-byte file)")
             raw = fh.read(n)
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, expected a model file") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise InputError(read_failure(path, exc)) from None
     try:
         header = json.loads(raw.decode("utf-8"))
     except RecursionError:
@@ -271,17 +264,3 @@ def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str
         return read_safetensors_header(path), beside, "safetensors"
     return read_torch_state_dict(path), beside, "pytorch"
 
-
-# Compatibility for branches written before the front ends moved (remove once all are merged):
-# the checkpoint front end is mhainspect.checkpoint_inspect; loaders build no blocks or Reports.
-def blocks_from_weights(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,
-                        *, config_label: str = "config.json") -> list[Any]:
-    from mhainspect.checkpoint_inspect import checkpoint_blocks
-
-    return checkpoint_blocks(weights, config, config_label=config_label)
-
-
-def analyze_checkpoint(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Any:
-    from mhainspect.checkpoint_inspect import analyze_checkpoint as front_end
-
-    return front_end(path, what_if_heads=what_if_heads)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mhainspect.dtypes import Family, ggml_name, lookup
-from mhainspect.errors import InputError
+from mhainspect.errors import InputError, read_failure
 from mhainspect.static_ir import HeadOffers, WeightMeta
 
 GGUF_SUFFIX = ".gguf"
@@ -225,14 +225,8 @@ def read_header(path: Path) -> GGUFHeader:
                 if hasattr(buf, "madvise") and hasattr(mmap, "MADV_RANDOM"):
                     buf.madvise(mmap.MADV_RANDOM)  # fault in the header's pages only: no read-ahead
                 return _parse(buf, size, path)
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, expected a model file") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise InputError(read_failure(path, exc)) from None
     except ValueError as exc:  # mmap of something that is not a regular file
         raise InputError(f"{path}: cannot map: {exc}") from None
 

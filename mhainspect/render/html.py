@@ -7,7 +7,7 @@ string from the model goes through ``safe.html``; none reaches an attribute othe
 text one, a URL, a style or an id (ids are counters).
 
 ``render_html_body`` is the same content without the page around it, for Jupyter
-(``Report._repr_html_``).
+(``Report._repr_html_``, through ``findings.REPORT_RENDERERS``, set in ``mhainspect/__init__.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,16 @@ from collections.abc import Iterable, Sequence
 
 from mhainspect import __version__
 from mhainspect.findings import AttentionBlock, Flag, KVCache, Report, Severity
-from mhainspect.render.cells import UNKNOWN, heads_label, ignored_line, kind_label, percent, verify_label
+from mhainspect.render.cells import (
+    UNKNOWN,
+    format_label,
+    heads_label,
+    ignored_line,
+    kind_label,
+    percent,
+    source_facts,
+    verify_label,
+)
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.html_style import CSS, CSS_HASH
 from mhainspect.render.numbers import group, human_count
@@ -158,8 +167,8 @@ def _size_lines(report: Report) -> list[str]:
 
 def _header(report: Report) -> str:
     m = report.model
-    meta = [f"format {m.format}", f"opset {_opt(m.opset)}", f"producer {m.producer or UNKNOWN}",
-            f"{group(m.num_nodes)} nodes"]
+    # Only what the source has (a checkpoint has no opset or nodes), as the text report says it.
+    meta = [format_label(m.format), *source_facts(m)]
     out = [f"<h2>{html(m.path)}</h2>", f'<p class="meta">{html(" · ".join(meta))}</p>', _tiles(report),
            *_size_lines(report)]
     if report.flags:
@@ -452,7 +461,7 @@ def _comparison(reports: Sequence[Report], ids: Ids) -> str:
         m = r.model
         layouts = sorted({heads_label(b) + f"×{_opt(b.d_k)}" for b in r.blocks})
         kv = m.kv_cache
-        rows.append(f'<tr><td class="name"><code>{_name(m.path)}</code></td><td class="l">{html(m.format)}</td>'
+        rows.append(f'<tr><td class="name"><code>{_name(m.path)}</code></td><td class="l">{html(format_label(m.format))}</td>'
                     f"<td>{group(m.total_params)}</td><td>{group(m.attention_params)}</td>"
                     f"<td>{percent(m.attention_params, m.total_params)}</td><td>{len(r.blocks)}</td>"
                     f'<td class="l">{html(", ".join(layouts) or "-")}</td>'
