@@ -31,6 +31,7 @@ from math import prod
 from typing import TYPE_CHECKING, Any
 
 from mhainspect import dtypes
+from mhainspect.dataflow import SHAPE_INPUTS
 from mhainspect.findings import AttentionBlock, Evidence, KVCache, Report
 from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.static_ir import byte_rate as _rate
@@ -520,6 +521,9 @@ _COMPARE_OPS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
 _WEIGHT_PATH = {"DequantizeLinear", "Cast", "Transpose", "Reshape", "Identity", "Unsqueeze", "Squeeze",
                 "Mul", "Sub", "Add", "Concat", "Split", "Slice", "Gather", "Expand", "MatMulNBits",
                 "GatherBlockQuantized"}
+# Input positions of an op that are indices or shape arguments, not values reaching the scores.
+_NOT_MASK_INPUTS: dict[str, frozenset[int]] = {
+    **SHAPE_INPUTS, "Gather": frozenset({1}), "GatherElements": frozenset({1}), "GatherND": frozenset({1})}
 _MASK_WALK_LIMIT = 400  # nodes visited walking back from a block's scores looking for a causal mask
 _IO_WALK_LIMIT = 600  # nodes visited from a past/present tensor to the nearest block
 
@@ -697,6 +701,17 @@ def _window_in_mask(index: GraphIndex, node: Node) -> int | None:
     return None
 
 
+def _stored_mask(t: Any) -> bool:
+    """A stored tensor that may be a folded causal or sliding mask (a static-shape export writes
+    one as a constant): [batch, 1, ..., q, k], the same for every head (a position bias has a
+    head axis; the batch may be folded in), and not a learned parameter. Its values are data the
+    audit does not read."""
+    shape = t.shape
+    if len(shape) < 3 or shape[-2] == 1 or shape[-1] == 1 or any(d != 1 for d in shape[1:-2]):
+        return False
+    return t.kind in (None, "constant", "derived", "buffer") and (t.dtype == "bool" or dtypes.is_float(t.dtype))
+
+
 @dataclass(frozen=True)
 class _MaskEvidence:
     causal: bool | None
@@ -735,7 +750,8 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
             info = inputs.get(cur)
             # [batch, 1, 1, keys] pads keys; only a mask with a query axis can be causal.
             if info is not None and (info.shape is None or (len(info.shape) >= 3 and info.shape[-2] != 1)):
-                open_masks.append(f"'{cur}' {list(info.shape) if info.shape is not None else '(rank unknown)'}")
+                shown = list(info.shape) if info.shape is not None else "(rank unknown)"
+                open_masks.append(f"graph input '{cur}' {shown}")
             continue
         visited += 1
         if node.op == "Trilu":
@@ -752,15 +768,24 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
                 window = window or (w, f"the mask's position comparison {node.op} '{node.name}'")
         if node.op in _PRODUCTS:
             continue  # Q·Kᵀ or a projection: the activations behind it are not the mask
-        for x in node.inputs:
-            if x and x not in seen and x not in index.graph.weights:
+        # A mask reaches the scores as a value: indices (a relative-position bucket, DeBERTa/T5
+        # comparing q - kv with a bucket bound) and shape arguments select values, they mask none.
+        skip = _NOT_MASK_INPUTS.get(node.op, ())
+        for i, x in enumerate(node.inputs):
+            if x in index.graph.weights and i not in skip and x not in seen:
+                seen.add(x)
+                t = index.graph.weights[x]
+                if _stored_mask(t):
+                    open_masks.append(f"a stored mask '{x}' {list(t.shape)} ({t.dtype}), whose values are not read")
+                continue
+            if x and x not in seen and i not in skip:
                 seen.add(x)
                 frontier.append(x)
     if causal is not None or window is not None:
         reason = causal or f"causal sliding-window mask ({window[1] if window else ''})"
         return _MaskEvidence(True, reason, window[0] if window else None, window[1] if window else "")
     if open_masks:
-        return _MaskEvidence(None, f"the scores take a mask from graph input {open_masks[0]}: whether it is causal "
+        return _MaskEvidence(None, f"the scores take a mask from {open_masks[0]}: whether it is causal "
                                    "is up to the caller, and the graph has no past/present tensors")
     return _MaskEvidence(False, "no past/present inputs or outputs, and no causal mask reaches the scores: the block "
                                 "attends both ways, run once over the input (an encoder)")
@@ -821,7 +846,7 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
     compute = {b.name: _compute_dtype(index, b, fallback) for b in blocks}
     from_config = {d.block: d for d in config_decoding(config, blocks, compute, label=config_label)} \
         if config is not None else {}
-    causal_self = False
+    causal_self = unknown_self = False
     decoding: list[BlockDecoding] = []
     pending_cross: list[AttentionBlock] = []
     for b in blocks:
@@ -855,12 +880,16 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
             causal_self = causal_self or bool(cfg.caches)
         else:
             decoding.append(BlockDecoding(b.name, causal, why, mask_dtype, mask_dsource))
+            unknown_self = unknown_self or causal is None
     for b in pending_cross:
         cross_dtype, cross_dsource = compute[b.name]
         if causal_self:
             decoding.append(BlockDecoding(b.name, True, "cross-attention of a causal decoder: K/V of the encoder "
                                           "output, computed once per input", cross_dtype, cross_dsource,
                                           source="causal_mask"))
+        elif unknown_self:
+            decoding.append(BlockDecoding(b.name, None, "cross-attention of a graph whose self-attention may decode "
+                                          "autoregressively (see its blocks): whether it caches is up to the caller"))
         else:
             decoding.append(BlockDecoding(b.name, False, "cross-attention, and no block of the graph decodes "
                                           "autoregressively"))
