@@ -16,7 +16,8 @@ MatMulNBits' packed blob counts as N·K (its attributes), GatherBlockQuantized's
 constants and index tables (int32/int64 read as shapes or indices), one-element constants of the
 arithmetic (eps, exponents, a score scale: a one-element initializer counts only when its name
 carries a module path), bool masks, tensors the exporter marks as buffers or constants, and rotary
-frequency buffers that only build cos/sin tables.
+frequency buffers that only build cos/sin tables, and a quantized copy of a float weight the file
+also keeps (a quantizer that rewrote only some uses of a shared weight): that weight counts once.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ _TRIG_PATH = {"Mul", "MatMul", "Unsqueeze", "Reshape", "Expand", "Cast", "Transp
 def parameter_counts(index: GraphIndex) -> dict[str, int]:
     """Storage key -> logical element count, for every stored tensor that is a parameter (module doc)."""
     counts: dict[str, int] = {}
+    quantized: list[tuple[Tensor, int]] = []
     trig_sources = _trig_sources(index)
     for name, t in index.graph.weights.items():
         if not t.shape or t.storage_key in counts:
@@ -84,6 +86,12 @@ def parameter_counts(index: GraphIndex) -> dict[str, int]:
         if family is Family.FLOAT and (trig_sources is None or name in trig_sources) and _only_feeds_trig(index, name):
             continue  # rotary inv_freq: a buffer that only builds cos/sin tables, not a parameter
         counts[t.storage_key] = logical
+        if family is not Family.FLOAT:
+            quantized.append((t, logical))
+    for t, logical in quantized:
+        base = index.quantized_from(t, logical)
+        if base is not None and base.storage_key in counts:
+            del counts[t.storage_key]  # a quantized copy of a float weight the file also keeps: one parameter
     return counts
 
 

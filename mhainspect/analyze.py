@@ -75,19 +75,20 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
 
 def module_identity(index: GraphIndex, b: BlockBuilder) -> tuple[str, str] | None:
     """What identifies the attention module a matcher reached: the storage of its Q weight (else
-    its O weight), with the role. Two anchors with the same identity are one module, reached from
+    its O weight; the part of it, for a part of a packed weight; the float weight a quantized copy
+    was made from, GraphIndex.weight_identity), with the role. Two anchors with the same identity are one module, reached from
     two branches of an If or applied several times (ALBERT). K/V alone do not identify a module:
     layers may share a K/V projection (cross-layer KV sharing) and stay distinct modules.
     None when neither Q nor O resolved to a weight: such a block stands alone."""
     q = b.roles.get("q")
     if q is not None:
         if q.traced is not None:
-            return "q", q.traced.hit.weight.tensor.storage_key
+            return "q", index.weight_identity(q.traced.hit.weight)
         if q.fused_weight is not None:
             t = index.graph.weights.get(q.fused_weight)
             return "q", t.storage_key if t is not None else f"name:{q.fused_weight}"
     if b.output is not None:
-        return "o", b.output.weight.tensor.storage_key
+        return "o", index.weight_identity(b.output.weight)
     return None
 
 

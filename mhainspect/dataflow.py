@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mhainspect.dtypes import is_float
 from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph, Node, Tensor
 from mhainspect.symbolic import ShapeEvaluator, gathered_table_shape
@@ -18,7 +19,11 @@ VALUE_PRESERVING_OPS = frozenset({"Identity", "Cast", "CastLike", "QuantizeLinea
                                   "DynamicQuantizeLinear", "Dropout", "Contiguous"})
 # Ops through which a weight keeps its identity (layout, dtype or quantization changes only).
 _WEIGHT_VIEW_OPS = VALUE_PRESERVING_OPS | {"Transpose", "Reshape", "Squeeze", "Unsqueeze"}
+# Ops that cut a part out of a stored weight (nn.MultiheadAttention slices its packed in_proj_weight
+# into Q and K/V when the query is not the key, with bounds computed from shapes at run time).
+_WEIGHT_PART_OPS = frozenset({"Slice", "Split"})
 _MAX_VALUE_HOPS = 8
+_NAME_SEPARATORS = frozenset("_./:")  # where a deployment tool's suffix may begin (X_quantized, X.qweight)
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,9 @@ class WeightRef:
 
     tensor: Tensor  # the stored tensor (its storage key, dtype and bytes)
     transposed: bool  # the op sees the weight with its last two axes swapped
-    logical: tuple[int, ...] | None = None  # the shape the op sees when storage packs it (4-bit blocks)
+    # The shape the op sees when storage packs it (4-bit blocks) or when it reads a part of it.
+    logical: tuple[int, ...] | None = None
+    part: str | None = None  # which part of the stored tensor (a Slice's bounds, a Split's output)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -217,24 +224,78 @@ class GraphIndex:
         return self.position[id(node)]
 
     def weight(self, name: str, max_hops: int = 6) -> WeightRef | None:
-        """The parameter tensor behind a node input, looking through views and casts."""
+        """The parameter tensor behind a node input, looking through views and casts, and through
+        one Slice/Split of it (a part of a packed weight, read at the part's resolved shape)."""
         transposed = False
+        reshaped = False  # a view that changes the rank lies between the op and ``cur``
+        part: tuple[tuple[int, ...], str] | None = None
         cur = name
         for _ in range(max_hops):
             t = self.graph.weights.get(cur)
             if t is not None:
                 if t.is_constant_node and len(t.shape) < 2:
                     return None
-                return WeightRef(t, transposed)
+                if part is None:
+                    return WeightRef(t, transposed)
+                return WeightRef(t, transposed, part[0], part[1]) if math.prod(part[0]) < t.numel else None
             node = self.producer.get(cur)
-            if node is None or node.op not in _WEIGHT_VIEW_OPS or not node.inputs:
+            if node is None or not node.inputs:
                 return None
-            if node.op == "Transpose":
+            op = node.op
+            if op in _WEIGHT_PART_OPS:
+                if part is not None or reshaped or node.inputs[0] in self.activations:
+                    return None  # one part of a stored weight, read as it is cut (not a slice of a value)
+                part = self._weight_part(node, cur)
+                if part is None:
+                    return None
+            elif op not in _WEIGHT_VIEW_OPS:
+                return None
+            elif part is None and op == "Transpose":
                 perm = node.attrs.get("perm")
                 if perm is None or (isinstance(perm, tuple) and len(perm) >= 2 and perm[-1] != len(perm) - 1):
                     transposed = not transposed
+            elif op in ("Reshape", "Squeeze", "Unsqueeze"):
+                reshaped = True
             cur = node.inputs[0]
         return None
+
+    def _weight_part(self, node: Node, output: str) -> tuple[tuple[int, ...], str] | None:
+        """(resolved shape, which part) of a Slice/Split output cut from a weight; None unless both
+        the shape and the bounds are constants of the graph (they name the part: a module applied
+        twice reads the same part, Q and K/V read different ones)."""
+        shape = self.shapes.shape(output)
+        if shape is None or any(d.factors for d in shape):
+            return None
+        dims = tuple(d.coef for d in shape)
+        if node.op == "Split":
+            axis = node.attrs.get("axis", 0)
+            return dims, f"split {node.outputs.index(output)} of {axis!r}"
+        bounds = [self.shapes.int_values(x) if x else None for x in node.inputs[1:]]
+        if len(bounds) < 2 or any(b is None for b in bounds):
+            return None
+        return dims, "slice " + " ".join(map(str, bounds))
+
+    def quantized_from(self, t: Tensor, numel: int) -> Tensor | None:
+        """The stored float weight a stored quantized weight was made from, when the file keeps both
+        (a quantizer that rewrote one use of a shared weight and left another on the float copy:
+        onnxruntime writes X_quantized beside X). Only the graph's own evidence: a float weight
+        whose name is the quantized one's up to a separator, with as many elements."""
+        if is_float(t.dtype):
+            return None
+        name, weights = t.name, self.graph.weights
+        for i in range(len(name) - 1, 0, -1):
+            if name[i] in _NAME_SEPARATORS:
+                base = weights.get(name[:i])
+                if base is not None and base.numel == numel and is_float(base.dtype) and not base.is_constant_node:
+                    return base
+        return None
+
+    def weight_identity(self, ref: WeightRef) -> str:
+        """The storage a weight reference reads, as the model's parameter: a quantized copy of a
+        float weight the file also keeps is that weight (the part, for a part of a packed weight)."""
+        base = self.quantized_from(ref.tensor, ref.tensor.numel if ref.part is not None else ref.numel)
+        key = (base or ref.tensor).storage_key
+        return key if ref.part is None else f"{key}[{ref.part}]"
 
     def users(self, name: str) -> list[tuple[Node, int]]:
         return self.consumers.get(name, [])

@@ -31,6 +31,7 @@ from math import prod
 from typing import TYPE_CHECKING, Any
 
 from mhainspect import dtypes
+from mhainspect.dataflow import SHAPE_INPUTS
 from mhainspect.findings import AttentionBlock, Evidence, KVCache, Report
 from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.static_ir import byte_rate as _rate
@@ -528,6 +529,9 @@ _COMPARE_OPS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
 _WEIGHT_PATH = {"DequantizeLinear", "Cast", "Transpose", "Reshape", "Identity", "Unsqueeze", "Squeeze",
                 "Mul", "Sub", "Add", "Concat", "Split", "Slice", "Gather", "Expand", "MatMulNBits",
                 "GatherBlockQuantized"}
+# Input positions of an op that are indices or shape arguments, not values reaching the scores.
+_NOT_MASK_INPUTS: dict[str, frozenset[int]] = {
+    **SHAPE_INPUTS, "Gather": frozenset({1}), "GatherElements": frozenset({1}), "GatherND": frozenset({1})}
 _MASK_WALK_LIMIT = 400  # nodes visited walking back from a block's scores looking for a causal mask
 _IO_WALK_LIMIT = 600  # nodes visited from a past/present tensor to the nearest block
 
@@ -705,6 +709,17 @@ def _window_in_mask(index: GraphIndex, node: Node) -> int | None:
     return None
 
 
+def _stored_mask(t: Any) -> bool:
+    """A stored tensor that may be a folded causal or sliding mask (a static-shape export writes
+    one as a constant): [batch, 1, ..., q, k], the same for every head (a position bias has a
+    head axis; the batch may be folded in), and not a learned parameter. Its values are data the
+    audit does not read."""
+    shape = t.shape
+    if len(shape) < 3 or shape[-2] == 1 or shape[-1] == 1 or any(d != 1 for d in shape[1:-2]):
+        return False
+    return t.kind in (None, "constant", "derived", "buffer") and (t.dtype == "bool" or dtypes.is_float(t.dtype))
+
+
 @dataclass(frozen=True)
 class _MaskEvidence:
     causal: bool | None
@@ -714,11 +729,6 @@ class _MaskEvidence:
 
 
 _MASKED_BELOW = -1e4  # an additive mask entry at or below this hides the key (0 / -inf, 0 / finfo.min)
-# Ops whose later inputs are indices, shapes, axes or bounds: only input 0 carries values to the scores.
-_DATA_FIRST = {"Gather", "GatherElements", "GatherND", "Reshape", "Expand", "Tile", "Slice", "Unsqueeze",
-               "Squeeze", "Pad", "Resize", "ScatterElements", "ScatterND", "TopK", "Split"}
-_SHAPE_ONLY = {"Shape", "Size", "ConstantOfShape", "EyeLike", "Range", "RandomNormalLike", "RandomUniformLike"}
-
 
 def _constant_mask(values: Sequence[float], shape: Sequence[int]) -> tuple[str, int | None]:
     """What a small constant mask [..., queries, keys] does: ("causal", None), ("window", W),
@@ -796,12 +806,14 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
         stored = weights.get(cur)
         if stored is not None:
             shape = stored.shape
-            if len(shape) < 2 or shape[-2] <= 1 or shape[-1] < shape[-2] or (len(shape) == 2 and shape[0] != shape[1]):
-                continue  # no [queries, keys] plane: a bias per key or per head, a table, a scale, a shape
+            if len(shape) < 2 or shape[-2] <= 1 or shape[-1] < shape[-2] or (len(shape) == 2 and shape[0] != shape[1]) \
+                    or stored.kind == "parameter":
+                continue  # no [queries, keys] plane (a bias per key or per head, a table, a scale), or learned
             label = f"constant '{cur}' {list(shape)}"
             if stored.mask_values is None:
-                open_masks.append(f"{label}, whose values are not read (only tiny constants are): whether it is "
-                                  "causal is not visible")
+                if _stored_mask(stored):  # with a head axis, a position bias: not a mask
+                    open_masks.append(f"a stored mask '{cur}' {list(shape)} ({stored.dtype}), whose values are not "
+                                      "read (only small constants are): whether it is causal is not visible")
                 continue
             kind, w = _constant_mask(stored.mask_values, shape)
             if kind == "causal":
@@ -838,9 +850,11 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
                 window = window or (w, f"the mask's position comparison {node.op} '{node.name}'")
         if node.op in _PRODUCTS:
             continue  # Q·Kᵀ or a projection: the activations behind it are not the mask
-        followed = () if node.op in _SHAPE_ONLY else node.inputs[:1] if node.op in _DATA_FIRST else node.inputs
-        for x in followed:
-            if x and x not in seen:
+        # A mask reaches the scores as a value: indices (a relative-position bucket, DeBERTa/T5
+        # comparing q - kv with a bucket bound) and shape arguments select values, they mask none.
+        skip = _NOT_MASK_INPUTS.get(node.op, ())
+        for i, x in enumerate(node.inputs):
+            if x and x not in seen and i not in skip:
                 seen.add(x)
                 frontier.append(x)
     if causal is not None or window is not None:
@@ -916,7 +930,7 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
     compute = {b.name: _compute_dtype(index, b, fallback) for b in blocks}
     from_config = {d.block: d for d in config_decoding(config, blocks, compute, label=config_label)} \
         if config is not None else {}
-    causal_self = False
+    causal_self = unknown_self = False
     decoding: list[BlockDecoding] = []
     pending_cross: list[AttentionBlock] = []
     for b in blocks:
@@ -956,12 +970,16 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
             causal_self = causal_self or bool(cfg.caches)
         else:
             decoding.append(BlockDecoding(b.name, causal, why, mask_dtype, mask_dsource))
+            unknown_self = unknown_self or causal is None
     for b in pending_cross:
         cross_dtype, cross_dsource = compute[b.name]
         if causal_self:
             decoding.append(BlockDecoding(b.name, True, "cross-attention of a causal decoder: K/V of the encoder "
                                           "output, computed once per input", cross_dtype, cross_dsource,
                                           source="causal_mask"))
+        elif unknown_self:
+            decoding.append(BlockDecoding(b.name, None, "cross-attention of a graph whose self-attention may decode "
+                                          "autoregressively (see its blocks): whether it caches is up to the caller"))
         else:
             decoding.append(BlockDecoding(b.name, False, "cross-attention, and no block of the graph decodes "
                                           "autoregressively"))

@@ -91,6 +91,8 @@ def classify(spec: str) -> Source:
     p = Path(spec)
     if p.is_dir():
         return Source("checkpoint" if is_model_folder(p) else "onnx", spec)
+    if p.name == "config.json" and p.is_file():
+        raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")
     kind = file_kind(p)
     if kind is not None and kind != "onnx":
         return Source(kind, spec)

@@ -572,6 +572,13 @@ def _h_gather(ev: ShapeEvaluator, node: Node) -> None:
         ev._set(node, data[:a] + idx_shape + data[a + 1:], value, picked=True)
 
 
+def _h_gather_elements(ev: ShapeEvaluator, node: Node) -> None:
+    """GatherElements (relative-position lookups, DeBERTa): the output has the indices' shape."""
+    data, idx_shape = ev._in_shape(node, 0), ev._in_shape(node, 1)
+    if data is not None and idx_shape is not None and len(data) == len(idx_shape):
+        ev._set(node, idx_shape, picked=True)
+
+
 def gathered_table_shape(node: Node, stored: Tensor) -> tuple[int, ...] | None:
     """The logical [rows, width] of a GatherBlockQuantized table: uint8 storage packs 8/bits
     elements per byte along the quantized axis (int4/uint4 storage is already logical)."""
@@ -990,6 +997,7 @@ _HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     "Constant": _h_constant,
     "ConstantOfShape": _h_constant_of_shape,
     "Gather": _h_gather,
+    "GatherElements": _h_gather_elements,
     "Unsqueeze": _h_unsqueeze,
     "Squeeze": _h_squeeze,
     "Concat": _h_concat,

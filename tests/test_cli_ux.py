@@ -487,3 +487,19 @@ def test_what_if_rows_fold_numbered_layers_only() -> None:
     assert [r[0] for r in what_if_rows(layers, [4])] == ["model.layers.{0–15}.self_attn"]
     mixed = _report_with_blocks(["encoder.attn", "decoder.cross"])
     assert [r[0] for r in what_if_rows(mixed, [4])] == ["encoder.attn", "decoder.cross"]
+
+
+def test_config_json_alone_and_a_malformed_json_model_are_one_line_input_errors(cli: Any, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "gpt2", "n_head": 4, "activation_function": "gelu"}))
+    result = cli(config)
+    assert result.code == 2 and result.out == ""
+    assert result.err.strip() == (f"mhainspect: error: {config}: a config.json alone is not a model: pass the folder "
+                                  "that holds it with its weights")
+    # onnx.load reads *.json as ModelProto in JSON form: a field it does not know is an input error, not internal.
+    bad = tmp_path / "model.json"
+    bad.write_text(json.dumps({"irVersion": "x"}))
+    result = cli(bad)
+    assert result.code == 2 and result.out == ""
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and "not a valid ONNX model in text form" in lines[0] and "internal error" not in lines[0]

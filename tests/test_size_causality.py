@@ -140,7 +140,7 @@ def test_dynamo_mask_too_large_to_read_is_unknown(tmp_path: Path) -> None:
     kv = report.model.kv_cache
     assert kv is not None and kv.bytes_per_token is None
     assert (kv.reason or "").startswith("unknown"), kv.reason
-    assert "mask from constant" in (kv.reason or "") and "not read" in (kv.reason or "")
+    assert "stored mask" in (kv.reason or "") and "not read" in (kv.reason or "")
     assert all(not (b.kv_cache_reason or "").startswith("no cache") for b in report.blocks)
 
 

@@ -113,6 +113,7 @@ def _has_byte_strings(model: Any) -> bool:
 def read_model_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:  # type: ignore[name-defined]  # noqa: F821
     """The full ModelProto (inline weights included; external data not loaded), via onnx.load."""
     import onnx
+    from google.protobuf import json_format, text_format
     from google.protobuf.message import DecodeError
 
     p = Path(path)
@@ -121,6 +122,9 @@ def read_model_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:  # type: 
         model = onnx.load(str(p), load_external_data=False)
     except DecodeError as exc:
         raise InputError(f"{p}: not a valid ONNX model (protobuf decode failed: {exc})") from None
+    except (json_format.ParseError, text_format.ParseError) as exc:  # the .json / .txtpb forms onnx.load reads
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{p}: not a valid ONNX model in text form ({first_line})") from None
     except (OSError, ValueError, RuntimeError) as exc:
         raise InputError(f"{p}: cannot read ONNX model: {exc}") from None
     _check_has_graph(model, p)

@@ -213,9 +213,12 @@ class BlockBuilder:
                 weight_params, bias_params = hit.weight_params, hit.bias_params
             else:
                 weight_params = int(hit.weight_params * frac)
-                bias_params = int(hit.bias_params * frac) if hit.bias_slice is None else hit.bias_params
+                bias_params = int(hit.bias_params * frac)  # a sliced bias is the product's width: split alike
+            bias_name = hit.bias_name
+            if r.traced.path_bias is not None:  # a bias added after the split of a bias-free packed product
+                bias_name, bias_params = r.traced.path_bias.display_name, bias_params + r.traced.path_bias.numel
             out.append(Projection(role, hit.weight.tensor.display_name, hit.in_features, width,
-                                  weight_params, hit.bias_name, bias_params, hit.node.name))
+                                  weight_params, bias_name, bias_params, hit.node.name))
         if self.output is not None:
             o = self.output
             out.append(Projection("o", o.weight.tensor.display_name, o.in_features, o.out_features, o.weight_params,

@@ -86,6 +86,9 @@ class TracedProjection:
     hit: ProjectionHit
     path: tuple[Node, ...]  # nodes from the projection (exclusive) to the attention input
     split_fraction: Fraction | None  # share of a packed projection that reaches this input
+    # A learned vector added on this path alone, after the split of a bias-free packed projection
+    # (DeBERTa's q_bias / v_bias): this role's bias.
+    path_bias: Tensor | None = None
 
 
 def recognise_projection(index: GraphIndex, node: Node, via_input: str | None = None) -> ProjectionHit | None:
@@ -359,7 +362,33 @@ def _traced(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...]) -> Tr
         if hit.output in node.outputs:
             path = path[i + 1:]
             break
-    return TracedProjection(hit, path, _split_fraction(index, hit, path))
+    share = _split_fraction(index, hit, path)
+    return TracedProjection(hit, path, share, _path_bias(index, hit, path, share))
+
+
+def _path_bias(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...], share: Fraction | None) -> Tensor | None:
+    """A stored parameter vector as wide as this role, added to the value on its way from a
+    bias-free projection to the attention core (an Add whose other input is no activation)."""
+    if hit.bias is not None or share is None or not index.has_op("Add"):
+        return None
+    width = hit.out_features * share
+    for node in path:
+        if node.op != "Add" or len(node.inputs) != 2:
+            continue
+        for pos in (0, 1):
+            other = node.inputs[1 - pos]
+            if not other or index.is_activation(other) or not index.is_activation(node.inputs[pos]):
+                continue
+            ref = index.weight(other)
+            t = ref.tensor if ref is not None else index.graph.weights.get(other)
+            if t is not None and t.numel == width and t.kind in (None, "parameter") and _is_vector(t.shape):
+                return t
+    return None
+
+
+def _is_vector(shape: tuple[int, ...]) -> bool:
+    """One axis of features, or features split over heads ([1, h, 1, d]): at most two axes above 1."""
+    return sum(1 for d in shape if d > 1) <= 2
 
 
 def _split_fraction(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...]) -> Fraction | None:
