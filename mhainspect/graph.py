@@ -20,6 +20,9 @@ class Tensor:
     ``storage_key`` is equal for tensors that share storage (tied weights), so they count once.
     ``int_value`` carries the value of small integer constants (shape arithmetic) only.
     ``float_value`` carries the value of float scalars (attention scale), only when tiny.
+    ``mask_values`` carries the flat values (bool as 0/1) of bool/float tensors of rank >= 2 with
+    at most 1024 elements: an attention mask an exporter folded to a constant, read to tell causal
+    from bidirectional.
     """
 
     name: str
@@ -34,6 +37,7 @@ class Tensor:
     kind: str | None = None
     origin: str | None = None  # the parameter this tensor was folded from (e.g. transposed)
     location: str | None = None  # the external-data file holding its bytes (None: inside the model file)
+    mask_values: tuple[float, ...] | None = None
 
     @property
     def display_name(self) -> str:

@@ -259,6 +259,9 @@ def _held_tokens(context: int, window: int | None) -> int:
 
 
 NO_CACHE = "no block caches K/V per token:"  # KVCache.reason of a model where nothing caches
+# A causal mask without past/present tensors or a config that says the model decodes.
+IF_DECODED = ("the graph has no past/present tensors and no config says the model decodes: this is what "
+              "the cache holds if it is decoded token by token")
 _UNSIZED_CACHE = "unknown: caches during decoding, but the cache dtype"  # a block --kv-dtype can size
 
 
@@ -303,6 +306,8 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCa
         if per_encoder:
             reason = ("total_bytes covers the decoder's self-attention at the context; cross-attention adds "
                       "bytes_per_encoder_token per encoder token per sequence")
+    if all(IF_DECODED in (next((e.detail for e in b.evidence if e.field == KV_FIELD), "")) for b in caching):
+        reason = f"{IF_DECODED}; {reason}" if reason else IF_DECODED
     return KVCache(per_token, dtype, options.context, options.batch, total, per_encoder, reason=reason)
 
 
@@ -448,7 +453,7 @@ _ENCODER_TOWERS = ("vision_config.", "audio_config.", "encoder.")  # sub-configs
 
 
 def _config_causal(cfg: Mapping[str, Any], block: AttentionBlock) -> tuple[bool | None, str]:
-    from mhainspect.loaders.hf_config import sub_config
+    from mhainspect.loaders.hf_config import decoder_only_model_type, sub_config
 
     name = block.name.lower()
     archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
@@ -467,8 +472,11 @@ def _config_causal(cfg: Mapping[str, Any], block: AttentionBlock) -> tuple[bool 
         return True, "config is_decoder = true"
     if archs and all(_ENCODER_ARCH.search(a) for a in archs):
         return False, f"config architectures {archs[0]}: an encoder, run once over the input"
+    family = decoder_only_model_type(_sub_config(cfg, block.name)) or decoder_only_model_type(cfg)
+    if family is not None:
+        return True, f"config model_type {family}: a decoder-only language model"
     return None, "the config does not say whether the model decodes autoregressively (no causal architecture, " \
-                 "is_decoder or is_encoder_decoder)"
+                 "decoder-only model_type, is_decoder or is_encoder_decoder)"
 
 
 def config_dtype(cfg: Mapping[str, Any] | None) -> str | None:
@@ -720,13 +728,61 @@ class _MaskEvidence:
     window_source: str = ""
 
 
+_MASKED_BELOW = -1e4  # an additive mask entry at or below this hides the key (0 / -inf, 0 / finfo.min)
+
+def _constant_mask(values: Sequence[float], shape: Sequence[int]) -> tuple[str, int | None]:
+    """What a small constant mask [..., queries, keys] does: ("causal", None), ("window", W),
+    ("none", None) when some query sees a later key or nothing is hidden (not causal), ("other",
+    None) when it cannot be told.
+
+    Which entries hide a key: those at or below -1e4 when there are any (an additive mask); else,
+    with two values, those unlike the diagonal entry (a boolean or 1/0 mask, either polarity; a
+    query always sees itself); else none (a bias). With keys = queries + past, query q's own key
+    is q + past."""
+    queries, keys = shape[-2], shape[-1]
+    past = keys - queries
+    size = queries * keys
+    if past < 0 or not values or len(values) % size:
+        return "other", None
+    additive = any(v <= _MASKED_BELOW for v in values)
+    if not additive and len(set(values)) > 2:
+        return "none", None  # a bias: it shifts scores, it hides no key
+    pattern: tuple[tuple[int, ...], ...] | None = None
+    for start in range(0, len(values), size):
+        plane = values[start:start + size]
+        keep = plane[past]  # query 0 sees its own key
+        rows = tuple(tuple(k for k in range(keys) if (plane[q * keys + k] > _MASKED_BELOW if additive
+                                                      else plane[q * keys + k] == keep))
+                     for q in range(queries))
+        if pattern is not None and rows != pattern:
+            return "other", None
+        pattern = rows
+    assert pattern is not None
+    if any(row and row[-1] > q + past for q, row in enumerate(pattern)):
+        return "none", None  # a query sees a later key: not causal
+    if any(not row or row[-1] != q + past or row != tuple(range(row[0], row[-1] + 1))
+           for q, row in enumerate(pattern)):
+        return "other", None
+    widths = {len(row) for row in pattern if row[0] > 0}
+    if not widths:
+        return "causal", None
+    width = widths.pop()
+    if not widths and all(len(row) == min(width, q + past + 1) for q, row in enumerate(pattern)):
+        return "window", width
+    return "other", None
+
+
 def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
     """Whether the graph makes this block causal: True for a causal attribute, a
-    GroupQueryAttention, or a mask from Trilu or from comparing position indices (Range), with the
-    sliding window when the comparison has one (kv > q - W); None when the mask is a graph input of
-    rank 3 or more (the caller decides); False else. The walk goes back from the scores (Softmax or
-    fused op) and stops at products, so it sees what is added to the scores, not the activations Q
-    and K come from."""
+    GroupQueryAttention, a mask from Trilu or from comparing position indices (Range), or a small
+    constant mask whose values are causal, with the sliding window when the comparison or the
+    constant has one; None when a mask the tool cannot read reaches the scores (a graph input with
+    a query axis, a larger constant, a constant of another pattern); False only when nothing that
+    reaches the scores has a query axis or the constant mask lets every query see every key.
+
+    The walk goes back from the scores (Softmax or fused op) and stops at products, so it sees
+    what is added to the scores, not the activations Q and K come from; it follows values only,
+    not indices, shapes or bounds (a relative-position bucket selects a bias, it hides no key)."""
     anchor = index.by_name.get(block.anchor)
     if anchor is None:
         return _MaskEvidence(None, "the block's anchor node is not in the graph")
@@ -736,22 +792,48 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
     if anchor.op in ("GroupQueryAttention", "PagedAttention", "SparseAttention"):
         return _MaskEvidence(True, f"{anchor.op} (always causal)")
     inputs = {v.name: v for v in index.graph.inputs}
+    weights = index.graph.weights
     # A fused op reads Q, K, V (or the input, packed weights, bias) first; the mask comes after.
     frontier = [x for x in (anchor.inputs if anchor.op == "Softmax" else anchor.inputs[3:]) if x]
     seen = set(frontier)
     visited = 0
     open_masks: list[str] = []
+    full_constants: list[str] = []
     causal: str | None = None
     window: tuple[int, str] | None = None
     while frontier and visited < _MASK_WALK_LIMIT:
         cur = frontier.pop(0)
+        stored = weights.get(cur)
+        if stored is not None:
+            shape = stored.shape
+            if len(shape) < 2 or shape[-2] <= 1 or shape[-1] < shape[-2] or (len(shape) == 2 and shape[0] != shape[1]) \
+                    or stored.kind == "parameter":
+                continue  # no [queries, keys] plane (a bias per key or per head, a table, a scale), or learned
+            label = f"constant '{cur}' {list(shape)}"
+            if stored.mask_values is None:
+                if _stored_mask(stored):  # with a head axis, a position bias: not a mask
+                    open_masks.append(f"a stored mask '{cur}' {list(shape)} ({stored.dtype}), whose values are not "
+                                      "read (only small constants are): whether it is causal is not visible")
+                continue
+            kind, w = _constant_mask(stored.mask_values, shape)
+            if kind == "causal":
+                causal = causal or f"causal mask ({label}: each query sees itself and earlier keys)"
+            elif kind == "window":
+                assert w is not None
+                window = window or (w, f"the values of {label}")
+            elif kind == "none":
+                full_constants.append(label)  # hides nothing, or lets queries see later keys
+            else:
+                open_masks.append(f"{label} of a pattern neither causal nor full: whether the block is causal is not "
+                                  "visible")
+            continue
         node = index.producer.get(cur)
         if node is None:
             info = inputs.get(cur)
             # [batch, 1, 1, keys] pads keys; only a mask with a query axis can be causal.
             if info is not None and (info.shape is None or (len(info.shape) >= 3 and info.shape[-2] != 1)):
                 shown = list(info.shape) if info.shape is not None else "(rank unknown)"
-                open_masks.append(f"graph input '{cur}' {shown}")
+                open_masks.append(f"graph input '{cur}' {shown}: whether it is causal is up to the caller")
             continue
         visited += 1
         if node.op == "Trilu":
@@ -772,12 +854,6 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
         # comparing q - kv with a bucket bound) and shape arguments select values, they mask none.
         skip = _NOT_MASK_INPUTS.get(node.op, ())
         for i, x in enumerate(node.inputs):
-            if x in index.graph.weights and i not in skip and x not in seen:
-                seen.add(x)
-                t = index.graph.weights[x]
-                if _stored_mask(t):
-                    open_masks.append(f"a stored mask '{x}' {list(t.shape)} ({t.dtype}), whose values are not read")
-                continue
             if x and x not in seen and i not in skip:
                 seen.add(x)
                 frontier.append(x)
@@ -785,8 +861,16 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
         reason = causal or f"causal sliding-window mask ({window[1] if window else ''})"
         return _MaskEvidence(True, reason, window[0] if window else None, window[1] if window else "")
     if open_masks:
-        return _MaskEvidence(None, f"the scores take a mask from {open_masks[0]}: whether it is causal "
-                                   "is up to the caller, and the graph has no past/present tensors")
+        return _MaskEvidence(None, f"the scores take a mask from {open_masks[0]}, and the graph has no "
+                                   "past/present tensors")
+    if frontier:
+        return _MaskEvidence(None, f"the mask path to the scores is longer than {_MASK_WALK_LIMIT} nodes: whether "
+                                   "it is causal was not followed to the end")
+    if full_constants:
+        return _MaskEvidence(False, f"no past/present inputs or outputs, and the {full_constants[0]} lets queries "
+                                    "see later keys or hides none: the block attends both ways, run once over the "
+                                    "input (an encoder)")
+    # Nothing with a [queries, keys] plane reaches the scores: no mask of any kind could hide keys.
     return _MaskEvidence(False, "no past/present inputs or outputs, and no causal mask reaches the scores: the block "
                                 "attends both ways, run once over the input (an encoder)")
 
@@ -869,7 +953,13 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
         assert mask is not None
         causal, why = mask.causal, mask.reason
         mask_dtype, mask_dsource = compute[b.name]
-        if causal:
+        if causal and cfg is not None and cfg.caches is False:
+            decoding.append(BlockDecoding(b.name, False, f"{cfg.reason} (a causal mask reaches the scores, but the "
+                                          "graph has no past/present tensors)"))
+        elif causal:
+            # A causal mask says the block can cache, not that it is ever decoded token by token
+            # (CLIP's text tower is causal and runs once): say which, when a config tells.
+            why = f"{why}; {cfg.reason}" if cfg is not None and cfg.caches else f"{why}; {IF_DECODED}"
             decoding.append(BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource, "causal_mask"))
             causal_self = True
         elif any_io:

@@ -226,12 +226,14 @@ def test_packed_mqa_checkpoint_without_config_is_not_split_in_thirds(tmp_path: P
 # ------------------------------------------------------------------ a static-shape export's stored mask
 
 
-@pytest.mark.parametrize(("mask_shape", "caches"), [((1, 1, 6, 6), None), ((1, 4, 6, 6), False)])
-def test_stored_mask_on_the_scores_is_not_read_as_no_mask(tmp_path: Path, mask_shape: tuple[int, ...],
-                                                          caches: bool | None) -> None:
+@pytest.mark.parametrize(("mask_shape", "causal", "caches"),
+                         [((1, 1, 6, 6), False, False), ((1, 1, 6, 6), True, True), ((1, 4, 6, 6), False, False)])
+def test_stored_mask_on_the_scores_is_not_read_as_no_mask(tmp_path: Path, mask_shape: tuple[int, ...], causal: bool,
+                                                          caches: bool) -> None:
     """dynamo with static shapes folds a causal mask into a constant [1, 1, q, k] added to the scores:
-    the audit does not read its values, so the block may decode (unknown), not 'attends both ways'.
-    A tensor with a head axis is a position bias: still an encoder."""
+    a small one is read (size.py; a mask too large to read is unknown, tests/test_size_causality.py):
+    0 / -inf above the diagonal is causal, all zeros hides nothing. A tensor with a head axis
+    that hides nothing is a position bias: still an encoder."""
     import numpy as np
     import onnx
     from onnx import numpy_helper
@@ -241,14 +243,19 @@ def test_stored_mask_on_the_scores_is_not_read_as_no_mask(tmp_path: Path, mask_s
     g = ag.Nodes(inits=ag.Weights("attn", 32).tensors() + ag.shape_consts(4, 8))
     out = ag.mha_nodes(g, "attn", "x", "attn", 4, 8)
     i, softmax = next((i, n) for i, n in enumerate(g.nodes) if n.op_type == "Softmax")
-    g.inits.append(numpy_helper.from_array(np.zeros(mask_shape, dtype=np.float32), "folded_mask"))
+    values = np.zeros(mask_shape, dtype=np.float32)
+    if causal:
+        values += np.triu(np.full(mask_shape[-2:], np.finfo(np.float32).min, dtype=np.float32), 1)
+    g.inits.append(numpy_helper.from_array(values, "folded_mask"))
     g.nodes.insert(i, onnx.helper.make_node("Add", [softmax.input[0], "folded_mask"], ["masked"], name="mask_add"))
     softmax.input[0] = "masked"
     path = tmp_path / "m.onnx"
     onnx.save(ag.model(g.nodes, g.inits, [ag.value("x", 1, 6, 32)], [ag.value(out, 1, 6, 32)]), str(path))
     (b,) = mhainspect.inspect(str(path)).to_dict()["blocks"]
     assert b["num_heads"] == 4
-    if caches is None:
-        assert b["kv_cache_bytes_per_token"] is None and "stored mask 'folded_mask'" in b["kv_cache_reason"]
+    if caches:
+        assert b["kv_cache_bytes_per_token"] == 4 * (8 + 8) * 4, b["kv_cache_reason"]
+        detail = next(e["detail"] for e in b["evidence"] if e["field"] == "kv_cache_bytes_per_token")
+        assert "constant 'folded_mask'" in detail
     else:
         assert b["kv_cache_reason"].startswith("no cache"), b["kv_cache_reason"]

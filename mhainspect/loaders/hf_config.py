@@ -42,6 +42,25 @@ V_HEAD_DIM_KEYS = ("v_head_dim",)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim")
 SUB_CONFIGS = {"vision": ("vision_config",), "text": ("text_config", "llm_config", "language_config"),
                "audio": ("audio_config",), "encoder": ("encoder",), "decoder": ("decoder",)}
+# model_type values of decoder-only language models (transformers' causal LM families): a config
+# of one of these decodes autoregressively whatever class saved it (MistralModel, LlamaModel, ...).
+DECODER_ONLY_MODEL_TYPES = frozenset((
+    "bloom", "codegen", "cohere", "cohere2", "ctrl", "dbrx", "deepseek_v2", "deepseek_v3", "falcon", "gemma",
+    "gemma2", "gemma3_text", "glm", "glm4", "gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "gptj", "granite",
+    "granitemoe", "internlm2", "jamba", "jetmoe", "llama", "mistral", "mixtral", "mpt", "nemotron", "olmo",
+    "olmo2", "olmoe", "openai-gpt", "opt", "persimmon", "phi", "phi3", "phimoe", "qwen", "qwen2", "qwen2_moe",
+    "qwen3", "qwen3_moe", "recurrent_gemma", "rwkv", "stablelm", "starcoder2", "xglm", "exaone", "baichuan",
+    "chatglm", "smollm3", "hunyuan_v1_dense", "hunyuan_v1_moe", "ernie4_5", "ernie4_5_moe", "arcee", "apertus",
+    "seed_oss", "minimax", "gpt_oss", "bitnet", "helium", "zamba", "zamba2", "falcon_h1", "doge", "dots1",
+))
+
+
+def decoder_only_model_type(cfg: Mapping[str, Any]) -> str | None:
+    """The config's model_type when it names a decoder-only language model family, else None."""
+    kind = cfg.get("model_type")
+    return kind if isinstance(kind, str) and kind in DECODER_ONLY_MODEL_TYPES else None
+
+
 # Words in a block's name that put it in the decoder of an encoder-decoder config.
 _DECODER_WORDS = ("decoder", "encdecattention", "encoder_attn")
 _LAYER_NUMBER = re.compile(r"(?:^|[./])(\d+)(?:[./]|$)")

@@ -1,7 +1,8 @@
 """ONNX loader: protobuf -> ModelGraph, reading graph structure and weight metadata only.
 
 Tensor data is never read or copied, except the values of tiny integer/float constants that
-drive shape arithmetic and attention scaling. External data files are never opened.
+drive shape arithmetic and attention scaling, and of small bool/float tensors of rank >= 2 (a mask
+an exporter folded to a constant). External data files are never opened.
 
 ``load_onnx`` is the fast path; it returns exactly the ModelGraph that
 ``model_to_graph(read_model_proto(path))`` returns, but:
@@ -11,7 +12,7 @@ drive shape arithmetic and attention scaling. External data files are never open
   (``onnx/onnx_ml_pb2.py``) in a private protobuf pool; constant values are decoded with ``struct``;
 - on a large file it never materialises weight payloads: the file is memory-mapped and a small
   wire-format scanner copies the model minus the data fields of every tensor whose value the
-  loader would never read (more than ``_MAX_INT_VALUE_ELEMENTS`` elements), then protobuf parses
+  loader would never read (more than ``_MAX_INT_VALUE_ELEMENTS`` elements, save small masks), then protobuf parses
   that much smaller buffer. Pages of the skipped payloads are never touched.
 
 Any failure of the fast path (unusual file, corrupt protobuf, missing descriptor) falls back to
@@ -40,7 +41,9 @@ from mhainspect.dtypes import ONNX_FLOAT_CODES, ONNX_INTEGER_CODES, onnx_name
 from mhainspect.errors import InputError
 from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.loaders.onnx_wire import (
+    MASK_TYPE_CODES,
     MAX_INT_VALUE_ELEMENTS,
+    MAX_MASK_ELEMENTS,
     MAX_SUBGRAPH_DEPTH,
     fast_path_errors,
     model_proto_class,
@@ -320,8 +323,9 @@ def _external_key(t: onnx.TensorProto) -> tuple[str, str]:  # type: ignore[name-
 
 # Decoding of small constants, as onnx.numpy_helper.to_array does it (little-endian raw_data, or
 # the typed field with numpy's wrap-around casts), without importing numpy.
-_RAW_FORMATS = {1: "f", 10: "e", 11: "d", 16: "H", 6: "i", 7: "q", 2: "B", 3: "b", 4: "H", 5: "h", 12: "I", 13: "Q"}
-_TYPED_FIELDS = {1: "float_data", 11: "double_data", 10: "int32_data", 16: "int32_data", 6: "int32_data",
+_RAW_FORMATS = {1: "f", 10: "e", 11: "d", 16: "H", 6: "i", 7: "q", 2: "B", 3: "b", 4: "H", 5: "h", 12: "I", 13: "Q",
+                9: "B"}
+_TYPED_FIELDS = {1: "float_data", 11: "double_data", 10: "int32_data", 16: "int32_data", 6: "int32_data", 9: "int32_data",
                  7: "int64_data", 2: "int32_data", 3: "int32_data", 4: "int32_data", 5: "int32_data",
                  12: "uint64_data", 13: "uint64_data"}
 _WRAP_BITS = {2: (8, False), 3: (8, True), 4: (16, False), 5: (16, True), 12: (32, False)}
@@ -427,6 +431,9 @@ def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = F
                 int_value = _small_values(t, dt)[0]
         elif dt in _FLOAT_TYPES and numel == 1:
             float_value = _small_values(t, dt)[1]
+    mask_values = None
+    if not external and dt in MASK_TYPE_CODES and len(shape) >= 2 and 1 < numel <= MAX_MASK_ELEMENTS:
+        mask_values = _mask_values(t)
     location = None
     if is_constant_node:
         storage_key = f"const:{name}"
@@ -435,7 +442,15 @@ def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = F
     else:
         storage_key = f"name:{name}"  # name: the tensor's name in its scope (a subgraph's own are prefixed)
     return _make_tensor(name, shape, onnx_name(dt), storage_key, int_value, float_value,
-                        is_constant_node, location)
+                        is_constant_node, location, mask_values)
+
+
+def _mask_values(t: Any) -> tuple[float, ...] | None:
+    try:
+        values = _tensor_values(t)
+    except Exception:  # malformed constant: its value just stays unknown
+        return None
+    return tuple(float(v) for v in values) if values else None
 
 
 def _attr_value(a: onnx.AttributeProto) -> AttrValue:  # type: ignore[name-defined]  # noqa: F821
@@ -500,7 +515,7 @@ def _plain_fields(cls: type, names: tuple[str, ...]) -> bool:
 
 _RAW_NODE = _plain_fields(Node, ("name", "op", "inputs", "outputs", "attrs", "scope", "domain"))
 _RAW_TENSOR = _plain_fields(Tensor, ("name", "shape", "dtype", "storage_key", "int_value", "float_value",
-                                     "is_constant_node", "kind", "origin", "location"))
+                                     "is_constant_node", "kind", "origin", "location", "mask_values"))
 _RAW_VALUE_INFO = _plain_fields(ValueInfo, ("name", "shape", "dtype"))
 _new = object.__new__
 
@@ -524,10 +539,11 @@ def _make_node(name: str, op: str, inputs: tuple[str, ...], outputs: tuple[str, 
 
 def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str,
                  int_value: tuple[int, ...] | None, float_value: float | None, is_constant_node: bool,
-                 location: str | None = None) -> Tensor:
-    """Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=...)."""
+                 location: str | None = None, mask_values: tuple[float, ...] | None = None) -> Tensor:
+    """Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=..., mask_values=...)."""
     if not _RAW_TENSOR:
-        return Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=location)
+        return Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=location,
+                      mask_values=mask_values)
     tensor = _new(Tensor)
     d = tensor.__dict__
     d["name"] = name
@@ -540,6 +556,7 @@ def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str
     d["kind"] = None
     d["origin"] = None
     d["location"] = location
+    d["mask_values"] = mask_values
     return tensor
 
 
@@ -699,7 +716,7 @@ class _GraphBuilder:
         if template is None:
             return None
         return _make_tensor(out, template.shape, template.dtype, f"const:{out}", template.int_value,
-                            template.float_value, True)
+                            template.float_value, True, mask_values=template.mask_values)
 
     def _parse_attribute(self, raw: bytes) -> Any:
         """The AttributeProto in raw (bytes of a raw-attribute NodeProto); _Unsupported for the

@@ -7,7 +7,8 @@ wire-format scanner that drops the weight payloads the loader never reads.
 - ``raw_attribute_classes``: a private schema where ``NodeProto.attribute`` is ``repeated bytes``,
   so each distinct attribute is parsed once (~6-14 ms on the 70B row).
 - ``read_bytes`` / ``stripped``: a file from ``SCAN_MIN_FILE_BYTES`` on is memory-mapped and copied
-  minus the data fields of every tensor with more than ``MAX_INT_VALUE_ELEMENTS`` elements (inline
+  minus the data fields of every tensor with more than ``MAX_INT_VALUE_ELEMENTS`` elements, save
+  possible masks (bool/float, rank >= 2, at most ``MAX_MASK_ELEMENTS``) (inline
   weights: the pages of the payloads are never touched).
 
 Field numbers are named below (``onnx/onnx.proto``, ``google/protobuf/descriptor.proto``); a test
@@ -29,6 +30,12 @@ ProgressCallback = Callable[[str, int, int], None]
 
 # Values of integer constants up to this many elements are read (shape arithmetic): their data is kept.
 MAX_INT_VALUE_ELEMENTS = 64
+# Values of bool/float tensors of rank >= 2 up to this many elements are read: an attention mask
+# an exporter folded to a constant (a 32 x 32 causal or sliding-window mask), read to tell causal
+# from bidirectional. Their data is kept.
+MAX_MASK_ELEMENTS = 1024
+MASK_TYPE_CODES = frozenset((1, 9, 10, 11, 16))  # float32, bool, float16, float64, bfloat16
+TENSOR_DATA_TYPE = 2
 MAX_SUBGRAPH_DEPTH = 32
 # Files from this size on are memory-mapped and scanned so that weight payloads are skipped;
 # smaller ones are read whole (their payloads cost less than the scan).
@@ -359,11 +366,15 @@ def _scan_tensor(buf: memoryview, pos: int, end: int) -> list[Any] | None:
     """Drop the data fields of a tensor whose dims say the loader never reads its values."""
     start = pos
     dims: list[int] = []
+    data_type = 0
     data_spans: list[tuple[int, int]] = []
     while pos < end:
         field_start = pos
         key, pos = _varint(buf, pos)
         field, wire = key >> 3, key & 7
+        if wire == WIRE_VARINT and field == TENSOR_DATA_TYPE:
+            data_type, pos = _varint(buf, pos)
+            continue
         if wire == WIRE_LEN:
             length, pos = _varint(buf, pos)
             body, pos = pos, pos + length
@@ -387,7 +398,10 @@ def _scan_tensor(buf: memoryview, pos: int, end: int) -> list[Any] | None:
     # tensor_from_proto reads values only when numel <= MAX_INT_VALUE_ELEMENTS (ints) or == 1
     # (floats), numel counting negative dims as 0: with every dim >= 0 and more elements than
     # that, the data is never looked at, so leaving it out changes nothing.
+    # Likewise a possible mask: bool/float of rank >= 2 and at most MAX_MASK_ELEMENTS elements.
     if not data_spans or any(d < 0 for d in dims) or math.prod(dims) <= MAX_INT_VALUE_ELEMENTS:
+        return None
+    if len(dims) >= 2 and data_type in MASK_TYPE_CODES and math.prod(dims) <= MAX_MASK_ELEMENTS:
         return None
     pieces: list[Any] = []
     cursor = start

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mhainspect.findings import AttentionBlock, Report
 from mhainspect.render.numbers import group
-from mhainspect.size import KV_FIELD, NO_CACHE, format_bytes
+from mhainspect.size import IF_DECODED, KV_FIELD, NO_CACHE, format_bytes
 
 __all__ = ["block_size_line", "size_lines"]
 
@@ -37,13 +37,16 @@ def size_lines(report: Report) -> list[str]:
         elif kv.context is None:
             line += "; give --context N for the total"
         lines.append(line)
+        if IF_DECODED in (kv.reason or ""):
+            lines.append(f"  from a causal mask only: {IF_DECODED}")
     if kv.bytes_per_encoder_token:
         lines.append(f"  cross-attention: {_bytes(kv.bytes_per_encoder_token)} per encoder token, cached once per input")
     windows = sorted({b.sliding_window for b in report.blocks if b.sliding_window})
     if windows:
         n = sum(1 for b in report.blocks if b.sliding_window)
+        held = ", ".join(str(max(w - 1, 0)) for w in windows)
         lines.append(f"  {n} sliding-window block(s) (window {', '.join(map(str, windows))}) hold at most "
-                     "window - 1 tokens")
+                     f"{held} past tokens")
     return lines
 
 

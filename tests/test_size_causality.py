@@ -1,0 +1,204 @@
+"""Causality and sliding windows from the graph and the config (the KV-cache decision of size.py).
+
+Regressions from a QA run:
+- a causal decoder exported by torch dynamo with static shapes carries its mask as a constant
+  initializer: read, it is causal (and a band gives the window); not read, the answer is unknown,
+  never "attends both ways";
+- DeBERTa-v2's relative-position bucketing compares position differences (``Less``) to pick a
+  bias index: that is no causal mask and no sliding window;
+- a Hugging Face folder saved from a base class (``MistralModel``) is a decoder by its model_type.
+
+Tiny models from configs with random weights, no download.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mhainspect.api import inspect
+from mhainspect.findings import Report
+from mhainspect.size import _constant_mask
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SEQ = 8
+
+
+def _noise(model: Any) -> Any:
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    return model.eval()
+
+
+class _Hidden(torch.nn.Module):  # type: ignore[misc]
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.m = model
+
+    def forward(self, ids: Any, mask: Any) -> Any:
+        return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def _model(cfg_name: str, model_name: str, **cfg: Any) -> Any:
+    torch.manual_seed(0)
+    config = getattr(transformers, cfg_name)(**cfg)
+    config._attn_implementation = "eager"
+    config.use_cache = False
+    return _noise(getattr(transformers, model_name)(config))
+
+
+def _export(model: Any, path: Path, *, dynamo: bool) -> Path:
+    ids = torch.randint(2, 100, (2, SEQ), generator=torch.Generator().manual_seed(0))
+    args = (ids, torch.ones_like(ids))
+    wrapped = _Hidden(model).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            torch.onnx.export(wrapped, args, dynamo=True, opset_version=18).save(str(path))
+        else:
+            torch.onnx.export(wrapped, args, str(path), opset_version=17, dynamo=False,
+                              input_names=["ids", "mask"], output_names=["out"],
+                              dynamic_axes={"ids": {0: "batch"}, "mask": {0: "batch"}, "out": {0: "batch"}})
+    return path
+
+
+MISTRAL = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=2,
+               intermediate_size=128, vocab_size=128)
+PER_TOKEN = 2 * 2 * (16 + 16) * 4  # 2 layers x 2 kv heads x (d_k + d_v) x float32
+
+
+def _windows(report: Report) -> list[int | None]:
+    return [b.sliding_window for b in report.blocks]
+
+
+# ----------------------------------------------------------------------------- the constant mask's values
+
+
+def _plane(queries: int, keys: int, visible: Any) -> list[float]:
+    return [1.0 if visible(q, k) else 0.0 for q in range(queries) for k in range(keys)]
+
+
+def test_constant_mask_patterns() -> None:
+    causal = _plane(8, 8, lambda q, k: k <= q)
+    assert _constant_mask(causal, (1, 1, 8, 8)) == ("causal", None)
+    assert _constant_mask([1.0 - v for v in causal], (1, 1, 8, 8)) == ("causal", None)  # True = hidden
+    additive = [0.0 if v else -3.4e38 for v in causal]
+    assert _constant_mask(additive, (8, 8)) == ("causal", None)
+    band = _plane(8, 8, lambda q, k: q - 4 < k <= q)
+    assert _constant_mask(band, (1, 1, 8, 8)) == ("window", 4)
+    assert _constant_mask(band * 2, (2, 1, 8, 8)) == ("window", 4)  # same plane per batch row
+    assert _constant_mask(_plane(8, 8, lambda q, k: True), (1, 1, 8, 8)) == ("none", None)
+    assert _constant_mask([0.0] * 64, (8, 8)) == ("none", None)  # an additive mask hiding nothing
+    assert _constant_mask(_plane(8, 8, lambda q, k: k >= q), (8, 8))[0] == "none"  # sees later keys
+    # Swin's shifted windows: 0 / -100 by window, every query sees a later key of its window
+    windows = [0.0 if q // 4 == k // 4 else -100.0 for q in range(8) for k in range(8)]
+    assert _constant_mask(windows, (1, 1, 8, 8))[0] == "none"
+    bias = [float(q - k) / 7 for q in range(8) for k in range(8)]  # a relative-position bias
+    assert _constant_mask(bias, (1, 1, 8, 8))[0] == "none"
+    assert _constant_mask(causal + band, (2, 1, 8, 8))[0] == "other"  # planes differ
+    with_past = _plane(4, 6, lambda q, k: k <= q + 2)  # 2 past keys
+    assert _constant_mask(with_past, (1, 1, 4, 6)) == ("causal", None)
+    dilated = _plane(6, 6, lambda q, k: k <= q and (q - k) % 2 == 0)  # causal, but not a band
+    assert _constant_mask(dilated, (6, 6))[0] == "other"
+
+
+# ----------------------------------------------------------------------------- exports
+
+
+def test_dynamo_mistral_constant_mask_is_causal_with_window(tmp_path: Path) -> None:
+    model = _model("MistralConfig", "MistralModel", sliding_window=4, **MISTRAL)
+    path = _export(model, tmp_path / "mistral.dynamo.onnx", dynamo=True)
+    report = inspect(str(path))
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token == PER_TOKEN, kv
+    assert _windows(report) == [4, 4]
+    evidence = [e for b in report.blocks for e in b.evidence if e.field == "kv_cache_bytes_per_token"]
+    assert evidence and all(e.source == "causal_mask" for e in evidence)
+    assert all("sliding window 4 (the values of constant " in e.detail for e in evidence), evidence
+    assert "decoded token by token" in (kv.reason or "")  # no past/present tensors, no config
+
+
+def test_dynamo_mask_too_large_to_read_is_unknown(tmp_path: Path) -> None:
+    """A mask of 40 x 40 (1600 elements, over the 1024 read) is not read: unknown with the reason,
+    not an encoder."""
+    global SEQ
+    model = _model("MistralConfig", "MistralModel", sliding_window=None, **MISTRAL)
+    old, SEQ = SEQ, 40
+    try:
+        path = _export(model, tmp_path / "mistral40.dynamo.onnx", dynamo=True)
+    finally:
+        SEQ = old
+    report = inspect(str(path))
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token is None
+    assert (kv.reason or "").startswith("unknown"), kv.reason
+    assert "stored mask" in (kv.reason or "") and "not read" in (kv.reason or "")
+    assert all(not (b.kv_cache_reason or "").startswith("no cache") for b in report.blocks)
+
+
+def test_deberta_v2_relative_buckets_are_no_window(tmp_path: Path) -> None:
+    model = _model("DebertaV2Config", "DebertaV2Model", hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                   intermediate_size=128, vocab_size=128, relative_attention=True, pos_att_type=["p2c", "c2p"],
+                   max_relative_positions=16, position_buckets=8, share_att_key=True)
+    path = _export(model, tmp_path / "deberta-v2.ts.onnx", dynamo=False)
+    report = inspect(str(path))
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token is None
+    assert _windows(report) == [None] * len(report.blocks)
+    assert all((b.kv_cache_reason or "").startswith("no cache") for b in report.blocks), \
+        [b.kv_cache_reason for b in report.blocks]
+
+
+def test_torchscript_mistral_still_causal_with_window(tmp_path: Path) -> None:
+    """The position-comparison path (TorchScript) keeps its answer: causal, window 4."""
+    model = _model("MistralConfig", "MistralModel", sliding_window=4, **MISTRAL)
+    path = _export(model, tmp_path / "mistral.ts.onnx", dynamo=False)
+    report = inspect(str(path))
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token == PER_TOKEN
+    assert _windows(report) == [4, 4]
+    # no past/present tensors and no config: the figure says it is what decoding would cache
+    assert "decoded token by token" in (kv.reason or "")
+
+
+# ----------------------------------------------------------------------------- folders
+
+
+@pytest.mark.parametrize("architecture", ["MistralModel", None])
+def test_folder_of_base_class_is_a_decoder_by_model_type(tmp_path: Path, architecture: str | None) -> None:
+    model = _model("MistralConfig", "MistralModel", sliding_window=4, **MISTRAL)
+    folder = tmp_path / "mistral"
+    model.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "mistral"
+    if architecture is None:
+        config.pop("architectures", None)
+    else:
+        assert config["architectures"] == [architecture]
+    (folder / "config.json").write_text(json.dumps(config))
+    report = inspect(str(folder))
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token == PER_TOKEN, kv
+    assert _windows(report) == [4, 4]
+    details = [e.detail for b in report.blocks for e in b.evidence if e.field == "kv_cache_bytes_per_token"]
+    assert len(details) == 2 and all("model_type mistral" in d for d in details), details
+
+
+def test_folder_encoder_model_type_is_not_made_a_decoder(tmp_path: Path) -> None:
+    """model_type is a table of decoder-only families: an encoder (bert) saved from its base class
+    stays undecided by the config (no causal architecture, no decoder model_type)."""
+    model = _model("BertConfig", "BertModel", hidden_size=64, num_attention_heads=4, num_hidden_layers=1,
+                   intermediate_size=128, vocab_size=128)
+    folder = tmp_path / "bert"
+    model.save_pretrained(folder)
+    report = inspect(str(folder))
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token is None
