@@ -35,6 +35,12 @@ class Truth:
     bias: int
 
 
+def add_noise(model: Any) -> None:
+    from tests.random_weights import add_noise as noisy  # imports torch: only when a model is built
+
+    noisy(model)
+
+
 @dataclass(frozen=True)
 class Base:
     name: str
@@ -42,15 +48,6 @@ class Base:
     path: Path
     feeds: Callable[[], dict[str, Any]]  # one calibration/example batch
     model_type: str  # onnxruntime optimizer model type
-
-
-def _noise(model: Any) -> None:
-    import torch
-
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.02)
 
 
 def _n(t: Any) -> int:
@@ -86,7 +83,7 @@ def build_bert(out: Path) -> Base:
     cfg = BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=128, max_position_embeddings=32, attn_implementation="eager")
     m = BertModel(cfg).eval()
-    _noise(m)
+    add_noise(m)
     truth = []
     for layer in m.encoder.layer:
         a = layer.attention
@@ -144,7 +141,7 @@ def build_gpt2(out: Path) -> Base:
 
     cfg = GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=4, n_positions=32, attn_implementation="eager")
     m = GPT2LMHeadModel(cfg).eval()
-    _noise(m)
+    add_noise(m)
     truth = []
     for blk in m.transformer.h:
         a = blk.attn
@@ -161,7 +158,7 @@ def build_llama(out: Path) -> Base:
                       num_key_value_heads=2, intermediate_size=96, max_position_embeddings=32,
                       attn_implementation="eager")
     m = LlamaForCausalLM(cfg).eval()
-    _noise(m)
+    add_noise(m)
     truth = [Truth(8, 2, 8, 8, 64, _lin(a.q_proj), _lin(a.k_proj), _lin(a.v_proj), _lin(a.o_proj),
                    _bias(a.q_proj, a.k_proj, a.v_proj, a.o_proj))
              for a in (layer.self_attn for layer in m.model.layers)]
@@ -175,7 +172,7 @@ def build_phi3(out: Path) -> Base:
                      num_key_value_heads=2, intermediate_size=96, max_position_embeddings=32,
                      pad_token_id=0, attn_implementation="eager")
     m = Phi3ForCausalLM(cfg).eval()
-    _noise(m)
+    add_noise(m)
     truth = []
     for layer in m.model.layers:
         a = layer.self_attn
@@ -292,7 +289,7 @@ def build_levit(out: Path) -> tuple[tuple[VisionTruth, ...], Path]:
                       key_dim=[8, 8], attention_ratio=[2, 2], mlp_ratio=[2, 2],
                       down_ops=[["Subsample", 8, 32 // 8, 4, 2, 2]])
     m = LevitModel(cfg).eval()
-    _noise(m)
+    add_noise(m)
     truth = []
     for _, mod in m.named_modules():
         kind = type(mod).__name__

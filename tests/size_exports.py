@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from tests.random_weights import add_noise
+
 BATCH = 2
 PAST = 3  # past tokens fed to the run
 NEW = 2  # new tokens in the run: the present outputs hold PAST + NEW tokens (capped for sliding layers)
@@ -31,14 +33,6 @@ class Export:
     feed: dict[str, np.ndarray]
     context: int  # tokens the decoder's self-attention cache holds after the run (before any window)
     encoder_tokens: int | None = None
-
-
-def _noise(model: nn.Module) -> nn.Module:
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.02)
-    return model.eval()
 
 
 def _export(module: nn.Module, args: tuple[Any, ...], path: Path, inputs: list[str], outputs: list[str],
@@ -74,7 +68,7 @@ def causal_lm(model: nn.Module, config: Any, path: Path, *, kv_heads: int, head_
     """Export a causal LM with its cache; ``past_len`` past tokens (at most the window - 1 of a
     sliding layer), NEW new tokens."""
     layers = config.num_hidden_layers
-    model = _noise(model).to(dtype)
+    model = add_noise(model).to(dtype)
     ids = torch.randint(0, config.vocab_size, (BATCH, NEW))
     mask = torch.ones(BATCH, past_len + NEW, dtype=torch.long)
     past = [torch.randn(BATCH, kv_heads, past_len, head_dim, dtype=dtype) for _ in range(2 * layers)]
@@ -118,7 +112,7 @@ class _Seq2Seq(nn.Module):
 
 def seq2seq(model: nn.Module, config: Any, path: Path, *, encoder_input: torch.Tensor, encoder_arg: str,
             encoder_tokens: int, layers: int, kv_heads: int, head_dim: int, vocab: int) -> Export:
-    model = _noise(model)
+    model = add_noise(model)
     dec = torch.randint(0, vocab, (BATCH, NEW))
     past = [torch.randn(BATCH, kv_heads, PAST, head_dim) for _ in range(2 * layers)]
     names_in = [encoder_arg, "decoder_input_ids"] + [f"past_key_values.{i}.decoder.{kv}" for i in range(layers)

@@ -23,14 +23,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import mhainspect  # noqa: E402
-
-
-def _noise(model: Any) -> Any:
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.02)
-    return model.eval()
+from tests.random_weights import LastHiddenState, add_noise  # noqa: E402
 
 
 def _export(model: Any, inputs: tuple[Any, ...], path: Path) -> Path:
@@ -52,17 +45,6 @@ def _quantize(src: Path) -> Path:
     return out
 
 
-class _Hidden(torch.nn.Module):  # type: ignore[misc]
-    """input_ids -> last_hidden_state, as a plain tensor function for the exporter."""
-
-    def __init__(self, m: Any) -> None:
-        super().__init__()
-        self.m = m
-
-    def forward(self, ids: Any, mask: Any) -> Any:
-        return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
-
-
 class _Positional(torch.nn.Module):  # type: ignore[misc]
     """The module called with positional tensors only (its other arguments at their defaults)."""
 
@@ -78,12 +60,12 @@ def _hf(cfg_cls: str, model_cls: str, **cfg: Any) -> Any:
     config = getattr(transformers, cfg_cls)(num_hidden_layers=2, intermediate_size=128, vocab_size=128, **cfg)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
-    return _noise(getattr(transformers, model_cls)(config))
+    return add_noise(getattr(transformers, model_cls)(config))
 
 
 def _hf_onnx(model: Any, path: Path) -> Path:
     ids = torch.randint(2, 100, (2, 8), generator=torch.Generator().manual_seed(0))
-    return _export(_Hidden(model).eval(), (ids, torch.ones_like(ids)), path)
+    return _export(LastHiddenState(model).eval(), (ids, torch.ones_like(ids)), path)
 
 
 def _blocks(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -101,7 +83,7 @@ def _params(mod: Any, *subs: str) -> int:
 @pytest.fixture(scope="module")
 def decoder_layer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, Path]:
     torch.manual_seed(0)
-    m = _noise(torch.nn.TransformerDecoderLayer(32, 4, 64, 0.0, batch_first=True))
+    m = add_noise(torch.nn.TransformerDecoderLayer(32, 4, 64, 0.0, batch_first=True))
     src = _export(_Positional(m).eval(), (torch.randn(2, 6, 32), torch.randn(2, 5, 32)), tmp_path_factory.mktemp("dec") / "dec.onnx")
     return m, src, _quantize(src)
 
@@ -212,7 +194,7 @@ def test_packed_mqa_checkpoint_without_config_is_not_split_in_thirds(tmp_path: P
     gives Q (stated as evidence), K and V the rest, and the heads stay unknown."""
     from safetensors.torch import save_file
 
-    m = _noise(transformers.GPTBigCodeModel(transformers.GPTBigCodeConfig(
+    m = add_noise(transformers.GPTBigCodeModel(transformers.GPTBigCodeConfig(
         n_embd=64, n_head=4, n_layer=2, multi_query=True, vocab_size=128)))
     save_file({k: v.contiguous() for k, v in m.state_dict().items()}, str(tmp_path / "model.safetensors"))
     d = mhainspect.inspect(str(tmp_path / "model.safetensors")).to_dict()

@@ -27,24 +27,9 @@ from mhainspect.size import _constant_mask
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from tests.random_weights import LastHiddenState, add_noise  # noqa: E402
+
 SEQ = 8
-
-
-def _noise(model: Any) -> Any:
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.02)
-    return model.eval()
-
-
-class _Hidden(torch.nn.Module):  # type: ignore[misc]
-    def __init__(self, model: Any) -> None:
-        super().__init__()
-        self.m = model
-
-    def forward(self, ids: Any, mask: Any) -> Any:
-        return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
 
 
 def _model(cfg_name: str, model_name: str, **cfg: Any) -> Any:
@@ -52,13 +37,13 @@ def _model(cfg_name: str, model_name: str, **cfg: Any) -> Any:
     config = getattr(transformers, cfg_name)(**cfg)
     config._attn_implementation = "eager"
     config.use_cache = False
-    return _noise(getattr(transformers, model_name)(config))
+    return add_noise(getattr(transformers, model_name)(config))
 
 
 def _export(model: Any, path: Path, *, dynamo: bool) -> Path:
     ids = torch.randint(2, 100, (2, SEQ), generator=torch.Generator().manual_seed(0))
     args = (ids, torch.ones_like(ids))
-    wrapped = _Hidden(model).eval()
+    wrapped = LastHiddenState(model).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if dynamo:
