@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mhainspect.findings import AttentionBlock, ModelFacts, Report, ReportWarning, SourceResult, WarningCode
+from mhainspect.findings import AttentionBlock, ModelFacts, Report, ReportWarning, WarningCode
 from mhainspect.loaders.checkpoint import load_checkpoint_weights
 from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.report import report_from
 from mhainspect.size import metas_size_inputs
-from mhainspect.static_ir import HeadOffers, WeightMeta, count_weights, parameter_keys
+from mhainspect.static_ir import HeadOffers, SourceResult, WeightMeta, count_weights, parameter_keys
 
 
 def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,

@@ -5,10 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from mhainspect.static_ir import SizeInputs
+from typing import Any
 
 
 class Vocabulary(str, Enum):
@@ -382,18 +379,6 @@ class ModelFacts:
     opset: int | None = None
     producer: str = ""
     trainable_params: int | None = None  # nn.Modules only: parameters with requires_grad
-
-
-@dataclass(frozen=True)
-class SourceResult:
-    """What every front end (ONNX graph, nn.Module, checkpoint) turns a source into; only
-    ``mhainspect.report`` makes a Report of it."""
-
-    blocks: tuple[AttentionBlock, ...]
-    misses: tuple[Miss, ...]
-    model: ModelFacts
-    warnings: tuple[str, ...] = ()
-    size: SizeInputs | None = None  # tensor metadata and decoding evidence for mhainspect.size
 
 
 def attention_params(blocks: Sequence[AttentionBlock]) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Evidence, Miss, ModelFacts, Report, SourceResult
+from mhainspect.findings import AttentionBlock, Evidence, Miss, ModelFacts, Report
 from mhainspect.loaders.gguf import (
     KV_CACHE_DTYPE,
     KV_CACHE_DTYPE_SOURCE,
@@ -38,7 +38,7 @@ from mhainspect.matchers.grouping import GroupedBlock, RoleWeights, natural_key
 from mhainspect.matchers.static import assemble
 from mhainspect.report import report_from
 from mhainspect.size import BlockDecoding, SizeInputs, prefix_block_tensors, tensors_from_metas
-from mhainspect.static_ir import HeadOffers, WeightMeta
+from mhainspect.static_ir import HeadOffers, SourceResult, WeightMeta
 
 # blk.N.attn_q.weight, enc.blk.N.attn_o.bias, dec.blk.N.cross_attn_k.weight, v.blk.N.attn_qkv.weight ...
 _ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<role>q|k|v|qkv|output|out|o)\.(?P<leaf>weight|bias)$")

@@ -12,12 +12,12 @@ from mhainspect.findings import (
     Miss,
     ModelSummary,
     Report,
-    SourceResult,
     attention_params,
     coded,
 )
 from mhainspect.flags import evaluate
 from mhainspect.size import SizeInputs, apply
+from mhainspect.static_ir import SourceResult
 from mhainspect.whatif import default_what_ifs
 
 

@@ -1,4 +1,5 @@
-"""Neutral data for sources without a graph (checkpoints, module parameter lists, configs).
+"""Neutral data for sources without a graph (checkpoints, module parameter lists, configs), and the
+one result shape every front end returns (SourceResult).
 
 Loaders produce these; the name grouping and block assembly in ``mhainspect.matchers`` consume
 them. Like ``mhainspect.graph``, this module imports nothing above the vocabulary in findings.
@@ -15,7 +16,7 @@ from typing import NamedTuple
 
 from mhainspect import dtypes
 from mhainspect.dtypes import is_float
-from mhainspect.findings import Evidence, EvidenceSource
+from mhainspect.findings import AttentionBlock, Evidence, EvidenceSource, Miss, ModelFacts
 
 
 @dataclass(frozen=True)
@@ -142,3 +143,15 @@ class SizeInputs:
     tensors: tuple[StoredTensor, ...] = ()
     block_tensors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # block -> tensor names
     decoding: tuple[BlockDecoding, ...] = ()
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """What every front end (ONNX graph, nn.Module, checkpoint) turns a source into; only
+    ``mhainspect.report`` makes a Report of it."""
+
+    blocks: tuple[AttentionBlock, ...]
+    misses: tuple[Miss, ...]
+    model: ModelFacts
+    warnings: tuple[str, ...] = ()
+    size: SizeInputs | None = None  # tensor metadata and decoding evidence for mhainspect.size

@@ -28,7 +28,6 @@ from mhainspect.findings import (
     ModelFacts,
     Report,
     ReportWarning,
-    SourceResult,
     WarningCode,
     coded,
 )
@@ -46,7 +45,7 @@ from mhainspect.matchers.grouping import group_attention
 from mhainspect.matchers.static import assemble
 from mhainspect.report import report_from
 from mhainspect.size import BlockDecoding, SizeInputs, metas_size_inputs
-from mhainspect.static_ir import HeadOffers, WeightMeta
+from mhainspect.static_ir import HeadOffers, SourceResult, WeightMeta
 
 EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 
