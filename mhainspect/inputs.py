@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mhainspect.errors import InputError
-from mhainspect.loaders.gguf import GGUF_SUFFIX, SPLIT_NAME  # the loader's own rule for a split model's parts
+from mhainspect.loaders.gguf_split import GGUF_SUFFIX, SPLIT_NAME  # the loader's own rule for a split model's parts
 from mhainspect.sources import MODEL_FILE_KINDS, file_kind, is_checkpoint_folder, is_model_folder
 
 __all__ = ["expand_models", "models_below"]

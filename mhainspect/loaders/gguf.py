@@ -31,11 +31,10 @@ from pathlib import Path
 
 from mhainspect.dtypes import Family, ggml_name, lookup
 from mhainspect.errors import InputError, read_failure
+from mhainspect.loaders.gguf_split import SPLIT_NAME
 from mhainspect.static_ir import HeadOffers, WeightMeta
 
-GGUF_SUFFIX = ".gguf"
 MAGIC = b"GGUF"
-SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
 # Limits. The first three are llama.cpp's (ggml.h GGML_MAX_DIMS, GGUF_DEFAULT_ALIGNMENT, int64 sizes);
 # the others bound work and memory on hostile files far above any real model (a Llama-3 header has
