@@ -907,19 +907,21 @@ def _graph_tensors(index: GraphIndex, parameter_keys: frozenset[str]) -> tuple[S
     into one entry per dtype: their bytes are exact either way, and this keeps the pass cheap."""
     out: list[StoredTensor] = []
     constants: Counter[str] = Counter()
-    whole: dict[str, bool] = {}  # dtype spelling -> whole bytes per element (looked up once per spelling)
+    # dtype spelling -> (whole bytes per element, has a size): looked up once per spelling
+    kinds: dict[str, tuple[bool, bool]] = {}
     for name, t in index.graph.weights.items():
         key = t.storage_key
         dtype = t.dtype
-        plain = whole.get(dtype)
-        if plain is None:
+        kind = kinds.get(dtype)
+        if kind is None:
             rate = _rate(dtype)
-            plain = whole[dtype] = rate is not None and rate[0] == 1 and rate[2] == 1
+            kind = kinds[dtype] = (rate is not None and rate[0] == 1 and rate[2] == 1, rate is not None)
+        plain, sized = kind
         if plain and t.is_constant_node and key not in parameter_keys:
             constants[dtype] += prod(t.shape)
             continue
         out.append(StoredTensor(name, dtype, prod(t.shape), key, key in parameter_keys,
-                                _external_length(key) if _rate(dtype) is None else None))
+                                None if sized else _external_length(key)))
     out.extend(StoredTensor(f"(Constant values, {dtype})", dtype, n, f"constants:{dtype}", False)
                for dtype, n in constants.items())
     return tuple(out)
