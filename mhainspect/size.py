@@ -311,26 +311,33 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCa
     return KVCache(per_token, dtype, options.context, options.batch, total, per_encoder, reason=reason)
 
 
-def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str) -> AttentionBlock:
-    """``b`` caching ``per_token`` bytes: the figure, its dtype, and its evidence (replacing an older one)."""
+def _figure_fields(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str) -> dict[str, Any]:
+    """The fields of ``b`` caching ``per_token`` bytes: the figure, its dtype, and its evidence
+    (replacing an older one)."""
     evidence = tuple(e for e in b.evidence if e.field != KV_FIELD) + (Evidence(KV_FIELD, per_token, source, detail),)
-    return dataclasses.replace(b, kv_cache_bytes_per_token=per_token, kv_cache_reason=None, kv_cache_dtype=dtype,
-                               evidence=evidence)
+    return {"kv_cache_bytes_per_token": per_token, "kv_cache_reason": None, "kv_cache_dtype": dtype,
+            "evidence": evidence}
 
 
-def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDecoding],
-                options: SizeOptions) -> tuple[AttentionBlock, ...]:
+def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str) -> AttentionBlock:
+    """``b`` caching ``per_token`` bytes (``_figure_fields``)."""
+    return dataclasses.replace(b, **_figure_fields(b, per_token, dtype, detail, source))
+
+
+def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDecoding], options: SizeOptions,
+                weight_bytes: Mapping[str, int]) -> tuple[AttentionBlock, ...]:
+    """``blocks`` with their weight bytes and KV-cache fields, one copy per block."""
     out = []
     for b in blocks:
         d = decoding.get(b.name)
         per_token, dtype, text = _block_cache(b, d, options.kv_dtype)
         window = d.window if d is not None and d.caches and b.kind != "cross" else None
-        b = dataclasses.replace(b, sliding_window=window)
         if per_token is not None and d is not None:
-            out.append(_with_figure(b, per_token, dtype, text, d.source))
+            out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
+                                           **_figure_fields(b, per_token, dtype, text, d.source)))
         else:
-            out.append(dataclasses.replace(b, kv_cache_bytes_per_token=None, kv_cache_reason=text,
-                                           kv_cache_dtype=None))
+            out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
+                                           kv_cache_bytes_per_token=None, kv_cache_reason=text, kv_cache_dtype=None))
     return tuple(out)
 
 
@@ -340,8 +347,7 @@ def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOpt
     options = options or SizeOptions()
     weights = weight_sizes(inputs.tensors, blocks, inputs.block_tensors)
     decoding = {d.block: d for d in inputs.decoding}
-    sized = tuple(dataclasses.replace(b, weight_bytes=weights.per_block.get(b.name)) for b in blocks)
-    sized = _with_cache(sized, decoding, options)
+    sized = _with_cache(blocks, decoding, options, weights.per_block)
     warnings: list[str] = []
     if weights.unsized:
         shown = ", ".join(f"'{n}'" for n in weights.unsized[:5])
@@ -901,19 +907,21 @@ def _graph_tensors(index: GraphIndex, parameter_keys: frozenset[str]) -> tuple[S
     into one entry per dtype: their bytes are exact either way, and this keeps the pass cheap."""
     out: list[StoredTensor] = []
     constants: Counter[str] = Counter()
-    whole: dict[str, bool] = {}  # dtype spelling -> whole bytes per element (looked up once per spelling)
+    # dtype spelling -> (whole bytes per element, has a size): looked up once per spelling
+    kinds: dict[str, tuple[bool, bool]] = {}
     for name, t in index.graph.weights.items():
         key = t.storage_key
         dtype = t.dtype
-        plain = whole.get(dtype)
-        if plain is None:
+        kind = kinds.get(dtype)
+        if kind is None:
             rate = _rate(dtype)
-            plain = whole[dtype] = rate is not None and rate[0] == 1 and rate[2] == 1
+            kind = kinds[dtype] = (rate is not None and rate[0] == 1 and rate[2] == 1, rate is not None)
+        plain, sized = kind
         if plain and t.is_constant_node and key not in parameter_keys:
             constants[dtype] += prod(t.shape)
             continue
         out.append(StoredTensor(name, dtype, prod(t.shape), key, key in parameter_keys,
-                                _external_length(key) if _rate(dtype) is None else None))
+                                None if sized else _external_length(key)))
     out.extend(StoredTensor(f"(Constant values, {dtype})", dtype, n, f"constants:{dtype}", False)
                for dtype, n in constants.items())
     return tuple(out)
