@@ -258,6 +258,15 @@ def _held_tokens(context: int, window: int | None) -> int:
     return context if window is None else min(context, max(window - 1, 0))
 
 
+def self_cache_bytes(blocks: Sequence[AttentionBlock], context: int, batch: int = 1) -> int:
+    """Bytes the self-attention caches of ``blocks`` hold after ``context`` tokens for ``batch``
+    sequences: each caching block's bytes per token, times its applications (a shared layer keeps
+    one cache per application), times the tokens it holds (a sliding layer at most window - 1).
+    The one rule for KVCache.total_bytes and for every figure drawn from it."""
+    return batch * sum((b.kv_cache_bytes_per_token or 0) * b.applications * _held_tokens(context, b.sliding_window)
+                       for b in blocks if b.kind != "cross" and b.kv_cache_bytes_per_token is not None)
+
+
 NO_CACHE = "no block caches K/V per token:"  # KVCache.reason of a model where nothing caches
 # A causal mask without past/present tensors or a config that says the model decodes.
 IF_DECODED = ("the graph has no past/present tensors and no config says the model decodes: this is what "
@@ -301,8 +310,7 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCa
     total = None
     reason = None
     if options.context is not None:
-        total = options.batch * sum((b.kv_cache_bytes_per_token or 0) * b.applications
-                                    * _held_tokens(options.context, b.sliding_window) for b in caching)
+        total = self_cache_bytes(caching, options.context, options.batch)
         if per_encoder:
             reason = ("total_bytes covers the decoder's self-attention at the context; cross-attention adds "
                       "bytes_per_encoder_token per encoder token per sequence")

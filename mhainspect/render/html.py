@@ -46,6 +46,7 @@ from mhainspect.render.svg import (
     stacked_bars,
     truncate,
 )
+from mhainspect.size import self_cache_bytes
 from mhainspect.whatif import what_if
 
 __all__ = ["CSP", "human_bytes", "kv_bytes_at", "page", "render_html", "render_html_body", "repr_html"]
@@ -312,19 +313,15 @@ def _whatif_section(report: Report, ids: Ids) -> str:
 
 
 def kv_bytes_at(report: Report, context: int) -> int | None:
-    """KV cache bytes at ``context`` tokens: per-block caches (sliding windows capped) when the
-    blocks carry them, else the model's bytes per token; times the cache's batch."""
+    """KV cache bytes at ``context`` tokens, by the size module's rule (sliding windows capped,
+    shared layers once per application) when the blocks carry per-block figures, else the model's
+    bytes per token; times the cache's batch."""
     kv = report.model.kv_cache
     if kv is None or kv.bytes_per_token is None:
         return None
-    caching = [b for b in report.blocks if b.kv_cache_bytes_per_token is not None and b.kind != "cross"]
-    if caching:
-        # A module applied N times (a shared layer) keeps N caches.
-        total = sum((b.kv_cache_bytes_per_token or 0) * b.applications * min(context, b.sliding_window or context)
-                    for b in caching)
-    else:
-        total = kv.bytes_per_token * context
-    return total * kv.batch
+    if any(b.kv_cache_bytes_per_token is not None and b.kind != "cross" for b in report.blocks):
+        return self_cache_bytes(report.blocks, context, kv.batch)
+    return kv.bytes_per_token * context * kv.batch
 
 
 def _kv_section(report: Report, ids: Ids) -> str:
