@@ -37,6 +37,7 @@ class Tensor:
     kind: str | None = None
     origin: str | None = None  # the parameter this tensor was folded from (e.g. transposed)
     location: str | None = None  # the external-data file holding its bytes (None: inside the model file)
+    external_length: int | None = None  # bytes the external data file gives it (its 'length' entry), when stated
     mask_values: tuple[float, ...] | None = None
 
     @property

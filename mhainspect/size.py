@@ -550,13 +550,6 @@ _MASK_WALK_LIMIT = 400  # nodes visited walking back from a block's scores looki
 _IO_WALK_LIMIT = 600  # nodes visited from a past/present tensor to the nearest block
 
 
-def _external_length(storage_key: str) -> int | None:
-    if not storage_key.startswith("external:"):
-        return None
-    length = storage_key.rsplit(":", 1)[-1]
-    return int(length) if length.isdigit() else None
-
-
 def _block_nodes(blocks: Sequence[AttentionBlock]) -> dict[str, str]:
     """Node name -> block name, for the anchors and the projection nodes."""
     out: dict[str, str] = {}
@@ -929,7 +922,7 @@ def _graph_tensors(index: GraphIndex, parameter_keys: frozenset[str]) -> tuple[S
             constants[dtype] += prod(t.shape)
             continue
         out.append(StoredTensor(name, dtype, prod(t.shape), key, key in parameter_keys,
-                                None if sized else _external_length(key)))
+                                None if sized else t.external_length))
     out.extend(StoredTensor(f"(Constant values, {dtype})", dtype, n, f"constants:{dtype}", False)
                for dtype, n in constants.items())
     return tuple(out)

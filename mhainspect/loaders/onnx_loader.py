@@ -314,11 +314,14 @@ def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:  # type: ignore[name-defin
     return ValueInfo(v.name, tuple(dims), onnx_name(tt.elem_type))
 
 
-def _external_key(t: onnx.TensorProto) -> tuple[str, str]:  # type: ignore[name-defined]  # noqa: F821
-    """(storage key, location) of external data: identity is (file, offset), so shared data counts once."""
+def _external_key(t: onnx.TensorProto) -> tuple[str, str, int | None]:  # type: ignore[name-defined]  # noqa: F821
+    """(storage key, location, stated length) of external data: identity is (file, offset), so shared
+    data counts once; the length is the 'length' entry when it is a plain number."""
     entries = {e.key: e.value for e in t.external_data}
     location = entries.get("location", "")
-    return f"external:{location}:{entries.get('offset', '0')}:{entries.get('length', '')}", location
+    length = entries.get("length", "")
+    return (f"external:{location}:{entries.get('offset', '0')}:{length}", location,
+            int(length) if length.isdigit() else None)
 
 
 # Decoding of small constants, as onnx.numpy_helper.to_array does it (little-endian raw_data, or
@@ -434,15 +437,15 @@ def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = F
     mask_values = None
     if not external and dt in MASK_TYPE_CODES and len(shape) >= 2 and 1 < numel <= MAX_MASK_ELEMENTS:
         mask_values = _mask_values(t)
-    location = None
+    location = external_length = None
     if is_constant_node:
         storage_key = f"const:{name}"
     elif external:
-        storage_key, location = _external_key(t)
+        storage_key, location, external_length = _external_key(t)
     else:
         storage_key = f"name:{name}"  # name: the tensor's name in its scope (a subgraph's own are prefixed)
     return _make_tensor(name, shape, onnx_name(dt), storage_key, int_value, float_value,
-                        is_constant_node, location, mask_values)
+                        is_constant_node, location, mask_values, external_length)
 
 
 def _mask_values(t: Any) -> tuple[float, ...] | None:
@@ -515,7 +518,8 @@ def _plain_fields(cls: type, names: tuple[str, ...]) -> bool:
 
 _RAW_NODE = _plain_fields(Node, ("name", "op", "inputs", "outputs", "attrs", "scope", "domain"))
 _RAW_TENSOR = _plain_fields(Tensor, ("name", "shape", "dtype", "storage_key", "int_value", "float_value",
-                                     "is_constant_node", "kind", "origin", "location", "mask_values"))
+                                     "is_constant_node", "kind", "origin", "location", "external_length",
+                                     "mask_values"))
 _RAW_VALUE_INFO = _plain_fields(ValueInfo, ("name", "shape", "dtype"))
 _new = object.__new__
 
@@ -539,11 +543,13 @@ def _make_node(name: str, op: str, inputs: tuple[str, ...], outputs: tuple[str, 
 
 def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str,
                  int_value: tuple[int, ...] | None, float_value: float | None, is_constant_node: bool,
-                 location: str | None = None, mask_values: tuple[float, ...] | None = None) -> Tensor:
-    """Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=..., mask_values=...)."""
+                 location: str | None = None, mask_values: tuple[float, ...] | None = None,
+                 external_length: int | None = None) -> Tensor:
+    """Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=...,
+    external_length=..., mask_values=...)."""
     if not _RAW_TENSOR:
         return Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=location,
-                      mask_values=mask_values)
+                      external_length=external_length, mask_values=mask_values)
     tensor = _new(Tensor)
     d = tensor.__dict__
     d["name"] = name
@@ -556,6 +562,7 @@ def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str
     d["kind"] = None
     d["origin"] = None
     d["location"] = location
+    d["external_length"] = external_length
     d["mask_values"] = mask_values
     return tensor
 
