@@ -318,11 +318,16 @@ def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:  # type: ignore[name-defin
 def _external_key(t: onnx.TensorProto) -> tuple[str, str, int | None]:  # type: ignore[name-defined]  # noqa: F821
     """(storage key, location, stated length) of external data: identity is (file, offset), so shared
     data counts once; the length is the 'length' entry when it is a plain number."""
-    entries = {e.key: e.value for e in t.external_data}
-    location = entries.get("location", "")
-    length = entries.get("length", "")
-    return (f"external:{location}:{entries.get('offset', '0')}:{length}", location,
-            int(length) if length.isdigit() else None)
+    location, offset, length = "", "0", ""
+    for e in t.external_data:  # a later entry of a key wins, as in a dict built from them
+        key = e.key
+        if key == "location":
+            location = e.value
+        elif key == "offset":
+            offset = e.value
+        elif key == "length":
+            length = e.value
+    return f"external:{location}:{offset}:{length}", location, int(length) if length.isdigit() else None
 
 
 # Decoding of small constants, as onnx.numpy_helper.to_array does it (little-endian raw_data, or
@@ -422,23 +427,21 @@ def _small_values(t: Any, dt: int) -> tuple[tuple[int, ...] | None, float | None
 
 
 def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = False) -> Tensor:  # type: ignore[name-defined]  # noqa: F821
-    shape = tuple(t.dims)
-    numel = 1
-    for d in shape:
-        numel *= max(d, 0)
+    shape = tuple(t.dims[:])  # a list slice, then a tuple: cheaper than iterating the container
     dt = t.data_type
     external = t.data_location == 1
-    int_value = float_value = None
-    if not external:
+    int_value = float_value = mask_values = location = external_length = None
+    if not external:  # values are read from inline data only
+        numel = 1
+        for d in shape:
+            numel *= max(d, 0)
         if dt in _INT_TYPES:
             if numel <= _MAX_INT_VALUE_ELEMENTS:
                 int_value = _small_values(t, dt)[0]
         elif dt in _FLOAT_TYPES and numel == 1:
             float_value = _small_values(t, dt)[1]
-    mask_values = None
-    if not external and dt in MASK_TYPE_CODES and len(shape) >= 2 and 1 < numel <= MAX_MASK_ELEMENTS:
-        mask_values = _mask_values(t)
-    location = external_length = None
+        if dt in MASK_TYPE_CODES and len(shape) >= 2 and 1 < numel <= MAX_MASK_ELEMENTS:
+            mask_values = _mask_values(t)
     if is_constant_node:
         storage_key = f"const:{name}"
     elif external:
@@ -529,17 +532,6 @@ _new = object.__new__
 _set_attr = object.__setattr__
 
 
-def _make_node(name: str, op: str, inputs: tuple[str, ...], outputs: tuple[str, ...],
-               attrs: dict[str, AttrValue], scope: str, domain: str) -> Node:
-    """Node(name, op, inputs, outputs, attrs, scope, domain)."""
-    if not _RAW_NODE:
-        return Node(name, op, inputs, outputs, attrs, scope, domain)
-    node = _new(Node)
-    _set_attr(node, "__dict__", {"name": name, "op": op, "inputs": inputs, "outputs": outputs, "attrs": attrs,
-                                 "scope": scope, "domain": domain})
-    return node
-
-
 def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str,
                  int_value: tuple[int, ...] | None, float_value: float | None, is_constant_node: bool,
                  location: str | None = None, mask_values: tuple[float, ...] | None = None,
@@ -625,18 +617,17 @@ class _GraphBuilder:
     def _add_graph(self, graph: onnx.GraphProto, prefix: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
         weights, known = self.weights, self.known_names
         rename = self._rename
+        # Weight names need not go into known_names: check_dangling adds every weight's.
         for init in graph.initializer:
             name = init.name
             if rename:
                 name = rename.get(name, name)
             weights[name] = tensor_from_proto(init, name)
-            known.add(name)
         for sp in graph.sparse_initializer:
             values = sp.values
             name = rename.get(values.name, values.name)
             shape = tuple(int(d) for d in sp.dims)
             weights[name] = Tensor(name, shape, onnx_name(values.data_type), f"name:{name}")
-            known.add(name)
         for v in graph.input:
             known.add(rename.get(v.name, v.name))
         nodes = graph.node
@@ -662,6 +653,7 @@ class _GraphBuilder:
         name_scopes = self._name_scopes
         scopes = self._scopes
         functions = self.functions
+        raw_node, raw_tensor = _RAW_NODE, _RAW_TENSOR
         for node in nodes:
             op_type = node.op_type
             domain = node.domain
@@ -672,11 +664,22 @@ class _GraphBuilder:
             if op_type == "Constant" and len(outputs) == 1 and domain in ("", "ai.onnx"):
                 out = outputs[0]
                 # The cache probe of _constant, inline: most Constants repeat an earlier value.
-                template = constants.get(attributes[0], _MISSING) if raw and len(attributes) == 1 else _MISSING
+                try:
+                    template = constants[attributes[0]] if raw and len(attributes) == 1 else _MISSING
+                except KeyError:
+                    template = _MISSING
                 if template is _MISSING:
                     tensor = self._constant(attributes, out)
+                elif template is None:
+                    tensor = None
+                elif raw_tensor:  # _renamed_constant(template, out), inline
+                    fields = template.__dict__.copy()
+                    fields["name"] = out
+                    fields["storage_key"] = f"const:{out}"
+                    tensor = _new(Tensor)
+                    _set_attr(tensor, "__dict__", fields)
                 else:
-                    tensor = None if template is None else _renamed_constant(template, out)
+                    tensor = _renamed_constant(template, out)
                 if tensor is not None:
                     weights[out] = tensor  # check_dangling adds every weight name to known_names
                     continue
@@ -685,8 +688,9 @@ class _GraphBuilder:
             if attributes:
                 if raw:
                     for a in attributes:
-                        hit = attr_cache.get(a)
-                        if hit is None:
+                        try:
+                            hit = attr_cache[a]
+                        except KeyError:
                             parsed = self._parse_attribute(a)
                             hit = attr_cache[a] = (parsed.name, _attr_value(parsed))
                         attrs[hit[0]] = hit[1]
@@ -704,14 +708,14 @@ class _GraphBuilder:
                 scope = scope_from_metadata([(k, p.value) for p in node.metadata_props
                                              if (k := p.key) == _NAME_SCOPES_KEY])
             if not scope:
-                slash = node_name.rfind("/")
-                if slash < 0:
+                directory, slash, _ = node_name.rpartition("/")  # one call (rfind parses its arguments: ~2x)
+                if not slash:
                     scope = ""
                 else:
                     # scope_from_node_name reads only what precedes the last '/': shared by a layer's nodes.
-                    directory = node_name[:slash]
-                    scope = scopes.get(directory)
-                    if scope is None:
+                    try:
+                        scope = scopes[directory]
+                    except KeyError:
                         scope = scopes[directory] = scope_from_node_name(node_name)
             if functions:
                 func = functions.get((domain, op_type))
@@ -721,7 +725,14 @@ class _GraphBuilder:
             inputs = node.input[:]
             if rename:
                 inputs = [rename.get(i, i) for i in inputs]
-            built.append(_make_node(name, op_type, tuple(inputs), tuple(outputs), attrs, scope, domain))
+            if raw_node:  # Node(name, op_type, inputs, outputs, attrs, scope, domain), without __init__
+                made = _new(Node)
+                _set_attr(made, "__dict__", {"name": name, "op": op_type, "inputs": tuple(inputs),
+                                             "outputs": tuple(outputs), "attrs": attrs, "scope": scope,
+                                             "domain": domain})
+            else:
+                made = Node(name, op_type, tuple(inputs), tuple(outputs), attrs, scope, domain)
+            built.append(made)
             if subgraphs:
                 for i, g in enumerate(subgraphs):
                     self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
