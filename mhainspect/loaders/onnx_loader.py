@@ -550,18 +550,6 @@ def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str
     return tensor
 
 
-def _renamed_constant(template: Tensor, out: str) -> Tensor:
-    """The Constant node tensor ``template`` as the output ``out`` (its name and storage key)."""
-    if not _RAW_TENSOR:
-        return dataclasses.replace(template, name=out, storage_key=f"const:{out}")
-    fields = template.__dict__.copy()
-    fields["name"] = out
-    fields["storage_key"] = f"const:{out}"
-    tensor = _new(Tensor)
-    _set_attr(tensor, "__dict__", fields)
-    return tensor
-
-
 _MISSING: Any = object()
 _CONSTANT_CACHE_MAX_BYTES = 4096  # larger Constant values are decoded each time, never kept
 _INPUTS = attrgetter("inputs")
@@ -663,23 +651,31 @@ class _GraphBuilder:
             attributes = node.attribute
             if op_type == "Constant" and len(outputs) == 1 and domain in ("", "ai.onnx"):
                 out = outputs[0]
-                # The cache probe of _constant, inline: most Constants repeat an earlier value.
-                try:
-                    template = constants[attributes[0]] if raw and len(attributes) == 1 else _MISSING
-                except KeyError:
-                    template = _MISSING
+                # Exporters repeat a few values ([1], [-1], 0.5, ...) per layer: a single attribute's
+                # bytes key the tensor it made first, which only its name and storage key tell apart.
+                key = None
+                template = _MISSING
+                if len(attributes) == 1:
+                    key = attributes[0] if raw else attributes[0].SerializeToString()
+                    try:
+                        template = constants[key]
+                    except KeyError:
+                        pass
                 if template is _MISSING:
-                    tensor = self._constant(attributes, out)
+                    tensor = _constant_tensor([self._parse_attribute(b) for b in attributes] if raw else attributes,
+                                              out)
+                    if key is not None and len(key) <= _CONSTANT_CACHE_MAX_BYTES:
+                        constants[key] = tensor
                 elif template is None:
                     tensor = None
-                elif raw_tensor:  # _renamed_constant(template, out), inline
+                elif raw_tensor:  # the template's fields, renamed, without __init__
                     fields = template.__dict__.copy()
                     fields["name"] = out
                     fields["storage_key"] = f"const:{out}"
                     tensor = _new(Tensor)
                     _set_attr(tensor, "__dict__", fields)
                 else:
-                    tensor = _renamed_constant(template, out)
+                    tensor = dataclasses.replace(template, name=out, storage_key=f"const:{out}")
                 if tensor is not None:
                     weights[out] = tensor  # check_dangling adds every weight name to known_names
                     continue
@@ -736,24 +732,6 @@ class _GraphBuilder:
             if subgraphs:
                 for i, g in enumerate(subgraphs):
                     self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
-
-    def _constant(self, attributes: Any, out: str) -> Tensor | None:
-        """_constant_tensor(attributes, out) of a Constant node, decoded once per distinct single
-        'value' attribute."""
-        raw = self._attr_cls is not None
-        if len(attributes) != 1:
-            return _constant_tensor([self._parse_attribute(b) for b in attributes] if raw else attributes, out)
-        key = attributes[0] if raw else attributes[0].SerializeToString()
-        cache = self._constants
-        template = cache.get(key, _MISSING)
-        if template is _MISSING:
-            # The tensor depends on the attribute alone (equal bytes parse to equal fields) but for
-            # its name and storage key, which come from out.
-            tensor = _constant_tensor([self._parse_attribute(key)] if raw else attributes, out)
-            if len(key) <= _CONSTANT_CACHE_MAX_BYTES:
-                cache[key] = tensor
-            return tensor
-        return None if template is None else _renamed_constant(template, out)
 
     def _parse_attribute(self, raw: bytes) -> Any:
         """The AttributeProto in raw (bytes of a raw-attribute NodeProto); _Unsupported for the
