@@ -1010,8 +1010,9 @@ def metas_size_inputs(weights: Mapping[str, Any], blocks: Sequence[AttentionBloc
 
 
 def tensors_from_metas(metas: Iterable[Any], parameter_keys: frozenset[str]) -> tuple[StoredTensor, ...]:
-    """StoredTensors from name-keyed weight metadata (checkpoints, module parameters and buffers)."""
-    return tuple(StoredTensor(m.name, m.dtype, m.numel, m.storage_key, m.storage_key in parameter_keys)
+    """StoredTensors from name-keyed weight metadata (checkpoints, module parameters and buffers),
+    as stored (a packed quantized weight: its stored elements, not the logical ones)."""
+    return tuple(StoredTensor(m.name, m.dtype, m.stored_numel, m.storage_key, m.storage_key in parameter_keys)
                  for m in metas)
 
 
