@@ -1004,7 +1004,8 @@ def metas_size_inputs(weights: Mapping[str, Any], blocks: Sequence[AttentionBloc
     module path, and what the config says about decoding (no graph to show a cache or a mask)."""
     tensors = tensors_from_metas(weights.values(), parameters)
     fallback = config_dtype(config) or model_float_dtype(tensors)
-    compute = weight_compute_dtypes(blocks, {n: t.dtype for n, t in weights.items()}, fallback)
+    # A quantized weight's dtype (fp8, int8) is its storage, not what the block computes and caches in.
+    compute = weight_compute_dtypes(blocks, {n: t.dtype for n, t in weights.items() if t.quant is None}, fallback)
     return SizeInputs(tensors, prefix_block_tensors(blocks, weights),
                       config_decoding(config, blocks, compute, label=label, no_config=no_config))
 

@@ -231,26 +231,45 @@ def fp8_channel() -> Quantizer:
     return q
 
 
-def write(folder: Path, arch: Arch, quantizer: Quantizer, quant_config: dict[str, Any] | None,
-          *, config: bool = True) -> Path:
-    """A Hugging Face folder: every decoder Linear quantized by ``quantizer``; biases fp16."""
-    folder.mkdir(parents=True, exist_ok=True)
+def fp16() -> Quantizer:
+    """No quantization: the fp16 Linear weight (the reference the quantized files must match)."""
+    return lambda i, o: {"weight": torch.randn(o, i, dtype=torch.float16)}
+
+
+@dataclass(frozen=True)
+class Written:
+    folder: Path
+    aux_bytes: int  # bytes of the quantization data (every tensor a quantizer writes beside the weight)
+
+
+def tensors_of(arch: Arch, quantizer: Quantizer) -> tuple[Tensors, int]:
+    """Every tensor of the model, and the bytes of its quantization data."""
     torch.manual_seed(0)
     tensors = arch.plain()
+    aux = 0
     for layer in range(arch.layers):
         for name, i, o, bias in arch.linears():
             path = f"{arch.prefix}.{layer}.{name}"
-            for leaf, t in quantizer(i, o).items():
+            for n, (leaf, t) in enumerate(quantizer(i, o).items()):
                 tensors[f"{path}.{leaf}"] = t
+                aux += t.numel() * t.element_size() if n else 0  # the first is the weight itself
             if bias:
                 tensors[f"{path}.bias"] = torch.randn(o, dtype=torch.float16)
+    return tensors, aux
+
+
+def write(folder: Path, arch: Arch, quantizer: Quantizer, quant_config: dict[str, Any] | None,
+          *, config: bool = True) -> Written:
+    """A Hugging Face folder: every decoder Linear quantized by ``quantizer``; biases fp16."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors, aux = tensors_of(arch, quantizer)
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     if config:
         cfg = arch.config()
         if quant_config is not None:
             cfg["quantization_config"] = quant_config
         (folder / "config.json").write_text(json.dumps(cfg, indent=2))
-    return folder
+    return Written(folder, aux)
 
 
 def stored_bytes(folder: Path) -> int:

@@ -34,7 +34,7 @@ from enum import Enum
 from typing import Any
 
 from mhainspect.dtypes import lookup
-from mhainspect.static_ir import QuantRole, Quantized, WeightMeta
+from mhainspect.static_ir import Quantized, QuantRole, WeightMeta
 
 
 class Pack(str, Enum):
@@ -157,8 +157,9 @@ def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str,
         return m.shape if m is not None else None
 
     def per_word(stored: int, logical: int) -> int | None:
+        """Bits per value when ``stored`` words hold ``logical`` values (a packed word holds several)."""
         bits = stored * word // logical if logical else 0
-        return bits if bits > 0 and stored * word == logical * bits else None
+        return bits if 0 < bits < word and stored * word == logical * bits else None
 
     if layout.pack is Pack.NONE:
         if len(s) != 2:
@@ -264,3 +265,22 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
             a = weights[aux]
             out[aux] = replace(a, quant=Quantized(QuantRole.AUX, a.shape, layout.method))
     return out
+
+
+_PACKED_LEAVES = frozenset(layout.leaf for layout in LAYOUTS if layout.pack not in (Pack.NONE, Pack.FLAT))
+
+
+def quantization_notes(weights: Mapping[str, WeightMeta]) -> tuple[str, ...]:
+    """Warnings about the quantized weights of a checkpoint: config/shape conflicts (the shapes
+    were used) and packed weights in a layout the table does not know (not decoded)."""
+    notes: list[str] = []
+    conflicts = list(dict.fromkeys(m.quant.conflict for m in weights.values() if m.quant is not None and m.quant.conflict))
+    if conflicts:
+        notes.append(f"quantization_config disagrees with the weight shapes ({len(conflicts)} weights; the shapes are "
+                     f"used): {conflicts[0]}")
+    unread = [m for n, m in weights.items() if m.quant is None and n.rpartition(".")[2] in _PACKED_LEAVES]
+    if unread:
+        first = unread[0]
+        notes.append(f"{len(unread)} packed quantized weights in a layout not known to mhainspect (first: {first.name} "
+                     f"{first.dtype} {list(first.shape)}): counted as stored bytes, not as the parameters they encode")
+    return tuple(notes)
