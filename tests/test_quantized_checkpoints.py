@@ -150,3 +150,80 @@ def test_fp8_kv_cache_in_the_compute_dtype(tmp_path: Path) -> None:
     Q.write(tmp_path, Q.LLAMA, Q.fp8_block(), {**Q.fp8_block_config()})
     report = analyze_checkpoint(tmp_path)
     assert {b.kv_cache_dtype for b in report.blocks} == {"float16"}
+
+
+# ----------------------------------------------------------------------------- nn.Module path
+# Linears replaced by quantized modules that need no GPU or compiled kernel: a QuantLinear holding
+# AutoGPTQ's buffers (the kernels are what need CUDA, not the storage), and transformers' FP8Linear.
+# bitsandbytes and compressed-tensors modules need their packages (not installed): not covered.
+
+
+class GPTQLinear(torch.nn.Module):
+    """AutoGPTQ's QuantLinear storage: qweight/qzeros/scales/g_idx (and bias) as buffers."""
+
+    def __init__(self, linear: torch.nn.Linear, bits: int = 4, group: int = 128) -> None:
+        super().__init__()
+        i, o = linear.in_features, linear.out_features
+        for leaf, t in Q.gptq(bits, group)(i, o).items():
+            self.register_buffer(leaf, t)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().half())
+        self.out_features = o
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # the storage is what is inspected
+        return x.new_zeros(*x.shape[:-1], self.out_features)
+
+
+def _llama_module(replace: Any, quant_config: dict[str, Any]) -> tuple[Any, int, list[int]]:
+    transformers = pytest.importorskip("transformers")
+    a = Q.LLAMA
+    cfg = transformers.LlamaConfig(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.inter,
+                                   num_hidden_layers=a.layers, num_attention_heads=a.heads,
+                                   num_key_value_heads=a.kv_heads, head_dim=a.head_dim)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    params = sum(p.numel() for p in model.parameters())
+    attention = [sum(m.weight.numel() for m in layer.self_attn.children() if isinstance(m, torch.nn.Linear))
+                 for layer in model.model.layers]
+    for layer in model.model.layers:
+        for owner in (layer.self_attn, layer.mlp):
+            for name, child in list(owner.named_children()):
+                if isinstance(child, torch.nn.Linear):
+                    setattr(owner, name, replace(child))
+    model.config.quantization_config = quant_config
+    return model, params, attention
+
+
+def _module_bytes(model: Any, aux: tuple[str, ...]) -> tuple[int, int]:
+    """(every tensor's bytes, the bytes of quantization data and of buffers that are no weight)."""
+    params = dict(model.named_parameters())
+    tensors = {**params, **dict(model.named_buffers())}
+    seen: dict[int, int] = {}
+    overhead = 0
+    for name, t in tensors.items():
+        if t.data_ptr() not in seen:
+            seen[t.data_ptr()] = t.numel() * t.element_size()
+            leaf = name.rpartition(".")[2]
+            if leaf in aux or (name not in params and leaf not in ("qweight", "bias")):
+                overhead += seen[t.data_ptr()]  # scales, zeros, g_idx; rotary tables
+    return sum(seen.values()), overhead
+
+
+@pytest.mark.parametrize("kind", ["gptq", "fp8"])
+def test_module_with_quantized_linears(kind: str) -> None:
+    from mhainspect import inspect
+
+    if kind == "gptq":
+        model, params, attention = _llama_module(GPTQLinear, Q.gptq_config(4, 128, False))
+        aux: tuple[str, ...] = ("qzeros", "scales", "g_idx")
+    else:
+        fp8 = pytest.importorskip("transformers.integrations.finegrained_fp8")
+        model, params, attention = _llama_module(
+            lambda lin: fp8.FP8Linear(lin.in_features, lin.out_features, block_size=(128, 128)),
+            Q.fp8_block_config())
+        aux = ("weight_scale_inv",)
+    report = inspect(model)
+    assert [(b.num_heads, b.num_kv_heads, b.d_k, b.d_model) for b in report.blocks] == \
+        [(Q.LLAMA.heads, Q.LLAMA.kv_heads, Q.LLAMA.head_dim, Q.LLAMA.hidden)] * Q.LLAMA.layers
+    assert [b.params.total for b in report.blocks] == attention
+    assert report.model.total_params == params
+    total, overhead = _module_bytes(model, aux)
+    assert (report.model.weight_bytes, report.model.weight_bytes_overhead) == (total, overhead)
