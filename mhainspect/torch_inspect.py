@@ -40,7 +40,6 @@ from mhainspect.loaders.torch_modules import (
     module_offers,
     module_scale,
     module_tensors,
-    parameter_metas,
 )
 from mhainspect.matchers.grouping import group_attention
 from mhainspect.matchers.static import assemble
@@ -71,7 +70,7 @@ def recognise(model: nn.Module, tensors: ModuleTensors | None = None) -> KnownMo
     module_tensors, when the caller has them)."""
     modules = dict(model.named_modules(remove_duplicate=False))
     order = {name: i for i, name in enumerate(modules)}
-    metas = (tensors or module_tensors(model)).for_grouping(parameter_metas(model))
+    metas = (tensors or module_tensors(model)).for_grouping()
     root_cfg = config_dict(model)
     blocks: list[tuple[int, AttentionBlock]] = []
     keys: set[str] = set()

@@ -103,7 +103,7 @@ def _read_values(path: Path, base: int, wanted: list[tuple[str, str, list[Any]]]
                     continue
                 length = end - start
                 width = struct.calcsize(code)
-                if length <= 0 or length > MAX_VALUE_BYTES or length % width:
+                if start < 0 or length <= 0 or length > MAX_VALUE_BYTES or length % width:
                     continue
                 fh.seek(base + start)
                 raw = fh.read(length)

@@ -136,7 +136,7 @@ def _quant_state_shape(values: Mapping[str, tuple[int, ...]], module: str) -> tu
             continue
         try:
             state = json.loads(bytes(raw).decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return None
         shape = state.get("shape") if isinstance(state, dict) else None
         if isinstance(shape, list) and len(shape) == 2 and all(isinstance(d, int) and d > 0 for d in shape):

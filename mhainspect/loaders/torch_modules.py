@@ -58,23 +58,25 @@ class ModuleTensors:
     their state dict (``mhainspect.loaders.quantized``): the packed weight at its logical shape,
     its scales and zero points quantization data."""
 
-    metas: dict[str, WeightMeta]
+    params: dict[str, WeightMeta]  # parameter_metas
+    metas: dict[str, WeightMeta]  # parameters and buffers
     parameters: frozenset[str]  # storage keys of the parameters: the module's own, but quantization
     # data, and quantized weights held as buffers
     quantized: bool
 
-    def for_grouping(self, params: Mapping[str, WeightMeta]) -> dict[str, WeightMeta]:
-        """``params`` (parameter_metas) with the quantized Linears' weights and biases (buffers too)."""
+    def for_grouping(self) -> dict[str, WeightMeta]:
+        """The parameters, with the quantized Linears' weights and biases (buffers too)."""
         if not self.quantized:
-            return dict(params)
+            return self.params
         modules = {n.rpartition(".")[0] for n, m in self.metas.items()
                    if m.quant is not None and m.quant.role is QuantRole.WEIGHT}
         return {n: m for n, m in self.metas.items()
-                if n in params or m.quant is not None or n.rpartition(".")[0] in modules}
+                if n in self.params or m.quant is not None or n.rpartition(".")[0] in modules}
 
 
 def module_tensors(model: nn.Module) -> ModuleTensors:
-    metas: dict[str, WeightMeta] = dict(parameter_metas(model))
+    params = parameter_metas(model)
+    metas: dict[str, WeightMeta] = dict(params)
     own = frozenset(m.storage_key for m in metas.values())
     values: dict[str, tuple[int, ...]] = {}
     for name, buf in model.named_buffers(remove_duplicate=False):
@@ -84,10 +86,10 @@ def module_tensors(model: nn.Module) -> ModuleTensors:
             values[name] = tuple(int(x) for x in buf.reshape(-1).tolist())
     quantized = apply_quantization(metas, config_dict(model), values)
     if not any(m.quant is not None for m in quantized.values()):
-        return ModuleTensors(metas, own, False)
+        return ModuleTensors(params, metas, own, False)
     keys = {m.storage_key for m in quantized.values() if m.storage_key in own and m.quant is None}
     keys |= {m.storage_key for m in quantized.values() if m.quant is not None and m.quant.role is QuantRole.WEIGHT}
-    return ModuleTensors(quantized, frozenset(keys), True)
+    return ModuleTensors(params, quantized, frozenset(keys), True)
 
 
 def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
