@@ -17,6 +17,8 @@ toolchains leave them unquantized). Nothing is downloaded.
 - compressed-tensors pack-quantized: ``weight_packed`` int32 [out, in·bits/32], ``weight_scale``
   [out, in/group], ``weight_zero_point`` int32 [out·bits/32, in/group] (asymmetric only),
   ``weight_shape`` int64 [2] (the logical [out, in] as data).
+  nvfp4-pack-quantized: ``weight_packed`` uint8 [out, in/2], ``weight_scale`` fp8 [out, in/16],
+  ``weight_global_scale``; int-quantized: ``weight`` int8 [out, in], ``weight_scale``, ``input_scale``.
 - fp8: ``weight`` float8_e4m3fn [out, in] with ``weight_scale_inv`` fp32 [out/128, in/128]
   (DeepSeek-style block fp8) or ``weight_scale`` fp32 [] / [out, 1] (compressed-tensors
   float-quantized).
@@ -200,6 +202,24 @@ def ct_packed(bits: int, group: int, symmetric: bool = True, shape_override: tup
         if not symmetric:
             out["weight_zero_point"] = _ints(o * bits // 32, i // group)
         return out
+    return q
+
+
+def ct_nvfp4() -> Quantizer:
+    """compressed-tensors nvfp4-pack-quantized: two fp4 values per uint8, fp8 scales per 16, global scales."""
+    def q(i: int, o: int) -> Tensors:
+        return {"weight_packed": torch.randint(0, 255, (o, i // 2), dtype=torch.uint8),
+                "weight_scale": torch.rand(o, i // 16).to(torch.float8_e4m3fn),
+                "weight_global_scale": torch.rand(1), "input_global_scale": torch.rand(1),
+                "weight_shape": torch.tensor([o, i], dtype=torch.int64)}
+    return q
+
+
+def ct_int8() -> Quantizer:
+    """compressed-tensors int-quantized (W8A8 static): int8 weight, per-channel scale, input scale."""
+    def q(i: int, o: int) -> Tensors:
+        return {"weight": torch.randint(-127, 127, (o, i), dtype=torch.int8),
+                "weight_scale": torch.rand(o, 1, dtype=torch.bfloat16), "input_scale": torch.rand(1)}
     return q
 
 

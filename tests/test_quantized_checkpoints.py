@@ -5,11 +5,13 @@ and the config/shape conflicts."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from safetensors import safe_open
 
 import quantized_checkpoints as Q
 from mhainspect.checkpoint_inspect import analyze_checkpoint
@@ -26,6 +28,8 @@ FORMATS: dict[str, tuple[Q.Quantizer, dict[str, Any] | None]] = {
     "bnb-int8": (Q.bnb8(), Q.bnb8_config()),
     "ct-w4a16": (Q.ct_packed(4, 128), Q.ct_config("pack-quantized", 4, 128)),
     "ct-w4-asym": (Q.ct_packed(4, 128, symmetric=False), Q.ct_config("pack-quantized", 4, 128, symmetric=False)),
+    "ct-nvfp4": (Q.ct_nvfp4(), Q.ct_config("nvfp4-pack-quantized", 4, 16, "float")),
+    "ct-w8a8-int8": (Q.ct_int8(), Q.ct_config("int-quantized", 8, None)),
     "fp8-block": (Q.fp8_block(), Q.fp8_block_config()),
     "fp8-channel": (Q.fp8_channel(), Q.ct_config("float-quantized", 8, None, "float")),
 }
@@ -45,6 +49,14 @@ def _check(report: Report, arch: Q.Arch, written: Q.Written) -> None:
     assert m.total_params == arch.logical_params()
     assert m.weight_bytes == Q.stored_bytes(written.folder)
     assert m.weight_bytes_overhead == written.aux_bytes
+    # Per block: its projections' packed weights, biases and quantization data, as stored.
+    with safe_open(str(written.folder / "model.safetensors"), "pt") as fh:
+        sizes = {n: fh.get_slice(n).get_shape() for n in fh.keys()}
+        dtypes = {n: fh.get_slice(n).get_dtype() for n in fh.keys()}
+    itemsize = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "I64": 8, "U8": 1, "I8": 1, "F8_E4M3": 1}
+    for b in blocks:
+        under = [n for n in sizes if n.startswith(b.name + ".")]
+        assert b.weight_bytes == sum(math.prod(sizes[n]) * itemsize[dtypes[n]] for n in under)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
