@@ -224,7 +224,7 @@ def ct_int8() -> Quantizer:
 
 
 def ct_config(fmt: str, bits: int, group: int | None, kind: str = "int", symmetric: bool = True) -> dict[str, Any]:
-    weights = {"actorder": None, "block_structure": None, "dynamic": False, "group_size": group, "num_bits": bits,
+    weights: dict[str, Any] = {"actorder": None, "block_structure": None, "dynamic": False, "group_size": group, "num_bits": bits,
                "observer": "minmax", "observer_kwargs": {}, "strategy": "group" if group else "channel",
                "symmetric": symmetric, "type": kind}
     return {"config_groups": {"group_0": {"input_activations": None, "output_activations": None,

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import quantized_checkpoints as Q
 import torch
 from safetensors import safe_open
 
-import quantized_checkpoints as Q
 from mhainspect.checkpoint_inspect import analyze_checkpoint
 from mhainspect.findings import Report
 
