@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from mhainspect import dtypes
 from mhainspect.dataflow import SHAPE_INPUTS
 from mhainspect.findings import AttentionBlock, Evidence, KVCache, Report
+from mhainspect.loaders.quantized import kv_cache_dtype
 from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.static_ir import byte_rate as _rate
 
@@ -1006,6 +1007,8 @@ def metas_size_inputs(weights: Mapping[str, Any], blocks: Sequence[AttentionBloc
     fallback = config_dtype(config) or model_float_dtype(tensors)
     # A quantized weight's dtype (fp8, int8) is its storage, not what the block computes and caches in.
     compute = weight_compute_dtypes(blocks, {n: t.dtype for n, t in weights.items() if t.quant is None}, fallback)
+    if (kv := kv_cache_dtype(config)) is not None:
+        compute = dict.fromkeys(compute, kv)  # the config quantizes the cache itself
     return SizeInputs(tensors, prefix_block_tensors(blocks, weights),
                       config_decoding(config, blocks, compute, label=label, no_config=no_config))
 

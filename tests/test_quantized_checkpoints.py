@@ -157,6 +157,27 @@ def test_unknown_packing_is_reported_not_guessed(tmp_path: Path) -> None:
     assert not report.blocks
 
 
+def test_fp8_kv_cache_scheme(tmp_path: Path) -> None:
+    """compressed-tensors FP8 with kv_cache_scheme: the cache is fp8, k_scale/v_scale are quantization data."""
+    a = Q.LLAMA
+    tensors, aux = Q.tensors_of(a, Q.fp8_channel())
+    for i in range(a.layers):
+        for leaf in ("k_scale", "v_scale"):
+            tensors[f"{a.prefix}.{i}.self_attn.{leaf}"] = torch.rand(())
+            aux += 4
+    Q.save_file(tensors, str(tmp_path / "model.safetensors"))
+    qc = {**Q.ct_config("float-quantized", 8, None, "float"),
+          "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}
+    (tmp_path / "config.json").write_text(json.dumps({**a.config(), "quantization_config": qc}))
+    report = analyze_checkpoint(tmp_path)
+    assert {b.kv_cache_dtype for b in report.blocks} == {"float8e4m3fn"}
+    assert report.model.total_params == a.logical_params()
+    assert report.model.weight_bytes_overhead == aux
+    assert report.model.kv_cache is not None
+    per_token = a.layers * a.kv_heads * 2 * a.head_dim  # one byte per element
+    assert report.model.kv_cache.bytes_per_token == per_token
+
+
 def test_fp8_kv_cache_in_the_compute_dtype(tmp_path: Path) -> None:
     """fp8 weights compute and cache in the config's dtype, not in fp8."""
     Q.write(tmp_path, Q.LLAMA, Q.fp8_block(), {**Q.fp8_block_config()})

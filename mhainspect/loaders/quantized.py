@@ -264,7 +264,30 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
         for aux in _aux_names(layout, module, names):
             a = weights[aux]
             out[aux] = replace(a, quant=Quantized(QuantRole.AUX, a.shape, layout.method))
+    for name, meta in weights.items():
+        if name.rpartition(".")[2] in _KV_SCALE_LEAVES and meta.numel <= 1 and out[name].quant is None:
+            out[name] = replace(meta, quant=Quantized(QuantRole.AUX, meta.shape, "kv-cache"))
     return out
+
+
+# Scalars the quantizer stores on an attention module for its KV cache (compressed-tensors
+# kv_cache_scheme, vLLM fp8 checkpoints): quantization data, beside quantized weights.
+_KV_SCALE_LEAVES = frozenset({"k_scale", "v_scale", "q_scale", "prob_scale"})
+_KV_DTYPES = {("float", 8): "float8e4m3fn", ("int", 8): "int8"}
+
+
+def kv_cache_dtype(config: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(dtype, where it was read) of a KV cache the config quantizes (compressed-tensors
+    ``kv_cache_scheme``); None when it does not."""
+    qc = config.get("quantization_config") if config is not None else None
+    scheme = qc.get("kv_cache_scheme") if isinstance(qc, Mapping) else None
+    if not isinstance(scheme, Mapping):
+        return None
+    kind, bits = str(scheme.get("type", "")), scheme.get("num_bits")
+    dtype = _KV_DTYPES.get((kind, bits if isinstance(bits, int) else 0))
+    if dtype is None:
+        return None
+    return dtype, f"quantization_config.kv_cache_scheme: {bits}-bit {kind}"
 
 
 _PACKED_LEAVES = frozenset(layout.leaf for layout in LAYOUTS if layout.pack not in (Pack.NONE, Pack.FLAT))
