@@ -31,6 +31,7 @@ from mhainspect.findings import (
     coded,
 )
 from mhainspect.loaders.hf_config import offers_from_config
+from mhainspect.loaders.quantized import quantization_notes
 from mhainspect.loaders.torch_fx import storage_key, trace_module
 from mhainspect.loaders.torch_modules import (
     ModuleTensors,
@@ -147,7 +148,7 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
     label = name or type(model).__name__
     tensors = module_tensors(model)
     known = recognise(model, tensors)
-    warnings: list[ReportWarning] = []
+    warnings = [ReportWarning(note, WarningCode.LOADER) for note in quantization_notes(tensors.metas)]
     misses: list[Miss] = []
     traced: list[AttentionBlock] = []
     num_nodes = 0

@@ -82,7 +82,8 @@ def module_tensors(model: nn.Module) -> ModuleTensors:
     for name, buf in model.named_buffers(remove_duplicate=False):
         metas.setdefault(name, WeightMeta(name, tuple(int(d) for d in buf.shape), canonical(str(buf.dtype)),
                                           storage_key(buf)))
-        if wants_values(name) and buf.numel() * buf.element_size() <= MAX_VALUE_BYTES:
+        if (wants_values(name) and buf.device.type != "meta"
+                and buf.numel() * buf.element_size() <= MAX_VALUE_BYTES):
             values[name] = tuple(int(x) for x in buf.reshape(-1).tolist())
     quantized = apply_quantization(metas, config_dict(model), values)
     if not any(m.quant is not None for m in quantized.values()):
