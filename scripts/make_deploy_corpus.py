@@ -512,7 +512,7 @@ def run_derived(step: Step, out: Path, work: Path) -> list[tuple[str, str]]:
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             quantize_dynamic(str(src), str(target), weight_type=QuantType.QInt8)
-        elif how == "static-qdq-int8":
+        elif how in ("static-qdq-int8", "static-qoperator-int8"):
             from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
             class Reader(CalibrationDataReader):
@@ -522,8 +522,11 @@ def run_derived(step: Step, out: Path, work: Path) -> list[tuple[str, str]]:
                 def get_next(self) -> dict[str, Any] | None:
                     return next(self.it, None)
 
-            quantize_static(str(src), str(target), Reader(_calibration_inputs(src)), quant_format=QuantFormat.QDQ,
-                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+            qoperator = how == "static-qoperator-int8"  # QLinearMatMul / QLinearAdd / QLinearSoftmax ...
+            quantize_static(str(src), str(target), Reader(_calibration_inputs(src)),
+                            quant_format=QuantFormat.QOperator if qoperator else QuantFormat.QDQ,
+                            activation_type=QuantType.QUInt8 if qoperator else QuantType.QInt8,
+                            weight_type=QuantType.QInt8, per_channel=qoperator)
         elif how in ("matmulnbits-qoperator", "matmulnbits-qdq"):
             from onnxruntime.quantization import QuantFormat
             from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
@@ -604,6 +607,7 @@ DERIVED: dict[str, tuple[str, tuple[str, ...]]] = {
                                           "llama:with-past", "bert:O2", "gpt2:O2", "resnet", "mlp-softmax")),
     "static-qdq-int8": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "t5", "whisper", "vit", "bert:O2",
                                              "resnet", "mlp-softmax")),
+    "static-qoperator-int8": ("ort-quantization", ("bert", "gpt2", "llama", "t5", "whisper", "vit")),
     "matmulnbits-qoperator": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "t5", "vit", "llama:with-past",
                                                    "bert:O2", "mlp-softmax")),
     "matmulnbits-qdq": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "mlp-softmax")),
@@ -615,6 +619,8 @@ DERIVED: dict[str, tuple[str, tuple[str, ...]]] = {
 DERIVED_TOOLS = {
     "dynamic-int8": "onnxruntime.quantization.quantize_dynamic(weight_type=QInt8)",
     "static-qdq-int8": "onnxruntime.quantization.quantize_static(QDQ, QInt8, 4 random calibration inputs)",
+    "static-qoperator-int8": "onnxruntime.quantization.quantize_static(QOperator, QUInt8 activations, per-channel QInt8 "
+                             "weights, 4 random calibration inputs)",
     "matmulnbits-qoperator": "MatMulNBitsQuantizer(bits=4, block_size=32, symmetric, QOperator)",
     "matmulnbits-qdq": "MatMulNBitsQuantizer(bits=4, block_size=32, symmetric, QDQ)",
     "fp16": "onnxconverter_common.float16.convert_float_to_float16(keep_io_types=True)",

@@ -301,12 +301,16 @@ def ort_bert_attention(heads: int = 4, d_model: int = 64, quantized: bool = Fals
     return _model(b, inputs, out)
 
 
-def ort_mha(proj: Projection, heads: int = 4, d_k: int = 16, d_model: int = 64, bias: bool = True) -> onnx.ModelProto:
-    """com.microsoft MultiHeadAttention with separate (quantized) projections before it."""
+def ort_mha(proj: Projection, heads: int = 4, d_k: int = 16, d_model: int = 64, bias: bool = True,
+            op_bias: bool = False) -> onnx.ModelProto:
+    """com.microsoft MultiHeadAttention with separate (quantized) projections before it; ``op_bias``:
+    their biases packed [q | k | v] into the op's bias input (onnxruntime's optimizer with
+    use_multi_head_attention writes it so)."""
     b = Builder()
     w = heads * d_k
-    q, k, v = (proj(b, "x", d_model, w, bias) for _ in range(3))
-    att = b.one("MultiHeadAttention", [q, k, v], MS, num_heads=heads)
+    q, k, v = (proj(b, "x", d_model, w, bias and not op_bias) for _ in range(3))
+    packed = [b.const("qkv_bias", _f(3 * w))] if op_bias else []
+    att = b.one("MultiHeadAttention", [q, k, v] + packed, MS, num_heads=heads)
     y = proj(b, att, w, d_model, bias)
     return _model(b, [_x(d_model)], y)
 

@@ -17,7 +17,7 @@ from mhainspect.analyze import analyze_path
 from mhainspect.findings import AttentionBlock, Report
 from tests import deploy_graphs as g
 
-MODEL_KINDS = ("dynamic", "qdq", "nbits", "nbits_qdq", "nbits_gather", "opt", "fp16")
+MODEL_KINDS = ("dynamic", "qdq", "qoperator", "nbits", "nbits_qdq", "nbits_gather", "opt", "fp16")
 
 
 def _analyze(tmp_path: Path, model: onnx.ModelProto, name: str = "m.onnx") -> Report:
@@ -160,6 +160,16 @@ def test_ort_multi_head_attention_with_quantized_projections(tmp_path: Path, pro
     (b,) = report.blocks
     assert _dims(b) == (4, 4, 16, 16, 64)
     assert _params(b) == g.block_params(4, 4, 16, 64, bias=True)
+
+
+@pytest.mark.parametrize("proj", ["float", "dynamic_int8", "qlinear_matmul"])
+def test_ort_multi_head_attention_packed_bias_input(tmp_path: Path, proj: str) -> None:
+    """The Q/K/V biases moved into MultiHeadAttention's bias input are the projections' biases."""
+    report = _analyze(tmp_path, g.ort_mha(g.PROJECTIONS[proj], op_bias=True))
+    (b,) = report.blocks
+    assert _dims(b) == (4, 4, 16, 16, 64)
+    assert _params(b) == g.block_params(4, 4, 16, 64, bias=True)
+    assert all((p.bias or "").startswith("qkv_bias") for p in b.projections if p.role != "o")
 
 
 @pytest.mark.parametrize("variant", [

@@ -17,6 +17,8 @@ NAME = "fused"
 _MS_PACKED = {"Attention", "PackedAttention", "QAttention"}  # input, packed [D, Wq+Wk+Wv] weight, bias
 _MS_SEPARATE = {"MultiHeadAttention", "DecoderMaskedMultiHeadAttention", "PackedMultiHeadAttention"}
 _MS_GROUPED = {"GroupQueryAttention", "SparseAttention", "PagedAttention"}
+# Input position of the packed Q|K|V bias the op adds to its (projected) Q, K and V itself.
+_MS_BIAS_INPUT = {"MultiHeadAttention": 3, "PackedMultiHeadAttention": 3, "DecoderMaskedMultiHeadAttention": 10}
 FUSED_OPS = {("", "Attention")} | {("com.microsoft", op) for op in _MS_PACKED | _MS_SEPARATE | _MS_GROUPED}
 FUSED_OP_NAMES = frozenset(op for _, op in FUSED_OPS)  # a cheap first test before the domain
 
@@ -149,6 +151,7 @@ def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
                 for role, share in (("q", Fraction(h, h + 2 * g)), ("k", Fraction(g, h + 2 * g)),
                                     ("v", Fraction(g, h + 2 * g))):
                     b.roles[role] = RoleInput(role, type(traced)(traced.hit, traced.path, share))
+    _op_bias(index, node, b)
     b.offer("num_heads", h, "attribute", f"{node.name}.num_heads")
     b.offer("num_kv_heads", g, "attribute",
             f"{node.name}.kv_num_heads" if node.op in _MS_GROUPED else f"{node.name}.num_heads (not grouped)")
@@ -162,3 +165,32 @@ def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
         v = index.shapes.shape(node.inputs[2])
         if v is not None and len(v) == 3 and g and v[2].is_int and v[2].coef % g == 0:
             b.offer("d_v", v[2].coef // g, "attribute", f"V width {v[2].coef} / {g} kv heads at {node.name}")
+
+
+def _op_bias(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
+    """Give each projected role its part of the op's packed Q|K|V bias, when the bias is exactly as
+    wide as the projections that reach the op and none of them has a bias of its own."""
+    pos = _MS_BIAS_INPUT.get(node.op)
+    if pos is None or pos >= len(node.inputs) or not node.inputs[pos]:
+        return
+    ref = index.weight(node.inputs[pos])
+    t = ref.tensor if ref is not None else index.graph.weights.get(node.inputs[pos])
+    roles = [b.roles.get(role) for role in ("q", "k", "v")]
+    if t is None or len(t.shape) != 1 or any(r is None or r.traced is None or r.traced.hit.bias is not None
+                                              for r in roles):
+        return
+    widths = []
+    for r in roles:
+        assert r is not None and r.traced is not None
+        share = r.traced.split_fraction if r.traced.split_fraction is not None else 1
+        width = r.traced.hit.out_features * share
+        if width != int(width):
+            return
+        widths.append(int(width))
+    if sum(widths) != t.numel:
+        return
+    for r, width in zip(roles, widths):
+        assert r is not None
+        r.op_bias, r.op_bias_params = t.display_name, width
+    b.evidence.append(Evidence("bias", t.numel, "weight_shape",
+                               f"{t.display_name} [{t.numel}]: the Q/K/V biases {node.name} adds ({'/'.join(map(str, widths))})"))
