@@ -276,34 +276,49 @@ def blocks_for(truth: list[dict[str, Any]], part: str) -> list[dict[str, Any]]:
     return out
 
 
-PACKED_BIAS_OPS = ("Attention", "QAttention")  # com.microsoft ops taking one packed [q | k | v] bias
+# com.microsoft ops taking one packed [q | k | v] bias: op -> its input position.
+PACKED_BIAS_OPS = {"Attention": 2, "QAttention": 2, "MultiHeadAttention": 3}
 
 
 def hold_packed_biases(path: Path, blocks: list[dict[str, Any]]) -> None:
-    """What the file holds when onnxruntime's optimizer fused a block into com.microsoft Attention.
+    """What the file holds when onnxruntime's optimizer fused a block into com.microsoft Attention
+    (or MultiHeadAttention with its bias input, as use_multi_head_attention writes self- and
+    cross-attention).
 
     The op takes one packed Q|K|V bias: a role whose module has no bias (Whisper's k_proj) gets a
     slice of zeros in the file. Those are parameters of the file (the tool reads no tensor values),
-    so the truth counts them. Applied only when the fused ops and the file's self-attention blocks
-    pair one to one; the block notes say so.
+    so the truth counts them. Applied to the blocks of one kind when the fused ops of one type and
+    the file's blocks of that kind pair one to one; the block notes say so.
     """
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
-    fused = [n for n in graph.node if n.domain == "com.microsoft" and n.op_type in PACKED_BIAS_OPS
-             and len(n.input) > 2 and n.input[2]]
-    selves = [b for b in blocks if b["kind"] == "self"]
-    if not fused or len(fused) != len(selves):
-        return
-    for b in selves:
-        widths = {"q": b["num_heads"] * b["d_k"], "k": b["num_kv_heads"] * b["d_k"], "v": b["num_kv_heads"] * b["d_v"]}
-        for role, width in widths.items():
-            if b[f"{role}_bias"] == 0:
-                b[role] += width
-                b[f"{role}_bias"] = width
-                b["bias"] += width
-                b["total"] += width
-                b["file_notes"].append(f"{role} bias: {width} zeros in the fused Attention's packed bias")
+    fused: dict[str, int] = {}
+    for n in graph.node:
+        pos = PACKED_BIAS_OPS.get(n.op_type) if n.domain == "com.microsoft" else None
+        if pos is not None and len(n.input) > pos and n.input[pos]:
+            fused[n.op_type] = fused.get(n.op_type, 0) + 1
+    done: set[str] = set()
+    for op, count in fused.items():
+        for kind in ("self", "cross") if op == "MultiHeadAttention" else ("self",):
+            chosen = [b for b in blocks if b["kind"] == kind]
+            if kind in done or len(chosen) != count:
+                continue
+            done.add(kind)
+            for b in chosen:
+                _hold_packed_bias(b, op)
+            break
+
+
+def _hold_packed_bias(b: dict[str, Any], op: str) -> None:
+    widths = {"q": b["num_heads"] * b["d_k"], "k": b["num_kv_heads"] * b["d_k"], "v": b["num_kv_heads"] * b["d_v"]}
+    for role, width in widths.items():
+        if b[f"{role}_bias"] == 0 and b[role] > 0:
+            b[role] += width
+            b[f"{role}_bias"] = width
+            b["bias"] += width
+            b["total"] += width
+            b["file_notes"].append(f"{role} bias: {width} zeros in the fused {op}'s packed bias")
 
 
 # --------------------------------------------------------------------------------------

@@ -177,7 +177,8 @@ def _i64(*v: int) -> np.ndarray:
 
 
 def attention_model(proj: Projection, heads: int = 8, kv_heads: int = 2, d_k: int = 16, d_model: int = 64,
-                    bias: bool = True, packed: str | None = None, embed: bool = False) -> onnx.ModelProto:
+                    bias: bool = True, packed: str | None = None, embed: bool = False,
+                    quantized_scale: bool = False) -> onnx.ModelProto:
     """One self-attention block. ``packed``: None (separate Q/K/V), "split" (one QKV projection split
     by a constant Split), "heads" (reshaped to [B, S, h + 2g, d] and split on the heads axis),
     "split_runtime" (split sizes computed at run time: unidentifiable).
@@ -217,7 +218,13 @@ def attention_model(proj: Projection, heads: int = 8, kv_heads: int = 2, d_k: in
             return b.one("Reshape", [b.one("Expand", [t5, shp]), b.const("shape", _i64(0, heads, -1, d_k))])
         kh, vh = repeat(kh), repeat(vh)
     scores = b.one("MatMul", [qh, b.one("Transpose", [kh], perm=[0, 1, 3, 2])])
-    scores = b.one("Mul", [scores, b.const("scale", np.array(1 / np.sqrt(d_k), np.float32))])
+    if quantized_scale:  # the constant as a static quantizer stores it: uint8 255 · (1/sqrt(d_k))/255
+        factor = b.one("DequantizeLinear", [b.const("scale_q", np.array(255, np.uint8)),
+                                            b.const("scale_s", np.array(1 / np.sqrt(d_k) / 255, np.float32)),
+                                            b.const("scale_z", np.array(0, np.uint8))])
+    else:
+        factor = b.const("scale", np.array(1 / np.sqrt(d_k), np.float32))
+    scores = b.one("Mul", [scores, factor])
     ctx = b.one("MatMul", [b.one("Softmax", [scores], axis=-1), vh])
     merged = b.one("Reshape", [b.one("Transpose", [ctx], perm=[0, 2, 1, 3]), b.const("shape", _i64(0, 0, qw))])
     y = proj(b, merged, qw, d_model, bias)

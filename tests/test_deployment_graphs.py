@@ -7,6 +7,7 @@ patterns (tests/deploy_graphs.py; truth from the dimensions they are built with)
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -64,6 +65,8 @@ def test_exported_model_blocks_are_exact(bases: dict[str, object], name: str, ki
     assert len(report.blocks) == len(base.truth), [m.reason for m in report.misses]
     for block, truth in zip(report.blocks, base.truth):
         assert mismatch(block, truth) == [], (block.name, block.unknown_reason)
+        # The scale is the module's 1/sqrt(d_k), also where a quantizer stored its constant as an integer.
+        assert block.scale is None or math.isclose(block.scale, truth.d_k ** -0.5, rel_tol=1e-3), block.scale
 
 
 @pytest.mark.parametrize("kind", ["opt_dynamic", "opt_qdq"])
@@ -160,6 +163,16 @@ def test_ort_multi_head_attention_with_quantized_projections(tmp_path: Path, pro
     (b,) = report.blocks
     assert _dims(b) == (4, 4, 16, 16, 64)
     assert _params(b) == g.block_params(4, 4, 16, 64, bias=True)
+
+
+@pytest.mark.parametrize("proj", ["qdq_per_axis", "qlinear_matmul"])
+def test_quantized_score_scale_is_its_dequantized_value(tmp_path: Path, proj: str) -> None:
+    """A static quantizer stores the score scale as an integer with a scale and zero point: the
+    block's scale is the dequantized value, not the stored integer."""
+    report = _analyze(tmp_path, g.attention_model(g.PROJECTIONS[proj], quantized_scale=True))
+    (b,) = report.blocks
+    assert b.scale_known and b.scale is not None and math.isclose(b.scale, 16 ** -0.5, rel_tol=1e-6)
+    assert [e.value for e in b.evidence if e.field == "d_k" and e.source == "scale"] == [16]
 
 
 @pytest.mark.parametrize("proj", ["float", "dynamic_int8", "qlinear_matmul"])
