@@ -175,6 +175,18 @@ def test_quantized_score_scale_is_its_dequantized_value(tmp_path: Path, proj: st
     assert [e.value for e in b.evidence if e.field == "d_k" and e.source == "scale"] == [16]
 
 
+@pytest.mark.parametrize("kv_heads", [1, 2])
+@pytest.mark.parametrize("proj", ["float", "matmul_nbits"])
+def test_ort_multi_head_attention_after_head_repeat(tmp_path: Path, proj: str, kv_heads: int) -> None:
+    """Grouped K/V repeated to every head before MultiHeadAttention (onnxscript's sdpa_via_mha fusion
+    of a dynamo export): the op's num_heads is not the K/V head count, the projection widths are."""
+    report = _analyze(tmp_path, g.ort_mha(g.PROJECTIONS[proj], heads=8, d_k=8, kv_heads=kv_heads))
+    (b,) = report.blocks
+    assert _dims(b) == (8, kv_heads, 8, 8, 64)
+    assert _params(b) == g.block_params(8, kv_heads, 8, 64, bias=True)
+    assert not b.conflicts
+
+
 @pytest.mark.parametrize("proj", ["float", "dynamic_int8", "qlinear_matmul"])
 def test_ort_multi_head_attention_packed_bias_input(tmp_path: Path, proj: str) -> None:
     """The Q/K/V biases moved into MultiHeadAttention's bias input are the projections' biases."""

@@ -66,6 +66,14 @@ def _int_attr(node: Node, name: str) -> int | None:
     return v if isinstance(v, int) and v > 0 else None
 
 
+def _kv_repeated(b: BlockBuilder) -> bool:
+    """K reaches the op after a grouped-query head repeat (Expand/Tile): its head count is Q's,
+    not the number of K/V heads (the projection widths say that)."""
+    k_role = b.roles.get("k")
+    return k_role is not None and k_role.traced is not None and any(
+        n.op in ("Expand", "Tile") for n in k_role.traced.path)
+
+
 def _onnx_attention(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
     _trace_roles(index, node, b, (0, 1, 2))
     q, k, v = (index.shapes.shape(node.inputs[i]) if i < len(node.inputs) else None for i in range(3))
@@ -75,10 +83,7 @@ def _onnx_attention(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
             b.offer("num_heads", q[1].coef, "shape", f"head axis of Q input of {node.name}")
         if q[3].is_int:
             b.offer("d_k", q[3].coef, "shape", f"last axis of Q input of {node.name}")
-    k_role = b.roles.get("k")
-    repeated = k_role is not None and k_role.traced is not None and any(
-        n.op in ("Expand", "Tile") for n in k_role.traced.path)
-    if k is not None and len(k) == 4 and k[1].is_int and not repeated:
+    if k is not None and len(k) == 4 and k[1].is_int and not _kv_repeated(b):
         # After a repeat_kv (Expand/Tile) the K input has as many heads as Q: not the K/V head count.
         b.offer("num_kv_heads", k[1].coef, "shape", f"head axis of K input of {node.name}")
     if v is not None and len(v) == 4 and v[3].is_int:
@@ -153,8 +158,9 @@ def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
                     b.roles[role] = RoleInput(role, type(traced)(traced.hit, traced.path, share))
     _op_bias(index, node, b)
     b.offer("num_heads", h, "attribute", f"{node.name}.num_heads")
-    b.offer("num_kv_heads", g, "attribute",
-            f"{node.name}.kv_num_heads" if node.op in _MS_GROUPED else f"{node.name}.num_heads (not grouped)")
+    if node.op in _MS_GROUPED or not _kv_repeated(b):
+        b.offer("num_kv_heads", g, "attribute",
+                f"{node.name}.kv_num_heads" if node.op in _MS_GROUPED else f"{node.name}.num_heads (not grouped)")
     q = index.shapes.shape(node.inputs[0])
     if q is not None and len(q) == 3 and h and q[2].is_int:
         width = q[2].coef
