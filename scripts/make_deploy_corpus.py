@@ -300,11 +300,12 @@ def hold_packed_biases(path: Path, blocks: list[dict[str, Any]]) -> None:
             fused[n.op_type] = fused.get(n.op_type, 0) + 1
     done: set[str] = set()
     for op, count in fused.items():
-        for kind in ("self", "cross") if op == "MultiHeadAttention" else ("self",):
-            chosen = [b for b in blocks if b["kind"] == kind]
-            if kind in done or len(chosen) != count:
+        # Attention fuses self-attention; MultiHeadAttention self- and/or cross-attention.
+        for kinds in ({"self", "cross"}, {"cross"}, {"self"}) if op == "MultiHeadAttention" else ({"self"},):
+            chosen = [b for b in blocks if b["kind"] in kinds]
+            if kinds & done or len(chosen) != count:
                 continue
-            done.add(kind)
+            done |= kinds
             for b in chosen:
                 _hold_packed_bias(b, op)
             break

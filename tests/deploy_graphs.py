@@ -309,16 +309,20 @@ def ort_bert_attention(heads: int = 4, d_model: int = 64, quantized: bool = Fals
 
 
 def ort_mha(proj: Projection, heads: int = 4, d_k: int = 16, d_model: int = 64, bias: bool = True,
-            op_bias: bool = False, kv_heads: int | None = None) -> onnx.ModelProto:
+            op_bias: bool = False, kv_heads: int | None = None, cross_cache: bool = False) -> onnx.ModelProto:
     """com.microsoft MultiHeadAttention with separate (quantized) projections before it; ``op_bias``:
     their biases packed [q | k | v] into the op's bias input (onnxruntime's optimizer with
     use_multi_head_attention writes it so); ``kv_heads``: grouped K/V projections repeated to
-    ``heads`` heads before the op."""
+    ``heads`` heads before the op; ``cross_cache``: K and V are the cross-attention cache, graph
+    inputs [B, heads, S, d_k] (a decoder with past: their projections ran with the encoder)."""
     b = Builder()
     w = heads * d_k
     kv_width = (kv_heads or heads) * d_k
     q = proj(b, "x", d_model, w, bias and not op_bias)
-    k, v = (proj(b, "x", d_model, kv_width, bias and not op_bias) for _ in range(2))
+    if cross_cache:
+        k, v = "past_key", "past_value"
+    else:
+        k, v = (proj(b, "x", d_model, kv_width, bias and not op_bias) for _ in range(2))
     if kv_heads:  # grouped-query K/V repeated to every head before the op (onnxscript's sdpa_via_mha)
         k, v = (b.one("Reshape", [b.one("Expand", [b.one("Reshape", [t, b.const("g", _i64(0, 0, kv_heads, 1, d_k))]),
                                                    b.const("r", _i64(1, 1, 1, heads // kv_heads, 1))]),
@@ -326,7 +330,9 @@ def ort_mha(proj: Projection, heads: int = 4, d_k: int = 16, d_model: int = 64, 
     packed = [b.const("qkv_bias", _f(3 * w))] if op_bias else []
     att = b.one("MultiHeadAttention", [q, k, v] + packed, MS, num_heads=heads)
     y = proj(b, att, w, d_model, bias)
-    return _model(b, [_x(d_model)], y)
+    cache = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", heads, "enc_seq", d_k])
+             for n in ("past_key", "past_value")] if cross_cache else []
+    return _model(b, [_x(d_model)] + cache, y)
 
 
 def onnx_attention_expanded(proj: Projection | None, heads: int = 8, kv_heads: int = 2, d_k: int = 16, d_model: int = 64,

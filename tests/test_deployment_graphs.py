@@ -187,6 +187,17 @@ def test_ort_multi_head_attention_after_head_repeat(tmp_path: Path, proj: str, k
     assert not b.conflicts
 
 
+@pytest.mark.parametrize("op_bias", [False, True])
+def test_ort_multi_head_attention_over_cross_cache(tmp_path: Path, op_bias: bool) -> None:
+    """Cross-attention of a decoder with past as onnxruntime fuses it: Q projected, K/V the cache
+    inputs [B, h, S, d] as they are; the op's packed bias holds Q's bias (and the cache's parts)."""
+    report = _analyze(tmp_path, g.ort_mha(g.PROJECTIONS["float"], op_bias=op_bias, cross_cache=True))
+    (b,) = report.blocks
+    assert (b.kind, *_dims(b)) == ("cross", 4, 4, 16, 16, 64)
+    full = g.block_params(4, 4, 16, 64, bias=True)
+    assert _params(b) == {"q": full["q"], "k": 0, "v": 0, "o": full["o"], "bias": 64 + 64}
+
+
 @pytest.mark.parametrize("proj", ["float", "dynamic_int8", "qlinear_matmul"])
 def test_ort_multi_head_attention_packed_bias_input(tmp_path: Path, proj: str) -> None:
     """The Q/K/V biases moved into MultiHeadAttention's bias input are the projections' biases."""

@@ -171,6 +171,8 @@ def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
         v = index.shapes.shape(node.inputs[2])
         if v is not None and len(v) == 3 and g and v[2].is_int and v[2].coef % g == 0:
             b.offer("d_v", v[2].coef // g, "attribute", f"V width {v[2].coef} / {g} kv heads at {node.name}")
+        elif v is not None and len(v) == 4 and v[3].is_int:  # [B, heads, S, head size]: a cache read as it is
+            b.offer("d_v", v[3].coef, "shape", f"last axis of V input of {node.name}")
 
 
 def _op_bias(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
@@ -181,22 +183,38 @@ def _op_bias(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
         return
     ref = index.weight(node.inputs[pos])
     t = ref.tensor if ref is not None else index.graph.weights.get(node.inputs[pos])
-    roles = [b.roles.get(role) for role in ("q", "k", "v")]
-    if t is None or len(t.shape) != 1 or any(r is None or r.traced is None or r.traced.hit.bias is not None
-                                              for r in roles):
+    if t is None or len(t.shape) != 1:
         return
-    widths = []
-    for r in roles:
-        assert r is not None and r.traced is not None
-        share = r.traced.split_fraction if r.traced.split_fraction is not None else 1
-        width = r.traced.hit.out_features * share
-        if width != int(width):
-            return
+    widths: list[int] = []
+    projected: list[tuple[RoleInput, int]] = []
+    for i, role in enumerate(("q", "k", "v")):
+        r = b.roles.get(role)
+        if r is not None and r.traced is not None:
+            if r.traced.hit.bias is not None:
+                return  # the projection adds its own bias: the op's input is something else
+            share = r.traced.split_fraction if r.traced.split_fraction is not None else 1
+            width = r.traced.hit.out_features * share
+            if width != int(width):
+                return
+            projected.append((r, int(width)))
+        else:  # no projection in this file (K/V of a cache): the op input's width
+            width = _input_width(index, node, i)
+            if width is None:
+                return
         widths.append(int(width))
     if sum(widths) != t.numel:
         return
-    for r, width in zip(roles, widths):
-        assert r is not None
+    for r, width in projected:
         r.op_bias, r.op_bias_params = t.display_name, width
     b.evidence.append(Evidence("bias", t.numel, "weight_shape",
                                f"{t.display_name} [{t.numel}]: the Q/K/V biases {node.name} adds ({'/'.join(map(str, widths))})"))
+
+
+def _input_width(index: GraphIndex, node: Node, pos: int) -> int | None:
+    """The feature width of a fused op's Q/K/V input: [B, S, width] or [B, heads, S, head size]."""
+    shape = index.shapes.shape(node.inputs[pos]) if pos < len(node.inputs) and node.inputs[pos] else None
+    if shape is not None and len(shape) == 3 and shape[2].is_int:
+        return shape[2].coef
+    if shape is not None and len(shape) == 4 and shape[1].is_int and shape[3].is_int:
+        return shape[1].coef * shape[3].coef
+    return None
