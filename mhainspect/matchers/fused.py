@@ -193,15 +193,16 @@ def _op_bias(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
             if r.traced.hit.bias is not None:
                 return  # the projection adds its own bias: the op's input is something else
             share = r.traced.split_fraction if r.traced.split_fraction is not None else 1
-            width = r.traced.hit.out_features * share
-            if width != int(width):
+            part = r.traced.hit.out_features * share
+            if part != int(part):
                 return
-            projected.append((r, int(width)))
+            projected.append((r, int(part)))
+            widths.append(int(part))
         else:  # no projection in this file (K/V of a cache): the op input's width
             width = _input_width(index, node, i)
             if width is None:
                 return
-        widths.append(int(width))
+            widths.append(width)
     if sum(widths) != t.numel:
         return
     for r, width in projected:
