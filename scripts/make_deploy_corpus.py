@@ -551,6 +551,18 @@ def run_derived(step: Step, out: Path, work: Path) -> list[tuple[str, str]]:
             q = MatMulNBitsQuantizer(onnx.load(str(src)), bits=4, block_size=32, is_symmetric=True, quant_format=fmt)
             q.process()
             onnx.save(q.model.model, str(target))
+        elif how == "ort-optimizer-mha":
+            from onnxruntime.transformers.fusion_options import FusionOptions
+            from onnxruntime.transformers.optimizer import optimize_model
+
+            cfg = MODELS[step.model].config
+            model_type = ORT_MODEL_TYPES[step.model]
+            options = FusionOptions(model_type)
+            options.use_multi_head_attention = True  # MultiHeadAttention with the Q/K/V biases as its input
+            heads = cfg.get("num_attention_heads") or cfg.get("num_heads") or cfg["encoder_attention_heads"]
+            optimize_model(str(src), model_type=model_type, num_heads=heads,
+                           hidden_size=cfg.get("hidden_size") or cfg["d_model"], opt_level=1,
+                           optimization_options=options).save_model_to_file(str(target))
         elif how == "fp16":
             from onnxconverter_common import float16
 
@@ -614,6 +626,7 @@ RUNNERS: dict[str, Callable[[Step, Path, Path], list[tuple[str, str]]]] = {
 OPTIMUM_MODELS = ("bert", "gpt2", "llama", "qwen2", "phi3", "gemma", "t5", "whisper", "vit", "resnet")
 PAST_MODELS = ("gpt2", "llama", "t5", "whisper")
 O2_MODELS = ("bert", "gpt2", "llama", "t5", "whisper", "vit")
+ORT_MODEL_TYPES = {"bert": "bert", "whisper": "bart", "t5": "t5", "gpt2": "gpt2", "vit": "vit"}  # optimizer model_type
 GENAI_MODELS = ("llama", "qwen2", "phi3", "gemma")
 # derived variant -> (toolchain, inputs): an input is a model (its optimum no-past export), or
 # "model:VARIANT" (its optimum with-past or O2 export: quantizing an ORT-optimized graph gives QAttention),
@@ -623,7 +636,8 @@ DERIVED: dict[str, tuple[str, tuple[str, ...]]] = {
                                           "llama:with-past", "bert:O2", "gpt2:O2", "resnet", "mlp-softmax")),
     "static-qdq-int8": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "t5", "whisper", "vit", "bert:O2",
                                              "resnet", "mlp-softmax")),
-    "static-qoperator-int8": ("ort-quantization", ("bert", "gpt2", "llama", "t5", "whisper", "vit")),
+    "static-qoperator-int8": ("ort-quantization", ("bert", "gpt2", "llama", "t5", "whisper", "vit", "whisper:O2")),
+    "ort-optimizer-mha": ("ort-transformers-optimizer", ("bert", "whisper", "whisper:with-past")),
     "matmulnbits-qoperator": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "t5", "vit", "llama:with-past",
                                                    "bert:O2", "mlp-softmax")),
     "matmulnbits-qdq": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "mlp-softmax")),
@@ -637,6 +651,7 @@ DERIVED_TOOLS = {
     "static-qdq-int8": "onnxruntime.quantization.quantize_static(QDQ, QInt8, 4 random calibration inputs)",
     "static-qoperator-int8": "onnxruntime.quantization.quantize_static(QOperator, QUInt8 activations, per-channel QInt8 "
                              "weights, 4 random calibration inputs)",
+    "ort-optimizer-mha": "onnxruntime.transformers.optimizer.optimize_model(opt_level=1, use_multi_head_attention)",
     "matmulnbits-qoperator": "MatMulNBitsQuantizer(bits=4, block_size=32, symmetric, QOperator)",
     "matmulnbits-qdq": "MatMulNBitsQuantizer(bits=4, block_size=32, symmetric, QDQ)",
     "fp16": "onnxconverter_common.float16.convert_float_to_float16(keep_io_types=True)",
