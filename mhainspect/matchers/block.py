@@ -37,6 +37,10 @@ class RoleInput:
     fused_bias_params: int = 0
     fused_node: str = ""
     tensor: str = ""  # the tensor that reaches the attention core (decomposed matchers)
+    # This role's part of a packed Q|K|V bias that a fused op adds itself (com.microsoft
+    # MultiHeadAttention's bias input: onnxruntime's optimizer moves the projections' bias Adds into it).
+    op_bias: str | None = None
+    op_bias_params: int = 0
 
 
 @dataclass
@@ -217,6 +221,8 @@ class BlockBuilder:
             bias_name = hit.bias_name
             if r.traced.path_bias is not None:  # a bias added after the split of a bias-free packed product
                 bias_name, bias_params = r.traced.path_bias.display_name, bias_params + r.traced.path_bias.numel
+            if r.op_bias is not None:
+                bias_name, bias_params = r.op_bias, bias_params + r.op_bias_params
             out.append(Projection(role, hit.weight.tensor.display_name, hit.in_features, width,
                                   weight_params, bias_name, bias_params, hit.node.name))
         if self.output is not None:
