@@ -229,6 +229,13 @@ def _uses(block: AttentionBlock, model: nn.Module, keys: set[str]) -> bool:
     return False
 
 
+def _accepts(model: nn.Module, argument: str) -> bool:
+    try:
+        return argument in pyinspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def make_example_inputs(model: nn.Module) -> tuple[Any, str]:
     """Inputs for tracing when the caller gave none: token ids for transformers models, else one
     [2, 8, d] tensor per required forward argument (d: the first Linear's in_features)."""
@@ -239,6 +246,9 @@ def make_example_inputs(model: nn.Module) -> tuple[Any, str]:
     main = getattr(model, "main_input_name", None)
     if config is not None and main == "input_ids":
         ids = torch.zeros(EXAMPLE_BATCH, EXAMPLE_SEQ, dtype=torch.long, device=device)
+        if _accepts(model, "use_cache"):  # a KV-cache object in the outputs cannot be traced
+            return {"input_ids": ids, "use_cache": False}, (f"input_ids of shape [{EXAMPLE_BATCH}, {EXAMPLE_SEQ}], "
+                                                            "use_cache=False")
         return {"input_ids": ids}, f"input_ids of shape [{EXAMPLE_BATCH}, {EXAMPLE_SEQ}]"
     if config is not None and main == "pixel_values":
         size = getattr(config, "image_size", None)
