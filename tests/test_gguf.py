@@ -24,7 +24,7 @@ from gguf_files import tensor_info_bytes as _tensor
 
 from mhainspect import dtypes
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Report
+from mhainspect.findings import AttentionBlock, CacheStatus, Report
 from mhainspect.inputs import expand_models
 from mhainspect.loaders.gguf import model_weights, read_header, read_model
 from mhainspect.sources import analyze_file, classify
@@ -226,6 +226,7 @@ def test_encoder_blocks_say_why_they_cache_nothing(tmp_path: Path) -> None:
             "{arch}.attention.causal": False}
     (path,) = write_gguf(tmp_path / "bert.gguf", "bert", meta, tensors)
     (b,) = audit(path).blocks
+    assert b.kv_cache_status is CacheStatus.NONE
     assert b.kv_cache_reason is not None and "causal = false" in b.kv_cache_reason
     assert layout(b) == (4, 4, 16, 16, 64)
 
@@ -246,7 +247,9 @@ def test_t5_encoder_decoder_and_cross_attention(tmp_path: Path) -> None:
     assert all(layout(b) == (h, h, dk, dk, d) for b in report.blocks)
     assert by_name["dec.blk.0.cross_attn"].kind == "cross"
     assert by_name["enc.blk.0.attn"].params.extra == 32 * h
+    assert by_name["enc.blk.0.attn"].kv_cache_status is CacheStatus.NONE
     assert by_name["enc.blk.0.attn"].kv_cache_reason is not None
+    assert by_name["dec.blk.0.attn"].kv_cache_status is CacheStatus.CACHES
     assert by_name["dec.blk.0.attn"].kv_cache_reason is None
 
 
