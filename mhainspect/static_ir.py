@@ -173,6 +173,9 @@ class BlockDecoding:
     window: int | None = None  # sliding window (tokens the layer attends to), None: full attention
     window_source: str = ""
     source: str = "config"  # evidence kind: "cache_tensor", "causal_mask", "config", "gguf", ...
+    # True when only a causal mask says the block caches (no cache tensor, no config): the figure is
+    # what it caches if the model is decoded token by token (CLIP's causal text tower runs once).
+    if_decoded: bool = False
 
 
 @dataclass(frozen=True)
