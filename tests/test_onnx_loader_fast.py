@@ -316,6 +316,22 @@ def test_repeated_constants_match_reference(tmp_path: Path) -> None:
     assert "/l0/c9" not in graph.weights and [n.scope for n in graph.nodes][-1] == "l2.sub"
 
 
+def test_torch_constant_kind_given_at_build_equals_apply_provenance(tmp_path: Path) -> None:
+    from mhainspect.loaders.provenance import apply_provenance
+
+    model = _constants_model()
+    model.producer_name = "pytorch"
+    path = tmp_path / "torch_constants.onnx"
+    onnx.save(model, path)
+    builder = onnx_loader._GraphBuilder({}, None, len(model.graph.node), True)  # no kind given while building
+    builder.add_graph(read_model_proto(path).graph, prefix="", depth=0)
+    expected = apply_provenance(builder.weights, [], "", "pytorch")
+    for graph in (load_onnx(path), _reference(path)):
+        assert list(graph.weights) == list(expected)
+        assert [repr(t) for t in graph.weights.values()] == [repr(t) for t in expected.values()]
+    assert sum(t.kind == "constant" for t in expected.values()) == len(expected) > 20
+
+
 def test_dangling_input_error_names_the_first_offender(tmp_path: Path) -> None:
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
              helper.make_node("Add", ["a", "missing1"], ["b"], name="first"),

@@ -51,7 +51,7 @@ from mhainspect.loaders.onnx_wire import (
     raw_attribute_classes,
     read_bytes,
 )
-from mhainspect.loaders.provenance import apply_provenance, string_list
+from mhainspect.loaders.provenance import apply_provenance, constant_node_kind, string_list
 
 # Values of integer constants up to this many elements are read (shape arithmetic).
 _MAX_INT_VALUE_ELEMENTS = MAX_INT_VALUE_ELEMENTS
@@ -243,7 +243,8 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
             opset = int(imp.version)
     functions = {(f.domain, f.name): f for f in model.functions}
     graph = model.graph
-    builder = _GraphBuilder(functions, progress or _PROGRESS.get(), len(graph.node), name_scopes, attr_cls)
+    builder = _GraphBuilder(functions, progress or _PROGRESS.get(), len(graph.node), name_scopes, attr_cls,
+                            constant_node_kind(model.producer_name))
     builder.add_graph(graph, prefix="", depth=0)
     builder.report_progress(final=True)
     read_value_info = _ValueInfoReader()
@@ -559,8 +560,11 @@ _OUTPUTS = attrgetter("outputs")
 class _GraphBuilder:
     def __init__(self, functions: dict[tuple[str, str], onnx.FunctionProto],  # type: ignore[name-defined]  # noqa: F821
                  progress: ProgressCallback | None = None, total_nodes: int = 0, name_scopes: bool = True,
-                 attr_cls: Any = None) -> None:
+                 attr_cls: Any = None, constant_kind: str | None = None) -> None:
         self.functions = functions
+        # Tensor.kind of every Constant-node tensor (provenance.constant_node_kind): given as each is
+        # made, where apply_provenance would copy thousands of them through __init__ (~30 ms on 70B).
+        self._constant_kind = constant_kind
         self.nodes: list[Node] = []
         self.weights: dict[str, Tensor] = {}
         self.warnings: list[str] = []
@@ -664,6 +668,8 @@ class _GraphBuilder:
                 if template is _MISSING:
                     tensor = _constant_tensor([self._parse_attribute(b) for b in attributes] if raw else attributes,
                                               out)
+                    if tensor is not None and self._constant_kind is not None:
+                        tensor = dataclasses.replace(tensor, kind=self._constant_kind)
                     if key is not None and len(key) <= _CONSTANT_CACHE_MAX_BYTES:
                         constants[key] = tensor
                 elif template is None:
