@@ -23,7 +23,9 @@ also keeps (a quantizer that rewrote only some uses of a shared weight): that we
 from __future__ import annotations
 
 from itertools import chain
+from math import prod
 from operator import attrgetter
+from typing import NamedTuple
 
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
 from mhainspect.dtypes import Family, lookup
@@ -65,21 +67,49 @@ _TRIG_PATH = {"Mul", "MatMul", "Unsqueeze", "Reshape", "Expand", "Cast", "Transp
               "Slice", "Gather", "Squeeze", "Einsum"}
 
 
+class StoredScan(NamedTuple):
+    """The stored tensors, walked once for accounting and size alike (a 70B export has ~5,700, nearly
+    all one-element Constant values of the shape arithmetic): the parameters, and the rest as size
+    needs them."""
+
+    parameters: dict[str, int]  # storage key -> logical element count, for every parameter
+    scalar_constants: list[Tensor]  # one-element Constant values, in file order: never parameters
+    others: list[tuple[str, Tensor]]  # every other stored tensor (name, tensor), in file order
+
+
 def parameter_counts(index: GraphIndex) -> dict[str, int]:
     """Storage key -> logical element count, for every stored tensor that is a parameter (module doc)."""
+    return scan_stored(index).parameters
+
+
+def scan_stored(index: GraphIndex) -> StoredScan:
+    """The parameters (module doc) and the other stored tensors, in one walk."""
     counts: dict[str, int] = {}
     quantized: list[tuple[Tensor, int]] = []
+    scalars: list[Tensor] = []
+    others: list[tuple[str, Tensor]] = []
     trig_sources = _trig_sources(index)
-    for name, t in index.graph.weights.items():
-        if not t.shape or t.storage_key in counts:
+    family_of: dict[str, Family | None] = {}  # dtype spelling -> family, looked up once per spelling
+    for item in index.graph.weights.items():
+        t = item[1]
+        shape = t.shape
+        if t.is_constant_node and (not shape or prod(shape) == 1):
+            scalars.append(t)  # exporter scalars (scale, eps, shape arithmetic): never parameters
+            continue
+        others.append(item)
+        if not shape or t.storage_key in counts:
             continue
         if t.kind is not None and t.kind != "parameter":
             continue  # the exporter says: a buffer, a constant, or folded from non-parameters
-        numel = t.numel
-        if numel == 1 and (t.is_constant_node or "." not in t.name):
-            continue  # exporter scalars (scale, eps) shaped [1]; real parameters carry a module path
-        found = lookup(t.dtype)
-        family = found.family if found is not None else None
+        if "." not in t.name and prod(shape) == 1:
+            continue  # an initializer scalar shaped [1]; real parameters carry a module path
+        name = item[0]
+        dtype = t.dtype
+        if dtype in family_of:
+            family = family_of[dtype]
+        else:
+            found = lookup(dtype)
+            family = family_of[dtype] = found.family if found is not None else None
         logical = _logical_count(index, name, t, family)
         if logical is None:
             continue
@@ -92,7 +122,7 @@ def parameter_counts(index: GraphIndex) -> dict[str, int]:
         base = index.quantized_from(t, logical)
         if base is not None and base.storage_key in counts:
             del counts[t.storage_key]  # a quantized copy of a float weight the file also keeps: one parameter
-    return counts
+    return StoredScan(counts, scalars, others)
 
 
 def count_parameters(index: GraphIndex) -> int:
