@@ -335,29 +335,33 @@ def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, detail: s
 
 
 def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDecoding], options: SizeOptions,
-                weight_bytes: Mapping[str, int]) -> tuple[AttentionBlock, ...]:
-    """``blocks`` with their weight bytes and KV-cache fields, one copy per block."""
+                weight_bytes: Mapping[str, int], also: Sequence[Mapping[str, Any]] = ()) -> tuple[AttentionBlock, ...]:
+    """``blocks`` with their weight bytes and KV-cache fields (and ``also``: more fields per block,
+    set in the same copy), one copy per block."""
     out = []
-    for b in blocks:
+    for i, b in enumerate(blocks):
+        more = also[i] if also else {}
         d = decoding.get(b.name)
         per_token, dtype, text = _block_cache(b, d, options.kv_dtype)
         window = d.window if d is not None and d.caches and b.kind != "cross" else None
         if per_token is not None and d is not None:
             out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
-                                           **_figure_fields(b, per_token, dtype, text, d.source)))
+                                           **_figure_fields(b, per_token, dtype, text, d.source), **more))
         else:
             out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
-                                           kv_cache_bytes_per_token=None, kv_cache_reason=text, kv_cache_dtype=None))
+                                           kv_cache_bytes_per_token=None, kv_cache_reason=text, kv_cache_dtype=None,
+                                           **more))
     return tuple(out)
 
 
-def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOptions | None = None
-          ) -> tuple[tuple[AttentionBlock, ...], dict[str, Any], tuple[str, ...]]:
-    """Blocks with their size fields, the ModelSummary size fields, and warnings."""
+def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOptions | None = None,
+          also: Sequence[Mapping[str, Any]] = ()) -> tuple[tuple[AttentionBlock, ...], dict[str, Any], tuple[str, ...]]:
+    """Blocks with their size fields, the ModelSummary size fields, and warnings. ``also``: other
+    fields of each block (by position) that the caller sets, in the same copy."""
     options = options or SizeOptions()
     weights = weight_sizes(inputs.tensors, blocks, inputs.block_tensors)
     decoding = {d.block: d for d in inputs.decoding}
-    sized = _with_cache(blocks, decoding, options, weights.per_block)
+    sized = _with_cache(blocks, decoding, options, weights.per_block, also)
     warnings: list[str] = []
     if weights.unsized:
         shown = ", ".join(f"'{n}'" for n in weights.unsized[:5])
