@@ -58,8 +58,9 @@ class BlockBuilder:
             return
         self.evidence.append(Evidence(name, int(value), source, detail))
 
-    def width(self, role: str) -> int | None:
-        """Total projection width of a role (its slice of a packed weight)."""
+    def width(self, role: str, fractions: dict[str, Fraction | None] | None = None) -> int | None:
+        """Total projection width of a role (its slice of a packed weight); ``fractions``: what
+        _fractions gives, when the caller has it."""
         r = self.roles.get(role)
         if r is None:
             return None
@@ -67,7 +68,7 @@ class BlockBuilder:
             return r.fused_width
         if r.traced is None:
             return None
-        frac = self._fraction(role)
+        frac = fractions[role] if fractions is not None else self._fraction(role)
         if frac is None:
             return None
         # out_features · frac when that is a whole number (exact in ints: frac is in lowest terms).
@@ -80,18 +81,25 @@ class BlockBuilder:
         r = self.roles[role]
         assert r.traced is not None
         node = r.traced.hit.node
-        sharing = sum(1 for x in self.roles.values() if x.traced is not None and x.traced.hit.node is node)
+        sharing = 0
+        for x in self.roles.values():
+            if x.traced is not None and x.traced.hit.node is node:
+                sharing += 1
         if sharing == 1:
             return WHOLE
         if r.traced.split_fraction is not None and r.traced.split_fraction != 1:
             return r.traced.split_fraction
         return None
 
-    def _unsplit_packed(self) -> str | None:
+    def _fractions(self) -> dict[str, Fraction | None]:
+        """_fraction of every traced role (the roles do not change while a block is built)."""
+        return {role: self._fraction(role) for role, r in self.roles.items() if r.traced is not None}
+
+    def _unsplit_packed(self, fractions: dict[str, Fraction | None]) -> str | None:
         """Why Q/K/V widths are unknown: a packed projection whose split the graph does not show."""
         for role in ("q", "k", "v"):
             r = self.roles.get(role)
-            if r is not None and r.traced is not None and self._fraction(role) is None:
+            if r is not None and r.traced is not None and fractions[role] is None:
                 hit = r.traced.hit
                 users = "/".join(x.role.upper() for x in self.roles.values()
                                  if x.traced is not None and x.traced.hit.node is hit.node)
@@ -110,7 +118,8 @@ class BlockBuilder:
             conflicts.extend(c)
         # Head counts follow from widths once d_k and d_v are known.
         d_k, d_v = picked["d_k"], picked["d_v"]
-        wq, wk, wv = self.width("q"), self.width("k"), self.width("v")
+        fractions = self._fractions()
+        wq, wk, wv = self.width("q", fractions), self.width("k", fractions), self.width("v", fractions)
         if d_k and wq and wq % d_k == 0:
             self.offer("num_heads", wq // d_k, "weight_shape", f"Q width {wq} / d_k {d_k}")
         if d_k and wk and wk % d_k == 0:
@@ -143,14 +152,14 @@ class BlockBuilder:
         conflicts.extend(c)
 
         unknown_reason = None
-        unsplit = self._unsplit_packed()
+        unsplit = self._unsplit_packed(fractions)
         if unsplit is not None:
             picked["num_heads"] = None  # the K/V head count would be a guess
             self.notes.insert(0, unsplit)
         if picked["num_heads"] is None:
             unknown_reason = self._unknown_reason(wq)
             picked["num_kv_heads"] = None
-        projections = self._projections({"q": wq, "k": wk, "v": wv})
+        projections = self._projections({"q": wq, "k": wk, "v": wv}, fractions)
         params = ParamBreakdown.from_projections(projections, extra=sum(self.extras.values()))
         kind = self._kind()
         name = block_name(self.index, self.anchor, projections, taken_names)
@@ -178,19 +187,27 @@ class BlockBuilder:
         q, k = self.roles.get("q"), self.roles.get("k")
         if q is None or k is None:
             return "self"
+        if self._start(q) == self._start(k):
+            return "self"  # one start: the same origins (or none), "self" either way
         a, b = self._sources(q), self._sources(k)
         if not a or not b:
             return "self"
         return "self" if a & b else "cross"
 
-    def _sources(self, r: RoleInput) -> set[str]:
+    @staticmethod
+    def _start(r: RoleInput) -> str:
         # A projected role: what its projection reads (memory Concat'ed before the input, as
         # Transformer-XL does, still shares the current input with Q).
-        start = r.traced.hit.activation if r.traced is not None else r.tensor
+        return r.traced.hit.activation if r.traced is not None else r.tensor
+
+    def _sources(self, r: RoleInput) -> set[str]:
+        start = self._start(r)
         return _origins(self.index, start) if start else set()
 
-    def _projections(self, widths: dict[str, int | None]) -> tuple[Projection, ...]:
-        """Q/K/V/O as counted; ``widths``: what width() gives for each role (computed once per build)."""
+    def _projections(self, widths: dict[str, int | None], fractions: dict[str, Fraction | None]
+                     ) -> tuple[Projection, ...]:
+        """Q/K/V/O as counted; ``widths`` and ``fractions``: what width() and _fraction() give for
+        each role (computed once per build)."""
         out: list[Projection] = []
         for role in ("q", "k", "v"):
             r = self.roles.get(role)
@@ -202,7 +219,7 @@ class BlockBuilder:
                                           r.fused_bias, r.fused_bias_params, r.fused_node))
                 continue
             hit = r.traced.hit
-            frac = self._fraction(role)
+            frac = fractions[role]
             width = widths[role]
             if frac is None:
                 # Split unknown: the packed weight counts once, on the first role that reads it.
