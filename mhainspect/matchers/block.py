@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex
-from mhainspect.findings import AttentionBlock, Evidence, ParamBreakdown, Projection
+from mhainspect.findings import AttentionBlock, Evidence, EvidenceSource, ParamBreakdown, Projection
 from mhainspect.graph import Node
 from mhainspect.matchers import assembly
 from mhainspect.matchers.projection import WHOLE, ProjectionHit, TracedProjection
@@ -121,32 +121,32 @@ class BlockBuilder:
         fractions = self._fractions()
         wq, wk, wv = self.width("q", fractions), self.width("k", fractions), self.width("v", fractions)
         if d_k and wq and wq % d_k == 0:
-            self.offer("num_heads", wq // d_k, "weight_shape", f"Q width {wq} / d_k {d_k}")
+            self.offer("num_heads", wq // d_k, EvidenceSource.WEIGHT_SHAPE, f"Q width {wq} / d_k {d_k}")
         if d_k and wk and wk % d_k == 0:
-            self.offer("num_kv_heads", wk // d_k, "weight_shape", f"K width {wk} / d_k {d_k}")
+            self.offer("num_kv_heads", wk // d_k, EvidenceSource.WEIGHT_SHAPE, f"K width {wk} / d_k {d_k}")
         if d_v and wv and wv % d_v == 0:
-            self.offer("num_kv_heads", wv // d_v, "weight_shape", f"V width {wv} / d_v {d_v}")
+            self.offer("num_kv_heads", wv // d_v, EvidenceSource.WEIGHT_SHAPE, f"V width {wv} / d_v {d_v}")
         picked["num_heads"], c = self._pick("num_heads")
         conflicts.extend(c)
         h = picked["num_heads"]
         if d_k is None and h and wq and wq % h == 0:
             picked["d_k"] = d_k = wq // h
-            self.evidence.append(Evidence("d_k", d_k, "weight_shape", f"Q width {wq} / heads {h}"))
+            self.evidence.append(Evidence("d_k", d_k, EvidenceSource.WEIGHT_SHAPE, f"Q width {wq} / heads {h}"))
         picked["num_kv_heads"], c = self._pick("num_kv_heads")
         conflicts.extend(c)
         if picked["num_kv_heads"] is None and d_k:
             picked["num_kv_heads"] = assembly.default_kv_heads(h, wk)
         if d_v is None and picked["num_kv_heads"] and wv and wv % picked["num_kv_heads"] == 0:
             picked["d_v"] = d_v = wv // picked["num_kv_heads"]
-            self.evidence.append(Evidence("d_v", d_v, "weight_shape", f"V width {wv} / kv heads {picked['num_kv_heads']}"))
+            self.evidence.append(Evidence("d_v", d_v, EvidenceSource.WEIGHT_SHAPE, f"V width {wv} / kv heads {picked['num_kv_heads']}"))
         q = self.roles.get("q")
         if q is not None and q.traced is not None:
-            self.offer("d_model", q.traced.hit.in_features, "weight_shape",
+            self.offer("d_model", q.traced.hit.in_features, EvidenceSource.WEIGHT_SHAPE,
                        f"input width of Q projection {q.traced.hit.node.name}")
         elif q is not None and q.fused_in is not None:
-            self.offer("d_model", q.fused_in, "weight_shape", f"input width of packed weight {q.fused_weight}")
+            self.offer("d_model", q.fused_in, EvidenceSource.WEIGHT_SHAPE, f"input width of packed weight {q.fused_weight}")
         elif self.output is not None:
-            self.offer("d_model", self.output.out_features, "weight_shape",
+            self.offer("d_model", self.output.out_features, EvidenceSource.WEIGHT_SHAPE,
                        f"output width of {self.output.node.name}")
         picked["d_model"], c = self._pick("d_model")
         conflicts.extend(c)

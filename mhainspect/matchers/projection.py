@@ -384,7 +384,7 @@ def _path_bias(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...], sh
     bias-free projection to the attention core (an Add whose other input is no activation)."""
     if hit.bias is not None or share is None or not index.has_op("Add"):
         return None
-    width = hit.out_features * share
+    width = None  # hit.out_features * share, computed once a candidate needs it (Fraction arithmetic is slow)
     for node in path:
         if node.op != "Add" or len(node.inputs) != 2:
             continue
@@ -394,6 +394,8 @@ def _path_bias(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...], sh
                 continue
             ref = index.weight(other)
             t = ref.tensor if ref is not None else index.graph.weights.get(other)
+            if t is not None and width is None:
+                width = hit.out_features * share
             if t is not None and t.numel == width and t.kind in (None, "parameter") and _is_vector(t.shape):
                 return t
     return None
