@@ -249,11 +249,17 @@ def _trig_sources(index: GraphIndex) -> set[str] | None:
     from the Cos/Sin nodes, which needs one producer per tensor: None when some tensor has several
     (not valid ONNX), and then every weight is walked.
     """
-    order = index.order
-    outputs = list(chain.from_iterable(map(attrgetter("outputs"), order)))
-    if len(outputs) - outputs.count("") != len(index.producer):
-        return None
     found: set[str] = set()
+    if not (index.has_op("Cos") or index.has_op("Sin")):
+        return found  # no walk ends in Cos/Sin: _only_feeds_trig is False for every weight
+    order = index.order
+    # As many named outputs as producers: no name has two. Counting every output first: equal to
+    # the producers only when no output is empty either (the usual case), else count the empty ones.
+    every = sum(map(len, map(attrgetter("outputs"), order)))
+    if every != len(index.producer):
+        outputs = list(chain.from_iterable(map(attrgetter("outputs"), order)))
+        if every - outputs.count("") != len(index.producer):
+            return None
     stack = [x for n in order if n.op in ("Cos", "Sin") for x in n.inputs if x]
     while stack:
         cur = stack.pop()
