@@ -608,7 +608,9 @@ def _graph_block_tensors(index: GraphIndex, blocks: Sequence[AttentionBlock]) ->
                 continue
             for x in node.inputs:
                 if x:
-                    names.extend(_stored_sources(index, x, memo) or ())
+                    found = memo[x] if x in memo else _stored_sources(index, x, memo)
+                    if found:
+                        names.extend(found)
         out[b.name] = tuple(dict.fromkeys(names))
     return out
 

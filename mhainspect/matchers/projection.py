@@ -469,7 +469,7 @@ def trace_forward_to_projection(index: GraphIndex, tensor: str) -> tuple[Project
         if depth > _MAX_FORWARD_DEPTH:
             continue
         for user, _pos in index.users(cur):
-            hit = recognise_projection(index, user, via_input=cur)
+            hit = recognise_projection(index, user, via_input=cur) if user.op in _PROJECTION_OPS else None
             if hit is not None:
                 return hit, path
             if user.op in _FORWARD_THROUGH:
