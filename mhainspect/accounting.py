@@ -63,6 +63,12 @@ _LAYOUT_OPS = {"Expand", "Tile", "Reshape", "Unsqueeze", "Squeeze", "Identity", 
 _LAYOUT_HOPS = 4
 _NOT_SHAPE_ONLY: frozenset[int] = frozenset()
 
+# Per op: input positions never read as a weight's data (quantization parameters, recurrent
+# states, shape arguments), one table for _logical_count.
+_NOT_DATA_INPUTS: dict[str, frozenset[int]] = {
+    op: QUANT_PARAM_INPUTS.get(op, _NOT_SHAPE_ONLY) | _STATE_INPUTS.get(op, _NOT_SHAPE_ONLY)
+    | SHAPE_INPUTS.get(op, _NOT_SHAPE_ONLY) for op in {*QUANT_PARAM_INPUTS, *_STATE_INPUTS, *SHAPE_INPUTS}}
+
 _TRIG_PATH = {"Mul", "MatMul", "Unsqueeze", "Reshape", "Expand", "Cast", "Transpose", "Concat", "Div", "Identity",
               "Slice", "Gather", "Squeeze", "Einsum"}
 
@@ -142,9 +148,7 @@ def _logical_count(index: GraphIndex, name: str, t: Tensor, family: Family | Non
                 weights = QUANT_WEIGHT_INPUTS.get(op)
                 if weights is not None and pos in weights and cur == name:
                     return _quantized_count(user, pos, t)
-                if pos in QUANT_PARAM_INPUTS.get(op, _NOT_SHAPE_ONLY) or pos in _STATE_INPUTS.get(op, _NOT_SHAPE_ONLY):
-                    continue
-                if pos in SHAPE_INPUTS.get(op, _NOT_SHAPE_ONLY) or (op == "Mul" and _rescales(index, user, pos)):
+                if pos in _NOT_DATA_INPUTS.get(op, _NOT_SHAPE_ONLY) or (op == "Mul" and _rescales(index, user, pos)):
                     continue
                 if op in _LAYOUT_OPS and pos == 0:
                     layout.extend(o for o in user.outputs if o)  # read as data only if what it makes is
