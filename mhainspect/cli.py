@@ -265,8 +265,10 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
                     kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared: no __eq__/__hash__ to generate at import
 class _VerifySetup:
+    """The --verify options of a run, read once for every model."""
+
     dims: dict[str, int]  # --dim: symbolic input dims by name
     # The parsed file of a one-model run, kept for the run itself (verify_report adds outputs to
     # it): one parse serves the budget, --dim and the run. A many-model run keeps none, which
@@ -347,7 +349,7 @@ def _verify_one(path: Path, report: "Report", setup: _VerifySetup) -> "Report":
         return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared
 class _View:
     """How the reports are shown: everything a renderer needs besides the reports themselves."""
 
