@@ -15,6 +15,7 @@ from typing import Any
 from mhainspect.findings import AttentionBlock, ModelFacts, Report, ReportWarning, WarningCode
 from mhainspect.loaders.checkpoint import load_checkpoint_weights
 from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
+from mhainspect.loaders.quantized import quantization_notes
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.report import report_from
 from mhainspect.size import metas_size_inputs
@@ -40,6 +41,7 @@ def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
     if config is not None and not p.is_dir():
         warnings.append(ReportWarning(f"heads read from {p.parent / 'config.json'} next to the checkpoint",
                                       WarningCode.CONFIG_BESIDE))
+    warnings.extend(ReportWarning(note, WarningCode.LOADER) for note in quantization_notes(weights))
     producer = producer_from_config(config) if config is not None else ""
     facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer)
     blocks = checkpoint_blocks(weights, config)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from mhainspect import dtypes
 from mhainspect.dataflow import SHAPE_INPUTS
 from mhainspect.findings import AttentionBlock, Evidence, KVCache, Report
+from mhainspect.loaders.quantized import kv_cache_dtype
 from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.static_ir import byte_rate as _rate
 
@@ -1004,14 +1005,18 @@ def metas_size_inputs(weights: Mapping[str, Any], blocks: Sequence[AttentionBloc
     module path, and what the config says about decoding (no graph to show a cache or a mask)."""
     tensors = tensors_from_metas(weights.values(), parameters)
     fallback = config_dtype(config) or model_float_dtype(tensors)
-    compute = weight_compute_dtypes(blocks, {n: t.dtype for n, t in weights.items()}, fallback)
+    # A quantized weight's dtype (fp8, int8) is its storage, not what the block computes and caches in.
+    compute = weight_compute_dtypes(blocks, {n: t.dtype for n, t in weights.items() if t.quant is None}, fallback)
+    if (kv := kv_cache_dtype(config)) is not None:
+        compute = dict.fromkeys(compute, kv)  # the config quantizes the cache itself
     return SizeInputs(tensors, prefix_block_tensors(blocks, weights),
                       config_decoding(config, blocks, compute, label=label, no_config=no_config))
 
 
 def tensors_from_metas(metas: Iterable[Any], parameter_keys: frozenset[str]) -> tuple[StoredTensor, ...]:
-    """StoredTensors from name-keyed weight metadata (checkpoints, module parameters and buffers)."""
-    return tuple(StoredTensor(m.name, m.dtype, m.numel, m.storage_key, m.storage_key in parameter_keys)
+    """StoredTensors from name-keyed weight metadata (checkpoints, module parameters and buffers),
+    as stored (a packed quantized weight: its stored elements, not the logical ones)."""
+    return tuple(StoredTensor(m.name, m.dtype, m.stored_numel, m.storage_key, m.storage_key in parameter_keys)
                  for m in metas)
 
 

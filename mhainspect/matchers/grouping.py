@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mhainspect.findings import Projection
 from mhainspect.matchers.scopes import common_prefix
-from mhainspect.static_ir import WeightMeta
+from mhainspect.static_ir import QuantRole, WeightMeta
 
 # Role names of a projection module (the last component of its path), lower-cased.
 Q_NAMES = frozenset({"q_proj", "query", "q", "wq", "q_lin", "to_q", "query_proj", "q_linear", "linear_q", "w_q",
@@ -113,7 +113,8 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
             role_biases.setdefault(scope, []).append((_ROLE_BIAS_LEAVES[leaf.lower()], meta))
         elif len(parts) >= 2 and parts[-2] in _EXTRA_MODULES:
             extras.setdefault(".".join(parts[:-2]), []).append(meta)
-        elif leaf.lower() in _WEIGHT_LEAVES:
+        elif leaf.lower() in _WEIGHT_LEAVES or (meta.quant is not None and meta.quant.role is QuantRole.WEIGHT):
+            # A quantized Linear's weight by what the loader found (GPTQ/AWQ qweight, weight_packed).
             modules.setdefault(scope, {})["weight"] = meta
         elif leaf.lower() in _BIAS_LEAVES:
             modules.setdefault(scope, {})["bias"] = meta

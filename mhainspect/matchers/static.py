@@ -57,6 +57,11 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     widths: dict[str, tuple[int | None, int | None]] = {}
     for rw in group.roles:
         widths[rw.role] = _dims(rw, rw.role, evidence)
+        quant = rw.weight.quant
+        if quant is not None and quant.provenance:  # a quantized weight: how its logical shape was read
+            evidence.append(Evidence("packing", quant.bits, EvidenceSource.WEIGHT_SHAPE, quant.provenance))
+            if quant.conflict:
+                conflicts.append(quant.conflict)
 
     h, c1 = pick(evidence, "num_heads")
     g, c2 = pick(evidence, "num_kv_heads")
