@@ -373,7 +373,7 @@ def config_beside(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, 
         return None, ""
 
 
-_DRIVE = re.compile(r"^[A-Za-z]:")
+_DRIVE = r"^[A-Za-z]:"  # compiled by re when an external location is first checked
 
 
 def external_location_escapes(model_dir: str, location: str) -> str | None:
@@ -384,7 +384,7 @@ def external_location_escapes(model_dir: str, location: str) -> str | None:
     """
     if "\x00" in location:
         return "contains a NUL byte"
-    if os.path.isabs(location) or location.startswith(("/", "\\")) or _DRIVE.match(location):
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or re.match(_DRIVE, location):
         return "absolute path"
     if ".." in re.split(r"[\\/]", location):
         return "'..' leaves the model folder"
