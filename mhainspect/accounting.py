@@ -23,7 +23,9 @@ also keeps (a quantizer that rewrote only some uses of a shared weight): that we
 from __future__ import annotations
 
 from itertools import chain
+from math import prod
 from operator import attrgetter
+from typing import NamedTuple
 
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
 from mhainspect.dtypes import Family, lookup
@@ -61,25 +63,59 @@ _LAYOUT_OPS = {"Expand", "Tile", "Reshape", "Unsqueeze", "Squeeze", "Identity", 
 _LAYOUT_HOPS = 4
 _NOT_SHAPE_ONLY: frozenset[int] = frozenset()
 
+# Per op: input positions never read as a weight's data (quantization parameters, recurrent
+# states, shape arguments), one table for _logical_count.
+_NOT_DATA_INPUTS: dict[str, frozenset[int]] = {
+    op: QUANT_PARAM_INPUTS.get(op, _NOT_SHAPE_ONLY) | _STATE_INPUTS.get(op, _NOT_SHAPE_ONLY)
+    | SHAPE_INPUTS.get(op, _NOT_SHAPE_ONLY) for op in {*QUANT_PARAM_INPUTS, *_STATE_INPUTS, *SHAPE_INPUTS}}
+
 _TRIG_PATH = {"Mul", "MatMul", "Unsqueeze", "Reshape", "Expand", "Cast", "Transpose", "Concat", "Div", "Identity",
               "Slice", "Gather", "Squeeze", "Einsum"}
 
 
+class StoredScan(NamedTuple):
+    """The stored tensors, walked once for accounting and size alike (a 70B export has ~5,700, nearly
+    all one-element Constant values of the shape arithmetic): the parameters, and the rest as size
+    needs them."""
+
+    parameters: dict[str, int]  # storage key -> logical element count, for every parameter
+    scalar_constants: list[Tensor]  # one-element Constant values, in file order: never parameters
+    others: list[tuple[str, Tensor]]  # every other stored tensor (name, tensor), in file order
+
+
 def parameter_counts(index: GraphIndex) -> dict[str, int]:
     """Storage key -> logical element count, for every stored tensor that is a parameter (module doc)."""
+    return scan_stored(index).parameters
+
+
+def scan_stored(index: GraphIndex) -> StoredScan:
+    """The parameters (module doc) and the other stored tensors, in one walk."""
     counts: dict[str, int] = {}
     quantized: list[tuple[Tensor, int]] = []
+    scalars: list[Tensor] = []
+    others: list[tuple[str, Tensor]] = []
     trig_sources = _trig_sources(index)
-    for name, t in index.graph.weights.items():
-        if not t.shape or t.storage_key in counts:
+    family_of: dict[str, Family | None] = {}  # dtype spelling -> family, looked up once per spelling
+    for item in index.graph.weights.items():
+        t = item[1]
+        shape = t.shape
+        if t.is_constant_node and (not shape or prod(shape) == 1):
+            scalars.append(t)  # exporter scalars (scale, eps, shape arithmetic): never parameters
+            continue
+        others.append(item)
+        if not shape or t.storage_key in counts:
             continue
         if t.kind is not None and t.kind != "parameter":
             continue  # the exporter says: a buffer, a constant, or folded from non-parameters
-        numel = t.numel
-        if numel == 1 and (t.is_constant_node or "." not in t.name):
-            continue  # exporter scalars (scale, eps) shaped [1]; real parameters carry a module path
-        found = lookup(t.dtype)
-        family = found.family if found is not None else None
+        if "." not in t.name and prod(shape) == 1:
+            continue  # an initializer scalar shaped [1]; real parameters carry a module path
+        name = item[0]
+        dtype = t.dtype
+        if dtype in family_of:
+            family = family_of[dtype]
+        else:
+            found = lookup(dtype)
+            family = family_of[dtype] = found.family if found is not None else None
         logical = _logical_count(index, name, t, family)
         if logical is None:
             continue
@@ -92,7 +128,7 @@ def parameter_counts(index: GraphIndex) -> dict[str, int]:
         base = index.quantized_from(t, logical)
         if base is not None and base.storage_key in counts:
             del counts[t.storage_key]  # a quantized copy of a float weight the file also keeps: one parameter
-    return counts
+    return StoredScan(counts, scalars, others)
 
 
 def count_parameters(index: GraphIndex) -> int:
@@ -112,9 +148,7 @@ def _logical_count(index: GraphIndex, name: str, t: Tensor, family: Family | Non
                 weights = QUANT_WEIGHT_INPUTS.get(op)
                 if weights is not None and pos in weights and cur == name:
                     return _quantized_count(user, pos, t)
-                if pos in QUANT_PARAM_INPUTS.get(op, _NOT_SHAPE_ONLY) or pos in _STATE_INPUTS.get(op, _NOT_SHAPE_ONLY):
-                    continue
-                if pos in SHAPE_INPUTS.get(op, _NOT_SHAPE_ONLY) or (op == "Mul" and _rescales(index, user, pos)):
+                if pos in _NOT_DATA_INPUTS.get(op, _NOT_SHAPE_ONLY) or (op == "Mul" and _rescales(index, user, pos)):
                     continue
                 if op in _LAYOUT_OPS and pos == 0:
                     layout.extend(o for o in user.outputs if o)  # read as data only if what it makes is
@@ -219,11 +253,17 @@ def _trig_sources(index: GraphIndex) -> set[str] | None:
     from the Cos/Sin nodes, which needs one producer per tensor: None when some tensor has several
     (not valid ONNX), and then every weight is walked.
     """
-    order = index.order
-    outputs = list(chain.from_iterable(map(attrgetter("outputs"), order)))
-    if len(outputs) - outputs.count("") != len(index.producer):
-        return None
     found: set[str] = set()
+    if not (index.has_op("Cos") or index.has_op("Sin")):
+        return found  # no walk ends in Cos/Sin: _only_feeds_trig is False for every weight
+    order = index.order
+    # As many named outputs as producers: no name has two. Counting every output first: equal to
+    # the producers only when no output is empty either (the usual case), else count the empty ones.
+    every = sum(map(len, map(attrgetter("outputs"), order)))
+    if every != len(index.producer):
+        outputs = list(chain.from_iterable(map(attrgetter("outputs"), order)))
+        if every - outputs.count("") != len(index.producer):
+            return None
     stack = [x for n in order if n.op in ("Cos", "Sin") for x in n.inputs if x]
     while stack:
         cur = stack.pop()

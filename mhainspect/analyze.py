@@ -19,7 +19,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import Any
 
-from mhainspect.accounting import parameter_counts
+from mhainspect.accounting import scan_stored
 from mhainspect.dataflow import GraphIndex
 from mhainspect.errors import InputError
 from mhainspect.findings import (
@@ -294,8 +294,9 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
         block = b.build(taken)
         blocks.append(block if applications == 1 else dataclasses.replace(block, applications=applications))
     blocks = count_shared_once(blocks)
-    parameters = parameter_counts(index)  # the one notion of a parameter; size calls the rest overhead
-    size = graph_size_inputs(index, blocks, frozenset(parameters), config, config_label)
+    stored = scan_stored(index)  # the one notion of a parameter; size calls the rest overhead
+    parameters = stored.parameters
+    size = graph_size_inputs(index, blocks, stored, config, config_label)
     facts = ModelFacts(path=path if path is not None else graph.source, format=fmt or graph.kind,
                        total_params=sum(parameters.values()), num_nodes=len(graph.nodes), opset=graph.opset,
                        producer=graph.producer)
@@ -372,7 +373,7 @@ def config_beside(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, 
         return None, ""
 
 
-_DRIVE = re.compile(r"^[A-Za-z]:")
+_DRIVE = r"^[A-Za-z]:"  # compiled by re when an external location is first checked
 
 
 def external_location_escapes(model_dir: str, location: str) -> str | None:
@@ -383,7 +384,7 @@ def external_location_escapes(model_dir: str, location: str) -> str | None:
     """
     if "\x00" in location:
         return "contains a NUL byte"
-    if os.path.isabs(location) or location.startswith(("/", "\\")) or _DRIVE.match(location):
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or re.match(_DRIVE, location):
         return "absolute path"
     if ".." in re.split(r"[\\/]", location):
         return "'..' leaves the model folder"

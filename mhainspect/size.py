@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from math import prod
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from mhainspect import dtypes
@@ -38,8 +39,9 @@ from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.static_ir import byte_rate as _rate
 
 if TYPE_CHECKING:
+    from mhainspect.accounting import StoredScan
     from mhainspect.dataflow import GraphIndex
-    from mhainspect.graph import Node
+    from mhainspect.graph import Node, Tensor
 
 __all__ = [
     "BlockDecoding",
@@ -362,31 +364,35 @@ def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, detail: s
 
 
 def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDecoding], options: SizeOptions,
-                weight_bytes: Mapping[str, int]) -> tuple[AttentionBlock, ...]:
-    """``blocks`` with their weight bytes and KV-cache fields, one copy per block."""
+                weight_bytes: Mapping[str, int], also: Sequence[Mapping[str, Any]] = ()) -> tuple[AttentionBlock, ...]:
+    """``blocks`` with their weight bytes and KV-cache fields (and ``also``: more fields per block,
+    set in the same copy), one copy per block."""
     out = []
-    for b in blocks:
+    for i, b in enumerate(blocks):
+        more = also[i] if also else {}
         d = decoding.get(b.name)
         per_token, dtype, text, status = _block_cache(b, d, options.kv_dtype)
         window = d.window if d is not None and d.caches and b.kind != "cross" else None
         if per_token is not None and d is not None:
             out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
                                            kv_cache_status=status,
-                                           **_figure_fields(b, per_token, dtype, text, d.source)))
+                                           **_figure_fields(b, per_token, dtype, text, d.source), **more))
         else:
             out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
                                            kv_cache_bytes_per_token=None, kv_cache_reason=text,
-                                           kv_cache_dtype=dtype if status.caches else None, kv_cache_status=status))
+                                           kv_cache_dtype=dtype if status.caches else None, kv_cache_status=status,
+                                           **more))
     return tuple(out)
 
 
-def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOptions | None = None
-          ) -> tuple[tuple[AttentionBlock, ...], dict[str, Any], tuple[str, ...]]:
-    """Blocks with their size fields, the ModelSummary size fields, and warnings."""
+def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOptions | None = None,
+          also: Sequence[Mapping[str, Any]] = ()) -> tuple[tuple[AttentionBlock, ...], dict[str, Any], tuple[str, ...]]:
+    """Blocks with their size fields, the ModelSummary size fields, and warnings. ``also``: other
+    fields of each block (by position) that the caller sets, in the same copy."""
     options = options or SizeOptions()
     weights = weight_sizes(inputs.tensors, blocks, inputs.block_tensors)
     decoding = {d.block: d for d in inputs.decoding}
-    sized = _with_cache(blocks, decoding, options, weights.per_block)
+    sized = _with_cache(blocks, decoding, options, weights.per_block, also)
     warnings: list[str] = []
     if weights.unsized:
         shown = ", ".join(f"'{n}'" for n in weights.unsized[:5])
@@ -630,7 +636,9 @@ def _graph_block_tensors(index: GraphIndex, blocks: Sequence[AttentionBlock]) ->
                 continue
             for x in node.inputs:
                 if x:
-                    names.extend(_stored_sources(index, x, memo) or ())
+                    found = memo[x] if x in memo else _stored_sources(index, x, memo)
+                    if found:
+                        names.extend(found)
         out[b.name] = tuple(dict.fromkeys(names))
     return out
 
@@ -930,22 +938,34 @@ def _compute_dtype(index: GraphIndex, block: AttentionBlock, fallback: str | Non
     return None, ""
 
 
-def _graph_tensors(index: GraphIndex, parameter_keys: frozenset[str]) -> tuple[StoredTensor, ...]:
+def _graph_tensors(index: GraphIndex, scan: StoredScan) -> tuple[StoredTensor, ...]:
     """Every initializer and Constant as a StoredTensor. Constant values of whole-byte types that
     are not parameters (a 70B export has thousands, nearly all int64 shape scalars) are summed
     into one entry per dtype: their bytes are exact either way, and this keeps the pass cheap."""
-    out: list[StoredTensor] = []
-    constants: Counter[str] = Counter()
+    parameter_keys = scan.parameters
     # dtype spelling -> (whole bytes per element, has a size): looked up once per spelling
     kinds: dict[str, tuple[bool, bool]] = {}
-    for name, t in index.graph.weights.items():
+
+    def kind(dtype: str) -> tuple[bool, bool]:
+        found = kinds.get(dtype)
+        if found is None:
+            rate = _rate(dtype)
+            found = kinds[dtype] = (rate is not None and rate[0] == 1 and rate[2] == 1, rate is not None)
+        return found
+
+    scalars = scan.scalar_constants
+    scalar_dtypes = Counter(map(attrgetter("dtype"), scalars))
+    if all(kind(dtype)[0] for dtype in scalar_dtypes) and \
+            parameter_keys.keys().isdisjoint(map(attrgetter("storage_key"), scalars)):
+        items: Iterable[tuple[str, Tensor]] = scan.others  # the one-element values: one element each, by dtype
+        constants = Counter(scalar_dtypes)
+    else:  # some is listed on its own: every tensor in file order, as the loop alone would
+        items, constants = index.graph.weights.items(), Counter()
+    out: list[StoredTensor] = []
+    for name, t in items:
         key = t.storage_key
         dtype = t.dtype
-        kind = kinds.get(dtype)
-        if kind is None:
-            rate = _rate(dtype)
-            kind = kinds[dtype] = (rate is not None and rate[0] == 1 and rate[2] == 1, rate is not None)
-        plain, sized = kind
+        plain, sized = kinds.get(dtype) or kind(dtype)
         if plain and t.is_constant_node and key not in parameter_keys:
             constants[dtype] += prod(t.shape)
             continue
@@ -956,11 +976,11 @@ def _graph_tensors(index: GraphIndex, parameter_keys: frozenset[str]) -> tuple[S
     return tuple(out)
 
 
-def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], parameter_keys: frozenset[str],
+def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], scan: StoredScan,
                       config: Mapping[str, Any] | None = None, config_label: str = "config.json") -> SizeInputs:
     """SizeInputs for an ONNX / traced graph: every initializer and Constant, the tensors each block
     reads, and per block the decoding evidence (past/present tensors, a causal mask, the config)."""
-    tensors = _graph_tensors(index, parameter_keys)
+    tensors = _graph_tensors(index, scan)
     fallback = model_float_dtype(tensors)
     io = _cache_io(index, blocks)
     any_io = bool(io)

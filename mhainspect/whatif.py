@@ -35,8 +35,15 @@ def total_width_reason(block: AttentionBlock, heads: int) -> str | None:
     return None
 
 
-def _role(block: AttentionBlock, role: str) -> Projection | None:
-    return next((p for p in block.projections if p.role == role), None)
+_Roles = tuple[Projection | None, Projection | None, Projection | None, Projection | None]  # Q, K, V, O
+
+
+def _roles(block: AttentionBlock) -> _Roles:
+    """The first projection of each role (looked up once per block, not once per count)."""
+    found: dict[str, Projection] = {}
+    for p in block.projections:
+        found.setdefault(p.role, p)
+    return found.get("q"), found.get("k"), found.get("v"), found.get("o")
 
 
 def _linear(p: Projection | None, in_f: int | None, out_f: int | None) -> int:
@@ -47,7 +54,11 @@ def _linear(p: Projection | None, in_f: int | None, out_f: int | None) -> int:
 
 def count_with_widths(block: AttentionBlock, wq: int, wk: int, wv: int, o_in: int) -> int | None:
     """Projection params of this block with the given Q/K/V widths and O input width."""
-    q, k, v, o = (_role(block, r) for r in ("q", "k", "v", "o"))
+    return _count(_roles(block), wq, wk, wv, o_in)
+
+
+def _count(roles: _Roles, wq: int, wk: int, wv: int, o_in: int) -> int | None:
+    q, k, v, o = roles
     if q is None or q.in_features is None:
         return None
     total = _linear(q, q.in_features, wq)
@@ -65,12 +76,16 @@ def kv_heads_for(block: AttentionBlock, heads: int) -> int:
 
 
 def what_if(block: AttentionBlock, heads: int) -> WhatIf | None:
+    return _what_if(block, _roles(block), heads)
+
+
+def _what_if(block: AttentionBlock, roles: _Roles, heads: int) -> WhatIf | None:
     h, g, d_k, d_v = block.num_heads, block.num_kv_heads, block.d_k, block.d_v
     if h is None or g is None or d_k is None or d_v is None:
         return None
     g2 = kv_heads_for(block, heads)
-    same_width = count_with_widths(block, h * d_k, g * d_k, g * d_v, h * d_v)
-    per_head = count_with_widths(block, heads * d_k, g2 * d_k, g2 * d_v, heads * d_v)
+    same_width = _count(roles, h * d_k, g * d_k, g * d_v, h * d_v)
+    per_head = _count(roles, heads * d_k, g2 * d_k, g2 * d_v, heads * d_v)
     if same_width is None or per_head is None:
         return None
     if total_width_reason(block, heads) is not None:
@@ -92,5 +107,6 @@ def default_what_ifs(block: AttentionBlock, extra: tuple[int, ...] = ()) -> tupl
     if h is None:
         return ()
     candidates = sorted({x for x in (h // 2, h * 2, *extra) if x >= 1 and x != h})
-    out = [w for w in (what_if(block, x) for x in candidates) if w is not None]
+    roles = _roles(block)
+    out = [w for w in (_what_if(block, roles, x) for x in candidates) if w is not None]
     return tuple(out)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
+from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +49,40 @@ def test_unsupported_types_get_the_stdlib_error() -> None:
         dumps_pretty({"a": {1, 2}})
     with pytest.raises(ValueError, match="Out of range float"):
         dumps_pretty([1.0, float("nan")])
+
+
+class _Word(str, Enum):
+    A = "a%s"
+
+
+class _Count(IntEnum):
+    TWO = 2
+
+
+def test_shapes_the_writer_caches_and_subclasses() -> None:
+    # One key set at several depths and in several dicts (templates are per key set and depth), a
+    # key holding a '%' (templates are %-formatted), subclasses of every supported type.
+    row = {"%s": 1, "b%": "x%d", "c": [_Word.A, _Count.TWO, 1.5, True, None]}
+    doc: Any = {"rows": [row, dict(row), {"nested": row}], "t": (row, OrderedDict(row)), "%": {}, "e": []}
+    assert dumps_pretty(doc) == json.dumps(doc, indent=2, allow_nan=False)
+
+
+def _nested(depth: int) -> Any:
+    doc: Any = []
+    for _ in range(depth):
+        doc = [{"k": doc}]
+    return doc
+
+
+@pytest.mark.parametrize("depth", [10, 400])
+def test_deep_nesting_matches_the_stdlib(depth: int) -> None:
+    # 800 levels: deeper than this writer goes (two frames a level), so the stdlib writes it.
+    doc = _nested(depth)
+    assert dumps_pretty(doc) == json.dumps(doc, indent=2, allow_nan=False)
+
+
+def test_too_deep_is_the_stdlib_recursion_error() -> None:
+    with pytest.raises(RecursionError):
+        json.dumps(_nested(2000), indent=2)
+    with pytest.raises(RecursionError):
+        dumps_pretty(_nested(2000))

@@ -9,6 +9,7 @@ run on the sample models, the zoo (MHAINSPECT_ZOO_DIR) and random graphs built t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from pathlib import Path
@@ -22,6 +23,8 @@ from mhainspect.accounting import (
     _only_feeds_trig,
     _trig_sources,
     count_parameters,
+    parameter_counts,
+    scan_stored,
 )
 from mhainspect.analyze import _SUBGRAPH_PREFIX, _impossible_shape, _listed, sanitize_graph
 from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
@@ -29,6 +32,8 @@ from mhainspect.dtypes import is_float
 from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.loaders.onnx_loader import load_onnx
+from mhainspect.size import _graph_tensors
+from mhainspect.static_ir import StoredTensor, byte_rate
 
 _ROOT = Path(__file__).resolve().parents[1]
 _ZOO = os.environ.get("MHAINSPECT_ZOO_DIR")
@@ -222,3 +227,69 @@ def test_trig_sources_give_up_on_duplicate_producers() -> None:
     # The index follows node b for "t"; the walk back from Cos would miss inv_freq behind node a.
     assert _trig_sources(index) is None
     assert count_parameters(index) == _plain_count(index) == 0
+
+
+def _plain_graph_tensors(index: GraphIndex, parameter_keys: frozenset[str]) -> list[StoredTensor]:
+    """size._graph_tensors before the shared walk: every stored tensor in file order, plain-typed
+    non-parameter Constant values summed per dtype."""
+    out: list[StoredTensor] = []
+    constants: dict[str, int] = {}
+    for name, t in index.graph.weights.items():
+        rate = byte_rate(t.dtype)
+        plain = rate is not None and rate[0] == 1 and rate[2] == 1
+        if plain and t.is_constant_node and t.storage_key not in parameter_keys:
+            constants[t.dtype] = constants.get(t.dtype, 0) + t.numel
+            continue
+        out.append(StoredTensor(name, t.dtype, t.numel, t.storage_key, t.storage_key in parameter_keys,
+                                None if rate is not None else t.external_length))
+    out.extend(StoredTensor(f"(Constant values, {d})", d, n, f"constants:{d}", False) for d, n in constants.items())
+    return out
+
+
+def _stored_as_plain_code(index: GraphIndex) -> None:
+    scan = scan_stored(index)
+    assert scan.parameters == parameter_counts(index)
+    fast = _graph_tensors(index, scan)
+    plain = _plain_graph_tensors(index, frozenset(scan.parameters))
+    # The same tensors; only the order of the per-dtype sums of Constant values may differ.
+    listed = [t for t in plain if not t.storage_key.startswith("constants:")]
+    assert [t for t in fast if not t.storage_key.startswith("constants:")] == listed
+    assert sorted(fast) == sorted(plain)
+    assert len(scan.scalar_constants) + len(scan.others) == len(index.graph.weights)
+
+
+@pytest.mark.parametrize("path", MODELS, ids=lambda p: p.name)
+def test_models_stored_tensors_as_plain_code(path: Path) -> None:
+    _stored_as_plain_code(GraphIndex(sanitize_graph(load_onnx(path))))
+
+
+def test_random_stored_tensors_as_plain_code() -> None:
+    """Constant values of every kind: one-element ones of sized and unsized types, some sharing a
+    parameter's storage key (then listed on their own, in file order), rank 0 initializers."""
+    fast_path = fallback = 0
+    for seed in range(300):
+        rng = random.Random(seed)
+        graph = _random_graph(rng)
+        weights = dict(graph.weights)
+        for i in range(rng.randint(0, 8)):
+            shape = rng.choice([(), (1,), (1, 1), (3,), (0,)])
+            dtype = rng.choice(["int64", "int64", "float32", "float16", "string", "int4", "bool"])
+            key = rng.choice([f"const:c{i}"] * 6 + ["s0", "s1"])
+            weights[f"c{i}"] = Tensor(f"c{i}", shape, dtype, key, is_constant_node=rng.random() < 0.8,
+                                      external_length=rng.choice([None, 7]))
+        names = list(weights)
+        rng.shuffle(names)
+        graph = dataclasses.replace(graph, weights={n: weights[n] for n in names})
+        try:
+            index = GraphIndex(sanitize_graph(graph))
+        except InputError:
+            continue
+        _stored_as_plain_code(index)
+        scan = scan_stored(index)
+        plain_only = all(byte_rate(t.dtype) is not None and byte_rate(t.dtype)[0] == 1  # type: ignore[index]
+                         and byte_rate(t.dtype)[2] == 1 for t in scan.scalar_constants)  # type: ignore[index]
+        if plain_only and not {t.storage_key for t in scan.scalar_constants} & set(scan.parameters):
+            fast_path += 1
+        else:
+            fallback += 1
+    assert fast_path >= 50 and fallback >= 20  # both branches of _graph_tensors really ran

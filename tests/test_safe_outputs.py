@@ -231,5 +231,11 @@ def test_safe_functions_directly() -> None:
     assert safe.sarif_text("a[b](c) {0} \\") == "a\\[b\\](c) {{0}} \\\\"
 
 
+@pytest.mark.parametrize("text", [HOSTILE, "a&amp;<b>\"c\"'d'&", "&lt;", "", "plain"])
+def test_html_escape_is_the_stdlib_one(text: str) -> None:
+    # safe.html writes html.escape out (importing html costs every run its entity table).
+    assert safe.html(text) == html_lib.escape(safe.printable(text), quote=True)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

@@ -53,7 +53,8 @@ def pick(evidence: Iterable[Evidence], field: str) -> tuple[int | None, tuple[st
     offers = [e for e in evidence if e.field == field and isinstance(e.value, int)]
     if not offers:
         return None, ()
-    offers.sort(key=lambda e: PRIORITY.get(e.source, 7))  # stable: ties keep the order
+    if len(offers) > 1:
+        offers.sort(key=lambda e: PRIORITY.get(e.source, 7))  # stable: ties keep the order
     best = offers[0]
     conflicts = tuple(conflict_text(field, best, e) for e in offers[1:]
                       if e.value != best.value and e.source not in _NEVER_CONFLICTS)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex
-from mhainspect.findings import AttentionBlock, Evidence, ParamBreakdown, Projection
+from mhainspect.findings import AttentionBlock, Evidence, EvidenceSource, ParamBreakdown, Projection
 from mhainspect.graph import Node
 from mhainspect.matchers import assembly
 from mhainspect.matchers.projection import WHOLE, ProjectionHit, TracedProjection, recognise_projection
@@ -64,8 +64,9 @@ class BlockBuilder:
             return
         self.evidence.append(Evidence(name, int(value), source, detail))
 
-    def width(self, role: str) -> int | None:
-        """Total projection width of a role (its slice of a packed weight)."""
+    def width(self, role: str, fractions: dict[str, Fraction | None] | None = None) -> int | None:
+        """Total projection width of a role (its slice of a packed weight); ``fractions``: what
+        _fractions gives, when the caller has it."""
         r = self.roles.get(role)
         if r is None:
             return None
@@ -73,7 +74,7 @@ class BlockBuilder:
             return r.fused_width
         if r.traced is None:
             return None
-        frac = self._fraction(role)
+        frac = fractions[role] if fractions is not None else self._fraction(role)
         if frac is None:
             return None
         # out_features · frac when that is a whole number (exact in ints: frac is in lowest terms).
@@ -86,18 +87,25 @@ class BlockBuilder:
         r = self.roles[role]
         assert r.traced is not None
         node = r.traced.hit.node
-        sharing = sum(1 for x in self.roles.values() if x.traced is not None and x.traced.hit.node is node)
+        sharing = 0
+        for x in self.roles.values():
+            if x.traced is not None and x.traced.hit.node is node:
+                sharing += 1
         if sharing == 1:
             return WHOLE
         if r.traced.split_fraction is not None and r.traced.split_fraction != 1:
             return r.traced.split_fraction
         return None
 
-    def _unsplit_packed(self) -> str | None:
+    def _fractions(self) -> dict[str, Fraction | None]:
+        """_fraction of every traced role (the roles do not change while a block is built)."""
+        return {role: self._fraction(role) for role, r in self.roles.items() if r.traced is not None}
+
+    def _unsplit_packed(self, fractions: dict[str, Fraction | None]) -> str | None:
         """Why Q/K/V widths are unknown: a packed projection whose split the graph does not show."""
         for role in ("q", "k", "v"):
             r = self.roles.get(role)
-            if r is not None and r.traced is not None and self._fraction(role) is None:
+            if r is not None and r.traced is not None and fractions[role] is None:
                 hit = r.traced.hit
                 users = "/".join(x.role.upper() for x in self.roles.values()
                                  if x.traced is not None and x.traced.hit.node is hit.node)
@@ -116,54 +124,55 @@ class BlockBuilder:
             conflicts.extend(c)
         # Head counts follow from widths once d_k and d_v are known.
         d_k, d_v = picked["d_k"], picked["d_v"]
-        wq, wk, wv = self.width("q"), self.width("k"), self.width("v")
+        fractions = self._fractions()
+        wq, wk, wv = self.width("q", fractions), self.width("k", fractions), self.width("v", fractions)
         if d_k and wq and wq % d_k == 0:
-            self.offer("num_heads", wq // d_k, "weight_shape", f"Q width {wq} / d_k {d_k}")
+            self.offer("num_heads", wq // d_k, EvidenceSource.WEIGHT_SHAPE, f"Q width {wq} / d_k {d_k}")
         if d_k and wk and wk % d_k == 0:
-            self.offer("num_kv_heads", wk // d_k, "weight_shape", f"K width {wk} / d_k {d_k}")
+            self.offer("num_kv_heads", wk // d_k, EvidenceSource.WEIGHT_SHAPE, f"K width {wk} / d_k {d_k}")
         if d_v and wv and wv % d_v == 0:
-            self.offer("num_kv_heads", wv // d_v, "weight_shape", f"V width {wv} / d_v {d_v}")
+            self.offer("num_kv_heads", wv // d_v, EvidenceSource.WEIGHT_SHAPE, f"V width {wv} / d_v {d_v}")
         picked["num_heads"], c = self._pick("num_heads")
         conflicts.extend(c)
         h = picked["num_heads"]
         if d_k is None and h and wq and wq % h == 0:
             picked["d_k"] = d_k = wq // h
-            self.evidence.append(Evidence("d_k", d_k, "weight_shape", f"Q width {wq} / heads {h}"))
+            self.evidence.append(Evidence("d_k", d_k, EvidenceSource.WEIGHT_SHAPE, f"Q width {wq} / heads {h}"))
         picked["num_kv_heads"], c = self._pick("num_kv_heads")
         conflicts.extend(c)
         if picked["num_kv_heads"] is None and d_k:
             picked["num_kv_heads"] = assembly.default_kv_heads(h, wk)
         if d_v is None and picked["num_kv_heads"] and wv and wv % picked["num_kv_heads"] == 0:
             picked["d_v"] = d_v = wv // picked["num_kv_heads"]
-            self.evidence.append(Evidence("d_v", d_v, "weight_shape", f"V width {wv} / kv heads {picked['num_kv_heads']}"))
+            self.evidence.append(Evidence("d_v", d_v, EvidenceSource.WEIGHT_SHAPE, f"V width {wv} / kv heads {picked['num_kv_heads']}"))
         q = self.roles.get("q")
         latent = self._latent_inputs()
         if latent:
             conflicts.append(latent)
         if "q" in self.latent:
             down = self.latent["q"]
-            self.offer("d_model", down.in_features, "weight_shape",
+            self.offer("d_model", down.in_features, EvidenceSource.WEIGHT_SHAPE,
                        f"input width of {down.node.name}, the projection that makes Q's latent input")
         elif q is not None and q.traced is not None:
-            self.offer("d_model", q.traced.hit.in_features, "weight_shape",
+            self.offer("d_model", q.traced.hit.in_features, EvidenceSource.WEIGHT_SHAPE,
                        f"input width of Q projection {q.traced.hit.node.name}")
         elif q is not None and q.fused_in is not None:
-            self.offer("d_model", q.fused_in, "weight_shape", f"input width of packed weight {q.fused_weight}")
+            self.offer("d_model", q.fused_in, EvidenceSource.WEIGHT_SHAPE, f"input width of packed weight {q.fused_weight}")
         elif self.output is not None:
-            self.offer("d_model", self.output.out_features, "weight_shape",
+            self.offer("d_model", self.output.out_features, EvidenceSource.WEIGHT_SHAPE,
                        f"output width of {self.output.node.name}")
         picked["d_model"], c = self._pick("d_model")
         conflicts.extend(c)
 
         unknown_reason = None
-        unsplit = self._unsplit_packed()
+        unsplit = self._unsplit_packed(fractions)
         if unsplit is not None:
             picked["num_heads"] = None  # the K/V head count would be a guess
             self.notes.insert(0, unsplit)
         if picked["num_heads"] is None:
             unknown_reason = self._unknown_reason(wq)
             picked["num_kv_heads"] = None
-        projections = self._projections({"q": wq, "k": wk, "v": wv})
+        projections = self._projections({"q": wq, "k": wk, "v": wv}, fractions)
         params = ParamBreakdown.from_projections(projections, extra=sum(self.extras.values()))
         kind = self._kind()
         name = block_name(self.index, self.anchor, projections, taken_names)
@@ -226,19 +235,27 @@ class BlockBuilder:
         q, k = self.roles.get("q"), self.roles.get("k")
         if q is None or k is None:
             return "self"
+        if self._start(q) == self._start(k):
+            return "self"  # one start: the same origins (or none), "self" either way
         a, b = self._sources(q), self._sources(k)
         if not a or not b:
             return "self"
         return "self" if a & b else "cross"
 
-    def _sources(self, r: RoleInput) -> set[str]:
+    @staticmethod
+    def _start(r: RoleInput) -> str:
         # A projected role: what its projection reads (memory Concat'ed before the input, as
         # Transformer-XL does, still shares the current input with Q).
-        start = r.traced.hit.activation if r.traced is not None else r.tensor
+        return r.traced.hit.activation if r.traced is not None else r.tensor
+
+    def _sources(self, r: RoleInput) -> set[str]:
+        start = self._start(r)
         return _origins(self.index, start) if start else set()
 
-    def _projections(self, widths: dict[str, int | None]) -> tuple[Projection, ...]:
-        """Q/K/V/O as counted; ``widths``: what width() gives for each role (computed once per build)."""
+    def _projections(self, widths: dict[str, int | None], fractions: dict[str, Fraction | None]
+                     ) -> tuple[Projection, ...]:
+        """Q/K/V/O as counted; ``widths`` and ``fractions``: what width() and _fraction() give for
+        each role (computed once per build)."""
         out: list[Projection] = []
         for role in ("q", "k", "v"):
             r = self.roles.get(role)
@@ -250,7 +267,7 @@ class BlockBuilder:
                                           r.fused_bias, r.fused_bias_params, r.fused_node))
                 continue
             hit = r.traced.hit
-            frac = self._fraction(role)
+            frac = fractions[role]
             width = widths[role]
             if frac is None:
                 # Split unknown: the packed weight counts once, on the first role that reads it.

@@ -12,7 +12,7 @@ import math
 from collections import deque
 
 from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex, WeightRef, passes_value
-from mhainspect.findings import Evidence, Miss
+from mhainspect.findings import Evidence, EvidenceSource, Miss
 from mhainspect.graph import Node, Tensor
 from mhainspect.matchers.block import BlockBuilder, RoleInput, inverse_sqrt_dim
 from mhainspect.matchers.projection import TracedProjection, trace_back_to_projection, trace_forward_to_projection
@@ -54,7 +54,7 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     if out is not None:
         b.output = out[0]
     else:
-        b.evidence.append(Evidence("o", None, "missing", f"no output projection after {pv_node.name}"))
+        b.evidence.append(Evidence("o", None, EvidenceSource.MISSING, f"no output projection after {pv_node.name}"))
 
     _offer_dims(index, b, score, pv_node, softmax, q_in, k_in, v_in)
     _offer_kv_repeat(index, b, k_in, stop)
@@ -160,17 +160,17 @@ def _offer_dims(index: GraphIndex, b: BlockBuilder, score: Node, pv: Node, softm
     else:
         d_k = _last_dim(index, q_in)
     if d_k is not None and d_k.is_int:
-        b.offer("d_k", d_k.coef, "shape", f"last axis of Q at {score.name}")
+        b.offer("d_k", d_k.coef, EvidenceSource.SHAPE, f"last axis of Q at {score.name}")
     if pv.op == "Einsum":
         d_v = _einsum_value_dim(index, pv)
     else:
         d_v = _last_dim(index, v_in)
     if d_v is not None and d_v.is_int:
-        b.offer("d_v", d_v.coef, "shape", f"last axis of V at {pv.name}")
+        b.offer("d_v", d_v.coef, EvidenceSource.SHAPE, f"last axis of V at {pv.name}")
     scores = index.shapes.shape(softmax.inputs[0])
     heads = _heads_from_scores(scores)
     if heads is not None:
-        b.offer("num_heads", heads, "score_shape", f"head axis of the scores at {softmax.name}: "
+        b.offer("num_heads", heads, EvidenceSource.SCORE_SHAPE, f"head axis of the scores at {softmax.name}: "
                 + _shape_text(scores))
 
 
@@ -192,7 +192,7 @@ def _offer_kv_repeat(index: GraphIndex, b: BlockBuilder, k_in: str, stop: set[st
         if node.op in ("Expand", "Tile"):
             g = _repeated_heads(index.shapes.shape(node.inputs[0]), index.shapes.shape(node.outputs[0]), node.op)
             if g is not None:
-                b.offer("num_kv_heads", g, "shape", f"KV head axis before the head repeat at {node.name} "
+                b.offer("num_kv_heads", g, EvidenceSource.SHAPE, f"KV head axis before the head repeat at {node.name} "
                         f"({node.op} {_shape_text(index.shapes.shape(node.inputs[0]))} -> "
                         f"{_shape_text(index.shapes.shape(node.outputs[0]))})")
             return
@@ -427,19 +427,19 @@ def _offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tu
     if unknown:
         b.scale = None
         b.scale_known = False
-        b.evidence.append(Evidence("scale", None, "scale", "unknown: " + "; ".join(unknown)
+        b.evidence.append(Evidence("scale", None, EvidenceSource.SCALE, "unknown: " + "; ".join(unknown)
                                    + (f" (known factors: {', '.join(sources)})" if sources else "")))
         return
     b.scale = scale
     b.scale_known = True
     if sources:
         detail = f"scale {scale:.6g} from " + ", ".join(sources)
-        b.evidence.append(Evidence("scale", scale, "scale", detail))
+        b.evidence.append(Evidence("scale", scale, EvidenceSource.SCALE, detail))
         d = inverse_sqrt_dim(scale)
         if d is not None:
-            b.offer("d_k", d, "scale", f"scale 1/sqrt({d}) from " + ", ".join(sources))
+            b.offer("d_k", d, EvidenceSource.SCALE, f"scale 1/sqrt({d}) from " + ", ".join(sources))
     else:
-        b.evidence.append(Evidence("scale", 1.0, "scale", "no scaling between Q·Kᵀ and Softmax"))
+        b.evidence.append(Evidence("scale", 1.0, EvidenceSource.SCALE, "no scaling between Q·Kᵀ and Softmax"))
 
 
 def _offer_path_evidence(index: GraphIndex, b: BlockBuilder, role: str, traced: TracedProjection) -> None:
@@ -447,21 +447,21 @@ def _offer_path_evidence(index: GraphIndex, b: BlockBuilder, role: str, traced: 
     if hit.head_split is not None:
         heads, head_dim = hit.head_split
         field = "num_heads" if role == "q" else "num_kv_heads"
-        b.offer(field, heads, "kernel_shape", f"{role.upper()} kernel {hit.weight.tensor.name} "
+        b.offer(field, heads, EvidenceSource.KERNEL_SHAPE, f"{role.upper()} kernel {hit.weight.tensor.name} "
                 f"{list(hit.weight.tensor.shape)}")
-        b.offer("d_k" if role in ("q", "k") else "d_v", head_dim, "kernel_shape",
+        b.offer("d_k" if role in ("q", "k") else "d_v", head_dim, EvidenceSource.KERNEL_SHAPE,
                 f"{role.upper()} kernel {hit.weight.tensor.name} {list(hit.weight.tensor.shape)}")
     for node in traced.path:
         if node.op == "Reshape":
             target = index.shapes.value(node.inputs[1]) if len(node.inputs) > 1 else None
             out = index.shapes.shape(node.outputs[0])
             if out is not None:
-                b.evidence.append(Evidence(f"{role}_reshape", None, "reshape",
+                b.evidence.append(Evidence(f"{role}_reshape", None, EvidenceSource.RESHAPE,
                                            f"{node.name} -> " + _shape_text(out)
                                            + ("" if target is not None else " (target computed at run time)")))
         elif node.op in ("Expand", "Tile") and role in ("k", "v"):
             src, dst = index.shapes.shape(node.inputs[0]), index.shapes.shape(node.outputs[0])
-            b.evidence.append(Evidence("kv_repeat", None, "repeat",
+            b.evidence.append(Evidence("kv_repeat", None, EvidenceSource.REPEAT,
                                        f"{node.op} {node.name}: {_shape_text(src)} -> {_shape_text(dst)}"))
 
 
@@ -487,7 +487,7 @@ def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, 
             table = _embedding_table(index, x)
             if table is not None:
                 b.extras[table.tensor.name] = table.numel
-                b.evidence.append(Evidence("extra", table.numel, "weight_shape", f"score bias table "
+                b.evidence.append(Evidence("extra", table.numel, EvidenceSource.WEIGHT_SHAPE, f"score bias table "
                                            f"{table.tensor.name} {list(table.shape)} added at {node.name}"))
     for role in ("k", "v"):
         r = b.roles.get(role)
@@ -503,7 +503,7 @@ def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, 
                 ref = wref.tensor if wref is not None else _expanded_weight(index, x)
                 if ref is not None:
                     b.extras[ref.name] = ref.numel
-                    b.evidence.append(Evidence("extra", ref.numel, "weight_shape",
+                    b.evidence.append(Evidence("extra", ref.numel, EvidenceSource.WEIGHT_SHAPE,
                                                f"learned {role.upper()} row {ref.name} concatenated at {node.name}"))
 
 

@@ -13,6 +13,7 @@ and through casts and Q/DQ pairs (dataflow.VALUE_PRESERVING_OPS) everywhere.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -31,14 +32,15 @@ _PROJECTION_OPS = {"MatMul", "Gemm", "FusedMatMul", "Einsum"} | set(QUANTIZED_PR
 
 # Ops a Q/K/V value passes through between its projection and the attention core, with the
 # input positions that carry the value (None: every activation input).
+_FIRST = (0,)  # the value is the first input (one shared tuple: the walk tests it by identity)
 _BACKWARD_THROUGH: dict[str, tuple[int, ...] | None] = {
-    **{op: (0,) for op in VALUE_PRESERVING_OPS},  # casts, Q/DQ, Identity, Dropout
-    "Reshape": (0,), "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,),
-    "Flatten": (0,), "Expand": (0,), "Tile": (0,),
-    "Split": (0,), "Slice": (0,), "Gather": (0,), "GatherND": (0,), "GatherElements": (0,), "Concat": None, "Mul": None, "Div": (0,), "Add": None,
-    "Sub": None, "Neg": (0,), "Where": (1, 2), "LayerNormalization": (0,), "SimplifiedLayerNormalization": (0,),
-    "RMSNormalization": (0,), "RotaryEmbedding": (0,), "Pow": (0,), "ReduceMean": (0,), "Sqrt": (0,),
-    "Reciprocal": (0,), "Abs": (0,), "BatchNormalization": (0,),
+    **{op: _FIRST for op in VALUE_PRESERVING_OPS},  # casts, Q/DQ, Identity, Dropout
+    "Reshape": _FIRST, "Transpose": _FIRST, "Squeeze": _FIRST, "Unsqueeze": _FIRST,
+    "Flatten": _FIRST, "Expand": _FIRST, "Tile": _FIRST,
+    "Split": _FIRST, "Slice": _FIRST, "Gather": _FIRST, "GatherND": _FIRST, "GatherElements": _FIRST, "Concat": None,
+    "Mul": None, "Div": _FIRST, "Add": None, "Sub": None, "Neg": _FIRST, "Where": (1, 2), "LayerNormalization": _FIRST,
+    "SimplifiedLayerNormalization": _FIRST, "RMSNormalization": _FIRST, "RotaryEmbedding": _FIRST, "Pow": _FIRST,
+    "ReduceMean": _FIRST, "Sqrt": _FIRST, "Reciprocal": _FIRST, "Abs": _FIRST, "BatchNormalization": _FIRST,
 }
 # Activations some vision models apply between the merged heads and the output projection (LeViT).
 _FORWARD_ACTIVATIONS = {"HardSwish", "Relu", "Gelu", "Sigmoid", "HardSigmoid"}
@@ -150,10 +152,11 @@ def _with_bias(index: GraphIndex, node: Node, w: WeightRef, act: str, in_f: int,
     bias = _bias_input(index, node, bias_pos, out_f) if bias_pos is not None else None
     bias_slice = None
     if bias is None:
-        add = _bias_add(index, output, out_f)
+        users = index.value_users(output)  # read once for both places a bias may sit
+        add = _bias_add(index, output, out_f, users)
         if add is not None:
             bias, output, bias_slice = add
-        elif (skip := _skip_norm_bias(index, output, out_f)) is not None:
+        elif (skip := _skip_norm_bias(index, users, out_f)) is not None:
             bias = skip
     norm, norm_params = None, 0
     found = _batch_norm_after(index, output, out_f) if index.has_op("BatchNormalization") else None
@@ -209,10 +212,8 @@ def dequantized_output(index: GraphIndex, output: str, integer_result: bool) -> 
 _SKIP_NORM_BIAS = {"SkipLayerNormalization": 4, "SkipSimplifiedLayerNormalization": 3}
 
 
-def _skip_norm_bias(index: GraphIndex, output: str, width: int) -> Tensor | None:
-    if not any(index.has_op(op) for op in _SKIP_NORM_BIAS):
-        return None
-    users = index.value_users(output)
+def _skip_norm_bias(index: GraphIndex, users: list[tuple[Node, int]], width: int) -> Tensor | None:
+    """The bias a fused residual + norm op takes for the product whose value ``users`` read."""
     if len(users) != 1:
         return None
     user, pos = users[0]
@@ -240,9 +241,12 @@ def _bias_tensor(index: GraphIndex, name: str, width: int) -> Tensor | None:
     return None
 
 
-def _bias_add(index: GraphIndex, output: str, width: int) -> tuple[Tensor, str, int | None] | None:
-    """(bias tensor, output after the Add, slice size if the bias is part of a packed vector)."""
-    users = index.value_users(output)
+def _bias_add(index: GraphIndex, output: str, width: int, users: list[tuple[Node, int]] | None = None
+              ) -> tuple[Tensor, str, int | None] | None:
+    """(bias tensor, output after the Add, slice size if the bias is part of a packed vector);
+    ``users``: index.value_users(output), when the caller has it."""
+    if users is None:
+        users = index.value_users(output)
     if len(users) != 1:
         return None
     user, pos = users[0]
@@ -306,31 +310,37 @@ def _einsum_projection(index: GraphIndex, node: Node, via_input: str | None) -> 
     return None
 
 
+_NO_STOP: frozenset[str] = frozenset()
+
+
 def trace_back_to_projection(index: GraphIndex, tensor: str, stop: set[str] | None = None) -> TracedProjection | None:
     """Breadth-first walk from an attention input back to the nearest projection."""
-    stop = stop or set()
-    producer, activations = index.producer, index.activations
-    # The queue as two lists read front to back (a BFS never revisits): tensor, nodes walked to reach it.
-    queue: list[str] = [tensor]
-    paths: list[tuple[Node, ...]] = [()]
+    stops: set[str] | frozenset[str] = stop or _NO_STOP
+    producer_of, activations = index.producer.get, index.activations
+    # The queue read front to back (a BFS never revisits; a list iterator sees what is appended):
+    # tensor, nodes walked to reach it.
+    queue: list[tuple[str, tuple[Node, ...]]] = [(tensor, ())]
     seen = {tensor}
     visited = 0
-    i = 0
-    while i < len(queue) and visited < _MAX_BACKWARD_NODES:
-        cur, path = queue[i], paths[i]
-        i += 1
-        node = producer.get(cur)
-        if node is None or node.name in stop:
+    for cur, path in queue:
+        if visited >= _MAX_BACKWARD_NODES:
+            break
+        node = producer_of(cur)
+        if node is None or node.name in stops:
             continue
-        visited += node.op not in VALUE_PRESERVING_OPS  # Q/DQ pairs do not use up the budget
         op = node.op
         inputs = node.inputs
-        if op in VALUE_PRESERVING_OPS and not passes_value(node, cur):
-            continue  # a quantization scale or zero point, not the value
+        if op in VALUE_PRESERVING_OPS:  # Q/DQ pairs do not use up the budget
+            if node.outputs[0] != cur:
+                continue  # a quantization scale or zero point, not the value
+        else:
+            visited += 1
         if op == "Add" and len(inputs) == 2:
             # A bias Add right after a (dequantized) projection: the projection owns it.
             for pos in (0, 1):
-                inner = producer.get(index.value_source(inputs[pos]))
+                inner = producer_of(inputs[pos])
+                if inner is not None and inner.op in VALUE_PRESERVING_OPS:
+                    inner = producer_of(index.value_source(inputs[pos]))
                 if inner is not None and inner.op in _PROJECTION_OPS and inputs[1 - pos] not in activations:
                     hit = recognise_projection(index, inner)
                     if hit is not None and hit.output == cur:
@@ -345,13 +355,16 @@ def trace_back_to_projection(index: GraphIndex, tensor: str, stop: set[str] | No
         if through == ():
             continue
         path = (node,) + path
-        for p in range(len(inputs)) if through is None else through:
-            if p < len(inputs):
-                nxt = inputs[p]
-                if nxt and nxt not in seen and nxt in activations:
-                    seen.add(nxt)
-                    queue.append(nxt)
-                    paths.append(path)
+        if through is None:
+            nexts: Sequence[str] = inputs
+        elif through is _FIRST:
+            nexts = inputs[:1]
+        else:
+            nexts = [inputs[p] for p in through if p < len(inputs)]
+        for nxt in nexts:
+            if nxt and nxt not in seen and nxt in activations:
+                seen.add(nxt)
+                queue.append((nxt, path))
     return None
 
 
@@ -371,7 +384,7 @@ def _path_bias(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...], sh
     bias-free projection to the attention core (an Add whose other input is no activation)."""
     if hit.bias is not None or share is None or not index.has_op("Add"):
         return None
-    width = hit.out_features * share
+    width = None  # hit.out_features * share, computed once a candidate needs it (Fraction arithmetic is slow)
     for node in path:
         if node.op != "Add" or len(node.inputs) != 2:
             continue
@@ -381,6 +394,8 @@ def _path_bias(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...], sh
                 continue
             ref = index.weight(other)
             t = ref.tensor if ref is not None else index.graph.weights.get(other)
+            if t is not None and width is None:
+                width = hit.out_features * share
             if t is not None and t.numel == width and t.kind in (None, "parameter") and _is_vector(t.shape):
                 return t
     return None
@@ -454,7 +469,7 @@ def trace_forward_to_projection(index: GraphIndex, tensor: str) -> tuple[Project
         if depth > _MAX_FORWARD_DEPTH:
             continue
         for user, _pos in index.users(cur):
-            hit = recognise_projection(index, user, via_input=cur)
+            hit = recognise_projection(index, user, via_input=cur) if user.op in _PROJECTION_OPS else None
             if hit is not None:
                 return hit, path
             if user.op in _FORWARD_THROUGH:

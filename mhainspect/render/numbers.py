@@ -18,7 +18,7 @@ _SUFFIX_SCALE: dict[str, int] = {"k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12
 
 # Digits with Python-style underscores (1_000) or strict comma grouping (1,050,624),
 # an optional fraction, then an optional exponent (1e9) or unit suffix (1.5M).
-_COUNT_RE = re.compile(
+_COUNT_RE = (  # compiled by re on first use (a count option given): not every run pays ~1M instructions
     r"""
     (?P<int>\d+(?:_\d+)*|\d{1,3}(?:,\d{3})+)
     (?:\.(?P<frac>\d+(?:_\d+)*))?
@@ -26,9 +26,9 @@ _COUNT_RE = re.compile(
         [eE](?P<exp>[+-]?\d{1,2})
       | \s*(?P<suffix>[kKmMbBtT])
     )?
-    """,
-    re.VERBOSE | re.ASCII,
+    """
 )
+_COUNT_FLAGS = re.VERBOSE | re.ASCII
 
 
 def group(n: SupportsIndex) -> str:
@@ -64,7 +64,7 @@ def parse_count(text: str) -> int:
     if not isinstance(text, str):
         raise ValueError(f"not a count: {text!r}")
     stripped = text.strip()
-    match = _COUNT_RE.fullmatch(stripped)
+    match = re.fullmatch(_COUNT_RE, stripped, _COUNT_FLAGS)
     if match is None:
         raise ValueError(f"not a count: {text!r} (expected e.g. 1000, 1_000, 120k, 1.5M, 7B)")
     digits = match["int"].replace("_", "").replace(",", "")
