@@ -184,6 +184,20 @@ def test_progress_callback_reports_read_and_graph() -> None:
     assert calls
 
 
+def test_graph_progress_every_2048_top_level_nodes(tmp_path: Path) -> None:
+    count = 5000
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"/l{i // 100}/Relu_{i}") for i in range(count)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info(f"t{count}", TensorProto.FLOAT, [1])])
+    path = tmp_path / "chain.onnx"
+    onnx.save(helper.make_model(graph), path)
+    calls: list[tuple[str, int, int]] = []
+    loaded = load_onnx(path, progress=lambda *a: calls.append(a))
+    assert [c for c in calls if c[0] == "graph"] == [("graph", 2048, count), ("graph", 4096, count),
+                                                     ("graph", count, count)]
+    assert _norm(loaded) == _norm(_reference(path)) and len(loaded.nodes) == count
+
+
 # ---------------------------------------------------------------------------------------------
 # Benchmark generator smoke test (2 layers, tiny widths); the benchmarks themselves never run here.
 # ---------------------------------------------------------------------------------------------
@@ -246,13 +260,23 @@ def test_generator_safetensors_headers(make_models: Any, tmp_path: Path) -> None
 # ---------------------------------------------------------------------------------------------
 
 
-def test_objects_built_without_init_equal_the_dataclasses() -> None:
+def test_objects_built_without_init_equal_the_dataclasses(tmp_path: Path) -> None:
+    import dataclasses
+
     from mhainspect.graph import Node, Tensor, ValueInfo
 
     assert onnx_loader._RAW_NODE and onnx_loader._RAW_TENSOR and onnx_loader._RAW_VALUE_INFO
-    node = onnx_loader._make_node("n", "MatMul", ("a", "b"), ("c",), {"axis": 1}, "m.l", "")
-    assert node == Node("n", "MatMul", ("a", "b"), ("c",), {"axis": 1}, "m.l", "")
-    assert repr(node) == repr(Node("n", "MatMul", ("a", "b"), ("c",), {"axis": 1}, "m.l", ""))
+    # The builder's own Node and Tensor construction (repeated constants included), against __init__.
+    path = tmp_path / "constants.onnx"
+    onnx.save(_constants_model(), path)
+    graph = load_onnx(path)
+    assert graph.nodes and len(graph.weights) > 20
+    for n in graph.nodes:
+        built = Node(n.name, n.op, n.inputs, n.outputs, n.attrs, n.scope, n.domain)
+        assert n == built and repr(n) == repr(built) and vars(n) == vars(built)
+    for w in graph.weights.values():
+        made = Tensor(**{f.name: getattr(w, f.name) for f in dataclasses.fields(Tensor)})
+        assert w == made and hash(w) == hash(made) and repr(w) == repr(made) and vars(w) == vars(made)
     tensor = onnx_loader._make_tensor("t", (2,), "int64", "const:t", (1, 2), None, True)
     reference = Tensor("t", (2,), "int64", "const:t", (1, 2), None, True)
     assert tensor == reference and hash(tensor) == hash(reference) and repr(tensor) == repr(reference)
@@ -290,6 +314,22 @@ def test_repeated_constants_match_reference(tmp_path: Path) -> None:
     assert graph.weights["/l1/c0"].int_value == (1,) and graph.weights["/l2/c0"].storage_key == "const:/l2/c0"
     assert graph.weights["/l2/c4"].int_value is None and graph.weights["/l2/c4"].shape == (100,)
     assert "/l0/c9" not in graph.weights and [n.scope for n in graph.nodes][-1] == "l2.sub"
+
+
+def test_torch_constant_kind_given_at_build_equals_apply_provenance(tmp_path: Path) -> None:
+    from mhainspect.loaders.provenance import apply_provenance
+
+    model = _constants_model()
+    model.producer_name = "pytorch"
+    path = tmp_path / "torch_constants.onnx"
+    onnx.save(model, path)
+    builder = onnx_loader._GraphBuilder({}, None, len(model.graph.node), True)  # no kind given while building
+    builder.add_graph(read_model_proto(path).graph, prefix="", depth=0)
+    expected = apply_provenance(builder.weights, [], "", "pytorch")
+    for graph in (load_onnx(path), _reference(path)):
+        assert list(graph.weights) == list(expected)
+        assert [repr(t) for t in graph.weights.values()] == [repr(t) for t in expected.values()]
+    assert sum(t.kind == "constant" for t in expected.values()) == len(expected) > 20
 
 
 def test_dangling_input_error_names_the_first_offender(tmp_path: Path) -> None:

@@ -75,12 +75,19 @@ def signature_kinds(signature: str) -> dict[str, str]:
     return {target: _KINDS[kind] for kind, target in _SIGNATURE_LINE.findall(signature)}
 
 
+def constant_node_kind(producer_name: str) -> str | None:
+    """The kind of a Constant-node tensor in a file ``producer_name`` wrote: "constant" for torch
+    (module doc), else None (unknown)."""
+    return "constant" if producer_name == _TORCH_PRODUCER else None
+
+
 def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str, Mapping[str, str]]],
                      signature: str = "", producer_name: str = "") -> dict[str, Tensor]:
     """Weights with ``kind`` and ``origin`` filled from exporter metadata (name -> props), and
     Constant-node tensors of a torch export marked as constants (module doc)."""
-    if producer_name == _TORCH_PRODUCER:
-        weights = {name: dataclasses.replace(t, kind="constant") if t.is_constant_node and t.kind is None else t
+    constant_kind = constant_node_kind(producer_name)
+    if constant_kind is not None:  # the ONNX loader gives them this kind as it builds them: none is left
+        weights = {name: dataclasses.replace(t, kind=constant_kind) if t.is_constant_node and t.kind is None else t
                    for name, t in weights.items()}
     props = {name: p for name, p in metadata if _KIND_KEY in p or _FOLDED_KEY in p}
     if not props:
