@@ -64,6 +64,10 @@ class Calculation:
     explanation: str
     notes: tuple[str, ...]
     extra: int = 0  # non-projection parameters (T5 relative attention bias), not in ``total``
+    # Set by ``compare`` (and also in ``notes``): what it assumed for this convention, and the
+    # notes that hold for the whole comparison (the same in every row).
+    assumed: tuple[str, ...] = ()
+    comparison_notes: tuple[str, ...] = ()
 
 
 LAYER_NAMES: Mapping[str, str] = MappingProxyType(
@@ -1180,7 +1184,8 @@ def compare(args: Mapping[str, UserValue]) -> tuple[tuple[str, Calculation | str
         except ValueError as exc:
             rows.append((convention, str(exc)))
             continue
-        rows.append((convention, _with_notes(calc, [*notes, *common_notes])))
+        rows.append((convention, dataclasses.replace(_with_notes(calc, [*notes, *common_notes]), assumed=tuple(notes),
+                                                     comparison_notes=tuple(common_notes))))
     return tuple(rows)
 
 

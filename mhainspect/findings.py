@@ -76,6 +76,21 @@ class BlockKind(Vocabulary):
     ADDITIVE = "additive"  # Bahdanau attention: one head, no Q·Kᵀ
 
 
+class CacheStatus(Vocabulary):
+    """What a block (``AttentionBlock.kv_cache_status``) or the model (``KVCache.status``) caches
+    per token during autoregressive decoding."""
+
+    CACHES = "caches"  # the source says it decodes token by token (cache tensors, a config, GGUF metadata)
+    IF_DECODED = "if_decoded"  # only a causal mask says so: what it caches if it is decoded token by token
+    NONE = "none"  # it does not cache (it runs once over the input: an encoder)
+    # Whether it caches cannot be told; for the model: some block's cache cannot be told or sized.
+    UNKNOWN = "unknown"
+
+    @property
+    def caches(self) -> bool:
+        return self is CacheStatus.CACHES or self is CacheStatus.IF_DECODED
+
+
 class VerifyStatus(Vocabulary):
     """Outcome of --verify for one block (see ``BlockVerification``)."""
 
@@ -222,7 +237,9 @@ class KVCache:
     ``bytes_per_token`` sums every caching block's kv_heads · (d_k + d_v) · itemsize;
     ``total_bytes`` is that at ``context`` tokens and ``batch`` sequences (sliding-window layers
     capped at their window); ``bytes_per_encoder_token`` is what cross-attention caches once per
-    encoder token. ``reason`` says why there is no cache (encoder-only) or what is unknown.
+    encoder token. ``status`` says whether the model caches (NONE: no block does; UNKNOWN: some
+    block's cache cannot be told or sized; IF_DECODED: only causal masks say the blocks cache);
+    ``reason`` says why, in words.
     """
 
     bytes_per_token: int | None
@@ -232,6 +249,11 @@ class KVCache:
     total_bytes: int | None = None
     bytes_per_encoder_token: int | None = None
     reason: str | None = None
+    status: CacheStatus = CacheStatus.CACHES
+
+    def __post_init__(self) -> None:
+        if type(self.status) is not CacheStatus:
+            object.__setattr__(self, "status", CacheStatus(self.status))
 
 
 @dataclass(frozen=True)
@@ -257,9 +279,10 @@ class AttentionBlock:
     what_if: tuple[WhatIf, ...] = ()  # counts under other head counts (h/2, 2h, --heads N)
     verification: BlockVerification | None = None  # outcome of --verify (None: not run)
     weight_bytes: int | None = None  # bytes of the block's stored weights (shared tensors once)
-    kv_cache_bytes_per_token: int | None = None  # None for a block that does not cache (see reason)
-    # Why kv_cache_bytes_per_token is None ("no cache: ..." or "unknown: ..."); a block that caches
-    # has its figure's evidence in ``evidence`` (field "kv_cache_bytes_per_token") instead.
+    # None for a block that does not cache, or caches an amount that cannot be sized (see status).
+    kv_cache_bytes_per_token: int | None = None
+    # Why kv_cache_bytes_per_token is None, in words (kv_cache_status says which case); a block
+    # with a figure has its evidence in ``evidence`` (field "kv_cache_bytes_per_token") instead.
     kv_cache_reason: str | None = None
     sliding_window: int | None = None  # tokens a sliding-window layer attends to (its cache keeps window - 1)
     # How many times one run applies this module's weights (ALBERT's shared layer: 12); its
@@ -268,12 +291,15 @@ class AttentionBlock:
     # found in both is one block applied once.
     applications: int = 1
     kv_cache_dtype: str | None = None  # element type of the block's cache (None when it caches nothing)
+    kv_cache_status: CacheStatus | None = None  # None until the size pass has run
 
     def __post_init__(self) -> None:
         if type(self.matcher) is not Matcher:
             object.__setattr__(self, "matcher", Matcher.checked(self.matcher))
         if type(self.kind) is not BlockKind:
             object.__setattr__(self, "kind", BlockKind(self.kind))
+        if self.kv_cache_status is not None and type(self.kv_cache_status) is not CacheStatus:
+            object.__setattr__(self, "kv_cache_status", CacheStatus(self.kv_cache_status))
 
 
 @dataclass(frozen=True)

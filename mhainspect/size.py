@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from mhainspect import dtypes
 from mhainspect.dataflow import SHAPE_INPUTS
-from mhainspect.findings import AttentionBlock, Evidence, KVCache, Report
+from mhainspect.findings import AttentionBlock, CacheStatus, Evidence, KVCache, Report
+from mhainspect.loaders.quantized import kv_cache_dtype
 from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.static_ir import byte_rate as _rate
 
@@ -47,6 +48,7 @@ __all__ = [
     "StoredTensor",
     "apply",
     "cache_bytes_at_context",
+    "cache_reason",
     "check_kv_dtype",
     "format_bytes",
     "parse_size",
@@ -93,11 +95,16 @@ def parse_size(text: str) -> int:
 
 
 def format_bytes(n: int) -> str:
-    """Binary units for display: 1536 -> '1.5 KiB', 3 -> '3 B'."""
-    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+    """Binary units for display, one decimal where it says something: 1536 -> '1.5 KiB',
+    2048 -> '2 KiB'; exact bytes below 1 KiB ('1,023 B'). The one byte formatter of every output."""
+    if abs(n) < 1024:
+        return f"{n:,} B"
+    value = n / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{value:.1f} {unit}".replace(".0 ", " ")
+        value /= 1024
+    return f"{value:.1f} TiB".replace(".0 ", " ")
 
 
 # ----------------------------------------------------------------------------- weights
@@ -229,29 +236,35 @@ def layer_bytes(params: int, kv_heads: int, d_k: int, d_v: int, dtype: str, cont
 KV_FIELD = "kv_cache_bytes_per_token"  # the Evidence field that says where a block's cache figure came from
 
 
-def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | None) -> tuple[int | None, str | None, str]:
-    """(bytes per token, dtype, text) for one block: with bytes, the text is the figure's evidence;
-    without (it does not cache, or something is unknown), the reason."""
+def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | None
+                 ) -> tuple[int | None, str | None, str, CacheStatus]:
+    """(bytes per token, dtype, text, status) for one block: with bytes, the text is the figure's
+    evidence; without (it does not cache, or something is unknown), the reason."""
     if d is None:
-        return None, None, "unknown: nothing in the source says whether this block decodes autoregressively"
+        return None, None, "nothing in the source says whether this block decodes autoregressively", \
+            CacheStatus.UNKNOWN
     if d.caches is False:
-        return None, None, f"no cache: {d.reason}"
+        return None, None, d.reason, CacheStatus.NONE
     if d.caches is None:
-        return None, None, f"unknown: {d.reason}"
+        return None, None, d.reason, CacheStatus.UNKNOWN
+    status = CacheStatus.IF_DECODED if d.if_decoded else CacheStatus.CACHES
     dtype = dtypes.canonical(kv_dtype) if kv_dtype else d.dtype
-    elements = _elements_per_token(b)
-    if elements is None:
-        return None, dtype, "unknown: caches during decoding, but its K/V heads or d_k/d_v are unknown"
     size = _itemsize(dtype)
-    if size is None:
-        return None, dtype, f"{_UNSIZED_CACHE} ({dtype or 'unknown'}) has no size; give --kv-dtype; {d.reason}"
+    elements = _elements_per_token(b)
+    if elements is None or size is None:  # cache_reason says which (--kv-dtype can size the second)
+        return None, dtype, d.reason, status
     how = "--kv-dtype" if kv_dtype else d.dtype_source
+    return elements * size, dtype, _cache_detail(b, size, dtype, how, d.reason, d.window, d.window_source), status
+
+
+def _cache_detail(b: AttentionBlock, size: int, dtype: str | None, how: str, why: str, window: int | None,
+                  window_source: str) -> str:
+    """The evidence text of a block's bytes-per-token figure."""
     per = "per encoder token, cached once per input" if b.kind == "cross" else "per token"
-    reason = (f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {size} bytes ({dtype}, {how}) {per}; "
-              f"{d.reason}")
-    if d.window is not None and b.kind != "cross":
-        reason += f"; sliding window {d.window} ({d.window_source}): keeps at most {d.window - 1} past tokens"
-    return elements * size, dtype, reason
+    detail = f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {size} bytes ({dtype}, {how}) {per}; {why}"
+    if window is not None and b.kind != "cross":
+        detail += f"; sliding window {window} ({window_source}): keeps at most {window - 1} past tokens"
+    return detail
 
 
 def _held_tokens(context: int, window: int | None) -> int:
@@ -267,11 +280,23 @@ def self_cache_bytes(blocks: Sequence[AttentionBlock], context: int, batch: int 
                        for b in blocks if b.kind != "cross" and b.kv_cache_bytes_per_token is not None)
 
 
-NO_CACHE = "no block caches K/V per token:"  # KVCache.reason of a model where nothing caches
 # A causal mask without past/present tensors or a config that says the model decodes.
 IF_DECODED = ("the graph has no past/present tensors and no config says the model decodes: this is what "
               "the cache holds if it is decoded token by token")
-_UNSIZED_CACHE = "unknown: caches during decoding, but the cache dtype"  # a block --kv-dtype can size
+
+
+def cache_reason(b: AttentionBlock) -> str | None:
+    """Why ``b`` has no bytes-per-token figure, in words (None when it has one, or before the size
+    pass): the status says whether it caches; for a block that caches, what keeps it from a size."""
+    if b.kv_cache_bytes_per_token is not None or b.kv_cache_status is None:
+        return None
+    why = b.kv_cache_reason or ""
+    if not b.kv_cache_status.caches:
+        return why
+    if _elements_per_token(b) is None:
+        return f"caches during decoding, but its K/V heads or d_k/d_v are unknown; {why}"
+    return f"caches during decoding, but the cache dtype ({b.kv_cache_dtype or 'unknown'}) has no size; " \
+           f"give --kv-dtype; {why}"
 
 
 def cache_bytes_at_context(kv: KVCache | None) -> int | None:
@@ -281,7 +306,7 @@ def cache_bytes_at_context(kv: KVCache | None) -> int | None:
         return None
     if kv.total_bytes is not None:
         return kv.total_bytes
-    if kv.context is not None and kv.bytes_per_token is None and (kv.reason or "").startswith(NO_CACHE):
+    if kv.context is not None and kv.status is CacheStatus.NONE:
         return 0
     return None
 
@@ -290,7 +315,9 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCa
     self_blocks = [b for b in blocks if b.kind != "cross"]
     cross_blocks = [b for b in blocks if b.kind == "cross"]
     caching = [b for b in self_blocks if b.kv_cache_bytes_per_token is not None]
-    unknown = [b for b in blocks if b.kv_cache_bytes_per_token is None and (b.kv_cache_reason or "").startswith("unknown")]
+    # Blocks whose cache cannot be told, or caches without a size.
+    unknown = [b for b in blocks if b.kv_cache_status is CacheStatus.UNKNOWN
+               or (b.kv_cache_status is not None and b.kv_cache_status.caches and b.kv_cache_bytes_per_token is None)]
     dtype_set = {b.kv_cache_dtype for b in blocks if b.kv_cache_bytes_per_token is not None and b.kv_cache_dtype}
     dtype = dtype_set.pop() if len(dtype_set) == 1 else ("mixed" if dtype_set else None)
     cross = [b for b in cross_blocks if b.kv_cache_bytes_per_token is not None]
@@ -298,14 +325,13 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCa
     per_encoder = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in cross) if cross else None
     if unknown:
         names = ", ".join(b.name for b in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
-        first = (unknown[0].kv_cache_reason or "").removeprefix("unknown: ")
         return KVCache(None, dtype, options.context, options.batch, None, None,
-                       reason=f"unknown for {len(unknown)} block(s) ({names}): {first}")
+                       reason=f"unknown for {len(unknown)} block(s) ({names}): {cache_reason(unknown[0])}",
+                       status=CacheStatus.UNKNOWN)
     if not caching:
-        why = next((b.kv_cache_reason for b in blocks if b.kv_cache_reason), None)
-        why = why.removeprefix("no cache: ") if why else "the model has no attention blocks"
-        return KVCache(None, None, options.context, options.batch, None, per_encoder,
-                       reason=f"{NO_CACHE} {why}")
+        why = next((r for b in blocks if (r := cache_reason(b))), None) or "the model has no attention blocks"
+        return KVCache(None, None, options.context, options.batch, None, per_encoder, reason=why,
+                       status=CacheStatus.NONE)
     per_token = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in caching)
     total = None
     reason = None
@@ -314,9 +340,11 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCa
         if per_encoder:
             reason = ("total_bytes covers the decoder's self-attention at the context; cross-attention adds "
                       "bytes_per_encoder_token per encoder token per sequence")
-    if all(IF_DECODED in (next((e.detail for e in b.evidence if e.field == KV_FIELD), "")) for b in caching):
+    status = CacheStatus.CACHES
+    if all(b.kv_cache_status is CacheStatus.IF_DECODED for b in caching):
         reason = f"{IF_DECODED}; {reason}" if reason else IF_DECODED
-    return KVCache(per_token, dtype, options.context, options.batch, total, per_encoder, reason=reason)
+        status = CacheStatus.IF_DECODED
+    return KVCache(per_token, dtype, options.context, options.batch, total, per_encoder, reason=reason, status=status)
 
 
 def _figure_fields(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str) -> dict[str, Any]:
@@ -327,9 +355,10 @@ def _figure_fields(b: AttentionBlock, per_token: int, dtype: str | None, detail:
             "evidence": evidence}
 
 
-def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str) -> AttentionBlock:
+def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str,
+                 status: CacheStatus) -> AttentionBlock:
     """``b`` caching ``per_token`` bytes (``_figure_fields``)."""
-    return dataclasses.replace(b, **_figure_fields(b, per_token, dtype, detail, source))
+    return dataclasses.replace(b, kv_cache_status=status, **_figure_fields(b, per_token, dtype, detail, source))
 
 
 def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDecoding], options: SizeOptions,
@@ -338,14 +367,16 @@ def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDe
     out = []
     for b in blocks:
         d = decoding.get(b.name)
-        per_token, dtype, text = _block_cache(b, d, options.kv_dtype)
+        per_token, dtype, text, status = _block_cache(b, d, options.kv_dtype)
         window = d.window if d is not None and d.caches and b.kind != "cross" else None
         if per_token is not None and d is not None:
             out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
+                                           kv_cache_status=status,
                                            **_figure_fields(b, per_token, dtype, text, d.source)))
         else:
             out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
-                                           kv_cache_bytes_per_token=None, kv_cache_reason=text, kv_cache_dtype=None))
+                                           kv_cache_bytes_per_token=None, kv_cache_reason=text,
+                                           kv_cache_dtype=dtype if status.caches else None, kv_cache_status=status))
     return tuple(out)
 
 
@@ -389,22 +420,19 @@ def with_options(report: Report, options: SizeOptions) -> Report:
         changed = []
         for b in blocks:
             elements = _elements_per_token(b)
-            old = b.kv_cache_reason or ""
-            if elements is None or (b.kv_cache_bytes_per_token is None and not old.startswith(_UNSIZED_CACHE)):
+            status = b.kv_cache_status
+            if elements is None or status is None or not status.caches:
                 changed.append(b)
                 continue
-            if b.kv_cache_bytes_per_token is None:  # caches, in a dtype the source did not give
-                per = "per encoder token, cached once per input" if b.kind == "cross" else "per token"
-                why = old.split("; give --kv-dtype; ", 1)[-1]
-                detail = (f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {new_size} bytes ({name}, "
-                          f"--kv-dtype) {per}; {why}")
+            if b.kv_cache_bytes_per_token is None:  # caches, in a dtype the source did not size
+                detail = _cache_detail(b, new_size, name, "--kv-dtype", b.kv_cache_reason or "", None, "")
                 source = "option"
             else:
                 before = next((e for e in b.evidence if e.field == KV_FIELD), None)
                 detail = re.sub(r"× \d+ bytes \([^)]*\)", f"× {new_size} bytes ({name}, --kv-dtype)",
                                 before.detail if before is not None else "", count=1)
                 source = before.source if before is not None else "option"
-            changed.append(_with_figure(b, elements * new_size, name, detail, source))
+            changed.append(_with_figure(b, elements * new_size, name, detail, source, status))
         blocks = tuple(changed)
     model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options))
     return dataclasses.replace(report, blocks=blocks, model=model)
@@ -940,6 +968,7 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
     from_config = {d.block: d for d in config_decoding(config, blocks, compute, label=config_label)} \
         if config is not None else {}
     causal_self = unknown_self = False
+    assumed_self = True  # every self block that caches does so on a causal mask alone (IF_DECODED)
     decoding: list[BlockDecoding] = []
     pending_cross: list[AttentionBlock] = []
     for b in blocks:
@@ -955,6 +984,7 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
             decoding.append(BlockDecoding(b.name, True, f"cache tensors {names} in the graph", io_dtype,
                                           f"graph cache tensor '{tensors_io[0][0]}'", window, wsource, "cache_tensor"))
             causal_self = causal_self or b.kind != "cross"
+            assumed_self = assumed_self and b.kind == "cross"
             continue
         if b.kind == "cross":
             pending_cross.append(b)
@@ -968,15 +998,19 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
         elif causal:
             # A causal mask says the block can cache, not that it is ever decoded token by token
             # (CLIP's text tower is causal and runs once): say which, when a config tells.
-            why = f"{why}; {cfg.reason}" if cfg is not None and cfg.caches else f"{why}; {IF_DECODED}"
-            decoding.append(BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource, "causal_mask"))
+            if_decoded = cfg is None or not cfg.caches
+            why = f"{why}; {IF_DECODED}" if cfg is None or not cfg.caches else f"{why}; {cfg.reason}"
+            decoding.append(BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource, "causal_mask",
+                                          if_decoded))
             causal_self = True
+            assumed_self = assumed_self and if_decoded
         elif any_io:
             decoding.append(BlockDecoding(b.name, False, "no past/present tensor of the graph reaches this block and "
                                           "no causal mask does: it runs once over the input (an encoder)"))
         elif cfg is not None and cfg.caches is not None:
             decoding.append(cfg)
             causal_self = causal_self or bool(cfg.caches)
+            assumed_self = assumed_self and not cfg.caches
         else:
             decoding.append(BlockDecoding(b.name, causal, why, mask_dtype, mask_dsource))
             unknown_self = unknown_self or causal is None
@@ -985,7 +1019,7 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], param
         if causal_self:
             decoding.append(BlockDecoding(b.name, True, "cross-attention of a causal decoder: K/V of the encoder "
                                           "output, computed once per input", cross_dtype, cross_dsource,
-                                          source="causal_mask"))
+                                          source="causal_mask", if_decoded=assumed_self))
         elif unknown_self:
             decoding.append(BlockDecoding(b.name, None, "cross-attention of a graph whose self-attention may decode "
                                           "autoregressively (see its blocks): whether it caches is up to the caller"))
@@ -1004,14 +1038,18 @@ def metas_size_inputs(weights: Mapping[str, Any], blocks: Sequence[AttentionBloc
     module path, and what the config says about decoding (no graph to show a cache or a mask)."""
     tensors = tensors_from_metas(weights.values(), parameters)
     fallback = config_dtype(config) or model_float_dtype(tensors)
-    compute = weight_compute_dtypes(blocks, {n: t.dtype for n, t in weights.items()}, fallback)
+    # A quantized weight's dtype (fp8, int8) is its storage, not what the block computes and caches in.
+    compute = weight_compute_dtypes(blocks, {n: t.dtype for n, t in weights.items() if t.quant is None}, fallback)
+    if (kv := kv_cache_dtype(config)) is not None:
+        compute = dict.fromkeys(compute, kv)  # the config quantizes the cache itself
     return SizeInputs(tensors, prefix_block_tensors(blocks, weights),
                       config_decoding(config, blocks, compute, label=label, no_config=no_config))
 
 
 def tensors_from_metas(metas: Iterable[Any], parameter_keys: frozenset[str]) -> tuple[StoredTensor, ...]:
-    """StoredTensors from name-keyed weight metadata (checkpoints, module parameters and buffers)."""
-    return tuple(StoredTensor(m.name, m.dtype, m.numel, m.storage_key, m.storage_key in parameter_keys)
+    """StoredTensors from name-keyed weight metadata (checkpoints, module parameters and buffers),
+    as stored (a packed quantized weight: its stored elements, not the logical ones)."""
+    return tuple(StoredTensor(m.name, m.dtype, m.stored_numel, m.storage_key, m.storage_key in parameter_keys)
                  for m in metas)
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from functools import cache
 from typing import NamedTuple
 
@@ -19,20 +20,56 @@ from mhainspect.dtypes import is_float
 from mhainspect.findings import AttentionBlock, Evidence, EvidenceSource, Miss, ModelFacts
 
 
+class QuantRole(str, Enum):
+    """What a tensor of a quantized Linear is (``mhainspect.loaders.quantized`` tells)."""
+
+    WEIGHT = "weight"  # the quantized values: a parameter whatever its dtype, counted by its logical shape
+    AUX = "aux"  # scales, zero points, group indices, a stored shape, a quant state: overhead
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """How a tensor of a quantized Linear is stored: its role, the shape in the file (the
+    WeightMeta's ``shape`` is the logical one), what says so, and a disagreement between the
+    config and the shapes (the shapes won)."""
+
+    role: QuantRole
+    stored_shape: tuple[int, ...]
+    method: str = ""  # the layout's name ("gptq", "awq", "bitsandbytes-4bit", ...)
+    bits: int | None = None  # bits per logical element of a WEIGHT
+    provenance: str = ""
+    conflict: str = ""
+
+
 @dataclass(frozen=True)
 class WeightMeta:
     """One tensor: name, shape and identity. ``layout`` is "out_in" (nn.Linear), "in_out" (Conv1D,
-    Keras/Flax kernels) or "" when only the name can tell."""
+    Keras/Flax kernels) or "" when only the name can tell. ``quant``: set on the tensors of a
+    quantized Linear; then ``shape`` is the logical shape (a packed int32 qweight: the [out, in]
+    it encodes) and ``quant.stored_shape`` the one in the file."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     storage_key: str
     layout: str = ""
+    quant: Quantized | None = None
 
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def stored_numel(self) -> int:
+        """Elements as stored (of ``dtype``): what the file's bytes hold."""
+        return math.prod(self.quant.stored_shape) if self.quant is not None else math.prod(self.shape)
+
+    @property
+    def is_parameter(self) -> bool:
+        """Float tensors and quantized weights; integer buffers and quantization data are not."""
+        if self.quant is not None:
+            return self.quant.role is QuantRole.WEIGHT
+        return is_float(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -60,21 +97,23 @@ class HeadOffers:
 
 
 def parameter_keys(weights: Mapping[str, WeightMeta]) -> frozenset[str]:
-    """Storage keys of the parameters of a weight list: unique float tensors (tied weights once);
-    integer buffers are not parameters. count_weights counts them; mhainspect.size calls every
-    other stored tensor overhead."""
-    return frozenset(t.storage_key for t in weights.values() if is_float(t.dtype))
+    """Storage keys of the parameters of a weight list: unique float tensors (tied weights once)
+    and quantized weights; integer buffers and quantization data are not parameters.
+    count_weights counts them; mhainspect.size calls every other stored tensor overhead."""
+    return frozenset(t.storage_key for t in weights.values() if t.is_parameter)
 
 
 def count_weights(weights: Mapping[str, WeightMeta]) -> int:
-    """Unique float tensors by storage (tied weights once); integer buffers are not parameters.
+    """Unique float tensors and quantized weights by storage (tied weights once), a quantized
+    weight by the logical elements it encodes; integer buffers and quantization data are not
+    parameters.
 
     The one counter for weight lists (checkpoints, module parameters); graphs are counted by use
     in ``mhainspect.analyze.count_parameters``."""
     seen: set[str] = set()
     total = 0
     for t in weights.values():
-        if t.storage_key in seen or not is_float(t.dtype):
+        if t.storage_key in seen or not t.is_parameter:
             continue
         seen.add(t.storage_key)
         total += t.numel
@@ -134,6 +173,9 @@ class BlockDecoding:
     window: int | None = None  # sliding window (tokens the layer attends to), None: full attention
     window_source: str = ""
     source: str = "config"  # evidence kind: "cache_tensor", "causal_mask", "config", "gguf", ...
+    # True when only a causal mask says the block caches (no cache tensor, no config): the figure is
+    # what it caches if the model is decoded token by token (CLIP's causal text tower runs once).
+    if_decoded: bool = False
 
 
 @dataclass(frozen=True)

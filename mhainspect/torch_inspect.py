@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from mhainspect.analyze import graph_result
-from mhainspect.dtypes import canonical
 from mhainspect.errors import InputError
 from mhainspect.findings import (
     AttentionBlock,
@@ -32,20 +31,22 @@ from mhainspect.findings import (
     coded,
 )
 from mhainspect.loaders.hf_config import offers_from_config
+from mhainspect.loaders.quantized import quantization_notes
 from mhainspect.loaders.torch_fx import storage_key, trace_module
 from mhainspect.loaders.torch_modules import (
+    ModuleTensors,
     config_dict,
     count_parameters,
     is_cross_module,
     module_offers,
     module_scale,
-    parameter_metas,
+    module_tensors,
 )
 from mhainspect.matchers.grouping import group_attention
 from mhainspect.matchers.static import assemble
 from mhainspect.report import report_from
 from mhainspect.size import BlockDecoding, SizeInputs, metas_size_inputs
-from mhainspect.static_ir import HeadOffers, SourceResult, WeightMeta
+from mhainspect.static_ir import HeadOffers, SourceResult, count_weights
 
 EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 
@@ -65,11 +66,12 @@ class KnownModules:
 
 
 
-def recognise(model: nn.Module) -> KnownModules:
-    """Known attention modules of ``model`` as AttentionBlocks, in module order."""
+def recognise(model: nn.Module, tensors: ModuleTensors | None = None) -> KnownModules:
+    """Known attention modules of ``model`` as AttentionBlocks, in module order (``tensors``: its
+    module_tensors, when the caller has them)."""
     modules = dict(model.named_modules(remove_duplicate=False))
     order = {name: i for i, name in enumerate(modules)}
-    metas = parameter_metas(model)
+    metas = (tensors or module_tensors(model)).for_grouping()
     root_cfg = config_dict(model)
     blocks: list[tuple[int, AttentionBlock]] = []
     keys: set[str] = set()
@@ -144,8 +146,9 @@ def inspect_module(model: nn.Module, example_inputs: Any = None, *, what_if_head
 def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool | None = None,
                   name: str | None = None) -> SourceResult:
     label = name or type(model).__name__
-    known = recognise(model)
-    warnings: list[ReportWarning] = []
+    tensors = module_tensors(model)
+    known = recognise(model, tensors)
+    warnings = [ReportWarning(note, WarningCode.LOADER) for note in quantization_notes(tensors.metas)]
     misses: list[Miss] = []
     traced: list[AttentionBlock] = []
     num_nodes = 0
@@ -190,26 +193,24 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
     headless = [b for b in known.headless if not _uses(b, model, used_keys)]
     blocks = list(known.blocks) + traced + headless
     # torchinfo's split: a live module knows which parameters train (a file does not).
-    facts = ModelFacts(path=label, format="torch", total_params=count_parameters(model), num_nodes=num_nodes,
+    total = (count_weights({n: m for n, m in tensors.metas.items() if m.storage_key in tensors.parameters})
+             if tensors.quantized else count_parameters(model))
+    facts = ModelFacts(path=label, format="torch", total_params=total, num_nodes=num_nodes,
                        producer=f"torch {torch.__version__}",
                        trainable_params=count_parameters(model, trainable_only=True))
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
-                        module_size_inputs(model, blocks, graph_causal))
+                        module_size_inputs(model, blocks, graph_causal, tensors))
 
 
 def module_size_inputs(model: nn.Module, blocks: list[AttentionBlock],
-                       graph_causal: dict[str, BlockDecoding]) -> SizeInputs:
+                       graph_causal: dict[str, BlockDecoding], tensors: ModuleTensors | None = None) -> SizeInputs:
     """Size metadata of a module: its parameters and buffers (rotary tables, masks: overhead), the
     tensors under each block's module path, and what the model's config says about decoding;
     ``graph_causal``: traced blocks whose graph shows them caching, used where the config does not
     decide."""
-    metas: dict[str, WeightMeta] = dict(parameter_metas(model))
-    for buf_name, buf in model.named_buffers(remove_duplicate=False):
-        metas.setdefault(buf_name, WeightMeta(buf_name, tuple(int(d) for d in buf.shape),
-                                              canonical(str(buf.dtype)), storage_key(buf)))
-    # A module says what its parameters are: buffers are overhead.
-    params = frozenset(storage_key(p) for _, p in model.named_parameters(remove_duplicate=False))
-    size = metas_size_inputs(metas, blocks, config_dict(model), params, label="the model's config",
+    # A module says what its parameters are: buffers are overhead (but a quantized Linear's weight).
+    tensors = tensors or module_tensors(model)
+    size = metas_size_inputs(tensors.metas, blocks, config_dict(model), tensors.parameters, label="the model's config",
                              no_config=f"{type(model).__name__} has no config: nothing says whether it decodes "
                                        "autoregressively")
     if not graph_causal:
@@ -219,7 +220,6 @@ def module_size_inputs(model: nn.Module, blocks: list[AttentionBlock],
 
 
 def _uses(block: AttentionBlock, model: nn.Module, keys: set[str]) -> bool:
-    from mhainspect.loaders.torch_fx import storage_key
 
     params = dict(model.named_parameters(remove_duplicate=False))
     for p in block.projections:
@@ -227,6 +227,13 @@ def _uses(block: AttentionBlock, model: nn.Module, keys: set[str]) -> bool:
         if t is not None and storage_key(t) in keys:
             return True
     return False
+
+
+def _accepts(model: nn.Module, argument: str) -> bool:
+    try:
+        return argument in pyinspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def make_example_inputs(model: nn.Module) -> tuple[Any, str]:
@@ -239,6 +246,9 @@ def make_example_inputs(model: nn.Module) -> tuple[Any, str]:
     main = getattr(model, "main_input_name", None)
     if config is not None and main == "input_ids":
         ids = torch.zeros(EXAMPLE_BATCH, EXAMPLE_SEQ, dtype=torch.long, device=device)
+        if _accepts(model, "use_cache"):  # a KV-cache object in the outputs cannot be traced
+            return {"input_ids": ids, "use_cache": False}, (f"input_ids of shape [{EXAMPLE_BATCH}, {EXAMPLE_SEQ}], "
+                                                            "use_cache=False")
         return {"input_ids": ids}, f"input_ids of shape [{EXAMPLE_BATCH}, {EXAMPLE_SEQ}]"
     if config is not None and main == "pixel_values":
         size = getattr(config, "image_size", None)

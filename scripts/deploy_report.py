@@ -62,14 +62,15 @@ def render(manifest: dict[str, Any], results: list[tuple[dict[str, Any], Outcome
         "one qkv_proj), Gemma (multi-query, head_dim != hidden/heads), T5 (h·d_kv != d_model), Whisper-shaped "
         "(k_proj without bias), ViT -- through optimum-onnx (without past, with past, `merge_decoders`, "
         "`optimize=O2`), onnxruntime-genai's model builder (fp32; int4 as MatMulNBits and, with `use_qdq`, as "
-        "DequantizeLinear + MatMul), `onnxruntime.quantization` (dynamic int8, static QDQ int8 with random "
-        "calibration data, MatMulNBits 4-bit in QOperator and QDQ form; `@with-past` and `@O2` variants start "
-        "from those exports, and dynamic int8 of an O2 graph gives QAttention), onnxconverter-common fp16 and "
-        "onnxslim; plus controls without attention (ResNet, an MLP ending "
+        "DequantizeLinear + MatMul), `onnxruntime.quantization` (dynamic int8, static int8 with random "
+        "calibration data as QDQ and as QOperator (QLinearMatMul, QLinearSoftmax, ...), MatMulNBits 4-bit in "
+        "QOperator and QDQ form; `@with-past` and `@O2` variants start from those exports, and dynamic int8 of "
+        "an O2 graph gives QAttention), onnxruntime's transformer optimizer with `use_multi_head_attention` "
+        "(MultiHeadAttention with a packed Q|K|V bias input), onnxconverter-common fp16 and onnxslim; plus controls without attention (ResNet, an MLP ending "
         "in a softmax, and their quantized forms). Truth per file: the attention modules' heads, KV heads, "
         "d_k, d_v, d_model and q/k/v/o/bias/total parameters from their own projection weights, restricted to "
         "the blocks the file holds: a decoder-with-past file holds the cross-attention's Q and O only, and a "
-        "block fused into com.microsoft `Attention` holds its packed Q|K|V bias whole, zeros included where "
+        "block fused into com.microsoft `Attention` (or `MultiHeadAttention` with a bias input) holds its packed Q|K|V bias whole, zeros included where "
         "the module has no bias (Whisper's K); `file_notes` in truth.json say where.",
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if k != "python") + ".",

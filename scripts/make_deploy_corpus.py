@@ -276,34 +276,50 @@ def blocks_for(truth: list[dict[str, Any]], part: str) -> list[dict[str, Any]]:
     return out
 
 
-PACKED_BIAS_OPS = ("Attention", "QAttention")  # com.microsoft ops taking one packed [q | k | v] bias
+# com.microsoft ops taking one packed [q | k | v] bias: op -> its input position.
+PACKED_BIAS_OPS = {"Attention": 2, "QAttention": 2, "MultiHeadAttention": 3}
 
 
 def hold_packed_biases(path: Path, blocks: list[dict[str, Any]]) -> None:
-    """What the file holds when onnxruntime's optimizer fused a block into com.microsoft Attention.
+    """What the file holds when onnxruntime's optimizer fused a block into com.microsoft Attention
+    (or MultiHeadAttention with its bias input, as use_multi_head_attention writes self- and
+    cross-attention).
 
     The op takes one packed Q|K|V bias: a role whose module has no bias (Whisper's k_proj) gets a
     slice of zeros in the file. Those are parameters of the file (the tool reads no tensor values),
-    so the truth counts them. Applied only when the fused ops and the file's self-attention blocks
-    pair one to one; the block notes say so.
+    so the truth counts them. Applied to the blocks of one kind when the fused ops of one type and
+    the file's blocks of that kind pair one to one; the block notes say so.
     """
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
-    fused = [n for n in graph.node if n.domain == "com.microsoft" and n.op_type in PACKED_BIAS_OPS
-             and len(n.input) > 2 and n.input[2]]
-    selves = [b for b in blocks if b["kind"] == "self"]
-    if not fused or len(fused) != len(selves):
-        return
-    for b in selves:
-        widths = {"q": b["num_heads"] * b["d_k"], "k": b["num_kv_heads"] * b["d_k"], "v": b["num_kv_heads"] * b["d_v"]}
-        for role, width in widths.items():
-            if b[f"{role}_bias"] == 0:
-                b[role] += width
-                b[f"{role}_bias"] = width
-                b["bias"] += width
-                b["total"] += width
-                b["file_notes"].append(f"{role} bias: {width} zeros in the fused Attention's packed bias")
+    fused: dict[str, int] = {}
+    for n in graph.node:
+        pos = PACKED_BIAS_OPS.get(n.op_type) if n.domain == "com.microsoft" else None
+        if pos is not None and len(n.input) > pos and n.input[pos]:
+            fused[n.op_type] = fused.get(n.op_type, 0) + 1
+    done: set[str] = set()
+    for op, count in fused.items():
+        # Attention fuses self-attention; MultiHeadAttention self- and/or cross-attention.
+        for kinds in ({"self", "cross"}, {"cross"}, {"self"}) if op == "MultiHeadAttention" else ({"self"},):
+            chosen = [b for b in blocks if b["kind"] in kinds]
+            if kinds & done or len(chosen) != count:
+                continue
+            done |= kinds
+            for b in chosen:
+                _hold_packed_bias(b, op)
+            break
+
+
+def _hold_packed_bias(b: dict[str, Any], op: str) -> None:
+    widths = {"q": b["num_heads"] * b["d_k"], "k": b["num_kv_heads"] * b["d_k"], "v": b["num_kv_heads"] * b["d_v"]}
+    for role, width in widths.items():
+        if b[f"{role}_bias"] == 0 and b[role] > 0:
+            b[role] += width
+            b[f"{role}_bias"] = width
+            b["bias"] += width
+            b["total"] += width
+            b["file_notes"].append(f"{role} bias: {width} zeros in the fused {op}'s packed bias")
 
 
 # --------------------------------------------------------------------------------------
@@ -512,7 +528,7 @@ def run_derived(step: Step, out: Path, work: Path) -> list[tuple[str, str]]:
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             quantize_dynamic(str(src), str(target), weight_type=QuantType.QInt8)
-        elif how == "static-qdq-int8":
+        elif how in ("static-qdq-int8", "static-qoperator-int8"):
             from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
             class Reader(CalibrationDataReader):
@@ -522,8 +538,11 @@ def run_derived(step: Step, out: Path, work: Path) -> list[tuple[str, str]]:
                 def get_next(self) -> dict[str, Any] | None:
                     return next(self.it, None)
 
-            quantize_static(str(src), str(target), Reader(_calibration_inputs(src)), quant_format=QuantFormat.QDQ,
-                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+            qoperator = how == "static-qoperator-int8"  # QLinearMatMul / QLinearAdd / QLinearSoftmax ...
+            quantize_static(str(src), str(target), Reader(_calibration_inputs(src)),
+                            quant_format=QuantFormat.QOperator if qoperator else QuantFormat.QDQ,
+                            activation_type=QuantType.QUInt8 if qoperator else QuantType.QInt8,
+                            weight_type=QuantType.QInt8, per_channel=qoperator)
         elif how in ("matmulnbits-qoperator", "matmulnbits-qdq"):
             from onnxruntime.quantization import QuantFormat
             from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
@@ -532,6 +551,18 @@ def run_derived(step: Step, out: Path, work: Path) -> list[tuple[str, str]]:
             q = MatMulNBitsQuantizer(onnx.load(str(src)), bits=4, block_size=32, is_symmetric=True, quant_format=fmt)
             q.process()
             onnx.save(q.model.model, str(target))
+        elif how == "ort-optimizer-mha":
+            from onnxruntime.transformers.fusion_options import FusionOptions
+            from onnxruntime.transformers.optimizer import optimize_model
+
+            cfg = MODELS[step.model].config
+            model_type = ORT_MODEL_TYPES[step.model]
+            options = FusionOptions(model_type)
+            options.use_multi_head_attention = True  # MultiHeadAttention with the Q/K/V biases as its input
+            heads = cfg.get("num_attention_heads") or cfg.get("num_heads") or cfg["encoder_attention_heads"]
+            optimize_model(str(src), model_type=model_type, num_heads=heads,
+                           hidden_size=cfg.get("hidden_size") or cfg["d_model"], opt_level=1,
+                           optimization_options=options).save_model_to_file(str(target))
         elif how == "fp16":
             from onnxconverter_common import float16
 
@@ -595,6 +626,7 @@ RUNNERS: dict[str, Callable[[Step, Path, Path], list[tuple[str, str]]]] = {
 OPTIMUM_MODELS = ("bert", "gpt2", "llama", "qwen2", "phi3", "gemma", "t5", "whisper", "vit", "resnet")
 PAST_MODELS = ("gpt2", "llama", "t5", "whisper")
 O2_MODELS = ("bert", "gpt2", "llama", "t5", "whisper", "vit")
+ORT_MODEL_TYPES = {"bert": "bert", "whisper": "bart", "t5": "t5", "gpt2": "gpt2", "vit": "vit"}  # optimizer model_type
 GENAI_MODELS = ("llama", "qwen2", "phi3", "gemma")
 # derived variant -> (toolchain, inputs): an input is a model (its optimum no-past export), or
 # "model:VARIANT" (its optimum with-past or O2 export: quantizing an ORT-optimized graph gives QAttention),
@@ -604,6 +636,8 @@ DERIVED: dict[str, tuple[str, tuple[str, ...]]] = {
                                           "llama:with-past", "bert:O2", "gpt2:O2", "resnet", "mlp-softmax")),
     "static-qdq-int8": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "t5", "whisper", "vit", "bert:O2",
                                              "resnet", "mlp-softmax")),
+    "static-qoperator-int8": ("ort-quantization", ("bert", "gpt2", "llama", "t5", "whisper", "vit", "whisper:O2")),
+    "ort-optimizer-mha": ("ort-transformers-optimizer", ("bert", "whisper", "whisper:with-past")),
     "matmulnbits-qoperator": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "t5", "vit", "llama:with-past",
                                                    "bert:O2", "mlp-softmax")),
     "matmulnbits-qdq": ("ort-quantization", ("bert", "gpt2", "llama", "phi3", "mlp-softmax")),
@@ -615,6 +649,9 @@ DERIVED: dict[str, tuple[str, tuple[str, ...]]] = {
 DERIVED_TOOLS = {
     "dynamic-int8": "onnxruntime.quantization.quantize_dynamic(weight_type=QInt8)",
     "static-qdq-int8": "onnxruntime.quantization.quantize_static(QDQ, QInt8, 4 random calibration inputs)",
+    "static-qoperator-int8": "onnxruntime.quantization.quantize_static(QOperator, QUInt8 activations, per-channel QInt8 "
+                             "weights, 4 random calibration inputs)",
+    "ort-optimizer-mha": "onnxruntime.transformers.optimizer.optimize_model(opt_level=1, use_multi_head_attention)",
     "matmulnbits-qoperator": "MatMulNBitsQuantizer(bits=4, block_size=32, symmetric, QOperator)",
     "matmulnbits-qdq": "MatMulNBitsQuantizer(bits=4, block_size=32, symmetric, QDQ)",
     "fp16": "onnxconverter_common.float16.convert_float_to_float16(keep_io_types=True)",

@@ -177,7 +177,8 @@ def _i64(*v: int) -> np.ndarray:
 
 
 def attention_model(proj: Projection, heads: int = 8, kv_heads: int = 2, d_k: int = 16, d_model: int = 64,
-                    bias: bool = True, packed: str | None = None, embed: bool = False) -> onnx.ModelProto:
+                    bias: bool = True, packed: str | None = None, embed: bool = False,
+                    quantized_scale: bool = False) -> onnx.ModelProto:
     """One self-attention block. ``packed``: None (separate Q/K/V), "split" (one QKV projection split
     by a constant Split), "heads" (reshaped to [B, S, h + 2g, d] and split on the heads axis),
     "split_runtime" (split sizes computed at run time: unidentifiable).
@@ -217,7 +218,13 @@ def attention_model(proj: Projection, heads: int = 8, kv_heads: int = 2, d_k: in
             return b.one("Reshape", [b.one("Expand", [t5, shp]), b.const("shape", _i64(0, heads, -1, d_k))])
         kh, vh = repeat(kh), repeat(vh)
     scores = b.one("MatMul", [qh, b.one("Transpose", [kh], perm=[0, 1, 3, 2])])
-    scores = b.one("Mul", [scores, b.const("scale", np.array(1 / np.sqrt(d_k), np.float32))])
+    if quantized_scale:  # the constant as a static quantizer stores it: uint8 255 · (1/sqrt(d_k))/255
+        factor = b.one("DequantizeLinear", [b.const("scale_q", np.array(255, np.uint8)),
+                                            b.const("scale_s", np.array(1 / np.sqrt(d_k) / 255, np.float32)),
+                                            b.const("scale_z", np.array(0, np.uint8))])
+    else:
+        factor = b.const("scale", np.array(1 / np.sqrt(d_k), np.float32))
+    scores = b.one("Mul", [scores, factor])
     ctx = b.one("MatMul", [b.one("Softmax", [scores], axis=-1), vh])
     merged = b.one("Reshape", [b.one("Transpose", [ctx], perm=[0, 2, 1, 3]), b.const("shape", _i64(0, 0, qw))])
     y = proj(b, merged, qw, d_model, bias)
@@ -301,14 +308,31 @@ def ort_bert_attention(heads: int = 4, d_model: int = 64, quantized: bool = Fals
     return _model(b, inputs, out)
 
 
-def ort_mha(proj: Projection, heads: int = 4, d_k: int = 16, d_model: int = 64, bias: bool = True) -> onnx.ModelProto:
-    """com.microsoft MultiHeadAttention with separate (quantized) projections before it."""
+def ort_mha(proj: Projection, heads: int = 4, d_k: int = 16, d_model: int = 64, bias: bool = True,
+            op_bias: bool = False, kv_heads: int | None = None, cross_cache: bool = False) -> onnx.ModelProto:
+    """com.microsoft MultiHeadAttention with separate (quantized) projections before it; ``op_bias``:
+    their biases packed [q | k | v] into the op's bias input (onnxruntime's optimizer with
+    use_multi_head_attention writes it so); ``kv_heads``: grouped K/V projections repeated to
+    ``heads`` heads before the op; ``cross_cache``: K and V are the cross-attention cache, graph
+    inputs [B, heads, S, d_k] (a decoder with past: their projections ran with the encoder)."""
     b = Builder()
     w = heads * d_k
-    q, k, v = (proj(b, "x", d_model, w, bias) for _ in range(3))
-    att = b.one("MultiHeadAttention", [q, k, v], MS, num_heads=heads)
+    kv_width = (kv_heads or heads) * d_k
+    q = proj(b, "x", d_model, w, bias and not op_bias)
+    if cross_cache:
+        k, v = "past_key", "past_value"
+    else:
+        k, v = (proj(b, "x", d_model, kv_width, bias and not op_bias) for _ in range(2))
+    if kv_heads:  # grouped-query K/V repeated to every head before the op (onnxscript's sdpa_via_mha)
+        k, v = (b.one("Reshape", [b.one("Expand", [b.one("Reshape", [t, b.const("g", _i64(0, 0, kv_heads, 1, d_k))]),
+                                                   b.const("r", _i64(1, 1, 1, heads // kv_heads, 1))]),
+                                  b.const("m", _i64(0, 0, w))]) for t in (k, v))
+    packed = [b.const("qkv_bias", _f(3 * w))] if op_bias else []
+    att = b.one("MultiHeadAttention", [q, k, v] + packed, MS, num_heads=heads)
     y = proj(b, att, w, d_model, bias)
-    return _model(b, [_x(d_model)], y)
+    cache = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", heads, "enc_seq", d_k])
+             for n in ("past_key", "past_value")] if cross_cache else []
+    return _model(b, [_x(d_model)] + cache, y)
 
 
 def onnx_attention_expanded(proj: Projection | None, heads: int = 8, kv_heads: int = 2, d_k: int = 16, d_model: int = 64,

@@ -222,6 +222,13 @@ def variant(base: Base, kind: str) -> Path:
         quantize_static(src, str(path), _Reader(base.feeds), quant_format=QuantFormat.QDQ,  # type: ignore[arg-type]
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
                         calibrate_method=CalibrationMethod.MinMax)
+    elif kind == "qoperator":
+        # QOperator static int8: QLinearMatMul / QLinearAdd / QLinearMul / QLinearSoftmax, per-channel weights.
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+        quantize_static(src, str(path), _Reader(base.feeds), quant_format=QuantFormat.QOperator,  # type: ignore[arg-type]
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
+                        calibrate_method=CalibrationMethod.MinMax)
     elif kind in ("nbits", "nbits_qdq", "nbits_gather"):
         import onnx
         from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
@@ -266,7 +273,7 @@ def variant(base: Base, kind: str) -> Path:
     return path
 
 
-KINDS = ("fp32", "dynamic", "dynamic_u8_perchannel", "qdq", "nbits", "nbits_qdq", "nbits_gather", "opt", "opt2",
+KINDS = ("fp32", "dynamic", "dynamic_u8_perchannel", "qdq", "qoperator", "nbits", "nbits_qdq", "nbits_gather", "opt", "opt2",
          "fp16")
 
 

@@ -7,6 +7,7 @@ patterns (tests/deploy_graphs.py; truth from the dimensions they are built with)
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from mhainspect.analyze import analyze_path
 from mhainspect.findings import AttentionBlock, Report
 from tests import deploy_graphs as g
 
-MODEL_KINDS = ("dynamic", "qdq", "nbits", "nbits_qdq", "nbits_gather", "opt", "fp16")
+MODEL_KINDS = ("dynamic", "qdq", "qoperator", "nbits", "nbits_qdq", "nbits_gather", "opt", "fp16")
 
 
 def _analyze(tmp_path: Path, model: onnx.ModelProto, name: str = "m.onnx") -> Report:
@@ -64,6 +65,8 @@ def test_exported_model_blocks_are_exact(bases: dict[str, object], name: str, ki
     assert len(report.blocks) == len(base.truth), [m.reason for m in report.misses]
     for block, truth in zip(report.blocks, base.truth):
         assert mismatch(block, truth) == [], (block.name, block.unknown_reason)
+        # The scale is the module's 1/sqrt(d_k), also where a quantizer stored its constant as an integer.
+        assert block.scale is None or math.isclose(block.scale, truth.d_k ** -0.5, rel_tol=1e-3), block.scale
 
 
 @pytest.mark.parametrize("kind", ["opt_dynamic", "opt_qdq"])
@@ -160,6 +163,49 @@ def test_ort_multi_head_attention_with_quantized_projections(tmp_path: Path, pro
     (b,) = report.blocks
     assert _dims(b) == (4, 4, 16, 16, 64)
     assert _params(b) == g.block_params(4, 4, 16, 64, bias=True)
+
+
+@pytest.mark.parametrize("proj", ["qdq_per_axis", "qlinear_matmul"])
+def test_quantized_score_scale_is_its_dequantized_value(tmp_path: Path, proj: str) -> None:
+    """A static quantizer stores the score scale as an integer with a scale and zero point: the
+    block's scale is the dequantized value, not the stored integer."""
+    report = _analyze(tmp_path, g.attention_model(g.PROJECTIONS[proj], quantized_scale=True))
+    (b,) = report.blocks
+    assert b.scale_known and b.scale is not None and math.isclose(b.scale, 16 ** -0.5, rel_tol=1e-6)
+    assert [e.value for e in b.evidence if e.field == "d_k" and e.source == "scale"] == [16]
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+@pytest.mark.parametrize("proj", ["float", "matmul_nbits"])
+def test_ort_multi_head_attention_after_head_repeat(tmp_path: Path, proj: str, kv_heads: int) -> None:
+    """Grouped K/V repeated to every head before MultiHeadAttention (onnxscript's sdpa_via_mha fusion
+    of a dynamo export): the op's num_heads is not the K/V head count, the projection widths are."""
+    report = _analyze(tmp_path, g.ort_mha(g.PROJECTIONS[proj], heads=8, d_k=8, kv_heads=kv_heads))
+    (b,) = report.blocks
+    assert _dims(b) == (8, kv_heads, 8, 8, 64)
+    assert _params(b) == g.block_params(8, kv_heads, 8, 64, bias=True)
+    assert not b.conflicts
+
+
+@pytest.mark.parametrize("op_bias", [False, True])
+def test_ort_multi_head_attention_over_cross_cache(tmp_path: Path, op_bias: bool) -> None:
+    """Cross-attention of a decoder with past as onnxruntime fuses it: Q projected, K/V the cache
+    inputs [B, h, S, d] as they are; the op's packed bias holds Q's bias (and the cache's parts)."""
+    report = _analyze(tmp_path, g.ort_mha(g.PROJECTIONS["float"], op_bias=op_bias, cross_cache=True))
+    (b,) = report.blocks
+    assert (b.kind, *_dims(b)) == ("cross", 4, 4, 16, 16, 64)
+    full = g.block_params(4, 4, 16, 64, bias=True)
+    assert _params(b) == {"q": full["q"], "k": 0, "v": 0, "o": full["o"], "bias": 64 + 64}
+
+
+@pytest.mark.parametrize("proj", ["float", "dynamic_int8", "qlinear_matmul"])
+def test_ort_multi_head_attention_packed_bias_input(tmp_path: Path, proj: str) -> None:
+    """The Q/K/V biases moved into MultiHeadAttention's bias input are the projections' biases."""
+    report = _analyze(tmp_path, g.ort_mha(g.PROJECTIONS[proj], op_bias=True))
+    (b,) = report.blocks
+    assert _dims(b) == (4, 4, 16, 16, 64)
+    assert _params(b) == g.block_params(4, 4, 16, 64, bias=True)
+    assert all((p.bias or "").startswith("qkv_bias") for p in b.projections if p.role != "o")
 
 
 @pytest.mark.parametrize("variant", [

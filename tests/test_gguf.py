@@ -24,9 +24,10 @@ from gguf_files import tensor_info_bytes as _tensor
 
 from mhainspect import dtypes
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, Report
+from mhainspect.findings import AttentionBlock, CacheStatus, Report
 from mhainspect.inputs import expand_models
 from mhainspect.loaders.gguf import model_weights, read_header, read_model
+from mhainspect.size import SizeOptions, with_options
 from mhainspect.sources import analyze_file, classify
 
 gguf = pytest.importorskip("gguf")
@@ -211,8 +212,28 @@ def test_sliding_window_pattern_array_and_period(tmp_path: Path) -> None:
     assert [b.sliding_window for b in audit(path).blocks] == [512, 512, None, 512, 512, None]
 
 
-def test_sliding_window_without_pattern_is_a_warning(tmp_path: Path) -> None:
-    spec = Decoder(arch="gemma2", metadata={"{arch}.attention.sliding_window": 4096})
+def test_sliding_window_without_pattern_takes_llama_cpps_default(tmp_path: Path) -> None:
+    """convert_hf_to_gguf writes no pattern for Gemma 2/3 or Cohere 2: llama.cpp's loader hard-codes
+    the period per architecture (Gemma 2 also its window), and so does the size figure."""
+    spec = Decoder(arch="gemma3", layers=7, metadata={"{arch}.attention.sliding_window": 512})
+    (path,) = spec.write(tmp_path / "gemma3.gguf")
+    report = with_options(audit(path), SizeOptions(context=4096))
+    # set_swa_pattern(6): layers 5 and 11, ... are global.
+    assert [b.sliding_window for b in report.blocks] == [512, 512, 512, 512, 512, None, 512]
+    ev = next(e for e in report.blocks[0].evidence if e.field == "sliding_window")
+    assert "llama.cpp's gemma3 default period 6" in ev.detail
+    assert not any("sliding_window" in w for w in report.warnings)
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token is not None and kv.total_bytes is not None
+    per_layer = kv.bytes_per_token // 7
+    assert kv.total_bytes == per_layer * (6 * 511 + 4096)
+    spec = Decoder(arch="gemma2", layers=3)  # no window key either: Gemma 2's 4096
+    (path,) = spec.write(tmp_path / "gemma2.gguf")
+    assert [b.sliding_window for b in audit(path).blocks] == [4096, None, 4096]
+
+
+def test_sliding_window_of_an_unknown_pattern_is_a_warning(tmp_path: Path) -> None:
+    spec = Decoder(arch="llama", metadata={"{arch}.attention.sliding_window": 4096})
     (path,) = spec.write(tmp_path / "swa_no_pattern.gguf")
     report = audit(path)
     assert all(b.sliding_window is None for b in report.blocks)
@@ -226,6 +247,7 @@ def test_encoder_blocks_say_why_they_cache_nothing(tmp_path: Path) -> None:
             "{arch}.attention.causal": False}
     (path,) = write_gguf(tmp_path / "bert.gguf", "bert", meta, tensors)
     (b,) = audit(path).blocks
+    assert b.kv_cache_status is CacheStatus.NONE
     assert b.kv_cache_reason is not None and "causal = false" in b.kv_cache_reason
     assert layout(b) == (4, 4, 16, 16, 64)
 
@@ -246,7 +268,9 @@ def test_t5_encoder_decoder_and_cross_attention(tmp_path: Path) -> None:
     assert all(layout(b) == (h, h, dk, dk, d) for b in report.blocks)
     assert by_name["dec.blk.0.cross_attn"].kind == "cross"
     assert by_name["enc.blk.0.attn"].params.extra == 32 * h
+    assert by_name["enc.blk.0.attn"].kv_cache_status is CacheStatus.NONE
     assert by_name["enc.blk.0.attn"].kv_cache_reason is not None
+    assert by_name["dec.blk.0.attn"].kv_cache_status is CacheStatus.CACHES
     assert by_name["dec.blk.0.attn"].kv_cache_reason is None
 
 

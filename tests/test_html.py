@@ -17,10 +17,10 @@ from mhainspect import conventions
 from mhainspect.cli import main
 from mhainspect.findings import KVCache, Report
 from mhainspect.render.calc_html import render_calc_html, render_compare_html
-from mhainspect.render.html import human_bytes, kv_bytes_at, render_html, render_html_body
+from mhainspect.render.html import kv_bytes_at, render_html, render_html_body
 from mhainspect.render.numbers import group
 from mhainspect.render.safe import html
-from mhainspect.size import self_cache_bytes
+from mhainspect.size import format_bytes, self_cache_bytes
 from mhainspect.sources import analyze_file
 from mhainspect.whatif import what_if
 
@@ -123,8 +123,8 @@ def test_no_blocks_page(reports: dict[str, Report]) -> None:
     assert "No attention blocks found." in page and "<svg" not in page
 
 
-def test_human_bytes() -> None:
-    assert [human_bytes(n) for n in (0, 1023, 1024, 1536, 3 * 2**30)] == ["0 B", "1,023 B", "1 KiB", "1.5 KiB",
+def test_format_bytes() -> None:
+    assert [format_bytes(n) for n in (0, 1023, 1024, 1536, 3 * 2**30)] == ["0 B", "1,023 B", "1 KiB", "1.5 KiB",
                                                                           "3 GiB"]
 
 

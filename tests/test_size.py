@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from mhainspect import dtypes
 from mhainspect.api import inspect
-from mhainspect.findings import AttentionBlock, Report
+from mhainspect.findings import AttentionBlock, CacheStatus, Report
 from mhainspect.size import SizeOptions, StoredTensor, weight_sizes, with_options
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -122,7 +122,7 @@ def test_kv_cache_equals_every_present_output(name: str, exported: Callable[[str
         assert se.BATCH * kv.bytes_per_encoder_token * export.encoder_tokens == sum(
             outputs[n].nbytes for n in encoder_presents)
         encoder_blocks = [b for b in report.blocks if "encoder" in b.name and b.kind == "self"]
-        assert encoder_blocks and all(b.kv_cache_bytes_per_token is None and "no cache" in (b.kv_cache_reason or "")
+        assert encoder_blocks and all(b.kv_cache_bytes_per_token is None and b.kv_cache_status is CacheStatus.NONE
                                       for b in encoder_blocks)
 
 

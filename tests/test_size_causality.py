@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from mhainspect.api import inspect
-from mhainspect.findings import Report
+from mhainspect.findings import CacheStatus, Report
 from mhainspect.size import _constant_mask
 
 torch = pytest.importorskip("torch")
@@ -126,7 +126,7 @@ def test_dynamo_mask_too_large_to_read_is_unknown(tmp_path: Path) -> None:
     assert kv is not None and kv.bytes_per_token is None
     assert (kv.reason or "").startswith("unknown"), kv.reason
     assert "stored mask" in (kv.reason or "") and "not read" in (kv.reason or "")
-    assert all(not (b.kv_cache_reason or "").startswith("no cache") for b in report.blocks)
+    assert all(b.kv_cache_status is not CacheStatus.NONE for b in report.blocks)
 
 
 def test_deberta_v2_relative_buckets_are_no_window(tmp_path: Path) -> None:
@@ -138,7 +138,7 @@ def test_deberta_v2_relative_buckets_are_no_window(tmp_path: Path) -> None:
     kv = report.model.kv_cache
     assert kv is not None and kv.bytes_per_token is None
     assert _windows(report) == [None] * len(report.blocks)
-    assert all((b.kv_cache_reason or "").startswith("no cache") for b in report.blocks), \
+    assert all(b.kv_cache_status is CacheStatus.NONE for b in report.blocks), \
         [b.kv_cache_reason for b in report.blocks]
 
 

@@ -14,6 +14,7 @@ from mhainspect.findings import (
     AttentionBlock,
     BlockKind,
     BlockVerification,
+    CacheStatus,
     Evidence,
     EvidenceSource,
     Matcher,
@@ -39,6 +40,8 @@ def test_schema_lists_the_python_enums() -> None:
     assert set(defs["evidence"]["properties"]["source"]["enum"]) == _values(EvidenceSource)
     assert set(defs["block"]["properties"]["kind"]["enum"]) == _values(BlockKind)
     assert set(defs["verification"]["properties"]["status"]["enum"]) == _values(VerifyStatus)
+    assert set(defs["kvCache"]["properties"]["status"]["enum"]) == _values(CacheStatus)
+    assert set(defs["block"]["properties"]["kv_cache_status"]["enum"]) == _values(CacheStatus) | {None}
     pattern = defs["matcher"]["pattern"]
     assert set(re.fullmatch(r"\^\((.*)\)\(:\.\+\)\?\$", pattern).group(1).split("|")) == _values(Matcher)  # type: ignore[union-attr]
 

@@ -2,7 +2,11 @@
 Hugging Face folders (config.json + shards).
 
 - ``.safetensors``: the 8-byte header length and the JSON header are read (bounded); tensor data
-  is never read.
+  is never read, but for a quantized Linear's stored logical shape (compressed-tensors
+  ``weight_shape``, a bitsandbytes quant state: a few bytes each, bounded).
+- Quantized Linears (GPTQ, AWQ, bitsandbytes, compressed-tensors, fp8): their weights at the
+  logical shape they encode, their scales and zero points marked as quantization data
+  (``mhainspect.loaders.quantized``).
 - ``.pt/.pth/.bin``: ``torch.load(weights_only=True, mmap=True)``; a file that needs arbitrary
   unpickling is refused (InputError) and nothing in it runs. Tensors stay memory-mapped, unread.
 - A folder with ``config.json``: heads, kv heads and head_dim from the config, shapes from the
@@ -23,6 +27,7 @@ from typing import Any
 
 from mhainspect.dtypes import canonical
 from mhainspect.errors import InputError, MissingDependencyError, read_failure
+from mhainspect.loaders.quantized import MAX_VALUE_BYTES, apply_quantization, wants_values
 from mhainspect.static_ir import WeightMeta
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
@@ -37,8 +42,10 @@ def is_checkpoint_path(path: Path) -> bool:
     return path.suffix.lower() in SAFETENSORS_SUFFIXES + TORCH_SUFFIXES
 
 
-def read_safetensors_header(path: Path) -> dict[str, WeightMeta]:
-    """Tensor metadata from a .safetensors header; the tensor bytes are never read."""
+def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | None = None) -> dict[str, WeightMeta]:
+    """Tensor metadata from a .safetensors header; the tensor bytes are never read, except, into
+    ``values`` when given, those of the few small integer tensors that state a quantized weight's
+    logical shape (``mhainspect.loaders.quantized.wants_values``)."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
@@ -61,6 +68,7 @@ def read_safetensors_header(path: Path) -> dict[str, WeightMeta]:
     if not isinstance(header, dict):
         raise InputError(f"{path}: not a safetensors file (header is not a JSON object)")
     out: dict[str, WeightMeta] = {}
+    wanted: list[tuple[str, str, list[Any]]] = []
     for name, entry in header.items():
         if name == "__metadata__":
             continue
@@ -72,6 +80,37 @@ def read_safetensors_header(path: Path) -> dict[str, WeightMeta]:
             raise InputError(f"{path}: malformed safetensors header entry '{name}'")
         out[name] = WeightMeta(name, tuple(shape), canonical(dtype),
                                f"{path.name}:{offsets[0]}:{offsets[1]}")
+        if values is not None and wants_values(name):
+            wanted.append((name, out[name].dtype, offsets))
+    if wanted and values is not None:
+        values.update(_read_values(path, 8 + n, wanted))
+    return out
+
+
+# struct codes of the integer types a stored shape or quant state uses.
+_STRUCT_CODES = {"uint8": "B", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I", "int64": "q",
+                 "uint64": "Q"}
+
+
+def _read_values(path: Path, base: int, wanted: list[tuple[str, str, list[Any]]]) -> dict[str, tuple[int, ...]]:
+    """The values of small integer tensors (at most MAX_VALUE_BYTES each) at their header offsets."""
+    out: dict[str, tuple[int, ...]] = {}
+    try:
+        with open(path, "rb") as fh:
+            for name, dtype, (start, end) in wanted:
+                code = _STRUCT_CODES.get(dtype)
+                if code is None or not isinstance(start, int) or not isinstance(end, int):
+                    continue
+                length = end - start
+                width = struct.calcsize(code)
+                if start < 0 or length <= 0 or length > MAX_VALUE_BYTES or length % width:
+                    continue
+                fh.seek(base + start)
+                raw = fh.read(length)
+                if len(raw) == length:
+                    out[name] = struct.unpack(f"<{length // width}{code}", raw)
+    except OSError as exc:
+        raise InputError(read_failure(path, exc)) from None
     return out
 
 
@@ -129,8 +168,9 @@ def _unpickling_reason(message: str) -> str:
     return f"loading it needs arbitrary unpickling (not a weights-only state dict): {first}"
 
 
-def read_torch_state_dict(path: Path) -> dict[str, WeightMeta]:
-    """Tensor metadata from a torch.save'd state dict, loaded with weights_only=True (memory-mapped)."""
+def read_torch_state_dict(path: Path, values: dict[str, tuple[int, ...]] | None = None) -> dict[str, WeightMeta]:
+    """Tensor metadata from a torch.save'd state dict, loaded with weights_only=True (memory-mapped);
+    ``values``: as for read_safetensors_header."""
     torch = _import_torch(f"{path.suffix} checkpoints")
     import pickle
 
@@ -162,6 +202,9 @@ def read_torch_state_dict(path: Path) -> dict[str, WeightMeta]:
     for name, t in tensors.items():
         out[name] = WeightMeta(name, tuple(int(d) for d in t.shape), canonical(str(t.dtype)),
                                _storage_key(t))
+        if (values is not None and wants_values(name) and out[name].dtype in _STRUCT_CODES
+                and t.numel() * t.element_size() <= MAX_VALUE_BYTES):
+            values[name] = tuple(int(x) for x in t.reshape(-1).tolist())
     return out
 
 
@@ -247,9 +290,11 @@ def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str
         config = read_config(cfg_path)
         files, kind = _shards(path)
         weights: dict[str, WeightMeta] = {}
+        values: dict[str, tuple[int, ...]] = {}
         for f in files:
-            weights.update(read_safetensors_header(f) if kind == "safetensors" else read_torch_state_dict(f))
-        return weights, config, "huggingface"
+            weights.update(read_safetensors_header(f, values) if kind == "safetensors"
+                           else read_torch_state_dict(f, values))
+        return apply_quantization(weights, config, values), config, "huggingface"
     if not path.exists():
         raise InputError(f"{path}: no such file")
     suffix = path.suffix.lower()
@@ -260,7 +305,8 @@ def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str
             beside = read_config(sibling)
         except InputError:
             beside = None  # a broken neighbour is not this file's problem: heads stay unknown
+    values = {}
     if suffix in SAFETENSORS_SUFFIXES:
-        return read_safetensors_header(path), beside, "safetensors"
-    return read_torch_state_dict(path), beside, "pytorch"
+        return apply_quantization(read_safetensors_header(path, values), beside, values), beside, "safetensors"
+    return apply_quantization(read_torch_state_dict(path, values), beside, values), beside, "pytorch"
 

@@ -5,7 +5,9 @@ applied the way the architecture's own modelling code applies it:
 
 - query heads: ``num_attention_heads`` (most), ``n_head`` (GPT-2, Bloom, GPT-J, Falcon/RW),
   ``num_heads`` (T5), ``n_heads`` (MPT), ``encoder_attention_heads`` / ``decoder_attention_heads``
-  (BART family), ``num_query_heads`` (OpenELM, one per layer);
+  (BART family), ``num_query_heads`` (OpenELM, one per layer), ``attention_heads`` (XGLM,
+  Kosmos-2, Mllama vision), ``num_encoder_attention_heads`` (ProphetNet) and the other names
+  transformers' ``attribute_map`` gives ``num_attention_heads``;
 - key/value heads, first rule that applies:
   ChatGLM ``multi_query_attention`` -> ``multi_query_group_num``; Falcon / RW / GPTBigCode
   ``multi_query: true`` -> 1 unless ``new_decoder_architecture`` (then ``num_kv_heads`` /
@@ -33,10 +35,12 @@ from mhainspect.findings import EvidenceSource
 from mhainspect.static_ir import HeadOffers
 
 HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
-              "num_attention_head", "num_query_heads")
-DECODER_HEADS_KEYS = ("decoder_attention_heads", "num_decoder_attention_heads", "decoder_num_heads")
+              "num_attention_head", "num_query_heads", "attention_heads", "encoder_num_attention_heads",
+              "num_encoder_attention_heads")
+DECODER_HEADS_KEYS = ("decoder_attention_heads", "num_decoder_attention_heads", "decoder_num_heads",
+                      "decoder_num_attention_heads")
 KV_HEADS_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "kv_heads", "num_kv",
-                 "kv_n_heads")
+                 "kv_n_heads", "num_attention_groups")
 HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "qk_head_dim")
 V_HEAD_DIM_KEYS = ("v_head_dim",)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim")

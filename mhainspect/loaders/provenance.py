@@ -5,7 +5,10 @@ initializer (PARAMETER, BUFFER, CONSTANT_TENSOR) and, for constants its optimize
 the names they were folded from. A transposed Linear weight folded into ``val_30`` is still the
 parameter ``layer.0.q.weight``; a causal mask folded from ``arange``/``expand`` is no parameter.
 TorchScript exports carry none of this: their tensors keep ``kind=None`` and the counting
-heuristics apply.
+heuristics apply, but for one thing both torch exporters share: every parameter and buffer is an
+initializer, so a Constant node in a file torch wrote holds a value the trace computed (a
+sinusoidal position table, a rotary sin/cos cache, ALiBi slopes, the ones and zeros a LayerNorm
+without weight or bias is given): ``kind="constant"``, never a parameter.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from mhainspect.graph import Tensor
 _KIND_KEY = "pkg.torch.export.graph_signature.InputSpec.kind"
 _FOLDED_KEY = "pkg.onnxscript.optimizer.folded_from"
 _KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant"}
+_TORCH_PRODUCER = "pytorch"  # ModelProto.producer_name of torch.onnx.export (TorchScript and dynamo)
 
 
 def _folded_from(value: str) -> tuple[str, ...]:
@@ -72,8 +76,12 @@ def signature_kinds(signature: str) -> dict[str, str]:
 
 
 def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str, Mapping[str, str]]],
-                     signature: str = "") -> dict[str, Tensor]:
-    """Weights with ``kind`` and ``origin`` filled from exporter metadata (name -> props)."""
+                     signature: str = "", producer_name: str = "") -> dict[str, Tensor]:
+    """Weights with ``kind`` and ``origin`` filled from exporter metadata (name -> props), and
+    Constant-node tensors of a torch export marked as constants (module doc)."""
+    if producer_name == _TORCH_PRODUCER:
+        weights = {name: dataclasses.replace(t, kind="constant") if t.is_constant_node and t.kind is None else t
+                   for name, t in weights.items()}
     props = {name: p for name, p in metadata if _KIND_KEY in p or _FOLDED_KEY in p}
     if not props:
         return dict(weights)

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
 from mhainspect.dtypes import canonical
 from mhainspect.findings import EvidenceSource
+from mhainspect.loaders.quantized import MAX_VALUE_BYTES, apply_quantization, wants_values
 from mhainspect.loaders.torch_fx import storage_key
-from mhainspect.static_ir import HeadOffers, WeightMeta
+from mhainspect.static_ir import HeadOffers, QuantRole, WeightMeta
 
 _HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head")
 _KV_ATTRS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "kv_heads", "n_head_kv")
@@ -47,6 +49,48 @@ def parameter_metas(model: nn.Module) -> dict[str, WeightMeta]:
         out[name] = WeightMeta(name, tuple(int(d) for d in p.shape), canonical(str(p.dtype)),
                                storage_key(p), layout)
     return out
+
+
+@dataclass(frozen=True)
+class ModuleTensors:
+    """Every parameter and buffer of a module as metadata, with Linears replaced by quantized
+    modules (GPTQ/AWQ QuantLinear buffers, FP8Linear, ...) read as the checkpoint loader reads
+    their state dict (``mhainspect.loaders.quantized``): the packed weight at its logical shape,
+    its scales and zero points quantization data."""
+
+    params: dict[str, WeightMeta]  # parameter_metas
+    metas: dict[str, WeightMeta]  # parameters and buffers
+    parameters: frozenset[str]  # storage keys of the parameters: the module's own, but quantization
+    # data, and quantized weights held as buffers
+    quantized: bool
+
+    def for_grouping(self) -> dict[str, WeightMeta]:
+        """The parameters, with the quantized Linears' weights and biases (buffers too)."""
+        if not self.quantized:
+            return self.params
+        modules = {n.rpartition(".")[0] for n, m in self.metas.items()
+                   if m.quant is not None and m.quant.role is QuantRole.WEIGHT}
+        return {n: m for n, m in self.metas.items()
+                if n in self.params or m.quant is not None or n.rpartition(".")[0] in modules}
+
+
+def module_tensors(model: nn.Module) -> ModuleTensors:
+    params = parameter_metas(model)
+    metas: dict[str, WeightMeta] = dict(params)
+    own = frozenset(m.storage_key for m in metas.values())
+    values: dict[str, tuple[int, ...]] = {}
+    for name, buf in model.named_buffers(remove_duplicate=False):
+        metas.setdefault(name, WeightMeta(name, tuple(int(d) for d in buf.shape), canonical(str(buf.dtype)),
+                                          storage_key(buf)))
+        if (wants_values(name) and buf.device.type != "meta"
+                and buf.numel() * buf.element_size() <= MAX_VALUE_BYTES):
+            values[name] = tuple(int(x) for x in buf.reshape(-1).tolist())
+    quantized = apply_quantization(metas, config_dict(model), values)
+    if not any(m.quant is not None for m in quantized.values()):
+        return ModuleTensors(params, metas, own, False)
+    keys = {m.storage_key for m in quantized.values() if m.storage_key in own and m.quant is None}
+    keys |= {m.storage_key for m in quantized.values() if m.quant is not None and m.quant.role is QuantRole.WEIGHT}
+    return ModuleTensors(params, quantized, frozenset(keys), True)
 
 
 def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:

@@ -14,7 +14,7 @@ from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex
 from mhainspect.findings import AttentionBlock, Evidence, ParamBreakdown, Projection
 from mhainspect.graph import Node
 from mhainspect.matchers import assembly
-from mhainspect.matchers.projection import WHOLE, ProjectionHit, TracedProjection
+from mhainspect.matchers.projection import WHOLE, ProjectionHit, TracedProjection, recognise_projection
 from mhainspect.matchers.scopes import block_name
 
 # Which offer wins, the conflict text and the defaults are the shared rules of
@@ -37,6 +37,10 @@ class RoleInput:
     fused_bias_params: int = 0
     fused_node: str = ""
     tensor: str = ""  # the tensor that reaches the attention core (decomposed matchers)
+    # This role's part of a packed Q|K|V bias that a fused op adds itself (com.microsoft
+    # MultiHeadAttention's bias input: onnxruntime's optimizer moves the projections' bias Adds into it).
+    op_bias: str | None = None
+    op_bias_params: int = 0
 
 
 @dataclass
@@ -52,6 +56,8 @@ class BlockBuilder:
     notes: list[str] = field(default_factory=list)
     extras: dict[str, int] = field(default_factory=dict)  # other block params by tensor name
     kind: str | None = None  # set by a matcher that knows the kind (additive); else read from the sources
+    # role -> the projection that made its projection's (narrower) input: latent attention (build()).
+    latent: dict[str, ProjectionHit] = field(default_factory=dict)
 
     def offer(self, name: str, value: int | None, source: str, detail: str) -> None:
         if value is None or value <= 0:
@@ -131,7 +137,14 @@ class BlockBuilder:
             picked["d_v"] = d_v = wv // picked["num_kv_heads"]
             self.evidence.append(Evidence("d_v", d_v, "weight_shape", f"V width {wv} / kv heads {picked['num_kv_heads']}"))
         q = self.roles.get("q")
-        if q is not None and q.traced is not None:
+        latent = self._latent_inputs()
+        if latent:
+            conflicts.append(latent)
+        if "q" in self.latent:
+            down = self.latent["q"]
+            self.offer("d_model", down.in_features, "weight_shape",
+                       f"input width of {down.node.name}, the projection that makes Q's latent input")
+        elif q is not None and q.traced is not None:
             self.offer("d_model", q.traced.hit.in_features, "weight_shape",
                        f"input width of Q projection {q.traced.hit.node.name}")
         elif q is not None and q.fused_in is not None:
@@ -162,6 +175,36 @@ class BlockBuilder:
             anchor=self.anchor.name, unknown_reason=unknown_reason, conflicts=tuple(dict.fromkeys(conflicts)),
         )
 
+    def _latent_inputs(self) -> str | None:
+        """Latent (low-rank) attention, as DeepSeek's MLA: Q's or V's projection reads a narrower
+        tensor than the O projection writes, which another projection made from an input as wide as
+        O's output. That projection's parameters are the block's (``extra``), d_model is its input
+        width, and the text (a conflict) says that the widths are those of the latents."""
+        o = self.output
+        if o is None:
+            return None
+        parts: list[str] = []
+        for role in ("q", "k", "v"):
+            r = self.roles.get(role)
+            if r is None or r.traced is None or r.traced.hit.in_features == o.out_features:
+                continue
+            hit = r.traced.hit
+            down = _made_by_projection(self.index, hit.activation)
+            if down is None or down.in_features != o.out_features or down.out_features < hit.in_features:
+                continue
+            self.latent[role] = down
+            name = down.weight.tensor.display_name
+            if name not in self.extras:
+                self.extras[name] = down.weight_params + down.bias_params
+                self.evidence.append(Evidence("extra", self.extras[name], "weight_shape",
+                                              f"{name}: down-projection to {role.upper()}'s latent input"))
+            parts.append(f"{role.upper()} reads a {hit.in_features}-wide latent that {down.node.name} makes from the "
+                         f"{down.in_features}-wide input")
+        if not parts:
+            return None
+        return ("latent attention: " + "; ".join(parts) + "; Q/K/V widths and d_k, d_v are those after the "
+                "up-projections, K and V may share one, and the down-projections are counted as extra")
+
     def _unknown_reason(self, wq: int | None) -> str:
         if self.notes:
             return "; ".join(self.notes)
@@ -175,6 +218,11 @@ class BlockBuilder:
         graph does not show where K comes from."""
         if self.kind is not None:
             return self.kind
+        kv_down = self.latent.get("k") or self.latent.get("v")
+        if "q" in self.latent and kv_down is not None:  # latent Q and K/V: where their latents come from
+            a, b = _origins(self.index, self.latent["q"].activation), _origins(self.index, kv_down.activation)
+            if a and b:
+                return "self" if a & b else "cross"
         q, k = self.roles.get("q"), self.roles.get("k")
         if q is None or k is None:
             return "self"
@@ -217,6 +265,8 @@ class BlockBuilder:
             bias_name = hit.bias_name
             if r.traced.path_bias is not None:  # a bias added after the split of a bias-free packed product
                 bias_name, bias_params = r.traced.path_bias.display_name, bias_params + r.traced.path_bias.numel
+            if r.op_bias is not None:
+                bias_name, bias_params = r.op_bias, bias_params + r.op_bias_params
             out.append(Projection(role, hit.weight.tensor.display_name, hit.in_features, width,
                                   weight_params, bias_name, bias_params, hit.node.name))
         if self.output is not None:
@@ -250,6 +300,27 @@ def _origins(index: GraphIndex, tensor: str) -> set[str]:
                 seen.add(x)
                 stack.append(x)
     return found
+
+
+_MAX_LATENT_NODES = 24  # a norm (RMSNorm: ~8 ops), a split and casts between the two projections
+
+
+def _made_by_projection(index: GraphIndex, tensor: str) -> ProjectionHit | None:
+    """The projection nearest behind ``tensor`` (through norms, splits, casts; never through an
+    attention core), or None."""
+    stack, seen = [tensor], {tensor}
+    while stack and len(seen) < _MAX_LATENT_NODES:
+        node = index.producer.get(stack.pop())
+        if node is None or node.op == "Softmax":
+            continue
+        hit = recognise_projection(index, node)
+        if hit is not None:
+            return hit
+        for x in node.inputs:
+            if x and x not in seen and index.is_activation(x):
+                seen.add(x)
+                stack.append(x)
+    return None
 
 
 def inverse_sqrt_dim(scale: float) -> int | None:

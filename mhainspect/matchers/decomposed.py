@@ -292,6 +292,8 @@ def _fold_scalar(index: GraphIndex, name: str, depth: int = 0) -> _ScalarFold:
     if node is None or not node.inputs:
         return _NOT_SCALAR
     op = node.op
+    if op in ("DequantizeLinear", "QuantizeLinear") and len(node.inputs) > 1:
+        return _fold_quantized(index, node, depth)
     if op in _SCALAR_VIEWS:
         return _fold_scalar(index, node.inputs[0], depth + 1)
     if op in ("Gather", "Slice"):
@@ -349,6 +351,20 @@ def _factor(index: GraphIndex, node: Node, on_tensor: str) -> tuple[float | None
             return None, f"{node.name} divides by 0"
         return 1.0 / value, node.name
     return value, node.name
+
+
+def _fold_quantized(index: GraphIndex, node: Node, depth: int) -> _ScalarFold:
+    """A scalar through (De)QuantizeLinear is its value mapped by the scale and zero point, not the
+    stored integer (a QOperator or QDQ graph quantizes the constant of the score scaling too)."""
+    x, scale = (_fold_scalar(index, name, depth + 1) for name in node.inputs[:2])
+    zero = _fold_scalar(index, node.inputs[2], depth + 1) if len(node.inputs) > 2 and node.inputs[2] else 0.0
+    if isinstance(x, _NotScalar) or isinstance(scale, _NotScalar) or isinstance(zero, _NotScalar):
+        return _NOT_SCALAR
+    if x is None or scale is None or zero is None:
+        return None
+    if node.op == "DequantizeLinear":
+        return (x - zero) * scale
+    return float(round(x / scale) + zero) if scale else _NOT_SCALAR
 
 
 def _operand_chain(index: GraphIndex, tensor: str) -> tuple[Node, ...]:

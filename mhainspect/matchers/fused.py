@@ -17,6 +17,8 @@ NAME = "fused"
 _MS_PACKED = {"Attention", "PackedAttention", "QAttention"}  # input, packed [D, Wq+Wk+Wv] weight, bias
 _MS_SEPARATE = {"MultiHeadAttention", "DecoderMaskedMultiHeadAttention", "PackedMultiHeadAttention"}
 _MS_GROUPED = {"GroupQueryAttention", "SparseAttention", "PagedAttention"}
+# Input position of the packed Q|K|V bias the op adds to its (projected) Q, K and V itself.
+_MS_BIAS_INPUT = {"MultiHeadAttention": 3, "PackedMultiHeadAttention": 3, "DecoderMaskedMultiHeadAttention": 10}
 FUSED_OPS = {("", "Attention")} | {("com.microsoft", op) for op in _MS_PACKED | _MS_SEPARATE | _MS_GROUPED}
 FUSED_OP_NAMES = frozenset(op for _, op in FUSED_OPS)  # a cheap first test before the domain
 
@@ -64,6 +66,14 @@ def _int_attr(node: Node, name: str) -> int | None:
     return v if isinstance(v, int) and v > 0 else None
 
 
+def _kv_repeated(b: BlockBuilder) -> bool:
+    """K reaches the op after a grouped-query head repeat (Expand/Tile): its head count is Q's,
+    not the number of K/V heads (the projection widths say that)."""
+    k_role = b.roles.get("k")
+    return k_role is not None and k_role.traced is not None and any(
+        n.op in ("Expand", "Tile") for n in k_role.traced.path)
+
+
 def _onnx_attention(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
     _trace_roles(index, node, b, (0, 1, 2))
     q, k, v = (index.shapes.shape(node.inputs[i]) if i < len(node.inputs) else None for i in range(3))
@@ -73,10 +83,7 @@ def _onnx_attention(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
             b.offer("num_heads", q[1].coef, "shape", f"head axis of Q input of {node.name}")
         if q[3].is_int:
             b.offer("d_k", q[3].coef, "shape", f"last axis of Q input of {node.name}")
-    k_role = b.roles.get("k")
-    repeated = k_role is not None and k_role.traced is not None and any(
-        n.op in ("Expand", "Tile") for n in k_role.traced.path)
-    if k is not None and len(k) == 4 and k[1].is_int and not repeated:
+    if k is not None and len(k) == 4 and k[1].is_int and not _kv_repeated(b):
         # After a repeat_kv (Expand/Tile) the K input has as many heads as Q: not the K/V head count.
         b.offer("num_kv_heads", k[1].coef, "shape", f"head axis of K input of {node.name}")
     if v is not None and len(v) == 4 and v[3].is_int:
@@ -149,9 +156,11 @@ def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
                 for role, share in (("q", Fraction(h, h + 2 * g)), ("k", Fraction(g, h + 2 * g)),
                                     ("v", Fraction(g, h + 2 * g))):
                     b.roles[role] = RoleInput(role, type(traced)(traced.hit, traced.path, share))
+    _op_bias(index, node, b)
     b.offer("num_heads", h, "attribute", f"{node.name}.num_heads")
-    b.offer("num_kv_heads", g, "attribute",
-            f"{node.name}.kv_num_heads" if node.op in _MS_GROUPED else f"{node.name}.num_heads (not grouped)")
+    if node.op in _MS_GROUPED or not _kv_repeated(b):
+        b.offer("num_kv_heads", g, "attribute",
+                f"{node.name}.kv_num_heads" if node.op in _MS_GROUPED else f"{node.name}.num_heads (not grouped)")
     q = index.shapes.shape(node.inputs[0])
     if q is not None and len(q) == 3 and h and q[2].is_int:
         width = q[2].coef
@@ -162,3 +171,51 @@ def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
         v = index.shapes.shape(node.inputs[2])
         if v is not None and len(v) == 3 and g and v[2].is_int and v[2].coef % g == 0:
             b.offer("d_v", v[2].coef // g, "attribute", f"V width {v[2].coef} / {g} kv heads at {node.name}")
+        elif v is not None and len(v) == 4 and v[3].is_int:  # [B, heads, S, head size]: a cache read as it is
+            b.offer("d_v", v[3].coef, "shape", f"last axis of V input of {node.name}")
+
+
+def _op_bias(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
+    """Give each projected role its part of the op's packed Q|K|V bias, when the bias is exactly as
+    wide as the projections that reach the op and none of them has a bias of its own."""
+    pos = _MS_BIAS_INPUT.get(node.op)
+    if pos is None or pos >= len(node.inputs) or not node.inputs[pos]:
+        return
+    ref = index.weight(node.inputs[pos])
+    t = ref.tensor if ref is not None else index.graph.weights.get(node.inputs[pos])
+    if t is None or len(t.shape) != 1:
+        return
+    widths: list[int] = []
+    projected: list[tuple[RoleInput, int]] = []
+    for i, role in enumerate(("q", "k", "v")):
+        r = b.roles.get(role)
+        if r is not None and r.traced is not None:
+            if r.traced.hit.bias is not None:
+                return  # the projection adds its own bias: the op's input is something else
+            share = r.traced.split_fraction if r.traced.split_fraction is not None else 1
+            part = r.traced.hit.out_features * share
+            if part != int(part):
+                return
+            projected.append((r, int(part)))
+            widths.append(int(part))
+        else:  # no projection in this file (K/V of a cache): the op input's width
+            width = _input_width(index, node, i)
+            if width is None:
+                return
+            widths.append(width)
+    if sum(widths) != t.numel:
+        return
+    for r, width in projected:
+        r.op_bias, r.op_bias_params = t.display_name, width
+    b.evidence.append(Evidence("bias", t.numel, "weight_shape",
+                               f"{t.display_name} [{t.numel}]: the Q/K/V biases {node.name} adds ({'/'.join(map(str, widths))})"))
+
+
+def _input_width(index: GraphIndex, node: Node, pos: int) -> int | None:
+    """The feature width of a fused op's Q/K/V input: [B, S, width] or [B, heads, S, head size]."""
+    shape = index.shapes.shape(node.inputs[pos]) if pos < len(node.inputs) and node.inputs[pos] else None
+    if shape is not None and len(shape) == 3 and shape[2].is_int:
+        return shape[2].coef
+    if shape is not None and len(shape) == 4 and shape[1].is_int and shape[3].is_int:
+        return shape[1].coef * shape[3].coef
+    return None

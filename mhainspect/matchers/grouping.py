@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mhainspect.findings import Projection
 from mhainspect.matchers.scopes import common_prefix
-from mhainspect.static_ir import WeightMeta
+from mhainspect.static_ir import QuantRole, WeightMeta
 
 # Role names of a projection module (the last component of its path), lower-cased.
 Q_NAMES = frozenset({"q_proj", "query", "q", "wq", "q_lin", "to_q", "query_proj", "q_linear", "linear_q", "w_q",
@@ -33,11 +33,15 @@ CONV1D_NAMES = frozenset({"c_attn", "c_proj", "c_fc"})
 # Parameters of nn.MultiheadAttention stored directly on the module.
 _MHA_LEAVES = {"in_proj_weight": ("qkv", "weight"), "in_proj_bias": ("qkv", "bias"),
                "q_proj_weight": ("q", "weight"), "k_proj_weight": ("k", "weight"), "v_proj_weight": ("v", "weight")}
-_EXTRA_LEAVES = frozenset({"bias_k", "bias_v"})
+# Score bias tables held by the attention module (timm's Swin/BEiT attn.relative_position_bias_table)
+# are its extra parameters, as nn.MultiheadAttention's learned K/V rows are.
+_EXTRA_LEAVES = frozenset({"bias_k", "bias_v", "relative_position_bias_table"})
 # A per-role bias vector held on the attention module itself, beside a packed weight without a
 # bias (DeBERTa's DisentangledSelfAttention: in_proj + q_bias, v_bias): that role's bias.
 _ROLE_BIAS_LEAVES = {"q_bias": "q", "k_bias": "k", "v_bias": "v"}
-_EXTRA_MODULES = frozenset({"relative_attention_bias"})
+# Score bias modules under the attention module: T5's relative_attention_bias Embedding,
+# transformers' Swin/Swinv2/Donut relative_position_bias (its table).
+_EXTRA_MODULES = frozenset({"relative_attention_bias", "relative_position_bias"})
 _WEIGHT_LEAVES = frozenset({"weight", "kernel", "w"})
 _BIAS_LEAVES = frozenset({"bias", "b"})
 
@@ -107,13 +111,14 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         scope = ".".join(parts[:-1])
         if leaf in _MHA_LEAVES:
             mha.setdefault(scope, {})[_MHA_LEAVES[leaf]] = meta
+        elif len(parts) >= 2 and parts[-2] in _EXTRA_MODULES:
+            extras.setdefault(".".join(parts[:-2]), []).append(meta)
         elif leaf in _EXTRA_LEAVES:
             extras.setdefault(scope, []).append(meta)
         elif leaf.lower() in _ROLE_BIAS_LEAVES and len(meta.shape) == 1:
             role_biases.setdefault(scope, []).append((_ROLE_BIAS_LEAVES[leaf.lower()], meta))
-        elif len(parts) >= 2 and parts[-2] in _EXTRA_MODULES:
-            extras.setdefault(".".join(parts[:-2]), []).append(meta)
-        elif leaf.lower() in _WEIGHT_LEAVES:
+        elif leaf.lower() in _WEIGHT_LEAVES or (meta.quant is not None and meta.quant.role is QuantRole.WEIGHT):
+            # A quantized Linear's weight by what the loader found (GPTQ/AWQ qweight, weight_packed).
             modules.setdefault(scope, {})["weight"] = meta
         elif leaf.lower() in _BIAS_LEAVES:
             modules.setdefault(scope, {})["bias"] = meta
@@ -167,6 +172,28 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         own_biases = tuple(rb for rb in role_biases.get(owner, []) if _bias_free(roles, rb[0]))
         blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross, own_biases))
     return tuple(blocks)
+
+
+def ungrouped_attention(weights: Mapping[str, WeightMeta], blocks: Iterable[GroupedBlock]
+                        ) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Modules named as attention (``attn``/``attention`` in the last component) holding two or more
+    projection weights that no block covers: (module path, its projections), in name order. Their
+    K/V are neither separate nor fused (latent K/V as DeepSeek's MLA): near misses, not blocks."""
+    children: dict[str, set[str]] = {}
+    for name, meta in weights.items():
+        parts = _split(name)
+        if len(meta.shape) == 2 and parts[-1].lower() in _WEIGHT_LEAVES and len(parts) >= 3:
+            children.setdefault(".".join(parts[:-2]), set()).add(parts[-2])
+    covered = [p for b in blocks for p in (b.name, b.owner)]
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for path in sorted(children, key=natural_key):
+        last = path.rsplit(".", 1)[-1].lower()
+        if ("attn" not in last and "attention" not in last) or len(children[path]) < 2:
+            continue
+        if any(c == path or c.startswith(path + ".") or path.startswith(c + ".") for c in covered):
+            continue
+        out.append((path, tuple(sorted(children[path]))))
+    return tuple(out)
 
 
 def _bias_free(roles: Iterable[RoleWeights], role: str) -> bool:

@@ -11,7 +11,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from mhainspect.findings import AttentionBlock, BlockKind, Evidence, EvidenceSource, Matcher, ParamBreakdown, Projection
+from mhainspect.findings import (
+    AttentionBlock,
+    BlockKind,
+    Evidence,
+    EvidenceSource,
+    Matcher,
+    Miss,
+    ParamBreakdown,
+    Projection,
+)
 from mhainspect.matchers.assembly import default_kv_heads, per_head, pick, shapes_win, split_packed, width_conflicts
 from mhainspect.matchers.grouping import (
     GroupedBlock,
@@ -20,10 +29,11 @@ from mhainspect.matchers.grouping import (
     kernel_head_split,
     linear_dims,
     projection,
+    ungrouped_attention,
 )
 from mhainspect.static_ir import HeadOffers, WeightMeta
 
-__all__ = ["ROOT_NAME", "HeadOffers", "assemble", "blocks_from_weights"]
+__all__ = ["ROOT_NAME", "HeadOffers", "assemble", "blocks_from_weights", "near_misses"]
 
 ROOT_NAME = "(root)"  # a checkpoint whose attention weights sit at the top level (no module prefix)
 NO_CONFIG_REASON = ("checkpoint without config.json: weight shapes give d_model and the projection widths, "
@@ -57,6 +67,11 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     widths: dict[str, tuple[int | None, int | None]] = {}
     for rw in group.roles:
         widths[rw.role] = _dims(rw, rw.role, evidence)
+        quant = rw.weight.quant
+        if quant is not None and quant.provenance:  # a quantized weight: how its logical shape was read
+            evidence.append(Evidence("packing", quant.bits, EvidenceSource.WEIGHT_SHAPE, quant.provenance))
+            if quant.conflict:
+                conflicts.append(quant.conflict)
 
     h, c1 = pick(evidence, "num_heads")
     g, c2 = pick(evidence, "num_kv_heads")
@@ -153,6 +168,13 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts)),
     )
 
+
+
+def near_misses(weights: Mapping[str, WeightMeta], matcher: str) -> list[Miss]:
+    """Attention-named modules whose projections make no block (``grouping.ungrouped_attention``)."""
+    return [Miss(matcher, path, f"attention module with projections {', '.join(names)} but no separate K and V "
+                                "projections or a fused QKV (e.g. latent K/V, MLA): not counted as a block")
+            for path, names in ungrouped_attention(weights, group_attention(weights))]
 
 
 def blocks_from_weights(weights: Mapping[str, WeightMeta],

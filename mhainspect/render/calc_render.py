@@ -14,9 +14,6 @@ from mhainspect.dtypes import canonical
 from mhainspect.size import LayerBytes, format_bytes, layer_bytes
 
 _NBSP = "\u00a0"  # binds "heads 4" so a wrap never separates a label from its number
-_SHARED_NOTES = ("No bias switch given", "Ignored (no effect")
-
-
 def _n(value: int) -> str:
     return f"{value:,}"
 
@@ -159,11 +156,8 @@ def compare_text(entries: Sequence[tuple[str, Calculation | str]], width: int | 
                 "yes" if entry.scales_with_heads else "no",
             )
         )
-        for note in entry.notes:
-            if note.startswith("Compare "):
-                assumptions.append(f"{name}: {note}")
-            elif note.startswith(_SHARED_NOTES) and note not in assumptions:
-                assumptions.append(note)
+        assumptions.extend(f"{name}: {note}" for note in entry.assumed)
+        assumptions.extend(note for note in entry.comparison_notes if note not in assumptions)
     lines = ["Same arguments under each convention", ""]
     lines.extend(_table(header, rows, left=1) if rows else ["  (no convention could take them)"])
     if rows:

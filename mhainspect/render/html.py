@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from mhainspect import __version__
-from mhainspect.findings import AttentionBlock, Flag, KVCache, Report, Severity
+from mhainspect.findings import AttentionBlock, CacheStatus, Flag, KVCache, Report, Severity
 from mhainspect.render.cells import (
     UNKNOWN,
     format_label,
@@ -33,6 +33,7 @@ from mhainspect.render.html_style import CSS, CSS_HASH
 from mhainspect.render.numbers import group, human_count
 from mhainspect.render.safe import html
 from mhainspect.render.sarif import DOCS_BASE, FLAG_ANCHORS
+from mhainspect.render.size_lines import block_cache_text
 from mhainspect.render.svg import (
     Column,
     Ids,
@@ -46,10 +47,10 @@ from mhainspect.render.svg import (
     stacked_bars,
     truncate,
 )
-from mhainspect.size import self_cache_bytes
+from mhainspect.size import format_bytes, self_cache_bytes
 from mhainspect.whatif import what_if
 
-__all__ = ["CSP", "human_bytes", "kv_bytes_at", "page", "render_html", "render_html_body", "repr_html"]
+__all__ = ["CSP", "kv_bytes_at", "page", "render_html", "render_html_body", "repr_html"]
 
 # Nothing may load: no fetch, image, font, frame, form target or base URL; only our stylesheet.
 CSP = (f"default-src 'none'; style-src '{CSS_HASH}'; img-src 'none'; font-src 'none'; connect-src 'none'; "
@@ -57,16 +58,6 @@ CSP = (f"default-src 'none'; style-src '{CSS_HASH}'; img-src 'none'; font-src 'n
 
 _ROLES = (("q", "Q"), ("k", "K"), ("v", "V"), ("o", "O"))
 _MAX_WHATIF_CHARTS = 6
-
-
-def human_bytes(n: int) -> str:
-    """1536 -> '1.5 KiB'; exact bytes below 1 KiB."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{n:,} B" if unit == "B" else f"{value:.1f} {unit}".replace(".0 ", " ")
-        value /= 1024
-    return f"{n:,} B"  # unreachable
 
 
 def _opt(value: int | None) -> str:
@@ -133,12 +124,12 @@ def _tiles(report: Report) -> str:
               if m.total_params else "in attention"),
              (str(len(report.blocks)), "attention blocks")]
     if m.weight_bytes is not None:
-        tiles.append((human_bytes(m.weight_bytes), "weights as stored"))
+        tiles.append((format_bytes(m.weight_bytes), "weights as stored"))
     kv = m.kv_cache
     if kv is not None and kv.bytes_per_token is not None:
-        tiles.append((human_bytes(kv.bytes_per_token), "KV cache per token"))
+        tiles.append((format_bytes(kv.bytes_per_token), "KV cache per token"))
         if kv.total_bytes is not None and kv.context is not None:
-            tiles.append((human_bytes(kv.total_bytes), f"KV cache at {group(kv.context)} tokens"))
+            tiles.append((format_bytes(kv.total_bytes), f"KV cache at {group(kv.context)} tokens"))
     tiles.append((str(len(report.flags)), "flags"))
     return '<div class="tiles">' + "".join(f"<div class=\"tile\"><b>{html(v)}</b><span>{html(k)}</span></div>"
                                            for v, k in tiles) + "</div>"
@@ -148,21 +139,22 @@ def _size_lines(report: Report) -> list[str]:
     m = report.model
     out = []
     if m.weight_bytes_by_dtype:
-        parts = ", ".join(f"{html(dtype)} {html(human_bytes(n))}" for dtype, n in m.weight_bytes_by_dtype)
-        overhead = (f"; overhead (scales, zero points, constant tables) {html(human_bytes(m.weight_bytes_overhead))}"
+        parts = ", ".join(f"{html(dtype)} {html(format_bytes(n))}" for dtype, n in m.weight_bytes_by_dtype)
+        overhead = (f"; overhead (scales, zero points, constant tables) {html(format_bytes(m.weight_bytes_overhead))}"
                     if m.weight_bytes_overhead else "")
         out.append(f'<p class="meta">Weights by type: {parts}{overhead}</p>')
     kv = m.kv_cache
     if kv is not None:
         if kv.bytes_per_token is not None:
-            text = f"KV cache: {human_bytes(kv.bytes_per_token)} per token"
+            text = f"KV cache: {format_bytes(kv.bytes_per_token)} per token"
             if kv.dtype:
                 text += f" ({kv.dtype})"
             if kv.bytes_per_encoder_token:
-                text += f"; cross-attention {human_bytes(kv.bytes_per_encoder_token)} per encoder token"
+                text += f"; cross-attention {format_bytes(kv.bytes_per_encoder_token)} per encoder token"
             out.append(f'<p class="meta">{html(text)}</p>')
         elif kv.reason:
-            out.append(f'<p class="meta">KV cache: {html(kv.reason)}</p>')
+            status = "none" if kv.status is CacheStatus.NONE else "unknown"
+            out.append(f'<p class="meta">KV cache: {status} ({html(kv.reason)})</p>')
     return out
 
 
@@ -339,16 +331,16 @@ def _kv_section(report: Report, ids: Ids) -> str:
     marks = []
     if kv.context is not None and kv.total_bytes is not None:
         marks.append(Mark(float(kv.context), float(kv.total_bytes),
-                          f"{group(kv.context)} tokens: {human_bytes(kv.total_bytes)}"))
+                          f"{group(kv.context)} tokens: {format_bytes(kv.total_bytes)}"))
     batch = f", batch {kv.batch}" if kv.batch != 1 else ""
-    desc = "; ".join(f"{int(c):,} tokens: {human_bytes(int(v))}" for c, v in points)
+    desc = "; ".join(f"{int(c):,} tokens: {format_bytes(int(v))}" for c, v in points)
     chart = line_chart([Series(f"KV cache{batch}", points, "kv")], marks, ids=ids, x_label="context length (tokens)",
-                       title="KV cache against context length", desc=desc, y_fmt=human_bytes, y_tick=human_bytes,
+                       title="KV cache against context length", desc=desc, y_fmt=format_bytes, y_tick=format_bytes,
                        y_binary=True, x_fmt=lambda v: f"{v / 1024:g}k" if v >= 1024 else f"{int(v)}",
                        x_ticks=[0.0, *(float(top * i // 4) for i in range(1, 5))])
     dtype = f" ({kv.dtype})" if kv.dtype else ""
     return (f"<h3>KV cache against context length</h3><figure>{chart}<figcaption>"
-            f"{html(human_bytes(kv.bytes_per_token))} per token{html(dtype)}{html(batch)}; sliding-window "
+            f"{html(format_bytes(kv.bytes_per_token))} per token{html(dtype)}{html(batch)}; sliding-window "
             "layers stop growing at their window.</figcaption></figure>")
 
 
@@ -383,16 +375,17 @@ def _block_details(b: AttentionBlock) -> str:
         wi = "".join(f"<tr><td>{w.num_heads}</td><td>{_count(w.total_width_fixed)}</td><td>{group(w.head_dim_fixed)}"
                      "</td></tr>" for w in b.what_if)
         parts.append("<table><tr><th>heads</th><th>h·d_k fixed</th><th>d_k fixed</th></tr>" + wi + "</table>")
-    if b.weight_bytes is not None or b.kv_cache_bytes_per_token is not None or b.kv_cache_reason:
+    cache_text = block_cache_text(b)
+    if b.weight_bytes is not None or b.kv_cache_bytes_per_token is not None or cache_text:
         size = []
         if b.weight_bytes is not None:
-            size.append(f"weights {human_bytes(b.weight_bytes)}")
+            size.append(f"weights {format_bytes(b.weight_bytes)}")
         if b.kv_cache_bytes_per_token is not None:
-            size.append(f"KV cache {human_bytes(b.kv_cache_bytes_per_token)} per token")
+            size.append(f"KV cache {format_bytes(b.kv_cache_bytes_per_token)} per token")
         if b.sliding_window is not None:
             size.append(f"sliding window {group(b.sliding_window)} tokens")
-        if b.kv_cache_reason:
-            size.append(b.kv_cache_reason)
+        if cache_text:
+            size.append(cache_text)
         parts.append(f'<p class="meta">{html("; ".join(size))}</p>')
     return "".join(parts)
 
@@ -462,8 +455,8 @@ def _comparison(reports: Sequence[Report], ids: Ids) -> str:
                     f"<td>{group(m.total_params)}</td><td>{group(m.attention_params)}</td>"
                     f"<td>{percent(m.attention_params, m.total_params)}</td><td>{len(r.blocks)}</td>"
                     f'<td class="l">{html(", ".join(layouts) or "-")}</td>'
-                    f"<td>{html(human_bytes(m.weight_bytes)) if m.weight_bytes is not None else '-'}</td>"
-                    f"<td>{html(human_bytes(kv.bytes_per_token)) if kv and kv.bytes_per_token is not None else '-'}</td>"
+                    f"<td>{html(format_bytes(m.weight_bytes)) if m.weight_bytes is not None else '-'}</td>"
+                    f"<td>{html(format_bytes(kv.bytes_per_token)) if kv and kv.bytes_per_token is not None else '-'}</td>"
                     f'<td class="l">{" ".join(_flag_link(c) for c in sorted({f.code for f in r.flags})) or "-"}</td>'
                     "</tr>")
         scale = 10_000

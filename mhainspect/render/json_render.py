@@ -29,6 +29,7 @@ from mhainspect.findings import (
     WhatIf,
 )
 from mhainspect.render.json_text import dumps_pretty
+from mhainspect.size import cache_reason
 
 if TYPE_CHECKING:
     from mhainspect.gates import GateResult
@@ -109,6 +110,7 @@ def _kv_cache(kv: KVCache) -> JSONDict:
         "total_bytes": _opt_int(kv.total_bytes),
         "bytes_per_encoder_token": _opt_int(kv.bytes_per_encoder_token),
         "reason": kv.reason,
+        "status": kv.status.value,
     }
 
 
@@ -188,7 +190,8 @@ def _block(block: AttentionBlock, model_total: int) -> JSONDict:
         "weight_bytes": _opt_int(block.weight_bytes),
         "kv_cache_bytes_per_token": _opt_int(block.kv_cache_bytes_per_token),
         "kv_cache_dtype": block.kv_cache_dtype,
-        "kv_cache_reason": block.kv_cache_reason,
+        "kv_cache_reason": cache_reason(block),
+        "kv_cache_status": None if block.kv_cache_status is None else block.kv_cache_status.value,
         "sliding_window": _opt_int(block.sliding_window),
     }
     if block.applications != 1:  # only for a module whose weights one run applies several times

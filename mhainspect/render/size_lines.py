@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from mhainspect.findings import AttentionBlock, Report
+from mhainspect.findings import AttentionBlock, CacheStatus, Report
 from mhainspect.render.numbers import group
-from mhainspect.size import IF_DECODED, KV_FIELD, NO_CACHE, format_bytes
+from mhainspect.size import IF_DECODED, KV_FIELD, cache_reason, format_bytes
 
-__all__ = ["block_size_line", "size_lines"]
+__all__ = ["block_cache_text", "block_size_line", "size_lines"]
 
 
 def _bytes(n: int) -> str:
@@ -27,8 +27,7 @@ def size_lines(report: Report) -> list[str]:
     if kv is None:
         return lines
     if kv.bytes_per_token is None:
-        reason = (kv.reason or "").removeprefix(NO_CACHE).strip()
-        lines.append(f"KV cache: {'unknown' if reason.startswith('unknown') else 'none'} ({reason})")
+        lines.append(f"KV cache: {'none' if kv.status is CacheStatus.NONE else 'unknown'} ({kv.reason or ''})")
     else:
         line = f"KV cache: {_bytes(kv.bytes_per_token)} per token ({kv.dtype})"
         if kv.total_bytes is not None and kv.context is not None:
@@ -37,7 +36,7 @@ def size_lines(report: Report) -> list[str]:
         elif kv.context is None:
             line += "; give --context N for the total"
         lines.append(line)
-        if IF_DECODED in (kv.reason or ""):
+        if kv.status is CacheStatus.IF_DECODED:
             lines.append(f"  from a causal mask only: {IF_DECODED}")
     if kv.bytes_per_encoder_token:
         lines.append(f"  cross-attention: {_bytes(kv.bytes_per_encoder_token)} per encoder token, cached once per input")
@@ -58,5 +57,14 @@ def block_size_line(b: AttentionBlock) -> str:
         detail = next((e.detail for e in b.evidence if e.field == KV_FIELD), "")
         kv = f"KV cache {_bytes(b.kv_cache_bytes_per_token)} {per} [{detail}]"
     else:
-        kv = f"KV cache: {b.kv_cache_reason or 'unknown'}"
+        kv = f"KV cache: {block_cache_text(b) or 'unknown'}"
     return f"{weights}; {kv}"
+
+
+def block_cache_text(b: AttentionBlock) -> str | None:
+    """Why a block has no KV-cache figure, led by what its status says ("no cache: ...",
+    "unknown: ..."); None when it has a figure or no size pass ran."""
+    why = cache_reason(b)
+    if why is None or b.kv_cache_status is None:
+        return None
+    return f"{'no cache' if b.kv_cache_status is CacheStatus.NONE else 'unknown'}: {why}"

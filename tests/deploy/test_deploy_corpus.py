@@ -3,8 +3,9 @@
 The corpus (scripts/make_deploy_corpus.py, run in its own virtual environment because optimum-onnx
 pins an older transformers) holds optimum-onnx exports (without past, with past, merged decoders,
 --optimize O2), onnxruntime-genai builder models (fp32, int4 as MatMulNBits and as QDQ),
-onnxruntime.quantization outputs (dynamic int8, static QDQ int8, MatMulNBits 4-bit QOperator and QDQ,
-also of the with-past and O2 exports), fp16 conversions and onnxslim outputs of small random-weight
+onnxruntime.quantization outputs (dynamic int8, static int8 as QDQ and as QOperator, MatMulNBits 4-bit
+QOperator and QDQ, also of the with-past and O2 exports), onnxruntime's transformer optimizer with
+MultiHeadAttention, fp16 conversions and onnxslim outputs of small random-weight
 Hugging Face models, plus controls without attention. Its truth.json
 holds, per file, the attention blocks read from the torch modules.
 
@@ -28,7 +29,7 @@ from tests.deploy.corpus import ENV_VAR, corpus_root, evaluate, file_entries, lo
 
 # file (relative to the corpus) -> why, and what mhainspect reports wrong today (`got != truth`, per block).
 # Printed from a corpus by `python scripts/deploy_report.py CORPUS --gaps`; update it when a fix lands.
-KNOWN_GAPS: dict[str, str] = {}  # empty since issue 15's engine work (deploy, identity) landed: 228/228 exact
+KNOWN_GAPS: dict[str, str] = {}  # empty since issue 15's engine work (deploy, identity) landed: 272/272 exact
 
 # generation step -> why the toolchain cannot produce it (the step is recorded as skipped in truth.json).
 KNOWN_SKIPPED_STEPS: dict[str, str] = {}

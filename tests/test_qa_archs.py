@@ -1,0 +1,198 @@
+"""Regressions from a sweep of transformers architectures no other test names (each built from its
+config with small random weights; truth read from the torch module):
+
+- A TorchScript export stores the values its trace computed as Constant nodes: XGLM's and
+  M2M100's sinusoidal position tables, GPT-J's and CodeGen's rotary sin/cos tables, MPT's ALiBi
+  table, the ones and zeros an OLMo LayerNorm without weight or bias is given. Torch's exporters
+  write every parameter as an initializer, so none of these is a parameter: the model's count
+  equals torch's, and the tables are overhead bytes.
+- XGLM's config names its head count ``attention_heads``: a Hugging Face folder read the heads as
+  unknown.
+- DeepSeek-V3's latent attention (MLA: Q from a low-rank latent, K and V from one shared latent)
+  was a confident wrong block in a graph (d_model = the Q latent's width, kind cross, the
+  down-projections uncounted), nothing at all from a module (its trace returned a KV-cache object)
+  and nothing, not even a near miss, from a folder. In a graph it is now a self-attention block
+  whose d_model is the input width, its down-projections counted as extra and a conflict (MHA007)
+  saying what the widths are; a folder lists each such module as a near miss.
+- Swin's relative-position bias table (a score bias held by the attention module, as T5's
+  ``relative_attention_bias``) was in no block: it is the block's ``extra``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mhainspect.loaders.hf_config import offers_from_config
+from mhainspect.matchers.grouping import group_attention
+from mhainspect.static_ir import WeightMeta
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+import mhainspect  # noqa: E402
+from tests.random_weights import LastHiddenState, add_noise  # noqa: E402
+
+
+def _model(cfg_cls: str, model_cls: str, **cfg: Any) -> Any:
+    config = getattr(transformers, cfg_cls)(vocab_size=64, **cfg)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return add_noise(getattr(transformers, model_cls)(config))
+
+
+def _ts_export(model: Any, path: Path) -> Path:
+    ids = torch.randint(2, 60, (2, 8), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(LastHiddenState(model).eval(), (ids, torch.ones_like(ids)), str(path),
+                          input_names=["ids", "mask"], output_names=["out"], opset_version=17, dynamo=False,
+                          dynamic_axes={"ids": {0: "batch"}, "mask": {0: "batch"}, "out": {0: "batch"}})
+    return path
+
+
+# Each: a model whose trace bakes a float table (or LayerNorm fill) into Constant nodes, and the
+# elements of those constants (so the test shows they were there to be miscounted).
+CONSTANT_TABLES = {
+    # sinusoidal positions: (max_position_embeddings + 2 offset) x d_model
+    "xglm": (("XGLMConfig", "XGLMModel"), dict(d_model=32, attention_heads=4, num_layers=1, ffn_dim=64,
+                                               max_position_embeddings=30), 32 * 32),
+    # rotary sin/cos table: n_positions x rotary_dim
+    "gptj": (("GPTJConfig", "GPTJModel"), dict(n_embd=32, n_head=4, n_layer=1, rotary_dim=4, n_positions=40), 40 * 4),
+    # LayerNorm without weight and bias: ones and zeros per norm (2 per layer + final)
+    "olmo": (("OlmoConfig", "OlmoModel"), dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=1,
+                                               intermediate_size=64), 3 * 2 * 32),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(CONSTANT_TABLES))
+def test_constant_nodes_of_a_torch_export_are_not_parameters(arch: str, tmp_path: Path) -> None:
+    import onnx
+
+    (cfg_cls, model_cls), cfg, table = CONSTANT_TABLES[arch]
+    model = _model(cfg_cls, model_cls, **cfg)
+    path = _ts_export(model, tmp_path / f"{arch}.onnx")
+    proto = onnx.load(str(path))
+    assert proto.producer_name == "pytorch"
+    baked = sum(int(torch.tensor(list(a.t.dims)).prod()) for n in proto.graph.node if n.op_type == "Constant"
+                for a in n.attribute if a.name == "value" and a.t.data_type == onnx.TensorProto.FLOAT and a.t.dims)
+    assert baked >= table  # the trace did bake them in: there was something to miscount
+    d = mhainspect.inspect(str(path)).to_dict()
+    assert d["model"]["total_params"] == sum(p.numel() for p in model.parameters())
+    assert d["model"]["weight_bytes_overhead"] >= 4 * table  # stored, but not parameters
+    (b,) = d["blocks"]
+    assert (b["num_heads"], b["d_k"], b["d_model"]) == (4, 8, 32)
+
+
+def test_constant_nodes_of_other_producers_still_count(tmp_path: Path) -> None:
+    """The rule is the torch exporters' own: a converter that stores weights in Constant nodes
+    (producer not 'pytorch') keeps them as parameters."""
+    import onnx
+
+    model = _model("OlmoConfig", "OlmoModel", hidden_size=32, num_attention_heads=4, num_hidden_layers=1,
+                   intermediate_size=64)
+    path = _ts_export(model, tmp_path / "olmo.onnx")
+    proto = onnx.load(str(path))
+    proto.producer_name = "some-converter"
+    onnx.save(proto, str(tmp_path / "other.onnx"))
+    torch_total = mhainspect.inspect(str(path)).to_dict()["model"]["total_params"]
+    other_total = mhainspect.inspect(str(tmp_path / "other.onnx")).to_dict()["model"]["total_params"]
+    assert other_total == torch_total + 3 * 2 * 32
+
+
+def test_xglm_folder_reads_attention_heads(tmp_path: Path) -> None:
+    model = _model("XGLMConfig", "XGLMModel", d_model=32, attention_heads=4, num_layers=2, ffn_dim=64,
+                   max_position_embeddings=30)
+    model.save_pretrained(tmp_path)
+    d = mhainspect.inspect(str(tmp_path)).to_dict()
+    assert len(d["blocks"]) == 2
+    for b, layer in zip(d["blocks"], model.layers):
+        attn = layer.self_attn
+        assert (b["num_heads"], b["num_kv_heads"], b["d_k"], b["d_v"], b["d_model"]) == (
+            attn.num_heads, attn.num_heads, attn.head_dim, attn.head_dim, model.config.d_model)
+        assert b["params"]["total"] == sum(p.numel() for p in attn.parameters())
+        assert b["unknown_reason"] is None
+
+
+@pytest.mark.parametrize(("cfg", "block", "want"), [
+    ({"attention_heads": 12}, "layers.0.self_attn", (12, None)),  # XGLM, Kosmos-2 text
+    ({"num_encoder_attention_heads": 8, "num_decoder_attention_heads": 4}, "encoder.layers.0.self_attn", (8, None)),
+    ({"num_encoder_attention_heads": 8, "num_decoder_attention_heads": 4}, "decoder.layers.0.encoder_attn", (4, None)),
+    ({"num_attention_heads": 64, "num_attention_groups": 8}, "model.layers.3.self_attn", (64, 8)),  # Step3
+])
+def test_config_head_aliases(cfg: dict[str, int], block: str, want: tuple[int, int | None]) -> None:
+    offers = offers_from_config(cfg, block)
+    assert (offers.num_heads, offers.num_kv_heads) == want
+
+
+@pytest.mark.parametrize("front", ["module", "folder"])
+def test_swin_relative_position_table_is_the_blocks_extra(front: str, tmp_path: Path) -> None:
+    config = transformers.SwinConfig(image_size=32, patch_size=4, num_channels=3, embed_dim=32, depths=[2],
+                                     num_heads=[4], window_size=4)
+    torch.manual_seed(0)
+    model = transformers.SwinModel(config).eval()
+    if front == "folder":
+        model.save_pretrained(tmp_path)
+    d = mhainspect.inspect(model if front == "module" else str(tmp_path)).to_dict()
+    assert d["model"]["total_params"] == sum(p.numel() for p in model.parameters())
+    blocks = model.encoder.layers[0].blocks
+    assert len(d["blocks"]) == len(blocks) == 2
+    for b, layer in zip(d["blocks"], blocks):
+        attn = layer.attention
+        table = attn.relative_position_bias.relative_position_bias_table
+        assert b["params"]["extra"] == table.numel() == 49 * 4
+        assert b["params"]["total"] + b["params"]["extra"] == sum(p.numel() for p in attn.parameters())
+        assert (b["num_heads"], b["d_k"], b["d_model"]) == (4, 8, 32)
+
+
+def test_timm_style_table_on_the_attention_module_is_its_extra() -> None:
+    """timm's Swin/BEiT keep the table on the attention module itself, beside ``qkv`` and ``proj``."""
+    def meta(name: str, *shape: int) -> WeightMeta:
+        return WeightMeta(name, shape, "float32", name)
+
+    weights = {m.name: m for m in (meta("blocks.0.attn.qkv.weight", 96, 32), meta("blocks.0.attn.qkv.bias", 96),
+                                   meta("blocks.0.attn.proj.weight", 32, 32), meta("blocks.0.attn.proj.bias", 32),
+                                   meta("blocks.0.attn.relative_position_bias_table", 49, 4))}
+    (group,) = group_attention(weights)
+    assert group.owner == "blocks.0.attn"
+    assert [e.name for e in group.extras] == ["blocks.0.attn.relative_position_bias_table"]
+
+
+def _deepseek() -> Any:
+    # One dense layer (first_k_dense_replace): the MoE router does not export to ONNX.
+    return _model("DeepseekV3Config", "DeepseekV3Model", hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                  q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
+                  n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, first_k_dense_replace=1,
+                  n_group=1, topk_group=1, num_hidden_layers=1, intermediate_size=128)
+
+
+@pytest.mark.parametrize("front", ["onnx", "module"])
+def test_latent_attention_is_not_a_confident_wrong_block(front: str, tmp_path: Path) -> None:
+    model = _deepseek()
+    cfg = model.config
+    d = mhainspect.inspect(model if front == "module" else str(_ts_export(model, tmp_path / "mla.onnx"))).to_dict()
+    assert len(d["blocks"]) == cfg.num_hidden_layers
+    for b, layer in zip(d["blocks"], model.layers):
+        a = layer.self_attn
+        assert b["kind"] == "self"  # Q's and K/V's latents come from the same input
+        assert b["d_model"] == cfg.hidden_size != cfg.q_lora_rank
+        assert (b["num_heads"], b["d_k"], b["d_v"]) == (
+            cfg.num_attention_heads, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim)
+        downs = sum(p.numel() for m in (a.q_a_proj, a.kv_a_proj_with_mqa) for p in m.parameters())
+        assert b["params"]["extra"] == downs
+        assert (b["params"]["q"], b["params"]["o"]) == (a.q_b_proj.weight.numel(), a.o_proj.weight.numel())
+        assert any(c.startswith("latent attention") for c in b["conflicts"]), b["conflicts"]
+        assert any(f["code"] == "MHA007" and f["block"] == b["name"] for f in d["flags"])
+
+
+def test_latent_attention_folder_is_a_near_miss(tmp_path: Path) -> None:
+    model = _deepseek()
+    model.save_pretrained(tmp_path)
+    d = mhainspect.inspect(str(tmp_path)).to_dict()
+    assert d["blocks"] == []
+    assert [m["anchor"] for m in d["misses"]] == [f"layers.{i}.self_attn" for i in range(1)]
+    assert all("kv_a_proj_with_mqa" in m["reason"] and "MLA" in m["reason"] for m in d["misses"])
