@@ -6,6 +6,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from mhainspect.dtypes import is_float
 from mhainspect.errors import InputError
@@ -71,6 +72,21 @@ SHAPE_INPUTS: dict[str, frozenset[int]] = {
     "ReduceSum": frozenset({1}), "ReduceMean": frozenset({1}), "ReduceMax": frozenset({1}),
     "CumSum": frozenset({1}), "OneHot": frozenset({1}),
 }
+
+
+def _first_only_limit(shape_only: frozenset[int]) -> int:
+    """The most inputs a node may have with only its first read as a value (1 + the run 1, 2, ...
+    of shape-only positions); 0 when its first input is shape-only too."""
+    if 0 in shape_only:
+        return 0
+    k = 1
+    while k in shape_only:
+        k += 1
+    return k
+
+
+# Op -> input count up to which only input 0 carries a value (the activation scan then tests one name).
+_VALUE_IN_FIRST_ONLY = {op: _first_only_limit(s) for op, s in SHAPE_INPUTS.items()}
 
 
 @dataclass(frozen=True)
@@ -143,7 +159,6 @@ def _kahn(graph: ModelGraph, producer: dict[str, int]) -> list[Node]:
 
 class GraphIndex:
     order: list[Node]
-    position: dict[int, int]  # id(node) -> index in order
     by_name: dict[str, Node]
     producer: dict[str, Node]
     consumers: dict[str, list[tuple[Node, int]]]
@@ -153,65 +168,59 @@ class GraphIndex:
     def __init__(self, graph: ModelGraph) -> None:
         self.graph = graph
         self._ops: set[str] | None = None
-        producer_pos = _producer_positions(graph)
-        if not self._index_in_order(graph.nodes, producer_pos):
-            # Out of dependency order in the file: sort, then the same pass cannot fail.
-            order = _kahn(graph, producer_pos)
-            # Each tensor's producer as Kahn's edges saw it (the file's last, if several), now by sorted position.
-            sorted_pos = {id(n): i for i, n in enumerate(order)}
-            nodes = graph.nodes
-            done = self._index_in_order(order, {o: sorted_pos[id(nodes[p])] for o, p in producer_pos.items()})
-            assert done, "a topological order is in dependency order"
+        if not self._index_in_order(graph.nodes, True):
+            # Out of dependency order in the file: sort (raising on a cycle), then the same pass.
+            self._index_in_order(_kahn(graph, _producer_positions(graph)), False)
         self.shapes = ShapeEvaluator(graph, self.order)
 
-    def _index_in_order(self, nodes: Sequence[Node], producer_pos: dict[str, int]) -> bool:
+    def _index_in_order(self, nodes: Sequence[Node], check: bool) -> bool:
         """One pass building order, producers, consumers and activations, for nodes in dependency order.
 
-        ``producer_pos`` maps each tensor to its producer's position in ``nodes``. Returns False,
-        with nothing set, at the first input produced at or after its reader (raising as
-        topological_order does when a node reads its own output).
+        ``check``: find out on the way whether ``nodes`` is in dependency order, i.e. whether no
+        tensor is produced by a node at or after one of its readers (the file's last producer of a
+        name is the one that counts, as in Kahn's edges). A node's inputs are indexed before its
+        outputs, so that is exactly "an output already has a consumer". Returns False, with nothing
+        set, at the first such output; the caller then sorts, and raises on a cycle or a node
+        reading its own output, naming the same node as before. Without ``check`` the order is
+        trusted (Kahn's), and a name produced twice has its last producer in that order.
         """
         graph = self.graph
-        get_pos = producer_pos.get
         producer: dict[str, Node] = {}
         consumers: dict[str, list[tuple[Node, int]]] = {}
         act = {v.name for v in graph.inputs if v.name not in graph.weights}
-        shape_ops, shape_inputs = _SHAPE_OPS, SHAPE_INPUTS
-        i = 0
+        shape_ops, shape_inputs, first_only = _SHAPE_OPS, SHAPE_INPUTS, _VALUE_IN_FIRST_ONLY
+        users_of = consumers.setdefault
+        by_name: dict[str, Node] = {}
         for n in nodes:
             inputs = n.inputs
             idx = 0
             for x in inputs:
-                if x:
-                    p = get_pos(x, -1)
-                    if p >= i:
-                        if p == i:
-                            _self_loop(n)
-                        return False
-                    users = consumers.get(x)
-                    if users is None:
-                        consumers[x] = [(n, idx)]
-                    else:
-                        users.append((n, idx))
+                users_of(x, []).append((n, idx))  # "" (an omitted optional input) is dropped below
                 idx += 1
             outputs = n.outputs
             for o in outputs:
                 if o:
+                    if check and o in consumers:
+                        return False
                     producer[o] = n
             # Activations: anything computed from a graph input, except through shape-only inputs.
             op = n.op
             if op not in shape_ops:
-                shape_only = shape_inputs.get(op)
-                if shape_only is None:
+                limit = first_only.get(op)
+                if limit is None:
                     reads = not act.isdisjoint(inputs)
+                elif idx <= limit:  # idx: the number of inputs; only the first carries a value
+                    reads = idx > 0 and inputs[0] in act
                 else:
+                    shape_only = shape_inputs[op]
                     reads = any(x in act for j, x in enumerate(inputs) if j not in shape_only)
                 if reads or (not inputs and op != "Constant" and op.startswith("Random")):
                     act.update(outputs if "" not in outputs else [o for o in outputs if o])
-            i += 1
-        self.order = order = list(nodes)
-        self.position = {id(n): i for i, n in enumerate(order)}
-        self.by_name = {n.name: n for n in order}
+            by_name[n.name] = n
+        # Deleting a key keeps the others in insertion order: the dict is the one "if x:" would build.
+        consumers.pop("", None)
+        self.order = list(nodes)
+        self.by_name = by_name
         self.producer = producer
         self.consumers = consumers
         self.activations = act
@@ -219,6 +228,11 @@ class GraphIndex:
 
     def is_activation(self, name: str) -> bool:
         return name in self.activations
+
+    @cached_property
+    def position(self) -> dict[int, int]:
+        """id(node) -> index in order (built on first use: no pass of the tool needs it)."""
+        return {id(n): i for i, n in enumerate(self.order)}
 
     def pos(self, node: Node) -> int:
         return self.position[id(node)]

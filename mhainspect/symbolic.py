@@ -130,6 +130,16 @@ def _bounded_shape(shape: Sequence[Scalar], limit: int = MAX_RANK) -> bool:
 _ONE = Dim(1)  # shared: Dims are immutable and compared by value
 
 
+def _ints_of(v: Value) -> tuple[int, ...] | None:
+    """The integers of a value, or None unless every element is a plain integer dim."""
+    out: list[int] = []
+    for x in v:
+        if not isinstance(x, Dim) or x.factors:
+            return None
+        out.append(x.coef)
+    return tuple(out)
+
+
 def _as_int(x: Scalar | None) -> int | None:
     if isinstance(x, Dim) and x.is_int:
         return x.coef
@@ -205,13 +215,26 @@ class ShapeEvaluator:
         # (immutable) tuple.
         cache: dict[tuple[int, ...], tuple[Dim, ...]] = {}
         shapes, values = self.shapes, self.values
+        # int_values of a value tuple, by id (the tuple is kept alive beside its answer, so an id is
+        # never reused while this evaluator lives): layers share their constants' tuples.
+        self._ints_memo: dict[int, tuple[Value, tuple[int, ...] | None]] = {}
+        cached = cache.get
         for name, t in graph.weights.items():
             shape = t.shape
             if len(shape) > MAX_RANK:
                 continue
-            shapes[name] = self._int_dims(shape, cache)
-            if t.int_value is not None:
-                values[name] = self._int_dims(t.int_value, cache)
+            try:
+                seed = cached(shape)
+            except TypeError:  # an unhashable element: _int_dims builds it the long way
+                seed = None
+            shapes[name] = seed if seed is not None else self._int_dims(shape, cache)
+            iv = t.int_value
+            if iv is not None:
+                try:
+                    seed = cached(iv)
+                except TypeError:
+                    seed = None
+                values[name] = seed if seed is not None else self._int_dims(iv, cache)
             elif t.float_value is not None:
                 values[name] = (t.float_value,)
         for vi in graph.inputs:
@@ -274,12 +297,13 @@ class ShapeEvaluator:
         v = self.values.get(name)
         if v is None:
             return None
-        out: list[int] = []
-        for x in v:
-            if not isinstance(x, Dim) or x.factors:
-                return None
-            out.append(x.coef)
-        return tuple(out)
+        memo = self._ints_memo
+        hit = memo.get(id(v))
+        if hit is not None and hit[0] is v:
+            return hit[1]
+        ints = _ints_of(v)
+        memo[id(v)] = (v, ints)
+        return ints
 
     def float_scalar(self, name: str) -> float | None:
         v = self.values.get(name)
@@ -342,6 +366,20 @@ class ShapeEvaluator:
         if value is not None and _bounded_shape(value, _MAX_VALUE_LEN):
             self.values[name] = value
 
+    def _put(self, node: Node, shape: Shape | None, value: Value | None) -> None:
+        """``_set(node, shape, value, picked=True)`` for output 0, the common case, in fewer steps."""
+        outputs = node.outputs
+        name = outputs[0] if outputs else ""
+        if not name:
+            return
+        if not self._trusted:
+            self._set(node, shape, value, picked=True)
+            return
+        if shape is not None and len(shape) <= MAX_RANK:
+            self.shapes[name] = shape
+        if value is not None and len(value) <= _MAX_VALUE_LEN:
+            self.values[name] = value
+
     def _same_shape(self, node: Node) -> None:
         inputs = node.inputs
         first = inputs[0] if inputs else ""
@@ -349,7 +387,7 @@ class ShapeEvaluator:
         if node.op not in _VALUE_UNARY:
             # Most unary ops carry no value: skip the value lookup and the op checks below.
             if s is not None:
-                self._set(node, s, picked=True)
+                self._put(node, s, None)
             return
         v = self.values.get(first) if first else None
         if node.op == "Cast" and v is not None:
@@ -366,7 +404,7 @@ class ShapeEvaluator:
             v = tuple(1.0 / x for x in fv if x) if None not in fv and 0 not in fv else None
         elif node.op not in ("Identity", "Cast", "CastLike"):
             v = None
-        self._set(node, s, v, picked=True)  # Cast, Sqrt and Reciprocal make floats; the rest pass dims on
+        self._put(node, s, v)  # Cast, Sqrt and Reciprocal make floats; the rest pass dims on
 
     @staticmethod
     def _num(x: Scalar) -> float | None:
@@ -403,7 +441,7 @@ class ShapeEvaluator:
                 if len(res) == n:
                     value = tuple(res)
         if value is None:
-            self._set(node, out_shape, picked=True)  # broadcasting only picks input dims
+            self._put(node, out_shape, None)  # broadcasting only picks input dims
         else:
             self._set(node, out_shape, value)
 
@@ -461,7 +499,7 @@ def _h_shape(ev: ShapeEvaluator, node: Node) -> None:
     start = max(0, _norm_axis(start, len(s)))
     end = min(len(s), _norm_axis(end, len(s)))
     dims = s[start:end]
-    ev._set(node, (int_dim(len(dims)),), tuple(dims), picked=True)
+    ev._put(node, (int_dim(len(dims)),), tuple(dims))
 
 
 def _h_size(ev: ShapeEvaluator, node: Node) -> None:
@@ -569,7 +607,7 @@ def _h_gather(ev: ShapeEvaluator, node: Node) -> None:
         value = tuple(dv[i] for i in iv)
     if data is not None and idx_shape is not None:
         a = _norm_axis(axis, len(data))
-        ev._set(node, data[:a] + idx_shape + data[a + 1:], value, picked=True)
+        ev._put(node, data[:a] + idx_shape + data[a + 1:], value)
 
 
 def _h_gather_elements(ev: ShapeEvaluator, node: Node) -> None:
@@ -626,7 +664,7 @@ def _h_unsqueeze(ev: ShapeEvaluator, node: Node) -> None:
         if a < 0:
             a += len(s) + 1
         if 0 <= a <= len(s):
-            ev._set(node, s[:a] + (_ONE,) + s[a:], value, picked=True)
+            ev._put(node, s[:a] + (_ONE,) + s[a:], value)
             return
     rank = len(s) + len(axes)
     norm = sorted(_norm_axis(int(a), rank) for a in axes)
@@ -646,30 +684,35 @@ def _h_squeeze(ev: ShapeEvaluator, node: Node) -> None:
     else:
         drop = {_norm_axis(int(a), len(s)) for a in axes}  # type: ignore[union-attr]
         out = tuple(d for i, d in enumerate(s) if i not in drop)
-    ev._set(node, out, ev._in_value(node, 0), picked=True)
+    ev._put(node, out, ev._in_value(node, 0))
 
 
 def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
     inputs = node.inputs
     axis = int(node.attrs.get("axis", 0) or 0)  # type: ignore[arg-type]
     get_shape, get_value = ev.shapes.get, ev.values.get
-    shapes = [get_shape(x) if x else None for x in inputs]
-    values = [get_value(x) if x else None for x in inputs]
-    value = None
-    if None not in values:
-        value = tuple([x for v in values if v is not None for x in v])
-    if None in shapes or not shapes:
+    shapes: list[Shape] = []
+    value: Value | None = ()  # the inputs' values end to end, while every one is known
+    known = True  # every input's shape is known
+    for x in inputs:
+        s = get_shape(x) if x else None
+        if s is None:
+            known = False
+        else:
+            shapes.append(s)
         if value is not None:
-            ev._set(node, (int_dim(len(value)),), value, picked=True)
+            v = get_value(x) if x else None
+            value = None if v is None else value + v
+    if not known or not shapes:
+        if value is not None:
+            ev._put(node, (int_dim(len(value)),), value)
         return
     first = shapes[0]
-    assert first is not None
     a = _norm_axis(axis, len(first))
     # The sum stays a plain int until a symbolic dim joins; then it is the same string as before.
     coef = 0
     total: Dim | None = None
     for s in shapes:
-        assert s is not None
         d = s[a]
         if total is None:
             if not d.factors:
@@ -682,7 +725,7 @@ def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
         total = int_dim(coef)
     # The sum is the one new dim: an out-of-bounds sum drops the shape (as _set would), not the value.
     ok = _MIN_COEF <= total.coef <= _MAX_ABS_COEF and (not total.factors or _bounded(total))
-    ev._set(node, first[:a] + (total,) + first[a + 1:] if ok else None, value, picked=True)
+    ev._put(node, first[:a] + (total,) + first[a + 1:] if ok else None, value)
 
 
 def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
@@ -732,7 +775,10 @@ def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
         out[a] = int_dim(len(rng))  # at most the stored dim
         if value is not None and len(s) == 1:
             value = tuple(value[i] for i in rng)
-    ev._set(node, tuple(out), value if len(s) == 1 else None, picked=not from_ends)
+    if from_ends:
+        ev._set(node, tuple(out), value if len(s) == 1 else None)
+    else:
+        ev._put(node, tuple(out), value if len(s) == 1 else None)
 
 
 def _resolve_reshape(in_shape: Shape | None, target: Value, allowzero: bool) -> Shape | None:
@@ -772,6 +818,13 @@ def _h_reshape(ev: ShapeEvaluator, node: Node) -> None:
         if tshape is not None and len(tshape) == 1 and tshape[0].is_int and 0 <= tshape[0].coef <= MAX_RANK:
             ev._set(node, tuple(sym_dim(ev._new_sym()) for _ in range(tshape[0].coef)))
         return
+    for t in target:
+        if type(t) is not Dim or (t.coef <= 0 and not t.factors):
+            break
+    else:
+        # No 0 (copy) or -1 (infer) entry: the target itself, made of stored (bounded) dims.
+        ev._put(node, target, ev._in_value(node, 0) if len(target) <= 1 else None)  # type: ignore[arg-type]
+        return
     out = _resolve_reshape(ev._in_shape(node, 0), target, bool(node.attrs.get("allowzero", 0)))
     if out is None:
         # Keep what the target says, with unknown parts as fresh symbols.
@@ -793,7 +846,7 @@ def _h_transpose(ev: ShapeEvaluator, node: Node) -> None:
     if s is None:
         return
     perm = node.attrs.get("perm") or tuple(reversed(range(len(s))))
-    ev._set(node, tuple([s[int(p)] for p in perm]), picked=True)  # type: ignore[union-attr]
+    ev._put(node, tuple([s[int(p)] for p in perm]), None)  # type: ignore[union-attr]
 
 
 def matmul_shape(a: Shape, b: Shape) -> Shape | None:
@@ -812,9 +865,14 @@ def matmul_shape(a: Shape, b: Shape) -> Shape | None:
 
 
 def _h_matmul(ev: ShapeEvaluator, node: Node) -> None:
-    a, b = ev._in_shape(node, 0), ev._in_shape(node, 1)
+    inputs = node.inputs
+    if len(inputs) == 2 and inputs[0] and inputs[1]:
+        shapes = ev.shapes
+        a, b = shapes.get(inputs[0]), shapes.get(inputs[1])
+    else:
+        a, b = ev._in_shape(node, 0), ev._in_shape(node, 1)
     if a is not None and b is not None:
-        ev._set(node, matmul_shape(a, b), picked=True)
+        ev._put(node, matmul_shape(a, b), None)
 
 
 def _h_fused_matmul(ev: ShapeEvaluator, node: Node) -> None:
@@ -882,7 +940,7 @@ def _h_expand(ev: ShapeEvaluator, node: Node) -> None:
     if s is None or target is None or not all(isinstance(t, Dim) for t in target):
         return
     out = _broadcast2(s, tuple([t for t in target if isinstance(t, Dim)]))
-    ev._set(node, out, picked=True)
+    ev._put(node, out, None)
 
 
 def _h_tile(ev: ShapeEvaluator, node: Node) -> None:
@@ -962,7 +1020,7 @@ def _h_reduce(ev: ShapeEvaluator, node: Node) -> None:
     norm = {a + rank if a < 0 else a for a in axes}
     keep = node.attrs.get("keepdims", 1) != 0
     out = tuple([_ONE if i in norm else d for i, d in enumerate(s) if keep or i not in norm])
-    ev._set(node, out, picked=True)
+    ev._put(node, out, None)
 
 
 def _h_conv(ev: ShapeEvaluator, node: Node) -> None:

@@ -17,7 +17,20 @@ from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex, _kahn, _producer_posit
 from mhainspect.errors import InputError
 from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.loaders.onnx_loader import load_onnx
-from mhainspect.symbolic import Dim, ShapeEvaluator, _broadcast, _broadcast2, numel, sym_dim
+from mhainspect.symbolic import (
+    _DISPATCH,
+    MAX_RANK,
+    Dim,
+    Shape,
+    ShapeEvaluator,
+    Value,
+    _broadcast,
+    _broadcast2,
+    _ints_of,
+    _resolve_reshape,
+    numel,
+    sym_dim,
+)
 
 SAMPLES = sorted((Path(__file__).resolve().parents[1] / "sample_models").glob("*.onnx"))
 
@@ -134,3 +147,111 @@ def test_binary_broadcast_and_numel_match_the_general_forms() -> None:
         for d in a:
             slow = Dim(slow.coef * d.coef, tuple(sorted(slow.factors + d.factors)))
         assert numel(a) == slow
+
+
+# -- the evaluator's fast paths against the straightforward handlers --------------------------------
+
+def _plain_reshape(ev: ShapeEvaluator, node: Node) -> None:
+    """Reshape always through _resolve_reshape and the fully checked _set (no target-as-is path)."""
+    target = ev._in_value(node, 1)
+    if target is None:
+        tshape = ev._in_shape(node, 1)
+        if tshape is not None and len(tshape) == 1 and tshape[0].is_int and 0 <= tshape[0].coef <= MAX_RANK:
+            ev._set(node, tuple(sym_dim(ev._new_sym()) for _ in range(tshape[0].coef)))
+        return
+    out = _resolve_reshape(ev._in_shape(node, 0), target, bool(node.attrs.get("allowzero", 0)))
+    if out is None:
+        out = tuple(t if isinstance(t, Dim) and not (t.is_int and t.coef <= 0) else sym_dim(ev._new_sym())
+                    for t in target)
+    ev._set(node, out, ev._in_value(node, 0) if len(out) <= 1 else None)
+
+
+def _plain_concat(ev: ShapeEvaluator, node: Node) -> None:
+    """Concat with list-built shapes and values and the fully checked _set."""
+    axis = int(node.attrs.get("axis", 0) or 0)  # type: ignore[arg-type]
+    shapes = [ev.shapes.get(x) if x else None for x in node.inputs]
+    values = [ev.values.get(x) if x else None for x in node.inputs]
+    value = tuple(x for v in values if v is not None for x in v) if None not in values else None
+    if None in shapes or not shapes:
+        if value is not None:
+            ev._set(node, (Dim(len(value)),), value)
+        return
+    known = [s for s in shapes if s is not None]
+    a = axis + len(known[0]) if axis < 0 else axis
+    total: Dim | None = None
+    coef = 0
+    for s in known:
+        d = s[a]
+        if total is None and not d.factors:
+            coef += d.coef
+        elif total is None:
+            total = d if coef == 0 else sym_dim(f"({Dim(coef)}+{d})")
+        else:
+            total = sym_dim(f"({total}+{d})")
+    ev._set(node, known[0][:a] + (total if total is not None else Dim(coef),) + known[0][a + 1:], value)
+
+
+class _PlainEvaluator(ShapeEvaluator):
+    """Every store fully checked by _set, int_values recomputed on every call."""
+
+    def _put(self, node: Node, shape: Shape | None, value: Value | None) -> None:
+        self._set(node, shape, value)
+
+    def int_values(self, name: str) -> tuple[int, ...] | None:
+        v = self.values.get(name)
+        return None if v is None else _ints_of(v)
+
+
+def _shape_arith_graph(seed: int, *, untrusted: bool) -> ModelGraph:
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains with 0, -1, symbols and big ints."""
+    r = random.Random(seed)
+    big = [2**70] if untrusted else []
+    weights: dict[str, Tensor] = {}
+    nodes: list[Node] = [Node("shape", "Shape", ("x",), ("s",))]
+    for i in range(r.randint(1, 6)):
+        parts: list[str] = []
+        for j in range(r.randint(1, 5)):
+            if r.random() < 0.4:
+                nodes.append(Node(f"g{i}_{j}", "Gather", ("s", f"i{i}_{j}"), (f"gv{i}_{j}",), {"axis": 0}))
+                weights[f"i{i}_{j}"] = Tensor(f"i{i}_{j}", (), "int64", f"i{i}_{j}", int_value=(r.randint(0, 2),))
+                weights[f"a{i}_{j}"] = Tensor(f"a{i}_{j}", (1,), "int64", f"a{i}_{j}", int_value=(0,))
+                nodes.append(Node(f"u{i}_{j}", "Unsqueeze", (f"gv{i}_{j}", f"a{i}_{j}"), (f"uv{i}_{j}",)))
+                parts.append(f"uv{i}_{j}")
+            else:
+                c = r.choice([-1, -1, 0, 1, 2, 4, 8, 16, -2, *big])
+                weights[f"c{i}_{j}"] = Tensor(f"c{i}_{j}", (1,), "int64", f"c{i}_{j}", int_value=(c,))
+                parts.append(f"c{i}_{j}")
+        nodes.append(Node(f"cat{i}", "Concat", tuple(parts), (f"t{i}",), {"axis": r.choice([0, -1])}))
+        source = r.choice(["x"] + [f"r{k}" for k in range(i)])
+        nodes.append(Node(f"reshape{i}", "Reshape", (source, f"t{i}"), (f"r{i}",),
+                          {"allowzero": 1} if r.random() < 0.2 else {}))
+    symbol = "s" * 300 if untrusted and r.random() < 0.5 else "seq"
+    return ModelGraph("arith", "onnx", tuple(nodes), weights, (ValueInfo("x", ("batch", symbol, 8), "float32"),))
+
+
+@pytest.mark.parametrize("untrusted", [False, True])
+def test_evaluator_fast_paths_match_plain_handlers(untrusted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    graphs = [_shape_arith_graph(seed, untrusted=untrusted) for seed in range(200)]
+    graphs += [_random_graph(seed, untrusted=untrusted) for seed in range(200)]
+    graphs += [load_onnx(p) for p in SAMPLES]
+    fast: list[tuple[list[tuple[str, Shape]], list[tuple[str, Value]]]] = []
+    orders: list[list[Node]] = []
+    for graph in graphs:
+        try:
+            order = topological_order(graph)
+        except InputError:  # a cyclic random graph
+            order = []
+        orders.append(order)
+        ev = ShapeEvaluator(graph, order)
+        fast.append((list(ev.shapes.items()), list(ev.values.items())))
+        for name in ev.values:  # memoized answers, asked twice, equal the recomputed ones
+            assert ev.int_values(name) == ev.int_values(name) == _ints_of(ev.values[name])
+    monkeypatch.setitem(_DISPATCH, "Reshape", _plain_reshape)
+    monkeypatch.setitem(_DISPATCH, "Concat", _plain_concat)
+    reshaped = 0
+    for graph, order, (shapes, values) in zip(graphs, orders, fast):
+        plain = _PlainEvaluator(graph, order)
+        assert shapes == list(plain.shapes.items())
+        assert values == list(plain.values.items())
+        reshaped += sum(1 for n in graph.nodes if n.op == "Reshape" and n.outputs[0] in plain.shapes)
+    assert reshaped > 200  # the chains do reach the Reshapes
