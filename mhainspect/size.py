@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 from mhainspect import dtypes
 from mhainspect.dataflow import SHAPE_INPUTS
 from mhainspect.findings import AttentionBlock, CacheStatus, Evidence, KVCache, Report
-from mhainspect.loaders.quantized import kv_cache_dtype
 from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.static_ir import byte_rate as _rate
 
@@ -1056,6 +1055,9 @@ def metas_size_inputs(weights: Mapping[str, Any], blocks: Sequence[AttentionBloc
     """Size metadata of a weight list (a checkpoint, a module's parameters and buffers): every
     tensor (``parameters``: the storage keys that are parameters), the tensors under each block's
     module path, and what the config says about decoding (no graph to show a cache or a mask)."""
+    # Imported here: the quantization tables matter to checkpoints and modules, not to a graph run.
+    from mhainspect.loaders.quantized import kv_cache_dtype
+
     tensors = tensors_from_metas(weights.values(), parameters)
     fallback = config_dtype(config) or model_float_dtype(tensors)
     # A quantized weight's dtype (fp8, int8) is its storage, not what the block computes and caches in.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import operator
 import re
-from decimal import Decimal, InvalidOperation
 from typing import SupportsIndex
 
 _UNITS: tuple[tuple[int, str], ...] = (
@@ -67,6 +66,8 @@ def parse_count(text: str) -> int:
     match = re.fullmatch(_COUNT_RE, stripped, _COUNT_FLAGS)
     if match is None:
         raise ValueError(f"not a count: {text!r} (expected e.g. 1000, 1_000, 120k, 1.5M, 7B)")
+    from decimal import Decimal, InvalidOperation  # only a typed count needs exact decimals
+
     digits = match["int"].replace("_", "").replace(",", "")
     frac = (match["frac"] or "").replace("_", "")
     try:
