@@ -157,6 +157,19 @@ def _kahn(graph: ModelGraph, producer: dict[str, int]) -> list[Node]:
     return [graph.nodes[i] for i in order]
 
 
+# A learned tensor broadcast to the batch (SigLIP's pooling probe, Perceiver latents, Q-Former
+# query tokens): one copy per sample, so a value of the run like any activation, though no graph
+# input reaches it.
+_BROADCAST_OPS = frozenset({"Expand", "Tile"})
+
+
+def _learned_tokens(graph: ModelGraph, inputs: Sequence[str]) -> bool:
+    """Whether ``inputs[0]`` is a stored float parameter of rank >= 2 (not a Constant node's value)."""
+    t = graph.weights.get(inputs[0]) if inputs else None
+    return t is not None and not t.is_constant_node and len(t.shape) >= 2 and t.kind in (None, "parameter") \
+        and is_float(t.dtype)
+
+
 class GraphIndex:
     order: list[Node]
     by_name: dict[str, Node]
@@ -214,7 +227,8 @@ class GraphIndex:
                 else:
                     shape_only = shape_inputs[op]
                     reads = any(x in act for j, x in enumerate(inputs) if j not in shape_only)
-                if reads or (not inputs and op != "Constant" and op.startswith("Random")):
+                if reads or (not inputs and op != "Constant" and op.startswith("Random")) \
+                        or (op in _BROADCAST_OPS and _learned_tokens(graph, inputs)):
                     act.update(outputs if "" not in outputs else [o for o in outputs if o])
             by_name[n.name] = n
         # Deleting a key keeps the others in insertion order: the dict is the one "if x:" would build.

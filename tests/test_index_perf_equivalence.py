@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex, _kahn, _producer_positions, topological_order
+from mhainspect.dataflow import (
+    SHAPE_INPUTS,
+    GraphIndex,
+    _kahn,
+    _learned_tokens,
+    _producer_positions,
+    topological_order,
+)
 from mhainspect.errors import InputError
 from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.loaders.onnx_loader import load_onnx
@@ -57,7 +64,8 @@ def _general_index(graph: ModelGraph) -> GraphIndex:
             continue
         shape_only = SHAPE_INPUTS.get(n.op, frozenset())
         if any(x in act for i, x in enumerate(n.inputs) if i not in shape_only) or (
-                not n.inputs and n.op != "Constant" and n.op.startswith("Random")):
+                not n.inputs and n.op != "Constant" and n.op.startswith("Random")) or (
+                n.op in ("Expand", "Tile") and _learned_tokens(graph, n.inputs)):
             act.update(o for o in n.outputs if o)
     index.activations = act
     index.shapes = ShapeEvaluator(graph, index.order)

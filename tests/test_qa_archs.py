@@ -196,3 +196,44 @@ def test_latent_attention_folder_is_a_near_miss(tmp_path: Path) -> None:
     assert d["blocks"] == []
     assert [m["anchor"] for m in d["misses"]] == [f"layers.{i}.self_attn" for i in range(1)]
     assert all("kv_a_proj_with_mqa" in m["reason"] and "MLA" in m["reason"] for m in d["misses"])
+
+
+class _AttentionPool(torch.nn.Module):  # type: ignore[misc]
+    """A learned probe attends over the sequence (SigLIP's pooling head, Perceiver latents): Q comes
+    from a parameter broadcast to the batch, K/V from the input."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.probe = torch.nn.Parameter(torch.randn(1, 1, d))
+        self.attention = torch.nn.MultiheadAttention(d, heads, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        probe = self.probe.expand(x.shape[0], -1, -1)
+        return self.attention(probe, x, x, need_weights=False)[0]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_learned_probe_query_is_a_cross_attention_block(dynamic: bool, tmp_path: Path) -> None:
+    d, h = 32, 4
+    torch.manual_seed(0)
+    model = add_noise(_AttentionPool(d, h))
+    path = tmp_path / "pool.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 5, d),), str(path), input_names=["x"], opset_version=17,
+                          dynamo=False, dynamic_axes={"x": {0: "batch", 1: "seq"}} if dynamic else None)
+    report = mhainspect.inspect(str(path))
+    assert not report.misses, report.misses
+    (b,) = report.blocks
+    assert (b.kind, b.num_heads, b.num_kv_heads, b.d_model, b.d_k, b.d_v) == ("cross", h, h, d, d // h, d // h)
+    assert (b.params.total, b.params.bias) == (4 * d * d + 4 * d, 4 * d)
+
+
+def test_a_classifier_over_a_learned_table_stays_a_near_miss(tmp_path: Path) -> None:
+    """Scores of the input against a stored class table (a classifier) are no attention."""
+    d = 16
+    model = add_noise(torch.nn.Sequential(torch.nn.Linear(d, 10), torch.nn.Softmax(dim=-1)))
+    path = tmp_path / "clf.onnx"
+    torch.onnx.export(model, (torch.randn(2, d),), str(path), opset_version=17, dynamo=False)
+    report = mhainspect.inspect(str(path))
+    assert not report.blocks and len(report.misses) == 1
