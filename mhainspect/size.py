@@ -987,7 +987,6 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], scan:
     from_config = {d.block: d for d in config_decoding(config, blocks, compute, label=config_label)} \
         if config is not None else {}
     causal_self = unknown_self = False
-    assumed_self = True  # every self block that caches does so on a causal mask alone (IF_DECODED)
     decoding: list[BlockDecoding] = []
     pending_cross: list[AttentionBlock] = []
     for b in blocks:
@@ -1003,7 +1002,6 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], scan:
             decoding.append(BlockDecoding(b.name, True, f"cache tensors {names} in the graph", io_dtype,
                                           f"graph cache tensor '{tensors_io[0][0]}'", window, wsource, "cache_tensor"))
             causal_self = causal_self or b.kind != "cross"
-            assumed_self = assumed_self and b.kind == "cross"
             continue
         if b.kind == "cross":
             pending_cross.append(b)
@@ -1018,21 +1016,22 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], scan:
             # A causal mask says the block can cache, not that it is ever decoded token by token
             # (CLIP's text tower is causal and runs once): say which, when a config tells.
             if_decoded = cfg is None or not cfg.caches
-            why = f"{why}; {IF_DECODED}" if cfg is None or not cfg.caches else f"{why}; {cfg.reason}"
+            why = f"{why}; {IF_DECODED if cfg is None or not cfg.caches else cfg.reason}"
             decoding.append(BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource, "causal_mask",
                                           if_decoded))
             causal_self = True
-            assumed_self = assumed_self and if_decoded
         elif any_io:
             decoding.append(BlockDecoding(b.name, False, "no past/present tensor of the graph reaches this block and "
                                           "no causal mask does: it runs once over the input (an encoder)"))
         elif cfg is not None and cfg.caches is not None:
             decoding.append(cfg)
             causal_self = causal_self or bool(cfg.caches)
-            assumed_self = assumed_self and not cfg.caches
         else:
             decoding.append(BlockDecoding(b.name, causal, why, mask_dtype, mask_dsource))
             unknown_self = unknown_self or causal is None
+    # Every self block that caches does so on a causal mask alone: so does the cross-attention.
+    self_blocks = {b.name for b in blocks if b.kind != "cross"}
+    assumed_self = all(d.if_decoded for d in decoding if d.caches and d.block in self_blocks)
     for b in pending_cross:
         cross_dtype, cross_dsource = compute[b.name]
         if causal_self:
