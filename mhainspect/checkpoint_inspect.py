@@ -12,19 +12,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mhainspect.findings import AttentionBlock, Matcher, ModelFacts, Report, ReportWarning, WarningCode
+from mhainspect.findings import AttentionBlock, Miss, ModelFacts, Report, ReportWarning, WarningCode
 from mhainspect.loaders.checkpoint import load_checkpoint_weights
 from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
 from mhainspect.loaders.quantized import quantization_notes
-from mhainspect.matchers.static import blocks_from_weights, near_misses
+from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.report import report_from
 from mhainspect.size import metas_size_inputs
 from mhainspect.static_ir import HeadOffers, SourceResult, WeightMeta, count_weights, parameter_keys
 
 
 def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,
-                      *, config_label: str = "config.json") -> list[AttentionBlock]:
-    """Blocks from weight names and shapes, heads from ``config`` when there is one."""
+                      *, config_label: str = "config.json") -> tuple[list[AttentionBlock], list[Miss]]:
+    """Blocks (and near misses) from weight names and shapes, heads from ``config`` when there is one."""
     if config is None:
         return blocks_from_weights(weights, None)
 
@@ -44,12 +44,12 @@ def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
     warnings.extend(ReportWarning(note, WarningCode.LOADER) for note in quantization_notes(weights))
     producer = producer_from_config(config) if config is not None else ""
     facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer)
-    blocks = checkpoint_blocks(weights, config)
+    blocks, misses = checkpoint_blocks(weights, config)
     size = metas_size_inputs(weights, blocks, config, parameter_keys(weights),
                              label="config.json" if p.is_dir() else "config.json beside the checkpoint",
                              no_config="checkpoint without config.json: nothing says whether the model decodes "
                                        "autoregressively")
-    return SourceResult(tuple(blocks), tuple(near_misses(weights, Matcher.CHECKPOINT)), facts, tuple(warnings), size)
+    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings), size)
 
 
 def analyze_checkpoint(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:

@@ -170,22 +170,23 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
 
 
 
-def near_misses(weights: Mapping[str, WeightMeta], matcher: str) -> list[Miss]:
-    """Attention-named modules whose projections make no block (``grouping.ungrouped_attention``)."""
+def near_misses(weights: Mapping[str, WeightMeta], groups: Iterable[GroupedBlock], matcher: str) -> list[Miss]:
+    """Attention-named modules whose projections make none of ``groups`` (``grouping.ungrouped_attention``)."""
     return [Miss(matcher, path, f"attention module with projections {', '.join(names)} but no separate K and V "
                                 "projections or a fused QKV (e.g. latent K/V, MLA): not counted as a block")
-            for path, names in ungrouped_attention(weights, group_attention(weights))]
+            for path, names in ungrouped_attention(weights, groups)]
 
 
-def blocks_from_weights(weights: Mapping[str, WeightMeta],
-                        offers_for: Callable[[str], Sequence[HeadOffers]] | None) -> list[AttentionBlock]:
+def blocks_from_weights(weights: Mapping[str, WeightMeta], offers_for: Callable[[str], Sequence[HeadOffers]] | None
+                        ) -> tuple[list[AttentionBlock], list[Miss]]:
     """Blocks of a checkpoint: name-grouped projections, heads from ``offers_for(block name)``
-    (what its config says; None: there is no config)."""
+    (what its config says; None: there is no config); and the near misses of the same grouping."""
+    groups = group_attention(weights)
     blocks: list[AttentionBlock] = []
-    for group in group_attention(weights):
+    for group in groups:
         if not group.name:
             group = dataclasses.replace(group, name=ROOT_NAME)
         offers = list(offers_for(group.name)) if offers_for is not None else []
         blocks.append(assemble(group, offers, matcher=Matcher.CHECKPOINT,
                                no_heads_reason="" if offers_for is not None else NO_CONFIG_REASON))
-    return blocks
+    return blocks, near_misses(weights, groups, Matcher.CHECKPOINT)
