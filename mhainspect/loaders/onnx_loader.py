@@ -46,9 +46,12 @@ from mhainspect.loaders.onnx_wire import (
     MAX_INT_VALUE_ELEMENTS,
     MAX_MASK_ELEMENTS,
     MAX_SUBGRAPH_DEPTH,
+    NodeFields,
     fast_path_errors,
     model_proto_class,
+    node_decoder,
     raw_attribute_classes,
+    raw_node_classes,
     read_bytes,
 )
 from mhainspect.loaders.provenance import apply_provenance, constant_node_kind, string_list
@@ -176,13 +179,14 @@ def _load_raw_attributes(p: Path, progress: ProgressCallback | None) -> ModelGra
         if os.path.splitext(str(p))[1] in _TEXT_SUFFIXES:
             return None
         model_proto_class()  # what decides whether the fast path is on at all
-        model_cls, attr_cls = raw_attribute_classes()
+        decode = node_decoder()
+        model_cls, attr_cls = raw_node_classes() if decode is not None else raw_attribute_classes()
         check_readable_file(p)
         model, name_scopes = _parse_file(p, model_cls, progress)
         _check_has_graph(model, p)
         if model.functions:
             return None
-        return _model_to_graph(model, str(p), progress, name_scopes, attr_cls)
+        return _model_to_graph(model, str(p), progress, name_scopes, attr_cls, decode)
     except BaseException as exc:  # evaluated only on failure: the fast path's narrow set, else raised
         if isinstance(exc, (InputError, _Unsupported, *fast_path_errors())):
             return None
@@ -236,7 +240,8 @@ def model_to_graph(model: onnx.ModelProto, source: str,  # type: ignore[name-def
 
 
 def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, name_scopes: bool,
-                    attr_cls: Any = None) -> ModelGraph:
+                    attr_cls: Any = None, decode: Callable[[Iterable[Any]], list[NodeFields]] | None = None
+                    ) -> ModelGraph:
     opset = None
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
@@ -244,7 +249,7 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
     functions = {(f.domain, f.name): f for f in model.functions}
     graph = model.graph
     builder = _GraphBuilder(functions, progress or _PROGRESS.get(), len(graph.node), name_scopes, attr_cls,
-                            constant_node_kind(model.producer_name))
+                            constant_node_kind(model.producer_name), decode)
     builder.add_graph(graph, prefix="", depth=0)
     builder.report_progress(final=True)
     read_value_info = _ValueInfoReader()
@@ -557,11 +562,21 @@ _INPUTS = attrgetter("inputs")
 _OUTPUTS = attrgetter("outputs")
 
 
+def node_fields(node: Any) -> NodeFields:
+    """The NodeFields of a NodeProto message (what the compiled decoder gives for its bytes)."""
+    return (node.op_type, node.domain, node.name, tuple(node.input), tuple(node.output), tuple(node.attribute),
+            tuple((p.key, p.value) for p in node.metadata_props))
+
+
 class _GraphBuilder:
     def __init__(self, functions: dict[tuple[str, str], onnx.FunctionProto],  # type: ignore[name-defined]  # noqa: F821
                  progress: ProgressCallback | None = None, total_nodes: int = 0, name_scopes: bool = True,
-                 attr_cls: Any = None, constant_kind: str | None = None) -> None:
+                 attr_cls: Any = None, constant_kind: str | None = None,
+                 decode: Callable[[Iterable[Any]], list[NodeFields]] | None = None) -> None:
         self.functions = functions
+        # The top-level graph's nodes -> NodeFields: the compiled decoder of serialized nodes (the
+        # raw-node schema), else upb's NodeProto fields read one by one (nested graphs always).
+        self._decode = decode
         # Tensor.kind of every Constant-node tensor (provenance.constant_node_kind): given as each is
         # made, where apply_provenance would copy thousands of them through __init__ (~30 ms on 70B).
         self._constant_kind = constant_kind
@@ -622,7 +637,8 @@ class _GraphBuilder:
             weights[name] = Tensor(name, shape, onnx_name(values.data_type), f"name:{name}")
         for v in graph.input:
             known.add(rename.get(v.name, v.name))
-        nodes = graph.node
+        nodes: list[NodeFields] = (self._decode(graph.node) if self._decode is not None and depth == 0
+                                   else list(map(node_fields, graph.node)))
         if depth == 0 and not prefix and self._progress is not None:
             for start in range(0, len(nodes), _PROGRESS_EVERY):
                 chunk = nodes[start:start + _PROGRESS_EVERY]
@@ -633,9 +649,8 @@ class _GraphBuilder:
         else:
             self._add_nodes(nodes, prefix, depth)
 
-    def _add_nodes(self, nodes: Iterable[onnx.NodeProto], prefix: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
-        # Hot loop (once per NodeProto): every upb field access builds a Python object, so each
-        # field is read once and only when needed; the builder's state is held in locals.
+    def _add_nodes(self, nodes: Iterable[NodeFields], prefix: str, depth: int) -> None:
+        # Hot loop (once per node): the builder's state is held in locals.
         rename = self._rename
         weights = self.weights
         built = self.nodes
@@ -646,13 +661,10 @@ class _GraphBuilder:
         scopes = self._scopes
         functions = self.functions
         raw_node, raw_tensor = _RAW_NODE, _RAW_TENSOR
-        for node in nodes:
-            op_type = node.op_type
-            domain = node.domain
-            outputs = node.output[:]
+        for fields in nodes:
+            op_type, domain, node_name, inputs, outputs, attributes, metadata = fields
             if rename:
-                outputs = [rename.get(o, o) for o in outputs]
-            attributes = node.attribute
+                outputs = tuple([rename.get(o, o) for o in outputs])
             if op_type == "Constant" and len(outputs) == 1 and domain in ("", "ai.onnx"):
                 out = outputs[0]
                 # Exporters repeat a few values ([1], [-1], 0.5, ...) per layer: a single attribute's
@@ -675,11 +687,11 @@ class _GraphBuilder:
                 elif template is None:
                     tensor = None
                 elif raw_tensor:  # the template's fields, renamed, without __init__
-                    fields = template.__dict__.copy()
-                    fields["name"] = out
-                    fields["storage_key"] = f"const:{out}"
+                    copied = template.__dict__.copy()
+                    copied["name"] = out
+                    copied["storage_key"] = f"const:{out}"
                     tensor = _new(Tensor)
-                    _set_attr(tensor, "__dict__", fields)
+                    _set_attr(tensor, "__dict__", copied)
                 else:
                     tensor = dataclasses.replace(template, name=out, storage_key=f"const:{out}")
                 if tensor is not None:
@@ -703,12 +715,10 @@ class _GraphBuilder:
                         if a.graphs:
                             subgraphs.extend(a.graphs)
                         attrs[a.name] = _attr_value(a)
-            node_name = node.name
             name = prefix + (node_name or f"{op_type}_{len(built)}")
             scope = None
-            if name_scopes and node.metadata_props:
-                scope = scope_from_metadata([(k, p.value) for p in node.metadata_props
-                                             if (k := p.key) == _NAME_SCOPES_KEY])
+            if name_scopes and metadata:
+                scope = scope_from_metadata(metadata)
             if not scope:
                 directory, slash, _ = node_name.rpartition("/")  # one call (rfind parses its arguments: ~2x)
                 if not slash:
@@ -722,18 +732,17 @@ class _GraphBuilder:
             if functions:
                 func = functions.get((domain, op_type))
                 if func is not None and (domain, op_type) not in self._inlining:
-                    self._inline_function(node, func, name, depth)
+                    self._inline_function(fields, func, name, depth)
                     continue
-            inputs = node.input[:]
             if rename:
-                inputs = [rename.get(i, i) for i in inputs]
+                inputs = tuple([rename.get(i, i) for i in inputs])
             if raw_node:  # Node(name, op_type, inputs, outputs, attrs, scope, domain), without __init__
                 made = _new(Node)
-                _set_attr(made, "__dict__", {"name": name, "op": op_type, "inputs": tuple(inputs),
-                                             "outputs": tuple(outputs), "attrs": attrs, "scope": scope,
+                _set_attr(made, "__dict__", {"name": name, "op": op_type, "inputs": inputs,
+                                             "outputs": outputs, "attrs": attrs, "scope": scope,
                                              "domain": domain})
             else:
-                made = Node(name, op_type, tuple(inputs), tuple(outputs), attrs, scope, domain)
+                made = Node(name, op_type, inputs, outputs, attrs, scope, domain)
             built.append(made)
             if subgraphs:
                 for i, g in enumerate(subgraphs):
@@ -747,15 +756,16 @@ class _GraphBuilder:
             raise _Unsupported(a.name)
         return a
 
-    def _inline_function(self, call: onnx.NodeProto, func: onnx.FunctionProto, name: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
+    def _inline_function(self, call: NodeFields, func: onnx.FunctionProto, name: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
         if depth > _MAX_SUBGRAPH_DEPTH:
             raise InputError(f"functions nested deeper than {_MAX_SUBGRAPH_DEPTH} levels")
+        _, _, _, call_inputs, call_outputs, call_attributes, call_metadata = call
         rename: dict[str, str] = {"": ""}
-        for formal, actual in zip(func.input, call.input):
+        for formal, actual in zip(func.input, call_inputs):
             rename[formal] = actual
-        for formal, actual in zip(func.output, call.output):
+        for formal, actual in zip(func.output, call_outputs):
             rename[formal] = actual
-        call_attrs = {a.name: a for a in call.attribute}
+        call_attrs = {a.name: a for a in call_attributes}  # AttributeProtos: functions take the general path
         local = f"{name}/"
 
         def mapped(n: str) -> str:
@@ -783,9 +793,10 @@ class _GraphBuilder:
                         resolved.append(a)
                 del clone.attribute[:]
                 clone.attribute.extend(resolved)
-                if not clone.metadata_props and call.metadata_props:
-                    clone.metadata_props.extend(call.metadata_props)
-                self._add_nodes((clone,), local, depth + 1)
+                fields = node_fields(clone)
+                if not fields[6] and call_metadata:  # the call's name scope, where the body has none
+                    fields = (*fields[:6], call_metadata)
+                self._add_nodes((fields,), local, depth + 1)
         finally:
             self._inlining.pop()
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 import ast
 import functools
 import math
+import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,11 @@ def _onnx_file_descriptor() -> bytes:
     return _FILE_DESCRIPTOR
 
 
-_RAW_CLASSES: tuple[Any, Any] | None = None
+_RAW_CLASSES: dict[tuple[tuple[str, str], ...], tuple[Any, Any]] = {}
+
+# Where the schemas below hold a field as its serialized bytes: (message, field) in onnx.proto.
+RAW_ATTRIBUTES = (("NodeProto", "attribute"),)
+RAW_NODES = (("GraphProto", "node"),)
 
 
 def raw_attribute_classes() -> tuple[Any, Any]:
@@ -124,16 +129,49 @@ def raw_attribute_classes() -> tuple[Any, Any]:
 
     Upb then hands each attribute over as its serialized bytes: a Constant's value is its own
     cache key (no wrapper object, no SerializeToString) and a repeated attribute (axes=[0], ...)
-    is parsed once. Only _load_raw_attributes uses them.
+    is parsed once. The loader uses them when the compiled node decoder is not built.
     """
-    global _RAW_CLASSES
-    if _RAW_CLASSES is None:
-        blob = _onnx_file_descriptor()
-        raw = _bytes_attribute_descriptor(blob)
+    return _raw_classes(RAW_ATTRIBUTES)
+
+
+def raw_node_classes() -> tuple[Any, Any]:
+    """(ModelProto, AttributeProto) of a private schema where GraphProto.node is ``repeated bytes``:
+    upb hands each node over as its serialized bytes, for ``node_decoder()``."""
+    return _raw_classes(RAW_NODES)
+
+
+def _raw_classes(raw_fields: tuple[tuple[str, str], ...]) -> tuple[Any, Any]:
+    classes = _RAW_CLASSES.get(raw_fields)
+    if classes is None:
+        raw = _bytes_fields_descriptor(_onnx_file_descriptor(), raw_fields)
         if raw is None:
             raise ValueError("unexpected onnx.proto descriptor")
-        _RAW_CLASSES = (_message_class(raw, "onnx.ModelProto"), _message_class(raw, "onnx.AttributeProto"))
-    return _RAW_CLASSES
+        classes = _RAW_CLASSES[raw_fields] = (_message_class(raw, "onnx.ModelProto"),
+                                              _message_class(raw, "onnx.AttributeProto"))
+    return classes
+
+
+NodeFields = tuple[str, str, str, tuple[str, ...], tuple[str, ...], tuple[Any, ...], tuple[tuple[str, str], ...]]
+"""(op_type, domain, name, inputs, outputs, attributes, metadata_props as (key, value) pairs) of a NodeProto."""
+
+
+@functools.cache
+def node_decoder() -> Callable[[Iterable[bytes]], list[NodeFields]] | None:
+    """The compiled decoder of serialized NodeProtos (``_nodewire.decode_nodes``), or None where it
+    is not built (a source install without a C compiler): the loader then reads nodes through upb.
+
+    It returns the fields upb would give, or raises ValueError for anything upb might read
+    differently (``_nodewire.c`` states the contract; tests hold it against protobuf's parser).
+    ``MHAINSPECT_PURE_PYTHON=1`` turns it off, for the equivalence tests and for comparison.
+    """
+    if os.environ.get("MHAINSPECT_PURE_PYTHON"):
+        return None
+    try:
+        from mhainspect.loaders import _nodewire  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    decode: Callable[[Iterable[bytes]], list[NodeFields]] = _nodewire.decode_nodes
+    return decode
 
 
 def _fields(buf: bytes) -> Iterator[tuple[int, int, int, int]]:
@@ -164,8 +202,10 @@ def _payload(buf: bytes, start: int, end: int) -> bytes:
     return buf[pos:end]
 
 
-def _bytes_attribute_descriptor(file_descriptor: bytes) -> bytes | None:
-    """file_descriptor with NodeProto's ``attribute`` field made ``repeated bytes``; None if not found."""
+def _bytes_fields_descriptor(file_descriptor: bytes, raw_fields: tuple[tuple[str, str], ...]) -> bytes | None:
+    """file_descriptor with each (message, field) of raw_fields made ``repeated bytes``; None unless
+    every one is found exactly once."""
+    wanted = {(m.encode(), f.encode()) for m, f in raw_fields}
     out: list[bytes] = []
     found = 0
     for num, wire, start, end in _fields(file_descriptor):
@@ -173,7 +213,8 @@ def _bytes_attribute_descriptor(file_descriptor: bytes) -> bytes | None:
         if num == FILE_MESSAGE_TYPE and wire == WIRE_LEN:
             message = _payload(file_descriptor, start, end)
             names = [_payload(message, s, e) for n, w, s, e in _fields(message) if n == MESSAGE_NAME and w == WIRE_LEN]
-            if names == [b"NodeProto"]:
+            fields_here = {f for m, f in wanted if [m] == names}
+            if fields_here:
                 parts: list[bytes] = []
                 for n, w, s, e in _fields(message):
                     sub = message[s:e]
@@ -182,7 +223,7 @@ def _bytes_attribute_descriptor(file_descriptor: bytes) -> bytes | None:
                         entries = list(_fields(field))
                         fname = [_payload(field, fs, fe) for fn, fw, fs, fe in entries
                                  if fn == FIELD_NAME and fw == WIRE_LEN]
-                        if fname == [b"attribute"]:
+                        if len(fname) == 1 and fname[0] in fields_here:
                             body = b"".join(field[fs:fe] for fn, fw, fs, fe in entries
                                             if fn not in (FIELD_TYPE, FIELD_TYPE_NAME))
                             as_bytes = _encode_varint(FIELD_TYPE << 3 | WIRE_VARINT) + _encode_varint(TYPE_BYTES)
@@ -191,7 +232,7 @@ def _bytes_attribute_descriptor(file_descriptor: bytes) -> bytes | None:
                     parts.append(sub)
                 piece = _length_delimited(FILE_MESSAGE_TYPE, b"".join(parts))
         out.append(piece)
-    return b"".join(out) if found == 1 else None
+    return b"".join(out) if found == len(wanted) else None
 
 
 def _message_class(file_descriptor: bytes, full_name: str) -> Any:
