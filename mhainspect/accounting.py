@@ -15,8 +15,9 @@ MatMulNBits' packed blob counts as N·K (its attributes), GatherBlockQuantized's
 8/bits elements per byte. Not parameters: quantization scales and zero points (and g_idx), shape
 constants and index tables (int32/int64 read as shapes or indices), one-element constants of the
 arithmetic (eps, exponents, a score scale: a one-element initializer counts only when its name
-carries a module path), bool masks, tensors the exporter marks as buffers or constants, and rotary
-frequency buffers that only build cos/sin tables, and a quantized copy of a float weight the file
+carries a module path), bool masks, tensors the exporter marks as buffers or constants, rotary
+frequency buffers that only build cos/sin tables, the cos/sin caches a fused op reads (TABLE_INPUTS:
+GroupQueryAttention's do_rotary inputs, RotaryEmbedding's), and a quantized copy of a float weight the file
 also keeps (a quantizer that rewrote only some uses of a shared weight): that weight counts once.
 """
 
@@ -49,6 +50,16 @@ QUANT_WEIGHT_INPUTS: dict[str, frozenset[int]] = {
     "DynamicQuantizeMatMul": frozenset({1, 4}), "MatMulIntegerToFloat": frozenset({0, 1, 6}),
     "DynamicQuantizeLSTM": frozenset({1, 2, 3, 7}), "QAttention": frozenset({1, 2}),
     "MatMulNBits": frozenset({1, 5}), "GatherBlockQuantized": frozenset({0}),
+}
+# Per (domain, op): input positions holding constant tables the op looks up (rotary cos/sin caches),
+# which are overhead like a torch export's folded tables, not parameters. Keyed by domain too: the
+# ONNX and com.microsoft RotaryEmbedding take their caches at different positions.
+TABLE_INPUTS: dict[tuple[str, str], frozenset[int]] = {
+    ("", "RotaryEmbedding"): frozenset({1, 2}),
+    ("com.microsoft", "RotaryEmbedding"): frozenset({2, 3}),
+    ("com.microsoft", "GroupQueryAttention"): frozenset({7, 8}),
+    ("com.microsoft", "SparseAttention"): frozenset({9, 10}),
+    ("com.microsoft", "PagedAttention"): frozenset({8, 9}),
 }
 # Recurrent ops: sequence lengths and initial states are inputs of the run, not weights.
 _STATE_INPUTS = {op: frozenset({4, 5, 6}) for op in ("LSTM", "GRU", "RNN", "DynamicQuantizeLSTM")}
@@ -150,6 +161,8 @@ def _logical_count(index: GraphIndex, name: str, t: Tensor, family: Family | Non
                     return _quantized_count(user, pos, t)
                 if pos in _NOT_DATA_INPUTS.get(op, _NOT_SHAPE_ONLY) or (op == "Mul" and _rescales(index, user, pos)):
                     continue
+                if pos in TABLE_INPUTS.get((user.op_domain, op), _NOT_SHAPE_ONLY):
+                    continue  # a lookup table of the op (rotary cos/sin cache): overhead
                 if op in _LAYOUT_OPS and pos == 0:
                     layout.extend(o for o in user.outputs if o)  # read as data only if what it makes is
                 else:

@@ -61,6 +61,11 @@ class Node:
     scope: str = ""
     domain: str = ""
 
+    @property
+    def op_domain(self) -> str:
+        """The operator set the op belongs to: "" for the ONNX standard (also spelled "ai.onnx")."""
+        return "" if self.domain in ("", "ai.onnx") else self.domain
+
 
 @dataclass(frozen=True)
 class ValueInfo:

@@ -205,7 +205,7 @@ def _plan(block: AttentionBlock, nodes: Mapping[str, Node], proto_nodes: Mapping
     node = nodes.get(block.anchor)
     if node is None:
         return f"anchor node '{block.anchor}' not found (or its name is not unique)"
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    domain = node.op_domain
     first = next((o for o in node.outputs if o), "")
     proto = proto_nodes.get(first)
     if proto is None:

@@ -257,9 +257,11 @@ def _x(d_model: int) -> onnx.ValueInfoProto:
 
 
 def genai_gqa(proj: Projection, heads: int = 8, kv_heads: int = 2, d_k: int = 16, d_model: int = 64,
-              packed: bool = True, rotary: bool = False, bias: bool = False) -> onnx.ModelProto:
+              packed: bool = True, rotary: bool = False, bias: bool = False, do_rotary: bool = False) -> onnx.ModelProto:
     """What onnxruntime-genai's builder writes: GroupQueryAttention fed by one packed QKV projection
-    (or separate q/k/v ones, optionally through RotaryEmbedding), with a KV cache."""
+    (or separate q/k/v ones, optionally through RotaryEmbedding), with a KV cache. ``do_rotary``:
+    the op applies the rotary embedding itself, from the cos/sin caches at its inputs 7 and 8
+    ([max positions, d_k / 2] each, as the builder writes them)."""
     b = Builder()
     qw, kw = heads * d_k, kv_heads * d_k
     if packed:
@@ -269,8 +271,9 @@ def genai_gqa(proj: Projection, heads: int = 8, kv_heads: int = 2, d_k: int = 16
         if rotary:
             cos, sin = b.const("cos", _f(32, d_k // 2)), b.const("sin", _f(32, d_k // 2))
             q, k = (b.one("RotaryEmbedding", [t, "position_ids", cos, sin], MS, interleaved=0) for t in (q, k))
-    out = b.op("GroupQueryAttention", [q, k, v, "past_key", "past_value", "seqlens_k", "total_seq"], 3, MS,
-               num_heads=heads, kv_num_heads=kv_heads, scale=float(1 / np.sqrt(d_k)))
+    inputs_7_8 = [b.const("cos_cache", _f(32, d_k // 2)), b.const("sin_cache", _f(32, d_k // 2))] if do_rotary else []
+    out = b.op("GroupQueryAttention", [q, k, v, "past_key", "past_value", "seqlens_k", "total_seq"] + inputs_7_8, 3,
+               MS, num_heads=heads, kv_num_heads=kv_heads, scale=float(1 / np.sqrt(d_k)), do_rotary=int(do_rotary))
     y = proj(b, out[0], qw, d_model, bias)
     past = ["batch", kv_heads, "past", d_k]
     inputs = [_x(d_model), helper.make_tensor_value_info("past_key", TensorProto.FLOAT, past),
@@ -333,6 +336,24 @@ def ort_mha(proj: Projection, heads: int = 4, d_k: int = 16, d_model: int = 64, 
     cache = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", heads, "enc_seq", d_k])
              for n in ("past_key", "past_value")] if cross_cache else []
     return _model(b, [_x(d_model)] + cache, y)
+
+
+def ort_mha_packed_kv(proj: Projection, heads: int = 4, d_k: int = 16, d_model: int = 64, bias: bool = True,
+                      op_bias: bool = False) -> onnx.ModelProto:
+    """com.microsoft MultiHeadAttention over packed K/V (onnxruntime's optimizer with
+    enable_packed_kv): cross-attention whose K and V come from one projection of the encoder output
+    [B, L, 2·h·d], reshaped to the op's packed-KV layout [B, L, h, 2, d] and given as its key input,
+    the value input empty. ``op_bias``: the Q|K|V biases packed into the op's bias input."""
+    b = Builder()
+    w = heads * d_k
+    q = proj(b, "x", d_model, w, bias and not op_bias)
+    kv = b.one("Reshape", [proj(b, "enc", d_model, 2 * w, bias and not op_bias),
+                           b.const("kv_shape", _i64(0, 0, heads, 2, d_k))])
+    packed = [b.const("qkv_bias", _f(3 * w))] if op_bias else []
+    att = b.one("MultiHeadAttention", [q, kv, ""] + packed, MS, num_heads=heads)
+    y = proj(b, att, w, d_model, bias)
+    enc = helper.make_tensor_value_info("enc", TensorProto.FLOAT, ["batch", "enc_seq", d_model])
+    return _model(b, [_x(d_model), enc], y)
 
 
 def onnx_attention_expanded(proj: Projection | None, heads: int = 8, kv_heads: int = 2, d_k: int = 16, d_model: int = 64,

@@ -139,6 +139,28 @@ def test_genai_group_query_attention(tmp_path: Path, proj: str, packed: bool) ->
     assert _params(b) == g.block_params(8, 2, 16, 64, bias=True)
 
 
+@pytest.mark.parametrize("variant", [{"packed": True, "do_rotary": True}, {"packed": False, "rotary": True}])
+def test_rotary_caches_of_fused_ops_are_not_parameters(tmp_path: Path, variant: dict[str, bool]) -> None:
+    """The cos/sin caches onnxruntime-genai writes for GroupQueryAttention(do_rotary=1) (inputs 7, 8) or
+    RotaryEmbedding (inputs 2, 3) are tables, overhead like a torch export's folded ones: the model's
+    parameters are the projections' alone, and the tables' bytes are overhead."""
+    report = _analyze(tmp_path, g.genai_gqa(g.PROJECTIONS["float"], **variant))
+    (b,) = report.blocks
+    assert report.model.total_params == b.params.total == sum(g.block_params(8, 2, 16, 64, bias=False).values())
+    assert report.model.weight_bytes_overhead == 2 * 32 * 8 * 4  # cos + sin [32, 8] float32, read once
+
+
+@pytest.mark.parametrize("op_bias", [False, True])
+@pytest.mark.parametrize("proj", ["float", "matmul_nbits", "dynamic_int8"])
+def test_ort_multi_head_attention_packed_kv(tmp_path: Path, proj: str, op_bias: bool) -> None:
+    """MultiHeadAttention with packed K/V ([B, L, h, 2, d] as its key, no value): the one K/V
+    projection is half K and half V, d_v its head size; not all K and no V."""
+    report = _analyze(tmp_path, g.ort_mha_packed_kv(g.PROJECTIONS[proj], op_bias=op_bias))
+    (b,) = report.blocks
+    assert (b.kind, *_dims(b)) == ("cross", 4, 4, 16, 16, 64)
+    assert _params(b) == g.block_params(4, 4, 16, 64, bias=True)
+
+
 @pytest.mark.parametrize("quantized", [False, True])
 def test_ort_attention_and_skip_layer_norm_bias(tmp_path: Path, quantized: bool) -> None:
     """ORT-optimized BERT: the O projection's bias is SkipLayerNormalization's 5th input."""

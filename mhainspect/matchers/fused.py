@@ -7,11 +7,14 @@ op itself holds (com.microsoft Attention).
 
 from __future__ import annotations
 
+import dataclasses
+from fractions import Fraction
+
 from mhainspect.dataflow import GraphIndex
 from mhainspect.findings import Evidence, Miss
 from mhainspect.graph import Node
 from mhainspect.matchers.block import BlockBuilder, RoleInput
-from mhainspect.matchers.projection import trace_back_to_projection, trace_forward_to_projection
+from mhainspect.matchers.projection import TracedProjection, trace_back_to_projection, trace_forward_to_projection
 
 NAME = "fused"
 _MS_PACKED = {"Attention", "PackedAttention", "QAttention"}  # input, packed [D, Wq+Wk+Wv] weight, bias
@@ -24,12 +27,11 @@ FUSED_OP_NAMES = frozenset(op for _, op in FUSED_OPS)  # a cheap first test befo
 
 
 def is_fused(node: Node) -> bool:
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    return (domain, node.op) in FUSED_OPS
+    return (node.op_domain, node.op) in FUSED_OPS
 
 
 def match(index: GraphIndex, node: Node) -> BlockBuilder | Miss:
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    domain = node.op_domain
     b = BlockBuilder(index, node, f"fused:{node.op}" if domain == "" else f"fused:{domain}.{node.op}")
     if domain == "":
         _onnx_attention(index, node, b)
@@ -140,8 +142,17 @@ def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
     h = _int_attr(node, "num_heads")
     g = _int_attr(node, "kv_num_heads") if node.op in _MS_GROUPED else h
     has_key = len(node.inputs) > 1 and bool(node.inputs[1])
+    has_value = len(node.inputs) > 2 and bool(node.inputs[2])
     if has_key:
         _trace_roles(index, node, b, (0, 1, 2))
+        if not has_value:
+            # Packed KV in the key input ([B, L, N, 2, H] by the op's definition: K and V have the
+            # same heads and head size): one projection serves K and V, half each.
+            traced = b.roles["k"].traced if "k" in b.roles else None
+            b.roles["v"] = RoleInput("v", None)
+            if traced is not None:
+                for role in ("k", "v"):
+                    b.roles[role] = RoleInput(role, _share(traced, Fraction(1, 2)), tensor=node.inputs[1])
     else:
         # Packed QKV in the query input: one projection serves all three roles.
         traced = trace_back_to_projection(index, node.inputs[0], {node.name})
@@ -151,11 +162,9 @@ def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
             width = traced.hit.out_features
             per_head = width // (h + 2 * g) if width % (h + 2 * g) == 0 else None
             if per_head:
-                from fractions import Fraction
-
                 for role, share in (("q", Fraction(h, h + 2 * g)), ("k", Fraction(g, h + 2 * g)),
                                     ("v", Fraction(g, h + 2 * g))):
-                    b.roles[role] = RoleInput(role, type(traced)(traced.hit, traced.path, share))
+                    b.roles[role] = RoleInput(role, _share(traced, share))
     _op_bias(index, node, b)
     b.offer("num_heads", h, "attribute", f"{node.name}.num_heads")
     if node.op in _MS_GROUPED or not _kv_repeated(b):
@@ -167,12 +176,25 @@ def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
         parts = h + 2 * (g or h) if not has_key else h
         if width % parts == 0:
             b.offer("d_k", width // parts, "attribute", f"Q width {width} / {parts} heads at {node.name}")
-    if has_key and len(node.inputs) > 2 and node.inputs[2]:
+    if has_key and not has_value:
+        kv = index.shapes.shape(node.inputs[1])
+        if kv is not None and len(kv) == 5 and kv[3].is_int and kv[3].coef == 2 and kv[4].is_int:
+            b.offer("d_v", kv[4].coef, "shape", f"head size of the packed K/V input of {node.name}")
+        elif traced is not None and g and traced.hit.out_features % (2 * g) == 0:
+            b.offer("d_v", traced.hit.out_features // (2 * g), "attribute",
+                    f"packed K/V width {traced.hit.out_features} / (2 × {g} heads) at {node.name}")
+    if has_key and has_value:
         v = index.shapes.shape(node.inputs[2])
         if v is not None and len(v) == 3 and g and v[2].is_int and v[2].coef % g == 0:
             b.offer("d_v", v[2].coef // g, "attribute", f"V width {v[2].coef} / {g} kv heads at {node.name}")
         elif v is not None and len(v) == 4 and v[3].is_int:  # [B, heads, S, head size]: a cache read as it is
             b.offer("d_v", v[3].coef, "shape", f"last axis of V input of {node.name}")
+
+
+def _share(traced: TracedProjection, share: Fraction) -> TracedProjection:
+    """The part ``share`` of what ``traced`` carries (a packed projection read by several roles)."""
+    whole = traced.split_fraction if traced.split_fraction is not None else Fraction(1)
+    return dataclasses.replace(traced, split_fraction=whole * share)
 
 
 def _op_bias(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
