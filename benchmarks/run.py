@@ -4,6 +4,7 @@
 
 Every measurement is a fresh child process (interpreter start and imports included): wall time is
 the best of --repeat runs (runs of the tools interleaved, so load on the machine hits all alike),
+and beside it the median of the per-round ratios against the parse run of the same round,
 peak RSS is the child's own ru_maxrss (os.wait4), max over the runs. Tools:
 
   parse       python -c "import onnx; onnx.load(path, load_external_data=False)"   (the floor)
@@ -25,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -267,19 +269,30 @@ def fmt_rss(cell: Cell, base: Cell | None) -> tuple[str, str]:
     return f"{cell.rss_mb:,.0f}", ratio
 
 
+def paired_median(cell: Cell, base: Cell | None) -> str:
+    """Median over the runs of (this run's wall / the parse run's wall in the same round), as farm-bench
+    pairs them: a best-of-N ratio compares two lucky runs that may come from different phases of a
+    machine whose speed drifts, and the parse process, which starts threads, varies much more."""
+    if base is None or len(cell.runs) != len(base.runs) or not cell.ok or len(cell.ok) != len(cell.runs):
+        return ""
+    ratios = [r.wall / b.wall for r, b in zip(cell.runs, base.runs) if b.rc == 0 and b.wall > 0]
+    return f"{statistics.median(ratios):.2f}x" if ratios else ""
+
+
 def main_table(results: dict[str, dict[str, Cell]], sizes: dict[str, str]) -> str:
-    lines = ["| model | file | tool | wall s | x parse | CPU s | peak RSS MB | x parse | result |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = ["| model | file | tool | wall s | x parse | x parse, median pair | CPU s | peak RSS MB | x parse | result |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for model, cells in results.items():
         base = cells.get("parse")
         for tool, cell in cells.items():
             t, tr = fmt_time(cell, base)
             m, mr = fmt_rss(cell, base)
+            paired = paired_median(cell, base)
             if tool == "parse":
-                tr, mr = "1.00x", "1.00x" if cell.rss_mb else ""
+                tr, mr, paired = "1.00x", "1.00x" if cell.rss_mb else "", "1.00x"
             cpu = f"{cell.cpu:.2f}" if cell.cpu is not None else ""
-            lines.append(f"| {model} | {sizes.get(model, '')} | {TOOL_LABEL[tool]} | {t} | {tr} | {cpu} | {m} | {mr} | "
-                         f"{cell.note or ('' if cell.ok else cell.status)} |")
+            lines.append(f"| {model} | {sizes.get(model, '')} | {TOOL_LABEL[tool]} | {t} | {tr} | {paired} | {cpu} | {m} "
+                         f"| {mr} | {cell.note or ('' if cell.ok else cell.status)} |")
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* onnx/onnx.proto NodeProto and StringStringEntryProto field numbers (checked by the tests). */
 enum {
@@ -98,9 +99,15 @@ static PyObject *malformed(const char *what) {
     return NULL;
 }
 
-/* A str from UTF-8 bytes; NULL with ValueError (UnicodeDecodeError) when they are not UTF-8. */
+/* A str from UTF-8 bytes; NULL with ValueError (UnicodeDecodeError) when they are not UTF-8.
+ * Names are ASCII nearly always: copied straight into a 1-byte str, without the decoder's set-up. */
 static PyObject *text(const uint8_t *start, Py_ssize_t len) {
-    return PyUnicode_DecodeUTF8((const char *)start, len, NULL);
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (start[i] & 0x80) return PyUnicode_DecodeUTF8((const char *)start, len, NULL);
+    }
+    PyObject *value = PyUnicode_New(len, 127);
+    if (value != NULL && len > 0) memcpy(PyUnicode_1BYTE_DATA(value), start, (size_t)len);
+    return value;
 }
 
 /* Replace *slot (a singular field: the last occurrence wins, as in protobuf). */
@@ -111,26 +118,10 @@ static int set_text(PyObject **slot, const uint8_t *start, Py_ssize_t len) {
     return 0;
 }
 
-static int append_text(PyObject *list, const uint8_t *start, Py_ssize_t len) {
-    PyObject *value = text(start, len);
-    if (value == NULL) return -1;
-    int rc = PyList_Append(list, value);
-    Py_DECREF(value);
-    return rc;
-}
-
-static int append_bytes(PyObject *list, const uint8_t *start, Py_ssize_t len) {
-    PyObject *value = PyBytes_FromStringAndSize((const char *)start, len);
-    if (value == NULL) return -1;
-    int rc = PyList_Append(list, value);
-    Py_DECREF(value);
-    return rc;
-}
-
-/* One StringStringEntryProto appended to list as (key, value). */
-static int append_entry(PyObject *list, const uint8_t *start, Py_ssize_t len) {
+/* One StringStringEntryProto as a (key, value) tuple. */
+static PyObject *entry(const uint8_t *start, Py_ssize_t len) {
     Reader r = {start, start + len};
-    PyObject *key = NULL, *value = NULL;
+    PyObject *key = NULL, *value = NULL, *pair = NULL;
     while (r.pos < r.end) {
         uint32_t number;
         int wire;
@@ -138,45 +129,80 @@ static int append_entry(PyObject *list, const uint8_t *start, Py_ssize_t len) {
         Py_ssize_t size = 0;
         if (read_field(&r, &number, &wire, &payload, &size) < 0) {
             malformed("bad metadata_props entry");
-            goto fail;
+            goto done;
         }
         if (wire != WIRE_LEN) continue;
         if (number == ENTRY_KEY) {
-            if (set_text(&key, payload, size) < 0) goto fail;
+            if (set_text(&key, payload, size) < 0) goto done;
         } else if (number == ENTRY_VALUE) {
-            if (set_text(&value, payload, size) < 0) goto fail;
+            if (set_text(&value, payload, size) < 0) goto done;
         }
     }
-    if (key == NULL) key = PyUnicode_FromStringAndSize("", 0);
-    if (value == NULL) value = PyUnicode_FromStringAndSize("", 0);
-    if (key == NULL || value == NULL) goto fail;
-    PyObject *pair = PyTuple_Pack(2, key, value);
-    Py_DECREF(key);
-    Py_DECREF(value);
-    if (pair == NULL) return -1;
-    int rc = PyList_Append(list, pair);
-    Py_DECREF(pair);
-    return rc;
-fail:
+    if (key == NULL && (key = PyUnicode_New(0, 127)) == NULL) goto done;
+    if (value == NULL && (value = PyUnicode_New(0, 127)) == NULL) goto done;
+    pair = PyTuple_Pack(2, key, value);
+done:
     Py_XDECREF(key);
     Py_XDECREF(value);
-    return -1;
+    return pair;
 }
 
-/* op_type and domain repeat on every node: interned, so later comparisons and lookups are by identity. */
-static int set_interned(PyObject **slot, const uint8_t *start, Py_ssize_t len) {
-    if (set_text(slot, start, len) < 0) return -1;
-    PyUnicode_InternInPlace(slot);
+/* op_type and domain repeat on every node: one interned str per distinct spelling, found by its
+ * bytes in a small table that lives for one decode_nodes call (no str is made to look one up). */
+static const uint8_t NOTHING[1] = {0}; /* the bytes of an absent field: "" */
+#define SYMBOLS 256 /* a power of two; a graph has a few dozen op types and domains */
+
+typedef struct {
+    PyObject *str[SYMBOLS]; /* interned ASCII strs; NULL: free slot */
+    Py_ssize_t used;
+} Symbols;
+
+static PyObject *symbol(Symbols *table, const uint8_t *start, Py_ssize_t len) {
+    uint32_t hash = 2166136261u; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < len; i++) hash = (hash ^ start[i]) * 16777619u;
+    for (uint32_t probe = 0; probe < SYMBOLS; probe++) {
+        PyObject **slot = &table->str[(hash + probe) & (SYMBOLS - 1)];
+        if (*slot == NULL) {
+            if (table->used >= SYMBOLS / 2) break; /* keep probes short: too many distinct ones, decode */
+            PyObject *value = text(start, len);
+            if (value == NULL) return NULL;
+            PyUnicode_InternInPlace(&value);
+            if (!PyUnicode_IS_ASCII(value)) return value; /* not kept: the table compares ASCII bytes */
+            Py_INCREF(value);
+            *slot = value;
+            table->used++;
+            return value;
+        }
+        if (PyUnicode_GET_LENGTH(*slot) == len && memcmp(PyUnicode_1BYTE_DATA(*slot), start, (size_t)len) == 0) {
+            Py_INCREF(*slot);
+            return *slot;
+        }
+    }
+    PyObject *value = text(start, len);
+    if (value != NULL) PyUnicode_InternInPlace(&value);
+    return value;
+}
+
+static void clear_symbols(Symbols *table) {
+    for (int i = 0; i < SYMBOLS; i++) Py_CLEAR(table->str[i]);
+    table->used = 0;
+}
+
+/* Replace *slot with the table's str for these bytes. */
+static int set_symbol(Symbols *table, PyObject **slot, const uint8_t *start, Py_ssize_t len) {
+    PyObject *value = symbol(table, start, len);
+    if (value == NULL) return -1;
+    Py_XSETREF(*slot, value);
     return 0;
 }
 
-static PyObject *decode_node(const uint8_t *start, Py_ssize_t len) {
+/* The repeated fields of a node, counted in a first pass so that each tuple is made at its size. */
+typedef struct {
+    Py_ssize_t inputs, outputs, attributes, metadata;
+} Counts;
+
+static int count_fields(const uint8_t *start, Py_ssize_t len, Counts *counts) {
     Reader r = {start, start + len};
-    PyObject *op_type = NULL, *domain = NULL, *name = NULL;
-    PyObject *inputs = PyList_New(0), *outputs = PyList_New(0), *attributes = PyList_New(0);
-    PyObject *metadata = PyList_New(0);
-    PyObject *result = NULL;
-    if (inputs == NULL || outputs == NULL || attributes == NULL || metadata == NULL) goto done;
     while (r.pos < r.end) {
         uint32_t number;
         int wire;
@@ -184,45 +210,79 @@ static PyObject *decode_node(const uint8_t *start, Py_ssize_t len) {
         Py_ssize_t size = 0;
         if (read_field(&r, &number, &wire, &payload, &size) < 0) {
             malformed("truncated or malformed field");
-            goto done;
+            return -1;
         }
         if (wire != WIRE_LEN) continue; /* every field read here is length-delimited */
-        int rc = 0;
         switch (number) {
-        case NODE_INPUT: rc = append_text(inputs, payload, size); break;
-        case NODE_OUTPUT: rc = append_text(outputs, payload, size); break;
-        case NODE_NAME: rc = set_text(&name, payload, size); break;
-        case NODE_OP_TYPE: rc = set_interned(&op_type, payload, size); break;
-        case NODE_ATTRIBUTE: rc = append_bytes(attributes, payload, size); break;
-        case NODE_DOMAIN: rc = set_interned(&domain, payload, size); break;
-        case NODE_METADATA_PROPS: rc = append_entry(metadata, payload, size); break;
-        case NODE_DEVICE_CONFIGURATIONS:
-            malformed("device_configurations is left to protobuf");
-            rc = -1;
+        case NODE_INPUT: counts->inputs++; break;
+        case NODE_OUTPUT: counts->outputs++; break;
+        case NODE_ATTRIBUTE: counts->attributes++; break;
+        case NODE_METADATA_PROPS: counts->metadata++; break;
+        case NODE_DEVICE_CONFIGURATIONS: malformed("device_configurations is left to protobuf"); return -1;
+        default: break; /* name, op_type, domain; doc_string, overload, unknown fields: never read */
+        }
+    }
+    return 0;
+}
+
+static PyObject *decode_node(const uint8_t *start, Py_ssize_t len, Symbols *symbols) {
+    Counts counts = {0, 0, 0, 0};
+    if (count_fields(start, len, &counts) < 0) return NULL;
+    PyObject *op_type = NULL, *domain = NULL, *name = NULL, *result = NULL;
+    PyObject *inputs = PyTuple_New(counts.inputs), *outputs = PyTuple_New(counts.outputs);
+    PyObject *attributes = PyTuple_New(counts.attributes), *metadata = PyTuple_New(counts.metadata);
+    if (inputs == NULL || outputs == NULL || attributes == NULL || metadata == NULL) goto done;
+    Py_ssize_t n_in = 0, n_out = 0, n_attr = 0, n_meta = 0;
+    Reader r = {start, start + len};
+    while (r.pos < r.end) { /* the framing was checked by count_fields */
+        uint32_t number;
+        int wire;
+        const uint8_t *payload = NULL;
+        Py_ssize_t size = 0;
+        PyObject *item = NULL;
+        if (read_field(&r, &number, &wire, &payload, &size) < 0) { /* checked by count_fields: cannot happen */
+            malformed("truncated or malformed field");
+            goto done;
+        }
+        if (wire != WIRE_LEN) continue;
+        switch (number) {
+        case NODE_INPUT:
+            if ((item = text(payload, size)) == NULL) goto done;
+            PyTuple_SET_ITEM(inputs, n_in++, item);
             break;
-        default: break; /* doc_string, overload, unknown fields: never read */
+        case NODE_OUTPUT:
+            if ((item = text(payload, size)) == NULL) goto done;
+            PyTuple_SET_ITEM(outputs, n_out++, item);
+            break;
+        case NODE_ATTRIBUTE:
+            if ((item = PyBytes_FromStringAndSize((const char *)payload, size)) == NULL) goto done;
+            PyTuple_SET_ITEM(attributes, n_attr++, item);
+            break;
+        case NODE_METADATA_PROPS:
+            if ((item = entry(payload, size)) == NULL) goto done;
+            PyTuple_SET_ITEM(metadata, n_meta++, item);
+            break;
+        case NODE_NAME:
+            if (set_text(&name, payload, size) < 0) goto done;
+            break;
+        case NODE_OP_TYPE:
+            if (set_symbol(symbols, &op_type, payload, size) < 0) goto done;
+            break;
+        case NODE_DOMAIN:
+            if (set_symbol(symbols, &domain, payload, size) < 0) goto done;
+            break;
+        default: break;
         }
-        if (rc < 0) goto done;
     }
-    if (op_type == NULL && (op_type = PyUnicode_InternFromString("")) == NULL) goto done;
-    if (domain == NULL && (domain = PyUnicode_InternFromString("")) == NULL) goto done;
-    if (name == NULL && (name = PyUnicode_FromStringAndSize("", 0)) == NULL) goto done;
-    {
-        PyObject *in_t = PyList_AsTuple(inputs), *out_t = PyList_AsTuple(outputs);
-        PyObject *attr_t = PyList_AsTuple(attributes), *meta_t = PyList_AsTuple(metadata);
-        if (in_t && out_t && attr_t && meta_t) {
-            result = PyTuple_Pack(7, op_type, domain, name, in_t, out_t, attr_t, meta_t);
-        }
-        Py_XDECREF(in_t);
-        Py_XDECREF(out_t);
-        Py_XDECREF(attr_t);
-        Py_XDECREF(meta_t);
-    }
+    if (op_type == NULL && (op_type = symbol(symbols, NOTHING, 0)) == NULL) goto done;
+    if (domain == NULL && (domain = symbol(symbols, NOTHING, 0)) == NULL) goto done;
+    if (name == NULL && (name = PyUnicode_New(0, 127)) == NULL) goto done;
+    result = PyTuple_Pack(7, op_type, domain, name, inputs, outputs, attributes, metadata);
 done:
     Py_XDECREF(op_type);
     Py_XDECREF(domain);
     Py_XDECREF(name);
-    Py_XDECREF(inputs);
+    Py_XDECREF(inputs); /* a tuple left partly filled on failure is freed with its NULL slots */
     Py_XDECREF(outputs);
     Py_XDECREF(attributes);
     Py_XDECREF(metadata);
@@ -234,13 +294,15 @@ static PyObject *decode_nodes(PyObject *module, PyObject *blobs) {
     PyObject *iterator = PyObject_GetIter(blobs);
     if (iterator == NULL) return NULL;
     PyObject *out = PyList_New(0);
+    Symbols symbols;
+    memset(&symbols, 0, sizeof symbols);
     PyObject *blob;
     while (out != NULL && (blob = PyIter_Next(iterator)) != NULL) {
         char *data;
         Py_ssize_t size;
         PyObject *node = NULL;
         if (PyBytes_AsStringAndSize(blob, &data, &size) == 0) {
-            node = decode_node((const uint8_t *)data, size);
+            node = decode_node((const uint8_t *)data, size, &symbols);
         } else {
             PyErr_Clear();
             malformed("a node is not bytes");
@@ -250,6 +312,7 @@ static PyObject *decode_nodes(PyObject *module, PyObject *blobs) {
         Py_XDECREF(node);
     }
     Py_DECREF(iterator);
+    clear_symbols(&symbols);
     if (out != NULL && PyErr_Occurred()) Py_CLEAR(out); /* the iterator failed */
     return out; /* a non-UTF-8 string raised UnicodeDecodeError, itself a ValueError */
 }
