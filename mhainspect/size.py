@@ -496,16 +496,13 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
     return window, f"config sliding_window = {window}"
 
 
-_ENCODER_TOWERS = ("vision_config.", "audio_config.", "encoder.")  # sub-configs of towers run once per input
-
-
 def _config_causal(cfg: Mapping[str, Any], block: AttentionBlock) -> tuple[bool | None, str]:
-    from mhainspect.loaders.hf_config import decoder_only_model_type, sub_config
+    from mhainspect.loaders.hf_config import TOWER_PREFIXES, decoder_only_model_type, sub_config
 
     name = block.name.lower()
     archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
     prefix = sub_config(cfg, block.name)[0]
-    if prefix in _ENCODER_TOWERS and cfg.get("is_encoder_decoder") is not True:
+    if prefix in TOWER_PREFIXES and cfg.get("is_encoder_decoder") is not True:
         return False, f"the block belongs to the config's {prefix.rstrip('.')} (an encoder tower, run once per input)"
     if cfg.get("is_encoder_decoder") is True:
         if block.kind == "cross" or any(w in name for w in _DECODER_WORDS):
