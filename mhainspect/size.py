@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from mhainspect import dtypes
 from mhainspect.dataflow import SHAPE_INPUTS
-from mhainspect.findings import AttentionBlock, CacheStatus, Evidence, KVCache, Report
+from mhainspect.findings import AttentionBlock, CacheStatus, Evidence, KVCache, Miss, Report
 from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.static_ir import byte_rate as _rate
 
@@ -312,7 +312,13 @@ def cache_bytes_at_context(kv: KVCache | None) -> int | None:
     return None
 
 
-def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCache:
+def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses: Sequence[Miss] = ()) -> KVCache:
+    unsized = [m for m in misses if m.caches]
+    if unsized:
+        names = ", ".join(m.anchor for m in unsized[:3]) + (f" and {len(unsized) - 3} more" if len(unsized) > 3 else "")
+        return KVCache(None, None, options.context, options.batch, None, None,
+                       reason=f"{len(unsized)} attention module(s) that cache K/V during decoding are not blocks "
+                              f"({names}): {unsized[0].reason}", status=CacheStatus.UNKNOWN)
     self_blocks = [b for b in blocks if b.kind != "cross"]
     cross_blocks = [b for b in blocks if b.kind == "cross"]
     caching = [b for b in self_blocks if b.kv_cache_bytes_per_token is not None]
@@ -385,9 +391,11 @@ def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDe
 
 
 def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOptions | None = None,
-          also: Sequence[Mapping[str, Any]] = ()) -> tuple[tuple[AttentionBlock, ...], dict[str, Any], tuple[str, ...]]:
+          also: Sequence[Mapping[str, Any]] = (), misses: Sequence[Miss] = ()
+          ) -> tuple[tuple[AttentionBlock, ...], dict[str, Any], tuple[str, ...]]:
     """Blocks with their size fields, the ModelSummary size fields, and warnings. ``also``: other
-    fields of each block (by position) that the caller sets, in the same copy."""
+    fields of each block (by position) that the caller sets, in the same copy; ``misses``: the
+    near misses (one that caches makes the model's cache unknown)."""
     options = options or SizeOptions()
     weights = weight_sizes(inputs.tensors, blocks, inputs.block_tensors)
     decoding = {d.block: d for d in inputs.decoding}
@@ -400,7 +408,7 @@ def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOpt
         "weight_bytes": weights.total if inputs.tensors else None,
         "weight_bytes_by_dtype": weights.by_dtype,
         "weight_bytes_overhead": weights.overhead if inputs.tensors else None,
-        "kv_cache": _model_cache(sized, options),
+        "kv_cache": _model_cache(sized, options, misses),
     }
     return sized, summary, tuple(warnings)
 
@@ -439,7 +447,7 @@ def with_options(report: Report, options: SizeOptions) -> Report:
                 source = before.source if before is not None else "option"
             changed.append(_with_figure(b, elements * new_size, name, detail, source, status))
         blocks = tuple(changed)
-    model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options))
+    model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options, report.misses))
     return dataclasses.replace(report, blocks=blocks, model=model)
 
 
