@@ -54,6 +54,7 @@ __all__ = [
     "format_bytes",
     "parse_size",
     "layer_bytes",
+    "config_causal",
     "config_decoding",
     "graph_size_inputs",
     "layer_index",
@@ -504,16 +505,18 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
     return window, f"config sliding_window = {window}"
 
 
-def _config_causal(cfg: Mapping[str, Any], block: AttentionBlock) -> tuple[bool | None, str]:
+def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) -> tuple[bool | None, str]:
+    """Whether the config says the module ``block_name`` caches K/V during decoding (None: it does
+    not say), and why."""
     from mhainspect.loaders.hf_config import TOWER_PREFIXES, decoder_only_model_type, sub_config
 
-    name = block.name.lower()
+    name = block_name.lower()
     archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
-    prefix = sub_config(cfg, block.name)[0]
+    prefix = sub_config(cfg, block_name)[0]
     if prefix in TOWER_PREFIXES and cfg.get("is_encoder_decoder") is not True:
         return False, f"the block belongs to the config's {prefix.rstrip('.')} (an encoder tower, run once per input)"
     if cfg.get("is_encoder_decoder") is True:
-        if block.kind == "cross" or any(w in name for w in _DECODER_WORDS):
+        if cross or any(w in name for w in _DECODER_WORDS):
             return True, "config is_encoder_decoder: a decoder layer"
         if any(w in name for w in _ENCODER_WORDS):
             return False, "config is_encoder_decoder: an encoder layer, run once over the input"
@@ -524,7 +527,7 @@ def _config_causal(cfg: Mapping[str, Any], block: AttentionBlock) -> tuple[bool 
         return True, "config is_decoder = true"
     if archs and all(_ENCODER_ARCH.search(a) for a in archs):
         return False, f"config architectures {archs[0]}: an encoder, run once over the input"
-    family = decoder_only_model_type(_sub_config(cfg, block.name)) or decoder_only_model_type(cfg)
+    family = decoder_only_model_type(_sub_config(cfg, block_name)) or decoder_only_model_type(cfg)
     if family is not None:
         return True, f"config model_type {family}: a decoder-only language model"
     return None, "the config does not say whether the model decodes autoregressively (no causal architecture, " \
@@ -553,7 +556,7 @@ def config_decoding(cfg: Mapping[str, Any] | None, blocks: Sequence[AttentionBlo
             out.append(BlockDecoding(b.name, None, no_config or "no config says whether the model decodes "
                                      "autoregressively", dtype, dsource))
             continue
-        caches, reason = _config_causal(cfg, b)
+        caches, reason = config_causal(cfg, b.name, b.kind == "cross")
         window, wsource = _window(cfg, b.name) if b.kind != "cross" else (None, "")
         out.append(BlockDecoding(b.name, caches, f"{label}: {reason}", dtype, dsource, window,
                                  f"{label} {wsource.removeprefix('config ')}" if window else ""))

@@ -65,3 +65,21 @@ def test_qformer_reads_its_own_config(tmp_path: Path) -> None:
     heads = {b.name: (b.num_heads, b.d_k, b.kv_cache_status.value) for b in report.blocks}
     assert heads[f"{q}.attention"] == (3, 16, "none")
     assert heads[f"{q}.crossattention"] == (3, 16, "none")
+
+
+def test_latent_attention_of_a_decoder_leaves_the_kv_cache_unknown(tmp_path: Path) -> None:
+    """DeepSeek-V2 (MLA): a near miss, not a block; the config says the model decodes, so its cache
+    is unknown (was: "none", as if nothing cached)."""
+    p = "model.layers.0.self_attn"
+    tensors = {f"{p}.q_proj.weight": torch.zeros(4 * 24, 64), f"{p}.kv_a_proj_with_mqa.weight": torch.zeros(40, 64),
+               f"{p}.kv_a_layernorm.weight": torch.zeros(32), f"{p}.kv_b_proj.weight": torch.zeros(4 * 32, 32),
+               f"{p}.o_proj.weight": torch.zeros(64, 64)}
+    config = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 64,
+              "num_attention_heads": 4, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+              "v_head_dim": 16}
+    report = analyze_checkpoint(_folder(tmp_path / "decoder", config, tensors))
+    assert report.blocks == () and len(report.misses) == 1
+    assert report.model.kv_cache is not None and report.model.kv_cache.status.value == "unknown"
+    encoder = {**config, "architectures": ["DeepseekV2ForSequenceClassification"], "model_type": "encoder_only"}
+    report = analyze_checkpoint(_folder(tmp_path / "encoder", encoder, tensors))
+    assert report.model.kv_cache is not None and report.model.kv_cache.status.value == "none"
