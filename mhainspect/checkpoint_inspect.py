@@ -7,6 +7,7 @@ the config table (``mhainspect.loaders.hf_config``); ``mhainspect.report`` makes
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +19,7 @@ from mhainspect.loaders.hf_config import offers_from_config, producer_from_confi
 from mhainspect.loaders.quantized import quantization_notes
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.report import report_from
-from mhainspect.size import metas_size_inputs
+from mhainspect.size import config_causal, metas_size_inputs
 from mhainspect.static_ir import HeadOffers, SourceResult, WeightMeta, count_weights, parameter_keys
 
 
@@ -45,6 +46,8 @@ def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
     producer = producer_from_config(config) if config is not None else ""
     facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer)
     blocks, misses = checkpoint_blocks(weights, config)
+    if config is not None:  # a latent-attention module of a decoder caches what no block sizes
+        misses = [dataclasses.replace(m, caches=config_causal(config, m.anchor)[0] is True) for m in misses]
     size = metas_size_inputs(weights, blocks, config, parameter_keys(weights),
                              label="config.json" if p.is_dir() else "config.json beside the checkpoint",
                              no_config="checkpoint without config.json: nothing says whether the model decodes "

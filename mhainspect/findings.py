@@ -324,6 +324,9 @@ class Miss:
     # Why, for code that decides on it (never rendered): "no_score_product" when a Softmax has no
     # Q·Kᵀ of two activations before it (the additive matcher then looks at it).
     code: str | None = None
+    # The source says this module caches K/V during decoding (a decoder's latent attention, MLA):
+    # the model's KV cache then holds something no block sizes, so it is unknown, not "none".
+    caches: bool = False
 
     def __post_init__(self) -> None:
         if type(self.matcher) is not Matcher:

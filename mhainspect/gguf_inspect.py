@@ -24,6 +24,7 @@ from mhainspect.loaders.gguf import (
     architecture,
     count_parameters,
     decoding,
+    file_type_warnings,
     is_parameter,
     layer_of,
     model_weights,
@@ -102,19 +103,20 @@ def blocks_from_model(model: GGUFModel
     misses: list[Miss] = []
     for name, found in sorted(group_tensors(model).items(), key=lambda kv: natural_key(kv[0])):
         have = {r for r, tensors in found.roles.items() if "weight" in tensors}
-        if not ("qkv" in have or ("q" in have and have & {"k", "v"})):
-            listed = sorted(t.name for r in found.roles.values() for t in r.values()) + found.others
-            misses.append(Miss("gguf", name, "attention tensors without separate K/V projections or a fused QKV "
-                                             f"(e.g. latent K/V, MLA): {', '.join(listed[:6])}"))
-            continue
         scope, kind = name.rsplit(".", 1)
         layer = layer_of(scope)
         ns = namespace(arch, scope, model.metadata)
         swa_layers = ns.swa_layers()
         swa = bool(swa_layers is not None and layer is not None and layer < len(swa_layers) and swa_layers[layer])
+        cross = kind.startswith("cross")
+        if not ("qkv" in have or ("q" in have and have & {"k", "v"})):
+            listed = sorted(t.name for r in found.roles.values() for t in r.values()) + found.others
+            d = decoding(name, cross, ns, layer, swa, model.metadata)
+            misses.append(Miss("gguf", name, "attention tensors without separate K/V projections or a fused QKV "
+                                             f"(e.g. latent K/V, MLA): {', '.join(listed[:6])}", caches=d.caches))
+            continue
         role_weights = tuple(RoleWeights(r, f"{name}_{r}", found.roles[r]["weight"], found.roles[r].get("bias"))
                              for r in ("q", "k", "v", "qkv", "o") if r in have and (r != "qkv" or "q" not in have))
-        cross = kind.startswith("cross")
         group = GroupedBlock(name, name, role_weights, tuple(found.extras), cross=cross)
         offers = offers_for(ns, layer, swa) if arch else []
         q_weight = found.roles.get("q", {}).get("weight")
@@ -147,7 +149,7 @@ def gguf_result(path: str | os.PathLike[str]) -> SourceResult:
     blocks, decodings, misses, warnings = blocks_from_model(model)
     blocks = [_with_decoding(b, decodings[b.name]) for b in blocks]
     arch, _ = architecture(model.metadata)
-    warnings += swa_warnings(model.metadata, arch)
+    warnings += swa_warnings(model.metadata, arch) + file_type_warnings(model.metadata)
     facts = ModelFacts(path=str(path), format="gguf", total_params=count_parameters(model),
                        producer=producer(model.metadata, arch))
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),

@@ -28,7 +28,8 @@ def build_report(blocks: Sequence[AttentionBlock], *, path: str, fmt: str, total
     """A Report from finished blocks: what-if counts, flags, sizes (``size``: the front end's tensor
     metadata and decoding evidence; mhainspect.size computes every byte) and the model summary."""
     what_ifs = [{"what_if": default_what_ifs(b, what_if_heads)} for b in blocks]
-    sized, fields, size_warnings = apply(blocks, size or SizeInputs(), also=what_ifs)  # one copy per block
+    sized, fields, size_warnings = apply(blocks, size or SizeInputs(), also=what_ifs,  # one copy per block
+                                         misses=misses)
     summary = ModelSummary(path=path, format=fmt, total_params=total_params, num_nodes=num_nodes, opset=opset,
                            producer=producer, attention_params=attention_params(sized), **fields)
     return Report(SCHEMA_VERSION, summary, sized, evaluate(sized), tuple(misses),

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from mhainspect import dtypes
 from mhainspect.dataflow import SHAPE_INPUTS
-from mhainspect.findings import AttentionBlock, CacheStatus, Evidence, KVCache, Report
+from mhainspect.findings import AttentionBlock, CacheStatus, Evidence, KVCache, Miss, Report
 from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.static_ir import byte_rate as _rate
 
@@ -54,6 +54,7 @@ __all__ = [
     "format_bytes",
     "parse_size",
     "layer_bytes",
+    "config_causal",
     "config_decoding",
     "graph_size_inputs",
     "layer_index",
@@ -312,7 +313,13 @@ def cache_bytes_at_context(kv: KVCache | None) -> int | None:
     return None
 
 
-def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions) -> KVCache:
+def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses: Sequence[Miss] = ()) -> KVCache:
+    unsized = [m for m in misses if m.caches]
+    if unsized:
+        names = ", ".join(m.anchor for m in unsized[:3]) + (f" and {len(unsized) - 3} more" if len(unsized) > 3 else "")
+        return KVCache(None, None, options.context, options.batch, None, None,
+                       reason=f"{len(unsized)} attention module(s) that cache K/V during decoding are not blocks "
+                              f"({names}): {unsized[0].reason}", status=CacheStatus.UNKNOWN)
     self_blocks = [b for b in blocks if b.kind != "cross"]
     cross_blocks = [b for b in blocks if b.kind == "cross"]
     caching = [b for b in self_blocks if b.kv_cache_bytes_per_token is not None]
@@ -385,9 +392,11 @@ def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDe
 
 
 def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOptions | None = None,
-          also: Sequence[Mapping[str, Any]] = ()) -> tuple[tuple[AttentionBlock, ...], dict[str, Any], tuple[str, ...]]:
+          also: Sequence[Mapping[str, Any]] = (), misses: Sequence[Miss] = ()
+          ) -> tuple[tuple[AttentionBlock, ...], dict[str, Any], tuple[str, ...]]:
     """Blocks with their size fields, the ModelSummary size fields, and warnings. ``also``: other
-    fields of each block (by position) that the caller sets, in the same copy."""
+    fields of each block (by position) that the caller sets, in the same copy; ``misses``: the
+    near misses (one that caches makes the model's cache unknown)."""
     options = options or SizeOptions()
     weights = weight_sizes(inputs.tensors, blocks, inputs.block_tensors)
     decoding = {d.block: d for d in inputs.decoding}
@@ -400,7 +409,7 @@ def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOpt
         "weight_bytes": weights.total if inputs.tensors else None,
         "weight_bytes_by_dtype": weights.by_dtype,
         "weight_bytes_overhead": weights.overhead if inputs.tensors else None,
-        "kv_cache": _model_cache(sized, options),
+        "kv_cache": _model_cache(sized, options, misses),
     }
     return sized, summary, tuple(warnings)
 
@@ -439,7 +448,7 @@ def with_options(report: Report, options: SizeOptions) -> Report:
                 source = before.source if before is not None else "option"
             changed.append(_with_figure(b, elements * new_size, name, detail, source, status))
         blocks = tuple(changed)
-    model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options))
+    model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options, report.misses))
     return dataclasses.replace(report, blocks=blocks, model=model)
 
 
@@ -496,19 +505,18 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
     return window, f"config sliding_window = {window}"
 
 
-_ENCODER_TOWERS = ("vision_config.", "audio_config.", "encoder.")  # sub-configs of towers run once per input
+def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) -> tuple[bool | None, str]:
+    """Whether the config says the module ``block_name`` caches K/V during decoding (None: it does
+    not say), and why."""
+    from mhainspect.loaders.hf_config import TOWER_PREFIXES, decoder_only_model_type, sub_config
 
-
-def _config_causal(cfg: Mapping[str, Any], block: AttentionBlock) -> tuple[bool | None, str]:
-    from mhainspect.loaders.hf_config import decoder_only_model_type, sub_config
-
-    name = block.name.lower()
+    name = block_name.lower()
     archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
-    prefix = sub_config(cfg, block.name)[0]
-    if prefix in _ENCODER_TOWERS and cfg.get("is_encoder_decoder") is not True:
+    prefix = sub_config(cfg, block_name)[0]
+    if prefix in TOWER_PREFIXES and cfg.get("is_encoder_decoder") is not True:
         return False, f"the block belongs to the config's {prefix.rstrip('.')} (an encoder tower, run once per input)"
     if cfg.get("is_encoder_decoder") is True:
-        if block.kind == "cross" or any(w in name for w in _DECODER_WORDS):
+        if cross or any(w in name for w in _DECODER_WORDS):
             return True, "config is_encoder_decoder: a decoder layer"
         if any(w in name for w in _ENCODER_WORDS):
             return False, "config is_encoder_decoder: an encoder layer, run once over the input"
@@ -519,7 +527,7 @@ def _config_causal(cfg: Mapping[str, Any], block: AttentionBlock) -> tuple[bool 
         return True, "config is_decoder = true"
     if archs and all(_ENCODER_ARCH.search(a) for a in archs):
         return False, f"config architectures {archs[0]}: an encoder, run once over the input"
-    family = decoder_only_model_type(_sub_config(cfg, block.name)) or decoder_only_model_type(cfg)
+    family = decoder_only_model_type(_sub_config(cfg, block_name)) or decoder_only_model_type(cfg)
     if family is not None:
         return True, f"config model_type {family}: a decoder-only language model"
     return None, "the config does not say whether the model decodes autoregressively (no causal architecture, " \
@@ -548,7 +556,7 @@ def config_decoding(cfg: Mapping[str, Any] | None, blocks: Sequence[AttentionBlo
             out.append(BlockDecoding(b.name, None, no_config or "no config says whether the model decodes "
                                      "autoregressively", dtype, dsource))
             continue
-        caches, reason = _config_causal(cfg, b)
+        caches, reason = config_causal(cfg, b.name, b.kind == "cross")
         window, wsource = _window(cfg, b.name) if b.kind != "cross" else (None, "")
         out.append(BlockDecoding(b.name, caches, f"{label}: {reason}", dtype, dsource, window,
                                  f"{label} {wsource.removeprefix('config ')}" if window else ""))

@@ -2,7 +2,8 @@
 
 - ``*.onnx`` (and anything unrecognised): the ONNX loader.
 - ``*.safetensors``, ``*.pt/.pth/.bin/.ckpt``, a folder with config.json: the checkpoint loader.
-- ``*.gguf`` (split files ``*-00001-of-00003.gguf`` as one model): the GGUF loader.
+- ``*.gguf`` (split files ``*-00001-of-00003.gguf`` as one model), or a file without a model suffix
+  that starts with the GGUF magic (an Ollama blob): the GGUF loader.
 - ``pkg.module:callable`` or ``path/to/file.py:callable``: a factory in the user's own code, called
   with ``--arg key=value`` keyword arguments; it returns a module or ``(module, example_inputs)``.
 
@@ -88,6 +89,23 @@ def is_model_folder(path: Path) -> bool:
         return False
 
 
+# Magic numbers of model files that travel without their suffix (Ollama stores GGUF models as
+# content-addressed blobs, ``blobs/sha256-<hex>``): read only for a file whose suffix says nothing.
+MAGIC_KINDS: dict[bytes, str] = {b"GGUF": "gguf"}
+
+
+def _sniffed_kind(path: Path) -> str | None:
+    """The kind a file without a model suffix is by its first bytes (MAGIC_KINDS); None: unknown."""
+    if path.suffix.lower() in (".py", ".json") or not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return None
+    return MAGIC_KINDS.get(head)
+
+
 def classify(spec: str) -> Source:
     """Decide what ``spec`` names, from its form and what exists on disk (nothing is read)."""
     p = Path(spec)
@@ -95,7 +113,7 @@ def classify(spec: str) -> Source:
         return Source("checkpoint" if is_model_folder(p) else "onnx", spec)
     if p.name == "config.json" and p.is_file():
         raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")
-    kind = file_kind(p)
+    kind = file_kind(p) or _sniffed_kind(p)
     if kind is not None and kind != "onnx":
         return Source(kind, spec)
     if not p.exists():

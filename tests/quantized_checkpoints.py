@@ -19,6 +19,13 @@ toolchains leave them unquantized). Nothing is downloaded.
   ``weight_shape`` int64 [2] (the logical [out, in] as data).
   nvfp4-pack-quantized: ``weight_packed`` uint8 [out, in/2], ``weight_scale`` fp8 [out, in/16],
   ``weight_global_scale``; int-quantized: ``weight`` int8 [out, in], ``weight_scale``, ``input_scale``.
+- MLX (mlx-lm): ``weight`` uint32 [out, in·bits/32], ``scales`` and ``biases`` [out, in/group]
+  in the model's float dtype; the config's ``quantization`` ({group_size, bits}, per-module
+  entries override them; mlx-lm also copies it to ``quantization_config``).
+- AWQ GEMV: ``qweight`` int32 [out, in·bits/32], ``qzeros`` int32 [out, zw], ``scales`` fp16
+  [out, zw·32/bits] (zw: the groups per row in whole words of zeros).
+- EXL2: ``q_weight`` int32 [Σ rows·bits/32, out] (bits per group of rows), ``q_invperm`` int16
+  [in], ``q_scale`` int32, ``q_scale_max`` fp16 [groups], ``q_groups`` int16 [2·groups].
 - fp8: ``weight`` float8_e4m3fn [out, in] with ``weight_scale_inv`` fp32 [out/128, in/128]
   (DeepSeek-style block fp8) or ``weight_scale`` fp32 [] / [out, 1] (compressed-tensors
   float-quantized).
@@ -231,6 +238,43 @@ def ct_config(fmt: str, bits: int, group: int | None, kind: str = "int", symmetr
                                           "targets": ["Linear"], "weights": weights, "format": fmt}},
             "format": fmt, "global_compression_ratio": None, "ignore": ["lm_head"], "kv_cache_scheme": None,
             "quant_method": "compressed-tensors", "quantization_status": "compressed", "sparsity_config": {}}
+
+
+def mlx(bits: int, group: int) -> Quantizer:
+    def q(i: int, o: int) -> Tensors:
+        return {"weight": torch.randint(0, 2**31, (o, i * bits // 32), dtype=torch.int64).to(torch.uint32),
+                "scales": torch.rand(o, i // group, dtype=torch.float16),
+                "biases": torch.rand(o, i // group, dtype=torch.float16)}
+    return q
+
+
+def mlx_config(bits: int, group: int) -> dict[str, Any]:
+    return {"group_size": group, "bits": bits}
+
+
+def awq_gemv(bits: int, group: int) -> Quantizer:
+    def q(i: int, o: int) -> Tensors:
+        pack = 32 // bits
+        zeros_width = math.ceil(i / group / pack)
+        return {"qweight": _ints(o, i * bits // 32), "qzeros": _ints(o, zeros_width),
+                "scales": torch.rand(o, zeros_width * pack, dtype=torch.float16)}
+    return q
+
+
+def exl2(bits: tuple[int, ...], group: int = 32) -> Quantizer:
+    """Groups of ``group`` rows at ``bits[g % len(bits)]`` bits each."""
+    def q(i: int, o: int) -> Tensors:
+        groups = i // group
+        rows = sum(group * bits[g % len(bits)] // 32 for g in range(groups))
+        return {"q_weight": _ints(rows, o), "q_invperm": torch.arange(i, dtype=torch.int16),
+                "q_scale": _ints(max(1, groups * 4 // 32), o), "q_scale_max": torch.rand(groups, dtype=torch.float16),
+                "q_groups": torch.zeros(2 * groups, dtype=torch.int16)}
+    return q
+
+
+def exl2_config(bits: float) -> dict[str, Any]:
+    return {"quant_method": "exl2", "version": "0.2.8", "bits": bits, "head_bits": 6,
+            "calibration": {"rows": 115, "length": 2048, "dataset": "(default)"}}
 
 
 def fp8_block(block: int = 128) -> Quantizer:

@@ -300,6 +300,53 @@ def test_latent_attention_is_a_near_miss(tmp_path: Path) -> None:
     assert len(report.misses) == 1 and "attn_kv_a_mqa" in report.misses[0].reason
 
 
+def test_latent_attention_of_a_decoder_leaves_the_kv_cache_unknown(tmp_path: Path) -> None:
+    """DeepSeek-V2 as convert_hf_to_gguf.py writes it (attn_k_b / attn_v_b split): no block, but the
+    decoder caches its latent K/V, so the model's cache is unknown (was: "none", no blocks)."""
+    d, h = 64, 4
+    tensors = [T("blk.0.attn_q.weight", (h * 24, d)), T("blk.0.attn_kv_a_mqa.weight", (40, d)),
+               T("blk.0.attn_kv_a_norm.weight", (32,)), T("blk.0.attn_k_b.weight", (h, 16, 32)),
+               T("blk.0.attn_v_b.weight", (h, 16, 32)), T("blk.0.attn_output.weight", (d, h * 16))]
+    meta = {"{arch}.block_count": 1, "{arch}.embedding_length": d, "{arch}.attention.head_count": h,
+            "{arch}.attention.kv_lora_rank": 32}
+    (path,) = write_gguf(tmp_path / "ds2.gguf", "deepseek2", meta, tensors)
+    report = audit(path)
+    assert report.blocks == () and len(report.misses) == 1
+    assert report.model.kv_cache is not None and report.model.kv_cache.status is CacheStatus.UNKNOWN
+    assert "blk.0.attn" in (report.model.kv_cache.reason or "")
+    kv = with_options(report, SizeOptions(context=128)).model.kv_cache
+    assert kv is not None and kv.status is CacheStatus.UNKNOWN
+    # An encoder's near miss caches nothing: the model's cache stays "none".
+    (path,) = write_gguf(tmp_path / "enc.gguf", "bert", {**meta, "{arch}.attention.causal": False}, tensors)
+    kv = audit(path).model.kv_cache
+    assert kv is not None and kv.status is CacheStatus.NONE
+
+
+def test_ollama_blob_without_suffix_is_gguf(tmp_path: Path) -> None:
+    """Ollama keeps models as blobs/sha256-<hex>: the GGUF magic says what it is (was: read as ONNX, exit 2)."""
+    spec = Decoder()
+    (path,) = spec.write(tmp_path / "llama.gguf")
+    blob = tmp_path / "blobs" / ("sha256-" + "ab" * 32)
+    blob.parent.mkdir()
+    blob.write_bytes(path.read_bytes())
+    assert classify(str(blob)).kind == "gguf"
+    check_decoder(audit(blob), spec)
+
+
+@pytest.mark.parametrize("kind", ["adapter", "vocab"])
+def test_files_that_are_not_a_whole_model_say_so(kind: str, tmp_path: Path) -> None:
+    """convert_lora_to_gguf.py's adapters (general.type = adapter, lora_a / lora_b tensors) and
+    vocab-only files: no blocks, and a warning that says why (was: an empty report, as a model)."""
+    tensors = [T(f"blk.0.attn_{r}.weight.lora_{ab}", (8, 64) if ab == "a" else (64, 8))
+               for r in ("q", "v") for ab in ("a", "b")] if kind == "adapter" else []
+    meta = {"general.type": kind, "adapter.type": "lora", "adapter.lora.alpha": 16.0} if kind == "adapter" \
+        else {"general.type": kind}
+    (path,) = write_gguf(tmp_path / f"{kind}.gguf", "llama", meta, tensors)
+    report = audit(path)
+    assert report.blocks == ()
+    assert any(f"general.type = {kind}" in str(w) for w in report.warnings)
+
+
 def test_heads_unknown_without_metadata(tmp_path: Path) -> None:
     d = 64
     tensors = [T(f"blk.0.attn_{r}.weight", (d, d)) for r in ("q", "k", "v", "output")]

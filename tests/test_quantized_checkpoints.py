@@ -32,6 +32,10 @@ FORMATS: dict[str, tuple[Q.Quantizer, dict[str, Any] | None]] = {
     "ct-w8a8-int8": (Q.ct_int8(), Q.ct_config("int-quantized", 8, None)),
     "fp8-block": (Q.fp8_block(), Q.fp8_block_config()),
     "fp8-channel": (Q.fp8_channel(), Q.ct_config("float-quantized", 8, None, "float")),
+    "mlx-4bit-g64": (Q.mlx(4, 64), Q.mlx_config(4, 64)),
+    "mlx-8bit-g32": (Q.mlx(8, 32), Q.mlx_config(8, 32)),
+    "awq-gemv-4bit": (Q.awq_gemv(4, 64), {**Q.awq_config(4, 64), "version": "gemv"}),
+    "exl2-4bit": (Q.exl2((4,)), Q.exl2_config(4.0)),
 }
 ARCHS = {"llama": Q.LLAMA, "phi3": Q.PHI3, "gpt_neox": Q.NEOX}
 
@@ -53,7 +57,7 @@ def _check(report: Report, arch: Q.Arch, written: Q.Written) -> None:
     with safe_open(str(written.folder / "model.safetensors"), "pt") as fh:
         sizes = {n: fh.get_slice(n).get_shape() for n in fh.keys()}
         dtypes = {n: fh.get_slice(n).get_dtype() for n in fh.keys()}
-    itemsize = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "I64": 8, "U8": 1, "I8": 1, "F8_E4M3": 1}
+    itemsize = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "U32": 4, "I64": 8, "I16": 2, "U8": 1, "I8": 1, "F8_E4M3": 1}
     for b in blocks:
         under = [n for n in sizes if n.startswith(b.name + ".")]
         assert b.weight_bytes == sum(math.prod(sizes[n]) * itemsize[dtypes[n]] for n in under)
@@ -260,3 +264,45 @@ def test_module_with_quantized_linears(kind: str) -> None:
     assert report.model.total_params == params
     total, overhead = _module_bytes(model, aux)
     assert (report.model.weight_bytes, report.model.weight_bytes_overhead) == (total, overhead)
+
+
+def test_mlx_quantization_key_per_module_bits_and_quantized_embedding(tmp_path: Path) -> None:
+    """mlx-lm writes only ``quantization`` (no quant_method): its bits and group size, a module's own
+    entry overriding them (8-bit v_proj), and a quantized embedding (uint32 + scales + biases).
+    Before: the uint32 words were read as the in-features (d_model 32 for 256) and not counted."""
+    a = Q.LLAMA
+    tensors, aux = Q.tensors_of(a, Q.mlx(4, 64))
+    quantization: dict[str, Any] = {"group_size": 64, "bits": 4}
+    for i in range(a.layers):
+        path = f"{a.prefix}.{i}.self_attn.v_proj"
+        old = [tensors.pop(f"{path}.{leaf}") for leaf in ("weight", "scales", "biases")]
+        aux -= sum(t.numel() * t.element_size() for t in old[1:])
+        for leaf, t in Q.mlx(8, 32)(a.hidden, a.kv_heads * a.head_dim).items():
+            tensors[f"{path}.{leaf}"] = t
+            aux += t.numel() * t.element_size() if leaf != "weight" else 0
+        quantization[path] = {"group_size": 32, "bits": 8}
+    embed = tensors.pop("model.embed_tokens.weight")
+    for leaf, t in Q.mlx(4, 64)(a.hidden, a.vocab).items():
+        tensors[f"model.embed_tokens.{leaf}"] = t
+        aux += t.numel() * t.element_size() if leaf != "weight" else 0
+    Q.save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({**a.config(), "quantization": quantization}))
+    report = analyze_checkpoint(tmp_path)
+    assert [(b.num_heads, b.num_kv_heads, b.d_k, b.d_model) for b in report.blocks] == \
+        [(a.heads, a.kv_heads, a.head_dim, a.hidden)] * a.layers
+    assert [b.params.total for b in report.blocks] == a.attention_params()
+    assert report.model.total_params == a.logical_params() - embed.numel() + a.vocab * a.hidden
+    assert report.model.weight_bytes_overhead == aux
+    assert not report.warnings and not [f for f in report.flags if f.code == "MHA007"]
+    v_bits = {e.value for b in report.blocks for e in b.evidence if e.field == "packing" and "v_proj" in e.detail}
+    assert v_bits == {8}
+
+
+def test_exl2_mixed_bits(tmp_path: Path) -> None:
+    """EXL2's rows hold groups at different bits: in-features from q_invperm, the bits an average
+    (before: no block at all, q_weight was not a weight)."""
+    written = Q.write(tmp_path, Q.LLAMA, Q.exl2((4, 6, 3, 4)), Q.exl2_config(4.25))
+    report = analyze_checkpoint(tmp_path)
+    _check(report, Q.LLAMA, written)
+    packing = [e for e in report.blocks[0].evidence if e.field == "packing"]
+    assert packing and all(e.value is None and "on average" in e.detail for e in packing)

@@ -569,6 +569,23 @@ def swa_warnings(metadata: Mapping[str, MetaValue], arch: str) -> list[str]:
     return []
 
 
+# general.type values of GGUF files that are not a whole model (gguf-py's GGUFType; llama.cpp's
+# convert_lora_to_gguf.py writes "adapter", vocab-only conversions "vocab"): what the file holds instead.
+NOT_A_MODEL = {
+    "adapter": "a LoRA adapter: low-rank deltas (lora_a / lora_b) for a base model's layers; the base model's "
+               "attention blocks and KV cache are not in this file",
+    "vocab": "a vocabulary-only file (tokenizer, no weights): no attention blocks, no KV cache",
+}
+
+
+def file_type_warnings(metadata: Mapping[str, MetaValue]) -> list[str]:
+    """What a file that is not a whole model holds (general.type), so an empty report is not read as
+    "a model without attention"."""
+    kind = metadata.get("general.type")
+    said = NOT_A_MODEL.get(kind) if isinstance(kind, str) else None
+    return [f"GGUF general.type = {kind}: {said}"] if said else []
+
+
 def is_parameter(dtype: str) -> bool:
     """Float and block-quantized tensors are parameters; integer tensors are not."""
     found = lookup(dtype)

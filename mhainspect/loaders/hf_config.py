@@ -18,7 +18,8 @@ applied the way the architecture's own modelling code applies it:
 - head size: ``head_dim`` (Llama, Gemma, Qwen3), ``d_kv`` (T5), ``kv_channels`` (ChatGLM,
   Megatron), ``attention_head_size``; value head size ``v_head_dim``;
 - per-layer lists (OpenELM) are indexed by the block's layer number; nested sub-configs
-  (``text_config``, ``vision_config``, ``encoder``/``decoder``, ...) are chosen by the block's name.
+  (``text_config``, ``vision_config``, ``qformer_config``, ``encoder``/``decoder``, ...) are chosen by the block's
+  name (``SUB_CONFIGS``); a block no name places, of a config without top-level heads, is the language model's.
 
 Where the config and the weight shapes disagree the assembler lets the shapes win and records
 the disagreement (``mhainspect.matchers.assembly``).
@@ -44,8 +45,32 @@ KV_HEADS_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads
 HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "qk_head_dim")
 V_HEAD_DIM_KEYS = ("v_head_dim",)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim")
-SUB_CONFIGS = {"vision": ("vision_config",), "text": ("text_config", "llm_config", "language_config"),
-               "audio": ("audio_config",), "encoder": ("encoder",), "decoder": ("decoder",)}
+
+
+@dataclass(frozen=True)
+class SubConfig:
+    """A nested config of a composite model: the keys that hold it, the words in a block's module
+    path that put the block there, and whether it is a tower run once per input (no KV cache)."""
+
+    keys: tuple[str, ...]
+    words: tuple[str, ...]
+    tower: bool
+
+
+# In the order a block's name is matched: the Q-Former (``qformer.encoder.layer``) before the
+# encoder; a name matching none falls to the top level, and when the top level has no heads, to
+# the language model's sub-config: the stack a multimodal folder leaves unnamed (Qwen2-VL's
+# ``model.layers`` beside ``visual.blocks``).
+SUB_CONFIGS: tuple[SubConfig, ...] = (
+    SubConfig(("vision_config",), ("vision", "visual"), True),
+    SubConfig(("qformer_config",), ("qformer",), True),
+    SubConfig(("text_config", "llm_config", "language_config"), ("text", "language_model", "llm"), False),
+    SubConfig(("audio_config",), ("audio",), True),
+    SubConfig(("encoder",), ("encoder",), True),
+    SubConfig(("decoder",), ("decoder",), False),
+)
+# Prefixes (as sub_config returns them) of the sub-configs of towers that run once per input.
+TOWER_PREFIXES = frozenset(f"{k}." for s in SUB_CONFIGS if s.tower for k in s.keys)
 # model_type values of decoder-only language models (transformers' causal LM families): a config
 # of one of these decodes autoregressively whatever class saved it (MistralModel, LlamaModel, ...).
 DECODER_ONLY_MODEL_TYPES = frozenset((
@@ -172,15 +197,15 @@ def _has_heads(cfg: Mapping[str, Any]) -> bool:
 def sub_config(cfg: Mapping[str, Any], block_name: str) -> tuple[str, Mapping[str, Any]]:
     """The nested config that describes the block (by words in its name), or the top level."""
     low = block_name.lower()
-    for word, keys in SUB_CONFIGS.items():
-        if word in low or (word == "text" and any(w in low for w in ("language_model", "text_model", "llm"))):
-            for k in keys:
+    for s in SUB_CONFIGS:
+        if any(w in low for w in s.words):
+            for k in s.keys:
                 sub = cfg.get(k)
                 if isinstance(sub, Mapping) and _has_heads(sub):
                     return f"{k}.", sub
     if not _has_heads(cfg):
-        for keys in SUB_CONFIGS.values():
-            for k in keys:
+        for s in sorted(SUB_CONFIGS, key=lambda s: s.tower):  # the language model first
+            for k in s.keys:
                 sub = cfg.get(k)
                 if isinstance(sub, Mapping) and _has_heads(sub):
                     return f"{k}.", sub

@@ -14,11 +14,18 @@ shapes) and by the config's ``quantization_config.quant_method``:
 - bitsandbytes 4-bit: ``weight`` [out·in/2, 1] flattened, the logical shape in the JSON quant
   state ``weight.quant_state.bitsandbytes__nf4`` (stored as uint8 bytes), ``weight.absmax``, ...;
 - one stored value per weight with scales beside it: bitsandbytes LLM.int8 (int8 + ``SCB``),
-  compressed-tensors int8 / fp8 (``weight_scale``), block fp8 (``weight_scale_inv``).
+  compressed-tensors int8 / fp8 (``weight_scale``), block fp8 (``weight_scale_inv``);
+- MLX (mlx-lm): ``weight`` uint32 [out, in·bits/32], ``scales`` / ``biases`` [out, in/group_size],
+  bits and group size in the config's ``quantization`` (per-module entries override them);
+- AWQ GEMV (AutoAWQ ``version: gemv``): ``qweight`` int32 [out, in·bits/32], packed along
+  in-features, ``scales`` / ``qzeros`` one row per output;
+- EXL2 (ExLlamaV2): ``q_weight`` int32 [in·bits/32, out] with bits mixed per group of rows,
+  ``q_invperm`` / ``q_perm`` [in], ``q_scale``, ``q_scale_max``, ``q_groups``.
 
 A packed weight's logical shape comes from its stored shape and the bits, the bits from the
-shapes where they tell (``g_idx`` gives GPTQ's in-features, ``scales`` AWQ's out-features,
-``qzeros`` both, ``weight_shape`` and the quant state the whole shape), else from the config.
+shapes where they tell (``g_idx`` gives GPTQ's in-features, ``q_invperm`` EXL2's, ``scales`` AWQ's
+out-features and, times the group size, MLX's in-features, ``qzeros`` both, ``weight_shape`` and
+the quant state the whole shape), else from the config.
 Where the config and the shapes disagree (the quant method, the bits), the shapes win and the
 disagreement is recorded on the weight (``Quantized.conflict``). Pure: metadata and a few small
 integer tensors' values in (``VALUE_LEAVES``), WeightMetas out.
@@ -59,6 +66,9 @@ class Layout:
     pack: Pack
     aux: tuple[str, ...]  # siblings that are quantization data (a trailing "." : every leaf under it)
     what: str  # how the values sit, for the provenance text
+    in_features: tuple[str, ...] = ()  # 1-D siblings as long as the in-features (GPTQ g_idx, EXL2 q_invperm)
+    group_scales: str = ""  # sibling [out, in/group_size]: its columns times the group size are the in-features
+    mixed_bits: bool = False  # the bits vary by group of rows (EXL2): an average, not one width
 
 
 _FP8 = frozenset({"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz"})
@@ -69,9 +79,16 @@ _BNB4_AUX = ("weight.absmax", "weight.quant_map", "weight.nested_absmax", "weigh
 
 LAYOUTS: tuple[Layout, ...] = (
     Layout("gptq", frozenset({"gptq"}), "qweight", frozenset({"int32"}), ("g_idx", "scales", "qzeros"),
-           Pack.IN_ROWS, ("qzeros", "scales", "g_idx"), "packed along in-features"),
+           Pack.IN_ROWS, ("qzeros", "scales", "g_idx"), "packed along in-features", in_features=("g_idx",)),
     Layout("awq", frozenset({"awq"}), "qweight", frozenset({"int32"}), ("scales", "qzeros"),
            Pack.OUT_COLS, ("qzeros", "scales"), "packed along out-features"),
+    Layout("awq-gemv", frozenset({"awq"}), "qweight", frozenset({"int32"}), ("scales", "qzeros"),
+           Pack.IN_COLS, ("qzeros", "scales"), "packed along in-features, rows of the Linear"),
+    Layout("exl2", frozenset({"exl2"}), "q_weight", frozenset({"int32"}), ("q_invperm", "q_perm", "q_scale"),
+           Pack.IN_ROWS, ("q_invperm", "q_perm", "q_scale", "q_scale_max", "q_groups", "q_group_map"),
+           "packed along in-features, bits mixed per group", in_features=("q_invperm", "q_perm"), mixed_bits=True),
+    Layout("mlx", frozenset({"mlx"}), "weight", frozenset({"uint32"}), ("scales",), Pack.IN_COLS,
+           ("scales", "biases"), "packed along in-features, rows of the Linear", group_scales="scales"),
     Layout("compressed-tensors", frozenset({"compressed-tensors"}), "weight_packed", frozenset({"int32", "uint8"}),
            ("weight_shape", "weight_scale"), Pack.IN_COLS, _CT_AUX, "packed along in-features, rows of the Linear"),
     Layout("bitsandbytes-4bit", frozenset({"bitsandbytes"}), "weight", None,
@@ -94,11 +111,39 @@ def wants_values(name: str) -> bool:
     return name.endswith(VALUE_LEAVES)
 
 
-def _config_facts(config: Mapping[str, Any] | None) -> tuple[str, int | None]:
-    """(quant_method, bits) as the config's quantization_config states them ("", None: it does not)."""
+@dataclass(frozen=True)
+class _ConfigFacts:
+    """What the config states about the quantization: the method, the bits and group size, and
+    per-module entries that override them (MLX's ``quantization["model.layers.0.mlp.down_proj"]``)."""
+
+    method: str = ""
+    bits: int | None = None
+    group_size: int | None = None
+    per_module: Mapping[str, Mapping[str, Any]] | None = None
+
+    def _entry(self, module: str) -> Mapping[str, Any] | None:
+        return self.per_module.get(module) if self.per_module is not None else None
+
+    def bits_for(self, module: str) -> int | None:
+        entry = self._entry(module)
+        return _positive(entry.get("bits")) if entry is not None else self.bits
+
+    def group_for(self, module: str) -> int | None:
+        entry = self._entry(module)
+        return _positive(entry.get("group_size")) if entry is not None else self.group_size
+
+
+def _positive(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def _config_facts(config: Mapping[str, Any] | None) -> _ConfigFacts:
+    """What the config's ``quantization_config`` (else MLX's ``quantization``) states; empty when nothing."""
     qc = config.get("quantization_config") if config is not None else None
+    if not isinstance(qc, Mapping) and config is not None:
+        qc = config.get("quantization")
     if not isinstance(qc, Mapping):
-        return "", None
+        return _ConfigFacts()
     method = str(qc.get("quant_method", "")).lower()
     bits = qc.get("bits", qc.get("w_bit"))
     if bits is None and isinstance(groups := qc.get("config_groups"), Mapping):
@@ -107,7 +152,9 @@ def _config_facts(config: Mapping[str, Any] | None) -> tuple[str, int | None]:
         bits = found.pop() if len(found) == 1 else None
     if bits is None and method == "bitsandbytes":
         bits = 4 if qc.get("load_in_4bit") else 8 if qc.get("load_in_8bit") else None
-    return method, bits if isinstance(bits, int) and not isinstance(bits, bool) and bits > 0 else None
+    group = qc.get("group_size", qc.get("q_group_size"))
+    per_module = {k: v for k, v in qc.items() if isinstance(v, Mapping) and "." in k and "bits" in v}
+    return _ConfigFacts(method, _positive(bits), _positive(group), per_module or None)
 
 
 def _word_bits(dtype: str) -> int | None:
@@ -120,7 +167,7 @@ def _word_bits(dtype: str) -> int | None:
 @dataclass(frozen=True)
 class _Decoded:
     out_in: tuple[int, int] | tuple[int]  # logical [out, in] (bitsandbytes without its state: [n])
-    bits: int
+    bits: int | None  # None: mixed per group (EXL2)
     said: str  # what gave the bits / shape
 
 
@@ -145,9 +192,10 @@ def _quant_state_shape(values: Mapping[str, tuple[int, ...]], module: str) -> tu
 
 
 def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str, WeightMeta],
-            values: Mapping[str, tuple[int, ...]], config_bits: int | None) -> _Decoded | None:
+            values: Mapping[str, tuple[int, ...]], facts: _ConfigFacts) -> _Decoded | None:
     """The logical shape and bits of ``meta`` stored as ``layout``; None when the shapes do not fit it."""
     s = meta.shape
+    config_bits = facts.bits_for(module)
     word = _word_bits(meta.dtype)
     if word is None:
         return None
@@ -174,13 +222,21 @@ def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str,
         return _Decoded((s[0] * word // 4,), 4, "4 bits per value (no readable quant state)")
     if len(s) != 2:
         return None
-    scales, g_idx, qzeros = sib("scales"), sib("g_idx"), sib("qzeros")
+    scales, qzeros = sib("scales"), sib("qzeros")
     if layout.pack is Pack.IN_ROWS:
         out = s[1]
         if scales is not None and scales[-1] != out:
             return None  # GPTQ's scales are as wide as its qweight
-        if g_idx is not None and len(g_idx) == 1 and (bits := per_word(s[0], g_idx[0])) is not None:
-            return _Decoded((out, g_idx[0]), bits, f"in-features from g_idx {list(g_idx)}")
+        for leaf in layout.in_features:
+            n = sib(leaf)
+            if n is None or len(n) != 1 or n[0] <= 0:
+                continue
+            said = f"in-features from {leaf} {list(n)}"
+            if (bits := per_word(s[0], n[0])) is not None:
+                return _Decoded((out, n[0]), bits, said)
+            if layout.mixed_bits and 0 < s[0] * word < n[0] * word:
+                return _Decoded((out, n[0]), None, f"{said}, {s[0] * word / n[0]:.3g} bits per value on average")
+            return None
         if qzeros is not None and len(qzeros) == 2 and (bits := per_word(qzeros[1], out)) is not None:
             return _Decoded((out, s[0] * word // bits), bits, f"bits from qzeros {list(qzeros)}")
         if config_bits is not None and s[0] * word % config_bits == 0:
@@ -192,12 +248,19 @@ def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str,
                 return _Decoded((s[1] * word // config_bits, s[0]), config_bits, "bits from the config")
             return None
         return _Decoded((scales[1], s[0]), bits, f"out-features from scales {list(scales)}")
-    # IN_COLS: the stored logical shape wins; else the config's bits.
+    # IN_COLS: the stored logical shape wins; else the group scales; else the config's bits.
+    if scales is not None and scales[0] != s[0]:
+        return None  # scales beside rows of the Linear have one row per output
     shape = _shape_of(values, f"{module}.weight_shape")
     if shape is not None and shape[0] == s[0] and (bits := per_word(s[1], shape[1])) is not None:
         return _Decoded(shape, bits, f"weight_shape {list(shape)}")
     if shape is not None and shape[0] == s[0] and config_bits and s[1] * word >= shape[1] * config_bits:
         return _Decoded(shape, config_bits, f"weight_shape {list(shape)} (rows padded to whole words)")
+    group, groups = facts.group_for(module), sib(layout.group_scales) if layout.group_scales else None
+    if group is not None and groups is not None and len(groups) == 2 \
+            and (bits := per_word(s[1], groups[1] * group)) is not None:
+        return _Decoded((s[0], groups[1] * group), bits,
+                        f"in-features from {layout.group_scales} {list(groups)} x group_size {group}")
     if config_bits is not None and s[1] * word % config_bits == 0:
         return _Decoded((s[0], s[1] * word // config_bits), config_bits, "bits from the config")
     return None
@@ -238,11 +301,12 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
     found = [(name, meta, cands) for name, meta in weights.items() if (cands := _candidates(name, meta, weights))]
     if not found:
         return out
-    method, config_bits = _config_facts(config)
+    facts = _config_facts(config)
+    method = facts.method
     names = sorted(weights)
     for name, meta, cands in found:
         decoded = [(layout, module, d) for layout, module in cands
-                   if (d := _decode(layout, meta, module, weights, values, config_bits)) is not None]
+                   if (d := _decode(layout, meta, module, weights, values, facts)) is not None]
         if not decoded:
             continue
         # The shapes decide; among the layouts they allow, the config's quant_method.
@@ -252,10 +316,12 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
         if method and method not in layout.quant_methods:
             conflicts.append(f"quantization_config quant_method={method}, but the shapes of {name} fit "
                              f"{layout.method} ({layout.what}): the shapes are used")
-        if config_bits is not None and d.bits != config_bits and layout.pack is not Pack.NONE:
+        config_bits = facts.bits_for(module)
+        if config_bits is not None and d.bits is not None and d.bits != config_bits and layout.pack is not Pack.NONE:
             conflicts.append(f"quantization_config bits={config_bits}, but {name} {meta.dtype} {list(meta.shape)} "
                              f"holds {d.bits}-bit values ({d.said}): the shapes are used")
-        provenance = (f"{layout.method}: {name} {meta.dtype} {list(meta.shape)} {layout.what}, {d.bits}-bit -> "
+        width = f"{d.bits}-bit" if d.bits is not None else "mixed bits"
+        provenance = (f"{layout.method}: {name} {meta.dtype} {list(meta.shape)} {layout.what}, {width} -> "
                       f"{list(d.out_in)} ({d.said}"
                       + (f"; quantization_config quant_method={method}" if method else "") + ")")
         out[name] = replace(meta, shape=tuple(d.out_in), layout="out_in" if len(d.out_in) == 2 else "",
@@ -290,7 +356,10 @@ def kv_cache_dtype(config: Mapping[str, Any] | None) -> tuple[str, str] | None:
     return dtype, f"quantization_config.kv_cache_scheme: {bits}-bit {kind}"
 
 
-_PACKED_LEAVES = frozenset(layout.leaf for layout in LAYOUTS if layout.pack not in (Pack.NONE, Pack.FLAT))
+# Leaves only packed weights use (``weight`` also names every float weight: a packed one is told by
+# its dtype and siblings, ``_candidates``).
+_PACKED_LEAVES = frozenset(layout.leaf for layout in LAYOUTS
+                           if layout.pack not in (Pack.NONE, Pack.FLAT) and layout.leaf != "weight")
 
 
 def quantization_notes(weights: Mapping[str, WeightMeta]) -> tuple[str, ...]:
@@ -301,7 +370,8 @@ def quantization_notes(weights: Mapping[str, WeightMeta]) -> tuple[str, ...]:
     if conflicts:
         notes.append(f"quantization_config disagrees with the weight shapes ({len(conflicts)} weights; the shapes are "
                      f"used): {conflicts[0]}")
-    unread = [m for n, m in weights.items() if m.quant is None and n.rpartition(".")[2] in _PACKED_LEAVES]
+    unread = [m for n, m in weights.items() if m.quant is None
+              and (n.rpartition(".")[2] in _PACKED_LEAVES or any(lay.pack is not Pack.NONE for lay, _ in _candidates(n, m, weights)))]
     if unread:
         first = unread[0]
         notes.append(f"{len(unread)} packed quantized weights in a layout not known to mhainspect (first: {first.name} "
