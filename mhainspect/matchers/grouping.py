@@ -28,6 +28,10 @@ O_NAMES = frozenset({"o_proj", "out_proj", "o", "wo", "out_lin", "dense", "c_pro
                      "output_proj", "o_linear", "out_linear", "w_o", "attention_output", "output_dense"})
 PACKED_NAMES = frozenset({"c_attn", "qkv_proj", "qkv", "query_key_value", "wqkv", "in_proj", "qkv_linear",
                           "w_pack", "qkv_layer"})
+# Packed names that say "input projection", not "Q, K and V": state-space mixers (Mamba, Jamba,
+# Zamba, Bamba) hold an ``in_proj`` and an ``out_proj`` too. Such a weight is a packed Q/K/V only
+# under a module named as attention (DeBERTa's ``attention.self.in_proj``).
+GENERIC_PACKED_NAMES = frozenset({"in_proj"})
 # Conv1D-style names (GPT-2 family): weights stored [in, out].
 CONV1D_NAMES = frozenset({"c_attn", "c_proj", "c_fc"})
 # Parameters of nn.MultiheadAttention stored directly on the module.
@@ -153,7 +157,8 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
             roles.extend(RoleWeights(r, owner, params[(r, "weight")], bias, (1, 3)) for r in ("q", "k", "v"))
         elif all(r in kids for r in ("q", "k", "v")):
             roles.extend(rw(r, kids[r]) for r in ("q", "k", "v"))
-        elif "qkv" in kids:
+        elif "qkv" in kids and (_attention_named(owner)
+                                or kids["qkv"].rsplit(".", 1)[-1].lower() not in GENERIC_PACKED_NAMES):
             roles.append(rw("qkv", kids["qkv"]))
         elif "q" in kids and "qkv" not in kids and any(r in kids for r in ("k", "v")):
             roles.extend(rw(r, kids[r]) for r in ("q", "k", "v") if r in kids)
@@ -187,13 +192,18 @@ def ungrouped_attention(weights: Mapping[str, WeightMeta], blocks: Iterable[Grou
     covered = [p for b in blocks for p in (b.name, b.owner)]
     out: list[tuple[str, tuple[str, ...]]] = []
     for path in sorted(children, key=natural_key):
-        last = path.rsplit(".", 1)[-1].lower()
-        if ("attn" not in last and "attention" not in last) or len(children[path]) < 2:
+        if not _attention_named(path, last_only=True) or len(children[path]) < 2:
             continue
         if any(c == path or c.startswith(path + ".") or path.startswith(c + ".") for c in covered):
             continue
         out.append((path, tuple(sorted(children[path]))))
     return tuple(out)
+
+
+def _attention_named(path: str, *, last_only: bool = False) -> bool:
+    """True when a component of the module path (``last_only``: its last) names attention."""
+    parts = path.lower().split(".")
+    return any("attn" in p or "attention" in p for p in (parts[-1:] if last_only else parts))
 
 
 def _bias_free(roles: Iterable[RoleWeights], role: str) -> bool:
