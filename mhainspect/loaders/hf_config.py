@@ -7,7 +7,9 @@ applied the way the architecture's own modelling code applies it:
   ``num_heads`` (T5), ``n_heads`` (MPT), ``encoder_attention_heads`` / ``decoder_attention_heads``
   (BART family), ``num_query_heads`` (OpenELM, one per layer), ``attention_heads`` (XGLM,
   Kosmos-2, Mllama vision), ``num_encoder_attention_heads`` (ProphetNet) and the other names
-  transformers' ``attribute_map`` gives ``num_attention_heads``;
+  transformers' ``attribute_map`` gives ``num_attention_heads``; then the rules of ``HEAD_RULES``
+  (ConvBERT's ``head_ratio``: that share of the heads is a convolution, the attention keeps
+  ``num_attention_heads // head_ratio``, at least one);
 - key/value heads, first rule that applies:
   ChatGLM ``multi_query_attention`` -> ``multi_query_group_num``; Falcon / RW / GPTBigCode
   ``multi_query: true`` -> 1 unless ``new_decoder_architecture`` (then ``num_kv_heads`` /
@@ -161,6 +163,27 @@ KV_RULES: tuple[tuple[str, KvRule], ...] = (
 )
 
 
+# ----------------------------------------------------------------------------- query heads
+# Each rule: (what it follows, function(config, heads the keys name) -> Found | None): the heads
+# the attention computes with when the config keeps the named count for something wider. The
+# first rule that returns a value decides.
+
+HeadRule = Callable[[Mapping[str, Any], Found], "Found | None"]
+
+
+def _convbert_head_ratio(cfg: Mapping[str, Any], heads: Found) -> Found | None:
+    ratio = _positive(cfg.get("head_ratio"))
+    if ratio is None or ratio == 1:
+        return None
+    kept = max(1, heads.value // ratio)
+    return Found(kept, f"{heads.said} // head_ratio={ratio} -> {kept}")
+
+
+HEAD_RULES: tuple[tuple[str, HeadRule], ...] = (
+    ("ConvBERT: head_ratio of the heads are convolution heads (ConvBertSelfAttention)", _convbert_head_ratio),
+)
+
+
 # ----------------------------------------------------------------------------- lookup
 
 
@@ -200,6 +223,8 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
     layer = layer_number(block_name)
     decoder = any(w in block_name.lower() for w in _DECODER_WORDS)
     heads = (_first(c, DECODER_HEADS_KEYS, layer) if decoder else None) or _first(c, HEADS_KEYS, layer)
+    if heads is not None:
+        heads = next((found for _, rule in HEAD_RULES if (found := rule(c, heads)) is not None), heads)
     h = heads.value if heads is not None else None
     kv = next((found for _, rule in KV_RULES if (found := rule(c, h, layer)) is not None), None)
     hd = _first(c, HEAD_DIM_KEYS, layer)
