@@ -9,6 +9,7 @@ them from module attributes or a config (see ``mhainspect.matchers.static``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -176,7 +177,25 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         cross = any(s in low for s in ("crossattention", "encdecattention", "encoder_attn", "cross_attn"))
         own_biases = tuple(rb for rb in role_biases.get(owner, []) if _bias_free(roles, rb[0]))
         blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross, own_biases))
-    return tuple(blocks)
+    return _with_enclosing_extras(blocks, extras)
+
+
+def _with_enclosing_extras(blocks: list[GroupedBlock], extras: Mapping[str, list[WeightMeta]]
+                           ) -> tuple[GroupedBlock, ...]:
+    """A score bias table held above the attention module (transformers' BEiT/Data2Vec-vision keep
+    ``layers.N.relative_position_bias`` on the layer and pass its bias to ``layers.N.attention``) is
+    the extra of the one block under that module; a table above several blocks (shared by the
+    layers) is no single block's."""
+    attached = {p for b in blocks for p in (b.owner, b.name)}
+    out = list(blocks)
+    for scope in sorted(extras, key=natural_key):
+        if scope in attached:
+            continue
+        under = [i for i, b in enumerate(out) if scope == "" or b.owner.startswith(scope + ".")]
+        if len(under) == 1:
+            b = out[under[0]]
+            out[under[0]] = dataclasses.replace(b, extras=b.extras + tuple(extras[scope]))
+    return tuple(out)
 
 
 def ungrouped_attention(weights: Mapping[str, WeightMeta], blocks: Iterable[GroupedBlock]
