@@ -302,3 +302,50 @@ def test_convbert_head_ratio(tmp_path: Path) -> None:
                 s.num_attention_heads, s.num_attention_heads, s.attention_head_size, s.attention_head_size) == (2, 2, 8, 8)
             assert b["conflicts"] == []
     assert offers_from_config({"num_attention_heads": 1, "head_ratio": 2}, "encoder.layer.0.attention").num_heads == 1
+
+
+@pytest.mark.parametrize("front", ["module", "folder"])
+def test_beit_layer_held_relative_position_table_is_the_blocks_extra(front: str, tmp_path: Path) -> None:
+    """transformers 5's BEiT keeps ``layers.N.relative_position_bias`` on the layer, beside
+    ``layers.N.attention``: the module said extra 0 where its folder (legacy keys, the table under
+    the attention module) said 208."""
+    config = transformers.BeitConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
+                                     image_size=32, patch_size=8, use_relative_position_bias=True)
+    torch.manual_seed(0)
+    model = transformers.BeitModel(config).eval()
+    if front == "folder":
+        model.save_pretrained(tmp_path)
+    d = mhainspect.inspect(model if front == "module" else str(tmp_path)).to_dict()
+    assert len(d["blocks"]) == 2
+    for b, layer in zip(d["blocks"], model.layers):
+        table = layer.relative_position_bias.relative_position_bias_table
+        assert b["params"]["extra"] == table.numel() == 52 * 4
+        assert b["params"]["total"] == sum(p.numel() for p in layer.attention.parameters())
+
+
+def test_a_table_above_several_blocks_is_no_single_blocks_extra() -> None:
+    def meta(name: str, *shape: int) -> WeightMeta:
+        return WeightMeta(name, shape, "float32", name)
+
+    weights = {m.name: m for m in (
+        meta("encoder.relative_position_bias.relative_position_bias_table", 52, 4),
+        *(meta(f"encoder.layers.{i}.attention.{r}.weight", 32, 32) for i in (0, 1) for r in ("q_proj", "k_proj",
+                                                                                              "v_proj", "o_proj")))}
+    assert [g.extras for g in group_attention(weights)] == [(), ()]
+
+
+@pytest.mark.parametrize("front", ["module", "folder"])
+def test_funnel_q_head_k_head_v_head_post_proj(front: str, tmp_path: Path) -> None:
+    """Funnel names its projections q_head/k_head/v_head/post_proj and its head size d_head: a folder
+    had no block (four near misses), the module found them only by tracing."""
+    model = _model("FunnelConfig", "FunnelModel", d_model=32, n_head=4, d_head=8, block_sizes=[1, 1], d_inner=64)
+    if front == "folder":
+        model.save_pretrained(tmp_path)
+    d = mhainspect.inspect(model, trace=False) if front == "module" else mhainspect.inspect(str(tmp_path))
+    attns = [m for m in model.modules() if type(m).__name__ == "FunnelRelMultiheadAttention"]
+    assert len(d.blocks) == len(attns) == 4 and not d.misses
+    for b in d.blocks:
+        a = model.get_submodule(b.name)
+        assert (b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model) == (4, 4, 8, 8, 32)
+        assert b.params.total == sum(p.numel() for m in (a.q_head, a.k_head, a.v_head, a.post_proj)
+                                     for p in m.parameters())

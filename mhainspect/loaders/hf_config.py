@@ -18,7 +18,7 @@ applied the way the architecture's own modelling code applies it:
   DeciLM ``block_configs[i].attention.n_heads_in_group`` -> heads / group; then the explicit
   keys ``num_key_value_heads``, ``num_kv_heads``, ``n_head_kv``, ``n_kv_heads``, ...;
 - head size: ``head_dim`` (Llama, Gemma, Qwen3), ``d_kv`` (T5), ``kv_channels`` (ChatGLM,
-  Megatron), ``attention_head_size``; value head size ``v_head_dim``;
+  Megatron), ``attention_head_size``, ``d_head`` (Funnel, Transformer-XL); value head size ``v_head_dim``;
 - per-layer lists (OpenELM) are indexed by the block's layer number; nested sub-configs
   (``text_config``, ``vision_config``, ``encoder``/``decoder``, ...) are chosen by the block's name.
 
@@ -43,7 +43,7 @@ DECODER_HEADS_KEYS = ("decoder_attention_heads", "num_decoder_attention_heads", 
                       "decoder_num_attention_heads")
 KV_HEADS_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "kv_heads", "num_kv",
                  "kv_n_heads", "num_attention_groups")
-HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "qk_head_dim")
+HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "qk_head_dim", "d_head")
 V_HEAD_DIM_KEYS = ("v_head_dim",)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim")
 SUB_CONFIGS = {"vision": ("vision_config",), "text": ("text_config", "llm_config", "language_config"),

@@ -20,13 +20,14 @@ from mhainspect.static_ir import QuantRole, WeightMeta
 
 # Role names of a projection module (the last component of its path), lower-cased.
 Q_NAMES = frozenset({"q_proj", "query", "q", "wq", "q_lin", "to_q", "query_proj", "q_linear", "linear_q", "w_q",
-                     "q_layer", "queries"})
+                     "q_layer", "queries", "q_head"})
 K_NAMES = frozenset({"k_proj", "key", "k", "wk", "k_lin", "to_k", "key_proj", "k_linear", "linear_k", "w_k",
-                     "k_layer", "keys"})
+                     "k_layer", "keys", "k_head"})
 V_NAMES = frozenset({"v_proj", "value", "v", "wv", "v_lin", "to_v", "value_proj", "v_linear", "linear_v", "w_v",
-                     "v_layer", "values"})
+                     "v_layer", "values", "v_head"})
 O_NAMES = frozenset({"o_proj", "out_proj", "o", "wo", "out_lin", "dense", "c_proj", "proj", "out", "linear_out",
-                     "output_proj", "o_linear", "out_linear", "w_o", "attention_output", "output_dense"})
+                     "output_proj", "o_linear", "out_linear", "w_o", "attention_output", "output_dense",
+                     "post_proj"})
 PACKED_NAMES = frozenset({"c_attn", "qkv_proj", "qkv", "query_key_value", "wqkv", "in_proj", "qkv_linear",
                           "w_pack", "qkv_layer"})
 # Packed names that say "input projection", not "Q, K and V": state-space mixers (Mamba, Jamba,
