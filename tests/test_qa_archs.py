@@ -349,3 +349,22 @@ def test_funnel_q_head_k_head_v_head_post_proj(front: str, tmp_path: Path) -> No
         assert (b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model) == (4, 4, 8, 8, 32)
         assert b.params.total == sum(p.numel() for m in (a.q_head, a.k_head, a.v_head, a.post_proj)
                                      for p in m.parameters())
+
+
+@pytest.mark.parametrize(("cfg_cls", "model_cls", "cfg"), [
+    ("GraniteConfig", "GraniteModel", dict(attention_multiplier=0.5)),
+    ("Gemma3TextConfig", "Gemma3TextModel", dict(head_dim=16, query_pre_attn_scalar=64, sliding_window=4)),
+])
+def test_folder_reads_the_score_scale_from_its_config(cfg_cls: str, model_cls: str, cfg: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    """Granite's attention_multiplier and Gemma's query_pre_attn_scalar set the scale: the module
+    (its ``scaling`` attribute) and the ONNX export flagged MHA003, the folder said nothing."""
+    model = _model(cfg_cls, model_cls, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                   num_hidden_layers=2, intermediate_size=64, **cfg)
+    model.save_pretrained(tmp_path)
+    folder = mhainspect.inspect(str(tmp_path))
+    module = mhainspect.inspect(model)
+    for f, m, layer in zip(folder.blocks, module.blocks, model.layers):
+        assert f.scale_known and f.scale == pytest.approx(layer.self_attn.scaling) == pytest.approx(m.scale)
+    assert sorted(f.code for f in folder.flags) == sorted(f.code for f in module.flags)
+    assert sum(f.code == "MHA003" for f in folder.flags) == 2

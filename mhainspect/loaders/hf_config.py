@@ -19,6 +19,8 @@ applied the way the architecture's own modelling code applies it:
   keys ``num_key_value_heads``, ``num_kv_heads``, ``n_head_kv``, ``n_kv_heads``, ...;
 - head size: ``head_dim`` (Llama, Gemma, Qwen3), ``d_kv`` (T5), ``kv_channels`` (ChatGLM,
   Megatron), ``attention_head_size``, ``d_head`` (Funnel, Transformer-XL); value head size ``v_head_dim``;
+- score scale, first rule of ``SCALE_RULES`` that applies: Granite ``attention_multiplier`` (the
+  factor itself), Gemma 2/3 ``query_pre_attn_scalar`` (scores scaled by its inverse square root);
 - per-layer lists (OpenELM) are indexed by the block's layer number; nested sub-configs
   (``text_config``, ``vision_config``, ``encoder``/``decoder``, ...) are chosen by the block's name.
 
@@ -184,6 +186,32 @@ HEAD_RULES: tuple[tuple[str, HeadRule], ...] = (
 )
 
 
+# ----------------------------------------------------------------------------- score scale
+# Each rule: (what it follows, function(config) -> (scale, what the config says) | None).
+
+ScaleRule = Callable[[Mapping[str, Any]], "tuple[float, str] | None"]
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def _attention_multiplier(cfg: Mapping[str, Any]) -> tuple[float, str] | None:
+    m = _number(cfg.get("attention_multiplier"))
+    return (m, f"attention_multiplier={m:g}") if m is not None else None
+
+
+def _query_pre_attn_scalar(cfg: Mapping[str, Any]) -> tuple[float, str] | None:
+    q = _number(cfg.get("query_pre_attn_scalar"))
+    return (q ** -0.5, f"query_pre_attn_scalar={q:g} -> scale {q ** -0.5:.6g}") if q is not None else None
+
+
+SCALE_RULES: tuple[tuple[str, ScaleRule], ...] = (
+    ("Granite: attention_multiplier is the score scale (GraniteAttention.scaling)", _attention_multiplier),
+    ("Gemma 2/3: scores scaled by query_pre_attn_scalar ** -0.5", _query_pre_attn_scalar),
+)
+
+
 # ----------------------------------------------------------------------------- lookup
 
 
@@ -229,7 +257,10 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
     kv = next((found for _, rule in KV_RULES if (found := rule(c, h, layer)) is not None), None)
     hd = _first(c, HEAD_DIM_KEYS, layer)
     vhd = _first(c, V_HEAD_DIM_KEYS, layer)
+    scale = next((said for _, rule in SCALE_RULES if (said := rule(c)) is not None), None)
     parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd) if f is not None]
+    if scale is not None:
+        parts.append(f"{prefix}{scale[1]}")
     return HeadOffers(
         num_heads=h,
         num_kv_heads=kv.value if kv else None,
@@ -237,6 +268,7 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
         v_head_dim=vhd.value if vhd else None,
         source=source,
         detail=f"{label} " + ", ".join(parts) if parts else label,
+        scale=scale[0] if scale is not None else None,
     )
 
 
