@@ -82,6 +82,7 @@ class HeadOffers:
     v_head_dim: int | None = None
     source: str = EvidenceSource.CONFIG  # an EvidenceSource (module, config, gguf, head_shape); checked
     detail: str = ""
+    scale: float | None = None  # the factor the scores are multiplied by, when it says
 
     def __post_init__(self) -> None:
         if type(self.source) is not EvidenceSource:

@@ -237,3 +237,134 @@ def test_a_classifier_over_a_learned_table_stays_a_near_miss(tmp_path: Path) -> 
     torch.onnx.export(model, (torch.randn(2, d),), str(path), opset_version=17, dynamo=False)
     report = mhainspect.inspect(str(path))
     assert not report.blocks and len(report.misses) == 1
+
+
+# ---------------------------------------------------------------------------------- second sweep
+# (Mistral ... Mamba: module, save_pretrained folder, TorchScript and dynamo exports.)
+
+
+def _jamba() -> Any:
+    # Layer 0 a Mamba mixer (in_proj, out_proj), layer 1 attention (GQA 4/2).
+    return _model("JambaConfig", "JambaModel", hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                  num_hidden_layers=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, num_experts=2,
+                  mamba_d_state=4, mamba_expand=2, intermediate_size=64, use_mamba_kernels=False)
+
+
+@pytest.mark.parametrize("front", ["module", "folder"])
+def test_state_space_in_proj_and_out_proj_are_no_attention(front: str, tmp_path: Path) -> None:
+    """A Mamba mixer's ``in_proj``/``out_proj`` were read as a packed Q/K/V and its O: Jamba's layer 0
+    was a confident 4-head GQA block (d_k 16, 6,144 params) beside the real attention of layer 1."""
+    model = _jamba()
+    if front == "folder":
+        model.save_pretrained(tmp_path)
+    d = (mhainspect.inspect(model) if front == "module" else mhainspect.inspect(str(tmp_path))).to_dict()
+    (b,) = d["blocks"]
+    attn = model.layers[1].self_attn
+    assert b["name"] == "layers.1.self_attn"
+    assert (b["num_heads"], b["num_kv_heads"], b["d_k"]) == (4, 2, 8)
+    assert b["params"]["total"] == sum(p.numel() for p in attn.parameters())
+    assert d["misses"] == []
+
+
+def test_mamba_has_no_attention(tmp_path: Path) -> None:
+    model = _model("MambaConfig", "MambaModel", hidden_size=32, state_size=4, num_hidden_layers=2, expand=2)
+    model.save_pretrained(tmp_path)
+    for d in (mhainspect.inspect(str(tmp_path)).to_dict(), mhainspect.inspect(model, trace=False).to_dict()):
+        assert d["blocks"] == [] and d["misses"] == []
+        assert not any(f["code"] == "MHA004" for f in d["flags"])
+
+
+def test_in_proj_under_an_attention_module_is_still_packed_qkv() -> None:
+    """The rule is the owner's name, not the word: DeBERTa's ``attention.self.in_proj`` stays Q/K/V."""
+    def meta(name: str, *shape: int) -> WeightMeta:
+        return WeightMeta(name, shape, "float32", name)
+
+    weights = {m.name: m for m in (meta("layer.0.attention.self.in_proj.weight", 96, 32),
+                                   meta("layer.0.attention.output.dense.weight", 32, 32),
+                                   meta("layer.0.mixer.in_proj.weight", 128, 32),
+                                   meta("layer.0.mixer.out_proj.weight", 32, 64))}
+    (group,) = group_attention(weights)
+    assert group.owner == "layer.0.attention.self"
+    assert [r.role for r in group.roles] == ["qkv", "o"]
+
+
+def test_convbert_head_ratio(tmp_path: Path) -> None:
+    """ConvBERT gives ``num_attention_heads // head_ratio`` heads to attention (the rest are
+    convolution heads): a folder said 4 heads of d_k 4 where the module computes 2 of d_k 8."""
+    model = _model("ConvBertConfig", "ConvBertModel", hidden_size=32, num_attention_heads=4, embedding_size=32,
+                   head_ratio=2, num_hidden_layers=2, intermediate_size=64)
+    model.save_pretrained(tmp_path)
+    for d in (mhainspect.inspect(str(tmp_path)).to_dict(), mhainspect.inspect(model).to_dict()):
+        assert len(d["blocks"]) == 2
+        for b, layer in zip(d["blocks"], model.encoder.layer):
+            s = layer.attention.self
+            assert (b["num_heads"], b["num_kv_heads"], b["d_k"], b["d_v"]) == (
+                s.num_attention_heads, s.num_attention_heads, s.attention_head_size, s.attention_head_size) == (2, 2, 8, 8)
+            assert b["conflicts"] == []
+    assert offers_from_config({"num_attention_heads": 1, "head_ratio": 2}, "encoder.layer.0.attention").num_heads == 1
+
+
+@pytest.mark.parametrize("front", ["module", "folder"])
+def test_beit_layer_held_relative_position_table_is_the_blocks_extra(front: str, tmp_path: Path) -> None:
+    """transformers 5's BEiT keeps ``layers.N.relative_position_bias`` on the layer, beside
+    ``layers.N.attention``: the module said extra 0 where its folder (legacy keys, the table under
+    the attention module) said 208."""
+    config = transformers.BeitConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
+                                     image_size=32, patch_size=8, use_relative_position_bias=True)
+    torch.manual_seed(0)
+    model = transformers.BeitModel(config).eval()
+    if front == "folder":
+        model.save_pretrained(tmp_path)
+    d = mhainspect.inspect(model if front == "module" else str(tmp_path)).to_dict()
+    assert len(d["blocks"]) == 2
+    for b, layer in zip(d["blocks"], model.layers):
+        table = layer.relative_position_bias.relative_position_bias_table
+        assert b["params"]["extra"] == table.numel() == 52 * 4
+        assert b["params"]["total"] == sum(p.numel() for p in layer.attention.parameters())
+
+
+def test_a_table_above_several_blocks_is_no_single_blocks_extra() -> None:
+    def meta(name: str, *shape: int) -> WeightMeta:
+        return WeightMeta(name, shape, "float32", name)
+
+    weights = {m.name: m for m in (
+        meta("encoder.relative_position_bias.relative_position_bias_table", 52, 4),
+        *(meta(f"encoder.layers.{i}.attention.{r}.weight", 32, 32) for i in (0, 1) for r in ("q_proj", "k_proj",
+                                                                                              "v_proj", "o_proj")))}
+    assert [g.extras for g in group_attention(weights)] == [(), ()]
+
+
+@pytest.mark.parametrize("front", ["module", "folder"])
+def test_funnel_q_head_k_head_v_head_post_proj(front: str, tmp_path: Path) -> None:
+    """Funnel names its projections q_head/k_head/v_head/post_proj and its head size d_head: a folder
+    had no block (four near misses), the module found them only by tracing."""
+    model = _model("FunnelConfig", "FunnelModel", d_model=32, n_head=4, d_head=8, block_sizes=[1, 1], d_inner=64)
+    if front == "folder":
+        model.save_pretrained(tmp_path)
+    d = mhainspect.inspect(model, trace=False) if front == "module" else mhainspect.inspect(str(tmp_path))
+    attns = [m for m in model.modules() if type(m).__name__ == "FunnelRelMultiheadAttention"]
+    assert len(d.blocks) == len(attns) == 4 and not d.misses
+    for b in d.blocks:
+        a = model.get_submodule(b.name)
+        assert (b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model) == (4, 4, 8, 8, 32)
+        assert b.params.total == sum(p.numel() for m in (a.q_head, a.k_head, a.v_head, a.post_proj)
+                                     for p in m.parameters())
+
+
+@pytest.mark.parametrize(("cfg_cls", "model_cls", "cfg"), [
+    ("GraniteConfig", "GraniteModel", dict(attention_multiplier=0.5)),
+    ("Gemma3TextConfig", "Gemma3TextModel", dict(head_dim=16, query_pre_attn_scalar=64, sliding_window=4)),
+])
+def test_folder_reads_the_score_scale_from_its_config(cfg_cls: str, model_cls: str, cfg: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    """Granite's attention_multiplier and Gemma's query_pre_attn_scalar set the scale: the module
+    (its ``scaling`` attribute) and the ONNX export flagged MHA003, the folder said nothing."""
+    model = _model(cfg_cls, model_cls, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                   num_hidden_layers=2, intermediate_size=64, **cfg)
+    model.save_pretrained(tmp_path)
+    folder = mhainspect.inspect(str(tmp_path))
+    module = mhainspect.inspect(model)
+    for f, m, layer in zip(folder.blocks, module.blocks, model.layers):
+        assert f.scale_known and f.scale == pytest.approx(layer.self_attn.scaling) == pytest.approx(m.scale)
+    assert sorted(f.code for f in folder.flags) == sorted(f.code for f in module.flags)
+    assert sum(f.code == "MHA003" for f in folder.flags) == 2

@@ -7,7 +7,9 @@ applied the way the architecture's own modelling code applies it:
   ``num_heads`` (T5), ``n_heads`` (MPT), ``encoder_attention_heads`` / ``decoder_attention_heads``
   (BART family), ``num_query_heads`` (OpenELM, one per layer), ``attention_heads`` (XGLM,
   Kosmos-2, Mllama vision), ``num_encoder_attention_heads`` (ProphetNet) and the other names
-  transformers' ``attribute_map`` gives ``num_attention_heads``;
+  transformers' ``attribute_map`` gives ``num_attention_heads``; then the rules of ``HEAD_RULES``
+  (ConvBERT's ``head_ratio``: that share of the heads is a convolution, the attention keeps
+  ``num_attention_heads // head_ratio``, at least one);
 - key/value heads, first rule that applies:
   ChatGLM ``multi_query_attention`` -> ``multi_query_group_num``; Falcon / RW / GPTBigCode
   ``multi_query: true`` -> 1 unless ``new_decoder_architecture`` (then ``num_kv_heads`` /
@@ -16,7 +18,9 @@ applied the way the architecture's own modelling code applies it:
   DeciLM ``block_configs[i].attention.n_heads_in_group`` -> heads / group; then the explicit
   keys ``num_key_value_heads``, ``num_kv_heads``, ``n_head_kv``, ``n_kv_heads``, ...;
 - head size: ``head_dim`` (Llama, Gemma, Qwen3), ``d_kv`` (T5), ``kv_channels`` (ChatGLM,
-  Megatron), ``attention_head_size``; value head size ``v_head_dim``;
+  Megatron), ``attention_head_size``, ``d_head`` (Funnel, Transformer-XL); value head size ``v_head_dim``;
+- score scale, first rule of ``SCALE_RULES`` that applies: Granite ``attention_multiplier`` (the
+  factor itself), Gemma 2/3 ``query_pre_attn_scalar`` (scores scaled by its inverse square root);
 - per-layer lists (OpenELM) are indexed by the block's layer number; nested sub-configs
   (``text_config``, ``vision_config``, ``qformer_config``, ``encoder``/``decoder``, ...) are chosen by the block's
   name (``SUB_CONFIGS``); a block no name places, of a config without top-level heads, is the language model's.
@@ -42,7 +46,7 @@ DECODER_HEADS_KEYS = ("decoder_attention_heads", "num_decoder_attention_heads", 
                       "decoder_num_attention_heads")
 KV_HEADS_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "kv_heads", "num_kv",
                  "kv_n_heads", "num_attention_groups")
-HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "qk_head_dim")
+HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "qk_head_dim", "d_head")
 V_HEAD_DIM_KEYS = ("v_head_dim",)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim")
 
@@ -186,6 +190,53 @@ KV_RULES: tuple[tuple[str, KvRule], ...] = (
 )
 
 
+# ----------------------------------------------------------------------------- query heads
+# Each rule: (what it follows, function(config, heads the keys name) -> Found | None): the heads
+# the attention computes with when the config keeps the named count for something wider. The
+# first rule that returns a value decides.
+
+HeadRule = Callable[[Mapping[str, Any], Found], "Found | None"]
+
+
+def _convbert_head_ratio(cfg: Mapping[str, Any], heads: Found) -> Found | None:
+    ratio = _positive(cfg.get("head_ratio"))
+    if ratio is None or ratio == 1:
+        return None
+    kept = max(1, heads.value // ratio)
+    return Found(kept, f"{heads.said} // head_ratio={ratio} -> {kept}")
+
+
+HEAD_RULES: tuple[tuple[str, HeadRule], ...] = (
+    ("ConvBERT: head_ratio of the heads are convolution heads (ConvBertSelfAttention)", _convbert_head_ratio),
+)
+
+
+# ----------------------------------------------------------------------------- score scale
+# Each rule: (what it follows, function(config) -> (scale, what the config says) | None).
+
+ScaleRule = Callable[[Mapping[str, Any]], "tuple[float, str] | None"]
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def _attention_multiplier(cfg: Mapping[str, Any]) -> tuple[float, str] | None:
+    m = _number(cfg.get("attention_multiplier"))
+    return (m, f"attention_multiplier={m:g}") if m is not None else None
+
+
+def _query_pre_attn_scalar(cfg: Mapping[str, Any]) -> tuple[float, str] | None:
+    q = _number(cfg.get("query_pre_attn_scalar"))
+    return (q ** -0.5, f"query_pre_attn_scalar={q:g} -> scale {q ** -0.5:.6g}") if q is not None else None
+
+
+SCALE_RULES: tuple[tuple[str, ScaleRule], ...] = (
+    ("Granite: attention_multiplier is the score scale (GraniteAttention.scaling)", _attention_multiplier),
+    ("Gemma 2/3: scores scaled by query_pre_attn_scalar ** -0.5", _query_pre_attn_scalar),
+)
+
+
 # ----------------------------------------------------------------------------- lookup
 
 
@@ -225,11 +276,16 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
     layer = layer_number(block_name)
     decoder = any(w in block_name.lower() for w in _DECODER_WORDS)
     heads = (_first(c, DECODER_HEADS_KEYS, layer) if decoder else None) or _first(c, HEADS_KEYS, layer)
+    if heads is not None:
+        heads = next((found for _, rule in HEAD_RULES if (found := rule(c, heads)) is not None), heads)
     h = heads.value if heads is not None else None
     kv = next((found for _, rule in KV_RULES if (found := rule(c, h, layer)) is not None), None)
     hd = _first(c, HEAD_DIM_KEYS, layer)
     vhd = _first(c, V_HEAD_DIM_KEYS, layer)
+    scale = next((said for _, rule in SCALE_RULES if (said := rule(c)) is not None), None)
     parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd) if f is not None]
+    if scale is not None:
+        parts.append(f"{prefix}{scale[1]}")
     return HeadOffers(
         num_heads=h,
         num_kv_heads=kv.value if kv else None,
@@ -237,6 +293,7 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
         v_head_dim=vhd.value if vhd else None,
         source=source,
         detail=f"{label} " + ", ".join(parts) if parts else label,
+        scale=scale[0] if scale is not None else None,
     )
 
 

@@ -9,6 +9,7 @@ them from module attributes or a config (see ``mhainspect.matchers.static``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -19,15 +20,20 @@ from mhainspect.static_ir import QuantRole, WeightMeta
 
 # Role names of a projection module (the last component of its path), lower-cased.
 Q_NAMES = frozenset({"q_proj", "query", "q", "wq", "q_lin", "to_q", "query_proj", "q_linear", "linear_q", "w_q",
-                     "q_layer", "queries"})
+                     "q_layer", "queries", "q_head"})
 K_NAMES = frozenset({"k_proj", "key", "k", "wk", "k_lin", "to_k", "key_proj", "k_linear", "linear_k", "w_k",
-                     "k_layer", "keys"})
+                     "k_layer", "keys", "k_head"})
 V_NAMES = frozenset({"v_proj", "value", "v", "wv", "v_lin", "to_v", "value_proj", "v_linear", "linear_v", "w_v",
-                     "v_layer", "values"})
+                     "v_layer", "values", "v_head"})
 O_NAMES = frozenset({"o_proj", "out_proj", "o", "wo", "out_lin", "dense", "c_proj", "proj", "out", "linear_out",
-                     "output_proj", "o_linear", "out_linear", "w_o", "attention_output", "output_dense"})
+                     "output_proj", "o_linear", "out_linear", "w_o", "attention_output", "output_dense",
+                     "post_proj"})
 PACKED_NAMES = frozenset({"c_attn", "qkv_proj", "qkv", "query_key_value", "wqkv", "in_proj", "qkv_linear",
                           "w_pack", "qkv_layer"})
+# Packed names that say "input projection", not "Q, K and V": state-space mixers (Mamba, Jamba,
+# Zamba, Bamba) hold an ``in_proj`` and an ``out_proj`` too. Such a weight is a packed Q/K/V only
+# under a module named as attention (DeBERTa's ``attention.self.in_proj``).
+GENERIC_PACKED_NAMES = frozenset({"in_proj"})
 # Conv1D-style names (GPT-2 family): weights stored [in, out].
 CONV1D_NAMES = frozenset({"c_attn", "c_proj", "c_fc"})
 # Parameters of nn.MultiheadAttention stored directly on the module.
@@ -153,7 +159,8 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
             roles.extend(RoleWeights(r, owner, params[(r, "weight")], bias, (1, 3)) for r in ("q", "k", "v"))
         elif all(r in kids for r in ("q", "k", "v")):
             roles.extend(rw(r, kids[r]) for r in ("q", "k", "v"))
-        elif "qkv" in kids:
+        elif "qkv" in kids and (_attention_named(owner)
+                                or kids["qkv"].rsplit(".", 1)[-1].lower() not in GENERIC_PACKED_NAMES):
             roles.append(rw("qkv", kids["qkv"]))
         elif "q" in kids and "qkv" not in kids and any(r in kids for r in ("k", "v")):
             roles.extend(rw(r, kids[r]) for r in ("q", "k", "v") if r in kids)
@@ -171,7 +178,25 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         cross = any(s in low for s in ("crossattention", "encdecattention", "encoder_attn", "cross_attn"))
         own_biases = tuple(rb for rb in role_biases.get(owner, []) if _bias_free(roles, rb[0]))
         blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross, own_biases))
-    return tuple(blocks)
+    return _with_enclosing_extras(blocks, extras)
+
+
+def _with_enclosing_extras(blocks: list[GroupedBlock], extras: Mapping[str, list[WeightMeta]]
+                           ) -> tuple[GroupedBlock, ...]:
+    """A score bias table held above the attention module (transformers' BEiT/Data2Vec-vision keep
+    ``layers.N.relative_position_bias`` on the layer and pass its bias to ``layers.N.attention``) is
+    the extra of the one block under that module; a table above several blocks (shared by the
+    layers) is no single block's."""
+    attached = {p for b in blocks for p in (b.owner, b.name)}
+    out = list(blocks)
+    for scope in sorted(extras, key=natural_key):
+        if scope in attached:
+            continue
+        under = [i for i, b in enumerate(out) if scope == "" or b.owner.startswith(scope + ".")]
+        if len(under) == 1:
+            b = out[under[0]]
+            out[under[0]] = dataclasses.replace(b, extras=b.extras + tuple(extras[scope]))
+    return tuple(out)
 
 
 def ungrouped_attention(weights: Mapping[str, WeightMeta], blocks: Iterable[GroupedBlock]
@@ -187,13 +212,18 @@ def ungrouped_attention(weights: Mapping[str, WeightMeta], blocks: Iterable[Grou
     covered = [p for b in blocks for p in (b.name, b.owner)]
     out: list[tuple[str, tuple[str, ...]]] = []
     for path in sorted(children, key=natural_key):
-        last = path.rsplit(".", 1)[-1].lower()
-        if ("attn" not in last and "attention" not in last) or len(children[path]) < 2:
+        if not _attention_named(path, last_only=True) or len(children[path]) < 2:
             continue
         if any(c == path or c.startswith(path + ".") or path.startswith(c + ".") for c in covered):
             continue
         out.append((path, tuple(sorted(children[path]))))
     return tuple(out)
+
+
+def _attention_named(path: str, *, last_only: bool = False) -> bool:
+    """True when a component of the module path (``last_only``: its last) names attention."""
+    parts = path.lower().split(".")
+    return any("attn" in p or "attention" in p for p in (parts[-1:] if last_only else parts))
 
 
 def _bias_free(roles: Iterable[RoleWeights], role: str) -> bool:

@@ -61,8 +61,14 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
              scale_detail: str = "", no_heads_reason: str = "") -> AttentionBlock:
     """One AttentionBlock from a name-grouped block and what modules/configs say about its heads."""
     evidence: list[Evidence] = []
+    offers = tuple(offers)
     for o in offers:
         evidence.extend(o.evidence())
+    scale_source = EvidenceSource.MODULE
+    if scale is None:  # no attribute says: the first offer that gives the scale (a config's rule)
+        said = next((o for o in offers if o.scale is not None), None)
+        if said is not None:
+            scale, scale_detail, scale_source = said.scale, said.detail, EvidenceSource(said.source)
     conflicts: list[str] = []
     widths: dict[str, tuple[int | None, int | None]] = {}
     for rw in group.roles:
@@ -151,7 +157,7 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         extra += t.numel
         evidence.append(Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE, f"{t.name} {list(t.shape)}"))
     if scale is not None:
-        evidence.append(Evidence("scale", scale, EvidenceSource.MODULE, scale_detail or "scale attribute"))
+        evidence.append(Evidence("scale", scale, scale_source, scale_detail or "scale attribute"))
     unknown = None
     if unsplit is not None:
         h = g = None  # with Q's width unknown, any head count would be a guess
