@@ -1,0 +1,102 @@
+"""Regressions from a sweep of exporter options and hand-written attention no other test names
+(TorchScript at old opsets, without constant folding, static shapes, model-local functions,
+training mode; the dynamo exporter; Keras 3's own ONNX export), each built small with random
+weights and checked against numbers read from the torch module:
+
+- torch's ``repeat_interleave`` of the K/V heads (grouped-query attention written by hand) is
+  exported as Unsqueeze -> Tile -> Reshape: the Tile grows a size-1 axis after the KV head axis,
+  as repeat_kv's Expand does. It was read as a head axis multiplied from 1 (multi-query, MHA007
+  against the weights' 2 KV heads).
+- nn.MultiheadAttention(add_bias_kv=True) concatenates ``bias_k.repeat(1, bsz, 1)`` to K: the
+  walk to a head repeat followed the Concat's last part into that Tile and read one KV head
+  (MHA005 and MHA007 on a plain 4-head block), and the learned rows were lost from the block's
+  extra (a Tile of a stored tensor is a value of the run). With static shapes the exporter folds
+  add_zero_attn's zeros into a Constant: no parameter, so no extra either.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mhainspect  # noqa: E402
+from tests.random_weights import add_noise  # noqa: E402
+
+D, HEADS, T = 32, 4, 8
+
+
+def _export(model: Any, x: Any, path: Path, *, dynamic: bool = True, **options: Any) -> dict[str, Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["out"], dynamo=False,
+                          **({"dynamic_axes": {"x": {0: "batch"}, "out": {0: "batch"}}} if dynamic else {}),
+                          **({"opset_version": 17} | options))
+    return mhainspect.inspect(str(path)).to_dict()
+
+
+class _GroupedQuery(torch.nn.Module):  # type: ignore[misc]
+    """Hand-written grouped-query attention; K/V heads repeated by repeat_interleave."""
+
+    def __init__(self, kv: int) -> None:
+        super().__init__()
+        self.kv, self.dk = kv, D // HEADS
+        self.q = torch.nn.Linear(D, D)
+        self.k = torch.nn.Linear(D, kv * self.dk)
+        self.v = torch.nn.Linear(D, kv * self.dk)
+        self.o = torch.nn.Linear(D, D)
+
+    def forward(self, x: Any) -> Any:
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, HEADS, self.dk).transpose(1, 2)
+        k = self.k(x).view(b, t, self.kv, self.dk).transpose(1, 2).repeat_interleave(HEADS // self.kv, dim=1)
+        v = self.v(x).view(b, t, self.kv, self.dk).transpose(1, 2).repeat_interleave(HEADS // self.kv, dim=1)
+        a = (q @ k.transpose(-2, -1) * self.dk ** -0.5).softmax(-1)
+        return self.o((a @ v).transpose(1, 2).reshape(b, t, D))
+
+
+@pytest.mark.parametrize("kv", [1, 2])
+def test_repeat_interleave_of_kv_heads(kv: int, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = add_noise(_GroupedQuery(kv))
+    d = _export(model, torch.randn(2, T, D), tmp_path / "gqa.onnx")
+    assert "Tile" in {n.op_type for n in __import__("onnx").load(str(tmp_path / "gqa.onnx")).graph.node}
+    (b,) = d["blocks"]
+    assert (b["num_heads"], b["num_kv_heads"], b["d_k"], b["d_model"]) == (HEADS, kv, D // HEADS, D)
+    assert b["params"]["k"] == kv * (D // HEADS) * (D + 1)
+    assert "MHA007" not in {f["code"] for f in d["flags"]}
+
+
+class _SelfAttention(torch.nn.Module):  # type: ignore[misc]
+    def __init__(self, **kw: Any) -> None:
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(D, HEADS, **kw)
+
+    def forward(self, x: Any) -> Any:
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+@pytest.mark.parametrize(("kw", "dynamic"), [
+    ({"add_bias_kv": True}, True),  # bias_k.repeat(1, bsz, 1): a Tile of the parameter
+    ({"add_bias_kv": True}, False),
+    ({"add_zero_attn": True, "batch_first": True}, False),  # zeros folded into a Constant node
+    ({"add_bias_kv": True, "add_zero_attn": True, "bias": False, "batch_first": True}, False),
+])
+def test_multihead_attention_learned_and_zero_kv_rows(kw: dict[str, Any], dynamic: bool, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = add_noise(_SelfAttention(**kw))
+    x = torch.randn(2, T, D) if kw.get("batch_first") else torch.randn(T, 2, D)
+    d = _export(model, x, tmp_path / "mha.onnx", dynamic=dynamic)
+    m = model.mha
+    (b,) = d["blocks"]
+    assert (b["num_heads"], b["num_kv_heads"], b["d_k"]) == (HEADS, HEADS, D // HEADS)
+    assert not {"MHA005", "MHA007"} & {f["code"] for f in d["flags"]}
+    learned = sum(p.numel() for p in (m.bias_k, m.bias_v) if p is not None)
+    assert b["params"]["extra"] == learned
+    assert b["params"]["total"] + b["params"]["extra"] == sum(p.numel() for p in m.parameters())
+    assert d["model"]["total_params"] == sum(p.numel() for p in model.parameters())
+
