@@ -12,6 +12,9 @@ weights and checked against numbers read from the torch module:
   (MHA005 and MHA007 on a plain 4-head block), and the learned rows were lost from the block's
   extra (a Tile of a stored tensor is a value of the run). With static shapes the exporter folds
   add_zero_attn's zeros into a Constant: no parameter, so no extra either.
+- A module torch.jit.trace'd before export has its buffers as named initializers (a plain module's
+  are Constant nodes): nanoGPT's float causal-mask buffer, read only by ``== 0``, was counted as
+  4,096 parameters. A float tensor read only by comparisons is a mask.
 """
 
 from __future__ import annotations
@@ -100,3 +103,35 @@ def test_multihead_attention_learned_and_zero_kv_rows(kw: dict[str, Any], dynami
     assert b["params"]["total"] + b["params"]["extra"] == sum(p.numel() for p in m.parameters())
     assert d["model"]["total_params"] == sum(p.numel() for p in model.parameters())
 
+
+class _CausalBlock(torch.nn.Module):  # type: ignore[misc]
+    """GPT-2's attention as nanoGPT writes it: a float tril buffer compared with 0 masks the scores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c_attn = torch.nn.Linear(D, 3 * D)
+        self.c_proj = torch.nn.Linear(D, D)
+        self.register_buffer("bias", torch.tril(torch.ones(64, 64)).view(1, 1, 64, 64), persistent=False)
+
+    def forward(self, x: Any) -> Any:
+        b, t, _ = x.shape
+        q, k, v = (z.view(b, t, HEADS, D // HEADS).transpose(1, 2) for z in self.c_attn(x).split(D, dim=2))
+        s = (q @ k.transpose(-2, -1)) * (D // HEADS) ** -0.5
+        s = s.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
+        return self.c_proj((s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, D))
+
+
+def test_traced_module_mask_buffer_is_no_parameter(tmp_path: Path) -> None:
+    """A torch.jit.trace'd module exports its buffers as initializers (a plain module's as Constant
+    nodes): the causal mask, read only by a comparison, is no parameter."""
+    import onnx
+
+    torch.manual_seed(0)
+    model = add_noise(_CausalBlock())
+    x = torch.randn(2, T, D)
+    d = _export(torch.jit.trace(model, (x,)), x, tmp_path / "traced.onnx")
+    assert "bias" in {i.name for i in onnx.load(str(tmp_path / "traced.onnx")).graph.initializer}
+    assert d["model"]["total_params"] == sum(p.numel() for p in model.parameters())
+    assert d["model"]["weight_bytes_overhead"] >= 4 * 64 * 64  # stored, but not a parameter
+    (b,) = d["blocks"]
+    assert (b["num_heads"], b["d_k"], b["params"]["total"]) == (HEADS, D // HEADS, 4 * D * (D + 1))
