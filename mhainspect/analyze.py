@@ -53,9 +53,15 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
     builders: list[BlockBuilder] = []
     misses: list[Miss] = []
     # Anchors are rare (one Softmax or fused op per block): test the op name before the domain.
-    anchor_ops = fused.FUSED_OP_NAMES | {"Softmax"}
+    # An Exp anchors a softmax written out (decomposed.written_softmax), matched as that Softmax.
+    anchor_ops = fused.FUSED_OP_NAMES | {"Softmax", "Exp"}
     for node in [n for n in index.order if n.op in anchor_ops]:
-        if node.op != "Softmax" and not fused.is_fused(node):
+        if node.op == "Exp":
+            written = decomposed.written_softmax(index, node)
+            if written is None:
+                continue
+            node = written
+        elif node.op != "Softmax" and not fused.is_fused(node):
             continue
         if not node.inputs or not node.inputs[0] or not node.outputs or not node.outputs[0]:
             matcher = decomposed.NAME if node.op == "Softmax" else fused.NAME

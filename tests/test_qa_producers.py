@@ -15,6 +15,9 @@ weights and checked against numbers read from the torch module:
 - A module torch.jit.trace'd before export has its buffers as named initializers (a plain module's
   are Constant nodes): nanoGPT's float causal-mask buffer, read only by ``== 0``, was counted as
   4,096 parameters. A float tensor read only by comparisons is a mask.
+- Keras 3 exports MultiHeadAttention over several attention_axes with its softmax written out,
+  exp(s - logsumexp(s)) (no Softmax op normalises two axes): no block at all. An Exp that
+  normalises (minus ReduceLogSumExp, or divided by its ReduceSum) anchors a block as a Softmax.
 """
 
 from __future__ import annotations
@@ -135,3 +138,56 @@ def test_traced_module_mask_buffer_is_no_parameter(tmp_path: Path) -> None:
     assert d["model"]["weight_bytes_overhead"] >= 4 * 64 * 64  # stored, but not a parameter
     (b,) = d["blocks"]
     assert (b["num_heads"], b["d_k"], b["params"]["total"]) == (HEADS, D // HEADS, 4 * D * (D + 1))
+
+
+class _WrittenSoftmax(torch.nn.Module):  # type: ignore[misc]
+    """Attention whose softmax is written out: exp(s - logsumexp(s)) (what Keras 3 exports for
+    MultiHeadAttention over several attention_axes), or exp(s - max(s)) / sum(...)."""
+
+    def __init__(self, form: str) -> None:
+        super().__init__()
+        self.form = form
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(D, D) for _ in range(4))
+
+    def forward(self, x: Any) -> Any:
+        b, t, _ = x.shape
+        q, k, v = (p(x).view(b, t, HEADS, D // HEADS).transpose(1, 2) for p in (self.q, self.k, self.v))
+        s = q @ k.transpose(-2, -1) * (D // HEADS) ** -0.5
+        if self.form == "logsumexp":
+            a = torch.exp(s - torch.logsumexp(s, dim=-1, keepdim=True))
+        else:
+            e = torch.exp(s - s.amax(-1, keepdim=True))
+            a = e / e.sum(-1, keepdim=True)
+        return self.o((a @ v).transpose(1, 2).reshape(b, t, D))
+
+
+@pytest.mark.parametrize("form", ["logsumexp", "max-sum"])
+def test_written_out_softmax_anchors_a_block(form: str, tmp_path: Path) -> None:
+    import onnx
+
+    torch.manual_seed(0)
+    model = add_noise(_WrittenSoftmax(form))
+    d = _export(model, torch.randn(2, T, D), tmp_path / "written.onnx")
+    ops = {n.op_type for n in onnx.load(str(tmp_path / "written.onnx")).graph.node}
+    assert "Softmax" not in ops and "Exp" in ops
+    (b,) = d["blocks"]
+    assert (b["num_heads"], b["num_kv_heads"], b["d_k"], b["d_v"], b["d_model"]) == (HEADS, HEADS, 8, 8, D)
+    assert b["params"]["total"] == 4 * D * (D + 1) == d["model"]["total_params"]
+    assert b["scale"] == pytest.approx((D // HEADS) ** -0.5)
+
+
+def test_exp_outside_a_softmax_is_no_anchor(tmp_path: Path) -> None:
+    """An Exp that normalises nothing (a softplus-like activation) adds no block and no near miss."""
+
+    class _Mlp(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(D, D), torch.nn.Linear(D, D)
+
+        def forward(self, x: Any) -> Any:
+            return self.b(torch.exp(self.a(x)) - 1)
+
+    d = _export(add_noise(_Mlp()), torch.randn(2, T, D), tmp_path / "mlp.onnx")
+    assert d["blocks"] == [] and d["misses"] == []
+
+
