@@ -36,6 +36,7 @@ from mhainspect.findings import (
 )
 from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.loaders.qoperator import as_qdq
+from mhainspect.loaders.sequences import as_slices
 from mhainspect.matchers import additive, decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.report import report_from
@@ -285,7 +286,8 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
     """The ONNX / traced-graph front end: blocks, near misses, model facts and size metadata of
     ``graph`` (``config``: a config.json beside the file, for what only a config says)."""
     graph = sanitize_graph(graph)
-    index = GraphIndex(as_qdq(graph))  # QLinear ops as DequantizeLinear -> float op -> QuantizeLinear
+    # QLinear ops as DequantizeLinear -> float op -> QuantizeLinear; parts of a tensor sequence as Slices.
+    index = GraphIndex(as_slices(as_qdq(graph)))
     builders, misses = find_blocks(index)
     taken: set[str] = set()
     blocks: list[AttentionBlock] = []

@@ -18,6 +18,9 @@ weights and checked against numbers read from the torch module:
 - Keras 3 exports MultiHeadAttention over several attention_axes with its softmax written out,
   exp(s - logsumexp(s)) (no Softmax op normalises two axes): no block at all. An Exp that
   normalises (minus ReduceLogSumExp, or divided by its ReduceSum) anchors a block as a Softmax.
+- torch.onnx.export(dynamo=True, optimize=False) writes torch.split / chunk as SplitToSequence ->
+  SequenceAt: GPT-2's c_attn parts and nn.MultiheadAttention's packed bias were lost (a block of O
+  alone, kind cross; biases missing). Each part the constants give is the Slice it reads.
 """
 
 from __future__ import annotations
@@ -191,3 +194,60 @@ def test_exp_outside_a_softmax_is_no_anchor(tmp_path: Path) -> None:
     assert d["blocks"] == [] and d["misses"] == []
 
 
+
+def _sequence_split_graph(split: list[int]) -> Any:
+    """GPT-2's c_attn as torch.onnx.export(dynamo=True, optimize=False) writes it: the packed
+    projection split by SplitToSequence (a chunk size, or a list of sizes) and read by SequenceAt."""
+    import numpy as np
+    from onnx import helper
+
+    from tests.attention_graphs import ints, model, value, weight
+
+    e = helper.make_node
+    nodes = [e("MatMul", ["x", "w_qkv"], ["mm"]), e("Add", ["mm", "b_qkv"], ["qkv"]),
+             e("SplitToSequence", ["qkv", "split"], ["seq"], axis=2)]
+    for i, role in enumerate("qkv"):
+        nodes += [e("SequenceAt", ["seq", f"i{i}"], [f"{role}2"]),
+                  e("Reshape", [f"{role}2", "heads"], [f"{role}3"]),
+                  e("Transpose", [f"{role}3"], [f"{role}4"], perm=[0, 2, 1, 3] if role != "k" else [0, 2, 3, 1])]
+    nodes += [e("MatMul", ["q4", "k4"], ["s"]), e("Mul", ["s", "scale"], ["s2"]), e("Softmax", ["s2"], ["p"], axis=-1),
+              e("MatMul", ["p", "v4"], ["o"]), e("Transpose", ["o"], ["o2"], perm=[0, 2, 1, 3]),
+              e("Reshape", ["o2", "merge"], ["o3"]), e("MatMul", ["o3", "w_o"], ["o4"]), e("Add", ["o4", "b_o"], ["y"])]
+    sizes = np.array(split[0] if len(split) == 1 else split, dtype=np.int64)
+    inits = [weight("w_qkv", D, 3 * D), weight("b_qkv", 3 * D), weight("w_o", D, D), weight("b_o", D),
+             helper.make_tensor("split", onnx_int64(), sizes.shape, sizes.flatten().tolist()),
+             ints("heads", [2, T, HEADS, D // HEADS]), ints("merge", [2, T, D]),
+             helper.make_tensor("scale", 1, [], [(D // HEADS) ** -0.5])]
+    inits += [helper.make_tensor(f"i{i}", onnx_int64(), [], [i]) for i in range(3)]
+    return model(nodes, inits, [value("x", 2, T, D)], [value("y", 2, T, D)], opset=18)
+
+
+def onnx_int64() -> int:
+    from onnx import TensorProto
+
+    return int(TensorProto.INT64)
+
+
+@pytest.mark.parametrize("split", [[D], [D, D, D]])
+def test_split_to_sequence_parts_are_slices(split: list[int], tmp_path: Path) -> None:
+    """Each SequenceAt part is the Slice it reads (Q/K/V were lost: the block held O alone, kind cross)."""
+    import onnx
+
+    path = tmp_path / "seq.onnx"
+    onnx.save(_sequence_split_graph(split), str(path))
+    d = mhainspect.inspect(str(path)).to_dict()
+    (b,) = d["blocks"]
+    part = D * D + D
+    assert (b["kind"], b["num_heads"], b["d_k"], b["d_model"]) == ("self", HEADS, D // HEADS, D)
+    assert (b["params"]["q"], b["params"]["k"], b["params"]["v"], b["params"]["total"]) == (part, part, part, 4 * part)
+    assert d["model"]["total_params"] == 4 * part
+
+
+def test_split_to_sequence_without_sizes_is_not_divided(tmp_path: Path) -> None:
+    """Sizes the graph does not state (uneven list) are taken as stated, never as thirds."""
+    import onnx
+
+    path = tmp_path / "uneven.onnx"
+    onnx.save(_sequence_split_graph([D, D // 2, 3 * D // 2]), str(path))
+    d = mhainspect.inspect(str(path)).to_dict()
+    assert all(b["params"]["k"] != D * D + D for b in d["blocks"])  # K is 16 wide here, not a third
