@@ -15,7 +15,8 @@ MatMulNBits' packed blob counts as N·K (its attributes), GatherBlockQuantized's
 8/bits elements per byte. Not parameters: quantization scales and zero points (and g_idx), shape
 constants and index tables (int32/int64 read as shapes or indices), one-element constants of the
 arithmetic (eps, exponents, a score scale: a one-element initializer counts only when its name
-carries a module path), bool masks, tensors the exporter marks as buffers or constants, rotary
+carries a module path), bool masks and float tensors read only by comparisons (a causal mask buffer
+compared with 0: no gradient reaches a comparison's input), tensors the exporter marks as buffers or constants, rotary
 frequency buffers that only build cos/sin tables, the cos/sin caches a fused op reads (TABLE_INPUTS:
 GroupQueryAttention's do_rotary inputs, RotaryEmbedding's), and a quantized copy of a float weight the file
 also keeps (a quantizer that rewrote only some uses of a shared weight): that weight counts once.
@@ -70,7 +71,11 @@ _FLOAT_CODES = frozenset({1, 10, 11, 16, 17, 18, 19, 20, 23, 24})  # ONNX float 
 _DECODE_HOPS = 4
 # Layout ops whose output is the same values: an input is read as data only if their output is
 # (zeros expanded into an LSTM's initial state are not a weight).
-_LAYOUT_OPS = {"Expand", "Tile", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten"}
+# Slice too: a part of a weight (nn.MultiheadAttention's in_proj rows) is read as its user reads it.
+_LAYOUT_OPS = {"Expand", "Tile", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten", "Slice"}
+# Ops whose result is a bool: a float tensor read only by them is a mask, not a weight.
+_COMPARISONS = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
+_BOOL_CODE = 9  # ONNX TensorProto.BOOL (Cast 'to')
 _LAYOUT_HOPS = 4
 _NOT_SHAPE_ONLY: frozenset[int] = frozenset()
 
@@ -116,7 +121,7 @@ def scan_stored(index: GraphIndex) -> StoredScan:
         others.append(item)
         if not shape or t.storage_key in counts:
             continue
-        if t.kind is not None and t.kind != "parameter":
+        if not t.may_be_parameter:
             continue  # the exporter says: a buffer, a constant, or folded from non-parameters
         if "." not in t.name and prod(shape) == 1:
             continue  # an initializer scalar shaped [1]; real parameters carry a module path
@@ -163,6 +168,8 @@ def _logical_count(index: GraphIndex, name: str, t: Tensor, family: Family | Non
                     continue
                 if pos in TABLE_INPUTS.get((user.op_domain, op), _NOT_SHAPE_ONLY):
                     continue  # a lookup table of the op (rotary cos/sin cache): overhead
+                if op in _COMPARISONS or (op == "Cast" and user.attrs.get("to") == _BOOL_CODE):
+                    continue  # made a bool: a mask (GPT-2's tril buffer compared with 0), no gradient reaches it
                 if op in _LAYOUT_OPS and pos == 0:
                     layout.extend(o for o in user.outputs if o)  # read as data only if what it makes is
                 else:

@@ -36,6 +36,7 @@ from mhainspect.findings import (
 )
 from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.loaders.qoperator import as_qdq
+from mhainspect.loaders.sequences import as_slices
 from mhainspect.matchers import additive, decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.report import report_from
@@ -53,9 +54,15 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
     builders: list[BlockBuilder] = []
     misses: list[Miss] = []
     # Anchors are rare (one Softmax or fused op per block): test the op name before the domain.
-    anchor_ops = fused.FUSED_OP_NAMES | {"Softmax"}
+    # An Exp anchors a softmax written out (decomposed.written_softmax), matched as that Softmax.
+    anchor_ops = fused.FUSED_OP_NAMES | {"Softmax", "Exp"}
     for node in [n for n in index.order if n.op in anchor_ops]:
-        if node.op != "Softmax" and not fused.is_fused(node):
+        if node.op == "Exp":
+            written = decomposed.written_softmax(index, node)
+            if written is None:
+                continue
+            node = written
+        elif node.op != "Softmax" and not fused.is_fused(node):
             continue
         if not node.inputs or not node.inputs[0] or not node.outputs or not node.outputs[0]:
             matcher = decomposed.NAME if node.op == "Softmax" else fused.NAME
@@ -279,7 +286,8 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
     """The ONNX / traced-graph front end: blocks, near misses, model facts and size metadata of
     ``graph`` (``config``: a config.json beside the file, for what only a config says)."""
     graph = sanitize_graph(graph)
-    index = GraphIndex(as_qdq(graph))  # QLinear ops as DequantizeLinear -> float op -> QuantizeLinear
+    # QLinear ops as DequantizeLinear -> float op -> QuantizeLinear; parts of a tensor sequence as Slices.
+    index = GraphIndex(as_slices(as_qdq(graph)))
     builders, misses = find_blocks(index)
     taken: set[str] = set()
     blocks: list[AttentionBlock] = []

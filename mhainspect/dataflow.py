@@ -166,7 +166,7 @@ _BROADCAST_OPS = frozenset({"Expand", "Tile"})
 def _learned_tokens(graph: ModelGraph, inputs: Sequence[str]) -> bool:
     """Whether ``inputs[0]`` is a stored float parameter of rank >= 2 (not a Constant node's value)."""
     t = graph.weights.get(inputs[0]) if inputs else None
-    return t is not None and not t.is_constant_node and len(t.shape) >= 2 and t.kind in (None, "parameter") \
+    return t is not None and not t.is_constant_node and len(t.shape) >= 2 and t.may_be_parameter \
         and is_float(t.dtype)
 
 

@@ -45,6 +45,12 @@ class Tensor:
         return self.origin or self.name
 
     @property
+    def may_be_parameter(self) -> bool:
+        """False when the exporter says this tensor is no parameter (a buffer, a constant, a value
+        folded from non-parameters); True when it says parameter or says nothing."""
+        return self.kind is None or self.kind == "parameter"
+
+    @property
     def numel(self) -> int:
         return math.prod(self.shape)
 

@@ -843,8 +843,9 @@ def _causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
         return _MaskEvidence(True, f"{anchor.op} (always causal)")
     inputs = {v.name: v for v in index.graph.inputs}
     weights = index.graph.weights
-    # A fused op reads Q, K, V (or the input, packed weights, bias) first; the mask comes after.
-    frontier = [x for x in (anchor.inputs if anchor.op == "Softmax" else anchor.inputs[3:]) if x]
+    # A Softmax (or the Exp of one written out) reads the scores; a fused op reads Q, K, V (or the
+    # input, packed weights, bias) first, the mask after.
+    frontier = [x for x in (anchor.inputs if anchor.op in ("Softmax", "Exp") else anchor.inputs[3:]) if x]
     seen = set(frontier)
     visited = 0
     open_masks: list[str] = []

@@ -30,6 +30,35 @@ NO_SCORE_PRODUCT = "no Q·Kᵀ product of two activations before the Softmax"
 NO_SCORE_PRODUCT_CODE = "no_score_product"  # Miss.code of that miss: scores of another kind (additive?)
 
 
+_NORMALISERS = {"ReduceLogSumExp", "ReduceMax"}
+
+
+def written_softmax(index: GraphIndex, exp: Node) -> Node | None:
+    """A softmax written out, as the Softmax node it computes (named as the Exp, reading the scores,
+    making the normalised probabilities), or None: Exp(x − ReduceLogSumExp(x)) (Keras over several
+    attention axes, where no Softmax op normalises them at once), or Exp(x [− ReduceMax(x)]) divided
+    by its ReduceSum."""
+    if exp.op != "Exp" or not exp.inputs or not exp.inputs[0] or not exp.outputs or not exp.outputs[0]:
+        return None
+    scores = exp.inputs[0]
+    sub = index.producer.get(index.value_source(scores))
+    if sub is not None and sub.op == "Sub" and len(sub.inputs) == 2:
+        red = index.producer.get(index.value_source(sub.inputs[1]))
+        if red is not None and red.op in _NORMALISERS and red.inputs \
+                and index.value_source(red.inputs[0]) == index.value_source(sub.inputs[0]):
+            if red.op == "ReduceLogSumExp":
+                return Node(exp.name, "Softmax", (sub.inputs[0],), (exp.outputs[0],))
+            scores = sub.inputs[0]
+    for user, pos in index.value_users(exp.outputs[0]):
+        if user.op != "Div" or pos != 0 or len(user.inputs) != 2 or not user.outputs:
+            continue
+        red = index.producer.get(index.value_source(user.inputs[1]))
+        if red is not None and red.op == "ReduceSum" and red.inputs \
+                and index.value_source(red.inputs[0]) == index.value_source(exp.outputs[0]):
+            return Node(exp.name, "Softmax", (scores,), (user.outputs[0],))
+    return None
+
+
 def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     found = _find_score_product(index, softmax.inputs[0])
     if found is None:
@@ -181,23 +210,33 @@ _MAX_REPEAT_HOPS = 12
 
 
 def _offer_kv_repeat(index: GraphIndex, b: BlockBuilder, k_in: str, stop: set[str]) -> None:
-    """K/V heads from a grouped-query head repeat on K's way to Q·Kᵀ: an Expand that grows a
-    size-1 axis after the KV head axis ([B, g, 1, S, d] -> [B, g, h/g, S, d], repeat_kv and the
-    ONNX Attention body), or a Tile that multiplies the head axis. Needs no projection weight."""
-    cur = k_in
+    """K/V heads from a grouped-query head repeat on K's way to Q·Kᵀ: an Expand or Tile that grows
+    a size-1 axis after the KV head axis ([B, g, 1, S, d] -> [B, g, h/g, S, d]: repeat_kv, the ONNX
+    Attention body, torch's repeat_interleave), or a Tile that multiplies the head axis. Needs no
+    projection weight. A Concat joins K to other rows along the sequence (a cache, nn.MultiheadAttention's
+    ``bias_k``): every part is followed, and a part that is a stored parameter broadcast to the batch
+    is not K, so its Tile is no head repeat."""
+    frontier = [k_in]
     for _ in range(_MAX_REPEAT_HOPS):
-        node = index.producer.get(cur)
-        if node is None or node.name in stop or node.op not in _REPEAT_PATH or not node.inputs:
+        nxt: list[str] = []
+        for cur in frontier:
+            node = index.producer.get(cur)
+            if node is None or node.name in stop or node.op not in _REPEAT_PATH or not node.inputs:
+                continue
+            if node.op in ("Expand", "Tile"):
+                if index.weight(node.inputs[0]) is not None:
+                    continue  # a learned row broadcast to the batch, not the projected K
+                src, dst = index.shapes.shape(node.inputs[0]), index.shapes.shape(node.outputs[0])
+                g = _repeated_heads(src, dst, node.op)
+                if g is not None:
+                    b.offer("num_kv_heads", g, EvidenceSource.SHAPE, f"KV head axis before the head repeat at "
+                            f"{node.name} ({node.op} {_shape_text(src)} -> {_shape_text(dst)})")
+                return
+            # The value is input 0 (Concat: the cache or a learned bias row grows the sequence, the heads stay).
+            nxt.extend(reversed([x for x in node.inputs if x]) if node.op == "Concat" else node.inputs[:1])
+        if not nxt:
             return
-        if node.op in ("Expand", "Tile"):
-            g = _repeated_heads(index.shapes.shape(node.inputs[0]), index.shapes.shape(node.outputs[0]), node.op)
-            if g is not None:
-                b.offer("num_kv_heads", g, EvidenceSource.SHAPE, f"KV head axis before the head repeat at {node.name} "
-                        f"({node.op} {_shape_text(index.shapes.shape(node.inputs[0]))} -> "
-                        f"{_shape_text(index.shapes.shape(node.outputs[0]))})")
-            return
-        # The value is input 0 (Concat: the cache grows the sequence, the heads stay; follow the last part).
-        cur = node.inputs[-1] if node.op == "Concat" else node.inputs[0]
+        frontier = nxt
 
 
 def _repeated_heads(src: Shape | None, dst: Shape | None, op: str) -> int | None:
@@ -208,13 +247,15 @@ def _repeated_heads(src: Shape | None, dst: Shape | None, op: str) -> int | None
         return None
     i = grown[0]
     a, c = src[i], dst[i]
-    if op == "Expand" and a.is_int and a.coef == 1 and c.is_int and c.coef > 1:
+    if a.is_int and a.coef == 1 and c.is_int and c.coef > 1:
+        # A size-1 axis grown by broadcast (Expand) or by repeats (Tile): the same values.
         if len(src) == 4:
             return 1  # [B, 1, S, d] -> [B, h, S, d]: one K/V head broadcast to all (multi-query)
         if len(src) >= 5 and i >= 1 and src[i - 1].is_int:
             return src[i - 1].coef  # [B, g, 1, S, d] -> [B, g, n_rep, S, d]: heads = g · n_rep, g outer
+        return None
     if op == "Tile" and a.is_int and c.is_int and c.coef > a.coef:
-        return a.coef
+        return a.coef  # [B, g, S, d] -> [B, h, S, d]: the head axis multiplied
     return None
 
 
@@ -497,11 +538,14 @@ def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, 
             if node.op != "Concat":
                 continue
             for x in node.inputs:
-                if index.is_activation(x):
-                    continue  # the K/V values themselves, not a learned row
-                wref = index.weight(x)
-                ref = wref.tensor if wref is not None else _expanded_weight(index, x)
-                if ref is not None:
+                # A stored row, or one broadcast to the batch (bias_k.repeat(1, bsz, 1)): the Tile of a
+                # learned tensor is a value of the run, so the broadcast is looked through first.
+                ref = _expanded_weight(index, x)
+                if ref is None and not index.is_activation(x):
+                    wref = index.weight(x)
+                    ref = wref.tensor if wref is not None else None
+                # Not a parameter: the zeros add_zero_attn appends, folded to a constant by the exporter.
+                if ref is not None and ref.may_be_parameter:
                     b.extras[ref.name] = ref.numel
                     b.evidence.append(Evidence("extra", ref.numel, EvidenceSource.WEIGHT_SHAPE,
                                                f"learned {role.upper()} row {ref.name} concatenated at {node.name}"))

@@ -396,7 +396,7 @@ def _path_bias(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...], sh
             t = ref.tensor if ref is not None else index.graph.weights.get(other)
             if t is not None and width is None:
                 width = hit.out_features * share
-            if t is not None and t.numel == width and t.kind in (None, "parameter") and _is_vector(t.shape):
+            if t is not None and t.numel == width and t.may_be_parameter and _is_vector(t.shape):
                 return t
     return None
 
