@@ -277,20 +277,27 @@ def fuzz(decode: Decode, seconds: float, seed: int, crashes: Path | None) -> int
     return 1 if failures else 0
 
 
-def run_atheris(decode: Decode, argv: list[str]) -> None:
+def run_atheris(module_dir: str | None, argv: list[str]) -> None:
+    # The decoder's own coverage needs a sancov build and libFuzzer preloaded (module docstring).
     import atheris
 
-    check = checker(decode)
+    check: Callable[[list[bytes]], str] | None = None
 
     def one(data: bytes) -> None:
         # The first byte splits the input into a batch of up to 4 blobs.
+        assert check is not None
         if not data:
             check([])
             return
         parts = data[1:].split(b"\xfe\xfe\xfe", data[0] % 4) if data[0] & 0x80 else [data[1:]]
         check(parts)
 
-    atheris.Setup([sys.argv[0], *argv], one)
+    def one_checked(data: bytes) -> None:
+        assert check is not None
+        one(data)
+
+    check = checker(load_decoder(module_dir))
+    atheris.Setup([sys.argv[0], *argv], one_checked)
     atheris.Fuzz()
 
 
@@ -434,10 +441,11 @@ def main() -> None:
     parser.add_argument("--atheris", action="store_true")
     parser.add_argument("--out-of-memory", action="store_true")
     args, rest = parser.parse_known_args()
-    decode = load_decoder(args.module_dir)
     if args.atheris:
-        run_atheris(decode, rest)
-    elif args.out_of_memory:
+        run_atheris(args.module_dir, rest)
+        return
+    decode = load_decoder(args.module_dir)
+    if args.out_of_memory:
         sys.exit(out_of_memory(decode))
     elif args.leaks:
         sys.exit(leaks(decode, args.calls))
