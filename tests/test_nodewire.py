@@ -178,8 +178,12 @@ def test_overlong_tags_and_lengths_only_as_far_as_protobuf_reads_them(size: int)
 @needs_decoder
 def test_non_bytes_and_failing_iterables() -> None:
     assert DECODE is not None
-    with pytest.raises(ValueError):
-        DECODE(["not bytes"])  # type: ignore[list-item]
+    relu = helper.make_node("Relu", ["x"], ["y"]).SerializeToString()
+    for item in ("not bytes", bytearray(relu), memoryview(relu), None):  # upb hands over bytes only
+        with pytest.raises(ValueError):
+            DECODE([relu, item])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        DECODE(5)  # type: ignore[arg-type]
 
     def broken() -> Any:
         yield helper.make_node("Relu", ["x"], ["y"]).SerializeToString()
