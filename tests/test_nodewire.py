@@ -147,11 +147,43 @@ def test_what_the_decoder_cannot_vouch_for_is_a_value_error(blob: bytes) -> None
         DECODE([blob])
 
 
+def _overlong(value: int, size: int) -> bytes:
+    """value as a varint of exactly size bytes (padded with continuation bytes, as some writers do)."""
+    out = [(value >> 7 * i) & 0x7F | (0x80 if i < size - 1 else 0) for i in range(size)]
+    assert value >> 7 * size == 0
+    return bytes(out)
+
+
+@needs_decoder
+@pytest.mark.parametrize("size", range(1, 11))
+def test_overlong_tags_and_lengths_only_as_far_as_protobuf_reads_them(size: int) -> None:
+    """upb takes a tag or a length in at most 5 bytes (a varint value in 10): a longer one is corrupt."""
+    assert DECODE is not None
+    entry_tag = _overlong(1 << 3 | 2, size) + b"\x00"  # metadata_props entry: key ""
+    entry_len = b"\x0a" + _overlong(0, size)
+    blobs = {"tag": _overlong(4 << 3 | 2, size) + b"\x03Add", "length": b"\x22" + _overlong(3, size) + b"Add",
+             "unknown varint": b"\x22\x03Add\x58" + _overlong(5, size),
+             "entry tag": b"\x4a" + bytes([len(entry_tag)]) + entry_tag,
+             "entry length": b"\x4a" + bytes([len(entry_len)]) + entry_len}
+    for what, blob in blobs.items():
+        try:
+            expected = _upb_fields(blob)
+        except DecodeError:
+            with pytest.raises(ValueError):
+                DECODE([blob])
+            continue
+        assert DECODE([blob]) == [expected], what  # what upb reads is read here too: the fast path stays
+
+
 @needs_decoder
 def test_non_bytes_and_failing_iterables() -> None:
     assert DECODE is not None
-    with pytest.raises(ValueError):
-        DECODE(["not bytes"])  # type: ignore[list-item]
+    relu = helper.make_node("Relu", ["x"], ["y"]).SerializeToString()
+    for item in ("not bytes", bytearray(relu), memoryview(relu), None):  # upb hands over bytes only
+        with pytest.raises(ValueError):
+            DECODE([relu, item])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        DECODE(5)  # type: ignore[arg-type]
 
     def broken() -> Any:
         yield helper.make_node("Relu", ["x"], ["y"]).SerializeToString()

@@ -40,7 +40,10 @@ enum {
 enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
 
 #define MAX_VARINT_BYTES 10
+/* upb reads a tag or a length in at most 5 bytes (some versions a length in 10): longer is corrupt. */
+#define MAX_TAG_OR_LENGTH_BYTES 5
 #define MAX_FIELD_NUMBER 536870911 /* 2^29 - 1 */
+#define MAX_LENGTH 2147483646 /* upb: a length of INT32_MAX or more is corrupt */
 
 typedef struct {
     const uint8_t *pos;
@@ -55,7 +58,7 @@ static int read_varint(Reader *r, uint64_t *out) {
         uint8_t byte = *r->pos++;
         value |= (uint64_t)(byte & 0x7f) << (7 * i);
         if (!(byte & 0x80)) {
-            if (i == MAX_VARINT_BYTES - 1 && byte > 1) return -1; /* more than 64 bits */
+            if (i == MAX_VARINT_BYTES - 1 && byte > 1) return -1; /* more than 64 bits (upb drops them): left to it */
             *out = value;
             return 0;
         }
@@ -63,10 +66,17 @@ static int read_varint(Reader *r, uint64_t *out) {
     return -1;
 }
 
+/* A tag or a length: as read_varint, and -1 on an encoding longer than upb takes for one. */
+static int read_tag_or_length(Reader *r, uint64_t *out) {
+    const uint8_t *begin = r->pos;
+    if (read_varint(r, out) < 0) return -1;
+    return r->pos - begin > MAX_TAG_OR_LENGTH_BYTES ? -1 : 0;
+}
+
 /* The next field's number and wire type; for WIRE_LEN also its payload [*start, *start + *len). */
 static int read_field(Reader *r, uint32_t *number, int *wire, const uint8_t **start, Py_ssize_t *len) {
     uint64_t key;
-    if (read_varint(r, &key) < 0) return -1;
+    if (read_tag_or_length(r, &key) < 0) return -1;
     if (key >> 3 == 0 || key >> 3 > MAX_FIELD_NUMBER) return -1;
     *number = (uint32_t)(key >> 3);
     *wire = (int)(key & 7);
@@ -83,8 +93,8 @@ static int read_field(Reader *r, uint32_t *number, int *wire, const uint8_t **st
         r->pos += 4;
         return 0;
     case WIRE_LEN:
-        if (read_varint(r, &skip) < 0) return -1;
-        if (skip > (uint64_t)(r->end - r->pos)) return -1;
+        if (read_tag_or_length(r, &skip) < 0) return -1;
+        if (skip > MAX_LENGTH || skip > (uint64_t)(r->end - r->pos)) return -1;
         *start = r->pos;
         *len = (Py_ssize_t)skip;
         r->pos += skip;
