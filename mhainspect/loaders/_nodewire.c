@@ -157,13 +157,15 @@ done:
     return pair;
 }
 
-/* op_type and domain repeat on every node: one interned str per distinct spelling, found by its
- * bytes in a small table that lives for one decode_nodes call (no str is made to look one up). */
+/* op_type and domain repeat on every node: one str per distinct spelling, shared by every node that
+ * names it (its hash is computed once), found by its bytes in a small table that lives for one
+ * decode_nodes call (no str is made to look one up). Not interned: on Python 3.12 interned strs are
+ * never freed, and a file's op types are its own. */
 static const uint8_t NOTHING[1] = {0}; /* the bytes of an absent field: "" */
 #define SYMBOLS 256 /* a power of two; a graph has a few dozen op types and domains */
 
 typedef struct {
-    PyObject *str[SYMBOLS]; /* interned ASCII strs; NULL: free slot */
+    PyObject *str[SYMBOLS]; /* ASCII strs; NULL: free slot */
     Py_ssize_t used;
 } Symbols;
 
@@ -176,7 +178,6 @@ static PyObject *symbol(Symbols *table, const uint8_t *start, Py_ssize_t len) {
             if (table->used >= SYMBOLS / 2) break; /* keep probes short: too many distinct ones, decode */
             PyObject *value = text(start, len);
             if (value == NULL) return NULL;
-            PyUnicode_InternInPlace(&value);
             if (!PyUnicode_IS_ASCII(value)) return value; /* not kept: the table compares ASCII bytes */
             Py_INCREF(value);
             *slot = value;
@@ -188,9 +189,7 @@ static PyObject *symbol(Symbols *table, const uint8_t *start, Py_ssize_t len) {
             return *slot;
         }
     }
-    PyObject *value = text(start, len);
-    if (value != NULL) PyUnicode_InternInPlace(&value);
-    return value;
+    return text(start, len);
 }
 
 static void clear_symbols(Symbols *table) {
