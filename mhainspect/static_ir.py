@@ -87,6 +87,7 @@ class HeadOffers:
     source: str = EvidenceSource.CONFIG  # an EvidenceSource (module, config, gguf, head_shape); checked
     detail: str = ""
     scale: float | None = None  # the factor the scores are multiplied by, when it says
+    applications: int | None = None  # how many times one run applies the block's weights (a shared layer)
 
     def __post_init__(self) -> None:
         if type(self.source) is not EvidenceSource:

@@ -21,6 +21,9 @@ applied the way the architecture's own modelling code applies it:
   Megatron), ``attention_head_size``, ``d_head`` (Funnel, Transformer-XL); value head size ``v_head_dim``;
 - score scale, first rule of ``SCALE_RULES`` that applies: Granite ``attention_multiplier`` (the
   factor itself), Gemma 2/3 ``query_pre_attn_scalar`` (scores scaled by its inverse square root);
+- applications, first rule of ``APPLICATION_RULES`` that applies: ALBERT's layer groups
+  (``num_hidden_layers`` runs of ``num_hidden_groups`` shared groups: a group runs
+  num_hidden_layers / num_hidden_groups times);
 - per-layer lists (OpenELM) are indexed by the block's layer number; nested sub-configs
   (``text_config``, ``vision_config``, ``qformer_config``, ``encoder``/``decoder``, ...) are chosen by the block's
   name (``SUB_CONFIGS``); a block no name places, of a config without top-level heads, is the language model's.
@@ -237,6 +240,32 @@ SCALE_RULES: tuple[tuple[str, ScaleRule], ...] = (
 )
 
 
+# ----------------------------------------------------------------------------- applications
+# Each rule: (what it follows, function(config, block name) -> Found | None): how many times one
+# run applies the block's weights, when the config shares a layer between depths. The first rule
+# that returns a value decides; without one, a block runs once.
+
+ApplicationRule = Callable[[Mapping[str, Any], str], "Found | None"]
+_ALBERT_GROUP = re.compile(r"(?:^|\.)albert_layer_groups\.(\d+)\.")
+
+
+def _albert_groups(cfg: Mapping[str, Any], block_name: str) -> Found | None:
+    layers, groups = _positive(cfg.get("num_hidden_layers")), _positive(cfg.get("num_hidden_groups"))
+    found = _ALBERT_GROUP.search(block_name)
+    if layers is None or groups is None or found is None:
+        return None
+    group = int(found.group(1))
+    # AlbertTransformer: layer i runs group int(i / (layers / groups)), every layer of the group once.
+    runs = sum(1 for i in range(layers) if i * groups // layers == group)
+    return Found(runs, f"num_hidden_layers={layers}, num_hidden_groups={groups} -> layer group {group} runs "
+                       f"{runs} times") if runs else None
+
+
+APPLICATION_RULES: tuple[tuple[str, ApplicationRule], ...] = (
+    ("ALBERT: num_hidden_layers layers run num_hidden_groups shared layer groups in turn", _albert_groups),
+)
+
+
 # ----------------------------------------------------------------------------- tied weights
 # What a config declares about weights two module paths share (transformers ties them at load:
 # ``PreTrainedModel.tie_weights``). A checkpoint may store a tied weight under both names (older
@@ -436,7 +465,8 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
     hd = _first(c, HEAD_DIM_KEYS, layer)
     vhd = _first(c, V_HEAD_DIM_KEYS, layer)
     scale = next((said for _, rule in SCALE_RULES if (said := rule(c)) is not None), None)
-    parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd) if f is not None]
+    runs = next((found for _, rule in APPLICATION_RULES if (found := rule(c, block_name)) is not None), None)
+    parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd, runs) if f is not None]
     if scale is not None:
         parts.append(f"{prefix}{scale[1]}")
     return HeadOffers(
@@ -447,6 +477,7 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
         source=source,
         detail=f"{label} " + ", ".join(parts) if parts else label,
         scale=scale[0] if scale is not None else None,
+        applications=runs.value if runs is not None else None,
     )
 
 
