@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from mhainspect.findings import AttentionBlock, Miss, ModelFacts, Report, ReportWarning, WarningCode
-from mhainspect.loaders.checkpoint import load_checkpoint_weights
-from mhainspect.loaders.hf_config import offers_from_config, producer_from_config
+from mhainspect.loaders.checkpoint import apply_ties, load_checkpoint_weights
+from mhainspect.loaders.hf_config import Tie, offers_from_config, producer_from_config
 from mhainspect.loaders.quantized import quantization_notes
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.report import report_from
@@ -38,10 +38,13 @@ def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, An
 def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
     p = Path(path)
     weights, config, fmt = load_checkpoint_weights(p)
+    weights, ties = apply_ties(weights, config)
     warnings: list[ReportWarning] = []
     if config is not None and not p.is_dir():
         warnings.append(ReportWarning(f"heads read from {p.parent / 'config.json'} next to the checkpoint",
                                       WarningCode.CONFIG_BESIDE))
+    if ties:
+        warnings.append(ReportWarning(tie_note(ties, weights), WarningCode.LOADER))
     warnings.extend(ReportWarning(note, WarningCode.LOADER) for note in quantization_notes(weights))
     producer = producer_from_config(config) if config is not None else ""
     facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer)
@@ -53,6 +56,19 @@ def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
                              no_config="checkpoint without config.json: nothing says whether the model decodes "
                                        "autoregressively")
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings), size)
+
+
+_MAX_TIES_LISTED = 4
+
+
+def tie_note(ties: tuple[Tie, ...], weights: Mapping[str, WeightMeta]) -> str:
+    """The warning for stored copies of tied weights: which, what says so, what they count."""
+    shown = "; ".join(f"{t.copy} = {t.source} ({t.said})" for t in ties[:_MAX_TIES_LISTED])
+    if len(ties) > _MAX_TIES_LISTED:
+        shown += f"; and {len(ties) - _MAX_TIES_LISTED} more"
+    repeated = sum(weights[t.copy].numel for t in ties)
+    return (f"tied weights stored twice ({len(ties)}): {shown}; the config ties them, so their parameters count "
+            f"once ({repeated:,} not counted again); the bytes of both copies are stored")
 
 
 def analyze_checkpoint(path: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = ()) -> Report:

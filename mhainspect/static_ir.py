@@ -54,6 +54,10 @@ class WeightMeta:
     storage_key: str
     layout: str = ""
     quant: Quantized | None = None
+    # The name of the stored tensor whose parameters this one repeats, when the model's config
+    # ties them (``mhainspect.loaders.hf_config.tied_copies``): a second copy on disk, its bytes
+    # stored, its parameters counted once.
+    tied_to: str = ""
 
     @property
     def numel(self) -> int:
@@ -83,6 +87,7 @@ class HeadOffers:
     source: str = EvidenceSource.CONFIG  # an EvidenceSource (module, config, gguf, head_shape); checked
     detail: str = ""
     scale: float | None = None  # the factor the scores are multiplied by, when it says
+    applications: int | None = None  # how many times one run applies the block's weights (a shared layer)
 
     def __post_init__(self) -> None:
         if type(self.source) is not EvidenceSource:
@@ -105,7 +110,8 @@ def parameter_keys(weights: Mapping[str, WeightMeta]) -> frozenset[str]:
 
 
 def count_weights(weights: Mapping[str, WeightMeta]) -> int:
-    """Unique float tensors and quantized weights by storage (tied weights once), a quantized
+    """Unique float tensors and quantized weights by storage (tied weights once: shared storage, or
+    a stored copy the config ties to another, ``WeightMeta.tied_to``), a quantized
     weight by the logical elements it encodes; integer buffers and quantization data are not
     parameters.
 
@@ -114,11 +120,18 @@ def count_weights(weights: Mapping[str, WeightMeta]) -> int:
     seen: set[str] = set()
     total = 0
     for t in weights.values():
-        if t.storage_key in seen or not t.is_parameter:
+        key = parameter_identity(weights, t)
+        if key in seen or not t.is_parameter:
             continue
-        seen.add(t.storage_key)
+        seen.add(key)
         total += t.numel
     return total
+
+
+def parameter_identity(weights: Mapping[str, WeightMeta], t: WeightMeta) -> str:
+    """What makes two stored tensors one parameter: their storage, or a tied copy's source's."""
+    source = weights.get(t.tied_to) if t.tied_to else None
+    return source.storage_key if source is not None else t.storage_key
 
 
 # ----------------------------------------------------------------------------- size metadata

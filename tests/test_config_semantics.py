@@ -177,3 +177,25 @@ def test_shapes_win_over_the_config_and_the_conflict_is_recorded(packed: bool, t
     assert any("num_kv_heads" in c and "4" in c for c in block.conflicts), block.conflicts
     assert any(e.field == "num_kv_heads" and e.source is EvidenceSource.WEIGHT_SHAPE and e.value == 1
                for e in block.evidence)
+
+
+@pytest.mark.parametrize(("layers", "groups", "inner", "runs"), [(3, 1, 1, [3]), (3, 1, 2, [3, 3]), (4, 3, 1, [2, 1, 1]),
+                                                                (3, 3, 1, [1, 1, 1])])  # runs: per block, in order
+def test_albert_shared_layers_report_their_applications(layers: int, groups: int, inner: int, runs: list[int],
+                                                        tmp_path: Path) -> None:
+    """ALBERT's layer groups run num_hidden_layers / num_hidden_groups times each (as its ONNX export
+    shows, ``applications``), from the module and from its folder alike; parameters once."""
+    from mhainspect.torch_inspect import inspect_module
+
+    config = transformers.AlbertConfig(vocab_size=64, embedding_size=16, hidden_size=32, num_attention_heads=4,
+                                       intermediate_size=48, num_hidden_layers=layers, num_hidden_groups=groups,
+                                       inner_group_num=inner)
+    torch.manual_seed(0)
+    model = transformers.AlbertModel(config).eval()
+    model.save_pretrained(tmp_path)
+    for report in (inspect_module(model, trace=False), analyze_checkpoint(tmp_path)):
+        assert [b.applications for b in report.blocks] == runs
+        assert all(b.params.total == 4 * (32 * 32 + 32) for b in report.blocks)
+        assert report.model.total_params == sum(p.numel() for p in model.parameters())
+        assert all(any(e.field == "applications" and e.source is EvidenceSource.CONFIG for e in b.evidence)
+                   for b in report.blocks if b.applications > 1)

@@ -523,3 +523,63 @@ def test_api_rejects_other_objects() -> None:
         mhainspect.inspect(42)
     report: Report = mhainspect.inspect(str(REPO_ROOT / "sample_models" / "standard_mha.onnx"))
     assert report.model.format == "onnx" and report.blocks
+
+
+# ----------------------------------------------------------------------------- scale read off a module
+
+
+def test_esm_prescaled_query_is_not_an_unusual_scale(tmp_path: Path) -> None:
+    """ESM passes ``scaling = 1.0`` to its attention function and scales the query by
+    head_size ** -0.5 in forward first: the scores are scaled by 1/sqrt(d_k), as its ONNX export shows
+    (was: MHA003 from the module alone)."""
+    transformers = _quiet_transformers()
+    from mhainspect.analyze import analyze_graph
+    from mhainspect.loaders.onnx_loader import load_onnx
+
+    config = transformers.EsmConfig(vocab_size=33, hidden_size=32, num_attention_heads=4, num_hidden_layers=1,
+                                    intermediate_size=64, position_embedding_type="rotary", pad_token_id=1,
+                                    attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.EsmModel(config, add_pooling_layer=False).eval()
+    module = mhainspect.inspect(model, trace=False)
+    path = tmp_path / "esm.onnx"
+    torch.onnx.export(model, (torch.randint(4, 30, (1, 8)),), str(path), input_names=["input_ids"], dynamo=False,
+                      opset_version=17)
+    exported = analyze_graph(load_onnx(path))
+    assert [f.code for f in module.flags] == [f.code for f in exported.flags] == []
+    assert module.blocks[0].scale == pytest.approx(exported.blocks[0].scale) == pytest.approx(8 ** -0.5)
+
+
+def test_a_scaling_attribute_composes_with_what_forward_does_to_the_query() -> None:
+    """The attribute is the factor the attention function applies; a forward that divides the query
+    first composes with it, and one whose factor is a run-time value leaves the scale unknown."""
+
+    class Attention(nn.Module):
+        def __init__(self, d: int = 16, h: int = 2) -> None:
+            super().__init__()
+            self.num_heads, self.head_dim, self.scaling = h, d // h, 1.0
+            self.q_proj, self.k_proj = nn.Linear(d, d), nn.Linear(d, d)
+            self.v_proj, self.o_proj = nn.Linear(d, d), nn.Linear(d, d)
+
+        def forward(self, x: Any) -> Any:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            q /= math.sqrt(self.head_dim)
+            return self.o_proj(torch.softmax(q @ k.transpose(-1, -2) * self.scaling, -1) @ v)
+
+    class RunTime(Attention):
+        def forward(self, x: Any) -> Any:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            q = q * x.shape[-1] ** -0.5
+            return self.o_proj(torch.softmax(q @ k.transpose(-1, -2) * self.scaling, -1) @ v)
+
+    class Plain(Attention):  # T5's case: scaling = 1.0 really is the scale
+        def forward(self, x: Any) -> Any:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            return self.o_proj(torch.softmax(q @ k.transpose(-1, -2) * self.scaling, -1) @ v)
+
+    found = mhainspect.inspect(Attention(), trace=False).blocks[0]
+    assert found.scale_known and found.scale == pytest.approx(8 ** -0.5)
+    unknown = mhainspect.inspect(RunTime(), trace=False)
+    assert not unknown.blocks[0].scale_known and "MHA003" not in [f.code for f in unknown.flags]
+    plain = mhainspect.inspect(Plain(), trace=False)
+    assert plain.blocks[0].scale == 1.0 and "MHA003" in [f.code for f in plain.flags]

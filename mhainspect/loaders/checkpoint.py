@@ -18,6 +18,7 @@ unknown (MHA004) unless 3-D Keras-style kernels identify them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 import warnings
@@ -27,6 +28,7 @@ from typing import Any
 
 from mhainspect.dtypes import canonical
 from mhainspect.errors import InputError, MissingDependencyError, read_failure
+from mhainspect.loaders.hf_config import Tie, tied_copies
 from mhainspect.loaders.quantized import MAX_VALUE_BYTES, apply_quantization, wants_values
 from mhainspect.static_ir import WeightMeta
 
@@ -310,3 +312,22 @@ def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str
         return apply_quantization(read_safetensors_header(path, values), beside, values), beside, "safetensors"
     return apply_quantization(read_torch_state_dict(path, values), beside, values), beside, "pytorch"
 
+
+
+def apply_ties(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None
+               ) -> tuple[dict[str, WeightMeta], tuple[Tie, ...]]:
+    """``weights`` with every stored copy of a weight the config ties to another marked
+    (``WeightMeta.tied_to``: its parameters count once, its bytes as stored), and those ties. Read
+    over every shard at once: a tie's two names may sit in different files. Copies that already
+    share storage (one torch.save of a tied model) need no mark."""
+    out = dict(weights)
+    if config is None:
+        return out, ()
+    shapes = {n: m.shape for n, m in weights.items() if m.is_parameter and m.quant is None}
+    found: list[Tie] = []
+    for tie in tied_copies(config, shapes):
+        copy, source = weights[tie.copy], weights[tie.source]
+        if copy.storage_key != source.storage_key and copy.dtype == source.dtype:
+            out[tie.copy] = dataclasses.replace(copy, tied_to=tie.source)
+            found.append(tie)
+    return out, tuple(found)

@@ -21,6 +21,9 @@ applied the way the architecture's own modelling code applies it:
   Megatron), ``attention_head_size``, ``d_head`` (Funnel, Transformer-XL); value head size ``v_head_dim``;
 - score scale, first rule of ``SCALE_RULES`` that applies: Granite ``attention_multiplier`` (the
   factor itself), Gemma 2/3 ``query_pre_attn_scalar`` (scores scaled by its inverse square root);
+- applications, first rule of ``APPLICATION_RULES`` that applies: ALBERT's layer groups
+  (``num_hidden_layers`` runs of ``num_hidden_groups`` shared groups: a group runs
+  num_hidden_layers / num_hidden_groups times);
 - per-layer lists (OpenELM) are indexed by the block's layer number; nested sub-configs
   (``text_config``, ``vision_config``, ``qformer_config``, ``encoder``/``decoder``, ...) are chosen by the block's
   name (``SUB_CONFIGS``); a block no name places, of a config without top-level heads, is the language model's.
@@ -237,6 +240,185 @@ SCALE_RULES: tuple[tuple[str, ScaleRule], ...] = (
 )
 
 
+# ----------------------------------------------------------------------------- applications
+# Each rule: (what it follows, function(config, block name) -> Found | None): how many times one
+# run applies the block's weights, when the config shares a layer between depths. The first rule
+# that returns a value decides; without one, a block runs once.
+
+ApplicationRule = Callable[[Mapping[str, Any], str], "Found | None"]
+_ALBERT_GROUP = re.compile(r"(?:^|\.)albert_layer_groups\.(\d+)\.")
+
+
+def _albert_groups(cfg: Mapping[str, Any], block_name: str) -> Found | None:
+    layers, groups = _positive(cfg.get("num_hidden_layers")), _positive(cfg.get("num_hidden_groups"))
+    found = _ALBERT_GROUP.search(block_name)
+    if layers is None or groups is None or found is None:
+        return None
+    group = int(found.group(1))
+    # AlbertTransformer: layer i runs group int(i / (layers / groups)), every layer of the group once.
+    runs = sum(1 for i in range(layers) if i * groups // layers == group)
+    return Found(runs, f"num_hidden_layers={layers}, num_hidden_groups={groups} -> layer group {group} runs "
+                       f"{runs} times") if runs else None
+
+
+APPLICATION_RULES: tuple[tuple[str, ApplicationRule], ...] = (
+    ("ALBERT: num_hidden_layers layers run num_hidden_groups shared layer groups in turn", _albert_groups),
+)
+
+
+# ----------------------------------------------------------------------------- tied weights
+# What a config declares about weights two module paths share (transformers ties them at load:
+# ``PreTrainedModel.tie_weights``). A checkpoint may store a tied weight under both names (older
+# transformers wrote both; sharded ``.bin`` files hold a copy in each shard): the stored copy is
+# the same parameter, counted once. Three declarations:
+# - ``tie_word_embeddings`` (read as the config says it; when absent, the architecture's default:
+#   the config classes of transformers 5 whose ``tie_word_embeddings`` defaults to true are
+#   ``TIE_WORD_EMBEDDINGS_BY_DEFAULT``; any other model_type ties nothing it does not say): the
+#   output head (``lm_head``, ``cls.predictions.decoder``, ``embed_out``, ...) is the input word
+#   embedding, and a prediction head's bias (``cls.predictions.decoder.bias``) its parent's
+#   (``cls.predictions.bias``). T5's own config class forces the key to true and keeps what the file said for its
+#   output scaling: the key as written decides here, as it decided in transformers 4.
+# - an encoder-decoder config (``is_encoder_decoder``) builds its stacks on the ``shared``
+#   embedding: ``encoder.embed_tokens`` and ``decoder.embed_tokens`` are it (unless
+#   ``share_encoder_decoder_embeddings`` is false, as some Marian models say).
+# - ``tie_encoder_decoder`` (transformers 4, an encoder-decoder config): every decoder weight
+#   whose module path is the encoder's (``decoder.X`` or, under ``EncoderDecoderModel``,
+#   ``decoder.<base model>.X`` for ``encoder.X``) is the encoder's.
+# A tie joins tensors of one shape only; a head ties to the input embedding nearest it in the
+# module tree (the longest common path), never to one of several equally near.
+
+TIE_WORD_EMBEDDINGS_BY_DEFAULT = frozenset((
+    "albert", "aya_vision", "bart", "bert", "bert-generation", "big_bird", "bigbird_pegasus", "biogpt",
+    "blenderbot", "blenderbot-small", "blip", "blip_text_model", "bloom", "camembert", "canary", "cohere",
+    "cohere2", "cohere2_moe", "cohere2_vision", "cohere_compass_text", "convbert", "cpmant", "csm", "ctrl",
+    "d_fine", "dab-detr", "data2vec-text", "deberta", "deberta-v2", "deepseek_vl", "deepseek_vl_hybrid",
+    "deformable_detr", "deimv2", "diffusion_gemma", "diffusion_gemma_text", "distilbert", "electra", "ernie",
+    "ernie4_5", "ernie4_5_moe", "ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "esm", "falcon", "falcon_mamba",
+    "flaubert", "flava", "florence2", "fnet", "fun_asr_nano", "funnel", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text", "gemma4_unified",
+    "gemma4_unified_assistant", "gemma4_unified_text", "glmasr", "got_ocr2", "gpt-sw3", "gpt2", "gpt_bigcode",
+    "gpt_neo", "gpt_neox_japanese", "granite_docling", "granite_docling_text", "granite_speech",
+    "granite_speech5_ctc", "granite_speech_plus", "granite_swa", "grounding-dino", "gte", "hunyuan_vl",
+    "hunyuan_vl_text", "hyperclovax_vision_v2", "ibert", "internvl", "janus", "jetmoe", "jina_embeddings_v3",
+    "kimi_k25", "kosmos-2", "kosmos-2.5", "kosmos_2_5_text_model", "kosmos_2_text_model", "lara_mini", "layoutlm",
+    "led", "lfm2", "lfm2_moe", "lfm2_vl", "lfm3", "lfm3_vl", "lighton_ocr", "longformer", "longt5", "luke",
+    "lxmert", "m2m_100", "mamba", "marian", "mbart", "megatron-bert", "mimi", "mimi_decoder", "mimi_encoder",
+    "minicpm3", "minicpm_ocr", "mistral3", "mm-grounding-dino", "mobilebert", "modernbert", "modernbert-decoder",
+    "moonshine", "moss_transcribe_diarize", "mpnet", "mpt", "mra", "mt5", "mvp", "neomme", "nllb-moe",
+    "nomic_bert", "nystromformer", "openai-gpt", "opt", "ovis2", "paddleocr_vl", "paddleocr_vl_text", "paligemma",
+    "pe_audio_video", "pegasus", "pegasus_x", "plbart", "pop2piano", "pp_chart2table", "pp_doclayout_v3",
+    "pp_doclayout_v4", "prophetnet", "qwen2_5_omni_text", "qwen3_asr", "qwen3_vl_moe_text", "recurrent_gemma",
+    "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "rt_detr_v2", "sam", "sam_hq", "seamless_m4t",
+    "seamless_m4t_v2", "shieldgemma2", "smollm3", "speech_to_text", "speecht5", "squeezebert", "starcoder2",
+    "switch_transformers", "t5", "t5_gemma_module", "t5gemma", "t5gemma2", "t5gemma2_decoder", "t5gemma2_encoder",
+    "t5gemma2_text", "tapas", "trocr", "udop", "umt5", "vaultgemma", "vilt", "visual_bert", "voxtral_realtime",
+    "whisper", "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "xlnet", "xmod", "yoso", "youtu", "zamba",
+    "zamba2", "zaya",
+))
+# Module paths (their last components) of output heads transformers ties to the word embedding.
+OUTPUT_EMBEDDING_PATHS = ("lm_head", "lm_head.decoder", "lm_head.out_proj", "predictions.decoder", "embed_out",
+                          "output_projection", "proj_out", "generator_lm_head", "vocab_projector", "pred_layer.proj",
+                          "lm_loss", "mlm_score.decoder", "head.decoder", "head", "output", "decoder")
+# Last module path component of an input word embedding.
+INPUT_EMBEDDING_NAMES = frozenset(("embed_tokens", "word_embeddings", "wte", "embed_in", "shared", "tok_embeddings",
+                                   "tokens_embed", "word_embedding", "w", "embeddings"))
+
+
+@dataclass(frozen=True)
+class Tie:
+    """A stored tensor (``copy``) that the config declares to be another (``source``)."""
+
+    copy: str
+    source: str
+    said: str  # what the config declares: "tie_word_embeddings=true", "gpt2 default tie_word_embeddings=true", ...
+
+
+def word_embeddings_tied(cfg: Mapping[str, Any]) -> str | None:
+    """What makes the config tie its output head to its input embedding, or None when it does not."""
+    for prefix, c in (("", cfg), *((f"{k}.", sub) for k in ("text_config", "llm_config", "language_config")
+                                   if isinstance(sub := cfg.get(k), Mapping))):
+        declared = c.get("tie_word_embeddings")
+        if isinstance(declared, bool):
+            return f"{prefix}tie_word_embeddings=true" if declared else None
+        kind = c.get("model_type")
+        if isinstance(kind, str) and kind in TIE_WORD_EMBEDDINGS_BY_DEFAULT:
+            return f"{prefix}tie_word_embeddings absent: {kind}'s default is true"
+        if kind is not None:  # a known type without the default, or an unknown one: no tie
+            return None
+    return None
+
+
+def _module(name: str) -> tuple[str, ...]:
+    return tuple(name.split(".")[:-1])
+
+
+def _nearest(head: str, sources: Sequence[str]) -> str | None:
+    """The source sharing the longest module path with ``head``; None when several are equally near."""
+    def shared(s: str) -> int:
+        n = 0
+        for a, b in zip(_module(head), _module(s)):
+            if a != b:
+                break
+            n += 1
+        return n
+    if not sources:
+        return None
+    best = max(shared(s) for s in sources)
+    nearest = [s for s in sources if shared(s) == best]
+    return nearest[0] if len(nearest) == 1 else None
+
+
+def tied_copies(cfg: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> tuple[Tie, ...]:
+    """The stored tensors (float parameters: ``shapes`` by name) that the config ties to another stored
+    tensor, each with the tensor it repeats (never a copy: chains end at the stored source)."""
+    source_of: dict[str, tuple[str, str]] = {}
+
+    def tie(copy: str, source: str, said: str) -> None:
+        if copy != source and copy not in source_of and copy in shapes and shapes[copy] == shapes.get(source):
+            source_of[copy] = source_of.get(source, (source, said))[0], said
+
+    encdec = cfg.get("is_encoder_decoder") is True
+    if encdec and cfg.get("share_encoder_decoder_embeddings") is not False:
+        for name in shapes:
+            parts = name.split(".")
+            if parts[-2:] == ["embed_tokens", "weight"] and len(parts) >= 3 and parts[-3] in ("encoder", "decoder"):
+                shared = ".".join(parts[:-3] + ["shared", "weight"])
+                if shared in shapes:
+                    tie(name, shared, "is_encoder_decoder=true: the stacks embed with the shared embedding")
+    if encdec and cfg.get("tie_encoder_decoder") is True:
+        by_parts = {tuple(n.split(".")): n for n in shapes}
+        for comps, name in by_parts.items():
+            if "encoder" not in comps:
+                continue
+            i = comps.index("encoder")
+            head, rest = comps[:i] + ("decoder",), comps[i + 1:]
+            found = [n for p, n in by_parts.items() if p[:i + 1] == head and (p[i + 1:] == rest or (
+                len(p) == len(comps) + 1 and p[i + 2:] == rest))]
+            if len(found) == 1:
+                tie(found[0], name, "tie_encoder_decoder=true")
+    said = word_embeddings_tied(cfg)
+    if said is not None:
+        vocab = {v for c in (cfg, *(s for s in cfg.values() if isinstance(s, Mapping)))
+                 if (v := _positive(c.get("vocab_size"))) is not None}
+        matrices = [n for n, s in shapes.items() if len(s) == 2 and n.endswith(".weight")
+                    and (not vocab or s[0] in vocab)]
+        inputs = [n for n in matrices if _module(n)[-1:] and _module(n)[-1] in INPUT_EMBEDDING_NAMES
+                  and n not in source_of]
+        for name in matrices:
+            path = ".".join(_module(name))
+            if name in inputs or not any(path == h or path.endswith("." + h) for h in OUTPUT_EMBEDDING_PATHS):
+                continue
+            source = _nearest(name, [s for s in inputs if shapes[s] == shapes[name]])
+            if source is not None:
+                tie(name, source, said)
+                # A prediction head's bias is its parent's (BERT's cls.predictions.decoder.bias is
+                # cls.predictions.bias), tied with the weight.
+                parent = _module(name)[:-1]
+                if parent:
+                    tie(f"{path}.bias", ".".join(parent + ("bias",)), said)
+    return tuple(Tie(copy, source, said) for copy, (source, said) in source_of.items())
+
+
 # ----------------------------------------------------------------------------- lookup
 
 
@@ -283,7 +465,8 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
     hd = _first(c, HEAD_DIM_KEYS, layer)
     vhd = _first(c, V_HEAD_DIM_KEYS, layer)
     scale = next((said for _, rule in SCALE_RULES if (said := rule(c)) is not None), None)
-    parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd) if f is not None]
+    runs = next((found for _, rule in APPLICATION_RULES if (found := rule(c, block_name)) is not None), None)
+    parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd, runs) if f is not None]
     if scale is not None:
         parts.append(f"{prefix}{scale[1]}")
     return HeadOffers(
@@ -294,6 +477,7 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
         source=source,
         detail=f"{label} " + ", ".join(parts) if parts else label,
         scale=scale[0] if scale is not None else None,
+        applications=runs.value if runs is not None else None,
     )
 
 

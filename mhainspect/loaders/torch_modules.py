@@ -14,8 +14,13 @@ so is an attention-named module without recognisable projections.
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect as pyinspect
 import math
-from collections.abc import Mapping
+import re
+import textwrap
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,13 +161,121 @@ def config_dict(obj: Any) -> Mapping[str, Any] | None:
 
 
 def module_scale(module: nn.Module) -> tuple[float | None, str]:
+    """The factor the module's scores are multiplied by, with what says so; (None, why) when it
+    cannot be told.
+
+    A scale attribute (``scaling``) is the factor the attention function applies to Q·Kᵀ; a
+    forward that rescales the query or key before it (ESM and Evolla scale the query by
+    head_size ** -0.5 ahead of the rotary embedding and pass ``scaling = 1.0``) composes with it,
+    as the graph path composes every factor between the projections and the Softmax. The forward's
+    own code is read for such rescalings (never run); one whose factor does not evaluate from the
+    module's attributes makes the scale unknown rather than the attribute's alone."""
     if isinstance(module, nn.MultiheadAttention):
         return 1.0 / math.sqrt(module.head_dim), "nn.MultiheadAttention scales scores by 1/sqrt(head_dim)"
     for n in _SCALE_ATTRS:
         v = getattr(module, n, None)
         if isinstance(v, float) and v > 0:
-            return v, f"{type(module).__name__}.{n} = {v:.6g}"
+            said = f"{type(module).__name__}.{n} = {v:.6g}"
+            pre = forward_rescaling(module)
+            if pre is None:
+                return v, said
+            factor, how = pre
+            if factor is None:
+                return None, f"{said}, and forward rescales {how}: the scale is not known"
+            return v * factor, f"{said} × {factor:.6g} ({type(module).__name__}.forward rescales {how})"
     return None, ""
+
+
+# Local names a forward gives the query or key (query_layer, query_states, q, key_states, k, ...).
+_QK_NAME = re.compile(r"^(q|k|query|key|queries|keys)(_[a-z0-9_]*)?$")
+_MATH_FUNCTIONS: dict[str, Callable[[float], float]] = {"sqrt": math.sqrt}
+
+
+def forward_rescaling(module: nn.Module) -> tuple[float | None, str] | None:
+    """The product of the factors the module's forward multiplies (or divides) its query or key by,
+    read from the forward's source (``q = q * f``, ``q *= f``, ``q /= f``), with the statements; the
+    factor None when one does not evaluate; None when there is none (or no source to read)."""
+    found = _rescalings(type(module).forward)
+    if not found:
+        return None
+    factor: float | None = 1.0
+    for multiplies, by, _ in found:
+        value = _evaluate(by, module)
+        if value is None or value == 0 or factor is None:
+            factor = None
+        else:
+            factor = factor * value if multiplies else factor / value
+    return factor, "; ".join(f"`{text}`" for _, _, text in found)
+
+
+@functools.cache
+def _rescalings(forward: Callable[..., Any]) -> tuple[tuple[bool, ast.expr, str], ...]:
+    """(multiplies, factor expression, statement) of each rescaling of a query or key in a module
+    class's ``forward``."""
+    try:
+        tree = ast.parse(textwrap.dedent(pyinspect.getsource(forward)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return ()
+    out: list[tuple[bool, ast.expr, str]] = []
+    for node in ast.walk(tree):
+        target: ast.expr | None = None
+        op: ast.operator | None = None
+        by: ast.expr | None = None
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Mult, ast.Div)):
+            target, op, by = node.target, node.op, node.value
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.BinOp)
+              and isinstance(node.value.op, (ast.Mult, ast.Div))):
+            target, op = node.targets[0], node.value.op
+            left, right = node.value.left, node.value.right
+            if isinstance(target, ast.Name) and isinstance(left, ast.Name) and left.id == target.id:
+                by = right
+            elif (isinstance(target, ast.Name) and isinstance(right, ast.Name) and right.id == target.id
+                  and isinstance(op, ast.Mult)):
+                by = left
+        if isinstance(target, ast.Name) and by is not None and op is not None and _QK_NAME.match(target.id):
+            out.append((isinstance(op, ast.Mult), by, ast.unparse(node)))
+    return tuple(out)
+
+
+def _evaluate(node: ast.expr, module: nn.Module) -> float | None:
+    """A factor built of numbers, the module's numeric attributes (``self.head_dim``), + - * / **
+    and math.sqrt; None for anything else (a tensor, a local variable)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        v = getattr(module, node.attr, None)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _evaluate(node.operand, module)
+        return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+    if isinstance(node, ast.BinOp):
+        a, b = _evaluate(node.left, module), _evaluate(node.right, module)
+        if a is None or b is None:
+            return None
+        try:
+            if isinstance(node.op, ast.Add):
+                return a + b
+            if isinstance(node.op, ast.Sub):
+                return a - b
+            if isinstance(node.op, ast.Mult):
+                return a * b
+            if isinstance(node.op, ast.Div):
+                return a / b
+            if isinstance(node.op, ast.Pow):
+                out = a ** b
+                return out if isinstance(out, float) else None
+        except (ZeroDivisionError, OverflowError):
+            return None
+        return None
+    if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
+            and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "math" and node.func.attr in _MATH_FUNCTIONS):
+        arg = _evaluate(node.args[0], module)
+        try:
+            return _MATH_FUNCTIONS[node.func.attr](arg) if arg is not None else None
+        except ValueError:
+            return None
+    return None
 
 
 def is_cross_module(module: nn.Module) -> bool:

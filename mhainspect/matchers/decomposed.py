@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass
 
 from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex, WeightRef, passes_value
 from mhainspect.findings import Evidence, EvidenceSource, Miss
@@ -61,9 +62,8 @@ def written_softmax(index: GraphIndex, exp: Node) -> Node | None:
 
 def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     found = _find_score_product(index, softmax.inputs[0])
-    if found is None:
-        return Miss(NAME, softmax.name, NO_SCORE_PRODUCT + " (a classifier or router softmax, not attention)",
-                    code=NO_SCORE_PRODUCT_CODE)
+    if isinstance(found, _WalkEnd):
+        return Miss(NAME, softmax.name, f"{NO_SCORE_PRODUCT} ({found.reason()})", code=NO_SCORE_PRODUCT_CODE)
     score, score_path = found
     pv = _find_value_product(index, softmax.outputs[0])
     if pv is None:
@@ -98,10 +98,43 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     return b
 
 
-def _find_score_product(index: GraphIndex, start: str) -> tuple[Node, tuple[Node, ...]] | None:
+_MAX_NAMED = 3
+
+
+@dataclass(frozen=True)
+class _WalkEnd:
+    """Where the walk back from a Softmax ended without a Q·Kᵀ: products with a stored weight, ops
+    that are not on a score path (where it stopped), and whether it ran out of nodes."""
+
+    weight_products: tuple[Node, ...]
+    stops: tuple[Node, ...]
+    exhausted: bool
+
+    def reason(self) -> str:
+        if self.weight_products and not self.stops and not self.exhausted:
+            return "a classifier or router softmax, not attention"
+        parts: list[str] = []
+        if self.weight_products:
+            parts.append("products with a stored weight or constant at " + _named(self.weight_products))
+        if self.stops:
+            parts.append("the walk back from it stopped at " + _named(self.stops)
+                         + ", not an op between Q·Kᵀ and its Softmax")
+        if self.exhausted:
+            parts.append(f"no product within {_MAX_SCORE_NODES} nodes")
+        return "; ".join(parts) if parts else "its input is not computed in the graph"
+
+
+def _named(nodes: tuple[Node, ...]) -> str:
+    shown = ", ".join(f"{n.op} {n.name}" for n in nodes[:_MAX_NAMED])
+    return shown + (f" and {len(nodes) - _MAX_NAMED} more" if len(nodes) > _MAX_NAMED else "")
+
+
+def _find_score_product(index: GraphIndex, start: str) -> tuple[Node, tuple[Node, ...]] | _WalkEnd:
     queue: deque[tuple[str, tuple[Node, ...]]] = deque([(start, ())])
     seen = {start}
     visited = 0
+    weight_products: list[Node] = []
+    stops: list[Node] = []
     while queue and visited < _MAX_SCORE_NODES:
         cur, path = queue.popleft()
         node = index.producer.get(cur)
@@ -110,13 +143,17 @@ def _find_score_product(index: GraphIndex, start: str) -> tuple[Node, tuple[Node
         visited += node.op not in VALUE_PRESERVING_OPS  # Q/DQ pairs do not use up the budget
         if node.op in _PRODUCTS and _two_activations(index, node):
             return node, path
+        if node.op in _PRODUCTS:
+            weight_products.append(node)
+            continue
         if node.op not in _SCORE_PATH or (node.op in VALUE_PRESERVING_OPS and not passes_value(node, cur)):
+            stops.append(node)
             continue
         for x in node.inputs:
             if x and x not in seen and index.is_activation(x):
                 seen.add(x)
                 queue.append((x, path + (node,)))
-    return None
+    return _WalkEnd(tuple(weight_products), tuple(stops), bool(queue))
 
 
 def _two_activations(index: GraphIndex, node: Node) -> bool:

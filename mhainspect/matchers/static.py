@@ -167,11 +167,15 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         if unsplit is not None:
             unknown = f"{unknown}; {unsplit}"
     params = ParamBreakdown.from_projections(projections, extra=extra)
+    runs = next((o for o in offers if o.applications is not None), None)
+    if runs is not None and runs.applications is not None and runs.applications > 1:
+        evidence.append(Evidence("applications", runs.applications, runs.source, runs.detail))
     return AttentionBlock(
         name=group.name, matcher=matcher, kind=BlockKind.CROSS if group.cross else BlockKind.SELF,
         num_heads=h, num_kv_heads=g, d_model=d_model, d_k=d_k, d_v=d_v, params=params,
         projections=tuple(projections), evidence=tuple(evidence), scale=scale, scale_known=scale is not None,
         anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts)),
+        applications=runs.applications if runs is not None and runs.applications is not None else 1,
     )
 
 

@@ -1,0 +1,99 @@
+"""Tied weights a checkpoint stores twice: the config declares the tie (each architecture's
+default when the key is absent), so the parameters count once, as the module counts them, while
+the bytes of both copies are what the files hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mhainspect.checkpoint_inspect import analyze_checkpoint
+from mhainspect.loaders.hf_config import tied_copies
+from mhainspect.torch_inspect import inspect_module
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+transformers.logging.set_verbosity_error()
+
+
+def _copies(model: Any) -> dict[str, Any]:
+    """The state dict with every tensor its own storage (as older transformers and sharded .bin files wrote)."""
+    return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+
+
+def _write(folder: Path, config: dict[str, Any], shards: list[dict[str, Any]], fmt: str) -> Path:
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    if fmt == "safetensors":
+        safetensors_torch.save_file(shards[0], str(folder / "model.safetensors"))
+        return folder
+    names = [f"pytorch_model-{i + 1:05d}-of-{len(shards):05d}.bin" for i in range(len(shards))]
+    for name, shard in zip(names, shards):
+        torch.save(shard, folder / name)
+    if len(shards) > 1:
+        weight_map = {k: name for name, shard in zip(names, shards) for k in shard}
+        (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return folder
+
+
+@pytest.mark.parametrize("fmt", ["bin", "safetensors"])
+def test_llama_with_lm_head_and_embedding_both_stored(fmt: str, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                      num_hidden_layers=1, intermediate_size=128, tie_word_embeddings=True)
+    model = transformers.LlamaForCausalLM(config)
+    state = _copies(model)
+    assert {"lm_head.weight", "model.embed_tokens.weight"} <= set(state)
+    folder = _write(tmp_path / "llama", model.config.to_dict(), [state], fmt)
+    report = analyze_checkpoint(folder)
+    assert report.model.total_params == inspect_module(model, trace=False).model.total_params == 41_152
+    assert report.model.weight_bytes == 4 * (41_152 + 64 * 64)  # both copies are on disk
+    assert any("lm_head.weight = model.embed_tokens.weight" in w for w in report.warnings)
+
+
+def test_gpt2_default_tie_with_a_copy_in_each_shard(tmp_path: Path) -> None:
+    """No tie_word_embeddings key: GPT-2's default (true) applies; the copies sit in different shards."""
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=64, n_embd=32, n_head=4, n_layer=1,
+                                                                 n_positions=16))
+    state = _copies(model)
+    config = model.config.to_dict()
+    config.pop("tie_word_embeddings", None)
+    first = {k: v for k, v in state.items() if k.startswith("transformer.h.") or k == "transformer.wte.weight"}
+    second = {k: v for k, v in state.items() if k not in first}
+    report = analyze_checkpoint(_write(tmp_path / "gpt2", config, [first, second], "bin"))
+    assert report.model.total_params == inspect_module(model, trace=False).model.total_params
+
+
+def test_llama_default_is_untied() -> None:
+    """Llama's config class defaults to untied: two stored matrices are two parameters."""
+    shapes = {"lm_head.weight": (64, 32), "model.embed_tokens.weight": (64, 32)}
+    assert tied_copies({"model_type": "llama", "vocab_size": 64}, shapes) == ()
+    assert tied_copies({"model_type": "llama", "vocab_size": 64, "tie_word_embeddings": True}, shapes)
+
+
+def test_encoder_decoder_ties() -> None:
+    """T5 as flan-t5 says it (tie_word_embeddings false): the stacks' embeddings are the shared one,
+    the LM head is its own; tie_encoder_decoder (transformers 4): the decoder's weights are the encoder's."""
+    shapes = {"shared.weight": (64, 32), "encoder.embed_tokens.weight": (64, 32),
+              "decoder.embed_tokens.weight": (64, 32), "lm_head.weight": (64, 32),
+              "encoder.block.0.layer.0.SelfAttention.q.weight": (32, 32),
+              "decoder.block.0.layer.0.SelfAttention.q.weight": (32, 32),
+              "decoder.block.0.layer.1.EncDecAttention.q.weight": (32, 32)}
+    flan = {"model_type": "t5", "is_encoder_decoder": True, "tie_word_embeddings": False, "vocab_size": 64}
+    assert {(t.copy, t.source) for t in tied_copies(flan, shapes)} == {
+        ("encoder.embed_tokens.weight", "shared.weight"), ("decoder.embed_tokens.weight", "shared.weight")}
+    shared = {(t.copy, t.source) for t in tied_copies({**flan, "tie_encoder_decoder": True}, shapes)}
+    assert ("decoder.block.0.layer.0.SelfAttention.q.weight", "encoder.block.0.layer.0.SelfAttention.q.weight") in shared
+    assert not any(c.startswith("decoder.block.0.layer.1") for c, _ in shared)
+    # EncoderDecoderModel: the decoder's base model sits one level down.
+    bert2bert = {"encoder.encoder.layer.0.attention.self.query.weight": (32, 32),
+                 "decoder.bert.encoder.layer.0.attention.self.query.weight": (32, 32)}
+    assert [(t.copy, t.source) for t in tied_copies({"is_encoder_decoder": True, "tie_encoder_decoder": True},
+                                                     bert2bert)] == [
+        ("decoder.bert.encoder.layer.0.attention.self.query.weight",
+         "encoder.encoder.layer.0.attention.self.query.weight")]
