@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,7 @@ def _plain_sanitize(graph: ModelGraph) -> ModelGraph:
     for n in graph.nodes if repeated else ():
         if not repeated.intersection(n.outputs):
             continue
-        m = _SUBGRAPH_PREFIX.match(n.name)
+        m = re.match(_SUBGRAPH_PREFIX, n.name)
         scope = m.group(1) if m else ""
         for o in n.outputs:
             if o in repeated:
