@@ -41,7 +41,7 @@ from mhainspect.matchers import additive, decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.report import report_from
 from mhainspect.size import graph_size_inputs
-from mhainspect.static_ir import SourceResult
+from mhainspect.source_result import SourceResult
 
 _MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted

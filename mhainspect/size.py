@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from mhainspect import dtypes
 from mhainspect.dataflow import SHAPE_INPUTS
 from mhainspect.findings import AttentionBlock, CacheStatus, Evidence, KVCache, Miss, Report
-from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
-from mhainspect.static_ir import byte_rate as _rate
+from mhainspect.source_result import BlockDecoding, SizeInputs, StoredTensor
+from mhainspect.source_result import byte_rate as _rate
 
 if TYPE_CHECKING:
     from mhainspect.accounting import StoredScan

@@ -34,7 +34,7 @@ from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.loaders.onnx_loader import load_onnx
 from mhainspect.size import _graph_tensors
-from mhainspect.static_ir import StoredTensor, byte_rate
+from mhainspect.source_result import StoredTensor, byte_rate
 
 _ROOT = Path(__file__).resolve().parents[1]
 _ZOO = os.environ.get("MHAINSPECT_ZOO_DIR")
