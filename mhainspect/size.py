@@ -68,7 +68,7 @@ def _canonical(dtype: str) -> str:
     return dtypes.canonical(dtype)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
 class SizeOptions:
     """--context, --batch, --kv-dtype."""
 
@@ -114,7 +114,7 @@ def format_bytes(n: int) -> str:
 # ----------------------------------------------------------------------------- weights
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
 class WeightSizes:
     total: int
     by_dtype: tuple[tuple[str, int], ...]
@@ -772,7 +772,7 @@ def _stored_mask(t: Any) -> bool:
     return t.kind in (None, "constant", "derived", "buffer") and (t.dtype == "bool" or dtypes.is_float(t.dtype))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
 class _MaskEvidence:
     causal: bool | None
     reason: str
