@@ -477,6 +477,20 @@ def _version(dist: str) -> str:
         return "absent"
 
 
+def install_kind() -> str:
+    """How this interpreter has mhainspect: the header says it, since an editable install adds its
+    import finder to every process's start-up, which users' regular installs do not have."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        text = distribution("mhainspect").read_text("direct_url.json")
+    except PackageNotFoundError:
+        return "not installed"
+    if text and json.loads(text).get("dir_info", {}).get("editable"):
+        return "editable install"
+    return "regular install"
+
+
 def compile_package() -> str:
     """Write mhainspect's bytecode, as `pip install` does for a regular install.
 
@@ -589,6 +603,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(wall; runs over {args.max_repeat_seconds:.0f} s are not repeated), max peak RSS; timeout "
               f"{args.timeout:.0f} s per run; total {time.time() - started:.0f} s; "
               f"typer {_version('typer')}, protobuf {_version('protobuf')}, onnx {_version('onnx')}; "
+              f"mhainspect: {install_kind()}; "
               + ("mhainspect bytecode compiled before the runs, as pip does on install."
                  if bytecode.endswith(" compiled") else f"bytecode not compiled ({bytecode})."))
     text = header + "\n\n" + "\n\n".join(sections) + "\n"

@@ -41,12 +41,14 @@ from mhainspect.matchers import additive, decomposed, fused
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.report import report_from
 from mhainspect.size import graph_size_inputs
-from mhainspect.static_ir import SourceResult
+from mhainspect.source_result import SourceResult
 
 _MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
-_SUBGRAPH_PREFIX = re.compile(r"^(.*/body\d+/)")  # the loader names subgraph nodes "{parent}/body{i}/{name}"
-_BODY = re.compile(r"/body(\d+)/")
+# The loader names subgraph nodes "{parent}/body{i}/{name}". Pattern strings, compiled by re on
+# first use: only graphs with subgraphs (If, Loop) reach them.
+_SUBGRAPH_PREFIX = r"^(.*/body\d+/)"
+_BODY = r"/body(\d+)/"
 EXTERNAL_DATA_WARNING = "external data location"  # how the warning for locations outside the model folder begins
 
 
@@ -132,7 +134,7 @@ def _branch_choices(index: GraphIndex, node_name: str) -> dict[str, int]:
     """{If node: branch} of every If branch that holds the node (the loader names subgraph nodes
     "{parent}/body{i}/{name}"; body0 of an If is then_branch, body1 else_branch)."""
     choices: dict[str, int] = {}
-    for m in _BODY.finditer(node_name):
+    for m in re.finditer(_BODY, node_name):
         parent = index.by_name.get(node_name[:m.start()])
         if parent is not None and parent.op == "If":
             choices[parent.name] = int(m.group(1))
@@ -260,7 +262,7 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
         if not repeated.intersection(n.outputs):
             continue
         # Sibling subgraphs (If's then/else branches) may reuse names: count within one scope only.
-        m = _SUBGRAPH_PREFIX.match(n.name)
+        m = re.match(_SUBGRAPH_PREFIX, n.name)
         scope = m.group(1) if m else ""
         for o in n.outputs:
             if o in repeated:

@@ -20,7 +20,8 @@ from mhainspect.loaders.quantized import quantization_notes
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.report import report_from
 from mhainspect.size import config_causal, metas_size_inputs
-from mhainspect.static_ir import HeadOffers, SourceResult, WeightMeta, count_weights, parameter_keys
+from mhainspect.source_result import SourceResult
+from mhainspect.static_ir import HeadOffers, WeightMeta, count_weights, parameter_keys
 
 
 def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,

@@ -15,7 +15,6 @@ import typer
 
 from mhainspect import __version__
 from mhainspect.errors import InputError
-from mhainspect.render.safe import printable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -49,6 +48,8 @@ class OutputFormat(str, Enum):
 def one_line(text: str) -> str:
     """``text`` on one line with control characters escaped: names from a hostile file can hold
     newlines or terminal escape sequences, and an error stays one line that cannot drive the terminal."""
+    from mhainspect.render.safe import printable  # only errors and gate failures: a clean run never imports it
+
     return printable(text.strip())
 
 

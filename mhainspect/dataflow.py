@@ -27,7 +27,7 @@ _MAX_VALUE_HOPS = 8
 _NAME_SEPARATORS = frozenset("_./:")  # where a deployment tool's suffix may begin (X_quantized, X.qweight)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
 class ProductOperands:
     """Where a matrix-product op reads its activation, its weight and (optionally) its bias.
 

@@ -39,7 +39,8 @@ from mhainspect.matchers.grouping import GroupedBlock, RoleWeights, natural_key
 from mhainspect.matchers.static import assemble
 from mhainspect.report import report_from
 from mhainspect.size import BlockDecoding, SizeInputs, prefix_block_tensors, tensors_from_metas
-from mhainspect.static_ir import HeadOffers, SourceResult, WeightMeta
+from mhainspect.source_result import SourceResult
+from mhainspect.static_ir import HeadOffers, WeightMeta
 
 # blk.N.attn_q.weight, enc.blk.N.attn_o.bias, dec.blk.N.cross_attn_k.weight, v.blk.N.attn_qkv.weight ...
 _ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<role>q|k|v|qkv|output|out|o)\.(?P<leaf>weight|bias)$")

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mhainspect.errors import InputError
-from mhainspect.loaders.gguf_split import GGUF_SUFFIX, SPLIT_NAME  # the loader's own rule for a split model's parts
+from mhainspect.loaders.gguf_split import GGUF_SUFFIX, split_name  # the loader's own rule for a split model's parts
 from mhainspect.sources import MODEL_FILE_KINDS, file_kind, is_checkpoint_folder, is_model_folder
 
 __all__ = ["expand_models", "models_below"]
@@ -27,7 +27,7 @@ def _models_in(files: Iterable[str]) -> list[str]:
     out: list[str] = []
     first_part: dict[tuple[str, str], str] = {}
     for name in files:
-        split = SPLIT_NAME.match(name) if name.lower().endswith(GGUF_SUFFIX) else None
+        split = split_name(name) if name.lower().endswith(GGUF_SUFFIX) else None
         if split is not None:
             key = (split.group("stem"), split.group("count"))
             if key not in first_part or name < first_part[key]:

@@ -17,7 +17,7 @@ from mhainspect.findings import (
 )
 from mhainspect.flags import evaluate
 from mhainspect.size import SizeInputs, apply
-from mhainspect.static_ir import SourceResult
+from mhainspect.source_result import SourceResult
 from mhainspect.whatif import default_what_ifs
 
 

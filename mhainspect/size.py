@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from mhainspect import dtypes
 from mhainspect.dataflow import SHAPE_INPUTS
 from mhainspect.findings import AttentionBlock, CacheStatus, Evidence, KVCache, Miss, Report
-from mhainspect.static_ir import BlockDecoding, SizeInputs, StoredTensor
-from mhainspect.static_ir import byte_rate as _rate
+from mhainspect.source_result import BlockDecoding, SizeInputs, StoredTensor
+from mhainspect.source_result import byte_rate as _rate
 
 if TYPE_CHECKING:
     from mhainspect.accounting import StoredScan
@@ -68,7 +68,7 @@ def _canonical(dtype: str) -> str:
     return dtypes.canonical(dtype)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
 class SizeOptions:
     """--context, --batch, --kv-dtype."""
 
@@ -78,7 +78,9 @@ class SizeOptions:
 
 
 # ----------------------------------------------------------------------------- bytes as typed and shown
-_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*")
+# Pattern strings here and below are compiled by re on first use (its cache): a plain run parses no
+# size option and reads no config, and compiling them all cost every run ~1 ms.
+_SIZE_RE = r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*"
 
 
 def parse_size(text: str) -> int:
@@ -87,7 +89,7 @@ def parse_size(text: str) -> int:
     K/M/G/T are powers of 1024 whether or not an 'i' follows (512M = 512MiB = 536,870,912):
     memory is sized in binary units. Raises ValueError for anything else or below 1 byte.
     """
-    m = _SIZE_RE.fullmatch(text)
+    m = re.fullmatch(_SIZE_RE, text)
     if not m:
         raise ValueError(f"invalid size '{text}': expected bytes or a number with K, M, G or T (512M, 2G, 4GiB)")
     value = float(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
@@ -112,7 +114,7 @@ def format_bytes(n: int) -> str:
 # ----------------------------------------------------------------------------- weights
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
 class WeightSizes:
     total: int
     by_dtype: tuple[tuple[str, int], ...]
@@ -454,19 +456,19 @@ def with_options(report: Report, options: SizeOptions) -> Report:
 
 # ----------------------------------------------------------------------------- config evidence
 
-_LAYER = re.compile(r"(?:^|[./_])(?:layers?|h|blocks?|block|transformer_blocks?)[./_](\d+)(?:[./_]|$)")
-_ANY_INT = re.compile(r"(?:^|[./_])(\d+)(?:[./_]|$)")
-_CAUSAL_ARCH = re.compile(r"(ForCausalLM|LMHeadModel|ForConditionalGeneration|ForSpeechSeq2Seq)$")
-_ENCODER_ARCH = re.compile(r"(ForMaskedLM|ForSequenceClassification|ForTokenClassification|ForQuestionAnswering|"
-                           r"ForImageClassification|ForMultipleChoice|ForPreTraining|ForAudioClassification|"
-                           r"ForCTC|ForNextSentencePrediction)$")
+_LAYER = r"(?:^|[./_])(?:layers?|h|blocks?|block|transformer_blocks?)[./_](\d+)(?:[./_]|$)"
+_ANY_INT = r"(?:^|[./_])(\d+)(?:[./_]|$)"
+_CAUSAL_ARCH = r"(ForCausalLM|LMHeadModel|ForConditionalGeneration|ForSpeechSeq2Seq)$"
+_ENCODER_ARCH = (r"(ForMaskedLM|ForSequenceClassification|ForTokenClassification|ForQuestionAnswering|"
+                 r"ForImageClassification|ForMultipleChoice|ForPreTraining|ForAudioClassification|"
+                 r"ForCTC|ForNextSentencePrediction)$")
 _DECODER_WORDS = ("decoder", "dec.")
 _ENCODER_WORDS = ("encoder", "enc.")
 
 
 def layer_index(block_name: str) -> int | None:
     """The layer number in a block's name (layers.3, h.3, block.3, ...), else its first number."""
-    m = _LAYER.search(block_name) or _ANY_INT.search(block_name)
+    m = re.search(_LAYER, block_name) or re.search(_ANY_INT, block_name)
     return int(m.group(1)) if m else None
 
 
@@ -521,11 +523,11 @@ def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) 
         if any(w in name for w in _ENCODER_WORDS):
             return False, "config is_encoder_decoder: an encoder layer, run once over the input"
         return None, "config is_encoder_decoder, but the block's name says neither encoder nor decoder"
-    if any(_CAUSAL_ARCH.search(a) for a in archs):
+    if any(re.search(_CAUSAL_ARCH, a) for a in archs):
         return True, f"config architectures {archs[0]}: a causal language model"
     if cfg.get("is_decoder") is True:
         return True, "config is_decoder = true"
-    if archs and all(_ENCODER_ARCH.search(a) for a in archs):
+    if archs and all(re.search(_ENCODER_ARCH, a) for a in archs):
         return False, f"config architectures {archs[0]}: an encoder, run once over the input"
     family = decoder_only_model_type(_sub_config(cfg, block_name)) or decoder_only_model_type(cfg)
     if family is not None:
@@ -770,7 +772,7 @@ def _stored_mask(t: Any) -> bool:
     return t.kind in (None, "constant", "derived", "buffer") and (t.dtype == "bool" or dtypes.is_float(t.dtype))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
 class _MaskEvidence:
     causal: bool | None
     reason: str

@@ -46,7 +46,8 @@ from mhainspect.matchers.grouping import group_attention
 from mhainspect.matchers.static import assemble
 from mhainspect.report import report_from
 from mhainspect.size import BlockDecoding, SizeInputs, metas_size_inputs
-from mhainspect.static_ir import HeadOffers, SourceResult, count_weights
+from mhainspect.source_result import SourceResult
+from mhainspect.static_ir import HeadOffers, count_weights
 
 EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 

@@ -12,7 +12,7 @@ ROOT = Path(mhainspect.__file__).parent
 
 # Lower number = lower layer. A module may import its own layer and any lower one.
 LAYERS: dict[str, int] = {
-    "errors": 0, "dtypes": 0, "findings": 0, "graph": 0, "static_ir": 0,
+    "errors": 0, "dtypes": 0, "findings": 0, "graph": 0, "static_ir": 0, "source_result": 0,
     "loaders": 1,
     "dataflow": 2, "symbolic": 2, "accounting": 2,
     "matchers": 3,

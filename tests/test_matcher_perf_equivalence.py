@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ from mhainspect.errors import InputError
 from mhainspect.graph import ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.loaders.onnx_loader import load_onnx
 from mhainspect.size import _graph_tensors
-from mhainspect.static_ir import StoredTensor, byte_rate
+from mhainspect.source_result import StoredTensor, byte_rate
 
 _ROOT = Path(__file__).resolve().parents[1]
 _ZOO = os.environ.get("MHAINSPECT_ZOO_DIR")
@@ -148,7 +149,7 @@ def _plain_sanitize(graph: ModelGraph) -> ModelGraph:
     for n in graph.nodes if repeated else ():
         if not repeated.intersection(n.outputs):
             continue
-        m = _SUBGRAPH_PREFIX.match(n.name)
+        m = re.match(_SUBGRAPH_PREFIX, n.name)
         scope = m.group(1) if m else ""
         for o in n.outputs:
             if o in repeated:

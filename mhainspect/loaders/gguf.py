@@ -31,7 +31,7 @@ from pathlib import Path
 
 from mhainspect.dtypes import Family, ggml_name, lookup
 from mhainspect.errors import InputError, read_failure
-from mhainspect.loaders.gguf_split import SPLIT_NAME
+from mhainspect.loaders.gguf_split import split_name
 from mhainspect.static_ir import HeadOffers, WeightMeta
 
 MAGIC = b"GGUF"
@@ -310,7 +310,7 @@ def _tensor_info(cur: _Cursor, names: set[str]) -> TensorInfo:
 
 def split_parts(path: Path) -> tuple[Path, ...]:
     """Every file of the split model ``path`` belongs to (``*-00001-of-00003.gguf`` ...), or (path,)."""
-    m = SPLIT_NAME.match(path.name)
+    m = split_name(path.name)
     if m is None:
         return (path,)
     count = int(m.group("count"))
@@ -325,7 +325,7 @@ def split_parts(path: Path) -> tuple[Path, ...]:
 
 def is_later_split_part(path: Path) -> bool:
     """A split file other than the first: a folder scan lists the model once, by its first file."""
-    m = SPLIT_NAME.match(path.name)
+    m = split_name(path.name)
     return m is not None and int(m.group("no")) > 1
 
 

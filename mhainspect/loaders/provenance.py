@@ -67,12 +67,13 @@ def _plain_string_list(value: str) -> list[str] | None:
 _SPECIAL = ("\\", '"', "\n", "\r", "\x00")
 
 
-_SIGNATURE_LINE = re.compile(r"^\s*\w+:\s*(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']+)'", re.MULTILINE)
+# A pattern string, compiled by re on first use: only torch.export files carry a signature.
+_SIGNATURE_LINE = r"^\s*\w+:\s*(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']+)'"
 
 
 def signature_kinds(signature: str) -> dict[str, str]:
     """Kinds by target name from the ExportedProgram graph signature the exporter stores as text."""
-    return {target: _KINDS[kind] for kind, target in _SIGNATURE_LINE.findall(signature)}
+    return {target: _KINDS[kind] for kind, target in re.findall(_SIGNATURE_LINE, signature, re.MULTILINE)}
 
 
 def constant_node_kind(producer_name: str) -> str | None:

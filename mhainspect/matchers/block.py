@@ -22,7 +22,7 @@ from mhainspect.matchers.scopes import block_name
 _FIELDS = ("num_heads", "num_kv_heads", "d_model", "d_k", "d_v")
 
 
-@dataclass
+@dataclass(eq=False)  # never compared: no __eq__ built at import
 class RoleInput:
     """How one of Q, K, V reaches the attention core."""
 
@@ -43,7 +43,7 @@ class RoleInput:
     op_bias_params: int = 0
 
 
-@dataclass
+@dataclass(eq=False)  # never compared: no __eq__ built at import
 class BlockBuilder:
     index: GraphIndex
     anchor: Node
