@@ -43,7 +43,8 @@ MODELS = sorted((_ROOT / "sample_models").glob("*.onnx")) + (sorted(Path(_ZOO).g
 
 _NARROW_INTS = {"int8", "uint8", "int4", "uint4", "int2", "uint2"}
 _STATE = {"LSTM": {4, 5, 6}, "GRU": {4, 5, 6}, "RNN": {4, 5, 6}, "DynamicQuantizeLSTM": {4, 5, 6}}
-_LAYOUT = {"Expand", "Tile", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten"}
+_LAYOUT = {"Expand", "Tile", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten", "Slice"}
+_COMPARE = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}
 
 
 _INTS = {"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "int4", "uint4", "int2", "uint2"}
@@ -71,6 +72,8 @@ def _read_as_data(index: GraphIndex, name: str, hops: int = 4) -> bool:
             continue
         if u.op == "Mul" and len(u.inputs) == 2 and _scale_operand(index, u.inputs[1 - pos]):
             continue  # multiplied with a quantization scale or a decoded integer weight: a scale
+        if u.op in _COMPARE or (u.op == "Cast" and u.attrs.get("to") == 9):
+            continue  # made a bool: a mask
         if u.op in _LAYOUT and pos == 0:
             if hops > 1 and any(_read_as_data(index, o, hops - 1) for o in u.outputs if o):
                 return True
@@ -179,7 +182,7 @@ def test_models_count_and_sanitize_as_plain_code(path: Path) -> None:
 
 _OPS = sorted(_TRIG_PATH) + ["Cos", "Sin", "Softmax", "Add", "Relu", "Shape", "Reshape", "Gather", "DequantizeLinear",
                              "MatMulInteger", "DynamicQuantizeLinear", "Expand", "LSTM", "MatMulNBits", "Mul", "Cast",
-                             "Cast", "Mul"]
+                             "Cast", "Mul", "Less", "Equal", "Slice"]
 
 
 def _random_graph(rng: random.Random) -> ModelGraph:
