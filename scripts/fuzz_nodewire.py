@@ -76,7 +76,8 @@ def reference_parser() -> Callable[[bytes], tuple[Any, ...]]:
     def parse(blob: bytes) -> tuple[Any, ...]:
         node = node_cls()
         node.ParseFromString(blob)
-        return node_fields(node)  # type: ignore[no-any-return]
+        op_type, domain, name, inputs, outputs, attributes, metadata = node_fields(node)
+        return op_type, domain, name, tuple(inputs), tuple(outputs), tuple(attributes), metadata
 
     return parse
 

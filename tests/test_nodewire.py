@@ -71,7 +71,8 @@ RAW_ATTRIBUTE_NODE = onnx_wire._message_class(
 def _upb_fields(blob: bytes) -> tuple[Any, ...]:
     node = RAW_ATTRIBUTE_NODE()
     node.ParseFromString(blob)
-    return node_fields(node)
+    op_type, domain, name, inputs, outputs, attributes, metadata = node_fields(node)
+    return op_type, domain, name, tuple(inputs), tuple(outputs), tuple(attributes), metadata
 
 
 @needs_decoder

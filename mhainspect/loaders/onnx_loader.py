@@ -562,10 +562,16 @@ _INPUTS = attrgetter("inputs")
 _OUTPUTS = attrgetter("outputs")
 
 
-def node_fields(node: Any) -> NodeFields:
-    """The NodeFields of a NodeProto message (what the compiled decoder gives for its bytes)."""
-    return (node.op_type, node.domain, node.name, tuple(node.input), tuple(node.output), tuple(node.attribute),
-            tuple((p.key, p.value) for p in node.metadata_props))
+def node_fields(node: Any, name_scopes: bool = True) -> NodeFields:
+    """The NodeFields of a NodeProto message (what the compiled decoder gives for its bytes).
+
+    Each upb field read builds an object, so: inputs, outputs and attributes stay upb's containers
+    (a Node gets tuples when it is made; a Constant that becomes a weight never needs its inputs),
+    and metadata_props is read only where a name scope may be (``name_scopes``, as the builder
+    decides) and copied only when it has entries."""
+    metadata = node.metadata_props if name_scopes else ()
+    return (node.op_type, node.domain, node.name, node.input, node.output, node.attribute,
+            tuple([(p.key, p.value) for p in metadata]) if metadata else ())
 
 
 class _GraphBuilder:
@@ -638,7 +644,7 @@ class _GraphBuilder:
         for v in graph.input:
             known.add(rename.get(v.name, v.name))
         nodes: list[NodeFields] = (self._decode(graph.node) if self._decode is not None and depth == 0
-                                   else list(map(node_fields, graph.node)))
+                                   else [node_fields(n, self._name_scopes) for n in graph.node])
         if depth == 0 and not prefix and self._progress is not None:
             for start in range(0, len(nodes), _PROGRESS_EVERY):
                 chunk = nodes[start:start + _PROGRESS_EVERY]
@@ -738,11 +744,11 @@ class _GraphBuilder:
                 inputs = tuple([rename.get(i, i) for i in inputs])
             if raw_node:  # Node(name, op_type, inputs, outputs, attrs, scope, domain), without __init__
                 made = _new(Node)
-                _set_attr(made, "__dict__", {"name": name, "op": op_type, "inputs": inputs,
-                                             "outputs": outputs, "attrs": attrs, "scope": scope,
+                _set_attr(made, "__dict__", {"name": name, "op": op_type, "inputs": tuple(inputs),
+                                             "outputs": tuple(outputs), "attrs": attrs, "scope": scope,
                                              "domain": domain})
             else:
-                made = Node(name, op_type, inputs, outputs, attrs, scope, domain)
+                made = Node(name, op_type, tuple(inputs), tuple(outputs), attrs, scope, domain)
             built.append(made)
             if subgraphs:
                 for i, g in enumerate(subgraphs):

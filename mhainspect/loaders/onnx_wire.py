@@ -23,7 +23,7 @@ import functools
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,8 +151,9 @@ def _raw_classes(raw_fields: tuple[tuple[str, str], ...]) -> tuple[Any, Any]:
     return classes
 
 
-NodeFields = tuple[str, str, str, tuple[str, ...], tuple[str, ...], tuple[Any, ...], tuple[tuple[str, str], ...]]
-"""(op_type, domain, name, inputs, outputs, attributes, metadata_props as (key, value) pairs) of a NodeProto."""
+NodeFields = tuple[str, str, str, Sequence[str], Sequence[str], Sequence[Any], tuple[tuple[str, str], ...]]
+"""(op_type, domain, name, inputs, outputs, attributes, metadata_props as (key, value) pairs) of a NodeProto:
+tuples from the compiled decoder, upb's own containers where nodes are read through protobuf."""
 
 
 @functools.cache
