@@ -109,6 +109,20 @@ static PyObject *malformed(const char *what) {
     return NULL;
 }
 
+/* The next length-delimited field (every field read here is one; others are skipped): 1 and its
+ * number and payload, 0 at the end of the message, -1 with a ValueError on malformed framing. */
+static int next_len_field(Reader *r, uint32_t *number, const uint8_t **payload, Py_ssize_t *size) {
+    while (r->pos < r->end) {
+        int wire;
+        if (read_field(r, number, &wire, payload, size) < 0) {
+            malformed("truncated or malformed field");
+            return -1;
+        }
+        if (wire == WIRE_LEN) return 1;
+    }
+    return 0;
+}
+
 /* A str from UTF-8 bytes; NULL with ValueError (UnicodeDecodeError) when they are not UTF-8.
  * Names are ASCII nearly always: copied straight into a 1-byte str, without the decoder's set-up. */
 static PyObject *text(const uint8_t *start, Py_ssize_t len) {
@@ -132,22 +146,18 @@ static int set_text(PyObject **slot, const uint8_t *start, Py_ssize_t len) {
 static PyObject *entry(const uint8_t *start, Py_ssize_t len) {
     Reader r = {start, start + len};
     PyObject *key = NULL, *value = NULL, *pair = NULL;
-    while (r.pos < r.end) {
-        uint32_t number;
-        int wire;
-        const uint8_t *payload = NULL;
-        Py_ssize_t size = 0;
-        if (read_field(&r, &number, &wire, &payload, &size) < 0) {
-            malformed("bad metadata_props entry");
-            goto done;
-        }
-        if (wire != WIRE_LEN) continue;
+    uint32_t number;
+    const uint8_t *payload = NULL;
+    Py_ssize_t size = 0;
+    int more;
+    while ((more = next_len_field(&r, &number, &payload, &size)) > 0) {
         if (number == ENTRY_KEY) {
             if (set_text(&key, payload, size) < 0) goto done;
         } else if (number == ENTRY_VALUE) {
             if (set_text(&value, payload, size) < 0) goto done;
         }
     }
+    if (more < 0) goto done;
     if (key == NULL && (key = PyUnicode_New(0, 127)) == NULL) goto done;
     if (value == NULL && (value = PyUnicode_New(0, 127)) == NULL) goto done;
     pair = PyTuple_Pack(2, key, value);
@@ -212,16 +222,11 @@ typedef struct {
 
 static int count_fields(const uint8_t *start, Py_ssize_t len, Counts *counts) {
     Reader r = {start, start + len};
-    while (r.pos < r.end) {
-        uint32_t number;
-        int wire;
-        const uint8_t *payload = NULL;
-        Py_ssize_t size = 0;
-        if (read_field(&r, &number, &wire, &payload, &size) < 0) {
-            malformed("truncated or malformed field");
-            return -1;
-        }
-        if (wire != WIRE_LEN) continue; /* every field read here is length-delimited */
+    uint32_t number;
+    const uint8_t *payload = NULL;
+    Py_ssize_t size = 0;
+    int more;
+    while ((more = next_len_field(&r, &number, &payload, &size)) > 0) {
         switch (number) {
         case NODE_INPUT: counts->inputs++; break;
         case NODE_OUTPUT: counts->outputs++; break;
@@ -231,7 +236,7 @@ static int count_fields(const uint8_t *start, Py_ssize_t len, Counts *counts) {
         default: break; /* name, op_type, domain; doc_string, overload, unknown fields: never read */
         }
     }
-    return 0;
+    return more;
 }
 
 static PyObject *decode_node(const uint8_t *start, Py_ssize_t len, Symbols *symbols) {
@@ -243,17 +248,12 @@ static PyObject *decode_node(const uint8_t *start, Py_ssize_t len, Symbols *symb
     if (inputs == NULL || outputs == NULL || attributes == NULL || metadata == NULL) goto done;
     Py_ssize_t n_in = 0, n_out = 0, n_attr = 0, n_meta = 0;
     Reader r = {start, start + len};
-    while (r.pos < r.end) { /* the framing was checked by count_fields */
-        uint32_t number;
-        int wire;
-        const uint8_t *payload = NULL;
-        Py_ssize_t size = 0;
+    uint32_t number;
+    const uint8_t *payload = NULL;
+    Py_ssize_t size = 0;
+    int more;
+    while ((more = next_len_field(&r, &number, &payload, &size)) > 0) { /* framing checked by count_fields */
         PyObject *item = NULL;
-        if (read_field(&r, &number, &wire, &payload, &size) < 0) { /* checked by count_fields: cannot happen */
-            malformed("truncated or malformed field");
-            goto done;
-        }
-        if (wire != WIRE_LEN) continue;
         switch (number) {
         case NODE_INPUT:
             if ((item = text(payload, size)) == NULL) goto done;
@@ -283,6 +283,7 @@ static PyObject *decode_node(const uint8_t *start, Py_ssize_t len, Symbols *symb
         default: break;
         }
     }
+    if (more < 0) goto done;
     if (op_type == NULL && (op_type = symbol(symbols, NOTHING, 0)) == NULL) goto done;
     if (domain == NULL && (domain = symbol(symbols, NOTHING, 0)) == NULL) goto done;
     if (name == NULL && (name = PyUnicode_New(0, 127)) == NULL) goto done;
