@@ -49,19 +49,6 @@ def test_field_numbers_in_the_c_source_match_the_installed_descriptor() -> None:
     assert read_or_skipped == {"doc_string", "overload"}
 
 
-def test_raw_node_schema_changes_only_graph_node() -> None:
-    model_cls, attr_cls = onnx_wire.raw_node_classes()
-    graph = model_cls.DESCRIPTOR.fields_by_name["graph"].message_type
-    assert graph.fields_by_name["node"].type == 12  # TYPE_BYTES
-    assert attr_cls.DESCRIPTOR.full_name == "onnx.AttributeProto"
-    normal = onnx.ModelProto.DESCRIPTOR.file
-    for name, desc in normal.message_types_by_name.items():
-        raw = model_cls.DESCRIPTOR.file.message_types_by_name[name]
-        for f in desc.fields:
-            if (name, f.name) != ("GraphProto", "node"):
-                assert (f.number, f.type) == (raw.fields_by_name[f.name].number, raw.fields_by_name[f.name].type)
-
-
 # NodeProto as the raw-attribute schema has it (attributes as their bytes): the decoder leaves each
 # attribute to the loader, which parses it (once per distinct value) with AttributeProto.
 RAW_ATTRIBUTE_NODE = onnx_wire._message_class(

@@ -372,17 +372,20 @@ def test_folded_from_shortcut_matches_literal_eval() -> None:
 # ---------------------------------------------------------------- raw-attribute path (bytes attributes)
 
 
-def test_raw_attribute_schema_changes_only_node_attribute() -> None:
-    model_cls, attr_cls = onnx_wire.raw_attribute_classes()
-    node = model_cls.DESCRIPTOR.fields_by_name["graph"].message_type.fields_by_name["node"].message_type
-    assert node.fields_by_name["attribute"].type == 12  # TYPE_BYTES
+@pytest.mark.parametrize(("classes", "changed"), [(onnx_wire.raw_attribute_classes, ("NodeProto", "attribute")),
+                                                  (onnx_wire.raw_node_classes, ("GraphProto", "node"))])
+def test_raw_schema_changes_only_its_bytes_field(classes: Any, changed: tuple[str, str]) -> None:
+    model_cls, attr_cls = classes()
+    raw_file = model_cls.DESCRIPTOR.file
+    message, field = changed
+    assert raw_file.message_types_by_name[message].fields_by_name[field].type == 12  # TYPE_BYTES
     assert attr_cls.DESCRIPTOR.full_name == "onnx.AttributeProto"
     # every other field of every message keeps its type
     normal = onnx.ModelProto.DESCRIPTOR.file
     for name, desc in normal.message_types_by_name.items():
-        raw = model_cls.DESCRIPTOR.file.message_types_by_name[name]
+        raw = raw_file.message_types_by_name[name]
         for f in desc.fields:
-            if (name, f.name) != ("NodeProto", "attribute"):
+            if (name, f.name) != changed:
                 assert (f.number, f.type) == (raw.fields_by_name[f.name].number, raw.fields_by_name[f.name].type)
 
 
