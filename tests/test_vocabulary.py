@@ -89,3 +89,19 @@ def test_contradicted_label_uses_the_disagreement_not_the_reason_text() -> None:
     v = BlockVerification("b", VerifyStatus.CONTRADICTED, 4, 4, reason="saw 4 heads, static 8 (Softmax (x) [2, 4])",
                           disagreement="saw 4 heads, static 8")
     assert verify_label(v) == "contradicted (saw 4 heads, static 8)"
+
+
+def test_docs_describe_what_the_size_and_accounting_passes_now_do() -> None:
+    """Rules added to the code are in the JSON contract's words: a caching near miss (Miss.caches)
+    makes the model's KV cache unknown; masks read only by comparisons and fused ops' cos/sin
+    caches are not parameters."""
+    status = SCHEMA["$defs"]["kvCache"]["properties"]["status"]["description"]
+    unknown = status[status.index("unknown:"):]
+    assert "near miss" in unknown
+    readme_unknown = README[README.index("`unknown` (some block"):]
+    assert "near" in readme_unknown[:readme_unknown.index("`reason`")]
+    total = SCHEMA["$defs"]["model"]["properties"]["total_params"]["description"]
+    not_counted = total[total.index("Not counted"):]
+    readme_not = README[README.index("Not parameters:"):README.index("`attention_params` sums")]
+    for text in (not_counted, readme_not):
+        assert "comparisons" in text and "RotaryEmbedding" in text
