@@ -105,3 +105,7 @@ def test_docs_describe_what_the_size_and_accounting_passes_now_do() -> None:
     readme_not = README[README.index("Not parameters:"):README.index("`attention_params` sums")]
     for text in (not_counted, readme_not):
         assert "comparisons" in text and "RotaryEmbedding" in text
+    # A block applied N times (applications) caches N times its own per-token figure.
+    per_block = SCHEMA["$defs"]["block"]["properties"]["kv_cache_bytes_per_token"]["description"]
+    readme_sum = README[README.index("`bytes_per_token` sums"):README.index("`total_bytes` is that at")]
+    assert "applications" in per_block and "applications" in readme_sum
