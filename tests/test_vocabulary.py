@@ -25,6 +25,7 @@ from mhainspect.findings import (
     WarningCode,
     warning_code,
 )
+from mhainspect.flags import FLAG_CODES
 from mhainspect.render.cells import verify_label
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text(encoding="utf-8"))
@@ -44,6 +45,16 @@ def test_schema_lists_the_python_enums() -> None:
     assert set(defs["block"]["properties"]["kv_cache_status"]["enum"]) == _values(CacheStatus) | {None}
     pattern = defs["matcher"]["pattern"]
     assert set(re.fullmatch(r"\^\((.*)\)\(:\.\+\)\?\$", pattern).group(1).split("|")) == _values(Matcher)  # type: ignore[union-attr]
+
+
+def test_every_flag_code_is_in_the_schema_the_readme_table_and_flags_md() -> None:
+    """One vocabulary of flag codes (flags.FLAG_CODES) with one severity each, everywhere it is listed."""
+    assert SCHEMA["$defs"]["flag"]["properties"]["code"]["enum"] == list(FLAG_CODES)
+    table = dict(re.findall(r"^\| (MHA\d{3}) \| (\w+) \|", README, re.M))
+    flags_md = (Path(__file__).parents[1] / "docs" / "flags.md").read_text(encoding="utf-8")
+    headings = dict(re.findall(r"^## (MHA\d{3}) — .*\((\w+)\)$", flags_md, re.M))
+    expected = {code: str(severity) for code, (severity, _) in FLAG_CODES.items()}
+    assert table == expected and headings == expected
 
 
 def test_readme_lists_every_evidence_source() -> None:
