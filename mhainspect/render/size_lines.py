@@ -6,7 +6,10 @@ from mhainspect.findings import AttentionBlock, CacheStatus, Report
 from mhainspect.render.numbers import group
 from mhainspect.size import IF_DECODED, KV_FIELD, cache_reason, format_bytes
 
-__all__ = ["block_cache_text", "block_size_line", "size_lines"]
+__all__ = ["OVERHEAD_LABEL", "block_cache_text", "block_size_line", "size_lines"]
+
+# What weight_bytes_overhead is called in every format (table, markdown, html).
+OVERHEAD_LABEL = "overhead (not parameters: scales, zero points, constant tables)"
 
 
 def _bytes(n: int) -> str:
@@ -21,8 +24,7 @@ def size_lines(report: Report) -> list[str]:
         by_dtype = ", ".join(f"{name} {group(n)}" for name, n in m.weight_bytes_by_dtype)
         lines.append(f"Weights: {_bytes(m.weight_bytes)}" + (f"; by dtype: {by_dtype}" if by_dtype else ""))
         if m.weight_bytes_overhead:
-            lines.append(f"  overhead (not parameters: scales, zero points, constant tables): "
-                         f"{_bytes(m.weight_bytes_overhead)}")
+            lines.append(f"  {OVERHEAD_LABEL}: {_bytes(m.weight_bytes_overhead)}")
     kv = m.kv_cache
     if kv is None:
         return lines
