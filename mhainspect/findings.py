@@ -83,7 +83,8 @@ class CacheStatus(Vocabulary):
     CACHES = "caches"  # the source says it decodes token by token (cache tensors, a config, GGUF metadata)
     IF_DECODED = "if_decoded"  # only a causal mask says so: what it caches if it is decoded token by token
     NONE = "none"  # it does not cache (it runs once over the input: an encoder)
-    # Whether it caches cannot be told; for the model: some block's cache cannot be told or sized.
+    # Whether it caches cannot be told; for the model: some block's cache cannot be told or sized,
+    # or a near miss caches (Miss.caches).
     UNKNOWN = "unknown"
 
     @property
@@ -238,8 +239,8 @@ class KVCache:
     ``total_bytes`` is that at ``context`` tokens and ``batch`` sequences (sliding-window layers
     capped at their window); ``bytes_per_encoder_token`` is what cross-attention caches once per
     encoder token. ``status`` says whether the model caches (NONE: no block does; UNKNOWN: some
-    block's cache cannot be told or sized; IF_DECODED: only causal masks say the blocks cache);
-    ``reason`` says why, in words.
+    block's cache cannot be told or sized, or a near miss caches, ``Miss.caches``; IF_DECODED: only
+    causal masks say the blocks cache); ``reason`` says why, in words.
     """
 
     bytes_per_token: int | None

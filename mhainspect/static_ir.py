@@ -101,9 +101,11 @@ class HeadOffers:
 
 def parameter_keys(weights: Mapping[str, WeightMeta]) -> frozenset[str]:
     """Storage keys of the parameters of a weight list: unique float tensors (tied weights once)
-    and quantized weights; integer buffers and quantization data are not parameters.
+    and quantized weights; integer buffers, quantization data and a stored copy the config ties
+    to another weight (``WeightMeta.tied_to``: its parameters are its source's) are not.
     count_weights counts them; mhainspect.size calls every other stored tensor overhead."""
-    return frozenset(t.storage_key for t in weights.values() if t.is_parameter)
+    return frozenset(t.storage_key for t in weights.values()
+                     if t.is_parameter and parameter_identity(weights, t) == t.storage_key)
 
 
 def count_weights(weights: Mapping[str, WeightMeta]) -> int:

@@ -15,11 +15,12 @@ import pytest
 
 from mhainspect import conventions
 from mhainspect.cli import main
-from mhainspect.findings import KVCache, Report
+from mhainspect.findings import CacheStatus, KVCache, Report
 from mhainspect.render.calc_html import render_calc_html, render_compare_html
 from mhainspect.render.html import kv_bytes_at, render_html, render_html_body
 from mhainspect.render.numbers import group
 from mhainspect.render.safe import html
+from mhainspect.render.size_lines import IF_DECODED_LABEL, size_lines
 from mhainspect.size import format_bytes, self_cache_bytes
 from mhainspect.sources import analyze_file
 from mhainspect.whatif import what_if
@@ -98,7 +99,16 @@ def test_kv_cache_and_sizes_render_when_known(reports: dict[str, Report]) -> Non
     page = render_html(sized)
     assert "KV cache against context length" in page and "KV cache per token" in page
     assert "40.2 KiB" in page and "float32 40.2 KiB" in page and "overhead" in page
+    # The overhead is named as the table and markdown name it (one label, render.size_lines).
+    label = next(line for line in size_lines(sized) if "overhead" in line).strip().split(": 256")[0]
+    assert html(label) in page
     assert "4,096 tokens: 512 KiB" in page  # the model's own point, marked
+    assert "from a causal mask only" not in page
+    # A figure only a causal mask gives says so, as the table and markdown do (was: shown as known).
+    guessed = dataclasses.replace(sized, model=dataclasses.replace(model, kv_cache=dataclasses.replace(
+        kv, status=CacheStatus.IF_DECODED)))
+    assert html(IF_DECODED_LABEL) in render_html(guessed)
+    assert any(IF_DECODED_LABEL in line for line in size_lines(guessed))
     assert kv_bytes_at(sized, 8192) == 128 * 8192
     windowed = dataclasses.replace(sized, blocks=(dataclasses.replace(b, sliding_window=1024),))
     # Capped at the window as mhainspect.size counts it (a sliding layer holds window - 1 past tokens),

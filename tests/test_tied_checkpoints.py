@@ -52,6 +52,8 @@ def test_llama_with_lm_head_and_embedding_both_stored(fmt: str, tmp_path: Path) 
     report = analyze_checkpoint(folder)
     assert report.model.total_params == inspect_module(model, trace=False).model.total_params == 41_152
     assert report.model.weight_bytes == 4 * (41_152 + 64 * 64)  # both copies are on disk
+    # The copy is stored but not a parameter: overhead (weight_bytes = parameter bytes + overhead).
+    assert report.model.weight_bytes_overhead == 4 * 64 * 64
     assert any("lm_head.weight = model.embed_tokens.weight" in w for w in report.warnings)
 
 

@@ -25,6 +25,7 @@ from mhainspect.findings import (
     WarningCode,
     warning_code,
 )
+from mhainspect.flags import FLAG_CODES
 from mhainspect.render.cells import verify_label
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text(encoding="utf-8"))
@@ -44,6 +45,16 @@ def test_schema_lists_the_python_enums() -> None:
     assert set(defs["block"]["properties"]["kv_cache_status"]["enum"]) == _values(CacheStatus) | {None}
     pattern = defs["matcher"]["pattern"]
     assert set(re.fullmatch(r"\^\((.*)\)\(:\.\+\)\?\$", pattern).group(1).split("|")) == _values(Matcher)  # type: ignore[union-attr]
+
+
+def test_every_flag_code_is_in_the_schema_the_readme_table_and_flags_md() -> None:
+    """One vocabulary of flag codes (flags.FLAG_CODES) with one severity each, everywhere it is listed."""
+    assert SCHEMA["$defs"]["flag"]["properties"]["code"]["enum"] == list(FLAG_CODES)
+    table = dict(re.findall(r"^\| (MHA\d{3}) \| (\w+) \|", README, re.M))
+    flags_md = (Path(__file__).parents[1] / "docs" / "flags.md").read_text(encoding="utf-8")
+    headings = dict(re.findall(r"^## (MHA\d{3}) — .*\((\w+)\)$", flags_md, re.M))
+    expected = {code: str(severity) for code, (severity, _) in FLAG_CODES.items()}
+    assert table == expected and headings == expected
 
 
 def test_readme_lists_every_evidence_source() -> None:
@@ -89,3 +100,23 @@ def test_contradicted_label_uses_the_disagreement_not_the_reason_text() -> None:
     v = BlockVerification("b", VerifyStatus.CONTRADICTED, 4, 4, reason="saw 4 heads, static 8 (Softmax (x) [2, 4])",
                           disagreement="saw 4 heads, static 8")
     assert verify_label(v) == "contradicted (saw 4 heads, static 8)"
+
+
+def test_docs_describe_what_the_size_and_accounting_passes_now_do() -> None:
+    """Rules added to the code are in the JSON contract's words: a caching near miss (Miss.caches)
+    makes the model's KV cache unknown; masks read only by comparisons and fused ops' cos/sin
+    caches are not parameters."""
+    status = SCHEMA["$defs"]["kvCache"]["properties"]["status"]["description"]
+    unknown = status[status.index("unknown:"):]
+    assert "near miss" in unknown
+    readme_unknown = README[README.index("`unknown` (some block"):]
+    assert "near" in readme_unknown[:readme_unknown.index("`reason`")]
+    total = SCHEMA["$defs"]["model"]["properties"]["total_params"]["description"]
+    not_counted = total[total.index("Not counted"):]
+    readme_not = README[README.index("Not parameters:"):README.index("`attention_params` sums")]
+    for text in (not_counted, readme_not):
+        assert "comparisons" in text and "RotaryEmbedding" in text
+    # A block applied N times (applications) caches N times its own per-token figure.
+    per_block = SCHEMA["$defs"]["block"]["properties"]["kv_cache_bytes_per_token"]["description"]
+    readme_sum = README[README.index("`bytes_per_token` sums"):README.index("`total_bytes` is that at")]
+    assert "applications" in per_block and "applications" in readme_sum

@@ -33,7 +33,7 @@ from mhainspect.render.html_style import CSS, CSS_HASH
 from mhainspect.render.numbers import group, human_count
 from mhainspect.render.safe import html
 from mhainspect.render.sarif import DOCS_BASE, FLAG_ANCHORS
-from mhainspect.render.size_lines import block_cache_text
+from mhainspect.render.size_lines import IF_DECODED_LABEL, OVERHEAD_LABEL, block_cache_text
 from mhainspect.render.svg import (
     Column,
     Ids,
@@ -140,7 +140,7 @@ def _size_lines(report: Report) -> list[str]:
     out = []
     if m.weight_bytes_by_dtype:
         parts = ", ".join(f"{html(dtype)} {html(format_bytes(n))}" for dtype, n in m.weight_bytes_by_dtype)
-        overhead = (f"; overhead (scales, zero points, constant tables) {html(format_bytes(m.weight_bytes_overhead))}"
+        overhead = (f"; {html(OVERHEAD_LABEL)} {html(format_bytes(m.weight_bytes_overhead))}"
                     if m.weight_bytes_overhead else "")
         out.append(f'<p class="meta">Weights by type: {parts}{overhead}</p>')
     kv = m.kv_cache
@@ -151,6 +151,8 @@ def _size_lines(report: Report) -> list[str]:
                 text += f" ({kv.dtype})"
             if kv.bytes_per_encoder_token:
                 text += f"; cross-attention {format_bytes(kv.bytes_per_encoder_token)} per encoder token"
+            if kv.status is CacheStatus.IF_DECODED:
+                text += f"; {IF_DECODED_LABEL}"
             out.append(f'<p class="meta">{html(text)}</p>')
         elif kv.reason:
             status = "none" if kv.status is CacheStatus.NONE else "unknown"

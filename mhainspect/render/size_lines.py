@@ -6,7 +6,12 @@ from mhainspect.findings import AttentionBlock, CacheStatus, Report
 from mhainspect.render.numbers import group
 from mhainspect.size import IF_DECODED, KV_FIELD, cache_reason, format_bytes
 
-__all__ = ["block_cache_text", "block_size_line", "size_lines"]
+__all__ = ["IF_DECODED_LABEL", "OVERHEAD_LABEL", "block_cache_text", "block_size_line", "size_lines"]
+
+# What weight_bytes_overhead is called in every format (table, markdown, html).
+OVERHEAD_LABEL = "overhead (not parameters: scales, zero points, constant tables)"
+# A cache figure of status if_decoded, in every format: only a causal mask says the model decodes.
+IF_DECODED_LABEL = f"from a causal mask only: {IF_DECODED}"
 
 
 def _bytes(n: int) -> str:
@@ -21,8 +26,7 @@ def size_lines(report: Report) -> list[str]:
         by_dtype = ", ".join(f"{name} {group(n)}" for name, n in m.weight_bytes_by_dtype)
         lines.append(f"Weights: {_bytes(m.weight_bytes)}" + (f"; by dtype: {by_dtype}" if by_dtype else ""))
         if m.weight_bytes_overhead:
-            lines.append(f"  overhead (not parameters: scales, zero points, constant tables): "
-                         f"{_bytes(m.weight_bytes_overhead)}")
+            lines.append(f"  {OVERHEAD_LABEL}: {_bytes(m.weight_bytes_overhead)}")
     kv = m.kv_cache
     if kv is None:
         return lines
@@ -37,7 +41,7 @@ def size_lines(report: Report) -> list[str]:
             line += "; give --context N for the total"
         lines.append(line)
         if kv.status is CacheStatus.IF_DECODED:
-            lines.append(f"  from a causal mask only: {IF_DECODED}")
+            lines.append(f"  {IF_DECODED_LABEL}")
     if kv.bytes_per_encoder_token:
         lines.append(f"  cross-attention: {_bytes(kv.bytes_per_encoder_token)} per encoder token, cached once per input")
     windows = sorted({b.sliding_window for b in report.blocks if b.sliding_window})
