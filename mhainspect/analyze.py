@@ -33,6 +33,7 @@ from mhainspect.findings import (
     ReportWarning,
     WarningCode,
     coded,
+    count_shared_once,
 )
 from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.loaders.qoperator import as_qdq
@@ -184,31 +185,6 @@ def merge_module(index: GraphIndex, group: list[BlockBuilder]) -> tuple[BlockBui
     lead.evidence.append(Evidence("applications", applications, "same_weights",
                                   f"{what}: the weights of {lead.anchor.name} are also read at {others}"))
     return lead, applications
-
-
-def count_shared_once(blocks: list[AttentionBlock]) -> list[AttentionBlock]:
-    """A projection whose weight an earlier block also uses (layers sharing a K/V projection)
-    counts there only: in the later block its weight and bias count 0, with evidence naming the
-    block it counts in, so that block shares never add up past the model. As attention_params
-    does, a bias alone is not identity: exporters store equal all-zero biases of different layers
-    as one tensor."""
-    owner: dict[tuple[str, str], str] = {}
-    out: list[AttentionBlock] = []
-    for b in blocks:
-        changed: list[Projection] = []
-        notes: list[Evidence] = []
-        for p in b.projections:
-            first = owner.setdefault((p.weight, p.role), b.name) if p.weight is not None else b.name
-            if first != b.name and (p.weight_params or p.bias_params):
-                notes.append(Evidence(p.role, p.weight_params + p.bias_params, "same_weights",
-                                      f"{p.role.upper()} projection {p.weight} is shared with {first}: counted there"))
-                p = dataclasses.replace(p, weight_params=0, bias_params=0)
-            changed.append(p)
-        if notes:
-            breakdown = ParamBreakdown.from_projections(changed, extra=b.params.extra)
-            b = dataclasses.replace(b, projections=tuple(changed), params=breakdown, evidence=b.evidence + tuple(notes))
-        out.append(b)
-    return out
 
 
 def _listed(what: str, names: list[str], consequence: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -409,6 +409,40 @@ class ModelFacts:
     opset: int | None = None
     producer: str = ""
     trainable_params: int | None = None  # nn.Modules only: parameters with requires_grad
+
+
+def count_shared_once(blocks: Sequence[AttentionBlock], identity: Callable[[str], str] | None = None
+                      ) -> list[AttentionBlock]:
+    """A projection whose weight an earlier block also uses (layers sharing a K/V projection, a
+    decoder tied to its encoder) counts there only: in the later block its weight and bias count 0,
+    with evidence naming the block it counts in, so that block shares never add up past the model.
+    As attention_params does, a bias alone is not identity: exporters store equal all-zero biases
+    of different layers as one tensor.
+
+    ``identity``: what makes two weight names one parameter (a weight list's
+    ``static_ir.parameter_identity``: shared storage, a tied copy's source); None: the name (a
+    graph stores a weight once, under one name). The one rule of every front end."""
+    owner: dict[tuple[str, str], str] = {}
+    out: list[AttentionBlock] = []
+    for b in blocks:
+        changed: list[Projection] = []
+        notes: list[Evidence] = []
+        for p in b.projections:
+            if p.weight is None:
+                first = b.name
+            else:
+                key = p.weight if identity is None else identity(p.weight)
+                first = owner.setdefault((key, p.role), b.name)
+            if first != b.name and (p.weight_params or p.bias_params):
+                notes.append(Evidence(p.role, p.weight_params + p.bias_params, EvidenceSource.SAME_WEIGHTS,
+                                      f"{p.role.upper()} projection {p.weight} is shared with {first}: counted there"))
+                p = replace(p, weight_params=0, bias_params=0)
+            changed.append(p)
+        if notes:
+            breakdown = ParamBreakdown.from_projections(changed, extra=b.params.extra)
+            b = replace(b, projections=tuple(changed), params=breakdown, evidence=b.evidence + tuple(notes))
+        out.append(b)
+    return out
 
 
 def attention_params(blocks: Sequence[AttentionBlock]) -> int:

@@ -9,7 +9,7 @@ never builds these types (three frozen dataclasses and an enum fewer at start-up
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -131,3 +131,16 @@ def parameter_identity(weights: Mapping[str, WeightMeta], t: WeightMeta) -> str:
     """What makes two stored tensors one parameter: their storage, or a tied copy's source's."""
     source = weights.get(t.tied_to) if t.tied_to else None
     return source.storage_key if source is not None else t.storage_key
+
+
+def identity_by_name(weights: Mapping[str, WeightMeta], others: Mapping[str, str] | None = None
+                     ) -> Callable[[str], str]:
+    """``parameter_identity`` of a tensor by its name, for ``findings.count_shared_once`` (a weight
+    used by several blocks counts in the first); ``others``: identities of names not in ``weights``
+    (a traced graph's weights by storage); any other name is its own."""
+    def identity(name: str) -> str:
+        t = weights.get(name)
+        if t is not None:
+            return parameter_identity(weights, t)
+        return others.get(name, name) if others is not None else name
+    return identity

@@ -29,6 +29,7 @@ from mhainspect.findings import (
     ReportWarning,
     WarningCode,
     coded,
+    count_shared_once,
 )
 from mhainspect.loaders.hf_config import offers_from_config
 from mhainspect.loaders.quantized import quantization_notes
@@ -47,7 +48,7 @@ from mhainspect.matchers.static import assemble
 from mhainspect.report import report_from
 from mhainspect.size import BlockDecoding, SizeInputs, metas_size_inputs
 from mhainspect.source_result import SourceResult
-from mhainspect.static_ir import HeadOffers, count_weights
+from mhainspect.static_ir import HeadOffers, count_weights, identity_by_name
 
 EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 
@@ -155,6 +156,7 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
     num_nodes = 0
     want = trace if trace is not None else (example_inputs is not None or bool(known.pending) or not known.blocks)
     used_keys: set[str] = set()
+    traced_keys: dict[str, str] = {}  # a traced graph's weight names -> storage
     graph_causal: dict[str, BlockDecoding] = {}  # traced blocks the graph shows caching (a causal mask)
     if want:
         inputs = example_inputs
@@ -173,6 +175,7 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
                 warnings.append(ReportWarning(f"not traced: {exc}", WarningCode.NOT_TRACED))
             else:
                 num_nodes = len(graph.nodes)
+                traced_keys = {n: t.storage_key for n, t in graph.weights.items()}
                 found = graph_result(graph, path=label, fmt="torch")
                 warnings.extend(coded(found.warnings))
                 scopes = {n.name: n.scope for n in graph.nodes}
@@ -192,7 +195,9 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
                     traced.append(b)
                 misses.extend(found.misses)
     headless = [b for b in known.headless if not _uses(b, model, used_keys)]
-    blocks = list(known.blocks) + traced + headless
+    # A module several blocks use under different names (one Linear in two attentions) counts in
+    # the first, as in a graph: by storage, whichever door found the block.
+    blocks = count_shared_once(list(known.blocks) + traced + headless, identity_by_name(tensors.metas, traced_keys))
     # torchinfo's split: a live module knows which parameters train (a file does not).
     total = (count_weights({n: m for n, m in tensors.metas.items() if m.storage_key in tensors.parameters})
              if tensors.quantized else count_parameters(model))

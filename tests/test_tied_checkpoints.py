@@ -99,3 +99,53 @@ def test_encoder_decoder_ties() -> None:
                                                      bert2bert)] == [
         ("decoder.bert.encoder.layer.0.attention.self.query.weight",
          "encoder.encoder.layer.0.attention.self.query.weight")]
+
+
+def _bert2bert(tmp_path: Path) -> Path:
+    """A BERT2BERT EncoderDecoderModel whose config ties the decoder to the encoder, saved as a folder
+    with every tensor stored (transformers 5 no longer ties the live module)."""
+    torch.manual_seed(0)
+    small = {"vocab_size": 64, "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 1,
+             "intermediate_size": 64, "max_position_embeddings": 16}
+    config = transformers.EncoderDecoderConfig.from_encoder_decoder_configs(
+        transformers.BertConfig(**small),
+        transformers.BertConfig(**small, is_decoder=True, add_cross_attention=True), tie_encoder_decoder=True)
+    model = transformers.EncoderDecoderModel(config)
+    return _write(tmp_path / "bert2bert", model.config.to_dict(), [_copies(model)], "safetensors")
+
+
+def test_tie_encoder_decoder_counts_the_attention_weights_once(tmp_path: Path) -> None:
+    """The decoder's self-attention is a tied copy of the encoder's: its weights count in the first
+    block that uses them (the decoder's, first in name order), as a graph counts a shared weight."""
+    report = analyze_checkpoint(_bert2bert(tmp_path))
+    per_block = {b.name: b.params.total for b in report.blocks}
+    one = 4 * (32 * 32 + 32)
+    assert per_block == {"decoder.bert.encoder.layer.0.attention": one,
+                         "decoder.bert.encoder.layer.0.crossattention": one, "encoder.encoder.layer.0.attention": 0}
+    assert report.model.attention_params == 2 * one
+    tied = next(b for b in report.blocks if b.name == "encoder.encoder.layer.0.attention")
+    notes = [e.detail for e in tied.evidence if e.source == "same_weights"]
+    assert notes[0] == ("Q projection encoder.encoder.layer.0.attention.self.query.weight is shared with "
+                        "decoder.bert.encoder.layer.0.attention: counted there")
+    assert [p.weight_params + p.bias_params for p in tied.projections] == [0, 0, 0, 0]
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, k: Any = None) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim = 4, 8
+        self.q_proj, self.v_proj, self.o_proj = (torch.nn.Linear(32, 32) for _ in range(3))
+        self.k_proj = k if k is not None else torch.nn.Linear(32, 32)
+
+
+def test_module_blocks_sharing_a_linear_under_two_names() -> None:
+    """Cross-layer K sharing: one Linear is ``a.k_proj`` and ``b.k_proj``; it counts in ``a`` only (the
+    ONNX export of the same model gives the same numbers), so attention_params never exceeds total."""
+    model = torch.nn.Module()
+    model.a = _Attention()
+    model.b = _Attention(k=model.a.k_proj)
+    report = inspect_module(model, trace=False)
+    assert [(b.name, b.params.k, b.params.total) for b in report.blocks] == [("a", 1056, 4224), ("b", 0, 3168)]
+    assert report.model.attention_params == report.model.total_params == 7 * 1056
+    assert [e.detail for e in report.blocks[1].evidence if e.source == "same_weights"] == [
+        "K projection b.k_proj.weight is shared with a: counted there"]

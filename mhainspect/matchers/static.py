@@ -20,6 +20,7 @@ from mhainspect.findings import (
     Miss,
     ParamBreakdown,
     Projection,
+    count_shared_once,
 )
 from mhainspect.matchers.assembly import default_kv_heads, per_head, pick, shapes_win, split_packed, width_conflicts
 from mhainspect.matchers.grouping import (
@@ -31,7 +32,7 @@ from mhainspect.matchers.grouping import (
     projection,
     ungrouped_attention,
 )
-from mhainspect.static_ir import HeadOffers, WeightMeta
+from mhainspect.static_ir import HeadOffers, WeightMeta, identity_by_name
 
 __all__ = ["ROOT_NAME", "HeadOffers", "assemble", "blocks_from_weights", "near_misses"]
 
@@ -190,7 +191,9 @@ def near_misses(weights: Mapping[str, WeightMeta], groups: Iterable[GroupedBlock
 def blocks_from_weights(weights: Mapping[str, WeightMeta], offers_for: Callable[[str], Sequence[HeadOffers]] | None
                         ) -> tuple[list[AttentionBlock], list[Miss]]:
     """Blocks of a checkpoint: name-grouped projections, heads from ``offers_for(block name)``
-    (what its config says; None: there is no config); and the near misses of the same grouping."""
+    (what its config says; None: there is no config); and the near misses of the same grouping.
+    A weight several blocks use (one storage, or a copy the config ties to another:
+    ``static_ir.parameter_identity``) counts in the first block only, as in a graph."""
     groups = group_attention(weights)
     blocks: list[AttentionBlock] = []
     for group in groups:
@@ -199,4 +202,4 @@ def blocks_from_weights(weights: Mapping[str, WeightMeta], offers_for: Callable[
         offers = list(offers_for(group.name)) if offers_for is not None else []
         blocks.append(assemble(group, offers, matcher=Matcher.CHECKPOINT,
                                no_heads_reason="" if offers_for is not None else NO_CONFIG_REASON))
-    return blocks, near_misses(weights, groups, Matcher.CHECKPOINT)
+    return count_shared_once(blocks, identity_by_name(weights)), near_misses(weights, groups, Matcher.CHECKPOINT)
