@@ -27,8 +27,6 @@ from mhainspect.findings import (
     Evidence,
     Miss,
     ModelFacts,
-    ParamBreakdown,
-    Projection,
     Report,
     ReportWarning,
     WarningCode,
