@@ -149,3 +149,55 @@ def test_module_blocks_sharing_a_linear_under_two_names() -> None:
     assert report.model.attention_params == report.model.total_params == 7 * 1056
     assert [e.detail for e in report.blocks[1].evidence if e.source == "same_weights"] == [
         "K projection b.k_proj.weight is shared with a: counted there"]
+
+
+def _bert2bert_state(tie_encoder_decoder: bool) -> tuple[Any, dict[str, Any]]:
+    torch.manual_seed(0)
+    small = {"vocab_size": 64, "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 1,
+             "intermediate_size": 64, "max_position_embeddings": 16}
+    config = transformers.EncoderDecoderConfig.from_encoder_decoder_configs(
+        transformers.BertConfig(**small), transformers.BertConfig(**small, is_decoder=True, add_cross_attention=True),
+        tie_encoder_decoder=tie_encoder_decoder)
+    model = transformers.EncoderDecoderModel(config)
+    return model, _copies(model)
+
+
+def test_nested_decoder_config_ties_its_head(tmp_path: Path) -> None:
+    """The decoder's own config ties its MLM head to its word embeddings (``decoder.tie_word_embeddings``,
+    which transformers applies to the decoder sub-model; the top-level config says nothing): with
+    every tensor stored, the folder counts what the module counts (shared parameters once)."""
+    model, state = _bert2bert_state(False)
+    folder = _write(tmp_path / "b2b", model.config.to_dict(), [state], "safetensors")
+    report = analyze_checkpoint(folder)
+    assert report.model.total_params == sum(p.numel() for p in model.parameters()) == 28_992
+    assert any("decoder.cls.predictions.decoder.weight = decoder.bert.embeddings.word_embeddings.weight "
+               "(decoder.tie_word_embeddings=true)" in w for w in report.warnings)
+
+
+def test_nested_ties_with_tie_encoder_decoder_match_save_pretrained(tmp_path: Path) -> None:
+    """tie_encoder_decoder (which transformers 5 no longer applies in memory) plus the decoder's head
+    tie: every tensor stored counts what save_pretrained's folder (the head dropped) counts, and the
+    head's chain ends at the encoder's embedding, the stored source."""
+    model, state = _bert2bert_state(True)
+    every = analyze_checkpoint(_write(tmp_path / "every", model.config.to_dict(), [state], "safetensors"))
+    model.save_pretrained(tmp_path / "pretrained")
+    pretrained = analyze_checkpoint(tmp_path / "pretrained")
+    assert every.model.total_params == pretrained.model.total_params == 17_760
+    ties = {t.copy: t.source for t in tied_copies(model.config.to_dict(), {k: tuple(v.shape) for k, v in state.items()})}
+    assert ties["decoder.cls.predictions.decoder.weight"] == "encoder.embeddings.word_embeddings.weight"
+
+
+def test_nested_text_config_ties_only_the_language_model() -> None:
+    """A composite config (transformers 4's LLaVA layout): the text config's tie applies to the
+    language model's weights; a vision config that says tie_word_embeddings (every v4 config dict
+    did) ties nothing in the tower."""
+    shapes = {"language_model.lm_head.weight": (64, 32), "language_model.model.embed_tokens.weight": (64, 32),
+              "vision_tower.vision_model.embeddings.weight": (32, 3),
+              "vision_tower.vision_model.head.weight": (32, 3)}
+    cfg = {"model_type": "llava", "text_config": {"model_type": "llama", "tie_word_embeddings": True, "vocab_size": 64},
+           "vision_config": {"model_type": "clip_vision_model", "tie_word_embeddings": True}}
+    assert [(t.copy, t.source, t.said) for t in tied_copies(cfg, shapes)] == [
+        ("language_model.lm_head.weight", "language_model.model.embed_tokens.weight",
+         "text_config.tie_word_embeddings=true")]
+    untied = {**cfg, "text_config": {**cfg["text_config"], "tie_word_embeddings": False}}
+    assert tied_copies(untied, shapes) == ()

@@ -62,6 +62,10 @@ class SubConfig:
     keys: tuple[str, ...]
     words: tuple[str, ...]
     tower: bool
+    # Whether the weights it names are a model built on that config with its own tie rules (a
+    # language model, an encoder or decoder stack: transformers ties each sub-model by its own
+    # config, ``tied_copies``); the towers without word embeddings tie nothing.
+    ties: bool = False
 
 
 # In the order a block's name is matched: the Q-Former (``qformer.encoder.layer``) before the
@@ -71,10 +75,10 @@ class SubConfig:
 SUB_CONFIGS: tuple[SubConfig, ...] = (
     SubConfig(("vision_config",), ("vision", "visual"), True),
     SubConfig(("qformer_config",), ("qformer",), True),
-    SubConfig(("text_config", "llm_config", "language_config"), ("text", "language_model", "llm"), False),
+    SubConfig(("text_config", "llm_config", "language_config"), ("text", "language_model", "llm"), False, True),
     SubConfig(("audio_config",), ("audio",), True),
-    SubConfig(("encoder",), ("encoder",), True),
-    SubConfig(("decoder",), ("decoder",), False),
+    SubConfig(("encoder",), ("encoder",), True, True),
+    SubConfig(("decoder",), ("decoder",), False, True),
 )
 # Prefixes (as sub_config returns them) of the sub-configs of towers that run once per input.
 TOWER_PREFIXES = frozenset(f"{k}." for s in SUB_CONFIGS if s.tower for k in s.keys)
@@ -286,6 +290,10 @@ APPLICATION_RULES: tuple[tuple[str, ApplicationRule], ...] = (
 #   ``decoder.<base model>.X`` for ``encoder.X``) is the encoder's.
 # A tie joins tensors of one shape only; a head ties to the input embedding nearest it in the
 # module tree (the longest common path), never to one of several equally near.
+# A nested config that builds a sub-model (``SubConfig.ties``: an encoder-decoder's ``encoder`` /
+# ``decoder``, a multimodal ``text_config``) ties that sub-model's weights, the ones below the
+# module path its words name, by these same rules (transformers ties each sub-model by its own
+# config): BERT2BERT's decoder head by ``decoder.tie_word_embeddings``.
 
 TIE_WORD_EMBEDDINGS_BY_DEFAULT = frozenset((
     "albert", "aya_vision", "bart", "bert", "bert-generation", "big_bird", "bigbird_pegasus", "biogpt",
@@ -373,9 +381,15 @@ def tied_copies(cfg: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -
     tensor, each with the tensor it repeats (never a copy: chains end at the stored source)."""
     source_of: dict[str, tuple[str, str]] = {}
 
+    def stored(name: str) -> str:
+        while name in source_of:
+            name = source_of[name][0]
+        return name
+
     def tie(copy: str, source: str, said: str) -> None:
+        source = stored(source)
         if copy != source and copy not in source_of and copy in shapes and shapes[copy] == shapes.get(source):
-            source_of[copy] = source_of.get(source, (source, said))[0], said
+            source_of[copy] = source, said
 
     encdec = cfg.get("is_encoder_decoder") is True
     if encdec and cfg.get("share_encoder_decoder_embeddings") is not False:
@@ -416,7 +430,35 @@ def tied_copies(cfg: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -
                 parent = _module(name)[:-1]
                 if parent:
                     tie(f"{path}.bias", ".".join(parent + ("bias",)), said)
-    return tuple(Tie(copy, source, said) for copy, (source, said) in source_of.items())
+    # Each sub-model ties its own weights by its own config (transformers ties every PreTrainedModel
+    # in the tree by its config: EncoderDecoderModel's decoder head by ``decoder.tie_word_embeddings``).
+    for prefix, (key, sub, sub_shapes) in _sub_models(cfg, shapes).items():
+        for t in tied_copies(sub, sub_shapes):
+            tie(prefix + t.copy, prefix + t.source, f"{key}.{t.said}")
+    return tuple(Tie(copy, stored(source), said) for copy, (source, said) in source_of.items())
+
+
+def _sub_models(cfg: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
+                ) -> dict[str, tuple[str, Mapping[str, Any], dict[str, tuple[int, ...]]]]:
+    """The weights of the sub-models a composite config builds from a nested config that ties
+    (``SubConfig.ties``), by module path prefix: the outermost path component naming a sub-config
+    the config holds (``SUB_CONFIGS`` words, in their order) puts a weight there, by the path below it;
+    a weight first named by a tower's words (``vision_tower.…encoder``) is the tower's, in none."""
+    out: dict[str, tuple[str, Mapping[str, Any], dict[str, tuple[int, ...]]]] = {}
+    for name, shape in shapes.items():
+        comps = name.split(".")[:-1]
+        for i, comp in enumerate(comps):
+            low = comp.lower()
+            found = next(((s, k) for s in SUB_CONFIGS if any(w in low for w in s.words)
+                          for k in s.keys if isinstance(cfg.get(k), Mapping)), None)
+            if found is None:
+                continue
+            s, key = found
+            if s.ties:
+                prefix = ".".join(comps[:i + 1]) + "."
+                out.setdefault(prefix, (key, cfg[key], {}))[2][name[len(prefix):]] = shape
+            break
+    return out
 
 
 # ----------------------------------------------------------------------------- lookup
