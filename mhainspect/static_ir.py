@@ -144,3 +144,12 @@ def identity_by_name(weights: Mapping[str, WeightMeta], others: Mapping[str, str
             return parameter_identity(weights, t)
         return others.get(name, name) if others is not None else name
     return identity
+
+
+def tied_copy_by_name(weights: Mapping[str, WeightMeta]) -> Callable[[str], bool]:
+    """Whether a tensor, by its name, is a stored copy the config ties to another
+    (``WeightMeta.tied_to``), for ``findings.count_shared_once`` (the tie's source counts the weight)."""
+    def is_copy(name: str) -> bool:
+        t = weights.get(name)
+        return t is not None and bool(t.tied_to)
+    return is_copy

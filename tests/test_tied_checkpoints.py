@@ -115,18 +115,19 @@ def _bert2bert(tmp_path: Path) -> Path:
 
 
 def test_tie_encoder_decoder_counts_the_attention_weights_once(tmp_path: Path) -> None:
-    """The decoder's self-attention is a tied copy of the encoder's: its weights count in the first
-    block that uses them (the decoder's, first in name order), as a graph counts a shared weight."""
+    """The decoder's self-attention is a tied copy of the encoder's: its weights count in the block
+    of the tie's source (the encoder's, though the decoder's comes first in name order); the copy
+    counts 0 with the graph's same_weights note."""
     report = analyze_checkpoint(_bert2bert(tmp_path))
     per_block = {b.name: b.params.total for b in report.blocks}
     one = 4 * (32 * 32 + 32)
-    assert per_block == {"decoder.bert.encoder.layer.0.attention": one,
-                         "decoder.bert.encoder.layer.0.crossattention": one, "encoder.encoder.layer.0.attention": 0}
+    assert per_block == {"decoder.bert.encoder.layer.0.attention": 0,
+                         "decoder.bert.encoder.layer.0.crossattention": one, "encoder.encoder.layer.0.attention": one}
     assert report.model.attention_params == 2 * one
-    tied = next(b for b in report.blocks if b.name == "encoder.encoder.layer.0.attention")
+    tied = next(b for b in report.blocks if b.name == "decoder.bert.encoder.layer.0.attention")
     notes = [e.detail for e in tied.evidence if e.source == "same_weights"]
-    assert notes[0] == ("Q projection encoder.encoder.layer.0.attention.self.query.weight is shared with "
-                        "decoder.bert.encoder.layer.0.attention: counted there")
+    assert notes[0] == ("Q projection decoder.bert.encoder.layer.0.attention.self.query.weight is shared with "
+                        "encoder.encoder.layer.0.attention: counted there")
     assert [p.weight_params + p.bias_params for p in tied.projections] == [0, 0, 0, 0]
 
 

@@ -32,7 +32,7 @@ from mhainspect.matchers.grouping import (
     projection,
     ungrouped_attention,
 )
-from mhainspect.static_ir import HeadOffers, WeightMeta, identity_by_name
+from mhainspect.static_ir import HeadOffers, WeightMeta, identity_by_name, tied_copy_by_name
 
 __all__ = ["ROOT_NAME", "HeadOffers", "assemble", "blocks_from_weights", "near_misses"]
 
@@ -193,7 +193,8 @@ def blocks_from_weights(weights: Mapping[str, WeightMeta], offers_for: Callable[
     """Blocks of a checkpoint: name-grouped projections, heads from ``offers_for(block name)``
     (what its config says; None: there is no config); and the near misses of the same grouping.
     A weight several blocks use (one storage, or a copy the config ties to another:
-    ``static_ir.parameter_identity``) counts in the first block only, as in a graph."""
+    ``static_ir.parameter_identity``) counts in one block only, as in a graph: the first, or where a
+    tie declares a source, the first block using the source."""
     groups = group_attention(weights)
     blocks: list[AttentionBlock] = []
     for group in groups:
@@ -202,4 +203,4 @@ def blocks_from_weights(weights: Mapping[str, WeightMeta], offers_for: Callable[
         offers = list(offers_for(group.name)) if offers_for is not None else []
         blocks.append(assemble(group, offers, matcher=Matcher.CHECKPOINT,
                                no_heads_reason="" if offers_for is not None else NO_CONFIG_REASON))
-    return count_shared_once(blocks, identity_by_name(weights)), near_misses(weights, groups, Matcher.CHECKPOINT)
+    return count_shared_once(blocks, identity_by_name(weights), tied_copy_by_name(weights)), near_misses(weights, groups, Matcher.CHECKPOINT)
