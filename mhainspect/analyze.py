@@ -37,7 +37,7 @@ from mhainspect.graph import ModelGraph, Tensor
 from mhainspect.loaders.qoperator import as_qdq
 from mhainspect.loaders.sequences import as_slices
 from mhainspect.matchers import additive, decomposed, fused
-from mhainspect.matchers.block import BlockBuilder
+from mhainspect.matchers.block import BlockBuilder, RoleInput
 from mhainspect.report import report_from
 from mhainspect.size import graph_size_inputs
 from mhainspect.source_result import SourceResult
@@ -82,23 +82,48 @@ def find_blocks(index: GraphIndex) -> tuple[list[BlockBuilder], list[Miss]]:
     return builders, misses
 
 
-def module_identity(index: GraphIndex, b: BlockBuilder) -> tuple[str, str] | None:
-    """What identifies the attention module a matcher reached: the storage of its Q weight (else
-    its O weight; the part of it, for a part of a packed weight; the float weight a quantized copy
-    was made from, GraphIndex.weight_identity), with the role. Two anchors with the same identity are one module, reached from
-    two branches of an If or applied several times (ALBERT). K/V alone do not identify a module:
-    layers may share a K/V projection (cross-layer KV sharing) and stay distinct modules.
-    None when neither Q nor O resolved to a weight: such a block stands alone."""
-    q = b.roles.get("q")
-    if q is not None:
-        if q.traced is not None:
-            return "q", index.weight_identity(q.traced.hit.weight)
-        if q.fused_weight is not None:
-            t = index.graph.weights.get(q.fused_weight)
-            return "q", t.storage_key if t is not None else f"name:{q.fused_weight}"
-    if b.output is not None:
-        return "o", index.weight_identity(b.output.weight)
+@dataclasses.dataclass(frozen=True)
+class ModuleIdentity:
+    """What identifies the attention module a matcher reached: the weights its block uses.
+
+    ``key``: the role and storage of its Q weight (else its O weight), which every application of
+    the module reads; ``weights``: (role, storage) of each Q/K/V/O weight the anchor resolved. Two
+    anchors are one module (reached from two branches of an If, or applied several times: ALBERT)
+    when they have the same key and agree on every weight both resolved (an If's with-past branch
+    reads the cross-attention K/V from the cache: no weight to compare). Modules that share only
+    some weights (one Linear as two layers' Q, cross-layer K/V) are distinct modules, whose shared
+    weights count_shared_once counts in the first."""
+
+    key: tuple[str, str]
+    weights: tuple[tuple[str, str], ...]
+
+    def agrees(self, used: Mapping[str, str]) -> bool:
+        """Whether every weight both resolved is the same storage."""
+        return all(used.get(role, storage) == storage for role, storage in self.weights)
+
+
+def _role_identity(index: GraphIndex, r: RoleInput) -> str | None:
+    """The storage a Q/K/V role reads (the part of it, for a part of a packed weight; the float
+    weight a quantized copy was made from, GraphIndex.weight_identity); None when unresolved."""
+    if r.traced is not None:
+        return index.weight_identity(r.traced.hit.weight)
+    if r.fused_weight is not None:
+        t = index.graph.weights.get(r.fused_weight)
+        return t.storage_key if t is not None else f"name:{r.fused_weight}"
     return None
+
+
+def module_identity(index: GraphIndex, b: BlockBuilder) -> ModuleIdentity | None:
+    """The module identity of a builder (ModuleIdentity). None when neither Q nor O resolved to a
+    weight: such a block stands alone (K/V alone do not identify a module: layers may share a K/V
+    projection and stay distinct modules)."""
+    weights = [(role, key) for role in ("q", "k", "v") if (r := b.roles.get(role)) is not None
+               and (key := _role_identity(index, r)) is not None]
+    if b.output is not None:
+        weights.append(("o", index.weight_identity(b.output.weight)))
+    used = dict(weights)
+    role = "q" if "q" in used else "o" if "o" in used else None
+    return None if role is None else ModuleIdentity((role, used[role]), tuple(weights))
 
 
 def _identity_node(b: BlockBuilder) -> str:
@@ -112,21 +137,34 @@ def _identity_node(b: BlockBuilder) -> str:
 
 
 def modules(index: GraphIndex, builders: list[BlockBuilder]) -> list[list[BlockBuilder]]:
-    """The builders grouped by module_identity, groups in order of their first anchor.
+    """The builders grouped by module identity (ModuleIdentity), groups in order of their first anchor.
 
-    Anchors that reach the weight through the same node are not one module applied twice but two
-    attention maps over one projection (two Softmaxes over slices of one Q, as differential
-    attention has): they stay separate blocks, as before."""
-    groups: dict[object, list[BlockBuilder]] = {}
-    nodes: dict[object, set[str]] = {}
-    for i, b in enumerate(builders):
-        key: object = module_identity(index, b)
+    A builder joins the first group of its key whose weights agree with its own (the weights of all
+    the group's anchors); one that agrees with none starts a group: two modules sharing their Q
+    are two blocks. Anchors that reach the weight through the same node are not one module applied
+    twice but two attention maps over one projection (two Softmaxes over slices of one Q, as
+    differential attention has): they stay separate blocks, as before."""
+    groups: list[list[BlockBuilder]] = []
+    used: list[dict[str, str]] = []  # per group: role -> storage of each weight its anchors resolved
+    nodes: list[set[str]] = []  # per group: the nodes that apply its key weight
+    by_key: dict[tuple[str, str], list[int]] = {}
+    for b in builders:
+        identity = module_identity(index, b)
         node = _identity_node(b)
-        if key is None or node in nodes.get(key, ()):
-            key = i
-        groups.setdefault(key, []).append(b)
-        nodes.setdefault(key, set()).add(node)
-    return list(groups.values())
+        mine = by_key.setdefault(identity.key, []) if identity is not None else []
+        at = next((i for i in mine if identity is not None and identity.agrees(used[i])), None)
+        if at is None or node in nodes[at]:
+            if at is None:
+                mine.append(len(groups))  # a module of its own, which later applications may join
+            at = len(groups)
+            groups.append([])
+            used.append({})
+            nodes.append(set())
+        groups[at].append(b)
+        nodes[at].add(node)
+        for role, storage in identity.weights if identity is not None else ():
+            used[at].setdefault(role, storage)
+    return groups
 
 
 def _branch_choices(index: GraphIndex, node_name: str) -> dict[str, int]:

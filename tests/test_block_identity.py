@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
-from attention_graphs import Nodes, Weights, core_nodes, mha_nodes, model, shape_consts, value
+from attention_graphs import Nodes, Weights, core_nodes, mha_nodes, model, shape_consts, value, weight
 from onnx import TensorProto, helper
 
 from mhainspect.analyze import analyze_graph
@@ -148,22 +149,25 @@ def test_a_shared_layer_inside_each_branch_counts_its_applications_not_the_branc
 # ----------------------------------------------------------------------------- shared layers
 
 
-def shared_layer_model(times: int, share_kv_only: bool = False) -> onnx.ModelProto:
-    """One attention module applied ``times`` times in sequence (ALBERT); with ``share_kv_only``
-    each application has its own Q/O and only K/V are shared (cross-layer KV sharing)."""
-    shared = Weights("encoder.layer.attention", D)
+def shared_layer_model(times: int, shared: str = "qkvo") -> onnx.ModelProto:
+    """Attention applied ``times`` times in sequence: with every role in ``shared`` one module
+    applied ``times`` times (ALBERT); else each application has its own weights but for the roles in
+    ``shared``, which it reads from the first (cross-layer KV sharing; one Linear as two modules' Q)."""
+    first = Weights("encoder.layer.attention", D)
     g = Nodes()
-    inits = shared.tensors() + shape_consts(H, DK)
+    inits = first.tensors() + shape_consts(H, DK)
     y = "x"
     for i in range(times):
-        prefix = shared.prefix
-        if share_kv_only:
+        prefix = first.prefix
+        if shared != "qkvo" and i > 0:
             prefix = f"encoder.layer{i}.attention"
-            own = Weights(prefix, D, with_kv=False)
-            inits += own.tensors()
-            for role in ("k", "v"):
-                g.add("Identity", [f"{shared.prefix}.{role}_proj.weight"], f"{prefix}.{role}_proj.weight")
-                g.add("Identity", [f"{shared.prefix}.{role}_proj.bias"], f"{prefix}.{role}_proj.bias")
+            for role in "qkvo":
+                names = (f"{prefix}.{role}_proj.weight", f"{prefix}.{role}_proj.bias")
+                if role not in shared:
+                    inits += [weight(names[0], D, D), weight(names[1], D)]
+                    continue
+                g.add("Identity", [f"{first.prefix}.{role}_proj.weight"], names[0])
+                g.add("Identity", [f"{first.prefix}.{role}_proj.bias"], names[1])
         y = mha_nodes(g, f"/encoder/layer{'' if i == 0 else f'_{i}'}/attention", y, prefix, H, DK)
     return model(g.nodes, inits + g.inits, [value("x", 1, "s", D)], [value(y, 1, "s", D)])
 
@@ -180,11 +184,81 @@ def test_a_layer_applied_n_times_is_one_block_counted_once() -> None:
 
 
 def test_layers_sharing_only_k_and_v_stay_separate_modules() -> None:
-    report = analyze(shared_layer_model(2, share_kv_only=True))
+    report = analyze(shared_layer_model(2, shared="kv"))
     assert len(report.blocks) == 2
     assert all(b.applications == 1 for b in report.blocks)
     assert report.model.attention_params <= report.model.total_params
     assert sum(shares(report)) <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("shared", ["q", "k", "o", "kv", "qk", "qkv", "qko"])
+def test_modules_sharing_some_weights_are_two_blocks_each_counting_its_own(shared: str) -> None:
+    """Identity is every weight a block uses, not its Q alone: a second module that reads some of
+    the first's weights (the same nn.Linear as both modules' Q) is a block of its own, with the shared
+    weights counted in the first (same_weights note), so no weight of either module is lost."""
+    report = analyze(shared_layer_model(2, shared))
+    assert [b.applications for b in report.blocks] == [1, 1]
+    per_role = D * D + D
+    assert [b.params.total for b in report.blocks] == [BLOCK, BLOCK - len(shared) * per_role]
+    assert report.model.attention_params == report.model.total_params == (8 - len(shared)) * per_role
+    assert sum(shares(report)) == pytest.approx(1.0)
+    later = report.blocks[1]
+    noted = {e.field for e in later.evidence if e.source == "same_weights"}
+    assert noted == set(shared)
+
+
+def test_a_module_sharing_all_four_weights_is_one_module_applied_twice() -> None:
+    assert [(b.applications, b.params.total) for b in analyze(shared_layer_model(2, "qkvo")).blocks] == [(2, BLOCK)]
+
+
+def two_torch_modules(shared: str) -> Any:
+    """A tiny torch model (d_model 32, 4 heads, biases): attention module a, then module b reading
+    a's projections for the roles in ``shared`` (the same nn.Linear objects); "loop": module a
+    applied twice (a universal transformer looping one layer). torch is imported here, on use."""
+    import torch
+    from torch import nn
+
+    d, h = 32, 4
+
+    class Attn(nn.Module):
+        def __init__(self, given: dict[str, nn.Linear]) -> None:
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj, self.o_proj = (given.get(r) or nn.Linear(d, d) for r in "qkvo")
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, n, _ = x.shape
+            q, k, v = (p(x).view(b, n, h, d // h).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+            a = torch.softmax(q @ k.transpose(-1, -2) / (d // h) ** 0.5, dim=-1)
+            return self.o_proj((a @ v).transpose(1, 2).reshape(b, n, d))
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = Attn({})
+            self.b = self.a if shared == "loop" else Attn({r: getattr(self.a, f"{r}_proj") for r in shared})
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    torch.manual_seed(0)
+    return Two().eval()
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+@pytest.mark.parametrize(("shared", "expected"), [
+    ("q", [(1, 4224), (1, 3168)]), ("qkv", [(1, 4224), (1, 1056)]), ("loop", [(2, 4224)])])
+def test_torch_modules_sharing_a_projection_exported_by_both_exporters(
+        tmp_path: Path, dynamo: bool, shared: str, expected: list[tuple[int, int]]) -> None:
+    torch = pytest.importorskip("torch")
+    module = two_torch_modules(shared)
+    path = tmp_path / "m.onnx"
+    kwargs: dict[str, Any] = {} if dynamo else {"opset_version": 17}
+    torch.onnx.export(module, (torch.randn(1, 5, 32),), str(path), dynamo=dynamo, **kwargs)
+    report = analyze_graph(load_onnx(path))
+    assert [(b.applications, b.params.total) for b in report.blocks] == expected
+    total = sum(p.numel() for p in module.parameters())  # a shared Linear once
+    assert report.model.attention_params == report.model.total_params == total
+    assert [b.num_heads for b in report.blocks] == [4] * len(expected)
 
 
 def test_albert_exported_by_torch_is_one_module_applied_per_layer(tmp_path: Path) -> None:
