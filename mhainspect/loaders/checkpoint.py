@@ -313,7 +313,6 @@ def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str
     return apply_quantization(read_torch_state_dict(path, values), beside, values), beside, "pytorch"
 
 
-
 def apply_ties(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None
                ) -> tuple[dict[str, WeightMeta], tuple[Tie, ...]]:
     """``weights`` with every stored copy of a weight the config ties to another marked

@@ -72,10 +72,12 @@ class SubConfig:
 # encoder; a name matching none falls to the top level, and when the top level has no heads, to
 # the language model's sub-config: the stack a multimodal folder leaves unnamed (Qwen2-VL's
 # ``model.layers`` beside ``visual.blocks``).
+LANGUAGE_MODEL = SubConfig(("text_config", "llm_config", "language_config"), ("text", "language_model", "llm"),
+                           False, True)
 SUB_CONFIGS: tuple[SubConfig, ...] = (
     SubConfig(("vision_config",), ("vision", "visual"), True),
     SubConfig(("qformer_config",), ("qformer",), True),
-    SubConfig(("text_config", "llm_config", "language_config"), ("text", "language_model", "llm"), False, True),
+    LANGUAGE_MODEL,
     SubConfig(("audio_config",), ("audio",), True),
     SubConfig(("encoder",), ("encoder",), True, True),
     SubConfig(("decoder",), ("decoder",), False, True),
@@ -343,7 +345,7 @@ class Tie:
 
 def word_embeddings_tied(cfg: Mapping[str, Any]) -> str | None:
     """What makes the config tie its output head to its input embedding, or None when it does not."""
-    for prefix, c in (("", cfg), *((f"{k}.", sub) for k in ("text_config", "llm_config", "language_config")
+    for prefix, c in (("", cfg), *((f"{k}.", sub) for k in LANGUAGE_MODEL.keys
                                    if isinstance(sub := cfg.get(k), Mapping))):
         declared = c.get("tie_word_embeddings")
         if isinstance(declared, bool):
