@@ -116,20 +116,21 @@ class Found:
     said: str  # "num_kv_heads=4", "multi_query=true -> 1", ...
 
 
-def _positive(v: Any) -> int | None:
+def positive_int(v: Any) -> int | None:
+    """A config value that is a positive int (not a bool), else None."""
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
 def _value(cfg: Mapping[str, Any], key: str, layer: int | None) -> Found | None:
     """``cfg[key]`` as a positive int; a per-layer list is read at ``layer`` (or when all agree)."""
     v = cfg.get(key)
-    if isinstance(v, list) and v and all(_positive(x) for x in v):
+    if isinstance(v, list) and v and all(positive_int(x) for x in v):
         if len(set(v)) == 1:
             return Found(v[0], f"{key}={v[0]} (every layer)")
         if layer is not None and 0 <= layer < len(v):
             return Found(v[layer], f"{key}[{layer}]={v[layer]}")
         return None
-    n = _positive(v)
+    n = positive_int(v)
     return Found(n, f"{key}={n}") if n is not None else None
 
 
@@ -180,7 +181,7 @@ def _decilm(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Fou
     if heads is None or layer is None or not isinstance(blocks, list) or not 0 <= layer < len(blocks):
         return None
     attn = blocks[layer].get("attention") if isinstance(blocks[layer], Mapping) else None
-    group = _positive(attn.get("n_heads_in_group")) if isinstance(attn, Mapping) else None
+    group = positive_int(attn.get("n_heads_in_group")) if isinstance(attn, Mapping) else None
     if group is None or heads % group:
         return None
     return Found(heads // group, f"block_configs[{layer}].attention.n_heads_in_group={group} -> {heads // group}")
@@ -208,7 +209,7 @@ HeadRule = Callable[[Mapping[str, Any], Found], "Found | None"]
 
 
 def _convbert_head_ratio(cfg: Mapping[str, Any], heads: Found) -> Found | None:
-    ratio = _positive(cfg.get("head_ratio"))
+    ratio = positive_int(cfg.get("head_ratio"))
     if ratio is None or ratio == 1:
         return None
     kept = max(1, heads.value // ratio)
@@ -256,7 +257,7 @@ _ALBERT_GROUP = re.compile(r"(?:^|\.)albert_layer_groups\.(\d+)\.")
 
 
 def _albert_groups(cfg: Mapping[str, Any], block_name: str) -> Found | None:
-    layers, groups = _positive(cfg.get("num_hidden_layers")), _positive(cfg.get("num_hidden_groups"))
+    layers, groups = positive_int(cfg.get("num_hidden_layers")), positive_int(cfg.get("num_hidden_groups"))
     found = _ALBERT_GROUP.search(block_name)
     if layers is None or groups is None or found is None:
         return None
@@ -415,7 +416,7 @@ def tied_copies(cfg: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -
     said = word_embeddings_tied(cfg)
     if said is not None:
         vocab = {v for c in (cfg, *(s for s in cfg.values() if isinstance(s, Mapping)))
-                 if (v := _positive(c.get("vocab_size"))) is not None}
+                 if (v := positive_int(c.get("vocab_size"))) is not None}
         matrices = [n for n, s in shapes.items() if len(s) == 2 and n.endswith(".weight")
                     and (not vocab or s[0] in vocab)]
         inputs = [n for n in matrices if _module(n)[-1:] and _module(n)[-1] in INPUT_EMBEDDING_NAMES

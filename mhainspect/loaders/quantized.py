@@ -41,6 +41,7 @@ from enum import Enum
 from typing import Any
 
 from mhainspect.dtypes import lookup
+from mhainspect.loaders.hf_config import positive_int
 from mhainspect.static_ir import Quantized, QuantRole, WeightMeta
 
 
@@ -126,15 +127,11 @@ class _ConfigFacts:
 
     def bits_for(self, module: str) -> int | None:
         entry = self._entry(module)
-        return _positive(entry.get("bits")) if entry is not None else self.bits
+        return positive_int(entry.get("bits")) if entry is not None else self.bits
 
     def group_for(self, module: str) -> int | None:
         entry = self._entry(module)
-        return _positive(entry.get("group_size")) if entry is not None else self.group_size
-
-
-def _positive(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+        return positive_int(entry.get("group_size")) if entry is not None else self.group_size
 
 
 def _config_facts(config: Mapping[str, Any] | None) -> _ConfigFacts:
@@ -154,7 +151,7 @@ def _config_facts(config: Mapping[str, Any] | None) -> _ConfigFacts:
         bits = 4 if qc.get("load_in_4bit") else 8 if qc.get("load_in_8bit") else None
     group = qc.get("group_size", qc.get("q_group_size"))
     per_module = {k: v for k, v in qc.items() if isinstance(v, Mapping) and "." in k and "bits" in v}
-    return _ConfigFacts(method, _positive(bits), _positive(group), per_module or None)
+    return _ConfigFacts(method, positive_int(bits), positive_int(group), per_module or None)
 
 
 def _word_bits(dtype: str) -> int | None:
