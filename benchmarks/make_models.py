@@ -466,7 +466,7 @@ def write_gguf(path: Path, shape: LlamaShape, merges: int = GGUF_MERGES) -> None
     import gguf
     import numpy as np
 
-    from mhainspect.dtypes import nbytes
+    from mhainspect.ir.dtypes import nbytes
 
     w = gguf.GGUFWriter(path, "llama")
     w.add_name("Llama-3-70B-shaped (sparse)")

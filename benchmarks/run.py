@@ -66,7 +66,7 @@ print(json.dumps({k: v for k, v in counts.items() if v}))
 # mhainspect in-process, to list the heavy modules an ONNX-only run imported.
 IMPORTS = """
 import json, sys
-from mhainspect.cli import main
+from mhainspect.cli.app import main
 try:
     main([sys.argv[1], "--format", "json", "-o", sys.argv[2]])
 except SystemExit:
@@ -334,7 +334,7 @@ def scaling_table(rows: dict[int, dict[str, Cell]], nodes: dict[int, int]) -> st
 
 def count_nodes(path: Path) -> int:
     """Nodes of the neutral graph (Constant nodes become weights), counted in a child process."""
-    code = "import sys; from mhainspect.loaders.onnx_loader import load_onnx; print(len(load_onnx(sys.argv[1]).nodes))"
+    code = "import sys; from mhainspect.frontends.onnx.loader import load_onnx; print(len(load_onnx(sys.argv[1]).nodes))"
     out = subprocess.run([PY, "-c", code, str(path)], capture_output=True, text=True, check=True)
     return int(out.stdout.split()[-1])
 
@@ -435,7 +435,7 @@ def _resident_pages(path: Path, start: int) -> tuple[int, int]:
 
 def gguf_rows(path: Path, repeat: int, timeout: float, workdir: Path) -> str:
     """mhainspect on the 70B-shaped GGUF against gguf-py's own reader; then the page-cache proof."""
-    from mhainspect.loaders.gguf import read_header
+    from mhainspect.frontends.gguf.reader import read_header
 
     cells = {"reader": Cell(), "mhainspect": Cell()}
     for _ in range(repeat):

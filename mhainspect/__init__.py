@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError
-from mhainspect.findings import REPORT_RENDERERS
+from mhainspect.results import REPORT_RENDERERS
 
 __version__ = "0.1.0"
 __all__ = ["InputError", "Report", "__version__", "calc", "compare", "inspect", "inspect_all"]
 
 if TYPE_CHECKING:
     from mhainspect.api import calc, compare, inspect, inspect_all
-    from mhainspect.findings import Report
+    from mhainspect.results import Report
 
 _LAZY = {"inspect": "mhainspect.api", "inspect_all": "mhainspect.api", "calc": "mhainspect.api",
-         "compare": "mhainspect.api", "Report": "mhainspect.findings"}
+         "compare": "mhainspect.api", "Report": "mhainspect.results"}
 
 
 # Report's methods that render (findings sits below the renderers); each imports its renderer

@@ -11,7 +11,7 @@ def main() -> None:
     object the imports created, all of which stay alive) do not happen either.
     """
     gc.disable()
-    from mhainspect.cli import run
+    from mhainspect.cli.app import run
 
     run()
 

@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError, MissingDependencyError
-from mhainspect.findings import Report
-from mhainspect.sources import TORCH_HINT
+from mhainspect.frontends.dispatch import TORCH_HINT
+from mhainspect.results import Report
 
 if TYPE_CHECKING:
-    from mhainspect.conventions import Calculation, UserValue
+    from mhainspect.calc.conventions import Calculation, UserValue
 
 __all__ = ["calc", "compare", "inspect", "inspect_all"]
 
 
 def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[Path, ...]:
-    from mhainspect.inputs import expand_models
+    from mhainspect.frontends.folders import expand_models
 
     return expand_models(Path(os.fspath(p)) for p in paths)
 
@@ -33,17 +33,17 @@ def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[Path, ...]:
 def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] = ()) -> list[Report]:
     """Every model the paths name, folders expanded as on the command line (every model file below
     them, a Hugging Face folder as one model), in the CLI's order."""
-    from mhainspect.sources import analyze_file
+    from mhainspect.pipeline import AuditOptions, audit
 
     heads = tuple(int(h) for h in what_if_heads)
-    return [analyze_file(str(p), what_if_heads=heads) for p in _models(paths)]
+    return [audit(p, AuditOptions(what_if_heads=heads)) for p in _models(paths)]
 
 
 def calc(convention: str, /, **arguments: UserValue) -> Calculation:
     """``mhainspect calc CONVENTION name=value ...``: the layer's parameters term by term, e.g.
     ``calc("matlab", NumHeads=4, NumKeyChannels=784, InputSize=3136).weights == 9_834_496``.
     Raises ValueError (one line) for an unknown convention or bad arguments."""
-    from mhainspect import conventions
+    from mhainspect.calc import conventions
 
     if convention.lower() not in conventions.CONVENTIONS:
         raise ValueError(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
@@ -52,7 +52,7 @@ def calc(convention: str, /, **arguments: UserValue) -> Calculation:
 
 def compare(**arguments: UserValue) -> tuple[tuple[str, Calculation | str], ...]:
     """``mhainspect calc --compare``: the same numbers under every convention (or why one cannot take them)."""
-    from mhainspect import conventions
+    from mhainspect.calc import conventions
 
     return conventions.compare(arguments)
 
@@ -69,12 +69,12 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     nothing counts twice. ``trace=False`` never traces. ``context``, ``batch`` and ``kv_dtype``
     size the KV cache (``report.model.kv_cache.total_bytes``) as --context, --batch and --kv-dtype do.
     """
-    from mhainspect.size import SizeOptions, with_options
+    from mhainspect.analysis.size import SizeOptions
+    from mhainspect.pipeline import AuditOptions, audit, audit_module
 
-    options = SizeOptions(context, batch, kv_dtype)
-    heads = tuple(int(h) for h in what_if_heads)
+    options = AuditOptions(tuple(int(h) for h in what_if_heads), SizeOptions(context, batch, kv_dtype))
     if isinstance(obj, (str, os.PathLike)):
-        from mhainspect.sources import analyze_file, is_model_folder
+        from mhainspect.frontends.dispatch import is_model_folder
 
         path = Path(os.fspath(obj))
         if path.is_dir() and not is_model_folder(path):  # a folder of models, as the CLI takes it
@@ -83,13 +83,11 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
                 raise InputError(f"{path}: holds {len(found)} models; use mhainspect.inspect_all() for a "
                                  "list of reports")
             path = found[0]
-        return with_options(analyze_file(str(path), what_if_heads=heads), options)
+        return audit(path, options)
     try:
         from torch import nn
     except ImportError:
         raise MissingDependencyError(f"auditing a {type(obj).__name__} needs PyTorch: {TORCH_HINT}") from None
     if not isinstance(obj, nn.Module):
         raise InputError(f"expected an nn.Module or a model path, got {type(obj).__name__}")
-    from mhainspect.torch_inspect import inspect_module
-
-    return with_options(inspect_module(obj, example_inputs, what_if_heads=heads, trace=trace, name=name), options)
+    return audit_module(obj, example_inputs, trace=trace, name=name, options=options)

@@ -216,10 +216,10 @@ def _match(blocks: Sequence[Any], truth: Sequence[dict[str, Any]]) -> list[tuple
 
 
 def inspect(row: Row, path: Path, truth: Sequence[dict[str, Any]]) -> None:
-    from mhainspect.analyze import analyze_path
+    from mhainspect.pipeline import audit
 
     try:
-        report = analyze_path(path)
+        report = audit(path)
     except Exception as exc:
         row.inspect_error = one_line(f"{type(exc).__name__}: {exc}")
         return
@@ -404,7 +404,7 @@ def render(manifest: dict[str, Any], rows: list[Row], truths: dict[tuple[str, st
     w("")
     w("What is measured on the same files:")
     w("")
-    w("* **mhainspect** (`analyze_path`): blocks found; blocks whose heads *and* KV heads equal the "
+    w("* **mhainspect** (`audit`): blocks found; blocks whose heads *and* KV heads equal the "
       "truth; blocks whose heads, KV heads, d_k, d_v, d_model and every parameter count (q, k, v, o, "
       "bias, total) equal the truth; `MHA004` (\"heads unknown\") flags.")
     w("* **ORT**: `onnxruntime.transformers.optimizer.optimize_model(path, model_type=T, "

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A time-boxed fuzzing campaign against the ONNX audit (``analyze_path`` and every renderer).
+"""A time-boxed fuzzing campaign against the ONNX audit (``audit`` and every renderer).
 
     python scripts/fuzz_long.py --seconds 600 [--crashes fuzz-crashes] [--engine auto|atheris|hypothesis]
 
@@ -119,7 +119,7 @@ def run_atheris(args: argparse.Namespace) -> int:
     with atheris.instrument_imports(include=["mhainspect"]):
         from fuzz_mutations import BYTE_KINDS, FIELD_KINDS, SAMPLES, mutate_bytes, mutate_model, sample_model
 
-        import mhainspect.analyze  # noqa: F401  (instrumented for coverage feedback)
+        import mhainspect.frontends.onnx.frontend  # noqa: F401  (instrumented for coverage feedback)
     campaign = Campaign(args.crashes, args.per_input_timeout)
     start = time.monotonic()
     deadline = start + args.seconds

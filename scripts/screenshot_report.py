@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mhainspect.pipeline import audit  # noqa: E402
 from mhainspect.render.html import render_html  # noqa: E402 - after the path setup
-from mhainspect.sources import analyze_file  # noqa: E402
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -47,7 +47,7 @@ def main() -> int:
     model = Path(args.model)
     # The path as a reader types it in the README (relative to the repository root).
     name = str(model.resolve().relative_to(ROOT)) if model.resolve().is_relative_to(ROOT) else str(model)
-    report = analyze_file(str(model.resolve()))
+    report = audit(str(model.resolve()))
     report = dataclasses.replace(report, model=dataclasses.replace(report.model, path=name))
     with tempfile.TemporaryDirectory() as tmp:
         page = Path(tmp) / "report.html"

@@ -6,8 +6,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from mhainspect.analyze import analyze_path
-from mhainspect.findings import AttentionBlock
+from mhainspect.pipeline import audit
+from mhainspect.results import AttentionBlock
 from tests.deployment_models import BASES, KINDS, Truth, variant
 
 
@@ -20,7 +20,7 @@ def mismatch(block: AttentionBlock, t: Truth) -> list[str]:
 
 def measure(path: Path, truth: tuple[Truth, ...]) -> tuple[int, int, int, int, list[str]]:
     """(exact, wrong, missing, duplicated, details)."""
-    report = analyze_path(path)
+    report = audit(path)
     blocks = list(report.blocks)
     details = []
     exact = wrong = 0

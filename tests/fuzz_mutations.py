@@ -3,7 +3,7 @@
 A mutation is a plain tuple (kind, ints...) so hypothesis can shrink it and a failure prints as a
 recipe; positions and indices are taken modulo the size of whatever they index.
 
-The contract every mutated input must honour (``check_contract``): ``analyze_path`` returns a
+The contract every mutated input must honour (``check_contract``): ``audit`` returns a
 Report, which every renderer can render, or raises ``InputError``; anything else is a bug.
 """
 
@@ -18,15 +18,15 @@ from typing import Any
 import onnx
 from onnx import helper
 
-from mhainspect.analyze import analyze_path
 from mhainspect.errors import InputError
-from mhainspect.findings import Report
+from mhainspect.pipeline import audit
 from mhainspect.render.github import render_github
 from mhainspect.render.html import render_html
 from mhainspect.render.json_render import report_to_json
 from mhainspect.render.markdown import render_markdown
 from mhainspect.render.sarif import render_sarif
 from mhainspect.render.table import render_table
+from mhainspect.results import Report
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = tuple(sorted((REPO_ROOT / "sample_models").glob("*.onnx")))
@@ -230,7 +230,7 @@ def render_all(report: Report) -> None:
 def check_contract(path: Path) -> Report | None:
     """The Report for ``path`` (rendered every way), or None when it raised InputError."""
     try:
-        report = analyze_path(path)
+        report = audit(path)
     except InputError as exc:
         assert str(exc).strip(), "InputError without a message"  # the CLI prints it on one line (cli.one_line)
         return None

@@ -18,8 +18,8 @@ import pytest
 from attention_graphs import Nodes, Weights, mha_nodes, model, shape_consts, value
 from onnx import TensorProto, helper, numpy_helper
 
-from mhainspect.analyze import analyze_graph
-from mhainspect.loaders.onnx_loader import load_onnx, model_to_graph
+from mhainspect.frontends.onnx.loader import load_onnx, model_to_graph
+from mhainspect.pipeline import audit_graph
 from mhainspect.render.json_render import report_to_dict
 
 D, H = 16, 4
@@ -33,7 +33,7 @@ def arr(name: str, shape: tuple[int, ...], dtype: type = np.float32) -> onnx.Ten
 
 
 def total(m: onnx.ModelProto) -> int:
-    return analyze_graph(model_to_graph(m, "m")).model.total_params
+    return audit_graph(model_to_graph(m, "m")).model.total_params
 
 
 def test_weights_stored_in_constant_nodes_count() -> None:
@@ -42,7 +42,7 @@ def test_weights_stored_in_constant_nodes_count() -> None:
     out = mha_nodes(g, "/enc/attn", "x", w.prefix, H, D // H)
     constants = [helper.make_node("Constant", [], [t.name], value=t) for t in w.tensors()]
     m = model(constants + g.nodes, g.inits + shape_consts(H, D // H), [value("x", 1, "s", D)], [value(out, 1, "s", D)])
-    report = analyze_graph(model_to_graph(m, "m"))
+    report = audit_graph(model_to_graph(m, "m"))
     assert report.model.total_params == w.numel() == report.model.attention_params
     assert report_to_dict(report)["model"]["attention_share"] == 1.0
 
@@ -171,11 +171,11 @@ def test_dynamically_quantized_model_totals_equal_the_modules_parameters(
         exported: tuple[Path, int], per_channel: bool, tmp_path: Path) -> None:
     quantization = pytest.importorskip("onnxruntime.quantization")
     float_path, params = exported
-    assert analyze_graph(load_onnx(float_path)).model.total_params == params
+    assert audit_graph(load_onnx(float_path)).model.total_params == params
     out = tmp_path / "int8.onnx"
     quantization.quantize_dynamic(str(float_path), str(out), per_channel=per_channel,
                                   weight_type=quantization.QuantType.QInt8 if per_channel
                                   else quantization.QuantType.QUInt8)
     ops = {n.op_type for n in onnx.load(str(out)).graph.node}
     assert {"MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM"} <= ops  # the quantizer did rewrite them
-    assert analyze_graph(load_onnx(out)).model.total_params == params
+    assert audit_graph(load_onnx(out)).model.total_params == params

@@ -21,11 +21,11 @@ import pytest
 from attention_graphs import Nodes, Weights, core_nodes, mha_nodes, model, shape_consts, value, weight
 from onnx import TensorProto, helper
 
-from mhainspect.analyze import analyze_graph
-from mhainspect.findings import Report
-from mhainspect.loaders.onnx_loader import load_onnx, model_to_graph
+from mhainspect.frontends.onnx.loader import load_onnx, model_to_graph
+from mhainspect.pipeline import audit_graph
 from mhainspect.render.json_render import report_to_dict
 from mhainspect.render.markdown import render_markdown
+from mhainspect.results import Report
 
 D, H = 16, 4
 DK = D // H
@@ -37,8 +37,8 @@ def analyze(m: onnx.ModelProto, tmp_path: Path | None = None) -> Report:
     if tmp_path is not None:
         path = tmp_path / "m.onnx"
         onnx.save(m, str(path))
-        return analyze_graph(load_onnx(path))
-    return analyze_graph(model_to_graph(m, "m"))
+        return audit_graph(load_onnx(path))
+    return audit_graph(model_to_graph(m, "m"))
 
 
 def shares(report: Report) -> list[float]:
@@ -254,7 +254,7 @@ def test_torch_modules_sharing_a_projection_exported_by_both_exporters(
     path = tmp_path / "m.onnx"
     kwargs: dict[str, Any] = {} if dynamo else {"opset_version": 17}
     torch.onnx.export(module, (torch.randn(1, 5, 32),), str(path), dynamo=dynamo, **kwargs)
-    report = analyze_graph(load_onnx(path))
+    report = audit_graph(load_onnx(path))
     assert [(b.applications, b.params.total) for b in report.blocks] == expected
     total = sum(p.numel() for p in module.parameters())  # a shared Linear once
     assert report.model.attention_params == report.model.total_params == total
@@ -275,7 +275,7 @@ def test_albert_exported_by_torch_is_one_module_applied_per_layer(tmp_path: Path
     path = tmp_path / "albert.onnx"
     torch.onnx.export(module, (torch.randint(0, 64, (1, 8)),), str(path), input_names=["input_ids"], dynamo=False,
                       opset_version=17)
-    report = analyze_graph(load_onnx(path))
+    report = audit_graph(load_onnx(path))
     assert len(report.blocks) == 1
     block = report.blocks[0]
     assert block.name.endswith("albert_layers.0.attention")
@@ -372,7 +372,7 @@ def test_bahdanau_attention_exported_by_torch_is_additive_with_one_head(tmp_path
     path = tmp_path / "bahdanau.onnx"
     torch.onnx.export(module, (torch.randn(2, 12), torch.randn(2, 5, 10)), str(path), input_names=["query", "keys"],
                       dynamo=False, opset_version=17)
-    report = analyze_graph(load_onnx(path))
+    report = audit_graph(load_onnx(path))
     (block,) = report.blocks
     assert (block.kind, block.matcher, block.num_heads, block.num_kv_heads) == ("additive", "additive", 1, 1)
     assert (block.d_model, block.d_k, block.d_v) == (12, 8, 10)

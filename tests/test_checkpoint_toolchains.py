@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from mhainspect.checkpoint_inspect import analyze_checkpoint
+from mhainspect.pipeline import audit
 
 
 def _folder(path: Path, config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Path:
@@ -40,7 +40,7 @@ def test_unnamed_language_model_beside_a_vision_tower(tmp_path: Path) -> None:
     tensors = {**_llama_attn("model.layers.0.self_attn", 96, 6, 2, 16),
                "visual.blocks.0.attn.qkv.weight": torch.zeros(3 * 64, 64),
                "visual.blocks.0.attn.proj.weight": torch.zeros(64, 64)}
-    report = analyze_checkpoint(_folder(tmp_path, config, tensors))
+    report = audit(_folder(tmp_path, config, tensors))
     assert _layout(report) == {"model.layers.0.self_attn": (6, 2, 16, 96, "caches"),
                                "visual.blocks.0.attn": (4, 4, 16, 64, "none")}
     assert report.model.kv_cache is not None and report.model.kv_cache.bytes_per_token == 2 * 2 * 16 * 4
@@ -61,7 +61,7 @@ def test_qformer_reads_its_own_config(tmp_path: Path) -> None:
                     f"{q}.crossattention.output.dense.weight": torch.zeros(48, 48),
                     "vision_model.encoder.layers.0.self_attn.qkv.weight": torch.zeros(3 * 64, 64),
                     "vision_model.encoder.layers.0.self_attn.projection.weight": torch.zeros(64, 64)})
-    report = analyze_checkpoint(_folder(tmp_path, config, tensors))
+    report = audit(_folder(tmp_path, config, tensors))
     heads = {b.name: (b.num_heads, b.d_k, b.kv_cache_status.value) for b in report.blocks}
     assert heads[f"{q}.attention"] == (3, 16, "none")
     assert heads[f"{q}.crossattention"] == (3, 16, "none")
@@ -77,9 +77,9 @@ def test_latent_attention_of_a_decoder_leaves_the_kv_cache_unknown(tmp_path: Pat
     config = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 64,
               "num_attention_heads": 4, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
               "v_head_dim": 16}
-    report = analyze_checkpoint(_folder(tmp_path / "decoder", config, tensors))
+    report = audit(_folder(tmp_path / "decoder", config, tensors))
     assert report.blocks == () and len(report.misses) == 1
     assert report.model.kv_cache is not None and report.model.kv_cache.status.value == "unknown"
     encoder = {**config, "architectures": ["DeepseekV2ForSequenceClassification"], "model_type": "encoder_only"}
-    report = analyze_checkpoint(_folder(tmp_path / "encoder", encoder, tensors))
+    report = audit(_folder(tmp_path / "encoder", encoder, tensors))
     assert report.model.kv_cache is not None and report.model.kv_cache.status.value == "none"

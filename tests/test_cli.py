@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 from mhainspect import __version__
-from mhainspect.cli import app
+from mhainspect.cli.app import app
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "sample_models"
@@ -357,13 +357,13 @@ def _all_samples_with_blocks() -> list[tuple[Path, list[str]]]:
 
 
 def test_table_no_color_has_names_and_no_ansi() -> None:
-    from mhainspect.analyze import analyze_path
+    from mhainspect.pipeline import audit
 
     for path, _ in _all_samples_with_blocks():
         result = run(path, "--no-color", env={"FORCE_COLOR": "1", "COLUMNS": "100"})
         assert result.exit_code == 0, result.stderr
         assert not ANSI.search(result.stdout), path.name
-        for block in analyze_path(path).blocks:
+        for block in audit(path).blocks:
             assert block.name in result.stdout, (path.name, block.name)
 
 

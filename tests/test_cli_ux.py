@@ -15,11 +15,11 @@ from typing import Any
 import onnx
 import pytest
 
-from mhainspect.cli import main
-from mhainspect.findings import AttentionBlock, Flag, ModelSummary, ParamBreakdown, Report, Severity
+from mhainspect.cli.app import main
 from mhainspect.render.grouping import group_flags, join_names, number_ranges
 from mhainspect.render.markdown import render_markdown
 from mhainspect.render.table import render_table
+from mhainspect.results import AttentionBlock, Flag, ModelSummary, ParamBreakdown, Report, Severity
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "sample_models"
@@ -277,7 +277,7 @@ def test_fail_on_severity(cli: Any) -> None:
 
 
 def test_folder_scan_finds_every_format_and_hf_folder_is_one_model(tmp_path: Path) -> None:
-    from mhainspect.inputs import expand_models
+    from mhainspect.frontends.folders import expand_models
 
     root = tmp_path / "models"
     (root / "hf").mkdir(parents=True)
@@ -347,7 +347,7 @@ def test_python_file_without_function_and_factory_args_in_the_name(cli: Any, tmp
     bad.write_text("x = 1\n")
     result = cli(bad)
     assert result.code == 2 and f"{bad}:FUNCTION" in result.err and "ONNX" not in result.err
-    from mhainspect.sources import factory_label
+    from mhainspect.frontends.dispatch import factory_label
 
     assert factory_label("roberta.py:make", {"num_heads": 4}) == "roberta.py:make(num_heads=4)"
     assert factory_label("roberta.py:make", {}) == "roberta.py:make"

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mhainspect.analyze import analyze_path, collector_paused
 from mhainspect.errors import InputError
+from mhainspect.frontends.onnx.frontend import collector_paused
+from mhainspect.pipeline import audit
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_models" / "standard_mha.onnx"
 
@@ -42,10 +43,10 @@ def test_a_caller_that_disabled_it_keeps_it_disabled(collector_enabled: None) ->
 
 
 def test_analyze_path_restores_the_collector(collector_enabled: None, tmp_path: Path) -> None:
-    report = analyze_path(SAMPLE)
+    report = audit(SAMPLE)
     assert report.blocks and gc.isenabled()
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\xff not a model")
     with pytest.raises(InputError):
-        analyze_path(bad)
+        audit(bad)
     assert gc.isenabled()

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from mhainspect.cli import OutputFormat, app
-from mhainspect.config import ConfigError, Settings, find_config, load_settings, merge, settings_from_table
-from mhainspect.gates import Limit
+from mhainspect.analysis.gates import Limit
+from mhainspect.cli.app import OutputFormat, app
+from mhainspect.cli.config import ConfigError, Settings, find_config, load_settings, merge, settings_from_table
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "sample_models"

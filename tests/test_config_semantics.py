@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from mhainspect.checkpoint_inspect import analyze_checkpoint
-from mhainspect.findings import EvidenceSource
-from mhainspect.loaders.hf_config import layer_number, offers_from_config
+from mhainspect.frontends.checkpoint.hf_config import layer_number, offers_from_config
+from mhainspect.pipeline import audit
+from mhainspect.results import EvidenceSource
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -81,7 +81,7 @@ def test_folder_gives_the_modules_numbers(case: str, tmp_path: Path) -> None:
     model = getattr(transformers, model_cls)(config).eval()
     assert _module_truth(model) == expected, "the expectation must be what the module computes with"
     model.save_pretrained(tmp_path)
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     assert report.blocks
     for block in report.blocks:
         assert (block.num_heads, block.num_kv_heads, block.d_k) == expected, (block.name, block.evidence)
@@ -90,9 +90,9 @@ def test_folder_gives_the_modules_numbers(case: str, tmp_path: Path) -> None:
         assert any(f.code == "MHA001" and f.block == block.name for f in report.flags) == nonstandard
     assert "MHA004" not in {f.code for f in report.flags}
     # The module door gives the same numbers.
-    from mhainspect.torch_inspect import inspect_module
+    from mhainspect.pipeline import audit_module
 
-    by_module = inspect_module(model, trace=False)
+    by_module = audit_module(model, trace=False)
     assert [(b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model, b.params) for b in by_module.blocks] == \
         [(b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model, b.params) for b in report.blocks]
 
@@ -104,7 +104,7 @@ def test_falcon_folder_is_multi_query_with_no_mha001(tmp_path: Path) -> None:
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["multi_query"] is True and saved["num_kv_heads"] == 4, "Falcon writes both; multi_query decides"
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     block = report.blocks[0]
     assert (block.num_heads, block.num_kv_heads, block.d_k, block.d_v) == (4, 1, 64, 64)
     assert block.params.q == 256 * 256 and block.params.k == block.params.v == 64 * 256
@@ -171,7 +171,7 @@ def test_shapes_win_over_the_config_and_the_conflict_is_recorded(packed: bool, t
         shapes = {f"layers.0.attn.{r}_proj.weight": (rows, 64) for r, rows in (("q", 64), ("k", 16), ("v", 16))}
         shapes["layers.0.attn.o_proj.weight"] = (64, 64)
     _write_safetensors(tmp_path / "model.safetensors", shapes)
-    block = analyze_checkpoint(tmp_path).blocks[0]
+    block = audit(tmp_path).blocks[0]
     assert (block.num_heads, block.num_kv_heads, block.d_k, block.d_v) == (4, 1, 16, 16)
     assert block.params.k == block.params.v == 16 * 64
     assert any("num_kv_heads" in c and "4" in c for c in block.conflicts), block.conflicts
@@ -185,7 +185,7 @@ def test_albert_shared_layers_report_their_applications(layers: int, groups: int
                                                         tmp_path: Path) -> None:
     """ALBERT's layer groups run num_hidden_layers / num_hidden_groups times each (as its ONNX export
     shows, ``applications``), from the module and from its folder alike; parameters once."""
-    from mhainspect.torch_inspect import inspect_module
+    from mhainspect.pipeline import audit_module
 
     config = transformers.AlbertConfig(vocab_size=64, embedding_size=16, hidden_size=32, num_attention_heads=4,
                                        intermediate_size=48, num_hidden_layers=layers, num_hidden_groups=groups,
@@ -193,7 +193,7 @@ def test_albert_shared_layers_report_their_applications(layers: int, groups: int
     torch.manual_seed(0)
     model = transformers.AlbertModel(config).eval()
     model.save_pretrained(tmp_path)
-    for report in (inspect_module(model, trace=False), analyze_checkpoint(tmp_path)):
+    for report in (audit_module(model, trace=False), audit(tmp_path)):
         assert [b.applications for b in report.blocks] == runs
         assert all(b.params.total == 4 * (32 * 32 + 32) for b in report.blocks)
         assert report.model.total_params == sum(p.numel() for p in model.parameters())

@@ -14,8 +14,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from mhainspect.analyze import analyze_path
-from mhainspect.findings import AttentionBlock, Report
+from mhainspect.pipeline import audit
+from mhainspect.results import AttentionBlock, Report
 from tests import deploy_graphs as g
 
 MODEL_KINDS = ("dynamic", "qdq", "qoperator", "nbits", "nbits_qdq", "nbits_gather", "opt", "fp16")
@@ -24,7 +24,7 @@ MODEL_KINDS = ("dynamic", "qdq", "qoperator", "nbits", "nbits_qdq", "nbits_gathe
 def _analyze(tmp_path: Path, model: onnx.ModelProto, name: str = "m.onnx") -> Report:
     path = tmp_path / name
     onnx.save(model, path)
-    return analyze_path(path)
+    return audit(path)
 
 
 def _dims(b: AttentionBlock) -> tuple[int | None, ...]:
@@ -61,7 +61,7 @@ def test_exported_model_blocks_are_exact(bases: dict[str, object], name: str, ki
 
     base = bases[name]
     assert isinstance(base, Base)
-    report = analyze_path(variant(base, kind))
+    report = audit(variant(base, kind))
     assert len(report.blocks) == len(base.truth), [m.reason for m in report.misses]
     for block, truth in zip(report.blocks, base.truth):
         assert mismatch(block, truth) == [], (block.name, block.unknown_reason)
@@ -77,7 +77,7 @@ def test_quantized_ort_optimized_bert(bases: dict[str, object], kind: str) -> No
 
     base = bases["bert"]
     assert isinstance(base, Base)
-    report = analyze_path(variant(base, kind))
+    report = audit(variant(base, kind))
     assert [b.matcher.rsplit(".", 1)[-1] for b in report.blocks] == \
         ["QAttention" if kind == "opt_dynamic" else "Attention"] * len(base.truth)
     for block, truth in zip(report.blocks, base.truth):
@@ -280,7 +280,7 @@ def test_levit_linear_batchnorm_projections(deploy_dir: Path, kind: str) -> None
         if not quantized.exists():
             quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8)
         path = quantized
-    report = analyze_path(path)
+    report = audit(path)
     assert [(b.num_heads, b.num_kv_heads, b.d_k, b.d_v) for b in report.blocks] == \
         [(t.heads, t.heads, t.d_k, t.d_v) for t in truth]
     assert [b.params.total + b.params.extra for b in report.blocks] == [t.total for t in truth]
@@ -298,8 +298,8 @@ def test_keras_einsum_dense_head_bias(tmp_path: Path, quantized: bool) -> None:
 def test_quantized_embedding_keeps_the_shapes(tmp_path: Path) -> None:
     """A 4-bit GatherBlockQuantized embedding (uint8 storage, two elements a byte) has the logical
     width 64, so the shapes downstream (and the packed split read from them) stay known."""
-    from mhainspect.dataflow import GraphIndex
-    from mhainspect.loaders.onnx_loader import load_onnx
+    from mhainspect.frontends.onnx.loader import load_onnx
+    from mhainspect.ir.dataflow import GraphIndex
 
     model = g.attention_model(g.matmul_nbits, packed="split", embed=True)
     report = _analyze(tmp_path, model)

@@ -16,15 +16,15 @@ import pytest
 from jsonschema import Draft4Validator, Draft202012Validator
 from typer.testing import CliRunner
 
-from mhainspect.analyze import analyze_path
-from mhainspect.cli import app
-from mhainspect.findings import BlockVerification, Flag, Report, Severity
-from mhainspect.flags import FLAG_CODES
-from mhainspect.gates import GateConfig, evaluate_gates, parse_limit
+from mhainspect.analysis.flags import FLAG_CODES
+from mhainspect.analysis.gates import GateConfig, evaluate_gates, parse_limit
+from mhainspect.analysis.verify import attach
+from mhainspect.cli.app import app
+from mhainspect.pipeline import audit
 from mhainspect.render.github import render_github
 from mhainspect.render.markdown import render_markdown
 from mhainspect.render.sarif import FLAG_ANCHORS, GATE_RULES, VERIFY_RULE, sarif_dict
-from mhainspect.verify import attach
+from mhainspect.results import BlockVerification, Flag, Report, Severity
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "sample_models"
@@ -70,7 +70,7 @@ def sarif_validator() -> Draft4Validator:
 
 @pytest.fixture(scope="module")
 def reports() -> list[Report]:
-    return [analyze_path(Path("sample_models") / p.name) for p in SAMPLE_FILES]
+    return [audit(Path("sample_models") / p.name) for p in SAMPLE_FILES]
 
 
 # ----------------------------------------------------------------------------- directories
@@ -271,14 +271,14 @@ def _verified(report: Report) -> Report:
 
 
 def test_verify_results_in_markdown_github_and_sarif(sarif_validator: Draft4Validator) -> None:
-    report = _verified(analyze_path("sample_models/bert_two_layers.onnx"))
+    report = _verified(audit("sample_models/bert_two_layers.onnx"))
     first, second = report.blocks
     markdown = render_markdown(report)
     assert "**Run-time check (--verify)**" in markdown
     markdown = markdown.replace("\\", "")  # markdown escapes of ( and )
     assert f"contradicted (saw {first.verification.observed_heads} heads, static {first.num_heads})" in markdown
     assert f"confirmed ({second.num_heads} heads)" in markdown
-    assert "Run-time check" not in render_markdown(analyze_path("sample_models/bert_two_layers.onnx"))
+    assert "Run-time check" not in render_markdown(audit("sample_models/bert_two_layers.onnx"))
 
     failures = evaluate_gates([report], GateConfig(fail_on_contradiction=True))
     assert [(f.gate, f.actual) for f in failures] == [("fail-on-contradiction", 1)]

@@ -1,6 +1,6 @@
 """Property-based fuzzing of the ONNX audit: mutated sample models never crash the tool.
 
-Contract: ``mhainspect.analyze.analyze_path`` returns a Report (which every renderer renders) or
+Contract: ``mhainspect.frontends.onnx.frontend.audit`` returns a Report (which every renderer renders) or
 raises ``InputError``; the CLI exits 0 or 2, with one ``mhainspect: error:`` line on exit 2, and
 never prints a traceback or an "internal error".
 
@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from mhainspect.cli import app
+from mhainspect.cli.app import app
 
 settings.register_profile("ci", max_examples=150, deadline=None, derandomize=True, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

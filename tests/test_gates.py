@@ -1,6 +1,6 @@
 """Gates: --max-params, --max-attention-params, --fail-on, --ignore, --exit-zero, -q, exit codes.
 
-Unit tests drive mhainspect.gates on the sample models' reports; CLI tests run the typer app
+Unit tests drive mhainspect.analysis.gates on the sample models' reports; CLI tests run the typer app
 in-process (CliRunner) from an empty temporary directory, so no pyproject.toml applies.
 """
 
@@ -18,11 +18,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from mhainspect.analyze import analyze_path
-from mhainspect.cli import app
-from mhainspect.findings import Report
-from mhainspect.flags import FLAG_CODES
-from mhainspect.gates import (
+from mhainspect.analysis.flags import FLAG_CODES
+from mhainspect.analysis.gates import (
     GateConfig,
     GateFailure,
     Limit,
@@ -31,6 +28,9 @@ from mhainspect.gates import (
     parse_codes,
     parse_limit,
 )
+from mhainspect.cli.app import app
+from mhainspect.pipeline import audit
+from mhainspect.results import Report
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "sample_models"
@@ -63,12 +63,12 @@ def gate_lines(stderr: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def standard() -> Report:
-    return analyze_path(STANDARD)
+    return audit(STANDARD)
 
 
 @pytest.fixture(scope="module")
 def keras() -> Report:
-    return analyze_path(KERAS)
+    return audit(KERAS)
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -141,7 +141,7 @@ def test_fail_on(keras: Report, standard: Report) -> None:
 
 
 def test_fail_on_counts_and_order() -> None:
-    t5 = analyze_path(T5)
+    t5 = audit(T5)
     failures = evaluate_gates([t5], GateConfig(max_params=parse_limit("1k"), fail_on=frozenset({"MHA003", "MHA001"})))
     assert [(f.gate, f.code, f.actual) for f in failures] == [
         ("max-params", None, 16_576), ("fail-on", "MHA001", 2), ("fail-on", "MHA003", 2)]

@@ -22,20 +22,17 @@ from gguf_files import kv_bytes as _kv
 from gguf_files import raw_header as _header
 from gguf_files import tensor_info_bytes as _tensor
 
-from mhainspect import dtypes
+from mhainspect.analysis.size import SizeOptions, with_options
 from mhainspect.errors import InputError
-from mhainspect.findings import AttentionBlock, CacheStatus, Report
-from mhainspect.inputs import expand_models
-from mhainspect.loaders.gguf import model_weights, read_header, read_model
-from mhainspect.size import SizeOptions, with_options
-from mhainspect.sources import analyze_file, classify
+from mhainspect.frontends.dispatch import classify
+from mhainspect.frontends.folders import expand_models
+from mhainspect.frontends.gguf.reader import model_weights, read_header, read_model
+from mhainspect.ir import dtypes
+from mhainspect.pipeline import audit
+from mhainspect.results import AttentionBlock, CacheStatus, Report
 
 gguf = pytest.importorskip("gguf")
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def audit(path: Path) -> Report:
-    return analyze_file(str(path))
 
 
 def layout(b: AttentionBlock) -> tuple[int | None, ...]:
@@ -80,7 +77,7 @@ def dtypes_numel(shape: tuple[int, ...]) -> int:
 
 def test_header_matches_the_gguf_reader(tmp_path: Path) -> None:
     """Names, logical shapes, GGML types, offsets and byte sizes agree with gguf-py's own reader, and
-    the bytes per GGML type come from mhainspect.dtypes."""
+    the bytes per GGML type come from mhainspect.ir.dtypes."""
     spec = Decoder(qtypes={"q": Q4_K, "k": Q8_0, "v": F16, "o": F32})
     (path,) = spec.write(tmp_path / "llama.gguf")
     ours = read_header(path)
@@ -436,7 +433,7 @@ def test_verify_leaves_gguf_blocks_unchecked(tmp_path: Path) -> None:
 
 def test_gguf_run_imports_neither_numpy_nor_gguf(tmp_path: Path) -> None:
     Decoder().write(tmp_path / "m.gguf")
-    code = ("import sys; from mhainspect.cli import main\n"
+    code = ("import sys; from mhainspect.cli.app import main\n"
             "try:\n    main(['m.gguf', '--format', 'json', '-o', 'out.json'])\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in ('numpy', 'gguf', 'torch', 'onnx') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}

@@ -22,10 +22,10 @@ import hostile_cases as hc
 import onnx
 import pytest
 
-from mhainspect.analyze import analyze_graph, analyze_path, external_location_escapes
 from mhainspect.errors import InputError
-from mhainspect.graph import ModelGraph, Node, Tensor
-from mhainspect.sources import analyze_file
+from mhainspect.frontends.onnx.frontend import external_location_escapes
+from mhainspect.ir.graph import ModelGraph, Node, Tensor
+from mhainspect.pipeline import audit, audit_graph
 
 ERROR_PREFIX = "mhainspect: error:"
 
@@ -105,12 +105,12 @@ _IN_PROCESS = [c for c in hc.CASES if not c.torch and not c.unprivileged and c.i
 
 @pytest.mark.parametrize("case", [_case_param(c) for c in _IN_PROCESS])
 def test_service_contract(case: hc.Case, folder: Path) -> None:
-    """analyze_file (and so the Python API) returns a Report or raises InputError, nothing else."""
+    """audit (and so the Python API) returns a Report or raises InputError, nothing else."""
     args = case.build(folder)
     cwd = os.getcwd()
     os.chdir(folder)
     try:
-        analyze_file(args[0])
+        audit(args[0])
     except InputError as exc:
         assert str(exc).strip()
     finally:
@@ -124,7 +124,7 @@ def test_truncated_anywhere(cut: float, folder: Path) -> None:
         path = folder / sample.name
         path.write_bytes(data[: max(1, int(len(data) * cut))])
         try:
-            analyze_path(path)
+            audit(path)
         except InputError:
             pass
 
@@ -168,10 +168,10 @@ def test_external_data_is_never_opened(case_id: str, fast_path: bool, folder: Pa
     forbidden = {os.path.realpath(os.path.join(model.parent, loc)) for loc in locations}
     forbidden |= {os.path.join(model.parent, loc) for loc in locations}
     if not fast_path:  # the fallback that onnx.load takes on an unusual file
-        from mhainspect.loaders import onnx_loader
+        from mhainspect.frontends.onnx import loader as onnx_loader
 
         monkeypatch.setattr(onnx_loader, "model_proto_class", lambda: (_ for _ in ()).throw(ImportError("off")))
-    report = analyze_path(model)
+    report = audit(model)
     assert not forbidden & set(record_opens), f"opened {sorted(forbidden & set(record_opens))}"
     assert os.path.realpath(model) in record_opens  # the spy works: the model itself was opened
     if case.expect == "warning":
@@ -204,15 +204,15 @@ def test_sibling_subgraphs_may_reuse_names() -> None:
     """If's then/else branches both producing 'z' is legal ONNX: no duplicate-output warning."""
     nodes = (Node("if", "If", ("c",), ("y",)), Node("if/body0/a", "Relu", ("x",), ("z",)),
              Node("if/body1/b", "Relu", ("x",), ("z",)))
-    report = analyze_graph(ModelGraph("g", "onnx", nodes, {}))
+    report = audit_graph(ModelGraph("g", "onnx", nodes, {}))
     assert not report.warnings
     dup = (Node("a", "Relu", ("x",), ("z",)), Node("b", "Relu", ("x",), ("z",)))
-    assert any("more than one node" in w for w in analyze_graph(ModelGraph("g", "onnx", dup, {})).warnings)
+    assert any("more than one node" in w for w in audit_graph(ModelGraph("g", "onnx", dup, {})).warnings)
 
 
 def test_nodes_without_outputs_are_dropped() -> None:
     nodes = (Node("sm", "Softmax", ("x",), ()), Node("mm", "MatMul", ("x", "w.weight"), ()))
-    report = analyze_graph(ModelGraph("g", "onnx", nodes, {"w.weight": Tensor("w.weight", (4, 4), "float32", "w")}))
+    report = audit_graph(ModelGraph("g", "onnx", nodes, {"w.weight": Tensor("w.weight", (4, 4), "float32", "w")}))
     assert any("without outputs" in w for w in report.warnings)
 
 
@@ -221,7 +221,7 @@ def test_impossible_weights_are_not_counted() -> None:
                "b.weight": Tensor("b.weight", (2**40, 2**40), "float32", "b"),
                "c.weight": Tensor("c.weight", (4, 4), "float32", "c")}
     nodes = tuple(Node(f"mm{i}", "MatMul", ("x", name), (f"y{i}",)) for i, name in enumerate(weights))
-    report = analyze_graph(ModelGraph("g", "onnx", nodes, weights))
+    report = audit_graph(ModelGraph("g", "onnx", nodes, weights))
     assert report.model.total_params == 16
     assert any("'a.weight'" in w and "'b.weight'" in w for w in report.warnings)
 
@@ -232,14 +232,14 @@ def test_impossible_weights_are_not_counted() -> None:
 def test_non_utf8_string_field_is_an_input_error(folder: Path) -> None:
     (arg,) = hc.non_utf8(folder)
     with pytest.raises(InputError):
-        analyze_path(folder / arg)
+        audit(folder / arg)
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
 def test_onnx_named_pt_is_not_called_a_pickle(folder: Path) -> None:
     shutil.copy(hc.STANDARD, folder / "model.pt")
     with pytest.raises(InputError, match="not a PyTorch checkpoint"):
-        analyze_file(str(folder / "model.pt"))
+        audit(str(folder / "model.pt"))
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown"])

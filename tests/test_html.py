@@ -13,24 +13,24 @@ from pathlib import Path
 
 import pytest
 
-from mhainspect import conventions
-from mhainspect.cli import main
-from mhainspect.findings import CacheStatus, KVCache, Report
+from mhainspect.analysis.size import self_cache_bytes
+from mhainspect.analysis.whatif import what_if
+from mhainspect.calc import conventions
+from mhainspect.cli.app import main
+from mhainspect.ir.units import format_bytes, group
+from mhainspect.pipeline import audit
 from mhainspect.render.calc_html import render_calc_html, render_compare_html
 from mhainspect.render.html import kv_bytes_at, render_html, render_html_body
-from mhainspect.render.numbers import group
 from mhainspect.render.safe import html
 from mhainspect.render.size_lines import IF_DECODED_LABEL, size_lines
-from mhainspect.size import format_bytes, self_cache_bytes
-from mhainspect.sources import analyze_file
-from mhainspect.whatif import what_if
+from mhainspect.results import CacheStatus, KVCache, Report
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_models"
 
 
 @pytest.fixture(scope="module")
 def reports() -> dict[str, Report]:
-    return {p.stem: analyze_file(str(p)) for p in sorted(SAMPLES.glob("*.onnx"))}
+    return {p.stem: audit(str(p)) for p in sorted(SAMPLES.glob("*.onnx"))}
 
 
 def _csp(page: str) -> str:
@@ -111,7 +111,7 @@ def test_kv_cache_and_sizes_render_when_known(reports: dict[str, Report]) -> Non
     assert any(IF_DECODED_LABEL in line for line in size_lines(guessed))
     assert kv_bytes_at(sized, 8192) == 128 * 8192
     windowed = dataclasses.replace(sized, blocks=(dataclasses.replace(b, sliding_window=1024),))
-    # Capped at the window as mhainspect.size counts it (a sliding layer holds window - 1 past tokens),
+    # Capped at the window as mhainspect.analysis.size counts it (a sliding layer holds window - 1 past tokens),
     # so the chart and KVCache.total_bytes never disagree.
     assert kv_bytes_at(windowed, 8192) == 128 * 1023
     assert kv_bytes_at(windowed, 8192) == self_cache_bytes(windowed.blocks, 8192)

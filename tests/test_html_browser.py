@@ -17,11 +17,11 @@ import pytest
 from chromium import Loaded, load
 from hostile_names import write_hostile_model
 
-from mhainspect import conventions
-from mhainspect.findings import KVCache, Report
+from mhainspect.calc import conventions
+from mhainspect.pipeline import audit
 from mhainspect.render.calc_html import render_calc_html, render_compare_html
 from mhainspect.render.html import render_html
-from mhainspect.sources import analyze_file
+from mhainspect.results import KVCache, Report
 
 SAMPLES = sorted((Path(__file__).resolve().parents[1] / "sample_models").glob("*.onnx"))
 
@@ -56,14 +56,14 @@ def _assert_model(dom: str, report: Report) -> None:
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=[p.stem for p in SAMPLES])
 def test_sample_page_in_chromium(sample: Path, tmp_path: Path) -> None:
-    report = analyze_file(str(sample))
+    report = audit(str(sample))
     loaded = _open(render_html(report), tmp_path)
     assert _count(loaded.dom, r'<section class="model"') == 1
     _assert_model(loaded.dom, report)
 
 
 def test_several_models_in_chromium(tmp_path: Path) -> None:
-    reports = [analyze_file(str(p)) for p in SAMPLES]
+    reports = [audit(str(p)) for p in SAMPLES]
     loaded = _open(render_html(reports), tmp_path)
     sections = loaded.dom.split('<section class="model"')[1:]
     assert len(sections) == len(reports)
@@ -73,7 +73,7 @@ def test_several_models_in_chromium(tmp_path: Path) -> None:
 
 
 def test_kv_cache_chart_in_chromium(tmp_path: Path) -> None:
-    r = analyze_file(str(next(p for p in SAMPLES if p.stem == "gqa_llama")))
+    r = audit(str(next(p for p in SAMPLES if p.stem == "gqa_llama")))
     kv = KVCache(bytes_per_token=128, dtype="float16", context=8192, total_bytes=128 * 8192)
     sized = dataclasses.replace(r, model=dataclasses.replace(r.model, weight_bytes=20_608, kv_cache=kv))
     loaded = _open(render_html(sized), tmp_path)
@@ -82,7 +82,7 @@ def test_kv_cache_chart_in_chromium(tmp_path: Path) -> None:
 
 
 def test_hostile_names_run_nothing_and_request_nothing(tmp_path: Path) -> None:
-    report = analyze_file(str(write_hostile_model(tmp_path)))
+    report = audit(str(write_hostile_model(tmp_path)))
     loaded = _open(render_html(report), tmp_path)  # the page's checks: no console, no request, no <script>
     assert "&lt;script&gt;console.error('pwned')" in loaded.dom  # the name is shown as text
     assert "onerror" not in re.sub(r"&lt;img src=x onerror=[^&]*&gt;", "", loaded.dom)  # only as text

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mhainspect.dataflow import (
+from mhainspect.errors import InputError
+from mhainspect.frontends.onnx.loader import load_onnx
+from mhainspect.ir.dataflow import (
     SHAPE_INPUTS,
     GraphIndex,
     _kahn,
@@ -21,10 +23,8 @@ from mhainspect.dataflow import (
     _producer_positions,
     topological_order,
 )
-from mhainspect.errors import InputError
-from mhainspect.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
-from mhainspect.loaders.onnx_loader import load_onnx
-from mhainspect.symbolic import (
+from mhainspect.ir.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.ir.symbolic import (
     _DISPATCH,
     MAX_RANK,
     Dim,

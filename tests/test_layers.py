@@ -1,5 +1,6 @@
-"""Imports only point down: vocabulary <- loaders <- graph analysis <- matchers <- rules/report <-
-front ends <- renderers <- CLI. Checked on every ``import`` in the package, function-level ones too."""
+"""Imports only point down between the stage folders: results <- ir <- matchers <- frontends <-
+analysis <- pipeline <- render <- cli/api (docs/architecture.md). Checked on every ``import`` in the
+package, function-level ones too."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ ROOT = Path(mhainspect.__file__).parent
 
 # Lower number = lower layer. A module may import its own layer and any lower one.
 LAYERS: dict[str, int] = {
-    "errors": 0, "dtypes": 0, "findings": 0, "graph": 0, "static_ir": 0, "source_result": 0,
-    "loaders": 1,
-    "dataflow": 2, "symbolic": 2, "accounting": 2,
-    "matchers": 3,
-    "flags": 4, "whatif": 4, "conventions": 4, "report": 4, "size": 4,
-    "analyze": 5, "torch_inspect": 5, "checkpoint_inspect": 5, "gguf_inspect": 5, "verify": 5, "sources": 5, "inputs": 5,
-    "render": 6, "gates": 6,  # gate verdicts are rendered by every format and share render.numbers
-    "api": 7, "config": 7, "cli": 7, "__main__": 7, "__init__": 7,
+    "errors": 0, "results": 0,
+    "ir": 1,
+    "matchers": 2,
+    "frontends": 3,
+    "analysis": 4, "calc": 4,
+    "pipeline": 5,
+    "render": 6,
+    "api": 7, "cli": 7, "__main__": 7, "__init__": 7,
 }
 # No exceptions: the old compat shims are gone, and Report's Jupyter hook is attached from the
 # package's __init__ (top layer), not from findings.

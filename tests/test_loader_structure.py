@@ -8,8 +8,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from mhainspect.analyze import analyze_graph, analyze_path
-from mhainspect.loaders.onnx_loader import model_to_graph
+from mhainspect.frontends.onnx.loader import model_to_graph
+from mhainspect.pipeline import audit, audit_graph
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_models"
 
@@ -19,7 +19,7 @@ def _standard() -> onnx.ModelProto:
 
 
 def _baseline() -> tuple[int, int, int]:
-    report = analyze_path(SAMPLES / "standard_mha.onnx")
+    report = audit(SAMPLES / "standard_mha.onnx")
     (block,) = report.blocks
     assert block.num_heads is not None and block.d_k is not None
     return block.num_heads, block.d_k, block.params.total
@@ -40,7 +40,7 @@ def test_attention_inside_a_local_function_is_found() -> None:
                                   initializer=list(graph.initializer))
     wrapped = helper.make_model(new_graph, opset_imports=list(model.opset_import)
                                 + [helper.make_opsetid("custom.blocks", 1)], functions=[func])
-    report = analyze_graph(model_to_graph(wrapped, source="wrapped.onnx"))
+    report = audit_graph(model_to_graph(wrapped, source="wrapped.onnx"))
     (block,) = report.blocks
     assert (block.num_heads, block.d_k, block.params.total) == _baseline()
 
@@ -58,7 +58,7 @@ def test_attention_inside_an_if_branch_is_found() -> None:
     new_graph = helper.make_graph([if_node], "branchy", list(graph.input) + [cond], list(graph.output),
                                   initializer=list(graph.initializer))
     branchy = helper.make_model(new_graph, opset_imports=list(model.opset_import))
-    report = analyze_graph(model_to_graph(branchy, source="branchy.onnx"))
+    report = audit_graph(model_to_graph(branchy, source="branchy.onnx"))
     (block,) = report.blocks
     assert (block.num_heads, block.d_k, block.params.total) == _baseline()
 
@@ -69,16 +69,16 @@ def test_external_data_is_never_needed(tmp_path: Path) -> None:
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location="weights.bin", size_threshold=0)
     (tmp_path / "weights.bin").unlink()  # the audit must not need the data
-    report = analyze_path(path)
+    report = audit(path)
     (block,) = report.blocks
     assert (block.num_heads, block.d_k, block.params.total) == _baseline()
-    assert report.model.total_params == analyze_path(SAMPLES / "standard_mha.onnx").model.total_params
+    assert report.model.total_params == audit(SAMPLES / "standard_mha.onnx").model.total_params
 
 
 def test_tied_weights_count_once_and_shape_only_constants_are_not_parameters() -> None:
     model = _standard()
     graph = model.graph
-    baseline_total = analyze_path(SAMPLES / "standard_mha.onnx").model.total_params
+    baseline_total = audit(SAMPLES / "standard_mha.onnx").model.total_params
     # A second consumer of an existing weight (tying) adds no parameters.
     weight = next(t for t in graph.initializer if len(t.dims) == 2)
     graph.node.append(helper.make_node("MatMul", [graph.output[0].name, weight.name], ["tied_out"], name="/tied"))
@@ -90,5 +90,5 @@ def test_tied_weights_count_once_and_shape_only_constants_are_not_parameters() -
     graph.node.append(helper.make_node("Shape", ["shape_only_copy"], ["dup_shape"], name="/dup/Shape"))
     graph.output.append(helper.make_tensor_value_info("tied_out", TensorProto.FLOAT, None))
     graph.output.append(helper.make_tensor_value_info("dup_shape", TensorProto.INT64, None))
-    report = analyze_graph(model_to_graph(model, source="tied.onnx"))
+    report = audit_graph(model_to_graph(model, source="tied.onnx"))
     assert report.model.total_params == baseline_total

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from mhainspect.accounting import (
+from mhainspect.errors import InputError
+from mhainspect.frontends.onnx.frontend import _SUBGRAPH_PREFIX, _impossible_shape, _listed, sanitize_graph
+from mhainspect.frontends.onnx.loader import load_onnx
+from mhainspect.frontends.result import StoredTensor, byte_rate
+from mhainspect.frontends.size_inputs import _graph_tensors
+from mhainspect.ir.dataflow import SHAPE_INPUTS, GraphIndex
+from mhainspect.ir.dtypes import is_float
+from mhainspect.ir.graph import ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.ir.parameters import (
     _TRIG_PATH,
     QUANT_PARAM_INPUTS,
     QUANT_WEIGHT_INPUTS,
@@ -27,14 +35,6 @@ from mhainspect.accounting import (
     parameter_counts,
     scan_stored,
 )
-from mhainspect.analyze import _SUBGRAPH_PREFIX, _impossible_shape, _listed, sanitize_graph
-from mhainspect.dataflow import SHAPE_INPUTS, GraphIndex
-from mhainspect.dtypes import is_float
-from mhainspect.errors import InputError
-from mhainspect.graph import ModelGraph, Node, Tensor, ValueInfo
-from mhainspect.loaders.onnx_loader import load_onnx
-from mhainspect.size import _graph_tensors
-from mhainspect.source_result import StoredTensor, byte_rate
 
 _ROOT = Path(__file__).resolve().parents[1]
 _ZOO = os.environ.get("MHAINSPECT_ZOO_DIR")
@@ -96,7 +96,7 @@ def _decodes(index: GraphIndex, name: str, hops: int = 4) -> bool:
 
 
 def _plain_count(index: GraphIndex) -> int:
-    """The counting rules of mhainspect.accounting written plainly: every weight walked to Cos/Sin."""
+    """The counting rules of mhainspect.ir.parameters written plainly: every weight walked to Cos/Sin."""
     seen: set[str] = set()
     total = 0
     for name, t in index.graph.weights.items():

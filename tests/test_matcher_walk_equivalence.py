@@ -16,10 +16,10 @@ from pathlib import Path
 import onnx
 import pytest
 
-from mhainspect.analyze import find_blocks, sanitize_graph
-from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex, passes_value
-from mhainspect.graph import Node
-from mhainspect.loaders.onnx_loader import load_onnx
+from mhainspect.frontends.onnx.frontend import find_blocks, sanitize_graph
+from mhainspect.frontends.onnx.loader import load_onnx
+from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS, GraphIndex, passes_value
+from mhainspect.ir.graph import Node
 from mhainspect.matchers.block import BlockBuilder, _origins
 from mhainspect.matchers.projection import (
     _BACKWARD_THROUGH,

@@ -6,13 +6,13 @@ from __future__ import annotations
 from attention_graphs import Nodes, model, value, weight
 from onnx import helper
 
-from mhainspect.analyze import analyze_graph
-from mhainspect.loaders.onnx_loader import model_to_graph
+from mhainspect.frontends.onnx.loader import model_to_graph
+from mhainspect.pipeline import audit_graph
 
 
 def _miss_reason(nodes: Nodes) -> str:
     m = model(nodes.nodes, nodes.inits, [value("x", 2, 8, 16)], [value("y", 2, 8, "n")])
-    report = analyze_graph(model_to_graph(m, "g.onnx"))
+    report = audit_graph(model_to_graph(m, "g.onnx"))
     assert not report.blocks and len(report.misses) == 1
     return report.misses[0].reason
 

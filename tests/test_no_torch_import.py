@@ -9,7 +9,7 @@ from pathlib import Path
 
 SCRIPT = """
 import json, sys
-from mhainspect.cli import main
+from mhainspect.cli.app import main
 try:
     main([sys.argv[1], "--format", "json", "-o", sys.argv[2]])
 except SystemExit as exc:

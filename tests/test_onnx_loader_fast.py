@@ -14,11 +14,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from mhainspect.analyze import analyze_path
 from mhainspect.errors import InputError
-from mhainspect.graph import ModelGraph
-from mhainspect.loaders import onnx_loader, onnx_wire
-from mhainspect.loaders.onnx_loader import load_onnx, model_to_graph, read_model_proto
+from mhainspect.frontends.onnx import loader as onnx_loader
+from mhainspect.frontends.onnx import wire as onnx_wire
+from mhainspect.frontends.onnx.loader import load_onnx, model_to_graph, read_model_proto
+from mhainspect.ir.graph import ModelGraph
+from mhainspect.pipeline import audit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -166,7 +167,7 @@ def test_small_value_decoding_matches_numpy_helper() -> None:
 def test_onnx_package_not_needed_for_the_fast_path() -> None:
     import subprocess
 
-    code = ("import sys; from mhainspect.loaders.onnx_loader import load_onnx; "
+    code = ("import sys; from mhainspect.frontends.onnx.loader import load_onnx; "
             f"g = load_onnx({str(REPO / 'sample_models' / 'gqa_llama.onnx')!r}); "
             "print(len(g.nodes), 'onnx' in sys.modules, 'numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
@@ -226,14 +227,14 @@ def test_generator_two_layers_external_and_inline(make_models: Any, tmp_path: Pa
     inits = {t.name: t for t in onnx.load(str(inl)).graph.initializer}
     assert inits[weights[0].name].raw_data == bytes(weights[0].nbytes)
 
-    report = analyze_path(ext)
+    report = audit(ext)
     assert data.stat().st_blocks == 0, "tensor data was read"
     assert [(b.num_heads, b.num_kv_heads, b.d_model, b.d_k) for b in report.blocks] == [(8, 2, 128, 16)] * 2
     assert report.model.total_params == shape.total_params()  # the rotary inv_freq buffer is no parameter
     assert sum(b.params.total for b in report.blocks) == shape.attention_params()
     data.unlink()
-    assert analyze_path(ext).blocks == report.blocks  # no data file needed
-    assert [b.params for b in analyze_path(inl).blocks] == [b.params for b in report.blocks]
+    assert audit(ext).blocks == report.blocks  # no data file needed
+    assert [b.params for b in audit(inl).blocks] == [b.params for b in report.blocks]
 
 
 def test_generator_safetensors_headers(make_models: Any, tmp_path: Path) -> None:
@@ -263,7 +264,7 @@ def test_generator_safetensors_headers(make_models: Any, tmp_path: Path) -> None
 def test_objects_built_without_init_equal_the_dataclasses(tmp_path: Path) -> None:
     import dataclasses
 
-    from mhainspect.graph import Node, Tensor, ValueInfo
+    from mhainspect.ir.graph import Node, Tensor, ValueInfo
 
     assert onnx_loader._RAW_NODE and onnx_loader._RAW_TENSOR and onnx_loader._RAW_VALUE_INFO
     # The builder's own Node and Tensor construction (repeated constants included), against __init__.
@@ -317,7 +318,7 @@ def test_repeated_constants_match_reference(tmp_path: Path) -> None:
 
 
 def test_torch_constant_kind_given_at_build_equals_apply_provenance(tmp_path: Path) -> None:
-    from mhainspect.loaders.provenance import apply_provenance
+    from mhainspect.frontends.onnx.provenance import apply_provenance
 
     model = _constants_model()
     model.producer_name = "pytorch"
@@ -350,7 +351,7 @@ def test_folded_from_shortcut_matches_literal_eval() -> None:
     import random
     import warnings
 
-    from mhainspect.loaders.provenance import _folded_from
+    from mhainspect.frontends.onnx.provenance import _folded_from
 
     def reference(value: str) -> tuple[str, ...]:
         try:

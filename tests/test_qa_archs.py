@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from mhainspect.loaders.hf_config import offers_from_config
+from mhainspect.frontends.checkpoint.hf_config import offers_from_config
+from mhainspect.ir.weights import WeightMeta
 from mhainspect.matchers.grouping import group_attention
-from mhainspect.static_ir import WeightMeta
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

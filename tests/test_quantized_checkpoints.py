@@ -14,8 +14,8 @@ import quantized_checkpoints as Q
 import torch
 from safetensors import safe_open
 
-from mhainspect.checkpoint_inspect import analyze_checkpoint
-from mhainspect.findings import Report
+from mhainspect.pipeline import audit
+from mhainspect.results import Report
 
 FORMATS: dict[str, tuple[Q.Quantizer, dict[str, Any] | None]] = {
     "gptq-4bit-g128": (Q.gptq(4, 128), Q.gptq_config(4, 128, False)),
@@ -68,7 +68,7 @@ def _check(report: Report, arch: Q.Arch, written: Q.Written) -> None:
 def test_quantized_folder(tmp_path: Path, fmt: str, arch: str) -> None:
     quantizer, config = FORMATS[fmt]
     written = Q.write(tmp_path, ARCHS[arch], quantizer, config)
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     _check(report, ARCHS[arch], written)
     assert not [f for f in report.flags if f.code in ("MHA004", "MHA007")]
     assert not report.warnings
@@ -79,7 +79,7 @@ def test_quantized_folder(tmp_path: Path, fmt: str, arch: str) -> None:
 def test_unquantized_reference(tmp_path: Path) -> None:
     """The same model in fp16: the counts the quantized files must reproduce, nothing called overhead."""
     written = Q.write(tmp_path, Q.LLAMA, Q.fp16(), None)
-    _check(analyze_checkpoint(tmp_path), Q.LLAMA, written)
+    _check(audit(tmp_path), Q.LLAMA, written)
     assert written.aux_bytes == 0
 
 
@@ -90,7 +90,7 @@ def _conflicts(report: Report) -> list[str]:
 def test_config_bits_disagree_with_shapes(tmp_path: Path) -> None:
     """A GPTQ config claiming 8 bits over 4-bit packing (g_idx gives in-features): the shapes win."""
     written = Q.write(tmp_path, Q.LLAMA, Q.gptq(4, 128), Q.gptq_config(8, 128, False))
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     _check(report, Q.LLAMA, written)
     assert any("bits=8" in c and "4-bit" in c for c in _conflicts(report))
     assert "MHA007" in {f.code for f in report.flags}
@@ -100,7 +100,7 @@ def test_config_bits_disagree_with_shapes(tmp_path: Path) -> None:
 def test_config_method_disagrees_with_shapes(tmp_path: Path) -> None:
     """A config saying AWQ over GPTQ-packed tensors (scales as wide as qweight): read as GPTQ."""
     written = Q.write(tmp_path, Q.PHI3, Q.gptq(4, 128), Q.awq_config(4, 128))
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     _check(report, Q.PHI3, written)
     assert any("quant_method=awq" in c and "fit gptq" in c for c in _conflicts(report))
 
@@ -108,7 +108,7 @@ def test_config_method_disagrees_with_shapes(tmp_path: Path) -> None:
 def test_stored_weight_shape_wins_over_config(tmp_path: Path) -> None:
     """compressed-tensors: the weight_shape tensor says the logical shape; a config claiming 8 bits loses."""
     written = Q.write(tmp_path, Q.LLAMA, Q.ct_packed(4, 128), Q.ct_config("pack-quantized", 8, 128))
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     _check(report, Q.LLAMA, written)
     assert any("bits=8" in c and "weight_shape" in c for c in _conflicts(report))
 
@@ -118,7 +118,7 @@ def test_without_config_the_shapes_tell(tmp_path: Path, fmt: str) -> None:
     """A bare .safetensors file: g_idx, scales, the quant state or weight_shape give the logical shapes."""
     quantizer, _ = FORMATS[fmt]
     written = Q.write(tmp_path, Q.LLAMA, quantizer, None, config=False)
-    report = analyze_checkpoint(tmp_path / "model.safetensors")
+    report = audit(tmp_path / "model.safetensors")
     assert [b.d_model for b in report.blocks] == [Q.LLAMA.hidden] * Q.LLAMA.layers
     q_widths = {p.out_features for b in report.blocks for p in b.projections if p.role == "q"}
     assert q_widths == {Q.LLAMA.heads * Q.LLAMA.head_dim}
@@ -141,7 +141,7 @@ def test_sharded_pytorch_bin(tmp_path: Path, fmt: str) -> None:
         weight_map.update(dict.fromkeys(part, shard))
     (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
     (tmp_path / "config.json").write_text(json.dumps({**Q.LLAMA.config(), "quantization_config": config}))
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     assert [b.params.total for b in report.blocks] == Q.LLAMA.attention_params()
     assert report.model.total_params == Q.LLAMA.logical_params()
     assert report.model.weight_bytes_overhead == aux
@@ -155,7 +155,7 @@ def test_unknown_packing_is_reported_not_guessed(tmp_path: Path) -> None:
 
     cfg = {**Q.gptq_config(4, 128, False), "checkpoint_format": "marlin"}
     written = Q.write(tmp_path, Q.LLAMA, marlin, cfg)
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     assert report.model.weight_bytes == Q.stored_bytes(written.folder)
     assert any("layout not known" in w and "qweight" in w for w in report.warnings)
     assert not report.blocks
@@ -173,7 +173,7 @@ def test_fp8_kv_cache_scheme(tmp_path: Path) -> None:
     qc = {**Q.ct_config("float-quantized", 8, None, "float"),
           "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}
     (tmp_path / "config.json").write_text(json.dumps({**a.config(), "quantization_config": qc}))
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     assert {b.kv_cache_dtype for b in report.blocks} == {"float8e4m3fn"}
     assert report.model.total_params == a.logical_params()
     assert report.model.weight_bytes_overhead == aux
@@ -185,7 +185,7 @@ def test_fp8_kv_cache_scheme(tmp_path: Path) -> None:
 def test_fp8_kv_cache_in_the_compute_dtype(tmp_path: Path) -> None:
     """fp8 weights compute and cache in the config's dtype, not in fp8."""
     Q.write(tmp_path, Q.LLAMA, Q.fp8_block(), {**Q.fp8_block_config()})
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     assert {b.kv_cache_dtype for b in report.blocks} == {"float16"}
 
 
@@ -287,7 +287,7 @@ def test_mlx_quantization_key_per_module_bits_and_quantized_embedding(tmp_path: 
         aux += t.numel() * t.element_size() if leaf != "weight" else 0
     Q.save_file(tensors, str(tmp_path / "model.safetensors"))
     (tmp_path / "config.json").write_text(json.dumps({**a.config(), "quantization": quantization}))
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     assert [(b.num_heads, b.num_kv_heads, b.d_k, b.d_model) for b in report.blocks] == \
         [(a.heads, a.kv_heads, a.head_dim, a.hidden)] * a.layers
     assert [b.params.total for b in report.blocks] == a.attention_params()
@@ -302,7 +302,7 @@ def test_exl2_mixed_bits(tmp_path: Path) -> None:
     """EXL2's rows hold groups at different bits: in-features from q_invperm, the bits an average
     (before: no block at all, q_weight was not a weight)."""
     written = Q.write(tmp_path, Q.LLAMA, Q.exl2((4, 6, 3, 4)), Q.exl2_config(4.25))
-    report = analyze_checkpoint(tmp_path)
+    report = audit(tmp_path)
     _check(report, Q.LLAMA, written)
     packing = [e for e in report.blocks[0].evidence if e.field == "packing"]
     assert packing and all(e.value is None and "on average" in e.detail for e in packing)

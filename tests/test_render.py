@@ -12,7 +12,11 @@ import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from mhainspect.findings import (
+from mhainspect.ir.units import human_count, parse_count
+from mhainspect.render.json_render import report_to_dict, report_to_json, reports_to_json, reports_to_jsonl
+from mhainspect.render.markdown import render_markdown
+from mhainspect.render.table import render_table
+from mhainspect.results import (
     SCHEMA_VERSION,
     AttentionBlock,
     Evidence,
@@ -25,15 +29,6 @@ from mhainspect.findings import (
     Severity,
     WhatIf,
 )
-from mhainspect.render.json_render import (
-    report_to_dict,
-    report_to_json,
-    reports_to_json,
-    reports_to_jsonl,
-)
-from mhainspect.render.markdown import render_markdown
-from mhainspect.render.numbers import human_count, parse_count
-from mhainspect.render.table import render_table
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 ANSI = re.compile(r"\x1b\[")

@@ -21,8 +21,8 @@ from hostile_names import FILE_NAME, HOSTILE, write_hostile_model
 from jsonschema import Draft4Validator
 from markdown_it import MarkdownIt
 
-from mhainspect.cli import main
-from mhainspect.findings import Report
+from mhainspect.cli.app import main
+from mhainspect.pipeline import audit
 from mhainspect.render import safe
 from mhainspect.render.github import render_github
 from mhainspect.render.html import render_html
@@ -30,7 +30,7 @@ from mhainspect.render.json_render import report_to_json
 from mhainspect.render.markdown import render_markdown
 from mhainspect.render.sarif import DOCS_BASE, sarif_dict
 from mhainspect.render.table import render_table
-from mhainspect.sources import analyze_file
+from mhainspect.results import Report
 
 SARIF_SCHEMA = Path(__file__).resolve().parent / "data" / "sarif-schema-2.1.0.json"
 
@@ -38,7 +38,7 @@ SARIF_SCHEMA = Path(__file__).resolve().parent / "data" / "sarif-schema-2.1.0.js
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Report:
     path = write_hostile_model(tmp_path_factory.mktemp("hostile"))
-    report = analyze_file(str(path))
+    report = audit(str(path))
     name = report.blocks[0].name if report.blocks else ""
     # The scope keeps the text ('/' becomes the scope separator '.'): markup, commands and escapes.
     assert all(part in name for part in ("<script>console.error('pwned')", "<img src=x onerror=console.error(1)>",

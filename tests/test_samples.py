@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from mhainspect.analyze import analyze_path
-from mhainspect.findings import Report
+from mhainspect.pipeline import audit
 from mhainspect.render.json_render import report_to_dict, report_to_json
+from mhainspect.results import Report
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO_ROOT / "sample_models"
@@ -44,7 +44,7 @@ def _report(stem: str) -> Report:
     """Analyse a sample once per session; model.path normalised to ``sample_models/<file>``."""
     if stem not in _CACHE:
         file = EXPECTED[stem]["file"]
-        report = analyze_path(SAMPLE_DIR / file)
+        report = audit(SAMPLE_DIR / file)
         rel = (SAMPLE_DIR / file).relative_to(REPO_ROOT).as_posix()
         _CACHE[stem] = dataclasses.replace(report, model=dataclasses.replace(report.model, path=rel))
     return _CACHE[stem]

@@ -21,10 +21,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from mhainspect import dtypes
+from mhainspect.analysis.size import SizeOptions, weight_sizes, with_options
 from mhainspect.api import inspect
-from mhainspect.findings import AttentionBlock, CacheStatus, Report
-from mhainspect.size import SizeOptions, StoredTensor, weight_sizes, with_options
+from mhainspect.frontends.result import StoredTensor
+from mhainspect.ir import dtypes
+from mhainspect.results import AttentionBlock, CacheStatus, Report
 
 sys.path.insert(0, str(Path(__file__).parent))
 import size_exports as se  # noqa: E402
@@ -388,8 +389,8 @@ def test_kv_gate_passes_an_encoder_and_fails_an_unknown() -> None:
 
 def test_config_decides_per_tower() -> None:
     """A vision-language config: the language model's blocks cache, the vision tower's do not."""
-    from mhainspect.findings import ParamBreakdown
-    from mhainspect.size import config_decoding
+    from mhainspect.frontends.size_inputs import config_decoding
+    from mhainspect.results import ParamBreakdown
 
     def block(name: str) -> AttentionBlock:
         return AttentionBlock(name, "checkpoint", "self", 8, 2, 64, 8, 8, ParamBreakdown(0, 0, 0, 0, 0, 0), (), ())
@@ -454,9 +455,9 @@ def test_schema_documents_every_emitted_key(exported: Callable[[str], se.Export]
 
 
 def test_kv_dtype_sizes_a_cache_whose_dtype_the_source_does_not_give() -> None:
-    from mhainspect.findings import ParamBreakdown
-    from mhainspect.report import build_report
-    from mhainspect.size import BlockDecoding, SizeInputs
+    from mhainspect.analysis.report import build_report
+    from mhainspect.frontends.result import BlockDecoding, SizeInputs
+    from mhainspect.results import ParamBreakdown
 
     block = AttentionBlock("layers.0.attn", "checkpoint", "self", 8, 2, 64, 8, 8, ParamBreakdown(0, 0, 0, 0, 0, 0), (), ())
     report = build_report([block], path="m", fmt="onnx", total_params=0,
@@ -469,9 +470,9 @@ def test_kv_dtype_sizes_a_cache_whose_dtype_the_source_does_not_give() -> None:
 
 def test_ggml_tensors_are_parameters_in_their_blocks() -> None:
     """What the GGUF front end hands over (GGML block types by name): bytes by their blocks, weights not overhead."""
-    from mhainspect.loaders.gguf import is_parameter
-    from mhainspect.size import metas_size_inputs
-    from mhainspect.static_ir import WeightMeta
+    from mhainspect.frontends.gguf.reader import is_parameter
+    from mhainspect.frontends.size_inputs import metas_size_inputs
+    from mhainspect.ir.weights import WeightMeta
 
     metas = {"blk.0.attn_q.weight": WeightMeta("blk.0.attn_q.weight", (4096, 4096), "q4_k", "a"),
              "blk.0.attn_norm.weight": WeightMeta("blk.0.attn_norm.weight", (4096,), "float32", "b"),

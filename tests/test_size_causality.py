@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from mhainspect.api import inspect
-from mhainspect.findings import CacheStatus, Report
-from mhainspect.size import _constant_mask
+from mhainspect.matchers.cache import _constant_mask
+from mhainspect.results import CacheStatus, Report
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

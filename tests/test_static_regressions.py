@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from mhainspect.findings import AttentionBlock
 from mhainspect.matchers.assembly import split_packed
+from mhainspect.results import AttentionBlock
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
 import mhainspect  # noqa: E402
-from mhainspect.checkpoint_inspect import analyze_checkpoint  # noqa: E402
+from mhainspect.pipeline import audit  # noqa: E402
 
 
 def _counts(block: AttentionBlock) -> tuple[Any, ...]:
@@ -63,7 +63,7 @@ def _saved(model: Any, path: Path, *, config: bool) -> Path:
 def test_gpt_bigcode_module_and_folder(tmp_path: Path) -> None:
     model = _bigcode()
     module = mhainspect.inspect(model)
-    folder = analyze_checkpoint(_saved(model, tmp_path, config=True))
+    folder = audit(_saved(model, tmp_path, config=True))
     for report in (module, folder):
         assert [b.name for b in report.blocks] == ["h.0.attn", "h.1.attn"]
         for b in report.blocks:
@@ -71,7 +71,7 @@ def test_gpt_bigcode_module_and_folder(tmp_path: Path) -> None:
 
 
 def test_gpt_bigcode_without_config_is_split_by_the_output_width_not_in_thirds(tmp_path: Path) -> None:
-    report = analyze_checkpoint(_saved(_bigcode(), tmp_path, config=False))
+    report = audit(_saved(_bigcode(), tmp_path, config=False))
     assert len(report.blocks) == 2
     for b in report.blocks:
         assert _counts(b) == (None, None, None, 64, *BIGCODE_PARAMS)
@@ -84,7 +84,7 @@ def test_gpt_bigcode_without_config_is_split_by_the_output_width_not_in_thirds(t
 def test_deberta_v1_q_bias_and_v_bias_module_and_folder(tmp_path: Path) -> None:
     model = _deberta()
     module = mhainspect.inspect(model)
-    folder = analyze_checkpoint(_saved(model, tmp_path, config=True))
+    folder = audit(_saved(model, tmp_path, config=True))
     for report in (module, folder):
         assert [b.name for b in report.blocks] == ["encoder.layer.0.attention", "encoder.layer.1.attention"]
         for b in report.blocks:
@@ -97,7 +97,7 @@ def test_deberta_v1_q_bias_and_v_bias_module_and_folder(tmp_path: Path) -> None:
 
 
 def test_deberta_v1_without_config(tmp_path: Path) -> None:
-    report = analyze_checkpoint(_saved(_deberta(), tmp_path, config=False))
+    report = audit(_saved(_deberta(), tmp_path, config=False))
     for b in report.blocks:
         # O's input width 64 fixes Q; K and V take 64 each; heads stay unknown.
         assert _counts(b) == (None, None, None, 64, *DEBERTA_PARAMS)
@@ -109,7 +109,7 @@ def test_packed_weight_nothing_splits_is_counted_once_under_q(tmp_path: Path) ->
 
     path = tmp_path / "qkv.safetensors"
     save_file({"layers.0.attn.qkv_proj.weight": torch.zeros(96, 64)}, str(path))
-    (b,) = analyze_checkpoint(path).blocks
+    (b,) = audit(path).blocks
     assert (b.params.q, b.params.k, b.params.v, b.params.total) == (96 * 64, 0, 0, 96 * 64)
     assert b.num_heads is None
     assert b.unknown_reason is not None and "counted whole under Q" in b.unknown_reason

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from mhainspect.checkpoint_inspect import analyze_checkpoint
-from mhainspect.loaders.hf_config import tied_copies
-from mhainspect.torch_inspect import inspect_module
+from mhainspect.frontends.checkpoint.hf_config import tied_copies
+from mhainspect.pipeline import audit, audit_module
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -49,8 +48,8 @@ def test_llama_with_lm_head_and_embedding_both_stored(fmt: str, tmp_path: Path) 
     state = _copies(model)
     assert {"lm_head.weight", "model.embed_tokens.weight"} <= set(state)
     folder = _write(tmp_path / "llama", model.config.to_dict(), [state], fmt)
-    report = analyze_checkpoint(folder)
-    assert report.model.total_params == inspect_module(model, trace=False).model.total_params == 41_152
+    report = audit(folder)
+    assert report.model.total_params == audit_module(model, trace=False).model.total_params == 41_152
     assert report.model.weight_bytes == 4 * (41_152 + 64 * 64)  # both copies are on disk
     # The copy is stored but not a parameter: overhead (weight_bytes = parameter bytes + overhead).
     assert report.model.weight_bytes_overhead == 4 * 64 * 64
@@ -67,8 +66,8 @@ def test_gpt2_default_tie_with_a_copy_in_each_shard(tmp_path: Path) -> None:
     config.pop("tie_word_embeddings", None)
     first = {k: v for k, v in state.items() if k.startswith("transformer.h.") or k == "transformer.wte.weight"}
     second = {k: v for k, v in state.items() if k not in first}
-    report = analyze_checkpoint(_write(tmp_path / "gpt2", config, [first, second], "bin"))
-    assert report.model.total_params == inspect_module(model, trace=False).model.total_params
+    report = audit(_write(tmp_path / "gpt2", config, [first, second], "bin"))
+    assert report.model.total_params == audit_module(model, trace=False).model.total_params
 
 
 def test_llama_default_is_untied() -> None:
@@ -118,7 +117,7 @@ def test_tie_encoder_decoder_counts_the_attention_weights_once(tmp_path: Path) -
     """The decoder's self-attention is a tied copy of the encoder's: its weights count in the block
     of the tie's source (the encoder's, though the decoder's comes first in name order); the copy
     counts 0 with the graph's same_weights note."""
-    report = analyze_checkpoint(_bert2bert(tmp_path))
+    report = audit(_bert2bert(tmp_path))
     per_block = {b.name: b.params.total for b in report.blocks}
     one = 4 * (32 * 32 + 32)
     assert per_block == {"decoder.bert.encoder.layer.0.attention": 0,
@@ -145,7 +144,7 @@ def test_module_blocks_sharing_a_linear_under_two_names() -> None:
     model = torch.nn.Module()
     model.a = _Attention()
     model.b = _Attention(k=model.a.k_proj)
-    report = inspect_module(model, trace=False)
+    report = audit_module(model, trace=False)
     assert [(b.name, b.params.k, b.params.total) for b in report.blocks] == [("a", 1056, 4224), ("b", 0, 3168)]
     assert report.model.attention_params == report.model.total_params == 7 * 1056
     assert [e.detail for e in report.blocks[1].evidence if e.source == "same_weights"] == [
@@ -169,7 +168,7 @@ def test_nested_decoder_config_ties_its_head(tmp_path: Path) -> None:
     every tensor stored, the folder counts what the module counts (shared parameters once)."""
     model, state = _bert2bert_state(False)
     folder = _write(tmp_path / "b2b", model.config.to_dict(), [state], "safetensors")
-    report = analyze_checkpoint(folder)
+    report = audit(folder)
     assert report.model.total_params == sum(p.numel() for p in model.parameters()) == 28_992
     assert any("decoder.cls.predictions.decoder.weight = decoder.bert.embeddings.word_embeddings.weight "
                "(decoder.tie_word_embeddings=true)" in w for w in report.warnings)
@@ -180,9 +179,9 @@ def test_nested_ties_with_tie_encoder_decoder_match_save_pretrained(tmp_path: Pa
     tie: every tensor stored counts what save_pretrained's folder (the head dropped) counts, and the
     head's chain ends at the encoder's embedding, the stored source."""
     model, state = _bert2bert_state(True)
-    every = analyze_checkpoint(_write(tmp_path / "every", model.config.to_dict(), [state], "safetensors"))
+    every = audit(_write(tmp_path / "every", model.config.to_dict(), [state], "safetensors"))
     model.save_pretrained(tmp_path / "pretrained")
-    pretrained = analyze_checkpoint(tmp_path / "pretrained")
+    pretrained = audit(tmp_path / "pretrained")
     assert every.model.total_params == pretrained.model.total_params == 17_760
     ties = {t.copy: t.source for t in tied_copies(model.config.to_dict(), {k: tuple(v.shape) for k, v in state.items()})}
     assert ties["decoder.cls.predictions.decoder.weight"] == "encoder.embeddings.word_embeddings.weight"

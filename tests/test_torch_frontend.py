@@ -23,9 +23,9 @@ from jsonschema import Draft202012Validator  # noqa: E402
 
 import mhainspect  # noqa: E402
 from mhainspect.errors import InputError  # noqa: E402
-from mhainspect.findings import AttentionBlock, Report  # noqa: E402
+from mhainspect.frontends.dispatch import classify, parse_factory_args  # noqa: E402
 from mhainspect.render.json_render import report_to_dict  # noqa: E402
-from mhainspect.sources import classify, parse_factory_args  # noqa: E402
+from mhainspect.results import AttentionBlock, Report  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -313,11 +313,11 @@ def test_known_modules_first_tracing_for_the_rest() -> None:
 
 
 def test_torch_fx_fallback() -> None:
-    from mhainspect.analyze import analyze_graph
-    from mhainspect.loaders.torch_fx import trace_module
+    from mhainspect.frontends.torch.fx import trace_module
+    from mhainspect.pipeline import audit_graph
 
     graph = trace_module(_PackedSDPA(), (torch.zeros(2, 8, 64),), method="fx")
-    (block,) = analyze_graph(graph).blocks
+    (block,) = audit_graph(graph).blocks
     assert (block.num_heads, block.d_k, block.params.total) == (4, 16, 4 * 64 * 64 + 4 * 64)
 
 
@@ -490,7 +490,7 @@ def test_cli_factory_spec(tmp_path: Path, schema_validator: Draft202012Validator
 def _run_in_process(*args: str) -> Any:
     from typer.testing import CliRunner
 
-    from mhainspect.cli import app
+    from mhainspect.cli.app import app
 
     result = CliRunner().invoke(app, ["inspect", *args])
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
@@ -500,7 +500,7 @@ def _run_in_process(*args: str) -> Any:
 def test_without_torch(tmp_path: Path) -> None:
     """The ONNX path never imports torch; a PyTorch input without torch says how to install it."""
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from mhainspect.cli import main\n"
+            "from mhainspect.cli.app import main\n"
             "main(sys.argv[1:])\n")
     onnx_model = REPO_ROOT / "sample_models" / "standard_mha.onnx"
     ok = subprocess.run([sys.executable, "-c", code, str(onnx_model)], capture_output=True, text=True, timeout=120)
@@ -533,8 +533,8 @@ def test_esm_prescaled_query_is_not_an_unusual_scale(tmp_path: Path) -> None:
     head_size ** -0.5 in forward first: the scores are scaled by 1/sqrt(d_k), as its ONNX export shows
     (was: MHA003 from the module alone)."""
     transformers = _quiet_transformers()
-    from mhainspect.analyze import analyze_graph
-    from mhainspect.loaders.onnx_loader import load_onnx
+    from mhainspect.frontends.onnx.loader import load_onnx
+    from mhainspect.pipeline import audit_graph
 
     config = transformers.EsmConfig(vocab_size=33, hidden_size=32, num_attention_heads=4, num_hidden_layers=1,
                                     intermediate_size=64, position_embedding_type="rotary", pad_token_id=1,
@@ -545,7 +545,7 @@ def test_esm_prescaled_query_is_not_an_unusual_scale(tmp_path: Path) -> None:
     path = tmp_path / "esm.onnx"
     torch.onnx.export(model, (torch.randint(4, 30, (1, 8)),), str(path), input_names=["input_ids"], dynamo=False,
                       opset_version=17)
-    exported = analyze_graph(load_onnx(path))
+    exported = audit_graph(load_onnx(path))
     assert [f.code for f in module.flags] == [f.code for f in exported.flags] == []
     assert module.blocks[0].scale == pytest.approx(exported.blocks[0].scale) == pytest.approx(8 ** -0.5)
 

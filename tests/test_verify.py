@@ -15,9 +15,9 @@ from jsonschema import Draft202012Validator
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
-from mhainspect.analyze import analyze_path
-from mhainspect.cli import app
-from mhainspect.verify import attach, check_budget, parse_size, verify_report, weight_bytes
+from mhainspect.analysis.verify import attach, check_budget, parse_size, verify_report, weight_bytes
+from mhainspect.cli.app import app
+from mhainspect.pipeline import audit
 
 pytest.importorskip("onnxruntime")
 
@@ -74,7 +74,7 @@ def runtime_reshape_model(d_model: int = 32) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("path", sorted(SAMPLES.glob("*.onnx")), ids=lambda p: p.stem)
 def test_every_sample_model_is_confirmed(path: Path, expected: dict[str, Any]) -> None:
-    report = analyze_path(path)
+    report = audit(path)
     results = verify_report(path, report)
     assert len(results) == len(report.blocks) == len(expected[path.stem]["blocks"])
     for block, result, truth in zip(report.blocks, results, expected[path.stem]["blocks"]):
@@ -86,14 +86,14 @@ def test_every_sample_model_is_confirmed(path: Path, expected: dict[str, Any]) -
 
 def test_gqa_kv_heads_are_read_from_the_run() -> None:
     for name in ("gqa_llama", "onnx_attention_23"):
-        (result,) = verify_report(SAMPLES / f"{name}.onnx", analyze_path(SAMPLES / f"{name}.onnx"))
+        (result,) = verify_report(SAMPLES / f"{name}.onnx", audit(SAMPLES / f"{name}.onnx"))
         assert (result.status, result.observed_kv_heads) == ("confirmed", 2 if name == "gqa_llama" else 4)
 
 
 def test_runtime_reshape_is_observed(tmp_path: Path) -> None:
     path = tmp_path / "runtime_reshape.onnx"
     onnx.save(runtime_reshape_model(), path)
-    report = analyze_path(path)
+    report = audit(path)
     (block,) = report.blocks
     assert block.num_heads is None and any(f.code == "MHA004" for f in report.flags)
     # The head split is a run-time value: feed it as the caller would ([0, 0] copies batch, seq).
@@ -106,7 +106,7 @@ def test_runtime_reshape_is_observed(tmp_path: Path) -> None:
 
 
 def test_contradiction_is_reported() -> None:
-    report = analyze_path(STANDARD)
+    report = audit(STANDARD)
     wrong = dataclasses.replace(report, blocks=(dataclasses.replace(report.blocks[0], num_heads=4),))
     (result,) = verify_report(STANDARD, wrong)
     assert (result.status, result.observed_heads) == ("contradicted", 8)
@@ -127,7 +127,7 @@ def test_weight_bytes_and_budget(tmp_path: Path) -> None:
 
 
 def test_attach_leaves_static_findings_alone() -> None:
-    report = analyze_path(STANDARD)
+    report = audit(STANDARD)
     verified = attach(report, verify_report(STANDARD, report))
     assert dataclasses.replace(verified.blocks[0], verification=None) == report.blocks[0]
 
@@ -207,15 +207,15 @@ def test_run_failure_keeps_static_report(tmp_path: Path) -> None:
 
 def test_fail_on_contradiction_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
     assert run(STANDARD, "--fail-on-contradiction").exit_code == 0
-    import mhainspect.analyze
+    import mhainspect.frontends.onnx.frontend
 
-    real = mhainspect.analyze.analyze_path
+    real = mhainspect.frontends.onnx.frontend.audit
 
     def disagreeing(path: Any, **kwargs: Any) -> Any:
         report = real(path, **kwargs)
         return dataclasses.replace(report, blocks=tuple(dataclasses.replace(b, num_heads=2) for b in report.blocks))
 
-    monkeypatch.setattr(mhainspect.analyze, "analyze_path", disagreeing)
+    monkeypatch.setattr(mhainspect.frontends.onnx.frontend, "audit", disagreeing)
     verified = run(STANDARD, "--verify", "--no-color")
     assert verified.exit_code == 0 and "contradicted (saw 8 heads, static 2)" in verified.stdout
     gated = run(STANDARD, "--fail-on-contradiction", "--no-color")

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mhainspect.findings import (
+from mhainspect.analysis.flags import FLAG_CODES
+from mhainspect.render.cells import verify_label
+from mhainspect.results import (
     AttentionBlock,
     BlockKind,
     BlockVerification,
@@ -25,8 +27,6 @@ from mhainspect.findings import (
     WarningCode,
     warning_code,
 )
-from mhainspect.flags import FLAG_CODES
-from mhainspect.render.cells import verify_label
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text(encoding="utf-8"))
 README = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")

@@ -11,11 +11,11 @@ ReduceSum over the key axis). W and U are the block's Q and K projections, v its
 
 from __future__ import annotations
 
-from mhainspect.dataflow import GraphIndex
-from mhainspect.findings import Evidence, Miss
-from mhainspect.graph import Node, Tensor
+from mhainspect.ir.dataflow import GraphIndex
+from mhainspect.ir.graph import Node, Tensor
 from mhainspect.matchers.block import BlockBuilder, RoleInput
 from mhainspect.matchers.projection import recognise_projection, trace_back_to_projection
+from mhainspect.results import Evidence, Miss
 
 NAME = "additive"
 KIND = "additive"

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mhainspect.findings import Evidence, EvidenceSource
+from mhainspect.results import Evidence, EvidenceSource
 
 # Stronger sources first. Operator attributes and shapes read in a graph are observed; module
 # attributes and configs are claims about the code; widths divided by another number inherit

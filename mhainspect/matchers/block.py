@@ -10,12 +10,12 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex
-from mhainspect.findings import AttentionBlock, Evidence, EvidenceSource, ParamBreakdown, Projection
-from mhainspect.graph import Node
+from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS, GraphIndex
+from mhainspect.ir.graph import Node
 from mhainspect.matchers import assembly
 from mhainspect.matchers.projection import WHOLE, ProjectionHit, TracedProjection, recognise_projection
 from mhainspect.matchers.scopes import block_name
+from mhainspect.results import AttentionBlock, Evidence, EvidenceSource, ParamBreakdown, Projection
 
 # Which offer wins, the conflict text and the defaults are the shared rules of
 # mhainspect.matchers.assembly (the same for modules and checkpoints).

@@ -12,12 +12,12 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from mhainspect.dataflow import VALUE_PRESERVING_OPS, GraphIndex, WeightRef, passes_value
-from mhainspect.findings import Evidence, EvidenceSource, Miss
-from mhainspect.graph import Node, Tensor
+from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS, GraphIndex, WeightRef, passes_value
+from mhainspect.ir.graph import Node, Tensor
+from mhainspect.ir.symbolic import Dim, Shape
 from mhainspect.matchers.block import BlockBuilder, RoleInput, inverse_sqrt_dim
 from mhainspect.matchers.projection import TracedProjection, trace_back_to_projection, trace_forward_to_projection
-from mhainspect.symbolic import Dim, Shape
+from mhainspect.results import Evidence, EvidenceSource, Miss
 
 NAME = "decomposed"
 _PRODUCTS = {"MatMul", "Einsum", "FusedMatMul"}

@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 from fractions import Fraction
 
-from mhainspect.dataflow import GraphIndex
-from mhainspect.findings import Evidence, Miss
-from mhainspect.graph import Node
+from mhainspect.ir.dataflow import GraphIndex
+from mhainspect.ir.graph import Node
 from mhainspect.matchers.block import BlockBuilder, RoleInput
 from mhainspect.matchers.projection import TracedProjection, trace_back_to_projection, trace_forward_to_projection
+from mhainspect.results import Evidence, Miss
 
 NAME = "fused"
 _MS_PACKED = {"Attention", "PackedAttention", "QAttention"}  # input, packed [D, Wq+Wk+Wv] weight, bias

@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mhainspect.findings import Projection
+from mhainspect.ir.weights import QuantRole, WeightMeta
 from mhainspect.matchers.scopes import common_prefix
-from mhainspect.static_ir import QuantRole, WeightMeta
+from mhainspect.results import Projection
 
 # Role names of a projection module (the last component of its path), lower-cased.
 Q_NAMES = frozenset({"q_proj", "query", "q", "wq", "q_lin", "to_q", "query_proj", "q_linear", "linear_q", "w_q",

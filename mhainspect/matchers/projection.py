@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from mhainspect.dataflow import (
+from mhainspect.ir.dataflow import (
     QUANTIZED_PRODUCTS,
     VALUE_PRESERVING_OPS,
     GraphIndex,
@@ -25,8 +25,8 @@ from mhainspect.dataflow import (
     WeightRef,
     passes_value,
 )
-from mhainspect.graph import Node, Tensor
-from mhainspect.symbolic import numel, ratio
+from mhainspect.ir.graph import Node, Tensor
+from mhainspect.ir.symbolic import numel, ratio
 
 _PROJECTION_OPS = {"MatMul", "Gemm", "FusedMatMul", "Einsum"} | set(QUANTIZED_PRODUCTS)
 

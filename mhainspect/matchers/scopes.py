@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import re
 
-from mhainspect.dataflow import GraphIndex
-from mhainspect.findings import Projection
-from mhainspect.graph import Node
+from mhainspect.ir.dataflow import GraphIndex
+from mhainspect.ir.graph import Node
+from mhainspect.results import Projection
 
 # Exporter-generated tensor names carry no module path.
 _GENERATED = re.compile(r"^(onnx::|val_|_val_|initializer|const|/)|^[A-Za-z]+_\d+$")

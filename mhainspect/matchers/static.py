@@ -11,17 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from mhainspect.findings import (
-    AttentionBlock,
-    BlockKind,
-    Evidence,
-    EvidenceSource,
-    Matcher,
-    Miss,
-    ParamBreakdown,
-    Projection,
-    count_shared_once,
-)
+from mhainspect.ir.weights import HeadOffers, WeightMeta, identity_by_name, tied_copy_by_name
 from mhainspect.matchers.assembly import default_kv_heads, per_head, pick, shapes_win, split_packed, width_conflicts
 from mhainspect.matchers.grouping import (
     GroupedBlock,
@@ -32,7 +22,17 @@ from mhainspect.matchers.grouping import (
     projection,
     ungrouped_attention,
 )
-from mhainspect.static_ir import HeadOffers, WeightMeta, identity_by_name, tied_copy_by_name
+from mhainspect.matchers.sharing import count_shared_once
+from mhainspect.results import (
+    AttentionBlock,
+    BlockKind,
+    Evidence,
+    EvidenceSource,
+    Matcher,
+    Miss,
+    ParamBreakdown,
+    Projection,
+)
 
 __all__ = ["ROOT_NAME", "HeadOffers", "assemble", "blocks_from_weights", "near_misses"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from mhainspect import conventions
-from mhainspect.conventions import LAYER_NAMES, ArgValue, Calculation, Term
+from mhainspect.calc import conventions
+from mhainspect.calc.conventions import LAYER_NAMES, ArgValue, Calculation, Term
+from mhainspect.ir.units import group, human_count
 from mhainspect.render.html import page
-from mhainspect.render.numbers import group, human_count
 from mhainspect.render.safe import html
 from mhainspect.render.svg import Ids, Mark, Row, Segment, Series, line_chart, stacked_bars
 

@@ -1,4 +1,4 @@
-"""Render the ``calc`` side (mhainspect.conventions) as text or JSON-ready data. Pure: no I/O.
+"""Render the ``calc`` side (mhainspect.calc.conventions) as text or JSON-ready data. Pure: no I/O.
 
 Prose is wrapped at word boundaries to ``width`` (the terminal's) when one is given, and left
 one paragraph per line otherwise (a pipe or a file: the reader's tool wraps it)."""
@@ -9,9 +9,10 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from mhainspect.conventions import LAYER_NAMES, ArgValue, Calculation, VsResult, kv_heads_of
-from mhainspect.dtypes import canonical
-from mhainspect.size import LayerBytes, format_bytes, layer_bytes
+from mhainspect.analysis.size import LayerBytes, layer_bytes
+from mhainspect.calc.conventions import LAYER_NAMES, ArgValue, Calculation, VsResult, kv_heads_of
+from mhainspect.ir.dtypes import canonical
+from mhainspect.ir.units import format_bytes
 
 _NBSP = "\u00a0"  # binds "heads 4" so a wrap never separates a label from its number
 def _n(value: int) -> str:
@@ -266,7 +267,7 @@ def _layout_name(kv_heads: int, heads: int) -> str:
 
 
 def layer_bytes_for(c: Calculation, dtype: str, context: int | None, kv_heads: int | None = None) -> LayerBytes:
-    """The calculated layer in bytes (mhainspect.size holds the rule)."""
+    """The calculated layer in bytes (mhainspect.analysis.size holds the rule)."""
     return layer_bytes(c.total, kv_heads or kv_heads_of(c), c.d_k, c.d_v, dtype, context)
 
 

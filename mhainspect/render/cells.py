@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mhainspect.findings import AttentionBlock, BlockVerification, ModelSummary, Report, VerifyStatus
-from mhainspect.gates import GateResult
+from mhainspect.analysis.gates import GateResult
+from mhainspect.ir.units import group, human_count
 from mhainspect.render.grouping import join_names
-from mhainspect.render.numbers import group, human_count
+from mhainspect.results import AttentionBlock, BlockVerification, ModelSummary, Report, VerifyStatus
 
 __all__ = ["UNKNOWN", "block_cells", "blocks_word", "format_label", "gate_line", "head_count_lines", "heads_label",
            "ignored_line", "kind_label", "percent", "source_facts", "verify_label", "what_if_rows"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mhainspect.gates import GateResult
+from mhainspect.analysis.gates import GateResult
 
 __all__ = ["NO_EXTRAS", "ModelExtras"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mhainspect.findings import Flag, Report, Severity, contradicted
-from mhainspect.gates import GateFailure
+from mhainspect.analysis.gates import GateFailure
 from mhainspect.render.cells import verify_label
 from mhainspect.render.safe import github_message, github_property
+from mhainspect.results import Flag, Report, Severity, contradicted
 
 __all__ = ["render_github"]
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mhainspect.findings import Flag
+from mhainspect.results import Flag
 
 __all__ = ["FlagGroup", "group_flags", "join_names", "number_ranges"]
 

@@ -17,7 +17,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from mhainspect import __version__
-from mhainspect.findings import AttentionBlock, CacheStatus, Flag, KVCache, Report, Severity
+from mhainspect.analysis.size import self_cache_bytes
+from mhainspect.analysis.whatif import what_if
+from mhainspect.ir.units import format_bytes, group, human_count
 from mhainspect.render.cells import (
     UNKNOWN,
     format_label,
@@ -30,7 +32,6 @@ from mhainspect.render.cells import (
 )
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.html_style import CSS, CSS_HASH
-from mhainspect.render.numbers import group, human_count
 from mhainspect.render.safe import html
 from mhainspect.render.sarif import DOCS_BASE, FLAG_ANCHORS
 from mhainspect.render.size_lines import IF_DECODED_LABEL, OVERHEAD_LABEL, block_cache_text
@@ -47,8 +48,7 @@ from mhainspect.render.svg import (
     stacked_bars,
     truncate,
 )
-from mhainspect.size import format_bytes, self_cache_bytes
-from mhainspect.whatif import what_if
+from mhainspect.results import AttentionBlock, CacheStatus, Flag, KVCache, Report, Severity
 
 __all__ = ["CSP", "kv_bytes_at", "page", "render_html", "render_html_body", "repr_html"]
 

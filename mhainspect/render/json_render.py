@@ -13,7 +13,9 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
-from mhainspect.findings import (
+from mhainspect.analysis.size import cache_reason
+from mhainspect.render.json_text import dumps_pretty
+from mhainspect.results import (
     SCHEMA_VERSION,
     AttentionBlock,
     BlockVerification,
@@ -28,11 +30,9 @@ from mhainspect.findings import (
     Severity,
     WhatIf,
 )
-from mhainspect.render.json_text import dumps_pretty
-from mhainspect.size import cache_reason
 
 if TYPE_CHECKING:
-    from mhainspect.gates import GateResult
+    from mhainspect.analysis.gates import GateResult
 
 JSONDict = dict[str, Any]
 
@@ -99,7 +99,7 @@ def _model(model: ModelSummary) -> JSONDict:
         # extension
         "attention_share": _share(attention, total),
         **({} if model.trainable_params is None else {"trainable_params": _int(model.trainable_params)}),
-        # size in bytes (mhainspect.size)
+        # size in bytes (mhainspect.analysis.size)
         "weight_bytes": _opt_int(model.weight_bytes),
         "weight_bytes_by_dtype": {str(name): _int(n) for name, n in model.weight_bytes_by_dtype},
         "weight_bytes_overhead": _opt_int(model.weight_bytes_overhead),
@@ -192,7 +192,7 @@ def _block(block: AttentionBlock, model_total: int) -> JSONDict:
         # extensions
         "scale_known": bool(block.scale_known),
         "anchor": block.anchor,
-        # size in bytes (mhainspect.size)
+        # size in bytes (mhainspect.analysis.size)
         "weight_bytes": _opt_int(block.weight_bytes),
         "kv_cache_bytes_per_token": _opt_int(block.kv_cache_bytes_per_token),
         "kv_cache_dtype": block.kv_cache_dtype,

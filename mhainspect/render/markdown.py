@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from mhainspect.findings import AttentionBlock, Report, Severity
+from mhainspect.ir.units import group
 from mhainspect.render.cells import (
     UNKNOWN,
     block_cells,
@@ -20,9 +20,9 @@ from mhainspect.render.cells import (
 )
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import FlagGroup, group_flags, join_names
-from mhainspect.render.numbers import group
 from mhainspect.render.safe import md_code, md_text
 from mhainspect.render.size_lines import size_lines
+from mhainspect.results import AttentionBlock, Report, Severity
 
 __all__ = ["render_markdown"]
 

@@ -17,12 +17,12 @@ from typing import Any
 from urllib.parse import quote
 
 from mhainspect import __version__
-from mhainspect.findings import Flag, Report, Severity, contradicted
-from mhainspect.flags import FLAG_CODES
-from mhainspect.gates import GateFailure
+from mhainspect.analysis.flags import FLAG_CODES
+from mhainspect.analysis.gates import GateFailure
 from mhainspect.render.cells import verify_label
 from mhainspect.render.json_text import dumps_pretty
 from mhainspect.render.safe import sarif_text
+from mhainspect.results import Flag, Report, Severity, contradicted
 
 __all__ = ["DOCS_BASE", "FLAG_ANCHORS", "GATE_RULES", "SARIF_SCHEMA", "VERIFY_RULE", "render_sarif", "sarif_dict"]
 

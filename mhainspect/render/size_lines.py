@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from mhainspect.findings import AttentionBlock, CacheStatus, Report
-from mhainspect.render.numbers import group
-from mhainspect.size import IF_DECODED, KV_FIELD, cache_reason, format_bytes
+from mhainspect.analysis.size import KV_FIELD, cache_reason
+from mhainspect.frontends.size_inputs import IF_DECODED
+from mhainspect.ir.units import format_bytes, group
+from mhainspect.results import AttentionBlock, CacheStatus, Report
 
 __all__ = ["IF_DECODED_LABEL", "OVERHEAD_LABEL", "block_cache_text", "block_size_line", "size_lines"]
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from mhainspect.render.numbers import human_count
+from mhainspect.ir.units import human_count
 from mhainspect.render.safe import html
 
 __all__ = ["Column", "Ids", "Mark", "Row", "Segment", "Series", "columns_chart", "label_width", "line_chart",

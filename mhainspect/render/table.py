@@ -17,7 +17,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from mhainspect.findings import AttentionBlock, Report, Severity
+from mhainspect.ir.units import group
 from mhainspect.render.cells import (
     UNKNOWN,
     block_cells,
@@ -32,9 +32,9 @@ from mhainspect.render.cells import (
 )
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import FlagGroup, group_flags, join_names
-from mhainspect.render.numbers import group
 from mhainspect.render.safe import printable_fields
 from mhainspect.render.size_lines import block_size_line, size_lines
+from mhainspect.results import AttentionBlock, Report, Severity
 
 __all__ = ["render_table", "heads_label", "severity_style", "verify_label"]
 

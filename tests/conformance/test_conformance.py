@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from mhainspect.analyze import analyze_path  # noqa: E402
-from mhainspect.findings import Report  # noqa: E402
+from mhainspect.pipeline import audit  # noqa: E402
+from mhainspect.results import Report  # noqa: E402
 from tests.conformance import zoo  # noqa: E402
 from tests.conformance.conftest import EXTENDED_VARIANTS  # noqa: E402
 from tests.conformance.extended import EXTENDED_CASES  # noqa: E402
@@ -70,7 +70,7 @@ CASE_VARIANTS = [(c.name, v.name) for c in zoo.CASES for v in zoo.VARIANTS] + [
 @pytest.mark.parametrize(("case", "variant"), CASE_VARIANTS, ids=[f"{c}-{v}" for c, v in CASE_VARIANTS])
 def test_blocks_match_ground_truth(manifest: dict[tuple[str, str], dict[str, Any]], case: str, variant: str) -> None:
     entry = _entry(manifest, case, variant)
-    report = analyze_path(entry["path"])
+    report = audit(entry["path"])
     problems = _mismatches(report, entry)
     assert not problems, "\n".join(problems)
     # MHA004 would mean "could not tell": the suite expects every block identified.
@@ -80,7 +80,7 @@ def test_blocks_match_ground_truth(manifest: dict[tuple[str, str], dict[str, Any
 @pytest.mark.parametrize(("case", "variant"), CASE_VARIANTS, ids=[f"{c}-{v}" for c, v in CASE_VARIANTS])
 def test_total_parameters(manifest: dict[tuple[str, str], dict[str, Any]], case: str, variant: str) -> None:
     entry = _entry(manifest, case, variant)
-    report = analyze_path(entry["path"])
+    report = audit(entry["path"])
     if case in KNOWN_TOTAL_PARAM_GAPS:
         assert report.model.total_params < entry["total_params"], KNOWN_TOTAL_PARAM_GAPS[case]
         return
@@ -92,7 +92,7 @@ def test_total_parameters(manifest: dict[tuple[str, str], dict[str, Any]], case:
 @pytest.mark.parametrize(("case", "variant"), CASE_VARIANTS, ids=[f"{c}-{v}" for c, v in CASE_VARIANTS])
 def test_flags_follow_the_layout(manifest: dict[tuple[str, str], dict[str, Any]], case: str, variant: str) -> None:
     entry = _entry(manifest, case, variant)
-    report = analyze_path(entry["path"])
+    report = audit(entry["path"])
     flagged = {f.block for f in report.flags if f.code == "MHA001"}
     for block, expected in zip(report.blocks, entry["blocks"]):
         nonstandard = expected["num_heads"] * expected["d_k"] != expected["d_model"]
@@ -110,7 +110,7 @@ def test_controls_have_no_attention(manifest: dict[tuple[str, str], dict[str, An
             entry = manifest[(case, variant.name)]
             if entry["error"]:
                 continue
-            report = analyze_path(entry["path"])
+            report = audit(entry["path"])
             assert report.blocks == (), f"false positive in {case}/{variant.name}"
             checked += 1
     assert checked >= len(controls)
@@ -118,7 +118,7 @@ def test_controls_have_no_attention(manifest: dict[tuple[str, str], dict[str, An
 
 def test_t5_is_flagged_non_standard(manifest: dict[tuple[str, str], dict[str, Any]]) -> None:
     entry = _entry(manifest, "t5-eager", "torchscript-17")
-    report = analyze_path(entry["path"])
+    report = audit(entry["path"])
     codes = {f.code for f in report.flags}
     assert {"MHA001", "MHA003"} <= codes
     assert {b.kind for b in report.blocks} == {"self", "cross"}

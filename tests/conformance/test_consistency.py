@@ -19,11 +19,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from mhainspect.analyze import analyze_path  # noqa: E402
-from mhainspect.checkpoint_inspect import analyze_checkpoint  # noqa: E402
-from mhainspect.findings import AttentionBlock, Report  # noqa: E402
+from mhainspect.frontends.torch.frontend import recognise  # noqa: E402
 from mhainspect.matchers.grouping import natural_key  # noqa: E402
-from mhainspect.torch_inspect import inspect_module, recognise  # noqa: E402
+from mhainspect.pipeline import audit, audit_module  # noqa: E402
+from mhainspect.results import AttentionBlock, Report  # noqa: E402
 from tests.conformance import zoo  # noqa: E402
 from tests.conformance.extended import EXTENDED_CASES  # noqa: E402
 
@@ -68,7 +67,7 @@ def _module_door(name: str) -> tuple[Any, Report]:
         example = case.kwargs(inputs) if known.pending or not known.blocks else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _MODULES[name] = model, inspect_module(model, example)
+            _MODULES[name] = model, audit_module(model, example)
     return _MODULES[name]
 
 
@@ -76,7 +75,7 @@ def _onnx_door(manifest: dict[tuple[str, str], dict[str, Any]], name: str) -> Re
     for variant in _ONNX_VARIANTS:
         entry = manifest.get((name, variant))
         if entry is not None and not entry["error"]:
-            return analyze_path(entry["path"])
+            return audit(entry["path"])
     pytest.skip(f"no exporter exported {name}")
 
 
@@ -93,7 +92,7 @@ def test_doors_give_the_modules_blocks(manifest: dict[tuple[str, str], dict[str,
         other = _onnx_door(manifest, case)
     else:
         model.save_pretrained(tmp_path)
-        other = analyze_checkpoint(tmp_path)
+        other = audit(tmp_path)
         assert other.model.total_params == by_module.model.total_params
     found = _by_name(other)
     if (case, door) in KNOWN_RENAMES:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mhainspect.analyze import analyze_path
-from mhainspect.findings import AttentionBlock, Report
+from mhainspect.pipeline import audit
+from mhainspect.results import AttentionBlock, Report
 
 ENV_VAR = "MHAINSPECT_DEPLOY_CORPUS"
 BLOCK_FIELDS = ("kind", "num_heads", "num_kv_heads", "d_model", "d_k", "d_v")
@@ -119,7 +119,7 @@ def compare(report: Report, truth: list[dict[str, Any]]) -> Outcome:
 
 def evaluate(root: Path, entry: dict[str, Any]) -> Outcome:
     try:
-        report = analyze_path(root / entry["file"])
+        report = audit(root / entry["file"])
     except Exception as exc:  # noqa: BLE001 - recorded as the outcome, the table goes on
         return Outcome(expected=len(entry["blocks"]), found=0, exact=0, wrong=(), missing=len(entry["blocks"]),
                        duplicated=(), extra=(), error=f"{type(exc).__name__}: {exc}")

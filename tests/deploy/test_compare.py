@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from mhainspect.analyze import analyze_path
+from mhainspect.pipeline import audit
 from tests.deploy.corpus import compare
 
 
@@ -19,7 +19,7 @@ def _truth(expected: dict[str, Any], stem: str) -> list[dict[str, Any]]:
 
 
 def test_exact_when_truth_matches(sample_dir: Path, expected: dict[str, Any]) -> None:
-    report = analyze_path(sample_dir / "bert_two_layers.onnx")
+    report = audit(sample_dir / "bert_two_layers.onnx")
     outcome = compare(report, _truth(expected, "bert_two_layers"))
     assert outcome.ok and outcome.exact == outcome.expected == 2, outcome.problems()
 
@@ -27,15 +27,15 @@ def test_exact_when_truth_matches(sample_dir: Path, expected: dict[str, Any]) ->
 def test_wrong_field_is_named_with_both_values(sample_dir: Path, expected: dict[str, Any]) -> None:
     truth = _truth(expected, "gqa_llama")
     truth[0]["num_kv_heads"] = truth[0]["num_heads"]
-    outcome = compare(analyze_path(sample_dir / "gqa_llama.onnx"), truth)
+    outcome = compare(audit(sample_dir / "gqa_llama.onnx"), truth)
     assert not outcome.ok and outcome.exact == len(truth) - 1
     (name, difference), = outcome.wrong
-    got = next(b.num_kv_heads for b in analyze_path(sample_dir / "gqa_llama.onnx").blocks if b.name == name)
+    got = next(b.num_kv_heads for b in audit(sample_dir / "gqa_llama.onnx").blocks if b.name == name)
     assert difference == f"num_kv_heads {got} != {truth[0]['num_heads']}"
 
 
 def test_missing_extra_and_duplicated(sample_dir: Path, expected: dict[str, Any]) -> None:
-    report = analyze_path(sample_dir / "bert_two_layers.onnx")
+    report = audit(sample_dir / "bert_two_layers.onnx")
     truth = _truth(expected, "bert_two_layers")
     assert compare(report, truth + [dict(truth[0])]).missing == 1
     extra = compare(report, truth[:1])
@@ -46,4 +46,4 @@ def test_missing_extra_and_duplicated(sample_dir: Path, expected: dict[str, Any]
 
 
 def test_control_has_no_block(sample_dir: Path) -> None:
-    assert compare(analyze_path(sample_dir / "no_attention.onnx"), []).ok
+    assert compare(audit(sample_dir / "no_attention.onnx"), []).ok

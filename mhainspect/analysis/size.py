@@ -1,0 +1,379 @@
+"""Size in bytes: the stored weights (by dtype, parameters vs overhead, per block) and the KV cache.
+
+One module for every front end. A front end (ONNX graph, PyTorch module, checkpoint) supplies
+metadata only -- each stored tensor's dtype, element count, storage key and whether it is a
+parameter, the tensors each block uses, and per block what the source says about decoding (a
+past/present tensor, a causal mask, a config) -- and ``apply`` turns that into the report's size
+fields. Nothing here reads tensor data.
+
+Rules (each number in one place):
+
+- a tensor occupies ``dtypes.nbytes(dtype, numel)`` bytes (packed int4 and GGML block types
+  rounded up per tensor); tensors sharing a storage key count once;
+- ``weight_bytes`` is every stored tensor, ``weight_bytes_overhead`` the part that is not a
+  parameter (quantization scales and zero points, rotary tables, shape constants, buffers);
+- a block that caches holds ``num_kv_heads · (d_k + d_v) · itemsize`` bytes per token (per
+  encoder token for cross-attention); a sliding-window layer holds at most ``window - 1`` past
+  tokens between decoding steps (what transformers' sliding cache keeps; the token being decoded
+  adds its own K/V inside the step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from mhainspect.frontends.result import BlockDecoding, SizeInputs, StoredTensor
+from mhainspect.frontends.result import byte_rate as _rate
+from mhainspect.frontends.size_inputs import IF_DECODED
+from mhainspect.ir import dtypes
+from mhainspect.results import AttentionBlock, CacheStatus, Evidence, KVCache, Miss, Report
+
+
+@cache
+def _canonical(dtype: str) -> str:
+    return dtypes.canonical(dtype)
+
+
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+class SizeOptions:
+    """--context, --batch, --kv-dtype."""
+
+    context: int | None = None
+    batch: int = 1
+    kv_dtype: str | None = None
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+class WeightSizes:
+    total: int
+    by_dtype: tuple[tuple[str, int], ...]
+    overhead: int
+    per_block: Mapping[str, int]
+    unsized: tuple[str, ...]  # tensors whose dtype has no size (not counted)
+
+
+def weight_sizes(tensors: Iterable[StoredTensor], blocks: Sequence[AttentionBlock],
+                 block_tensors: Mapping[str, tuple[str, ...]]) -> WeightSizes:
+    """Bytes of every stored tensor, shared storage once; per block, a tensor counts in the first
+    block that uses it (as parameters do), so the blocks never add up past the model.
+
+    Plain types (whole bytes per element) are summed as elements per (dtype, parameter or not)
+    and multiplied once; packed and block types are rounded up tensor by tensor."""
+    tensors = tuple(tensors)
+    seen: set[str] = set()
+    seen_add = seen.add
+    elements: Counter[tuple[str, bool]] = Counter()
+    rounded: Counter[tuple[str, bool]] = Counter()  # bytes of packed / block-typed tensors
+    unsized: list[str] = []
+    for t in tensors:
+        key = t.storage_key
+        if key in seen:
+            continue
+        seen_add(key)
+        dtype = t.dtype
+        rate = _rate(dtype)
+        if rate is None:
+            if t.stored_bytes is None:
+                unsized.append(t.name)
+            else:
+                rounded[dtype, t.is_parameter] += t.stored_bytes
+        elif rate[0] == 1 and rate[2] == 1:
+            elements[dtype, t.is_parameter] += t.numel
+        else:
+            rounded[dtype, t.is_parameter] += t.nbytes or 0
+    by_dtype: Counter[str] = Counter()
+    total = overhead = 0
+    for (dtype, is_parameter), n in elements.items():
+        rate = _rate(dtype)
+        rounded[dtype, is_parameter] += n * rate[1] if rate is not None else 0
+    for (dtype, is_parameter), n in rounded.items():
+        total += n
+        by_dtype[_canonical(dtype)] += n
+        overhead += 0 if is_parameter else n
+    per_block: dict[str, int] = {}
+    if block_tensors:
+        wanted = {n for names in block_tensors.values() for n in names}
+        by_name = {t.name: t for t in tensors if t.name in wanted}
+        counted: set[str] = set()
+        for b in blocks:
+            names = block_tensors.get(b.name, ())
+            if not names:
+                continue
+            size = 0
+            for name in names:
+                used = by_name.get(name)
+                if used is None or used.storage_key in counted:
+                    continue
+                counted.add(used.storage_key)
+                size += used.nbytes or 0
+            per_block[b.name] = size
+    ordered = tuple(sorted(((k, v) for k, v in by_dtype.items() if v), key=lambda kv: (-kv[1], kv[0])))
+    return WeightSizes(total, ordered, overhead, per_block, tuple(unsized))
+
+
+# ----------------------------------------------------------------------------- KV cache
+
+
+def _itemsize(dtype: str | None) -> int | None:
+    if dtype is None:
+        return None
+    found = dtypes.lookup(dtype)
+    if found is None or found.block_size != 1 or found.block_bytes == 0 or found.block_bytes.denominator != 1:
+        return None
+    return int(found.block_bytes)
+
+
+def kv_elements_per_token(kv_heads: int, d_k: int, d_v: int) -> int:
+    """What one caching block stores per token: K and V of every K/V head."""
+    return kv_heads * (d_k + d_v)
+
+
+def _elements_per_token(b: AttentionBlock) -> int | None:
+    if b.num_kv_heads is None or b.d_k is None or b.d_v is None:
+        return None
+    return kv_elements_per_token(b.num_kv_heads, b.d_k, b.d_v)
+
+
+@dataclass(frozen=True)
+class LayerBytes:
+    """One attention layer in bytes (the calc side): weights and its KV cache."""
+
+    dtype: str
+    itemsize: int
+    weight_bytes: int
+    kv_heads: int
+    kv_bytes_per_token: int
+    context: int | None
+    kv_bytes: int | None  # at ``context`` tokens, one sequence
+
+
+def layer_bytes(params: int, kv_heads: int, d_k: int, d_v: int, dtype: str, context: int | None) -> LayerBytes:
+    """Bytes of a layer with ``params`` parameters stored in ``dtype`` and its cache at ``context``.
+    ValueError for a dtype without whole bytes per element."""
+    name = check_kv_dtype(dtype)
+    size = _itemsize(name) or 0
+    per_token = kv_elements_per_token(kv_heads, d_k, d_v) * size
+    weight = dtypes.nbytes(name, params) or 0
+    return LayerBytes(name, size, weight, kv_heads, per_token, context,
+                      None if context is None else per_token * context)
+
+
+KV_FIELD = "kv_cache_bytes_per_token"  # the Evidence field that says where a block's cache figure came from
+
+
+def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | None
+                 ) -> tuple[int | None, str | None, str, CacheStatus]:
+    """(bytes per token, dtype, text, status) for one block: with bytes, the text is the figure's
+    evidence; without (it does not cache, or something is unknown), the reason."""
+    if d is None:
+        return None, None, "nothing in the source says whether this block decodes autoregressively", \
+            CacheStatus.UNKNOWN
+    if d.caches is False:
+        return None, None, d.reason, CacheStatus.NONE
+    if d.caches is None:
+        return None, None, d.reason, CacheStatus.UNKNOWN
+    status = CacheStatus.IF_DECODED if d.if_decoded else CacheStatus.CACHES
+    dtype = dtypes.canonical(kv_dtype) if kv_dtype else d.dtype
+    size = _itemsize(dtype)
+    elements = _elements_per_token(b)
+    if elements is None or size is None:  # cache_reason says which (--kv-dtype can size the second)
+        return None, dtype, d.reason, status
+    how = "--kv-dtype" if kv_dtype else d.dtype_source
+    return elements * size, dtype, _cache_detail(b, size, dtype, how, d.reason, d.window, d.window_source), status
+
+
+def _cache_detail(b: AttentionBlock, size: int, dtype: str | None, how: str, why: str, window: int | None,
+                  window_source: str) -> str:
+    """The evidence text of a block's bytes-per-token figure."""
+    per = "per encoder token, cached once per input" if b.kind == "cross" else "per token"
+    detail = f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {size} bytes ({dtype}, {how}) {per}; {why}"
+    if window is not None and b.kind != "cross":
+        detail += f"; sliding window {window} ({window_source}): keeps at most {window - 1} past tokens"
+    return detail
+
+
+def _held_tokens(context: int, window: int | None) -> int:
+    return context if window is None else min(context, max(window - 1, 0))
+
+
+def self_cache_bytes(blocks: Sequence[AttentionBlock], context: int, batch: int = 1) -> int:
+    """Bytes the self-attention caches of ``blocks`` hold after ``context`` tokens for ``batch``
+    sequences: each caching block's bytes per token, times its applications (a shared layer keeps
+    one cache per application), times the tokens it holds (a sliding layer at most window - 1).
+    The one rule for KVCache.total_bytes and for every figure drawn from it."""
+    return batch * sum((b.kv_cache_bytes_per_token or 0) * b.applications * _held_tokens(context, b.sliding_window)
+                       for b in blocks if b.kind != "cross" and b.kv_cache_bytes_per_token is not None)
+
+
+def cache_reason(b: AttentionBlock) -> str | None:
+    """Why ``b`` has no bytes-per-token figure, in words (None when it has one, or before the size
+    pass): the status says whether it caches; for a block that caches, what keeps it from a size."""
+    if b.kv_cache_bytes_per_token is not None or b.kv_cache_status is None:
+        return None
+    why = b.kv_cache_reason or ""
+    if not b.kv_cache_status.caches:
+        return why
+    if _elements_per_token(b) is None:
+        return f"caches during decoding, but its K/V heads or d_k/d_v are unknown; {why}"
+    return f"caches during decoding, but the cache dtype ({b.kv_cache_dtype or 'unknown'}) has no size; " \
+           f"give --kv-dtype; {why}"
+
+
+def cache_bytes_at_context(kv: KVCache | None) -> int | None:
+    """What the cache holds at the report's context: total_bytes, 0 when nothing caches (an
+    encoder), None when unknown or no context was given."""
+    if kv is None:
+        return None
+    if kv.total_bytes is not None:
+        return kv.total_bytes
+    if kv.context is not None and kv.status is CacheStatus.NONE:
+        return 0
+    return None
+
+
+def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses: Sequence[Miss] = ()) -> KVCache:
+    unsized = [m for m in misses if m.caches]
+    if unsized:
+        names = ", ".join(m.anchor for m in unsized[:3]) + (f" and {len(unsized) - 3} more" if len(unsized) > 3 else "")
+        return KVCache(None, None, options.context, options.batch, None, None,
+                       reason=f"{len(unsized)} attention module(s) that cache K/V during decoding are not blocks "
+                              f"({names}): {unsized[0].reason}", status=CacheStatus.UNKNOWN)
+    self_blocks = [b for b in blocks if b.kind != "cross"]
+    cross_blocks = [b for b in blocks if b.kind == "cross"]
+    caching = [b for b in self_blocks if b.kv_cache_bytes_per_token is not None]
+    # Blocks whose cache cannot be told, or caches without a size.
+    unknown = [b for b in blocks if b.kv_cache_status is CacheStatus.UNKNOWN
+               or (b.kv_cache_status is not None and b.kv_cache_status.caches and b.kv_cache_bytes_per_token is None)]
+    dtype_set = {b.kv_cache_dtype for b in blocks if b.kv_cache_bytes_per_token is not None and b.kv_cache_dtype}
+    dtype = dtype_set.pop() if len(dtype_set) == 1 else ("mixed" if dtype_set else None)
+    cross = [b for b in cross_blocks if b.kv_cache_bytes_per_token is not None]
+    # A module applied N times (shared layers) caches once per application.
+    per_encoder = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in cross) if cross else None
+    if unknown:
+        names = ", ".join(b.name for b in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        return KVCache(None, dtype, options.context, options.batch, None, None,
+                       reason=f"unknown for {len(unknown)} block(s) ({names}): {cache_reason(unknown[0])}",
+                       status=CacheStatus.UNKNOWN)
+    if not caching:
+        why = next((r for b in blocks if (r := cache_reason(b))), None) or "the model has no attention blocks"
+        return KVCache(None, None, options.context, options.batch, None, per_encoder, reason=why,
+                       status=CacheStatus.NONE)
+    per_token = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in caching)
+    total = None
+    reason = None
+    if options.context is not None:
+        total = self_cache_bytes(caching, options.context, options.batch)
+        if per_encoder:
+            reason = ("total_bytes covers the decoder's self-attention at the context; cross-attention adds "
+                      "bytes_per_encoder_token per encoder token per sequence")
+    status = CacheStatus.CACHES
+    if all(b.kv_cache_status is CacheStatus.IF_DECODED for b in caching):
+        reason = f"{IF_DECODED}; {reason}" if reason else IF_DECODED
+        status = CacheStatus.IF_DECODED
+    return KVCache(per_token, dtype, options.context, options.batch, total, per_encoder, reason=reason, status=status)
+
+
+def _figure_fields(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str) -> dict[str, Any]:
+    """The fields of ``b`` caching ``per_token`` bytes: the figure, its dtype, and its evidence
+    (replacing an older one)."""
+    evidence = tuple(e for e in b.evidence if e.field != KV_FIELD) + (Evidence(KV_FIELD, per_token, source, detail),)
+    return {"kv_cache_bytes_per_token": per_token, "kv_cache_reason": None, "kv_cache_dtype": dtype,
+            "evidence": evidence}
+
+
+def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str,
+                 status: CacheStatus) -> AttentionBlock:
+    """``b`` caching ``per_token`` bytes (``_figure_fields``)."""
+    return dataclasses.replace(b, kv_cache_status=status, **_figure_fields(b, per_token, dtype, detail, source))
+
+
+def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDecoding], options: SizeOptions,
+                weight_bytes: Mapping[str, int], also: Sequence[Mapping[str, Any]] = ()) -> tuple[AttentionBlock, ...]:
+    """``blocks`` with their weight bytes and KV-cache fields (and ``also``: more fields per block,
+    set in the same copy), one copy per block."""
+    out = []
+    for i, b in enumerate(blocks):
+        more = also[i] if also else {}
+        d = decoding.get(b.name)
+        per_token, dtype, text, status = _block_cache(b, d, options.kv_dtype)
+        window = d.window if d is not None and d.caches and b.kind != "cross" else None
+        if per_token is not None and d is not None:
+            out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
+                                           kv_cache_status=status,
+                                           **_figure_fields(b, per_token, dtype, text, d.source), **more))
+        else:
+            out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
+                                           kv_cache_bytes_per_token=None, kv_cache_reason=text,
+                                           kv_cache_dtype=dtype if status.caches else None, kv_cache_status=status,
+                                           **more))
+    return tuple(out)
+
+
+def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOptions | None = None,
+          also: Sequence[Mapping[str, Any]] = (), misses: Sequence[Miss] = ()
+          ) -> tuple[tuple[AttentionBlock, ...], dict[str, Any], tuple[str, ...]]:
+    """Blocks with their size fields, the ModelSummary size fields, and warnings. ``also``: other
+    fields of each block (by position) that the caller sets, in the same copy; ``misses``: the
+    near misses (one that caches makes the model's cache unknown)."""
+    options = options or SizeOptions()
+    weights = weight_sizes(inputs.tensors, blocks, inputs.block_tensors)
+    decoding = {d.block: d for d in inputs.decoding}
+    sized = _with_cache(blocks, decoding, options, weights.per_block, also)
+    warnings: list[str] = []
+    if weights.unsized:
+        shown = ", ".join(f"'{n}'" for n in weights.unsized[:5])
+        warnings.append(f"tensors of a type without a size ({len(weights.unsized)}): {shown}; not in weight_bytes")
+    summary: dict[str, Any] = {
+        "weight_bytes": weights.total if inputs.tensors else None,
+        "weight_bytes_by_dtype": weights.by_dtype,
+        "weight_bytes_overhead": weights.overhead if inputs.tensors else None,
+        "kv_cache": _model_cache(sized, options, misses),
+    }
+    return sized, summary, tuple(warnings)
+
+
+def check_kv_dtype(name: str) -> str:
+    """The canonical name of a --kv-dtype value; ValueError for a type without whole bytes per element."""
+    if _itemsize(name) is None:
+        raise ValueError(f"'{name}' is not an element type with whole bytes per element "
+                         "(float32, float16, bfloat16, float8e4m3fn, int8, ...)")
+    return dtypes.canonical(name)
+
+
+def with_options(report: Report, options: SizeOptions) -> Report:
+    """``report`` with the KV cache at ``--context``/``--batch`` and, with ``--kv-dtype``, in that
+    dtype; the per-block figures are recomputed from the block's own fields."""
+    if options.context is None and options.batch == 1 and options.kv_dtype is None:
+        return report
+    blocks = report.blocks
+    if options.kv_dtype is not None:
+        name = check_kv_dtype(options.kv_dtype)
+        new_size = _itemsize(name) or 0
+        changed = []
+        for b in blocks:
+            elements = _elements_per_token(b)
+            status = b.kv_cache_status
+            if elements is None or status is None or not status.caches:
+                changed.append(b)
+                continue
+            if b.kv_cache_bytes_per_token is None:  # caches, in a dtype the source did not size
+                detail = _cache_detail(b, new_size, name, "--kv-dtype", b.kv_cache_reason or "", None, "")
+                source = "option"
+            else:
+                before = next((e for e in b.evidence if e.field == KV_FIELD), None)
+                detail = re.sub(r"× \d+ bytes \([^)]*\)", f"× {new_size} bytes ({name}, --kv-dtype)",
+                                before.detail if before is not None else "", count=1)
+                source = before.source if before is not None else "option"
+            changed.append(_with_figure(b, elements * new_size, name, detail, source, status))
+        blocks = tuple(changed)
+    model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options, report.misses))
+    return dataclasses.replace(report, blocks=blocks, model=model)

@@ -1,0 +1,112 @@
+"""Parameter counts of a found block under other head counts.
+
+Two readings of "change the number of heads": keep the total projection width (the standard
+PyTorch/MATLAB layout, d_k shrinks) or keep the per-head width d_k (Keras key_dim, T5 d_kv,
+Llama head_dim), where every projection grows with the head count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from mhainspect.results import AttentionBlock, Projection, WhatIf
+
+MAX_HEADS = 65_536  # a what-if head count above this is a typo, not a layer
+
+
+def check_head_counts(heads: Iterable[int], option: str = "--heads") -> None:
+    """The one check of user-given what-if head counts, for ``inspect`` and ``calc`` alike:
+    raises ValueError (one line) for 0, negatives and absurdly large numbers."""
+    for h in heads:
+        if h < 1:
+            raise ValueError(f"{option} {h}: a layer has at least 1 head")
+        if h > MAX_HEADS:
+            raise ValueError(f"{option} {h}: not a head count a layer can have (at most {MAX_HEADS:,})")
+
+
+def total_width_reason(block: AttentionBlock, heads: int) -> str | None:
+    """Why ``heads`` cannot split this block's projection width (None when it can)."""
+    h, d_k, d_v = block.num_heads, block.d_k, block.d_v
+    if h is None or d_k is None or d_v is None:
+        return "the block's head layout is unknown"
+    for what, width in (("query/key", h * d_k), ("value", h * d_v)):
+        if width % heads:
+            return f"the {what} width {width} is not divisible by {heads} heads"
+    return None
+
+
+_Roles = tuple[Projection | None, Projection | None, Projection | None, Projection | None]  # Q, K, V, O
+
+
+def _roles(block: AttentionBlock) -> _Roles:
+    """The first projection of each role (looked up once per block, not once per count)."""
+    found: dict[str, Projection] = {}
+    for p in block.projections:
+        found.setdefault(p.role, p)
+    return found.get("q"), found.get("k"), found.get("v"), found.get("o")
+
+
+def _linear(p: Projection | None, in_f: int | None, out_f: int | None) -> int:
+    if p is None or in_f is None or out_f is None:
+        return 0
+    return in_f * out_f + (out_f if p.bias_params else 0)
+
+
+def count_with_widths(block: AttentionBlock, wq: int, wk: int, wv: int, o_in: int) -> int | None:
+    """Projection params of this block with the given Q/K/V widths and O input width."""
+    return _count(_roles(block), wq, wk, wv, o_in)
+
+
+def _count(roles: _Roles, wq: int, wk: int, wv: int, o_in: int) -> int | None:
+    q, k, v, o = roles
+    if q is None or q.in_features is None:
+        return None
+    total = _linear(q, q.in_features, wq)
+    total += _linear(k, k.in_features if k else None, wk)
+    total += _linear(v, v.in_features if v else None, wv)
+    total += _linear(o, o_in, o.out_features if o else None)
+    return total
+
+
+def kv_heads_for(block: AttentionBlock, heads: int) -> int:
+    h, g = block.num_heads or 1, block.num_kv_heads or block.num_heads or 1
+    if g == h:
+        return heads
+    return max(1, round(g * heads / h))
+
+
+def what_if(block: AttentionBlock, heads: int) -> WhatIf | None:
+    return _what_if(block, _roles(block), heads)
+
+
+def _what_if(block: AttentionBlock, roles: _Roles, heads: int) -> WhatIf | None:
+    h, g, d_k, d_v = block.num_heads, block.num_kv_heads, block.d_k, block.d_v
+    if h is None or g is None or d_k is None or d_v is None:
+        return None
+    g2 = kv_heads_for(block, heads)
+    same_width = _count(roles, h * d_k, g * d_k, g * d_v, h * d_v)
+    per_head = _count(roles, heads * d_k, g2 * d_k, g2 * d_v, heads * d_v)
+    if same_width is None or per_head is None:
+        return None
+    if total_width_reason(block, heads) is not None:
+        same_width = None  # h·d_k cannot be split into that many equal heads
+    return WhatIf(num_heads=heads, total_width_fixed=same_width, head_dim_fixed=per_head)
+
+
+def standard_layout_count(block: AttentionBlock) -> int | None:
+    """Count if d_k were d_model / h (the layout PyTorch and most papers assume)."""
+    h, g, d_model = block.num_heads, block.num_kv_heads, block.d_model
+    if h is None or g is None or d_model is None or d_model % h:
+        return None
+    d = d_model // h
+    return count_with_widths(block, h * d, g * d, g * d, h * d)
+
+
+def default_what_ifs(block: AttentionBlock, extra: tuple[int, ...] = ()) -> tuple[WhatIf, ...]:
+    h = block.num_heads
+    if h is None:
+        return ()
+    candidates = sorted({x for x in (h // 2, h * 2, *extra) if x >= 1 and x != h})
+    roles = _roles(block)
+    out = [w for w in (_what_if(block, roles, x) for x in candidates) if w is not None]
+    return tuple(out)

@@ -1,0 +1,71 @@
+"""Checkpoint -> blocks: the front end for safetensors / PyTorch state dicts / Hugging Face folders.
+
+The loader (``mhainspect.frontends.checkpoint.reader``) reads names, shapes and the config; the name
+grouping and assembly (``mhainspect.matchers.static``) make the blocks, with head counts from
+the config table (``mhainspect.frontends.checkpoint.hf_config``); ``mhainspect.analysis.report`` makes the Report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mhainspect.frontends.checkpoint.hf_config import Tie, offers_from_config, producer_from_config
+from mhainspect.frontends.checkpoint.quantized import quantization_notes
+from mhainspect.frontends.checkpoint.reader import apply_ties, load_checkpoint_weights
+from mhainspect.frontends.result import SourceResult
+from mhainspect.frontends.size_inputs import config_causal, metas_size_inputs
+from mhainspect.ir.weights import HeadOffers, WeightMeta, count_weights, parameter_keys
+from mhainspect.matchers.static import blocks_from_weights
+from mhainspect.results import AttentionBlock, Miss, ModelFacts, ReportWarning, WarningCode
+
+
+def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,
+                      *, config_label: str = "config.json") -> tuple[list[AttentionBlock], list[Miss]]:
+    """Blocks (and near misses) from weight names and shapes, heads from ``config`` when there is one."""
+    if config is None:
+        return blocks_from_weights(weights, None)
+
+    def offers_for(block_name: str) -> list[HeadOffers]:
+        return [offers_from_config(config, block_name, label=config_label)]
+
+    return blocks_from_weights(weights, offers_for)
+
+
+def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
+    p = Path(path)
+    weights, config, fmt = load_checkpoint_weights(p)
+    weights, ties = apply_ties(weights, config)
+    warnings: list[ReportWarning] = []
+    if config is not None and not p.is_dir():
+        warnings.append(ReportWarning(f"heads read from {p.parent / 'config.json'} next to the checkpoint",
+                                      WarningCode.CONFIG_BESIDE))
+    if ties:
+        warnings.append(ReportWarning(tie_note(ties, weights), WarningCode.LOADER))
+    warnings.extend(ReportWarning(note, WarningCode.LOADER) for note in quantization_notes(weights))
+    producer = producer_from_config(config) if config is not None else ""
+    facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer)
+    blocks, misses = checkpoint_blocks(weights, config)
+    if config is not None:  # a latent-attention module of a decoder caches what no block sizes
+        misses = [dataclasses.replace(m, caches=config_causal(config, m.anchor)[0] is True) for m in misses]
+    size = metas_size_inputs(weights, blocks, config, parameter_keys(weights),
+                             label="config.json" if p.is_dir() else "config.json beside the checkpoint",
+                             no_config="checkpoint without config.json: nothing says whether the model decodes "
+                                       "autoregressively")
+    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings), size)
+
+
+_MAX_TIES_LISTED = 4
+
+
+def tie_note(ties: tuple[Tie, ...], weights: Mapping[str, WeightMeta]) -> str:
+    """The warning for stored copies of tied weights: which, what says so, what they count."""
+    shown = "; ".join(f"{t.copy} = {t.source} ({t.said})" for t in ties[:_MAX_TIES_LISTED])
+    if len(ties) > _MAX_TIES_LISTED:
+        shown += f"; and {len(ties) - _MAX_TIES_LISTED} more"
+    repeated = sum(weights[t.copy].numel for t in ties)
+    return (f"tied weights stored twice ({len(ties)}): {shown}; the config ties them, so their parameters count "
+            f"once ({repeated:,} not counted again); the bytes of both copies are stored")

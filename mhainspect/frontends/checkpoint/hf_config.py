@@ -1,0 +1,536 @@
+"""Head counts from a Hugging Face style config (config.json or ``PretrainedConfig.to_dict()``).
+
+Pure: a mapping in, ``HeadOffers`` out. Every alias and every rule lives in the tables below, each
+applied the way the architecture's own modelling code applies it:
+
+- query heads: ``num_attention_heads`` (most), ``n_head`` (GPT-2, Bloom, GPT-J, Falcon/RW),
+  ``num_heads`` (T5), ``n_heads`` (MPT), ``encoder_attention_heads`` / ``decoder_attention_heads``
+  (BART family), ``num_query_heads`` (OpenELM, one per layer), ``attention_heads`` (XGLM,
+  Kosmos-2, Mllama vision), ``num_encoder_attention_heads`` (ProphetNet) and the other names
+  transformers' ``attribute_map`` gives ``num_attention_heads``; then the rules of ``HEAD_RULES``
+  (ConvBERT's ``head_ratio``: that share of the heads is a convolution, the attention keeps
+  ``num_attention_heads // head_ratio``, at least one);
+- key/value heads, first rule that applies:
+  ChatGLM ``multi_query_attention`` -> ``multi_query_group_num``; Falcon / RW / GPTBigCode
+  ``multi_query: true`` -> 1 unless ``new_decoder_architecture`` (then ``num_kv_heads`` /
+  ``n_head_kv``, as FalconAttention does: a config may carry ``num_kv_heads == heads`` next to
+  ``multi_query: true``); MPT ``attn_config.attn_type == "multiquery_attention"`` -> 1;
+  DeciLM ``block_configs[i].attention.n_heads_in_group`` -> heads / group; then the explicit
+  keys ``num_key_value_heads``, ``num_kv_heads``, ``n_head_kv``, ``n_kv_heads``, ...;
+- head size: ``head_dim`` (Llama, Gemma, Qwen3), ``d_kv`` (T5), ``kv_channels`` (ChatGLM,
+  Megatron), ``attention_head_size``, ``d_head`` (Funnel, Transformer-XL); value head size ``v_head_dim``;
+- score scale, first rule of ``SCALE_RULES`` that applies: Granite ``attention_multiplier`` (the
+  factor itself), Gemma 2/3 ``query_pre_attn_scalar`` (scores scaled by its inverse square root);
+- applications, first rule of ``APPLICATION_RULES`` that applies: ALBERT's layer groups
+  (``num_hidden_layers`` runs of ``num_hidden_groups`` shared groups: a group runs
+  num_hidden_layers / num_hidden_groups times);
+- per-layer lists (OpenELM) are indexed by the block's layer number; nested sub-configs
+  (``text_config``, ``vision_config``, ``qformer_config``, ``encoder``/``decoder``, ...) are chosen by the block's
+  name (``SUB_CONFIGS``); a block no name places, of a config without top-level heads, is the language model's.
+
+Where the config and the weight shapes disagree the assembler lets the shapes win and records
+the disagreement (``mhainspect.matchers.assembly``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mhainspect.ir.weights import HeadOffers
+from mhainspect.results import EvidenceSource
+
+HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
+              "num_attention_head", "num_query_heads", "attention_heads", "encoder_num_attention_heads",
+              "num_encoder_attention_heads")
+DECODER_HEADS_KEYS = ("decoder_attention_heads", "num_decoder_attention_heads", "decoder_num_heads",
+                      "decoder_num_attention_heads")
+KV_HEADS_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "kv_heads", "num_kv",
+                 "kv_n_heads", "num_attention_groups")
+HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "qk_head_dim", "d_head")
+V_HEAD_DIM_KEYS = ("v_head_dim",)
+HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim")
+
+
+@dataclass(frozen=True)
+class SubConfig:
+    """A nested config of a composite model: the keys that hold it, the words in a block's module
+    path that put the block there, and whether it is a tower run once per input (no KV cache)."""
+
+    keys: tuple[str, ...]
+    words: tuple[str, ...]
+    tower: bool
+    # Whether the weights it names are a model built on that config with its own tie rules (a
+    # language model, an encoder or decoder stack: transformers ties each sub-model by its own
+    # config, ``tied_copies``); the towers without word embeddings tie nothing.
+    ties: bool = False
+
+
+# In the order a block's name is matched: the Q-Former (``qformer.encoder.layer``) before the
+# encoder; a name matching none falls to the top level, and when the top level has no heads, to
+# the language model's sub-config: the stack a multimodal folder leaves unnamed (Qwen2-VL's
+# ``model.layers`` beside ``visual.blocks``).
+LANGUAGE_MODEL = SubConfig(("text_config", "llm_config", "language_config"), ("text", "language_model", "llm"),
+                           False, True)
+SUB_CONFIGS: tuple[SubConfig, ...] = (
+    SubConfig(("vision_config",), ("vision", "visual"), True),
+    SubConfig(("qformer_config",), ("qformer",), True),
+    LANGUAGE_MODEL,
+    SubConfig(("audio_config",), ("audio",), True),
+    SubConfig(("encoder",), ("encoder",), True, True),
+    SubConfig(("decoder",), ("decoder",), False, True),
+)
+# Prefixes (as sub_config returns them) of the sub-configs of towers that run once per input.
+TOWER_PREFIXES = frozenset(f"{k}." for s in SUB_CONFIGS if s.tower for k in s.keys)
+# model_type values of decoder-only language models (transformers' causal LM families): a config
+# of one of these decodes autoregressively whatever class saved it (MistralModel, LlamaModel, ...).
+DECODER_ONLY_MODEL_TYPES = frozenset((
+    "bloom", "codegen", "cohere", "cohere2", "ctrl", "dbrx", "deepseek_v2", "deepseek_v3", "falcon", "gemma",
+    "gemma2", "gemma3_text", "glm", "glm4", "gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "gptj", "granite",
+    "granitemoe", "internlm2", "jamba", "jetmoe", "llama", "mistral", "mixtral", "mpt", "nemotron", "olmo",
+    "olmo2", "olmoe", "openai-gpt", "opt", "persimmon", "phi", "phi3", "phimoe", "qwen", "qwen2", "qwen2_moe",
+    "qwen3", "qwen3_moe", "recurrent_gemma", "rwkv", "stablelm", "starcoder2", "xglm", "exaone", "baichuan",
+    "chatglm", "smollm3", "hunyuan_v1_dense", "hunyuan_v1_moe", "ernie4_5", "ernie4_5_moe", "arcee", "apertus",
+    "seed_oss", "minimax", "gpt_oss", "bitnet", "helium", "zamba", "zamba2", "falcon_h1", "doge", "dots1",
+))
+
+
+def decoder_only_model_type(cfg: Mapping[str, Any]) -> str | None:
+    """The config's model_type when it names a decoder-only language model family, else None."""
+    kind = cfg.get("model_type")
+    return kind if isinstance(kind, str) and kind in DECODER_ONLY_MODEL_TYPES else None
+
+
+# Words in a block's name that put it in the decoder of an encoder-decoder config.
+_DECODER_WORDS = ("decoder", "encdecattention", "encoder_attn")
+_LAYER_NUMBER = re.compile(r"(?:^|[./])(\d+)(?:[./]|$)")
+
+
+@dataclass(frozen=True)
+class Found:
+    """One value read from a config, with the text that says where."""
+
+    value: int
+    said: str  # "num_kv_heads=4", "multi_query=true -> 1", ...
+
+
+def positive_int(v: Any) -> int | None:
+    """A config value that is a positive int (not a bool), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def _value(cfg: Mapping[str, Any], key: str, layer: int | None) -> Found | None:
+    """``cfg[key]`` as a positive int; a per-layer list is read at ``layer`` (or when all agree)."""
+    v = cfg.get(key)
+    if isinstance(v, list) and v and all(positive_int(x) for x in v):
+        if len(set(v)) == 1:
+            return Found(v[0], f"{key}={v[0]} (every layer)")
+        if layer is not None and 0 <= layer < len(v):
+            return Found(v[layer], f"{key}[{layer}]={v[layer]}")
+        return None
+    n = positive_int(v)
+    return Found(n, f"{key}={n}") if n is not None else None
+
+
+def _first(cfg: Mapping[str, Any], keys: Sequence[str], layer: int | None) -> Found | None:
+    for k in keys:
+        found = _value(cfg, k, layer)
+        if found is not None:
+            return found
+    return None
+
+
+# ----------------------------------------------------------------------------- key/value heads
+# Each rule: (what it follows, function(config, query heads, layer) -> Found | None). The first
+# rule that returns a value decides; a rule returning None passes to the next.
+
+KvRule = Callable[[Mapping[str, Any], "int | None", "int | None"], "Found | None"]
+
+
+def _chatglm(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Found | None:
+    if cfg.get("multi_query_attention") is True:
+        groups = _value(cfg, "multi_query_group_num", layer)
+        if groups is not None:
+            return Found(groups.value, f"multi_query_attention=true, {groups.said}")
+    return None
+
+
+def _falcon_multi_query(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Found | None:
+    if cfg.get("multi_query") is True and cfg.get("new_decoder_architecture") is not True:
+        return Found(1, "multi_query=true -> 1")
+    return None
+
+
+def _mpt(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Found | None:
+    attn = cfg.get("attn_config")
+    if not isinstance(attn, Mapping):
+        return None
+    kind = attn.get("attn_type")
+    if kind == "multiquery_attention":
+        return Found(1, "attn_config.attn_type=multiquery_attention -> 1")
+    if kind == "grouped_query_attention":
+        kv = _value(attn, "kv_n_heads", layer)
+        return Found(kv.value, f"attn_config.{kv.said}") if kv is not None else None
+    return None
+
+
+def _decilm(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Found | None:
+    blocks = cfg.get("block_configs")
+    if heads is None or layer is None or not isinstance(blocks, list) or not 0 <= layer < len(blocks):
+        return None
+    attn = blocks[layer].get("attention") if isinstance(blocks[layer], Mapping) else None
+    group = positive_int(attn.get("n_heads_in_group")) if isinstance(attn, Mapping) else None
+    if group is None or heads % group:
+        return None
+    return Found(heads // group, f"block_configs[{layer}].attention.n_heads_in_group={group} -> {heads // group}")
+
+
+def _explicit(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Found | None:
+    return _first(cfg, KV_HEADS_KEYS, layer)
+
+
+KV_RULES: tuple[tuple[str, KvRule], ...] = (
+    ("ChatGLM: multi_query_attention uses multi_query_group_num K/V heads", _chatglm),
+    ("Falcon, RW, GPTBigCode: multi_query means one K/V head unless new_decoder_architecture", _falcon_multi_query),
+    ("MPT: attn_config.attn_type", _mpt),
+    ("DeciLM: heads / n_heads_in_group per layer", _decilm),
+    ("explicit key/value head count", _explicit),
+)
+
+
+# ----------------------------------------------------------------------------- query heads
+# Each rule: (what it follows, function(config, heads the keys name) -> Found | None): the heads
+# the attention computes with when the config keeps the named count for something wider. The
+# first rule that returns a value decides.
+
+HeadRule = Callable[[Mapping[str, Any], Found], "Found | None"]
+
+
+def _convbert_head_ratio(cfg: Mapping[str, Any], heads: Found) -> Found | None:
+    ratio = positive_int(cfg.get("head_ratio"))
+    if ratio is None or ratio == 1:
+        return None
+    kept = max(1, heads.value // ratio)
+    return Found(kept, f"{heads.said} // head_ratio={ratio} -> {kept}")
+
+
+HEAD_RULES: tuple[tuple[str, HeadRule], ...] = (
+    ("ConvBERT: head_ratio of the heads are convolution heads (ConvBertSelfAttention)", _convbert_head_ratio),
+)
+
+
+# ----------------------------------------------------------------------------- score scale
+# Each rule: (what it follows, function(config) -> (scale, what the config says) | None).
+
+ScaleRule = Callable[[Mapping[str, Any]], "tuple[float, str] | None"]
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def _attention_multiplier(cfg: Mapping[str, Any]) -> tuple[float, str] | None:
+    m = _number(cfg.get("attention_multiplier"))
+    return (m, f"attention_multiplier={m:g}") if m is not None else None
+
+
+def _query_pre_attn_scalar(cfg: Mapping[str, Any]) -> tuple[float, str] | None:
+    q = _number(cfg.get("query_pre_attn_scalar"))
+    return (q ** -0.5, f"query_pre_attn_scalar={q:g} -> scale {q ** -0.5:.6g}") if q is not None else None
+
+
+SCALE_RULES: tuple[tuple[str, ScaleRule], ...] = (
+    ("Granite: attention_multiplier is the score scale (GraniteAttention.scaling)", _attention_multiplier),
+    ("Gemma 2/3: scores scaled by query_pre_attn_scalar ** -0.5", _query_pre_attn_scalar),
+)
+
+
+# ----------------------------------------------------------------------------- applications
+# Each rule: (what it follows, function(config, block name) -> Found | None): how many times one
+# run applies the block's weights, when the config shares a layer between depths. The first rule
+# that returns a value decides; without one, a block runs once.
+
+ApplicationRule = Callable[[Mapping[str, Any], str], "Found | None"]
+_ALBERT_GROUP = re.compile(r"(?:^|\.)albert_layer_groups\.(\d+)\.")
+
+
+def _albert_groups(cfg: Mapping[str, Any], block_name: str) -> Found | None:
+    layers, groups = positive_int(cfg.get("num_hidden_layers")), positive_int(cfg.get("num_hidden_groups"))
+    found = _ALBERT_GROUP.search(block_name)
+    if layers is None or groups is None or found is None:
+        return None
+    group = int(found.group(1))
+    # AlbertTransformer: layer i runs group int(i / (layers / groups)), every layer of the group once.
+    runs = sum(1 for i in range(layers) if i * groups // layers == group)
+    return Found(runs, f"num_hidden_layers={layers}, num_hidden_groups={groups} -> layer group {group} runs "
+                       f"{runs} times") if runs else None
+
+
+APPLICATION_RULES: tuple[tuple[str, ApplicationRule], ...] = (
+    ("ALBERT: num_hidden_layers layers run num_hidden_groups shared layer groups in turn", _albert_groups),
+)
+
+
+# ----------------------------------------------------------------------------- tied weights
+# What a config declares about weights two module paths share (transformers ties them at load:
+# ``PreTrainedModel.tie_weights``). A checkpoint may store a tied weight under both names (older
+# transformers wrote both; sharded ``.bin`` files hold a copy in each shard): the stored copy is
+# the same parameter, counted once. Three declarations:
+# - ``tie_word_embeddings`` (read as the config says it; when absent, the architecture's default:
+#   the config classes of transformers 5 whose ``tie_word_embeddings`` defaults to true are
+#   ``TIE_WORD_EMBEDDINGS_BY_DEFAULT``; any other model_type ties nothing it does not say): the
+#   output head (``lm_head``, ``cls.predictions.decoder``, ``embed_out``, ...) is the input word
+#   embedding, and a prediction head's bias (``cls.predictions.decoder.bias``) its parent's
+#   (``cls.predictions.bias``). T5's own config class forces the key to true and keeps what the file said for its
+#   output scaling: the key as written decides here, as it decided in transformers 4.
+# - an encoder-decoder config (``is_encoder_decoder``) builds its stacks on the ``shared``
+#   embedding: ``encoder.embed_tokens`` and ``decoder.embed_tokens`` are it (unless
+#   ``share_encoder_decoder_embeddings`` is false, as some Marian models say).
+# - ``tie_encoder_decoder`` (transformers 4, an encoder-decoder config): every decoder weight
+#   whose module path is the encoder's (``decoder.X`` or, under ``EncoderDecoderModel``,
+#   ``decoder.<base model>.X`` for ``encoder.X``) is the encoder's.
+# A tie joins tensors of one shape only; a head ties to the input embedding nearest it in the
+# module tree (the longest common path), never to one of several equally near.
+# A nested config that builds a sub-model (``SubConfig.ties``: an encoder-decoder's ``encoder`` /
+# ``decoder``, a multimodal ``text_config``) ties that sub-model's weights, the ones below the
+# module path its words name, by these same rules (transformers ties each sub-model by its own
+# config): BERT2BERT's decoder head by ``decoder.tie_word_embeddings``.
+
+TIE_WORD_EMBEDDINGS_BY_DEFAULT = frozenset((
+    "albert", "aya_vision", "bart", "bert", "bert-generation", "big_bird", "bigbird_pegasus", "biogpt",
+    "blenderbot", "blenderbot-small", "blip", "blip_text_model", "bloom", "camembert", "canary", "cohere",
+    "cohere2", "cohere2_moe", "cohere2_vision", "cohere_compass_text", "convbert", "cpmant", "csm", "ctrl",
+    "d_fine", "dab-detr", "data2vec-text", "deberta", "deberta-v2", "deepseek_vl", "deepseek_vl_hybrid",
+    "deformable_detr", "deimv2", "diffusion_gemma", "diffusion_gemma_text", "distilbert", "electra", "ernie",
+    "ernie4_5", "ernie4_5_moe", "ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "esm", "falcon", "falcon_mamba",
+    "flaubert", "flava", "florence2", "fnet", "fun_asr_nano", "funnel", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text", "gemma4_unified",
+    "gemma4_unified_assistant", "gemma4_unified_text", "glmasr", "got_ocr2", "gpt-sw3", "gpt2", "gpt_bigcode",
+    "gpt_neo", "gpt_neox_japanese", "granite_docling", "granite_docling_text", "granite_speech",
+    "granite_speech5_ctc", "granite_speech_plus", "granite_swa", "grounding-dino", "gte", "hunyuan_vl",
+    "hunyuan_vl_text", "hyperclovax_vision_v2", "ibert", "internvl", "janus", "jetmoe", "jina_embeddings_v3",
+    "kimi_k25", "kosmos-2", "kosmos-2.5", "kosmos_2_5_text_model", "kosmos_2_text_model", "lara_mini", "layoutlm",
+    "led", "lfm2", "lfm2_moe", "lfm2_vl", "lfm3", "lfm3_vl", "lighton_ocr", "longformer", "longt5", "luke",
+    "lxmert", "m2m_100", "mamba", "marian", "mbart", "megatron-bert", "mimi", "mimi_decoder", "mimi_encoder",
+    "minicpm3", "minicpm_ocr", "mistral3", "mm-grounding-dino", "mobilebert", "modernbert", "modernbert-decoder",
+    "moonshine", "moss_transcribe_diarize", "mpnet", "mpt", "mra", "mt5", "mvp", "neomme", "nllb-moe",
+    "nomic_bert", "nystromformer", "openai-gpt", "opt", "ovis2", "paddleocr_vl", "paddleocr_vl_text", "paligemma",
+    "pe_audio_video", "pegasus", "pegasus_x", "plbart", "pop2piano", "pp_chart2table", "pp_doclayout_v3",
+    "pp_doclayout_v4", "prophetnet", "qwen2_5_omni_text", "qwen3_asr", "qwen3_vl_moe_text", "recurrent_gemma",
+    "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "rt_detr_v2", "sam", "sam_hq", "seamless_m4t",
+    "seamless_m4t_v2", "shieldgemma2", "smollm3", "speech_to_text", "speecht5", "squeezebert", "starcoder2",
+    "switch_transformers", "t5", "t5_gemma_module", "t5gemma", "t5gemma2", "t5gemma2_decoder", "t5gemma2_encoder",
+    "t5gemma2_text", "tapas", "trocr", "udop", "umt5", "vaultgemma", "vilt", "visual_bert", "voxtral_realtime",
+    "whisper", "xglm", "xlm", "xlm-roberta", "xlm-roberta-xl", "xlnet", "xmod", "yoso", "youtu", "zamba",
+    "zamba2", "zaya",
+))
+# Module paths (their last components) of output heads transformers ties to the word embedding.
+OUTPUT_EMBEDDING_PATHS = ("lm_head", "lm_head.decoder", "lm_head.out_proj", "predictions.decoder", "embed_out",
+                          "output_projection", "proj_out", "generator_lm_head", "vocab_projector", "pred_layer.proj",
+                          "lm_loss", "mlm_score.decoder", "head.decoder", "head", "output", "decoder")
+# Last module path component of an input word embedding.
+INPUT_EMBEDDING_NAMES = frozenset(("embed_tokens", "word_embeddings", "wte", "embed_in", "shared", "tok_embeddings",
+                                   "tokens_embed", "word_embedding", "w", "embeddings"))
+
+
+@dataclass(frozen=True)
+class Tie:
+    """A stored tensor (``copy``) that the config declares to be another (``source``)."""
+
+    copy: str
+    source: str
+    said: str  # what the config declares: "tie_word_embeddings=true", "gpt2 default tie_word_embeddings=true", ...
+
+
+def word_embeddings_tied(cfg: Mapping[str, Any]) -> str | None:
+    """What makes the config tie its output head to its input embedding, or None when it does not."""
+    for prefix, c in (("", cfg), *((f"{k}.", sub) for k in LANGUAGE_MODEL.keys
+                                   if isinstance(sub := cfg.get(k), Mapping))):
+        declared = c.get("tie_word_embeddings")
+        if isinstance(declared, bool):
+            return f"{prefix}tie_word_embeddings=true" if declared else None
+        kind = c.get("model_type")
+        if isinstance(kind, str) and kind in TIE_WORD_EMBEDDINGS_BY_DEFAULT:
+            return f"{prefix}tie_word_embeddings absent: {kind}'s default is true"
+        if kind is not None:  # a known type without the default, or an unknown one: no tie
+            return None
+    return None
+
+
+def _module(name: str) -> tuple[str, ...]:
+    return tuple(name.split(".")[:-1])
+
+
+def _nearest(head: str, sources: Sequence[str]) -> str | None:
+    """The source sharing the longest module path with ``head``; None when several are equally near."""
+    def shared(s: str) -> int:
+        n = 0
+        for a, b in zip(_module(head), _module(s)):
+            if a != b:
+                break
+            n += 1
+        return n
+    if not sources:
+        return None
+    best = max(shared(s) for s in sources)
+    nearest = [s for s in sources if shared(s) == best]
+    return nearest[0] if len(nearest) == 1 else None
+
+
+def tied_copies(cfg: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> tuple[Tie, ...]:
+    """The stored tensors (float parameters: ``shapes`` by name) that the config ties to another stored
+    tensor, each with the tensor it repeats (never a copy: chains end at the stored source)."""
+    source_of: dict[str, tuple[str, str]] = {}
+
+    def stored(name: str) -> str:
+        while name in source_of:
+            name = source_of[name][0]
+        return name
+
+    def tie(copy: str, source: str, said: str) -> None:
+        source = stored(source)
+        if copy != source and copy not in source_of and copy in shapes and shapes[copy] == shapes.get(source):
+            source_of[copy] = source, said
+
+    encdec = cfg.get("is_encoder_decoder") is True
+    if encdec and cfg.get("share_encoder_decoder_embeddings") is not False:
+        for name in shapes:
+            parts = name.split(".")
+            if parts[-2:] == ["embed_tokens", "weight"] and len(parts) >= 3 and parts[-3] in ("encoder", "decoder"):
+                shared = ".".join(parts[:-3] + ["shared", "weight"])
+                if shared in shapes:
+                    tie(name, shared, "is_encoder_decoder=true: the stacks embed with the shared embedding")
+    if encdec and cfg.get("tie_encoder_decoder") is True:
+        by_parts = {tuple(n.split(".")): n for n in shapes}
+        for comps, name in by_parts.items():
+            if "encoder" not in comps:
+                continue
+            i = comps.index("encoder")
+            head, rest = comps[:i] + ("decoder",), comps[i + 1:]
+            found = [n for p, n in by_parts.items() if p[:i + 1] == head and (p[i + 1:] == rest or (
+                len(p) == len(comps) + 1 and p[i + 2:] == rest))]
+            if len(found) == 1:
+                tie(found[0], name, "tie_encoder_decoder=true")
+    said = word_embeddings_tied(cfg)
+    if said is not None:
+        vocab = {v for c in (cfg, *(s for s in cfg.values() if isinstance(s, Mapping)))
+                 if (v := positive_int(c.get("vocab_size"))) is not None}
+        matrices = [n for n, s in shapes.items() if len(s) == 2 and n.endswith(".weight")
+                    and (not vocab or s[0] in vocab)]
+        inputs = [n for n in matrices if _module(n)[-1:] and _module(n)[-1] in INPUT_EMBEDDING_NAMES
+                  and n not in source_of]
+        for name in matrices:
+            path = ".".join(_module(name))
+            if name in inputs or not any(path == h or path.endswith("." + h) for h in OUTPUT_EMBEDDING_PATHS):
+                continue
+            source = _nearest(name, [s for s in inputs if shapes[s] == shapes[name]])
+            if source is not None:
+                tie(name, source, said)
+                # A prediction head's bias is its parent's (BERT's cls.predictions.decoder.bias is
+                # cls.predictions.bias), tied with the weight.
+                parent = _module(name)[:-1]
+                if parent:
+                    tie(f"{path}.bias", ".".join(parent + ("bias",)), said)
+    # Each sub-model ties its own weights by its own config (transformers ties every PreTrainedModel
+    # in the tree by its config: EncoderDecoderModel's decoder head by ``decoder.tie_word_embeddings``).
+    for prefix, (key, sub, sub_shapes) in _sub_models(cfg, shapes).items():
+        for t in tied_copies(sub, sub_shapes):
+            tie(prefix + t.copy, prefix + t.source, f"{key}.{t.said}")
+    return tuple(Tie(copy, stored(source), said) for copy, (source, said) in source_of.items())
+
+
+def _sub_models(cfg: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
+                ) -> dict[str, tuple[str, Mapping[str, Any], dict[str, tuple[int, ...]]]]:
+    """The weights of the sub-models a composite config builds from a nested config that ties
+    (``SubConfig.ties``), by module path prefix: the outermost path component naming a sub-config
+    the config holds (``SUB_CONFIGS`` words, in their order) puts a weight there, by the path below it;
+    a weight first named by a tower's words (``vision_tower.…encoder``) is the tower's, in none."""
+    out: dict[str, tuple[str, Mapping[str, Any], dict[str, tuple[int, ...]]]] = {}
+    for name, shape in shapes.items():
+        comps = name.split(".")[:-1]
+        for i, comp in enumerate(comps):
+            low = comp.lower()
+            found = next(((s, k) for s in SUB_CONFIGS if any(w in low for w in s.words)
+                          for k in s.keys if isinstance(cfg.get(k), Mapping)), None)
+            if found is None:
+                continue
+            s, key = found
+            if s.ties:
+                prefix = ".".join(comps[:i + 1]) + "."
+                out.setdefault(prefix, (key, cfg[key], {}))[2][name[len(prefix):]] = shape
+            break
+    return out
+
+
+# ----------------------------------------------------------------------------- lookup
+
+
+def _has_heads(cfg: Mapping[str, Any]) -> bool:
+    return _first(cfg, HEADS_KEYS + DECODER_HEADS_KEYS, None) is not None or any(
+        isinstance(cfg.get(k), list) for k in HEADS_KEYS)
+
+
+def sub_config(cfg: Mapping[str, Any], block_name: str) -> tuple[str, Mapping[str, Any]]:
+    """The nested config that describes the block (by words in its name), or the top level."""
+    low = block_name.lower()
+    for s in SUB_CONFIGS:
+        if any(w in low for w in s.words):
+            for k in s.keys:
+                sub = cfg.get(k)
+                if isinstance(sub, Mapping) and _has_heads(sub):
+                    return f"{k}.", sub
+    if not _has_heads(cfg):
+        for s in sorted(SUB_CONFIGS, key=lambda s: s.tower):  # the language model first
+            for k in s.keys:
+                sub = cfg.get(k)
+                if isinstance(sub, Mapping) and _has_heads(sub):
+                    return f"{k}.", sub
+    return "", cfg
+
+
+def layer_number(block_name: str) -> int | None:
+    """The first all-digit component of a block's module path (``model.layers.3.self_attn`` -> 3)."""
+    m = _LAYER_NUMBER.search(block_name)
+    return int(m.group(1)) if m else None
+
+
+def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = "config",
+                       source: EvidenceSource = EvidenceSource.CONFIG) -> HeadOffers:
+    """What the config says about the block named ``block_name``."""
+    prefix, c = sub_config(cfg, block_name)
+    layer = layer_number(block_name)
+    decoder = any(w in block_name.lower() for w in _DECODER_WORDS)
+    heads = (_first(c, DECODER_HEADS_KEYS, layer) if decoder else None) or _first(c, HEADS_KEYS, layer)
+    if heads is not None:
+        heads = next((found for _, rule in HEAD_RULES if (found := rule(c, heads)) is not None), heads)
+    h = heads.value if heads is not None else None
+    kv = next((found for _, rule in KV_RULES if (found := rule(c, h, layer)) is not None), None)
+    hd = _first(c, HEAD_DIM_KEYS, layer)
+    vhd = _first(c, V_HEAD_DIM_KEYS, layer)
+    scale = next((said for _, rule in SCALE_RULES if (said := rule(c)) is not None), None)
+    runs = next((found for _, rule in APPLICATION_RULES if (found := rule(c, block_name)) is not None), None)
+    parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd, runs) if f is not None]
+    if scale is not None:
+        parts.append(f"{prefix}{scale[1]}")
+    return HeadOffers(
+        num_heads=h,
+        num_kv_heads=kv.value if kv else None,
+        head_dim=hd.value if hd else None,
+        v_head_dim=vhd.value if vhd else None,
+        source=source,
+        detail=f"{label} " + ", ".join(parts) if parts else label,
+        scale=scale[0] if scale is not None else None,
+        applications=runs.value if runs is not None else None,
+    )
+
+
+def producer_from_config(cfg: Mapping[str, Any]) -> str:
+    arch = cfg.get("architectures")
+    name = arch[0] if isinstance(arch, list) and arch and isinstance(arch[0], str) else cfg.get("model_type", "")
+    version = cfg.get("transformers_version")
+    out = str(name or "")
+    if isinstance(version, str):
+        out = f"{out} (transformers {version})".strip()
+    return out

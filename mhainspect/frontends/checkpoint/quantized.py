@@ -1,0 +1,376 @@
+"""Quantized Linear layers in checkpoints: the logical weight a packed tensor encodes, and which
+tensors beside it are quantization data.
+
+One table (``LAYOUTS``) of how the toolchains store a quantized Linear, each row keyed by the
+evidence in the file (the weight's leaf name and dtype, the siblings that mark the layout, the
+shapes) and by the config's ``quantization_config.quant_method``:
+
+- GPTQ (AutoGPTQ, GPTQModel, optimum): ``qweight`` int32 [in·bits/32, out], values of consecutive
+  in-features packed in one word; ``qzeros``, ``scales`` [groups, out], ``g_idx`` [in];
+- AWQ GEMM (AutoAWQ): ``qweight`` int32 [in, out·bits/32], packed along out-features; ``qzeros``,
+  ``scales`` [groups, out];
+- compressed-tensors ``pack-quantized``: ``weight_packed`` [out, in·bits/word] with
+  ``weight_shape`` (the logical [out, in], stored as a tensor), ``weight_scale``, ``weight_zero_point``;
+- bitsandbytes 4-bit: ``weight`` [out·in/2, 1] flattened, the logical shape in the JSON quant
+  state ``weight.quant_state.bitsandbytes__nf4`` (stored as uint8 bytes), ``weight.absmax``, ...;
+- one stored value per weight with scales beside it: bitsandbytes LLM.int8 (int8 + ``SCB``),
+  compressed-tensors int8 / fp8 (``weight_scale``), block fp8 (``weight_scale_inv``);
+- MLX (mlx-lm): ``weight`` uint32 [out, in·bits/32], ``scales`` / ``biases`` [out, in/group_size],
+  bits and group size in the config's ``quantization`` (per-module entries override them);
+- AWQ GEMV (AutoAWQ ``version: gemv``): ``qweight`` int32 [out, in·bits/32], packed along
+  in-features, ``scales`` / ``qzeros`` one row per output;
+- EXL2 (ExLlamaV2): ``q_weight`` int32 [in·bits/32, out] with bits mixed per group of rows,
+  ``q_invperm`` / ``q_perm`` [in], ``q_scale``, ``q_scale_max``, ``q_groups``.
+
+A packed weight's logical shape comes from its stored shape and the bits, the bits from the
+shapes where they tell (``g_idx`` gives GPTQ's in-features, ``q_invperm`` EXL2's, ``scales`` AWQ's
+out-features and, times the group size, MLX's in-features, ``qzeros`` both, ``weight_shape`` and
+the quant state the whole shape), else from the config.
+Where the config and the shapes disagree (the quant method, the bits), the shapes win and the
+disagreement is recorded on the weight (``Quantized.conflict``). Pure: metadata and a few small
+integer tensors' values in (``VALUE_LEAVES``), WeightMetas out.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from mhainspect.frontends.checkpoint.hf_config import positive_int
+from mhainspect.ir.dtypes import lookup
+from mhainspect.ir.weights import Quantized, QuantRole, WeightMeta
+
+
+class Pack(str, Enum):
+    """How the stored tensor holds a Linear's [out, in] values."""
+
+    NONE = "none"  # one stored element per value, [out, in]
+    IN_ROWS = "in_rows"  # [in·bits/word, out]: consecutive in-features in one word (GPTQ)
+    OUT_COLS = "out_cols"  # [in, out·bits/word]: consecutive out-features in one word (AWQ GEMM)
+    IN_COLS = "in_cols"  # [out, in·bits/word]: rows of the Linear, packed along in (compressed-tensors)
+    FLAT = "flat"  # [out·in·bits/word, 1]: the whole matrix flattened (bitsandbytes 4-bit)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way a toolchain stores a quantized Linear."""
+
+    method: str  # the name reports use
+    quant_methods: frozenset[str]  # config quant_method values that write it
+    leaf: str  # the weight tensor's leaf under the module
+    dtypes: frozenset[str] | None  # stored dtypes it uses (None: any; bitsandbytes' quant_storage)
+    marks: tuple[str, ...]  # siblings (leaves under the module) of which one must be there
+    pack: Pack
+    aux: tuple[str, ...]  # siblings that are quantization data (a trailing "." : every leaf under it)
+    what: str  # how the values sit, for the provenance text
+    in_features: tuple[str, ...] = ()  # 1-D siblings as long as the in-features (GPTQ g_idx, EXL2 q_invperm)
+    group_scales: str = ""  # sibling [out, in/group_size]: its columns times the group size are the in-features
+    mixed_bits: bool = False  # the bits vary by group of rows (EXL2): an average, not one width
+
+
+_FP8 = frozenset({"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz"})
+_CT_AUX = ("weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx", "weight_global_scale",
+           "input_global_scale", "input_scale", "input_zero_point", "output_scale")
+_BNB4_AUX = ("weight.absmax", "weight.quant_map", "weight.nested_absmax", "weight.nested_quant_map",
+             "weight.quant_state.")
+
+LAYOUTS: tuple[Layout, ...] = (
+    Layout("gptq", frozenset({"gptq"}), "qweight", frozenset({"int32"}), ("g_idx", "scales", "qzeros"),
+           Pack.IN_ROWS, ("qzeros", "scales", "g_idx"), "packed along in-features", in_features=("g_idx",)),
+    Layout("awq", frozenset({"awq"}), "qweight", frozenset({"int32"}), ("scales", "qzeros"),
+           Pack.OUT_COLS, ("qzeros", "scales"), "packed along out-features"),
+    Layout("awq-gemv", frozenset({"awq"}), "qweight", frozenset({"int32"}), ("scales", "qzeros"),
+           Pack.IN_COLS, ("qzeros", "scales"), "packed along in-features, rows of the Linear"),
+    Layout("exl2", frozenset({"exl2"}), "q_weight", frozenset({"int32"}), ("q_invperm", "q_perm", "q_scale"),
+           Pack.IN_ROWS, ("q_invperm", "q_perm", "q_scale", "q_scale_max", "q_groups", "q_group_map"),
+           "packed along in-features, bits mixed per group", in_features=("q_invperm", "q_perm"), mixed_bits=True),
+    Layout("mlx", frozenset({"mlx"}), "weight", frozenset({"uint32"}), ("scales",), Pack.IN_COLS,
+           ("scales", "biases"), "packed along in-features, rows of the Linear", group_scales="scales"),
+    Layout("compressed-tensors", frozenset({"compressed-tensors"}), "weight_packed", frozenset({"int32", "uint8"}),
+           ("weight_shape", "weight_scale"), Pack.IN_COLS, _CT_AUX, "packed along in-features, rows of the Linear"),
+    Layout("bitsandbytes-4bit", frozenset({"bitsandbytes"}), "weight", None,
+           ("weight.quant_state.bitsandbytes__nf4", "weight.quant_state.bitsandbytes__fp4", "weight.quant_map"),
+           Pack.FLAT, _BNB4_AUX, "flattened, 2 values per byte"),
+    Layout("bitsandbytes-8bit", frozenset({"bitsandbytes"}), "weight", frozenset({"int8"}), ("SCB",),
+           Pack.NONE, ("SCB", "weight_format"), "one int8 per value"),
+    Layout("fp8-block", frozenset({"fp8", "compressed-tensors"}), "weight", _FP8 | {"int8"}, ("weight_scale_inv",),
+           Pack.NONE, ("weight_scale_inv", "input_scale"), "one value per element, block scales"),
+    Layout("scaled", frozenset({"compressed-tensors", "fp8", "fbgemm_fp8", "quark", "modelopt"}), "weight",
+           _FP8 | {"int8", "uint8"}, ("weight_scale",), Pack.NONE, _CT_AUX, "one value per element, with scales"),
+)
+# Small integer tensors whose values say a logical shape: the loader reads these (bounded).
+VALUE_LEAVES = ("weight_shape", "weight.quant_state.bitsandbytes__nf4", "weight.quant_state.bitsandbytes__fp4")
+MAX_VALUE_BYTES = 64 * 1024
+
+
+def wants_values(name: str) -> bool:
+    """Whether the loader should read this tensor's values (a stored logical shape or quant state)."""
+    return name.endswith(VALUE_LEAVES)
+
+
+@dataclass(frozen=True)
+class _ConfigFacts:
+    """What the config states about the quantization: the method, the bits and group size, and
+    per-module entries that override them (MLX's ``quantization["model.layers.0.mlp.down_proj"]``)."""
+
+    method: str = ""
+    bits: int | None = None
+    group_size: int | None = None
+    per_module: Mapping[str, Mapping[str, Any]] | None = None
+
+    def _entry(self, module: str) -> Mapping[str, Any] | None:
+        return self.per_module.get(module) if self.per_module is not None else None
+
+    def bits_for(self, module: str) -> int | None:
+        entry = self._entry(module)
+        return positive_int(entry.get("bits")) if entry is not None else self.bits
+
+    def group_for(self, module: str) -> int | None:
+        entry = self._entry(module)
+        return positive_int(entry.get("group_size")) if entry is not None else self.group_size
+
+
+def _config_facts(config: Mapping[str, Any] | None) -> _ConfigFacts:
+    """What the config's ``quantization_config`` (else MLX's ``quantization``) states; empty when nothing."""
+    qc = config.get("quantization_config") if config is not None else None
+    if not isinstance(qc, Mapping) and config is not None:
+        qc = config.get("quantization")
+    if not isinstance(qc, Mapping):
+        return _ConfigFacts()
+    method = str(qc.get("quant_method", "")).lower()
+    bits = qc.get("bits", qc.get("w_bit"))
+    if bits is None and isinstance(groups := qc.get("config_groups"), Mapping):
+        found = {g.get("weights", {}).get("num_bits") for g in groups.values()
+                 if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)}
+        bits = found.pop() if len(found) == 1 else None
+    if bits is None and method == "bitsandbytes":
+        bits = 4 if qc.get("load_in_4bit") else 8 if qc.get("load_in_8bit") else None
+    group = qc.get("group_size", qc.get("q_group_size"))
+    per_module = {k: v for k, v in qc.items() if isinstance(v, Mapping) and "." in k and "bits" in v}
+    return _ConfigFacts(method, positive_int(bits), positive_int(group), per_module or None)
+
+
+def _word_bits(dtype: str) -> int | None:
+    found = lookup(dtype)
+    if found is None or found.block_size != 1 or found.block_bytes.denominator != 1:
+        return None
+    return int(found.block_bytes) * 8
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    out_in: tuple[int, int] | tuple[int]  # logical [out, in] (bitsandbytes without its state: [n])
+    bits: int | None  # None: mixed per group (EXL2)
+    said: str  # what gave the bits / shape
+
+
+def _shape_of(values: Mapping[str, tuple[int, ...]], name: str) -> tuple[int, int] | None:
+    v = values.get(name)
+    return (v[0], v[1]) if v is not None and len(v) == 2 and all(x > 0 for x in v) else None
+
+
+def _quant_state_shape(values: Mapping[str, tuple[int, ...]], module: str) -> tuple[int, int] | None:
+    for kind in ("nf4", "fp4"):
+        raw = values.get(f"{module}.weight.quant_state.bitsandbytes__{kind}")
+        if raw is None:
+            continue
+        try:
+            state = json.loads(bytes(raw).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None
+        shape = state.get("shape") if isinstance(state, dict) else None
+        if isinstance(shape, list) and len(shape) == 2 and all(isinstance(d, int) and d > 0 for d in shape):
+            return shape[0], shape[1]
+    return None
+
+
+def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str, WeightMeta],
+            values: Mapping[str, tuple[int, ...]], facts: _ConfigFacts) -> _Decoded | None:
+    """The logical shape and bits of ``meta`` stored as ``layout``; None when the shapes do not fit it."""
+    s = meta.shape
+    config_bits = facts.bits_for(module)
+    word = _word_bits(meta.dtype)
+    if word is None:
+        return None
+
+    def sib(leaf: str) -> tuple[int, ...] | None:
+        m = weights.get(f"{module}.{leaf}")
+        return m.shape if m is not None else None
+
+    def per_word(stored: int, logical: int) -> int | None:
+        """Bits per value when ``stored`` words hold ``logical`` values (a packed word holds several)."""
+        bits = stored * word // logical if logical else 0
+        return bits if 0 < bits < word and stored * word == logical * bits else None
+
+    if layout.pack is Pack.NONE:
+        if len(s) != 2:
+            return None
+        return _Decoded((s[0], s[1]), word, f"{meta.dtype} {list(s)}")
+    if layout.pack is Pack.FLAT:
+        if len(s) != 2 or s[1] != 1:
+            return None
+        shape = _quant_state_shape(values, module)
+        if shape is not None and (bits := per_word(meta.stored_numel, shape[0] * shape[1])) is not None:
+            return _Decoded(shape, bits, f"shape {list(shape)} in the quant state")
+        return _Decoded((s[0] * word // 4,), 4, "4 bits per value (no readable quant state)")
+    if len(s) != 2:
+        return None
+    scales, qzeros = sib("scales"), sib("qzeros")
+    if layout.pack is Pack.IN_ROWS:
+        out = s[1]
+        if scales is not None and scales[-1] != out:
+            return None  # GPTQ's scales are as wide as its qweight
+        for leaf in layout.in_features:
+            n = sib(leaf)
+            if n is None or len(n) != 1 or n[0] <= 0:
+                continue
+            said = f"in-features from {leaf} {list(n)}"
+            if (bits := per_word(s[0], n[0])) is not None:
+                return _Decoded((out, n[0]), bits, said)
+            if layout.mixed_bits and 0 < s[0] * word < n[0] * word:
+                return _Decoded((out, n[0]), None, f"{said}, {s[0] * word / n[0]:.3g} bits per value on average")
+            return None
+        if qzeros is not None and len(qzeros) == 2 and (bits := per_word(qzeros[1], out)) is not None:
+            return _Decoded((out, s[0] * word // bits), bits, f"bits from qzeros {list(qzeros)}")
+        if config_bits is not None and s[0] * word % config_bits == 0:
+            return _Decoded((out, s[0] * word // config_bits), config_bits, "bits from the config")
+        return None
+    if layout.pack is Pack.OUT_COLS:
+        if scales is None or len(scales) != 2 or (bits := per_word(s[1], scales[1])) is None:
+            if scales is None and config_bits is not None and s[1] * word % config_bits == 0:
+                return _Decoded((s[1] * word // config_bits, s[0]), config_bits, "bits from the config")
+            return None
+        return _Decoded((scales[1], s[0]), bits, f"out-features from scales {list(scales)}")
+    # IN_COLS: the stored logical shape wins; else the group scales; else the config's bits.
+    if scales is not None and scales[0] != s[0]:
+        return None  # scales beside rows of the Linear have one row per output
+    shape = _shape_of(values, f"{module}.weight_shape")
+    if shape is not None and shape[0] == s[0] and (bits := per_word(s[1], shape[1])) is not None:
+        return _Decoded(shape, bits, f"weight_shape {list(shape)}")
+    if shape is not None and shape[0] == s[0] and config_bits and s[1] * word >= shape[1] * config_bits:
+        return _Decoded(shape, config_bits, f"weight_shape {list(shape)} (rows padded to whole words)")
+    group, groups = facts.group_for(module), sib(layout.group_scales) if layout.group_scales else None
+    if group is not None and groups is not None and len(groups) == 2 \
+            and (bits := per_word(s[1], groups[1] * group)) is not None:
+        return _Decoded((s[0], groups[1] * group), bits,
+                        f"in-features from {layout.group_scales} {list(groups)} x group_size {group}")
+    if config_bits is not None and s[1] * word % config_bits == 0:
+        return _Decoded((s[0], s[1] * word // config_bits), config_bits, "bits from the config")
+    return None
+
+
+def _candidates(name: str, meta: WeightMeta, weights: Mapping[str, WeightMeta]) -> list[tuple[Layout, str]]:
+    """(layout, module path) pairs whose naming and dtype evidence fit ``meta``."""
+    out: list[tuple[Layout, str]] = []
+    for layout in LAYOUTS:
+        if not name.endswith("." + layout.leaf):
+            continue
+        module = name[: -len(layout.leaf) - 1]
+        if layout.dtypes is not None and meta.dtype not in layout.dtypes:
+            continue
+        if any(f"{module}.{mark}" in weights for mark in layout.marks):
+            out.append((layout, module))
+    return out
+
+
+def _aux_names(layout: Layout, module: str, names: Sequence[str]) -> list[str]:
+    """The quantization data beside a weight (``names``: every tensor name, sorted)."""
+    found: list[str] = []
+    prefix = module + "."
+    for name in names[bisect.bisect_left(names, prefix):]:
+        if not name.startswith(prefix):
+            break
+        rest = name[len(prefix):]
+        if any(rest == a or (a.endswith(".") and rest.startswith(a)) for a in layout.aux):
+            found.append(name)
+    return found
+
+
+def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,
+                       values: Mapping[str, tuple[int, ...]]) -> dict[str, WeightMeta]:
+    """``weights`` with every quantized Linear's weight at its logical shape (``quant`` set:
+    stored shape, bits, provenance, a config conflict) and its quantization data marked AUX."""
+    out = dict(weights)
+    found = [(name, meta, cands) for name, meta in weights.items() if (cands := _candidates(name, meta, weights))]
+    if not found:
+        return out
+    facts = _config_facts(config)
+    method = facts.method
+    names = sorted(weights)
+    for name, meta, cands in found:
+        decoded = [(layout, module, d) for layout, module in cands
+                   if (d := _decode(layout, meta, module, weights, values, facts)) is not None]
+        if not decoded:
+            continue
+        # The shapes decide; among the layouts they allow, the config's quant_method.
+        decoded.sort(key=lambda x: method not in x[0].quant_methods)
+        layout, module, d = decoded[0]
+        conflicts = []
+        if method and method not in layout.quant_methods:
+            conflicts.append(f"quantization_config quant_method={method}, but the shapes of {name} fit "
+                             f"{layout.method} ({layout.what}): the shapes are used")
+        config_bits = facts.bits_for(module)
+        if config_bits is not None and d.bits is not None and d.bits != config_bits and layout.pack is not Pack.NONE:
+            conflicts.append(f"quantization_config bits={config_bits}, but {name} {meta.dtype} {list(meta.shape)} "
+                             f"holds {d.bits}-bit values ({d.said}): the shapes are used")
+        width = f"{d.bits}-bit" if d.bits is not None else "mixed bits"
+        provenance = (f"{layout.method}: {name} {meta.dtype} {list(meta.shape)} {layout.what}, {width} -> "
+                      f"{list(d.out_in)} ({d.said}"
+                      + (f"; quantization_config quant_method={method}" if method else "") + ")")
+        out[name] = replace(meta, shape=tuple(d.out_in), layout="out_in" if len(d.out_in) == 2 else "",
+                            quant=Quantized(QuantRole.WEIGHT, meta.shape, layout.method, d.bits, provenance,
+                                            "; ".join(conflicts)))
+        for aux in _aux_names(layout, module, names):
+            a = weights[aux]
+            out[aux] = replace(a, quant=Quantized(QuantRole.AUX, a.shape, layout.method))
+    for name, meta in weights.items():
+        if name.rpartition(".")[2] in _KV_SCALE_LEAVES and meta.numel <= 1 and out[name].quant is None:
+            out[name] = replace(meta, quant=Quantized(QuantRole.AUX, meta.shape, "kv-cache"))
+    return out
+
+
+# Scalars the quantizer stores on an attention module for its KV cache (compressed-tensors
+# kv_cache_scheme, vLLM fp8 checkpoints): quantization data, beside quantized weights.
+_KV_SCALE_LEAVES = frozenset({"k_scale", "v_scale", "q_scale", "prob_scale"})
+_KV_DTYPES = {("float", 8): "float8e4m3fn", ("int", 8): "int8"}
+
+
+def kv_cache_dtype(config: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(dtype, where it was read) of a KV cache the config quantizes (compressed-tensors
+    ``kv_cache_scheme``); None when it does not."""
+    qc = config.get("quantization_config") if config is not None else None
+    scheme = qc.get("kv_cache_scheme") if isinstance(qc, Mapping) else None
+    if not isinstance(scheme, Mapping):
+        return None
+    kind, bits = str(scheme.get("type", "")), scheme.get("num_bits")
+    dtype = _KV_DTYPES.get((kind, bits if isinstance(bits, int) else 0))
+    if dtype is None:
+        return None
+    return dtype, f"quantization_config.kv_cache_scheme: {bits}-bit {kind}"
+
+
+# Leaves only packed weights use (``weight`` also names every float weight: a packed one is told by
+# its dtype and siblings, ``_candidates``).
+_PACKED_LEAVES = frozenset(layout.leaf for layout in LAYOUTS
+                           if layout.pack not in (Pack.NONE, Pack.FLAT) and layout.leaf != "weight")
+
+
+def quantization_notes(weights: Mapping[str, WeightMeta]) -> tuple[str, ...]:
+    """Warnings about the quantized weights of a checkpoint: config/shape conflicts (the shapes
+    were used) and packed weights in a layout the table does not know (not decoded)."""
+    notes: list[str] = []
+    conflicts = list(dict.fromkeys(m.quant.conflict for m in weights.values() if m.quant is not None and m.quant.conflict))
+    if conflicts:
+        notes.append(f"quantization_config disagrees with the weight shapes ({len(conflicts)} weights; the shapes are "
+                     f"used): {conflicts[0]}")
+    unread = [m for n, m in weights.items() if m.quant is None
+              and (n.rpartition(".")[2] in _PACKED_LEAVES or any(lay.pack is not Pack.NONE for lay, _ in _candidates(n, m, weights)))]
+    if unread:
+        first = unread[0]
+        notes.append(f"{len(unread)} packed quantized weights in a layout not known to mhainspect (first: {first.name} "
+                     f"{first.dtype} {list(first.shape)}): counted as stored bytes, not as the parameters they encode")
+    return tuple(notes)

@@ -1,0 +1,332 @@
+"""Checkpoints without running anything from the file: safetensors headers, weights-only state dicts,
+Hugging Face folders (config.json + shards).
+
+- ``.safetensors``: the 8-byte header length and the JSON header are read (bounded); tensor data
+  is never read, but for a quantized Linear's stored logical shape (compressed-tensors
+  ``weight_shape``, a bitsandbytes quant state: a few bytes each, bounded).
+- Quantized Linears (GPTQ, AWQ, bitsandbytes, compressed-tensors, fp8): their weights at the
+  logical shape they encode, their scales and zero points marked as quantization data
+  (``mhainspect.frontends.checkpoint.quantized``).
+- ``.pt/.pth/.bin``: ``torch.load(weights_only=True, mmap=True)``; a file that needs arbitrary
+  unpickling is refused (InputError) and nothing in it runs. Tensors stay memory-mapped, unread.
+- A folder with ``config.json``: heads, kv heads and head_dim from the config, shapes from the
+  weights (shards listed by ``*.index.json`` when present).
+
+Without a config, d_model and projection widths come from the shapes and heads are reported
+unknown (MHA004) unless 3-D Keras-style kernels identify them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mhainspect.errors import InputError, MissingDependencyError, read_failure
+from mhainspect.frontends.checkpoint.hf_config import Tie, tied_copies
+from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, apply_quantization, wants_values
+from mhainspect.ir.dtypes import canonical
+from mhainspect.ir.weights import WeightMeta
+
+SAFETENSORS_SUFFIXES = (".safetensors",)
+TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+_MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
+_MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
+def is_checkpoint_path(path: Path) -> bool:
+    if path.is_dir():
+        return (path / "config.json").is_file()
+    return path.suffix.lower() in SAFETENSORS_SUFFIXES + TORCH_SUFFIXES
+
+
+def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | None = None) -> dict[str, WeightMeta]:
+    """Tensor metadata from a .safetensors header; the tensor bytes are never read, except, into
+    ``values`` when given, those of the few small integer tensors that state a quantized weight's
+    logical shape (``mhainspect.frontends.checkpoint.quantized.wants_values``)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise InputError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+            (n,) = struct.unpack("<Q", head)
+            if n > _MAX_HEADER_BYTES or n + 8 > size or n == 0:
+                raise InputError(f"{path}: not a safetensors file (header length {n} does not fit the "
+                                 f"{size}-byte file)")
+            raw = fh.read(n)
+    except OSError as exc:
+        raise InputError(read_failure(path, exc)) from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise InputError(f"{path}: not a safetensors file (header nested too deeply)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not a safetensors file (header is not JSON: {exc})") from None
+    if not isinstance(header, dict):
+        raise InputError(f"{path}: not a safetensors file (header is not a JSON object)")
+    out: dict[str, WeightMeta] = {}
+    wanted: list[tuple[str, str, list[Any]]] = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            raise InputError(f"{path}: malformed safetensors header entry '{name}'")
+        shape, dtype, offsets = entry.get("shape"), entry.get("dtype"), entry.get("data_offsets")
+        if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
+                or not isinstance(dtype, str) or not isinstance(offsets, list) or len(offsets) != 2):
+            raise InputError(f"{path}: malformed safetensors header entry '{name}'")
+        out[name] = WeightMeta(name, tuple(shape), canonical(dtype),
+                               f"{path.name}:{offsets[0]}:{offsets[1]}")
+        if values is not None and wants_values(name):
+            wanted.append((name, out[name].dtype, offsets))
+    if wanted and values is not None:
+        values.update(_read_values(path, 8 + n, wanted))
+    return out
+
+
+# struct codes of the integer types a stored shape or quant state uses.
+_STRUCT_CODES = {"uint8": "B", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I", "int64": "q",
+                 "uint64": "Q"}
+
+
+def _read_values(path: Path, base: int, wanted: list[tuple[str, str, list[Any]]]) -> dict[str, tuple[int, ...]]:
+    """The values of small integer tensors (at most MAX_VALUE_BYTES each) at their header offsets."""
+    out: dict[str, tuple[int, ...]] = {}
+    try:
+        with open(path, "rb") as fh:
+            for name, dtype, (start, end) in wanted:
+                code = _STRUCT_CODES.get(dtype)
+                if code is None or not isinstance(start, int) or not isinstance(end, int):
+                    continue
+                length = end - start
+                width = struct.calcsize(code)
+                if start < 0 or length <= 0 or length > MAX_VALUE_BYTES or length % width:
+                    continue
+                fh.seek(base + start)
+                raw = fh.read(length)
+                if len(raw) == length:
+                    out[name] = struct.unpack(f"<{length // width}{code}", raw)
+    except OSError as exc:
+        raise InputError(read_failure(path, exc)) from None
+    return out
+
+
+def _import_torch(what: str) -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise MissingDependencyError(f"{what} needs PyTorch: pip install \"mhainspect[torch]\"") from None
+    return torch
+
+
+# torch.save writes zip archives with stored (uncompressed) members; legacy files are raw pickles.
+_ZIP_MAGIC = b"PK\x03\x04"
+_PICKLE_MAGIC = b"\x80"
+
+
+def _check_checkpoint_container(path: Path) -> None:
+    """Refuse what torch.load would inflate or misreport: compressed members (zip bombs), members
+    larger than the file, and files that are neither a zip archive nor a pickle."""
+    import zipfile
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    if head.startswith(_ZIP_MAGIC):
+        size = path.stat().st_size
+        try:
+            with zipfile.ZipFile(path) as archive:
+                for info in archive.infolist():
+                    if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
+                        raise InputError(f"{path}: refused: archive member {info.filename!r} is compressed or "
+                                         "larger than the file (torch.save never writes that; a zip bomb?)")
+        except zipfile.BadZipFile as exc:
+            raise InputError(f"{path}: not a PyTorch checkpoint (broken zip archive: {exc})") from None
+    elif not head.startswith(_PICKLE_MAGIC):
+        raise InputError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a pickle)")
+
+
+def _unpickling_reason(message: str) -> str:
+    """Why torch's weights-only loader refused the file, in words that fit one line: the class it
+    met (a whole pickled model, not a state dict) and what to save instead."""
+    import re
+
+    found = re.search(r"GLOBAL\s+([\w.]+)", message)
+    if found is not None:
+        return (f"it pickles a {found.group(1)} object (a whole model saved with torch.save(model), not a "
+                "state dict); save model.state_dict() instead, or inspect the model in Python with "
+                "mhainspect.inspect(model)")
+    lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+    first = next((ln for ln in lines if "Unsupported" in ln), lines[0] if lines else "")
+    return f"loading it needs arbitrary unpickling (not a weights-only state dict): {first}"
+
+
+def read_torch_state_dict(path: Path, values: dict[str, tuple[int, ...]] | None = None) -> dict[str, WeightMeta]:
+    """Tensor metadata from a torch.save'd state dict, loaded with weights_only=True (memory-mapped);
+    ``values``: as for read_safetensors_header."""
+    torch = _import_torch(f"{path.suffix} checkpoints")
+    import pickle
+
+    if not path.is_file():
+        raise InputError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    _check_checkpoint_container(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                obj = torch.load(str(path), weights_only=True, mmap=True, map_location="cpu")
+            except RuntimeError as exc:
+                if "mmap" not in str(exc) and "zipfile" not in str(exc):
+                    raise
+                # Legacy (non-zip) format cannot be memory-mapped; still weights-only.
+                obj = torch.load(str(path), weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        raise InputError(f"{path}: refused: {_unpickling_reason(str(exc))}; nothing from the file was run") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except (RuntimeError, OSError, EOFError, ValueError, KeyError, AttributeError, TypeError) as exc:
+        raise InputError(f"{path}: cannot read as a PyTorch checkpoint: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+                         ) from None
+    tensors: dict[str, Any] = {}
+    _flatten(obj, "", tensors, torch, depth=0)
+    if not tensors:
+        raise InputError(f"{path}: no tensors found (expected a state dict)")
+    out: dict[str, WeightMeta] = {}
+    for name, t in tensors.items():
+        out[name] = WeightMeta(name, tuple(int(d) for d in t.shape), canonical(str(t.dtype)),
+                               _storage_key(t))
+        if (values is not None and wants_values(name) and out[name].dtype in _STRUCT_CODES
+                and t.numel() * t.element_size() <= MAX_VALUE_BYTES):
+            values[name] = tuple(int(x) for x in t.reshape(-1).tolist())
+    return out
+
+
+def _storage_key(t: Any) -> str:
+    try:
+        ptr = int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        ptr = 0
+    if ptr == 0:
+        return f"id:{id(t)}"
+    return f"ptr:{ptr}:{t.storage_offset()}:{tuple(t.shape)}:{tuple(t.stride())}"
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, Any], torch: Any, depth: int) -> None:
+    """State dicts, possibly nested ({"state_dict": ...}, {"model": ...}); non-tensors ignored."""
+    if depth > 8:
+        return
+    if isinstance(obj, torch.Tensor):
+        if prefix:
+            out[prefix] = obj
+        return
+    if isinstance(obj, Mapping):
+        keys = list(obj.keys())
+        for wrapper in ("state_dict", "model_state_dict", "model", "module", "params"):
+            if wrapper in obj and isinstance(obj[wrapper], Mapping) and not prefix:
+                _flatten(obj[wrapper], "", out, torch, depth + 1)
+                return
+        for k in keys:
+            if isinstance(k, str):
+                _flatten(obj[k], f"{prefix}.{k}" if prefix else k, out, torch, depth + 1)
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    try:
+        if path.stat().st_size > _MAX_CONFIG_BYTES:
+            raise InputError(f"{path}: config.json larger than {_MAX_CONFIG_BYTES} bytes")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return data
+
+
+def _shards(folder: Path) -> tuple[list[Path], str]:
+    """Weight files of a Hugging Face folder: safetensors preferred, then PyTorch .bin."""
+    for index_name, single, pattern, kind in (
+            ("model.safetensors.index.json", "model.safetensors", "*.safetensors", "safetensors"),
+            ("pytorch_model.bin.index.json", "pytorch_model.bin", "pytorch_model*.bin", "pytorch")):
+        index = folder / index_name
+        if index.is_file():
+            data = read_config(index)
+            weight_map = data.get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise InputError(f"{index}: no weight_map")
+            files: list[Path] = []
+            for f in dict.fromkeys(str(v) for v in weight_map.values()):
+                p = (folder / f).resolve()
+                if folder.resolve() not in p.parents:
+                    raise InputError(f"{index}: shard '{f}' is outside the folder")
+                if not p.is_file():
+                    raise InputError(f"{index}: shard '{f}' is missing")
+                files.append(p)
+            return files, kind
+        if (folder / single).is_file():
+            return [folder / single], kind
+        found = sorted(p for p in folder.glob(pattern) if p.is_file() and "adapter" not in p.name)
+        if found:
+            return found, kind
+    raise InputError(f"{folder}: no weights (model.safetensors, *.safetensors or pytorch_model*.bin) next to "
+                     "config.json")
+
+
+def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str, Any] | None, str]:
+    """(weights, config or None, format) for a checkpoint file or folder."""
+    if path.is_dir():
+        cfg_path = path / "config.json"
+        if not cfg_path.is_file():
+            raise InputError(f"{path}: is a directory without config.json (expected a model file or a "
+                             "Hugging Face model folder)")
+        config = read_config(cfg_path)
+        files, kind = _shards(path)
+        weights: dict[str, WeightMeta] = {}
+        values: dict[str, tuple[int, ...]] = {}
+        for f in files:
+            weights.update(read_safetensors_header(f, values) if kind == "safetensors"
+                           else read_torch_state_dict(f, values))
+        return apply_quantization(weights, config, values), config, "huggingface"
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    sibling = path.parent / "config.json"
+    beside: dict[str, Any] | None = None
+    if sibling.is_file():
+        try:
+            beside = read_config(sibling)
+        except InputError:
+            beside = None  # a broken neighbour is not this file's problem: heads stay unknown
+    values = {}
+    if suffix in SAFETENSORS_SUFFIXES:
+        return apply_quantization(read_safetensors_header(path, values), beside, values), beside, "safetensors"
+    return apply_quantization(read_torch_state_dict(path, values), beside, values), beside, "pytorch"
+
+
+def apply_ties(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None
+               ) -> tuple[dict[str, WeightMeta], tuple[Tie, ...]]:
+    """``weights`` with every stored copy of a weight the config ties to another marked
+    (``WeightMeta.tied_to``: its parameters count once, its bytes as stored), and those ties. Read
+    over every shard at once: a tie's two names may sit in different files. Copies that already
+    share storage (one torch.save of a tied model) need no mark."""
+    out = dict(weights)
+    if config is None:
+        return out, ()
+    shapes = {n: m.shape for n, m in weights.items() if m.is_parameter and m.quant is None}
+    found: list[Tie] = []
+    for tie in tied_copies(config, shapes):
+        copy, source = weights[tie.copy], weights[tie.source]
+        if copy.storage_key != source.storage_key and copy.dtype == source.dtype:
+            out[tie.copy] = dataclasses.replace(copy, tied_to=tie.source)
+            found.append(tie)
+    return out, tuple(found)

@@ -1,0 +1,257 @@
+"""What kind of input a MODEL argument is, and the service that audits each kind.
+
+- ``*.onnx`` (and anything unrecognised): the ONNX loader.
+- ``*.safetensors``, ``*.pt/.pth/.bin/.ckpt``, a folder with config.json: the checkpoint loader.
+- ``*.gguf`` (split files ``*-00001-of-00003.gguf`` as one model), or a file without a model suffix
+  that starts with the GGUF magic (an Ollama blob): the GGUF loader.
+- ``pkg.module:callable`` or ``path/to/file.py:callable``: a factory in the user's own code, called
+  with ``--arg key=value`` keyword arguments; it returns a module or ``(module, example_inputs)``.
+
+Returns a SourceResult (mhainspect.pipeline makes the Report), raises InputError; prints nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mhainspect.errors import InputError, MissingDependencyError
+from mhainspect.frontends.result import SourceResult
+
+TORCH_HINT = 'pip install "mhainspect[torch]"'
+
+# Every model file suffix and the kind of source it is: a folder scan picks up these files, and
+# classify() dispatches on them. A new format adds its suffix here (and its kind in analyze_file).
+MODEL_FILE_KINDS: dict[str, str] = {
+    ".onnx": "onnx",
+    ".safetensors": "checkpoint",
+    ".pt": "checkpoint",
+    ".pth": "checkpoint",
+    ".bin": "checkpoint",
+    ".ckpt": "checkpoint",
+    ".gguf": "gguf",
+}
+_CHECKPOINT_SUFFIXES = tuple(s for s, kind in MODEL_FILE_KINDS.items() if kind == "checkpoint")
+# Patterns as text, compiled by re on first use: only a spec that is no file reaches them, and
+# compiling both at import cost every run ~1.5M instructions.
+_FACTORY = r"^(?P<target>.+):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$"
+_DOTTED = r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$"
+
+
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+class Source:
+    """What a command-line argument names: an ONNX file, a checkpoint, or a factory spec."""
+
+    kind: str  # "onnx", "checkpoint", "gguf", "factory"
+    target: str  # a path, or the module / file part of a factory spec
+    attr: str = ""  # the callable of a factory spec
+
+
+def is_checkpoint_folder(path: Path) -> bool:
+    """A Hugging Face model folder: config.json next to safetensors or PyTorch weights (listing only)."""
+    if not (path / "config.json").is_file():
+        return False
+    try:
+        names = [p.name for p in path.iterdir()]
+    except OSError:
+        return False
+    return any(n.endswith(".safetensors") or (n.startswith("pytorch_model") and n.endswith((".bin", ".json")))
+               or n == "model.safetensors.index.json" for n in names)
+
+
+def file_kind(name: str | os.PathLike[str]) -> str | None:
+    """The kind of source a model file is by its suffix (MODEL_FILE_KINDS); None: not a model file."""
+    return MODEL_FILE_KINDS.get(os.path.splitext(name)[1].lower())
+
+
+def is_model_folder(path: Path) -> bool:
+    """A folder that is one model: a Hugging Face folder (config.json with weights), or a
+    config.json with no model file beside it (the architecture alone, nothing to scan). Any other
+    folder is a folder of models (see inputs.py)."""
+    if not path.is_dir():
+        return False
+    if is_checkpoint_folder(path):
+        return True
+    if not (path / "config.json").is_file():
+        return False
+    try:
+        return not any(file_kind(p.name) is not None for p in path.iterdir())
+    except OSError:
+        return False
+
+
+# Magic numbers of model files that travel without their suffix (Ollama stores GGUF models as
+# content-addressed blobs, ``blobs/sha256-<hex>``): read only for a file whose suffix says nothing.
+MAGIC_KINDS: dict[bytes, str] = {b"GGUF": "gguf"}
+
+
+def _sniffed_kind(path: Path) -> str | None:
+    """The kind a file without a model suffix is by its first bytes (MAGIC_KINDS); None: unknown."""
+    if path.suffix.lower() in (".py", ".json") or not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return None
+    return MAGIC_KINDS.get(head)
+
+
+def classify(spec: str) -> Source:
+    """Decide what ``spec`` names, from its form and what exists on disk (nothing is read)."""
+    p = Path(spec)
+    if p.is_dir():
+        return Source("checkpoint" if is_model_folder(p) else "onnx", spec)
+    if p.name == "config.json" and p.is_file():
+        raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")
+    kind = file_kind(p) or _sniffed_kind(p)
+    if kind is not None and kind != "onnx":
+        return Source(kind, spec)
+    if not p.exists():
+        m = re.match(_FACTORY, spec)
+        if m is not None:
+            target = m.group("target")
+            if target.endswith(".py") or re.match(_DOTTED, target):
+                return Source("factory", target, m.group("attr"))
+    if p.suffix.lower() == ".py":
+        raise InputError(f"{spec}: a Python file is a factory spec only with the function to call: "
+                         f"{spec}:FUNCTION (e.g. {spec}:make_model)")
+    return Source("onnx", spec)
+
+
+def parse_factory_args(pairs: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values are Python literals where they parse, else strings.
+    A key given twice is refused (the second would silently win)."""
+    out: dict[str, Any] = {}
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise InputError(f"--arg expects key=value with a Python identifier as key, got '{item}'")
+        if key in out:
+            raise InputError(f"--arg {key} given twice ({key}={out[key]!r} and {item.strip()}); give each key once")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            out[key] = value
+    return out
+
+
+def file_result(path: str) -> SourceResult:
+    """An ONNX file, a GGUF file or a checkpoint (file or Hugging Face folder), by its kind."""
+    src = classify(path)
+    if src.kind == "gguf":
+        from mhainspect.frontends.gguf.frontend import gguf_result
+
+        return gguf_result(path)
+    if src.kind == "checkpoint":
+        from mhainspect.frontends.checkpoint.frontend import checkpoint_result
+
+        return checkpoint_result(path)
+    if src.kind == "factory":
+        raise InputError(f"{path}: no such file")
+    from mhainspect.frontends.onnx.frontend import onnx_file_result
+
+    return onnx_file_result(path)
+
+
+def source_result(spec: str, *, factory_args: Mapping[str, Any] | None = None) -> SourceResult:
+    """Read whatever ``spec`` names (see the module docstring)."""
+    src = classify(spec)
+    if src.kind != "factory":
+        return file_result(spec)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError(f"{spec}: auditing a PyTorch factory needs PyTorch: {TORCH_HINT}") from None
+    factory = load_factory(src)
+    try:
+        result = factory(**dict(factory_args or {}))
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(f"{spec}: the factory raised {type(exc).__name__}: {_first_line(exc)}") from None
+    module, inputs = _unpack_factory_result(spec, result)
+    from mhainspect.frontends.torch.frontend import module_result
+
+    return module_result(module, inputs, name=factory_label(spec, factory_args))
+
+
+def factory_label(spec: str, factory_args: Mapping[str, Any] | None) -> str:
+    """How a factory run is named in reports: the spec and the arguments it was called with,
+    'roberta.py:make(num_heads=4)', so two runs of one factory are told apart."""
+    if not factory_args:
+        return spec
+    return f"{spec}({', '.join(f'{k}={v!r}' for k, v in factory_args.items())})"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else repr(exc)
+
+
+def _unpack_factory_result(spec: str, result: Any) -> tuple[Any, Any]:
+    from torch import nn
+
+    if isinstance(result, nn.Module):
+        return result, None
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module):
+        return result[0], result[1]
+    raise InputError(f"{spec}: the factory returned {type(result).__name__}; expected an nn.Module or "
+                     "(module, example_inputs)")
+
+
+@contextmanager
+def _on_sys_path(folder: str) -> Iterator[None]:
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+
+
+def load_factory(src: Source) -> Any:
+    """Import the user's module (this runs their code, which is what a factory spec asks for)."""
+    try:
+        if src.target.endswith(".py"):
+            path = Path(src.target)
+            if not path.is_file():
+                raise InputError(f"{src.target}: no such file")
+            mod_name = f"_mhainspect_factory_{abs(hash(str(path.resolve())))}"
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            if spec is None or spec.loader is None:
+                raise InputError(f"{src.target}: cannot import")
+            module = importlib.util.module_from_spec(spec)
+            with _on_sys_path(str(path.resolve().parent)):
+                sys.modules[mod_name] = module
+                spec.loader.exec_module(module)
+        else:
+            with _on_sys_path(os.getcwd()):
+                module = importlib.import_module(src.target)
+    except InputError:
+        raise
+    except ModuleNotFoundError as exc:
+        raise InputError(f"{src.target}:{src.attr}: cannot import {exc.name or src.target} "
+                         "(not a file and not an importable module)") from None
+    except Exception as exc:  # user code failing at import
+        raise InputError(f"{src.target}: importing it raised {type(exc).__name__}: {_first_line(exc)}") from None
+    obj: Any = module
+    for part in src.attr.split("."):
+        if not hasattr(obj, part):
+            raise InputError(f"{src.target}: has no attribute '{src.attr}'")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise InputError(f"{src.target}:{src.attr} is not callable")
+    return obj

@@ -1,0 +1,79 @@
+"""Model arguments -> models: a folder stands for every model below it.
+
+Every supported model file counts (sources.MODEL_FILE_KINDS: .onnx, .gguf, .safetensors,
+.pt/.pth/.bin/.ckpt, and what other front ends register there); a split GGUF model
+(``*-00001-of-00003.gguf``) counts once, by its first part; a Hugging Face model folder
+(config.json with its weights) is one model, not a folder of files. Reads directory listings
+only (never a model); no printing. What counts as a model file or a one-model folder is
+sources.py's to decide (file_kind, is_model_folder), the same rule classify() dispatches on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from mhainspect.errors import InputError
+from mhainspect.frontends.dispatch import MODEL_FILE_KINDS, file_kind, is_checkpoint_folder, is_model_folder
+from mhainspect.frontends.gguf.split import GGUF_SUFFIX, split_name  # the loader's own rule for a split model's parts
+
+__all__ = ["expand_models", "models_below"]
+
+
+def _models_in(files: Iterable[str]) -> list[str]:
+    """The model files among ``files``, a split GGUF model once (by its lowest-numbered part
+    present: the loader reads every part, and says which one is missing)."""
+    out: list[str] = []
+    first_part: dict[tuple[str, str], str] = {}
+    for name in files:
+        split = split_name(name) if name.lower().endswith(GGUF_SUFFIX) else None
+        if split is not None:
+            key = (split.group("stem"), split.group("count"))
+            if key not in first_part or name < first_part[key]:
+                first_part[key] = name
+        elif file_kind(name) is not None:
+            out.append(name)
+    return out + list(first_part.values())
+
+
+def models_below(directory: Path) -> list[Path]:
+    """Every model under ``directory``, recursively, sorted: model files, and Hugging Face folders
+    as one model each (not looked into); symlinked folders are not followed."""
+    found: list[Path] = []
+    for root, dirs, files in os.walk(directory):
+        here = Path(root)
+        kept = []
+        for d in sorted(dirs):
+            if is_checkpoint_folder(here / d):
+                found.append(here / d)
+            else:
+                kept.append(d)
+        dirs[:] = kept
+        found.extend(here / name for name in _models_in(files) if (here / name).is_file())
+    return sorted(found)
+
+
+def expand_models(arguments: Iterable[Path]) -> tuple[Path, ...]:
+    """Files as given (existence is checked later, by the loader); folders expanded in place.
+
+    A folder without any model raises InputError. A model reached twice is kept once, at its
+    first position.
+    """
+    out: list[Path] = []
+    seen: set[Path] = set()
+    for arg in arguments:
+        if arg.is_dir() and not is_model_folder(arg):
+            models = models_below(arg)
+            if not models:
+                kinds = ", ".join(f"*{s}" for s in MODEL_FILE_KINDS)
+                raise InputError(f"{arg}: no models in this folder (looked for {kinds} and Hugging Face "
+                                 "folders with config.json)")
+        else:
+            models = [arg]
+        for model in models:
+            key = Path(os.path.normpath(model))
+            if key not in seen:
+                seen.add(key)
+                out.append(model)
+    return tuple(out)

@@ -1,0 +1,169 @@
+"""GGUF -> blocks: the front end for llama.cpp files.
+
+The loader (``mhainspect.frontends.gguf.reader``) reads the header and knows what the metadata means; here
+the tensors are grouped by llama.cpp's names into attention blocks (blk.N.attn_q/k/v/output, fused
+attn_qkv, their biases, per-head attn_q_norm/attn_k_norm, T5's enc./dec. and cross_attn_*,
+multimodal v.blk.N) and the shared assembler decides every number, shapes first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from mhainspect.errors import InputError
+from mhainspect.frontends.gguf.reader import (
+    KV_CACHE_DTYPE,
+    KV_CACHE_DTYPE_SOURCE,
+    Decoding,
+    GGUFModel,
+    architecture,
+    count_parameters,
+    decoding,
+    file_type_warnings,
+    is_parameter,
+    layer_of,
+    model_weights,
+    namespace,
+    offers_for,
+    producer,
+    read_model,
+    swa_warnings,
+    weight_meta,
+)
+from mhainspect.frontends.result import BlockDecoding, SizeInputs, SourceResult
+from mhainspect.frontends.size_inputs import prefix_block_tensors, tensors_from_metas
+from mhainspect.ir.weights import HeadOffers, WeightMeta
+from mhainspect.matchers.grouping import GroupedBlock, RoleWeights, natural_key
+from mhainspect.matchers.static import assemble
+from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts
+
+# blk.N.attn_q.weight, enc.blk.N.attn_o.bias, dec.blk.N.cross_attn_k.weight, v.blk.N.attn_qkv.weight ...
+_ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<role>q|k|v|qkv|output|out|o)\.(?P<leaf>weight|bias)$")
+_HEAD_NORM = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<role>q|k)_norm\.weight$")
+_EXTRA = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?:rel_b|sinks)\.weight$")
+_OTHER_ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_[a-z_]+\.weight$")
+_ROLE = {"q": "q", "k": "k", "v": "v", "qkv": "qkv", "output": "o", "out": "o", "o": "o"}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tensors:
+    """The attention tensors of one GGUF block, by llama.cpp's names."""
+
+    roles: dict[str, dict[str, WeightMeta]]  # role -> {"weight"/"bias": meta}
+    norms: dict[str, WeightMeta]  # "q"/"k" -> per-head norm
+    extras: list[WeightMeta]  # relative-position bias, attention sinks
+    others: list[str]  # other attn_* tensors (latent K/V, ...)
+
+
+def group_tensors(model: GGUFModel) -> dict[str, _Tensors]:
+    """Attention tensors by block name (``{scope}.{kind}``: blk.3.attn, dec.blk.0.cross_attn)."""
+    out: dict[str, _Tensors] = {}
+
+    def block(m: re.Match[str]) -> _Tensors:
+        name = f"{m.group('scope')}.{m.group('kind')}"
+        return out.setdefault(name, _Tensors({}, {}, [], []))
+
+    for source, t in model.tensors:
+        meta = weight_meta(source, t)
+        if (m := _ATTN.match(t.name)) is not None:
+            block(m).roles.setdefault(_ROLE[m.group("role")], {})[m.group("leaf")] = meta
+        elif (m := _HEAD_NORM.match(t.name)) is not None:
+            block(m).norms[m.group("role")] = meta
+        elif (m := _EXTRA.match(t.name)) is not None:
+            block(m).extras.append(meta)
+        elif (m := _OTHER_ATTN.match(t.name)) is not None and not t.name.endswith("_norm.weight"):
+            block(m).others.append(t.name)
+    return out
+
+
+def _head_norm_offer(norms: Mapping[str, WeightMeta], q_width: int | None) -> HeadOffers | None:
+    """Per-head Q/K norms (Qwen3, Gemma 3, ...) are [d_k]: a shape that fixes d_k. A norm over the
+    whole projection (OLMo 2) is as wide as Q and says nothing about the heads."""
+    q, k = norms.get("q"), norms.get("k")
+    dims = {m.shape[0] for m in (q, k) if m is not None and len(m.shape) == 1}
+    if len(dims) != 1:
+        return None
+    (d,) = dims
+    if d == 0 or d == q_width:
+        return None
+    names = " and ".join(m.name for m in (q, k) if m is not None)
+    return HeadOffers(head_dim=d, source="head_shape", detail=f"per-head norm {names} [{d}]")
+
+
+def blocks_from_model(model: GGUFModel
+                      ) -> tuple[list[AttentionBlock], dict[str, Decoding], list[Miss], list[str]]:
+    """Blocks, what each does during decoding, near misses and warnings."""
+    arch, warnings = architecture(model.metadata)
+    blocks: list[AttentionBlock] = []
+    decodings: dict[str, Decoding] = {}
+    misses: list[Miss] = []
+    for name, found in sorted(group_tensors(model).items(), key=lambda kv: natural_key(kv[0])):
+        have = {r for r, tensors in found.roles.items() if "weight" in tensors}
+        scope, kind = name.rsplit(".", 1)
+        layer = layer_of(scope)
+        ns = namespace(arch, scope, model.metadata)
+        swa_layers = ns.swa_layers()
+        swa = bool(swa_layers is not None and layer is not None and layer < len(swa_layers) and swa_layers[layer])
+        cross = kind.startswith("cross")
+        if not ("qkv" in have or ("q" in have and have & {"k", "v"})):
+            listed = sorted(t.name for r in found.roles.values() for t in r.values()) + found.others
+            d = decoding(name, cross, ns, layer, swa, model.metadata)
+            misses.append(Miss("gguf", name, "attention tensors without separate K/V projections or a fused QKV "
+                                             f"(e.g. latent K/V, MLA): {', '.join(listed[:6])}", caches=d.caches))
+            continue
+        role_weights = tuple(RoleWeights(r, f"{name}_{r}", found.roles[r]["weight"], found.roles[r].get("bias"))
+                             for r in ("q", "k", "v", "qkv", "o") if r in have and (r != "qkv" or "q" not in have))
+        group = GroupedBlock(name, name, role_weights, tuple(found.extras), cross=cross)
+        offers = offers_for(ns, layer, swa) if arch else []
+        q_weight = found.roles.get("q", {}).get("weight")
+        shape = _head_norm_offer(found.norms, q_weight.shape[0] if q_weight is not None else None)
+        if shape is not None:
+            offers.append(shape)
+        blocks.append(assemble(group, offers, matcher="gguf", no_heads_reason="GGUF metadata gives no head count "
+                               f"for '{name}' ({ns.prefix}attention.head_count) and no per-head tensor fixes it"))
+        decodings[name] = decoding(name, cross, ns, layer, swa, model.metadata)
+    return blocks, decodings, misses, warnings
+
+
+def _with_decoding(block: AttentionBlock, d: Decoding) -> AttentionBlock:
+    """The decoding facts on the block itself (sliding window; why a block caches nothing)."""
+    evidence = block.evidence
+    if d.window is not None:
+        evidence += (Evidence("sliding_window", d.window, "gguf", d.window_source),)
+    return dataclasses.replace(block, sliding_window=d.window, kv_cache_reason=None if d.caches else d.reason,
+                               evidence=evidence)
+
+
+def gguf_result(path: str | os.PathLike[str]) -> SourceResult:
+    """The GGUF front end: blocks, near misses and model facts from the file's header."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file")
+    if p.is_dir():
+        raise InputError(f"{p}: is a directory, expected a .gguf file")
+    model = read_model(p)
+    blocks, decodings, misses, warnings = blocks_from_model(model)
+    blocks = [_with_decoding(b, decodings[b.name]) for b in blocks]
+    arch, _ = architecture(model.metadata)
+    warnings += swa_warnings(model.metadata, arch) + file_type_warnings(model.metadata)
+    facts = ModelFacts(path=str(path), format="gguf", total_params=count_parameters(model),
+                       producer=producer(model.metadata, arch))
+    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
+                        size_inputs(model, blocks, decodings))
+
+
+def size_inputs(model: GGUFModel, blocks: list[AttentionBlock], decodings: Mapping[str, Decoding]) -> SizeInputs:
+    """What mhainspect.analysis.size needs: every tensor (GGML types sized by their blocks; float and
+    block-quantized tensors are parameters), each block's tensors, and the metadata's decoding facts
+    with llama.cpp's default cache type."""
+    weights = model_weights(model)
+    parameters = frozenset(m.storage_key for m in weights.values() if is_parameter(m.dtype))
+    decoding = tuple(BlockDecoding(b.name, d.caches, d.reason, KV_CACHE_DTYPE, KV_CACHE_DTYPE_SOURCE, d.window,
+                                   d.window_source, "gguf")
+                     for b in blocks if (d := decodings.get(b.name)) is not None)
+    return SizeInputs(tensors_from_metas(weights.values(), parameters), prefix_block_tensors(blocks, weights),
+                      decoding)

@@ -1,0 +1,611 @@
+"""GGUF files (llama.cpp, Ollama, LM Studio): attention blocks from the header alone.
+
+A GGUF file is a header (magic, version, key/value metadata, tensor infos) followed by the tensor
+data. The header is parsed here from a read-only memory map with ``MADV_RANDOM`` (no read-ahead),
+so only the pages the header occupies are ever faulted in; tensor data is never touched. Every
+count and length in the header is checked against the bytes left in the file before it is used,
+with the same validity rules as llama.cpp's own loader (gguf.cpp): version 2 or 3, at most 4 dims,
+no negative or overflowing dims, rows a whole number of GGML blocks, no nested arrays, tensors laid
+out in order inside the file. A malformed file is an InputError (one line, exit 2).
+
+Why not ``gguf.GGUFReader``: it makes one numpy view per array element (12 s for a Llama-3
+tokenizer on this machine) and loops forever on an array whose declared length runs past the end
+of the file (a 41-byte file hangs it). The ``gguf`` package is used by the tests, to write files.
+
+What the metadata means is here too, as llama.cpp reads it: {arch}.attention.head_count and
+head_count_kv (scalars or per-layer arrays), key_length / value_length, embedding_length, with
+llama.cpp's defaults when a key is absent, the sliding window and which layers slide, causal or
+not. ``mhainspect.frontends.gguf.frontend`` groups the tensors into blocks and assembles them.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import re
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from mhainspect.errors import InputError, read_failure
+from mhainspect.frontends.gguf.split import split_name
+from mhainspect.ir.dtypes import Family, ggml_name, lookup
+from mhainspect.ir.weights import HeadOffers, WeightMeta
+
+MAGIC = b"GGUF"
+
+# Limits. The first three are llama.cpp's (ggml.h GGML_MAX_DIMS, GGUF_DEFAULT_ALIGNMENT, int64 sizes);
+# the others bound work and memory on hostile files far above any real model (a Llama-3 header has
+# ~30 keys, ~300k tokenizer strings, 723 tensors).
+MAX_DIMS = 4
+DEFAULT_ALIGNMENT = 32
+_INT64_MAX = (1 << 63) - 1
+MAX_KEYS = 1 << 16
+MAX_TENSORS = 1 << 20
+MAX_NAME_BYTES = 1 << 16
+MAX_ARRAY_STRINGS = 1 << 24  # strings walked over the whole header (tokenizer vocabularies and merges)
+MAX_SHARDS = 1 << 12
+_KEPT_ARRAY = 1 << 12  # numeric arrays up to this length are decoded (per-layer values); longer ones are not
+_KEPT_STRING = 1 << 12  # string values up to this many bytes are decoded
+_MIN_KV = 8 + 4 + 1  # key length, value type, a one-byte value
+_MIN_TENSOR_INFO = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
+
+# GGUF value types (gguf.h enum gguf_type): struct format of the fixed-size ones.
+_STRING, _ARRAY = 8, 9
+_SCALARS: dict[int, str] = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+                            12: "d"}
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A metadata value that is not decoded (a string array, a long array or string): its kind and length."""
+
+    kind: str
+    length: int
+
+
+Scalar = int | float | bool | str
+MetaValue = Scalar | tuple[Scalar, ...] | Unread
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor info record. ``ne`` is GGML's order (ne[0] is the row length, the contiguous
+    axis): the reverse of numpy/PyTorch's shape. ``offset`` is relative to the data section."""
+
+    name: str
+    ne: tuple[int, ...]
+    ggml_type: int
+    dtype: str  # canonical name (mhainspect.ir.dtypes)
+    offset: int
+    nbytes: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(reversed(self.ne))
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.ne)
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    path: Path
+    version: int
+    metadata: Mapping[str, MetaValue]
+    tensors: tuple[TensorInfo, ...]
+    data_offset: int  # where the data section starts (aligned)
+    file_size: int
+
+
+# ------------------------------------------------------------------------------ the header
+
+
+def _q(name: str, limit: int = 120) -> str:
+    """A name from the file, quoted for a one-line message: control characters escaped, long names cut."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name[: limit + 1])
+    return f"'{shown[:limit]}…'" if len(shown) > limit else f"'{shown}'"
+
+
+class _Cursor:
+    """Bounded reads from the mapped header: every read checks the bytes left first."""
+
+    def __init__(self, buf: mmap.mmap, size: int, order: str, path: Path) -> None:
+        self.buf, self.size, self.order, self.path, self.pos = buf, size, order, path, 0
+        self.strings_walked = 0
+
+    def fail(self, what: str) -> InputError:
+        return InputError(f"{self.path}: corrupt GGUF header: {what}")
+
+    def left(self) -> int:
+        return self.size - self.pos
+
+    def need(self, n: int, what: str) -> None:
+        if n > self.left():
+            raise self.fail(f"{what} needs {n:,} bytes at offset {self.pos:,}, the file has {self.left():,} left "
+                            "(truncated?)")
+
+    def scalar(self, fmt: str, what: str) -> int | float | bool:
+        size = struct.calcsize(fmt)
+        self.need(size, what)
+        (value,) = struct.unpack_from(self.order + fmt, self.buf, self.pos)
+        self.pos += size
+        return value  # type: ignore[no-any-return]
+
+    def u32(self, what: str) -> int:
+        return int(self.scalar("I", what))
+
+    def u64(self, what: str) -> int:
+        return int(self.scalar("Q", what))
+
+    def raw_string(self, what: str, limit: int | None = None) -> tuple[int, int]:
+        """(offset, length) of a string; the bytes are skipped, not copied."""
+        n = self.u64(f"length of {what}")
+        if limit is not None and n > limit:
+            raise self.fail(f"{what} is {n:,} bytes long (at most {limit:,} allowed)")
+        self.need(n, what)
+        start = self.pos
+        self.pos += n
+        return start, n
+
+    def text(self, what: str, limit: int) -> str:
+        start, n = self.raw_string(what, limit)
+        try:
+            return bytes(self.buf[start:start + n]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.fail(f"{what} is not UTF-8") from None
+
+    def skip_strings(self, n: int, key: str) -> None:
+        """Walk past ``n`` strings (tokenizer vocabularies: hundreds of thousands), lengths checked."""
+        unpack = struct.Struct(self.order + "Q").unpack_from
+        buf, pos, size = self.buf, self.pos, self.size
+        i = 0
+        while i < n and pos + 8 <= size:
+            pos += 8 + unpack(buf, pos)[0]
+            if pos > size:
+                break
+            i += 1
+        if i < n:
+            raise self.fail(f"string {i} of {_q(key)} runs past the end of the file (truncated?)")
+        self.pos = pos
+
+    def value(self, vtype: int, key: str) -> MetaValue:
+        if vtype in _SCALARS:
+            v = self.scalar(_SCALARS[vtype], f"value of {_q(key)}")
+            return bool(v) if vtype == 7 else v
+        if vtype == _STRING:
+            start, n = self.raw_string(f"value of {_q(key)}")
+            if n > _KEPT_STRING:
+                return Unread("string", n)
+            return bytes(self.buf[start:start + n]).decode("utf-8", errors="replace")
+        if vtype == _ARRAY:
+            return self.array(key)
+        raise self.fail(f"key {_q(key)} has unknown value type {vtype}")
+
+    def array(self, key: str) -> MetaValue:
+        itype = self.u32(f"element type of {_q(key)}")
+        n = self.u64(f"length of {_q(key)}")
+        if itype == _ARRAY:
+            raise self.fail(f"key {_q(key)} is an array of arrays (llama.cpp refuses nested arrays)")
+        if itype == _STRING:
+            self.need(8 * n, f"{n:,} strings of {_q(key)}")
+            self.strings_walked += n
+            if self.strings_walked > MAX_ARRAY_STRINGS:
+                raise self.fail(f"more than {MAX_ARRAY_STRINGS:,} strings in metadata arrays (key {_q(key)})")
+            self.skip_strings(n, key)
+            return Unread("string array", n)
+        fmt = _SCALARS.get(itype)
+        if fmt is None:
+            raise self.fail(f"key {_q(key)} is an array of unknown value type {itype}")
+        size = struct.calcsize(fmt) * n
+        self.need(size, f"{n:,} elements of {_q(key)}")
+        start = self.pos
+        self.pos += size
+        if n > _KEPT_ARRAY:
+            return Unread("array", n)
+        items = struct.unpack_from(f"{self.order}{n}{fmt}", self.buf, start)
+        return tuple(bool(x) for x in items) if itype == 7 else tuple(items)
+
+
+def read_header(path: Path) -> GGUFHeader:
+    """The header of one GGUF file, validated; tensor data is never read (see the module docstring)."""
+    try:
+        if path.exists() and not path.is_file():  # a FIFO or a device: opening it could block
+            raise InputError(f"{path}: not a regular file")
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size < 4 + 4 + 8 + 8:
+                raise InputError(f"{path}: not a GGUF file ({size} bytes, shorter than the 24-byte header)"
+                                 if size else f"{path}: empty file")
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                if hasattr(buf, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+                    buf.madvise(mmap.MADV_RANDOM)  # fault in the header's pages only: no read-ahead
+                return _parse(buf, size, path)
+    except OSError as exc:
+        raise InputError(read_failure(path, exc)) from None
+    except ValueError as exc:  # mmap of something that is not a regular file
+        raise InputError(f"{path}: cannot map: {exc}") from None
+
+
+def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFHeader:
+    if buf[:4] != MAGIC:
+        raise InputError(f"{path}: not a GGUF file (no GGUF magic)")
+    (version,) = struct.unpack_from("<I", buf, 4)
+    order = "<"
+    if version & 0xFFFF == 0 and version:  # written on a host of the other byte order
+        order, version = ">", struct.unpack_from(">I", buf, 4)[0]
+    if version == 1:
+        raise InputError(f"{path}: GGUF version 1 is not supported (llama.cpp dropped it too)")
+    if version not in (2, 3):
+        raise InputError(f"{path}: unsupported GGUF version {version} (2 and 3 are known)")
+    cur = _Cursor(buf, size, order, path)
+    cur.pos = 8
+    n_tensors = cur.u64("tensor count")
+    n_kv = cur.u64("key count")
+    if n_kv > MAX_KEYS or n_tensors > MAX_TENSORS or n_kv * _MIN_KV + n_tensors * _MIN_TENSOR_INFO > cur.left():
+        raise cur.fail(f"declares {n_kv:,} keys and {n_tensors:,} tensors, more than its {cur.left():,} header "
+                       f"bytes can hold (or above {MAX_KEYS:,} keys / {MAX_TENSORS:,} tensors)")
+    metadata: dict[str, MetaValue] = {}
+    for _ in range(n_kv):
+        key = cur.text("a metadata key", MAX_NAME_BYTES)
+        if key in metadata:
+            raise cur.fail(f"duplicate key {_q(key)}")
+        metadata[key] = cur.value(cur.u32(f"value type of {_q(key)}"), key)
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 \
+            or alignment & (alignment - 1):
+        raise cur.fail(f"general.alignment {alignment!r} is not a power of two")
+    tensors: list[TensorInfo] = []
+    names: set[str] = set()
+    for _ in range(n_tensors):
+        tensors.append(_tensor_info(cur, names))
+    data_offset = -(-cur.pos // alignment) * alignment
+    expected = 0
+    for t in tensors:
+        if t.offset != expected:
+            raise cur.fail(f"tensor {_q(t.name)} has data offset {t.offset:,}, expected {expected:,} (tensors are "
+                           "laid out in order, each padded to the alignment)")
+        end = data_offset + t.offset + t.nbytes
+        if end > size:
+            raise cur.fail(f"tensor {_q(t.name)} ends at byte {end:,}, past the end of the {size:,}-byte file "
+                           "(truncated?)")
+        expected += -(-t.nbytes // alignment) * alignment
+    return GGUFHeader(path, version, metadata, tuple(tensors), data_offset, size)
+
+
+def _tensor_info(cur: _Cursor, names: set[str]) -> TensorInfo:
+    name = cur.text("a tensor name", MAX_NAME_BYTES)
+    if name in names:
+        raise cur.fail(f"duplicate tensor name {_q(name)}")
+    names.add(name)
+    n_dims = cur.u32(f"dim count of {_q(name)}")
+    if n_dims > MAX_DIMS:
+        raise cur.fail(f"tensor {_q(name)} has {n_dims:,} dims (at most {MAX_DIMS})")
+    ne = tuple(cur.u64(f"dims of {_q(name)}") for _ in range(n_dims))
+    numel = 1
+    for d in ne:
+        if d > _INT64_MAX:
+            raise cur.fail(f"tensor {_q(name)} has a negative dim ({d - (1 << 64)} as int64)")
+        numel *= d
+    if numel > _INT64_MAX:
+        raise cur.fail(f"tensor {_q(name)} dims {list(ne)} hold more elements than int64 counts")
+    code = cur.u32(f"type of {_q(name)}")
+    dtype = ggml_name(code)
+    found = lookup(dtype) if dtype is not None else None
+    if dtype is None or found is None:
+        raise cur.fail(f"tensor {_q(name)} has unknown GGML type {code}")
+    row = ne[0] if ne else 1
+    if row % found.block_size:
+        raise cur.fail(f"tensor {_q(name)} rows of {row} elements are not a whole number of {dtype} blocks "
+                       f"({found.block_size} elements each)")
+    offset = cur.u64(f"data offset of {_q(name)}")
+    return TensorInfo(name, ne, code, dtype, offset, found.nbytes(numel))
+
+
+# ------------------------------------------------------------------------------ split files and folders
+
+
+def split_parts(path: Path) -> tuple[Path, ...]:
+    """Every file of the split model ``path`` belongs to (``*-00001-of-00003.gguf`` ...), or (path,)."""
+    m = split_name(path.name)
+    if m is None:
+        return (path,)
+    count = int(m.group("count"))
+    if count < 1 or count > MAX_SHARDS or not 1 <= int(m.group("no")) <= count:
+        raise InputError(f"{path}: split file name says part {int(m.group('no'))} of {count}")
+    parts = tuple(path.with_name(f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1))
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise InputError(f"{path}: split model is missing {len(missing)} of its {count} files, first {_q(missing[0])}")
+    return parts
+
+
+def is_later_split_part(path: Path) -> bool:
+    """A split file other than the first: a folder scan lists the model once, by its first file."""
+    m = split_name(path.name)
+    return m is not None and int(m.group("no")) > 1
+
+
+@dataclass(frozen=True)
+class GGUFModel:
+    """One model: its files' headers merged (metadata from the first file)."""
+
+    path: Path
+    metadata: Mapping[str, MetaValue]
+    tensors: tuple[tuple[Path, TensorInfo], ...]
+
+
+def read_model(path: Path) -> GGUFModel:
+    parts = split_parts(path)
+    headers = [read_header(p) for p in parts]
+    first = headers[0]
+    declared = first.metadata.get("split.count")
+    if len(parts) > 1 or (isinstance(declared, int) and declared > 1):
+        if declared != len(parts):
+            raise InputError(f"{path}: split.count is {declared!r} but the file names say {len(parts)} files")
+        for i, h in enumerate(headers):
+            if h.metadata.get("split.no") != i:
+                raise InputError(f"{h.path}: split.no is {h.metadata.get('split.no')!r}, expected {i}")
+    tensors: list[tuple[Path, TensorInfo]] = []
+    seen: set[str] = set()
+    for h in headers:
+        for t in h.tensors:
+            if t.name in seen:
+                raise InputError(f"{h.path}: tensor {_q(t.name)} is also in another file of the split model")
+            seen.add(t.name)
+            tensors.append((h.path, t))
+    total = first.metadata.get("split.tensors.count")
+    if isinstance(total, int) and not isinstance(total, bool) and total != len(tensors):
+        raise InputError(f"{path}: split.tensors.count is {total} but the files hold {len(tensors)} tensors")
+    return GGUFModel(parts[0], first.metadata, tuple(tensors))
+
+
+# ------------------------------------------------------------------------------ metadata semantics
+
+
+def _uint(v: MetaValue | None) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+# What llama.cpp's loader (load_hparams, per architecture) assumes when the file has no
+# sliding_window_pattern: (period, window when the file has no sliding_window key). Only
+# architectures whose pattern llama.cpp hard-codes; a key in the file always wins.
+LLAMA_CPP_SWA_DEFAULTS: Mapping[str, tuple[int, int | None]] = {
+    "gemma2": (2, 4096),  # every other layer slides, window 4096 (Gemma 2's own default)
+    "gemma3": (6, None),  # five sliding layers, then one global
+    "cohere2": (4, None),  # three sliding layers, then one global
+}
+
+
+@dataclass(frozen=True)
+class _Key:
+    """A per-layer metadata value: a scalar, or an array with one entry per layer (llama.cpp's
+    get_key_or_arr)."""
+
+    name: str
+    value: MetaValue | None
+
+    def at(self, layer: int | None) -> int | None:
+        v = self.value
+        if isinstance(v, tuple):
+            if layer is None or layer >= len(v):
+                return None
+            return _uint(v[layer])
+        return _uint(v)
+
+    def describe(self, layer: int | None) -> str:
+        if isinstance(self.value, tuple):
+            raw = self.value[layer] if layer is not None and layer < len(self.value) else None
+            return f"{self.name}[{layer}] = {raw}"
+        return f"{self.name} = {self.value}"
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """The metadata keys describing one stack of blocks: ``{arch}.`` or a sub-model (``clip.vision.``)."""
+
+    prefix: str  # e.g. "llama." or "clip.vision."
+    metadata: Mapping[str, MetaValue]
+
+    def key(self, name: str) -> _Key:
+        full = self.prefix + name
+        return _Key(full, self.metadata.get(full))
+
+    @property
+    def arch(self) -> str:
+        return self.prefix.rstrip(".")
+
+    def swa_period(self) -> tuple[int | None, str]:
+        """The sliding-window period (llama.cpp's set_swa_pattern: every n-th layer is dense, the
+        others slide) with where it came from: the file's key, else llama.cpp's default for the
+        architecture; (None, "") when neither says."""
+        k = self.key("attention.sliding_window_pattern")
+        period = _uint(k.value)
+        if period is not None:
+            return period, f"{k.name} = {k.value}"
+        default = LLAMA_CPP_SWA_DEFAULTS.get(self.arch)
+        if default is not None and not isinstance(k.value, tuple) and self.swa_window()[0] is not None:
+            return default[0], f"llama.cpp's {self.arch} default period {default[0]} (no {k.name} in the file)"
+        return None, ""
+
+    def swa_window(self) -> tuple[int | None, str]:
+        """The sliding window in tokens with where it came from (the file's key, else llama.cpp's
+        default for the architecture)."""
+        k = self.key("attention.sliding_window")
+        w = k.at(None)
+        if w:
+            return w, f"GGUF {k.describe(None)}"
+        default = LLAMA_CPP_SWA_DEFAULTS.get(self.arch)
+        if default is not None and default[1] is not None and k.value is None:
+            return default[1], f"llama.cpp's {self.arch} default window {default[1]} (no {k.name} in the file)"
+        return None, ""
+
+    def swa_layers(self) -> tuple[bool, ...] | None:
+        """Which layers slide: a per-layer bool array in the file (true = sliding window), or a
+        period (``swa_period``); None when nothing says, or when the model has no window."""
+        k = self.key("attention.sliding_window_pattern")
+        n_layer = _uint(self.metadata.get(self.prefix + "block_count"))
+        if isinstance(k.value, tuple):
+            return tuple(bool(x) for x in k.value)
+        period = self.swa_period()[0]
+        if period is None or n_layer is None:
+            return None
+        return tuple(period == 0 or il % period < period - 1 for il in range(n_layer))
+
+
+def offers_for(ns: Namespace, layer: int | None, swa: bool) -> list[HeadOffers]:
+    """What the metadata says about the block of ``layer``, one offer per number, with llama.cpp's
+    defaults where a key is absent (head_count_kv = head_count; key_length and value_length =
+    embedding_length / head_count of layer 0)."""
+    heads, kv = ns.key("attention.head_count"), ns.key("attention.head_count_kv")
+    n_embd = ns.key("embedding_length")
+    out: list[HeadOffers] = []
+    h = heads.at(layer)
+    if h:
+        out.append(HeadOffers(num_heads=h, source="gguf", detail=f"GGUF {heads.describe(layer)}"))
+    g = kv.at(layer)
+    if g:
+        out.append(HeadOffers(num_kv_heads=g, source="gguf", detail=f"GGUF {kv.describe(layer)}"))
+    elif h and kv.value is None:
+        out.append(HeadOffers(num_kv_heads=h, source="gguf", detail=f"GGUF {kv.name} absent (llama.cpp: = "
+                                                                     f"head_count {h})"))
+    for which in ("key_length", "value_length"):
+        k = ns.key(f"attention.{which}_swa") if swa else ns.key(f"attention.{which}")
+        if swa and k.value is None:
+            k = ns.key(f"attention.{which}")
+        d, detail = k.at(layer), f"GGUF {k.describe(layer)}"
+        h0, e = heads.at(0), n_embd.at(None)
+        if d is None and h0 and e:
+            d, detail = e // h0, f"GGUF {k.name} absent (llama.cpp: {n_embd.name} {e} / head_count {h0})"
+        if d:
+            out.append(HeadOffers(head_dim=d, source="gguf", detail=detail) if which == "key_length"
+                       else HeadOffers(v_head_dim=d, source="gguf", detail=detail))
+    return out
+
+
+# ------------------------------------------------------------------------------ tensors -> blocks
+
+_LAYER = re.compile(r"(?:^|\.)(?:blk|layers?|posnet)\.(\d+)$")
+SUB_MODELS = {"v": "vision", "a": "audio"}  # mmproj files: v.blk.N / a.blk.N under {arch}.vision. / .audio.
+
+
+def weight_meta(source: Path, t: TensorInfo) -> WeightMeta:
+    # GGML's ne[0] is a weight's input width: reversed, the shape reads (out, in) as nn.Linear's.
+    return WeightMeta(t.name, t.shape, t.dtype, f"{source.name}:{t.offset}", layout="out_in")
+
+
+def layer_of(scope: str) -> int | None:
+    """The layer index of a block scope (blk.N, enc.blk.N, v.blk.N)."""
+    m = _LAYER.search(scope)
+    return int(m.group(1)) if m else None
+
+
+def namespace(arch: str, scope: str, metadata: Mapping[str, MetaValue]) -> Namespace:
+    first = scope.split(".", 1)[0]
+    sub = SUB_MODELS.get(first)
+    if sub is not None:
+        prefix = f"{arch}.{sub}."
+        if any(k.startswith(prefix) for k in metadata):
+            return Namespace(prefix, metadata)
+    return Namespace(f"{arch}.", metadata)
+
+
+def architecture(metadata: Mapping[str, MetaValue]) -> tuple[str, list[str]]:
+    arch = metadata.get("general.architecture")
+    if isinstance(arch, str) and arch:
+        return arch, []
+    found = sorted({k[: -len(".attention.head_count")] for k in metadata if k.endswith(".attention.head_count")})
+    if found:
+        return found[0].split(".")[0], [f"general.architecture missing: head counts read from '{found[0]}.*'"]
+    return "", ["general.architecture missing and no *.attention.head_count key: heads only from shapes"]
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What the file says about one block during llama.cpp's autoregressive decoding: whether it
+    caches K/V per token (and why), and the sliding window of a sliding layer."""
+
+    caches: bool
+    reason: str
+    window: int | None = None
+    window_source: str = ""
+
+
+KV_CACHE_DTYPE = "float16"  # llama.cpp's default K/V cache type (its -ctk / -ctv options change it)
+KV_CACHE_DTYPE_SOURCE = "llama.cpp's default cache type f16 (-ctk/-ctv change it)"
+
+
+def decoding(name: str, cross: bool, ns: Namespace, layer: int | None, swa: bool,
+             metadata: Mapping[str, MetaValue]) -> Decoding:
+    """How the block ``name`` (``{scope}.{kind}``) of a GGUF model decodes, from the metadata."""
+    scope = name.rsplit(".", 1)[0]
+    causal = metadata.get(ns.prefix + "attention.causal")
+    if causal is False:
+        return Decoding(False, f"GGUF {ns.prefix}attention.causal = false: a bidirectional encoder, run once")
+    if scope.split(".", 1)[0] in ("enc", *SUB_MODELS) and not cross:
+        return Decoding(False, f"GGUF '{scope}' is an encoder block (runs once over its input)")
+    reason = ("GGUF cross-attention of a decoder: K/V computed once from the encoder output" if cross
+              else f"GGUF {ns.prefix.rstrip('.')}: llama.cpp decodes autoregressively (causal attention)")
+    w, wsource = ns.swa_window()
+    if swa and w and not cross:
+        pattern = ns.key("attention.sliding_window_pattern")
+        if isinstance(pattern.value, tuple):
+            where = pattern.describe(layer)
+        else:
+            where = f"{ns.swa_period()[1]} (llama.cpp: layer {layer} slides)"
+        return Decoding(True, reason, w, f"{wsource}, {where}")
+    return Decoding(True, reason)
+
+
+def swa_warnings(metadata: Mapping[str, MetaValue], arch: str) -> list[str]:
+    window = _uint(metadata.get(f"{arch}.attention.sliding_window"))
+    if window and f"{arch}.attention.sliding_window_pattern" not in metadata and arch not in LLAMA_CPP_SWA_DEFAULTS:
+        return [f"{arch}.attention.sliding_window = {window} without {arch}.attention.sliding_window_pattern: "
+                "which layers slide is llama.cpp's per-architecture choice, not in the file; no block is marked "
+                "sliding (a KV cache figure counts every layer at full context)"]
+    return []
+
+
+# general.type values of GGUF files that are not a whole model (gguf-py's GGUFType; llama.cpp's
+# convert_lora_to_gguf.py writes "adapter", vocab-only conversions "vocab"): what the file holds instead.
+NOT_A_MODEL = {
+    "adapter": "a LoRA adapter: low-rank deltas (lora_a / lora_b) for a base model's layers; the base model's "
+               "attention blocks and KV cache are not in this file",
+    "vocab": "a vocabulary-only file (tokenizer, no weights): no attention blocks, no KV cache",
+}
+
+
+def file_type_warnings(metadata: Mapping[str, MetaValue]) -> list[str]:
+    """What a file that is not a whole model holds (general.type), so an empty report is not read as
+    "a model without attention"."""
+    kind = metadata.get("general.type")
+    said = NOT_A_MODEL.get(kind) if isinstance(kind, str) else None
+    return [f"GGUF general.type = {kind}: {said}"] if said else []
+
+
+def is_parameter(dtype: str) -> bool:
+    """Float and block-quantized tensors are parameters; integer tensors are not."""
+    found = lookup(dtype)
+    return found is not None and found.family in (Family.FLOAT, Family.QUANTIZED_BLOCK)
+
+
+def count_parameters(model: GGUFModel) -> int:
+    """Logical elements of float and block-quantized tensors (a Q4_K weight counts its elements, not
+    its bytes); integer tensors are not parameters."""
+    return sum(t.numel for _source, t in model.tensors if is_parameter(t.dtype))
+
+
+def model_weights(model: GGUFModel) -> dict[str, WeightMeta]:
+    """Every tensor as weight metadata (logical shape, canonical GGML dtype), for the size report."""
+    return {t.name: weight_meta(source, t) for source, t in model.tensors}
+
+
+def producer(metadata: Mapping[str, MetaValue], arch: str) -> str:
+    name = metadata.get("general.name")
+    label = arch or "unknown architecture"
+    return f"{name} ({label})" if isinstance(name, str) and name else label
+
+

@@ -1,0 +1,121 @@
+"""Where an ONNX initializer came from, as the torch dynamo exporter records it.
+
+torch.onnx (dynamo) writes, in value_info metadata, the torch.export input kind of each
+initializer (PARAMETER, BUFFER, CONSTANT_TENSOR) and, for constants its optimizer folded,
+the names they were folded from. A transposed Linear weight folded into ``val_30`` is still the
+parameter ``layer.0.q.weight``; a causal mask folded from ``arange``/``expand`` is no parameter.
+TorchScript exports carry none of this: their tensors keep ``kind=None`` and the counting
+heuristics apply, but for one thing both torch exporters share: every parameter and buffer is an
+initializer, so a Constant node in a file torch wrote holds a value the trace computed (a
+sinusoidal position table, a rotary sin/cos cache, ALiBi slopes, the ones and zeros a LayerNorm
+without weight or bias is given): ``kind="constant"``, never a parameter.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+
+from mhainspect.ir.graph import Tensor
+
+_KIND_KEY = "pkg.torch.export.graph_signature.InputSpec.kind"
+_FOLDED_KEY = "pkg.onnxscript.optimizer.folded_from"
+_KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant"}
+_TORCH_PRODUCER = "pytorch"  # ModelProto.producer_name of torch.onnx.export (TorchScript and dynamo)
+
+
+def _folded_from(value: str) -> tuple[str, ...]:
+    return tuple(string_list(value) or ())
+
+
+def string_list(value: str) -> list[str] | None:
+    """A list (or tuple) literal from exporter metadata, entries as str; None when it is not one.
+
+    ``ast.literal_eval``'s answer, without compiling the plain "['a.b', 'c']" form the exporter writes.
+    """
+    names: object = _plain_string_list(value)
+    if names is None:
+        try:
+            names = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return None
+    if isinstance(names, (list, tuple)):
+        return [str(n) for n in names]
+    return None
+
+
+def _plain_string_list(value: str) -> list[str] | None:
+    """ast.literal_eval(value) for "['a.b', 'c']" (the exporter's form) without compiling it; None
+    for anything else: other spacing, escapes, quotes or line breaks in an entry, ..."""
+    if len(value) < 2 or value[0] != "[" or value[-1] != "]":
+        return None
+    inner = value[1:-1]
+    if not inner:
+        return []
+    if len(inner) < 2 or inner[0] != "'" or inner[-1] != "'" or any(c in inner for c in _SPECIAL):
+        return None
+    inner = inner[1:-1]
+    parts = inner.split("', '")
+    if inner.count("'") != 2 * (len(parts) - 1):  # a quote inside an entry (each separator has two)
+        return None
+    return parts
+
+
+# Characters a plain one-line '...' literal cannot hold as they are (literal_eval also refuses NUL).
+_SPECIAL = ("\\", '"', "\n", "\r", "\x00")
+
+
+# A pattern string, compiled by re on first use: only torch.export files carry a signature.
+_SIGNATURE_LINE = r"^\s*\w+:\s*(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']+)'"
+
+
+def signature_kinds(signature: str) -> dict[str, str]:
+    """Kinds by target name from the ExportedProgram graph signature the exporter stores as text."""
+    return {target: _KINDS[kind] for kind, target in re.findall(_SIGNATURE_LINE, signature, re.MULTILINE)}
+
+
+def constant_node_kind(producer_name: str) -> str | None:
+    """The kind of a Constant-node tensor in a file ``producer_name`` wrote: "constant" for torch
+    (module doc), else None (unknown)."""
+    return "constant" if producer_name == _TORCH_PRODUCER else None
+
+
+def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str, Mapping[str, str]]],
+                     signature: str = "", producer_name: str = "") -> dict[str, Tensor]:
+    """Weights with ``kind`` and ``origin`` filled from exporter metadata (name -> props), and
+    Constant-node tensors of a torch export marked as constants (module doc)."""
+    constant_kind = constant_node_kind(producer_name)
+    if constant_kind is not None:  # the ONNX loader gives them this kind as it builds them: none is left
+        weights = {name: dataclasses.replace(t, kind=constant_kind) if t.is_constant_node and t.kind is None else t
+                   for name, t in weights.items()}
+    props = {name: p for name, p in metadata if _KIND_KEY in p or _FOLDED_KEY in p}
+    if not props:
+        return dict(weights)
+    # Parameters folded away (transposed into val_N) appear only in the signature.
+    kinds: dict[str, str | None] = dict(signature_kinds(signature))
+    kinds.update({name: _KINDS.get(p.get(_KIND_KEY, ""), None) for name, p in props.items() if _KIND_KEY in p})
+    out = dict(weights)
+    for name, t in weights.items():
+        p = props.get(name)
+        if p is None:
+            continue
+        kind = kinds.get(name)
+        origin = None
+        storage_from = ""
+        if kind is None and _FOLDED_KEY in p:
+            sources = _folded_from(p[_FOLDED_KEY])
+            params = sorted(s for s in sources if kinds.get(s) == "parameter")
+            other_tensors = [s for s in sources if kinds.get(s) in ("buffer", "constant")]
+            # Parameters reshaped, transposed or concatenated (with index/shape helpers only) are
+            # still those parameters; anything folded from buffers (masks, rotary tables) is not.
+            if params and not other_tensors:
+                kind = "parameter"
+                origin = params[0] if len(params) == 1 else None
+                storage_from = "+".join(params)
+            else:
+                kind = "derived"
+        storage = f"param:{storage_from}" if storage_from else t.storage_key
+        out[name] = dataclasses.replace(t, kind=kind, origin=origin, storage_key=storage)
+    return out

@@ -1,0 +1,96 @@
+"""The one result shape every front end returns (SourceResult), with the tensor metadata and
+decoding evidence each hands ``mhainspect.analysis.size``.
+
+Front ends (``analyze``, ``torch_inspect``, ``checkpoint_inspect``, ``gguf_inspect``) build it;
+only ``mhainspect.analysis.report`` makes a Report of it. Like ``mhainspect.ir.graph``, this module imports
+nothing above the vocabulary in findings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import NamedTuple
+
+from mhainspect.ir import dtypes
+from mhainspect.results import AttentionBlock, Miss, ModelFacts
+
+# ----------------------------------------------------------------------------- size metadata
+# What every front end hands mhainspect.analysis.size (in SourceResult.size): tensors as metadata and per
+# block what the source says about decoding.
+
+
+class StoredTensor(NamedTuple):
+    """One stored tensor as metadata. ``stored_bytes``: what the file says it occupies (an
+    external-data length), used only when the dtype has no size (strings). A NamedTuple: a 70B
+    graph has thousands and they are built on the hot path."""
+
+    name: str
+    dtype: str
+    numel: int
+    storage_key: str
+    is_parameter: bool
+    stored_bytes: int | None = None
+
+    @property
+    def nbytes(self) -> int | None:
+        rate = byte_rate(self.dtype)
+        if rate is None:
+            return self.stored_bytes
+        block_size, num, den = rate
+        blocks = -(-self.numel // block_size)
+        return -(-(blocks * num) // den)
+
+
+@cache
+def byte_rate(dtype: str) -> tuple[int, int, int] | None:
+    """(elements per block, bytes per block as numerator, denominator) of ``dtype``; None: no size."""
+    found = dtypes.lookup(dtype)
+    if found is None or found.block_bytes == 0:
+        return None
+    return found.block_size, found.block_bytes.numerator, found.block_bytes.denominator
+
+
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+class BlockDecoding:
+    """What the source says about one block during autoregressive decoding.
+
+    ``caches``: True (it caches K/V per token), False (it does not), None (cannot be told);
+    ``reason`` is the evidence either way. ``dtype`` is the cache's element type with where it
+    came from (a past/present tensor, the projection's compute dtype, the config).
+    """
+
+    block: str
+    caches: bool | None
+    reason: str
+    dtype: str | None = None
+    dtype_source: str = ""
+    window: int | None = None  # sliding window (tokens the layer attends to), None: full attention
+    window_source: str = ""
+    source: str = "config"  # evidence kind: "cache_tensor", "causal_mask", "config", "gguf", ...
+    # True when only a causal mask says the block caches (no cache tensor, no config): the figure is
+    # what it caches if the model is decoded token by token (CLIP's causal text tower runs once).
+    if_decoded: bool = False
+
+
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+class SizeInputs:
+    """A front end's metadata for the size computation."""
+
+    tensors: tuple[StoredTensor, ...] = ()
+    block_tensors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # block -> tensor names
+    decoding: tuple[BlockDecoding, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+class SourceResult:
+    """What every front end (ONNX graph, nn.Module, checkpoint) turns a source into; only
+    ``mhainspect.analysis.report`` makes a Report of it."""
+
+    blocks: tuple[AttentionBlock, ...]
+    misses: tuple[Miss, ...]
+    model: ModelFacts
+    warnings: tuple[str, ...] = ()
+    size: SizeInputs | None = None  # tensor metadata and decoding evidence for mhainspect.analysis.size

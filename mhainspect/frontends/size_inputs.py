@@ -1,0 +1,319 @@
+"""What a front end hands the size pass (SizeInputs): every stored tensor as metadata, the tensors
+each block reads, and per block what the source says about decoding: cache tensors and causal masks
+of a graph (matchers.cache), or a Hugging Face config."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from math import prod
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+from mhainspect.frontends.result import BlockDecoding, SizeInputs, StoredTensor
+from mhainspect.frontends.result import byte_rate as _rate
+from mhainspect.ir import dtypes
+from mhainspect.matchers.cache import cache_io, causal_mask, compute_dtype, graph_block_tensors
+from mhainspect.results import AttentionBlock, projection_tensor_names
+
+if TYPE_CHECKING:
+    from mhainspect.ir.dataflow import GraphIndex
+    from mhainspect.ir.graph import Tensor
+    from mhainspect.ir.parameters import StoredScan
+
+# A causal mask without past/present tensors or a config that says the model decodes.
+IF_DECODED = ("the graph has no past/present tensors and no config says the model decodes: this is what "
+              "the cache holds if it is decoded token by token")
+
+
+
+# ----------------------------------------------------------------------------- config evidence
+
+_LAYER = r"(?:^|[./_])(?:layers?|h|blocks?|block|transformer_blocks?)[./_](\d+)(?:[./_]|$)"
+_ANY_INT = r"(?:^|[./_])(\d+)(?:[./_]|$)"
+_CAUSAL_ARCH = r"(ForCausalLM|LMHeadModel|ForConditionalGeneration|ForSpeechSeq2Seq)$"
+_ENCODER_ARCH = (r"(ForMaskedLM|ForSequenceClassification|ForTokenClassification|ForQuestionAnswering|"
+                 r"ForImageClassification|ForMultipleChoice|ForPreTraining|ForAudioClassification|"
+                 r"ForCTC|ForNextSentencePrediction)$")
+_DECODER_WORDS = ("decoder", "dec.")
+_ENCODER_WORDS = ("encoder", "enc.")
+
+
+def layer_index(block_name: str) -> int | None:
+    """The layer number in a block's name (layers.3, h.3, block.3, ...), else its first number."""
+    m = re.search(_LAYER, block_name) or re.search(_ANY_INT, block_name)
+    return int(m.group(1)) if m else None
+
+
+def _sub_config(cfg: Mapping[str, Any], block_name: str) -> Mapping[str, Any]:
+    from mhainspect.frontends.checkpoint.hf_config import sub_config
+
+    return sub_config(cfg, block_name)[1]
+
+
+def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
+    """The block's sliding window from the config: layer_types, sliding_window_pattern, Gemma 2's
+    alternation, Qwen2's use_sliding_window/max_window_layers, or sliding_window for every layer."""
+    c = _sub_config(cfg, block_name)
+    window = c.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return None, ""
+    i = layer_index(block_name)
+    types = c.get("layer_types")
+    if isinstance(types, list) and types:
+        if i is None or i >= len(types):
+            return None, ""
+        kind = str(types[i])
+        return (window, f"config layer_types[{i}] = {kind}, sliding_window = {window}") if "sliding" in kind else (None, "")
+    pattern = c.get("sliding_window_pattern")
+    if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0 and i is not None:
+        sliding = (i + 1) % pattern != 0
+        return (window, f"config sliding_window_pattern = {pattern}, sliding_window = {window}") if sliding else (None, "")
+    if c.get("model_type") == "gemma2" and i is not None:  # Gemma 2 alternates: even layers slide
+        return (window, f"Gemma 2 alternates sliding (even) and full layers, sliding_window = {window}") \
+            if i % 2 == 0 else (None, "")
+    if c.get("use_sliding_window") is False:
+        return None, ""
+    if c.get("use_sliding_window") is True and isinstance(c.get("max_window_layers"), int) and i is not None:
+        return (window, f"config max_window_layers = {c['max_window_layers']}, sliding_window = {window}") \
+            if i >= c["max_window_layers"] else (None, "")
+    return window, f"config sliding_window = {window}"
+
+
+def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) -> tuple[bool | None, str]:
+    """Whether the config says the module ``block_name`` caches K/V during decoding (None: it does
+    not say), and why."""
+    from mhainspect.frontends.checkpoint.hf_config import TOWER_PREFIXES, decoder_only_model_type, sub_config
+
+    name = block_name.lower()
+    archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
+    prefix = sub_config(cfg, block_name)[0]
+    if prefix in TOWER_PREFIXES and cfg.get("is_encoder_decoder") is not True:
+        return False, f"the block belongs to the config's {prefix.rstrip('.')} (an encoder tower, run once per input)"
+    if cfg.get("is_encoder_decoder") is True:
+        if cross or any(w in name for w in _DECODER_WORDS):
+            return True, "config is_encoder_decoder: a decoder layer"
+        if any(w in name for w in _ENCODER_WORDS):
+            return False, "config is_encoder_decoder: an encoder layer, run once over the input"
+        return None, "config is_encoder_decoder, but the block's name says neither encoder nor decoder"
+    if any(re.search(_CAUSAL_ARCH, a) for a in archs):
+        return True, f"config architectures {archs[0]}: a causal language model"
+    if cfg.get("is_decoder") is True:
+        return True, "config is_decoder = true"
+    if archs and all(re.search(_ENCODER_ARCH, a) for a in archs):
+        return False, f"config architectures {archs[0]}: an encoder, run once over the input"
+    family = decoder_only_model_type(_sub_config(cfg, block_name)) or decoder_only_model_type(cfg)
+    if family is not None:
+        return True, f"config model_type {family}: a decoder-only language model"
+    return None, "the config does not say whether the model decodes autoregressively (no causal architecture, " \
+                 "decoder-only model_type, is_decoder or is_encoder_decoder)"
+
+
+def config_dtype(cfg: Mapping[str, Any] | None) -> str | None:
+    if cfg is None:
+        return None
+    for key in ("torch_dtype", "dtype"):
+        v = cfg.get(key)
+        if isinstance(v, str) and dtypes.is_float(v):
+            return dtypes.canonical(v)
+    return None
+
+
+def config_decoding(cfg: Mapping[str, Any] | None, blocks: Sequence[AttentionBlock],
+                    compute_dtypes: Mapping[str, tuple[str | None, str]], *, label: str = "config",
+                    no_config: str = "") -> tuple[BlockDecoding, ...]:
+    """Per block, from a Hugging Face style config: does it cache, its window, its dtype
+    (``compute_dtypes``: block -> (dtype, where it came from), the projection's own dtype)."""
+    out = []
+    for b in blocks:
+        dtype, dsource = compute_dtypes.get(b.name, (None, ""))
+        if cfg is None:
+            out.append(BlockDecoding(b.name, None, no_config or "no config says whether the model decodes "
+                                     "autoregressively", dtype, dsource))
+            continue
+        caches, reason = config_causal(cfg, b.name, b.kind == "cross")
+        window, wsource = _window(cfg, b.name) if b.kind != "cross" else (None, "")
+        out.append(BlockDecoding(b.name, caches, f"{label}: {reason}", dtype, dsource, window,
+                                 f"{label} {wsource.removeprefix('config ')}" if window else ""))
+    return tuple(out)
+
+
+def model_float_dtype(tensors: Iterable[StoredTensor]) -> str | None:
+    """The float dtype holding most parameter elements (the compute dtype's last resort)."""
+    by_spelling: Counter[str] = Counter()
+    for t in tensors:
+        if t.is_parameter:
+            by_spelling[t.dtype] += t.numel
+    counts: Counter[str] = Counter()
+    for spelling, n in by_spelling.items():
+        if dtypes.is_float(spelling):
+            counts[dtypes.canonical(spelling)] += n
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def _graph_tensors(index: GraphIndex, scan: StoredScan) -> tuple[StoredTensor, ...]:
+    """Every initializer and Constant as a StoredTensor. Constant values of whole-byte types that
+    are not parameters (a 70B export has thousands, nearly all int64 shape scalars) are summed
+    into one entry per dtype: their bytes are exact either way, and this keeps the pass cheap."""
+    parameter_keys = scan.parameters
+    # dtype spelling -> (whole bytes per element, has a size): looked up once per spelling
+    kinds: dict[str, tuple[bool, bool]] = {}
+
+    def kind(dtype: str) -> tuple[bool, bool]:
+        found = kinds.get(dtype)
+        if found is None:
+            rate = _rate(dtype)
+            found = kinds[dtype] = (rate is not None and rate[0] == 1 and rate[2] == 1, rate is not None)
+        return found
+
+    scalars = scan.scalar_constants
+    scalar_dtypes = Counter(map(attrgetter("dtype"), scalars))
+    if all(kind(dtype)[0] for dtype in scalar_dtypes) and \
+            parameter_keys.keys().isdisjoint(map(attrgetter("storage_key"), scalars)):
+        items: Iterable[tuple[str, Tensor]] = scan.others  # the one-element values: one element each, by dtype
+        constants = Counter(scalar_dtypes)
+    else:  # some is listed on its own: every tensor in file order, as the loop alone would
+        items, constants = index.graph.weights.items(), Counter()
+    out: list[StoredTensor] = []
+    for name, t in items:
+        key = t.storage_key
+        dtype = t.dtype
+        plain, sized = kinds.get(dtype) or kind(dtype)
+        if plain and t.is_constant_node and key not in parameter_keys:
+            constants[dtype] += prod(t.shape)
+            continue
+        out.append(StoredTensor(name, dtype, prod(t.shape), key, key in parameter_keys,
+                                None if sized else t.external_length))
+    out.extend(StoredTensor(f"(Constant values, {dtype})", dtype, n, f"constants:{dtype}", False)
+               for dtype, n in constants.items())
+    return tuple(out)
+
+
+def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], scan: StoredScan,
+                      config: Mapping[str, Any] | None = None, config_label: str = "config.json") -> SizeInputs:
+    """SizeInputs for an ONNX / traced graph: every initializer and Constant, the tensors each block
+    reads, and per block the decoding evidence (past/present tensors, a causal mask, the config)."""
+    tensors = _graph_tensors(index, scan)
+    fallback = model_float_dtype(tensors)
+    io = cache_io(index, blocks)
+    any_io = bool(io)
+    compute = {b.name: compute_dtype(index, b, fallback) for b in blocks}
+    from_config = {d.block: d for d in config_decoding(config, blocks, compute, label=config_label)} \
+        if config is not None else {}
+    causal_self = unknown_self = False
+    decoding: list[BlockDecoding] = []
+    pending_cross: list[AttentionBlock] = []
+    for b in blocks:
+        cfg = from_config.get(b.name)
+        window, wsource = (cfg.window, cfg.window_source) if cfg is not None else (None, "")
+        tensors_io = io.get(b.name)
+        mask = causal_mask(index, b) if b.kind != "cross" else None
+        if mask is not None and mask.window is not None:  # the graph's own mask outranks the config
+            window, wsource = mask.window, mask.window_source
+        if tensors_io:
+            io_dtype = tensors_io[0][1]
+            names = ", ".join(n for n, _ in tensors_io[:4])
+            decoding.append(BlockDecoding(b.name, True, f"cache tensors {names} in the graph", io_dtype,
+                                          f"graph cache tensor '{tensors_io[0][0]}'", window, wsource, "cache_tensor"))
+            causal_self = causal_self or b.kind != "cross"
+            continue
+        if b.kind == "cross":
+            pending_cross.append(b)
+            continue
+        assert mask is not None
+        causal, why = mask.causal, mask.reason
+        mask_dtype, mask_dsource = compute[b.name]
+        if causal and cfg is not None and cfg.caches is False:
+            decoding.append(BlockDecoding(b.name, False, f"{cfg.reason} (a causal mask reaches the scores, but the "
+                                          "graph has no past/present tensors)"))
+        elif causal:
+            # A causal mask says the block can cache, not that it is ever decoded token by token
+            # (CLIP's text tower is causal and runs once): say which, when a config tells.
+            if_decoded = cfg is None or not cfg.caches
+            why = f"{why}; {IF_DECODED if cfg is None or not cfg.caches else cfg.reason}"
+            decoding.append(BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource, "causal_mask",
+                                          if_decoded))
+            causal_self = True
+        elif any_io:
+            decoding.append(BlockDecoding(b.name, False, "no past/present tensor of the graph reaches this block and "
+                                          "no causal mask does: it runs once over the input (an encoder)"))
+        elif cfg is not None and cfg.caches is not None:
+            decoding.append(cfg)
+            causal_self = causal_self or bool(cfg.caches)
+        else:
+            decoding.append(BlockDecoding(b.name, causal, why, mask_dtype, mask_dsource))
+            unknown_self = unknown_self or causal is None
+    # Every self block that caches does so on a causal mask alone: so does the cross-attention.
+    self_blocks = {b.name for b in blocks if b.kind != "cross"}
+    assumed_self = all(d.if_decoded for d in decoding if d.caches and d.block in self_blocks)
+    for b in pending_cross:
+        cross_dtype, cross_dsource = compute[b.name]
+        if causal_self:
+            decoding.append(BlockDecoding(b.name, True, "cross-attention of a causal decoder: K/V of the encoder "
+                                          "output, computed once per input", cross_dtype, cross_dsource,
+                                          source="causal_mask", if_decoded=assumed_self))
+        elif unknown_self:
+            decoding.append(BlockDecoding(b.name, None, "cross-attention of a graph whose self-attention may decode "
+                                          "autoregressively (see its blocks): whether it caches is up to the caller"))
+        else:
+            decoding.append(BlockDecoding(b.name, False, "cross-attention, and no block of the graph decodes "
+                                          "autoregressively"))
+    order = {b.name: i for i, b in enumerate(blocks)}
+    decoding.sort(key=lambda d: order[d.block])
+    return SizeInputs(tensors, graph_block_tensors(index, blocks), tuple(decoding))
+
+
+def metas_size_inputs(weights: Mapping[str, Any], blocks: Sequence[AttentionBlock], config: Mapping[str, Any] | None,
+                      parameters: frozenset[str], *, label: str = "config.json", no_config: str = "") -> SizeInputs:
+    """Size metadata of a weight list (a checkpoint, a module's parameters and buffers): every
+    tensor (``parameters``: the storage keys that are parameters), the tensors under each block's
+    module path, and what the config says about decoding (no graph to show a cache or a mask)."""
+    # Imported here: the quantization tables matter to checkpoints and modules, not to a graph run.
+    from mhainspect.frontends.checkpoint.quantized import kv_cache_dtype
+
+    tensors = tensors_from_metas(weights.values(), parameters)
+    fallback = config_dtype(config) or model_float_dtype(tensors)
+    # A quantized weight's dtype (fp8, int8) is its storage, not what the block computes and caches in.
+    compute = weight_compute_dtypes(blocks, {n: t.dtype for n, t in weights.items() if t.quant is None}, fallback)
+    if (kv := kv_cache_dtype(config)) is not None:
+        compute = dict.fromkeys(compute, kv)  # the config quantizes the cache itself
+    return SizeInputs(tensors, prefix_block_tensors(blocks, weights),
+                      config_decoding(config, blocks, compute, label=label, no_config=no_config))
+
+
+def tensors_from_metas(metas: Iterable[Any], parameter_keys: frozenset[str]) -> tuple[StoredTensor, ...]:
+    """StoredTensors from name-keyed weight metadata (checkpoints, module parameters and buffers),
+    as stored (a packed quantized weight: its stored elements, not the logical ones)."""
+    return tuple(StoredTensor(m.name, m.dtype, m.stored_numel, m.storage_key, m.storage_key in parameter_keys)
+                 for m in metas)
+
+
+def prefix_block_tensors(blocks: Sequence[AttentionBlock], names: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Per block, its projections' tensors plus every tensor under the block's module path
+    (quantization scales and zero points stored beside a weight: q_proj.scales, .qzeros, ...)."""
+    all_names = list(names)
+    out: dict[str, tuple[str, ...]] = {}
+    for b in blocks:
+        own = list(projection_tensor_names(b))
+        # Beside the weights only: a bias held on the attention module itself (DeBERTa's q_bias)
+        # would make the whole module (its position projections too) a prefix.
+        prefixes = {w.rsplit(".", 1)[0] + "." for p in b.projections if (w := p.weight) and "." in w}
+        own.extend(n for n in all_names if any(n.startswith(pre) for pre in prefixes))
+        out[b.name] = tuple(dict.fromkeys(own))
+    return out
+
+
+def weight_compute_dtypes(blocks: Sequence[AttentionBlock], dtype_of: Mapping[str, str],
+                          fallback: str | None) -> dict[str, tuple[str | None, str]]:
+    """Per block, the float dtype of its K (else V, Q) projection weight, else ``fallback``."""
+    out: dict[str, tuple[str | None, str]] = {}
+    for b in blocks:
+        found: tuple[str | None, str] = (fallback, "the model's prevailing float dtype") if fallback else (None, "")
+        for role in ("k", "v", "qkv", "q"):
+            p = next((p for p in b.projections if p.role == role and p.weight in dtype_of), None)
+            if p is not None and p.weight is not None and dtypes.is_float(dtype_of[p.weight]):
+                found = (dtypes.canonical(dtype_of[p.weight]), f"{role} projection weight '{p.weight}'")
+                break
+        out[b.name] = found
+    return out

@@ -1,0 +1,155 @@
+"""Neutral data for sources without a graph (checkpoints, module parameter lists, configs).
+
+Loaders produce these; the name grouping and block assembly in ``mhainspect.matchers`` consume
+them. Like ``mhainspect.ir.graph``, this module imports nothing above the vocabulary in findings.
+The result every front end returns is ``mhainspect.frontends.result.SourceResult``: an ONNX run
+never builds these types (three frozen dataclasses and an enum fewer at start-up).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from mhainspect.ir.dtypes import is_float
+from mhainspect.results import Evidence, EvidenceSource
+
+
+class QuantRole(str, Enum):
+    """What a tensor of a quantized Linear is (``mhainspect.frontends.checkpoint.quantized`` tells)."""
+
+    WEIGHT = "weight"  # the quantized values: a parameter whatever its dtype, counted by its logical shape
+    AUX = "aux"  # scales, zero points, group indices, a stored shape, a quant state: overhead
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """How a tensor of a quantized Linear is stored: its role, the shape in the file (the
+    WeightMeta's ``shape`` is the logical one), what says so, and a disagreement between the
+    config and the shapes (the shapes won)."""
+
+    role: QuantRole
+    stored_shape: tuple[int, ...]
+    method: str = ""  # the layout's name ("gptq", "awq", "bitsandbytes-4bit", ...)
+    bits: int | None = None  # bits per logical element of a WEIGHT
+    provenance: str = ""
+    conflict: str = ""
+
+
+@dataclass(frozen=True)
+class WeightMeta:
+    """One tensor: name, shape and identity. ``layout`` is "out_in" (nn.Linear), "in_out" (Conv1D,
+    Keras/Flax kernels) or "" when only the name can tell. ``quant``: set on the tensors of a
+    quantized Linear; then ``shape`` is the logical shape (a packed int32 qweight: the [out, in]
+    it encodes) and ``quant.stored_shape`` the one in the file."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    storage_key: str
+    layout: str = ""
+    quant: Quantized | None = None
+    # The name of the stored tensor whose parameters this one repeats, when the model's config
+    # ties them (``mhainspect.frontends.checkpoint.hf_config.tied_copies``): a second copy on disk, its bytes
+    # stored, its parameters counted once.
+    tied_to: str = ""
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def stored_numel(self) -> int:
+        """Elements as stored (of ``dtype``): what the file's bytes hold."""
+        return math.prod(self.quant.stored_shape) if self.quant is not None else math.prod(self.shape)
+
+    @property
+    def is_parameter(self) -> bool:
+        """Float tensors and quantized weights; integer buffers and quantization data are not."""
+        if self.quant is not None:
+            return self.quant.role is QuantRole.WEIGHT
+        return is_float(self.dtype)
+
+
+@dataclass(frozen=True)
+class HeadOffers:
+    """What a module or config says about one block (None: it does not say)."""
+
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    v_head_dim: int | None = None
+    source: str = EvidenceSource.CONFIG  # an EvidenceSource (module, config, gguf, head_shape); checked
+    detail: str = ""
+    scale: float | None = None  # the factor the scores are multiplied by, when it says
+    applications: int | None = None  # how many times one run applies the block's weights (a shared layer)
+
+    def __post_init__(self) -> None:
+        if type(self.source) is not EvidenceSource:
+            object.__setattr__(self, "source", EvidenceSource(self.source))
+
+    def evidence(self) -> list[Evidence]:
+        out: list[Evidence] = []
+        for field, value in (("num_heads", self.num_heads), ("num_kv_heads", self.num_kv_heads),
+                             ("d_k", self.head_dim), ("d_v", self.v_head_dim)):
+            if isinstance(value, int) and value > 0:
+                out.append(Evidence(field, value, self.source, self.detail))
+        return out
+
+
+def parameter_keys(weights: Mapping[str, WeightMeta]) -> frozenset[str]:
+    """Storage keys of the parameters of a weight list: unique float tensors (tied weights once)
+    and quantized weights; integer buffers, quantization data and a stored copy the config ties
+    to another weight (``WeightMeta.tied_to``: its parameters are its source's) are not.
+    count_weights counts them; mhainspect.analysis.size calls every other stored tensor overhead."""
+    return frozenset(t.storage_key for t in weights.values()
+                     if t.is_parameter and parameter_identity(weights, t) == t.storage_key)
+
+
+def count_weights(weights: Mapping[str, WeightMeta]) -> int:
+    """Unique float tensors and quantized weights by storage (tied weights once: shared storage, or
+    a stored copy the config ties to another, ``WeightMeta.tied_to``), a quantized
+    weight by the logical elements it encodes; integer buffers and quantization data are not
+    parameters.
+
+    The one counter for weight lists (checkpoints, module parameters); graphs are counted by use
+    in ``mhainspect.frontends.onnx.frontend.count_parameters``."""
+    seen: set[str] = set()
+    total = 0
+    for t in weights.values():
+        key = parameter_identity(weights, t)
+        if key in seen or not t.is_parameter:
+            continue
+        seen.add(key)
+        total += t.numel
+    return total
+
+
+def parameter_identity(weights: Mapping[str, WeightMeta], t: WeightMeta) -> str:
+    """What makes two stored tensors one parameter: their storage, or a tied copy's source's."""
+    source = weights.get(t.tied_to) if t.tied_to else None
+    return source.storage_key if source is not None else t.storage_key
+
+
+def identity_by_name(weights: Mapping[str, WeightMeta], others: Mapping[str, str] | None = None
+                     ) -> Callable[[str], str]:
+    """``parameter_identity`` of a tensor by its name, for ``findings.count_shared_once`` (a weight
+    used by several blocks counts in the first); ``others``: identities of names not in ``weights``
+    (a traced graph's weights by storage); any other name is its own."""
+    def identity(name: str) -> str:
+        t = weights.get(name)
+        if t is not None:
+            return parameter_identity(weights, t)
+        return others.get(name, name) if others is not None else name
+    return identity
+
+
+def tied_copy_by_name(weights: Mapping[str, WeightMeta]) -> Callable[[str], bool]:
+    """Whether a tensor, by its name, is a stored copy the config ties to another
+    (``WeightMeta.tied_to``), for ``findings.count_shared_once`` (the tie's source counts the weight)."""
+    def is_copy(name: str) -> bool:
+        t = weights.get(name)
+        return t is not None and bool(t.tied_to)
+    return is_copy

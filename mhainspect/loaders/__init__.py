@@ -1,1 +1,0 @@
-"""Loaders turn a model source into the neutral ModelGraph IR."""

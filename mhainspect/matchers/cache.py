@@ -1,0 +1,386 @@
+"""Graph evidence of decoding: past/present cache tensors, causal and sliding-window masks reaching
+a block's scores, and the dtype K and V are computed in."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mhainspect.ir import dtypes
+from mhainspect.ir.dataflow import SHAPE_INPUTS
+from mhainspect.results import AttentionBlock, projection_tensor_names
+
+if TYPE_CHECKING:
+    from mhainspect.ir.dataflow import GraphIndex
+    from mhainspect.ir.graph import Node
+
+# ----------------------------------------------------------------------------- graph evidence
+
+_CACHE_NAME = re.compile(r"past|present|cache|key_values", re.IGNORECASE)
+_COMPARE_OPS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
+# Ops a stored weight passes through on its way to a projection (dequantization, layout, casts).
+_WEIGHT_PATH = {"DequantizeLinear", "Cast", "Transpose", "Reshape", "Identity", "Unsqueeze", "Squeeze",
+                "Mul", "Sub", "Add", "Concat", "Split", "Slice", "Gather", "Expand", "MatMulNBits",
+                "GatherBlockQuantized"}
+# Input positions of an op that are indices or shape arguments, not values reaching the scores.
+_NOT_MASK_INPUTS: dict[str, frozenset[int]] = {
+    **SHAPE_INPUTS, "Gather": frozenset({1}), "GatherElements": frozenset({1}), "GatherND": frozenset({1})}
+_MASK_WALK_LIMIT = 400  # nodes visited walking back from a block's scores looking for a causal mask
+_IO_WALK_LIMIT = 600  # nodes visited from a past/present tensor to the nearest block
+
+
+def _block_nodes(blocks: Sequence[AttentionBlock]) -> dict[str, str]:
+    """Node name -> block name, for the anchors and the projection nodes."""
+    out: dict[str, str] = {}
+    for b in blocks:
+        if b.anchor:
+            out.setdefault(b.anchor, b.name)
+        for p in b.projections:
+            if p.node:
+                out.setdefault(p.node, b.name)
+    return out
+
+
+def _stored_sources(index: GraphIndex, name: str, memo: dict[str, tuple[str, ...] | None],
+                    depth: int = 0) -> tuple[str, ...] | None:
+    """The stored tensors ``name`` is computed from when it is computed from stored tensors alone
+    (through dequantization, casts, layout ops), else None (an activation)."""
+    weights = index.graph.weights
+    if name in weights:
+        t = weights[name]
+        return (name,) if not t.is_constant_node or t.numel > 1 else ()
+    if name in memo:
+        return memo[name]
+    memo[name] = None  # a cycle or a deep chain is an activation
+    producer = index.producer.get(name)
+    if producer is None or producer.op not in _WEIGHT_PATH or depth >= 6:
+        return None
+    found: list[str] = []
+    for x in producer.inputs:
+        if not x:
+            continue
+        sub = _stored_sources(index, x, memo, depth + 1)
+        if sub is None:
+            return None
+        found.extend(sub)
+    memo[name] = tuple(found)
+    return memo[name]
+
+
+def graph_block_tensors(index: GraphIndex, blocks: Sequence[AttentionBlock]) -> dict[str, tuple[str, ...]]:
+    """Per block, the stored tensors its projection nodes read, directly or through dequantization,
+    casts and layout ops (scales and zero points included)."""
+    weights = index.graph.weights
+    memo: dict[str, tuple[str, ...] | None] = {}
+    out: dict[str, tuple[str, ...]] = {}
+    for b in blocks:
+        names: list[str] = [x for x in projection_tensor_names(b) if x in weights]
+        for p in b.projections:
+            node = index.by_name.get(p.node)
+            if node is None:
+                continue
+            for x in node.inputs:
+                if x:
+                    found = memo[x] if x in memo else _stored_sources(index, x, memo)
+                    if found:
+                        names.extend(found)
+        out[b.name] = tuple(dict.fromkeys(names))
+    return out
+
+
+def _nearest_block(index: GraphIndex, start: str, nodes: Mapping[str, str], forward: bool) -> str | None:
+    """The block whose anchor or projection node is nearest to tensor ``start`` (breadth first)."""
+    frontier = [start]
+    seen = {start}
+    visited = 0
+    while frontier and visited < _IO_WALK_LIMIT:
+        nxt: list[str] = []
+        for tensor in frontier:
+            if forward:
+                steps: list[Node] = [u for u, _ in index.users(tensor)]
+            else:
+                p = index.producer.get(tensor)
+                steps = [p] if p is not None else []
+            for node in steps:
+                visited += 1
+                hit = nodes.get(node.name)
+                if hit is not None:
+                    return hit
+                for x in (node.outputs if forward else node.inputs):
+                    if x and x not in seen and x not in index.graph.weights:
+                        seen.add(x)
+                        nxt.append(x)
+        frontier = nxt
+    return None
+
+
+def cache_io(index: GraphIndex, blocks: Sequence[AttentionBlock]) -> dict[str, list[tuple[str, str]]]:
+    """Block -> [(past/present tensor, dtype)] for the graph's cache inputs and outputs."""
+    nodes = _block_nodes(blocks)
+    out: dict[str, list[tuple[str, str]]] = {}
+    g = index.graph
+    for forward, infos in ((True, g.inputs), (False, g.outputs)):
+        for v in infos:
+            if not _CACHE_NAME.search(v.name) or not dtypes.is_float(v.dtype):
+                continue
+            block = _nearest_block(index, v.name, nodes, forward)
+            if block is not None:
+                out.setdefault(block, []).append((v.name, dtypes.canonical(v.dtype)))
+    return out
+
+
+def _from_range(index: GraphIndex, name: str, depth: int = 8) -> bool:
+    """True when ``name`` is computed from a Range (position indices) within a few ops."""
+    stack = [(name, 0)]
+    seen: set[str] = set()
+    while stack:
+        cur, d = stack.pop()
+        p = index.producer.get(cur)
+        if p is None or cur in seen or d > depth:
+            continue
+        seen.add(cur)
+        if p.op in ("Range", "CumSum"):
+            return True
+        stack.extend((x, d + 1) for x in p.inputs if x)
+    return False
+
+
+_CAUSAL_ATTRS = (("is_causal", "ONNX Attention is_causal = 1"), ("unidirectional", "Attention unidirectional = 1"))
+
+
+_PRODUCTS = {"MatMul", "Gemm", "Einsum", "MatMulNBits", "MatMulInteger", "QLinearMatMul", "FusedMatMul"}
+
+
+def _scalar_int(index: GraphIndex, name: str) -> int | None:
+    t = index.graph.weights.get(name)
+    if t is None or t.int_value is None or len(t.int_value) != 1:
+        return None
+    return t.int_value[0]
+
+
+def _minus_constant(index: GraphIndex, name: str) -> int | None:
+    """c when ``name`` is (position indices) - c, from Sub(x, c) or Add(x, -c); else None."""
+    node = index.producer.get(name)
+    if node is None or len(node.inputs) != 2 or not _from_range(index, node.inputs[0]):
+        return None
+    c = _scalar_int(index, node.inputs[1])
+    if c is None:
+        return None
+    return c if node.op == "Sub" else -c if node.op == "Add" else None
+
+
+def _difference_of_positions(index: GraphIndex, name: str) -> bool:
+    node = index.producer.get(name)
+    return (node is not None and node.op == "Sub" and len(node.inputs) == 2
+            and all(_from_range(index, x) for x in node.inputs))
+
+
+# (op, which side holds "q - c") -> tokens attended beyond c: kv > q - c keeps c tokens, kv >= q - c keeps c + 1.
+_WINDOW_FORMS = {("Greater", 1): 0, ("GreaterOrEqual", 1): 1, ("Less", 0): 0, ("LessOrEqual", 0): 1}
+# (op, which side holds the constant) for q - kv compared with c: q - kv < c keeps c tokens.
+_WINDOW_DIFF_FORMS = {("Less", 1): 0, ("LessOrEqual", 1): 1, ("Greater", 0): 0, ("GreaterOrEqual", 0): 1}
+
+
+def _window_in_mask(index: GraphIndex, node: Node) -> int | None:
+    """The sliding window a position comparison encodes: kv > q - W (transformers' sliding
+    overlay) or q - kv < W, in any of their spellings; None for a plain causal comparison."""
+    for side in (0, 1):
+        c = _minus_constant(index, node.inputs[side])
+        extra = _WINDOW_FORMS.get((node.op, side))
+        if c is not None and extra is not None and c + extra > 0:
+            return c + extra
+        c = _scalar_int(index, node.inputs[side])
+        extra = _WINDOW_DIFF_FORMS.get((node.op, side))
+        if c is not None and extra is not None and _difference_of_positions(index, node.inputs[1 - side]) \
+                and c + extra > 0:
+            return c + extra
+    return None
+
+
+def _stored_mask(t: Any) -> bool:
+    """A stored tensor that may be a folded causal or sliding mask (a static-shape export writes
+    one as a constant): [batch, 1, ..., q, k], the same for every head (a position bias has a
+    head axis; the batch may be folded in), and not a learned parameter. Its values are data the
+    audit does not read."""
+    shape = t.shape
+    if len(shape) < 3 or shape[-2] == 1 or shape[-1] == 1 or any(d != 1 for d in shape[1:-2]):
+        return False
+    return t.kind in (None, "constant", "derived", "buffer") and (t.dtype == "bool" or dtypes.is_float(t.dtype))
+
+
+@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+class _MaskEvidence:
+    causal: bool | None
+    reason: str
+    window: int | None = None
+    window_source: str = ""
+
+
+_MASKED_BELOW = -1e4  # an additive mask entry at or below this hides the key (0 / -inf, 0 / finfo.min)
+
+def _constant_mask(values: Sequence[float], shape: Sequence[int]) -> tuple[str, int | None]:
+    """What a small constant mask [..., queries, keys] does: ("causal", None), ("window", W),
+    ("none", None) when some query sees a later key or nothing is hidden (not causal), ("other",
+    None) when it cannot be told.
+
+    Which entries hide a key: those at or below -1e4 when there are any (an additive mask); else,
+    with two values, those unlike the diagonal entry (a boolean or 1/0 mask, either polarity; a
+    query always sees itself); else none (a bias). With keys = queries + past, query q's own key
+    is q + past."""
+    queries, keys = shape[-2], shape[-1]
+    past = keys - queries
+    size = queries * keys
+    if past < 0 or not values or len(values) % size:
+        return "other", None
+    additive = any(v <= _MASKED_BELOW for v in values)
+    if not additive and len(set(values)) > 2:
+        return "none", None  # a bias: it shifts scores, it hides no key
+    pattern: tuple[tuple[int, ...], ...] | None = None
+    for start in range(0, len(values), size):
+        plane = values[start:start + size]
+        keep = plane[past]  # query 0 sees its own key
+        rows = tuple(tuple(k for k in range(keys) if (plane[q * keys + k] > _MASKED_BELOW if additive
+                                                      else plane[q * keys + k] == keep))
+                     for q in range(queries))
+        if pattern is not None and rows != pattern:
+            return "other", None
+        pattern = rows
+    assert pattern is not None
+    if any(row and row[-1] > q + past for q, row in enumerate(pattern)):
+        return "none", None  # a query sees a later key: not causal
+    if any(not row or row[-1] != q + past or row != tuple(range(row[0], row[-1] + 1))
+           for q, row in enumerate(pattern)):
+        return "other", None
+    widths = {len(row) for row in pattern if row[0] > 0}
+    if not widths:
+        return "causal", None
+    width = widths.pop()
+    if not widths and all(len(row) == min(width, q + past + 1) for q, row in enumerate(pattern)):
+        return "window", width
+    return "other", None
+
+
+def causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
+    """Whether the graph makes this block causal: True for a causal attribute, a
+    GroupQueryAttention, a mask from Trilu or from comparing position indices (Range), or a small
+    constant mask whose values are causal, with the sliding window when the comparison or the
+    constant has one; None when a mask the tool cannot read reaches the scores (a graph input with
+    a query axis, a larger constant, a constant of another pattern); False only when nothing that
+    reaches the scores has a query axis or the constant mask lets every query see every key.
+
+    The walk goes back from the scores (Softmax or fused op) and stops at products, so it sees
+    what is added to the scores, not the activations Q and K come from; it follows values only,
+    not indices, shapes or bounds (a relative-position bucket selects a bias, it hides no key)."""
+    anchor = index.by_name.get(block.anchor)
+    if anchor is None:
+        return _MaskEvidence(None, "the block's anchor node is not in the graph")
+    for attr, text in _CAUSAL_ATTRS:
+        if anchor.attrs.get(attr) == 1:
+            return _MaskEvidence(True, text)
+    if anchor.op in ("GroupQueryAttention", "PagedAttention", "SparseAttention"):
+        return _MaskEvidence(True, f"{anchor.op} (always causal)")
+    inputs = {v.name: v for v in index.graph.inputs}
+    weights = index.graph.weights
+    # A Softmax (or the Exp of one written out) reads the scores; a fused op reads Q, K, V (or the
+    # input, packed weights, bias) first, the mask after.
+    frontier = [x for x in (anchor.inputs if anchor.op in ("Softmax", "Exp") else anchor.inputs[3:]) if x]
+    seen = set(frontier)
+    visited = 0
+    open_masks: list[str] = []
+    full_constants: list[str] = []
+    causal: str | None = None
+    window: tuple[int, str] | None = None
+    while frontier and visited < _MASK_WALK_LIMIT:
+        cur = frontier.pop(0)
+        stored = weights.get(cur)
+        if stored is not None:
+            shape = stored.shape
+            if len(shape) < 2 or shape[-2] <= 1 or shape[-1] < shape[-2] or (len(shape) == 2 and shape[0] != shape[1]) \
+                    or stored.kind == "parameter":
+                continue  # no [queries, keys] plane (a bias per key or per head, a table, a scale), or learned
+            label = f"constant '{cur}' {list(shape)}"
+            if stored.mask_values is None:
+                if _stored_mask(stored):  # with a head axis, a position bias: not a mask
+                    open_masks.append(f"a stored mask '{cur}' {list(shape)} ({stored.dtype}), whose values are not "
+                                      "read (only small constants are): whether it is causal is not visible")
+                continue
+            kind, w = _constant_mask(stored.mask_values, shape)
+            if kind == "causal":
+                causal = causal or f"causal mask ({label}: each query sees itself and earlier keys)"
+            elif kind == "window":
+                assert w is not None
+                window = window or (w, f"the values of {label}")
+            elif kind == "none":
+                full_constants.append(label)  # hides nothing, or lets queries see later keys
+            else:
+                open_masks.append(f"{label} of a pattern neither causal nor full: whether the block is causal is not "
+                                  "visible")
+            continue
+        node = index.producer.get(cur)
+        if node is None:
+            info = inputs.get(cur)
+            # [batch, 1, 1, keys] pads keys; only a mask with a query axis can be causal.
+            if info is not None and (info.shape is None or (len(info.shape) >= 3 and info.shape[-2] != 1)):
+                shown = list(info.shape) if info.shape is not None else "(rank unknown)"
+                open_masks.append(f"graph input '{cur}' {shown}: whether it is causal is up to the caller")
+            continue
+        visited += 1
+        if node.op == "Trilu":
+            causal = causal or f"causal mask (Trilu '{node.name}')"
+        elif node.op in _COMPARE_OPS and len(node.inputs) == 2 and all(_from_range(index, x) for x in node.inputs):
+            w = _window_in_mask(index, node)
+            if w is not None:
+                window = window or (w, f"the mask's position comparison {node.op} '{node.name}'")
+            else:
+                causal = causal or f"causal mask (position comparison {node.op} '{node.name}')"
+        elif node.op in _COMPARE_OPS and len(node.inputs) == 2:
+            w = _window_in_mask(index, node)  # q - kv < W
+            if w is not None:
+                window = window or (w, f"the mask's position comparison {node.op} '{node.name}'")
+        if node.op in _PRODUCTS:
+            continue  # Q·Kᵀ or a projection: the activations behind it are not the mask
+        # A mask reaches the scores as a value: indices (a relative-position bucket, DeBERTa/T5
+        # comparing q - kv with a bucket bound) and shape arguments select values, they mask none.
+        skip = _NOT_MASK_INPUTS.get(node.op, ())
+        for i, x in enumerate(node.inputs):
+            if x and x not in seen and i not in skip:
+                seen.add(x)
+                frontier.append(x)
+    if causal is not None or window is not None:
+        reason = causal or f"causal sliding-window mask ({window[1] if window else ''})"
+        return _MaskEvidence(True, reason, window[0] if window else None, window[1] if window else "")
+    if open_masks:
+        return _MaskEvidence(None, f"the scores take a mask from {open_masks[0]}, and the graph has no "
+                                   "past/present tensors")
+    if frontier:
+        return _MaskEvidence(None, f"the mask path to the scores is longer than {_MASK_WALK_LIMIT} nodes: whether "
+                                   "it is causal was not followed to the end")
+    if full_constants:
+        return _MaskEvidence(False, f"no past/present inputs or outputs, and the {full_constants[0]} lets queries "
+                                    "see later keys or hides none: the block attends both ways, run once over the "
+                                    "input (an encoder)")
+    # Nothing with a [queries, keys] plane reaches the scores: no mask of any kind could hide keys.
+    return _MaskEvidence(False, "no past/present inputs or outputs, and no causal mask reaches the scores: the block "
+                                "attends both ways, run once over the input (an encoder)")
+
+
+def compute_dtype(index: GraphIndex, block: AttentionBlock, fallback: str | None) -> tuple[str | None, str]:
+    """The dtype K and V are computed in: a float stored tensor the K/V projection reads (a float
+    weight, or the scales of a quantized one), else the model's prevailing float dtype."""
+    weights = index.graph.weights
+    for role in ("k", "v", "q"):
+        for p in block.projections:
+            if p.role != role:
+                continue
+            node = index.by_name.get(p.node)
+            for name in (p.weight, *(node.inputs if node is not None else ())):
+                if name and name in weights and dtypes.is_float(weights[name].dtype):
+                    return dtypes.canonical(weights[name].dtype), f"{role} projection '{p.node}' computes in it"
+            info = index.graph.value_info.get(node.outputs[0]) if node is not None and node.outputs else None
+            if info is not None and dtypes.is_float(info.dtype):
+                return dtypes.canonical(info.dtype), f"{role} projection output '{info.name}'"
+    if fallback:
+        return fallback, "the model's prevailing float dtype"
+    return None, ""

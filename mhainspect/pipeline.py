@@ -1,0 +1,62 @@
+"""audit(source, options) -> Report: the one way through the tool, for the CLI and the Python API.
+
+    source --frontends--> SourceResult --analysis--> Report (blocks, totals, flags, what-if, sizes)
+
+A front end reads its source into a SourceResult and never builds a Report; the analysis turns any
+SourceResult into a Report and never reads a source. Gates and rendering come after, in the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mhainspect.analysis.report import report_from
+from mhainspect.analysis.size import SizeOptions, with_options
+from mhainspect.frontends.dispatch import source_result
+from mhainspect.frontends.result import SourceResult
+
+if TYPE_CHECKING:
+    from mhainspect.ir.graph import ModelGraph
+    from mhainspect.results import Report
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """What the caller asks beside the source: head counts to compare (what-if), the context, batch
+    and cache dtype the KV cache is sized at, and a factory's keyword arguments."""
+
+    what_if_heads: tuple[int, ...] = ()
+    size: SizeOptions = field(default_factory=SizeOptions)
+    factory_args: Mapping[str, Any] | None = None
+
+
+def analyse(result: SourceResult, options: AuditOptions | None = None) -> Report:
+    """The analysis stage: one front end's SourceResult -> Report."""
+    options = options or AuditOptions()
+    return with_options(report_from(result, what_if_heads=options.what_if_heads), options.size)
+
+
+def audit(source: str | os.PathLike[str], options: AuditOptions | None = None) -> Report:
+    """Audit a model file, a Hugging Face folder or a factory spec (``pkg.module:callable``)."""
+    options = options or AuditOptions()
+    return analyse(source_result(os.fspath(source), factory_args=options.factory_args), options)
+
+
+def audit_module(module: Any, example_inputs: Any = None, *, trace: bool | None = None, name: str | None = None,
+                 options: AuditOptions | None = None) -> Report:
+    """Audit an nn.Module (needs the torch extra)."""
+    from mhainspect.frontends.torch.frontend import module_result
+
+    return analyse(module_result(module, example_inputs, trace=trace, name=name), options)
+
+
+def audit_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
+                config: Mapping[str, Any] | None = None, config_label: str = "config.json",
+                options: AuditOptions | None = None) -> Report:
+    """Audit a graph already in the neutral IR (tests and tools that build one in memory)."""
+    from mhainspect.frontends.onnx.frontend import graph_result
+
+    return analyse(graph_result(graph, path=path, fmt=fmt, config=config, config_label=config_label), options)

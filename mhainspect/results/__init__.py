@@ -1,0 +1,44 @@
+"""What an audit finds, as data: the closed vocabularies, blocks with their evidence, flags, misses
+and the Report. The lowest layer: it imports nothing else of the package."""
+
+from __future__ import annotations
+
+from mhainspect.results.blocks import (
+    VERIFY_STATUSES,
+    AttentionBlock,
+    BlockVerification,
+    Evidence,
+    Flag,
+    KVCache,
+    Miss,
+    ParamBreakdown,
+    Projection,
+    WhatIf,
+    projection_tensor_names,
+)
+from mhainspect.results.report import (
+    REPORT_RENDERERS,
+    SCHEMA_VERSION,
+    ModelFacts,
+    ModelSummary,
+    Report,
+    _ReportRenderers,
+    attention_params,
+    contradicted,
+)
+from mhainspect.results.vocabulary import (
+    _SOURCES,
+    BlockKind,
+    CacheStatus,
+    EvidenceSource,
+    Matcher,
+    ReportWarning,
+    Severity,
+    VerifyStatus,
+    Vocabulary,
+    WarningCode,
+    coded,
+    warning_code,
+)
+
+__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheStatus', 'Evidence', 'EvidenceSource', 'Flag', 'KVCache', 'Matcher', 'Miss', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'REPORT_RENDERERS', 'Report', 'ReportWarning', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WhatIf', '_ReportRenderers', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']

@@ -1,0 +1,218 @@
+"""What an audit finds per block: the evidence behind each number, projections and their parameter
+counts, the KV cache, flags and near misses. Pure data; text is made in mhainspect.render."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mhainspect.results.vocabulary import (
+    _SOURCES,
+    BlockKind,
+    CacheStatus,
+    EvidenceSource,
+    Matcher,
+    Severity,
+    VerifyStatus,
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Where one recovered number came from.
+
+    ``field`` is the quantity ("num_heads", "d_k", ...), ``source`` a stable kind
+    ("reshape", "weight_shape", "attribute", "scale", "score_shape", "config", "module"),
+    ``detail`` names the node/tensor and what was read from it.
+    """
+
+    field: str
+    value: int | float | None
+    source: str  # an EvidenceSource; a bare string is checked and converted on construction
+    detail: str
+
+    def __post_init__(self) -> None:
+        if type(self.source) is not EvidenceSource:  # a dict lookup: thousands per large model
+            member = _SOURCES.get(self.source)
+            if member is None:
+                raise ValueError(f"{self.source!r} is not a valid EvidenceSource")
+            object.__setattr__(self, "source", member)
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One projection (Q, K, V or O) of a block, resolved to weight tensors."""
+
+    role: str  # "q", "k", "v", "o"
+    weight: str | None  # tensor name (storage shared with others when packed)
+    in_features: int | None
+    out_features: int | None
+    weight_params: int  # this projection's share of the weight (a slice of a packed weight)
+    bias: str | None
+    bias_params: int
+    node: str  # node that applies the weight
+
+
+@dataclass(frozen=True)
+class ParamBreakdown:
+    """A block's parameters by role; shared weights are counted in the first block that uses them."""
+
+    q: int
+    k: int
+    v: int
+    o: int
+    bias: int  # part of total that is biases
+    total: int  # q + k + v + o
+    extra: int = 0  # other params of the block (bias_k/bias_v, relative position tables)
+
+    @classmethod
+    def from_projections(cls, projections: Iterable[Projection], extra: int = 0) -> ParamBreakdown:
+        per = {"q": 0, "k": 0, "v": 0, "o": 0}
+        bias = 0
+        for p in projections:
+            per[p.role] += p.weight_params + p.bias_params
+            bias += p.bias_params
+        return cls(q=per["q"], k=per["k"], v=per["v"], o=per["o"], bias=bias, total=sum(per.values()), extra=extra)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """Parameter count of a block under another head count."""
+
+    num_heads: int
+    total_width_fixed: int | None  # standard layout: h*d_k stays the same (None: not divisible by num_heads)
+    head_dim_fixed: int  # per-head width stays the block's d_k
+
+
+VERIFY_STATUSES = tuple(s.value for s in VerifyStatus)
+
+
+@dataclass(frozen=True)
+class BlockVerification:
+    """What one onnxruntime run (``--verify``) saw for one block.
+
+    ``status``: "confirmed" (the run agrees with the static head counts), "contradicted" (it
+    does not), "observed" (the static pass had no head count; the run supplies it),
+    "unchecked" (nothing comparable was seen; ``reason`` says why).
+    """
+
+    block: str
+    status: str  # a VerifyStatus; a bare string is checked and converted on construction
+    observed_heads: int | None = None
+    observed_kv_heads: int | None = None
+    reason: str | None = None  # the tensor that was read, or why nothing could be checked
+    disagreement: str | None = None  # contradicted: what differed ("saw 4 heads, static 8"), without the detail
+
+    def __post_init__(self) -> None:
+        if type(self.status) is not VerifyStatus:
+            object.__setattr__(self, "status", VerifyStatus(self.status))
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """The model's key/value cache during autoregressive decoding (issue: size in bytes).
+
+    ``bytes_per_token`` sums every caching block's kv_heads · (d_k + d_v) · itemsize;
+    ``total_bytes`` is that at ``context`` tokens and ``batch`` sequences (sliding-window layers
+    capped at their window); ``bytes_per_encoder_token`` is what cross-attention caches once per
+    encoder token. ``status`` says whether the model caches (NONE: no block does; UNKNOWN: some
+    block's cache cannot be told or sized, or a near miss caches, ``Miss.caches``; IF_DECODED: only
+    causal masks say the blocks cache); ``reason`` says why, in words.
+    """
+
+    bytes_per_token: int | None
+    dtype: str | None
+    context: int | None = None
+    batch: int = 1
+    total_bytes: int | None = None
+    bytes_per_encoder_token: int | None = None
+    reason: str | None = None
+    status: CacheStatus = CacheStatus.CACHES
+
+    def __post_init__(self) -> None:
+        if type(self.status) is not CacheStatus:
+            object.__setattr__(self, "status", CacheStatus(self.status))
+
+
+@dataclass(frozen=True)
+class AttentionBlock:
+    """One attention block: what was recovered, from which evidence, and what it holds."""
+
+    name: str
+    matcher: str  # a Matcher; a bare string is checked and converted on construction
+    kind: str  # a BlockKind ("self" | "cross" | "additive"), checked and converted likewise
+    num_heads: int | None
+    num_kv_heads: int | None
+    d_model: int | None
+    d_k: int | None
+    d_v: int | None
+    params: ParamBreakdown
+    projections: tuple[Projection, ...]
+    evidence: tuple[Evidence, ...]
+    scale: float | None = None  # the scale applied to Q·K^T (None: not found)
+    scale_known: bool = False  # True when scale was determined (1.0 = unscaled)
+    anchor: str = ""  # the Softmax or fused op node
+    unknown_reason: str | None = None  # why heads are unknown, when they are
+    conflicts: tuple[str, ...] = ()  # disagreements between evidence sources
+    what_if: tuple[WhatIf, ...] = ()  # counts under other head counts (h/2, 2h, --heads N)
+    verification: BlockVerification | None = None  # outcome of --verify (None: not run)
+    weight_bytes: int | None = None  # bytes of the block's stored weights (shared tensors once)
+    # None for a block that does not cache, or caches an amount that cannot be sized (see status).
+    kv_cache_bytes_per_token: int | None = None
+    # Why kv_cache_bytes_per_token is None, in words (kv_cache_status says which case); a block
+    # with a figure has its evidence in ``evidence`` (field "kv_cache_bytes_per_token") instead.
+    kv_cache_reason: str | None = None
+    sliding_window: int | None = None  # tokens a sliding-window layer attends to (its cache keeps window - 1)
+    # How many times one run applies this module's weights (ALBERT's shared layer: 12); its
+    # parameters are counted once whatever the number, its KV cache (kv_cache_bytes_per_token is
+    # one application's) N times. Branches of an If are alternatives, not applications: a block
+    # found in both is one block applied once.
+    applications: int = 1
+    kv_cache_dtype: str | None = None  # element type of the block's cache (None when it caches nothing)
+    kv_cache_status: CacheStatus | None = None  # None until the size pass has run
+
+    def __post_init__(self) -> None:
+        if type(self.matcher) is not Matcher:
+            object.__setattr__(self, "matcher", Matcher.checked(self.matcher))
+        if type(self.kind) is not BlockKind:
+            object.__setattr__(self, "kind", BlockKind(self.kind))
+        if self.kv_cache_status is not None and type(self.kv_cache_status) is not CacheStatus:
+            object.__setattr__(self, "kv_cache_status", CacheStatus(self.kv_cache_status))
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A rule (MHA001...) raised for a block or for the whole model."""
+
+    code: str
+    severity: Severity
+    block: str | None
+    message: str
+    # Numbers behind the message, so renderers and dashboards need not parse text.
+    data: tuple[tuple[str, int | float | str | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class Miss:
+    """A near miss: a candidate that looked like attention but did not match, and why."""
+
+    matcher: str  # a Matcher, checked and converted on construction
+    anchor: str
+    reason: str
+    # Why, for code that decides on it (never rendered): "no_score_product" when a Softmax has no
+    # Q·Kᵀ of two activations before it (the additive matcher then looks at it).
+    code: str | None = None
+    # The source says this module caches K/V during decoding (a decoder's latent attention, MLA):
+    # the model's KV cache then holds something no block sizes, so it is unknown, not "none".
+    caches: bool = False
+
+    def __post_init__(self) -> None:
+        if type(self.matcher) is not Matcher:
+            object.__setattr__(self, "matcher", Matcher.checked(self.matcher))
+
+def projection_tensor_names(block: AttentionBlock) -> tuple[str, ...]:
+    """The weights and biases a block's projections name (for front ends without a graph)."""
+    out: list[str] = []
+    for p in block.projections:
+        out.extend(x for x in (p.weight, p.bias) if x)
+    return tuple(dict.fromkeys(out))

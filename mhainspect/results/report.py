@@ -1,0 +1,113 @@
+"""The report of one model: its summary, blocks, flags and misses. Pure data; rendering happens in
+mhainspect.render."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mhainspect.results.blocks import (
+    AttentionBlock,
+    BlockVerification,
+    Flag,
+    KVCache,
+    Miss,
+)
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """The model as a whole: where it came from and its parameter totals."""
+
+    path: str
+    format: str  # "onnx", ...
+    total_params: int
+    num_nodes: int
+    opset: int | None
+    producer: str
+    attention_params: int
+    weight_bytes: int | None = None  # every stored tensor as stored: parameters and overhead
+    weight_bytes_by_dtype: tuple[tuple[str, int], ...] = ()  # (canonical dtype name, bytes), largest first
+    weight_bytes_overhead: int | None = None  # the part of weight_bytes that is not parameters
+    kv_cache: KVCache | None = None
+    trainable_params: int | None = None  # nn.Modules only: parameters with requires_grad (None: not known)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything one analysis found in one model."""
+
+    schema_version: str
+    model: ModelSummary
+    blocks: tuple[AttentionBlock, ...]
+    flags: tuple[Flag, ...]
+    misses: tuple[Miss, ...]
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document of ``--format json`` (docs/report.schema.json) as plain Python data."""
+        return REPORT_RENDERERS.to_dict(self)  # the one JSON implementation, render.json_render
+
+    def to_json(self) -> str:
+        """``--format json``'s text for this report."""
+        return REPORT_RENDERERS.to_json(self)
+
+    def __repr__(self) -> str:
+        """One line (the dataclass repr of a 12-layer model is 30,000 characters); to_dict() has it all."""
+        m = self.model
+        return (f"<Report {m.path!r}: {m.format}, {m.total_params:,} params, attention {m.attention_params:,}, "
+                f"{len(self.blocks)} block{'s' if len(self.blocks) != 1 else ''}, "
+                f"{len(self.flags)} flag{'s' if len(self.flags) != 1 else ''}>")
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a Report as the HTML report's body (charts included)."""
+        return REPORT_RENDERERS.html(self)
+
+
+class _ReportRenderers:
+    """Report's to_dict/to_json/_repr_html_ call the renderers, which sit above this module (imports
+    only point down): ``mhainspect/__init__.py``, the top of the package, installs them, each
+    importing its renderer only when called."""
+
+    to_dict: Callable[[Report], dict[str, Any]]
+    to_json: Callable[[Report], str]
+    html: Callable[[Report], str]
+
+
+REPORT_RENDERERS = _ReportRenderers()
+
+SCHEMA_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a front end knows about the model as a whole (the report adds totals and flags)."""
+
+    path: str
+    format: str  # "onnx", "torch", "huggingface", "safetensors", "pytorch", ...
+    total_params: int
+    num_nodes: int = 0
+    opset: int | None = None
+    producer: str = ""
+    trainable_params: int | None = None  # nn.Modules only: parameters with requires_grad
+
+
+def attention_params(blocks: Sequence[AttentionBlock]) -> int:
+    """Sum over blocks, counting a weight shared by several blocks once (per role)."""
+    seen: set[tuple[str, str]] = set()
+    total = 0
+    for b in blocks:
+        for p in b.projections:
+            if p.weight is not None:
+                if (p.weight, p.role) in seen:
+                    continue
+                seen.add((p.weight, p.role))
+            total += p.weight_params + p.bias_params
+    return total
+
+
+def contradicted(report: Report) -> list[tuple[AttentionBlock, BlockVerification]]:
+    """The blocks whose static head count a --verify run contradicted, with that run's verdict."""
+    return [(b, b.verification) for b in report.blocks
+            if b.verification is not None and b.verification.status == "contradicted"]
