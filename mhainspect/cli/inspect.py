@@ -1,0 +1,505 @@
+"""`mhainspect inspect MODEL...`: options, settings, one audit per model, gates, and the output."""
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from mhainspect.cli.output import (
+    RUN,
+    OutputFormat,
+    color_wanted,
+    fail,
+    one_line,
+    report_width,
+    say_error,
+    terminal_width,
+    version_callback,
+    write_atomic,
+    write_stdout,
+)
+from mhainspect.cli.progress import ProgressBar
+from mhainspect.errors import InputError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import onnx
+
+    from mhainspect.analysis.gates import GateConfig
+    from mhainspect.cli.config import Settings
+    from mhainspect.pipeline import AuditOptions
+    from mhainspect.render.extras import ModelExtras
+    from mhainspect.results import Report
+
+V = TypeVar("V")
+R = TypeVar("R")
+EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
+
+
+
+def _analyze_one(model: Path, options: "AuditOptions") -> "Report | str":
+    """The model's report, or the one-line error message when it cannot be analysed."""
+    from mhainspect.frontends.onnx.frontend import check_symlink_loop
+    from mhainspect.pipeline import audit
+
+    try:
+        check_symlink_loop(model)
+        with ProgressBar(model):
+            return audit(model, options)
+    except InputError as exc:
+        return str(exc)
+    except RecursionError:
+        return f"{model}: graph too deeply nested to analyse"
+    except MemoryError:
+        return f"{model}: out of memory while reading the model"
+    except Exception as exc:  # a bug must still end in one line, not a traceback
+        if os.environ.get("MHAINSPECT_DEBUG"):
+            raise
+        return (f"{model}: internal error ({type(exc).__name__}: {exc}); "
+                "rerun with MHAINSPECT_DEBUG=1 for details")
+
+
+def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None, max_params: str | None,
+                  max_attention_params: str | None, fail_on: list[str] | None, ignore: list[str] | None,
+                  exit_zero: bool | None, size: "dict[str, Any] | None" = None) -> "Settings":
+    """The options given on the command line (None where not given); one-line error on bad values."""
+    from mhainspect.analysis.gates import parse_byte_limit, parse_codes, parse_fail_on, parse_limit
+    from mhainspect.analysis.size import check_kv_dtype
+    from mhainspect.analysis.whatif import check_head_counts
+    from mhainspect.cli.config import Settings
+
+    def parsed(option: str, parse: Callable[[V], R], value: V | None) -> R | None:
+        try:
+            return None if value is None else parse(value)
+        except ValueError as exc:
+            raise fail(f"{option}: {exc}") from None
+
+    try:
+        check_head_counts(heads or ())
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    limit = parsed("--max-params", parse_limit, max_params)
+    attention_limit = parsed("--max-attention-params", parse_limit, max_attention_params)
+    fail_codes = parsed("--fail-on", parse_fail_on, fail_on)
+    ignore_codes = parsed("--ignore", parse_codes, ignore)
+    import dataclasses
+
+    size = size or {}
+    for option in ("context", "batch"):
+        if size.get(option) is not None and size[option] <= 0:
+            raise fail(f"--{option} takes a positive integer")
+    weight_limit = parsed("--max-weight-bytes", parse_byte_limit, size.get("max_weight_bytes"))
+    kv_limit = parsed("--max-kv-cache", parse_byte_limit, size.get("max_kv_cache"))
+    return Settings(max_params=limit and dataclasses.replace(limit, source="--max-params"),
+                    max_attention_params=attention_limit and dataclasses.replace(attention_limit,
+                                                                                 source="--max-attention-params"),
+                    fail_on=fail_codes, ignore=ignore_codes, exit_zero=exit_zero,
+                    format=None if output_format is None else output_format.value,
+                    heads=None if heads is None else tuple(dict.fromkeys(heads)),
+                    max_weight_bytes=weight_limit and dataclasses.replace(weight_limit, source="--max-weight-bytes"),
+                    max_kv_cache=kv_limit and dataclasses.replace(kv_limit, source="--max-kv-cache"),
+                    context=size.get("context"), batch=size.get("batch"),
+                    kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")))
+
+
+@dataclass(frozen=True, eq=False)  # never compared: no __eq__/__hash__ to generate at import
+class _VerifySetup:
+    """The --verify options of a run, read once for every model."""
+
+    dims: dict[str, int]  # --dim: symbolic input dims by name
+    # The parsed file of a one-model run, kept for the run itself (verify_report adds outputs to
+    # it): one parse serves the budget, --dim and the run. A many-model run keeps none, which
+    # would hold every model's inline weights at once.
+    models: "dict[Path, onnx.ModelProto]"
+
+
+def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
+                  max_verify_bytes: str | None) -> _VerifySetup:
+    """--verify options as symbolic dims; refuses (exit 2) a model whose weights exceed the budget,
+    a --dim given twice and a --dim that names no input dimension of any model."""
+    if not verify:
+        if dim or max_verify_bytes is not None:
+            raise fail("--dim and --max-verify-bytes apply only with --verify")
+        return _VerifySetup({}, {})
+    from mhainspect.analysis import verify as verify_mod
+    from mhainspect.frontends.onnx.loader import read_model_proto
+
+    dims: dict[str, int] = {}
+    for item in dim or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise fail(f"--dim: expected NAME=VALUE with a positive integer VALUE, got '{item}'")
+        if name.strip() in dims and dims[name.strip()] != int(value):
+            raise fail(f"--dim {name.strip()} given twice ({dims[name.strip()]} and {int(value)})")
+        dims[name.strip()] = int(value)
+    try:
+        budget = (verify_mod.default_max_verify_bytes() if max_verify_bytes is None
+                  else verify_mod.parse_size(max_verify_bytes))
+    except ValueError as exc:
+        raise fail(f"--max-verify-bytes: {exc}") from None
+    try:
+        verify_mod.require_runtime()
+    except InputError as exc:
+        raise fail(str(exc)) from None
+    models: dict[Path, onnx.ModelProto] = {}
+    symbols: set[str] = set()
+    for path in paths:
+        if path.suffix.lower() == ".gguf":
+            continue  # not run (see _verify_one); parsing it as ONNX would read the whole file
+        try:
+            model = read_model_proto(path)
+            verify_mod.check_budget(path, budget, model)
+        except verify_mod.VerifyBudgetError as exc:
+            raise fail(str(exc)) from None
+        except InputError:
+            continue  # an unreadable model is reported by the analysis
+        symbols |= verify_mod.graph_input_symbols(model)
+        if len(paths) == 1:
+            models[path] = model
+    if dims:
+        unknown = sorted(set(dims) - symbols)
+        if unknown:
+            known = ", ".join(sorted(symbols)) or "none"
+            raise fail(f"--dim {', '.join(unknown)}: no input of the model{'s' if len(paths) > 1 else ''} has a "
+                       f"dimension of that name (symbolic input dims: {known})")
+    return _VerifySetup(dims, models)
+
+
+def _verify_one(path: Path, report: "Report", setup: _VerifySetup) -> "Report":
+    """``report`` with the run's verdict per block; a failure leaves every block unchecked with the reason."""
+    from mhainspect.analysis.verify import attach, verify_report
+    from mhainspect.results import BlockVerification, WarningCode, warning_code
+
+    if report.model.format == "gguf":
+        reason = "--verify runs ONNX models only; a GGUF file is audited from its header"
+        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
+    if any(warning_code(w) is WarningCode.EXTERNAL_DATA_OUTSIDE for w in report.warnings):
+        # Running would read weights from outside the model's folder: refused, nothing is opened.
+        reason = "--verify refused: external data location outside the model folder (see warnings)"
+        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
+    try:
+        return attach(report, verify_report(path, report, dims=setup.dims, model=setup.models.pop(path, None)))
+    except Exception as exc:  # the static report must survive any failure of the run
+        if os.environ.get("MHAINSPECT_DEBUG"):
+            raise
+        reason = f"--verify failed ({type(exc).__name__}: {exc})"
+        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
+
+
+@dataclass(frozen=True, eq=False)  # never compared
+class _View:
+    """How the reports are shown: everything a renderer needs besides the reports themselves."""
+
+    fmt: OutputFormat
+    several: bool  # several models (or a folder of them): a multi-model document
+    errors: int  # models that could not be read
+    width: int | None
+    wrap: bool  # a terminal (or COLUMNS) to wrap text for; a pipe keeps one line per flag
+    color: bool
+    verbose: bool
+    group: bool
+    what_if_heads: tuple[int, ...]
+    quiet: bool
+
+
+def _render(view: _View, reports: "list[Report]", extras: "list[ModelExtras]") -> str:
+    """The report text; only the chosen renderer is imported (rich alone costs a short run 60 ms)."""
+    fmt = view.fmt
+    failures = [g for e in extras for g in e.gates if not g.passed]
+    if fmt is OutputFormat.json or fmt is OutputFormat.jsonl:
+        from mhainspect.render.json_render import report_to_dict, reports_to_dict, to_json, to_jsonl
+
+        docs = [report_to_dict(r, gates=e.gates, ignored=e.ignored) for r, e in zip(reports, extras)]
+        if fmt is OutputFormat.jsonl:
+            return to_jsonl(docs)
+        return to_json(reports_to_dict(reports, docs=docs) if view.several else docs[0])
+    if fmt is OutputFormat.markdown:
+        from mhainspect.render.markdown import render_markdown
+
+        return render_markdown(reports, extras=extras, verbose=view.verbose, what_if_heads=view.what_if_heads,
+                               group_repeats=view.group)
+    if fmt is OutputFormat.github:
+        from mhainspect.render.github import render_github
+
+        return render_github([] if view.quiet else reports, failures)
+    if fmt is OutputFormat.html:
+        from mhainspect.render.html import render_html
+
+        return render_html(reports, extras=extras)
+    if fmt is OutputFormat.sarif:
+        from mhainspect.render.sarif import render_sarif
+
+        return render_sarif(reports, failures, execution_successful=not view.errors)
+    from mhainspect.render.table import render_summary, render_table
+
+    parts = [render_table(r, width=view.width, color=view.color, verbose=view.verbose, extras=e,
+                          what_if_heads=view.what_if_heads, group_repeats=view.group, wrap=view.wrap)
+             for r, e in zip(reports, extras)]
+    if view.several:
+        parts.append(render_summary(_summary_lines(reports, extras, view.errors), width=view.width,
+                                    color=view.color, wrap=view.wrap))
+    return "\n".join(parts)
+
+
+def _summary_lines(reports: "Sequence[Report]", extras: "Sequence[ModelExtras]", errors: int) -> list[str]:
+    """The end of a many-model run (ruff: "Found 1 error."): what was audited and what failed."""
+    from collections import Counter
+
+    from mhainspect.render.cells import blocks_word
+
+    def n(count: int, word: str) -> str:
+        return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+    severities = Counter(str(getattr(f.severity, "value", f.severity)) for r in reports for f in r.flags)
+    flags = sum(severities.values())
+    detail = f" ({', '.join(f'{c} {s}' for s, c in sorted(severities.items()))})" if flags else ""
+    blocks = sum(len(r.blocks) for r in reports)
+    line = (f"Audited {n(len(reports), 'model')}: {blocks_word(blocks)}, {n(flags, 'flag')}{detail}")
+    failed = sum(1 for e in extras for g in e.gates if not g.passed)
+    checked = sum(len(e.gates) for e in extras)
+    lines = [line + "."]
+    if checked:
+        lines.append(f"Gates: {n(failed, 'failure')} in {n(checked, 'check')}." if failed
+                     else f"Gates: all {n(checked, 'check')} passed.")
+    if errors:
+        lines.append(f"{n(errors, 'model')} could not be read (see the errors above).")
+    return lines
+
+
+def _several(models: "Sequence[Path]", paths: "Sequence[Path]") -> bool:
+    """A multi-model document: several models, or a folder of models (a Hugging Face model folder
+    is one model, not a folder of them)."""
+    from mhainspect.frontends.dispatch import is_model_folder
+
+    return len(paths) > 1 or len(models) > 1 or any(m.is_dir() and not is_model_folder(m) for m in models)
+
+
+def _gate_config(settings: "Settings", given: "Settings", config_path: Path | None,
+                 fail_on_contradiction: bool) -> "GateConfig":
+    from mhainspect.analysis.gates import GateConfig
+    from mhainspect.cli.config import shown_path
+
+    source = "--fail-on" if given.fail_on is not None else shown_path(str(config_path or ""))
+    return GateConfig(settings.max_params, settings.max_attention_params, settings.fail_on or frozenset(),
+                      fail_on_contradiction, fail_on_source=source, max_weight_bytes=settings.max_weight_bytes,
+                      max_kv_cache=settings.max_kv_cache)
+
+
+# ----------------------------------------------------------------------------- inspect options
+# One Annotated alias per option, grouped by concern (the help lists them under these panels);
+# a new option is one alias here and one parameter of inspect_cmd.
+
+_OUT, _GATES, _CONFIG, _WHATIF, _VERIFY, _FACTORY = ("Output", "Gates", "Configuration", "What-if", "Run-time check",
+                                                      "Factory specs")
+_SIZE = "Size in bytes"
+
+ModelsArg = Annotated[list[Path], typer.Argument(
+    metavar="MODEL...", show_default=False,
+    help="ONNX files (.onnx), GGUF files (.gguf; split parts as one model), checkpoints (.safetensors, "
+         ".pt/.pth/.bin/.ckpt), Hugging Face model folders "
+         "(config.json with weights: one model), factory specs (pkg.module:function, file.py:function), or "
+         "folders (every model below them, sorted).")]
+# Output
+FormatOpt = Annotated[OutputFormat | None, typer.Option(
+    "--format", "-f", show_default=False, rich_help_panel=_OUT,
+    help="Output format (default: table, or format from the config file).")]
+OutputOpt = Annotated[Path | None, typer.Option(
+    "--output", "-o", metavar="FILE", rich_help_panel=_OUT,
+    help="Write the report to FILE (atomically) instead of stdout; - is stdout.")]
+ExplainOpt = Annotated[bool, typer.Option(
+    "--explain", "-v", rich_help_panel=_OUT,
+    help="Show the evidence per block, every flag on its own line and the near misses.")]
+NoGroupOpt = Annotated[bool, typer.Option(
+    "--no-group", rich_help_panel=_OUT,
+    help="List identical flags of several blocks one by one (default: one line with ×N).")]
+NoColorOpt = Annotated[bool, typer.Option("--no-color", rich_help_panel=_OUT,
+                                          help="Plain text without colors (also NO_COLOR).")]
+QuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", rich_help_panel=_OUT,
+    help="Print only failures (failed gates and errors; with -f github their annotations); nothing on success.")]
+# What-if
+HeadsOpt = Annotated[list[int] | None, typer.Option(
+    "--heads", metavar="N", show_default=False, rich_help_panel=_WHATIF,
+    help="What-if: each block's parameter count at N heads (repeatable), shown in its own section.")]
+# Gates
+MaxParamsOpt = Annotated[str | None, typer.Option(
+    "--max-params", metavar="COUNT", show_default=False, rich_help_panel=_GATES,
+    help="Gate: fail (exit 1) when a model has more parameters, e.g. 7B, 1.5M, 120k.")]
+MaxAttentionParamsOpt = Annotated[str | None, typer.Option(
+    "--max-attention-params", metavar="COUNT", show_default=False, rich_help_panel=_GATES,
+    help="Gate: fail when a model's attention blocks hold more parameters.")]
+FailOnOpt = Annotated[list[str] | None, typer.Option(
+    "--fail-on", metavar="CODE|SEVERITY", show_default=False, rich_help_panel=_GATES,
+    help="Gate: fail when a flag with one of these codes (MHA001,...) or of this severity or worse "
+         "(info, warning, error) is raised. Repeatable, comma-separated.")]
+IgnoreOpt = Annotated[list[str] | None, typer.Option(
+    "--ignore", metavar="CODE[,CODE]", show_default=False, rich_help_panel=_GATES,
+    help="Drop flags with these codes from the output and the gates (the report says how many).")]
+ExitZeroOpt = Annotated[bool | None, typer.Option(
+    "--exit-zero/--no-exit-zero", show_default=False, rich_help_panel=_GATES,
+    help="Exit 0 even when a gate fails (failures are still printed).")]
+FailOnContradictionOpt = Annotated[bool, typer.Option(
+    "--fail-on-contradiction", rich_help_panel=_GATES,
+    help="Gate: fail when the run contradicts a static head count (implies --verify).")]
+MaxWeightBytesOpt = Annotated[str | None, typer.Option(
+    "--max-weight-bytes", metavar="SIZE", show_default=False, rich_help_panel=_GATES,
+    help="Gate: fail when the stored weights exceed SIZE, e.g. 512M, 4GiB (K/M/G/T are binary).")]
+MaxKvCacheOpt = Annotated[str | None, typer.Option(
+    "--max-kv-cache", metavar="SIZE", show_default=False, rich_help_panel=_GATES,
+    help="Gate: fail when the KV cache at --context (and --batch) exceeds SIZE.")]
+# Size in bytes
+ContextOpt = Annotated[int | None, typer.Option(
+    "--context", metavar="N", show_default=False, rich_help_panel=_SIZE,
+    help="KV cache total at N tokens (per sequence).")]
+BatchOpt = Annotated[int | None, typer.Option(
+    "--batch", metavar="B", show_default=False, rich_help_panel=_SIZE,
+    help="KV cache total for B sequences (default 1).")]
+KvDtypeOpt = Annotated[str | None, typer.Option(
+    "--kv-dtype", metavar="DTYPE", show_default=False, rich_help_panel=_SIZE,
+    help="KV cache element type (float16, bfloat16, float8e4m3fn, int8, ...) instead of the graph's or the "
+         "projections' own.")]
+# Configuration
+ConfigOpt = Annotated[Path | None, typer.Option(
+    "--config", metavar="FILE", show_default=False, rich_help_panel=_CONFIG,
+    help="Read settings from FILE (a pyproject.toml's [tool.mhainspect], or any TOML file's top level) for "
+         "every model, instead of the nearest pyproject.toml above each model.")]
+IsolatedOpt = Annotated[bool, typer.Option(
+    "--isolated", rich_help_panel=_CONFIG, help="Ignore every configuration file.")]
+# Run-time check
+VerifyOpt = Annotated[bool, typer.Option(
+    "--verify", rich_help_panel=_VERIFY,
+    help="Also run each model once in onnxruntime (CPU) on synthetic inputs and check every block's head count "
+         "against the tensors it produces. Loads the model's external weight data, which the static audit "
+         "never reads.")]
+DimOpt = Annotated[list[str] | None, typer.Option(
+    "--dim", metavar="NAME=VALUE", show_default=False, rich_help_panel=_VERIFY,
+    help="--verify: value of a symbolic input dimension (repeatable; default: batch 2, other dims 8).")]
+MaxVerifyBytesOpt = Annotated[str | None, typer.Option(
+    "--max-verify-bytes", metavar="SIZE", show_default=False, rich_help_panel=_VERIFY,
+    help="--verify: refuse (exit 2) when the weights alone exceed SIZE, e.g. 512M, 2G (default: half the "
+         "machine's memory).")]
+# Factory specs
+ArgOpt = Annotated[list[str] | None, typer.Option(
+    "--arg", metavar="KEY=VALUE", show_default=False, rich_help_panel=_FACTORY,
+    help="Keyword argument for a factory spec (repeatable; Python literals where they parse, else strings).")]
+VersionOpt = Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True,
+                                          help="Show the version and exit.")]
+
+
+def inspect_cmd(
+    models: ModelsArg,
+    output_format: FormatOpt = None,
+    output: OutputOpt = None,
+    explain: ExplainOpt = False,
+    no_group: NoGroupOpt = False,
+    no_color: NoColorOpt = False,
+    quiet: QuietOpt = False,
+    heads: HeadsOpt = None,
+    max_params: MaxParamsOpt = None,
+    max_attention_params: MaxAttentionParamsOpt = None,
+    fail_on: FailOnOpt = None,
+    ignore: IgnoreOpt = None,
+    exit_zero: ExitZeroOpt = None,
+    fail_on_contradiction: FailOnContradictionOpt = False,
+    max_weight_bytes: MaxWeightBytesOpt = None,
+    max_kv_cache: MaxKvCacheOpt = None,
+    context: ContextOpt = None,
+    batch: BatchOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    config: ConfigOpt = None,
+    isolated: IsolatedOpt = False,
+    verify: VerifyOpt = False,
+    dim: DimOpt = None,
+    max_verify_bytes: MaxVerifyBytesOpt = None,
+    arg: ArgOpt = None,
+    version: VersionOpt = False,
+) -> None:
+    """Audit MODELS: find every attention block, its heads, d_k, d_v and parameter count."""
+    from mhainspect.analysis.gates import check_gates, drop_ignored, ignored_counts
+    from mhainspect.analysis.size import SizeOptions
+    from mhainspect.cli.config import ConfigError, ConfigFinder, merge
+    from mhainspect.frontends.dispatch import classify, parse_factory_args
+    from mhainspect.frontends.folders import expand_models
+    from mhainspect.pipeline import AuditOptions
+    from mhainspect.render.extras import ModelExtras
+
+    if config is not None and isolated:
+        raise fail("--config and --isolated exclude each other")
+    given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
+                          {"context": context, "batch": batch, "kv_dtype": kv_dtype,
+                           "max_weight_bytes": max_weight_bytes, "max_kv_cache": max_kv_cache})
+    formats = [f.value for f in OutputFormat]
+    try:
+        finder = ConfigFinder(formats, config_file=config, isolated=isolated)
+        run_settings = merge(given, finder.for_folder(Path.cwd())[0])
+        paths = expand_models(models)
+        factory_args = parse_factory_args(arg or [])
+    except (ConfigError, InputError) as exc:
+        raise fail(str(exc)) from None
+    if len(paths) > 1 and RUN.collector_off:
+        RUN.collector_on()  # one model's garbage at a time, not a folder's
+    if factory_args and not any(classify(str(p)).kind == "factory" for p in paths):
+        raise fail("--arg applies to factory specs (module:function or file.py:function); "
+                   "none of the models is one")
+    fmt = OutputFormat(run_settings.format or OutputFormat.table.value)
+    verify = verify or fail_on_contradiction
+    verify_setup = _verify_setup(list(paths), verify, dim, max_verify_bytes)
+
+    # An unreadable model is reported on its own line and the others are still analysed; the run
+    # then exits 2, and -o FILE is left untouched (a report missing a model is not written).
+    reports: list[Report] = []
+    extras: list[ModelExtras] = []
+    errors = 0
+    for path in paths:
+        try:
+            file_settings, config_path = finder.for_model(path)
+        except ConfigError as exc:
+            say_error(str(exc))
+            errors += 1
+            continue
+        settings = merge(given, file_settings)
+        if settings.max_kv_cache is not None and settings.context is None:
+            raise fail("--max-kv-cache needs --context N (the token count the cache is sized at)")
+        size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype)
+        result = _analyze_one(path, AuditOptions(settings.heads or (), size, factory_args))
+        if isinstance(result, str):
+            say_error(result)
+            errors += 1
+            continue
+        if verify:
+            result = _verify_one(path, result, verify_setup)
+        ignored = settings.ignore or frozenset()
+        report = drop_ignored(result, ignored)
+        gates = check_gates(report, _gate_config(settings, given, config_path, fail_on_contradiction))
+        reports.append(report)
+        extras.append(ModelExtras(gates=gates, ignored=ignored_counts(result, ignored)))
+    failures = [g for e in extras for g in e.gates if not g.passed]
+    to_stdout = output is None or str(output) == "-"
+    view = _View(fmt=fmt, several=_several(models, paths), errors=errors,
+                 width=report_width(), wrap=to_stdout and terminal_width() is not None,
+                 color=color_wanted(no_color, not to_stdout), verbose=explain,
+                 group=not no_group, what_if_heads=given.heads or run_settings.heads or (), quiet=quiet)
+
+    if reports and (to_stdout and (not quiet or fmt is OutputFormat.github and failures)
+                    or not to_stdout and not errors):
+        text = _render(view, reports, extras)
+        if not to_stdout:
+            assert output is not None
+            try:
+                write_atomic(output, text)
+            except InputError as exc:
+                raise fail(str(exc)) from None
+            except OSError as exc:
+                raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
+        else:
+            write_stdout(text)
+    for failure in failures:
+        typer.echo(f"mhainspect: gate failed: {one_line(failure.message)}", err=True)
+    if errors:
+        raise typer.Exit(EXIT_INPUT)
+    if failures and not run_settings.exit_zero:
+        raise typer.Exit(EXIT_GATE)

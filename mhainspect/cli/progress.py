@@ -1,0 +1,71 @@
+"""A progress bar on stderr for a model that takes more than a moment to read."""
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+
+
+    pass
+
+V = TypeVar("V")
+R = TypeVar("R")
+EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
+
+
+
+class ProgressBar:
+    """A rich progress bar on stderr, shown once a model takes more than ~1 s; off when stderr is no terminal.
+
+    The loader reports through ``reporting_progress(callback)``; after it, the bar spins while the
+    analysis runs. Nothing is imported or started unless stderr is a terminal.
+    """
+
+    def __init__(self, model: Path) -> None:
+        self.model = model
+        self.progress: Any = None
+
+    def __enter__(self) -> "ProgressBar":
+        if not sys.stderr.isatty() or os.environ.get("MHAINSPECT_NO_PROGRESS"):
+            return self
+        import threading
+
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from mhainspect.frontends.onnx.loader import reporting_progress
+
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                                 console=Console(stderr=True), transient=True)
+        self.task = self.progress.add_task(f"reading {self.model.name}", total=None)
+        self.lock, self.closed = threading.Lock(), False
+        self.timer = threading.Timer(1.0, self._show)
+        self.timer.daemon = True
+        self.timer.start()
+        self.scope = reporting_progress(self._update)
+        self.scope.__enter__()
+        return self
+
+    def _show(self) -> None:
+        with self.lock:
+            if not self.closed:
+                self.progress.start()
+
+    def _update(self, stage: str, done: int, total: int) -> None:
+        name = self.model.name
+        if stage == "graph" and done >= total:
+            self.progress.update(self.task, description=f"analysing {name}", total=None, completed=0)
+        else:
+            label = "reading" if stage == "read" else "building the graph of"
+            self.progress.update(self.task, description=f"{label} {name}", total=total or None, completed=done)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is None:
+            return
+        self.scope.__exit__(None, None, None)
+        self.timer.cancel()
+        with self.lock:
+            self.closed = True
+            self.progress.stop()
