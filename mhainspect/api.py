@@ -19,7 +19,7 @@ from mhainspect.frontends.dispatch import TORCH_HINT
 from mhainspect.results import Report
 
 if TYPE_CHECKING:
-    from mhainspect.calc.conventions import Calculation, UserValue
+    from mhainspect.conventions import Calculation, UserValue
 
 __all__ = ["calc", "compare", "inspect", "inspect_all"]
 
@@ -43,7 +43,7 @@ def calc(convention: str, /, **arguments: UserValue) -> Calculation:
     """``mhainspect calc CONVENTION name=value ...``: the layer's parameters term by term, e.g.
     ``calc("matlab", NumHeads=4, NumKeyChannels=784, InputSize=3136).weights == 9_834_496``.
     Raises ValueError (one line) for an unknown convention or bad arguments."""
-    from mhainspect.calc import conventions
+    from mhainspect import conventions
 
     if convention.lower() not in conventions.CONVENTIONS:
         raise ValueError(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
@@ -52,7 +52,7 @@ def calc(convention: str, /, **arguments: UserValue) -> Calculation:
 
 def compare(**arguments: UserValue) -> tuple[tuple[str, Calculation | str], ...]:
     """``mhainspect calc --compare``: the same numbers under every convention (or why one cannot take them)."""
-    from mhainspect.calc import conventions
+    from mhainspect import conventions
 
     return conventions.compare(arguments)
 

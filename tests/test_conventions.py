@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from mhainspect.calc import conventions as cv
-from mhainspect.calc.conventions import Calculation, calculate, compare, what_if
+from mhainspect import conventions as cv
+from mhainspect.conventions import Calculation, calculate, compare, what_if
 from mhainspect.render.calc_render import calc_json, calc_text, compare_json, compare_text, what_if_json, what_if_text
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from mhainspect import conventions
 from mhainspect.analysis.size import self_cache_bytes
 from mhainspect.analysis.whatif import what_if
-from mhainspect.calc import conventions
 from mhainspect.cli.app import main
 from mhainspect.ir.units import format_bytes, group
 from mhainspect.pipeline import audit

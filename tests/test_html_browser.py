@@ -17,7 +17,7 @@ import pytest
 from chromium import Loaded, load
 from hostile_names import write_hostile_model
 
-from mhainspect.calc import conventions
+from mhainspect import conventions
 from mhainspect.pipeline import audit
 from mhainspect.render.calc_html import render_calc_html, render_compare_html
 from mhainspect.render.html import render_html

@@ -17,7 +17,7 @@ LAYERS: dict[str, int] = {
     "ir": 1,
     "matchers": 2,
     "frontends": 3,
-    "analysis": 4, "calc": 4,
+    "analysis": 4, "conventions": 4,
     "pipeline": 5,
     "render": 6,
     "api": 7, "cli": 7, "__main__": 7, "__init__": 7,

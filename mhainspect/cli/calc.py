@@ -25,7 +25,7 @@ class CalcFormat(str, Enum):
 
 def _calc_pairs(items: "Sequence[str]", option: str = "") -> dict[str, str]:
     """name=value pairs; a name given twice (in any spelling calc accepts) is refused."""
-    from mhainspect.calc.conventions import spelling_key
+    from mhainspect.conventions import spelling_key
 
     values: dict[str, str] = {}
     seen: dict[str, str] = {}
@@ -73,8 +73,8 @@ def calc_cmd(
     """Count the parameters of an attention layer under pytorch, keras, matlab, hf or t5 conventions."""
     import json
 
+    from mhainspect import conventions
     from mhainspect.analysis.whatif import check_head_counts
-    from mhainspect.calc import conventions
     from mhainspect.render import calc_render
     from mhainspect.render.json_render import to_json
 
@@ -142,7 +142,7 @@ def _calc_sized(text: str, convention: str, values: dict[str, str], calc: Any, d
     ``size`` and ``kv_heads_what_if`` beside the calculation's)."""
     import json
 
-    from mhainspect.calc import conventions
+    from mhainspect import conventions
     from mhainspect.render import calc_render
     from mhainspect.render.json_render import to_json
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from mhainspect.calc import conventions
-from mhainspect.calc.conventions import LAYER_NAMES, ArgValue, Calculation, Term
+from mhainspect import conventions
+from mhainspect.conventions import LAYER_NAMES, ArgValue, Calculation, Term
 from mhainspect.ir.units import group, human_count
 from mhainspect.render.html import page
 from mhainspect.render.safe import html

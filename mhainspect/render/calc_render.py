@@ -1,4 +1,4 @@
-"""Render the ``calc`` side (mhainspect.calc.conventions) as text or JSON-ready data. Pure: no I/O.
+"""Render the ``calc`` side (mhainspect.conventions) as text or JSON-ready data. Pure: no I/O.
 
 Prose is wrapped at word boundaries to ``width`` (the terminal's) when one is given, and left
 one paragraph per line otherwise (a pipe or a file: the reader's tool wraps it)."""
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mhainspect.analysis.size import LayerBytes, layer_bytes
-from mhainspect.calc.conventions import LAYER_NAMES, ArgValue, Calculation, VsResult, kv_heads_of
+from mhainspect.conventions import LAYER_NAMES, ArgValue, Calculation, VsResult, kv_heads_of
 from mhainspect.ir.dtypes import canonical
 from mhainspect.ir.units import format_bytes
 
