@@ -513,7 +513,7 @@ def test_without_torch(tmp_path: Path) -> None:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and 'pip install "mhainspect[torch]"' in lines[0]
     probe = subprocess.run([sys.executable, "-c", "import sys, mhainspect; mhainspect.inspect; "
-                            "from mhainspect import analyze, sources; print('torch' in sys.modules)"],
+                            "from mhainspect import pipeline; from mhainspect.frontends import dispatch; print('torch' in sys.modules)"],
                            capture_output=True, text=True, timeout=120)
     assert probe.stdout.strip() == "False"
 

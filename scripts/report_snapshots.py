@@ -1,0 +1,57 @@
+"""A pytest plugin that writes the JSON of every Report the test suite builds, one file per report,
+so that a refactoring can be shown to change no output on any fixture:
+
+    SNAP_DIR=/tmp/before PYTHONPATH=scripts python -m pytest -q -p report_snapshots   # on the old commit
+    SNAP_DIR=/tmp/after  PYTHONPATH=scripts python -m pytest -q -p report_snapshots   # on the new one
+    diff -r /tmp/before /tmp/after
+
+Temporary paths are normalised; tests that build random inputs (fuzzing) name theirs differently
+on every run, so compare those after replacing the /tmp/mhainspect-fuzz-* prefix."""
+from __future__ import annotations
+
+import collections
+import importlib
+import json
+import os
+import re
+
+import pytest
+
+OUT = os.environ.get("SNAP_DIR")
+_current = ["none"]
+_count = collections.Counter()
+_TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/|/tmp/tmp[\w]+/|/tmp/[\w.-]*?\d{3,}[\w.-]*")
+
+def _report_cls():
+    for name in ("mhainspect.results.report", "mhainspect.results", "mhainspect.findings"):
+        try:
+            m = importlib.import_module(name)
+            if hasattr(m, "Report"):
+                return m.Report
+        except ImportError:
+            pass
+
+def pytest_configure(config):
+    if not OUT:
+        return
+    os.makedirs(OUT, exist_ok=True)
+    cls = _report_cls()
+    from mhainspect.render.json_render import report_to_dict
+    orig = cls.__init__
+    def init(self, *a, **k):
+        orig(self, *a, **k)
+        try:
+            text = json.dumps(report_to_dict(self), indent=1, sort_keys=True, default=str)
+        except Exception as e:
+            text = f"ERROR {type(e).__name__}"
+        text = _TMP.sub("TMP/", text)
+        key = _current[0]
+        _count[key] += 1
+        fn = re.sub(r"[^\w.-]+", "_", key)[:180] + f"__{_count[key]}.json"
+        with open(os.path.join(OUT, fn), "w") as f:
+            f.write(text)
+    cls.__init__ = init
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _current[0] = item.nodeid
