@@ -623,3 +623,73 @@ def test_mutated_headers_are_reports_or_input_errors(tmp_path: Path) -> None:
             audit(mutant)
         except InputError as exc:
             assert "\n" not in str(exc)
+
+
+# ------------------------------------------------------------------------------ llama.cpp's sliding layers
+# One case per entry of LLAMA_CPP_SWA: (arch, block_count, metadata, expected window per layer (None:
+# full attention)), as llama_model::load_hparams sets them.
+_W = None
+SWA_CASES = {
+    "gemma2": [("gemma2", 4, {}, [4096, _W, 4096, _W]),
+               ("gemma2", 4, {"sliding_window": 512}, [512, _W, 512, _W])],
+    "gemma3": [("gemma3", 8, {"sliding_window": 512}, [512] * 5 + [_W] + [512] * 2),
+               ("gemma3", 8, {}, [_W] * 8)],  # the key is required by llama.cpp: without it, nothing slides
+    "gemma3n": [("gemma3n", 7, {"sliding_window": 512}, [512] * 4 + [_W] + [512] * 2)],
+    "gemma-embedding": [("gemma-embedding", 7, {"sliding_window": 256}, [256] * 5 + [_W, 256])],
+    "cohere2": [("cohere2", 5, {"sliding_window": 4096}, [4096] * 3 + [_W, 4096])],
+    "olmo2": [("olmo2", 4, {}, [_W] * 4), ("olmo2", 5, {"sliding_window": 4096}, [4096] * 3 + [_W, 4096])],
+    "exaone4": [("exaone4", 64, {}, [4096, 4096, 4096, _W] * 16),
+                ("exaone4", 30, {"sliding_window": 4096}, [_W] * 30)],
+    "gpt-oss": [("gpt-oss", 4, {"sliding_window": 128}, [128, _W, 128, _W])],
+    "smallthinker": [("smallthinker", 5, {"sliding_window": 2048}, [_W, 4096, 4096, 4096, _W]),
+                     ("smallthinker", 2, {}, [_W, _W])],
+    "llama4": [("llama4", 5, {}, [8192] * 3 + [_W, 8192]), ("llama4", 4, {"sliding_window": 0}, [_W] * 4),
+               ("llama4", 4, {"sliding_window": 1000}, [8192] * 3 + [_W])],
+    "phi3": [("phi3", 2, {"sliding_window": 2047}, [_W, _W])],
+}
+
+
+def test_every_llama_cpp_swa_entry_has_a_case() -> None:
+    from mhainspect.frontends.gguf.swa import LLAMA_CPP_SWA
+
+    assert set(SWA_CASES) == set(LLAMA_CPP_SWA)
+
+
+@pytest.mark.parametrize(("arch", "layers", "meta", "expected"),
+                         [c for cases in SWA_CASES.values() for c in cases],
+                         ids=[f"{a}-{i}" for a, cases in SWA_CASES.items() for i in range(len(cases))])
+def test_llama_cpp_sliding_layers_by_architecture(arch: str, layers: int, meta: dict[str, int],
+                                                  expected: list[int | None]) -> None:
+    from mhainspect.frontends.gguf.swa import swa_layout
+
+    metadata = {f"{arch}.block_count": layers, **{f"{arch}.attention.{k}": v for k, v in meta.items()}}
+    layout = swa_layout(arch, f"{arch}.", metadata)
+    found = [None] * layers if layout is None else [layout.window if s else None for s in layout.slides]
+    assert found == expected
+
+
+def test_gpt_oss_kv_cache_counts_its_sliding_layers(tmp_path: Path) -> None:
+    """gpt-oss: every second layer slides over 128 tokens (llama.cpp sets the pattern in code, the file
+    has only the window): at 32k the cache is about half the full-context figure, without a warning."""
+    spec = Decoder(arch="gpt-oss", layers=4, metadata={"{arch}.attention.sliding_window": 128})
+    (path,) = spec.write(tmp_path / "gpt-oss.gguf")
+    report = with_options(audit(path), SizeOptions(context=32768))
+    assert [b.sliding_window for b in report.blocks] == [128, None, 128, None]
+    assert not any("sliding_window" in w for w in report.warnings)
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token is not None
+    per_layer = kv.bytes_per_token // 4
+    assert per_layer == spec.kv_heads * 2 * spec.head_dim * 2  # K and V, f16
+    assert kv.total_bytes == per_layer * (2 * 127 + 2 * 32768)
+    ev = next(e for e in report.blocks[0].evidence if e.field == "sliding_window")
+    assert "llama.cpp's gpt-oss default period 2" in ev.detail
+
+
+def test_phi3_window_is_off_in_llama_cpp(tmp_path: Path) -> None:
+    spec = Decoder(arch="phi3", metadata={"{arch}.attention.sliding_window": 2047})
+    (path,) = spec.write(tmp_path / "phi3.gguf")
+    report = audit(path)
+    assert all(b.sliding_window is None for b in report.blocks)
+    assert not any("sliding_window" in w for w in report.warnings)
+    ev = next(e for e in report.blocks[0].evidence if e.field == "kv_cache_bytes_per_token")
+    assert "disables Phi-3's sliding window" in ev.detail

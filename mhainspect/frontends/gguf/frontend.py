@@ -106,12 +106,13 @@ def blocks_from_model(model: GGUFModel
         scope, kind = name.rsplit(".", 1)
         layer = layer_of(scope)
         ns = namespace(arch, scope, model.metadata)
-        swa_layers = ns.swa_layers()
-        swa = bool(swa_layers is not None and layer is not None and layer < len(swa_layers) and swa_layers[layer])
+        swa_layout = ns.swa()
+        swa = bool(swa_layout is not None and layer is not None and layer < len(swa_layout.slides)
+                   and swa_layout.slides[layer])
         cross = kind.startswith("cross")
         if not ("qkv" in have or ("q" in have and have & {"k", "v"})):
             listed = sorted(t.name for r in found.roles.values() for t in r.values()) + found.others
-            d = decoding(name, cross, ns, layer, swa, model.metadata)
+            d = decoding(name, cross, ns, layer, model.metadata)
             misses.append(Miss("gguf", name, "attention tensors without separate K/V projections or a fused QKV "
                                              f"(e.g. latent K/V, MLA): {', '.join(listed[:6])}", caches=d.caches))
             continue
@@ -125,7 +126,7 @@ def blocks_from_model(model: GGUFModel
             offers.append(shape)
         blocks.append(assemble(group, offers, matcher="gguf", no_heads_reason="GGUF metadata gives no head count "
                                f"for '{name}' ({ns.prefix}attention.head_count) and no per-head tensor fixes it"))
-        decodings[name] = decoding(name, cross, ns, layer, swa, model.metadata)
+        decodings[name] = decoding(name, cross, ns, layer, model.metadata)
     return blocks, decodings, misses, warnings
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from mhainspect.errors import InputError, read_failure
 from mhainspect.frontends.gguf.split import split_name
+from mhainspect.frontends.gguf.swa import SwaLayout, disabled_note, swa_layout, unknown_pattern_warning
 from mhainspect.ir.dtypes import Family, ggml_name, lookup
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 
@@ -370,16 +371,6 @@ def _uint(v: MetaValue | None) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-# What llama.cpp's loader (load_hparams, per architecture) assumes when the file has no
-# sliding_window_pattern: (period, window when the file has no sliding_window key). Only
-# architectures whose pattern llama.cpp hard-codes; a key in the file always wins.
-LLAMA_CPP_SWA_DEFAULTS: Mapping[str, tuple[int, int | None]] = {
-    "gemma2": (2, 4096),  # every other layer slides, window 4096 (Gemma 2's own default)
-    "gemma3": (6, None),  # five sliding layers, then one global
-    "cohere2": (4, None),  # three sliding layers, then one global
-}
-
-
 @dataclass(frozen=True)
 class _Key:
     """A per-layer metadata value: a scalar, or an array with one entry per layer (llama.cpp's
@@ -418,42 +409,9 @@ class Namespace:
     def arch(self) -> str:
         return self.prefix.rstrip(".")
 
-    def swa_period(self) -> tuple[int | None, str]:
-        """The sliding-window period (llama.cpp's set_swa_pattern: every n-th layer is dense, the
-        others slide) with where it came from: the file's key, else llama.cpp's default for the
-        architecture; (None, "") when neither says."""
-        k = self.key("attention.sliding_window_pattern")
-        period = _uint(k.value)
-        if period is not None:
-            return period, f"{k.name} = {k.value}"
-        default = LLAMA_CPP_SWA_DEFAULTS.get(self.arch)
-        if default is not None and not isinstance(k.value, tuple) and self.swa_window()[0] is not None:
-            return default[0], f"llama.cpp's {self.arch} default period {default[0]} (no {k.name} in the file)"
-        return None, ""
-
-    def swa_window(self) -> tuple[int | None, str]:
-        """The sliding window in tokens with where it came from (the file's key, else llama.cpp's
-        default for the architecture)."""
-        k = self.key("attention.sliding_window")
-        w = k.at(None)
-        if w:
-            return w, f"GGUF {k.describe(None)}"
-        default = LLAMA_CPP_SWA_DEFAULTS.get(self.arch)
-        if default is not None and default[1] is not None and k.value is None:
-            return default[1], f"llama.cpp's {self.arch} default window {default[1]} (no {k.name} in the file)"
-        return None, ""
-
-    def swa_layers(self) -> tuple[bool, ...] | None:
-        """Which layers slide: a per-layer bool array in the file (true = sliding window), or a
-        period (``swa_period``); None when nothing says, or when the model has no window."""
-        k = self.key("attention.sliding_window_pattern")
-        n_layer = _uint(self.metadata.get(self.prefix + "block_count"))
-        if isinstance(k.value, tuple):
-            return tuple(bool(x) for x in k.value)
-        period = self.swa_period()[0]
-        if period is None or n_layer is None:
-            return None
-        return tuple(period == 0 or il % period < period - 1 for il in range(n_layer))
+    def swa(self) -> SwaLayout | None:
+        """Which layers of this stack slide (``mhainspect.frontends.gguf.swa``), or None."""
+        return swa_layout(self.arch, self.prefix, self.metadata)
 
 
 def offers_for(ns: Namespace, layer: int | None, swa: bool) -> list[HeadOffers]:
@@ -538,7 +496,7 @@ KV_CACHE_DTYPE = "float16"  # llama.cpp's default K/V cache type (its -ctk / -ct
 KV_CACHE_DTYPE_SOURCE = "llama.cpp's default cache type f16 (-ctk/-ctv change it)"
 
 
-def decoding(name: str, cross: bool, ns: Namespace, layer: int | None, swa: bool,
+def decoding(name: str, cross: bool, ns: Namespace, layer: int | None,
              metadata: Mapping[str, MetaValue]) -> Decoding:
     """How the block ``name`` (``{scope}.{kind}``) of a GGUF model decodes, from the metadata."""
     scope = name.rsplit(".", 1)[0]
@@ -549,24 +507,16 @@ def decoding(name: str, cross: bool, ns: Namespace, layer: int | None, swa: bool
         return Decoding(False, f"GGUF '{scope}' is an encoder block (runs once over its input)")
     reason = ("GGUF cross-attention of a decoder: K/V computed once from the encoder output" if cross
               else f"GGUF {ns.prefix.rstrip('.')}: llama.cpp decodes autoregressively (causal attention)")
-    w, wsource = ns.swa_window()
-    if swa and w and not cross:
-        pattern = ns.key("attention.sliding_window_pattern")
-        if isinstance(pattern.value, tuple):
-            where = pattern.describe(layer)
-        else:
-            where = f"{ns.swa_period()[1]} (llama.cpp: layer {layer} slides)"
-        return Decoding(True, reason, w, f"{wsource}, {where}")
-    return Decoding(True, reason)
+    layout = ns.swa()
+    if layout is not None and not cross and layer is not None and layer < len(layout.slides) and layout.slides[layer]:
+        return Decoding(True, reason, layout.window, f"{layout.window_source}, {layout.pattern(layer)}")
+    off = disabled_note(ns.arch, metadata, ns.prefix)
+    return Decoding(True, f"{reason}; {off}" if off is not None and not cross else reason)
 
 
 def swa_warnings(metadata: Mapping[str, MetaValue], arch: str) -> list[str]:
-    window = _uint(metadata.get(f"{arch}.attention.sliding_window"))
-    if window and f"{arch}.attention.sliding_window_pattern" not in metadata and arch not in LLAMA_CPP_SWA_DEFAULTS:
-        return [f"{arch}.attention.sliding_window = {window} without {arch}.attention.sliding_window_pattern: "
-                "which layers slide is llama.cpp's per-architecture choice, not in the file; no block is marked "
-                "sliding (a KV cache figure counts every layer at full context)"]
-    return []
+    found = unknown_pattern_warning(arch, metadata)
+    return [found] if found is not None else []
 
 
 # general.type values of GGUF files that are not a whole model (gguf-py's GGUFType; llama.cpp's
