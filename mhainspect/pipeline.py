@@ -8,13 +8,14 @@ SourceResult into a Report and never reads a source. Gates and rendering come af
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.analysis.report import report_from
-from mhainspect.analysis.size import SizeOptions, with_options
+from mhainspect.analysis.size import SizeOptions, context_warning, with_options
 from mhainspect.frontends.dispatch import source_result
 from mhainspect.frontends.result import SourceResult
 
@@ -36,7 +37,9 @@ class AuditOptions:
 def analyse(result: SourceResult, options: AuditOptions | None = None) -> Report:
     """The analysis stage: one front end's SourceResult -> Report."""
     options = options or AuditOptions()
-    return with_options(report_from(result, what_if_heads=options.what_if_heads), options.size)
+    report = with_options(report_from(result, what_if_heads=options.what_if_heads), options.size)
+    beyond = context_warning(result.model, options.size)
+    return report if beyond is None else dataclasses.replace(report, warnings=(*report.warnings, beyond))
 
 
 def audit(source: str | os.PathLike[str], options: AuditOptions | None = None) -> Report:

@@ -32,7 +32,17 @@ from mhainspect.frontends.result import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.frontends.result import byte_rate as _rate
 from mhainspect.frontends.size_inputs import IF_DECODED
 from mhainspect.ir import dtypes
-from mhainspect.results import AttentionBlock, CacheStatus, Evidence, KVCache, Miss, Report
+from mhainspect.results import (
+    AttentionBlock,
+    CacheStatus,
+    Evidence,
+    KVCache,
+    Miss,
+    ModelFacts,
+    Report,
+    ReportWarning,
+    WarningCode,
+)
 
 
 @cache
@@ -347,6 +357,16 @@ def check_kv_dtype(name: str) -> str:
         raise ValueError(f"'{name}' is not an element type with whole bytes per element "
                          "(float32, float16, bfloat16, float8e4m3fn, int8, ...)")
     return dtypes.canonical(name)
+
+
+def context_warning(model: ModelFacts, options: SizeOptions) -> ReportWarning | None:
+    """A warning when --context asks for more tokens than the model was built for (its config's
+    max_position_embeddings, GGUF context_length): the cache figure is still given at --context."""
+    if options.context is None or model.max_positions is None or options.context <= model.max_positions:
+        return None
+    return ReportWarning(f"--context {options.context:,} is beyond the model's maximum positions "
+                         f"({model.max_positions_source}): the KV cache is sized at {options.context:,} tokens all the "
+                         "same, but the model was not built for them", WarningCode.CONTEXT_BEYOND_POSITIONS)
 
 
 def with_options(report: Report, options: SizeOptions) -> Report:

@@ -60,12 +60,13 @@ def calc_cmd(
     compare_all: CompareOpt = False,
     heads: CalcHeadsOpt = None,
     vs: VsOpt = None,
-    output_format: Annotated[CalcFormat, typer.Option("--format", "-f", help="Output format.")] = CalcFormat.text,
+    output_format: Annotated[CalcFormat, typer.Option("--format", "-f", case_sensitive=False, help="Output format.")] = CalcFormat.text,
     dtype: Annotated[str | None, typer.Option("--dtype", metavar="DTYPE", help="Also give the layer in bytes: "
                                               "weights and KV cache per token in DTYPE (float32, bfloat16, "
                                               "float16, float8e4m3fn, int8, ...).", show_default=False)] = None,
-    context: Annotated[int | None, typer.Option("--context", metavar="N", help="KV cache at N tokens (implies "
-                                                "--dtype float32 unless given).", show_default=False)] = None,
+    context_text: Annotated[str | None, typer.Option("--context", metavar="N", help="KV cache at N tokens: 8192, "
+                                                     "8k, 128k, 1M (k and M are 1024 and 1024²; implies --dtype "
+                                                     "float32 unless given).", show_default=False)] = None,
     kv_heads: Annotated[list[int] | None, typer.Option("--kv-heads", metavar="G", help="What-if: the layer with "
                                                        "G K/V heads, side by side (repeatable: MHA, GQA, MQA).",
                                                        show_default=False)] = None,
@@ -85,11 +86,17 @@ def calc_cmd(
         check_head_counts(heads or ())
     except ValueError as exc:
         raise fail(str(exc)) from None
+    from mhainspect.ir.units import parse_tokens
+
+    try:
+        context = None if context_text is None else parse_tokens(context_text)
+    except ValueError as exc:
+        raise fail(f"--context: {exc}") from None
     as_json = output_format is CalcFormat.json
     width = terminal_width()
     sized = dtype is not None or context is not None or bool(kv_heads)
-    if context is not None and context <= 0 or kv_heads and any(g <= 0 for g in kv_heads):
-        raise fail("--context and --kv-heads take positive integers")
+    if kv_heads and any(g <= 0 for g in kv_heads):
+        raise fail("--kv-heads takes positive integers")
     if sized and (compare_all or convention is None):
         raise fail("--dtype, --context and --kv-heads apply to one convention (not --compare)")
     if sized and output_format is CalcFormat.html:

@@ -93,12 +93,6 @@ def _limit(value: object, source: str) -> Limit:
     raise ValueError("expected a count such as 7B, \"1.5M\" or 120000")
 
 
-def _positive(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError("expected a positive integer")
-    return value
-
-
 def _value(key: str, value: object, formats: Collection[str], source: str) -> object:
     if key in ("max-params", "max-attention-params"):
         return _limit(value, source)
@@ -107,7 +101,11 @@ def _value(key: str, value: object, formats: Collection[str], source: str) -> ob
             return replace(parse_byte_limit(value), source=shown_path(source))
         raise ValueError("expected a size such as \"512M\", \"4GiB\" or 1048576")
     if key in ("context", "batch"):
-        return _positive(value)
+        from mhainspect.ir.units import parse_tokens
+
+        if not isinstance(value, (str, int)):
+            raise ValueError("expected a whole number such as 8192 or \"8k\"")
+        return parse_tokens(value, "tokens" if key == "context" else "sequences")
     if key == "kv-dtype":
         from mhainspect.analysis.size import check_kv_dtype
 
@@ -123,9 +121,9 @@ def _value(key: str, value: object, formats: Collection[str], source: str) -> ob
             raise ValueError("expected true or false")
         return value
     if key == "format":
-        if not isinstance(value, str) or value not in formats:
+        if not isinstance(value, str) or value.strip().lower() not in formats:
             raise ValueError("expected one of " + ", ".join(formats))
-        return value
+        return value.strip().lower()
     if key == "heads":
         return _heads(value)
     raise ValueError("unknown key; known keys: " + ", ".join(KEYS))

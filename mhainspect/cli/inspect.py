@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import onnx
 
     from mhainspect.analysis.gates import GateConfig
-    from mhainspect.cli.config import Settings
+    from mhainspect.cli.config import ConfigFinder, Settings
     from mhainspect.pipeline import AuditOptions
     from mhainspect.render.extras import ModelExtras
     from mhainspect.results import Report
@@ -71,6 +71,7 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
     from mhainspect.analysis.size import check_kv_dtype
     from mhainspect.analysis.whatif import check_head_counts
     from mhainspect.cli.config import Settings
+    from mhainspect.ir.units import parse_tokens
 
     def parsed(option: str, parse: Callable[[V], R], value: V | None) -> R | None:
         try:
@@ -89,9 +90,8 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
     import dataclasses
 
     size = size or {}
-    for option in ("context", "batch"):
-        if size.get(option) is not None and size[option] <= 0:
-            raise fail(f"--{option} takes a positive integer")
+    context = parsed("--context", lambda v: parse_tokens(v, "tokens"), size.get("context"))
+    batch = parsed("--batch", lambda v: parse_tokens(v, "sequences"), size.get("batch"))
     weight_limit = parsed("--max-weight-bytes", parse_byte_limit, size.get("max_weight_bytes"))
     kv_limit = parsed("--max-kv-cache", parse_byte_limit, size.get("max_kv_cache"))
     return Settings(max_params=limit and dataclasses.replace(limit, source="--max-params"),
@@ -102,7 +102,7 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
                     heads=None if heads is None else tuple(dict.fromkeys(heads)),
                     max_weight_bytes=weight_limit and dataclasses.replace(weight_limit, source="--max-weight-bytes"),
                     max_kv_cache=kv_limit and dataclasses.replace(kv_limit, source="--max-kv-cache"),
-                    context=size.get("context"), batch=size.get("batch"),
+                    context=context, batch=batch,
                     kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")))
 
 
@@ -289,6 +289,109 @@ def _gate_config(settings: "Settings", given: "Settings", config_path: Path | No
                       max_kv_cache=settings.max_kv_cache)
 
 
+# Output file suffixes that name a format: -o report.html without -f writes html.
+_SUFFIX_FORMATS = {".json": OutputFormat.json, ".jsonl": OutputFormat.jsonl, ".md": OutputFormat.markdown,
+                   ".markdown": OutputFormat.markdown, ".sarif": OutputFormat.sarif, ".html": OutputFormat.html,
+                   ".htm": OutputFormat.html}
+
+
+def _output_format(cli_format: str | None, output: Path | None, config_format: str | None) -> tuple[OutputFormat, str]:
+    """The format and what chose it: -f, else the suffix of -o FILE (.json .jsonl .md .sarif .html),
+    else the config file's ``format``, else the table. The text is empty unless the suffix chose."""
+    if cli_format is not None:
+        return OutputFormat(cli_format), ""
+    if output is not None and str(output) != "-":
+        by_suffix = _SUFFIX_FORMATS.get(output.suffix.lower())
+        if by_suffix is not None:
+            return by_suffix, f"from the suffix {output.suffix}"
+    return OutputFormat(config_format or OutputFormat.table.value), ""
+
+
+@dataclass(frozen=True, eq=False)  # never compared: no __eq__/__hash__ to generate at import
+class _RunSetup:
+    """What every model of one run is audited with."""
+
+    given: "Settings"  # the command line's options
+    finder: "ConfigFinder"
+    factory_args: "dict[str, Any]"
+    verify: bool
+    verify_setup: _VerifySetup
+    fail_on_contradiction: bool
+
+
+def _audit_path(path: Path, run: _RunSetup) -> "tuple[Report, ModelExtras] | None":
+    """One model's report and gate results; None (the error said on stderr) when it cannot be read."""
+    from mhainspect.analysis.gates import check_gates, drop_ignored, ignored_counts
+    from mhainspect.analysis.size import SizeOptions
+    from mhainspect.cli.config import ConfigError, merge
+    from mhainspect.ir.units import MAX_CACHED_TOKENS
+    from mhainspect.pipeline import AuditOptions
+    from mhainspect.render.extras import ModelExtras
+
+    try:
+        file_settings, config_path = run.finder.for_model(path)
+    except ConfigError as exc:
+        say_error(str(exc))
+        return None
+    settings = merge(run.given, file_settings)
+    if settings.max_kv_cache is not None and settings.context is None:
+        raise fail("--max-kv-cache needs --context N (the token count the cache is sized at)")
+    if settings.context is not None and settings.context * (settings.batch or 1) > MAX_CACHED_TOKENS:
+        raise fail(f"--context {settings.context:,} × --batch {settings.batch or 1:,} is more tokens than any "
+                   f"cache holds (at most {MAX_CACHED_TOKENS:,} in all)")
+    size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype)
+    result = _analyze_one(path, AuditOptions(settings.heads or (), size, run.factory_args))
+    if isinstance(result, str):
+        say_error(result)
+        return None
+    if run.verify:
+        result = _verify_one(path, result, run.verify_setup)
+    ignored = settings.ignore or frozenset()
+    report = drop_ignored(result, ignored)
+    gates = check_gates(report, _gate_config(settings, run.given, config_path, run.fail_on_contradiction))
+    return report, ModelExtras(gates=gates, ignored=ignored_counts(result, ignored))
+
+
+def _deliver(view: _View, reports: "list[Report]", extras: "list[ModelExtras]", output: Path | None,
+             fmt_source: str) -> None:
+    """The report to stdout or to ``output`` (confirmed on stderr), then one line per failed gate
+    on stderr, unless the table on this terminal already shows them."""
+    failures = [g for e in extras for g in e.gates if not g.passed]
+    to_stdout = output is None
+    if reports and (to_stdout and (not view.quiet or view.fmt is OutputFormat.github and failures)
+                    or not to_stdout and not view.errors):
+        text = _render(view, reports, extras)
+        if output is not None:
+            try:
+                write_atomic(output, text)
+            except InputError as exc:
+                raise fail(str(exc)) from None
+            except OSError as exc:
+                raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
+            if not view.quiet:
+                from mhainspect.ir.units import format_bytes
+
+                how = f"{view.fmt.value} {fmt_source}" if fmt_source else view.fmt.value
+                typer.echo(f"mhainspect: wrote {one_line(str(output))} ({how}, "
+                           f"{format_bytes(len(text.encode('utf-8')))})", err=True)
+        else:
+            write_stdout(text)
+            if view.fmt in (OutputFormat.table, OutputFormat.markdown) and not view.quiet and _same_terminal():
+                return  # its Gates section is on the screen: the stderr lines would repeat it
+    for failure in failures:
+        typer.echo(f"mhainspect: gate failed: {one_line(failure.message)}", err=True)
+
+
+def _same_terminal() -> bool:
+    """stdout and stderr both on a terminal: what one prints, the person sees beside the other."""
+    import sys
+
+    try:
+        return sys.stdout.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed by an embedding caller
+        return False
+
+
 # ----------------------------------------------------------------------------- inspect options
 # One Annotated alias per option, grouped by concern (the help lists them under these panels);
 # a new option is one alias here and one parameter of inspect_cmd.
@@ -305,7 +408,7 @@ ModelsArg = Annotated[list[Path], typer.Argument(
          "folders (every model below them, sorted).")]
 # Output
 FormatOpt = Annotated[OutputFormat | None, typer.Option(
-    "--format", "-f", show_default=False, rich_help_panel=_OUT,
+    "--format", "-f", show_default=False, rich_help_panel=_OUT, case_sensitive=False,
     help="Output format (default: table, or format from the config file).")]
 OutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", metavar="FILE", rich_help_panel=_OUT,
@@ -352,10 +455,10 @@ MaxKvCacheOpt = Annotated[str | None, typer.Option(
     "--max-kv-cache", metavar="SIZE", show_default=False, rich_help_panel=_GATES,
     help="Gate: fail when the KV cache at --context (and --batch) exceeds SIZE.")]
 # Size in bytes
-ContextOpt = Annotated[int | None, typer.Option(
+ContextOpt = Annotated[str | None, typer.Option(
     "--context", metavar="N", show_default=False, rich_help_panel=_SIZE,
-    help="KV cache total at N tokens (per sequence).")]
-BatchOpt = Annotated[int | None, typer.Option(
+    help="KV cache total at N tokens per sequence: 8192, 8k, 128k, 1M (k and M are 1024 and 1024²).")]
+BatchOpt = Annotated[str | None, typer.Option(
     "--batch", metavar="B", show_default=False, rich_help_panel=_SIZE,
     help="KV cache total for B sequences (default 1).")]
 KvDtypeOpt = Annotated[str | None, typer.Option(
@@ -419,12 +522,9 @@ def inspect_cmd(
     version: VersionOpt = False,
 ) -> None:
     """Audit MODELS: find every attention block, its heads, d_k, d_v and parameter count."""
-    from mhainspect.analysis.gates import check_gates, drop_ignored, ignored_counts
-    from mhainspect.analysis.size import SizeOptions
     from mhainspect.cli.config import ConfigError, ConfigFinder, merge
     from mhainspect.frontends.dispatch import classify, parse_factory_args
     from mhainspect.frontends.folders import expand_models
-    from mhainspect.pipeline import AuditOptions
     from mhainspect.render.extras import ModelExtras
 
     if config is not None and isolated:
@@ -445,9 +545,10 @@ def inspect_cmd(
     if factory_args and not any(classify(str(p)).kind == "factory" for p in paths):
         raise fail("--arg applies to factory specs (module:function or file.py:function); "
                    "none of the models is one")
-    fmt = OutputFormat(run_settings.format or OutputFormat.table.value)
+    fmt, fmt_source = _output_format(given.format, output, run_settings.format)
     verify = verify or fail_on_contradiction
-    verify_setup = _verify_setup(list(paths), verify, dim, max_verify_bytes)
+    run = _RunSetup(given, finder, factory_args, verify, _verify_setup(list(paths), verify, dim, max_verify_bytes),
+                    fail_on_contradiction)
 
     # An unreadable model is reported on its own line and the others are still analysed; the run
     # then exits 2, and -o FILE is left untouched (a report missing a model is not written).
@@ -455,50 +556,19 @@ def inspect_cmd(
     extras: list[ModelExtras] = []
     errors = 0
     for path in paths:
-        try:
-            file_settings, config_path = finder.for_model(path)
-        except ConfigError as exc:
-            say_error(str(exc))
+        audited = _audit_path(path, run)
+        if audited is None:
             errors += 1
             continue
-        settings = merge(given, file_settings)
-        if settings.max_kv_cache is not None and settings.context is None:
-            raise fail("--max-kv-cache needs --context N (the token count the cache is sized at)")
-        size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype)
-        result = _analyze_one(path, AuditOptions(settings.heads or (), size, factory_args))
-        if isinstance(result, str):
-            say_error(result)
-            errors += 1
-            continue
-        if verify:
-            result = _verify_one(path, result, verify_setup)
-        ignored = settings.ignore or frozenset()
-        report = drop_ignored(result, ignored)
-        gates = check_gates(report, _gate_config(settings, given, config_path, fail_on_contradiction))
-        reports.append(report)
-        extras.append(ModelExtras(gates=gates, ignored=ignored_counts(result, ignored)))
+        reports.append(audited[0])
+        extras.append(audited[1])
     failures = [g for e in extras for g in e.gates if not g.passed]
     to_stdout = output is None or str(output) == "-"
     view = _View(fmt=fmt, several=_several(models, paths), errors=errors,
                  width=report_width(), wrap=to_stdout and terminal_width() is not None,
                  color=color_wanted(no_color, not to_stdout), verbose=explain,
                  group=not no_group, what_if_heads=given.heads or run_settings.heads or (), quiet=quiet)
-
-    if reports and (to_stdout and (not quiet or fmt is OutputFormat.github and failures)
-                    or not to_stdout and not errors):
-        text = _render(view, reports, extras)
-        if not to_stdout:
-            assert output is not None
-            try:
-                write_atomic(output, text)
-            except InputError as exc:
-                raise fail(str(exc)) from None
-            except OSError as exc:
-                raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
-        else:
-            write_stdout(text)
-    for failure in failures:
-        typer.echo(f"mhainspect: gate failed: {one_line(failure.message)}", err=True)
+    _deliver(view, reports, extras, None if to_stdout else output, fmt_source)
     if errors:
         raise typer.Exit(EXIT_INPUT)
     if failures and not run_settings.exit_zero:

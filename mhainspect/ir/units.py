@@ -62,12 +62,51 @@ def parse_count(text: str) -> int:
     Raises ValueError for anything else, for negative values and for non-whole results
     ('1.2345k').
     """
+    return _parse_number(text, _SUFFIX_SCALE, "a count", "1000, 1_000, 120k, 1.5M, 7B")
+
+
+# Token and sequence counts (--context, --batch): k and M are binary, as context windows are sized
+# ("8k context" is 8,192 tokens, "128k" 131,072, "1M" 1,048,576).
+_TOKEN_SCALE: dict[str, int] = {"k": 2**10, "m": 2**20}
+MAX_TOKENS = 2**32  # per option: more tokens (or sequences) than any cache is sized at
+# context × batch: keeps every cache total (bytes per token × tokens) well inside a signed 64-bit
+# integer, which is what JSON readers and the page's axes can hold.
+MAX_CACHED_TOKENS = 2**40
+
+
+def parse_tokens(value: str | int, what: str = "tokens") -> int:
+    """A token or sequence count as typed on a command line or in a config file: 8192, '8_192',
+    '8k' (8,192), '128k' (131,072), '1M' (1,048,576), '1.5k' (1,536). ``k`` and ``M`` are powers of
+    1024 (any case). Raises ValueError (one line) for anything else, below 1, or above MAX_TOKENS."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a whole number of {what}: {value!r}")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str) and not re.search(r"[bBtT]\s*$", value):
+        n = _parse_number(value, _TOKEN_SCALE, f"a whole number of {what}", "8192, 8_192, 8k, 128k, 1M")
+    else:
+        raise ValueError(f"not a whole number of {what}: {value!r} (expected e.g. 8192, 8_192, 8k, 128k, 1M; "
+                         "k and M are 1024 and 1024²)")
+    if n < 1:
+        raise ValueError(f"{n:,} is not a positive number of {what}")
+    if n > MAX_TOKENS:
+        raise ValueError(f"{_shown(value)} {what} is more than any cache is sized at (at most {MAX_TOKENS:,})")
+    return n
+
+
+def _shown(value: str | int) -> str:
+    text = str(value).strip()
+    return text if len(text) <= 24 else text[:21] + "..."
+
+
+def _parse_number(text: str, scale: dict[str, int], noun: str, examples: str) -> int:
+    """``text`` as a whole number: digits (1_000, 1,000), a fraction, an exponent or a suffix in ``scale``."""
     if not isinstance(text, str):
-        raise ValueError(f"not a count: {text!r}")
+        raise ValueError(f"not {noun}: {text!r}")
     stripped = text.strip()
     match = re.fullmatch(_COUNT_RE, stripped, _COUNT_FLAGS)
-    if match is None:
-        raise ValueError(f"not a count: {text!r} (expected e.g. 1000, 1_000, 120k, 1.5M, 7B)")
+    if match is None or match["suffix"] is not None and match["suffix"].lower() not in scale:
+        raise ValueError(f"not {noun}: {text!r} (expected e.g. {examples})")
     from decimal import Decimal, InvalidOperation  # only a typed count needs exact decimals
 
     digits = match["int"].replace("_", "").replace(",", "")
@@ -75,13 +114,13 @@ def parse_count(text: str) -> int:
     try:
         number = Decimal(f"{digits}.{frac}" if frac else digits)
     except InvalidOperation as exc:  # pragma: no cover - the regex admits only digits
-        raise ValueError(f"not a count: {text!r}") from exc
+        raise ValueError(f"not {noun}: {text!r}") from exc
     if match["exp"] is not None:
         number = number.scaleb(int(match["exp"]))
     if match["suffix"] is not None:
-        number *= _SUFFIX_SCALE[match["suffix"].lower()]
+        number *= scale[match["suffix"].lower()]
     if number != number.to_integral_value():
-        raise ValueError(f"not a whole count: {text!r} = {number}")
+        raise ValueError(f"not {'a whole count' if noun == 'a count' else noun}: {text!r} = {number}")
     return int(number)
 
 

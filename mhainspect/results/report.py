@@ -91,6 +91,10 @@ class ModelFacts:
     opset: int | None = None
     producer: str = ""
     trainable_params: int | None = None  # nn.Modules only: parameters with requires_grad
+    # The most token positions the model was built for (a config's max_position_embeddings, GGUF
+    # context_length) and where that was read: a --context beyond it is warned about.
+    max_positions: int | None = None
+    max_positions_source: str = ""
 
 
 def attention_params(blocks: Sequence[AttentionBlock]) -> int:

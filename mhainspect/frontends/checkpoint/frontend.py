@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mhainspect.frontends.checkpoint.hf_config import Tie, offers_from_config, producer_from_config
+from mhainspect.frontends.checkpoint.hf_config import Tie, max_positions, offers_from_config, producer_from_config
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
 from mhainspect.frontends.checkpoint.reader import apply_ties, load_checkpoint_weights
 from mhainspect.frontends.result import SourceResult
@@ -47,7 +47,9 @@ def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
         warnings.append(ReportWarning(tie_note(ties, weights), WarningCode.LOADER))
     warnings.extend(ReportWarning(note, WarningCode.LOADER) for note in quantization_notes(weights))
     producer = producer_from_config(config) if config is not None else ""
-    facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer)
+    positions, positions_source = max_positions(config, "config.json" if p.is_dir() else "config.json beside the checkpoint")
+    facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer,
+                       max_positions=positions, max_positions_source=positions_source)
     blocks, misses = checkpoint_blocks(weights, config)
     if config is not None:  # a latent-attention module of a decoder caches what no block sizes
         misses = [dataclasses.replace(m, caches=config_causal(config, m.anchor)[0] is True) for m in misses]

@@ -526,6 +526,25 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
     )
 
 
+POSITIONS_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def max_positions(cfg: Mapping[str, Any] | None, label: str = "config") -> tuple[int | None, str]:
+    """The most token positions the config builds the model for (``max_position_embeddings`` and
+    its spellings; a composite config's language model when the top level has none) and the text
+    that says where; (None, "") when the config gives none (relative positions, as T5)."""
+    if cfg is None:
+        return None, ""
+    nested = [(f"{k}.", sub) for s in SUB_CONFIGS if not s.tower for k in s.keys
+              if isinstance(sub := cfg.get(k), Mapping)]
+    for prefix, c in (("", cfg), *nested):
+        for key in POSITIONS_KEYS:
+            n = positive_int(c.get(key))
+            if n is not None:
+                return n, f"{label} {prefix}{key} = {n:,}"
+    return None, ""
+
+
 def producer_from_config(cfg: Mapping[str, Any]) -> str:
     arch = cfg.get("architectures")
     name = arch[0] if isinstance(arch, list) and arch and isinstance(arch[0], str) else cfg.get("model_type", "")

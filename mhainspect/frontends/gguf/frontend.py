@@ -21,6 +21,7 @@ from mhainspect.frontends.gguf.reader import (
     Decoding,
     GGUFModel,
     architecture,
+    context_length,
     count_parameters,
     decoding,
     file_type_warnings,
@@ -151,8 +152,10 @@ def gguf_result(path: str | os.PathLike[str]) -> SourceResult:
     blocks = [_with_decoding(b, decodings[b.name]) for b in blocks]
     arch, _ = architecture(model.metadata)
     warnings += swa_warnings(model.metadata, arch) + file_type_warnings(model.metadata)
+    positions = context_length(model.metadata, arch)
     facts = ModelFacts(path=str(path), format="gguf", total_params=count_parameters(model),
-                       producer=producer(model.metadata, arch))
+                       producer=producer(model.metadata, arch), max_positions=positions,
+                       max_positions_source=f"GGUF {arch}.context_length = {positions:,}" if positions else "")
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
                         size_inputs(model, blocks, decodings))
 

@@ -553,6 +553,11 @@ def model_weights(model: GGUFModel) -> dict[str, WeightMeta]:
     return {t.name: weight_meta(source, t) for source, t in model.tensors}
 
 
+def context_length(metadata: Mapping[str, MetaValue], arch: str) -> int | None:
+    """``{arch}.context_length``: the context the model was trained for (None when absent or 0)."""
+    return _uint(metadata.get(f"{arch}.context_length")) or None
+
+
 def producer(metadata: Mapping[str, MetaValue], arch: str) -> str:
     name = metadata.get("general.name")
     label = arch or "unknown architecture"

@@ -309,9 +309,14 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
     stored = scan_stored(index)  # the one notion of a parameter; size calls the rest overhead
     parameters = stored.parameters
     size = graph_size_inputs(index, blocks, stored, config, config_label)
+    positions, positions_source = None, ""
+    if config is not None:  # imported here: most graphs come without a config
+        from mhainspect.frontends.checkpoint.hf_config import max_positions
+
+        positions, positions_source = max_positions(config, config_label)
     facts = ModelFacts(path=path if path is not None else graph.source, format=fmt or graph.kind,
                        total_params=sum(parameters.values()), num_nodes=len(graph.nodes), opset=graph.opset,
-                       producer=graph.producer)
+                       producer=graph.producer, max_positions=positions, max_positions_source=positions_source)
     return SourceResult(tuple(blocks), tuple(misses), facts, coded(graph.warnings), size)
 
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from mhainspect.errors import InputError
-from mhainspect.frontends.checkpoint.hf_config import offers_from_config
+from mhainspect.frontends.checkpoint.hf_config import max_positions, offers_from_config
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
 from mhainspect.frontends.onnx.frontend import graph_result
 from mhainspect.frontends.result import BlockDecoding, SizeInputs, SourceResult
@@ -194,9 +194,11 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
     # torchinfo's split: a live module knows which parameters train (a file does not).
     total = (count_weights({n: m for n, m in tensors.metas.items() if m.storage_key in tensors.parameters})
              if tensors.quantized else count_parameters(model))
+    positions, positions_source = max_positions(config_dict(model), "the model's config")
     facts = ModelFacts(path=label, format="torch", total_params=total, num_nodes=num_nodes,
                        producer=f"torch {torch.__version__}",
-                       trainable_params=count_parameters(model, trainable_only=True))
+                       trainable_params=count_parameters(model, trainable_only=True),
+                       max_positions=positions, max_positions_source=positions_source)
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
                         module_size_inputs(model, blocks, graph_causal, tensors))
 

@@ -1,0 +1,253 @@
+"""Issue 29: options a new user types: token counts with suffixes (8k, 128k, 1M) on the command line
+and in the config file, absurd values refused in one line, a context beyond the model's maximum
+positions warned about, format names in any case, -o picking the format from the file's suffix and
+confirming what it wrote, a failed gate printed once on a terminal.
+
+Runs main() in process (as tests/test_cli_ux.py does); inputs are the bundled samples or built here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mhainspect.cli.app import main
+from mhainspect.ir.units import MAX_TOKENS, parse_tokens
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = REPO_ROOT / "sample_models"
+GQA = SAMPLES / "gqa_llama.onnx"
+STANDARD = SAMPLES / "standard_mha.onnx"
+
+
+class Run:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+
+@pytest.fixture()
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setenv("MHAINSPECT_NO_PROGRESS", "1")
+
+    def run(*args: object) -> Run:
+        with pytest.raises(SystemExit) as exc:
+            main([str(a) for a in args])
+        captured = capsys.readouterr()
+        code = exc.value.code
+        return Run(code if isinstance(code, int) else 0, captured.out, captured.err)
+
+    return run
+
+
+def llama_folder(folder: Path, *, max_positions: int | None = 2048, config: bool = True, layers: int = 2) -> Path:
+    """A tiny Llama checkpoint folder: GQA (8 query heads, 2 K/V heads, head_dim 8), float16
+    weights with random values, and a config.json naming ``max_position_embeddings``."""
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    d_model, heads, kv_heads, head_dim = 64, 8, 2, 8
+    rng = np.random.default_rng(29)
+    tensors = {}
+    for i in range(layers):
+        p = f"model.layers.{i}.self_attn."
+        tensors[p + "q_proj.weight"] = rng.standard_normal((heads * head_dim, d_model)).astype(np.float16)
+        tensors[p + "k_proj.weight"] = rng.standard_normal((kv_heads * head_dim, d_model)).astype(np.float16)
+        tensors[p + "v_proj.weight"] = rng.standard_normal((kv_heads * head_dim, d_model)).astype(np.float16)
+        tensors[p + "o_proj.weight"] = rng.standard_normal((d_model, heads * head_dim)).astype(np.float16)
+    save_file(tensors, str(folder / "model.safetensors"))
+    if config:
+        cfg: dict[str, Any] = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": d_model,
+                               "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+                               "torch_dtype": "float16"}
+        if max_positions is not None:
+            cfg["max_position_embeddings"] = max_positions
+        (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+# ----------------------------------------------------------------------------- token counts
+
+
+@pytest.mark.parametrize(("text", "n"), [
+    ("8192", 8192), ("8_192", 8192), ("8,192", 8192), ("8k", 8192), ("8K", 8192), ("128k", 131_072),
+    ("1M", 1_048_576), ("1m", 1_048_576), ("1.5k", 1536), (" 32k ", 32_768), (4096, 4096), ("4e3", 4000),
+])
+def test_token_counts_take_binary_suffixes(text: str | int, n: int) -> None:
+    assert parse_tokens(text) == n
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "8B", "1T", "2G", "1.1k", "", "k", "eight", "8 kB", True, 0,
+                                  "99999999999999999999999", MAX_TOKENS + 1])
+def test_token_counts_refuse_the_rest(text: str | int) -> None:
+    with pytest.raises(ValueError):
+        parse_tokens(text)
+
+
+def test_context_suffix_on_the_command_line(cli: Any, tmp_path: Path) -> None:
+    folder = llama_folder(tmp_path / "llama", max_positions=None)
+    doc = json.loads(cli(folder, "--context", "8k", "--batch", "2", "-f", "json").out)
+    kv = doc["model"]["kv_cache"]
+    assert (kv["context"], kv["batch"]) == (8192, 2)
+    # 2 layers × 2 kv heads × (8 + 8) × 2 bytes = 128 bytes per token
+    assert kv["bytes_per_token"] == 128 and kv["total_bytes"] == 128 * 8192 * 2
+
+
+def test_context_suffix_in_the_config_file(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = llama_folder(tmp_path / "llama", max_positions=None)
+    (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\ncontext = "128k"\nbatch = "1"\nformat = "JSON"\n')
+    monkeypatch.chdir(tmp_path)  # the run's format comes from the working directory's config
+    doc = json.loads(cli(folder).out)  # format "JSON": any case, as -f
+    assert doc["model"]["kv_cache"]["context"] == 131_072
+
+
+def test_calc_context_takes_suffixes(cli: Any) -> None:
+    doc = json.loads(cli("calc", "hf", "hidden_size=64", "num_attention_heads=8", "--context", "1k", "-f", "json").out)
+    assert doc["size"]["context"] == 1024
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--context", "99999999999999999999999"), "--context: 99999999999999999999999 tokens is more than"),
+    (("--context", "0"), "--context: 0 is not a positive number of tokens"),
+    (("--context", "8B"), "--context: not a whole number of tokens: '8B'"),
+    (("--context", "4M", "--batch", "1M"), "--context 4,194,304 × --batch 1,048,576 is more tokens than any cache"),
+    (("--batch", "-3"), "--batch: not a whole number of sequences"),
+])
+def test_absurd_sizes_are_one_line_and_exit_2(cli: Any, args: tuple[str, ...], message: str) -> None:
+    result = cli(GQA, *args)
+    assert result.code == 2 and result.out == ""
+    assert result.err.count("\n") == 1 and result.err.startswith(f"mhainspect: error: {message}"), result.err
+
+
+def test_absurd_context_in_the_config_file(cli: Any, tmp_path: Path) -> None:
+    folder = llama_folder(tmp_path / "llama")
+    (tmp_path / "pyproject.toml").write_text("[tool.mhainspect]\ncontext = 99999999999999999999\n")
+    result = cli(folder)
+    assert result.code == 2 and result.err.count("\n") == 1
+    assert "[tool.mhainspect] context:" in result.err and "more than any cache is sized at" in result.err
+
+
+# ----------------------------------------------------------------------------- maximum positions
+
+
+def test_context_beyond_the_configs_maximum_positions_is_a_warning(cli: Any, tmp_path: Path) -> None:
+    folder = llama_folder(tmp_path / "llama", max_positions=2048)
+    result = cli(folder, "--context", "128k", "-f", "json")
+    assert result.code == 0
+    doc = json.loads(result.out)
+    assert doc["model"]["kv_cache"]["total_bytes"] == 128 * 131_072  # still sized at the context asked for
+    (warning,) = [w for w in doc["warnings"] if "maximum positions" in w]
+    assert "--context 131,072" in warning and "config.json max_position_embeddings = 2,048" in warning
+    # At or below the maximum: no warning.
+    within = json.loads(cli(folder, "--context", "2k", "-f", "json").out)
+    assert not any("maximum positions" in w for w in within["warnings"])
+
+
+def test_context_beyond_a_gguf_context_length_is_a_warning(cli: Any, tmp_path: Path) -> None:
+    pytest.importorskip("gguf")
+    from gguf_files import Decoder
+
+    (path,) = Decoder().write(tmp_path / "tiny.gguf")  # {arch}.context_length 4096
+    doc = json.loads(cli(path, "--context", "8k", "-f", "json").out)
+    assert any("GGUF llama.context_length = 4,096" in w for w in doc["warnings"]), doc["warnings"]
+    assert not any("maximum positions" in w for w in json.loads(cli(path, "--context", "4k", "-f", "json").out)["warnings"])
+
+
+# ----------------------------------------------------------------------------- formats and -o
+
+
+def test_format_names_in_any_case(cli: Any) -> None:
+    assert json.loads(cli(STANDARD, "-f", "JSON").out)["schema_version"]
+    assert cli(STANDARD, "--format", "Markdown").out.startswith("## ")
+    assert json.loads(cli("calc", "pytorch", "embed_dim=8", "num_heads=2", "-f", "Json").out)["convention"] == "pytorch"
+
+
+@pytest.mark.parametrize(("name", "check"), [
+    ("report.html", lambda text: text.startswith("<!DOCTYPE html>")),
+    ("report.json", lambda text: json.loads(text)["schema_version"] is not None),
+    ("report.jsonl", lambda text: json.loads(text.splitlines()[0])["schema_version"] is not None),
+    ("report.md", lambda text: text.startswith("## ")),
+    ("report.sarif", lambda text: json.loads(text)["version"] == "2.1.0"),
+])
+def test_output_suffix_picks_the_format_and_says_so(cli: Any, tmp_path: Path, name: str, check: Any) -> None:
+    out = tmp_path / name
+    result = cli(STANDARD, "-o", out)
+    assert result.code == 0 and result.out == ""
+    assert check(out.read_text())
+    fmt = {"md": "markdown"}.get(out.suffix[1:], out.suffix[1:])
+    size = out.stat().st_size
+    assert result.err.splitlines() == [f"mhainspect: wrote {out} ({fmt} from the suffix {out.suffix}, "
+                                       f"{size / 1024:.1f} KiB)".replace(".0 KiB", " KiB")
+                                       if size >= 1024 else f"mhainspect: wrote {out} ({fmt} from the suffix "
+                                       f"{out.suffix}, {size:,} B)"]
+
+
+def test_format_option_outranks_the_suffix_and_the_suffix_the_config(cli: Any, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "report.html"
+    result = cli(STANDARD, "-f", "json", "-o", out)
+    assert json.loads(out.read_text()) and result.err.startswith(f"mhainspect: wrote {out} (json, ")
+    (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\nformat = "sarif"\n')
+    monkeypatch.chdir(tmp_path)
+    cli(STANDARD, "-o", "r.md")
+    assert (tmp_path / "r.md").read_text().startswith("## ")
+    cli(STANDARD, "-o", "r.txt")  # no format in the suffix: the config's
+    assert json.loads((tmp_path / "r.txt").read_text())["version"] == "2.1.0"
+
+
+def test_output_without_a_known_suffix_is_the_table_and_quiet_confirms_nothing(cli: Any, tmp_path: Path) -> None:
+    out = tmp_path / "report.txt"
+    result = cli(STANDARD, "-o", out)
+    assert out.read_text().startswith("Model: ") and result.err.startswith(f"mhainspect: wrote {out} (table, ")
+    quiet = cli(STANDARD, "-o", tmp_path / "q.json", "-q")
+    assert quiet.code == 0 and quiet.err == "" and (tmp_path / "q.json").is_file()
+
+
+def test_failed_gate_with_output_file_confirms_and_fails_once(cli: Any, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    result = cli(STANDARD, "-o", out, "--max-params", "1k")
+    lines = result.err.splitlines()
+    assert result.code == 1 and len(lines) == 2
+    assert lines[0].startswith(f"mhainspect: wrote {out} (json from the suffix .json")
+    assert lines[1].startswith("mhainspect: gate failed: ")
+
+
+def _on_a_terminal(*args: str) -> str:
+    """What a person sees running the console script on a terminal (stdout and stderr on one pty)."""
+    controller, terminal = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "MHAINSPECT_NO_PROGRESS": "1", "COLUMNS": "160"}
+    proc = subprocess.Popen([sys.executable, "-m", "mhainspect", *args], stdin=subprocess.DEVNULL, stdout=terminal,
+                            stderr=terminal, env=env, cwd=REPO_ROOT)
+    os.close(terminal)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the other side closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=120)
+    os.close(controller)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_failed_gate_is_printed_once_on_a_terminal() -> None:
+    seen = _on_a_terminal(str(STANDARD), "--max-params", "1k", "--no-color")
+    assert seen.count("16,768 parameters > --max-params 1k") == 1, seen
+    # Piped (not a terminal): the table for the log, and the stderr line for whoever reads stderr.
+    piped = subprocess.run([sys.executable, "-m", "mhainspect", str(STANDARD), "--max-params", "1k"],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                           timeout=120)
+    assert piped.returncode == 1
+    assert "1k" in piped.stdout and piped.stderr.count("gate failed") == 1
