@@ -424,15 +424,19 @@ def test_table_width_and_layouts() -> None:
     assert render_table(mixed_report(), color=False, width=None) == render_table(
         mixed_report(), color=False, width=120
     )
-    # full table at 160 (names never folded): Q/K/V/O shown; at 80 the detail columns are dropped with a note
-    assert "262,656" in render_table(mixed_report(), color=False, width=160)
+    # full table at 160 (names never folded): Q/K/V/O shown; at 80 they move to a table of their own
+    wide = render_table(mixed_report(), color=False, width=160)
+    headers = [ln for ln in wide.splitlines() if ln.startswith("Block  ")]
+    assert "262,656" in wide and len(headers) == 1
     narrow = render_table(mixed_report(), color=False, width=80)
-    assert "262,656" not in narrow and "columns hidden at 80 columns" in narrow
+    headers = [ln for ln in narrow.splitlines() if ln.startswith("Block  ")]
+    assert "262,656" in narrow and "columns hidden" not in narrow and len(headers) == 2
+    assert headers[1].split() == ["Block", "Q", "K", "V", "O", "Bias"]
     assert "10,485,760" in narrow  # exact counts before anything else
     # names shortened with an ellipsis, still telling the blocks apart, and the table says so
     rows = [ln.split()[0] for ln in _table_part(narrow).splitlines() if "self" in ln.split()[1:2]]
     assert len(rows) == 2 and len(set(rows)) == 2 and all("…" in r for r in rows)
-    assert "Block names shortened (…) to fit; full names with -v or --format json." in narrow
+    assert "Block names shortened (…) to fit; -v gives them in full." in narrow
     # narrower: counts abbreviated, and the table says so
     seventy = render_table(mixed_report(), color=False, width=70)
     assert "10.49M" in seventy and "Counts abbreviated to fit 70 columns" in seventy

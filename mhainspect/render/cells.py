@@ -2,32 +2,48 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from mhainspect.analysis.gates import GateResult
 from mhainspect.ir.units import group, human_count
-from mhainspect.render.grouping import join_names
+from mhainspect.render.grouping import BlockGroup, group_blocks, join_names
 from mhainspect.results import AttentionBlock, BlockVerification, ModelSummary, Report, VerifyStatus
 
-__all__ = ["UNKNOWN", "block_cells", "blocks_word", "format_label", "gate_line", "head_count_lines", "heads_label",
+__all__ = ["GROUPED_NOTE", "UNKNOWN", "block_cells", "block_groups", "blocks_word", "format_label", "gate_line", "head_count_lines", "heads_label",
            "ignored_line", "kind_label", "percent", "source_facts", "verify_label", "what_if_rows"]
 
 # One display name per source format (the JSON keeps the format's own key).
 _FORMAT_LABELS = {"onnx": "ONNX", "torch": "PyTorch module", "pytorch": "PyTorch checkpoint",
-                  "safetensors": "safetensors"}
+                  "safetensors": "safetensors", "huggingface": "Hugging Face", "gguf": "GGUF"}
+# Formats whose "producer" is the model's architecture (from its config or metadata), not a tool.
+_ARCHITECTURE_FORMATS = frozenset({"huggingface", "gguf", "safetensors", "pytorch"})
+_NAMED_ARCHITECTURE = re.compile(r"^(?P<name>.+) \((?P<arch>[^()]+)\)$")  # GGUF: 'general.name (architecture)'
 
 
 def format_label(fmt: str) -> str:
     return _FORMAT_LABELS.get(fmt, fmt)
 
 
+def producer_facts(m: ModelSummary) -> list[str]:
+    """'producer pytorch 2.3.0' for a graph; 'architecture LlamaForCausalLM' where the field holds
+    the architecture a config or GGUF metadata names ('Llama 3 8B', 'architecture llama')."""
+    if not m.producer:
+        return []
+    if m.format not in _ARCHITECTURE_FORMATS:
+        return [f"producer {m.producer}"]
+    named = _NAMED_ARCHITECTURE.match(m.producer) if m.format == "gguf" else None
+    if named:
+        return [named["name"], f"architecture {named['arch']}"]
+    return [f"architecture {m.producer}"]
+
+
 def source_facts(m: ModelSummary) -> list[str]:
-    """What this source has besides its format: opset, producer, node count (only those it has)."""
+    """What this source has besides its format: opset, producer or architecture, node count (only those it has)."""
     facts = []
     if m.opset is not None:
         facts.append(f"opset {m.opset}")
-    if m.producer:
-        facts.append(f"producer {m.producer}")
+    facts.extend(producer_facts(m))
     if m.num_nodes:
         facts.append(f"{'traced nodes' if m.format == 'torch' else 'nodes'} {group(m.num_nodes)}")
     return facts
@@ -68,6 +84,16 @@ def block_cells(b: AttentionBlock, model_total: int, *, exact: bool = True) -> t
     n = group if exact else human_count
     return (b.name, kind_label(b), heads_label(b), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v), n(p.q),
             n(p.k), n(p.v), n(p.o), n(p.bias), n(p.total), percent(p.total, model_total))
+
+
+# Said under a table with folded rows, in every text format.
+GROUPED_NOTE = "×N: N blocks with the same numbers (each) on one row; --no-group lists them one by one."
+
+
+def block_groups(report: Report, group_repeats: bool = True) -> list[BlockGroup]:
+    """A block table's rows: blocks with every cell the same (layers 0–31 of one layout) are one row."""
+    total = report.model.total_params
+    return group_blocks(report.blocks, lambda b: block_cells(b, total)[1:], group=group_repeats)
 
 
 def head_count_lines(report: Report) -> list[str]:

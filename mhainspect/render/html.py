@@ -334,7 +334,7 @@ def _kv_section(report: Report, ids: Ids) -> str:
     if kv.context is not None and kv.total_bytes is not None:
         marks.append(Mark(float(kv.context), float(kv.total_bytes),
                           f"{group(kv.context)} tokens: {format_bytes(kv.total_bytes)}"))
-    batch = f", batch {kv.batch}" if kv.batch != 1 else ""
+    batch = f", batch {group(kv.batch)}" if kv.batch != 1 else ""
     desc = "; ".join(f"{int(c):,} tokens: {format_bytes(int(v))}" for c, v in points)
     chart = line_chart([Series(f"KV cache{batch}", points, "kv")], marks, ids=ids, x_label="context length (tokens)",
                        title="KV cache against context length", desc=desc, y_fmt=format_bytes, y_tick=format_bytes,

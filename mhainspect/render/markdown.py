@@ -6,8 +6,10 @@ from collections.abc import Iterable, Sequence
 
 from mhainspect.ir.units import group
 from mhainspect.render.cells import (
+    GROUPED_NOTE,
     UNKNOWN,
     block_cells,
+    block_groups,
     blocks_word,
     format_label,
     gate_line,
@@ -20,7 +22,7 @@ from mhainspect.render.cells import (
 )
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import FlagGroup, group_flags, join_names
-from mhainspect.render.safe import md_code, md_text
+from mhainspect.render.safe import html, md_code, md_text
 from mhainspect.render.size_lines import size_lines
 from mhainspect.results import AttentionBlock, Report, Severity
 
@@ -46,7 +48,8 @@ def _flag_item(g: FlagGroup) -> str:
 
 def _evidence(b: AttentionBlock) -> list[str]:
     """-v: the evidence behind a block's numbers, folded under its name."""
-    lines = ["<details>", f"<summary>Evidence: {md_text(b.name)} ({md_text(b.matcher)})</summary>", ""]
+    # Inside an HTML block Markdown is not parsed (backslash escapes would show): HTML escaping.
+    lines = ["<details>", f"<summary>Evidence: <code>{html(b.name)}</code> ({html(b.matcher)})</summary>", ""]
     if b.anchor:
         lines.append(f"- anchor: {md_code(b.anchor)}")
     for ev in b.evidence:
@@ -81,11 +84,16 @@ def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what
     if report.blocks:
         lines.append(_row(_COLUMNS))
         lines.append(_row(_ALIGN))
-        for b in report.blocks:
-            cells = list(block_cells(b, m.total_params))
-            cells[0], cells[1], cells[11] = md_code(b.name, table_cell=True), md_text(cells[1]), f"**{cells[11]}**"
+        groups = block_groups(report, group_repeats and not verbose)
+        for g in groups:
+            cells = list(block_cells(g.first, m.total_params))
+            times = f" ×{g.count}" if g.count > 1 else ""
+            cells[0], cells[1], cells[11] = (md_code(g.label, table_cell=True) + times, md_text(cells[1]),
+                                              f"**{cells[11]}**")
             lines.append(_row(cells))
         lines.append("")
+        if any(g.count > 1 for g in groups):
+            lines.extend([md_text(GROUPED_NOTE), ""])
         lines.extend(md_text(line) for line in head_count_lines(report))
     else:
         lines.append("No attention blocks found.")

@@ -37,7 +37,7 @@ def size_lines(report: Report) -> list[str]:
         line = f"KV cache: {_bytes(kv.bytes_per_token)} per token ({kv.dtype})"
         if kv.total_bytes is not None and kv.context is not None:
             line += f"; {_bytes(kv.total_bytes)} at context {group(kv.context)}"
-            line += f" × batch {kv.batch}" if kv.batch != 1 else ""
+            line += f" × batch {group(kv.batch)}" if kv.batch != 1 else ""
         elif kv.context is None:
             line += "; give --context N for the total"
         lines.append(line)
@@ -48,9 +48,9 @@ def size_lines(report: Report) -> list[str]:
     windows = sorted({b.sliding_window for b in report.blocks if b.sliding_window})
     if windows:
         n = sum(1 for b in report.blocks if b.sliding_window)
-        held = ", ".join(str(max(w - 1, 0)) for w in windows)
-        lines.append(f"  {n} sliding-window block(s) (window {', '.join(map(str, windows))}) hold at most "
-                     f"{held} past tokens")
+        lines.append(f"  {n} sliding-window block{'s' if n != 1 else ''} (window "
+                     f"{', '.join(group(w) for w in windows)}) hold{'s' if n == 1 else ''} at most "
+                     f"{', '.join(group(max(w - 1, 0)) for w in windows)} past tokens")
     return lines
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich import box
 from rich.cells import cell_len
@@ -19,19 +20,22 @@ from rich.text import Text
 
 from mhainspect.ir.units import group
 from mhainspect.render.cells import (
+    GROUPED_NOTE,
     UNKNOWN,
     block_cells,
+    block_groups,
     format_label,
     head_count_lines,
     heads_label,
     ignored_line,
+    kind_label,
     percent,
     source_facts,
     verify_label,
     what_if_rows,
 )
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
-from mhainspect.render.grouping import FlagGroup, group_flags, join_names
+from mhainspect.render.grouping import BlockGroup, FlagGroup, common_prefix, group_flags, join_names
 from mhainspect.render.safe import printable_fields
 from mhainspect.render.size_lines import block_size_line, size_lines
 from mhainspect.results import AttentionBlock, Report, Severity
@@ -80,44 +84,92 @@ def _gap(ascii_only: bool) -> int:
     return 3 if ascii_only else 2
 
 
-def _block_rows(report: Report, exact: bool) -> list[tuple[str, ...]]:
+def _label(g: BlockGroup) -> str:
+    """A row's name: the block's, or the folded names of identical blocks with their count."""
+    return g.label if g.count == 1 else f"{g.label} ×{g.count}"
+
+
+def _block_rows(report: Report, groups: Sequence[BlockGroup], exact: bool) -> list[tuple[str, ...]]:
     total = report.model.total_params
-    return [block_cells(b, total, exact=exact) for b in report.blocks]
+    return [(_label(g), *block_cells(g.first, total, exact=exact)[1:]) for g in groups]
 
 
 def _compact_columns() -> list[int]:
     return [i for i, name in enumerate(_COLUMNS) if name not in _DETAIL_COLUMNS]
 
 
+def _detail_columns() -> list[int]:
+    return [0, *(i for i, name in enumerate(_COLUMNS) if name in _DETAIL_COLUMNS)]
+
+
 _MIN_NAME = 16  # a block name shortened below this no longer says which block it is
+_SPLIT_ROWS = 16  # up to this many rows, Q/K/V/O/Bias that do not fit get a table of their own
 
 
+@dataclass(frozen=True)
 class _Layout:
-    """How the block table fits the width: which columns, exact or abbreviated counts, and the
-    width block names are shortened to (None: names in full); ``lines`` is one line per block."""
+    """How the block table fits the width: which columns, exact or abbreviated counts, the common
+    prefix dropped from the names, the width names are shortened to (None: names in full),
+    whether Q/K/V/O/Bias have a second table; ``lines`` is one line per row."""
 
-    def __init__(self, columns: list[int], exact: bool, name_width: int | None, lines: bool = False,
-                 shorten: str = "tail") -> None:
-        self.columns, self.exact, self.name_width, self.lines = columns, exact, name_width, lines
-        self.shorten = shorten
+    columns: tuple[int, ...]
+    exact: bool
+    prefix: str = ""
+    name_width: int | None = None
+    shorten: str = "tail"
+    split: bool = False
+    lines: bool = False
 
 
-def _layout(report: Report, width: int, ascii_only: bool) -> _Layout:
-    """The widest layout that fits: every column; without Q/K/V/O/Bias; then shortened names;
-    then abbreviated counts; else one line per block."""
+def _layout(report: Report, groups: Sequence[BlockGroup], width: int, ascii_only: bool) -> _Layout:
+    """The widest layout that fits, giving up in this order: the names' common prefix; a Kind
+    column that says the same on every row (the heading says it); a single table (Q/K/V/O/Bias
+    move to a second one, or are hidden when there are many rows); whole names (shortened with
+    '…'); exact counts; a table (one line per row)."""
     gap = _gap(ascii_only)
+    prefix = common_prefix([b.name for b in report.blocks])
+    every, compact = tuple(range(len(_COLUMNS))), tuple(_compact_columns())
+    split = len(groups) <= _SPLIT_ROWS
+    candidates: list[tuple[str, tuple[int, ...], bool]] = [("", every, False), (prefix, every, False)]
+    if uniform_kind(groups) is not None:
+        candidates.append((prefix, tuple(i for i in every if i != 1), False))
+    candidates.append((prefix, compact, split))
+    if uniform_kind(groups) is not None:
+        candidates.append((prefix, tuple(i for i in compact if i != 1), split))
     for exact in (True, False):
-        rows = _block_rows(report, exact)
+        rows = _block_rows(report, groups, exact)
         natural = [max(cell_len(c) for c in col) for col in zip(_COLUMNS, *rows)]
-        for columns in (list(range(len(_COLUMNS))), _compact_columns()):
-            rest = sum(natural[i] for i in columns if i != 0) + gap * (len(columns) - 1)
-            if natural[0] + rest <= width:
-                return _Layout(columns, exact, None)
-        room = width - rest  # rest of the compact columns
-        how = _shortening([b.name for b in report.blocks], room) if room >= _MIN_NAME else None
+        for drop, columns, detail in candidates:
+            if _name_width(rows, drop) + _rest_width(natural, columns, detail, gap) <= width:
+                return _Layout(columns, exact, drop, split=detail)
+        drop, columns, detail = candidates[-1]
+        room = width - _rest_width(natural, columns, detail, gap)
+        how = _shortening([r[0][len(drop):] for r in rows], room) if room >= _MIN_NAME else None
         if how is not None:
-            return _Layout(_compact_columns(), exact, room, shorten=how)
-    return _Layout([], False, None, lines=True)
+            return _Layout(columns, exact, drop, room, how, detail)
+    return _Layout((), False, lines=True)
+
+
+def _name_width(rows: Sequence[tuple[str, ...]], drop: str) -> int:
+    """Cells the Block column needs with ``drop`` cut from every name."""
+    return max(cell_len(n) for n in [_COLUMNS[0], *(r[0][len(drop):] for r in rows)])
+
+
+def _rest_width(natural: Sequence[int], columns: Sequence[int], detail: bool, gap: int) -> int:
+    """Cells every column but Block needs; ``detail``: the wider of this and the Q/K/V/O table."""
+    need = sum(natural[i] for i in columns if i != 0) + gap * (len(columns) - 1)
+    return max(need, _rest_width(natural, _detail_columns(), False, gap)) if detail else need
+
+
+_KIND_WORDS = {"self": "self-attention", "cross": "cross-attention"}
+
+
+def uniform_kind(groups: Sequence[BlockGroup]) -> str | None:
+    """'self-attention' when every row is a self-attention block run once (the Kind column then
+    says nothing a heading cannot), else None."""
+    kinds = {kind_label(g.first) for g in groups}
+    kind = kinds.pop() if len(kinds) == 1 else None
+    return None if kind is None or "×" in kind else _KIND_WORDS.get(kind, kind)
 
 
 def _shortening(names: list[str], width: int) -> str | None:
@@ -152,8 +204,8 @@ def _shorten(name: str, width: int, how: str = "tail") -> str:
     return "…" + tail
 
 
-def _blocks_table(report: Report, layout: _Layout, ascii_only: bool) -> Table:
-    rows = _block_rows(report, layout.exact)
+def _blocks_table(rows: Sequence[tuple[str, ...]], columns: Sequence[int], layout: _Layout,
+                  ascii_only: bool) -> Table:
     table = Table(
         box=box.ASCII if ascii_only else box.SIMPLE_HEAD,
         show_edge=False,
@@ -162,7 +214,7 @@ def _blocks_table(report: Report, layout: _Layout, ascii_only: bool) -> Table:
         # SIMPLE_HEAD's divider is a space: right padding alone separates columns.
         padding=(0, 1) if ascii_only else (0, 1, 0, 0),
     )
-    for i in layout.columns:
+    for i in columns:
         name = _COLUMNS[i]
         if i <= 1:
             table.add_column(name, no_wrap=True)
@@ -170,20 +222,34 @@ def _blocks_table(report: Report, layout: _Layout, ascii_only: bool) -> Table:
             table.add_column(name, justify="right", no_wrap=True)
     for row in rows:
         cells: list[Text] = []
-        for i in layout.columns:
+        for i in columns:
             value = row[i]
-            if i == 0 and layout.name_width is not None:
-                value = _shorten(value, layout.name_width, layout.shorten)
+            if i == 0:
+                value = value[len(layout.prefix):]
+                if layout.name_width is not None:
+                    value = _shorten(value, layout.name_width, layout.shorten)
             style = "bold" if _COLUMNS[i] == "Total" else ("dim" if value == UNKNOWN else "")
             cells.append(Text(value, style=style))
         table.add_row(*cells)
     return table
 
 
-def _block_lines(report: Report) -> list[Text]:
-    """Narrow-terminal fallback: one (wrapped) line per block, all columns as 'label value'."""
+def _block_tables(report: Report, groups: Sequence[BlockGroup], layout: _Layout,
+                  ascii_only: bool) -> list[RenderableType]:
+    """The block table, and the Q/K/V/O/Bias table when they have one of their own."""
+    if layout.lines:
+        return list(_block_lines(report, groups))
+    rows = _block_rows(report, groups, layout.exact)
+    tables: list[RenderableType] = [_blocks_table(rows, layout.columns, layout, ascii_only)]
+    if layout.split:
+        tables.extend((Text(""), _blocks_table(rows, _detail_columns(), layout, ascii_only)))
+    return tables
+
+
+def _block_lines(report: Report, groups: Sequence[BlockGroup]) -> list[Text]:
+    """Narrow-terminal fallback: one (wrapped) line per row, all columns as 'label value'."""
     lines = []
-    for row in _block_rows(report, True):
+    for row in _block_rows(report, groups, True):
         name, kind, heads, d_model, d_k, d_v, q, k, v, o, bias, total, share = row
         lines.append(
             Text.assemble(
@@ -197,15 +263,19 @@ def _block_lines(report: Report) -> list[Text]:
     return lines
 
 
-def _layout_notes(layout: _Layout, width: int) -> list[Text]:
+def _layout_notes(layout: _Layout, groups: Sequence[BlockGroup], width: int) -> list[Text]:
     notes = []
-    if not layout.lines and len(layout.columns) < len(_COLUMNS):
-        notes.append(f"Q/K/V/O/Bias columns hidden at {width} columns (see --format json).")
+    if any(g.count > 1 for g in groups):
+        notes.append(GROUPED_NOTE)
+    if layout.prefix and not layout.lines:
+        notes.append(f'Block names without their common prefix "{layout.prefix}" (to fit {width} columns).')
+    if not layout.lines and not layout.split and not set(_detail_columns()) <= set(layout.columns):
+        notes.append(f"Q/K/V/O/Bias columns hidden at {width} columns; -v lists them per block.")
     if layout.name_width is not None:
-        notes.append("Block names shortened (…) to fit; full names with -v or --format json.")
+        notes.append("Block names shortened (…) to fit; -v gives them in full.")
     if not layout.exact and not layout.lines:
         notes.append(f"Counts abbreviated to fit {width} columns (k = thousand, M = million, B = billion); "
-                     "exact counts in a wider terminal or with --format json.")
+                     "exact counts in a wider terminal or with -v.")
     return [Text(n, style="dim") for n in notes]
 
 
@@ -356,13 +426,12 @@ def render_table(
     text_width = width if wrap else 0
     parts: list[RenderableType] = [*_header(report), Text("")]
     if report.blocks:
-        parts.append(Text(f"Attention blocks ({len(report.blocks)})", style="bold"))
-        layout = _layout(report, width, ascii_only)
-        if layout.lines:
-            parts.extend(_block_lines(report))
-        else:
-            parts.append(_blocks_table(report, layout, ascii_only))
-        parts.extend(_layout_notes(layout, width))
+        groups = block_groups(report, group_repeats and not verbose)
+        layout = _layout(report, groups, width, ascii_only)
+        kind = f", all {uniform_kind(groups)}" if 1 not in layout.columns and not layout.lines else ""
+        parts.append(Text(f"Attention blocks ({len(report.blocks)}{kind})", style="bold"))
+        parts.extend(_block_tables(report, groups, layout, ascii_only))
+        parts.extend(_layout_notes(layout, groups, width))
         parts.extend(Text(line) for line in head_count_lines(report))
     else:
         parts.append(
@@ -392,10 +461,10 @@ def render_table(
 
     parts.append(Text(""))
     if report.flags:
-        groups = group_flags(report.flags, group=group_repeats and not verbose)
+        flag_groups = group_flags(report.flags, group=group_repeats and not verbose)
         parts.append(Text(f"Flags ({len(report.flags)})", style="bold"))
-        parts.extend(_flag_rows(groups, text_width))
-        if len(groups) < len(report.flags):
+        parts.extend(_flag_rows(flag_groups, text_width))
+        if len(flag_groups) < len(report.flags):
             parts.append(Text("Identical flags of several blocks are one line (×N); --no-group or -v "
                               "lists each.", style="dim"))
     else:
@@ -421,8 +490,9 @@ def render_table(
         for b in report.blocks:
             parts.append(Text(""))
             parts.extend(_block_details(b, text_width))
-        parts.append(Text(""))
-        parts.append(Text(f"Near misses ({n_miss})", style="bold"))
+        if n_miss:
+            parts.append(Text(""))
+            parts.append(Text(f"Near misses ({n_miss})", style="bold"))
         parts.extend(
             _hang((("-", ""),), Text.assemble((m.matcher, "bold"), f" at {m.anchor}: {m.reason}"), text_width)
             for m in report.misses
@@ -467,11 +537,32 @@ def _print(parts: Sequence[RenderableType], width: int, color: bool, wrap: bool 
     console = _console(buffer, width, color)
     for part in parts:
         # rich wraps text at word boundaries (a word longer than a line folds); tables fit ``width``.
+        if wrap and isinstance(part, Text):
+            part = _hanging(part, console, width)
         console.print(part, soft_wrap=not wrap and isinstance(part, Text))
     text = buffer.getvalue()
     if not color:
         text = "\n".join(line.rstrip() for line in text.split("\n"))
     return text
+
+
+def _hanging(text: Text, console: Console, width: int) -> Text:
+    """A paragraph wider than ``width`` wrapped at word boundaries with a hanging indent: its
+    continuation lines start two cells further in than its first line."""
+    if "\n" in text.plain or text.cell_len <= width:
+        return text
+    lead = len(text.plain) - len(text.plain.lstrip(" "))
+    hang = lead + 2
+    if width - hang < 20:
+        return text
+    lines = text.wrap(console, width - hang, overflow="fold")
+    out = Text(style=text.style)
+    for i, line in enumerate(lines):
+        if i:
+            out.append("\n" + " " * hang)
+        line.rstrip()
+        out.append_text(line)
+    return out
 
 
 def render_summary(lines: Sequence[str], *, width: int | None = None, color: bool = True, wrap: bool = True) -> str:

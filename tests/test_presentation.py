@@ -1,0 +1,186 @@
+"""Issue 29: how reports read. Identical layers collapse (terminal, markdown, HTML), a many-model
+run starts with one row per model, columns give way by priority, display names at the edge.
+
+A Llama-3-8B-shaped Hugging Face folder (config.json and a safetensors file whose data is a hole:
+the header is all the audit reads) is the big model every view must show at a glance.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mhainspect.cli.app import main
+from mhainspect.render.grouping import common_prefix, fold_names, group_blocks
+from mhainspect.render.markdown import render_markdown
+from mhainspect.render.table import render_table
+from mhainspect.results import AttentionBlock, ModelSummary, ParamBreakdown, Report
+
+LAYERS, HEADS, KV_HEADS, HIDDEN, FFN, VOCAB = 32, 32, 8, 4096, 14336, 128256
+
+
+def write_llama_folder(folder: Path, layers: int = LAYERS) -> Path:
+    """config.json and model.safetensors (bfloat16, Llama-3-8B shapes); the tensor data is a
+    sparse hole, so the folder costs a few kilobytes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    head_dim = HIDDEN // HEADS
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HIDDEN,
+              "intermediate_size": FFN, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+              "num_hidden_layers": layers, "vocab_size": VOCAB, "max_position_embeddings": 8192,
+              "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+    (folder / "config.json").write_text(json.dumps(config))
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (VOCAB, HIDDEN), "model.norm.weight": (HIDDEN,),
+                                          "lm_head.weight": (VOCAB, HIDDEN)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes.update({p + "self_attn.q_proj.weight": (HEADS * head_dim, HIDDEN),
+                       p + "self_attn.k_proj.weight": (KV_HEADS * head_dim, HIDDEN),
+                       p + "self_attn.v_proj.weight": (KV_HEADS * head_dim, HIDDEN),
+                       p + "self_attn.o_proj.weight": (HIDDEN, HEADS * head_dim),
+                       p + "mlp.gate_proj.weight": (FFN, HIDDEN), p + "mlp.up_proj.weight": (FFN, HIDDEN),
+                       p + "mlp.down_proj.weight": (HIDDEN, FFN), p + "input_layernorm.weight": (HIDDEN,),
+                       p + "post_attention_layernorm.weight": (HIDDEN,)})
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, shape in shapes.items():
+        size = math.prod(shape) * 2
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    with open(folder / "model.safetensors", "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + offset)  # a hole: no data is written
+    return folder
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_llama_folder(tmp_path_factory.mktemp("llama") / "llama3-8b")
+
+
+class Run:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+
+@pytest.fixture()
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("MHAINSPECT_NO_PROGRESS", "1")
+
+    def run(*args: object, columns: int | None = None) -> Run:
+        if columns is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", str(columns))
+        with pytest.raises(SystemExit) as exc:
+            main([str(a) for a in args])
+        captured = capsys.readouterr()
+        code = exc.value.code
+        return Run(code if isinstance(code, int) else 0, captured.out, captured.err)
+
+    return run
+
+
+# ------------------------------------------------------------------------------ the big model
+
+
+def test_llama_folder_fits_one_80x50_screen_with_every_number(cli: Any, llama: Path) -> None:
+    out = cli(llama, columns=80).out
+    lines = out.rstrip("\n").splitlines()
+    assert len(lines) <= 50 and max(len(line) for line in lines) <= 80, out
+    for number in ("8,030,261,248", "1,342,177,280", "16.71", "32/8 kv", "4096", "128", "41,943,040", "0.52",
+                   "16,777,216", "4,194,304", "131,072"):
+        assert number in out, number
+    # one row for the 32 identical layers, one flag line, nothing shortened or hidden
+    assert out.count("self_attn ×32") == 2 and out.count("MHA005") == 1
+    assert "…" not in out and "hidden" not in out and "abbreviated" not in out
+    assert "Format: Hugging Face  architecture LlamaForCausalLM" in out
+
+
+def test_no_group_lists_every_layer(cli: Any, llama: Path) -> None:
+    out = cli(llama, "--no-group", columns=200).out
+    assert all(f"model.layers.{i}.self_attn " in out for i in range(LAYERS))
+    assert "×32" not in out and out.count("MHA005") == LAYERS
+
+
+def test_markdown_folds_identical_layers(cli: Any, llama: Path) -> None:
+    md = cli(llama, "-f", "markdown").out
+    rows = [line for line in md.splitlines() if line.startswith("| `")]
+    assert rows == [next(r for r in rows if r.startswith("| `model.layers.{0–31}.self_attn` ×32 |"))]
+    assert "| 16,777,216 | 4,194,304 | 4,194,304 | 16,777,216 |" in rows[0]
+    listed = cli(llama, "-f", "markdown", "--no-group").out
+    assert sum(line.startswith("| `") for line in listed.splitlines()) == LAYERS
+
+
+# ------------------------------------------------------------------------- grouping mechanism
+
+
+def _block(name: str, heads: int = 8, total: int = 1000) -> AttentionBlock:
+    q = total // 4
+    return AttentionBlock(name=name, matcher="checkpoint", kind="self", num_heads=heads, num_kv_heads=heads,
+                          d_model=64, d_k=64 // heads, d_v=64 // heads,
+                          params=ParamBreakdown(q=q, k=q, v=q, o=q, bias=0, total=4 * q), projections=(), evidence=())
+
+
+def _report(blocks: list[AttentionBlock]) -> Report:
+    total = sum(b.params.total for b in blocks)
+    return Report("1.0", ModelSummary(path="m", format="safetensors", total_params=total, num_nodes=0, opset=None,
+                                      producer="", attention_params=total), tuple(blocks), (), ())
+
+
+def test_group_blocks_folds_same_numbers_in_report_order() -> None:
+    blocks = [_block(f"h.{i}.attn", heads=4 if i == 2 else 8) for i in range(6)]
+    groups = group_blocks(blocks, lambda b: b.num_heads)
+    assert [(g.label, g.count) for g in groups] == [("h.{0–1, 3–5}.attn", 5), ("h.2.attn", 1)]
+    assert [g.label for g in group_blocks(blocks, lambda b: b.num_heads, group=False)] == [b.name for b in blocks]
+    # names that differ in two numbers fold over the one that leaves the fewest rows
+    t5 = [_block(f"encoder.block.{i}.layer.0.attn") for i in range(3)] + [_block("encoder.block.0.layer.1.attn")]
+    assert sorted(g.label for g in group_blocks(t5, lambda b: 0)) == ["encoder.block.0.layer.1.attn",
+                                                                       "encoder.block.{0–2}.layer.0.attn"]
+    # names without one differing number (or with leading zeros) are never folded
+    assert fold_names(["a.attn", "b.attn"]) is None and fold_names(["h.01.attn", "h.02.attn"]) is None
+
+
+def test_common_prefix_keeps_the_word_before_the_number() -> None:
+    assert common_prefix(["model.layers.0.self_attn", "model.layers.1.self_attn"]) == "model."
+    assert common_prefix(["model.encoder.layers.0.attn", "model.decoder.layers.0.attn"]) == "model."
+    assert common_prefix(["encoder.block.0.x", "decoder.block.0.x"]) == ""
+    assert common_prefix(["only.one.name"]) == ""
+
+
+def test_table_rows_fold_and_columns_give_way_by_priority() -> None:
+    report = _report([_block(f"model.encoder.layer.{i}.attention.self", total=2_362_368) for i in range(24)])
+    wide = render_table(report, color=False, width=160)
+    assert "model.encoder.layer.{0–23}.attention.self ×24" in wide and "×N: N blocks" in wide
+    # at 100 columns the common prefix goes before any number column does: Q/K/V/O stay visible
+    narrow = render_table(report, color=False, width=100)
+    assert "\nlayer.{0–23}.attention.self ×24 " in narrow and "590,592" in narrow
+    assert 'without their common prefix "model.encoder."' in narrow
+    assert max(len(line) for line in narrow.splitlines()) <= 100
+    # many distinct rows: the detail columns are hidden, and -v (not JSON) is where they are
+    distinct = _report([_block(f"layers.{i}.attn", heads=1 + i % 2, total=4 * (1000 + i)) for i in range(40)])
+    text = render_table(distinct, color=False, width=80, group_repeats=True)
+    assert "Q/K/V/O/Bias columns hidden at 80 columns; -v lists them per block." in text
+    assert "--format json" not in text
+
+
+def test_markdown_evidence_summary_is_html_escaped() -> None:
+    report = _report([_block("enc.a*b<c>.attn")])
+    md = render_markdown(report, verbose=True)
+    summary = next(line for line in md.splitlines() if line.startswith("<summary>Evidence"))
+    assert summary == "<summary>Evidence: <code>enc.a*b&lt;c&gt;.attn</code> (checkpoint)</summary>"
+
+
+def test_paragraphs_wrap_with_a_hanging_indent() -> None:
+    report = _report([_block(f"layers.{i}.attn", heads=1 + i % 2) for i in range(3)])
+    text = render_table(report, color=False, width=60)
+    para = [line for line in text.splitlines() if line.startswith("The head count")]
+    assert para and text.split(para[0] + "\n")[1].startswith("  "), text
+    assert not re.search(r"Near misses \(0\)", render_table(report, color=False, verbose=True))
