@@ -59,7 +59,7 @@ def compare(**arguments: UserValue) -> tuple[tuple[str, Calculation | str], ...]
 
 def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, ...] = (),
             trace: bool | None = None, name: str | None = None, context: int | None = None, batch: int = 1,
-            kv_dtype: str | None = None) -> Report:
+            kv_dtype: str | None = None, decoder: bool | None = None) -> Report:
     """Audit the attention blocks of a module or a model file.
 
     For a module, known attention modules (nn.MultiheadAttention, Hugging Face attention) are read
@@ -67,12 +67,14 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     ``example_inputs`` are given, when an attention-like module is not recognised, or when
     ``trace=True``. Traced blocks whose weights belong to a recognised module are dropped, so
     nothing counts twice. ``trace=False`` never traces. ``context``, ``batch`` and ``kv_dtype``
-    size the KV cache (``report.model.kv_cache.total_bytes``) as --context, --batch and --kv-dtype do.
+    size the KV cache (``report.model.kv_cache.total_bytes``) as --context, --batch and --kv-dtype do;
+    ``decoder=True`` / ``False`` says the model decodes with a cache the source does not show / runs
+    once, as --decoder / --no-decoder do.
     """
     from mhainspect.analysis.size import SizeOptions
     from mhainspect.pipeline import AuditOptions, audit, audit_module
 
-    options = AuditOptions(tuple(int(h) for h in what_if_heads), SizeOptions(context, batch, kv_dtype))
+    options = AuditOptions(tuple(int(h) for h in what_if_heads), SizeOptions(context, batch, kv_dtype, decoder))
     if isinstance(obj, (str, os.PathLike)):
         from mhainspect.frontends.dispatch import is_model_folder
 

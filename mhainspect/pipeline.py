@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mhainspect.analysis.decoding import as_told, decoder_warnings, size_option_warnings
 from mhainspect.analysis.report import report_from
 from mhainspect.analysis.size import SizeOptions, context_warning, with_options
 from mhainspect.frontends.dispatch import source_result
@@ -37,9 +38,16 @@ class AuditOptions:
 def analyse(result: SourceResult, options: AuditOptions | None = None) -> Report:
     """The analysis stage: one front end's SourceResult -> Report."""
     options = options or AuditOptions()
-    report = with_options(report_from(result, what_if_heads=options.what_if_heads), options.size)
-    beyond = context_warning(result.model, options.size)
-    return report if beyond is None else dataclasses.replace(report, warnings=(*report.warnings, beyond))
+    size = options.size
+    told, changed = as_told(result.blocks, result.size, size.decoder)
+    if told is not result.size:
+        result = dataclasses.replace(result, size=told)
+    report = with_options(report_from(result, what_if_heads=options.what_if_heads), size)
+    beyond = context_warning(result.model, size)
+    notes = (*(() if beyond is None else (beyond,)), *decoder_warnings(report, size.decoder, changed),
+             *size_option_warnings(report, context=size.context is not None, batch=size.batch != 1,
+                                   kv_dtype=size.kv_dtype is not None, decoder=size.decoder))
+    return dataclasses.replace(report, warnings=(*report.warnings, *notes)) if notes else report
 
 
 def audit(source: str | os.PathLike[str], options: AuditOptions | None = None) -> Report:

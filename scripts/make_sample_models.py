@@ -37,7 +37,7 @@ FLOAT = TensorProto.FLOAT
 INT64 = TensorProto.INT64
 
 # Values used for symbolic dims when the models are run for verification.
-DIM_VALUES = {"batch": 2, "seq": 5, "enc_seq": 7, "unk__0": 2, "unk__1": 5}
+DIM_VALUES = {"batch": 2, "seq": 5, "enc_seq": 7, "unk__0": 2, "unk__1": 5, "past_seq": 3, "total_seq": 8}
 
 
 # --------------------------------------------------------------------------------------
@@ -506,10 +506,15 @@ def keras_per_head() -> Sample:
 LLAMA = "transformers.models.llama.modeling_llama"
 
 
-def gqa_llama() -> Sample:
-    """One LlamaDecoderLayer's input RMSNorm + LlamaAttention (GQA 8/2, RoPE), dynamo exporter style."""
+def gqa_llama(cache: bool = False) -> Sample:
+    """One LlamaDecoderLayer's input RMSNorm + LlamaAttention (GQA 8/2, RoPE), dynamo exporter style.
+
+    ``cache``: the layer as a decoding step exports it, with its KV cache: the past keys and values
+    come in as graph inputs (``past_key_values.0.key/value``), the new ones are concatenated after
+    them and leave as ``present.0.key/value`` (keys after RoPE), and the mask covers past + new keys.
+    """
     d_model, h, kvh, hd = 64, 8, 2, 8
-    gb = GraphBuilder(seed=3)
+    gb = GraphBuilder(seed=9 if cache else 3)
     dy = DynamoStyle(gb, f"/usr/lib/python3/site-packages/{LLAMA.replace('.', '/')}.py")
     root: Module = [("", f"{LLAMA}.LlamaForCausalLM"), ("model", f"{LLAMA}.LlamaModel")]
     layer = root + [("model.layers.0", f"{LLAMA}.LlamaDecoderLayer")]
@@ -582,6 +587,11 @@ def gqa_llama() -> Sample:
         return a("Add", [t_cos, a("Mul", [rot, sin], "mul", "aten.mul.Tensor")], "add", "aten.add.Tensor")
 
     q, k = rope(q), rope(k)
+    kv_seq = seq
+    if cache:  # torch.cat([past, new], dim=-2): the present cache holds past + new tokens
+        k = a("Concat", ["past_key_values.0.key", k], "cat", "aten.cat.default", axis=2, output="present.0.key")
+        v = a("Concat", ["past_key_values.0.value", v], "cat", "aten.cat.default", axis=2, output="present.0.value")
+        kv_seq = dy.op("Shape", [k], empty, dy.fx("sym_size_int"), "aten.sym_size.int", helper_node=True, start=2, end=3)
 
     # repeat_kv: [B, kvh, S, hd] -> unsqueeze(2) -> expand(B, kvh, h/kvh, S, hd) -> reshape(B, h, S, hd)
     expand_shape = reshape_shape = None
@@ -593,7 +603,7 @@ def gqa_llama() -> Sample:
         if expand_shape is None:
             expand_shape = dy.op(
                 "Concat",
-                [batch, dy.const([kvh]), dy.const([h // kvh]), seq, dy.const([hd])],
+                [batch, dy.const([kvh]), dy.const([h // kvh]), kv_seq, dy.const([hd])],
                 attn,
                 fx_e,
                 "aten.expand.default",
@@ -605,7 +615,7 @@ def gqa_llama() -> Sample:
         if reshape_shape is None:
             reshape_shape = dy.op(
                 "Concat",
-                [batch, dy.const([h]), seq, dy.const([hd])],
+                [batch, dy.const([h]), kv_seq, dy.const([hd])],
                 attn,
                 fx_v,
                 "aten._unsafe_view.default",
@@ -630,18 +640,19 @@ def gqa_llama() -> Sample:
     o = linear("o_proj", ctx, h * hd, d_model)
     a("Add", [x, o], "add", "aten.add.Tensor", layer, output="hidden_states")
 
-    m = gb.model(
-        [
-            tensor(x, ["batch", "seq", d_model], metadata=INPUT_SPEC),
-            tensor("cos", ["batch", "seq", hd], metadata=INPUT_SPEC),
-            tensor("sin", ["batch", "seq", hd], metadata=INPUT_SPEC),
-            tensor("attention_mask", ["batch", 1, "seq", "seq"], metadata=INPUT_SPEC),
-        ],
-        [tensor("hidden_states", ["batch", "seq", d_model], metadata=OUTPUT_SPEC)],
-        opsets=[("", 18)],
-        ir_version=10,
-        producer=DYNAMO,
-    )
+    inputs = [
+        tensor(x, ["batch", "seq", d_model], metadata=INPUT_SPEC),
+        tensor("cos", ["batch", "seq", hd], metadata=INPUT_SPEC),
+        tensor("sin", ["batch", "seq", hd], metadata=INPUT_SPEC),
+        tensor("attention_mask", ["batch", 1, "seq", "total_seq" if cache else "seq"], metadata=INPUT_SPEC),
+    ]
+    outputs = [tensor("hidden_states", ["batch", "seq", d_model], metadata=OUTPUT_SPEC)]
+    if cache:
+        inputs += [tensor(f"past_key_values.0.{kv}", ["batch", kvh, "past_seq", hd], metadata=INPUT_SPEC)
+                   for kv in ("key", "value")]
+        outputs += [tensor(f"present.0.{kv}", ["batch", kvh, "total_seq", hd], metadata=OUTPUT_SPEC)
+                    for kv in ("key", "value")]
+    m = gb.model(inputs, outputs, opsets=[("", 18)], ir_version=10, producer=DYNAMO)
     truth = block_truth(
         "model.layers.0.self_attn",
         "self",
@@ -655,13 +666,11 @@ def gqa_llama() -> Sample:
         v=proj(d_model, kvh * hd, False),
         o=proj(h * hd, d_model, False),
     )
-    return Sample(
-        m,
-        [truth],
-        truth["params"]["total"] + d_model,
-        "Llama GQA attention (8 q heads / 2 kv heads, RoPE, repeat_kv, RMSNorm), dynamo exporter style, opset 18",
-        "dynamo",
-    )
+    description = "Llama GQA attention (8 q heads / 2 kv heads, RoPE, repeat_kv, RMSNorm), dynamo exporter style, opset 18"
+    if cache:
+        description += ("; one decoding step with its KV cache: past_key_values.0.key/value in, concatenated with "
+                        "the new K/V, present.0.key/value out (float32: 2 kv heads × (8 + 8) × 4 = 128 bytes per token)")
+    return Sample(m, [truth], truth["params"]["total"] + d_model, description, "dynamo")
 
 
 def t5_unscaled() -> Sample:
@@ -894,6 +903,7 @@ MODELS: dict[str, Callable[[], Sample]] = {
     "onnx_attention_23": onnx_attention_23,
     "no_attention": no_attention,
     "bert_two_layers": bert_two_layers,
+    "llama_kv_cache": lambda: gqa_llama(cache=True),
 }
 
 
@@ -913,9 +923,10 @@ def random_feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, 
             mask = np.zeros(shape, np.float32)
             mask[1, ..., -1] = -10000.0
             feeds[inp.name] = mask
-        elif inp.name == "attention_mask":  # causal additive mask
-            s = shape[-1]
-            feeds[inp.name] = np.broadcast_to(np.triu(np.full((s, s), -1e9, np.float32), 1), shape).copy()
+        elif inp.name == "attention_mask":  # causal additive mask; with a cache, query i sees past + i + 1 keys
+            queries, keys = shape[-2], shape[-1]
+            causal = np.triu(np.full((queries, keys), -1e9, np.float32), 1 + keys - queries)
+            feeds[inp.name] = np.broadcast_to(causal, shape).copy()
         elif inp.name in ("cos", "sin"):  # real rotary tables
             b, s, hd = shape
             inv_freq = 1.0 / (10000 ** (np.arange(0, hd, 2) / hd))

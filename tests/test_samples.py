@@ -32,10 +32,11 @@ MUST_HAVE: dict[str, set[str]] = {
     "keras_per_head": {"MHA001"},
     "t5_unscaled": {"MHA001", "MHA003"},
     "gqa_llama": {"MHA005"},
+    "llama_kv_cache": {"MHA005"},
     "onnx_attention_23": {"MHA005"},
     "bert_two_layers": {"MHA006"},
 }
-NEVER_MHA001 = ("standard_mha", "gqa_llama", "packed_qkv", "ms_attention", "bert_two_layers")
+NEVER_MHA001 = ("standard_mha", "gqa_llama", "llama_kv_cache", "packed_qkv", "ms_attention", "bert_two_layers")
 
 _CACHE: dict[str, Report] = {}
 
@@ -171,3 +172,17 @@ def test_no_attention_has_no_blocks_but_explains_the_miss() -> None:
     assert report.misses, "expected at least one near miss (the classifier Softmax)"
     assert all(m.reason.strip() for m in report.misses)
     assert report.model.attention_params == 0
+
+
+def test_the_decoder_sample_shows_its_kv_cache_out_of_the_box() -> None:
+    """llama_kv_cache.onnx carries past/present tensors: a KV figure with no option given, read
+    from the graph's cache tensors (2 kv heads × (d_k 8 + d_v 8) × 4 bytes of float32)."""
+    kv = _report("llama_kv_cache").model.kv_cache
+    assert kv is not None and kv.status == "caches"
+    assert (kv.bytes_per_token, kv.dtype) == (2 * (8 + 8) * 4, "float32")
+    (block,) = _report("llama_kv_cache").blocks
+    (evidence,) = [e for e in block.evidence if e.field == "kv_cache_bytes_per_token"]
+    assert evidence.source == "cache_tensor" and "past_key_values.0.key" in evidence.detail
+    # The same layer without its cache tensors leaves whether it decodes to the caller.
+    plain = _report("gqa_llama").model.kv_cache
+    assert plain is not None and plain.status == "unknown" and plain.bytes_per_token is None

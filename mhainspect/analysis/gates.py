@@ -10,10 +10,11 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from mhainspect.analysis.decoding import DECODER_HINT
 from mhainspect.analysis.flags import FLAG_CODES
 from mhainspect.analysis.size import cache_bytes_at_context
 from mhainspect.ir.units import format_bytes, group, parse_count, parse_size
-from mhainspect.results import Flag, Report, Severity, contradicted
+from mhainspect.results import CacheStatus, Flag, Report, Severity, contradicted
 
 __all__ = [
     "SEVERITIES",
@@ -125,9 +126,11 @@ def _size_gates(report: Report, config: GateConfig) -> list[GateResult]:
         source = limit.source or "--max-kv-cache"
         total = cache_bytes_at_context(kv)  # 0 when nothing caches (an encoder)
         if total is None:
+            # A budget cannot pass on an unknown; the caller can settle whether the model decodes.
             why = kv.reason if kv is not None and kv.reason else "no --context given"
+            hint = f"; {DECODER_HINT}" if any(b.kv_cache_status is CacheStatus.UNKNOWN for b in report.blocks) else ""
             out.append(GateResult("max-kv-cache", path, 0, limit.value, None,
-                                  f"{path}: KV cache unknown ({why}), cannot check {where}", False, source))
+                                  f"{path}: KV cache unknown ({why}), cannot check {where}{hint}", False, source))
         else:
             passed = total <= limit.value
             at = f" at context {kv.context} × batch {kv.batch}" if kv is not None else ""

@@ -52,11 +52,12 @@ def _canonical(dtype: str) -> str:
 
 @dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
 class SizeOptions:
-    """--context, --batch, --kv-dtype."""
+    """--context, --batch, --kv-dtype, and --decoder / --no-decoder (True / False; None: the source decides)."""
 
     context: int | None = None
     batch: int = 1
     kv_dtype: str | None = None
+    decoder: bool | None = None
 
 
 # ----------------------------------------------------------------------------- weights

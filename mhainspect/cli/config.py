@@ -5,7 +5,7 @@ folder upward (files without the table are skipped), as ruff does: the same mode
 way whatever the working directory. ``--config FILE`` names one file for every model and
 ``--isolated`` reads none. Keys mirror the CLI
 options: max-params, max-attention-params, max-weight-bytes, max-kv-cache, context, batch,
-kv-dtype, fail-on, ignore, exit-zero, format, heads. Unknown
+kv-dtype, decoder, fail-on, ignore, exit-zero, format, heads. Unknown
 keys and bad values raise ConfigError with one line naming the file and the key. No printing.
 """
 
@@ -26,7 +26,7 @@ __all__ = ["KEYS", "ConfigError", "Settings", "ConfigFinder", "find_config", "lo
 T = TypeVar("T")
 
 KEYS = ("max-params", "max-attention-params", "fail-on", "ignore", "exit-zero", "format", "heads",
-        "max-weight-bytes", "max-kv-cache", "context", "batch", "kv-dtype")
+        "max-weight-bytes", "max-kv-cache", "context", "batch", "kv-dtype", "decoder")
 
 
 class ConfigError(InputError):
@@ -49,6 +49,7 @@ class Settings:
     context: int | None = None
     batch: int | None = None
     kv_dtype: str | None = None
+    decoder: bool | None = None  # --decoder / --no-decoder
 
 
 def merge(first: Settings, second: Settings) -> Settings:
@@ -116,7 +117,7 @@ def _value(key: str, value: object, formats: Collection[str], source: str) -> ob
         return _codes(value, severities=True)
     if key == "ignore":
         return _codes(value)
-    if key == "exit-zero":
+    if key in ("exit-zero", "decoder"):
         if not isinstance(value, bool):
             raise ValueError("expected true or false")
         return value
@@ -155,6 +156,7 @@ def settings_from_table(table: Mapping[str, object], source: str, formats: Colle
         context=get("context", int),
         batch=get("batch", int),
         kv_dtype=get("kv-dtype", str),
+        decoder=get("decoder", bool),
     )
 
 

@@ -103,7 +103,7 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
                     max_weight_bytes=weight_limit and dataclasses.replace(weight_limit, source="--max-weight-bytes"),
                     max_kv_cache=kv_limit and dataclasses.replace(kv_limit, source="--max-kv-cache"),
                     context=context, batch=batch,
-                    kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")))
+                    kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")), decoder=size.get("decoder"))
 
 
 @dataclass(frozen=True, eq=False)  # never compared: no __eq__/__hash__ to generate at import
@@ -339,7 +339,7 @@ def _audit_path(path: Path, run: _RunSetup) -> "tuple[Report, ModelExtras] | Non
     if settings.context is not None and settings.context * (settings.batch or 1) > MAX_CACHED_TOKENS:
         raise fail(f"--context {settings.context:,} × --batch {settings.batch or 1:,} is more tokens than any "
                    f"cache holds (at most {MAX_CACHED_TOKENS:,} in all)")
-    size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype)
+    size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype, settings.decoder)
     result = _analyze_one(path, AuditOptions(settings.heads or (), size, run.factory_args))
     if isinstance(result, str):
         say_error(result)
@@ -377,9 +377,22 @@ def _deliver(view: _View, reports: "list[Report]", extras: "list[ModelExtras]", 
         else:
             write_stdout(text)
             if view.fmt in (OutputFormat.table, OutputFormat.markdown) and not view.quiet and _same_terminal():
-                return  # its Gates section is on the screen: the stderr lines would repeat it
+                return  # its Gates and Warnings sections are on the screen: stderr would repeat them
+    if not view.quiet:
+        for report in reports:
+            for note in _option_notes(report):
+                typer.echo(f"mhainspect: warning: {one_line(report.model.path)}: {one_line(note)}", err=True)
     for failure in failures:
         typer.echo(f"mhainspect: gate failed: {one_line(failure.message)}", err=True)
+
+
+def _option_notes(report: "Report") -> list[str]:
+    """The report's warnings about the options themselves (one that had no effect, a context
+    beyond the model's positions): said on stderr too, where a JSON or file run would bury them."""
+    from mhainspect.results import WarningCode, warning_code
+
+    about_options = (WarningCode.OPTION_WITHOUT_EFFECT, WarningCode.CONTEXT_BEYOND_POSITIONS)
+    return [str(w) for w in report.warnings if warning_code(w) in about_options]
 
 
 def _same_terminal() -> bool:
@@ -465,6 +478,12 @@ KvDtypeOpt = Annotated[str | None, typer.Option(
     "--kv-dtype", metavar="DTYPE", show_default=False, rich_help_panel=_SIZE,
     help="KV cache element type (float16, bfloat16, float8e4m3fn, int8, ...) instead of the graph's or the "
          "projections' own.")]
+DecoderOpt = Annotated[bool | None, typer.Option(
+    "--decoder/--no-decoder", show_default=False, rich_help_panel=_SIZE,
+    help="The model decodes token by token with a K/V cache the source does not show (a graph without "
+         "past/present tensors, a checkpoint without a config): blocks that are causal or undecided get a KV "
+         "cache figure. --no-decoder: it runs once over its input (no cache). Cache tensors, a config or GGUF "
+         "metadata that decide a block win.")]
 # Configuration
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", metavar="FILE", show_default=False, rich_help_panel=_CONFIG,
@@ -513,6 +532,7 @@ def inspect_cmd(
     context: ContextOpt = None,
     batch: BatchOpt = None,
     kv_dtype: KvDtypeOpt = None,
+    decoder: DecoderOpt = None,
     config: ConfigOpt = None,
     isolated: IsolatedOpt = False,
     verify: VerifyOpt = False,
@@ -530,7 +550,7 @@ def inspect_cmd(
     if config is not None and isolated:
         raise fail("--config and --isolated exclude each other")
     given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
-                          {"context": context, "batch": batch, "kv_dtype": kv_dtype,
+                          {"context": context, "batch": batch, "kv_dtype": kv_dtype, "decoder": decoder,
                            "max_weight_bytes": max_weight_bytes, "max_kv_cache": max_kv_cache})
     formats = [f.value for f in OutputFormat]
     try:

@@ -110,6 +110,7 @@ class WarningCode(Vocabulary):
     EXTERNAL_DATA_OUTSIDE = "external_data_outside"  # external data outside the model folder: never opened
     CONFIG_BESIDE = "config_beside"  # heads read from a config.json next to a checkpoint file
     CONTEXT_BEYOND_POSITIONS = "context_beyond_positions"  # --context above the model's maximum positions
+    OPTION_WITHOUT_EFFECT = "option_without_effect"  # an option the report could not use (--context, no cache figure)
     MADE_UP_INPUTS = "made_up_inputs"  # a module traced on inputs the caller did not give
     NOT_TRACED = "not_traced"
 
