@@ -362,18 +362,7 @@ def _deliver(view: _View, reports: "list[Report]", extras: "list[ModelExtras]", 
                     or not to_stdout and not view.errors):
         text = _render(view, reports, extras)
         if output is not None:
-            try:
-                write_atomic(output, text)
-            except InputError as exc:
-                raise fail(str(exc)) from None
-            except OSError as exc:
-                raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
-            if not view.quiet:
-                from mhainspect.ir.units import format_bytes
-
-                how = f"{view.fmt.value} {fmt_source}" if fmt_source else view.fmt.value
-                typer.echo(f"mhainspect: wrote {one_line(str(output))} ({how}, "
-                           f"{format_bytes(len(text.encode('utf-8')))})", err=True)
+            _write_file(output, text, view, fmt_source)
         else:
             write_stdout(text)
             if view.fmt in (OutputFormat.table, OutputFormat.markdown) and not view.quiet and _same_terminal():
@@ -384,6 +373,22 @@ def _deliver(view: _View, reports: "list[Report]", extras: "list[ModelExtras]", 
                 typer.echo(f"mhainspect: warning: {one_line(report.model.path)}: {one_line(note)}", err=True)
     for failure in failures:
         typer.echo(f"mhainspect: gate failed: {one_line(failure.message)}", err=True)
+
+
+def _write_file(output: Path, text: str, view: _View, fmt_source: str) -> None:
+    """``text`` into ``output`` (atomically), then one stderr line saying what was written (not with -q)."""
+    try:
+        write_atomic(output, text)
+    except InputError as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
+    if not view.quiet:
+        from mhainspect.ir.units import format_bytes
+
+        how = f"{view.fmt.value} {fmt_source}" if fmt_source else view.fmt.value
+        typer.echo(f"mhainspect: wrote {one_line(str(output))} ({how}, {format_bytes(len(text.encode('utf-8')))})",
+                   err=True)
 
 
 def _option_notes(report: "Report") -> list[str]:
