@@ -1,9 +1,15 @@
 """What kind of input a MODEL argument is, and the service that audits each kind.
 
+A file's content decides first (mhainspect.frontends.formats: its first bytes, a zip archive's
+member list), its suffix only where the content names no format (ONNX has no signature):
+
+- a torch.export program (``torch.export.save``, ``*.pt2``): its serialized graph.
+- a TorchScript archive (``torch.jit.save``, ``*.pt``/``*.jit``/...): its code and pickled attributes.
+- a torch.save zip or legacy pickle, a safetensors file, a folder with config.json: the checkpoint loader.
+- a GGUF file (split files ``*-00001-of-00003.gguf`` as one model), also without a suffix (an Ollama blob).
+- formats this tool does not read (Keras, TFLite, ExecuTorch, Core ML, SavedModel, OpenVINO, TensorRT,
+  CTranslate2, Git LFS pointers): one line naming the format and the converter to use (InputError).
 - ``*.onnx`` (and anything unrecognised): the ONNX loader.
-- ``*.safetensors``, ``*.pt/.pth/.bin/.ckpt``, a folder with config.json: the checkpoint loader.
-- ``*.gguf`` (split files ``*-00001-of-00003.gguf`` as one model), or a file without a model suffix
-  that starts with the GGUF magic (an Ollama blob): the GGUF loader.
 - ``pkg.module:callable`` or ``path/to/file.py:callable``: a factory in the user's own code, called
   with ``--arg key=value`` keyword arguments; it returns a module or ``(module, example_inputs)``.
 
@@ -39,6 +45,8 @@ MODEL_FILE_KINDS: dict[str, str] = {
     ".bin": "checkpoint",
     ".ckpt": "checkpoint",
     ".gguf": "gguf",
+    ".pt2": "torch_export",
+    ".jit": "torchscript",
 }
 _CHECKPOINT_SUFFIXES = tuple(s for s, kind in MODEL_FILE_KINDS.items() if kind == "checkpoint")
 # Patterns as text, compiled by re on first use: only a spec that is no file reaches them, and
@@ -51,7 +59,7 @@ _DOTTED = r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$"
 class Source:
     """What a command-line argument names: an ONNX file, a checkpoint, or a factory spec."""
 
-    kind: str  # "onnx", "checkpoint", "gguf", "factory"
+    kind: str  # "onnx", "checkpoint", "gguf", "torchscript", "torch_export", "factory"
     target: str  # a path, or the module / file part of a factory spec
     attr: str = ""  # the callable of a factory spec
 
@@ -75,45 +83,53 @@ def file_kind(name: str | os.PathLike[str]) -> str | None:
 
 def is_model_folder(path: Path) -> bool:
     """A folder that is one model: a Hugging Face folder (config.json with weights), or a
-    config.json with no model file beside it (the architecture alone, nothing to scan). Any other
-    folder is a folder of models (see inputs.py)."""
+    config.json with no model file beside it (the architecture alone, nothing to scan), or a model of
+    a format this tool names but does not read (a SavedModel, a Core ML package). Any other folder
+    is a folder of models (see folders.py)."""
     if not path.is_dir():
         return False
     if is_checkpoint_folder(path):
         return True
     if not (path / "config.json").is_file():
-        return False
+        from mhainspect.frontends.formats import identify_folder
+
+        return identify_folder(path) is not None  # a SavedModel, a Core ML package: named, not scanned
     try:
         return not any(file_kind(p.name) is not None for p in path.iterdir())
     except OSError:
         return False
 
 
-# Magic numbers of model files that travel without their suffix (Ollama stores GGUF models as
-# content-addressed blobs, ``blobs/sha256-<hex>``): read only for a file whose suffix says nothing.
-MAGIC_KINDS: dict[bytes, str] = {b"GGUF": "gguf"}
-
-
-def _sniffed_kind(path: Path) -> str | None:
-    """The kind a file without a model suffix is by its first bytes (MAGIC_KINDS); None: unknown."""
+def _content_kind(path: Path) -> str | None:
+    """The reader a regular file goes to by its content (formats.identify); None: the content names
+    no format, or the file cannot be opened (the reader then says why). A format this tool does not
+    read raises InputError naming it."""
     if path.suffix.lower() in (".py", ".json") or not path.is_file():
         return None
+    from mhainspect.frontends.formats import Foreign, identify
+
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4)
+        found = identify(path)
     except OSError:
         return None
-    return MAGIC_KINDS.get(head)
+    if isinstance(found, Foreign):
+        raise InputError(found.message(path))
+    return found
 
 
 def classify(spec: str) -> Source:
-    """Decide what ``spec`` names, from its form and what exists on disk (nothing is read)."""
+    """Decide what ``spec`` names, from what exists on disk and its content (a file's first bytes)."""
     p = Path(spec)
     if p.is_dir():
+        from mhainspect.frontends.formats import identify_folder
+
+        foreign = identify_folder(p)
+        if foreign is not None:
+            raise InputError(foreign.message(spec))
         return Source("checkpoint" if is_model_folder(p) else "onnx", spec)
     if p.name == "config.json" and p.is_file():
         raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")
-    kind = file_kind(p) or _sniffed_kind(p)
+    kind = _content_kind(p) or file_kind(p)
     if kind is not None and kind != "onnx":
         return Source(kind, spec)
     if not p.exists():
@@ -157,6 +173,10 @@ def file_result(path: str) -> SourceResult:
         from mhainspect.frontends.checkpoint.frontend import checkpoint_result
 
         return checkpoint_result(path)
+    if src.kind == "torch_export":
+        raise InputError(f"{path}: a torch.export program (torch.export.save): not read by this version")
+    if src.kind == "torchscript":
+        raise InputError(f"{path}: a TorchScript archive (torch.jit.save): not read by this version")
     if src.kind == "factory":
         raise InputError(f"{path}: no such file")
     from mhainspect.frontends.onnx.frontend import onnx_file_result

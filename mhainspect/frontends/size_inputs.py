@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from mhainspect.frontends.result import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.frontends.result import byte_rate as _rate
 from mhainspect.ir import dtypes
+from mhainspect.ir.limits import MAX_CONFIG_INT, config_int
 from mhainspect.matchers.cache import cache_io, causal_mask, compute_dtype, graph_block_tensors
 from mhainspect.results import AttentionBlock, projection_tensor_names
 
@@ -56,8 +57,8 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
     """The block's sliding window from the config: layer_types, sliding_window_pattern, Gemma 2's
     alternation, Qwen2's use_sliding_window/max_window_layers, or sliding_window for every layer."""
     c = _sub_config(cfg, block_name)
-    window = c.get("sliding_window")
-    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+    window = config_int(c.get("sliding_window"))
+    if window is None:
         return None, ""
     i = layer_index(block_name)
     types = c.get("layer_types")
@@ -66,8 +67,8 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
             return None, ""
         kind = str(types[i])
         return (window, f"config layer_types[{i}] = {kind}, sliding_window = {window}") if "sliding" in kind else (None, "")
-    pattern = c.get("sliding_window_pattern")
-    if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0 and i is not None:
+    pattern = config_int(c.get("sliding_window_pattern"))
+    if pattern is not None and i is not None:
         sliding = (i + 1) % pattern != 0
         return (window, f"config sliding_window_pattern = {pattern}, sliding_window = {window}") if sliding else (None, "")
     if c.get("model_type") == "gemma2" and i is not None:  # Gemma 2 alternates: even layers slide
@@ -75,9 +76,11 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
             if i % 2 == 0 else (None, "")
     if c.get("use_sliding_window") is False:
         return None, ""
-    if c.get("use_sliding_window") is True and isinstance(c.get("max_window_layers"), int) and i is not None:
-        return (window, f"config max_window_layers = {c['max_window_layers']}, sliding_window = {window}") \
-            if i >= c["max_window_layers"] else (None, "")
+    max_window_layers = c.get("max_window_layers")
+    if c.get("use_sliding_window") is True and isinstance(max_window_layers, int) and i is not None \
+            and abs(max_window_layers) <= MAX_CONFIG_INT:
+        return (window, f"config max_window_layers = {max_window_layers}, sliding_window = {window}") \
+            if i >= max_window_layers else (None, "")
     return window, f"config sliding_window = {window}"
 
 

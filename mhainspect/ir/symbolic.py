@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from mhainspect.ir.graph import ModelGraph, Node, Tensor
+from mhainspect.ir.limits import MAX_RANK
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,6 @@ def ratio(a: Dim, b: Dim) -> Fraction | None:
 
 # Bounds that keep folding linear on hostile files: a shape, value, coefficient or symbol beyond
 # them is left unknown instead of growing (Mul(x, x) chains square, Add(x, x) chains double names).
-MAX_RANK = 64
 _MAX_VALUE_LEN = 4096
 _MAX_ABS_COEF = 1 << 64
 _MAX_FACTORS = 16

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mhainspect.ir.limits import config_float, config_int
 from mhainspect.ir.weights import HeadOffers
 from mhainspect.results import EvidenceSource
 
@@ -117,8 +118,9 @@ class Found:
 
 
 def positive_int(v: Any) -> int | None:
-    """A config value that is a positive int (not a bool), else None."""
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+    """A config value that is a positive int (not a bool) within the readers' limits
+    (mhainspect.ir.limits.config_int), else None."""
+    return config_int(v)
 
 
 def _value(cfg: Mapping[str, Any], key: str, layer: int | None) -> Found | None:
@@ -228,7 +230,7 @@ ScaleRule = Callable[[Mapping[str, Any]], "tuple[float, str] | None"]
 
 
 def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+    return config_float(v)
 
 
 def _attention_multiplier(cfg: Mapping[str, Any]) -> tuple[float, str] | None:

@@ -30,18 +30,28 @@ from mhainspect.errors import InputError, MissingDependencyError, read_failure
 from mhainspect.frontends.checkpoint.hf_config import Tie, tied_copies
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, apply_quantization, wants_values
 from mhainspect.ir.dtypes import canonical
+from mhainspect.ir.limits import MAX_CONFIG_BYTES, MAX_SAFETENSORS_HEADER_BYTES, byte_count, shape_problem
 from mhainspect.ir.weights import WeightMeta
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
-_MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own limit
-_MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
 
 def is_checkpoint_path(path: Path) -> bool:
     if path.is_dir():
         return (path / "config.json").is_file()
     return path.suffix.lower() in SAFETENSORS_SUFFIXES + TORCH_SUFFIXES
+
+
+def _looks_like_safetensors(path: Path) -> bool:
+    """A safetensors file under another suffix (a .bin): its content says so (formats.identify)."""
+    from mhainspect.frontends.formats import HEAD_BYTES, is_safetensors, read_at
+
+    try:
+        head = read_at(path, 0, HEAD_BYTES)
+    except OSError:
+        return False
+    return is_safetensors(path, head)
 
 
 def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | None = None) -> dict[str, WeightMeta]:
@@ -55,7 +65,7 @@ def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | Non
             if len(head) < 8:
                 raise InputError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
             (n,) = struct.unpack("<Q", head)
-            if n > _MAX_HEADER_BYTES or n + 8 > size or n == 0:
+            if n > MAX_SAFETENSORS_HEADER_BYTES or n + 8 > size or n == 0:
                 raise InputError(f"{path}: not a safetensors file (header length {n} does not fit the "
                                  f"{size}-byte file)")
             raw = fh.read(n)
@@ -75,11 +85,14 @@ def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | Non
         if name == "__metadata__":
             continue
         if not isinstance(entry, dict):
-            raise InputError(f"{path}: malformed safetensors header entry '{name}'")
+            raise InputError(f"{path}: malformed safetensors header entry {_quoted(name)}")
         shape, dtype, offsets = entry.get("shape"), entry.get("dtype"), entry.get("data_offsets")
-        if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
-                or not isinstance(dtype, str) or not isinstance(offsets, list) or len(offsets) != 2):
-            raise InputError(f"{path}: malformed safetensors header entry '{name}'")
+        if (not isinstance(shape, list) or not isinstance(dtype, str) or not isinstance(offsets, list)
+                or len(offsets) != 2 or any(byte_count(o) is None for o in offsets)):
+            raise InputError(f"{path}: malformed safetensors header entry {_quoted(name)}")
+        why = shape_problem(shape)
+        if why is not None:
+            raise InputError(f"{path}: malformed safetensors header entry {_quoted(name)}: {why}")
         out[name] = WeightMeta(name, tuple(shape), canonical(dtype),
                                f"{path.name}:{offsets[0]}:{offsets[1]}")
         if values is not None and wants_values(name):
@@ -87,6 +100,11 @@ def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | Non
     if wanted and values is not None:
         values.update(_read_values(path, 8 + n, wanted))
     return out
+
+
+def _quoted(name: str, limit: int = 120) -> str:
+    """A header name for an error line: quoted, cut to ``limit`` characters."""
+    return repr(name if len(name) <= limit else name[:limit] + "...")
 
 
 # struct codes of the integer types a stored shape or quant state uses.
@@ -241,8 +259,8 @@ def _flatten(obj: Any, prefix: str, out: dict[str, Any], torch: Any, depth: int)
 
 def read_config(path: Path) -> dict[str, Any]:
     try:
-        if path.stat().st_size > _MAX_CONFIG_BYTES:
-            raise InputError(f"{path}: config.json larger than {_MAX_CONFIG_BYTES} bytes")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise InputError(f"{path}: config.json larger than {MAX_CONFIG_BYTES} bytes")
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
@@ -308,7 +326,7 @@ def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str
         except InputError:
             beside = None  # a broken neighbour is not this file's problem: heads stay unknown
     values = {}
-    if suffix in SAFETENSORS_SUFFIXES:
+    if suffix in SAFETENSORS_SUFFIXES or _looks_like_safetensors(path):
         return apply_quantization(read_safetensors_header(path, values), beside, values), beside, "safetensors"
     return apply_quantization(read_torch_state_dict(path, values), beside, values), beside, "pytorch"
 

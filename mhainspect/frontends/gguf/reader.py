@@ -33,16 +33,17 @@ from mhainspect.errors import InputError, read_failure
 from mhainspect.frontends.gguf.split import split_name
 from mhainspect.frontends.gguf.swa import SwaLayout, disabled_note, swa_layout, unknown_pattern_warning
 from mhainspect.ir.dtypes import Family, ggml_name, lookup
+from mhainspect.ir.limits import MAX_DIM, bounded_numel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 
 MAGIC = b"GGUF"
 
-# Limits. The first three are llama.cpp's (ggml.h GGML_MAX_DIMS, GGUF_DEFAULT_ALIGNMENT, int64 sizes);
+# Limits. The first two are llama.cpp's (ggml.h GGML_MAX_DIMS, GGUF_DEFAULT_ALIGNMENT); dims and
+# element counts are int64 (mhainspect.ir.limits, shared by every reader);
 # the others bound work and memory on hostile files far above any real model (a Llama-3 header has
 # ~30 keys, ~300k tokenizer strings, 723 tensors).
 MAX_DIMS = 4
 DEFAULT_ALIGNMENT = 32
-_INT64_MAX = (1 << 63) - 1
 MAX_KEYS = 1 << 16
 MAX_TENSORS = 1 << 20
 MAX_NAME_BYTES = 1 << 16
@@ -286,12 +287,11 @@ def _tensor_info(cur: _Cursor, names: set[str]) -> TensorInfo:
     if n_dims > MAX_DIMS:
         raise cur.fail(f"tensor {_q(name)} has {n_dims:,} dims (at most {MAX_DIMS})")
     ne = tuple(cur.u64(f"dims of {_q(name)}") for _ in range(n_dims))
-    numel = 1
     for d in ne:
-        if d > _INT64_MAX:
+        if d > MAX_DIM:
             raise cur.fail(f"tensor {_q(name)} has a negative dim ({d - (1 << 64)} as int64)")
-        numel *= d
-    if numel > _INT64_MAX:
+    numel = bounded_numel(ne)
+    if numel is None:
         raise cur.fail(f"tensor {_q(name)} dims {list(ne)} hold more elements than int64 counts")
     code = cur.u32(f"type of {_q(name)}")
     dtype = ggml_name(code)

@@ -26,13 +26,13 @@ from mhainspect.frontends.result import SourceResult
 from mhainspect.frontends.size_inputs import graph_size_inputs
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import ModelGraph, Tensor
+from mhainspect.ir.limits import MAX_NUMEL
 from mhainspect.ir.parameters import scan_stored
 from mhainspect.matchers import additive, decomposed, fused
 from mhainspect.matchers.block import BlockBuilder, RoleInput
 from mhainspect.matchers.sharing import count_shared_once
 from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts, ReportWarning, WarningCode, coded
 
-_MAX_NUMEL = 2**63 - 1  # more elements than an int64 index reaches: the declared shape is corrupt
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
 # The loader names subgraph nodes "{parent}/body{i}/{name}". Pattern strings, compiled by re on
 # first use: only graphs with subgraphs (If, Loop) reach them.
@@ -224,7 +224,7 @@ def _impossible_shape(t: Tensor) -> str | None:
         return None
     if min(shape) < 0:
         return "negative dim"
-    if t.numel > _MAX_NUMEL:
+    if t.numel > MAX_NUMEL:
         return "more elements than int64 counts"
     return None
 
@@ -240,7 +240,7 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
     warnings = list(graph.warnings)
     # Checked once per distinct shape (thousands of weights share a handful of shapes).
     odd_shapes = {s for s in set(map(attrgetter("shape"), graph.weights.values()))
-                  if s and (min(s) < 0 or math.prod(s) > _MAX_NUMEL)}
+                  if s and (min(s) < 0 or math.prod(s) > MAX_NUMEL)}
     bad = {name: why for name, t in graph.weights.items()
            if t.shape in odd_shapes and (why := _impossible_shape(t)) is not None} if odd_shapes else {}
     weights = graph.weights

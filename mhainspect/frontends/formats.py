@@ -1,0 +1,272 @@
+"""What a model file is, by its content (never by its suffix alone).
+
+``identify(path)`` reads a file's first bytes (and, for a zip archive, its member list) and says
+which reader takes it: a torch.export program, a TorchScript archive, a torch.save zip or legacy
+pickle, a safetensors file, a GGUF file. Formats this tool does not read (Keras, TensorFlow Lite,
+ExecuTorch, Core ML, TensorFlow SavedModel, OpenVINO IR, TensorRT engines, CTranslate2, Git LFS
+pointers, HDF5) are named in one line with the converter to use (``Foreign``): never "corrupt
+ONNX". A file with no signature (ONNX has none) is left to its suffix. Nothing is executed and
+no tensor data is read.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from mhainspect.errors import InputError
+from mhainspect.frontends.zips import ZipArchive, is_zip
+
+HEAD_BYTES = 64
+_LFS = b"version https://git-lfs.github.com/spec/v1"
+_HDF5 = b"\x89HDF\r\n\x1a\n"
+_PICKLE_PROTOCOL = b"\x80"
+_GGUF = b"GGUF"
+_TENSORRT = b"ftrt"
+_XML_SNIFF_BYTES = 4096
+_MAX_SPEC_NAME = 256
+
+
+class Kind:
+    """The readers a file can go to (the strings dispatch.Source.kind takes)."""
+
+    ONNX = "onnx"
+    CHECKPOINT = "checkpoint"  # safetensors, torch.save zip, legacy pickle
+    GGUF = "gguf"
+    TORCHSCRIPT = "torchscript"
+    TORCH_EXPORT = "torch_export"
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """A format this tool recognises but does not read: what it is, and how to get a file it reads."""
+
+    what: str
+    advice: str
+
+    def message(self, path: object) -> str:
+        return f"{path}: {self.what}; mhainspect does not read this format: {self.advice}"
+
+
+_TF2ONNX = "convert it to ONNX with tf2onnx"
+KERAS = Foreign("a Keras archive (.keras: config.json + model.weights.h5)",
+                f"{_TF2ONNX} (python -m tf2onnx.convert --keras FILE --output model.onnx) or Keras 3's "
+                "model.export(path, format=\"onnx\")")
+HDF5 = Foreign("an HDF5 file (Keras .h5 model or weights)",
+               f"{_TF2ONNX} (python -m tf2onnx.convert --keras FILE --output model.onnx)")
+TFLITE = Foreign("a TensorFlow Lite model (flatbuffer 'TFL3')",
+                 f"{_TF2ONNX} (python -m tf2onnx.convert --tflite FILE --output model.onnx)")
+EXECUTORCH = Foreign("an ExecuTorch program (.pte flatbuffer, lowered for on-device runtimes)",
+                     "audit the torch.export program (.pt2, torch.export.save) or the nn.Module it was lowered from")
+AOTINDUCTOR = Foreign("an AOTInductor package (.pt2 holding compiled code, no graph)",
+                      "audit the torch.export program (.pt2, torch.export.save) it was compiled from")
+COREML = Foreign("a Core ML model", "audit the model it was converted from (export that to ONNX), or convert "
+                 "a neural-network Core ML model with onnxmltools.convert_coreml")
+SAVED_MODEL = Foreign("a TensorFlow SavedModel",
+                      f"{_TF2ONNX} (python -m tf2onnx.convert --saved-model DIR --output model.onnx)")
+OPENVINO = Foreign("an OpenVINO IR model (.xml graph + .bin weights)",
+                   "audit the ONNX or PyTorch model it was converted from (OpenVINO writes no ONNX)")
+TENSORRT = Foreign("a serialized TensorRT engine (built for one GPU model)",
+                   "audit the ONNX model it was built from")
+CTRANSLATE2 = Foreign("a CTranslate2 model (model.bin)",
+                      "audit the Hugging Face checkpoint it was converted from")
+LFS_POINTER = Foreign("a Git LFS pointer, not the model (its content was never downloaded)",
+                      "fetch it with git lfs pull (or huggingface-cli download)")
+
+
+def read_at(path: Path, offset: int, length: int) -> bytes:
+    """``length`` bytes of ``path`` at ``offset``, read without the kernel's read-ahead (sniffing a
+    multi-GB file must not pull its tensor data into the page cache)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        return os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+
+
+def identify(path: Path) -> str | Foreign | None:
+    """The reader ``path`` goes to by its content (a Kind), a Foreign format, or None when the
+    content names no format (an ONNX protobuf, or something unknown): the suffix decides then.
+    Raises InputError for a file that cannot be read, or a zip archive that is broken."""
+    head = read_at(path, 0, HEAD_BYTES)
+    if is_zip(head):
+        return _zip_kind(ZipArchive(path))
+    if head.startswith(_GGUF):
+        return Kind.GGUF
+    if head.startswith(_PICKLE_PROTOCOL):
+        return Kind.CHECKPOINT
+    if head.startswith(_LFS):
+        return LFS_POINTER
+    if head.startswith(_HDF5):
+        return HDF5
+    if head.startswith(_TENSORRT) or _wrapped_tensorrt(path, head):
+        return TENSORRT
+    if len(head) >= 8:
+        ident = head[4:8]
+        if ident == b"TFL3":
+            return TFLITE
+        if ident[:2] == b"ET" and ident[2:4].isdigit():
+            return EXECUTORCH
+    if is_safetensors(path, head):
+        return Kind.CHECKPOINT
+    if _is_ctranslate2(head):
+        return CTRANSLATE2
+    if _is_openvino(path, head):
+        return OPENVINO
+    if path.name == "saved_model.pb":
+        return SAVED_MODEL
+    if _is_coreml(path, head):
+        return COREML
+    return None
+
+
+def identify_folder(path: Path) -> Foreign | None:
+    """A folder that is one model of a format this tool does not read (a SavedModel, a Core ML
+    package), else None."""
+    if (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file():
+        return SAVED_MODEL
+    if (path / "Manifest.json").is_file() and (path / "Data" / "com.apple.CoreML").is_dir():
+        return COREML
+    return None
+
+
+def _zip_kind(archive: ZipArchive) -> str | Foreign:
+    """Which archive a zip is, by its members: a torch.export program (archive_format 'pt2' with
+    models/*.json, or the older serialized_exported_program.json), a TorchScript archive (code/
+    and constants.pkl), a torch.save zip (data.pkl), a Keras archive, an AOTInductor package."""
+    rel = set(archive_members(archive.names())[1])
+    if "serialized_exported_program.json" in rel or any(n.startswith("models/") and n.endswith(".json")
+                                                       for n in rel):
+        return Kind.TORCH_EXPORT
+    if "archive_format" in rel and any(n.startswith("data/aotinductor/") for n in rel):
+        return AOTINDUCTOR
+    if "constants.pkl" in rel and any(n.startswith("code/") for n in rel):
+        return Kind.TORCHSCRIPT
+    if "data.pkl" in rel:
+        return Kind.CHECKPOINT
+    if "config.json" in rel and "model.weights.h5" in rel:
+        return KERAS
+    raise InputError(f"{archive.path}: a zip archive that is no PyTorch archive (torch.save, torch.jit.save, "
+                     "torch.export.save) and no other model format mhainspect knows")
+
+
+def archive_members(names: list[str]) -> tuple[str, list[str]]:
+    """(the folder every member sits in, with its slash, or ""; the member names below it): PyTorch
+    writes each archive below one folder named after the file."""
+    tops = {n.split("/", 1)[0] for n in names}
+    if len(tops) == 1 and all("/" in n for n in names):
+        prefix = f"{next(iter(tops))}/"
+        return prefix, [n[len(prefix):] for n in names]
+    return "", list(names)
+
+
+def is_safetensors(path: Path, head: bytes) -> bool:
+    """An 8-byte little-endian header length that fits the file, then a JSON object."""
+    if len(head) < 10 or head[8:9] != b"{":
+        return False
+    n = int.from_bytes(head[:8], "little")
+    try:
+        return 2 <= n <= path.stat().st_size - 8
+    except OSError:
+        return False
+
+
+def _is_ctranslate2(head: bytes) -> bool:
+    """CTranslate2's model.bin: uint32 binary version, then the spec name (uint16 length with its
+    NUL) such as 'TransformerSpec'."""
+    if len(head) < 8:
+        return False
+    version, length = struct.unpack("<IH", head[:6])
+    if not 2 <= version <= 64 or not 2 <= length <= min(_MAX_SPEC_NAME, len(head) - 6):
+        return False
+    name = head[6:6 + length]
+    return name.endswith(b"\0") and name[:-1].isascii() and name[:-1].isalnum() and name[:-1].endswith(b"Spec")
+
+
+def _wrapped_tensorrt(path: Path, head: bytes) -> bool:
+    """A TensorRT plan behind a length-prefixed JSON header (as Ultralytics writes .engine files)."""
+    if len(head) < 5 or head[4:5] != b"{":
+        return False
+    (n,) = struct.unpack("<I", head[:4])
+    try:
+        if n > 1 << 20 or 4 + n + 4 > path.stat().st_size:
+            return False
+        return read_at(path, 4 + n, 4) == _TENSORRT
+    except OSError:
+        return False
+
+
+def _is_openvino(path: Path, head: bytes) -> bool:
+    """OpenVINO IR: an XML document whose root is <net>; or the .bin weights beside one."""
+    if head.lstrip().startswith(b"<"):
+        text = read_at(path, 0, _XML_SNIFF_BYTES)
+        return b"<net " in text or b"<net>" in text
+    if path.suffix.lower() == ".bin":
+        xml = path.with_suffix(".xml")
+        if xml.is_file():
+            try:
+                text = read_at(xml, 0, _XML_SNIFF_BYTES)
+            except OSError:
+                return False
+            return b"<net " in text
+    return False
+
+
+def _is_coreml(path: Path, head: bytes) -> bool:
+    """A protobuf whose top-level fields are Core ML's Model (specificationVersion, description,
+    then a model type numbered 200 and up) and not ONNX's ModelProto (whose graph is field 7)."""
+    if not head.startswith(b"\x08"):
+        return False
+    fields = _top_level_fields(path, limit=16)
+    return any(200 <= f < 1000 for f in fields) and 7 not in fields
+
+
+def _top_level_fields(path: Path, limit: int) -> set[int]:
+    """The field numbers of the first ``limit`` top-level fields of a protobuf file, skipping over
+    the payload of each (a few small reads, whatever the file's size)."""
+    found: set[int] = set()
+    try:
+        size = path.stat().st_size
+        pos = 0
+        while pos < size and len(found) < limit:
+            buf = read_at(path, pos, 20)
+            tag, used = _varint(buf, 0)
+            if tag is None:
+                break
+            number, wire = tag >> 3, tag & 7
+            found.add(number)
+            if wire == 0:
+                value, used = _varint(buf, used)
+                if value is None:
+                    break
+                pos += used
+            elif wire == 1:
+                pos += used + 8
+            elif wire == 5:
+                pos += used + 4
+            elif wire == 2:
+                length, end = _varint(buf, used)
+                if length is None:
+                    break
+                pos += end + length
+            else:
+                break
+    except OSError:
+        return found
+    return found
+
+
+def _varint(buf: bytes, at: int) -> tuple[int | None, int]:
+    value, shift = 0, 0
+    while at < len(buf) and shift < 64:
+        b = buf[at]
+        value |= (b & 0x7F) << shift
+        at += 1
+        if not b & 0x80:
+            return value, at
+        shift += 7
+    return None, at
