@@ -96,9 +96,12 @@ def _plain_kind(b: BlockBuilder) -> str:
         return _origins(b.index, start) if start else set()
 
     a, c = sources(q), sources(k)
-    if not a or not c:
+    if not a or not c or a & c:
         return "self"
-    return "self" if a & c else "cross"
+    resolved = all(r.traced is not None or r.fused_weight is not None for r in (q, k))  # type: ignore[attr-defined]
+    if resolved or all(x not in b.index.producer for x in a | c):
+        return "cross"
+    return "unknown"  # a projection not resolved, and the tensors behind it computed by ops not seen through
 
 
 def _compare(index: GraphIndex) -> int:

@@ -15,7 +15,7 @@ from mhainspect.ir.graph import Node
 from mhainspect.matchers import assembly
 from mhainspect.matchers.projection import WHOLE, ProjectionHit, TracedProjection, recognise_projection
 from mhainspect.matchers.scopes import block_name
-from mhainspect.results import AttentionBlock, Evidence, EvidenceSource, ParamBreakdown, Projection
+from mhainspect.results import AttentionBlock, BlockKind, Evidence, EvidenceSource, ParamBreakdown, Projection
 
 # Which offer wins, the conflict text and the defaults are the shared rules of
 # mhainspect.matchers.assembly (the same for modules and checkpoints).
@@ -222,9 +222,12 @@ class BlockBuilder:
         return "the head size is not a constant in the graph (Q's last dimension is computed at run time)"
 
     def _kind(self) -> str:
-        """"cross" when K comes from another source than Q (an encoder output, a graph input, a
-        cache read as it is), with or without projections; "self" when they share one, or when the
-        graph does not show where K comes from."""
+        """From the dataflow: "self" when Q and K read the same tensor (or tensors made of a common
+        one); "cross" when they do not and K/V have a source of their own: both projections
+        resolved and reading different tensors, or (a role without a projection) tensors that are
+        inputs or stored tensors of the graph; "unknown" when a projection is not resolved and the
+        tensors behind it are outputs of ops the walk does not see through (nothing shows a second
+        source). "self" when the graph does not show where K comes from."""
         if self.kind is not None:
             return self.kind
         kv_down = self.latent.get("k") or self.latent.get("v")
@@ -240,7 +243,12 @@ class BlockBuilder:
         a, b = self._sources(q), self._sources(k)
         if not a or not b:
             return "self"
-        return "self" if a & b else "cross"
+        if a & b:
+            return "self"
+        if _resolved(q) and _resolved(k):
+            return "cross"
+        producer = self.index.producer
+        return "cross" if all(x not in producer for x in a | b) else BlockKind.UNKNOWN
 
     @staticmethod
     def _start(r: RoleInput) -> str:
@@ -291,6 +299,11 @@ class BlockBuilder:
             out.append(Projection("o", o.weight.tensor.display_name, o.in_features, o.out_features, o.weight_params,
                                   o.bias_name, o.bias_params, o.node.name))
         return tuple(out)
+
+
+def _resolved(r: RoleInput) -> bool:
+    """Whether a role's projection is known (traced to a weight, or a fused op's packed weight)."""
+    return r.traced is not None or r.fused_weight is not None
 
 
 # Ops between a Q/K source and the attention core that keep the values' origin (layout, casts, scaling).

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS, GraphIndex, WeightRef, passes_value
+from mhainspect.ir.dtypes import is_float
 from mhainspect.ir.graph import Node, Tensor
 from mhainspect.ir.symbolic import Dim, Shape
 from mhainspect.matchers.block import BlockBuilder, RoleInput, inverse_sqrt_dim
@@ -68,7 +69,7 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     pv = _find_value_product(index, softmax.outputs[0])
     if pv is None:
         return Miss(NAME, softmax.name, f"Softmax after {score.name} does not feed a product with V")
-    pv_node, probs_tensor = pv
+    pv_node, probs_tensor, v_first = pv
     operands = _operands(index, score, pv_node, probs_tensor)
     if isinstance(operands, str):
         return Miss(NAME, softmax.name, operands)
@@ -79,15 +80,18 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     for role, tensor in (("q", q_in), ("k", k_in), ("v", v_in)):
         traced = trace_back_to_projection(index, tensor, stop)
         b.roles[role] = RoleInput(role, traced, tensor=tensor)
-    out = trace_forward_to_projection(index, pv_node.outputs[0])
+    result, value_side = _attention_result(index, pv_node, softmax)
+    out = trace_forward_to_projection(index, result)
     if out is not None:
         b.output = out[0]
     else:
         b.evidence.append(Evidence("o", None, EvidenceSource.MISSING, f"no output projection after {pv_node.name}"))
 
-    _offer_dims(index, b, score, pv_node, softmax, q_in, k_in, v_in)
+    _offer_dims(index, b, score, pv_node, softmax, q_in, k_in, v_in, v_first)
     _offer_kv_repeat(index, b, k_in, stop)
     _collect_extras(index, b, score_path)
+    if value_side is not None:
+        _collect_tables(index, b, value_side, f"added to the product with V at {pv_node.name}")
     _offer_scale(index, b, score, score_path, q_in, k_in)
     for role in ("q", "k", "v"):
         r = b.roles[role]
@@ -99,6 +103,39 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
 
 
 _MAX_NAMED = 3
+_MAX_SIDE_NODES = 24
+
+
+def _attention_result(index: GraphIndex, pv: Node, softmax: Node) -> tuple[str, str | None]:
+    """The attention's result: the product with V, or that plus a term the same probabilities make
+    (VITS adds probs re-indexed by relative position times a learned value table): the Add's output
+    and that term. A residual Add (its other input not made from these probabilities) is not part of it."""
+    out = pv.outputs[0]
+    users = index.value_users(out)
+    if len(users) != 1:
+        return out, None
+    user, pos = users[0]
+    if user.op != "Add" or len(user.inputs) != 2 or not user.outputs or not user.outputs[0]:
+        return out, None
+    other = user.inputs[1 - pos]
+    return (user.outputs[0], other) if _made_from(index, other, softmax.outputs[0]) else (out, None)
+
+
+def _made_from(index: GraphIndex, tensor: str, source: str) -> bool:
+    """Whether ``source`` is among the activations ``tensor`` is computed from, within a few nodes."""
+    stack, seen = [tensor], {tensor}
+    while stack and len(seen) < _MAX_SIDE_NODES:
+        cur = stack.pop()
+        if cur == source:
+            return True
+        node = index.producer.get(cur)
+        if node is None:
+            continue
+        for x in node.inputs:
+            if x and x not in seen and index.is_activation(x):
+                seen.add(x)
+                stack.append(x)
+    return False
 
 
 @dataclass(frozen=True)
@@ -161,24 +198,37 @@ def _two_activations(index: GraphIndex, node: Node) -> bool:
     return len(acts) == 2 and index.weight(node.inputs[0]) is None and index.weight(node.inputs[1]) is None
 
 
-def _find_value_product(index: GraphIndex, start: str) -> tuple[Node, str] | None:
-    queue: deque[tuple[str, int]] = deque([(start, 0)])
+def _find_value_product(index: GraphIndex, start: str) -> tuple[Node, str, bool] | None:
+    """The product of the probabilities with V: (node, the probabilities as it reads them, whether it
+    reads them transposed). P·V reads them first; V·Pᵀ (a VAE's bmm(v, attnᵀ): channels first)
+    reads them second, after a Transpose of their last two axes."""
+    queue: deque[tuple[str, int, bool]] = deque([(start, 0, False)])
     seen = {start}
     while queue:
-        cur, depth = queue.popleft()
+        cur, depth, swapped = queue.popleft()
         if depth > 6:
             continue
         for user, pos in index.users(cur):
             if user.op in _PRODUCTS and _two_activations(index, user):
-                if user.op == "Einsum" or pos == 0:
-                    return user, cur
-            if user.op in _PROBS_PATH and (user.op != "Where" or pos != 0):
+                if user.op == "Einsum" or (pos == 0 and not swapped) or (pos == 1 and swapped and user.op == "MatMul"):
+                    return user, cur, swapped
+            through = user.op in _PROBS_PATH and (user.op != "Where" or pos != 0)
+            turn = user.op == "Transpose" and _swaps_last_two(user)
+            if through or turn:
                 step = user.op not in VALUE_PRESERVING_OPS
                 for o in user.outputs[:1]:
                     if o and o not in seen:
                         seen.add(o)
-                        queue.append((o, depth + step))
+                        queue.append((o, depth + step, swapped ^ turn))
     return None
+
+
+def _swaps_last_two(node: Node) -> bool:
+    perm = node.attrs.get("perm")
+    if not isinstance(perm, tuple) or len(perm) < 2:
+        return False
+    r = len(perm)
+    return tuple(perm) == (*range(r - 2), r - 1, r - 2)
 
 
 def _einsum_terms(node: Node) -> tuple[list[str], str] | None:
@@ -206,7 +256,7 @@ def _operands(index: GraphIndex, score: Node, pv: Node, probs: str) -> tuple[str
     if pv.op == "Einsum":
         v_in = pv.inputs[1] if pv.inputs[0] == probs else pv.inputs[0]
     else:
-        v_in = pv.inputs[1]
+        v_in = pv.inputs[1] if pv.inputs[0] == probs else pv.inputs[0]
     return q_in, k_in, v_in
 
 
@@ -218,7 +268,7 @@ def _last_dim(index: GraphIndex, tensor: str, from_end: int = 1) -> Dim | None:
 
 
 def _offer_dims(index: GraphIndex, b: BlockBuilder, score: Node, pv: Node, softmax: Node,
-                q_in: str, k_in: str, v_in: str) -> None:
+                q_in: str, k_in: str, v_in: str, v_first: bool = False) -> None:
     if score.op == "Einsum":
         d_k = _einsum_contracted(index, score)
     elif score.op == "FusedMatMul" and score.attrs.get("transA"):
@@ -230,9 +280,9 @@ def _offer_dims(index: GraphIndex, b: BlockBuilder, score: Node, pv: Node, softm
     if pv.op == "Einsum":
         d_v = _einsum_value_dim(index, pv)
     else:
-        d_v = _last_dim(index, v_in)
+        d_v = _last_dim(index, v_in, 2 if v_first else 1)  # V·Pᵀ: V's features on its second-last axis
     if d_v is not None and d_v.is_int:
-        b.offer("d_v", d_v.coef, EvidenceSource.SHAPE, f"last axis of V at {pv.name}")
+        b.offer("d_v", d_v.coef, EvidenceSource.SHAPE, f"{'second-last' if v_first else 'last'} axis of V at {pv.name}")
     scores = index.shapes.shape(softmax.inputs[0])
     heads = _heads_from_scores(scores)
     if heads is not None:
@@ -567,6 +617,8 @@ def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, 
                 b.extras[table.tensor.name] = table.numel
                 b.evidence.append(Evidence("extra", table.numel, EvidenceSource.WEIGHT_SHAPE, f"score bias table "
                                            f"{table.tensor.name} {list(table.shape)} added at {node.name}"))
+            elif index.is_activation(x):
+                _collect_tables(index, b, x, f"added to the scores at {node.name}")
     for role in ("k", "v"):
         r = b.roles.get(role)
         if r is None or r.traced is None:
@@ -586,6 +638,60 @@ def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, 
                     b.extras[ref.name] = ref.numel
                     b.evidence.append(Evidence("extra", ref.numel, EvidenceSource.WEIGHT_SHAPE,
                                                f"learned {role.upper()} row {ref.name} concatenated at {node.name}"))
+
+
+# Ops that move or select a learned table's entries (relative-position tables padded and sliced to
+# the sequence, broadcast over the batch) without computing with them.
+_TABLE_VIEW_OPS = {"Pad", "Slice", "Gather", "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Tile",
+                   "Concat", "Flatten"} | VALUE_PRESERVING_OPS
+# Ops between a product with a table and the scores (or the result) it is added to: the re-indexing
+# from relative to absolute positions.
+_RELATIVE_PATH = _TABLE_VIEW_OPS | {"Mul", "Div", "Add", "Sub", "Where"}
+
+
+def _collect_tables(index: GraphIndex, b: BlockBuilder, start: str, where: str) -> None:
+    """Learned tables multiplied into a term the block adds (VITS's emb_rel_k with Q into the scores,
+    emb_rel_v with the probabilities into the result): walk back from ``start`` over re-indexing ops to
+    a product with an activation, then from its other operand over view ops to a stored parameter."""
+    stack, seen = [start], {start}
+    while stack and len(seen) < _MAX_SIDE_NODES:
+        node = index.producer.get(stack.pop())
+        if node is None:
+            continue
+        if node.op in _PRODUCTS and len(node.inputs) >= 2:
+            for x in node.inputs[:2]:
+                if x and not index.is_activation(x):
+                    t = _viewed_table(index, x)
+                    if t is not None and t.name not in b.extras:
+                        b.extras[t.name] = t.numel
+                        b.evidence.append(Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE,
+                                                   f"relative-position table {t.display_name} {list(t.shape)} "
+                                                   f"multiplied at {node.name}, {where}"))
+            continue
+        if node.op not in _RELATIVE_PATH:
+            continue
+        for x in node.inputs:
+            if x and x not in seen and index.is_activation(x):
+                seen.add(x)
+                stack.append(x)
+
+
+def _viewed_table(index: GraphIndex, name: str) -> Tensor | None:
+    """The stored float parameter (more than one element) ``name`` is a view of, through ops that only
+    move or select its entries; None when anything computes with it."""
+    for _ in range(_MAX_SIDE_NODES):
+        t = index.graph.weights.get(name)
+        if t is not None:
+            ok = t.numel > 1 and t.may_be_parameter and is_float(t.dtype)
+            return t if ok else None
+        node = index.producer.get(name)
+        if node is None or node.op not in _TABLE_VIEW_OPS or not node.inputs or not node.inputs[0]:
+            return None
+        if node.op == "Concat":
+            parts = [x for x in node.inputs if x and _viewed_table(index, x) is not None]
+            return _viewed_table(index, parts[0]) if len(parts) == 1 else None
+        name = node.inputs[0]
+    return None
 
 
 def _expanded_weight(index: GraphIndex, name: str) -> Tensor | None:

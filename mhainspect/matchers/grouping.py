@@ -249,12 +249,22 @@ def _bert_output(owner: str, modules: Mapping[str, Mapping[str, WeightMeta]]) ->
     return None
 
 
+def pointwise_conv(meta: WeightMeta) -> bool:
+    """A convolution weight one position wide on every spatial axis, [out, in, 1, ...] (Conv1d kernel
+    1, Conv2d 1x1): a projection of the channels, as a Linear [out, in] is."""
+    shape = meta.shape
+    return len(shape) >= 3 and meta.layout in ("", "out_in") and all(d == 1 for d in shape[2:])
+
+
 def linear_dims(meta: WeightMeta, module: str, *, packed: bool = False) -> tuple[int, int] | None:
-    """(in_features, out_features) of a 2-D projection weight; None for other ranks.
+    """(in_features, out_features) of a 2-D projection weight or a pointwise convolution's; None
+    for other ranks.
 
     Without a recorded layout: a packed [Q; K; V] weight is wider out than in (it holds at least
     the model width plus two heads), which tells GPTBigCode's nn.Linear ``c_attn`` [(h + 2)·d, E]
     from GPT-2's Conv1D ``c_attn`` [E, 3E]; otherwise the name decides (Conv1D names, ``kernel``)."""
+    if pointwise_conv(meta):
+        return meta.shape[1], meta.shape[0]
     if len(meta.shape) != 2:
         return None
     a, b = meta.shape
@@ -271,8 +281,9 @@ def linear_dims(meta: WeightMeta, module: str, *, packed: bool = False) -> tuple
 def kernel_head_split(meta: WeightMeta, role: str) -> tuple[int, int, int, int] | None:
     """Keras-style 3-D kernels: Q/K/V ``[in, heads, head_dim]``, O ``[heads, head_dim, out]``.
 
-    Returns (in_features, out_features, heads, head_dim)."""
-    if len(meta.shape) != 3:
+    Returns (in_features, out_features, heads, head_dim); None for other ranks and for a pointwise
+    convolution's [out, in, 1] (a head one element wide is no Keras kernel)."""
+    if len(meta.shape) != 3 or pointwise_conv(meta):
         return None
     if role == "o":
         h, d, out = meta.shape

@@ -3,7 +3,9 @@
 A projection is MatMul / Gemm / FusedMatMul / Einsum, or a quantized product (dataflow's
 QUANTIZED_PRODUCTS: MatMulInteger, MatMulNBits, QLinearMatMul, ...), with one activation input and
 one weight input (an initializer, possibly behind Transpose/Cast/DequantizeLinear), read at its
-logical shape. Its epilogue belongs to it: the dequantizing Cast/Mul of an integer product, a bias
+logical shape. A convolution whose kernel is one position wide on every spatial axis (Conv1d
+kernel 1, Conv2d 1x1, any rank) and that mixes all channels (one group) computes the same: a
+projection of the channel axis, from its weight's input to its output channels. Its epilogue belongs to it: the dequantizing Cast/Mul of an integer product, a bias
 (an input, an Add after the product, or a following SkipLayerNormalization's bias input) and a
 BatchNorm over its channels. Walking backward from Q/K/V (or forward from the attention output)
 passes through the head-plumbing ops exporters write between projections and the attention core,
@@ -28,7 +30,7 @@ from mhainspect.ir.dataflow import (
 from mhainspect.ir.graph import Node, Tensor
 from mhainspect.ir.symbolic import numel, ratio
 
-_PROJECTION_OPS = {"MatMul", "Gemm", "FusedMatMul", "Einsum"} | set(QUANTIZED_PRODUCTS)
+_PROJECTION_OPS = {"MatMul", "Gemm", "FusedMatMul", "Einsum", "Conv"} | set(QUANTIZED_PRODUCTS)
 
 # Ops a Q/K/V value passes through between its projection and the attention core, with the
 # input positions that carry the value (None: every activation input).
@@ -99,6 +101,8 @@ def recognise_projection(index: GraphIndex, node: Node, via_input: str | None = 
         return None
     if node.op == "Einsum":
         return _einsum_projection(index, node, via_input)
+    if node.op == "Conv":
+        return _pointwise_conv_projection(index, node, via_input)
     quantized = QUANTIZED_PRODUCTS.get(node.op)
     if quantized is not None:
         return _quantized_projection(index, node, quantized, via_input)
@@ -127,6 +131,22 @@ def recognise_projection(index: GraphIndex, node: Node, via_input: str | None = 
         in_f, out_f = (cols, rows) if transposed else (rows, cols)
     bias_pos = 2 if node.op == "Gemm" else None
     return _with_bias(index, node, w, act, in_f, out_f, bias_pos, integer_result=False)
+
+
+def _pointwise_conv_projection(index: GraphIndex, node: Node, via_input: str | None) -> ProjectionHit | None:
+    """A Conv whose kernel covers one position (every spatial axis 1) over all channels (one group):
+    weight [out, in, 1, ...] applied to the channel axis at every position, a projection of width out."""
+    act = node.inputs[0]
+    if not index.is_activation(act) or via_input not in (None, act) or node.attrs.get("group", 1) != 1:
+        return None
+    w = index.weight(node.inputs[1])
+    if w is None or w.transposed or len(w.shape) < 3 or min(w.shape) <= 0 or any(d != 1 for d in w.shape[2:]):
+        return None
+    kernel = node.attrs.get("kernel_shape")
+    if isinstance(kernel, tuple) and any(k != 1 for k in kernel):
+        return None
+    out_f, in_f = w.shape[0], w.shape[1]
+    return _with_bias(index, node, w, act, in_f, out_f, 2, integer_result=False)
 
 
 def _quantized_projection(index: GraphIndex, node: Node, operands: ProductOperands,

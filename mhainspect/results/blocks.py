@@ -140,7 +140,7 @@ class AttentionBlock:
 
     name: str
     matcher: str  # a Matcher; a bare string is checked and converted on construction
-    kind: str  # a BlockKind ("self" | "cross" | "additive"), checked and converted likewise
+    kind: str  # a BlockKind ("self" | "cross" | "additive" | "unknown"), checked and converted likewise
     num_heads: int | None
     num_kv_heads: int | None
     d_model: int | None

@@ -70,9 +70,14 @@ class Matcher(Vocabulary):
 
 
 class BlockKind(Vocabulary):
+    """Where Q and K/V come from, read from the dataflow (or, without a graph, from names)."""
+
     SELF = "self"  # Q, K and V read the same tensor
-    CROSS = "cross"  # K/V come from another source than Q
+    CROSS = "cross"  # K/V read a tensor Q does not (an encoder output, a memory; a learned query's pooling)
     ADDITIVE = "additive"  # Bahdanau attention: one head, no Q·Kᵀ
+    # Q's and K's projections are not resolved and the tensors they come from are computed by ops
+    # the matcher does not see through: nothing shows whether K/V have a source of their own.
+    UNKNOWN = "unknown"
 
 
 class CacheStatus(Vocabulary):

@@ -393,6 +393,13 @@ class _Converter:
                 self.add_weight(f"{path}.bias", module.bias)
             self._linear(fx_node, self.operand(x), f"{path}.weight",
                          f"{path}.bias" if module.bias is not None else None)
+        elif isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) and module.padding_mode == "zeros":
+            self.add_weight(f"{path}.weight", module.weight)
+            conv_inputs: list[str | None] = [self.operand(x), f"{path}.weight"]
+            if module.bias is not None:
+                self.add_weight(f"{path}.bias", module.bias)
+                conv_inputs.append(f"{path}.bias")
+            self._single(fx_node, "Conv", conv_inputs, group=module.groups, kernel_shape=tuple(module.kernel_size))
         elif isinstance(module, nn.Dropout):
             self._single(fx_node, "Dropout", [self.operand(x)])
         elif isinstance(module, nn.Softmax):
@@ -888,6 +895,44 @@ def _h_rms_norm(c: _Converter, n: Any, a: tuple[Any, ...], kw: Mapping[str, Any]
     return True
 
 
+def _h_conv(c: _Converter, n: Any, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
+    """conv1d/conv2d/conv3d(x, w, b, stride, padding, dilation, groups) and convolution(x, w, b,
+    stride, padding, dilation, transposed, output_padding, groups) -> Conv (transposed ones stay aten)."""
+    x, w = (c.operand(a[0]), c.operand(a[1])) if len(a) >= 2 else (None, None)
+    if x is None or w is None:
+        return False
+    b = a[2] if len(a) > 2 else kw.get("bias")
+    general = _op_name(n.target) == "convolution"
+    if general and (a[6] if len(a) > 6 else kw.get("transposed", False)):
+        return False
+    groups = a[8] if general and len(a) > 8 else a[6] if not general and len(a) > 6 else kw.get("groups", 1)
+    weight = a[1].meta.get("val") if isinstance(a[1], torch.fx.Node) else None
+    kernel = tuple(int(d) for d in weight.shape[2:]) if isinstance(weight, torch.Tensor) else None
+    ins = [x, w] + ([c.operand(b) or ""] if isinstance(b, torch.fx.Node) else [])
+    c._single(n, "Conv", ins, group=int(groups) if isinstance(groups, int) else None, kernel_shape=kernel)
+    return True
+
+
+def _h_pad(c: _Converter, n: Any, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
+    """pad / constant_pad_nd(x, [last_lo, last_hi, prev_lo, prev_hi, ...], value) -> Pad with ONNX's
+    [begins..., ends...] over every axis."""
+    x = c.operand(a[0]) if a else None
+    pads = a[1] if len(a) > 1 else kw.get("pad")
+    rank = c.rank(a[0]) if a else None
+    mode = a[2] if len(a) > 2 and isinstance(a[2], str) else kw.get("mode", "constant")
+    if x is None or rank is None or not isinstance(pads, (list, tuple)) or len(pads) % 2 or len(pads) > 2 * rank:
+        return False
+    begins: list[Any] = [0] * rank
+    ends: list[Any] = [0] * rank
+    for i in range(len(pads) // 2):
+        begins[rank - 1 - i], ends[rank - 1 - i] = pads[2 * i], pads[2 * i + 1]
+    target = c.shape_tensor(begins + ends)
+    if target is None:
+        return False
+    c._single(n, "Pad", [x, target], mode=mode if isinstance(mode, str) else None)
+    return True
+
+
 def _h_embedding(c: _Converter, n: Any, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
     w, idx = c.operand(a[0]), c.operand(a[1])
     if w is None or idx is None:
@@ -971,7 +1016,8 @@ _HANDLERS: dict[str, Handler] = {
     "repeat": _h_repeat, "tile": _h_repeat, "repeat_interleave": _h_repeat_interleave, "einsum": _h_einsum, "layer_norm": _h_layer_norm,
     "rms_norm": _h_rms_norm, "embedding": _h_embedding, "sym_size": _h_sym_size, "size": _h_sym_size,
     "sym_numel": _h_sym_numel, "numel": _h_sym_numel, "getitem": _h_getitem, "sqrt_scalar": _h_sqrt_scalar,
-    "getattr": _h_getattr,
+    "getattr": _h_getattr, "conv1d": _h_conv, "conv2d": _h_conv, "conv3d": _h_conv, "convolution": _h_conv,
+    "pad": _h_pad, "constant_pad_nd": _h_pad,
     **{name: _h_sdpa for name in _SDPA},
 }
 
