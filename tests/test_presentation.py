@@ -11,17 +11,21 @@ import json
 import math
 import re
 import struct
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mhainspect.cli.app import main
+from mhainspect.pipeline import audit
 from mhainspect.render.grouping import common_prefix, fold_names, group_blocks
+from mhainspect.render.html import render_html
 from mhainspect.render.markdown import render_markdown
 from mhainspect.render.table import render_table
 from mhainspect.results import AttentionBlock, ModelSummary, ParamBreakdown, Report
 
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_models"
 LAYERS, HEADS, KV_HEADS, HIDDEN, FFN, VOCAB = 32, 32, 8, 4096, 14336, 128256
 
 
@@ -184,3 +188,88 @@ def test_paragraphs_wrap_with_a_hanging_indent() -> None:
     para = [line for line in text.splitlines() if line.startswith("The head count")]
     assert para and text.split(para[0] + "\n")[1].startswith("  "), text
     assert not re.search(r"Near misses \(0\)", render_table(report, color=False, verbose=True))
+
+
+# ------------------------------------------------------------------------------- HTML page
+
+
+_VOID = frozenset({"meta", "wbr", "br", "link", "img", "hr", "input"})
+
+
+class _Visible(HTMLParser):
+    """What a reader sees before opening any toggle: text outside closed <details> (their
+    <summary> lines count), collected per kind of element."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0  # open <details> around the current position
+        self.stack: list[str] = []
+        self.items: dict[str, list[str]] = {"li": [], "tr": [], "h3": [], "summary": [], "label": []}
+        self.current: dict[str, list[str]] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _VOID:
+            return
+        css = dict(attrs).get("class") or ""
+        if tag == "details":
+            self.depth += 1
+        key = "label" if tag == "text" and css.startswith("label") else tag
+        if key in self.items:
+            self.current[key] = []
+        self.stack.append(key)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _VOID:
+            return
+        key = self.stack.pop()
+        if tag == "details":
+            self.depth -= 1
+        if key in self.current:
+            text = " ".join("".join(self.current.pop(key)).split())
+            if self.depth == 0 or (key == "summary" and self.depth == 1):
+                self.items[key].append(text)
+
+    def handle_data(self, data: str) -> None:
+        for parts in self.current.values():
+            parts.append(data)
+
+
+def _visible(page: str) -> dict[str, list[str]]:
+    parser = _Visible()
+    parser.feed(page)
+    return parser.items
+
+
+def test_llama_html_page_repeats_no_row_flag_or_section(llama: Path) -> None:
+    report = audit(llama)
+    page = render_html(report)
+    seen = _visible(page)
+    for kind, texts in seen.items():
+        repeated = {t for t in texts if texts.count(t) > 1}
+        assert not repeated, (kind, repeated)
+    assert len([t for t in seen["li"] if "MHA005" in t]) == 1
+    assert sum(t.startswith("layers.{0–31}.self_attn ×32") for t in seen["label"]) == 1  # one bar, its count
+    assert sum("model.layers.{0–31}.self_attn ×32" in t for t in seen["tr"]) == 1  # one table row
+    assert "1flag, raised 32 times" in page.replace("</b><span>", "")
+    # per-layer detail is there, behind a toggle
+    assert all(f"model.layers.{i}.self_attn" in page for i in range(LAYERS))
+    assert "Every block, one row each (32)" in page
+
+
+def test_comparison_bars_have_absolute_lengths(llama: Path) -> None:
+    small = audit(SAMPLES / "standard_mha.onnx")
+    page = render_html([small, audit(llama)])
+    chart = page.split("<h2>Comparison</h2>")[1].split("</svg>")[0]
+    widths = [float(w) for w in re.findall(r'<rect class="seg rest"[^>]*width="([\d.]+)"', chart)]
+    assert len(widths) == 2 and widths[1] > 2 * widths[0]  # 8B against 17k: not alike
+    assert "log" in chart and ">1B<" in chart
+
+
+def test_folder_of_models_starts_with_one_row_per_model(cli: Any) -> None:
+    out = cli(SAMPLES, columns=100).out
+    assert out.startswith("Models (9)\n")
+    table = out.split("\n\n")[0]
+    assert all(f"{p.name} " in table for p in SAMPLES.glob("*.onnx"))
+    assert "sample_models/" not in table  # the folder they share is not repeated
+    md = cli(SAMPLES, "-f", "markdown").out
+    assert md.startswith("## Models (9)\n") and "| `bert_two_layers.onnx` | ONNX | 33,536 |" in md

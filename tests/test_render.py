@@ -492,8 +492,11 @@ def test_markdown() -> None:
     assert "| `encoder.layers.0.self_attn` | self | 8 | 512 | 64 | 64 | 262,656 |" in md
     assert "32/8 kv" in md
     assert "`decoder\\|attn [0]`" in md  # pipe escaped inside a table cell
-    rows = [ln for ln in md.splitlines() if ln.startswith("| `")]
-    assert all(ln.count(" | ") == 12 for ln in rows)
+    rows = [ln for ln in md.split("| Block |")[1].splitlines() if ln.startswith("| `")]
+    assert len(rows) == 3 and all(ln.count(" | ") == 12 for ln in rows)
+    # several models: one row per model first
+    overview = md.split("### Models (2)")[1].split("###")[0]
+    assert "| `models/mixed.onnx` | ONNX | 20,000,000 | 13,895,680 | 69.48 | 3 | 8, 32/8 kv, ? |" in overview
     assert "- **MHA004** (warning) `decoder|attn [0]`: head count not identifiable" in md
     assert "- **MHA006** (error) head layout differs" in md
     assert "**20,000,000** params" in md

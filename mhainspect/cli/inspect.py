@@ -234,11 +234,12 @@ def _render(view: _View, reports: "list[Report]", extras: "list[ModelExtras]") -
         from mhainspect.render.sarif import render_sarif
 
         return render_sarif(reports, failures, execution_successful=not view.errors)
-    from mhainspect.render.table import render_summary, render_table
+    from mhainspect.render.table import render_overview, render_summary, render_table
 
-    parts = [render_table(r, width=view.width, color=view.color, verbose=view.verbose, extras=e,
+    overview = [render_overview(reports, width=view.width, color=view.color)] if view.several else []
+    parts = [*overview, *(render_table(r, width=view.width, color=view.color, verbose=view.verbose, extras=e,
                           what_if_heads=view.what_if_heads, group_repeats=view.group, wrap=view.wrap)
-             for r, e in zip(reports, extras)]
+              for r, e in zip(reports, extras))]
     if view.several:
         parts.append(render_summary(_summary_lines(reports, extras, view.errors), width=view.width,
                                     color=view.color, wrap=view.wrap))

@@ -6,11 +6,11 @@ import re
 from collections.abc import Sequence
 
 from mhainspect.analysis.gates import GateResult
-from mhainspect.ir.units import group, human_count
-from mhainspect.render.grouping import BlockGroup, group_blocks, join_names
-from mhainspect.results import AttentionBlock, BlockVerification, ModelSummary, Report, VerifyStatus
+from mhainspect.ir.units import format_bytes, group, human_count
+from mhainspect.render.grouping import BlockGroup, common_prefix, group_blocks, join_names
+from mhainspect.results import AttentionBlock, BlockVerification, CacheStatus, ModelSummary, Report, VerifyStatus
 
-__all__ = ["GROUPED_NOTE", "UNKNOWN", "block_cells", "block_groups", "blocks_word", "format_label", "gate_line", "head_count_lines", "heads_label",
+__all__ = ["GROUPED_NOTE", "MODEL_COLUMNS", "UNKNOWN", "block_cells", "block_groups", "kv_cell", "model_cells", "model_names", "blocks_word", "format_label", "gate_line", "head_count_lines", "heads_label",
            "ignored_line", "kind_label", "percent", "source_facts", "verify_label", "what_if_rows"]
 
 # One display name per source format (the JSON keeps the format's own key).
@@ -173,3 +173,34 @@ def verify_label(v: BlockVerification) -> str:
     if v.status == VerifyStatus.OBSERVED:
         return f"observed at run time: {heads}"
     return f"not checkable ({v.reason or 'no reason given'})"
+
+
+# The one-row-per-model overview of a many-model run (terminal, markdown).
+MODEL_COLUMNS = ("Model", "Format", "Params", "Attention", "Share (%)", "Blocks", "Heads", "KV/token", "Flags")
+
+
+def model_names(reports: Sequence[Report]) -> list[str]:
+    """The models' paths without the folder they all share ('sample_models/')."""
+    paths = [r.model.path for r in reports]
+    prefix = common_prefix(paths)
+    return [p[len(prefix):] or p for p in paths]
+
+
+def kv_cell(report: Report) -> str:
+    """The KV cache per token in a cell: bytes, 'none' (an encoder), '?' (unknown), '-' (not sized)."""
+    kv = report.model.kv_cache
+    if kv is None:
+        return "-"
+    if kv.bytes_per_token is not None:
+        return format_bytes(kv.bytes_per_token)
+    return "none" if kv.status is CacheStatus.NONE else UNKNOWN
+
+
+def model_cells(report: Report, name: str) -> tuple[str, ...]:
+    """One model's overview row, in MODEL_COLUMNS order: totals, blocks, the head counts it has
+    (each once), KV cache per token, the flag codes raised (each once)."""
+    m = report.model
+    heads = ", ".join(dict.fromkeys(heads_label(b) for b in report.blocks)) or "-"
+    codes = ", ".join(sorted({f.code for f in report.flags})) or "-"
+    return (name, format_label(m.format), group(m.total_params), group(m.attention_params),
+            percent(m.attention_params, m.total_params), str(len(report.blocks)), heads, kv_cell(report), codes)

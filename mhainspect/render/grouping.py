@@ -171,7 +171,8 @@ def common_prefix(names: Sequence[str]) -> str:
     cuts = [i + 1 for i in range(n) if first[i] in _SEPARATORS]
     while cuts:
         rest = [name[cuts[-1]:] for name in unique]
-        if all(r and not r[0].isdigit() for r in rest):
-            return first[:cuts[-1]]
+        prefix = first[:cuts[-1]]
+        if all(r and not r[0].isdigit() for r in rest) and prefix.strip(_SEPARATORS):
+            return prefix  # not a bare '/' or './': that says nothing a reader could drop
         cuts.pop()
     return ""

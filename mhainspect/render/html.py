@@ -22,15 +22,19 @@ from mhainspect.analysis.whatif import what_if
 from mhainspect.ir.units import format_bytes, group, human_count
 from mhainspect.render.cells import (
     UNKNOWN,
+    block_cells,
     format_label,
     heads_label,
     ignored_line,
     kind_label,
+    kv_cell,
+    model_names,
     percent,
     source_facts,
     verify_label,
 )
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
+from mhainspect.render.grouping import BlockGroup, common_prefix, group_blocks, group_flags, join_names
 from mhainspect.render.html_style import CSS, CSS_HASH
 from mhainspect.render.safe import html
 from mhainspect.render.sarif import DOCS_BASE, FLAG_ANCHORS
@@ -45,6 +49,7 @@ from mhainspect.render.svg import (
     columns_chart,
     label_width,
     line_chart,
+    log_bars,
     stacked_bars,
     truncate,
 )
@@ -130,9 +135,18 @@ def _tiles(report: Report) -> str:
         tiles.append((format_bytes(kv.bytes_per_token), "KV cache per token"))
         if kv.total_bytes is not None and kv.context is not None:
             tiles.append((format_bytes(kv.total_bytes), f"KV cache at {group(kv.context)} tokens"))
-    tiles.append((str(len(report.flags)), "flags"))
+    tiles.append(_flags_tile(report))
     return '<div class="tiles">' + "".join(f"<div class=\"tile\"><b>{html(v)}</b><span>{html(k)}</span></div>"
                                            for v, k in tiles) + "</div>"
+
+
+def _flags_tile(report: Report) -> tuple[str, str]:
+    """The flags as the page lists them: '1 flag, on 32 blocks' for one MHA005 on every layer."""
+    lines = len(group_flags(report.flags))
+    label = "flag" if lines == 1 else "flags"
+    if lines < len(report.flags):
+        label += f", raised {len(report.flags)} times"
+    return str(lines), label
 
 
 def _size_lines(report: Report) -> list[str]:
@@ -168,10 +182,13 @@ def _header(report: Report) -> str:
            *_size_lines(report)]
     if report.flags:
         items = []
-        for f in report.flags:
-            where = f"<code>{html(f.block)}</code>: " if f.block is not None else ""
+        for g in group_flags(report.flags):
+            f = g.flag
+            names = [b for b in g.blocks if b is not None]
+            where = f"<code>{_name(join_names(names))}</code>: " if names else ""
+            times = f"<b>×{g.count}</b> " if g.count > 1 else ""
             items.append(f'<li>{_flag_link(f.code)}<span class="sev {html(_sev(f))}">{html(_sev(f))}</span>'
-                         f"{where}{html(f.message)}</li>")
+                         f"{times}{where}{html(f.message)}</li>")
         out.append('<ul class="flags">' + "".join(items) + "</ul>")
     else:
         out.append('<p class="meta">No flags.</p>')
@@ -180,9 +197,43 @@ def _header(report: Report) -> str:
     return "".join(out)
 
 
+def _groups(report: Report) -> list[BlockGroup]:
+    """The blocks as the page draws them: blocks with the same layout and counts whose names
+    differ in one number (every layer of a big model) are one bar, one row and one section."""
+    total = report.model.total_params
+    return group_blocks(report.blocks, lambda b: (block_cells(b, total)[1:], _layout(b), _segments(b)))
+
+
+def _label(g: BlockGroup, prefix: str = "") -> str:
+    """A group's name for a chart: without the prefix every block shares, with its count."""
+    name = g.label[len(prefix):] if prefix and g.label.startswith(prefix) else g.label
+    return name if g.count == 1 else f"{name} ×{g.count}"
+
+
+def _prefix_note(prefix: str) -> str:
+    return f" Names without their common prefix “{prefix}”." if prefix else ""
+
+
+def _differs_note(report: Report) -> str:
+    if len({_layout(b) for b in report.blocks}) < 2:
+        return ""
+    return (" Names in colour have a head layout that differs from the most common one "
+            f"(MHA006, {_tone(report)}).")
+
+
+def _tone(report: Report) -> str:
+    """How loudly the page marks blocks whose layout differs: as MHA006's own severity says
+    (info, warning, error), so an informational difference is not drawn in alarm red."""
+    order = {"info": 0, "warning": 1, "error": 2}
+    severities = [_sev(f) for f in report.flags if f.code == "MHA006"]
+    return max(severities, key=lambda v: order.get(v, 0)) if severities else "info"
+
+
 def _params_section(report: Report, ids: Ids) -> str:
     m = report.model
     blocks = report.blocks
+    groups = _groups(report)
+    prefix = common_prefix([b.name for b in blocks])
     totals: dict[str, int] = {}
     for b in blocks:
         for seg in _segments(b):
@@ -193,40 +244,58 @@ def _params_section(report: Report, ids: Ids) -> str:
                                    ("bias", "biases"), ("extra", "other block parameters"))),
                                 Segment("rest of the model", rest, "rest")),
                 note=f"{percent(m.attention_params, m.total_params)}% attention" if m.total_params else "")
-    chars = label_width([whole.label, *(b.name for b in blocks)])
+    chars = label_width([whole.label, *(_label(g, prefix) for g in groups)])
     model_bar = stacked_bars([whole], label_chars=chars, ids=ids, title="Attention parameters against the whole model",
                              desc=f"{group(m.attention_params)} of {group(m.total_params)} parameters are in "
                                   f"attention blocks; {group(rest)} are elsewhere.", fmt=human_count)
     common = _common_layout(blocks)
-    rows = [Row(b.name, _segments(b), note=human_count(b.params.total + b.params.extra),
-                highlight=_layout(b) != common) for b in blocks]
-    desc = "; ".join(f"{b.name}: Q {group(b.params.q)}, K {group(b.params.k)}, V {group(b.params.v)}, "
-                     f"O {group(b.params.o)} (biases {group(b.params.bias)})" for b in blocks[:64])
-    per_block = stacked_bars(rows, label_chars=chars, ids=ids, title="Attention parameters per block, stacked Q / K / V / O / bias",
-                             desc=desc, fmt=human_count)
+    rows = [Row(_label(g, prefix), _segments(g.first),
+                note=human_count(g.first.params.total + g.first.params.extra) + (" each" if g.count > 1 else ""),
+                highlight=_layout(g.first) != common) for g in groups]
+    desc = "; ".join(f"{_label(g)}: Q {group(g.first.params.q)}, K {group(g.first.params.k)}, "
+                     f"V {group(g.first.params.v)}, O {group(g.first.params.o)} (biases {group(g.first.params.bias)})"
+                     + (" each" if g.count > 1 else "") for g in groups[:64])
+    per_block = stacked_bars(rows, label_chars=chars, ids=ids,
+                             title="Attention parameters per block, stacked Q / K / V / O / bias", desc=desc,
+                             fmt=human_count)
     legend = _legend([("q", "Q"), ("k", "K"), ("v", "V"), ("o", "O"), ("bias", "biases"),
                       *([("extra", "other block parameters")] if totals.get("extra") else []),
                       ("rest", "rest of the model")])
+    folded = (" Blocks with the same counts and layout are one bar (×N: N blocks, each as drawn)."
+              if len(groups) < len(blocks) else "")
     return ("<h3>Where the attention parameters are</h3>" + legend + model_bar + per_block
-            + '<p class="caption">One bar per attention block, in model order; the scale is shared. '
-              "Names in the accent colour have a head layout that differs from the most common one.</p>")
+            + f'<p class="caption">One bar per attention block, in model order; the scale is shared.{folded}'
+              f"{html(_prefix_note(prefix))}{html(_differs_note(report))}</p>")
 
 
 def _layout_section(report: Report, ids: Ids) -> str:
     blocks = report.blocks
+    layouts = Counter(_layout(b) for b in blocks)
+    if len(layouts) == 1:
+        h, g, dk, dv = next(iter(layouts))
+        every = "The block has" if len(blocks) == 1 else f"All {len(blocks)} blocks share one layout:"
+        kv = f", {_opt(g)} KV heads" if g is not None and g != h else ""
+        return (f"<h3>Head layout</h3><p>{html(every)} {html(_opt(h))} heads{html(kv)}, d_k {html(_opt(dk))}, "
+                f"d_v {html(_opt(dv))}.</p>")
     common = _common_layout(blocks)
+    prefix = common_prefix([b.name for b in blocks])
+    groups = group_blocks(blocks, _layout)  # one column per layout run, labelled by its blocks
     show_dv = any(b.d_v != b.d_k for b in blocks)
     panels = ["heads", "KV heads", "d_k", *(["d_v"] if show_dv else [])]
-    cols = [Column(b.name, (b.num_heads, b.num_kv_heads if b.num_kv_heads is not None else b.num_heads, b.d_k,
-                            *((b.d_v,) if show_dv else ())), highlight=_layout(b) != common) for b in blocks]
-    layouts = Counter(_layout(b) for b in blocks)
-    desc = (f"{len(layouts)} head layout(s): "
-            + "; ".join(f"{n} block(s) with {_opt(h)} heads, {_opt(g)} KV heads, d_k {_opt(dk)}, d_v {_opt(dv)}"
+    cols = [Column(_label(grp, prefix), (b.num_heads, b.num_kv_heads if b.num_kv_heads is not None else b.num_heads,
+                                         b.d_k, *((b.d_v,) if show_dv else ())), highlight=_layout(b) != common)
+            for grp in groups for b in (grp.first,)]
+    desc = (f"{len(layouts)} head layouts: "
+            + "; ".join(f"{_blocks_word(n)} with {_opt(h)} heads, {_opt(g)} KV heads, d_k {_opt(dk)}, d_v {_opt(dv)}"
                         for (h, g, dk, dv), n in layouts.most_common()))
     chart = columns_chart(cols, panels, ids=ids, title="Heads, KV heads and head width per block", desc=desc)
-    note = ("All blocks share one layout." if len(layouts) == 1 else
-            "The layout changes between blocks (MHA006): the differing blocks are in the accent colour.")
+    note = (f"The layout changes between blocks (MHA006, {_tone(report)}): the differing blocks are in colour; "
+            "one column per layout and its blocks (×N), in model order.")
     return f'<h3>Head layout per block</h3>{chart}<p class="caption">{html(note)}</p>'
+
+
+def _blocks_word(n: int) -> str:
+    return "1 block" if n == 1 else f"{n} blocks"
 
 
 def _head_range(b: AttentionBlock) -> list[int]:
@@ -240,8 +309,8 @@ def _head_range(b: AttentionBlock) -> list[int]:
     return sorted(v for v in values if 1 <= v <= top)
 
 
-def _whatif_chart(group_blocks: Sequence[AttentionBlock], ids: Ids) -> str:
-    b = group_blocks[0]
+def _whatif_chart(members: Sequence[AttentionBlock], ids: Ids) -> str:
+    b = members[0]
     h = b.num_heads
     points = [(x, w) for x in _head_range(b) if (w := what_if(b, x)) is not None]
     own = what_if(b, h) if h is not None else None
@@ -262,8 +331,8 @@ def _whatif_chart(group_blocks: Sequence[AttentionBlock], ids: Ids) -> str:
     chart = line_chart([fixed_width, fixed_dk], [mark], ids=ids, x_label="heads",
                        title=f"Parameters against the head count: {b.name}", desc=desc, y_fmt=human_count,
                        x_fmt=lambda v: f"{v:g}")
-    names = truncate(group_blocks[0].name, 120) + (f" and {len(group_blocks) - 1} more block(s) of this layout"
-                                    if len(group_blocks) > 1 else "")
+    names = truncate(join_names([m.name for m in members]), 160) + (f" ({len(members)} blocks of this layout)"
+                                                                    if len(members) > 1 else "")
     return (f"<figure>{chart}<figcaption><b>{html(names)}</b>: {html(heads_label(b))} heads, d_k {_opt(b.d_k)}, "
             f"d_model {_opt(b.d_model)}. {html(_whatif_sentence(b, own.head_dim_fixed))}</figcaption></figure>")
 
@@ -392,23 +461,52 @@ def _block_details(b: AttentionBlock) -> str:
     return "".join(parts)
 
 
+_BLOCK_HEAD = ("<tr><th class=\"l\">block</th><th class=\"l\">kind</th><th>heads</th><th>KV heads</th>"
+               "<th>d_model</th><th>d_k</th><th>d_v</th><th>Q</th><th>K</th><th>V</th><th>O</th><th>bias</th>"
+               "<th>total</th><th>share %</th></tr>")
+
+
+def _block_row(b: AttentionBlock, name: str, total: int, times: int = 1) -> str:
+    """One table row: ``name`` (page markup), ``times`` the blocks it stands for."""
+    p = b.params
+    count = f" <b>×{times}</b>" if times > 1 else ""
+    cells = [_opt(b.num_heads), _opt(b.num_kv_heads), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v)]
+    dims = "".join(f'<td class="unknown">{c}</td>' if c == UNKNOWN else f"<td>{c}</td>" for c in cells)
+    return (f'<tr><td class="name"><code>{name}</code>{count}</td><td class="l">{html(kind_label(b))}</td>{dims}'
+            + "".join(f"<td>{group(v)}</td>" for v in (p.q, p.k, p.v, p.o, p.bias))
+            + f"<td><b>{group(p.total)}</b></td><td>{percent(p.total, total)}</td></tr>")
+
+
+def _blocks_table(rows: Iterable[str]) -> str:
+    return '<div class="scroll"><table class="blocks">' + _BLOCK_HEAD + "".join(rows) + "</table></div>"
+
+
+def _evidence_section(g: BlockGroup) -> str:
+    """One section per row of the table: the first block's evidence; the others' (their own
+    tensor names, the same numbers) one toggle further in."""
+    if g.count == 1:
+        return (f"<details><summary>Evidence for <code>{html(g.label)}</code></summary>{_block_details(g.first)}"
+                "</details>")
+    others = "".join(f"<details><summary>Evidence for <code>{html(b.name)}</code></summary>{_block_details(b)}"
+                     "</details>" for b in g.blocks[1:])
+    return (f"<details><summary>Evidence for <code>{html(g.label)}</code> ({g.count} blocks with the same "
+            f"numbers)</summary><p class=\"meta\">Shown: <code>{_name(g.first.name)}</code>.</p>"
+            f"{_block_details(g.first)}<details><summary>The other {g.count - 1} blocks, one by one</summary>"
+            f"{others}</details></details>")
+
+
 def _blocks_section(report: Report) -> str:
     total = report.model.total_params
-    head = ("<tr><th class=\"l\">block</th><th class=\"l\">kind</th><th>heads</th><th>KV heads</th><th>d_model</th>"
-            "<th>d_k</th><th>d_v</th><th>Q</th><th>K</th><th>V</th><th>O</th><th>bias</th><th>total</th>"
-            "<th>share %</th></tr>")
-    rows = []
-    for b in report.blocks:
-        p = b.params
-        cells = [_opt(b.num_heads), _opt(b.num_kv_heads), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v)]
-        dims = "".join(f'<td class="unknown">{c}</td>' if c == UNKNOWN else f"<td>{c}</td>" for c in cells)
-        rows.append(f'<tr><td class="name"><code>{_name(b.name)}</code></td><td class="l">{html(kind_label(b))}</td>{dims}'
-                    + "".join(f"<td>{group(v)}</td>" for v in (p.q, p.k, p.v, p.o, p.bias))
-                    + f"<td><b>{group(p.total)}</b></td><td>{percent(p.total, total)}</td></tr>")
-    details = "".join(f"<details><summary>Evidence for <code>{html(b.name)}</code></summary>{_block_details(b)}"
-                      "</details>" for b in report.blocks)
-    return ('<h3>Blocks</h3><div class="scroll"><table class="blocks">' + head + "".join(rows) + "</table></div>"
-            + details)
+    groups = _groups(report)
+    rows = [_block_row(g.first, _name(g.label), total, g.count) for g in groups]
+    every = ""
+    if len(groups) < len(report.blocks):
+        every = (f"<details><summary>Every block, one row each ({len(report.blocks)})</summary>"
+                 + _blocks_table(_block_row(b, _name(b.name), total) for b in report.blocks) + "</details>")
+    folded = ('<p class="caption">×N: N blocks with the same numbers (each as shown) on one row.</p>'
+              if every else "")
+    return ("<h3>Blocks</h3>" + _blocks_table(rows) + folded + every
+            + "".join(_evidence_section(g) for g in groups))
 
 
 def _misses_section(report: Report) -> str:
@@ -435,7 +533,8 @@ def _gates_section(extras: ModelExtras) -> str:
 
 
 def _model_section(report: Report, ids: Ids, extras: ModelExtras = NO_EXTRAS) -> str:
-    parts = [f'<section class="model" aria-label="{html(report.model.path)}">', _header(report),
+    parts = [f'<section class="model tone-{html(_tone(report))}" aria-label="{html(report.model.path)}">',
+             _header(report),
              _gates_section(extras)]
     if report.blocks:
         parts += [_params_section(report, ids), _layout_section(report, ids), _whatif_section(report, ids),
@@ -447,29 +546,35 @@ def _model_section(report: Report, ids: Ids, extras: ModelExtras = NO_EXTRAS) ->
 
 
 def _comparison(reports: Sequence[Report], ids: Ids) -> str:
+    """One row per model, and their parameters on one absolute (logarithmic) scale: names without
+    the folder they share."""
     rows = []
     bars = []
-    for r in reports:
+    names = model_names(reports)
+    for r, name in zip(reports, names):
         m = r.model
-        layouts = sorted({heads_label(b) + f"×{_opt(b.d_k)}" for b in r.blocks})
-        kv = m.kv_cache
-        rows.append(f'<tr><td class="name"><code>{_name(m.path)}</code></td><td class="l">{html(format_label(m.format))}</td>'
+        layouts = list(dict.fromkeys(heads_label(b) + f"×{_opt(b.d_k)}" for b in r.blocks))
+        rows.append(f'<tr><td class="name"><code>{_name(name)}</code></td><td class="l">{html(format_label(m.format))}</td>'
                     f"<td>{group(m.total_params)}</td><td>{group(m.attention_params)}</td>"
                     f"<td>{percent(m.attention_params, m.total_params)}</td><td>{len(r.blocks)}</td>"
                     f'<td class="l">{html(", ".join(layouts) or "-")}</td>'
                     f"<td>{html(format_bytes(m.weight_bytes)) if m.weight_bytes is not None else '-'}</td>"
-                    f"<td>{html(format_bytes(kv.bytes_per_token)) if kv and kv.bytes_per_token is not None else '-'}</td>"
+                    f"<td>{html(kv_cell(r))}</td>"
                     f'<td class="l">{" ".join(_flag_link(c) for c in sorted({f.code for f in r.flags})) or "-"}</td>'
                     "</tr>")
-        scale = 10_000
-        att = round(scale * m.attention_params / m.total_params) if m.total_params else 0
-        bars.append(Row(m.path, (Segment("attention", att, "q"), Segment("rest of the model", scale - att, "rest")),
-                        note=f"{percent(m.attention_params, m.total_params)}% of {human_count(m.total_params)}"))
-    chart = stacked_bars(bars, ids=ids, title="Share of the parameters in attention, per model",
-                         desc="; ".join(f"{r.model.path}: {percent(r.model.attention_params, r.model.total_params)}% "
-                                        f"of {group(r.model.total_params)}" for r in reports),
-                         fmt=lambda v: f"{v / 100:g}%", tick=lambda v: f"{v / 100:g}%")
-    return ("<h2>Comparison</h2>" + _legend([("q", "attention"), ("rest", "rest of the model")]) + chart
+        share = f"{percent(m.attention_params, m.total_params)}% in attention" if m.total_params else ""
+        bars.append(Row(name, (Segment("parameters", m.total_params, "rest"),
+                               Segment("in attention", m.attention_params, "q")),
+                        note=f"{human_count(m.total_params)}; {share}" if share else human_count(m.total_params)))
+    chart = log_bars(bars, ids=ids, title="Parameters per model and the part in attention (log scale)",
+                     desc="; ".join(f"{name}: {group(r.model.total_params)} parameters, "
+                                    f"{group(r.model.attention_params)} in attention" for r, name in zip(reports, names)),
+                     fmt=group)
+    prefix = common_prefix([r.model.path for r in reports])
+    where = f" Models below {prefix}" if prefix and names != [r.model.path for r in reports] else ""
+    return ("<h2>Comparison</h2>" + _legend([("rest", "parameters"), ("q", "in attention")]) + chart
+            + f'<p class="caption">Each bar from the left edge, on one logarithmic scale (every grid line ten '
+              f"times the last): a model ten times larger has a bar one grid step longer.{html(where)}</p>"
             + '<div class="scroll"><table><tr><th class="l">model</th><th class="l">format</th><th>parameters</th>'
               "<th>attention</th><th>share %</th><th>blocks</th><th class=\"l\">heads×d_k</th><th>weights</th>"
               "<th>KV / token</th><th class=\"l\">flags</th></tr>" + "".join(rows) + "</table></div>")

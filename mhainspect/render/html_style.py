@@ -32,7 +32,7 @@ overflow-wrap:anywhere}
 .mhai .meta,.mhai .caption{color:var(--muted)}
 .mhai .caption{font-size:.9em;margin:.2em 0 .6em}
 .mhai.multi{max-width:1840px}
-.mhai .models{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,46rem),1fr));gap:20px}
+.mhai .models{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,36rem),1fr));gap:20px}
 .mhai .model{border:1px solid var(--line);border-radius:10px;padding:16px 18px;min-width:0}
 .mhai .tiles{display:flex;flex-wrap:wrap;gap:10px;margin:.8em 0}
 .mhai .tile{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:6px 12px;min-width:8.5em}
@@ -62,6 +62,8 @@ border:1px solid currentColor}
 .mhai svg .axis{stroke:var(--muted);stroke-width:1}
 .mhai svg .col{fill:var(--col)}.mhai svg .col.hl{fill:var(--accent)}
 .mhai svg .unknown{fill:var(--accent);font-weight:700}
+.mhai .tone-info svg .label.hl,.mhai .tone-info svg .col.hl{fill:var(--info)}
+.mhai .tone-warning svg .label.hl,.mhai .tone-warning svg .col.hl{fill:var(--warn)}
 .mhai svg .line{fill:none;stroke-width:2.2}
 .mhai svg .line.fixw,.mhai svg .pt.fixw{stroke:var(--fixw)}.mhai svg .pt.fixw{fill:var(--fixw)}
 .mhai svg .line.fixd,.mhai svg .pt.fixd{stroke:var(--fixd)}.mhai svg .pt.fixd{fill:var(--fixd)}

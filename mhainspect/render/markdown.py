@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from mhainspect.ir.units import group
 from mhainspect.render.cells import (
     GROUPED_NOTE,
+    MODEL_COLUMNS,
     UNKNOWN,
     block_cells,
     block_groups,
@@ -15,6 +16,8 @@ from mhainspect.render.cells import (
     gate_line,
     head_count_lines,
     ignored_line,
+    model_cells,
+    model_names,
     percent,
     source_facts,
     verify_label,
@@ -64,6 +67,17 @@ def _evidence(b: AttentionBlock) -> list[str]:
                      f"{p.out_features or UNKNOWN}) {group(p.weight_params)}{bias} via {md_code(p.node)}")
     lines.extend(["", "</details>"])
     return lines
+
+
+def _overview(reports: Sequence[Report], level: int) -> list[str]:
+    """One row per model before the models' own sections."""
+    lines = [f"{'#' * level} Models ({len(reports)})", "", _row(MODEL_COLUMNS),
+             _row(("---", "---", *("---:",) * 4, "---", "---:", "---"))]
+    for report, name in zip(reports, model_names(reports)):
+        cells = list(model_cells(report, name))  # the tool's own words and numbers, but the name
+        cells[0] = md_code(name, table_cell=True)
+        lines.append(_row(cells))
+    return [*lines, ""]
 
 
 def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what_if_heads: Sequence[int],
@@ -172,6 +186,8 @@ def render_markdown(reports: Report | Iterable[Report], *, title: str | None = N
         level = 3
     if not items:
         lines.extend(["No models analysed.", ""])
+    if len(items) > 1:
+        lines.extend(_overview(items, level))
     for report, extra in zip(items, more):
         lines.extend(_report(report, level, extra, verbose, what_if_heads, group_repeats))
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from mhainspect.ir.units import human_count
 from mhainspect.render.safe import html
 
-__all__ = ["Column", "Ids", "Mark", "Row", "Segment", "Series", "columns_chart", "label_width", "line_chart",
+__all__ = ["Column", "Ids", "Mark", "Row", "Segment", "Series", "columns_chart", "label_width", "line_chart", "log_bars",
            "short_count", "stacked_bars", "truncate"]
 
 _FONT = 12  # px: labels
@@ -135,6 +135,53 @@ def stacked_bars(rows: Sequence[Row], *, ids: Ids, title: str, desc: str, fmt: C
                        f'<title>{html(row.label)} · {html(seg.label)}: {html(fmt(seg.value))}</title></rect>')
             x += w
         out.append(f'<text class="note" x="{_n(x + 6)}" y="{_n(y + bar_h - 4)}">{html(row.note)}</text></g>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def log_bars(rows: Sequence[Row], *, ids: Ids, title: str, desc: str, fmt: Callable[[int], str],
+             width: int = 760, label_chars: int | None = None) -> str:
+    """Horizontal bars on one logarithmic scale, each row's segments overlaid from the axis (the
+    largest behind): sizes that differ a thousandfold stay comparable, and every bar keeps its
+    absolute length (an 80M model never looks like a 16k one). Decades are labelled."""
+    bar_h, gap, top = 16, 6, 4
+    if label_chars is None:
+        label_chars = label_width([r.label for r in rows])
+    label_w = label_chars * _CHAR + 10
+    note_w = 150
+    plot_w = max(120.0, width - label_w - note_w)
+    values = [seg.value for r in rows for seg in r.segments if seg.value > 0]
+    low = 10 ** math.floor(math.log10(min(values))) if values else 1
+    high = 10 ** math.ceil(math.log10(max(values))) if values else 10
+    high = max(high, low * 10)
+    span = math.log10(high) - math.log10(low)
+
+    def length(value: int) -> float:
+        return plot_w * (math.log10(value) - math.log10(low)) / span if value > 0 else 0.0
+
+    height = top + len(rows) * (bar_h + gap) + 22
+    out = _open(width, height, ids, title, desc, "bars log")
+    decade = low
+    while decade <= high:
+        x = label_w + length(decade)
+        out.append(f'<line class="grid" x1="{_n(x)}" y1="{top}" x2="{_n(x)}" y2="{_n(height - 18)}"/>')
+        out.append(f'<text class="tick" x="{_n(x)}" y="{_n(height - 5)}" text-anchor="middle">'
+                   f"{html(short_count(decade))}</text>")
+        decade *= 10
+    for i, row in enumerate(rows):
+        y = top + i * (bar_h + gap)
+        out.append(f'<g class="row"><title>{html(row.label)}: {html(row.note)}</title>')
+        out.append(f'<text class="label" x="{_n(label_w - 8)}" y="{_n(y + bar_h - 4)}" '
+                   f'text-anchor="end">{html(truncate(row.label, label_chars))}</text>')
+        end = float(label_w)
+        for seg in sorted(row.segments, key=lambda sg: -sg.value):
+            if seg.value <= 0:
+                continue
+            w = max(length(seg.value), 0.5)
+            end = max(end, label_w + w)
+            out.append(f'<rect class="seg {seg.css}" x="{_n(label_w)}" y="{y}" width="{_n(w)}" height="{bar_h}">'
+                       f'<title>{html(row.label)} · {html(seg.label)}: {html(fmt(seg.value))}</title></rect>')
+        out.append(f'<text class="note" x="{_n(end + 6)}" y="{_n(y + bar_h - 4)}">{html(row.note)}</text></g>')
     out.append("</svg>")
     return "".join(out)
 

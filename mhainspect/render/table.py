@@ -21,6 +21,7 @@ from rich.text import Text
 from mhainspect.ir.units import group
 from mhainspect.render.cells import (
     GROUPED_NOTE,
+    MODEL_COLUMNS,
     UNKNOWN,
     block_cells,
     block_groups,
@@ -29,6 +30,8 @@ from mhainspect.render.cells import (
     heads_label,
     ignored_line,
     kind_label,
+    model_cells,
+    model_names,
     percent,
     source_facts,
     verify_label,
@@ -563,6 +566,58 @@ def _hanging(text: Text, console: Console, width: int) -> Text:
         line.rstrip()
         out.append_text(line)
     return out
+
+
+_OVERVIEW_NUMERIC = frozenset({"Params", "Attention", "Share (%)", "Blocks", "KV/token"})
+# Columns the overview gives up when it does not fit, first to last (Model stays).
+_OVERVIEW_GIVE_WAY = ("Share (%)", "Attention", "Format", "Heads", "KV/token", "Blocks", "Flags")
+
+
+def _overview_columns(rows: Sequence[tuple[str, ...]], width: int, gap: int) -> tuple[list[int], int | None]:
+    """The overview's columns that fit ``width`` (dropped in _OVERVIEW_GIVE_WAY order, a Format
+    that every model shares first), and the width the model names get when even the Model column
+    alone is too wide (None: whole)."""
+    natural = [max(cell_len(c) for c in col) for col in zip(MODEL_COLUMNS, *rows)]
+    flags = MODEL_COLUMNS.index("Flags")
+    # the Flags cell wraps between codes, so it needs only the longest code
+    natural[flags] = max(cell_len(w) for w in [MODEL_COLUMNS[flags], *(w for r in rows for w in r[flags].split())])
+    columns = list(range(len(MODEL_COLUMNS)))
+    uniform = len({r[1] for r in rows}) == 1
+    order = ("Format", *(c for c in _OVERVIEW_GIVE_WAY if c != "Format")) if uniform else _OVERVIEW_GIVE_WAY
+    for name in (None, *order):
+        if name is not None:
+            columns.remove(MODEL_COLUMNS.index(name))
+        need = sum(natural[i] for i in columns) + gap * (len(columns) - 1)
+        if need <= width:
+            return columns, None
+    return columns, max(width, _MIN_NAME)
+
+
+def render_overview(reports: Sequence[Report], *, width: int | None = None, color: bool = True,
+                    ascii_only: bool = False) -> str:
+    """A many-model run's first screen: one row per model (totals, blocks, heads, KV cache per
+    token, flag codes), names without the folder they share; columns give way (a format shared
+    by every model goes into the heading) when the terminal is narrow."""
+    reports = [printable_fields(r) for r in reports]
+    width = width or 120
+    rows = [model_cells(r, name) for r, name in zip(reports, model_names(reports))]
+    rows = [(*r[:-1], r[-1].replace(", ", " ")) for r in rows]
+    columns, name_width = _overview_columns(rows, width, _gap(ascii_only))
+    formats = {r[1] for r in rows}
+    heading = f"Models ({len(reports)}" + (f", all {formats.pop()}" if len(formats) == 1 and 1 not in columns else "")
+    table = Table(box=box.ASCII if ascii_only else box.SIMPLE_HEAD, show_edge=False, header_style="bold",
+                  pad_edge=False, padding=(0, 1) if ascii_only else (0, 1, 0, 0))
+    for i in columns:
+        name = MODEL_COLUMNS[i]
+        table.add_column(name, justify="right" if name in _OVERVIEW_NUMERIC else "left",
+                         no_wrap=name != "Flags", overflow="fold")
+    names = [r[0] for r in rows]
+    how = _shortening(names, name_width) or "middle" if name_width is not None else "tail"
+    for row in rows:
+        cells = [row[i] if i or name_width is None else _shorten(row[0], name_width, how) for i in columns]
+        table.add_row(*cells)
+    text = _print([Text(heading + ")", style="bold"), table], width, color)
+    return text.translate(_ASCII) if ascii_only else text
 
 
 def render_summary(lines: Sequence[str], *, width: int | None = None, color: bool = True, wrap: bool = True) -> str:
