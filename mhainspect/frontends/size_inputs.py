@@ -4,6 +4,7 @@ of a graph (matchers.cache), or a Hugging Face config."""
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -296,13 +297,23 @@ def prefix_block_tensors(blocks: Sequence[AttentionBlock], names: Iterable[str])
     """Per block, its projections' tensors plus every tensor under the block's module path
     (quantization scales and zero points stored beside a weight: q_proj.scales, .qzeros, ...)."""
     all_names = list(names)
+    # The names in order once; each prefix's names are a run of them found by bisection (a scan of
+    # every name per block grows with blocks x tensors). Kept in the names' own order.
+    ordered = sorted(range(len(all_names)), key=all_names.__getitem__)
+    keys = [all_names[i] for i in ordered]
     out: dict[str, tuple[str, ...]] = {}
     for b in blocks:
         own = list(projection_tensor_names(b))
         # Beside the weights only: a bias held on the attention module itself (DeBERTa's q_bias)
         # would make the whole module (its position projections too) a prefix.
         prefixes = {w.rsplit(".", 1)[0] + "." for p in b.projections if (w := p.weight) and "." in w}
-        own.extend(n for n in all_names if any(n.startswith(pre) for pre in prefixes))
+        found: list[int] = []
+        for pre in prefixes:
+            i = bisect.bisect_left(keys, pre)
+            while i < len(keys) and keys[i].startswith(pre):
+                found.append(ordered[i])
+                i += 1
+        own.extend(all_names[i] for i in sorted(set(found)))
         out[b.name] = tuple(dict.fromkeys(own))
     return out
 

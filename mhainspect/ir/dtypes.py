@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
+from functools import lru_cache
 
 
 class Family(str, Enum):
@@ -113,6 +114,9 @@ _ALIASES = {
 
 def lookup(name: str) -> DType | None:
     """The DType for any known spelling (canonical, safetensors, torch, GGML); None when unknown."""
+    found = _BY_NAME.get(name)  # the canonical spelling: what every caller after a loader passes
+    if found is not None:
+        return found
     key = name.removeprefix("torch.")
     found = _BY_NAME.get(key) or _BY_NAME.get(_ALIASES.get(key, ""))
     if found is None:
@@ -137,6 +141,7 @@ def ggml_name(code: int) -> str | None:
     return GGML_CODES.get(code)
 
 
+@lru_cache(maxsize=1024)  # asked once per stored tensor (hundreds of thousands), of a handful of names
 def is_float(name: str) -> bool:
     found = lookup(name)
     return found is not None and found.family is Family.FLOAT

@@ -119,7 +119,7 @@ def count_weights(weights: Mapping[str, WeightMeta]) -> int:
     seen: set[str] = set()
     total = 0
     for t in weights.values():
-        key = parameter_identity(weights, t)
+        key = parameter_identity(weights, t) if t.tied_to else t.storage_key
         if key in seen or not t.is_parameter:
             continue
         seen.add(key)

@@ -82,6 +82,8 @@ class GroupedBlock:
 
 
 def _split(name: str) -> list[str]:
+    if "/" not in name and ":" not in name:  # nearly every name: no TensorFlow-style path to rewrite
+        return name.split(".")
     return name.replace("/", ".").replace(":0", "").split(".")
 
 
@@ -114,6 +116,7 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
     for name, meta in weights.items():
         parts = _split(name)
         leaf = parts[-1]
+        low = leaf.lower()
         scope = ".".join(parts[:-1])
         if leaf in _MHA_LEAVES:
             mha.setdefault(scope, {})[_MHA_LEAVES[leaf]] = meta
@@ -121,12 +124,12 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
             extras.setdefault(".".join(parts[:-2]), []).append(meta)
         elif leaf in _EXTRA_LEAVES:
             extras.setdefault(scope, []).append(meta)
-        elif leaf.lower() in _ROLE_BIAS_LEAVES and len(meta.shape) == 1:
-            role_biases.setdefault(scope, []).append((_ROLE_BIAS_LEAVES[leaf.lower()], meta))
-        elif leaf.lower() in _WEIGHT_LEAVES or (meta.quant is not None and meta.quant.role is QuantRole.WEIGHT):
+        elif low in _ROLE_BIAS_LEAVES and len(meta.shape) == 1:
+            role_biases.setdefault(scope, []).append((_ROLE_BIAS_LEAVES[low], meta))
+        elif low in _WEIGHT_LEAVES or (meta.quant is not None and meta.quant.role is QuantRole.WEIGHT):
             # A quantized Linear's weight by what the loader found (GPTQ/AWQ qweight, weight_packed).
             modules.setdefault(scope, {})["weight"] = meta
-        elif leaf.lower() in _BIAS_LEAVES:
+        elif low in _BIAS_LEAVES:
             modules.setdefault(scope, {})["bias"] = meta
     # Children by parent: parent -> role -> module path
     children: dict[str, dict[str, str]] = {}
@@ -206,13 +209,18 @@ def ungrouped_attention(weights: Mapping[str, WeightMeta], blocks: Iterable[Grou
     K/V are neither separate nor fused (latent K/V as DeepSeek's MLA): near misses, not blocks."""
     children: dict[str, set[str]] = {}
     for name, meta in weights.items():
+        if len(meta.shape) != 2:
+            continue
         parts = _split(name)
-        if len(meta.shape) == 2 and parts[-1].lower() in _WEIGHT_LEAVES and len(parts) >= 3:
+        if len(parts) < 3 or parts[-1].lower() not in _WEIGHT_LEAVES:
+            continue
+        owner = parts[-3].lower()  # the module holding the projection: named as attention?
+        if "attn" in owner or "attention" in owner:
             children.setdefault(".".join(parts[:-2]), set()).add(parts[-2])
     covered = [p for b in blocks for p in (b.name, b.owner)]
     out: list[tuple[str, tuple[str, ...]]] = []
     for path in sorted(children, key=natural_key):
-        if not _attention_named(path, last_only=True) or len(children[path]) < 2:
+        if len(children[path]) < 2:
             continue
         if any(c == path or c.startswith(path + ".") or path.startswith(c + ".") for c in covered):
             continue

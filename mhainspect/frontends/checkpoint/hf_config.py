@@ -450,6 +450,8 @@ def _sub_models(cfg: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
     the config holds (``SUB_CONFIGS`` words, in their order) puts a weight there, by the path below it;
     a weight first named by a tower's words (``vision_tower.…encoder``) is the tower's, in none."""
     out: dict[str, tuple[str, Mapping[str, Any], dict[str, tuple[int, ...]]]] = {}
+    if not any(isinstance(cfg.get(k), Mapping) for s in SUB_CONFIGS for k in s.keys):
+        return out  # no nested config: no name needs its components matched
     for name, shape in shapes.items():
         comps = name.split(".")[:-1]
         for i, comp in enumerate(comps):

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
+from functools import cache
 from typing import Any
 
 from mhainspect.frontends.checkpoint.hf_config import positive_int
@@ -154,6 +155,7 @@ def _config_facts(config: Mapping[str, Any] | None) -> _ConfigFacts:
     return _ConfigFacts(method, positive_int(bits), positive_int(group), per_module or None)
 
 
+@cache
 def _word_bits(dtype: str) -> int | None:
     found = lookup(dtype)
     if found is None or found.block_size != 1 or found.block_bytes.denominator != 1:
@@ -188,6 +190,12 @@ def _quant_state_shape(values: Mapping[str, tuple[int, ...]], module: str) -> tu
     return None
 
 
+@cache
+def _plain(dtype: str, out: int, inp: int, word: int) -> _Decoded:
+    """One stored value per element (fp8, int8): shared by every weight of that dtype and shape."""
+    return _Decoded((out, inp), word, f"{dtype} {[out, inp]}")
+
+
 def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str, WeightMeta],
             values: Mapping[str, tuple[int, ...]], facts: _ConfigFacts) -> _Decoded | None:
     """The logical shape and bits of ``meta`` stored as ``layout``; None when the shapes do not fit it."""
@@ -209,7 +217,7 @@ def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str,
     if layout.pack is Pack.NONE:
         if len(s) != 2:
             return None
-        return _Decoded((s[0], s[1]), word, f"{meta.dtype} {list(s)}")
+        return _plain(meta.dtype, s[0], s[1], word)
     if layout.pack is Pack.FLAT:
         if len(s) != 2 or s[1] != 1:
             return None
@@ -263,30 +271,48 @@ def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str,
     return None
 
 
+# Layouts by the last component of their weight's leaf (every leaf is one component: a name's
+# candidates are found with one lookup, not one test per layout).
+_BY_LEAF: dict[str, tuple[Layout, ...]] = {}
+for _layout in LAYOUTS:
+    assert "." not in _layout.leaf
+    _BY_LEAF[_layout.leaf] = (*_BY_LEAF.get(_layout.leaf, ()), _layout)
+
+
 def _candidates(name: str, meta: WeightMeta, weights: Mapping[str, WeightMeta]) -> list[tuple[Layout, str]]:
     """(layout, module path) pairs whose naming and dtype evidence fit ``meta``."""
+    module, dot, leaf = name.rpartition(".")
+    layouts = _BY_LEAF.get(leaf) if dot else None
+    if layouts is None:
+        return []
     out: list[tuple[Layout, str]] = []
-    for layout in LAYOUTS:
-        if not name.endswith("." + layout.leaf):
+    dtype = meta.dtype
+    for layout in layouts:
+        if layout.dtypes is not None and dtype not in layout.dtypes:
             continue
-        module = name[: -len(layout.leaf) - 1]
-        if layout.dtypes is not None and meta.dtype not in layout.dtypes:
-            continue
-        if any(f"{module}.{mark}" in weights for mark in layout.marks):
-            out.append((layout, module))
+        for mark in layout.marks:
+            if f"{module}.{mark}" in weights:
+                out.append((layout, module))
+                break
     return out
 
 
-def _aux_names(layout: Layout, module: str, names: Sequence[str]) -> list[str]:
-    """The quantization data beside a weight (``names``: every tensor name, sorted)."""
-    found: list[str] = []
-    prefix = module + "."
-    for name in names[bisect.bisect_left(names, prefix):]:
-        if not name.startswith(prefix):
-            break
-        rest = name[len(prefix):]
-        if any(rest == a or (a.endswith(".") and rest.startswith(a)) for a in layout.aux):
-            found.append(name)
+def _aux_names(layout: Layout, module: str, weights: Mapping[str, WeightMeta], sorted_names: Callable[[], Sequence[str]]
+               ) -> list[str]:
+    """The quantization data beside a weight: its exact siblings by lookup, and the leaves under an
+    aux prefix (bitsandbytes' ``weight.quant_state.``) from the sorted names, walked by index from
+    the prefix (``sorted_names``: sorted on first use; a slice would copy the rest of the list per
+    weight, quadratic in the tensor count)."""
+    found = [name for a in layout.aux if not a.endswith(".") and (name := f"{module}.{a}") in weights]
+    for a in layout.aux:
+        if not a.endswith("."):
+            continue
+        prefix = f"{module}.{a}"
+        names = sorted_names()
+        i, end = bisect.bisect_left(names, prefix), len(names)
+        while i < end and names[i].startswith(prefix):
+            found.append(names[i])
+            i += 1
     return found
 
 
@@ -300,14 +326,23 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
         return out
     facts = _config_facts(config)
     method = facts.method
-    names = sorted(weights)
+    order: list[Sequence[str]] = []
+    tails: dict[tuple[Any, ...], str] = {}  # provenance text after the name, by layout, dtype, shapes and bits
+    aux_marks: dict[tuple[tuple[int, ...], str], Quantized] = {}  # one (frozen) AUX mark per shape and method
+
+    def sorted_names() -> Sequence[str]:
+        if not order:
+            order.append(sorted(weights))
+        return order[0]
+
     for name, meta, cands in found:
         decoded = [(layout, module, d) for layout, module in cands
                    if (d := _decode(layout, meta, module, weights, values, facts)) is not None]
         if not decoded:
             continue
         # The shapes decide; among the layouts they allow, the config's quant_method.
-        decoded.sort(key=lambda x: method not in x[0].quant_methods)
+        if len(decoded) > 1:
+            decoded.sort(key=lambda x: method not in x[0].quant_methods)
         layout, module, d = decoded[0]
         conflicts = []
         if method and method not in layout.quant_methods:
@@ -317,16 +352,26 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
         if config_bits is not None and d.bits is not None and d.bits != config_bits and layout.pack is not Pack.NONE:
             conflicts.append(f"quantization_config bits={config_bits}, but {name} {meta.dtype} {list(meta.shape)} "
                              f"holds {d.bits}-bit values ({d.said}): the shapes are used")
-        width = f"{d.bits}-bit" if d.bits is not None else "mixed bits"
-        provenance = (f"{layout.method}: {name} {meta.dtype} {list(meta.shape)} {layout.what}, {width} -> "
-                      f"{list(d.out_in)} ({d.said}"
-                      + (f"; quantization_config quant_method={method}" if method else "") + ")")
-        out[name] = replace(meta, shape=tuple(d.out_in), layout="out_in" if len(d.out_in) == 2 else "",
-                            quant=Quantized(QuantRole.WEIGHT, meta.shape, layout.method, d.bits, provenance,
-                                            "; ".join(conflicts)))
-        for aux in _aux_names(layout, module, names):
+        # The provenance after the weight's name is the same for every weight of one shape and
+        # layout (tens of thousands of experts share a handful): written once per kind.
+        key = (layout.method, meta.dtype, meta.shape, d.out_in, d.bits, d.said)
+        tail = tails.get(key)
+        if tail is None:
+            width = f"{d.bits}-bit" if d.bits is not None else "mixed bits"
+            tail = tails[key] = (f"{meta.dtype} {list(meta.shape)} {layout.what}, {width} -> {list(d.out_in)} "
+                                 f"({d.said}" + (f"; quantization_config quant_method={method}" if method else "")
+                                 + ")")
+        # Built directly: dataclasses.replace costs several times a constructor call, per tensor.
+        out[name] = WeightMeta(meta.name, tuple(d.out_in), meta.dtype, meta.storage_key,
+                               "out_in" if len(d.out_in) == 2 else "",
+                               Quantized(QuantRole.WEIGHT, meta.shape, layout.method, d.bits,
+                                         f"{layout.method}: {name} {tail}", "; ".join(conflicts)), meta.tied_to)
+        for aux in _aux_names(layout, module, weights, sorted_names):
             a = weights[aux]
-            out[aux] = replace(a, quant=Quantized(QuantRole.AUX, a.shape, layout.method))
+            mark = aux_marks.get((a.shape, layout.method))
+            if mark is None:
+                mark = aux_marks[a.shape, layout.method] = Quantized(QuantRole.AUX, a.shape, layout.method)
+            out[aux] = WeightMeta(a.name, a.shape, a.dtype, a.storage_key, a.layout, mark, a.tied_to)
     for name, meta in weights.items():
         if name.rpartition(".")[2] in _KV_SCALE_LEAVES and meta.numel <= 1 and out[name].quant is None:
             out[name] = replace(meta, quant=Quantized(QuantRole.AUX, meta.shape, "kv-cache"))

@@ -28,7 +28,7 @@ from typing import Any
 
 from mhainspect.errors import InputError, MissingDependencyError, read_failure
 from mhainspect.frontends.checkpoint.hf_config import Tie, tied_copies
-from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, apply_quantization, wants_values
+from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEAVES, apply_quantization, wants_values
 from mhainspect.ir.dtypes import canonical
 from mhainspect.ir.limits import MAX_CONFIG_BYTES, MAX_SAFETENSORS_HEADER_BYTES, byte_count, shape_problem
 from mhainspect.ir.weights import WeightMeta
@@ -81,6 +81,8 @@ def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | Non
         raise InputError(f"{path}: not a safetensors file (header is not a JSON object)")
     out: dict[str, WeightMeta] = {}
     wanted: list[tuple[str, str, list[Any]]] = []
+    file_name = path.name
+    spelled: dict[str, str] = {}  # header dtype -> canonical (a header uses a handful)
     for name, entry in header.items():
         if name == "__metadata__":
             continue
@@ -88,15 +90,17 @@ def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | Non
             raise InputError(f"{path}: malformed safetensors header entry {_quoted(name)}")
         shape, dtype, offsets = entry.get("shape"), entry.get("dtype"), entry.get("data_offsets")
         if (not isinstance(shape, list) or not isinstance(dtype, str) or not isinstance(offsets, list)
-                or len(offsets) != 2 or any(byte_count(o) is None for o in offsets)):
+                or len(offsets) != 2 or byte_count(offsets[0]) is None or byte_count(offsets[1]) is None):
             raise InputError(f"{path}: malformed safetensors header entry {_quoted(name)}")
         why = shape_problem(shape)
         if why is not None:
             raise InputError(f"{path}: malformed safetensors header entry {_quoted(name)}: {why}")
-        out[name] = WeightMeta(name, tuple(shape), canonical(dtype),
-                               f"{path.name}:{offsets[0]}:{offsets[1]}")
-        if values is not None and wants_values(name):
-            wanted.append((name, out[name].dtype, offsets))
+        kind = spelled.get(dtype)
+        if kind is None:
+            kind = spelled[dtype] = canonical(dtype)
+        out[name] = WeightMeta(name, tuple(shape), kind, f"{file_name}:{offsets[0]}:{offsets[1]}")
+        if values is not None and name.endswith(VALUE_LEAVES):
+            wanted.append((name, kind, offsets))
     if wanted and values is not None:
         values.update(_read_values(path, 8 + n, wanted))
     return out
