@@ -164,12 +164,59 @@ def fp16_cast(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
     return b.one("Add", [y, b.const("b", _f(n))]) if bias else y
 
 
+def _stored_int(b: Builder, shape: tuple[int, ...], dtype: type = np.int8) -> str:
+    info = np.iinfo(dtype)
+    return b.const("wq", np.random.randint(info.min, info.max, shape).astype(dtype))
+
+
+def cast_mul_int8(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
+    """Weight-only int8 dequantized by plain arithmetic: int8 [K, N] -> Cast(float) -> Mul(scale), the
+    scale per tensor (a scalar)."""
+    w = b.one("Mul", [b.one("Cast", [_stored_int(b, (k, n))], to=TensorProto.FLOAT),
+                      b.const("ws", np.array(0.01, np.float32))])
+    y = b.one("MatMul", [x, w])
+    return b.one("Add", [y, b.const("b", _f(n))]) if bias else y
+
+
+def cast_sub_mul_uint8(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
+    """uint8 [K, N] -> Cast(float) -> Sub(zero point [N]) -> Mul(scale [N]): per output channel."""
+    w = b.one("Cast", [_stored_int(b, (k, n), np.uint8)], to=TensorProto.FLOAT)
+    w = b.one("Mul", [b.one("Sub", [w, b.const("wz", np.full(n, 128.0, np.float32))]),
+                      b.const("ws", np.full(n, 0.01, np.float32))])
+    y = b.one("MatMul", [x, w])
+    return b.one("Add", [y, b.const("b", _f(n))]) if bias else y
+
+
+def int_sub_cast_mul(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
+    """The zero point taken off in integers: int8 -> Cast(int32) -> Sub(int32 zero point [N]) ->
+    Cast(float) -> Mul(scale [N])."""
+    w = b.one("Cast", [_stored_int(b, (k, n))], to=TensorProto.INT32)
+    w = b.one("Cast", [b.one("Sub", [w, b.const("wz", np.full(n, 3, np.int32))])], to=TensorProto.FLOAT)
+    w = b.one("Mul", [b.const("ws", np.full(n, 0.01, np.float32)), w])
+    y = b.one("MatMul", [x, w])
+    return b.one("Add", [y, b.const("b", _f(n))]) if bias else y
+
+
+def mul_sub_transposed_int8(b: Builder, x: str, k: int, n: int, bias: bool) -> str:
+    """Stored [N, K] as nn.Linear keeps it: Cast -> Mul(scale [N, 1]) -> Sub(scaled zero point [N, 1])
+    -> Transpose -> MatMul (the scale first, then the offset)."""
+    w = b.one("Mul", [b.one("Cast", [_stored_int(b, (n, k))], to=TensorProto.FLOAT),
+                      b.const("ws", np.full((n, 1), 0.01, np.float32))])
+    w = b.one("Sub", [w, b.const("wz", np.full((n, 1), 0.03, np.float32))])
+    y = b.one("MatMul", [x, b.one("Transpose", [w], perm=[1, 0])])
+    return b.one("Add", [y, b.const("b", _f(n))]) if bias else y
+
+
 PROJECTIONS: dict[str, Projection] = {
     "float": float_matmul, "qdq_per_axis": qdq_per_axis, "qdq_float_weight": qdq_float_weight,
     "dq_blocked_int4": dq_blocked_int4, "dq_float8": dq_float8,
     "matmul_nbits": matmul_nbits, "matmul_nbits_add": matmul_nbits_add, "dynamic_int8": dynamic_int8,
     "matmul_integer_to_float": matmul_integer_to_float, "qlinear_matmul": qlinear_matmul, "fp16_cast": fp16_cast,
+    "cast_mul_int8": cast_mul_int8, "cast_sub_mul_uint8": cast_sub_mul_uint8, "int_sub_cast_mul": int_sub_cast_mul,
+    "mul_sub_transposed_int8": mul_sub_transposed_int8,
 }
+# Weight-only integer weights dequantized by plain arithmetic (Cast, Mul by a scale, Sub a zero point).
+ARITHMETIC_DEQUANT = ("cast_mul_int8", "cast_sub_mul_uint8", "int_sub_cast_mul", "mul_sub_transposed_int8")
 
 
 def _i64(*v: int) -> np.ndarray:

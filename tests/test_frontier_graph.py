@@ -15,8 +15,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import onnx  # noqa: E402
+
 from mhainspect.pipeline import audit, audit_module  # noqa: E402
 from mhainspect.results import AttentionBlock, Report  # noqa: E402
+from tests import deploy_graphs as g  # noqa: E402
 from tests import frontier_modules as fm  # noqa: E402
 
 EXPORTERS = {"dynamo": True, "torchscript": False}
@@ -90,3 +93,22 @@ def test_kind_is_unknown_when_projections_are_not_resolved(tmp_path: Path, expor
         pytest.skip(f"the {exporter} exporter cannot export it")
     block = _only_block(audit(path))
     assert (block.kind, block.num_heads, block.params.total) == ("unknown", 2, 0)
+
+
+# ----------------------------------------------------------------------------- weight-only int8 by arithmetic
+
+
+@pytest.mark.parametrize("proj", g.ARITHMETIC_DEQUANT)
+def test_integer_weight_dequantized_by_arithmetic_is_the_weight(tmp_path: Path, proj: str) -> None:
+    """int8 initializers -> Cast -> (Sub zero point) -> Mul scale (in any order) feeding Q/K/V/O: each is a
+    weight of the integer tensor's shape; the scales and zero points are no parameters."""
+    path = tmp_path / "m.onnx"
+    onnx.save(g.attention_model(g.PROJECTIONS[proj], heads=4, kv_heads=4, d_k=16, d_model=64), path)
+    report = audit(str(path))
+    b = _only_block(report)
+    expected = g.block_params(4, 4, 16, 64, bias=True)
+    assert (b.kind, b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model) == ("self", 4, 4, 16, 16, 64)
+    assert (b.params.q, b.params.k, b.params.v, b.params.o, b.params.bias) == \
+        (expected["q"], expected["k"], expected["v"], expected["o"], expected["bias"])
+    assert report.model.total_params == b.params.total
+    assert all(p.weight is not None and p.weight.startswith("wq") for p in b.projections)

@@ -72,6 +72,8 @@ def _read_as_data(index: GraphIndex, name: str, hops: int = 4) -> bool:
             continue
         if u.op == "Mul" and len(u.inputs) == 2 and _scale_operand(index, u.inputs[1 - pos]):
             continue  # multiplied with a quantization scale or a decoded integer weight: a scale
+        if u.op in ("Mul", "Div", "Sub", "Add") and index.has_op("Cast") and index.affine_operand(u) not in (None, pos):
+            continue  # the scale or zero point of an integer weight dequantized by arithmetic
         if u.op in _COMPARE or (u.op == "Cast" and u.attrs.get("to") == 9):
             continue  # made a bool: a mask
         if u.op in _LAYOUT and pos == 0:
@@ -89,9 +91,12 @@ def _decodes(index: GraphIndex, name: str, hops: int = 4) -> bool:
                 u.op in QUANT_WEIGHT_INPUTS and pos not in QUANT_PARAM_INPUTS.get(u.op, ())):
             return True
         if hops > 1 and pos == 0 and u.op in ("Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
-                                              "Expand", "Slice", "Gather", "Split", "Concat"):
+                                              "Expand", "Slice", "Gather", "Split", "Concat", "Cast"):
             if any(_decodes(index, o, hops - 1) for o in u.outputs if o):
                 return True
+        if hops > 1 and u.op in ("Mul", "Div", "Sub", "Add") and index.affine_operand(u) == pos:
+            if any(_decodes(index, o, hops - 1) for o in u.outputs if o):
+                return True  # integer casts and affine steps of a dequantization by arithmetic
     return False
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from mhainspect.errors import InputError
-from mhainspect.ir.dtypes import is_float
+from mhainspect.ir.dtypes import Family, is_float, lookup
 from mhainspect.ir.graph import ModelGraph, Node, Tensor
 from mhainspect.ir.symbolic import ShapeEvaluator, gathered_table_shape
 
@@ -24,6 +24,11 @@ _WEIGHT_VIEW_OPS = VALUE_PRESERVING_OPS | {"Transpose", "Reshape", "Squeeze", "U
 # into Q and K/V when the query is not the key, with bounds computed from shapes at run time).
 _WEIGHT_PART_OPS = frozenset({"Slice", "Split"})
 _MAX_VALUE_HOPS = 8
+# Elementwise affine arithmetic a weight-only quantized weight is dequantized by without a
+# DequantizeLinear (Cast, then Mul by a scale, Sub a zero point, in any order): applied to a stored
+# integer tensor with a smaller stored tensor (the scale, the zero point), it keeps the weight's identity.
+AFFINE_OPS = frozenset({"Mul", "Div", "Sub", "Add"})
+_MAX_DEQUANT_BITS = 16  # integer weights are at most 16 bits wide; wider integers are shapes and indices
 _NAME_SEPARATORS = frozenset("_./:")  # where a deployment tool's suffix may begin (X_quantized, X.qweight)
 
 
@@ -276,6 +281,12 @@ class GraphIndex:
                 part = self._weight_part(node, cur)
                 if part is None:
                     return None
+            elif op in AFFINE_OPS:
+                pos = self.affine_operand(node)
+                if pos is None:
+                    return None
+                cur = node.inputs[pos]
+                continue
             elif op not in _WEIGHT_VIEW_OPS:
                 return None
             elif part is None and op == "Transpose":
@@ -284,6 +295,64 @@ class GraphIndex:
                     transposed = not transposed
             elif op in ("Reshape", "Squeeze", "Unsqueeze"):
                 reshaped = True
+            cur = node.inputs[0]
+        return None
+
+    def affine_operand(self, node: Node) -> int | None:
+        """The input position of ``node`` (Mul/Div/Sub/Add) that carries a stored integer weight being
+        dequantized by plain arithmetic, the other input being a stored scale or zero point with fewer
+        elements (a Div divides the weight, a Sub takes the zero point off it); None when it is no such step."""
+        inputs = node.inputs
+        if node.op not in AFFINE_OPS or len(inputs) != 2 or not inputs[0] or not inputs[1]:
+            return None
+        activations = self.activations
+        if inputs[0] in activations or inputs[1] in activations:
+            return None
+        for pos in ((0,) if node.op in ("Div", "Sub") else (0, 1)):
+            root = self.integer_root(inputs[pos])
+            if root is None:
+                continue
+            other = self._stored_behind(inputs[1 - pos])
+            if other is not None and other.numel < root.numel:
+                return pos
+        return None
+
+    def integer_root(self, name: str, max_hops: int = 8) -> Tensor | None:
+        """The stored integer tensor (at most 16 bits, rank >= 2) that ``name`` is a dequantization of
+        by casts, views and affine arithmetic with smaller stored tensors (``affine_operand``); None
+        when it is not one."""
+        cur = name
+        for _ in range(max_hops):
+            t = self.graph.weights.get(cur)
+            if t is not None:
+                found = lookup(t.dtype)
+                ok = (found is not None and found.family is Family.INTEGER and found.bits_per_element <= _MAX_DEQUANT_BITS
+                      and len(t.shape) >= 2 and not t.is_constant_node)
+                return t if ok else None
+            node = self.producer.get(cur)
+            if node is None or not node.inputs or cur in self.activations:
+                return None
+            if node.op in AFFINE_OPS:
+                pos = self.affine_operand(node)
+                if pos is None:
+                    return None
+                cur = node.inputs[pos]
+            elif node.op in _WEIGHT_VIEW_OPS:
+                cur = node.inputs[0]
+            else:
+                return None
+        return None
+
+    def _stored_behind(self, name: str) -> Tensor | None:
+        """The stored tensor ``name`` is, behind casts and views (a scale or a zero point)."""
+        cur = name
+        for _ in range(_MAX_VALUE_HOPS):
+            t = self.graph.weights.get(cur)
+            if t is not None:
+                return t
+            node = self.producer.get(cur)
+            if node is None or node.op not in _WEIGHT_VIEW_OPS or not node.inputs:
+                return None
             cur = node.inputs[0]
         return None
 

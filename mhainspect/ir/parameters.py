@@ -9,10 +9,12 @@ as a weight, counted once per storage as its logical element count, whatever op 
   QAttention, MatMulNBits, GatherBlockQuantized) and the quantized values of DequantizeLinear
   (int32 biases of static quantization included);
 - 8-bit-or-narrower integer tensors decoded by a Cast to a float type (through layout ops and
-  Gather: a quantized embedding table).
+  Gather: a quantized embedding table, and through integer casts and the affine arithmetic of a
+  weight-only dequantization: Cast(int32) -> Sub(zero point) -> Cast(float) -> Mul(scale)).
 
 MatMulNBits' packed blob counts as N·K (its attributes), GatherBlockQuantized's uint8 blob as
-8/bits elements per byte. Not parameters: quantization scales and zero points (and g_idx), shape
+8/bits elements per byte. Not parameters: quantization scales and zero points (and g_idx; the
+smaller operand of a Mul/Div/Sub/Add that dequantizes a stored integer weight by plain arithmetic), shape
 constants and index tables (int32/int64 read as shapes or indices), one-element constants of the
 arithmetic (eps, exponents, a score scale: a one-element initializer counts only when its name
 carries a module path), bool masks and float tensors read only by comparisons (a causal mask buffer
@@ -29,7 +31,7 @@ from math import prod
 from operator import attrgetter
 from typing import NamedTuple
 
-from mhainspect.ir.dataflow import SHAPE_INPUTS, GraphIndex
+from mhainspect.ir.dataflow import AFFINE_OPS, SHAPE_INPUTS, GraphIndex
 from mhainspect.ir.dtypes import Family, lookup
 from mhainspect.ir.graph import Node, Tensor
 
@@ -164,12 +166,8 @@ def _logical_count(index: GraphIndex, name: str, t: Tensor, family: Family | Non
                 weights = QUANT_WEIGHT_INPUTS.get(op)
                 if weights is not None and pos in weights and cur == name:
                     return _quantized_count(user, pos, t)
-                if pos in _NOT_DATA_INPUTS.get(op, _NOT_SHAPE_ONLY) or (op == "Mul" and _rescales(index, user, pos)):
+                if _not_weight_data(index, user, pos):
                     continue
-                if pos in TABLE_INPUTS.get((user.op_domain, op), _NOT_SHAPE_ONLY):
-                    continue  # a lookup table of the op (rotary cos/sin cache): overhead
-                if op in _COMPARISONS or (op == "Cast" and user.attrs.get("to") == _BOOL_CODE):
-                    continue  # made a bool: a mask (GPT-2's tril buffer compared with 0), no gradient reaches it
                 if op in _LAYOUT_OPS and pos == 0:
                     layout.extend(o for o in user.outputs if o)  # read as data only if what it makes is
                 else:
@@ -185,6 +183,19 @@ def _logical_count(index: GraphIndex, name: str, t: Tensor, family: Family | Non
     if family is Family.INTEGER and found is not None and found.bits_per_element <= 8 and _decoded(index, name):
         return t.numel
     return None
+
+
+def _not_weight_data(index: GraphIndex, user: Node, pos: int) -> bool:
+    """Whether ``user`` reads its input ``pos`` as something other than a weight's values."""
+    op = user.op
+    if pos in _NOT_DATA_INPUTS.get(op, _NOT_SHAPE_ONLY) or (op == "Mul" and _rescales(index, user, pos)):
+        return True
+    if op in AFFINE_OPS and _dequantizes(index, user, pos):
+        return True  # the scale or zero point of an integer weight dequantized by arithmetic
+    if pos in TABLE_INPUTS.get((user.op_domain, op), _NOT_SHAPE_ONLY):
+        return True  # a lookup table of the op (rotary cos/sin cache): overhead
+    # Made a bool: a mask (GPT-2's tril buffer compared with 0), no gradient reaches it.
+    return op in _COMPARISONS or (op == "Cast" and user.attrs.get("to") == _BOOL_CODE)
 
 
 def _quantized_count(user: Node, pos: int, t: Tensor) -> int:
@@ -227,8 +238,16 @@ def _rescales(index: GraphIndex, mul: Node, pos: int) -> bool:
     return False
 
 
+def _dequantizes(index: GraphIndex, node: Node, pos: int) -> bool:
+    """Whether input ``pos`` of an affine op is the scale or zero point applied to a stored integer
+    weight (the op's other input), not the weight."""
+    weight_pos = index.affine_operand(node) if index.has_op("Cast") else None
+    return weight_pos is not None and weight_pos != pos
+
+
 def _decoded(index: GraphIndex, name: str) -> bool:
-    """Whether an integer tensor reaches a Cast to a float type through layout/selection ops."""
+    """Whether an integer tensor reaches a Cast to a float type through layout/selection ops (and the
+    integer casts and affine steps of a dequantization by arithmetic)."""
     frontier = [name]
     for _ in range(_DECODE_HOPS):
         nxt: list[str] = []
@@ -240,7 +259,9 @@ def _decoded(index: GraphIndex, name: str) -> bool:
                     return True
                 if user.op in QUANT_WEIGHT_INPUTS and pos not in QUANT_PARAM_INPUTS.get(user.op, _NOT_SHAPE_ONLY):
                     return True  # an integer op computes with it (a quantized embedding into ConvInteger)
-                if user.op in _INT_VIEW_OPS and pos == 0:
+                if (user.op in _INT_VIEW_OPS or user.op == "Cast") and pos == 0:
+                    nxt.extend(o for o in user.outputs if o)
+                elif user.op in AFFINE_OPS and index.affine_operand(user) == pos:
                     nxt.extend(o for o in user.outputs if o)
         frontier = nxt
     return False
