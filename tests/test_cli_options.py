@@ -251,3 +251,29 @@ def test_failed_gate_is_printed_once_on_a_terminal() -> None:
                            timeout=120)
     assert piped.returncode == 1
     assert "1k" in piped.stdout and piped.stderr.count("gate failed") == 1
+
+
+# ----------------------------------------------------------------------------- what-if heads
+
+
+def test_what_if_says_the_kv_heads_it_assumes_for_a_grouped_block(cli: Any) -> None:
+    table = cli(GQA, "--heads", "16", "--heads", "3", "--heads", "16").out
+    assert "What if (--heads 3, 16)" in table  # sorted, each once
+    (note,) = [ln for ln in table.splitlines() if ln.startswith("K/V heads assumed")]
+    assert "ratio of query to K/V heads" in note and "halves to even" in note
+    assert "8/2 kv at 16 heads: 4 kv (2·16/8 = 4)" in note and "8/2 kv at 3 heads: 1 kv (2·3/8 = 0.75)" in note
+    # The count it stands for: d_k fixed at 3 heads, 1 kv head: q 3·8·64 + k, v 1·8·64 each + o 3·8·64
+    row3 = next(ln for ln in table.splitlines() if ln.split()[-3:] == ["3", "?", f"{3 * 8 * 64 * 2 + 2 * 8 * 64:,}"])
+    assert row3.startswith("model.layers.0.self_attn")
+    markdown = cli(GQA, "--heads", "3", "-f", "markdown").out
+    assert "8/2 kv at 3 heads: 1 kv (2·3/8 = 0.75)" in markdown.replace("\\", "")  # as GitHub shows it
+
+
+def test_what_if_on_multi_head_attention_assumes_nothing_about_kv_heads(cli: Any) -> None:
+    assert "K/V heads assumed" not in cli(STANDARD, "--heads", "3").out
+
+
+def test_config_heads_are_sorted(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.mhainspect]\nheads = [32, 4, 32]\n")
+    monkeypatch.chdir(tmp_path)
+    assert "What if (--heads 4, 32)" in cli(STANDARD).out

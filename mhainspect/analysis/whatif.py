@@ -69,10 +69,28 @@ def _count(roles: _Roles, wq: int, wk: int, wv: int, o_in: int) -> int | None:
 
 
 def kv_heads_for(block: AttentionBlock, heads: int) -> int:
+    """The K/V heads a what-if at ``heads`` query heads assumes: as many (multi-head attention), or
+    for grouped/multi-query attention the block's ratio kept, g·heads/h rounded to the nearest
+    whole head (halves to even, Python's round) and at least 1. ``kv_heads_note`` says it in words."""
     h, g = block.num_heads or 1, block.num_kv_heads or block.num_heads or 1
     if g == h:
         return heads
     return max(1, round(g * heads / h))
+
+
+KV_RULE = ("grouped-query blocks keep their ratio of query to K/V heads: g·N/h rounded to the nearest whole head "
+           "(halves to even), at least 1")
+
+
+def kv_heads_note(block: AttentionBlock, heads: int) -> str | None:
+    """'8/2 kv at 3 heads: 1 kv (2·3/8 = 0.75)': what the what-if assumes for a grouped-query
+    block's K/V heads (None for multi-head attention, or when the layout is unknown)."""
+    h, g = block.num_heads, block.num_kv_heads
+    if h is None or g is None or g == h or heads == h:
+        return None
+    exact = g * heads / h
+    shown = f"{exact:g}" if exact == int(exact) else f"{exact:.2f}".rstrip("0")
+    return f"{h}/{g} kv at {heads} heads: {kv_heads_for(block, heads)} kv ({g}·{heads}/{h} = {shown})"
 
 
 def what_if(block: AttentionBlock, heads: int) -> WhatIf | None:

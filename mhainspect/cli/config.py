@@ -74,7 +74,7 @@ def _heads(value: object) -> tuple[int, ...]:
         if not isinstance(item, int) or isinstance(item, bool) or item <= 0:
             raise ValueError("expected a positive integer or a list of them")
         out.append(item)
-    return tuple(out)
+    return tuple(sorted(set(out)))  # listed in order, each once, however given
 
 
 def shown_path(source: str) -> str:

@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 
 from mhainspect.analysis.gates import GateResult
+from mhainspect.analysis.whatif import KV_RULE, kv_heads_note
 from mhainspect.ir.units import format_bytes, group, human_count
 from mhainspect.render.grouping import BlockGroup, common_prefix, group_blocks, join_names
 from mhainspect.results import AttentionBlock, BlockVerification, CacheStatus, ModelSummary, Report, VerifyStatus
@@ -148,6 +149,21 @@ def what_if_rows(report: Report, heads: Sequence[int]) -> list[tuple[str, str, i
             labels = [label] if len(names) == 1 or "{" in label else names
             rows.extend((name, key[0], n, key[1], key[2]) for name in labels)
     return rows
+
+
+def what_if_notes(report: Report, heads: Sequence[int]) -> list[str]:
+    """The K/V heads the what-if assumes for grouped-query blocks, one line per head layout
+    (every layer of a Llama shares one), empty when no block groups its K/V heads."""
+    by_layout: dict[tuple[int | None, int | None], list[str]] = {}
+    for b in report.blocks:
+        if (b.num_heads, b.num_kv_heads) in by_layout:
+            continue
+        notes = [note for n in heads if (note := kv_heads_note(b, n)) is not None]
+        if notes:
+            by_layout[b.num_heads, b.num_kv_heads] = notes
+    if not by_layout:
+        return []
+    return [f"K/V heads assumed ({KV_RULE}): " + "; ".join(n for notes in by_layout.values() for n in notes) + "."]
 
 
 def gate_line(result: GateResult) -> str:

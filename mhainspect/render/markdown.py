@@ -21,6 +21,7 @@ from mhainspect.render.cells import (
     percent,
     source_facts,
     verify_label,
+    what_if_notes,
     what_if_rows,
 )
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
@@ -117,6 +118,9 @@ def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what
                       _row(("---", "---:", "---:", "---:", "---:"))])
         lines.extend(_row((md_code(names, table_cell=True), md_text(now), str(n), a, b_))
                      for names, now, n, a, b_ in what_if_rows(report, what_if_heads))
+        notes = what_if_notes(report, what_if_heads)
+        if notes:
+            lines.extend(["", *(md_text(note) for note in notes)])
     lines.append("")
     if report.flags:
         lines.append(f"**Flags ({len(report.flags)})**")

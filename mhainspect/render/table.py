@@ -35,6 +35,7 @@ from mhainspect.render.cells import (
     percent,
     source_facts,
     verify_label,
+    what_if_notes,
     what_if_rows,
 )
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
@@ -450,6 +451,7 @@ def render_table(
         parts.append(Text("h·d_k fixed: the heads split the same projection width (d_k shrinks); d_k fixed: "
                           "every head keeps its width (the projections grow). ? = not possible at that "
                           "head count (width not divisible) or layout unknown.", style="dim"))
+        parts.extend(Text(note, style="dim") for note in what_if_notes(report, what_if_heads))
     sizes = size_lines(report)
     if sizes:
         parts.append(Text(""))
