@@ -59,7 +59,8 @@ def compare(**arguments: UserValue) -> tuple[tuple[str, Calculation | str], ...]
 
 def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, ...] = (),
             trace: bool | None = None, name: str | None = None, context: int | None = None, batch: int = 1,
-            kv_dtype: str | None = None, decoder: bool | None = None) -> Report:
+            kv_dtype: str | None = None, decoder: bool | None = None, num_heads: int | None = None,
+            num_kv_heads: int | None = None) -> Report:
     """Audit the attention blocks of a module or a model file.
 
     For a module, known attention modules (nn.MultiheadAttention, Hugging Face attention) are read
@@ -69,12 +70,15 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     nothing counts twice. ``trace=False`` never traces. ``context``, ``batch`` and ``kv_dtype``
     size the KV cache (``report.model.kv_cache.total_bytes``) as --context, --batch and --kv-dtype do;
     ``decoder=True`` / ``False`` says the model decodes with a cache the source does not show / runs
-    once, as --decoder / --no-decoder do.
+    once, as --decoder / --no-decoder do. ``num_heads`` / ``num_kv_heads`` give a checkpoint
+    without a config its head counts, as --num-heads / --num-kv-heads do (shapes still win).
     """
     from mhainspect.analysis.size import SizeOptions
+    from mhainspect.analysis.stated_heads import stated_offer
     from mhainspect.pipeline import AuditOptions, audit, audit_module
 
-    options = AuditOptions(tuple(int(h) for h in what_if_heads), SizeOptions(context, batch, kv_dtype, decoder))
+    options = AuditOptions(tuple(int(h) for h in what_if_heads), SizeOptions(context, batch, kv_dtype, decoder),
+                           stated_heads=stated_offer(num_heads, num_kv_heads))
     if isinstance(obj, (str, os.PathLike)):
         from mhainspect.frontends.dispatch import is_model_folder
 

@@ -17,22 +17,26 @@ from typing import TYPE_CHECKING, Any
 from mhainspect.analysis.decoding import as_told, decoder_warnings, size_option_warnings
 from mhainspect.analysis.report import report_from
 from mhainspect.analysis.size import SizeOptions, context_warning, with_options
+from mhainspect.analysis.stated_heads import stated_warnings
 from mhainspect.frontends.dispatch import source_result
 from mhainspect.frontends.result import SourceResult
 
 if TYPE_CHECKING:
     from mhainspect.ir.graph import ModelGraph
+    from mhainspect.ir.weights import HeadOffers
     from mhainspect.results import Report
 
 
 @dataclass(frozen=True)
 class AuditOptions:
     """What the caller asks beside the source: head counts to compare (what-if), the context, batch
-    and cache dtype the KV cache is sized at, and a factory's keyword arguments."""
+    and cache dtype the KV cache is sized at, a factory's keyword arguments, and head counts the
+    caller states for a checkpoint that has no config (``stated_offer``: --num-heads, --num-kv-heads)."""
 
     what_if_heads: tuple[int, ...] = ()
     size: SizeOptions = field(default_factory=SizeOptions)
     factory_args: Mapping[str, Any] | None = None
+    stated_heads: HeadOffers | None = None
 
 
 def analyse(result: SourceResult, options: AuditOptions | None = None) -> Report:
@@ -45,6 +49,7 @@ def analyse(result: SourceResult, options: AuditOptions | None = None) -> Report
     report = with_options(report_from(result, what_if_heads=options.what_if_heads), size)
     beyond = context_warning(result.model, size)
     notes = (*(() if beyond is None else (beyond,)), *decoder_warnings(report, size.decoder, changed),
+             *stated_warnings(report, options.stated_heads),
              *size_option_warnings(report, context=size.context is not None, batch=size.batch != 1,
                                    kv_dtype=size.kv_dtype is not None, decoder=size.decoder))
     return dataclasses.replace(report, warnings=(*report.warnings, *notes)) if notes else report
@@ -53,7 +58,8 @@ def analyse(result: SourceResult, options: AuditOptions | None = None) -> Report
 def audit(source: str | os.PathLike[str], options: AuditOptions | None = None) -> Report:
     """Audit a model file, a Hugging Face folder or a factory spec (``pkg.module:callable``)."""
     options = options or AuditOptions()
-    return analyse(source_result(os.fspath(source), factory_args=options.factory_args), options)
+    return analyse(source_result(os.fspath(source), factory_args=options.factory_args,
+                                 stated=options.stated_heads), options)
 
 
 def audit_module(module: Any, example_inputs: Any = None, *, trace: bool | None = None, name: str | None = None,

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from mhainspect.analysis.gates import GateConfig
     from mhainspect.cli.config import ConfigFinder, Settings
+    from mhainspect.ir.weights import HeadOffers
     from mhainspect.pipeline import AuditOptions
     from mhainspect.render.extras import ModelExtras
     from mhainspect.results import Report
@@ -318,6 +319,16 @@ class _RunSetup:
     verify: bool
     verify_setup: _VerifySetup
     fail_on_contradiction: bool
+    stated_heads: "HeadOffers | None"  # --num-heads, --num-kv-heads
+
+
+def _stated_heads(num_heads: int | None, num_kv_heads: int | None) -> "HeadOffers | None":
+    from mhainspect.analysis.stated_heads import stated_offer
+
+    try:
+        return stated_offer(num_heads, num_kv_heads)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
 
 
 def _audit_path(path: Path, run: _RunSetup) -> "tuple[Report, ModelExtras] | None":
@@ -341,7 +352,7 @@ def _audit_path(path: Path, run: _RunSetup) -> "tuple[Report, ModelExtras] | Non
         raise fail(f"--context {settings.context:,} × --batch {settings.batch or 1:,} is more tokens than any "
                    f"cache holds (at most {MAX_CACHED_TOKENS:,} in all)")
     size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype, settings.decoder)
-    result = _analyze_one(path, AuditOptions(settings.heads or (), size, run.factory_args))
+    result = _analyze_one(path, AuditOptions(settings.heads or (), size, run.factory_args, run.stated_heads))
     if isinstance(result, str):
         say_error(result)
         return None
@@ -355,10 +366,12 @@ def _audit_path(path: Path, run: _RunSetup) -> "tuple[Report, ModelExtras] | Non
 
 def _deliver(view: _View, reports: "list[Report]", extras: "list[ModelExtras]", output: Path | None,
              fmt_source: str) -> None:
-    """The report to stdout or to ``output`` (confirmed on stderr), then one line per failed gate
-    on stderr, unless the table on this terminal already shows them."""
+    """The report to stdout or to ``output`` (confirmed on stderr), then on stderr: the hints, the
+    warnings about options and one line per failed gate, the last two unless the table on this
+    terminal already shows them."""
     failures = [g for e in extras for g in e.gates if not g.passed]
     to_stdout = output is None
+    on_screen = False  # the report's own Gates and Warnings sections are on the person's screen
     if reports and (to_stdout and (not view.quiet or view.fmt is OutputFormat.github and failures)
                     or not to_stdout and not view.errors):
         text = _render(view, reports, extras)
@@ -366,14 +379,15 @@ def _deliver(view: _View, reports: "list[Report]", extras: "list[ModelExtras]", 
             _write_file(output, text, view, fmt_source)
         else:
             write_stdout(text)
-            if view.fmt in (OutputFormat.table, OutputFormat.markdown) and not view.quiet and _same_terminal():
-                return  # its Gates and Warnings sections are on the screen: stderr would repeat them
+            on_screen = view.fmt in (OutputFormat.table, OutputFormat.markdown) and not view.quiet and _same_terminal()
     if not view.quiet:
         for report in reports:
-            for note in _option_notes(report):
-                typer.echo(f"mhainspect: warning: {one_line(report.model.path)}: {one_line(note)}", err=True)
-    for failure in failures:
-        typer.echo(f"mhainspect: gate failed: {one_line(failure.message)}", err=True)
+            path = one_line(report.model.path)
+            for kind, note in _notes(report, on_screen):
+                typer.echo(f"mhainspect: {kind}: {path}: {one_line(note)}", err=True)
+    if not on_screen:
+        for failure in failures:
+            typer.echo(f"mhainspect: gate failed: {one_line(failure.message)}", err=True)
 
 
 def _write_file(output: Path, text: str, view: _View, fmt_source: str) -> None:
@@ -392,13 +406,19 @@ def _write_file(output: Path, text: str, view: _View, fmt_source: str) -> None:
                    err=True)
 
 
-def _option_notes(report: "Report") -> list[str]:
-    """The report's warnings about the options themselves (one that had no effect, a context
-    beyond the model's positions): said on stderr too, where a JSON or file run would bury them."""
+def _notes(report: "Report", on_screen: bool) -> list[tuple[str, str]]:
+    """What stderr says about a report: a hint when heads are unknown for lack of a config (the
+    report itself does not say what would help), and the warnings about the options themselves
+    (one that had no effect, a context beyond the model's positions), where a JSON or file run
+    would bury them; not those when the table on the screen shows them."""
+    from mhainspect.analysis.stated_heads import heads_hint
     from mhainspect.results import WarningCode, warning_code
 
-    about_options = (WarningCode.OPTION_WITHOUT_EFFECT, WarningCode.CONTEXT_BEYOND_POSITIONS)
-    return [str(w) for w in report.warnings if warning_code(w) in about_options]
+    notes = [] if (hint := heads_hint(report)) is None else [("hint", hint)]
+    if not on_screen:
+        about_options = (WarningCode.OPTION_WITHOUT_EFFECT, WarningCode.CONTEXT_BEYOND_POSITIONS)
+        notes.extend(("warning", str(w)) for w in report.warnings if warning_code(w) in about_options)
+    return notes
 
 
 def _same_terminal() -> bool:
@@ -418,6 +438,7 @@ def _same_terminal() -> bool:
 _OUT, _GATES, _CONFIG, _WHATIF, _VERIFY, _FACTORY = ("Output", "Gates", "Configuration", "What-if", "Run-time check",
                                                       "Factory specs")
 _SIZE = "Size in bytes"
+_HEADS = "Head counts"
 
 ModelsArg = Annotated[list[Path], typer.Argument(
     metavar="MODEL...", show_default=False,
@@ -490,6 +511,14 @@ DecoderOpt = Annotated[bool | None, typer.Option(
          "past/present tensors, a checkpoint without a config): blocks that are causal or undecided get a KV "
          "cache figure. --no-decoder: it runs once over its input (no cache). Cache tensors, a config or GGUF "
          "metadata that decide a block win.")]
+# Head counts
+NumHeadsOpt = Annotated[int | None, typer.Option(
+    "--num-heads", metavar="N", show_default=False, rich_help_panel=_HEADS,
+    help="A checkpoint without a config.json: every attention block has N query heads (evidence source "
+         "'option'; shapes still win, and a disagreement is flagged).")]
+NumKvHeadsOpt = Annotated[int | None, typer.Option(
+    "--num-kv-heads", metavar="G", show_default=False, rich_help_panel=_HEADS,
+    help="With --num-heads: G K/V heads (grouped-query attention; G divides N).")]
 # Configuration
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", metavar="FILE", show_default=False, rich_help_panel=_CONFIG,
@@ -539,6 +568,8 @@ def inspect_cmd(
     batch: BatchOpt = None,
     kv_dtype: KvDtypeOpt = None,
     decoder: DecoderOpt = None,
+    num_heads: NumHeadsOpt = None,
+    num_kv_heads: NumKvHeadsOpt = None,
     config: ConfigOpt = None,
     isolated: IsolatedOpt = False,
     verify: VerifyOpt = False,
@@ -574,7 +605,7 @@ def inspect_cmd(
     fmt, fmt_source = _output_format(given.format, output, run_settings.format)
     verify = verify or fail_on_contradiction
     run = _RunSetup(given, finder, factory_args, verify, _verify_setup(list(paths), verify, dim, max_verify_bytes),
-                    fail_on_contradiction)
+                    fail_on_contradiction, _stated_heads(num_heads, num_kv_heads))
 
     # An unreadable model is reported on its own line and the others are still analysed; the run
     # then exits 2, and -o FILE is left untouched (a report missing a model is not written).

@@ -28,10 +28,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError, MissingDependencyError
 from mhainspect.frontends.result import SourceResult
+
+if TYPE_CHECKING:
+    from mhainspect.ir.weights import HeadOffers
 
 TORCH_HINT = 'pip install "mhainspect[torch]"'
 
@@ -162,8 +165,9 @@ def parse_factory_args(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def file_result(path: str) -> SourceResult:
-    """An ONNX file, a GGUF file or a checkpoint (file or Hugging Face folder), by its kind."""
+def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
+    """An ONNX file, a GGUF file or a checkpoint (file or Hugging Face folder), by its kind;
+    ``stated``: head counts the caller gives, for a checkpoint (whose only other source is a config)."""
     src = classify(path)
     if src.kind == "gguf":
         from mhainspect.frontends.gguf.frontend import gguf_result
@@ -172,7 +176,7 @@ def file_result(path: str) -> SourceResult:
     if src.kind == "checkpoint":
         from mhainspect.frontends.checkpoint.frontend import checkpoint_result
 
-        return checkpoint_result(path)
+        return checkpoint_result(path, stated)
     if src.kind == "torch_export":
         raise InputError(f"{path}: a torch.export program (torch.export.save): not read by this version")
     if src.kind == "torchscript":
@@ -184,11 +188,12 @@ def file_result(path: str) -> SourceResult:
     return onnx_file_result(path)
 
 
-def source_result(spec: str, *, factory_args: Mapping[str, Any] | None = None) -> SourceResult:
+def source_result(spec: str, *, factory_args: Mapping[str, Any] | None = None,
+                  stated: HeadOffers | None = None) -> SourceResult:
     """Read whatever ``spec`` names (see the module docstring)."""
     src = classify(spec)
     if src.kind != "factory":
-        return file_result(spec)
+        return file_result(spec, stated)
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -34,6 +34,7 @@ PRIORITY: dict[str, int] = {  # keyed by EvidenceSource members (str): looked up
     EvidenceSource.MODULE: 4,
     EvidenceSource.CONFIG: 5,
     EvidenceSource.GGUF: 5,  # file metadata: a claim, like a config
+    EvidenceSource.OPTION: 5,  # --num-heads: the caller's claim, offered before a config's (it wins a tie)
     EvidenceSource.WEIGHT_SHAPE: 6,
     EvidenceSource.RESHAPE: 6,
     EvidenceSource.REPEAT: 7,

@@ -24,18 +24,25 @@ from mhainspect.results import AttentionBlock, Miss, ModelFacts, ReportWarning, 
 
 
 def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,
-                      *, config_label: str = "config.json") -> tuple[list[AttentionBlock], list[Miss]]:
-    """Blocks (and near misses) from weight names and shapes, heads from ``config`` when there is one."""
-    if config is None:
+                      *, config_label: str = "config.json", stated: HeadOffers | None = None
+                      ) -> tuple[list[AttentionBlock], list[Miss]]:
+    """Blocks (and near misses) from weight names and shapes, heads from ``config`` when there is
+    one and from ``stated`` (--num-heads / --num-kv-heads) when given: shapes outrank both, and a
+    disagreement is a conflict of the block."""
+    if config is None and stated is None:
         return blocks_from_weights(weights, None)
 
     def offers_for(block_name: str) -> list[HeadOffers]:
-        return [offers_from_config(config, block_name, label=config_label)]
+        offers = [stated] if stated is not None else []
+        if config is not None:
+            offers.append(offers_from_config(config, block_name, label=config_label))
+        return offers
 
     return blocks_from_weights(weights, offers_for)
 
 
-def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
+def checkpoint_result(path: str | os.PathLike[str], stated: HeadOffers | None = None) -> SourceResult:
+    """A checkpoint file or Hugging Face folder; ``stated``: head counts the caller gives (--num-heads)."""
     p = Path(path)
     weights, config, fmt = load_checkpoint_weights(p)
     weights, ties = apply_ties(weights, config)
@@ -50,7 +57,7 @@ def checkpoint_result(path: str | os.PathLike[str]) -> SourceResult:
     positions, positions_source = max_positions(config, "config.json" if p.is_dir() else "config.json beside the checkpoint")
     facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer,
                        max_positions=positions, max_positions_source=positions_source)
-    blocks, misses = checkpoint_blocks(weights, config)
+    blocks, misses = checkpoint_blocks(weights, config, stated=stated)
     if config is not None:  # a latent-attention module of a decoder caches what no block sizes
         misses = [dataclasses.replace(m, caches=config_causal(config, m.anchor)[0] is True) for m in misses]
     size = metas_size_inputs(weights, blocks, config, parameter_keys(weights),
