@@ -8,14 +8,16 @@ from mhainspect.errors import InputError
 from mhainspect.results import REPORT_RENDERERS
 
 __version__ = "0.1.0"
-__all__ = ["InputError", "Report", "__version__", "calc", "compare", "inspect", "inspect_all"]
+__all__ = ["InputError", "Report", "Reports", "__version__", "calc", "compare", "inspect", "inspect_all"]
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from mhainspect.api import calc, compare, inspect, inspect_all
-    from mhainspect.results import Report
+    from mhainspect.results import Report, Reports
 
 _LAZY = {"inspect": "mhainspect.api", "inspect_all": "mhainspect.api", "calc": "mhainspect.api",
-         "compare": "mhainspect.api", "Report": "mhainspect.results"}
+         "compare": "mhainspect.api", "Report": "mhainspect.results", "Reports": "mhainspect.results"}
 
 
 # Report's methods that render (findings sits below the renderers); each imports its renderer
@@ -32,15 +34,32 @@ def _to_json(report: Report) -> str:
     return report_to_json(report)
 
 
-def _html(report: Report) -> str:
+def _html(reports: Report | Sequence[Report]) -> str:
     from mhainspect.render.html import repr_html
 
-    return repr_html(report)
+    return repr_html(reports)
+
+
+def _text(reports: Report | Sequence[Report], width: int | None) -> str:
+    from mhainspect.render.table import render_text
+
+    return render_text(reports, width=width or 100)
+
+
+def _markdown(reports: Report | Sequence[Report]) -> str:
+    from mhainspect.render.markdown import render_markdown
+
+    return render_markdown(reports)
 
 
 REPORT_RENDERERS.to_dict = _to_dict
 REPORT_RENDERERS.to_json = _to_json
 REPORT_RENDERERS.html = _html
+REPORT_RENDERERS.text = _text
+REPORT_RENDERERS.markdown = _markdown
+REPORT_RENDERERS.html_many = _html
+REPORT_RENDERERS.text_many = _text
+REPORT_RENDERERS.markdown_many = _markdown
 
 
 def __getattr__(name: str) -> Any:

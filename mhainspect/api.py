@@ -2,7 +2,8 @@
 
 - ``inspect(obj, example_inputs=None, ...) -> Report``: an ``nn.Module`` or a path (``.onnx``,
   ``.safetensors``, ``.pt/.pth/.bin``, a Hugging Face folder, or a folder holding one model).
-- ``inspect_all(*paths) -> list[Report]``: files and folders, expanded as the CLI does.
+- ``inspect_all(*paths) -> Reports``: files and folders, expanded as the CLI does (a list of
+  Report that Jupyter shows as the comparison page).
 - ``calc(convention, **arguments) -> Calculation`` and ``compare(**arguments)``: the ``calc`` command.
 
 Pure service: returns results, raises InputError (ValueError for bad calc arguments); never prints.
@@ -16,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError, MissingDependencyError
 from mhainspect.frontends.dispatch import TORCH_HINT
-from mhainspect.results import Report
+from mhainspect.results import Report, Reports
 
 if TYPE_CHECKING:
-    from mhainspect.conventions import Calculation, UserValue
+    from mhainspect.conventions import Calculation, Comparison, UserValue
 
 __all__ = ["calc", "compare", "inspect", "inspect_all"]
 
@@ -30,13 +31,26 @@ def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[Path, ...]:
     return expand_models(Path(os.fspath(p)) for p in paths)
 
 
-def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] = ()) -> list[Report]:
+def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] = ()) -> Reports:
     """Every model the paths name, folders expanded as on the command line (every model file below
-    them, a Hugging Face folder as one model), in the CLI's order."""
+    them, a Hugging Face folder as one model), in the CLI's order: a list of Report that Jupyter
+    shows as the comparison page and ``to_text()``/``to_markdown()`` give with one row per model first."""
     from mhainspect.pipeline import AuditOptions, audit
 
     heads = tuple(int(h) for h in what_if_heads)
-    return [audit(p, AuditOptions(what_if_heads=heads)) for p in _models(paths)]
+    return Reports(audit(p, AuditOptions(what_if_heads=heads)) for p in _models(paths))
+
+
+def _calc_views() -> None:
+    """Give calc()'s and compare()'s results their text and notebook views (the conventions sit
+    below the renderers, so the API, above both, connects them)."""
+    from mhainspect.conventions import CALC_RENDERERS
+    from mhainspect.render import calc_html, calc_render
+
+    CALC_RENDERERS.text = lambda c: calc_render.calc_text(c, 100)
+    CALC_RENDERERS.html = calc_html.repr_calc_html
+    CALC_RENDERERS.compare_text = lambda rows: calc_render.compare_text(rows, 100)
+    CALC_RENDERERS.compare_html = calc_html.repr_compare_html
 
 
 def calc(convention: str, /, **arguments: UserValue) -> Calculation:
@@ -47,13 +61,16 @@ def calc(convention: str, /, **arguments: UserValue) -> Calculation:
 
     if convention.lower() not in conventions.CONVENTIONS:
         raise ValueError(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
+    _calc_views()
     return conventions.calculate(convention.lower(), arguments)
 
 
-def compare(**arguments: UserValue) -> tuple[tuple[str, Calculation | str], ...]:
-    """``mhainspect calc --compare``: the same numbers under every convention (or why one cannot take them)."""
+def compare(**arguments: UserValue) -> Comparison:
+    """``mhainspect calc --compare``: the same numbers under every convention (or why one cannot take
+    them), as (convention, calculation or reason) rows; prints as the CLI's table, shows as its page."""
     from mhainspect import conventions
 
+    _calc_views()
     return conventions.compare(arguments)
 
 

@@ -274,3 +274,75 @@ def test_folder_of_models_starts_with_one_row_per_model(cli: Any) -> None:
     assert "sample_models/" not in table  # the folder they share is not repeated
     md = cli(SAMPLES, "-f", "markdown").out
     assert md.startswith(f"## Models ({len(samples)})\n") and "| `bert_two_layers.onnx` | ONNX | 33,536 |" in md
+
+
+# ------------------------------------------------------------------------------- Python API
+
+
+def test_report_reads_as_text_and_markdown() -> None:
+    import mhainspect
+
+    report = mhainspect.inspect(SAMPLES / "bert_two_layers.onnx")
+    assert str(report) == report.to_text() and "Attention blocks (2" in str(report)
+    assert "\x1b[" not in str(report)
+    narrow = report.to_text(width=60)
+    assert max(len(line) for line in narrow.splitlines()) <= 60
+    assert report.to_markdown().startswith("## `") and "| Block |" in report.to_markdown()
+    assert repr(report).startswith("<Report ")  # still one line
+
+
+def test_inspect_all_is_a_list_that_shows_the_comparison_page() -> None:
+    import mhainspect
+
+    reports = mhainspect.inspect_all(SAMPLES)
+    assert isinstance(reports, list) and isinstance(reports, mhainspect.Reports) and len(reports) > 2
+    page = reports._repr_html_()
+    assert "<h2>Comparison</h2>" in page and page.startswith("<style>")
+    assert reports.to_text().startswith(f"Models ({len(reports)})")
+    assert reports.to_markdown().startswith(f"## Models ({len(reports)})")
+
+
+def test_calc_results_read_as_text_and_show_in_a_notebook() -> None:
+    import mhainspect
+
+    c = mhainspect.calc("pytorch", embed_dim=512, num_heads=8)
+    assert len(repr(c)) < 200 and "1,050,624" in repr(c)
+    assert "W_Q" in str(c) and "The head count does not change this count" in str(c)
+    html_view = c._repr_html_()
+    assert html_view is not None and html_view.startswith("<style>") and "<svg" in html_view
+    rows = mhainspect.compare(embed_dim=512, num_heads=8)
+    assert isinstance(rows, tuple) and rows[0][0] == "pytorch"
+    assert str(rows).startswith("Same arguments under each convention")
+    compare_view = rows._repr_html_()
+    assert compare_view is not None and "keras = t5" in compare_view  # lines that coincide are named together
+
+
+# ------------------------------------------------------------------------------------- calc
+
+
+MATLAB = ("calc", "matlab", "NumHeads=4", "NumKeyChannels=784", "InputSize=3136")
+VS = ("--vs", "NumHeads=8", "NumKeyChannels=392")
+
+
+def test_calc_vs_answer_comes_first_in_text(cli: Any) -> None:
+    out = cli(*MATLAB, *VS, columns=100).out
+    first = out.split("\n\n")[0]
+    assert first.startswith("MATLAB selfAttentionLayer, two argument sets:")
+    answer = out.index("NumKeyChannels (784 → 392) moves it")
+    assert answer < out.index("W_Q ")  # the first set's breakdown follows the answer
+
+
+def test_calc_writes_files_and_vs_as_html(cli: Any, tmp_path: Path) -> None:
+    page = tmp_path / "vs.html"
+    run = cli(*MATLAB, *VS, "-o", page)
+    assert run.code == 0 and run.out == ""
+    assert f"wrote {page} (html from the suffix .html" in run.err
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "NumKeyChannels (784 → 392) moves it" in text
+    assert "9,839,984" in text and "4,921,560" in text
+    assert cli(*MATLAB, *VS, "-f", "html").out.startswith("<!DOCTYPE html>")
+    doc = tmp_path / "calc.json"
+    assert cli(*MATLAB, "-o", doc).code == 0 and json.loads(doc.read_text())["params"]["total"] == 9_839_984
+    plain = tmp_path / "calc.out"
+    assert cli(*MATLAB, "-o", plain).code == 0 and "W_Q" in plain.read_text()
+    assert cli(*MATLAB, "-o", tmp_path / "missing" / "x.txt").code == 2

@@ -1,11 +1,13 @@
 """`mhainspect calc CONVENTION name=value...`: a layer's parameters under a framework's convention."""
 
+from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from mhainspect.cli.output import fail, terminal_width, write_stdout
+from mhainspect.cli.output import fail, one_line, terminal_width, write_atomic, write_stdout
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -55,12 +57,39 @@ VsOpt = Annotated[list[str] | None, typer.Option(
          "NumHeads=8 NumKeyChannels=392; says which argument moved the count.")]
 
 
+OutputOpt = Annotated[Path | None, typer.Option(
+    "--output", "-o", metavar="FILE", show_default=False,
+    help="Write to FILE (atomically) instead of stdout; without -f, FILE's suffix (.json, .html) picks the format.")]
+FormatOpt = Annotated[CalcFormat | None, typer.Option("--format", "-f", case_sensitive=False, show_default=False,
+                                                      help="Output format (default: text, or from -o's suffix).")]
+
+_SUFFIX_FORMATS = {".json": CalcFormat.json, ".html": CalcFormat.html, ".htm": CalcFormat.html,
+                   ".txt": CalcFormat.text}
+
+
+@dataclass(frozen=True, eq=False)  # never compared
+class _CalcRequest:
+    """One calc run: the convention (None: --compare), its arguments and what to add."""
+
+    convention: str | None
+    values: dict[str, str]
+    changes: dict[str, str]  # --vs
+    heads: tuple[int, ...]
+    fmt: CalcFormat
+    width: int | None
+    sized: bool
+    dtype: str | None
+    context: int | None
+    kv_heads: tuple[int, ...]
+
+
 def calc_cmd(
     arguments: CalcArgs,
     compare_all: CompareOpt = False,
     heads: CalcHeadsOpt = None,
     vs: VsOpt = None,
-    output_format: Annotated[CalcFormat, typer.Option("--format", "-f", case_sensitive=False, help="Output format.")] = CalcFormat.text,
+    output_format: FormatOpt = None,
+    output: OutputOpt = None,
     dtype: Annotated[str | None, typer.Option("--dtype", metavar="DTYPE", help="Also give the layer in bytes: "
                                               "weights and KV cache per token in DTYPE (float32, bfloat16, "
                                               "float16, float8e4m3fn, int8, ...).", show_default=False)] = None,
@@ -72,12 +101,9 @@ def calc_cmd(
                                                        show_default=False)] = None,
 ) -> None:
     """Count the parameters of an attention layer under pytorch, keras, matlab, hf or t5 conventions."""
-    import json
-
     from mhainspect import conventions
     from mhainspect.analysis.whatif import check_head_counts
-    from mhainspect.render import calc_render
-    from mhainspect.render.json_render import to_json
+    from mhainspect.ir.units import parse_tokens
 
     convention = None if not arguments or "=" in arguments[0] else arguments[0].lower()
     values = _calc_pairs(arguments[1:] if convention is not None else arguments)
@@ -86,61 +112,93 @@ def calc_cmd(
         check_head_counts(heads or ())
     except ValueError as exc:
         raise fail(str(exc)) from None
-    from mhainspect.ir.units import parse_tokens
-
     try:
         context = None if context_text is None else parse_tokens(context_text)
     except ValueError as exc:
         raise fail(f"--context: {exc}") from None
-    as_json = output_format is CalcFormat.json
-    width = terminal_width()
+    to_file = output is not None and str(output) != "-"
+    fmt = output_format or (_SUFFIX_FORMATS.get(output.suffix.lower()) if output is not None and to_file else None)
+    fmt_source = "from the suffix " + output.suffix if output_format is None and fmt is not None and output else ""
+    fmt = fmt or CalcFormat.text
     sized = dtype is not None or context is not None or bool(kv_heads)
     if kv_heads and any(g <= 0 for g in kv_heads):
         raise fail("--kv-heads takes positive integers")
-    if sized and (compare_all or convention is None):
-        raise fail("--dtype, --context and --kv-heads apply to one convention (not --compare)")
-    if sized and output_format is CalcFormat.html:
+    if compare_all or convention is None:
+        convention = None
+        if sized:
+            raise fail("--dtype, --context and --kv-heads apply to one convention (not --compare)")
+        if (heads and fmt is not CalcFormat.html) or changes:
+            raise fail(f"{'--vs' if changes else '--heads'} applies to one convention (calc CONVENTION ...); "
+                       "with --compare, change the arguments themselves (num_heads=N) and run again")
+    elif convention not in conventions.CONVENTIONS:
+        raise fail(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
+    if sized and fmt is CalcFormat.html:
         raise fail("--dtype, --context and --kv-heads are given in text and json (--format text|json), not html")
+    request = _CalcRequest(convention, values, changes, tuple(heads or ()), fmt,
+                           None if to_file else terminal_width(), sized, dtype, context, tuple(kv_heads or ()))
     try:
-        if output_format is CalcFormat.html:
-            from mhainspect.render import calc_html
-
-            if changes:
-                raise fail("--vs is shown as text or JSON (--format text|json), not in the HTML page")
-            if compare_all or convention is None:  # the page draws each convention's count against --heads
-                text = calc_html.render_compare_html(conventions.compare(values), heads or ())
-            elif convention not in conventions.CONVENTIONS:
-                raise fail(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
-            else:
-                text = calc_html.render_calc_html(conventions.calculate(convention, values), heads or ())
-        elif compare_all or convention is None:
-            if heads or changes:
-                raise fail(f"{'--heads' if heads else '--vs'} applies to one convention (calc CONVENTION ...); "
-                           "with --compare, change the arguments themselves (num_heads=N) and run again")
-            entries = conventions.compare(values)
-            text = (json.dumps(calc_render.compare_json(entries), indent=2) + "\n" if as_json
-                    else calc_render.compare_text(entries, width))
-        else:
-            if convention not in conventions.CONVENTIONS:
-                raise fail(f"unknown convention '{convention}'; choose one of: "
-                           + ", ".join(conventions.CONVENTIONS))
-            calc = conventions.calculate(convention, values)
-            rows = conventions.what_if(convention, values, [calc.num_heads, *heads]) if heads else ()
-            result = conventions.vs(convention, values, changes) if changes else None
-            if as_json:
-                text = to_json(calc_render.calc_document(calc, rows, result))
-            else:
-                text = calc_render.calc_text(calc, width)
-                if rows:
-                    text += "\n" + calc_render.what_if_text(convention, rows, width)
-                if result is not None:
-                    text += "\n" + calc_render.vs_text(result, width)
-            if sized:
-                text = _calc_sized(text, convention, values, calc, dtype or "float32", context, kv_heads or [],
-                                   as_json, width)
+        text = _calc_output(request)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    write_stdout(text)
+    if to_file:
+        assert output is not None
+        _write_file(output, text, fmt.value + (f" {fmt_source}" if fmt_source else ""))
+    else:
+        write_stdout(text)
+
+
+def _write_file(output: Path, text: str, how: str) -> None:
+    """``text`` into ``output`` atomically, then one stderr line saying what was written."""
+    from mhainspect.errors import InputError
+    from mhainspect.ir.units import format_bytes
+
+    try:
+        write_atomic(output, text)
+    except InputError as exc:
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
+    typer.echo(f"mhainspect: wrote {one_line(str(output))} ({how}, {format_bytes(len(text.encode('utf-8')))})",
+               err=True)
+
+
+def _calc_output(r: _CalcRequest) -> str:
+    """The text of one calc run in its format; ValueError for arguments a convention refuses."""
+    import json
+
+    from mhainspect import conventions
+    from mhainspect.render import calc_render
+    from mhainspect.render.json_render import to_json
+
+    if r.convention is None:
+        entries = conventions.compare(r.values)
+        if r.fmt is CalcFormat.html:
+            from mhainspect.render import calc_html
+
+            return calc_html.render_compare_html(entries, r.heads)
+        return (json.dumps(calc_render.compare_json(entries), indent=2) + "\n" if r.fmt is CalcFormat.json
+                else calc_render.compare_text(entries, r.width))
+    calc = conventions.calculate(r.convention, r.values)
+    result = conventions.vs(r.convention, r.values, r.changes) if r.changes else None
+    if r.fmt is CalcFormat.html:
+        from mhainspect.render import calc_html
+
+        return (calc_html.render_vs_html(result, r.heads) if result is not None
+                else calc_html.render_calc_html(calc, r.heads))
+    rows = conventions.what_if(r.convention, r.values, [calc.num_heads, *r.heads]) if r.heads else ()
+    if r.fmt is CalcFormat.json:
+        text = to_json(calc_render.calc_document(calc, rows, result))
+    else:
+        # --vs asks "why did the count change?": that answer first, then the first set's breakdown
+        parts = [calc_render.vs_text(result, r.width)] if result is not None else []
+        parts.append(calc_render.calc_text(calc, r.width))
+        if rows:
+            parts.append(calc_render.what_if_text(r.convention, rows, r.width))
+        text = "\n".join(parts)
+    if r.sized:
+        text = _calc_sized(text, r.convention, r.values, calc, r.dtype or "float32", r.context, list(r.kv_heads),
+                           r.fmt is CalcFormat.json, r.width)
+    return text
 
 
 def _calc_sized(text: str, convention: str, values: dict[str, str], calc: Any, dtype: str, context: int | None,

@@ -14,7 +14,15 @@ Formulas were checked against the real layers (tests/test_conventions.py): torch
 ``T5Attention``; MATLAB ``selfAttentionLayer`` from its documented learnable shapes.
 """
 
-from mhainspect.conventions.common import ArgValue, Calculation, Term, UserValue, spelling_key
+from mhainspect.conventions.common import (
+    CALC_RENDERERS,
+    ArgValue,
+    Calculation,
+    Comparison,
+    Term,
+    UserValue,
+    spelling_key,
+)
 from mhainspect.conventions.compare import compare
 from mhainspect.conventions.huggingface import hf
 from mhainspect.conventions.keras import keras
@@ -33,10 +41,12 @@ from mhainspect.conventions.t5 import t5
 from mhainspect.conventions.vs import VsChange, VsResult, vs
 
 __all__ = [
+    "CALC_RENDERERS",
     "CONVENTIONS",
     "LAYER_NAMES",
     "ArgValue",
     "Calculation",
+    "Comparison",
     "Term",
     "UserValue",
     "VsChange",

@@ -60,6 +60,44 @@ class Calculation:
     assumed: tuple[str, ...] = ()
     comparison_notes: tuple[str, ...] = ()
 
+    def __str__(self) -> str:
+        """``print(mhainspect.calc(...))``: the term-by-term breakdown ``mhainspect calc`` prints."""
+        return CALC_RENDERERS.text(self) if CALC_RENDERERS.text else repr(self)
+
+    def __repr__(self) -> str:
+        """One line (the dataclass repr is ~1,500 characters); the fields hold it all."""
+        args = ", ".join(f"{name}={value}" for name, value in self.arguments)
+        return f"<Calculation {self.convention}({args}): {self.total:,} params, {self.num_heads} heads × d_k {self.d_k}>"
+
+    def _repr_html_(self) -> str | None:
+        """Jupyter shows a calculation as ``calc -f html`` does: the formula, the bar, the curve."""
+        return CALC_RENDERERS.html(self) if CALC_RENDERERS.html else None
+
+
+class Comparison(tuple[tuple[str, "Calculation | str"], ...]):
+    """``compare()``'s rows, (convention, calculation or why it cannot take the arguments): a tuple
+    that prints as ``calc --compare`` and that Jupyter shows as its HTML page."""
+
+    def __str__(self) -> str:
+        return CALC_RENDERERS.compare_text(self) if CALC_RENDERERS.compare_text else repr(self)
+
+    def _repr_html_(self) -> str | None:
+        return CALC_RENDERERS.compare_html(self) if CALC_RENDERERS.compare_html else None
+
+
+class _CalcRenderers:
+    """Calculation's and Comparison's text and notebook views call the renderers, which sit above
+    this package: the Python API (``mhainspect.calc``, ``mhainspect.compare``) installs them; until
+    then they read as their repr."""
+
+    text: Callable[[Calculation], str] | None = None
+    html: Callable[[Calculation], str] | None = None
+    compare_text: Callable[[Comparison], str] | None = None
+    compare_html: Callable[[Comparison], str] | None = None
+
+
+CALC_RENDERERS = _CalcRenderers()
+
 
 def positive(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

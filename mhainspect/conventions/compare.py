@@ -6,7 +6,15 @@ import dataclasses
 from collections.abc import Mapping
 
 from mhainspect.conventions.arguments import parse_value
-from mhainspect.conventions.common import ArgValue, Calculation, Kind, UserValue, spelling_key, with_notes
+from mhainspect.conventions.common import (
+    ArgValue,
+    Calculation,
+    Comparison,
+    Kind,
+    UserValue,
+    spelling_key,
+    with_notes,
+)
 from mhainspect.conventions.registry import REGISTRY
 from mhainspect.conventions.roles import BOOL_ROLES, ROLE_WORDS, ROLES, role_int
 
@@ -53,7 +61,7 @@ def _compare_roles(args: Mapping[str, UserValue]) -> tuple[dict[str, ArgValue], 
     return values, notes
 
 
-def compare(args: Mapping[str, UserValue]) -> tuple[tuple[str, Calculation | str], ...]:
+def compare(args: Mapping[str, UserValue]) -> Comparison:
     """Read the same numbers under every convention, side by side.
 
     Argument names from any convention are mapped by meaning: embed_dim / hidden_size / d_model /
@@ -81,4 +89,4 @@ def compare(args: Mapping[str, UserValue]) -> tuple[tuple[str, Calculation | str
             continue
         rows.append((convention, dataclasses.replace(with_notes(calc, [*notes, *common_notes]), assumed=tuple(notes),
                                                      comparison_notes=tuple(common_notes))))
-    return tuple(rows)
+    return Comparison(rows)

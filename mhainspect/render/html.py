@@ -620,8 +620,10 @@ def render_html(reports: Report | Iterable[Report], *, extras: Sequence[ModelExt
     return page(title, render_html_body(items, extras=extras))
 
 
-def repr_html(report: Report) -> str:
-    """What Jupyter shows for a Report: the page body with its stylesheet (scoped to ``.mhai``)."""
-    # Ids from the report's content: two different reports in one notebook never share an id.
-    digest = hashlib.sha256(repr((report.model, [b.name for b in report.blocks])).encode()).hexdigest()[:8]
-    return f"<style>{CSS}</style>{render_html_body(report, id_prefix='m' + digest)}"
+def repr_html(reports: Report | Sequence[Report]) -> str:
+    """What Jupyter shows for a Report (or for inspect_all's Reports: the comparison page): the
+    page body with its stylesheet (scoped to ``.mhai``)."""
+    items = [reports] if isinstance(reports, Report) else list(reports)
+    # Ids from the reports' content: two different reports in one notebook never share an id.
+    digest = hashlib.sha256(repr([(r.model, [b.name for b in r.blocks]) for r in items]).encode()).hexdigest()[:8]
+    return f"<style>{CSS}</style>{render_html_body(items, id_prefix='m' + digest)}"

@@ -74,6 +74,9 @@ border:1px solid currentColor}
 .mhai svg .line.s0{stroke-width:8;stroke-opacity:.5}.mhai svg .line.s1{stroke-width:5.5;stroke-opacity:.7}
 .mhai svg .line.s2{stroke-width:3.5}.mhai svg .line.s3{stroke-width:2.2}.mhai svg .line.s4{stroke-width:1.4}
 .mhai svg .mark circle{fill:none;stroke:var(--fg);stroke-width:2}
+.mhai svg text.end{font-size:11.5px;font-weight:600}
+.mhai svg .line.s1{stroke-dasharray:14 5}.mhai svg .line.s2{stroke-dasharray:8 5}
+.mhai svg .line.s3{stroke-dasharray:4 4}.mhai svg .line.s4{stroke-dasharray:2 3}
 .mhai svg .mark text{font-weight:600;font-size:11.5px}
 .mhai svg .seg{stroke:var(--bg);stroke-width:.6}
 .mhai .charts{display:flex;flex-wrap:wrap;gap:8px 28px}

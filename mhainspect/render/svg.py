@@ -248,6 +248,25 @@ def columns_chart(columns: Sequence[Column], panels: Sequence[str], *, ids: Ids,
 # ------------------------------------------------------------------------------ line chart
 
 
+def _merged_ends(series: Sequence[Series], labels: Sequence[str], py: Callable[[float], float]
+                 ) -> tuple[list[tuple[float, float]], list[str]]:
+    """Each line's last point and label; lines ending within 6 px of each other share one label."""
+    ends: list[tuple[float, float]] = []
+    texts: list[str] = []
+    for s, label in zip(series, labels):
+        if not s.points:
+            continue
+        x, y = s.points[-1]
+        for i, (ex, ey) in enumerate(ends):
+            if ex == x and abs(py(ey) - py(y)) < 6:
+                texts[i] += f" = {label}"
+                break
+        else:
+            ends.append((x, y))
+            texts.append(label)
+    return ends, texts
+
+
 @dataclass(frozen=True)
 class Series:
     label: str
@@ -266,11 +285,14 @@ class Mark:
 def line_chart(series: Sequence[Series], marks: Sequence[Mark], *, ids: Ids, title: str, desc: str,
                x_label: str, y_fmt: Callable[[int], str], y_tick: Callable[[int], str] = short_count, x_fmt: Callable[[float], str] = lambda v: f"{v:g}",
                x_log: bool = False, x_ticks: Sequence[float] = (), width: int = 520, height: int = 240,
-               layered: bool = False, y_binary: bool = False) -> str:
+               layered: bool = False, y_binary: bool = False, end_labels: Sequence[str] = ()) -> str:
     """Lines through points on a shared scale, y from 0; ``marks`` are highlighted points (the
     model's own configuration). ``x_log`` spaces x by log2 (context lengths). ``layered`` draws
-    each later series thinner, so lines that coincide stay visible."""
+    each later series thinner, so lines that coincide stay visible; ``end_labels`` (one per
+    series) name each line at its last point, lines that end together in one label ('a = b')."""
     left, right, top, bottom = 64, 16, 10, 40
+    if end_labels:
+        right += int(max(len(t) for t in _merged_ends(series, end_labels, lambda y: y)[1]) * _CHAR) + 12
     xs = [x for s in series for x, _ in s.points] + [m.x for m in marks]
     ys = [y for s in series for _, y in s.points] + [m.y for m in marks]
     if not xs:
@@ -309,6 +331,13 @@ def line_chart(series: Sequence[Series], marks: Sequence[Mark], *, ids: Ids, tit
         for x, y in s.points:
             out.append(f'<circle class="pt {s.css}" cx="{_n(px(x))}" cy="{_n(py(y))}" r="2.5">'
                        f'<title>{html(s.label)}: {html(x_fmt(x))} → {html(y_fmt(int(y)))}</title></circle>')
+    if end_labels:
+        ends, texts = _merged_ends(series, end_labels, py)
+        placed: list[float] = []
+        for (x, y), text in sorted(zip(ends, texts), key=lambda e: py(e[0][1])):
+            ty = max(py(y) + 4, placed[-1] + 13 if placed else top)  # never on top of the label above
+            placed.append(ty)
+            out.append(f'<text class="end" x="{_n(px(x) + 8)}" y="{_n(ty)}">{html(text)}</text>')
     for m in marks:
         cx, cy = px(m.x), py(m.y)
         anchor = "end" if cx > left + plot_w * 0.6 else "start"

@@ -44,7 +44,8 @@ from mhainspect.render.safe import printable_fields
 from mhainspect.render.size_lines import block_size_line, size_lines
 from mhainspect.results import AttentionBlock, Report, Severity
 
-__all__ = ["render_table", "heads_label", "severity_style", "verify_label"]
+__all__ = ["heads_label", "render_overview", "render_summary", "render_table", "render_text", "severity_style",
+           "verify_label"]
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -620,6 +621,15 @@ def render_overview(reports: Sequence[Report], *, width: int | None = None, colo
         table.add_row(*cells)
     text = _print([Text(heading + ")", style="bold"), table], width, color)
     return text.translate(_ASCII) if ascii_only else text
+
+
+def render_text(reports: Report | Sequence[Report], *, width: int | None = None) -> str:
+    """Plain text for the Python API (``str(report)``, ``Report.to_text``): several reports start
+    with one row per model, as the CLI's many-model run does."""
+    items = [reports] if isinstance(reports, Report) else list(reports)
+    parts = [render_overview(items, width=width, color=False)] if len(items) > 1 else []
+    parts.extend(render_table(r, width=width, color=False) for r in items)
+    return "\n".join(parts)
 
 
 def render_summary(lines: Sequence[str], *, width: int | None = None, color: bool = True, wrap: bool = True) -> str:

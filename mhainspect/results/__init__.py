@@ -22,6 +22,7 @@ from mhainspect.results.report import (
     ModelFacts,
     ModelSummary,
     Report,
+    Reports,
     _ReportRenderers,
     attention_params,
     contradicted,
@@ -41,4 +42,4 @@ from mhainspect.results.vocabulary import (
     warning_code,
 )
 
-__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheStatus', 'Evidence', 'EvidenceSource', 'Flag', 'KVCache', 'Matcher', 'Miss', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'REPORT_RENDERERS', 'Report', 'ReportWarning', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WhatIf', '_ReportRenderers', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']
+__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheStatus', 'Evidence', 'EvidenceSource', 'Flag', 'KVCache', 'Matcher', 'Miss', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'REPORT_RENDERERS', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WhatIf', '_ReportRenderers', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']

@@ -53,6 +53,18 @@ class Report:
         """``--format json``'s text for this report."""
         return REPORT_RENDERERS.to_json(self)
 
+    def to_text(self, width: int | None = None) -> str:
+        """The terminal report as plain text (no colour), fitted to ``width`` columns (default 100)."""
+        return REPORT_RENDERERS.text(self, width)
+
+    def to_markdown(self) -> str:
+        """``--format markdown``'s text for this report."""
+        return REPORT_RENDERERS.markdown(self)
+
+    def __str__(self) -> str:
+        """``print(report)``: the terminal report (``to_text()``)."""
+        return self.to_text()
+
     def __repr__(self) -> str:
         """One line (the dataclass repr of a 12-layer model is 30,000 characters); to_dict() has it all."""
         m = self.model
@@ -65,14 +77,34 @@ class Report:
         return REPORT_RENDERERS.html(self)
 
 
+class Reports(list[Report]):
+    """Several reports (``mhainspect.inspect_all``): a list, that Jupyter shows as the comparison
+    page and that reads as text or markdown with one row per model first."""
+
+    def to_text(self, width: int | None = None) -> str:
+        """One row per model, then each model's terminal report, as plain text (default 100 columns)."""
+        return REPORT_RENDERERS.text_many(self, width)
+
+    def to_markdown(self) -> str:
+        return REPORT_RENDERERS.markdown_many(self)
+
+    def _repr_html_(self) -> str:
+        return REPORT_RENDERERS.html_many(self)
+
+
 class _ReportRenderers:
-    """Report's to_dict/to_json/_repr_html_ call the renderers, which sit above this module (imports
-    only point down): ``mhainspect/__init__.py``, the top of the package, installs them, each
-    importing its renderer only when called."""
+    """Report's to_dict/to_json/to_text/to_markdown/_repr_html_ (and Reports') call the renderers,
+    which sit above this module (imports only point down): ``mhainspect/__init__.py``, the top of
+    the package, installs them, each importing its renderer only when called."""
 
     to_dict: Callable[[Report], dict[str, Any]]
     to_json: Callable[[Report], str]
+    text: Callable[[Report, int | None], str]
+    markdown: Callable[[Report], str]
     html: Callable[[Report], str]
+    text_many: Callable[[Sequence[Report], int | None], str]
+    markdown_many: Callable[[Sequence[Report]], str]
+    html_many: Callable[[Sequence[Report]], str]
 
 
 REPORT_RENDERERS = _ReportRenderers()
