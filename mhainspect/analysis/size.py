@@ -251,13 +251,19 @@ def cache_bytes_at_context(kv: KVCache | None) -> int | None:
     return None
 
 
+def _counted(n: int, noun: str) -> str:
+    """'1 block', '3 blocks'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses: Sequence[Miss] = ()) -> KVCache:
     unsized = [m for m in misses if m.caches]
     if unsized:
         names = ", ".join(m.anchor for m in unsized[:3]) + (f" and {len(unsized) - 3} more" if len(unsized) > 3 else "")
+        what = ("1 attention module that caches K/V during decoding is not a block" if len(unsized) == 1 else
+                f"{len(unsized)} attention modules that cache K/V during decoding are not blocks")
         return KVCache(None, None, options.context, options.batch, None, None,
-                       reason=f"{len(unsized)} attention module(s) that cache K/V during decoding are not blocks "
-                              f"({names}): {unsized[0].reason}", status=CacheStatus.UNKNOWN)
+                       reason=f"{what} ({names}): {unsized[0].reason}", status=CacheStatus.UNKNOWN)
     self_blocks = [b for b in blocks if b.kind != "cross"]
     cross_blocks = [b for b in blocks if b.kind == "cross"]
     caching = [b for b in self_blocks if b.kv_cache_bytes_per_token is not None]
@@ -272,7 +278,7 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses:
     if unknown:
         names = ", ".join(b.name for b in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
         return KVCache(None, dtype, options.context, options.batch, None, None,
-                       reason=f"unknown for {len(unknown)} block(s) ({names}): {cache_reason(unknown[0])}",
+                       reason=f"unknown for {_counted(len(unknown), 'block')} ({names}): {cache_reason(unknown[0])}",
                        status=CacheStatus.UNKNOWN)
     if not caching:
         why = next((r for b in blocks if (r := cache_reason(b))), None) or "the model has no attention blocks"

@@ -101,7 +101,6 @@ def calc_cmd(
                                                        show_default=False)] = None,
 ) -> None:
     """Count the parameters of an attention layer under pytorch, keras, matlab, hf or t5 conventions."""
-    from mhainspect import conventions
     from mhainspect.analysis.whatif import check_head_counts
     from mhainspect.ir.units import parse_tokens
 
@@ -117,34 +116,49 @@ def calc_cmd(
     except ValueError as exc:
         raise fail(f"--context: {exc}") from None
     to_file = output is not None and str(output) != "-"
-    fmt = output_format or (_SUFFIX_FORMATS.get(output.suffix.lower()) if output is not None and to_file else None)
-    fmt_source = "from the suffix " + output.suffix if output_format is None and fmt is not None and output else ""
-    fmt = fmt or CalcFormat.text
-    sized = dtype is not None or context is not None or bool(kv_heads)
+    fmt, fmt_source = _calc_format(output_format, output if to_file else None)
     if kv_heads and any(g <= 0 for g in kv_heads):
         raise fail("--kv-heads takes positive integers")
-    if compare_all or convention is None:
-        convention = None
-        if sized:
-            raise fail("--dtype, --context and --kv-heads apply to one convention (not --compare)")
-        if (heads and fmt is not CalcFormat.html) or changes:
-            raise fail(f"{'--vs' if changes else '--heads'} applies to one convention (calc CONVENTION ...); "
-                       "with --compare, change the arguments themselves (num_heads=N) and run again")
-    elif convention not in conventions.CONVENTIONS:
-        raise fail(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
-    if sized and fmt is CalcFormat.html:
-        raise fail("--dtype, --context and --kv-heads are given in text and json (--format text|json), not html")
-    request = _CalcRequest(convention, values, changes, tuple(heads or ()), fmt,
-                           None if to_file else terminal_width(), sized, dtype, context, tuple(kv_heads or ()))
+    request = _CalcRequest(None if compare_all else convention, values, changes, tuple(heads or ()), fmt,
+                           None if to_file else terminal_width(),
+                           dtype is not None or context is not None or bool(kv_heads), dtype, context,
+                           tuple(kv_heads or ()))
+    _check_request(request)
     try:
         text = _calc_output(request)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    if to_file:
-        assert output is not None
+    if output is not None and to_file:
         _write_file(output, text, fmt.value + (f" {fmt_source}" if fmt_source else ""))
     else:
         write_stdout(text)
+
+
+def _calc_format(given: CalcFormat | None, output: Path | None) -> tuple[CalcFormat, str]:
+    """-f, else the suffix of -o FILE (.json, .html, .txt), else text; and what chose it (the
+    suffix, said in the 'wrote' line)."""
+    if given is not None:
+        return given, ""
+    by_suffix = _SUFFIX_FORMATS.get(output.suffix.lower()) if output is not None else None
+    if by_suffix is not None and output is not None:
+        return by_suffix, f"from the suffix {output.suffix}"
+    return CalcFormat.text, ""
+
+
+def _check_request(r: _CalcRequest) -> None:
+    """Exit 2 (one line) for options that do not go together."""
+    from mhainspect import conventions
+
+    if r.convention is None:
+        if r.sized:
+            raise fail("--dtype, --context and --kv-heads apply to one convention (not --compare)")
+        if (r.heads and r.fmt is not CalcFormat.html) or r.changes:
+            raise fail(f"{'--vs' if r.changes else '--heads'} applies to one convention (calc CONVENTION ...); "
+                       "with --compare, change the arguments themselves (num_heads=N) and run again")
+    elif r.convention not in conventions.CONVENTIONS:
+        raise fail(f"unknown convention '{r.convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
+    if r.sized and r.fmt is CalcFormat.html:
+        raise fail("--dtype, --context and --kv-heads are given in text and json (--format text|json), not html")
 
 
 def _write_file(output: Path, text: str, how: str) -> None:

@@ -83,92 +83,80 @@ def _overview(reports: Sequence[Report], level: int) -> list[str]:
 
 def _report(report: Report, level: int, extras: ModelExtras, verbose: bool, what_if_heads: Sequence[int],
             group_repeats: bool) -> list[str]:
+    lines = [*_heading(report, level), *_blocks_part(report, group_repeats and not verbose),
+             *_what_if_part(report, what_if_heads), "", *_flags_part(report, extras, group_repeats and not verbose)]
+    failed = sum(1 for g in extras.gates if not g.passed)
+    lines += _section(f"Gates ({failed} failed)" if failed else "Gates: all passed",
+                      [f"- {'✅' if g.passed else '❌'} {md_text(gate_line(g))}" for g in extras.gates])
+    lines += _section("Size", [f"- {md_text(line.strip())}" for line in size_lines(report)])
+    lines += _section("Run-time check (--verify)", [f"- {md_code(b.name)}: {md_text(verify_label(b.verification))}"
+                                                    for b in report.blocks if b.verification is not None])
+    lines += _section(f"Warnings ({len(report.warnings)})", [f"- {md_text(w)}" for w in report.warnings])
+    if verbose:
+        for b in report.blocks:
+            lines.extend(["", *_evidence(b)])
+    if report.misses:
+        n = len(report.misses)
+        lines.extend(["", "<details>", f"<summary>{n} near miss{'es' if n != 1 else ''}</summary>", "",
+                      *(f"- {md_text(x.matcher)} at {md_code(x.anchor)}: {md_text(x.reason)}" for x in report.misses),
+                      "", "</details>"])
+    lines.append("")
+    return lines
+
+
+def _section(title: str, items: Sequence[str]) -> list[str]:
+    """A bold title and its list, after a blank line; nothing without items."""
+    return ["", f"**{title}**", "", *items] if items else []
+
+
+def _heading(report: Report, level: int) -> list[str]:
     m = report.model
-    hashes = "#" * level
-    lines = [f"{hashes} {md_code(m.path)}", ""]
     facts = "".join(f", {md_text(f)}" for f in source_facts(m))
     share = f" ({percent(m.attention_params, m.total_params)}%)" if m.total_params else ""
     trainable = getattr(m, "trainable_params", None)
     train = (f" (trainable {group(trainable)}, non-trainable {group(m.total_params - trainable)})"
              if trainable is not None else "")
-    lines.append(
-        f"{md_text(format_label(m.format))}{facts}: **{group(m.total_params)}** params{train}, "
-        f"attention **{group(m.attention_params)}**{share}, {blocks_word(len(report.blocks))}"
-    )
+    return [f"{'#' * level} {md_code(m.path)}", "",
+            f"{md_text(format_label(m.format))}{facts}: **{group(m.total_params)}** params{train}, "
+            f"attention **{group(m.attention_params)}**{share}, {blocks_word(len(report.blocks))}", ""]
+
+
+def _blocks_part(report: Report, group_repeats: bool) -> list[str]:
+    """The block table, one row per set of identical blocks, and the head-count sentences."""
+    if not report.blocks:
+        return ["No attention blocks found."]
+    lines = [_row(_COLUMNS), _row(_ALIGN)]
+    groups = block_groups(report, group_repeats)
+    for g in groups:
+        cells = list(block_cells(g.first, report.model.total_params))
+        times = f" ×{g.count}" if g.count > 1 else ""
+        cells[0], cells[1], cells[11] = md_code(g.label, table_cell=True) + times, md_text(cells[1]), f"**{cells[11]}**"
+        lines.append(_row(cells))
     lines.append("")
-    if report.blocks:
-        lines.append(_row(_COLUMNS))
-        lines.append(_row(_ALIGN))
-        groups = block_groups(report, group_repeats and not verbose)
-        for g in groups:
-            cells = list(block_cells(g.first, m.total_params))
-            times = f" ×{g.count}" if g.count > 1 else ""
-            cells[0], cells[1], cells[11] = (md_code(g.label, table_cell=True) + times, md_text(cells[1]),
-                                              f"**{cells[11]}**")
-            lines.append(_row(cells))
-        lines.append("")
-        if any(g.count > 1 for g in groups):
-            lines.extend([md_text(GROUPED_NOTE), ""])
-        lines.extend(md_text(line) for line in head_count_lines(report))
-    else:
-        lines.append("No attention blocks found.")
-    if what_if_heads and report.blocks:
-        lines.extend(["", f"**What if (--heads {', '.join(str(h) for h in what_if_heads)})**", "",
-                      _row(("Blocks", "Heads now", "At heads", "h·d_k fixed", "d_k fixed")),
-                      _row(("---", "---:", "---:", "---:", "---:"))])
-        lines.extend(_row((md_code(names, table_cell=True), md_text(now), str(n), a, b_))
-                     for names, now, n, a, b_ in what_if_rows(report, what_if_heads))
-        notes = what_if_notes(report, what_if_heads)
-        if notes:
-            lines.extend(["", *(md_text(note) for note in notes)])
-    lines.append("")
+    if any(g.count > 1 for g in groups):
+        lines.extend([md_text(GROUPED_NOTE), ""])
+    return lines + [md_text(line) for line in head_count_lines(report)]
+
+
+def _what_if_part(report: Report, heads: Sequence[int]) -> list[str]:
+    if not heads or not report.blocks:
+        return []
+    lines = ["", f"**What if (--heads {', '.join(str(h) for h in heads)})**", "",
+             _row(("Blocks", "Heads now", "At heads", "h·d_k fixed", "d_k fixed")),
+             _row(("---", "---:", "---:", "---:", "---:"))]
+    lines.extend(_row((md_code(names, table_cell=True), md_text(now), str(n), a, b_))
+                 for names, now, n, a, b_ in what_if_rows(report, heads))
+    notes = what_if_notes(report, heads)
+    return lines + (["", *(md_text(note) for note in notes)] if notes else [])
+
+
+def _flags_part(report: Report, extras: ModelExtras, group_repeats: bool) -> list[str]:
     if report.flags:
-        lines.append(f"**Flags ({len(report.flags)})**")
-        lines.append("")
-        lines.extend(_flag_item(g) for g in group_flags(report.flags, group=group_repeats and not verbose))
+        lines = [f"**Flags ({len(report.flags)})**", "",
+                 *(_flag_item(g) for g in group_flags(report.flags, group=group_repeats))]
     else:
-        lines.append("No flags.")
-    if extras.ignored:
-        lines.extend(["", md_text(ignored_line(extras.ignored)) + "."])
-    if extras.gates:
-        failed = sum(1 for g in extras.gates if not g.passed)
-        lines.extend(["", f"**Gates ({failed} failed)**" if failed else "**Gates: all passed**", ""])
-        lines.extend(f"- {'✅' if g.passed else '❌'} {md_text(gate_line(g))}" for g in extras.gates)
-    sizes = size_lines(report)
-    if sizes:
-        lines.append("")
-        lines.append("**Size**")
-        lines.append("")
-        lines.extend(f"- {md_text(line.strip())}" for line in sizes)
-    checked = [b for b in report.blocks if b.verification is not None]
-    if checked:
-        lines.append("")
-        lines.append("**Run-time check (--verify)**")
-        lines.append("")
-        lines.extend(f"- {md_code(b.name)}: {md_text(verify_label(b.verification))}"
-                     for b in checked if b.verification is not None)
-    if report.warnings:
-        lines.append("")
-        lines.append(f"**Warnings ({len(report.warnings)})**")
-        lines.append("")
-        lines.extend(f"- {md_text(w)}" for w in report.warnings)
-    if verbose:
-        for b in report.blocks:
-            lines.append("")
-            lines.extend(_evidence(b))
-    if report.misses:
-        n = len(report.misses)
-        lines.append("")
-        lines.append("<details>")
-        lines.append(f"<summary>{n} near miss{'es' if n != 1 else ''}</summary>")
-        lines.append("")
-        lines.extend(
-            f"- {md_text(x.matcher)} at {md_code(x.anchor)}: {md_text(x.reason)}" for x in report.misses
-        )
-        lines.append("")
-        lines.append("</details>")
-    lines.append("")
-    return lines
+        lines = ["No flags."]
+    return lines + (["", md_text(ignored_line(extras.ignored)) + "."] if extras.ignored else [])
 
 
 def render_markdown(reports: Report | Iterable[Report], *, title: str | None = None,

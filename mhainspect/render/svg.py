@@ -248,6 +248,34 @@ def columns_chart(columns: Sequence[Column], panels: Sequence[str], *, ids: Ids,
 # ------------------------------------------------------------------------------ line chart
 
 
+def _mark_groups(marks: Sequence[Mark], px: Callable[[float], float], py: Callable[[float], float],
+                 flip_at: float) -> list[str]:
+    """Circled points with their labels (right of the point, left of it beyond ``flip_at``)."""
+    out = []
+    for m in marks:
+        cx, cy = px(m.x), py(m.y)
+        anchor = "end" if cx > flip_at else "start"
+        dx = -9 if anchor == "end" else 9
+        text = (f'<text x="{_n(cx + dx)}" y="{_n(cy - 8)}" text-anchor="{anchor}">{html(m.label)}</text>'
+                if m.show_label else "")
+        out.append(f'<g class="mark"><title>{html(m.label)}</title><circle cx="{_n(cx)}" cy="{_n(cy)}" r="6"/>'
+                   f"{text}</g>")
+    return out
+
+
+def _end_texts(series: Sequence[Series], labels: Sequence[str], px: Callable[[float], float],
+               py: Callable[[float], float], top: float) -> list[str]:
+    """The lines' names beside their last points, top to bottom, never on top of each other."""
+    ends, texts = _merged_ends(series, labels, py)
+    out: list[str] = []
+    placed: list[float] = []
+    for (x, y), text in sorted(zip(ends, texts), key=lambda e: py(e[0][1])):
+        ty = max(py(y) + 4, placed[-1] + 13 if placed else top)
+        placed.append(ty)
+        out.append(f'<text class="end" x="{_n(px(x) + 8)}" y="{_n(ty)}">{html(text)}</text>')
+    return out
+
+
 def _merged_ends(series: Sequence[Series], labels: Sequence[str], py: Callable[[float], float]
                  ) -> tuple[list[tuple[float, float]], list[str]]:
     """Each line's last point and label; lines ending within 6 px of each other share one label."""
@@ -332,19 +360,7 @@ def line_chart(series: Sequence[Series], marks: Sequence[Mark], *, ids: Ids, tit
             out.append(f'<circle class="pt {s.css}" cx="{_n(px(x))}" cy="{_n(py(y))}" r="2.5">'
                        f'<title>{html(s.label)}: {html(x_fmt(x))} → {html(y_fmt(int(y)))}</title></circle>')
     if end_labels:
-        ends, texts = _merged_ends(series, end_labels, py)
-        placed: list[float] = []
-        for (x, y), text in sorted(zip(ends, texts), key=lambda e: py(e[0][1])):
-            ty = max(py(y) + 4, placed[-1] + 13 if placed else top)  # never on top of the label above
-            placed.append(ty)
-            out.append(f'<text class="end" x="{_n(px(x) + 8)}" y="{_n(ty)}">{html(text)}</text>')
-    for m in marks:
-        cx, cy = px(m.x), py(m.y)
-        anchor = "end" if cx > left + plot_w * 0.6 else "start"
-        dx = -9 if anchor == "end" else 9
-        text = (f'<text x="{_n(cx + dx)}" y="{_n(cy - 8)}" text-anchor="{anchor}">{html(m.label)}</text>'
-                if m.show_label else "")
-        out.append(f'<g class="mark"><title>{html(m.label)}</title><circle cx="{_n(cx)}" cy="{_n(cy)}" r="6"/>'
-                   f"{text}</g>")
+        out.extend(_end_texts(series, end_labels, px, py, top))
+    out.extend(_mark_groups(marks, px, py, left + plot_w * 0.6))
     out.append("</svg>")
     return "".join(out)

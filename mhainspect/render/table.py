@@ -417,10 +417,10 @@ def render_table(
     ``--explain``) adds per-block evidence, lists every near miss with its reason and every flag
     on its own line; otherwise misses are only counted and identical flags of several blocks are
     one line (also with ``group_repeats=False``). ``what_if_heads`` (--heads) adds a what-if
-    section; ``extras`` the run's gate results and the flags --ignore dropped. The block table
-    fits ``width`` (default 120): it drops the Q/K/V/O/Bias columns, then shortens block names,
-    then abbreviates counts, saying so each time, and becomes one line per block on very narrow
-    terminals. Free text wraps at word boundaries (``wrap=False``: never, one line per flag, for
+    section; ``extras`` the run's gate results and the flags --ignore dropped. Blocks with the
+    same numbers are one row (``group_repeats=False`` or ``verbose``: one row each). The block
+    table fits ``width`` (default 120), giving way as ``_layout`` says and saying so each time,
+    and becomes one paragraph per row on very narrow terminals. Free text wraps at word boundaries (``wrap=False``: never, one line per flag, for
     logs and pipes). The result does not depend on environment
     variables (NO_COLOR, COLUMNS, ...): the caller decides ``color`` and ``width``.
     """
@@ -430,44 +430,54 @@ def render_table(
     # wrap=False (a pipe or a log): every flag, warning and evidence line stays one greppable line.
     text_width = width if wrap else 0
     parts: list[RenderableType] = [*_header(report), Text("")]
-    if report.blocks:
-        groups = block_groups(report, group_repeats and not verbose)
-        layout = _layout(report, groups, width, ascii_only)
-        kind = f", all {uniform_kind(groups)}" if 1 not in layout.columns and not layout.lines else ""
-        parts.append(Text(f"Attention blocks ({len(report.blocks)}{kind})", style="bold"))
-        parts.extend(_block_tables(report, groups, layout, ascii_only))
-        parts.extend(_layout_notes(layout, groups, width))
-        parts.extend(Text(line) for line in head_count_lines(report))
-    else:
-        parts.append(
-            Text.assemble(
-                ("No attention blocks found", "bold yellow"), f" ({_misses(len(report.misses))})"
-            )
-        )
+    parts += _blocks_part(report, width, ascii_only, group_repeats and not verbose)
+    parts += _what_if_part(report, what_if_heads, width, ascii_only)
+    parts += _section("Size", [Text(line) for line in size_lines(report)])
+    parts += _section("Verify (onnxruntime run)",
+                      [_verify_line(b, verbose) for b in report.blocks if b.verification is not None])
+    parts += _flags_part(report, extras, text_width, group_repeats and not verbose)
+    failed = sum(1 for g in extras.gates if not g.passed)
+    parts += _section(f"Gates ({failed} failed)" if failed else "Gates: all passed",
+                      [_hang(((("passed", "green") if g.passed else ("FAILED", "bold red")),), Text(g.message),
+                             text_width) for g in extras.gates])
+    parts += _section(f"Warnings ({len(report.warnings)})",
+                      [_hang((("-", ""),), Text(w, style="yellow"), text_width) for w in report.warnings])
+    parts += _misses_part(report, verbose, text_width)
+    text = _print(parts, width, color, wrap)
+    return text.translate(_ASCII) if ascii_only else text
 
-    if what_if_heads and report.blocks:
-        parts.append(Text(""))
-        parts.append(Text(f"What if (--heads {', '.join(str(h) for h in what_if_heads)})", style="bold"))
-        parts.append(_what_if_table(report, what_if_heads, width, ascii_only))
-        parts.append(Text("h·d_k fixed: the heads split the same projection width (d_k shrinks); d_k fixed: "
-                          "every head keeps its width (the projections grow). ? = not possible at that "
-                          "head count (width not divisible) or layout unknown.", style="dim"))
-        parts.extend(Text(note, style="dim") for note in what_if_notes(report, what_if_heads))
-    sizes = size_lines(report)
-    if sizes:
-        parts.append(Text(""))
-        parts.append(Text("Size", style="bold"))
-        parts.extend(Text(line) for line in sizes)
 
-    checked = [b for b in report.blocks if b.verification is not None]
-    if checked:
-        parts.append(Text(""))
-        parts.append(Text("Verify (onnxruntime run)", style="bold"))
-        parts.extend(_verify_line(b, verbose) for b in checked)
+def _section(title: str, lines: Sequence[RenderableType]) -> list[RenderableType]:
+    """A blank line, the bold title, the lines; nothing when there are no lines."""
+    return [Text(""), Text(title, style="bold"), *lines] if lines else []
 
-    parts.append(Text(""))
+
+def _blocks_part(report: Report, width: int, ascii_only: bool, group_repeats: bool) -> list[RenderableType]:
+    if not report.blocks:
+        return [Text.assemble(("No attention blocks found", "bold yellow"), f" ({_misses(len(report.misses))})")]
+    groups = block_groups(report, group_repeats)
+    layout = _layout(report, groups, width, ascii_only)
+    kind = f", all {uniform_kind(groups)}" if 1 not in layout.columns and not layout.lines else ""
+    return [Text(f"Attention blocks ({len(report.blocks)}{kind})", style="bold"),
+            *_block_tables(report, groups, layout, ascii_only), *_layout_notes(layout, groups, width),
+            *(Text(line) for line in head_count_lines(report))]
+
+
+def _what_if_part(report: Report, heads: Sequence[int], width: int, ascii_only: bool) -> list[RenderableType]:
+    if not heads or not report.blocks:
+        return []
+    return _section(f"What if (--heads {', '.join(str(h) for h in heads)})", [
+        _what_if_table(report, heads, width, ascii_only),
+        Text("h·d_k fixed: the heads split the same projection width (d_k shrinks); d_k fixed: every head keeps "
+             "its width (the projections grow). ? = not possible at that head count (width not divisible) or "
+             "layout unknown.", style="dim"),
+        *(Text(note, style="dim") for note in what_if_notes(report, heads))])
+
+
+def _flags_part(report: Report, extras: ModelExtras, text_width: int, group_repeats: bool) -> list[RenderableType]:
+    parts: list[RenderableType] = [Text("")]
     if report.flags:
-        flag_groups = group_flags(report.flags, group=group_repeats and not verbose)
+        flag_groups = group_flags(report.flags, group=group_repeats)
         parts.append(Text(f"Flags ({len(report.flags)})", style="bold"))
         parts.extend(_flag_rows(flag_groups, text_width))
         if len(flag_groups) < len(report.flags):
@@ -477,43 +487,22 @@ def render_table(
         parts.append(Text("Flags: none", style="bold"))
     if extras.ignored:
         parts.append(Text(ignored_line(extras.ignored), style="dim"))
+    return parts
 
-    if extras.gates:
-        parts.append(Text(""))
-        failed = sum(1 for g in extras.gates if not g.passed)
-        parts.append(Text(f"Gates ({failed} failed)" if failed else "Gates: all passed", style="bold"))
-        for g in extras.gates:
-            parts.append(_hang(((("passed", "green") if g.passed else ("FAILED", "bold red")),),
-                               Text(g.message), text_width))
 
-    if report.warnings:
-        parts.append(Text(""))
-        parts.append(Text(f"Warnings ({len(report.warnings)})", style="bold"))
-        parts.extend(_hang((("-", ""),), Text(w, style="yellow"), text_width) for w in report.warnings)
-
+def _misses_part(report: Report, verbose: bool, text_width: int) -> list[RenderableType]:
+    """-v: every block's evidence and every near miss with its reason; else how many misses."""
     n_miss = len(report.misses)
-    if verbose:
-        for b in report.blocks:
-            parts.append(Text(""))
-            parts.extend(_block_details(b, text_width))
-        if n_miss:
-            parts.append(Text(""))
-            parts.append(Text(f"Near misses ({n_miss})", style="bold"))
-        parts.extend(
-            _hang((("-", ""),), Text.assemble((m.matcher, "bold"), f" at {m.anchor}: {m.reason}"), text_width)
-            for m in report.misses
-        )
-    elif n_miss:
+    if not verbose:
+        return [Text(""), Text(f"{_misses(n_miss)} (candidates that did not match); use --explain to list them "
+                               "with reasons", style="dim")] if n_miss else []
+    parts: list[RenderableType] = []
+    for b in report.blocks:
         parts.append(Text(""))
-        parts.append(
-            Text(
-                f"{_misses(n_miss)} (candidates that did not match); "
-                "use --explain to list them with reasons",
-                style="dim",
-            )
-        )
-    text = _print(parts, width, color, wrap)
-    return text.translate(_ASCII) if ascii_only else text
+        parts.extend(_block_details(b, text_width))
+    return parts + _section(f"Near misses ({n_miss})", [
+        _hang((("-", ""),), Text.assemble((m.matcher, "bold"), f" at {m.anchor}: {m.reason}"), text_width)
+        for m in report.misses])
 
 
 # ascii_only: the tool's own typography in ASCII (names from the file are left as they are).
