@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from big_models import LAYERS, write_llama_folder
 from chromium import Loaded, load
 from hostile_names import write_hostile_model
 
@@ -72,6 +73,22 @@ def test_several_models_in_chromium(tmp_path: Path) -> None:
     assert "<h2>Comparison</h2>" in loaded.dom
     for section, r in zip(sections, reports):
         _assert_model(section, r)
+
+
+def test_big_model_page_in_chromium(tmp_path: Path) -> None:
+    """32 identical layers: one flag line, one bar, one table row, one evidence section; the
+    per-layer rows and evidence load too, behind their toggles."""
+    report = audit(write_llama_folder(tmp_path / "llama"))
+    loaded = _open(render_html(report), tmp_path)
+    dom = loaded.dom
+    assert _count(dom, r"<li>.{0,200}MHA005") == 1
+    assert _count(dom, r'<g class="row">') == 2  # the whole model, then one bar for the 32 layers
+    assert _count(dom, r'<rect class="col') == 0  # one layout: a sentence, not 32 columns
+    assert "All 32 blocks share one layout: 32 heads, 8 KV heads, d_k 128, d_v 128." in dom
+    tables = dom.split('<table class="blocks">')[1:]
+    assert len(tables) == 2 and _count(tables[0].split("</table>")[0], r"<tr>") == 2  # header, one row
+    assert _count(tables[1].split("</table>")[0], r"<tr>") == 1 + LAYERS  # every layer, behind a toggle
+    assert _count(dom, r"<summary>Evidence for") == LAYERS
 
 
 def test_kv_cache_chart_in_chromium(tmp_path: Path) -> None:
