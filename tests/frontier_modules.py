@@ -227,3 +227,104 @@ class WideConvAttention(nn.Module):
         q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
         p = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d), dim=-1)
         return (p @ v).transpose(2, 3).reshape(b, c, t)
+
+
+class AnnotatedMHA(nn.Module):
+    """The Annotated Transformer's MultiHeadedAttention: four nn.Linear, view + transpose per head."""
+
+    def __init__(self, d_model: int = 32, h: int = 4) -> None:
+        super().__init__()
+        self.d_k, self.h = d_model // h, h
+        self.linears = nn.ModuleList([nn.Linear(d_model, d_model) for _ in range(4)])
+
+    def truth(self) -> BlockTruth:
+        return BlockTruth(self.h, self.d_k, own_params(self))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        nbatches = x.size(0)
+        query, key, value = [lin(t).view(nbatches, -1, self.h, self.d_k).transpose(1, 2)
+                             for lin, t in zip(self.linears, (x, x, x))]
+        scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(self.d_k)
+        p = scores.softmax(dim=-1)
+        out = torch.matmul(p, value).transpose(1, 2).contiguous().view(nbatches, -1, self.h * self.d_k)
+        return self.linears[-1](out)
+
+
+class TorchMHA(nn.Module):
+    """nn.MultiheadAttention over [batch, seq, d] (self-attention), its output only."""
+
+    def __init__(self, d_model: int = 32, h: int = 4, need_weights: bool = False) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d_model, h, batch_first=True)
+        self.h, self.d_k, self.need_weights = h, d_model // h, need_weights
+
+    def truth(self) -> BlockTruth:
+        return BlockTruth(self.h, self.d_k, own_params(self))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # need_weights=True: the explicit softmax path (no scaled_dot_product_attention below opset 14)
+        return self.attn(x, x, x, need_weights=self.need_weights)[0]
+
+
+def older_opset(model_proto: object, opset: int) -> object:
+    """An ONNX model rewritten into the forms older exporters wrote (for opsets modern torch no longer
+    exports a module at): a node computing from constants only (Mod of two constants) folded to a
+    Constant; Slice (opset <= 9), Pad (<= 10), Unsqueeze/Squeeze/Split/Reduce* (<= 12) with their
+    constant inputs as attributes; every int64 Constant written as an int32 Constant cast to int64
+    (tf2onnx and early torch exporters built shape constants that way); the opset set to ``opset``."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model_proto)  # type: ignore[arg-type]
+    graph = m.graph
+    consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer
+                                     if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)}
+    out: list[onnx.NodeProto] = []
+    attr_form = {"Slice": 9, "Pad": 10, "Unsqueeze": 12, "Squeeze": 12, "Split": 12, "ReduceSum": 12,
+                 "ReduceMean": 12, "ReduceMax": 12}
+    names = {"Slice": ("starts", "ends", "axes", "steps"), "Pad": ("pads", "value"), "Unsqueeze": ("axes",),
+             "Squeeze": ("axes",), "Split": ("split",), "ReduceSum": ("axes",), "ReduceMean": ("axes",),
+             "ReduceMax": ("axes",)}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            value = numpy_helper.to_array(node.attribute[0].t)
+            consts[node.output[0]] = value
+            out.append(node)
+            continue
+        if node.op_type == "Mod" and all(x in consts for x in node.input):
+            value = np.mod(consts[node.input[0]], consts[node.input[1]])  # Mod (fmod=0) on integers
+            consts[node.output[0]] = value
+            out.append(helper.make_node("Constant", [], [node.output[0]], value=numpy_helper.from_array(value)))
+            continue
+        limit = attr_form.get(node.op_type)
+        extra = list(node.input[1:])
+        if limit is not None and opset <= limit and all(x == "" or x in consts for x in extra):
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            for key, x in zip(names[node.op_type], extra):
+                if x and key != "value":
+                    attrs[key] = [int(v) for v in consts[x].flatten()]
+                elif x:
+                    attrs[key] = float(consts[x].flatten()[0])
+            if node.op_type == "Slice" and any(s != 1 for s in attrs.pop("steps", [1])):
+                out.append(node)
+                continue
+            out.append(helper.make_node(node.op_type, [node.input[0]], list(node.output), name=node.name, **attrs))
+            continue
+        out.append(node)
+    final: list[onnx.NodeProto] = []
+    for node in out:
+        value = consts.get(node.output[0]) if node.op_type == "Constant" else None
+        if value is not None and value.dtype == np.int64 and np.all(np.abs(value) < 2**31):
+            narrow = node.output[0] + "_int32"
+            final.append(helper.make_node("Constant", [], [narrow],
+                                          value=numpy_helper.from_array(value.astype(np.int32))))
+            final.append(helper.make_node("Cast", [narrow], [node.output[0]], to=onnx.TensorProto.INT64))
+            continue
+        final.append(node)
+    del graph.node[:]
+    graph.node.extend(final)
+    del m.opset_import[:]
+    m.opset_import.append(helper.make_opsetid("", opset))
+    return m

@@ -112,3 +112,120 @@ def test_integer_weight_dequantized_by_arithmetic_is_the_weight(tmp_path: Path, 
         (expected["q"], expected["k"], expected["v"], expected["o"], expected["bias"])
     assert report.model.total_params == b.params.total
     assert all(p.weight is not None and p.weight.startswith("wq") for p in b.projections)
+
+
+# ----------------------------------------------------------------------------- older exporters
+
+
+def _old_export(tmp_path: Path, model: torch.nn.Module, opset: int, target: int) -> str:
+    path = fm.export(model, (torch.randn(2, 7, 32),), str(tmp_path / "m.onnx"), dynamo=False, opset=opset,
+                     dynamic={"x0": {0: "batch", 1: "seq"}})
+    assert path is not None, f"the TorchScript exporter writes opset {opset}"
+    old = tmp_path / f"m{target}.onnx"
+    onnx.save(fm.older_opset(onnx.load(path), target), old)
+    return str(old)
+
+
+@pytest.mark.parametrize("target", [9, 11])
+def test_annotated_transformer_attention_from_an_older_exporter(tmp_path: Path, target: int) -> None:
+    """torch.onnx.export(opset_version=9) of the Annotated Transformer's attention, its shape constants
+    written as int32 Constants cast to int64 (as older exporters wrote them): heads from the folding."""
+    torch.manual_seed(0)
+    model = fm.with_noise(fm.AnnotatedMHA(d_model=32, h=4))
+    report = audit(_old_export(tmp_path, model, 9, target))
+    assert _numbers(_only_block(report)) == _truth(model.truth())
+    assert report.model.total_params == fm.own_params(model)
+
+
+@pytest.mark.parametrize("target", [9, 11])
+def test_multihead_attention_in_older_opset_forms(tmp_path: Path, target: int) -> None:
+    """nn.MultiheadAttention (torch exports it from opset 13 on) rewritten into opset 9 / 11 forms:
+    attribute-form Slice (9), Unsqueeze/Squeeze/Split with attribute axes and sizes, int32 shape
+    constants cast to int64, the Mod of two constants folded."""
+    torch.manual_seed(0)
+    model = fm.with_noise(fm.TorchMHA(d_model=32, h=4, need_weights=True))
+    path = _old_export(tmp_path, model, 13, target)
+    ops = {n.op_type: n for n in onnx.load(path).graph.node}
+    assert "Mod" not in ops and not any(len(n.input) > 1 for n in onnx.load(path).graph.node
+                                        if n.op_type in ("Unsqueeze", "Squeeze"))
+    if target == 9:
+        assert any(len(n.input) == 1 for n in onnx.load(path).graph.node if n.op_type == "Slice")
+    report = audit(path)
+    assert _numbers(_only_block(report)) == _truth(model.truth())
+    assert report.model.total_params == fm.own_params(model)
+
+
+def _packed_opset9(slice_form: str) -> onnx.ModelProto:
+    """A packed QKV projection cut by attribute-form Slices (opset 9) or an attribute Split, heads split
+    by Reshape targets built from Shape -> Gather -> Unsqueeze(axes attribute) and int32 constants cast
+    to int64, concatenated."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    h, d, dm = 4, 8, 32
+    b = g.Builder()
+    qkv = b.one("Add", [b.one("MatMul", ["x", b.const("attn.qkv.weight", g._f(dm, 3 * dm))]),
+                        b.const("attn.qkv.bias", g._f(3 * dm))])
+    if slice_form == "slice":
+        q, k, v = (b.one("Slice", [qkv], starts=[i * dm], ends=[(i + 1) * dm], axes=[2]) for i in range(3))
+    else:
+        q, k, v = b.op("Split", [qkv], 3, axis=2, split=[dm, dm, dm])
+
+    def int32_cast(*values: int) -> str:
+        c = b.name("c32")
+        b.nodes.append(helper.make_node("Constant", [], [c], value=numpy_helper.from_array(
+            g.np.array(values, dtype=g.np.int32))))
+        return b.one("Cast", [c], to=TensorProto.INT64)
+
+    shape = b.one("Shape", ["x"])
+    batch = b.one("Unsqueeze", [b.one("Gather", [shape, int32_cast(0)], axis=0)], axes=[0])
+    seq = b.one("Unsqueeze", [b.one("Gather", [shape, int32_cast(1)], axis=0)], axes=[0])
+    split = b.one("Concat", [batch, seq, int32_cast(h), int32_cast(d)], axis=0)
+    qh, kh, vh = (b.one("Transpose", [b.one("Reshape", [t, split])], perm=[0, 2, 1, 3]) for t in (q, k, v))
+    scores = b.one("Mul", [b.one("MatMul", [qh, b.one("Transpose", [kh], perm=[0, 1, 3, 2])]),
+                           b.const("scale", g.np.array(d ** -0.5, g.np.float32))])
+    ctx = b.one("Transpose", [b.one("MatMul", [b.one("Softmax", [scores], axis=3), vh])], perm=[0, 2, 1, 3])
+    merged = b.one("Reshape", [ctx, b.one("Concat", [batch, seq, int32_cast(dm)], axis=0)])
+    y = b.one("Add", [b.one("MatMul", [merged, b.const("attn.out.weight", g._f(dm, dm))]),
+                      b.const("attn.out.bias", g._f(dm))])
+    graph = helper.make_graph(b.nodes, "old", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", dm])],
+                              [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)], b.inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+
+
+@pytest.mark.parametrize("slice_form", ["slice", "split"])
+def test_packed_projection_cut_by_attribute_slices(tmp_path: Path, slice_form: str) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_packed_opset9(slice_form), path)
+    b = _only_block(audit(str(path)))
+    per = 32 * 32 + 32
+    assert (b.kind, b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model) == ("self", 4, 4, 8, 8, 32)
+    assert (b.params.q, b.params.k, b.params.v, b.params.o) == (per, per, per, per)
+
+
+@pytest.mark.parametrize("opset", [9, 11])
+def test_pad_and_attribute_reshape_shapes_fold(tmp_path: Path, opset: int) -> None:
+    """Pad (attribute pads before opset 11, an input after) grows the padded axes; a symbolic axis padded
+    becomes a new symbol; a Reshape whose target is an attribute (opset <= 4 form) folds like one whose
+    target is an input."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mhainspect.frontends.onnx.loader import load_onnx
+    from mhainspect.ir.dataflow import GraphIndex
+
+    pads = [0, 0, 1, 0, 0, 0, 2, 0]
+    pad = (helper.make_node("Pad", ["x"], ["p"], pads=pads) if opset < 11 else
+           helper.make_node("Pad", ["x", "pads"], ["p"]))
+    nodes = [pad, helper.make_node("Pad", ["p"], ["q"], pads=[0, 1, 0, 0, 0, 0, 0, 0]) if opset < 11 else
+             helper.make_node("Pad", ["p", "pads_seq"], ["q"]),
+             helper.make_node("Reshape", ["p"], ["r"], shape=[0, 0, 32])]
+    inits = [numpy_helper.from_array(g.np.array(pads, g.np.int64), "pads"),
+             numpy_helper.from_array(g.np.array([0, 1, 0, 0, 0, 0, 0, 0], g.np.int64), "pads_seq")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 1, 8])],
+                              [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)], inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    shapes = GraphIndex(load_onnx(path)).shapes
+    assert [str(d) for d in shapes.shape("p") or ()] == ["b", "s", "4", "8"]
+    q = shapes.shape("q")
+    assert q is not None and str(q[0]) == "b" and str(q[1]) not in ("s", "b") and str(q[2]) == "4"
+    assert [str(d) for d in shapes.shape("r") or ()] == ["b", "s", "32"]

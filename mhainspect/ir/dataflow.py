@@ -11,7 +11,7 @@ from functools import cached_property
 from mhainspect.errors import InputError
 from mhainspect.ir.dtypes import Family, is_float, lookup
 from mhainspect.ir.graph import ModelGraph, Node, Tensor
-from mhainspect.ir.symbolic import ShapeEvaluator, gathered_table_shape
+from mhainspect.ir.symbolic import ShapeEvaluator, gathered_table_shape, operand_given
 
 # Ops that pass a value on unchanged but for its dtype or its quantization (the first output only:
 # DynamicQuantizeLinear's other outputs are its scale and zero point). Every walk of the matchers
@@ -367,7 +367,10 @@ class GraphIndex:
         if node.op == "Split":
             axis = node.attrs.get("axis", 0)
             return dims, f"split {node.outputs.index(output)} of {axis!r}"
-        bounds = [self.shapes.int_values(x) if x else None for x in node.inputs[1:]]
+        if len(node.inputs) >= 3:
+            bounds = [self.shapes.int_values(x) if x else None for x in node.inputs[1:]]
+        else:  # opset <= 9: the bounds are attributes
+            bounds = [self.shapes.operand_ints(node, pos) for pos in range(1, 5) if operand_given(node, pos)]
         if len(bounds) < 2 or any(b is None for b in bounds):
             return None
         return dims, "slice " + " ".join(map(str, bounds))

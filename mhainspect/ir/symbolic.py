@@ -305,6 +305,12 @@ class ShapeEvaluator:
         memo[id(v)] = (v, ints)
         return ints
 
+    def operand_ints(self, node: Node, pos: int) -> tuple[int, ...] | None:
+        """The integer values of ``node``'s operand ``pos`` (1-based after the data input): its input
+        when present, else the attribute older opsets held it in (``ATTRIBUTE_FORMS``); None when
+        neither says (an omitted optional operand, or values computed at run time)."""
+        return operand_ints(node, pos, self.int_values)
+
     def float_scalar(self, name: str) -> float | None:
         v = self.values.get(name)
         if v is None or len(v) != 1:
@@ -678,11 +684,11 @@ def _h_squeeze(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
     if s is None:
         return
-    axes = ev._in_ints(node, 1) if len(node.inputs) > 1 else node.attrs.get("axes")
+    axes = ev.operand_ints(node, 1)
     if axes is None:
         out = tuple(d for d in s if not (d.is_int and d.coef == 1))
     else:
-        drop = {_norm_axis(int(a), len(s)) for a in axes}  # type: ignore[union-attr]
+        drop = {_norm_axis(int(a), len(s)) for a in axes}
         out = tuple(d for i, d in enumerate(s) if i not in drop)
     ev._put(node, out, ev._in_value(node, 0))
 
@@ -728,20 +734,58 @@ def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
     ev._put(node, first[:a] + (total,) + first[a + 1:] if ok else None, value)
 
 
+# Operands older opsets held as attributes, by the input position they moved to: Slice (opset <= 9),
+# Pad (<= 10), Split/Squeeze/Unsqueeze/ReduceSum (<= 12), Reshape (<= 4), Upsample's scales.
+ATTRIBUTE_FORMS: dict[str, dict[int, str]] = {
+    "Slice": {1: "starts", 2: "ends", 3: "axes", 4: "steps"}, "Pad": {1: "pads"}, "Split": {1: "split"},
+    "Squeeze": {1: "axes"}, "Unsqueeze": {1: "axes"}, "Reshape": {1: "shape"},
+    **{op: {1: "axes"} for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd")},
+}
+
+
+def operand_ints(node: Node, pos: int, int_values: Callable[[str], tuple[int, ...] | None]
+                 ) -> tuple[int, ...] | None:
+    """``ShapeEvaluator.operand_ints`` with the values of a tensor read by ``int_values``."""
+    inputs = node.inputs
+    if pos < len(inputs):
+        return int_values(inputs[pos]) if inputs[pos] else None
+    attr = ATTRIBUTE_FORMS.get(node.op, {}).get(pos)
+    value = node.attrs.get(attr) if attr is not None else None
+    if isinstance(value, tuple) and all(type(x) is int for x in value):
+        return value  # type: ignore[return-value]
+    return None
+
+
+def operand_given(node: Node, pos: int) -> bool:
+    """Whether ``node`` has operand ``pos``, as an input or (older opsets) as its attribute."""
+    if pos < len(node.inputs):
+        return bool(node.inputs[pos])
+    attr = ATTRIBUTE_FORMS.get(node.op, {}).get(pos)
+    return attr is not None and attr in node.attrs
+
+
+def slice_bounds(node: Node, int_values: Callable[[str], tuple[int, ...] | None]
+                 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """(starts, ends, axes, steps) of a Slice, from its inputs or (opset <= 9) its attributes, with
+    the defaults of omitted axes and steps; None when starts or ends are not constants."""
+    starts, ends = operand_ints(node, 1, int_values), operand_ints(node, 2, int_values)
+    if starts is None or ends is None:
+        return None
+    axes = operand_ints(node, 3, int_values) if operand_given(node, 3) else tuple(range(len(starts)))
+    steps = operand_ints(node, 4, int_values) if operand_given(node, 4) else tuple(1 for _ in starts)
+    if axes is None or steps is None:
+        return None
+    return starts, ends, axes, steps
+
+
 def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
     if s is None:
         return
-    if len(node.inputs) >= 3:
-        starts = ev._in_ints(node, 1)
-        ends = ev._in_ints(node, 2)
-        axes = ev._in_ints(node, 3) if len(node.inputs) > 3 and node.inputs[3] else tuple(range(len(starts or ())))
-        steps = ev._in_ints(node, 4) if len(node.inputs) > 4 and node.inputs[4] else tuple(1 for _ in (starts or ()))
-    else:
-        starts = node.attrs.get("starts")  # type: ignore[assignment]
-        ends = node.attrs.get("ends")  # type: ignore[assignment]
-        axes = node.attrs.get("axes") or tuple(range(len(starts or ())))  # type: ignore[assignment]
-        steps = tuple(1 for _ in (starts or ()))
+    starts = ev.operand_ints(node, 1)
+    ends = ev.operand_ints(node, 2)
+    axes = ev.operand_ints(node, 3) if operand_given(node, 3) else tuple(range(len(starts or ())))
+    steps = ev.operand_ints(node, 4) if operand_given(node, 4) else tuple(1 for _ in (starts or ()))
     if ends is None and starts is not None and len(node.inputs) >= 3 and all(x == 0 for x in starts):
         # x[:, :seq] with seq read from another tensor's shape: the length is that symbol.
         sym_ends = ev._in_value(node, 2)
@@ -812,6 +856,9 @@ def _resolve_reshape(in_shape: Shape | None, target: Value, allowzero: bool) -> 
 
 def _h_reshape(ev: ShapeEvaluator, node: Node) -> None:
     target = ev._in_value(node, 1)
+    if target is None and len(node.inputs) < 2:
+        held = ev.operand_ints(node, 1)  # opset <= 4: the target shape is an attribute
+        target = tuple(int_dim(x) for x in held) if held is not None else None
     if target is None:
         tshape = ev._in_shape(node, 1)
         # Unknown target values but known rank: keep the rank with fresh symbols.
@@ -956,9 +1003,7 @@ def _h_split(ev: ShapeEvaluator, node: Node) -> None:
     if s is None:
         return
     a = _norm_axis(int(node.attrs.get("axis", 0) or 0), len(s))  # type: ignore[arg-type]
-    split_attr = node.attrs.get("split")
-    sizes: tuple[int, ...] | None = (ev._in_ints(node, 1) if len(node.inputs) > 1 and node.inputs[1]
-                                     else tuple(int(x) for x in split_attr) if isinstance(split_attr, tuple) else None)
+    sizes = ev.operand_ints(node, 1)
     n_out = len(node.outputs)
     if sizes is None and len(node.inputs) > 1 and node.inputs[1]:
         return  # sizes computed at run time: not an equal split
@@ -1023,6 +1068,27 @@ def _h_reduce(ev: ShapeEvaluator, node: Node) -> None:
     ev._put(node, out, None)
 
 
+def _h_pad(ev: ShapeEvaluator, node: Node) -> None:
+    """Pad: each padded axis grows by its begin and end pads (inputs, or the opset <= 10 attribute);
+    a symbolic axis padded by a nonzero amount becomes a fresh symbol (a sum is no monomial)."""
+    s = ev._in_shape(node, 0)
+    pads = ev.operand_ints(node, 1)
+    if s is None or pads is None:
+        return
+    axes = ev._in_ints(node, 3) if len(node.inputs) > 3 and node.inputs[3] else tuple(range(len(s)))
+    if axes is None or len(pads) != 2 * len(axes):
+        return
+    out = list(s)
+    for i, ax in enumerate(axes):
+        a = _norm_axis(ax, len(s))
+        if not 0 <= a < len(s):
+            return
+        grow = pads[i] + pads[i + len(axes)]
+        d = s[a]
+        out[a] = d if grow == 0 else int_dim(d.coef + grow) if d.is_int else sym_dim(ev._new_sym())
+    ev._set(node, tuple(out))
+
+
 def _h_conv(ev: ShapeEvaluator, node: Node) -> None:
     x, w = ev._in_shape(node, 0), ev._in_shape(node, 1)
     if x is None or w is None or len(x) != len(w) or len(x) < 3:
@@ -1039,7 +1105,10 @@ def _h_conv(ev: ShapeEvaluator, node: Node) -> None:
     spatial: list[Dim] = []
     for i in range(k):
         d, kern = x[2 + i], w[2 + i]
-        if not (d.is_int and kern.is_int):
+        if kern.is_int and kern.coef == 1 and strides[i] == 1 and pads[i] == pads[i + k] == 0 \
+                and auto_pad in ("NOTSET", "VALID"):
+            spatial.append(d)  # one position wide, unit stride, no padding: the axis is unchanged
+        elif not (d.is_int and kern.is_int):
             spatial.append(sym_dim(ev._new_sym()))
         elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
             spatial.append(Dim(-(-d.coef // strides[i])))
@@ -1083,6 +1152,7 @@ _HANDLERS: dict[str, Callable[[ShapeEvaluator, Node], None]] = {
     "Range": _h_range,
     "Equal": _h_equal,
     "Conv": _h_conv,
+    "Pad": _h_pad,
     "ConvInteger": _h_conv,
     "QLinearConv": _h_qlinear_conv,
     "Where": _h_where,

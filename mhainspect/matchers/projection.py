@@ -28,7 +28,7 @@ from mhainspect.ir.dataflow import (
     passes_value,
 )
 from mhainspect.ir.graph import Node, Tensor
-from mhainspect.ir.symbolic import numel, ratio
+from mhainspect.ir.symbolic import numel, ratio, slice_bounds
 
 _PROJECTION_OPS = {"MatMul", "Gemm", "FusedMatMul", "Einsum", "Conv"} | set(QUANTIZED_PRODUCTS)
 
@@ -453,11 +453,12 @@ def _constant_share(index: GraphIndex, node: Node, out: str, width: int) -> Frac
     """The share ``out`` takes of a ``width``-wide last axis, read from Split/Slice constants (the
     rank is unknown here, so only axis -1 is sure to be that axis)."""
     ints = index.shapes.int_values
-    if node.op == "Slice" and len(node.inputs) >= 3:
-        starts, ends = ints(node.inputs[1]), ints(node.inputs[2])
-        axes = ints(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else (0,)
-        steps = ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] else (1,)
-        if starts is None or ends is None or axes != (-1,) or steps != (1,) or len(starts) != 1 or len(ends) != 1:
+    if node.op == "Slice":
+        bounds = slice_bounds(node, ints)
+        if bounds is None:
+            return None
+        starts, ends, axes, steps = bounds
+        if axes != (-1,) or steps != (1,) or len(starts) != 1 or len(ends) != 1:
             return None
         lo, hi = (x + width if x < 0 else x for x in (starts[0], ends[0]))
         size = min(hi, width) - max(lo, 0)
@@ -465,10 +466,8 @@ def _constant_share(index: GraphIndex, node: Node, out: str, width: int) -> Frac
     split_axis = node.attrs.get("axis", 0)
     if node.op == "Split" and split_axis == -1:
         pos = node.outputs.index(out)
-        split_attr = node.attrs.get("split")
         has_input = len(node.inputs) > 1 and bool(node.inputs[1])
-        sizes = ints(node.inputs[1]) if has_input else (
-            tuple(int(x) for x in split_attr) if isinstance(split_attr, tuple) else None)
+        sizes = index.shapes.operand_ints(node, 1)  # the sizes input, or the opset < 13 attribute
         if sizes is not None and sum(sizes) == width and pos < len(sizes):
             return Fraction(int(sizes[pos]), width)
         if sizes is None and not has_input and width % len(node.outputs) == 0:
