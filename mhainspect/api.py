@@ -15,8 +15,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mhainspect.errors import InputError, MissingDependencyError
-from mhainspect.frontends.dispatch import TORCH_HINT
+from mhainspect.errors import InputError, missing_torch
 from mhainspect.results import Report, Reports
 
 if TYPE_CHECKING:
@@ -110,7 +109,7 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     try:
         from torch import nn
     except ImportError:
-        raise MissingDependencyError(f"auditing a {type(obj).__name__} needs PyTorch: {TORCH_HINT}") from None
+        raise missing_torch(f"auditing a {type(obj).__name__}") from None
     if not isinstance(obj, nn.Module):
         raise InputError(f"expected an nn.Module or a model path, got {type(obj).__name__}")
     return audit_module(obj, example_inputs, trace=trace, name=name, options=options)

@@ -33,7 +33,7 @@ from mhainspect.results import (
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 ANSI = re.compile(r"\x1b\[")
 
-TOP_KEYS = ["schema_version", "model", "blocks", "flags", "misses", "warnings"]
+TOP_KEYS = ["schema_version", "tool_version", "model", "blocks", "flags", "misses", "warnings"]
 MODEL_KEYS = ["path", "format", "total_params", "attention_params", "num_nodes", "opset", "producer"]
 BLOCK_KEYS = [
     "name", "matcher", "kind", "num_heads", "num_kv_heads", "d_model", "d_k", "d_v", "scale",
@@ -340,7 +340,7 @@ def test_multi_report_json_validates(multi_validator: Draft202012Validator) -> N
     text = reports_to_json(reports)
     assert text.endswith("}\n")
     doc = json.loads(text)
-    assert list(doc) == ["schema_version", "models"]
+    assert list(doc) == ["schema_version", "tool_version", "models"]
     assert doc["schema_version"] == SCHEMA_VERSION
     assert [m["model"]["path"] for m in doc["models"]] == [r.model.path for r in reports]
     assert _errors(multi_validator, doc) == []

@@ -506,12 +506,19 @@ def test_without_torch(tmp_path: Path) -> None:
     ok = subprocess.run([sys.executable, "-c", code, str(onnx_model)], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     pt = tmp_path / "w.pt"
-    pt.write_bytes(b"PK\x03\x04not really")
+    import zipfile
+
+    with zipfile.ZipFile(pt, "w") as archive:  # a torch.save archive's layout; reading it takes torch
+        archive.writestr("w/data.pkl", b"\x80\x02}q\x00.")
+        archive.writestr("w/version", b"3\n")
     for arg in (str(pt), "some.module:factory"):
         proc = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        assert len(lines) == 1 and 'pip install "mhainspect[torch]"' in lines[0]
+        assert len(lines) == 1 and "requires PyTorch, which is not installed" in lines[0]
+        # The CPU build first (PyPI's default torch wheel is the CUDA build), then the extra.
+        assert lines[0].endswith('pip install torch --index-url https://download.pytorch.org/whl/cpu && '
+                                 'pip install "mhainspect[torch]"')
     probe = subprocess.run([sys.executable, "-c", "import sys, mhainspect; mhainspect.inspect; "
                             "from mhainspect import pipeline; from mhainspect.frontends import dispatch; print('torch' in sys.modules)"],
                            capture_output=True, text=True, timeout=120)

@@ -30,13 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mhainspect.errors import InputError, MissingDependencyError
+from mhainspect.errors import InputError, missing_torch
 from mhainspect.frontends.result import SourceResult
 
 if TYPE_CHECKING:
     from mhainspect.ir.weights import HeadOffers
 
-TORCH_HINT = 'pip install "mhainspect[torch]"'
 
 # Every model file suffix and the kind of source it is: a folder scan picks up these files, and
 # classify() dispatches on them. A new format adds its suffix here (and its kind in analyze_file).
@@ -197,7 +196,7 @@ def source_result(spec: str, *, factory_args: Mapping[str, Any] | None = None,
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise MissingDependencyError(f"{spec}: auditing a PyTorch factory needs PyTorch: {TORCH_HINT}") from None
+        raise missing_torch(f"{spec}: auditing a PyTorch factory") from None
     factory = load_factory(src)
     try:
         result = factory(**dict(factory_args or {}))

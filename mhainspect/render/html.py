@@ -20,6 +20,7 @@ from mhainspect import __version__
 from mhainspect.analysis.size import self_cache_bytes
 from mhainspect.analysis.whatif import what_if
 from mhainspect.ir.units import format_bytes, group, human_count
+from mhainspect.render import links
 from mhainspect.render.cells import (
     UNKNOWN,
     block_cells,
@@ -37,7 +38,7 @@ from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import BlockGroup, common_prefix, group_blocks, group_flags, join_names
 from mhainspect.render.html_style import CSS, CSS_HASH
 from mhainspect.render.safe import html
-from mhainspect.render.sarif import DOCS_BASE, FLAG_ANCHORS
+from mhainspect.render.sarif import FLAG_ANCHORS
 from mhainspect.render.size_lines import IF_DECODED_LABEL, OVERHEAD_LABEL, block_cache_text
 from mhainspect.render.svg import (
     Column,
@@ -80,8 +81,12 @@ def _name(text: str) -> str:
 
 
 def _flag_link(code: str) -> str:
+    """The code, linked to its section of docs/flags.md where the project says where docs live."""
+    base = links.docs_base()
+    if base is None:
+        return f"<b>{html(code)}</b>"
     anchor = FLAG_ANCHORS.get(code)
-    href = f"{DOCS_BASE}flags.md" + (f"#{anchor}" if anchor else "")
+    href = f"{base}flags.md" + (f"#{anchor}" if anchor else "")
     return f'<a href="{html(href)}" rel="noopener noreferrer"><b>{html(code)}</b></a>'
 
 
@@ -594,9 +599,11 @@ def render_html_body(reports: Report | Iterable[Report], *, id_prefix: str = "m"
     if not items:
         parts.append("<p>No models analysed.</p>")
     parts.append('<div class="models">' + "".join(_model_section(r, ids, e) for r, e in zip(items, more)) + "</div>")
+    base = links.docs_base()
+    flags_doc = ("docs/flags.md" if base is None else
+                 f'<a href="{html(base)}flags.md" rel="noopener noreferrer">docs/flags.md</a>')
     parts.append(f'<footer>mhainspect {html(__version__)} · counts are exact; charts round. '
-                 f'Flag codes: <a href="{html(DOCS_BASE)}flags.md" rel="noopener noreferrer">docs/flags.md</a>'
-                 "</footer></div>")
+                 f"Flag codes: {flags_doc}</footer></div>")
     return "".join(parts)
 
 

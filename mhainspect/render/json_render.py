@@ -13,6 +13,7 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
+from mhainspect import __version__
 from mhainspect.analysis.size import cache_reason
 from mhainspect.render.json_text import dumps_pretty
 from mhainspect.results import (
@@ -242,6 +243,7 @@ def report_to_dict(report: Report, *, gates: Sequence[GateResult] = (),
     model = _model(report.model)
     data: JSONDict = {
         "schema_version": report.schema_version,
+        "tool_version": __version__,
         "model": model,
         "blocks": [_block(b, model["total_params"]) for b in report.blocks],
         "flags": [_flag(f) for f in report.flags],
@@ -259,7 +261,7 @@ def reports_to_dict(reports: Iterable[Report], *, docs: Sequence[JSONDict] | Non
     """The multi-model JSON document (docs/multi-report.schema.json); ``docs`` are the models'
     documents when already built (with their gates)."""
     models = list(docs) if docs is not None else [report_to_dict(r) for r in reports]
-    return {"schema_version": SCHEMA_VERSION, "models": models}
+    return {"schema_version": SCHEMA_VERSION, "tool_version": __version__, "models": models}
 
 
 def to_json(data: JSONDict) -> str:

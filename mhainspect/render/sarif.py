@@ -19,16 +19,18 @@ from urllib.parse import quote
 from mhainspect import __version__
 from mhainspect.analysis.flags import FLAG_CODES
 from mhainspect.analysis.gates import GateFailure
+from mhainspect.render import links
 from mhainspect.render.cells import verify_label
 from mhainspect.render.json_text import dumps_pretty
 from mhainspect.render.safe import sarif_text
 from mhainspect.results import Flag, Report, Severity, contradicted
 
-__all__ = ["DOCS_BASE", "FLAG_ANCHORS", "GATE_RULES", "SARIF_SCHEMA", "VERIFY_RULE", "render_sarif", "sarif_dict"]
+__all__ = ["FINGERPRINT", "FLAG_ANCHORS", "GATE_RULES", "SARIF_SCHEMA", "VERIFY_RULE", "render_sarif", "sarif_dict"]
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-# Where docs/ is published; helpUri must be absolute. Change here when the repository moves.
-DOCS_BASE = "https://github.com/mhainspect/mhainspect/blob/main/docs/"
+# partialFingerprints key: one finding (rule, model file, block) keeps its value from run to run,
+# so code scanning tracks it as one alert (models have no lines to hash).
+FINGERPRINT = "mhainspectFinding/v1"
 # GitHub's heading anchors in docs/flags.md (tests check them against the headings).
 FLAG_ANCHORS: dict[str, str] = {
     "MHA001": "mha001--hd_k--d_model-warning",
@@ -85,25 +87,39 @@ def _data(flag: Flag) -> dict[str, int | float | str | None]:
     return {str(k): clean(v) for k, v in flag.data}
 
 
-def _rule(rule_id: str, text: str, help_uri: str, level: str) -> dict[str, Any]:
-    return {"id": rule_id, "name": rule_id, "shortDescription": {"text": text}, "helpUri": help_uri,
-            "defaultConfiguration": {"level": level}}
+def _rule(rule_id: str, text: str, help_page: str, docs_base: str | None, level: str) -> dict[str, Any]:
+    """A rule; ``helpUri`` (absolute, as SARIF wants) only where the project says where its docs live."""
+    rule: dict[str, Any] = {"id": rule_id, "name": rule_id, "shortDescription": {"text": text}}
+    if docs_base:
+        rule["helpUri"] = docs_base + help_page
+    rule["defaultConfiguration"] = {"level": level}
+    return rule
 
 
-def _rules(docs_base: str) -> list[dict[str, Any]]:
+def _rules(docs_base: str | None) -> list[dict[str, Any]]:
     """Flag codes, then gates, then the --verify rule; ruleIndex values point into this list."""
-    rules = [_rule(code, text, f"{docs_base}flags.md" + (f"#{FLAG_ANCHORS[code]}" if code in FLAG_ANCHORS else ""),
+    rules = [_rule(code, text, "flags.md" + (f"#{FLAG_ANCHORS[code]}" if code in FLAG_ANCHORS else ""), docs_base,
                    _LEVEL[severity]) for code, (severity, text) in FLAG_CODES.items()]
-    rules.extend(_rule(gate, text, f"{docs_base}cli.md#{anchor}", "error") for gate, (text, anchor) in GATE_RULES.items())
+    rules.extend(_rule(gate, text, f"cli.md#{anchor}", docs_base, "error") for gate, (text, anchor) in GATE_RULES.items())
     rule_id, text, anchor = VERIFY_RULE
-    rules.append(_rule(rule_id, text, f"{docs_base}cli.md#{anchor}", "warning"))
+    rules.append(_rule(rule_id, text, f"cli.md#{anchor}", docs_base, "warning"))
     return rules
 
 
+def _fingerprint(rule_id: str, path: str, block: str | None) -> dict[str, str]:
+    """``partialFingerprints`` of a finding: a hash of what identifies it across runs (the rule, the
+    model file, the block), not of its message, whose numbers may change."""
+    import hashlib
+
+    key = "\x00".join((rule_id, _uri(path)[0], block or ""))
+    return {FINGERPRINT: hashlib.sha256(key.encode("utf-8")).hexdigest()}
+
+
 def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), *,
-               execution_successful: bool = True, docs_base: str = DOCS_BASE) -> dict[str, Any]:
-    """The SARIF log as a JSON-ready dict (one run, results in input order)."""
-    rules = _rules(docs_base)
+               execution_successful: bool = True, docs_base: str | None = None) -> dict[str, Any]:
+    """The SARIF log as a JSON-ready dict (one run, results in input order). ``docs_base``: where
+    docs/ is published (rules get a helpUri); None: the project's own (``render.links``), if any."""
+    rules = _rules(docs_base if docs_base is not None else links.docs_base())
     index = {rule["id"]: i for i, rule in enumerate(rules)}
     results: list[dict[str, Any]] = []
     for report in reports:
@@ -115,6 +131,7 @@ def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), 
                 "level": _LEVEL[_severity(flag)],
                 "message": {"text": sarif_text(where + " ".join(flag.message.split()))},
                 "locations": [_location(report.model.path, flag.block)],
+                "partialFingerprints": _fingerprint(flag.code, report.model.path, flag.block),
                 "properties": {"data": _data(flag)},
             })
         for block, v in contradicted(report):
@@ -124,6 +141,7 @@ def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), 
                 "level": "warning",
                 "message": {"text": sarif_text(f"{block.name}: {verify_label(v)}")},
                 "locations": [_location(report.model.path, block.name)],
+                "partialFingerprints": _fingerprint(VERIFY_RULE[0], report.model.path, block.name),
                 "properties": {"observed_heads": v.observed_heads, "observed_kv_heads": v.observed_kv_heads,
                                "static_heads": block.num_heads, "static_kv_heads": block.num_kv_heads},
             })
@@ -137,6 +155,7 @@ def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), 
             "level": "error",
             "message": {"text": sarif_text(f"gate failed: {failure.message}")},
             "locations": [_location(failure.model, None)],
+            "partialFingerprints": _fingerprint(f"{failure.gate}:{failure.code or ''}", failure.model, None),
             "properties": props,
         })
     return {
@@ -151,7 +170,7 @@ def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), 
 
 
 def render_sarif(reports: Iterable[Report], failures: Iterable[GateFailure] = (), *,
-                 execution_successful: bool = True, docs_base: str = DOCS_BASE) -> str:
+                 execution_successful: bool = True, docs_base: str | None = None) -> str:
     """The SARIF log as pretty JSON text with a trailing newline."""
     data = sarif_dict(reports, failures, execution_successful=execution_successful, docs_base=docs_base)
     return dumps_pretty(data, ensure_ascii=False) + "\n"

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mhainspect.errors import InputError, MissingDependencyError, read_failure
+from mhainspect.errors import InputError, missing_torch, read_failure
 from mhainspect.frontends.checkpoint.hf_config import Tie, tied_copies
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEAVES, apply_quantization, wants_values
 from mhainspect.ir.dtypes import canonical
@@ -142,7 +142,7 @@ def _import_torch(what: str) -> Any:
     try:
         import torch
     except ImportError:
-        raise MissingDependencyError(f"{what} needs PyTorch: pip install \"mhainspect[torch]\"") from None
+        raise missing_torch(what) from None
     return torch
 
 
