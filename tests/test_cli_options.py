@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cli_run import in_process
 
-from mhainspect.cli.app import main
 from mhainspect.ir.units import MAX_TOKENS, parse_tokens
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -28,25 +28,9 @@ GQA = SAMPLES / "gqa_llama.onnx"
 STANDARD = SAMPLES / "standard_mha.onnx"
 
 
-class Run:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-
 @pytest.fixture()
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-    monkeypatch.delenv("COLUMNS", raising=False)
-    monkeypatch.setenv("MHAINSPECT_NO_PROGRESS", "1")
-
-    def run(*args: object) -> Run:
-        with pytest.raises(SystemExit) as exc:
-            main([str(a) for a in args])
-        captured = capsys.readouterr()
-        code = exc.value.code
-        return Run(code if isinstance(code, int) else 0, captured.out, captured.err)
-
-    return run
+    return in_process(capsys, monkeypatch)
 
 
 def llama_folder(folder: Path, *, max_positions: int | None = 2048, config: bool = True, layers: int = 2) -> Path:

@@ -10,15 +10,14 @@ out in its message, and passes once the caller says what the model does.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import onnx
 import pytest
+from cli_run import in_process
 
 import mhainspect
-from mhainspect.cli.app import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "sample_models"
@@ -28,27 +27,9 @@ BERT = SAMPLES / "bert_two_layers.onnx"  # no causal mask: an encoder
 NO_EFFECT = "no effect: "
 
 
-class Run:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
 @pytest.fixture()
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-    monkeypatch.setenv("MHAINSPECT_NO_PROGRESS", "1")
-
-    def run(*args: object) -> Run:
-        with pytest.raises(SystemExit) as exc:
-            main([str(a) for a in args])
-        captured = capsys.readouterr()
-        code = exc.value.code
-        return Run(code if isinstance(code, int) else 0, captured.out, captured.err)
-
-    return run
+    return in_process(capsys, monkeypatch)
 
 
 def _kv_evidence(doc: dict[str, Any]) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_run import in_process
 from jsonschema import Draft202012Validator
-from test_cli_options import cli  # noqa: F401  (the in-process fixture)
 
 from mhainspect import __version__
 from mhainspect.pipeline import audit
@@ -28,6 +28,11 @@ SAMPLES = REPO_ROOT / "sample_models"
 T5 = SAMPLES / "t5_unscaled.onnx"  # MHA001 and MHA003 on two blocks
 BERT = SAMPLES / "bert_two_layers.onnx"
 
+
+
+@pytest.fixture()
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    return in_process(capsys, monkeypatch)
 
 def test_json_names_the_tool_version(cli: Any, schema_validator: Draft202012Validator,
                                      multi_schema_validator: Draft202012Validator) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli_options import cli, llama_folder  # noqa: F401  (cli: the in-process fixture)
+from cli_run import in_process
+from test_cli_options import llama_folder
 
 import mhainspect
 
@@ -20,6 +21,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 GQA = REPO_ROOT / "sample_models" / "gqa_llama.onnx"
 HINT = "hint: "
 
+
+
+@pytest.fixture()
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    return in_process(capsys, monkeypatch)
 
 @pytest.fixture()
 def bare(tmp_path: Path) -> Path:
