@@ -12,7 +12,6 @@ Pure service: returns results, raises InputError (ValueError for bad calc argume
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError, missing_torch
@@ -20,14 +19,15 @@ from mhainspect.results import Report, Reports
 
 if TYPE_CHECKING:
     from mhainspect.conventions import Calculation, Comparison, UserValue
+    from mhainspect.frontends.folders import ModelRef
 
 __all__ = ["calc", "compare", "inspect", "inspect_all"]
 
 
-def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[Path, ...]:
-    from mhainspect.frontends.folders import expand_models
+def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[ModelRef, ...]:
+    from mhainspect.frontends.folders import expand_models, model_argument
 
-    return expand_models(Path(os.fspath(p)) for p in paths)
+    return expand_models(model_argument(p) for p in paths)
 
 
 def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] = ()) -> Reports:
@@ -97,9 +97,10 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
                            stated_heads=stated_offer(num_heads, num_kv_heads))
     if isinstance(obj, (str, os.PathLike)):
         from mhainspect.frontends.dispatch import is_model_folder
+        from mhainspect.frontends.folders import model_argument
 
-        path = Path(os.fspath(obj))
-        if path.is_dir() and not is_model_folder(path):  # a folder of models, as the CLI takes it
+        path = model_argument(obj)
+        if isinstance(path, str) or path.is_dir() and not is_model_folder(path):  # a folder of models, as the CLI
             found = _models((path,))
             if len(found) != 1:
                 raise InputError(f"{path}: holds {len(found)} models; use mhainspect.inspect_all() for a "

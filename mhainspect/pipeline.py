@@ -56,7 +56,9 @@ def analyse(result: SourceResult, options: AuditOptions | None = None) -> Report
 
 
 def audit(source: str | os.PathLike[str], options: AuditOptions | None = None) -> Report:
-    """Audit a model file, a Hugging Face folder or a factory spec (``pkg.module:callable``)."""
+    """Audit a model file, a Hugging Face folder, a factory spec (``pkg.module:callable``), or a model
+    where it lives (``hf://org/name``, a Hub or HTTP(S) URL, ``s3://``, ``gs://``, ``az://``), read
+    by ranges: only the bytes its header needs."""
     options = options or AuditOptions()
     return analyse(source_result(os.fspath(source), factory_args=options.factory_args,
                                  stated=options.stated_heads), options)

@@ -573,7 +573,7 @@ CASES: tuple[Case, ...] = (
     Case("empty_directory", "directory without models", empty_directory, "error", "no models in this folder"),
     Case("directory_named_onnx", "directory named model.onnx", directory_named_onnx, "error"),
     Case("unreadable", "unreadable file (mode 000; as root, audited without CAP_DAC_OVERRIDE)", unreadable,
-         "error", "not readable", unprivileged=True),
+         "error", "permission denied", unprivileged=True),
     Case("symlink_loop", "symlink loop a.onnx -> b.onnx -> a.onnx", symlink_loop(".onnx"), "error", "symlink loop"),
     Case("symlink_loop_pt", "symlink loop a.pt -> b.pt -> a.pt", symlink_loop(".pt"), "error", "symlink loop"),
     Case("symlink_loop_dir", "directory holding a symlink loop and a folder loop", symlink_loop_directory, "error"),

@@ -230,8 +230,11 @@ class ConfigFinder:
             self._by_folder[key] = load_settings(key, self.formats)
         return self._by_folder[key]
 
-    def for_model(self, model: Path) -> tuple[Settings, Path | None]:
-        """A file's or model folder's own folder; a factory spec (no such path) uses the working directory."""
+    def for_model(self, model: Path | str) -> tuple[Settings, Path | None]:
+        """A file's or model folder's own folder; a factory spec (no such path) and a remote model use
+        the working directory."""
+        if not isinstance(model, Path):
+            return self.for_folder(Path.cwd())
         if model.is_dir():
             return self.for_folder(model)
         if model.exists() or model.parent.is_dir() and str(model.parent) not in ("", "."):

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from mhainspect.analysis.gates import GateConfig
     from mhainspect.cli.config import ConfigFinder, Settings
+    from mhainspect.frontends.folders import ModelRef
     from mhainspect.ir.weights import HeadOffers
     from mhainspect.pipeline import AuditOptions
     from mhainspect.render.extras import ModelExtras
@@ -42,13 +43,14 @@ EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 
 
 
-def _analyze_one(model: Path, options: "AuditOptions") -> "Report | str":
+def _analyze_one(model: "ModelRef", options: "AuditOptions") -> "Report | str":
     """The model's report, or the one-line error message when it cannot be analysed."""
     from mhainspect.frontends.onnx.frontend import check_symlink_loop
     from mhainspect.pipeline import audit
 
     try:
-        check_symlink_loop(model)
+        if isinstance(model, Path):
+            check_symlink_loop(model)
         with ProgressBar(model):
             return audit(model, options)
     except InputError as exc:
@@ -118,7 +120,7 @@ class _VerifySetup:
     models: "dict[Path, onnx.ModelProto]"
 
 
-def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
+def _verify_setup(paths: "Sequence[ModelRef]", verify: bool, dim: list[str] | None,
                   max_verify_bytes: str | None) -> _VerifySetup:
     """--verify options as symbolic dims; refuses (exit 2) a model whose weights exceed the budget,
     a --dim given twice and a --dim that names no input dimension of any model."""
@@ -149,6 +151,8 @@ def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
     models: dict[Path, onnx.ModelProto] = {}
     symbols: set[str] = set()
     for path in paths:
+        if not isinstance(path, Path):
+            continue  # a remote model: audited from its header, never run (see _verify_one)
         if path.suffix.lower() == ".gguf":
             continue  # not run (see _verify_one); parsing it as ONNX would read the whole file
         try:
@@ -170,10 +174,14 @@ def _verify_setup(paths: "Sequence[Path]", verify: bool, dim: list[str] | None,
     return _VerifySetup(dims, models)
 
 
-def _verify_one(path: Path, report: "Report", setup: _VerifySetup) -> "Report":
+def _verify_one(path: "ModelRef", report: "Report", setup: _VerifySetup) -> "Report":
     """``report`` with the run's verdict per block; a failure leaves every block unchecked with the reason."""
     from mhainspect.analysis.verify import attach, verify_report
     from mhainspect.results import BlockVerification, WarningCode, warning_code
+
+    if not isinstance(path, Path):
+        reason = "--verify runs local ONNX files only; a remote model is audited from its header"
+        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
 
     if report.model.format == "gguf":
         reason = "--verify runs ONNX models only; a GGUF file is audited from its header"
@@ -272,12 +280,13 @@ def _summary_lines(reports: "Sequence[Report]", extras: "Sequence[ModelExtras]",
     return lines
 
 
-def _several(models: "Sequence[Path]", paths: "Sequence[Path]") -> bool:
+def _several(models: "Sequence[ModelRef]", paths: "Sequence[ModelRef]") -> bool:
     """A multi-model document: several models, or a folder of models (a Hugging Face model folder
-    is one model, not a folder of them)."""
+    is one model, not a folder of them; a remote folder of models expands to other references)."""
     from mhainspect.frontends.dispatch import is_model_folder
 
-    return len(paths) > 1 or len(models) > 1 or any(m.is_dir() and not is_model_folder(m) for m in models)
+    return len(paths) > 1 or len(models) > 1 or any(
+        m not in paths if isinstance(m, str) else m.is_dir() and not is_model_folder(m) for m in models)
 
 
 def _gate_config(settings: "Settings", given: "Settings", config_path: Path | None,
@@ -331,7 +340,7 @@ def _stated_heads(num_heads: int | None, num_kv_heads: int | None) -> "HeadOffer
         raise fail(str(exc)) from None
 
 
-def _audit_path(path: Path, run: _RunSetup) -> "tuple[Report, ModelExtras] | None":
+def _audit_path(path: "ModelRef", run: _RunSetup) -> "tuple[Report, ModelExtras] | None":
     """One model's report and gate results; None (the error said on stderr) when it cannot be read."""
     from mhainspect.analysis.gates import check_gates, drop_ignored, ignored_counts
     from mhainspect.analysis.size import SizeOptions
@@ -440,12 +449,13 @@ _OUT, _GATES, _CONFIG, _WHATIF, _VERIFY, _FACTORY = ("Output", "Gates", "Configu
 _SIZE = "Size in bytes"
 _HEADS = "Head counts"
 
-ModelsArg = Annotated[list[Path], typer.Argument(
+ModelsArg = Annotated[list[str], typer.Argument(
     metavar="MODEL...", show_default=False,
     help="ONNX files (.onnx), GGUF files (.gguf; split parts as one model), checkpoints (.safetensors, "
          ".pt/.pth/.bin/.ckpt), Hugging Face model folders "
-         "(config.json with weights: one model), factory specs (pkg.module:function, file.py:function), or "
-         "folders (every model below them, sorted).")]
+         "(config.json with weights: one model), factory specs (pkg.module:function, file.py:function), "
+         "folders (every model below them, sorted), or models where they live, read by ranges: "
+         "hf://org/name[@revision][/path], Hub web URLs, http(s):// URLs, s3://, gs://, az://.")]
 # Output
 FormatOpt = Annotated[OutputFormat | None, typer.Option(
     "--format", "-f", show_default=False, rich_help_panel=_OUT, case_sensitive=False,
@@ -581,7 +591,7 @@ def inspect_cmd(
     """Audit MODELS: find every attention block, its heads, d_k, d_v and parameter count."""
     from mhainspect.cli.config import ConfigError, ConfigFinder, merge
     from mhainspect.frontends.dispatch import classify, parse_factory_args
-    from mhainspect.frontends.folders import expand_models
+    from mhainspect.frontends.folders import expand_models, model_argument
     from mhainspect.render.extras import ModelExtras
 
     if config is not None and isolated:
@@ -593,7 +603,8 @@ def inspect_cmd(
     try:
         finder = ConfigFinder(formats, config_file=config, isolated=isolated)
         run_settings = merge(given, finder.for_folder(Path.cwd())[0])
-        paths = expand_models(models)
+        arguments = [model_argument(m) for m in models]
+        paths = expand_models(arguments)
         factory_args = parse_factory_args(arg or [])
     except (ConfigError, InputError) as exc:
         raise fail(str(exc)) from None
@@ -621,7 +632,7 @@ def inspect_cmd(
         extras.append(audited[1])
     failures = [g for e in extras for g in e.gates if not g.passed]
     to_stdout = output is None or str(output) == "-"
-    view = _View(fmt=fmt, several=_several(models, paths), errors=errors,
+    view = _View(fmt=fmt, several=_several(arguments, paths), errors=errors,
                  width=report_width(), wrap=to_stdout and terminal_width() is not None,
                  color=color_wanted(no_color, not to_stdout), verbose=explain,
                  group=not no_group, what_if_heads=given.heads or run_settings.heads or (), quiet=quiet)

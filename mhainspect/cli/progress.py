@@ -23,8 +23,9 @@ class ProgressBar:
     analysis runs. Nothing is imported or started unless stderr is a terminal.
     """
 
-    def __init__(self, model: Path) -> None:
+    def __init__(self, model: Path | str) -> None:
         self.model = model
+        self.label = model.name if isinstance(model, Path) else model.rstrip("/").rsplit("/", 1)[-1]
         self.progress: Any = None
 
     def __enter__(self) -> "ProgressBar":
@@ -39,7 +40,7 @@ class ProgressBar:
 
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                                  console=Console(stderr=True), transient=True)
-        self.task = self.progress.add_task(f"reading {self.model.name}", total=None)
+        self.task = self.progress.add_task(f"reading {self.label}", total=None)
         self.lock, self.closed = threading.Lock(), False
         self.timer = threading.Timer(1.0, self._show)
         self.timer.daemon = True
@@ -54,7 +55,7 @@ class ProgressBar:
                 self.progress.start()
 
     def _update(self, stage: str, done: int, total: int) -> None:
-        name = self.model.name
+        name = self.label
         if stage == "graph" and done >= total:
             self.progress.update(self.task, description=f"analysing {name}", total=None, completed=0)
         else:

@@ -12,6 +12,9 @@ member list), its suffix only where the content names no format (ONNX has no sig
 - ``*.onnx`` (and anything unrecognised): the ONNX loader.
 - ``pkg.module:callable`` or ``path/to/file.py:callable``: a factory in the user's own code, called
   with ``--arg key=value`` keyword arguments; it returns a module or ``(module, example_inputs)``.
+- ``hf://org/name[@revision][/path]``, a Hub web URL, an ``http(s)://`` URL, ``s3://``, ``gs://``,
+  ``az://``: a model where it lives, read by ranges (``mhainspect.frontends.remote``), the same
+  readers and rules as for local files and folders.
 
 Returns a SourceResult (mhainspect.pipeline makes the Report), raises InputError; prints nothing.
 """
@@ -24,13 +27,14 @@ import importlib.util
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError, missing_torch
+from mhainspect.frontends.remote.locate import is_remote
 from mhainspect.frontends.result import SourceResult
 
 if TYPE_CHECKING:
@@ -74,8 +78,19 @@ def is_checkpoint_folder(path: Path) -> bool:
         names = [p.name for p in path.iterdir()]
     except OSError:
         return False
+    return checkpoint_names(names)
+
+
+def checkpoint_names(names: Iterable[str]) -> bool:
+    """Whether a folder holding config.json and ``names`` is a Hugging Face model folder (the rule
+    for local and remote folders alike)."""
     return any(n.endswith(".safetensors") or (n.startswith("pytorch_model") and n.endswith((".bin", ".json")))
                or n == "model.safetensors.index.json" for n in names)
+
+
+def model_folder_names(files: Collection[str]) -> bool:
+    """is_model_folder for a folder whose files are ``files`` (names, no subfolders)."""
+    return "config.json" in files and (checkpoint_names(files) or not any(file_kind(n) is not None for n in files))
 
 
 def file_kind(name: str | os.PathLike[str]) -> str | None:
@@ -190,6 +205,10 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
 def source_result(spec: str, *, factory_args: Mapping[str, Any] | None = None,
                   stated: HeadOffers | None = None) -> SourceResult:
     """Read whatever ``spec`` names (see the module docstring)."""
+    if is_remote(spec):
+        from mhainspect.frontends.remote.frontend import remote_result
+
+        return remote_result(spec, stated)
     src = classify(spec)
     if src.kind != "factory":
         return file_result(spec, stated)

@@ -17,11 +17,12 @@ from pathlib import Path
 from mhainspect.errors import InputError
 from mhainspect.frontends.dispatch import MODEL_FILE_KINDS, file_kind, is_checkpoint_folder, is_model_folder
 from mhainspect.frontends.gguf.split import GGUF_SUFFIX, split_name  # the loader's own rule for a split model's parts
+from mhainspect.frontends.remote.locate import is_remote
 
-__all__ = ["expand_models", "models_below"]
+__all__ = ["ModelRef", "expand_models", "model_argument", "model_label", "models_below", "models_in"]
 
 
-def _models_in(files: Iterable[str]) -> list[str]:
+def models_in(files: Iterable[str]) -> list[str]:
     """The model files among ``files``, a split GGUF model once (by its lowest-numbered part
     present: the loader reads every part, and says which one is missing)."""
     out: list[str] = []
@@ -50,19 +51,47 @@ def models_below(directory: Path) -> list[Path]:
             else:
                 kept.append(d)
         dirs[:] = kept
-        found.extend(here / name for name in _models_in(files) if (here / name).is_file())
+        found.extend(here / name for name in models_in(files) if (here / name).is_file())
     return sorted(found)
 
 
-def expand_models(arguments: Iterable[Path]) -> tuple[Path, ...]:
-    """Files as given (existence is checked later, by the loader); folders expanded in place.
+ModelRef = Path | str
+"""A model argument: a local path, or a remote reference (``hf://``, a URL, ``s3://``...) as text:
+a Path would fold its ``//``."""
+
+
+def model_argument(text: str | os.PathLike[str]) -> ModelRef:
+    """A command-line or API argument as a ModelRef: remote references stay text."""
+    if isinstance(text, str) and is_remote(text):
+        return text
+    return Path(os.fspath(text))
+
+
+def model_label(model: ModelRef) -> str:
+    """A model's own name (progress lines): the file or folder name, or the last part of a reference."""
+    if isinstance(model, Path):
+        return model.name
+    return model.rstrip("/").rsplit("/", 1)[-1] or model
+
+
+def expand_models(arguments: Iterable[ModelRef]) -> tuple[ModelRef, ...]:
+    """Files as given (existence is checked later, by the loader); folders expanded in place; a
+    remote folder (a Hub repo, a folder of an object store) expanded from its listing, as a local one.
 
     A folder without any model raises InputError. A model reached twice is kept once, at its
     first position.
     """
-    out: list[Path] = []
-    seen: set[Path] = set()
+    out: list[ModelRef] = []
+    seen: set[ModelRef] = set()
     for arg in arguments:
+        if isinstance(arg, str):
+            from mhainspect.frontends.remote.frontend import remote_models
+
+            for spec in remote_models(arg):
+                if spec not in seen:
+                    seen.add(spec)
+                    out.append(spec)
+            continue
         if arg.is_dir() and not is_model_folder(arg):
             models = models_below(arg)
             if not models:

@@ -45,23 +45,33 @@ def checkpoint_result(path: str | os.PathLike[str], stated: HeadOffers | None = 
     """A checkpoint file or Hugging Face folder; ``stated``: head counts the caller gives (--num-heads)."""
     p = Path(path)
     weights, config, fmt = load_checkpoint_weights(p)
+    folder = p.is_dir()
+    return weights_result(weights, config, fmt, str(path), folder=folder,
+                          config_path=None if folder else str(p.parent / "config.json"), stated=stated)
+
+
+def weights_result(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None, fmt: str, path: str, *,
+                   folder: bool, config_path: str | None, stated: HeadOffers | None = None) -> SourceResult:
+    """The checkpoint front end once the weights and the config are read (from a local or a remote
+    file or folder): ``folder`` when the config is the folder's own, else ``config_path`` names the
+    config.json found beside the file; ``stated``: head counts the caller gives (--num-heads)."""
     weights, ties = apply_ties(weights, config)
     warnings: list[ReportWarning] = []
-    if config is not None and not p.is_dir():
-        warnings.append(ReportWarning(f"heads read from {p.parent / 'config.json'} next to the checkpoint",
+    if config is not None and not folder:
+        warnings.append(ReportWarning(f"heads read from {config_path} next to the checkpoint",
                                       WarningCode.CONFIG_BESIDE))
     if ties:
         warnings.append(ReportWarning(tie_note(ties, weights), WarningCode.LOADER))
     warnings.extend(ReportWarning(note, WarningCode.LOADER) for note in quantization_notes(weights))
     producer = producer_from_config(config) if config is not None else ""
-    positions, positions_source = max_positions(config, "config.json" if p.is_dir() else "config.json beside the checkpoint")
+    positions, positions_source = max_positions(config, "config.json" if folder else "config.json beside the checkpoint")
     facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer,
                        max_positions=positions, max_positions_source=positions_source)
     blocks, misses = checkpoint_blocks(weights, config, stated=stated)
     if config is not None:  # a latent-attention module of a decoder caches what no block sizes
         misses = [dataclasses.replace(m, caches=config_causal(config, m.anchor)[0] is True) for m in misses]
     size = metas_size_inputs(weights, blocks, config, parameter_keys(weights),
-                             label="config.json" if p.is_dir() else "config.json beside the checkpoint",
+                             label="config.json" if folder else "config.json beside the checkpoint",
                              no_config="checkpoint without config.json: nothing says whether the model decodes "
                                        "autoregressively")
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings), size)

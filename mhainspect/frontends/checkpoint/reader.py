@@ -22,13 +22,15 @@ import dataclasses
 import json
 import struct
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from mhainspect.errors import InputError, missing_torch, read_failure
 from mhainspect.frontends.checkpoint.hf_config import Tie, tied_copies
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEAVES, apply_quantization, wants_values
+from mhainspect.frontends.remote.blob import Blob, LocalBlob, Prefix
+from mhainspect.frontends.remote.parallel import in_parallel
 from mhainspect.ir.dtypes import canonical
 from mhainspect.ir.limits import MAX_CONFIG_BYTES, MAX_SAFETENSORS_HEADER_BYTES, byte_count, shape_problem
 from mhainspect.ir.weights import WeightMeta
@@ -58,19 +60,25 @@ def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | Non
     """Tensor metadata from a .safetensors header; the tensor bytes are never read, except, into
     ``values`` when given, those of the few small integer tensors that state a quantized weight's
     logical shape (``mhainspect.frontends.checkpoint.quantized.wants_values``)."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-            if len(head) < 8:
-                raise InputError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
-            (n,) = struct.unpack("<Q", head)
-            if n > MAX_SAFETENSORS_HEADER_BYTES or n + 8 > size or n == 0:
-                raise InputError(f"{path}: not a safetensors file (header length {n} does not fit the "
-                                 f"{size}-byte file)")
-            raw = fh.read(n)
-    except OSError as exc:
-        raise InputError(read_failure(path, exc)) from None
+    return safetensors_header(LocalBlob(path), values)
+
+
+def safetensors_header(blob: Blob, values: dict[str, tuple[int, ...]] | None = None) -> dict[str, WeightMeta]:
+    """read_safetensors_header for any file that answers ranged reads: the 8-byte length and the
+    header in one speculative range when it fits (a second, for the rest, when it does not)."""
+    path = blob.name
+    head = Prefix(blob)
+    first = head.read(0, 8)
+    if len(first) < 8:
+        raise InputError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+    (n,) = struct.unpack("<Q", first)
+    size = blob.size()
+    if n > MAX_SAFETENSORS_HEADER_BYTES or n + 8 > size or n == 0:
+        raise InputError(f"{path}: not a safetensors file (header length {n} does not fit the "
+                         f"{size}-byte file)")
+    raw = head.read(8, n)
+    if len(raw) != n:
+        raise InputError(f"{path}: header cut short ({len(raw):,} of {n:,} bytes)")
     try:
         header = json.loads(raw.decode("utf-8"))
     except RecursionError:
@@ -81,7 +89,7 @@ def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | Non
         raise InputError(f"{path}: not a safetensors file (header is not a JSON object)")
     out: dict[str, WeightMeta] = {}
     wanted: list[tuple[str, str, list[Any]]] = []
-    file_name = path.name
+    file_name = blob.basename
     spelled: dict[str, str] = {}  # header dtype -> canonical (a header uses a handful)
     for name, entry in header.items():
         if name == "__metadata__":
@@ -102,7 +110,7 @@ def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | Non
         if values is not None and name.endswith(VALUE_LEAVES):
             wanted.append((name, kind, offsets))
     if wanted and values is not None:
-        values.update(_read_values(path, 8 + n, wanted))
+        values.update(_read_values(head, 8 + n, wanted))
     return out
 
 
@@ -116,25 +124,29 @@ _STRUCT_CODES = {"uint8": "B", "int8": "b", "int16": "h", "uint16": "H", "int32"
                  "uint64": "Q"}
 
 
-def _read_values(path: Path, base: int, wanted: list[tuple[str, str, list[Any]]]) -> dict[str, tuple[int, ...]]:
-    """The values of small integer tensors (at most MAX_VALUE_BYTES each) at their header offsets."""
+def _read_values(head: Prefix, base: int, wanted: list[tuple[str, str, list[Any]]]) -> dict[str, tuple[int, ...]]:
+    """The values of small integer tensors (at most MAX_VALUE_BYTES each) at their header offsets:
+    from the bytes the header read already holds, else by one read each (in parallel when remote)."""
+    spans: list[tuple[str, str, int, int]] = []
+    for name, dtype, (start, end) in wanted:
+        code = _STRUCT_CODES.get(dtype)
+        if code is None or not isinstance(start, int) or not isinstance(end, int):
+            continue
+        length = end - start
+        if start < 0 or length <= 0 or length > MAX_VALUE_BYTES or length % struct.calcsize(code):
+            continue
+        spans.append((name, code, base + start, length))
+
+    def read(span: tuple[str, str, int, int]) -> bytes:
+        _, _, offset, length = span
+        if offset + length <= head.held:
+            return bytes(head.buf[offset:offset + length])
+        return head.blob.read(offset, length)
+
     out: dict[str, tuple[int, ...]] = {}
-    try:
-        with open(path, "rb") as fh:
-            for name, dtype, (start, end) in wanted:
-                code = _STRUCT_CODES.get(dtype)
-                if code is None or not isinstance(start, int) or not isinstance(end, int):
-                    continue
-                length = end - start
-                width = struct.calcsize(code)
-                if start < 0 or length <= 0 or length > MAX_VALUE_BYTES or length % width:
-                    continue
-                fh.seek(base + start)
-                raw = fh.read(length)
-                if len(raw) == length:
-                    out[name] = struct.unpack(f"<{length // width}{code}", raw)
-    except OSError as exc:
-        raise InputError(read_failure(path, exc)) from None
+    for (name, code, _, length), raw in zip(spans, in_parallel(read, spans, head.blob.speculative)):
+        if len(raw) == length:
+            out[name] = struct.unpack(f"<{length // struct.calcsize(code)}{code}", raw)
     return out
 
 
@@ -177,7 +189,7 @@ def _check_checkpoint_container(path: Path) -> None:
         raise InputError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a pickle)")
 
 
-def _unpickling_reason(message: str) -> str:
+def unpickling_reason(message: str) -> str:
     """Why torch's weights-only loader refused the file, in words that fit one line: the class it
     met (a whole pickled model, not a state dict) and what to save instead."""
     import re
@@ -212,14 +224,14 @@ def read_torch_state_dict(path: Path, values: dict[str, tuple[int, ...]] | None 
                 # Legacy (non-zip) format cannot be memory-mapped; still weights-only.
                 obj = torch.load(str(path), weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
-        raise InputError(f"{path}: refused: {_unpickling_reason(str(exc))}; nothing from the file was run") from None
+        raise InputError(f"{path}: refused: {unpickling_reason(str(exc))}; nothing from the file was run") from None
     except PermissionError:
         raise InputError(f"{path}: permission denied") from None
     except (RuntimeError, OSError, EOFError, ValueError, KeyError, AttributeError, TypeError) as exc:
         raise InputError(f"{path}: cannot read as a PyTorch checkpoint: {str(exc).splitlines()[0] if str(exc) else exc!r}"
                          ) from None
     tensors: dict[str, Any] = {}
-    _flatten(obj, "", tensors, torch, depth=0)
+    flatten_state_dict(obj, "", tensors, torch.Tensor, depth=0)
     if not tensors:
         raise InputError(f"{path}: no tensors found (expected a state dict)")
     out: dict[str, WeightMeta] = {}
@@ -242,11 +254,12 @@ def _storage_key(t: Any) -> str:
     return f"ptr:{ptr}:{t.storage_offset()}:{tuple(t.shape)}:{tuple(t.stride())}"
 
 
-def _flatten(obj: Any, prefix: str, out: dict[str, Any], torch: Any, depth: int) -> None:
-    """State dicts, possibly nested ({"state_dict": ...}, {"model": ...}); non-tensors ignored."""
+def flatten_state_dict(obj: Any, prefix: str, out: dict[str, Any], tensor_type: type, depth: int) -> None:
+    """State dicts, possibly nested ({"state_dict": ...}, {"model": ...}); non-tensors ignored.
+    ``tensor_type``: torch.Tensor for a loaded file, the remote reader's tensor description else."""
     if depth > 8:
         return
-    if isinstance(obj, torch.Tensor):
+    if isinstance(obj, tensor_type):
         if prefix:
             out[prefix] = obj
         return
@@ -254,54 +267,88 @@ def _flatten(obj: Any, prefix: str, out: dict[str, Any], torch: Any, depth: int)
         keys = list(obj.keys())
         for wrapper in ("state_dict", "model_state_dict", "model", "module", "params"):
             if wrapper in obj and isinstance(obj[wrapper], Mapping) and not prefix:
-                _flatten(obj[wrapper], "", out, torch, depth + 1)
+                flatten_state_dict(obj[wrapper], "", out, tensor_type, depth + 1)
                 return
         for k in keys:
             if isinstance(k, str):
-                _flatten(obj[k], f"{prefix}.{k}" if prefix else k, out, torch, depth + 1)
+                flatten_state_dict(obj[k], f"{prefix}.{k}" if prefix else k, out, tensor_type, depth + 1)
 
 
 def read_config(path: Path) -> dict[str, Any]:
     try:
         if path.stat().st_size > MAX_CONFIG_BYTES:
             raise InputError(f"{path}: config.json larger than {MAX_CONFIG_BYTES} bytes")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        raw = path.read_bytes()
+    except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
+    return config_from_bytes(raw, str(path))
+
+
+def config_from_bytes(raw: bytes, name: str) -> dict[str, Any]:
+    """A config.json (or an index) as a JSON object; ``name`` says where it came from."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON: {exc}") from None
+        raise InputError(f"{name}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{name}: not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object")
+        raise InputError(f"{name}: expected a JSON object")
     return data
+
+
+# How a Hugging Face folder names its weights, in order of preference: (index, the single file,
+# the pattern of several files, their format). Local and remote folders follow the same rule.
+SHARD_RULES = (("model.safetensors.index.json", "model.safetensors", "*.safetensors", "safetensors"),
+               ("pytorch_model.bin.index.json", "pytorch_model.bin", "pytorch_model*.bin", "pytorch"))
+
+
+def weight_files(names: Collection[str], where: str) -> tuple[list[str], str, str | None]:
+    """The weight files a folder holding the files ``names`` (no subfolders) uses, their format, and
+    the index to read first when one lists them (then the list is empty: the index says)."""
+    from fnmatch import fnmatchcase
+
+    for index_name, single, pattern, kind in SHARD_RULES:
+        if index_name in names:
+            return [], kind, index_name
+        if single in names:
+            return [single], kind, None
+        found = sorted(n for n in names if fnmatchcase(n, pattern) and "adapter" not in n)
+        if found:
+            return found, kind, None
+    raise InputError(f"{where}: no weights (model.safetensors, *.safetensors or pytorch_model*.bin) next to "
+                     "config.json")
+
+
+def indexed_files(index: Mapping[str, Any], where: str) -> list[str]:
+    """The shard files an index's weight_map names, each once, in its order."""
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise InputError(f"{where}: no weight_map")
+    return list(dict.fromkeys(str(v) for v in weight_map.values()))
 
 
 def _shards(folder: Path) -> tuple[list[Path], str]:
     """Weight files of a Hugging Face folder: safetensors preferred, then PyTorch .bin."""
-    for index_name, single, pattern, kind in (
-            ("model.safetensors.index.json", "model.safetensors", "*.safetensors", "safetensors"),
-            ("pytorch_model.bin.index.json", "pytorch_model.bin", "pytorch_model*.bin", "pytorch")):
-        index = folder / index_name
-        if index.is_file():
-            data = read_config(index)
-            weight_map = data.get("weight_map")
-            if not isinstance(weight_map, dict):
-                raise InputError(f"{index}: no weight_map")
-            files: list[Path] = []
-            for f in dict.fromkeys(str(v) for v in weight_map.values()):
-                p = (folder / f).resolve()
-                if folder.resolve() not in p.parents:
-                    raise InputError(f"{index}: shard '{f}' is outside the folder")
-                if not p.is_file():
-                    raise InputError(f"{index}: shard '{f}' is missing")
-                files.append(p)
-            return files, kind
-        if (folder / single).is_file():
-            return [folder / single], kind
-        found = sorted(p for p in folder.glob(pattern) if p.is_file() and "adapter" not in p.name)
-        if found:
-            return found, kind
-    raise InputError(f"{folder}: no weights (model.safetensors, *.safetensors or pytorch_model*.bin) next to "
-                     "config.json")
+    try:
+        names = {p.name for p in folder.iterdir() if p.is_file()}
+    except OSError as exc:
+        raise InputError(read_failure(folder, exc)) from None
+    found, kind, index_name = weight_files(names, str(folder))
+    if index_name is None:
+        return [folder / n for n in found], kind
+    index = folder / index_name
+    files: list[Path] = []
+    for f in indexed_files(read_config(index), str(index)):
+        p = (folder / f).resolve()
+        if folder.resolve() not in p.parents:
+            raise InputError(f"{index}: shard '{f}' is outside the folder")
+        if not p.is_file():
+            raise InputError(f"{index}: shard '{f}' is missing")
+        files.append(p)
+    return files, kind
 
 
 def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str, Any] | None, str]:

@@ -147,13 +147,17 @@ def gguf_result(path: str | os.PathLike[str]) -> SourceResult:
         raise InputError(f"{p}: no such file")
     if p.is_dir():
         raise InputError(f"{p}: is a directory, expected a .gguf file")
-    model = read_model(p)
+    return gguf_model_result(read_model(p), str(path))
+
+
+def gguf_model_result(model: GGUFModel, path: str) -> SourceResult:
+    """Blocks, near misses and model facts of a model whose headers are read (local or remote)."""
     blocks, decodings, misses, warnings = blocks_from_model(model)
     blocks = [_with_decoding(b, decodings[b.name]) for b in blocks]
     arch, _ = architecture(model.metadata)
     warnings += swa_warnings(model.metadata, arch) + file_type_warnings(model.metadata)
     positions = context_length(model.metadata, arch)
-    facts = ModelFacts(path=str(path), format="gguf", total_params=count_parameters(model),
+    facts = ModelFacts(path=path, format="gguf", total_params=count_parameters(model),
                        producer=producer(model.metadata, arch), max_positions=positions,
                        max_positions_source=f"GGUF {arch}.context_length = {positions:,}" if positions else "")
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),

@@ -32,6 +32,7 @@ from pathlib import Path
 from mhainspect.errors import InputError, read_failure
 from mhainspect.frontends.gguf.split import split_name
 from mhainspect.frontends.gguf.swa import SwaLayout, disabled_note, swa_layout, unknown_pattern_warning
+from mhainspect.frontends.remote.blob import Blob, Prefix
 from mhainspect.ir.dtypes import Family, ggml_name, lookup
 from mhainspect.ir.limits import MAX_DIM, bounded_numel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
@@ -95,7 +96,7 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class GGUFHeader:
-    path: Path
+    path: str | Path  # a local path, or the name of a remote file (messages)
     version: int
     metadata: Mapping[str, MetaValue]
     tensors: tuple[TensorInfo, ...]
@@ -113,11 +114,31 @@ def _q(name: str, limit: int = 120) -> str:
 
 
 class _Cursor:
-    """Bounded reads from the mapped header: every read checks the bytes left first."""
+    """Bounded reads from the header: every read checks the bytes left in the file first.
 
-    def __init__(self, buf: mmap.mmap, size: int, order: str, path: Path) -> None:
+    ``buf`` is the whole file mapped (local), or the bytes held so far of a remote file (a
+    ``Prefix``'s buffer, grown in place by ``grow(end, hint)``): then a read past the bytes held
+    fetches more, from where they end, at least up to ``hint``, an estimate of what the reader
+    will need next (an array's strings at the average length seen so far, the tensor infos at the
+    average size seen so far), so that the whole header comes in a few ranges."""
+
+    def __init__(self, buf: mmap.mmap | bytearray, size: int, order: str, path: str | Path,
+                 grow: Prefix | None = None) -> None:
         self.buf, self.size, self.order, self.path, self.pos = buf, size, order, path, 0
         self.strings_walked = 0
+        self.grow = grow
+        self.string_bytes = self.strings_measured = 0  # string lengths walked so far: the next ones' estimate
+
+    def held(self) -> int:
+        return self.size if self.grow is None else min(self.grow.held, self.size)
+
+    def fetch(self, end: int, hint: int = 0) -> None:
+        """Hold the bytes up to ``end`` (a remote file), fetching up to ``hint`` if it has to fetch."""
+        if self.grow is not None and end > self.grow.held:
+            self.grow.ensure(min(end, self.size), min(max(hint, self.grow.held * 3 // 2), self.size))
+
+    def avg_string(self) -> int:
+        return self.string_bytes // self.strings_measured + 1 if self.strings_measured else 8
 
     def fail(self, what: str) -> InputError:
         return InputError(f"{self.path}: corrupt GGUF header: {what}")
@@ -125,10 +146,12 @@ class _Cursor:
     def left(self) -> int:
         return self.size - self.pos
 
-    def need(self, n: int, what: str) -> None:
+    def need(self, n: int, what: str, hint: int = 0) -> None:
         if n > self.left():
             raise self.fail(f"{what} needs {n:,} bytes at offset {self.pos:,}, the file has {self.left():,} left "
                             "(truncated?)")
+        if self.grow is not None:
+            self.fetch(self.pos + n, hint)
 
     def scalar(self, fmt: str, what: str) -> int | float | bool:
         size = struct.calcsize(fmt)
@@ -164,14 +187,28 @@ class _Cursor:
         """Walk past ``n`` strings (tokenizer vocabularies: hundreds of thousands), lengths checked."""
         unpack = struct.Struct(self.order + "Q").unpack_from
         buf, pos, size = self.buf, self.pos, self.size
+        start = pos
         i = 0
-        while i < n and pos + 8 <= size:
-            pos += 8 + unpack(buf, pos)[0]
-            if pos > size:
+        while True:
+            held = self.held()
+            while i < n and pos + 8 <= held:
+                after = pos + 8 + unpack(buf, pos)[0]
+                if after > held:
+                    break
+                pos = after
+                i += 1
+            if i >= n or held >= size or self.grow is None:
                 break
-            i += 1
+            # A remote header: fetch the rest of this array at the average length seen in it so far.
+            end = pos + 8 if pos + 8 > held else pos + 8 + unpack(buf, pos)[0]
+            if end > size:
+                break
+            seen = (pos - start) // i if i else 8 + self.avg_string()
+            self.fetch(end, pos + (n - i) * seen * 21 // 20)
         if i < n:
             raise self.fail(f"string {i} of {_q(key)} runs past the end of the file (truncated?)")
+        self.string_bytes += pos - start - 8 * n
+        self.strings_measured += n
         self.pos = pos
 
     def value(self, vtype: int, key: str) -> MetaValue:
@@ -193,7 +230,7 @@ class _Cursor:
         if itype == _ARRAY:
             raise self.fail(f"key {_q(key)} is an array of arrays (llama.cpp refuses nested arrays)")
         if itype == _STRING:
-            self.need(8 * n, f"{n:,} strings of {_q(key)}")
+            self.need(8 * n, f"{n:,} strings of {_q(key)}", self.pos + n * (8 + self.avg_string()))
             self.strings_walked += n
             if self.strings_walked > MAX_ARRAY_STRINGS:
                 raise self.fail(f"more than {MAX_ARRAY_STRINGS:,} strings in metadata arrays (key {_q(key)})")
@@ -232,7 +269,25 @@ def read_header(path: Path) -> GGUFHeader:
         raise InputError(f"{path}: cannot map: {exc}") from None
 
 
-def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFHeader:
+# A remote header longer than this is refused before it is fetched (real ones: 6-15 MB, the
+# tokenizer arrays; a length field that says more is corrupt or hostile).
+MAX_REMOTE_HEADER = 256 * 1024 * 1024
+_TENSOR_INFO_GUESS = 64  # bytes of one tensor info before any is read (a name of ~24 bytes, 2 dims)
+
+
+def read_header_blob(blob: Blob) -> GGUFHeader:
+    """The header of a GGUF file that answers ranged reads (a remote file), in a few ranges that
+    never fetch a byte twice; the tensor data is never fetched (bar the end of the last range)."""
+    head = Prefix(blob, limit=MAX_REMOTE_HEADER)
+    head.ensure(4 + 4 + 8 + 8)
+    size = blob.size()
+    if size < 4 + 4 + 8 + 8:
+        raise InputError(f"{blob.name}: not a GGUF file ({size} bytes, shorter than the 24-byte header)"
+                         if size else f"{blob.name}: empty file")
+    return _parse(head.buf, size, blob.name, head)
+
+
+def _parse(buf: mmap.mmap | bytearray, size: int, path: str | Path, grow: Prefix | None = None) -> GGUFHeader:
     if buf[:4] != MAGIC:
         raise InputError(f"{path}: not a GGUF file (no GGUF magic)")
     (version,) = struct.unpack_from("<I", buf, 4)
@@ -243,7 +298,7 @@ def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFHeader:
         raise InputError(f"{path}: GGUF version 1 is not supported (llama.cpp dropped it too)")
     if version not in (2, 3):
         raise InputError(f"{path}: unsupported GGUF version {version} (2 and 3 are known)")
-    cur = _Cursor(buf, size, order, path)
+    cur = _Cursor(buf, size, order, path, grow)
     cur.pos = 8
     n_tensors = cur.u64("tensor count")
     n_kv = cur.u64("key count")
@@ -262,7 +317,11 @@ def _parse(buf: mmap.mmap, size: int, path: Path) -> GGUFHeader:
         raise cur.fail(f"general.alignment {alignment!r} is not a power of two")
     tensors: list[TensorInfo] = []
     names: set[str] = set()
-    for _ in range(n_tensors):
+    infos_start = cur.pos
+    for i in range(n_tensors):
+        if grow is not None and cur.pos + 256 > cur.held():  # the rest of the infos, at their size so far
+            per = (cur.pos - infos_start) // i + 1 if i else _TENSOR_INFO_GUESS
+            cur.fetch(cur.pos + 1, cur.pos + (n_tensors - i) * per * 11 // 10)
         tensors.append(_tensor_info(cur, names))
     data_offset = -(-cur.pos // alignment) * alignment
     expected = 0
@@ -334,15 +393,21 @@ def is_later_split_part(path: Path) -> bool:
 class GGUFModel:
     """One model: its files' headers merged (metadata from the first file)."""
 
-    path: Path
+    path: str | Path
     metadata: Mapping[str, MetaValue]
-    tensors: tuple[tuple[Path, TensorInfo], ...]
+    tensors: tuple[tuple[str, TensorInfo], ...]  # (the file's name, the tensor)
 
 
 def read_model(path: Path) -> GGUFModel:
     parts = split_parts(path)
-    headers = [read_header(p) for p in parts]
+    return merge_parts(path, [read_header(p) for p in parts])
+
+
+def merge_parts(path: str | Path, headers: list[GGUFHeader]) -> GGUFModel:
+    """One model from the headers of its files (one, or every part of a split model, in order),
+    checked as llama.cpp checks them."""
     first = headers[0]
+    parts = headers
     declared = first.metadata.get("split.count")
     if len(parts) > 1 or (isinstance(declared, int) and declared > 1):
         if declared != len(parts):
@@ -350,18 +415,22 @@ def read_model(path: Path) -> GGUFModel:
         for i, h in enumerate(headers):
             if h.metadata.get("split.no") != i:
                 raise InputError(f"{h.path}: split.no is {h.metadata.get('split.no')!r}, expected {i}")
-    tensors: list[tuple[Path, TensorInfo]] = []
+    tensors: list[tuple[str, TensorInfo]] = []
     seen: set[str] = set()
     for h in headers:
         for t in h.tensors:
             if t.name in seen:
                 raise InputError(f"{h.path}: tensor {_q(t.name)} is also in another file of the split model")
             seen.add(t.name)
-            tensors.append((h.path, t))
+            tensors.append((_file_name(h.path), t))
     total = first.metadata.get("split.tensors.count")
     if isinstance(total, int) and not isinstance(total, bool) and total != len(tensors):
         raise InputError(f"{path}: split.tensors.count is {total} but the files hold {len(tensors)} tensors")
-    return GGUFModel(parts[0], first.metadata, tuple(tensors))
+    return GGUFModel(first.path, first.metadata, tuple(tensors))
+
+
+def _file_name(path: str | Path) -> str:
+    return path.name if isinstance(path, Path) else path.rstrip("/").rsplit("/", 1)[-1]
 
 
 # ------------------------------------------------------------------------------ metadata semantics
@@ -450,9 +519,9 @@ _LAYER = re.compile(r"(?:^|\.)(?:blk|layers?|posnet)\.(\d+)$")
 SUB_MODELS = {"v": "vision", "a": "audio"}  # mmproj files: v.blk.N / a.blk.N under {arch}.vision. / .audio.
 
 
-def weight_meta(source: Path, t: TensorInfo) -> WeightMeta:
+def weight_meta(source: str, t: TensorInfo) -> WeightMeta:
     # GGML's ne[0] is a weight's input width: reversed, the shape reads (out, in) as nn.Linear's.
-    return WeightMeta(t.name, t.shape, t.dtype, f"{source.name}:{t.offset}", layout="out_in")
+    return WeightMeta(t.name, t.shape, t.dtype, f"{source}:{t.offset}", layout="out_in")
 
 
 def layer_of(scope: str) -> int | None:

@@ -90,11 +90,22 @@ def reporting_progress(callback: ProgressCallback | None) -> Iterator[None]:
 
 def load_onnx(path: str | os.PathLike[str], progress: ProgressCallback | None = None) -> ModelGraph:
     """Parse an ONNX file into a ModelGraph. Raises InputError with a one-line reason."""
-    progress = progress or _PROGRESS.get()
-    graph = _load_raw_attributes(Path(path), progress)
+    return _load(Path(path), str(path), progress or _PROGRESS.get(), None)
+
+
+def load_onnx_bytes(data: bytes, source: str, progress: ProgressCallback | None = None) -> ModelGraph:
+    """load_onnx for a model whose bytes are already read, weight payloads left out (a remote file
+    read by ranges: ``wire.remote_model_bytes``); ``source`` names it in messages and the graph."""
+    if os.path.splitext(source)[1] in _TEXT_SUFFIXES:
+        raise InputError(f"{source}: an ONNX model in text form is read on local disk only")
+    return _load(Path(os.path.basename(source)), source, progress or _PROGRESS.get(), data)
+
+
+def _load(p: Path, path: str, progress: ProgressCallback | None, data: bytes | None) -> ModelGraph:
+    graph = _load_raw_attributes(p, progress, data, path)
     if graph is not None:
         return graph
-    model, name_scopes = _read_model_metadata(Path(path), progress)
+    model, name_scopes = _read_model_metadata(p, progress, data, path)
     try:
         return _model_to_graph(model, str(path), progress, name_scopes)
     except (TypeError, AttributeError):
@@ -135,7 +146,7 @@ def read_model_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:  # type: 
     return model
 
 
-def _check_has_graph(model: Any, p: Path) -> None:
+def _check_has_graph(model: Any, p: str | Path) -> None:
     if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.initializer) == 0
                                         and len(model.graph.input) == 0):
         raise InputError(f"{p}: not an ONNX model (no graph in the file)")
@@ -165,7 +176,8 @@ class _Unsupported(Exception):
     """Something _load_raw_attributes leaves to the general path."""
 
 
-def _load_raw_attributes(p: Path, progress: ProgressCallback | None) -> ModelGraph | None:
+def _load_raw_attributes(p: Path, progress: ProgressCallback | None, data: bytes | None = None,
+                         source: str | None = None) -> ModelGraph | None:
     """load_onnx with NodeProto attributes parsed from their bytes, once per distinct attribute;
     None on anything else than a plain success, and load_onnx then starts over on the general path
     (which gives every error, and the result of every unusual file, as before).
@@ -181,44 +193,63 @@ def _load_raw_attributes(p: Path, progress: ProgressCallback | None) -> ModelGra
         model_proto_class()  # what decides whether the fast path is on at all
         decode = node_decoder()
         model_cls, attr_cls = raw_node_classes() if decode is not None else raw_attribute_classes()
-        check_readable_file(p)
-        model, name_scopes = _parse_file(p, model_cls, progress)
-        _check_has_graph(model, p)
+        if data is None:
+            check_readable_file(p)
+        model, name_scopes = _parse_file(p, model_cls, progress, data)
+        _check_has_graph(model, source or p)
         if model.functions:
             return None
-        return _model_to_graph(model, str(p), progress, name_scopes, attr_cls, decode)
+        return _model_to_graph(model, source or str(p), progress, name_scopes, attr_cls, decode)
     except BaseException as exc:  # evaluated only on failure: the fast path's narrow set, else raised
         if isinstance(exc, (InputError, _Unsupported, *fast_path_errors())):
             return None
         raise
 
 
-def _read_model_metadata(p: Path, progress: ProgressCallback | None) -> tuple[Any, bool]:
+def _read_model_metadata(p: Path, progress: ProgressCallback | None, data: bytes | None = None,
+                         source: str | None = None) -> tuple[Any, bool]:
     """A ModelProto with everything model_to_graph reads; read_model_proto's errors and fallback.
 
     Also whether any node may carry a torch name-scope entry in its metadata_props (False only
     when the key is nowhere in the bytes parsed): then the builder never touches metadata_props.
     """
-    check_readable_file(p)
-    if os.path.splitext(str(p))[1] in _TEXT_SUFFIXES:
-        return read_model_proto(p), True
+    if data is None:
+        check_readable_file(p)
+        if os.path.splitext(str(p))[1] in _TEXT_SUFFIXES:
+            return read_model_proto(p), True
     try:
-        model, name_scopes = _parse_file(p, model_proto_class(), progress)
+        model, name_scopes = _parse_file(p, model_proto_class(), progress, data)
     except InputError:
         raise
     except fast_path_errors():  # corrupt or unusual file: onnx.load decides, with its own error
-        return read_model_proto(p), True
-    _check_has_graph(model, p)
+        return (read_model_proto(p) if data is None else _proto_from_bytes(data, source or str(p))), True
+    _check_has_graph(model, source or p)
     return model, name_scopes
 
 
-def _parse_file(p: Path, model_cls: Any, progress: ProgressCallback | None) -> tuple[Any, bool]:
-    """The file parsed as ``model_cls``, and whether any node may carry a torch name-scope entry
-    (False only when the key is nowhere in the bytes parsed)."""
-    size = p.stat().st_size
+def _proto_from_bytes(data: bytes, source: str) -> Any:
+    """read_model_proto for bytes already read (a remote file), with its errors."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.load_model_from_string(data)
+    except DecodeError as exc:
+        raise InputError(f"{source}: not a valid ONNX model (protobuf decode failed: {exc})") from None
+    except (ValueError, RuntimeError) as exc:
+        raise InputError(f"{source}: cannot read ONNX model: {exc}") from None
+    _check_has_graph(model, source)
+    return model
+
+
+def _parse_file(p: Path, model_cls: Any, progress: ProgressCallback | None,
+                held: bytes | None = None) -> tuple[Any, bool]:
+    """The file (or the bytes ``held`` of it) parsed as ``model_cls``, and whether any node may
+    carry a torch name-scope entry (False only when the key is nowhere in the bytes parsed)."""
+    size = p.stat().st_size if held is None else len(held)
     if progress:
         progress("read", 0, size)
-    data = read_bytes(p, size, progress)
+    data = read_bytes(p, size, progress) if held is None else held
     model = model_cls()
     model.ParseFromString(data)
     # The search (~4 GB/s) only pays where nodes are dense in the file (~0.5 us saved per node).

@@ -27,6 +27,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from mhainspect.errors import InputError
+from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, SparseView
+
 ProgressCallback = Callable[[str, int, int], None]
 
 # Values of integer constants up to this many elements are read (shape arithmetic): their data is kept.
@@ -317,12 +320,30 @@ _CHILDREN: dict[int, dict[int, int]] = {
 _TENSOR_DATA_FIELDS = frozenset(TENSOR_DATA_FIELDS.values())
 
 
-def stripped(buf: memoryview, advance: Callable[[int], None] | None = None) -> bytes:
+def stripped(buf: memoryview | SparseView, advance: Callable[[int], None] | None = None) -> bytes:
     pieces = _scan(buf, 0, len(buf), _MODEL, 0, advance)
-    return bytes(buf) if pieces is None else b"".join(pieces)
+    return bytes(buf[0:len(buf)]) if pieces is None else b"".join(pieces)
 
 
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+def remote_model_bytes(blob: Blob) -> bytes:
+    """The model's bytes minus the weight payloads the loader never reads, fetched by ranges: a
+    first speculative range (the whole of a small file), then the spans the scanner touches (the
+    graph's nodes and every tensor's header); payloads are skipped by their lengths, unfetched."""
+    head = blob.read(0, FIRST_RANGE)
+    size = blob.size()
+    if size == 0:
+        raise InputError(f"{blob.name}: file is empty")
+    if len(head) >= size:
+        return head
+    view = SparseView(blob, size)
+    view.seed(0, head)
+    try:
+        return stripped(view)
+    except (ValueError, IndexError, RecursionError) as exc:
+        raise InputError(f"{blob.name}: not a valid ONNX model (protobuf wire format: {exc})") from None
+
+
+def _varint(buf: memoryview | SparseView, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         b = buf[pos]
@@ -344,7 +365,7 @@ def _encode_varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _scan(buf: memoryview, pos: int, end: int, kind: int, depth: int,
+def _scan(buf: memoryview | SparseView, pos: int, end: int, kind: int, depth: int,
           advance: Callable[[int], None] | None = None) -> list[Any] | None:
     """The message buf[pos:end] with skippable payloads dropped, as pieces; None when unchanged."""
     if depth > 2 * MAX_SUBGRAPH_DEPTH + 8:
@@ -388,7 +409,7 @@ def _scan(buf: memoryview, pos: int, end: int, kind: int, depth: int,
     return out
 
 
-def _skip_scalar(buf: memoryview, pos: int, wire: int) -> int:
+def _skip_scalar(buf: memoryview | SparseView, pos: int, wire: int) -> int:
     """Position after a varint (0), fixed64 (1) or fixed32 (5) field value."""
     if wire == WIRE_VARINT:
         return _varint(buf, pos)[1]
@@ -404,7 +425,7 @@ def _int64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _scan_tensor(buf: memoryview, pos: int, end: int) -> list[Any] | None:
+def _scan_tensor(buf: memoryview | SparseView, pos: int, end: int) -> list[Any] | None:
     """Drop the data fields of a tensor whose dims say the loader never reads its values."""
     start = pos
     dims: list[int] = []

@@ -1,0 +1,266 @@
+"""A torch.save archive read by ranges: its zip directory and its pickle, never a tensor.
+
+A zip-format PyTorch checkpoint (``.pt/.pth/.bin/.ckpt`` from torch >= 1.6) is a stored (never
+compressed) zip archive: ``<name>/data.pkl`` describes the objects, and every storage is a member
+``<name>/data/<key>``. The tensors' names, shapes and dtypes are all in the pickle, so a remote
+file costs the archive's directory (one range from the end) and the pickle (one range more): the
+storages are never fetched, bar the few bytes of the small integer tensors that state a quantized
+weight's logical shape.
+
+The pickle is read by a restricted unpickler that knows only what torch's own weights-only loader
+allows (state dicts of tensors, parameters, OrderedDicts, sizes, dtypes, devices), builds no
+tensor, and refuses every other global with the message the local loader gives: nothing from the
+file runs. Torch itself is not needed.
+"""
+
+from __future__ import annotations
+
+import collections
+import pickle
+import struct
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mhainspect.errors import InputError
+from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, wants_values
+from mhainspect.frontends.checkpoint.reader import flatten_state_dict
+from mhainspect.frontends.formats import archive_members
+from mhainspect.frontends.remote.blob import Blob, BlobFile, SparseView
+from mhainspect.frontends.remote.parallel import in_parallel
+from mhainspect.ir.dtypes import canonical
+from mhainspect.ir.weights import WeightMeta
+
+# The end of an archive read first: the end-of-directory record and its zip64 locator, and the
+# directory of a small archive (~80 bytes per tensor); a larger directory costs one range more,
+# exactly its extent. The pickle is the archive's first member: in the range the file was told
+# apart by (``HeadCached``), when it is shorter than that.
+TAIL_RANGE = 1024
+MAX_PICKLE_BYTES = 256 * 1024 * 1024  # a pickle longer than this is not a state dict's
+_LOCAL_HEADER = 30
+_LOCAL_EXTRA_GUESS = 128  # torch pads the local header's extra field to align the data (64 bytes)
+
+# torch's legacy storage classes (torch.storage._dtype_to_storage_type_map) and their dtypes.
+_STORAGE_DTYPES = {
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16", "LongStorage": "int64",
+    "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
+    "BoolStorage": "bool", "BFloat16Storage": "bfloat16", "ComplexDoubleStorage": "complex128",
+    "ComplexFloatStorage": "complex64", "QInt8Storage": "qint8", "QInt32Storage": "qint32",
+    "QUInt8Storage": "quint8", "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4",
+    "UntypedStorage": "uint8",
+}
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+             "uint8": 1, "bool": 1, "uint16": 2, "uint32": 4, "uint64": 8}
+_STRUCT_CODES = {"uint8": "B", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I", "int64": "q",
+                 "uint64": "Q"}
+# dtypes a GLOBAL may name (torch.<name>): those of the map above, and the ones saved beside an
+# untyped storage (torch.storage._new_dtypes).
+_DTYPE_NAMES = frozenset(set(_STORAGE_DTYPES.values()) | {
+    "float", "double", "half", "long", "int", "short", "cfloat", "cdouble",
+    "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2",
+    "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2", "complex32", "uint16", "uint32", "uint64",
+    *(f"uint{i}" for i in range(1, 8)), *(f"int{i}" for i in range(1, 8))})
+
+
+@dataclass(frozen=True)
+class _DType:
+    name: str  # torch's spelling without "torch."
+
+
+@dataclass(frozen=True)
+class _Storage:
+    key: str
+    dtype: str
+    numel: int
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor as the pickle describes it: no data."""
+
+    storage: _Storage
+    offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str
+
+
+def _rebuild_v2(storage: _Storage, offset: int, size: Any, stride: Any, *_: Any) -> TensorRef:
+    return TensorRef(storage, int(offset), tuple(int(d) for d in size), tuple(int(d) for d in stride), storage.dtype)
+
+
+def _rebuild_v3(storage: _Storage, offset: int, size: Any, stride: Any, _rg: Any, _hooks: Any, dtype: Any,
+                *_: Any) -> TensorRef:
+    name = dtype.name if isinstance(dtype, _DType) else storage.dtype
+    return TensorRef(storage, int(offset), tuple(int(d) for d in size), tuple(int(d) for d in stride), name)
+
+
+def _parameter(data: Any, *_: Any) -> Any:
+    return data
+
+
+def _from_type(func: Callable[..., Any], _new_type: Any, args: Any, _state: Any) -> Any:
+    return func(*args)
+
+
+class _Marker:
+    """A class the pickle names only to pass it on (torch.Tensor, nn.Parameter as a new type)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args: Any) -> Any:
+        return args[0] if args else None
+
+
+_ALLOWED: dict[str, Any] = {
+    "collections.OrderedDict": collections.OrderedDict,
+    "collections.Counter": collections.Counter,
+    "torch._utils._rebuild_tensor_v2": _rebuild_v2,
+    "torch._utils._rebuild_tensor_v3": _rebuild_v3,
+    "torch._utils._rebuild_parameter": _parameter,
+    "torch._utils._rebuild_parameter_with_state": _parameter,
+    "torch._tensor._rebuild_from_type_v2": _from_type,
+    "torch.nn.parameter.Parameter": _Marker("Parameter"),
+    "torch.Tensor": _Marker("Tensor"),
+    "torch.Size": tuple,
+    "torch.device": str,
+    "torch.serialization._get_layout": str,
+    "_codecs.encode": lambda text, encoding="latin1": str(text).encode(encoding),
+    "builtins.bytearray": bytearray,
+    "builtins.set": set,
+    "builtins.complex": complex,
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        super().__init__(io.BytesIO(data))
+
+    def find_class(self, module: str, name: str) -> Any:
+        key = f"{module}.{name}"
+        if key in _ALLOWED:
+            return _ALLOWED[key]
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _DType(_STORAGE_DTYPES[name])
+        if module == "torch" and name in _DTYPE_NAMES:
+            return _DType(name)
+        # The words of torch's weights-only loader, which the local reader's message quotes.
+        raise pickle.UnpicklingError(f"Weights only load failed. Unsupported global: GLOBAL {key}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage":
+            raise pickle.UnpicklingError(f"Weights only load failed. Unsupported persistent id {pid!r:.80}")
+        _, storage_type, key, _location, numel = pid
+        dtype = storage_type.name if isinstance(storage_type, _DType) else "uint8"
+        return _Storage(str(key), dtype, int(numel))
+
+
+def read_torch_zip(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
+                   unpickling_reason: Callable[[str], str] = str) -> dict[str, WeightMeta]:
+    """Tensor metadata of a zip-format torch.save file that answers ranged reads; ``values`` as for
+    read_safetensors_header. ``unpickling_reason`` words a refusal as the local reader does."""
+    tail = blob.tail(TAIL_RANGE)
+    size = blob.size()
+    view = SparseView(blob, size)
+    view.seed(size - len(tail), tail)
+    try:
+        archive = zipfile.ZipFile(BlobFile(view))
+    except zipfile.BadZipFile as exc:
+        head = view[0:4]
+        if head.startswith(b"\x80"):
+            raise InputError(f"{blob.name}: a legacy (non-zip) PyTorch checkpoint: its storages follow the pickle, "
+                             "so it is read on local disk only (save it again with torch >= 1.6)") from None
+        if not head.startswith(b"PK\x03\x04"):
+            raise InputError(f"{blob.name}: not a PyTorch checkpoint (neither a zip archive nor a pickle)") from None
+        raise InputError(f"{blob.name}: not a PyTorch checkpoint (broken zip archive: {exc})") from None
+    infos = archive.infolist()
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
+            raise InputError(f"{blob.name}: refused: archive member {info.filename!r} is compressed or larger than "
+                             "the file (torch.save never writes that; a zip bomb?)")
+    _, members = archive_members([i.filename for i in infos])
+    if "constants.pkl" in members and any(n.startswith("code/") for n in members):
+        raise InputError(f"{blob.name}: a TorchScript archive (torch.jit.save): not read by this version")
+    if "serialized_exported_program.json" in members or any(n.startswith("models/") and n.endswith(".json")
+                                                            for n in members):
+        raise InputError(f"{blob.name}: a torch.export program (torch.export.save): not read by this version")
+    pickles = [i for i in infos if i.filename.endswith("data.pkl") and i.filename.count("/") <= 1]
+    if not pickles:
+        raise InputError(f"{blob.name}: not a PyTorch checkpoint (no data.pkl in the archive)")
+    info = pickles[0]
+    if info.file_size > MAX_PICKLE_BYTES:
+        raise InputError(f"{blob.name}: its pickle is {info.file_size:,} bytes (not a state dict's)")
+    view.prefetch(info.header_offset,
+                  info.header_offset + _LOCAL_HEADER + len(info.filename) + _LOCAL_EXTRA_GUESS + info.compress_size)
+    try:
+        obj = _Unpickler(archive.read(info)).load()
+    except pickle.UnpicklingError as exc:
+        raise InputError(f"{blob.name}: refused: {unpickling_reason(str(exc))}; nothing from the file was run"
+                         ) from None
+    except (EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError, struct.error,
+            zipfile.BadZipFile) as exc:
+        raise InputError(f"{blob.name}: cannot read as a PyTorch checkpoint: {exc}") from None
+    tensors: dict[str, TensorRef] = {}
+    flatten_state_dict(obj, "", tensors, TensorRef, depth=0)
+    if not tensors:
+        raise InputError(f"{blob.name}: no tensors found (expected a state dict)")
+    root = info.filename.rsplit("/", 1)[0] + "/" if "/" in info.filename else ""
+    out = {name: WeightMeta(name, t.shape, canonical(f"torch.{t.dtype}"), _storage_key(blob.basename, name, t))
+           for name, t in tensors.items()}
+    if values is not None:
+        values.update(_small_values(archive, view, root, tensors, out, blob.speculative))
+    return out
+
+
+def _storage_key(file: str, name: str, t: TensorRef) -> str:
+    if t.storage.numel == 0:  # an empty storage has no identity of its own (the local reader's id())
+        return f"{file}:empty:{name}"
+    return f"{file}:{t.storage.key}:{t.offset}:{t.shape}:{t.stride}"
+
+
+def _contiguous(t: TensorRef) -> bool:
+    expected = 1
+    for dim, stride in zip(reversed(t.shape), reversed(t.stride)):
+        if dim != 1 and stride != expected:
+            return False
+        expected *= dim
+    return True
+
+
+def _small_values(archive: zipfile.ZipFile, view: SparseView, root: str, tensors: Mapping[str, TensorRef],
+                  metas: Mapping[str, WeightMeta], remote: bool) -> dict[str, tuple[int, ...]]:
+    """The values of the few small integer tensors a quantized weight's logical shape is stated in."""
+    wanted: list[tuple[str, zipfile.ZipInfo, int, int, str]] = []
+    for name, t in tensors.items():
+        code = _STRUCT_CODES.get(metas[name].dtype)
+        width = _ITEMSIZE.get(metas[name].dtype)
+        numel = 1
+        for d in t.shape:
+            numel *= d
+        if not wants_values(name) or code is None or width is None or not _contiguous(t) \
+                or numel * width > MAX_VALUE_BYTES:
+            continue
+        try:
+            info = archive.getinfo(f"{root}data/{t.storage.key}")
+        except KeyError:
+            continue
+        wanted.append((name, info, t.offset * width, numel * width, code))
+
+    def fetch(item: tuple[str, zipfile.ZipInfo, int, int, str]) -> None:
+        _, info, _, _, _ = item
+        view.prefetch(info.header_offset,
+                      info.header_offset + _LOCAL_HEADER + len(info.filename) + _LOCAL_EXTRA_GUESS + info.compress_size)
+
+    in_parallel(fetch, wanted, remote)
+    out: dict[str, tuple[int, ...]] = {}
+    for name, info, start, length, code in wanted:
+        with archive.open(info) as member:
+            member.seek(start)
+            raw = member.read(length)
+        if len(raw) == length:
+            out[name] = struct.unpack(f"<{length // struct.calcsize(code)}{code}", raw)
+    return out

@@ -1,0 +1,351 @@
+"""One ranged-read interface for every place a model file lives, and the two ways readers use it.
+
+A ``Blob`` is one file: a local path, a file in the Hugging Face cache, a Hub file, an HTTP(S) URL
+or an object in a store. It answers ``read(offset, length)`` with the bytes of that span (fewer
+only where the file ends), and knows its size (after its first read at the latest). Readers never
+hold a file object: they ask a blob for the spans their format needs.
+
+- ``Prefix``: a header read from byte 0 (safetensors, GGUF). The first read asks for a speculative
+  window sized to typical headers (``FIRST_RANGE``); later reads are served from the bytes held and
+  only what is missing is fetched, from where the held bytes end: no byte is fetched twice.
+- ``SparseView``: a file walked in place with large skips (an ONNX protobuf whose tensor payloads
+  are skipped). Indexing fetches the block around a missed byte; a run of sequential misses grows
+  the window it fetches (read-ahead), a jump starts small again.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, overload
+
+from mhainspect.errors import InputError, read_failure
+
+# The first speculative range of a header read: a median safetensors header is ~6 KB, most are
+# below this; a GGUF header's first keys and array lengths are in it. Longer headers cost a second
+# range, sized from what the first one says.
+FIRST_RANGE = 64 * 1024
+
+
+class Blob(Protocol):
+    """One file that answers ranged reads."""
+
+    @property
+    def name(self) -> str:
+        """What messages call the file: a path, a URL, ``hf://org/name/file``."""
+
+    @property
+    def basename(self) -> str:
+        """The file's own name (storage keys name the file, not where it lives)."""
+
+    @property
+    def speculative(self) -> bool:
+        """Whether a read should ask for more than it needs (each read is a round trip)."""
+
+    def size(self) -> int:
+        """The file's length in bytes (may cost a request when no read has told it yet)."""
+
+    def read(self, offset: int, length: int) -> bytes:
+        """The bytes [offset, offset + length), cut at the end of the file; raises InputError."""
+
+    def tail(self, length: int) -> bytes:
+        """The last ``length`` bytes (the whole file when shorter); tells the size as it reads."""
+
+
+class LocalBlob:
+    """A file on this machine (a path, or a file in the Hugging Face cache shown by another name)."""
+
+    speculative = False
+
+    def __init__(self, path: Path, name: str | None = None) -> None:
+        self.path = path
+        self.name = name if name is not None else str(path)
+        self.basename = path.name
+        self._size: int | None = None
+
+    def size(self) -> int:
+        if self._size is None:
+            try:
+                self._size = self.path.stat().st_size
+            except OSError as exc:
+                raise InputError(read_failure(self.name, exc)) from None
+        return self._size
+
+    def read(self, offset: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                return os.pread(fd, length, offset)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise InputError(read_failure(self.name, exc)) from None
+
+    def tail(self, length: int) -> bytes:
+        size = self.size()
+        return self.read(max(0, size - length), min(length, size))
+
+
+class MemoryBlob:
+    """Bytes already held (a header fetched once, served again to a second reader)."""
+
+    speculative = False
+
+    def __init__(self, data: bytes, name: str, basename: str, size: int | None = None) -> None:
+        self.data, self.name, self.basename = data, name, basename
+        self._size = len(data) if size is None else size
+
+    def size(self) -> int:
+        return self._size
+
+    def read(self, offset: int, length: int) -> bytes:
+        if offset + length > len(self.data) and offset + length <= self._size:
+            raise InputError(f"{self.name}: read past the bytes held ({offset + length:,} of {len(self.data):,})")
+        return self.data[offset:offset + length]
+
+    def tail(self, length: int) -> bytes:
+        return self.read(max(0, self._size - length), min(length, self._size))
+
+
+class Prefix:
+    """The bytes [0, held) of a blob, grown on demand: the first fetch is at least ``first`` bytes
+    when the blob is remote, a later one starts where the held bytes end and reaches at least the
+    ``hint`` a reader gives (what it expects to need next). ``buf`` grows in place."""
+
+    def __init__(self, blob: Blob, first: int = FIRST_RANGE, limit: int | None = None) -> None:
+        self.blob = blob
+        self.first = first if blob.speculative else 0
+        self.limit = limit  # a header longer than this is refused, not fetched
+        self.buf = bytearray()
+        self.fetches = 0
+
+    @property
+    def held(self) -> int:
+        return len(self.buf)
+
+    def ensure(self, end: int, hint: int = 0) -> int:
+        """Hold at least [0, end) where the file has it (and up to ``hint`` when fetching anyway);
+        returns the bytes held."""
+        if end <= len(self.buf):
+            return len(self.buf)
+        if self.limit is not None and end > self.limit:
+            raise InputError(f"{self.blob.name}: its header would be longer than {self.limit:,} bytes "
+                             "(a corrupt or hostile length field); not fetched")
+        want = max(end, hint, self.first if not self.buf else 0)
+        if self.limit is not None:
+            want = min(want, self.limit)
+        if self.fetches or not self.blob.speculative:  # the size is known: never ask past the end
+            want = min(want, self.blob.size())
+        if want > len(self.buf):
+            got = self.blob.read(len(self.buf), want - len(self.buf))
+            self.fetches += 1
+            self.buf += got
+        return len(self.buf)
+
+    def read(self, offset: int, length: int, hint: int = 0) -> bytes:
+        """The bytes [offset, offset + length) (cut at the end of the file)."""
+        self.ensure(offset + length, hint)
+        return bytes(self.buf[offset:offset + length])
+
+
+# Read-ahead of SparseView: the window a missed byte fetches after a jump, and its ceiling.
+_SPARSE_MIN = 1024
+_SPARSE_MAX = 8 * 1024 * 1024
+
+
+@dataclass
+class _Run:
+    start: int
+    data: bytes
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.data)
+
+
+class SparseView:
+    """A remote file indexed like a memoryview (``view[i]``, ``view[a:b]``, ``len(view)``) that
+    fetches only the spans touched. Held spans are kept sorted and never fetched twice; a miss right
+    after the last fetched span grows the read-ahead window by half (so the bytes fetched past a
+    sequential run stay below half of the run), a miss elsewhere starts at the minimum again."""
+
+    def __init__(self, blob: Blob, size: int) -> None:
+        self.blob = blob
+        self._len = size
+        self._runs: list[_Run] = []
+        self._last: _Run | None = None
+        self._window = _SPARSE_MIN
+        self.fetched = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _find(self, pos: int) -> _Run | None:
+        last = self._last
+        if last is not None and last.start <= pos < last.end:
+            return last
+        lo, hi = 0, len(self._runs)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            run = self._runs[mid]
+            if pos < run.start:
+                hi = mid
+            elif pos >= run.end:
+                lo = mid + 1
+            else:
+                self._last = run
+                return run
+        return None
+
+    def seed(self, start: int, data: bytes) -> None:
+        """Bytes already fetched (the tail that told the size) become a held span."""
+        if data and self._find(start) is None:
+            self._runs.append(_Run(start, data))
+            self._runs.sort(key=lambda r: r.start)
+
+    def prefetch(self, start: int, end: int) -> None:
+        """Fetch the spans of [start, end) not held yet, exactly (a member whose extent is known)."""
+        pos, end = max(0, start), min(end, self._len)
+        while pos < end:
+            run = self._find(pos)
+            if run is not None:
+                pos = run.end
+                continue
+            self._fetch(pos, end, readahead=False)
+
+    def _fetch(self, start: int, end: int, readahead: bool = True) -> None:
+        """Fetch at least [start, end) (stopping before the next held span), with read-ahead."""
+        sequential = self._last is not None and self._last.end == start
+        self._window = min(self._window * 3 // 2, _SPARSE_MAX) if sequential else _SPARSE_MIN
+        stop = min(max(end, start + self._window) if readahead else end, self._len)
+        later = [r.start for r in self._runs if r.start > start]
+        if later:  # up to the next held span at most: the slice loop goes on from there
+            stop = min(stop, later[0])
+        data = self.blob.read(start, stop - start)
+        if len(data) != stop - start:
+            raise InputError(f"{self.blob.name}: the server sent {len(data):,} bytes for a {stop - start:,}-byte "
+                             "range (the file changed or the server misreports lengths)")
+        self.fetched += len(data)
+        run = _Run(start, data)
+        self._runs.append(run)
+        self._runs.sort(key=lambda r: r.start)
+        self._last = run
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> bytes: ...
+
+    def __getitem__(self, key: int | slice) -> int | bytes:
+        if isinstance(key, int):
+            if key < 0 or key >= self._len:
+                raise IndexError(key)
+            run = self._find(key)
+            if run is None:
+                self._fetch(key, key + 1)
+                run = self._find(key)
+                assert run is not None
+            return run.data[key - run.start]
+        start, stop, _ = key.indices(self._len)
+        out = bytearray()
+        pos = start
+        while pos < stop:
+            run = self._find(pos)
+            if run is None:
+                self._fetch(pos, stop)
+                continue
+            take = min(stop, run.end)
+            out += run.data[pos - run.start:take - run.start]
+            pos = take
+        return bytes(out)
+
+
+class BlobFile(io.RawIOBase):
+    """A read-only, seekable file over a SparseView (what zipfile reads a remote archive through)."""
+
+    def __init__(self, view: SparseView) -> None:
+        super().__init__()
+        self.view = view
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: len(self.view)}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        end = len(self.view) if size is None or size < 0 else min(len(self.view), self.pos + size)
+        if end <= self.pos:
+            return b""
+        data = self.view[self.pos:end]
+        self.pos = end
+        return data
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+class HeadCached:
+    """A blob whose first range is fetched once (``head()``) and served from memory to every read
+    that falls in it: what tells the format apart (its first bytes) is what its reader needs first."""
+
+    def __init__(self, blob: Blob, first: int = FIRST_RANGE) -> None:
+        self.blob = blob
+        self.first = first
+        self._head: bytes | None = None
+
+    @property
+    def name(self) -> str:
+        return self.blob.name
+
+    @property
+    def basename(self) -> str:
+        return self.blob.basename
+
+    @property
+    def speculative(self) -> bool:
+        return self.blob.speculative
+
+    def head(self) -> bytes:
+        if self._head is None:
+            self._head = self.blob.read(0, self.first)
+        return self._head
+
+    def size(self) -> int:
+        return self.blob.size()
+
+    def _whole(self) -> bool:
+        return self._head is not None and len(self._head) < self.first
+
+    def read(self, offset: int, length: int) -> bytes:
+        held = self._head
+        if held is None or offset >= len(held) or length <= 0:
+            if self._whole():
+                return b""
+            return self.blob.read(offset, length)
+        part = held[offset:offset + length]
+        if len(part) == length or self._whole():
+            return part
+        return part + self.blob.read(offset + len(part), length - len(part))
+
+    def tail(self, length: int) -> bytes:
+        if self._whole():
+            assert self._head is not None
+            return self._head[max(0, len(self._head) - length):]
+        return self.blob.tail(length)

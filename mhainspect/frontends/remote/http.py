@@ -1,0 +1,396 @@
+"""HTTP(S) for remote models: ranged GETs over keep-alive connections, bounded in time and bytes.
+
+- One connection pool per process (urllib3), at most ``CONCURRENCY`` connections per host, reused
+  across requests (keep-alive).
+- Redirects are followed here (at most ``MAX_REDIRECTS``), and a redirect to another origin (scheme,
+  host, port) drops the Authorization header: a token is only ever sent where it belongs.
+- A body is read only up to what was asked for: a Range request answered with the whole file (200)
+  yields its first bytes only when they are what was asked (offset 0), a body longer than its
+  announced range is cut, a shorter one is an error; a server that stalls fails after ``timeout()``
+  seconds without data, a request after ``4 * timeout()`` seconds in all.
+- 429 and 5xx answers are retried with backoff (Retry-After honoured up to ``MAX_RETRY_AFTER``),
+  ``retries()`` times; then the answer goes back to the caller, which says what it means.
+
+Every failure is an InputError with one line that names the file, never a header or a token.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from mhainspect.errors import InputError
+from mhainspect.frontends.remote.parallel import CONCURRENCY
+
+MAX_REDIRECTS = 8
+MAX_RETRY_AFTER = 30.0  # seconds: a longer Retry-After is not waited for
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+USER_AGENT = "mhainspect (header-only reads)"
+_CHUNK = 256 * 1024
+_CONTENT_RANGE = r"bytes\s+(\d+)-(\d+)/(\d+|\*)"
+_UNSATISFIED_RANGE = r"bytes\s+\*/(\d+)"
+
+
+def timeout() -> float:
+    """Seconds a connection or a read may wait (MHAINSPECT_REMOTE_TIMEOUT, default 30)."""
+    return _positive_env("MHAINSPECT_REMOTE_TIMEOUT", 30.0)
+
+
+def retries() -> int:
+    """Tries of a request answered 429 or 5xx (MHAINSPECT_REMOTE_RETRIES, default 4)."""
+    return max(1, int(_positive_env("MHAINSPECT_REMOTE_RETRIES", 4)))
+
+
+def _positive_env(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InputError(f"{name}={raw!r}: expected a number of seconds") from None
+    if value <= 0:
+        raise InputError(f"{name}={raw!r}: expected a positive number")
+    return value
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a URL: where a token may go."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or (443 if scheme == "https" else 80)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def host_of(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.netloc.rsplit("@", 1)[-1] or url
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An answer: its status, headers (lower-case names), the body read (capped) and the URL that
+    answered (after redirects)."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    url: str
+    total: int | None = None  # the file's size, when the answer says it (Content-Range, Content-Length)
+
+
+@dataclass
+class Counters:
+    """Requests sent and body bytes received, for benchmarks and tests."""
+
+    requests: int = 0
+    bytes: int = 0
+
+
+class HttpClient:
+    """Requests through one pool of keep-alive connections (thread-safe)."""
+
+    def __init__(self) -> None:
+        import urllib3
+
+        self._urllib3 = urllib3
+        self._lock = threading.Lock()
+        self._managers: dict[str, Any] = {}
+        self.counters = Counters()
+
+    def _manager(self, url: str) -> Any:
+        """The pool for ``url``: direct, or through the proxy the environment names for its scheme."""
+        import urllib.request
+
+        scheme = urlsplit(url).scheme.lower()
+        proxy = urllib.request.getproxies().get(scheme)
+        host = urlsplit(url).hostname or ""
+        key = proxy if proxy and not urllib.request.proxy_bypass(host) else ""
+        with self._lock:
+            found = self._managers.get(key)
+            if found is None:
+                kwargs: dict[str, Any] = {"num_pools": 32, "maxsize": CONCURRENCY, "block": True, "retries": False}
+                try:
+                    import certifi
+
+                    kwargs["ca_certs"] = certifi.where()
+                except ImportError:
+                    pass
+                found = (self._urllib3.ProxyManager(key, **kwargs) if key else self._urllib3.PoolManager(**kwargs))
+                self._managers[key] = found
+            return found
+
+    def get(self, url: str, *, name: str, headers: Mapping[str, str] | None = None, auth_origin: str | None = None,
+            start: int | None = None, length: int | None = None, limit: int | None = None,
+            method: str = "GET") -> Reply:
+        """GET ``url`` (a range when ``start`` is given: ``length`` bytes, or the last ``-start``
+        bytes when start < 0), following redirects; Authorization only to ``auth_origin``'s origin.
+        ``limit`` caps a body without a range. 429/5xx are retried; other statuses are returned."""
+        tries = retries()
+        for attempt in range(tries):
+            reply = self._follow(url, name, headers or {}, auth_origin, start, length, limit, method)
+            if reply.status not in RETRY_STATUSES or attempt == tries - 1:
+                return reply
+            time.sleep(_backoff(reply, attempt))
+        raise AssertionError("unreachable")
+
+    def _follow(self, url: str, name: str, headers: Mapping[str, str], auth_origin: str | None,
+                start: int | None, length: int | None, limit: int | None, method: str) -> Reply:
+        sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+        sent.update(headers)
+        if start is not None:
+            sent["Range"] = f"bytes={start}-" if length is None else (
+                f"bytes={start}" if start < 0 else f"bytes={start}-{start + length - 1}")
+        allowed = origin(auth_origin) if auth_origin is not None else origin(url)
+        for _ in range(MAX_REDIRECTS + 1):
+            if origin(url) != allowed:  # another host: its answer must not see the token
+                sent = {k: v for k, v in sent.items() if k.lower() != "authorization"}
+            reply, location = self._once(url, name, sent, start, length, limit, method)
+            if location is None:
+                return reply
+            url = urljoin(url, location)
+        raise InputError(f"{name}: more than {MAX_REDIRECTS} redirects")
+
+    def _once(self, url: str, name: str, headers: Mapping[str, str], start: int | None, length: int | None,
+              limit: int | None, method: str) -> tuple[Reply, str | None]:
+        exc_types = self._urllib3.exceptions
+        wait = timeout()
+        try:
+            response = self._manager(url).request(
+                method, url, headers=dict(headers), preload_content=False, redirect=False, retries=False,
+                decode_content=False, timeout=self._urllib3.Timeout(connect=wait, read=wait))
+        except exc_types.HTTPError as exc:
+            raise InputError(f"{name}: {_unreachable(url, exc, wait)}") from None
+        with self._lock:
+            self.counters.requests += 1
+        try:
+            got = {k.lower(): v for k, v in response.headers.items()}
+            if 300 <= response.status < 400 and "location" in got:
+                self._read(response, 64 * 1024, url, name, wait, exact=False)  # drained: the connection stays
+                return Reply(response.status, got, b"", url), got["location"]
+            body, total = self._body(response, got, url, name, start, length, limit, wait)
+            return Reply(response.status, got, body, url, total), None
+        finally:
+            if not response.isclosed():
+                response.close()  # bytes left unread (a cut body): this connection cannot serve another request
+            response.release_conn()
+
+    def _body(self, response: Any, headers: Mapping[str, str], url: str, name: str, start: int | None,
+              length: int | None, limit: int | None, wait: float) -> tuple[bytes, int | None]:
+        """The body up to what was asked for, and the file's size when the answer tells it."""
+        status = response.status
+        declared = _int(headers.get("content-length"))
+        if status == 206:
+            m = re.match(_CONTENT_RANGE, headers.get("content-range", ""))
+            if m is None:
+                raise InputError(f"{name}: the server answered a range request without a valid Content-Range")
+            first, last = int(m.group(1)), int(m.group(2))
+            total = None if m.group(3) == "*" else int(m.group(3))
+            if start is not None and start >= 0 and first != start or last < first:
+                raise InputError(f"{name}: the server sent bytes {first}-{last} for a request starting at {start}")
+            expected = last - first + 1
+            if declared is not None and declared != expected:
+                raise InputError(f"{name}: the server's lengths disagree (Content-Length {declared:,}, Content-Range "
+                                 f"{expected:,} bytes): it misreports lengths")
+            if length is not None and expected > length:
+                raise InputError(f"{name}: the server sent {expected:,} bytes for a {length:,}-byte range")
+            return self._read(response, expected, url, name, wait, exact=True), total
+        if status == 416:
+            m = re.match(_UNSATISFIED_RANGE, headers.get("content-range", ""))
+            return b"", int(m.group(1)) if m else None
+        if status == 200 and start is not None:
+            # The server ignored Range: the body is the whole file. Its first bytes are what was
+            # asked only from offset 0, and no more of it is read than the range's length.
+            if start != 0 or length is None:
+                raise InputError(f"{name}: the server ignores Range requests (it answered with the whole "
+                                 f"{_size_words(declared)}); reading a header from it would mean downloading the "
+                                 "file, which mhainspect never does")
+            want = length if declared is None else min(length, declared)
+            return self._read(response, want, url, name, wait, exact=declared is not None), declared
+        if status == 200:
+            cap = limit if limit is not None else _CHUNK
+            if declared is not None and declared > cap:
+                raise InputError(f"{name}: {declared:,} bytes, more than the {cap:,} read for such a file")
+            body = self._read(response, cap + 1, url, name, wait, exact=False)
+            if len(body) > cap:
+                raise InputError(f"{name}: more than the {cap:,} bytes read for such a file")
+            if declared is not None and len(body) != declared:
+                raise InputError(f"{name}: the server announced {declared:,} bytes and sent {len(body):,}")
+            return body, len(body)
+        return self._read(response, 64 * 1024, url, name, wait, exact=False), None  # an error page, capped
+
+    def _read(self, response: Any, want: int, url: str, name: str, wait: float, *, exact: bool) -> bytes:
+        """Up to ``want`` body bytes (exactly ``want`` when ``exact``), each read waiting at most
+        ``wait`` seconds and all of them at most 4x that."""
+        exc_types = self._urllib3.exceptions
+        deadline = time.monotonic() + 4 * wait
+        out = bytearray()
+        try:
+            while len(out) < want:
+                chunk = response.read1(min(_CHUNK, want - len(out)))
+                if not chunk:
+                    break
+                out += chunk
+                if time.monotonic() > deadline:
+                    raise InputError(f"{name}: {host_of(url)} sends too slowly ({len(out):,} of {want:,} bytes in "
+                                     f"{4 * wait:g} s)")
+        except (exc_types.ReadTimeoutError, TimeoutError):
+            raise InputError(f"{name}: {host_of(url)} stalled (no data for {wait:g} s)") from None
+        except (exc_types.HTTPError, OSError) as exc:
+            if not exact:
+                raise InputError(f"{name}: the connection to {host_of(url)} broke ({type(exc).__name__})") from None
+        finally:
+            with self._lock:
+                self.counters.bytes += len(out)
+        if exact and len(out) < want:
+            raise InputError(f"{name}: {host_of(url)} sent {len(out):,} of the {want:,} bytes it announced "
+                             "(connection closed early; the server misreports lengths?)")
+        return bytes(out)
+
+
+def _int(raw: str | None) -> int | None:
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _size_words(n: int | None) -> str:
+    return f"{n:,}-byte file" if n is not None else "file"
+
+
+def _backoff(reply: Reply, attempt: int) -> float:
+    after = reply.headers.get("retry-after")
+    if after is not None:
+        try:
+            return min(max(float(str(after)), 0.0), MAX_RETRY_AFTER)
+        except ValueError:
+            pass
+    return min(0.5 * (1 << attempt), MAX_RETRY_AFTER)
+
+
+def _unreachable(url: str, exc: Exception, wait: float) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    host = host_of(url)
+    if "timed out" in text.lower() or "timeout" in type(exc).__name__.lower():
+        return f"no answer from {host} within {wait:g} s"
+    if "refused" in text.lower():
+        return f"cannot reach {host} (connection refused)"
+    if "name or service" in text.lower() or "resolve" in text.lower() or "nodename" in text.lower():
+        return f"cannot reach {host} (unknown host)"
+    return f"cannot reach {host} ({type(exc).__name__})"
+
+
+_CLIENT: HttpClient | None = None
+_CLIENT_LOCK = threading.Lock()
+
+
+def client() -> HttpClient:
+    """The process's client (one pool: keep-alive across every file of a run)."""
+    global _CLIENT
+    with _CLIENT_LOCK:
+        if _CLIENT is None:
+            _CLIENT = HttpClient()
+        return _CLIENT
+
+
+class HttpBlob:
+    """A file at a URL, read by ranges. After a redirect to another origin (a Hub file's storage),
+    later ranges go straight to where the first one was sent, without the token."""
+
+    speculative = True
+
+    def __init__(self, url: str, *, name: str, basename: str, size: int | None = None,
+                 headers: Mapping[str, str] | None = None, auth_origin: str | None = None,
+                 describe: Any = None) -> None:
+        self.url = url
+        self.name = name
+        self.basename = basename
+        self._size = size
+        self._headers = dict(headers or {})
+        self._auth_origin = auth_origin
+        self._describe = describe  # reply -> message for a failed answer (Hub errors), or None
+        self._lock = threading.Lock()
+
+    def size(self) -> int:
+        if self._size is None:
+            reply = client().get(self.url, name=self.name, headers=self._headers, auth_origin=self._auth_origin,
+                                 start=0, length=1)
+            self._check(reply)
+            if reply.total is None:
+                raise InputError(f"{self.name}: the server does not say how long the file is")
+            self._moved(reply)
+            self._size = reply.total
+        return self._size
+
+    def read(self, offset: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        if self._size is not None:
+            if offset >= self._size:
+                return b""
+            length = min(length, self._size - offset)
+        with self._lock:
+            url, headers = self.url, self._headers
+        reply = client().get(url, name=self.name, headers=headers, auth_origin=self._auth_origin, start=offset,
+                             length=length)
+        self._check(reply)
+        self._moved(reply)
+        if reply.total is not None:
+            if self._size is not None and reply.total != self._size:
+                raise InputError(f"{self.name}: the server says the file has {reply.total:,} bytes, the listing "
+                                 f"{self._size:,} (changed while read?)")
+            self._size = reply.total
+        if self._size is not None and len(reply.body) < min(length, self._size - offset):
+            raise InputError(f"{self.name}: the server sent {len(reply.body):,} of {length:,} bytes")
+        return reply.body
+
+    def tail(self, length: int) -> bytes:
+        if self._size is not None:
+            return self.read(max(0, self._size - length), min(length, self._size))
+        with self._lock:
+            url, headers = self.url, self._headers
+        reply = client().get(url, name=self.name, headers=headers, auth_origin=self._auth_origin, start=-length,
+                             length=length)
+        self._check(reply)
+        self._moved(reply)
+        if reply.status == 200 or reply.total is None:
+            raise InputError(f"{self.name}: the server does not answer a range from the end of the file (needed "
+                             "to find an archive's directory without downloading the file)")
+        self._size = reply.total
+        return reply.body
+
+    def _moved(self, reply: Reply) -> None:
+        if reply.url != self.url and origin(reply.url) != origin(self._auth_origin or self.url):
+            with self._lock:
+                self.url = reply.url
+                self._headers = {k: v for k, v in self._headers.items() if k.lower() != "authorization"}
+
+    def _check(self, reply: Reply) -> None:
+        if reply.status in (200, 206, 416):
+            return
+        if self._describe is not None:
+            message = self._describe(reply)
+            if message:
+                raise InputError(f"{self.name}: {message}")
+        raise InputError(f"{self.name}: {status_words(reply)}")
+
+
+def status_words(reply: Reply) -> str:
+    """What a failed answer means, for a plain URL."""
+    s = reply.status
+    if s == 404 or s == 410:
+        return f"not found (HTTP {s})"
+    if s in (401, 403):
+        return f"access denied (HTTP {s}): the server wants credentials this URL does not carry"
+    if s == 429:
+        return f"rate-limited (HTTP 429) after {retries()} tries; try again later"
+    if s >= 500:
+        return f"server error (HTTP {s}) after {retries()} tries"
+    return f"unexpected answer HTTP {s}"

@@ -1,0 +1,135 @@
+"""Object stores (``s3://``, ``gs://``, ``az://``, ...) through fsspec, as a folder of blobs.
+
+Credentials, endpoints and options are fsspec's and the store library's own (``AWS_*`` variables
+and ~/.aws for s3fs, ``GOOGLE_APPLICATION_CREDENTIALS`` for gcsfs, ``AZURE_STORAGE_*`` for
+adlfs, fsspec's ``FSSPEC_<PROTOCOL>_<OPTION>`` variables). A file argument lists its folder once
+(its size and its siblings: config.json beside it, the other parts of a split GGUF model); a
+folder argument lists everything below it once. Each read is one ranged GET (``cat_file``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from mhainspect.errors import InputError, MissingDependencyError
+from mhainspect.frontends.remote.blob import Blob
+from mhainspect.frontends.remote.http import Counters
+from mhainspect.frontends.remote.locate import StoreRef
+
+# The fsspec implementation each protocol needs, for the install hint.
+BACKENDS = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
+counters = Counters()  # calls made to the store (listings and reads) and bytes read, for tests and benchmarks
+_COUNT_LOCK = threading.Lock()
+
+
+def _count(n_bytes: int = 0) -> None:
+    with _COUNT_LOCK:
+        counters.requests += 1
+        counters.bytes += n_bytes
+
+
+def _failure(name: str, exc: BaseException) -> InputError:
+    if isinstance(exc, FileNotFoundError):
+        return InputError(f"{name}: not found")
+    if isinstance(exc, PermissionError):
+        return InputError(f"{name}: access denied (check the store's credentials)")
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return InputError(f"{name}: cannot read from the store ({type(exc).__name__}{': ' + text if text else ''})")
+
+
+def _filesystem(ref: StoreRef) -> tuple[Any, str]:
+    try:
+        import fsspec
+    except ImportError:
+        raise MissingDependencyError(f"{ref.text}: object stores are read through fsspec: "
+                                     f'pip install "mhainspect[remote]" {BACKENDS.get(ref.protocol, "")}') from None
+    try:
+        fs, path = fsspec.core.url_to_fs(ref.url)
+    except ImportError:
+        backend = BACKENDS.get(ref.protocol, "the fsspec backend for it")
+        raise MissingDependencyError(f"{ref.text}: {ref.protocol}:// needs {backend}: pip install {backend}") from None
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{ref.text}: {exc}") from None
+    return fs, str(path).rstrip("/")
+
+
+class StoreBlob:
+    """One object, read by ranges."""
+
+    speculative = True
+
+    def __init__(self, fs: Any, path: str, name: str, size: int | None) -> None:
+        self.fs, self.path, self.name = fs, path, name
+        self.basename = path.rsplit("/", 1)[-1]
+        self._size = size
+
+    def size(self) -> int:
+        if self._size is None:
+            try:
+                info = self.fs.info(self.path)
+            except Exception as exc:  # the store libraries raise their own types
+                raise _failure(self.name, exc) from None
+            _count()
+            self._size = int(info["size"])
+        return self._size
+
+    def read(self, offset: int, length: int) -> bytes:
+        size = self.size()
+        end = min(offset + length, size)
+        if length <= 0 or offset >= end:
+            return b""
+        try:
+            data = bytes(self.fs.cat_file(self.path, start=offset, end=end))
+        except Exception as exc:
+            raise _failure(self.name, exc) from None
+        _count(len(data))
+        if len(data) != end - offset:
+            raise InputError(f"{self.name}: the store sent {len(data):,} of {end - offset:,} bytes")
+        return data
+
+    def tail(self, length: int) -> bytes:
+        size = self.size()
+        return self.read(max(0, size - length), min(length, size))
+
+
+class StoreTree:
+    """A folder of an object store: for a file argument, the folder holding it."""
+
+    complete = True
+
+    def __init__(self, ref: StoreRef, as_file: bool) -> None:
+        self.ref = ref
+        self.fs, path = _filesystem(ref)
+        self.root, self.selection = (path.rsplit("/", 1) if as_file and "/" in path else (path, ""))
+        self.prefix = ref.url.rstrip("/")
+        if as_file:
+            self.prefix = self.prefix.rsplit("/", 1)[0]
+        self._files = self._list(as_file)
+
+    def _list(self, as_file: bool) -> dict[str, int | None]:
+        try:
+            entries = (self.fs.ls(self.root, detail=True) if as_file else
+                       list(self.fs.find(self.root, detail=True).values()))
+        except Exception as exc:
+            raise _failure(self.ref.text, exc) from None
+        _count()
+        out: dict[str, int | None] = {}
+        root = self.root.rstrip("/") + "/"
+        for e in entries:
+            name = str(e.get("name", "")).rstrip("/")
+            if e.get("type") == "directory" or not name.startswith(root):
+                continue
+            size = e.get("size")
+            out[name[len(root):]] = int(size) if isinstance(size, int) else None
+        return out
+
+    def files(self) -> Mapping[str, int | None]:
+        return self._files
+
+    def name(self, path: str) -> str:
+        return f"{self.prefix}/{path}" if path else self.prefix
+
+    def blob(self, path: str) -> Blob:
+        return StoreBlob(self.fs, f"{self.root}/{path}", self.name(path), self._files.get(path))

@@ -1,0 +1,115 @@
+"""Model files for the remote tests and the remote benchmark, one of each format the audit reads.
+
+Safetensors files are written header first and sized to their tensors with ``truncate`` (sparse:
+a 70B-shaped shard costs its header on disk, not its weights), so a server can serve them as if
+they were full.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+ITEMSIZE = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U8": 1, "I8": 1, "F8_E4M3": 1}
+
+
+def write_safetensors(path: Path, tensors: Mapping[str, tuple[str, Sequence[int]]],
+                      metadata: Mapping[str, str] | None = None) -> int:
+    """A safetensors file with ``tensors`` (name -> (dtype, shape)), data all zero (sparse).
+    Returns the header length."""
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    offset = 0
+    for name, (dtype, shape) in tensors.items():
+        nbytes = math.prod(shape) * ITEMSIZE[dtype]
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + offset)
+    return len(raw)
+
+
+def llama_config(d: int, heads: int, kv_heads: int, layers: int, vocab: int = 256, ffn: int = 0,
+                 **extra: object) -> dict[str, object]:
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": d,
+            "num_attention_heads": heads, "num_key_value_heads": kv_heads, "num_hidden_layers": layers,
+            "intermediate_size": ffn or 4 * d, "vocab_size": vocab, "max_position_embeddings": 4096,
+            "torch_dtype": "bfloat16", **extra}
+
+
+def llama_tensors(d: int, heads: int, kv_heads: int, layers: int, vocab: int = 256, ffn: int = 0,
+                  dtype: str = "BF16") -> dict[str, tuple[str, tuple[int, ...]]]:
+    head_dim = d // heads
+    ffn = ffn or 4 * d
+    out: dict[str, tuple[str, tuple[int, ...]]] = {"model.embed_tokens.weight": (dtype, (vocab, d))}
+    for i in range(layers):
+        p = f"model.layers.{i}"
+        out[f"{p}.input_layernorm.weight"] = (dtype, (d,))
+        out[f"{p}.self_attn.q_proj.weight"] = (dtype, (heads * head_dim, d))
+        out[f"{p}.self_attn.k_proj.weight"] = (dtype, (kv_heads * head_dim, d))
+        out[f"{p}.self_attn.v_proj.weight"] = (dtype, (kv_heads * head_dim, d))
+        out[f"{p}.self_attn.o_proj.weight"] = (dtype, (d, heads * head_dim))
+        out[f"{p}.post_attention_layernorm.weight"] = (dtype, (d,))
+        out[f"{p}.mlp.gate_proj.weight"] = (dtype, (ffn, d))
+        out[f"{p}.mlp.up_proj.weight"] = (dtype, (ffn, d))
+        out[f"{p}.mlp.down_proj.weight"] = (dtype, (d, ffn))
+    out["model.norm.weight"] = (dtype, (d,))
+    out["lm_head.weight"] = (dtype, (vocab, d))
+    return out
+
+
+def write_hf_folder(folder: Path, config: Mapping[str, object], tensors: Mapping[str, tuple[str, Sequence[int]]],
+                    shards: int = 1, index: bool = True) -> list[Path]:
+    """A Hugging Face folder: config.json and the tensors in ``shards`` safetensors files (with
+    model.safetensors.index.json when ``index`` and shards > 1). Returns the weight files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    names = list(tensors)
+    if shards == 1:
+        write_safetensors(folder / "model.safetensors", tensors)
+        return [folder / "model.safetensors"]
+    per = -(-len(names) // shards)
+    files: list[Path] = []
+    weight_map: dict[str, str] = {}
+    for i in range(shards):
+        part = names[i * per:(i + 1) * per]
+        fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        write_safetensors(folder / fname, {n: tensors[n] for n in part})
+        weight_map.update({n: fname for n in part})
+        files.append(folder / fname)
+    if index:
+        (folder / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}, indent=2))
+    return files
+
+
+def moe_tensors(layers: int, experts: int, d: int = 64, heads: int = 4, kv_heads: int = 1,
+                ffn: int = 32) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """A mixture-of-experts stack with fp8 experts and their scales (many tensors, small shapes)."""
+    out = llama_tensors(d, heads, kv_heads, layers, dtype="BF16")
+    for i in range(layers):
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            del out[f"model.layers.{i}.mlp.{name}.weight"]
+        out[f"model.layers.{i}.mlp.gate.weight"] = ("BF16", (experts, d))
+        for e in range(experts):
+            p = f"model.layers.{i}.mlp.experts.{e}"
+            for name, shape in (("gate_proj", (ffn, d)), ("up_proj", (ffn, d)), ("down_proj", (d, ffn))):
+                out[f"{p}.{name}.weight"] = ("F8_E4M3", shape)
+                out[f"{p}.{name}.weight_scale_inv"] = ("F32", (1, 1))
+    return out
+
+
+def vocabulary(n: int) -> list[str]:
+    """``n`` distinct token strings of realistic lengths (2-12 bytes)."""
+    return [f"t{i:x}" + "abcdefgh"[: i % 9] for i in range(n)]
+
+
+def merges(n: int) -> list[str]:
+    return [f"t{i:x} t{i + 1:x}" for i in range(n)]
