@@ -310,3 +310,15 @@ def test_calc_writes_files_and_vs_as_html(cli: Any, tmp_path: Path) -> None:
     plain = tmp_path / "calc.out"
     assert cli(*MATLAB, "-o", plain).code == 0 and "W_Q" in plain.read_text()
     assert cli(*MATLAB, "-o", tmp_path / "missing" / "x.txt").code == 2
+
+
+def test_huge_numbers_keep_their_separators() -> None:
+    from mhainspect.ir.units import format_bytes
+
+    assert format_bytes(107_374_182_400_000_000) == "97,656.2 TiB"
+    assert format_bytes(3 * 2**40) == "3 TiB"
+
+
+def test_batch_is_grouped_in_the_size_line(cli: Any, llama: Path) -> None:
+    out = cli(llama, "--context", "8192", "--batch", "100000000", columns=200).out
+    assert "at context 8,192 × batch 100,000,000" in out and "97,656.2 TiB" in out

@@ -155,4 +155,4 @@ def format_bytes(n: int) -> str:
         if abs(value) < 1024:
             return f"{value:.1f} {unit}".replace(".0 ", " ")
         value /= 1024
-    return f"{value:.1f} TiB".replace(".0 ", " ")
+    return f"{value:,.1f} TiB".replace(".0 ", " ")  # 97,656.2 TiB: separators, as every count has
