@@ -91,7 +91,7 @@ def remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
     head counts the caller gives, for a checkpoint."""
     tree, path, what = locate(spec)
     files = tree.files()
-    display = spec
+    display = spec.rstrip("/") if not spec.endswith("://") else spec  # as a local folder's path: no final slash
     if what == "folder":
         names = children(files, path)
         if not model_folder_names(names):

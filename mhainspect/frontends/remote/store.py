@@ -22,6 +22,7 @@ from mhainspect.frontends.remote.locate import StoreRef
 BACKENDS = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
 counters = Counters()  # calls made to the store (listings and reads) and bytes read, for tests and benchmarks
 _COUNT_LOCK = threading.Lock()
+_LISTINGS: dict[tuple[str, str, bool], dict[str, int | None]] = {}
 
 
 def _count(n_bytes: int = 0) -> None:
@@ -109,6 +110,30 @@ class StoreTree:
         self._files = self._list(as_file)
 
     def _list(self, as_file: bool) -> dict[str, int | None]:
+        """The files below the root (for a file argument: beside it), listed once for the process (a
+        folder argument is expanded, then each model read, from one listing)."""
+        key = (self.ref.protocol, self.root, as_file)
+        with _COUNT_LOCK:
+            kept = _LISTINGS.get(key) or (self._from_folder_listing() if as_file else None)
+        if kept is not None:
+            return kept
+        listed = self._list_now(as_file)
+        with _COUNT_LOCK:
+            _LISTINGS[key] = listed
+        return listed
+
+    def _from_folder_listing(self) -> dict[str, int | None] | None:
+        """The files beside a file argument, from a listing of a folder above it (kept already)."""
+        for (protocol, root, as_file), files in _LISTINGS.items():
+            if protocol != self.ref.protocol or as_file or not (self.root + "/").startswith(root.rstrip("/") + "/"):
+                continue
+            sub = self.root[len(root.rstrip("/")):].strip("/")
+            prefix = sub + "/" if sub else ""
+            return {p[len(prefix):]: size for p, size in files.items()
+                    if p.startswith(prefix) and "/" not in p[len(prefix):]}
+        return None
+
+    def _list_now(self, as_file: bool) -> dict[str, int | None]:
         try:
             entries = (self.fs.ls(self.root, detail=True) if as_file else
                        list(self.fs.find(self.root, detail=True).values()))
