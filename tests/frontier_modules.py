@@ -328,3 +328,54 @@ def older_opset(model_proto: object, opset: int) -> object:
     del m.opset_import[:]
     m.opset_import.append(helper.make_opsetid("", opset))
     return m
+
+
+class ScaledAttention(nn.Module):
+    """Attention with a learned temperature on the scores and a learned gate on the output, each a
+    one-element parameter (shape [1])."""
+
+    def __init__(self, d: int = 32, h: int = 4) -> None:
+        super().__init__()
+        self.h, self.d = h, d // h
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.temperature = nn.Parameter(torch.ones(1))
+        self.gate = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.h, self.d).permute(2, 0, 3, 1, 4)
+        a = (q @ k.transpose(-2, -1)) * self.temperature
+        out = (a.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c)
+        return self.proj(out) + self.gate
+
+
+class PooledClassifier(nn.Module):
+    """ScaledAttention, mean pooling and a classifier matrix: an nn.Parameter, or (``plain``) the same
+    learned matrix kept as a plain tensor attribute, which exporters write as a constant."""
+
+    def __init__(self, d: int = 32, h: int = 4, classes: int = 10, plain: bool = False) -> None:
+        super().__init__()
+        self.attn = ScaledAttention(d, h)
+        weight = torch.randn(classes, d) * 0.02
+        self.head_weight: torch.Tensor = weight if plain else nn.Parameter(weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x).mean(1) @ self.head_weight.t()
+
+
+def weights_as_constant_nodes(model_proto: object, producer: str = "a converter") -> object:
+    """An ONNX model whose initializers are written as Constant nodes of the same names, as some
+    converters write every weight (the producer renamed: torch never does this)."""
+    import onnx
+    from onnx import helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model_proto)  # type: ignore[arg-type]
+    nodes = [helper.make_node("Constant", [], [t.name], value=t) for t in m.graph.initializer]
+    del m.graph.initializer[:]
+    old = list(m.graph.node)
+    del m.graph.node[:]
+    m.graph.node.extend(nodes + old)
+    m.producer_name = producer
+    return m

@@ -229,3 +229,51 @@ def test_pad_and_attribute_reshape_shapes_fold(tmp_path: Path, opset: int) -> No
     q = shapes.shape("q")
     assert q is not None and str(q[0]) == "b" and str(q[1]) not in ("s", "b") and str(q[2]) == "4"
     assert [str(d) for d in shapes.shape("r") or ()] == ["b", "s", "32"]
+
+
+# ----------------------------------------------------------------------------- learned constants
+
+
+def _classifier(plain: bool) -> tuple[torch.nn.Module, int]:
+    """The model (its classifier a plain tensor attribute when ``plain``) and the parameter count of the
+    same model holding it as an nn.Parameter."""
+    torch.manual_seed(0)
+    learned = fm.with_noise(fm.PooledClassifier())
+    if not plain:
+        return learned, fm.own_params(learned)
+    model = fm.PooledClassifier(plain=True)
+    model.load_state_dict(learned.state_dict(), strict=False)
+    model.head_weight = learned.head_weight.detach().clone()
+    return model.eval(), fm.own_params(learned)
+
+
+@pytest.mark.parametrize("exporter", sorted(EXPORTERS))
+def test_classifier_kept_as_a_plain_tensor_is_a_parameter(tmp_path: Path, exporter: str) -> None:
+    """A learned matrix held as a plain tensor attribute (TorchScript writes it as a Constant node, the
+    dynamo exporter as a lifted constant) is the weight of a product with the activations: a
+    parameter. The learned one-element temperature and gate count too."""
+    model, expected = _classifier(plain=True)
+    path = fm.export(model, (torch.randn(2, 7, 32),), str(tmp_path / "m.onnx"), dynamo=EXPORTERS[exporter],
+                     dynamic={"x0": {0: "batch", 1: "seq"}})
+    assert path is not None
+    report = audit(path)
+    assert report.model.total_params == expected
+    b = _only_block(report)
+    assert (b.num_heads, b.d_k, b.params.total) == (4, 8, 32 * 96 + 96 + 32 * 32 + 32)
+
+
+def test_weights_written_as_constant_nodes_are_parameters(tmp_path: Path) -> None:
+    """Every weight a Constant node (some converters write them so): the matrices and biases by the
+    usual rules; a one-element Constant named by a module path ("attn.temperature") and read by
+    arithmetic with the activations is a learned scalar, not an exporter's constant."""
+    model, expected = _classifier(plain=False)
+    path = fm.export(model, (torch.randn(2, 7, 32),), str(tmp_path / "m.onnx"), dynamo=False,
+                     dynamic={"x0": {0: "batch", 1: "seq"}})
+    assert path is not None
+    rewritten = tmp_path / "constants.onnx"
+    onnx.save(fm.weights_as_constant_nodes(onnx.load(path)), rewritten)
+    assert not onnx.load(rewritten).graph.initializer
+    report = audit(str(rewritten))
+    assert report.model.total_params == expected
+    b = _only_block(report)
+    assert (b.num_heads, b.d_k, b.params.total) == (4, 8, 32 * 96 + 96 + 32 * 32 + 32)

@@ -100,6 +100,27 @@ def _decodes(index: GraphIndex, name: str, hops: int = 4) -> bool:
     return False
 
 
+def _plain_learned_scalar(index: GraphIndex, name: str, t: Tensor) -> bool:
+    """A one-element Constant named by a module path, a float, read by arithmetic with an activation."""
+    if not t.shape or "." not in name or "/" in name or ":" in name or name.startswith(".") or not is_float(t.dtype):
+        return False
+    return any(u.op in ("Mul", "Add", "Sub", "Div") and len(u.inputs) == 2 and index.is_activation(u.inputs[1 - pos])
+               for u, pos in index.users(name))
+
+
+def _feeds_product(index: GraphIndex, name: str, hops: int = 4) -> bool:
+    """The constant operand of a MatMul/Gemm/FusedMatMul/Einsum/Conv with an activation, through layout ops."""
+    for u, pos in index.users(name):
+        if u.op in ("MatMul", "Gemm", "FusedMatMul", "Einsum", "Conv") and pos < 2 and len(u.inputs) >= 2 \
+                and index.is_activation(u.inputs[1 - pos]):
+            return True
+        if hops > 1 and pos == 0 and u.op in ("Transpose", "Reshape", "Cast", "Identity", "Unsqueeze", "Squeeze",
+                                              "Flatten"):
+            if any(_feeds_product(index, o, hops - 1) for o in u.outputs if o):
+                return True
+    return False
+
+
 def _plain_count(index: GraphIndex) -> int:
     """The counting rules of mhainspect.ir.parameters written plainly: every weight walked to Cos/Sin."""
     seen: set[str] = set()
@@ -107,9 +128,11 @@ def _plain_count(index: GraphIndex) -> int:
     for name, t in index.graph.weights.items():
         if not t.shape or t.storage_key in seen:
             continue
-        if t.kind is not None and t.kind != "parameter":
+        if t.kind is not None and t.kind != "parameter" and not (t.kind == "constant" and _feeds_product(index, name)):
             continue
-        if t.numel == 1 and (t.is_constant_node or "." not in t.name):
+        if t.numel == 1 and t.is_constant_node and not _plain_learned_scalar(index, name, t):
+            continue
+        if t.numel == 1 and not t.is_constant_node and "." not in t.name and t.kind != "parameter":
             continue
         quantized = [(u, pos) for u, pos in index.users(name) if pos in QUANT_WEIGHT_INPUTS.get(u.op, ())]
         if quantized:

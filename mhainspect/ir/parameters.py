@@ -32,7 +32,7 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from mhainspect.ir.dataflow import AFFINE_OPS, SHAPE_INPUTS, GraphIndex
-from mhainspect.ir.dtypes import Family, lookup
+from mhainspect.ir.dtypes import Family, is_float, lookup
 from mhainspect.ir.graph import Node, Tensor
 
 # Per op: input positions holding quantization parameters (scales, zero points, group indices).
@@ -117,17 +117,17 @@ def scan_stored(index: GraphIndex) -> StoredScan:
     for item in index.graph.weights.items():
         t = item[1]
         shape = t.shape
-        if t.is_constant_node and (not shape or prod(shape) == 1):
+        name = item[0]
+        if t.is_constant_node and (not shape or prod(shape) == 1) and not _learned_scalar(index, name, t):
             scalars.append(t)  # exporter scalars (scale, eps, shape arithmetic): never parameters
             continue
         others.append(item)
         if not shape or t.storage_key in counts:
             continue
-        if not t.may_be_parameter:
+        if not t.may_be_parameter and not (t.kind == "constant" and _product_weight(index, name)):
             continue  # the exporter says: a buffer, a constant, or folded from non-parameters
-        if "." not in t.name and prod(shape) == 1:
+        if "." not in t.name and prod(shape) == 1 and t.kind != "parameter":
             continue  # an initializer scalar shaped [1]; real parameters carry a module path
-        name = item[0]
         dtype = t.dtype
         if dtype in family_of:
             family = family_of[dtype]
@@ -183,6 +183,46 @@ def _logical_count(index: GraphIndex, name: str, t: Tensor, family: Family | Non
     if family is Family.INTEGER and found is not None and found.bits_per_element <= 8 and _decoded(index, name):
         return t.numel
     return None
+
+
+_ARITHMETIC = frozenset({"Mul", "Add", "Sub", "Div"})
+_PRODUCTS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Einsum", "Conv"})
+_WEIGHT_LAYOUT = frozenset({"Transpose", "Reshape", "Cast", "Identity", "Unsqueeze", "Squeeze", "Flatten"})
+
+
+def _module_path(name: str) -> bool:
+    """A name a model gives its parameter ("attn.temperature"), not one an exporter makes up for a value
+    ("/attn/Constant_output_0", "onnx::Mul_12", "model/dense/Const:0")."""
+    return "." in name and not any(c in name for c in "/:") and not name.startswith(".")
+
+
+def _learned_scalar(index: GraphIndex, name: str, t: Tensor) -> bool:
+    """A one-element Constant that is a learned scale or bias: named by a module path, a float, and
+    read by arithmetic together with a value of the run (not by shape arithmetic)."""
+    if not t.shape or not _module_path(name) or lookup(t.dtype) is None or not is_float(t.dtype):
+        return False
+    for user, pos in index.users(name):
+        if user.op in _ARITHMETIC and len(user.inputs) == 2 and index.is_activation(user.inputs[1 - pos]):
+            return True
+    return False
+
+
+def _product_weight(index: GraphIndex, name: str) -> bool:
+    """Whether a stored tensor is the constant operand of a product with a value of the run (through
+    transposes, reshapes and casts): a weight however the exporter stored it (a classifier matrix a
+    model keeps as a plain tensor attribute, which the TorchScript exporter writes as a Constant)."""
+    frontier = [name]
+    for _ in range(_LAYOUT_HOPS):
+        nxt: list[str] = []
+        for cur in frontier:
+            for user, pos in index.users(cur):
+                if user.op in _PRODUCTS and pos < 2 and len(user.inputs) >= 2 \
+                        and index.is_activation(user.inputs[1 - pos]):
+                    return True
+                if user.op in _WEIGHT_LAYOUT and pos == 0:
+                    nxt.extend(o for o in user.outputs if o)
+        frontier = nxt
+    return False
 
 
 def _not_weight_data(index: GraphIndex, user: Node, pos: int) -> bool:

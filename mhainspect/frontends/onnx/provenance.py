@@ -114,6 +114,9 @@ def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str
                 kind = "parameter"
                 origin = params[0] if len(params) == 1 else None
                 storage_from = "+".join(params)
+            elif not params and other_tensors and all(kinds.get(s) == "constant" for s in other_tensors):
+                kind = "constant"  # a plain tensor attribute transposed or reshaped: still that constant
+                origin = other_tensors[0] if len(other_tensors) == 1 else None
             else:
                 kind = "derived"
         storage = f"param:{storage_from}" if storage_from else t.storage_key
