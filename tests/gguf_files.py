@@ -151,3 +151,71 @@ class Decoder:
         wq, wk, wv = self.heads * self.head_dim, g * self.head_dim, g * self.d_v
         weights = (wq + wk + wv) * self.d_model + self.d_model * self.heads * self.d_v
         return weights + ((wq + wk + wv) if self.biases else 0)
+
+
+# HF module names -> llama.cpp's tensor names for DeepSeek-V2/V3 (convert_hf_to_gguf.py's mapping).
+_DEEPSEEK_NAMES = {
+    "input_layernorm": "attn_norm", "self_attn.q_a_proj": "attn_q_a", "self_attn.q_a_layernorm": "attn_q_a_norm",
+    "self_attn.q_b_proj": "attn_q_b", "self_attn.q_proj": "attn_q", "self_attn.kv_a_proj_with_mqa": "attn_kv_a_mqa",
+    "self_attn.kv_a_layernorm": "attn_kv_a_norm", "self_attn.kv_b_proj": "attn_kv_b", "self_attn.o_proj": "attn_output",
+    "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down", "mlp.gate": "ffn_gate_inp", "mlp.shared_experts.gate_proj": "ffn_gate_shexp",
+    "mlp.shared_experts.up_proj": "ffn_up_shexp", "mlp.shared_experts.down_proj": "ffn_down_shexp",
+}
+
+
+def deepseek_gguf(path: Path, shapes: Mapping[str, tuple[int, ...]], config: Mapping[str, Any], *,
+                  split_kv_b: bool = True) -> list[Path]:
+    """A DeepSeek-V2/V3 model (``shapes``: its state dict's names and shapes, ``config`` its
+    config) as llama.cpp's converter writes it: tensors renamed, experts stacked, ``kv_b_proj``
+    split into ``attn_k_b`` [h, rank, nope] and ``attn_v_b`` [h, v, rank] (``split_kv_b``, as
+    converters since llama.cpp's MLA cache do; else the legacy unsplit ``attn_kv_b``), and the
+    metadata convert writes (the latent files describe the cache as one K/V head of
+    key_length = kv_lora_rank + rope and value_length = kv_lora_rank, the heads' widths in
+    key_length_mla / value_length_mla)."""
+    h, rank, rope = config["num_attention_heads"], config["kv_lora_rank"], config["qk_rope_head_dim"]
+    nope, v = config["qk_nope_head_dim"], config["v_head_dim"]
+    tensors: list[T] = []
+    experts: dict[tuple[int, str], list[tuple[int, ...]]] = {}
+    for name, shape in shapes.items():
+        name = name.removeprefix("model.")
+        if name == "embed_tokens.weight":
+            tensors.append(T("token_embd.weight", shape))
+            continue
+        if name == "norm.weight":
+            tensors.append(T("output_norm.weight", shape))
+            continue
+        if name == "lm_head.weight":
+            tensors.append(T("output.weight", shape))
+            continue
+        _, layer, rest = name.split(".", 2)
+        module, leaf = rest.rsplit(".", 1)
+        if module.startswith("mlp.experts."):
+            _, _, e, proj = module.split(".")
+            experts.setdefault((int(layer), proj), []).append(shape)
+            continue
+        if module == "mlp.gate" and leaf == "e_score_correction_bias":
+            tensors.append(T(f"blk.{layer}.exp_probs_b.bias", shape))
+            continue
+        if module == "self_attn.kv_b_proj" and split_kv_b:
+            tensors += [T(f"blk.{layer}.attn_k_b.weight", (h, rank, nope)), T(f"blk.{layer}.attn_v_b.weight", (h, v, rank))]
+            continue
+        tensors.append(T(f"blk.{layer}.{_DEEPSEEK_NAMES[module]}.{leaf}", shape))
+    for (layer, proj), found in experts.items():
+        kind = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down"}[proj]
+        tensors.append(T(f"blk.{layer}.ffn_{kind}_exps.weight", (len(found), *found[0])))
+    meta: dict[str, Any] = {
+        "{arch}.block_count": config["num_hidden_layers"], "{arch}.embedding_length": config["hidden_size"],
+        "{arch}.context_length": config.get("max_position_embeddings", 4096), "{arch}.attention.head_count": h,
+        "{arch}.attention.kv_lora_rank": rank, "{arch}.rope.dimension_count": rope,
+    }
+    if config.get("q_lora_rank"):
+        meta["{arch}.attention.q_lora_rank"] = config["q_lora_rank"]
+    if split_kv_b:
+        meta.update({"{arch}.attention.head_count_kv": 1, "{arch}.attention.key_length": rank + rope,
+                     "{arch}.attention.value_length": rank, "{arch}.attention.key_length_mla": nope + rope,
+                     "{arch}.attention.value_length_mla": v})
+    else:
+        meta.update({"{arch}.attention.head_count_kv": h, "{arch}.attention.key_length": nope + rope,
+                     "{arch}.attention.value_length": v})
+    return write_gguf(path, "deepseek2", meta, tensors)

@@ -67,9 +67,9 @@ def test_qformer_reads_its_own_config(tmp_path: Path) -> None:
     assert heads[f"{q}.crossattention"] == (3, 16, "none")
 
 
-def test_latent_attention_of_a_decoder_leaves_the_kv_cache_unknown(tmp_path: Path) -> None:
-    """DeepSeek-V2 (MLA): a near miss, not a block; the config says the model decodes, so its cache
-    is unknown (was: "none", as if nothing cached)."""
+def test_latent_attention_of_a_decoder_caches_its_latent(tmp_path: Path) -> None:
+    """DeepSeek-V2 (MLA) from its weights and config: one latent block whose cache is the latent
+    and the rotary key (was: a near miss and an unknown cache); as an encoder, it caches nothing."""
     p = "model.layers.0.self_attn"
     tensors = {f"{p}.q_proj.weight": torch.zeros(4 * 24, 64), f"{p}.kv_a_proj_with_mqa.weight": torch.zeros(40, 64),
                f"{p}.kv_a_layernorm.weight": torch.zeros(32), f"{p}.kv_b_proj.weight": torch.zeros(4 * 32, 32),
@@ -78,8 +78,10 @@ def test_latent_attention_of_a_decoder_leaves_the_kv_cache_unknown(tmp_path: Pat
               "num_attention_heads": 4, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
               "v_head_dim": 16}
     report = audit(_folder(tmp_path / "decoder", config, tensors))
-    assert report.blocks == () and len(report.misses) == 1
-    assert report.model.kv_cache is not None and report.model.kv_cache.status.value == "unknown"
+    (b,) = report.blocks
+    assert not report.misses and b.latent is not None
+    assert (b.num_heads, b.d_k, b.d_v, b.params.k, b.params.v) == (4, 24, 16, 4 * 16 * 32, 4 * 16 * 32)
+    assert b.kv_cache_bytes_per_token == (32 + 8) * 4
     encoder = {**config, "architectures": ["DeepseekV2ForSequenceClassification"], "model_type": "encoder_only"}
     report = audit(_folder(tmp_path / "encoder", encoder, tensors))
     assert report.model.kv_cache is not None and report.model.kv_cache.status.value == "none"

@@ -286,10 +286,11 @@ def test_mmproj_vision_encoder(tmp_path: Path) -> None:
     assert b.kv_cache_reason is not None and "encoder" in b.kv_cache_reason
 
 
-def test_latent_attention_is_a_near_miss(tmp_path: Path) -> None:
+def test_latent_attention_without_its_heads_tensor_is_a_near_miss(tmp_path: Path) -> None:
+    """K/V down- and up-projections without a Q projection: not a block, a near miss."""
     d = 64
-    tensors = [T("blk.0.attn_q.weight", (d, d)), T("blk.0.attn_kv_a_mqa.weight", (48, d)),
-               T("blk.0.attn_kv_b.weight", (128, 32)), T("blk.0.attn_output.weight", (d, d))]
+    tensors = [T("blk.0.attn_kv_a_mqa.weight", (48, d)), T("blk.0.attn_kv_b.weight", (128, 32)),
+               T("blk.0.attn_output.weight", (d, d))]
     meta = {"{arch}.block_count": 1, "{arch}.embedding_length": d, "{arch}.attention.head_count": 4}
     (path,) = write_gguf(tmp_path / "mla.gguf", "deepseek2", meta, tensors)
     report = audit(path)
@@ -297,23 +298,29 @@ def test_latent_attention_is_a_near_miss(tmp_path: Path) -> None:
     assert len(report.misses) == 1 and "attn_kv_a_mqa" in report.misses[0].reason
 
 
-def test_latent_attention_of_a_decoder_leaves_the_kv_cache_unknown(tmp_path: Path) -> None:
-    """DeepSeek-V2 as convert_hf_to_gguf.py writes it (attn_k_b / attn_v_b split): no block, but the
-    decoder caches its latent K/V, so the model's cache is unknown (was: "none", no blocks)."""
-    d, h = 64, 4
-    tensors = [T("blk.0.attn_q.weight", (h * 24, d)), T("blk.0.attn_kv_a_mqa.weight", (40, d)),
-               T("blk.0.attn_kv_a_norm.weight", (32,)), T("blk.0.attn_k_b.weight", (h, 16, 32)),
-               T("blk.0.attn_v_b.weight", (h, 16, 32)), T("blk.0.attn_output.weight", (d, h * 16))]
+def test_latent_attention_of_a_decoder_caches_its_latent(tmp_path: Path) -> None:
+    """DeepSeek-V2 as convert_hf_to_gguf.py writes it since llama.cpp's MLA cache (attn_k_b
+    [h, rank, nope] and attn_v_b [h, v, rank] in llama.cpp's order): one latent block whose cache
+    is the latent and the rotary key in f16 (was: a near miss and an unknown cache). An encoder's
+    latent block caches nothing."""
+    d, h, rank, rope, nope, v = 64, 4, 32, 8, 16, 16
+    tensors = [T("blk.0.attn_q.weight", (h * (nope + rope), d)), T("blk.0.attn_kv_a_mqa.weight", (rank + rope, d)),
+               T("blk.0.attn_kv_a_norm.weight", (rank,)), T("blk.0.attn_k_b.weight", (h, rank, nope)),
+               T("blk.0.attn_v_b.weight", (h, v, rank)), T("blk.0.attn_output.weight", (d, h * v))]
     meta = {"{arch}.block_count": 1, "{arch}.embedding_length": d, "{arch}.attention.head_count": h,
-            "{arch}.attention.kv_lora_rank": 32}
+            "{arch}.attention.kv_lora_rank": rank}
     (path,) = write_gguf(tmp_path / "ds2.gguf", "deepseek2", meta, tensors)
     report = audit(path)
-    assert report.blocks == () and len(report.misses) == 1
-    assert report.model.kv_cache is not None and report.model.kv_cache.status is CacheStatus.UNKNOWN
-    assert "blk.0.attn" in (report.model.kv_cache.reason or "")
+    (b,) = report.blocks
+    assert not report.misses
+    assert layout(b) == (h, h, nope + rope, v, d) and b.latent is not None and b.latent.q_rank is None
+    assert (b.params.q, b.params.k, b.params.v, b.params.o) == (h * (nope + rope) * d, h * rank * nope,
+                                                                 h * v * rank, d * h * v)
+    assert b.params.extra == (rank + rope) * d + rank
+    assert b.kv_cache_bytes_per_token == (rank + rope) * 2 and b.kv_cache_status is CacheStatus.CACHES
     kv = with_options(report, SizeOptions(context=128)).model.kv_cache
-    assert kv is not None and kv.status is CacheStatus.UNKNOWN
-    # An encoder's near miss caches nothing: the model's cache stays "none".
+    assert kv is not None and kv.total_bytes == 128 * (rank + rope) * 2
+    assert kv.expanded_total_bytes == 128 * h * (nope + rope + v) * 2
     (path,) = write_gguf(tmp_path / "enc.gguf", "bert", {**meta, "{arch}.attention.causal": False}, tensors)
     kv = audit(path).model.kv_cache
     assert kv is not None and kv.status is CacheStatus.NONE

@@ -11,9 +11,9 @@ config with small random weights; truth read from the torch module):
 - DeepSeek-V3's latent attention (MLA: Q from a low-rank latent, K and V from one shared latent)
   was a confident wrong block in a graph (d_model = the Q latent's width, kind cross, the
   down-projections uncounted), nothing at all from a module (its trace returned a KV-cache object)
-  and nothing, not even a near miss, from a folder. In a graph it is now a self-attention block
-  whose d_model is the input width, its down-projections counted as extra and a conflict (MHA007)
-  saying what the widths are; a folder lists each such module as a near miss.
+  and nothing, not even a near miss, from a folder. It is now one latent block from every source
+  (tests/test_latent_attention.py): d_model the input width, K and V the shares of kv_b_proj, the
+  down-projections and norms its extra.
 - Swin's relative-position bias table (a score bias held by the attention module, as T5's
   ``relative_attention_bias``) was in no block: it is the block's ``extra``.
 """
@@ -170,32 +170,31 @@ def _deepseek() -> Any:
                   n_group=1, topk_group=1, num_hidden_layers=1, intermediate_size=128)
 
 
-@pytest.mark.parametrize("front", ["onnx", "module"])
-def test_latent_attention_is_not_a_confident_wrong_block(front: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("front", ["onnx", "module", "folder"])
+def test_latent_attention_is_one_latent_block(front: str, tmp_path: Path) -> None:
     model = _deepseek()
     cfg = model.config
-    d = mhainspect.inspect(model if front == "module" else str(_ts_export(model, tmp_path / "mla.onnx"))).to_dict()
-    assert len(d["blocks"]) == cfg.num_hidden_layers
+    if front == "folder":
+        model.save_pretrained(tmp_path)
+        source: Any = str(tmp_path)
+    else:
+        source = model if front == "module" else str(_ts_export(model, tmp_path / "mla.onnx"))
+    d = mhainspect.inspect(source).to_dict()
+    assert len(d["blocks"]) == cfg.num_hidden_layers and not d["misses"]
     for b, layer in zip(d["blocks"], model.layers):
         a = layer.self_attn
         assert b["kind"] == "self"  # Q's and K/V's latents come from the same input
         assert b["d_model"] == cfg.hidden_size != cfg.q_lora_rank
         assert (b["num_heads"], b["d_k"], b["d_v"]) == (
             cfg.num_attention_heads, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim)
-        downs = sum(p.numel() for m in (a.q_a_proj, a.kv_a_proj_with_mqa) for p in m.parameters())
+        downs = sum(p.numel() for m in (a.q_a_proj, a.kv_a_proj_with_mqa, a.q_a_layernorm, a.kv_a_layernorm)
+                    for p in m.parameters())
         assert b["params"]["extra"] == downs
         assert (b["params"]["q"], b["params"]["o"]) == (a.q_b_proj.weight.numel(), a.o_proj.weight.numel())
-        assert any(c.startswith("latent attention") for c in b["conflicts"]), b["conflicts"]
-        assert any(f["code"] == "MHA007" and f["block"] == b["name"] for f in d["flags"])
-
-
-def test_latent_attention_folder_is_a_near_miss(tmp_path: Path) -> None:
-    model = _deepseek()
-    model.save_pretrained(tmp_path)
-    d = mhainspect.inspect(str(tmp_path)).to_dict()
-    assert d["blocks"] == []
-    assert [m["anchor"] for m in d["misses"]] == [f"layers.{i}.self_attn" for i in range(1)]
-    assert all("kv_a_proj_with_mqa" in m["reason"] and "MLA" in m["reason"] for m in d["misses"])
+        assert b["params"]["k"] + b["params"]["v"] == a.kv_b_proj.weight.numel()
+        assert b["params"]["k"] == cfg.num_attention_heads * cfg.qk_nope_head_dim * cfg.kv_lora_rank
+        assert b["latent"]["cached_width"] == cfg.kv_lora_rank + cfg.qk_rope_head_dim
+        assert not b["conflicts"] and not any(f["code"] == "MHA007" for f in d["flags"])
 
 
 class _AttentionPool(torch.nn.Module):  # type: ignore[misc]

@@ -148,10 +148,19 @@ def kv_elements_per_token(kv_heads: int, d_k: int, d_v: int) -> int:
     return kv_heads * (d_k + d_v)
 
 
-def _elements_per_token(b: AttentionBlock) -> int | None:
+def _expanded_elements(b: AttentionBlock) -> int | None:
+    """K and V of every K/V head, per token (a latent block's per-head equivalent)."""
     if b.num_kv_heads is None or b.d_k is None or b.d_v is None:
         return None
     return kv_elements_per_token(b.num_kv_heads, b.d_k, b.d_v)
+
+
+def _elements_per_token(b: AttentionBlock) -> int | None:
+    """What the block caches per token: a latent block its latent and rotary key, any other block
+    K and V of every K/V head."""
+    if b.latent is not None and not b.latent.runtime_expands:
+        return b.latent.cached_width if b.num_heads is not None else None
+    return _expanded_elements(b)
 
 
 @dataclass(frozen=True)
@@ -206,7 +215,16 @@ def _cache_detail(b: AttentionBlock, size: int, dtype: str | None, how: str, why
                   window_source: str) -> str:
     """The evidence text of a block's bytes-per-token figure."""
     per = "per encoder token, cached once per input" if b.kind == "cross" else "per token"
-    detail = f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {size} bytes ({dtype}, {how}) {per}; {why}"
+    if b.latent is not None and b.latent.runtime_expands:
+        detail = (f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {size} bytes ({dtype}, {how}) {per}: "
+                  f"the per-head K/V of a latent block (its latent would be {b.latent.cached_width} values); {why}")
+    elif b.latent is not None:
+        lat = b.latent
+        detail = (f"latent attention: K/V latent {lat.kv_rank} + rotary key {lat.rope_dim} = {lat.cached_width} values "
+                  f"× {size} bytes ({dtype}, {how}) {per}, what an MLA runtime caches (the per-head K/V it expands "
+                  f"to: {b.num_kv_heads} heads × (d_k {b.d_k} + d_v {b.d_v}) = {_expanded_elements(b)} values); {why}")
+    else:
+        detail = f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {size} bytes ({dtype}, {how}) {per}; {why}"
     if window is not None and b.kind != "cross":
         detail += f"; sliding window {window} ({window_source}): keeps at most {window - 1} past tokens"
     return detail
@@ -296,15 +314,32 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses:
     if all(b.kv_cache_status is CacheStatus.IF_DECODED for b in caching):
         reason = f"{IF_DECODED}; {reason}" if reason else IF_DECODED
         status = CacheStatus.IF_DECODED
-    return KVCache(per_token, dtype, options.context, options.batch, total, per_encoder, reason=reason, status=status)
+    expanded, expanded_total = _expanded_cache(caching, options)
+    return KVCache(per_token, dtype, options.context, options.batch, total, per_encoder, reason=reason, status=status,
+                   expanded_bytes_per_token=expanded, expanded_total_bytes=expanded_total)
+
+
+def _expanded_cache(caching: Sequence[AttentionBlock], options: SizeOptions) -> tuple[int | None, int | None]:
+    """(per token, at the context) of the cache with every latent block holding its per-head K/V
+    instead; (None, None) when no caching block is latent."""
+    if not any(b.kv_cache_expanded_bytes_per_token is not None for b in caching):
+        return None, None
+    as_expanded = [dataclasses.replace(b, kv_cache_bytes_per_token=b.kv_cache_expanded_bytes_per_token)
+                   if b.kv_cache_expanded_bytes_per_token is not None else b for b in caching]
+    per_token = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in as_expanded)
+    total = self_cache_bytes(as_expanded, options.context, options.batch) if options.context is not None else None
+    return per_token, total
 
 
 def _figure_fields(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str) -> dict[str, Any]:
-    """The fields of ``b`` caching ``per_token`` bytes: the figure, its dtype, and its evidence
-    (replacing an older one)."""
+    """The fields of ``b`` caching ``per_token`` bytes: the figure, its dtype, its evidence
+    (replacing an older one) and, for a latent block, the per-head equivalent."""
     evidence = tuple(e for e in b.evidence if e.field != KV_FIELD) + (Evidence(KV_FIELD, per_token, source, detail),)
+    expanded = None
+    if b.latent is not None and (n := _expanded_elements(b)) is not None and (size := _itemsize(dtype)) is not None:
+        expanded = n * size
     return {"kv_cache_bytes_per_token": per_token, "kv_cache_reason": None, "kv_cache_dtype": dtype,
-            "evidence": evidence}
+            "evidence": evidence, "kv_cache_expanded_bytes_per_token": expanded}
 
 
 def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str,

@@ -68,6 +68,14 @@ def _count(roles: _Roles, wq: int, wk: int, wv: int, o_in: int) -> int | None:
     return total
 
 
+def _k_width(block: AttentionBlock, kv_heads: int, d_k: int) -> int:
+    """K's projection width at ``kv_heads``: a latent block's K up-projection makes only the
+    non-rotary part of each head's key (the rotary part is one for all heads, from the
+    down-projection: part of the block's extra, whatever the head count)."""
+    rope = block.latent.rope_dim if block.latent is not None else 0
+    return kv_heads * (d_k - rope)
+
+
 def kv_heads_for(block: AttentionBlock, heads: int) -> int:
     """The K/V heads a what-if at ``heads`` query heads assumes: as many (multi-head attention), or
     for grouped/multi-query attention the block's ratio kept, g·heads/h rounded to the nearest
@@ -102,8 +110,8 @@ def _what_if(block: AttentionBlock, roles: _Roles, heads: int) -> WhatIf | None:
     if h is None or g is None or d_k is None or d_v is None:
         return None
     g2 = kv_heads_for(block, heads)
-    same_width = _count(roles, h * d_k, g * d_k, g * d_v, h * d_v)
-    per_head = _count(roles, heads * d_k, g2 * d_k, g2 * d_v, heads * d_v)
+    same_width = _count(roles, h * d_k, _k_width(block, g, d_k), g * d_v, h * d_v)
+    per_head = _count(roles, heads * d_k, _k_width(block, g2, d_k), g2 * d_v, heads * d_v)
     if same_width is None or per_head is None:
         return None
     if total_width_reason(block, heads) is not None:
@@ -114,8 +122,8 @@ def _what_if(block: AttentionBlock, roles: _Roles, heads: int) -> WhatIf | None:
 def standard_layout_count(block: AttentionBlock) -> int | None:
     """Count if d_k were d_model / h (the layout PyTorch and most papers assume)."""
     h, g, d_model = block.num_heads, block.num_kv_heads, block.d_model
-    if h is None or g is None or d_model is None or d_model % h:
-        return None
+    if h is None or g is None or d_model is None or d_model % h or block.latent is not None:
+        return None  # a latent block has no "standard" layout: its key is non-rotary + rotary parts
     d = d_model // h
     return count_with_widths(block, h * d, g * d, g * d, h * d)
 

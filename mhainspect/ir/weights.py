@@ -85,6 +85,11 @@ class HeadOffers:
     detail: str = ""
     scale: float | None = None  # the factor the scores are multiplied by, when it says
     applications: int | None = None  # how many times one run applies the block's weights (a shared layer)
+    # Latent attention (DeepSeek's MLA): the compressed K/V latent's width, the rotary key's width
+    # shared by the heads, and Q's latent width (kv_lora_rank, qk_rope_head_dim, q_lora_rank).
+    kv_rank: int | None = None
+    rope_dim: int | None = None
+    q_rank: int | None = None
 
     def __post_init__(self) -> None:
         if type(self.source) is not EvidenceSource:
@@ -93,7 +98,8 @@ class HeadOffers:
     def evidence(self) -> list[Evidence]:
         out: list[Evidence] = []
         for field, value in (("num_heads", self.num_heads), ("num_kv_heads", self.num_kv_heads),
-                             ("d_k", self.head_dim), ("d_v", self.v_head_dim)):
+                             ("d_k", self.head_dim), ("d_v", self.v_head_dim), ("kv_rank", self.kv_rank),
+                             ("rope_dim", self.rope_dim), ("q_rank", self.q_rank)):
             if isinstance(value, int) and value > 0:
                 out.append(Evidence(field, value, self.source, self.detail))
         return out

@@ -11,11 +11,20 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS, GraphIndex
-from mhainspect.ir.graph import Node
+from mhainspect.ir.graph import Node, Tensor
 from mhainspect.matchers import assembly
+from mhainspect.matchers.latent import LatentShapes, kv_up_split, solve
 from mhainspect.matchers.projection import WHOLE, ProjectionHit, TracedProjection, recognise_projection
 from mhainspect.matchers.scopes import block_name
-from mhainspect.results import AttentionBlock, BlockKind, Evidence, EvidenceSource, ParamBreakdown, Projection
+from mhainspect.results import (
+    AttentionBlock,
+    BlockKind,
+    Evidence,
+    EvidenceSource,
+    LatentKV,
+    ParamBreakdown,
+    Projection,
+)
 
 # Which offer wins, the conflict text and the defaults are the shared rules of
 # mhainspect.matchers.assembly (the same for modules and checkpoints).
@@ -117,6 +126,10 @@ class BlockBuilder:
         return assembly.pick(self.evidence, name)
 
     def build(self, taken_names: set[str]) -> AttentionBlock:
+        if self._latent_inputs():
+            kv = self.roles.get("v") if "v" in self.latent else self.roles.get("k")
+            if kv is not None and kv.traced is not None and self.output is not None:
+                return self._build_latent(taken_names)
         conflicts: list[str] = []
         picked: dict[str, int | None] = {}
         for f in ("d_k", "d_v"):
@@ -146,14 +159,7 @@ class BlockBuilder:
             picked["d_v"] = d_v = wv // picked["num_kv_heads"]
             self.evidence.append(Evidence("d_v", d_v, EvidenceSource.WEIGHT_SHAPE, f"V width {wv} / kv heads {picked['num_kv_heads']}"))
         q = self.roles.get("q")
-        latent = self._latent_inputs()
-        if latent:
-            conflicts.append(latent)
-        if "q" in self.latent:
-            down = self.latent["q"]
-            self.offer("d_model", down.in_features, EvidenceSource.WEIGHT_SHAPE,
-                       f"input width of {down.node.name}, the projection that makes Q's latent input")
-        elif q is not None and q.traced is not None:
+        if q is not None and q.traced is not None:
             self.offer("d_model", q.traced.hit.in_features, EvidenceSource.WEIGHT_SHAPE,
                        f"input width of Q projection {q.traced.hit.node.name}")
         elif q is not None and q.fused_in is not None:
@@ -184,15 +190,13 @@ class BlockBuilder:
             anchor=self.anchor.name, unknown_reason=unknown_reason, conflicts=tuple(dict.fromkeys(conflicts)),
         )
 
-    def _latent_inputs(self) -> str | None:
-        """Latent (low-rank) attention, as DeepSeek's MLA: Q's or V's projection reads a narrower
-        tensor than the O projection writes, which another projection made from an input as wide as
-        O's output. That projection's parameters are the block's (``extra``), d_model is its input
-        width, and the text (a conflict) says that the widths are those of the latents."""
+    def _latent_inputs(self) -> bool:
+        """Latent (low-rank) attention, as DeepSeek's MLA: Q's, K's or V's projection reads a
+        narrower tensor than the O projection writes, which another projection made from an input
+        as wide as O's output (``self.latent``: role -> that down-projection)."""
         o = self.output
         if o is None:
-            return None
-        parts: list[str] = []
+            return False
         for role in ("q", "k", "v"):
             r = self.roles.get(role)
             if r is None or r.traced is None or r.traced.hit.in_features == o.out_features:
@@ -202,17 +206,67 @@ class BlockBuilder:
             if down is None or down.in_features != o.out_features or down.out_features < hit.in_features:
                 continue
             self.latent[role] = down
+        return bool(self.latent)
+
+    def _build_latent(self, taken_names: set[str]) -> AttentionBlock:
+        """A latent-attention block (``mhainspect.matchers.latent``): the widths of Q's, the K/V
+        up-projection's and O's weights and of the K/V down-projection fix the heads and head
+        sizes; K and V are the up-projection's shares; the down-projections and the norms between
+        them and the up-projections are the block's extra."""
+        kv_role = "v" if "v" in self.latent else "k"
+        kv_traced = self.roles[kv_role].traced
+        assert kv_traced is not None and self.output is not None
+        up, kv_down, o = kv_traced.hit, self.latent[kv_role], self.output
+        q = self.roles.get("q")
+        q_hit = q.traced.hit if q is not None and q.traced is not None else None
+        q_down = self.latent.get("q")
+        shapes = LatentShapes(q_hit.out_features if q_hit is not None else None, kv_down.out_features,
+                              up.in_features, up.out_features, o.in_features,
+                              q_rank=q_down.out_features if q_down is not None else None)
+        sol = solve(shapes, self.evidence)
+        self.evidence.extend(sol.evidence)
+        tensors: list[str] = []
+        for down, after in ((q_down, q_hit), (kv_down, up)):
+            if down is None or after is None:
+                continue
             name = down.weight.tensor.display_name
-            if name not in self.extras:
-                self.extras[name] = down.weight_params + down.bias_params
-                self.evidence.append(Evidence("extra", self.extras[name], "weight_shape",
-                                              f"{name}: down-projection to {role.upper()}'s latent input"))
-            parts.append(f"{role.upper()} reads a {hit.in_features}-wide latent that {down.node.name} makes from the "
-                         f"{down.in_features}-wide input")
-        if not parts:
-            return None
-        return ("latent attention: " + "; ".join(parts) + "; Q/K/V widths and d_k, d_v are those after the "
-                "up-projections, K and V may share one, and the down-projections are counted as extra")
+            self.extras[name] = down.weight_params + down.bias_params
+            tensors.extend(x for x in (name, down.bias_name) if x)
+            for t in _norm_tensors(self.index, after.activation, down.node, after.in_features):
+                self.extras[t.display_name] = t.numel
+                tensors.append(t.display_name)
+        for name, n in self.extras.items():
+            self.evidence.append(Evidence("extra", n, EvidenceSource.WEIGHT_SHAPE,
+                                          f"{name}: latent attention's down-projection or norm"))
+        self.evidence.append(Evidence("d_model", kv_down.in_features, EvidenceSource.WEIGHT_SHAPE,
+                                      f"input width of {kv_down.node.name}, the K/V down-projection"))
+        projections: list[Projection] = []
+        if q_hit is not None:
+            projections.append(_whole("q", q_hit))
+        split = kv_up_split(up.out_features, sol.num_heads, sol.nope, sol.d_v)
+        if split is None:
+            projections.append(_whole("k", up))
+        else:
+            for role, rows in zip(("k", "v"), split):
+                share = Fraction(rows, up.out_features)
+                projections.append(Projection(role, up.weight.tensor.display_name, up.in_features, rows,
+                                              int(up.weight_params * share), up.bias_name,
+                                              int(up.bias_params * share), up.node.name))
+        projections.append(_whole("o", o))
+        h = sol.num_heads if split is not None else None
+        projections_t = tuple(projections)
+        latent = sol.latent
+        return AttentionBlock(
+            name=block_name(self.index, self.anchor, projections_t, taken_names), matcher=self.matcher,
+            kind=self._kind(), num_heads=h, num_kv_heads=h, d_model=kv_down.in_features, d_k=sol.d_k, d_v=sol.d_v,
+            params=ParamBreakdown.from_projections(projections_t, extra=sum(self.extras.values())),
+            projections=projections_t, evidence=tuple(self.evidence), scale=self.scale, scale_known=self.scale_known,
+            anchor=self.anchor.name, conflicts=sol.conflicts,
+            unknown_reason=None if h is not None else (
+                f"latent attention: the K/V up-projection {up.node.name} ({up.out_features} outputs) cannot be split "
+                "into K and V with the widths found"),
+            latent=None if latent is None else LatentKV(latent.kv_rank, latent.rope_dim, latent.q_rank, tuple(tensors)),
+        )
 
     def _unknown_reason(self, wq: int | None) -> str:
         if self.notes:
@@ -351,6 +405,37 @@ def _made_by_projection(index: GraphIndex, tensor: str) -> ProjectionHit | None:
                 seen.add(x)
                 stack.append(x)
     return None
+
+
+def _whole(role: str, hit: ProjectionHit) -> Projection:
+    return Projection(role, hit.weight.tensor.display_name, hit.in_features, hit.out_features, hit.weight_params,
+                      hit.bias_name, hit.bias_params, hit.node.name)
+
+
+# Ops whose inputs after the first carry no data of the latent (shapes, split sizes).
+_SHAPE_INPUTS = {"Reshape", "Split", "Slice", "Expand", "Tile", "Squeeze", "Unsqueeze", "Pad"}
+
+
+def _norm_tensors(index: GraphIndex, start: str, down: Node, width: int) -> list[Tensor]:
+    """The stored vectors ``width`` wide applied between a down-projection and the up-projection
+    reading ``start``: the latent's norm (RMSNorm's scale, LayerNorm's scale and shift)."""
+    found: dict[str, Tensor] = {}
+    stack, seen = [start], {start}
+    while stack and len(seen) < 2 * _MAX_LATENT_NODES:
+        node = index.producer.get(stack.pop())
+        if node is None or node is down or node.op in ("Shape", "Size", "Softmax"):
+            continue
+        inputs = node.inputs[:1] if node.op in _SHAPE_INPUTS else node.inputs
+        for x in inputs:
+            if not x or x in seen:
+                continue
+            seen.add(x)
+            t = index.graph.weights.get(x)
+            if t is None:
+                stack.append(x)
+            elif t.shape == (width,) and x not in found:
+                found[x] = t
+    return list(found.values())
 
 
 def inverse_sqrt_dim(scale: float) -> int | None:

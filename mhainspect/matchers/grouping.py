@@ -61,6 +61,25 @@ class RoleWeights:
     bias_share: tuple[int, int] = (1, 1)  # this role's part of the bias (nn.MultiheadAttention in_proj_bias)
 
 
+# Module names of latent attention (DeepSeek-V2/V3's MLA, as transformers and DeepSeek's own code
+# name them): each part's role in the block (``LatentParts``).
+LATENT_MODULES = {"q_a_proj": "q_down", "q_a_layernorm": "q_norm", "q_b_proj": "q_up",
+                  "kv_a_proj_with_mqa": "kv_down", "kv_a_layernorm": "kv_norm", "kv_b_proj": "kv_up"}
+
+
+@dataclass(frozen=True)
+class LatentParts:
+    """The weights of a latent-attention module besides Q's up-projection and O
+    (``mhainspect.matchers.latent``)."""
+
+    kv_down: RoleWeights  # the latent and the rotary key, from the input (kv_a_proj_with_mqa)
+    kv_up: RoleWeights | None = None  # per head K's non-rotary rows then V's, from the latent (kv_b_proj)
+    k_up: RoleWeights | None = None  # a per-head K up-projection [h, rank, nope] (GGUF attn_k_b)
+    v_up: RoleWeights | None = None  # a per-head V up-projection [h, v, rank] (GGUF attn_v_b)
+    q_down: RoleWeights | None = None  # Q's latent from the input (q_a_proj); None: Q projected directly
+    norms: tuple[WeightMeta, ...] = ()  # the latents' norms (q_a_layernorm, kv_a_layernorm): weights, biases
+
+
 @dataclass(frozen=True)
 class GroupedBlock:
     """Projections of one attention block found by names; widths not yet split for packed weights."""
@@ -73,6 +92,7 @@ class GroupedBlock:
     # (role, bias vector) of per-role biases held on the owner (q_bias, v_bias): each is that
     # role's whole bias, added to its part of a packed weight.
     role_biases: tuple[tuple[str, WeightMeta], ...] = ()
+    latent: LatentParts | None = None  # latent attention: its down- and up-projections beside Q and O
 
     def role(self, role: str) -> RoleWeights | None:
         return next((r for r in self.roles if r.role == role), None)
@@ -133,12 +153,16 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
             modules.setdefault(scope, {})["bias"] = meta
     # Children by parent: parent -> role -> module path
     children: dict[str, dict[str, str]] = {}
+    latent_kids: dict[str, dict[str, str]] = {}  # parent -> latent part -> module path
     for path, tensors in modules.items():
         if "weight" not in tensors or not path:
             continue
         parts = path.split(".")
         role = _role_of(parts[-1])
         parent = ".".join(parts[:-1])
+        part = LATENT_MODULES.get(parts[-1])
+        if part is not None:
+            latent_kids.setdefault(parent, {})[part] = path
         # to_out.0 (diffusers): the output projection is the first item of a Sequential.
         if role is None and len(parts) >= 2 and parts[-1].isdigit() and parts[-2].lower() == "to_out":
             role, parent = "o", ".".join(parts[:-2])
@@ -150,11 +174,21 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         return RoleWeights(role, path, t["weight"], t.get("bias"))
 
     blocks: list[GroupedBlock] = []
-    for owner in sorted(set(children) | set(mha), key=natural_key):
+    latent_owners = {p for p, k in latent_kids.items() if "kv_down" in k and "kv_up" in k}
+    for owner in sorted(set(children) | set(mha) | latent_owners, key=natural_key):
         roles: list[RoleWeights] = []
         kids = children.get(owner, {})
         params = mha.get(owner, {})
-        if ("qkv", "weight") in params:
+        latent = None
+        if owner in latent_owners and ("q_up" in latent_kids[owner] or "q" in kids):
+            found = latent_kids[owner]
+            roles.append(rw("q", found.get("q_up") or kids["q"]))
+            latent = LatentParts(rw("kv_down", found["kv_down"]), rw("kv_up", found["kv_up"]),
+                                 q_down=rw("q_down", found["q_down"]) if "q_down" in found else None,
+                                 norms=tuple(t for n in ("q_norm", "kv_norm") if n in found
+                                             for t in (modules[found[n]].get("weight"), modules[found[n]].get("bias"))
+                                             if t is not None))
+        elif ("qkv", "weight") in params:
             roles.append(RoleWeights("qkv", owner, params[("qkv", "weight")], params.get(("qkv", "bias"))))
         elif all((r, "weight") in params for r in ("q", "k", "v")):
             # Separate Q/K/V weights (kdim/vdim) share one packed in_proj_bias: a third each.
@@ -180,7 +214,9 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         low = owner.lower()
         cross = any(s in low for s in ("crossattention", "encdecattention", "encoder_attn", "cross_attn"))
         own_biases = tuple(rb for rb in role_biases.get(owner, []) if _bias_free(roles, rb[0]))
-        blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross, own_biases))
+        if latent is not None:  # the block spans the whole module, its down-projections too
+            name = owner
+        blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross, own_biases, latent))
     return _with_enclosing_extras(blocks, extras)
 
 

@@ -61,6 +61,10 @@ def _dims(rw: RoleWeights, role: str, evidence: list[Evidence]) -> tuple[int | N
 def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str, scale: float | None = None,
              scale_detail: str = "", no_heads_reason: str = "") -> AttentionBlock:
     """One AttentionBlock from a name-grouped block and what modules/configs say about its heads."""
+    if group.latent is not None:
+        from mhainspect.matchers.latent import assemble_latent
+
+        return assemble_latent(group, tuple(offers), matcher=matcher, no_heads_reason=no_heads_reason)
     evidence: list[Evidence] = []
     offers = tuple(offers)
     for o in offers:

@@ -39,7 +39,7 @@ from mhainspect.render.grouping import BlockGroup, common_prefix, group_blocks, 
 from mhainspect.render.html_style import CSS, CSS_HASH
 from mhainspect.render.safe import html
 from mhainspect.render.sarif import FLAG_ANCHORS
-from mhainspect.render.size_lines import IF_DECODED_LABEL, OVERHEAD_LABEL, block_cache_text
+from mhainspect.render.size_lines import IF_DECODED_LABEL, OVERHEAD_LABEL, block_cache_text, latent_cache_text
 from mhainspect.render.svg import (
     Column,
     Ids,
@@ -173,6 +173,9 @@ def _size_lines(report: Report) -> list[str]:
             if kv.status is CacheStatus.IF_DECODED:
                 text += f"; {IF_DECODED_LABEL}"
             out.append(f'<p class="meta">{html(text)}</p>')
+            latent = latent_cache_text(report)
+            if latent is not None:
+                out.append(f'<p class="meta">{html(latent[0].upper() + latent[1:])}</p>')
         elif kv.reason:
             status = "none" if kv.status is CacheStatus.NONE else "unknown"
             out.append(f'<p class="meta">KV cache: {status} ({html(kv.reason)})</p>')
@@ -458,6 +461,9 @@ def _block_details(b: AttentionBlock) -> str:
             size.append(f"weights {format_bytes(b.weight_bytes)}")
         if b.kv_cache_bytes_per_token is not None:
             size.append(f"KV cache {format_bytes(b.kv_cache_bytes_per_token)} per token")
+            if b.kv_cache_expanded_bytes_per_token is not None and b.latent is not None \
+                    and not b.latent.runtime_expands:
+                size[-1] += f" (latent; per-head K/V {format_bytes(b.kv_cache_expanded_bytes_per_token)})"
         if b.sliding_window is not None:
             size.append(f"sliding window {group(b.sliding_window)} tokens")
         if cache_text:

@@ -109,7 +109,7 @@ def _model(model: ModelSummary) -> JSONDict:
 
 
 def _kv_cache(kv: KVCache) -> JSONDict:
-    return {
+    data: JSONDict = {
         "bytes_per_token": _opt_int(kv.bytes_per_token),
         "dtype": kv.dtype,
         "context": _opt_int(kv.context),
@@ -119,6 +119,10 @@ def _kv_cache(kv: KVCache) -> JSONDict:
         "reason": kv.reason,
         "status": kv.status.value,
     }
+    if kv.expanded_bytes_per_token is not None:  # only when some caching block is latent attention
+        data["expanded_bytes_per_token"] = _int(kv.expanded_bytes_per_token)
+        data["expanded_total_bytes"] = _opt_int(kv.expanded_total_bytes)
+    return data
 
 
 def _params(params: ParamBreakdown) -> JSONDict:
@@ -201,6 +205,11 @@ def _block(block: AttentionBlock, model_total: int) -> JSONDict:
         "kv_cache_status": None if block.kv_cache_status is None else block.kv_cache_status.value,
         "sliding_window": _opt_int(block.sliding_window),
     }
+    if block.latent is not None:  # only for latent attention (DeepSeek's MLA)
+        data["latent"] = {"kv_rank": _int(block.latent.kv_rank), "rope_dim": _int(block.latent.rope_dim),
+                          "q_rank": _opt_int(block.latent.q_rank), "cached_width": _int(block.latent.cached_width),
+                          "tensors": list(block.latent.tensors), "runtime_expands": bool(block.latent.runtime_expands)}
+        data["kv_cache_expanded_bytes_per_token"] = _opt_int(block.kv_cache_expanded_bytes_per_token)
     if block.applications != 1:  # only for a module whose weights one run applies several times
         data["applications"] = _int(block.applications)
     if block.verification is not None:  # only when --verify ran

@@ -7,7 +7,8 @@ from mhainspect.frontends.size_inputs import IF_DECODED
 from mhainspect.ir.units import format_bytes, group
 from mhainspect.results import AttentionBlock, CacheStatus, Report
 
-__all__ = ["IF_DECODED_LABEL", "OVERHEAD_LABEL", "block_cache_text", "block_size_line", "size_lines"]
+__all__ = ["IF_DECODED_LABEL", "OVERHEAD_LABEL", "block_cache_text", "block_size_line", "latent_cache_text",
+           "size_lines"]
 
 # What weight_bytes_overhead is called in every format (table, markdown, html).
 OVERHEAD_LABEL = "overhead (not parameters: scales, zero points, constant tables)"
@@ -43,6 +44,9 @@ def size_lines(report: Report) -> list[str]:
         lines.append(line)
         if kv.status is CacheStatus.IF_DECODED:
             lines.append(f"  {IF_DECODED_LABEL}")
+    latent = latent_cache_text(report)
+    if latent is not None:
+        lines.append(f"  {latent}")
     if kv.bytes_per_encoder_token:
         lines.append(f"  cross-attention: {_bytes(kv.bytes_per_encoder_token)} per encoder token, cached once per input")
     windows = sorted({b.sliding_window for b in report.blocks if b.sliding_window})
@@ -54,13 +58,31 @@ def size_lines(report: Report) -> list[str]:
     return lines
 
 
+def latent_cache_text(report: Report) -> str | None:
+    """What latent attention saves: the cache if its blocks kept per-head K/V instead of their
+    latent, per token and at the context (None: no latent block caches)."""
+    kv = report.model.kv_cache
+    if kv is None or kv.expanded_bytes_per_token is None or not kv.bytes_per_token:
+        return None
+    n = sum(1 for b in report.blocks if b.latent is not None and b.kv_cache_bytes_per_token is not None)
+    text = (f"latent attention ({n} block{'s' if n != 1 else ''}) caches its compressed K/V; per-head K/V would take "
+            f"{_bytes(kv.expanded_bytes_per_token)} per token")
+    if kv.expanded_total_bytes is not None and kv.context is not None:
+        text += f", {_bytes(kv.expanded_total_bytes)} at context {group(kv.context)}"
+    ratio = kv.expanded_bytes_per_token / kv.bytes_per_token
+    return text + (f" ({ratio:.1f}× the latent cache)" if ratio > 1 else "")
+
+
 def block_size_line(b: AttentionBlock) -> str:
     """One block's bytes, for --explain."""
     weights = "weights ?" if b.weight_bytes is None else f"weights {_bytes(b.weight_bytes)}"
     if b.kv_cache_bytes_per_token is not None:
         per = "per encoder token" if b.kind == "cross" else "per token"
         detail = next((e.detail for e in b.evidence if e.field == KV_FIELD), "")
-        kv = f"KV cache {_bytes(b.kv_cache_bytes_per_token)} {per} [{detail}]"
+        kv = f"KV cache {_bytes(b.kv_cache_bytes_per_token)} {per}"
+        if b.kv_cache_expanded_bytes_per_token is not None and b.latent is not None and not b.latent.runtime_expands:
+            kv += f" (latent; per-head K/V {_bytes(b.kv_cache_expanded_bytes_per_token)})"
+        kv += f" [{detail}]"
     else:
         kv = f"KV cache: {block_cache_text(b) or 'unknown'}"
     return f"{weights}; {kv}"

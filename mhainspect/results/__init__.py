@@ -10,6 +10,7 @@ from mhainspect.results.blocks import (
     Evidence,
     Flag,
     KVCache,
+    LatentKV,
     Miss,
     ParamBreakdown,
     Projection,
@@ -42,4 +43,4 @@ from mhainspect.results.vocabulary import (
     warning_code,
 )
 
-__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheStatus', 'Evidence', 'EvidenceSource', 'Flag', 'KVCache', 'Matcher', 'Miss', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'REPORT_RENDERERS', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WhatIf', '_ReportRenderers', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']
+__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheStatus', 'Evidence', 'EvidenceSource', 'Flag', 'KVCache', 'LatentKV', 'Matcher', 'Miss', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'REPORT_RENDERERS', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WhatIf', '_ReportRenderers', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']

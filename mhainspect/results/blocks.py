@@ -109,6 +109,33 @@ class BlockVerification:
 
 
 @dataclass(frozen=True)
+class LatentKV:
+    """Multi-head latent attention (DeepSeek-V2/V3's MLA; Kimi-K2, MiniCPM3, ...): K and V of every
+    head are up-projected from one compressed latent ``kv_rank`` wide, and each head's key also
+    carries a rotary part ``rope_dim`` wide that is computed once for all heads. Such a block stays
+    ``kind`` "self" (Q and the latent read the same input; the kind says where K/V come from, the
+    latent how they are made); its d_k is the per-head key (the non-rotary part + ``rope_dim``),
+    its K and V projections are the up-projection's shares, and the down-projections with their
+    norms (``tensors``) are its ``extra`` parameters.
+
+    What decoding caches per token: the latent and the rotary key, ``kv_rank + rope_dim`` values
+    (what inference engines that implement MLA keep), not the per-head K and V they expand to."""
+
+    kv_rank: int  # kv_lora_rank: the compressed K/V latent's width
+    rope_dim: int  # qk_rope_head_dim: the rotary key, one for all heads (0: none)
+    q_rank: int | None = None  # q_lora_rank: Q's own latent (None: Q is projected from the input directly)
+    tensors: tuple[str, ...] = ()  # the down-projections and their norms, counted in params.extra
+    # The runtime the source is made for keeps the per-head K/V instead of the latent (llama.cpp with a
+    # GGUF that stores the unsplit attn_kv_b): the cache figure is then the expanded one.
+    runtime_expands: bool = False
+
+    @property
+    def cached_width(self) -> int:
+        """Values cached per token: the latent and the rotary key."""
+        return self.kv_rank + self.rope_dim
+
+
+@dataclass(frozen=True)
 class KVCache:
     """The model's key/value cache during autoregressive decoding (issue: size in bytes).
 
@@ -128,6 +155,11 @@ class KVCache:
     bytes_per_encoder_token: int | None = None
     reason: str | None = None
     status: CacheStatus = CacheStatus.CACHES
+    # When some caching block is latent attention (AttentionBlock.latent): what the cache would hold
+    # if every such block kept its per-head K and V instead of the latent (the other blocks as they
+    # are), per token and at ``context``; None for a model without latent blocks.
+    expanded_bytes_per_token: int | None = None
+    expanded_total_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if type(self.status) is not CacheStatus:
@@ -170,6 +202,10 @@ class AttentionBlock:
     applications: int = 1
     kv_cache_dtype: str | None = None  # element type of the block's cache (None when it caches nothing)
     kv_cache_status: CacheStatus | None = None  # None until the size pass has run
+    latent: LatentKV | None = None  # multi-head latent attention: K/V from one compressed latent
+    # A latent block's per-head equivalent of its cache figure: num_kv_heads · (d_k + d_v) · itemsize
+    # (None for other blocks, whose figure is that already).
+    kv_cache_expanded_bytes_per_token: int | None = None
 
     def __post_init__(self) -> None:
         if type(self.matcher) is not Matcher:
@@ -211,8 +247,11 @@ class Miss:
             object.__setattr__(self, "matcher", Matcher.checked(self.matcher))
 
 def projection_tensor_names(block: AttentionBlock) -> tuple[str, ...]:
-    """The weights and biases a block's projections name (for front ends without a graph)."""
+    """The weights and biases a block's projections name, and a latent block's down-projections and
+    norms (for front ends without a graph)."""
     out: list[str] = []
     for p in block.projections:
         out.extend(x for x in (p.weight, p.bias) if x)
+    if block.latent is not None:
+        out.extend(block.latent.tensors)
     return tuple(dict.fromkeys(out))

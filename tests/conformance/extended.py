@@ -126,6 +126,41 @@ def _truth_bart(model: nn.Module) -> tuple[BlockTruth, ...]:
     return tuple(out)
 
 
+def latent_truth(model: nn.Module) -> tuple[BlockTruth, ...]:
+    """DeepSeek-V2/V3 latent attention: K and V are the shares of kv_b_proj (per head
+    qk_nope_head_dim rows of K, then v_head_dim rows of V), Q is q_b_proj (q_proj without a Q
+    latent); the down-projections and norms are the block's extra (``latent_extra``)."""
+    cfg = model.config
+    h, nope, rope, v = cfg.num_attention_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+    out = []
+    for layer in model.layers:
+        a = layer.self_attn
+        kv_b = a.kv_b_proj
+        assert kv_b.weight.shape[0] == h * (nope + v)
+        per_head = kv_b.weight.view(h, nope + v, -1)
+        k = (_n(per_head[:, :nope]), 0)
+        vv = (_n(per_head[:, nope:]), 0)
+        q = _linear(getattr(a, "q_b_proj", None) or a.q_proj)
+        out.append(_block(_qualname(model, a), "self", h, h, cfg.hidden_size, nope + rope, v, q, k, vv,
+                          _linear(a.o_proj)))
+    return tuple(out)
+
+
+def latent_extra(attn: nn.Module) -> int:
+    """The parameters of a latent-attention module outside Q/K/V/O: its down-projections and norms."""
+    parts = ("q_a_proj", "q_a_layernorm", "kv_a_proj_with_mqa", "kv_a_layernorm")
+    return sum(p.numel() for n in parts if (m := getattr(attn, n, None)) is not None for p in m.parameters())
+
+
+# DeepSeek-V3 at toy size: one dense layer, then an MoE layer (no router in the dense one, so the
+# exporters can export at least its first layer's graph), Q through its own latent.
+LATENT_CONFIG: dict[str, Any] = dict(
+    hidden_size=64, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16,
+    qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12, n_routed_experts=4, num_experts_per_tok=2,
+    moe_intermediate_size=32, first_k_dense_replace=1, n_group=1, topk_group=1, num_hidden_layers=1,
+    intermediate_size=128)
+
+
 def _bart_inputs(build: Callable[[], tuple[nn.Module, tuple]]) -> Callable[[], tuple[nn.Module, tuple]]:
     def with_decoder() -> tuple[nn.Module, tuple]:
         model, (ids,) = build()
@@ -164,6 +199,10 @@ EXTENDED_CASES: tuple[Case, ...] = (
                             **_SMALL),
          _truth_neox, True, ("input_ids",), _TOK, "transformers",
          "GPT-NeoX: fused QKV interleaved per head, partial rotary (25%)"),
+    Case("deepseek-v3-mla", _build("DeepseekV3Config", "DeepseekV3Model", attn_implementation="eager", **LATENT_CONFIG),
+         latent_truth, True, ("input_ids",), _TOK, "transformers",
+         "DeepSeek-V3 latent attention (MLA): Q from its own latent, K/V up-projected per head from one compressed "
+         "latent plus a rotary key shared by the heads; d_k = qk_nope + qk_rope ≠ d_v"),
     Case("bart", _bart_inputs(_build("BartConfig", "BartModel", tuple_outputs=False, d_model=64, encoder_attention_heads=4,
                                      decoder_attention_heads=4, encoder_layers=1, decoder_layers=1,
                                      encoder_ffn_dim=128, decoder_ffn_dim=128)),

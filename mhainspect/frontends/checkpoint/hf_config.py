@@ -223,6 +223,29 @@ HEAD_RULES: tuple[tuple[str, HeadRule], ...] = (
 )
 
 
+# ----------------------------------------------------------------------------- head size
+# Each rule: (what it follows, function(config, layer) -> Found | None): the key width per head where
+# an architecture does not keep it under the head-size keys. The first rule that returns a value
+# decides; else the keys of HEAD_DIM_KEYS.
+
+HeadDimRule = Callable[[Mapping[str, Any], "int | None"], "Found | None"]
+
+
+def _latent_key_width(cfg: Mapping[str, Any], layer: int | None) -> Found | None:
+    nope, rope = _value(cfg, "qk_nope_head_dim", layer), _value(cfg, "qk_rope_head_dim", layer)
+    if nope is None or rope is None:
+        return None
+    return Found(nope.value + rope.value, f"{nope.said} + {rope.said} -> d_k {nope.value + rope.value}")
+
+
+HEAD_DIM_RULES: tuple[tuple[str, HeadDimRule], ...] = (
+    ("latent attention (DeepSeek-V2/V3, Kimi-K2, MiniCPM3): a head's key is qk_nope_head_dim + qk_rope_head_dim "
+     "(transformers' DeepseekV3Config sets head_dim to the rotary part alone)", _latent_key_width),
+)
+# Latent attention's widths: (HeadOffers field, config key).
+LATENT_KEYS = (("kv_rank", "kv_lora_rank"), ("rope_dim", "qk_rope_head_dim"), ("q_rank", "q_lora_rank"))
+
+
 # ----------------------------------------------------------------------------- score scale
 # Each rule: (what it follows, function(config) -> (scale, what the config says) | None).
 
@@ -511,11 +534,15 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
         heads = next((found for _, rule in HEAD_RULES if (found := rule(c, heads)) is not None), heads)
     h = heads.value if heads is not None else None
     kv = next((found for _, rule in KV_RULES if (found := rule(c, h, layer)) is not None), None)
-    hd = _first(c, HEAD_DIM_KEYS, layer)
+    hd = next((found for _, rule in HEAD_DIM_RULES if (found := rule(c, layer)) is not None), None) \
+        or _first(c, HEAD_DIM_KEYS, layer)
     vhd = _first(c, V_HEAD_DIM_KEYS, layer)
     scale = next((said for _, rule in SCALE_RULES if (said := rule(c)) is not None), None)
     runs = next((found for _, rule in APPLICATION_RULES if (found := rule(c, block_name)) is not None), None)
-    parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd, runs) if f is not None]
+    latent = {field: found for field, key in LATENT_KEYS if (found := _value(c, key, layer)) is not None} \
+        if "kv_lora_rank" in c else {}
+    parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd, runs, latent.get("kv_rank"), latent.get("q_rank"))
+             if f is not None]
     if scale is not None:
         parts.append(f"{prefix}{scale[1]}")
     return HeadOffers(
@@ -527,6 +554,9 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
         detail=f"{label} " + ", ".join(parts) if parts else label,
         scale=scale[0] if scale is not None else None,
         applications=runs.value if runs is not None else None,
+        kv_rank=latent["kv_rank"].value if "kv_rank" in latent else None,
+        rope_dim=latent["rope_dim"].value if "rope_dim" in latent else None,
+        q_rank=latent["q_rank"].value if "q_rank" in latent else None,
     )
 
 

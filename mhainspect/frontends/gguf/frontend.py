@@ -26,6 +26,7 @@ from mhainspect.frontends.gguf.reader import (
     decoding,
     file_type_warnings,
     is_parameter,
+    latent_offers_for,
     layer_of,
     model_weights,
     namespace,
@@ -38,7 +39,7 @@ from mhainspect.frontends.gguf.reader import (
 from mhainspect.frontends.result import BlockDecoding, SizeInputs, SourceResult
 from mhainspect.frontends.size_inputs import prefix_block_tensors, tensors_from_metas
 from mhainspect.ir.weights import HeadOffers, WeightMeta
-from mhainspect.matchers.grouping import GroupedBlock, RoleWeights, natural_key
+from mhainspect.matchers.grouping import GroupedBlock, LatentParts, RoleWeights, natural_key
 from mhainspect.matchers.static import assemble
 from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts
 
@@ -46,6 +47,11 @@ from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts
 _ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<role>q|k|v|qkv|output|out|o)\.(?P<leaf>weight|bias)$")
 _HEAD_NORM = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<role>q|k)_norm\.weight$")
 _EXTRA = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?:rel_b|sinks)\.weight$")
+# Latent attention (llama.cpp's deepseek2, minicpm3, ...): blk.N.attn_q_a, attn_kv_a_mqa, attn_k_b, ...
+_LATENT = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<part>q_a_norm|kv_a_norm|q_a|q_b|kv_a_mqa|kv_b|k_b|v_b)"
+                     r"\.(?P<leaf>weight|bias)$")
+_LATENT_PARTS = {"q_a": "q_down", "q_b": "q_up", "kv_a_mqa": "kv_down", "kv_b": "kv_up", "k_b": "k_up", "v_b": "v_up",
+                 "q_a_norm": "norm", "kv_a_norm": "norm"}
 _OTHER_ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_[a-z_]+\.weight$")
 _ROLE = {"q": "q", "k": "k", "v": "v", "qkv": "qkv", "output": "o", "out": "o", "o": "o"}
 
@@ -58,6 +64,8 @@ class _Tensors:
     norms: dict[str, WeightMeta]  # "q"/"k" -> per-head norm
     extras: list[WeightMeta]  # relative-position bias, attention sinks
     others: list[str]  # other attn_* tensors (latent K/V, ...)
+    latent: dict[str, dict[str, WeightMeta]] = dataclasses.field(default_factory=dict)  # part -> {leaf: meta}
+    latent_norms: list[WeightMeta] = dataclasses.field(default_factory=list)
 
 
 def group_tensors(model: GGUFModel) -> dict[str, _Tensors]:
@@ -70,7 +78,13 @@ def group_tensors(model: GGUFModel) -> dict[str, _Tensors]:
 
     for source, t in model.tensors:
         meta = weight_meta(source, t)
-        if (m := _ATTN.match(t.name)) is not None:
+        if (m := _LATENT.match(t.name)) is not None:
+            part = _LATENT_PARTS[m.group("part")]
+            if part == "norm":
+                block(m).latent_norms.append(meta)
+            else:
+                block(m).latent.setdefault(part, {})[m.group("leaf")] = meta
+        elif (m := _ATTN.match(t.name)) is not None:
             block(m).roles.setdefault(_ROLE[m.group("role")], {})[m.group("leaf")] = meta
         elif (m := _HEAD_NORM.match(t.name)) is not None:
             block(m).norms[m.group("role")] = meta
@@ -111,8 +125,17 @@ def blocks_from_model(model: GGUFModel
         swa = bool(swa_layout is not None and layer is not None and layer < len(swa_layout.slides)
                    and swa_layout.slides[layer])
         cross = kind.startswith("cross")
+        latent = _latent_group(name, found)
+        if latent is not None:
+            offers = latent_offers_for(ns, layer) if arch else []
+            blocks.append(assemble(latent, offers, matcher="gguf", no_heads_reason="GGUF metadata gives no head count "
+                                   f"for '{name}' ({ns.prefix}attention.head_count) and no per-head tensor fixes it"))
+            decodings[name] = decoding(name, cross, ns, layer, model.metadata, latent_expanded=latent.latent is not None
+                                       and latent.latent.kv_up is not None)
+            continue
         if not ("qkv" in have or ("q" in have and have & {"k", "v"})):
-            listed = sorted(t.name for r in found.roles.values() for t in r.values()) + found.others
+            listed = sorted(t.name for r in (*found.roles.values(), *found.latent.values()) for t in r.values()) \
+                + found.others
             d = decoding(name, cross, ns, layer, model.metadata)
             misses.append(Miss("gguf", name, "attention tensors without separate K/V projections or a fused QKV "
                                              f"(e.g. latent K/V, MLA): {', '.join(listed[:6])}", caches=d.caches))
@@ -131,13 +154,36 @@ def blocks_from_model(model: GGUFModel
     return blocks, decodings, misses, warnings
 
 
+def _latent_group(name: str, found: _Tensors) -> GroupedBlock | None:
+    """A latent-attention block's tensors (deepseek2: attn_q_a/attn_q_b or attn_q, attn_kv_a_mqa,
+    attn_kv_b or attn_k_b + attn_v_b, attn_output) as a grouped block, or None."""
+    parts = found.latent
+
+    def rw(part: str, tensors: Mapping[str, WeightMeta] | None) -> RoleWeights | None:
+        if tensors is None or "weight" not in tensors:
+            return None
+        return RoleWeights(part, f"{name}_{part}", tensors["weight"], tensors.get("bias"))
+
+    kv_down, kv_up = rw("kv_down", parts.get("kv_down")), rw("kv_up", parts.get("kv_up"))
+    k_up, v_up = rw("k_up", parts.get("k_up")), rw("v_up", parts.get("v_up"))
+    q = rw("q", parts.get("q_up") or found.roles.get("q"))
+    o = rw("o", found.roles.get("o"))
+    if kv_down is None or q is None or (kv_up is None and (k_up is None or v_up is None)):
+        return None
+    latent = LatentParts(kv_down, kv_up, k_up, v_up, rw("q_down", parts.get("q_down")), tuple(found.latent_norms))
+    return GroupedBlock(name, name, tuple(r for r in (q, o) if r is not None), tuple(found.extras), latent=latent)
+
+
 def _with_decoding(block: AttentionBlock, d: Decoding) -> AttentionBlock:
     """The decoding facts on the block itself (sliding window; why a block caches nothing)."""
     evidence = block.evidence
     if d.window is not None:
         evidence += (Evidence("sliding_window", d.window, "gguf", d.window_source),)
+    latent = block.latent
+    if latent is not None and d.latent_expanded:  # llama.cpp's cache of a file with the unsplit attn_kv_b
+        latent = dataclasses.replace(latent, runtime_expands=True)
     return dataclasses.replace(block, sliding_window=d.window, kv_cache_reason=None if d.caches else d.reason,
-                               evidence=evidence)
+                               evidence=evidence, latent=latent)
 
 
 def gguf_result(path: str | os.PathLike[str]) -> SourceResult:

@@ -513,6 +513,30 @@ def offers_for(ns: Namespace, layer: int | None, swa: bool) -> list[HeadOffers]:
     return out
 
 
+def latent_offers_for(ns: Namespace, layer: int | None) -> list[HeadOffers]:
+    """What the metadata says about a latent-attention block (llama.cpp's deepseek2 keys): heads,
+    the latent widths (kv_lora_rank, q_lora_rank, rope.dimension_count) and the per-head key and
+    value widths: key_length_mla / value_length_mla where the file has them (it then describes the
+    cache as one K/V head of key_length = kv_lora_rank + rope wide: not the heads'), else
+    key_length / value_length. head_count_kv is no claim about the per-head K/V here (files with
+    the latent cache say 1)."""
+    out: list[HeadOffers] = []
+    heads = ns.key("attention.head_count")
+    if (h := heads.at(layer)) is not None and h:
+        out.append(HeadOffers(num_heads=h, source="gguf", detail=f"GGUF {heads.describe(layer)}"))
+    mla = ns.key("attention.key_length_mla").value is not None
+    for field, name in (("head_dim", "key_length_mla" if mla else "key_length"),
+                        ("v_head_dim", "value_length_mla" if mla else "value_length"),
+                        ("kv_rank", "kv_lora_rank"), ("q_rank", "q_lora_rank")):
+        k = ns.key(f"attention.{name}")
+        if (v := k.at(layer)) is not None and v:
+            out.append(HeadOffers(source="gguf", detail=f"GGUF {k.describe(layer)}", **{field: v}))
+    rope = ns.key("rope.dimension_count")
+    if (r := rope.at(None)) is not None and r:
+        out.append(HeadOffers(rope_dim=r, source="gguf", detail=f"GGUF {rope.describe(None)}"))
+    return out
+
+
 # ------------------------------------------------------------------------------ tensors -> blocks
 
 _LAYER = re.compile(r"(?:^|\.)(?:blk|layers?|posnet)\.(\d+)$")
@@ -559,6 +583,9 @@ class Decoding:
     reason: str
     window: int | None = None
     window_source: str = ""
+    # A latent block whose file keeps the unsplit attn_kv_b: llama.cpp then caches the per-head K/V
+    # (its MLA cache needs attn_k_b / attn_v_b).
+    latent_expanded: bool = False
 
 
 KV_CACHE_DTYPE = "float16"  # llama.cpp's default K/V cache type (its -ctk / -ctv options change it)
@@ -566,7 +593,7 @@ KV_CACHE_DTYPE_SOURCE = "llama.cpp's default cache type f16 (-ctk/-ctv change it
 
 
 def decoding(name: str, cross: bool, ns: Namespace, layer: int | None,
-             metadata: Mapping[str, MetaValue]) -> Decoding:
+             metadata: Mapping[str, MetaValue], *, latent_expanded: bool = False) -> Decoding:
     """How the block ``name`` (``{scope}.{kind}``) of a GGUF model decodes, from the metadata."""
     scope = name.rsplit(".", 1)[0]
     causal = metadata.get(ns.prefix + "attention.causal")
@@ -576,11 +603,16 @@ def decoding(name: str, cross: bool, ns: Namespace, layer: int | None,
         return Decoding(False, f"GGUF '{scope}' is an encoder block (runs once over its input)")
     reason = ("GGUF cross-attention of a decoder: K/V computed once from the encoder output" if cross
               else f"GGUF {ns.prefix.rstrip('.')}: llama.cpp decodes autoregressively (causal attention)")
+    if latent_expanded:
+        reason += ("; the file keeps the unsplit attn_kv_b, so llama.cpp caches the per-head K/V (its latent cache "
+                   "needs attn_k_b / attn_v_b)")
     layout = ns.swa()
     if layout is not None and not cross and layer is not None and layer < len(layout.slides) and layout.slides[layer]:
-        return Decoding(True, reason, layout.window, f"{layout.window_source}, {layout.pattern(layer)}")
+        return Decoding(True, reason, layout.window, f"{layout.window_source}, {layout.pattern(layer)}",
+                        latent_expanded)
     off = disabled_note(ns.arch, metadata, ns.prefix)
-    return Decoding(True, f"{reason}; {off}" if off is not None and not cross else reason)
+    return Decoding(True, f"{reason}; {off}" if off is not None and not cross else reason,
+                    latent_expanded=latent_expanded)
 
 
 def swa_warnings(metadata: Mapping[str, MetaValue], arch: str) -> list[str]:

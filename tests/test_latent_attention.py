@@ -1,0 +1,205 @@
+"""Latent attention (DeepSeek-V2/V3's MLA) is one block from every source: the nn.Module, its
+save_pretrained folder, its ONNX export and a GGUF written as llama.cpp's converter writes it.
+
+Truth comes from the torch module: heads and widths from its config, Q/K/V/O from its projection
+weights (K and V the shares of kv_b_proj), extra from its down-projections and norms. The KV cache
+is the latent and the rotary key (kv_lora_rank + qk_rope_head_dim values per token per layer),
+with the per-head K/V it expands to beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mhainspect.analysis.size import SizeOptions, with_options
+from mhainspect.pipeline import audit
+from mhainspect.results import AttentionBlock, CacheStatus, Report
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+transformers.logging.set_verbosity_error()
+
+from gguf_files import deepseek_gguf  # noqa: E402
+
+from tests.conformance.extended import LATENT_CONFIG, latent_extra, latent_truth  # noqa: E402
+from tests.random_weights import LastHiddenState, add_noise  # noqa: E402
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def _model(version: str = "V3", **overrides: Any) -> Any:
+    cfg = {**LATENT_CONFIG, **overrides}
+    if version == "V2":  # DeepSeek-V2's config class has no first_k_dense_replace toy MoE quirks we need
+        cfg = {k: v for k, v in cfg.items() if k not in ("n_group", "topk_group")}
+    config = getattr(transformers, f"Deepseek{version}Config")(vocab_size=64, **cfg)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return add_noise(getattr(transformers, f"Deepseek{version}Model")(config))
+
+
+def _layout(b: AttentionBlock) -> tuple[Any, ...]:
+    p = b.params
+    assert b.latent is not None, b.name
+    return (b.kind, b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model, p.q, p.k, p.v, p.o, p.bias, p.total, p.extra,
+            b.latent.kv_rank, b.latent.rope_dim, b.latent.q_rank)
+
+
+def _expected(model: Any) -> list[tuple[Any, ...]]:
+    cfg = model.config
+    out = []
+    for t, layer in zip(latent_truth(model), model.layers):
+        a = layer.self_attn
+        out.append((t.kind, t.num_heads, t.num_kv_heads, t.d_k, t.d_v, t.d_model, t.q, t.k, t.v, t.o, t.bias, t.total,
+                    latent_extra(a), cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.q_lora_rank))
+    return out
+
+
+def _shapes(model: Any) -> dict[str, tuple[int, ...]]:
+    return {n: tuple(p.shape) for n, p in model.state_dict().items()}
+
+
+def _check(report: Report, model: Any) -> None:
+    assert [_layout(b) for b in report.blocks] == _expected(model)
+    assert not report.misses
+    assert not [f for f in report.flags if f.code in ("MHA004", "MHA007")], report.flags
+    assert report.model.total_params == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("version", ["V3", "V2"])
+def test_folder(version: str, tmp_path: Path) -> None:
+    model = _model(version)
+    model.save_pretrained(tmp_path)
+    report = audit(tmp_path)
+    _check(report, model)
+    cfg = model.config
+    b = report.blocks[0]
+    # float32 weights, no cache dtype in the config: the latent and the rotary key, 4 bytes each.
+    assert b.kv_cache_bytes_per_token == (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 4
+    assert b.kv_cache_expanded_bytes_per_token == cfg.num_attention_heads * (
+        cfg.qk_nope_head_dim + cfg.qk_rope_head_dim + cfg.v_head_dim) * 4
+    assert b.kv_cache_status is CacheStatus.CACHES
+    assert b.weight_bytes == 4 * (b.params.total + b.params.extra)  # down-projections and norms included
+
+
+def test_without_a_q_latent(tmp_path: Path) -> None:
+    """DeepSeek-V2-Lite: Q projected from the input directly (q_proj), no q_lora_rank."""
+    model = _model("V2", q_lora_rank=None)
+    assert hasattr(model.layers[0].self_attn, "q_proj")
+    model.save_pretrained(tmp_path)
+    report = audit(tmp_path)
+    _check(report, model)
+    assert report.blocks[0].latent is not None and report.blocks[0].latent.q_rank is None
+
+
+def test_module(tmp_path: Path) -> None:
+    model = _model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from mhainspect.pipeline import audit_module
+
+        _check(audit_module(model), model)
+
+
+def test_onnx_export(tmp_path: Path) -> None:
+    model = _model()
+    ids = torch.randint(2, 60, (2, 8), generator=torch.Generator().manual_seed(0))
+    path = tmp_path / "mla.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(LastHiddenState(model).eval(), (ids, torch.ones_like(ids)), str(path),
+                          input_names=["ids", "mask"], output_names=["out"], opset_version=17, dynamo=False,
+                          dynamic_axes={"ids": {0: "batch"}, "mask": {0: "batch"}, "out": {0: "batch"}})
+    report = audit(path)
+    assert [_layout(b)[:13] for b in report.blocks] == [e[:13] for e in _expected(model)]
+    b = report.blocks[0]
+    assert b.latent is not None and (b.latent.kv_rank, b.latent.rope_dim) == (16, 8)
+    assert not [f for f in report.flags if f.code in ("MHA004", "MHA007")]
+    # A graph without cache tensors: what the latent cache holds if it is decoded token by token.
+    assert b.kv_cache_status is CacheStatus.IF_DECODED and b.kv_cache_bytes_per_token == 24 * 4
+
+
+@pytest.mark.parametrize("split", [True, False], ids=["k_b-v_b", "legacy-kv_b"])
+def test_gguf(split: bool, tmp_path: Path) -> None:
+    model = _model()
+    (path,) = deepseek_gguf(tmp_path / "ds.gguf", _shapes(model), model.config.to_dict(), split_kv_b=split)
+    report = audit(path)
+    expected = _expected(model)
+    assert [_layout(b)[1:] for b in report.blocks] == [e[1:] for e in expected]
+    assert not [f for f in report.flags if f.code in ("MHA004", "MHA007")], report.flags
+    assert report.model.total_params == sum(p.numel() for p in model.parameters())
+    b = report.blocks[0]
+    assert b.latent is not None
+    compressed, expanded = 24 * 2, 4 * (24 + 12) * 2  # llama.cpp's f16 cache
+    assert b.kv_cache_expanded_bytes_per_token == expanded
+    if split:  # llama.cpp keeps the latent (its MLA cache)
+        assert not b.latent.runtime_expands and b.kv_cache_bytes_per_token == compressed
+    else:  # with the unsplit attn_kv_b llama.cpp caches the per-head K/V
+        assert b.latent.runtime_expands and b.kv_cache_bytes_per_token == expanded
+        ev = next(e for e in b.evidence if e.field == "kv_cache_bytes_per_token")
+        assert "unsplit attn_kv_b" in ev.detail
+
+
+def test_kv_cache_beside_its_expanded_equivalent(tmp_path: Path) -> None:
+    model = _model(num_hidden_layers=2)
+    model.save_pretrained(tmp_path)
+    report = with_options(audit(tmp_path), SizeOptions(context=1000, kv_dtype="bfloat16"))
+    kv = report.model.kv_cache
+    assert kv is not None and kv.status is CacheStatus.CACHES
+    assert kv.bytes_per_token == 2 * 24 * 2 and kv.total_bytes == 1000 * 2 * 24 * 2
+    assert kv.expanded_bytes_per_token == 2 * 4 * 36 * 2 and kv.expanded_total_bytes == 1000 * 2 * 4 * 36 * 2
+    assert all(b.kv_cache_expanded_bytes_per_token == 4 * 36 * 2 for b in report.blocks)
+    from mhainspect.render.size_lines import size_lines
+
+    lines = size_lines(report)
+    assert any("latent attention (2 blocks)" in ln and "6.0×" in ln for ln in lines), lines
+
+
+def test_what_if_keeps_the_rotary_key_outside_the_heads(tmp_path: Path) -> None:
+    """At 8 heads with the same per-head widths, q_b_proj, kv_b_proj and o_proj double; the
+    down-projections (extra) do not change. The module built with 8 heads says the same."""
+    model = _model()
+    model.save_pretrained(tmp_path)
+    b = audit(tmp_path).blocks[0]
+    doubled = _model(num_attention_heads=8, num_key_value_heads=8).layers[0].self_attn
+    expected = sum(m.weight.numel() for m in (doubled.q_b_proj, doubled.kv_b_proj, doubled.o_proj))
+    assert next(w for w in b.what_if if w.num_heads == 8).head_dim_fixed == expected
+
+
+def test_config_claims_lose_to_the_shapes(tmp_path: Path) -> None:
+    """A config whose kv_lora_rank and heads contradict the weights: the shapes win, each overruled
+    claim is a conflict (MHA007)."""
+    model = _model()
+    model.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg.update(kv_lora_rank=32, num_attention_heads=8)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    report = audit(tmp_path)
+    b = report.blocks[0]
+    assert (b.num_heads, b.latent.kv_rank if b.latent else None) == (4, 16)
+    assert any(c.startswith("kv_rank: config says 32") for c in b.conflicts), b.conflicts
+    assert any(c.startswith("num_heads: config says 8") for c in b.conflicts), b.conflicts
+    assert "MHA007" in {f.code for f in report.flags}
+
+
+def test_json_validates(tmp_path: Path) -> None:
+    from jsonschema import Draft202012Validator
+
+    model = _model()
+    model.save_pretrained(tmp_path)
+    doc = with_options(audit(tmp_path), SizeOptions(context=64)).to_dict()
+    schema = json.loads((DOCS / "report.schema.json").read_text())
+    validator = Draft202012Validator(schema)
+    assert not list(validator.iter_errors(doc))
+    block = doc["blocks"][0]
+    assert block["latent"] == {"kv_rank": 16, "rope_dim": 8, "q_rank": 32, "cached_width": 24,
+                               "tensors": block["latent"]["tensors"], "runtime_expands": False}
+    assert len(block["latent"]["tensors"]) == 4
+    assert doc["model"]["kv_cache"]["expanded_bytes_per_token"] == 576
+    block["latent"]["extra_key"] = 1  # a closed object
+    assert list(validator.iter_errors(doc))
