@@ -52,6 +52,15 @@ def shape_problem(shape: object) -> str | None:
     """Why ``shape`` (a decoded list of dims) is no tensor's shape, or None when it is one: not a
     list of ints, more than MAX_RANK dims, a negative dim or one past int64, or more elements
     than int64 counts."""
+    if type(shape) is list and len(shape) <= MAX_RANK:  # the common case in one pass (every header entry)
+        n = 1
+        for d in shape:
+            if type(d) is not int or not 0 <= d <= MAX_DIM:
+                break
+            n *= d
+        else:
+            if n <= MAX_NUMEL:
+                return None
     if not isinstance(shape, (list, tuple)):
         return "shape is not a list"
     if len(shape) > MAX_RANK:

@@ -107,6 +107,15 @@ def _split(name: str) -> list[str]:
     return name.replace("/", ".").replace(":0", "").split(".")
 
 
+def _scope_leaf(name: str) -> tuple[str, str]:
+    """(module path, last component) of a tensor name, as ``_split`` reads it."""
+    if "/" not in name and ":" not in name:
+        scope, _, leaf = name.rpartition(".")
+        return scope, leaf
+    parts = _split(name)
+    return ".".join(parts[:-1]), parts[-1]
+
+
 def _role_of(component: str) -> str | None:
     c = component.lower()
     if c in Q_NAMES:
@@ -134,14 +143,13 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
     extras: dict[str, list[WeightMeta]] = {}
     role_biases: dict[str, list[tuple[str, WeightMeta]]] = {}
     for name, meta in weights.items():
-        parts = _split(name)
-        leaf = parts[-1]
+        scope, leaf = _scope_leaf(name)
         low = leaf.lower()
-        scope = ".".join(parts[:-1])
+        parent, dot, owner = scope.rpartition(".")
         if leaf in _MHA_LEAVES:
             mha.setdefault(scope, {})[_MHA_LEAVES[leaf]] = meta
-        elif len(parts) >= 2 and parts[-2] in _EXTRA_MODULES:
-            extras.setdefault(".".join(parts[:-2]), []).append(meta)
+        elif (owner if dot else scope) in _EXTRA_MODULES and scope:
+            extras.setdefault(parent, []).append(meta)
         elif leaf in _EXTRA_LEAVES:
             extras.setdefault(scope, []).append(meta)
         elif low in _ROLE_BIAS_LEAVES and len(meta.shape) == 1:

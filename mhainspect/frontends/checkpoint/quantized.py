@@ -200,10 +200,12 @@ def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str,
             values: Mapping[str, tuple[int, ...]], facts: _ConfigFacts) -> _Decoded | None:
     """The logical shape and bits of ``meta`` stored as ``layout``; None when the shapes do not fit it."""
     s = meta.shape
-    config_bits = facts.bits_for(module)
     word = _word_bits(meta.dtype)
     if word is None:
         return None
+    if layout.pack is Pack.NONE:  # first: tens of thousands of fp8 / int8 weights take this branch
+        return _plain(meta.dtype, s[0], s[1], word) if len(s) == 2 else None
+    config_bits = facts.bits_for(module)
 
     def sib(leaf: str) -> tuple[int, ...] | None:
         m = weights.get(f"{module}.{leaf}")
@@ -214,10 +216,6 @@ def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str,
         bits = stored * word // logical if logical else 0
         return bits if 0 < bits < word and stored * word == logical * bits else None
 
-    if layout.pack is Pack.NONE:
-        if len(s) != 2:
-            return None
-        return _plain(meta.dtype, s[0], s[1], word)
     if layout.pack is Pack.FLAT:
         if len(s) != 2 or s[1] != 1:
             return None
@@ -348,8 +346,8 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
         if method and method not in layout.quant_methods:
             conflicts.append(f"quantization_config quant_method={method}, but the shapes of {name} fit "
                              f"{layout.method} ({layout.what}): the shapes are used")
-        config_bits = facts.bits_for(module)
-        if config_bits is not None and d.bits is not None and d.bits != config_bits and layout.pack is not Pack.NONE:
+        config_bits = facts.bits_for(module) if layout.pack is not Pack.NONE else None
+        if config_bits is not None and d.bits is not None and d.bits != config_bits:
             conflicts.append(f"quantization_config bits={config_bits}, but {name} {meta.dtype} {list(meta.shape)} "
                              f"holds {d.bits}-bit values ({d.said}): the shapes are used")
         # The provenance after the weight's name is the same for every weight of one shape and

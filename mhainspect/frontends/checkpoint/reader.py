@@ -32,7 +32,7 @@ from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEA
 from mhainspect.frontends.remote.blob import Blob, LocalBlob, Prefix
 from mhainspect.frontends.remote.parallel import in_parallel
 from mhainspect.ir.dtypes import canonical
-from mhainspect.ir.limits import MAX_CONFIG_BYTES, MAX_SAFETENSORS_HEADER_BYTES, byte_count, shape_problem
+from mhainspect.ir.limits import MAX_BYTES, MAX_CONFIG_BYTES, MAX_SAFETENSORS_HEADER_BYTES, byte_count, shape_problem
 from mhainspect.ir.weights import WeightMeta
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
@@ -98,7 +98,7 @@ def safetensors_header(blob: Blob, values: dict[str, tuple[int, ...]] | None = N
             raise InputError(f"{path}: malformed safetensors header entry {_quoted(name)}")
         shape, dtype, offsets = entry.get("shape"), entry.get("dtype"), entry.get("data_offsets")
         if (not isinstance(shape, list) or not isinstance(dtype, str) or not isinstance(offsets, list)
-                or len(offsets) != 2 or byte_count(offsets[0]) is None or byte_count(offsets[1]) is None):
+                or len(offsets) != 2 or not _offsets_fit(offsets)):
             raise InputError(f"{path}: malformed safetensors header entry {_quoted(name)}")
         why = shape_problem(shape)
         if why is not None:
@@ -112,6 +112,14 @@ def safetensors_header(blob: Blob, values: dict[str, tuple[int, ...]] | None = N
     if wanted and values is not None:
         values.update(_read_values(head, 8 + n, wanted))
     return out
+
+
+def _offsets_fit(offsets: list[Any]) -> bool:
+    """Both data offsets are byte counts (``limits.byte_count``), the plain ints checked inline."""
+    a, b = offsets
+    if type(a) is int and type(b) is int and 0 <= a <= MAX_BYTES and 0 <= b <= MAX_BYTES:
+        return True
+    return byte_count(a) is not None and byte_count(b) is not None
 
 
 def _quoted(name: str, limit: int = 120) -> str:
