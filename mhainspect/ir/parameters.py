@@ -17,8 +17,13 @@ MatMulNBits' packed blob counts as N·K (its attributes), GatherBlockQuantized's
 smaller operand of a Mul/Div/Sub/Add that dequantizes a stored integer weight by plain arithmetic), shape
 constants and index tables (int32/int64 read as shapes or indices), one-element constants of the
 arithmetic (eps, exponents, a score scale: a one-element initializer counts only when its name
-carries a module path), bool masks and float tensors read only by comparisons (a causal mask buffer
-compared with 0: no gradient reaches a comparison's input), tensors the exporter marks as buffers or constants, rotary
+carries a module path or the exporter calls it a parameter; a one-element Constant only when its
+name is a module path, "attn.temperature", and arithmetic reads it with the activations: a learned
+scale or bias), bool masks and float tensors read only by comparisons (a causal mask buffer
+compared with 0: no gradient reaches a comparison's input), tensors the exporter marks as buffers or
+constants (but a constant that is the weight operand of a product with the activations: a
+classifier matrix a model keeps as a plain tensor attribute, which TorchScript writes as a Constant
+node and the dynamo exporter as a lifted constant, is a weight whatever its storage), rotary
 frequency buffers that only build cos/sin tables, the cos/sin caches a fused op reads (TABLE_INPUTS:
 GroupQueryAttention's do_rotary inputs, RotaryEmbedding's), and a quantized copy of a float weight the file
 also keeps (a quantizer that rewrote only some uses of a shared weight): that weight counts once.
