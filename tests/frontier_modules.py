@@ -172,7 +172,8 @@ class PackedConvAttention(nn.Module):
 
 
 def export(model: nn.Module, args: tuple[torch.Tensor, ...], path: str, *, dynamo: bool, opset: int | None = None,
-           dynamic: dict[str, dict[int, str]] | None = None, names: list[str] | None = None) -> str | None:
+           dynamic: dict[str, dict[int, str]] | None = None, names: list[str] | None = None,
+           fold: bool = True) -> str | None:
     """``model`` exported to ``path`` by one torch exporter (dynamic axes as given); None when that
     exporter cannot export it (the caller skips)."""
     import contextlib
@@ -182,6 +183,8 @@ def export(model: nn.Module, args: tuple[torch.Tensor, ...], path: str, *, dynam
 
     names = names or [f"x{i}" for i in range(len(args))]
     kwargs: dict[str, object] = {"input_names": names, "dynamo": dynamo}
+    if not dynamo and not fold:
+        kwargs["do_constant_folding"] = False  # keep the graph's own computations on stored tensors
     if opset is not None:
         kwargs["opset_version"] = opset
     if dynamic:
@@ -379,3 +382,96 @@ def weights_as_constant_nodes(model_proto: object, producer: str = "a converter"
     m.graph.node.extend(nodes + old)
     m.producer_name = producer
     return m
+
+
+class WindowAttention(nn.Module):
+    """Swin-style window attention: a packed qkv Linear, a relative position bias table [(2w-1)², heads]
+    gathered by a relative position index buffer and added to the scores, and an output Linear."""
+
+    def __init__(self, dim: int = 32, window: int = 4, heads: int = 4) -> None:
+        super().__init__()
+        self.dim, self.window, self.heads = dim, window, heads
+        self.head_dim = dim // heads
+        self.scale = self.head_dim ** -0.5
+        self.relative_position_bias_table = nn.Parameter(torch.randn((2 * window - 1) ** 2, heads) * 0.02)
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (window - 1)
+        self.register_buffer("relative_position_index", rel[..., 0] * (2 * window - 1) + rel[..., 1],
+                             persistent=False)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def truth(self) -> BlockTruth:
+        return BlockTruth(self.heads, self.head_dim, own_params(self), self.relative_position_bias_table.numel())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [windows·batch, window², dim]
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q * self.scale) @ k.transpose(-2, -1)
+        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)].view(n, n, -1)
+        attn = (attn + bias.permute(2, 0, 1).contiguous().unsqueeze(0)).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class SwinWindowBlock(nn.Module):
+    """A feature map [batch, H, W, dim] padded to whole windows, cyclically shifted by half a window
+    (``shift``: with the attention mask of the shifted windows, added through a 5-D view of the
+    scores), partitioned into windows, WindowAttention in each, merged back."""
+
+    def __init__(self, dim: int = 32, window: int = 4, heads: int = 4, shift: bool = True) -> None:
+        super().__init__()
+        self.window, self.shift, self.heads = window, window // 2 if shift else 0, heads
+        self.attn = WindowAttention(dim, window, heads)
+
+    def truth(self) -> BlockTruth:
+        return self.attn.truth()
+
+    def _mask(self, height: int, width: int, device: torch.device) -> torch.Tensor:
+        w, s = self.window, self.shift
+        img = torch.zeros((1, height, width, 1), device=device)
+        count = 0
+        for hs in (slice(0, -w), slice(-w, -s), slice(-s, None)):
+            for ws in (slice(0, -w), slice(-w, -s), slice(-s, None)):
+                img[:, hs, ws, :] = count
+                count += 1
+        windows = self._partition(img).view(-1, w * w)
+        mask = windows.unsqueeze(1) - windows.unsqueeze(2)
+        return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+
+    def _partition(self, x: torch.Tensor) -> torch.Tensor:
+        b, h, wd, c = x.shape
+        w = self.window
+        return x.view(b, h // w, w, wd // w, w, c).permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, w, w, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [batch, H, W, dim]
+        b, h, wd, c = x.shape
+        w = self.window
+        pad_b, pad_r = (w - h % w) % w, (w - wd % w) % w
+        x = F.pad(x, (0, 0, 0, pad_r, 0, pad_b))
+        _, hp, wp, _ = x.shape
+        if self.shift:
+            x = torch.roll(x, shifts=(-self.shift, -self.shift), dims=(1, 2))
+        windows = self._partition(x).view(-1, w * w, c)
+        if self.shift:
+            mask = self._mask(hp, wp, x.device)
+            out = self._masked_attention(windows, mask)
+        else:
+            out = self.attn(windows)
+        out = out.view(b, hp // w, wp // w, w, w, c).permute(0, 1, 3, 2, 4, 5).contiguous().view(b, hp, wp, c)
+        if self.shift:
+            out = torch.roll(out, shifts=(self.shift, self.shift), dims=(1, 2))
+        return out[:, :h, :wd, :].contiguous()
+
+    def _masked_attention(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        a = self.attn
+        bw, n, c = x.shape
+        qkv = a.qkv(x).reshape(bw, n, 3, a.heads, c // a.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q * a.scale) @ k.transpose(-2, -1)
+        bias = a.relative_position_bias_table[a.relative_position_index.view(-1)].view(n, n, -1)
+        attn = attn + bias.permute(2, 0, 1).contiguous().unsqueeze(0)
+        windows = mask.shape[0]
+        attn = attn.view(bw // windows, windows, a.heads, n, n) + mask.unsqueeze(1).unsqueeze(0)
+        attn = attn.view(-1, a.heads, n, n).softmax(dim=-1)
+        return a.proj((attn @ v).transpose(1, 2).reshape(bw, n, c))

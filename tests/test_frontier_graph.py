@@ -277,3 +277,47 @@ def test_weights_written_as_constant_nodes_are_parameters(tmp_path: Path) -> Non
     assert report.model.total_params == expected
     b = _only_block(report)
     assert (b.num_heads, b.d_k, b.params.total) == (4, 8, 32 * 96 + 96 + 32 * 32 + 32)
+
+
+# ----------------------------------------------------------------------------- windowed attention
+
+
+SWIN_AXES = {"static": None, "image": {"x0": {0: "batch", 1: "h", 2: "w"}}}
+
+
+def _swin(shift: bool) -> fm.SwinWindowBlock:
+    torch.manual_seed(0)
+    return fm.with_noise(fm.SwinWindowBlock(dim=32, window=4, heads=4, shift=shift))  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("exporter", sorted(EXPORTERS))
+@pytest.mark.parametrize("axes", sorted(SWIN_AXES))
+@pytest.mark.parametrize("shift", [False, True], ids=["windows", "shifted-windows"])
+def test_window_attention_heads(tmp_path: Path, shift: bool, axes: str, exporter: str) -> None:
+    """Swin-style window partition (padded to whole windows, shifted with its mask added through a 5-D
+    view of the scores) around an attention with a relative position bias table: the heads, head
+    size and projections of the window attention."""
+    model = _swin(shift)
+    path = fm.export(model, (torch.randn(2, 7, 9, 32),), str(tmp_path / "m.onnx"), dynamo=EXPORTERS[exporter],
+                     dynamic=SWIN_AXES[axes])
+    if path is None:
+        pytest.skip(f"the {exporter} exporter cannot export it")
+    b = _only_block(audit(path))
+    qkv, proj = model.attn.qkv, model.attn.proj
+    assert (b.kind, b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model) == ("self", 4, 4, 8, 8, 32)
+    assert b.params.total == fm.own_params(qkv) + fm.own_params(proj)
+
+
+@pytest.mark.parametrize("shift", [False, True], ids=["windows", "shifted-windows"])
+def test_window_attention_table_is_the_blocks_extra(tmp_path: Path, shift: bool) -> None:
+    """Unfolded (the table gathered by its index in the graph), the relative position bias table is the
+    block's extra and the model holds exactly the module's parameters; the module door says the same."""
+    model = _swin(shift)
+    x = torch.randn(2, 7, 9, 32)
+    path = fm.export(model, (x,), str(tmp_path / "m.onnx"), dynamo=False, dynamic=SWIN_AXES["image"], fold=False)
+    assert path is not None
+    report = audit(path)
+    assert _numbers(_only_block(report)) == _truth(model.truth())
+    assert report.model.total_params == fm.own_params(model)
+    by_module = audit_module(model, (x,))
+    assert _numbers(_only_block(by_module)) == _truth(model.truth())
