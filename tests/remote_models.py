@@ -113,3 +113,53 @@ def vocabulary(n: int) -> list[str]:
 
 def merges(n: int) -> list[str]:
     return [f"t{i:x} t{i + 1:x}" for i in range(n)]
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def write_sparse_onnx(path: Path, layers: int, d: int, heads: int) -> int:
+    """An ONNX model with inline weights (raw_data), its payloads holes in a sparse file: ``layers``
+    attention layers (tests/attention_graphs.mha_nodes) with MLP initializers and an embedding.
+    Returns the number of initializers with a payload."""
+    import onnx
+    from attention_graphs import Nodes, mha_nodes, shape_consts, value
+
+    g = Nodes()
+    x = "x"
+    shapes: dict[str, list[int]] = {}
+    for i in range(layers):
+        prefix = f"layers.{i}.attn"
+        x = mha_nodes(g, f"/layers.{i}/attn", x, prefix, heads, d // heads)
+        for r in "qkvo":
+            shapes[f"{prefix}.{r}_proj.weight"] = [d, d]
+            shapes[f"{prefix}.{r}_proj.bias"] = [d]
+        shapes[f"layers.{i}.mlp.up.weight"] = [d, 4 * d]
+        shapes[f"layers.{i}.mlp.down.weight"] = [4 * d, d]
+    shapes["embed.weight"] = [50304, d]
+    graph = onnx.helper.make_graph(g.nodes, "g", [value("x", "batch", "seq", d)], [value(x, "batch", "seq", d)],
+                                   shape_consts(heads, d // heads) + g.inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    graph_bytes = model.graph.SerializeToString()
+    model.ClearField("graph")
+    inits: list[tuple[bytes, int]] = []  # (the initializer up to its payload, payload length)
+    for name, dims in shapes.items():
+        meta = onnx.TensorProto(name=name, dims=dims, data_type=onnx.TensorProto.FLOAT).SerializeToString()
+        n = math.prod(dims) * 4
+        head = meta + b"\x4a" + _varint(n)  # raw_data (field 9), length-delimited
+        inits.append((b"\x2a" + _varint(len(head) + n) + head, n))  # GraphProto.initializer (field 5)
+    graph_len = len(graph_bytes) + sum(len(head) + n for head, n in inits)
+    with open(path, "wb") as fh:
+        fh.write(model.SerializeToString() + b"\x3a" + _varint(graph_len) + graph_bytes)  # ModelProto.graph (7)
+        for head, n in inits:
+            fh.write(head)
+            fh.seek(n, 1)  # the payload: a hole
+        fh.truncate(fh.tell())
+    return len(inits)

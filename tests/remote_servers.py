@@ -133,6 +133,7 @@ class FileServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as they are written (no 40 ms ACK wait)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -202,6 +203,7 @@ class HubServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as they are written (no 40 ms ACK wait)
 
             def log_message(self, *args: Any) -> None:
                 pass

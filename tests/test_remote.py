@@ -196,6 +196,22 @@ def test_onnx_skips_payloads(root: Path, server: FileServer) -> None:
     assert sent < len(data)
 
 
+def test_large_inline_onnx_costs_under_two_percent(tmp_path: Path) -> None:
+    from remote_models import write_sparse_onnx
+
+    path = tmp_path / "model.onnx"
+    payloads = write_sparse_onnx(path, layers=12, d=512, heads=8)  # ~240 MB, sparse
+    size = path.stat().st_size
+    local = report_json(path, base=str(tmp_path))
+    with FileServer(tmp_path) as s:
+        remote = report_json(s.url("model.onnx"), base=s.url(""))
+        requests, sent = s.log.by_path["/model.onnx"]
+    assert remote == local
+    assert sent < 0.02 * size and sent < 2 * 1024 * KIB
+    # A tensor header each (predicted ones fetched in parallel; a few predictions miss), the graph.
+    assert requests <= payloads * 5 // 4 + 8
+
+
 def test_onnx_external_data_is_never_fetched(root: Path, server: FileServer) -> None:
     audit(server.url("ext/model.onnx"))
     assert not any(p.endswith(".data") for p in server.log.by_path)

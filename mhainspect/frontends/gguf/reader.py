@@ -32,7 +32,7 @@ from pathlib import Path
 from mhainspect.errors import InputError, read_failure
 from mhainspect.frontends.gguf.split import split_name
 from mhainspect.frontends.gguf.swa import SwaLayout, disabled_note, swa_layout, unknown_pattern_warning
-from mhainspect.frontends.remote.blob import Blob, Prefix
+from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, Prefix
 from mhainspect.ir.dtypes import Family, ggml_name, lookup
 from mhainspect.ir.limits import MAX_DIM, bounded_numel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
@@ -128,6 +128,7 @@ class _Cursor:
         self.strings_walked = 0
         self.grow = grow
         self.string_bytes = self.strings_measured = 0  # string lengths walked so far: the next ones' estimate
+        self.tail = 0  # an estimate of the tensor infos, added to a fetch so the last range holds them too
 
     def held(self) -> int:
         return self.size if self.grow is None else min(self.grow.held, self.size)
@@ -135,7 +136,12 @@ class _Cursor:
     def fetch(self, end: int, hint: int = 0) -> None:
         """Hold the bytes up to ``end`` (a remote file), fetching up to ``hint`` if it has to fetch."""
         if self.grow is not None and end > self.grow.held:
-            self.grow.ensure(min(end, self.size), min(max(hint, self.grow.held * 3 // 2), self.size))
+            # No estimate: grow by half of what is held (a few ranges for any header); an estimate
+            # is taken as it is (it is sized to what comes next, so little past the header is fetched).
+            # At least a first range's worth more: estimates that fall short by a little (later tokens
+            # are longer) cost no run of tiny ranges; past the header, that is all that is fetched.
+            target = max(hint if hint else self.grow.held * 3 // 2, self.grow.held + FIRST_RANGE) + self.tail
+            self.grow.ensure(min(end, self.size), min(max(target, end), self.size))
 
     def avg_string(self) -> int:
         return self.string_bytes // self.strings_measured + 1 if self.strings_measured else 8
@@ -301,6 +307,7 @@ def _parse(buf: mmap.mmap | bytearray, size: int, path: str | Path, grow: Prefix
     cur = _Cursor(buf, size, order, path, grow)
     cur.pos = 8
     n_tensors = cur.u64("tensor count")
+    cur.tail = min(n_tensors * _TENSOR_INFO_GUESS, FIRST_RANGE)
     n_kv = cur.u64("key count")
     if n_kv > MAX_KEYS or n_tensors > MAX_TENSORS or n_kv * _MIN_KV + n_tensors * _MIN_TENSOR_INFO > cur.left():
         raise cur.fail(f"declares {n_kv:,} keys and {n_tensors:,} tensors, more than its {cur.left():,} header "

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, overload
 
 from mhainspect.errors import InputError, read_failure
+from mhainspect.frontends.remote.parallel import in_parallel
 
 # The first speculative range of a header read: a median safetensors header is ~6 KB, most are
 # below this; a GGUF header's first keys and array lengths are in it. Longer headers cost a second
@@ -155,12 +156,16 @@ class Prefix:
 # Read-ahead of SparseView: the window a missed byte fetches after a jump, and its ceiling.
 _SPARSE_MIN = 1024
 _SPARSE_MAX = 8 * 1024 * 1024
+_MAX_PERIOD = 64  # tensors of one layer, the longest pattern of landings looked for
+_MAX_PREDICTED = 48  # landings fetched ahead at once (three rounds of parallel reads)
+_MERGE_GAP = 16 * 1024  # predicted landings closer than this share one range (a bias after its weight)
 
 
 @dataclass
 class _Run:
     start: int
     data: bytes
+    landings: set[int] = field(default_factory=set)  # predicted landings in it, not yet touched
 
     @property
     def end(self) -> int:
@@ -171,7 +176,13 @@ class SparseView:
     """A remote file indexed like a memoryview (``view[i]``, ``view[a:b]``, ``len(view)``) that
     fetches only the spans touched. Held spans are kept sorted and never fetched twice; a miss right
     after the last fetched span grows the read-ahead window by half (so the bytes fetched past a
-    sequential run stay below half of the run), a miss elsewhere starts at the minimum again."""
+    sequential run stay below half of the run), a miss elsewhere starts at the minimum again.
+
+    Jumps: a walk that skips payloads (an ONNX file's inline weights) lands on each tensor's header
+    only after reading the one before it, one round trip each. Layers repeat, and so do the
+    distances between the places it lands: when the last distances repeat with a period (a layer's
+    tensors), the next landings are predicted and their small windows fetched in parallel with the
+    one needed now; a wrong prediction costs its window, a right one a round trip."""
 
     def __init__(self, blob: Blob, size: int) -> None:
         self.blob = blob
@@ -179,15 +190,14 @@ class SparseView:
         self._runs: list[_Run] = []
         self._last: _Run | None = None
         self._window = _SPARSE_MIN
+        self._jumps: list[int] = []  # where the walk landed after a skip, in order
         self.fetched = 0
 
     def __len__(self) -> int:
         return self._len
 
-    def _find(self, pos: int) -> _Run | None:
-        last = self._last
-        if last is not None and last.start <= pos < last.end:
-            return last
+    def _locate(self, pos: int) -> _Run | None:
+        """The held span holding ``pos`` (no side effect)."""
         lo, hi = 0, len(self._runs)
         while lo < hi:
             mid = (lo + hi) // 2
@@ -197,13 +207,53 @@ class SparseView:
             elif pos >= run.end:
                 lo = mid + 1
             else:
-                self._last = run
                 return run
         return None
 
+    def _find(self, pos: int) -> _Run | None:
+        """The held span the walk touches at ``pos``; a predicted landing touched joins the pattern."""
+        last = self._last
+        if last is not None and last.start <= pos < last.end and not last.landings:
+            return last
+        run = self._locate(pos)
+        if run is not None:
+            self._last = run
+            if run.landings and pos in run.landings:  # a landing the prediction got right: part of the pattern
+                run.landings.discard(pos)
+                self._jumps.append(pos)
+        return run
+
+    def _predict(self, pos: int) -> list[int]:
+        """The next landings, when the distances between the last ones repeat with a period."""
+        jumps = self._jumps
+        if len(jumps) < 5:
+            return []
+        recent = jumps[-2 * _MAX_PERIOD - 1:]
+        deltas = [b - a for a, b in zip(recent, recent[1:])]
+        # The period the most recent distances follow the longest (a weight and its bias repeat
+        # with period 2 within a layer; the layer, with its MLP, is the period that goes on).
+        best, held_for = 0, 0
+        for p in range(1, len(deltas) // 2 + 1):
+            run = 0
+            while run + p < len(deltas) and deltas[-1 - run] == deltas[-1 - run - p]:
+                run += 1
+            if run >= p and run > held_for:
+                best, held_for = p, run
+        if not best:
+            return []
+        period = best
+        out: list[int] = []
+        at = pos
+        for k in range(min(max(2 * period, held_for), _MAX_PREDICTED)):
+            at += deltas[-period + k % period]
+            if at <= pos or at >= self._len:
+                break
+            out.append(at)
+        return out
+
     def seed(self, start: int, data: bytes) -> None:
         """Bytes already fetched (the tail that told the size) become a held span."""
-        if data and self._find(start) is None:
+        if data and self._locate(start) is None:
             self._runs.append(_Run(start, data))
             self._runs.sort(key=lambda r: r.start)
 
@@ -211,29 +261,49 @@ class SparseView:
         """Fetch the spans of [start, end) not held yet, exactly (a member whose extent is known)."""
         pos, end = max(0, start), min(end, self._len)
         while pos < end:
-            run = self._find(pos)
+            run = self._locate(pos)
             if run is not None:
                 pos = run.end
                 continue
             self._fetch(pos, end, readahead=False)
 
     def _fetch(self, start: int, end: int, readahead: bool = True) -> None:
-        """Fetch at least [start, end) (stopping before the next held span), with read-ahead."""
-        sequential = self._last is not None and self._last.end == start
+        """Fetch at least [start, end) (stopping before the next held span), with read-ahead, and
+        the predicted landings after a jump."""
+        # Sequential: right after the last span fetched, or a few small fields past it (a walk over
+        # small messages skips their bodies): the window grows; a jump starts it small again.
+        last = self._last
+        sequential = last is not None and last.end <= start < last.end + self._window
         self._window = min(self._window * 3 // 2, _SPARSE_MAX) if sequential else _SPARSE_MIN
+        if sequential and last is not None and self._locate(last.end) is None:
+            start = last.end  # the few bytes skipped are fetched too: the copy of the run reads them next
         stop = min(max(end, start + self._window) if readahead else end, self._len)
-        later = [r.start for r in self._runs if r.start > start]
-        if later:  # up to the next held span at most: the slice loop goes on from there
-            stop = min(stop, later[0])
-        data = self.blob.read(start, stop - start)
-        if len(data) != stop - start:
-            raise InputError(f"{self.blob.name}: the server sent {len(data):,} bytes for a {stop - start:,}-byte "
-                             "range (the file changed or the server misreports lengths)")
-        self.fetched += len(data)
-        run = _Run(start, data)
-        self._runs.append(run)
+        predicted: list[int] = []
+        if readahead and not sequential:
+            self._jumps.append(start)
+            predicted = [q for q in self._predict(start) if q >= stop and self._locate(q) is None]
+        starts = sorted({start, *predicted})
+        bounds = sorted({r.start for r in self._runs} | set(starts))
+        spans: list[tuple[int, int, set[int]]] = []
+        for q in starts:
+            limit = next((b for b in bounds if b > q), self._len)  # never into a held or another span
+            q_stop = min(stop if q == start else q + _SPARSE_MIN, limit, self._len)
+            if spans and spans[-1][0] != start and q != start and q - spans[-1][1] <= _MERGE_GAP \
+                    and not any(spans[-1][1] <= r.start < q for r in self._runs):
+                spans[-1] = (spans[-1][0], q_stop, spans[-1][2] | {q})  # landings close together: one range
+            else:
+                spans.append((q, q_stop, {q} if q != start else set()))
+        datas = in_parallel(lambda span: self.blob.read(span[0], span[1] - span[0]), spans, len(spans) > 1)
+        for (q, q_stop, landings), data in zip(spans, datas):
+            if len(data) != q_stop - q:
+                raise InputError(f"{self.blob.name}: the server sent {len(data):,} bytes for a {q_stop - q:,}-byte "
+                                 "range (the file changed or the server misreports lengths)")
+            self.fetched += len(data)
+            run = _Run(q, data, landings)
+            self._runs.append(run)
+            if q == start:
+                self._last = run
         self._runs.sort(key=lambda r: r.start)
-        self._last = run
 
     @overload
     def __getitem__(self, key: int) -> int: ...

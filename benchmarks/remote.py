@@ -1,0 +1,262 @@
+"""Benchmark: what a remote audit costs (requests, bytes, wall time) against the floor, on loopback
+with injected latency.
+
+    python benchmarks/remote.py [--latency 0.05] [--models 70b,moe,gguf,onnx] [--dir DIR] [--repeat 3]
+
+A minimal Hub (the tests' servers: tests/remote_servers.py) serves each model on 127.0.0.1, every
+request answered after --latency seconds (the Hub's API and its LFS storage alike; LFS files
+answer with a redirect to the storage host, as on the Hub); the audit runs in this process, its
+listing cache cleared before each run, and the servers count requests and bytes.
+
+- 70b: a Llama-3-70B-shaped folder (80 layers, 8192 wide, GQA 64/8, vocab 128256, bf16) in 30
+  shards: config.json, the index and sparse shards whose headers are real-sized.
+- moe: DeepSeek-V3's layout (benchmarks/checkpoint_headers.py: ~92k tensors, fp8 with block scales,
+  135 shards, ~11 MB of headers).
+- gguf: a Llama-3-8B-shaped Q4_K file with a real-sized vocabulary (128,256 tokens, 280,147
+  merges: a ~7 MB header), sparse data; also read from a plain URL (no Hub).
+- onnx: a 1.8 GB ONNX file whose weights are inline (raw_data), sparse: the scan skips the payloads.
+
+The floor: safetensors, the listing, then config.json and every shard's 8 + header bytes in
+parallel, each LFS read behind its redirect (3 round trips); GGUF, the header up to the tensor data
+(one range + its redirect); ONNX, the model minus its weight payloads. Folders go to
+$MHAINSPECT_BENCH_DIR or /tmp/mhainspect-bench/remote (never the repository).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+
+from remote_models import (  # noqa: E402
+    ITEMSIZE,
+    llama_config,
+    llama_tensors,
+    merges,
+    vocabulary,
+    write_hf_folder,
+    write_sparse_onnx,
+)
+from remote_servers import Repo, hub  # noqa: E402
+
+MB = 1024 * 1024
+
+
+@dataclass
+class Row:
+    model: str
+    requests: int
+    floor_requests: int
+    bytes: int
+    floor_bytes: int
+    seconds: float
+    floor_seconds: float
+    blocks: int
+
+
+def _header_len(path: Path) -> int:
+    with open(path, "rb") as fh:
+        return 8 + struct.unpack("<Q", fh.read(8))[0]
+
+
+def make_70b(folder: Path) -> Path:
+    if not (folder / "config.json").is_file():
+        cfg = llama_config(8192, 64, 8, 80, vocab=128256, ffn=28672, rope_theta=500000.0)
+        write_hf_folder(folder, cfg, llama_tensors(8192, 64, 8, 80, vocab=128256, ffn=28672), shards=30)
+    return folder
+
+
+def make_moe(folder: Path) -> Path:
+    from checkpoint_headers import MODELS, write_folder
+
+    return write_folder(MODELS["deepseek-v3"], folder)
+
+
+_GGML_Q4_K, _GGML_F32 = 12, 0
+
+
+def _gguf_string(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def make_gguf(folder: Path) -> Path:
+    """A Llama-3-8B-shaped GGUF header with the real vocabulary sizes, written by hand (the gguf
+    writer would allocate the tensors), the data sparse."""
+    path = folder / "model-Q4_K_M.gguf"
+    if path.is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    d, layers, heads, kv, ffn, vocab = 4096, 32, 32, 8, 14336, 128256
+    kvs: list[bytes] = []
+
+    def kv_u32(key: str, value: int) -> None:
+        kvs.append(_gguf_string(key) + struct.pack("<II", 4, value))
+
+    def kv_str(key: str, value: str) -> None:
+        kvs.append(_gguf_string(key) + struct.pack("<I", 8) + _gguf_string(value))
+
+    def kv_strings(key: str, values: list[str]) -> None:
+        kvs.append(_gguf_string(key) + struct.pack("<IIQ", 9, 8, len(values)) + b"".join(map(_gguf_string, values)))
+
+    kv_str("general.architecture", "llama")
+    kv_str("general.name", "Llama-3-8B-shaped")
+    for key, value in (("block_count", layers), ("embedding_length", d), ("attention.head_count", heads),
+                       ("attention.head_count_kv", kv), ("feed_forward_length", ffn), ("context_length", 8192)):
+        kv_u32(f"llama.{key}", value)
+    kv_str("tokenizer.ggml.model", "gpt2")
+    kv_strings("tokenizer.ggml.tokens", vocabulary(vocab))
+    kvs.append(_gguf_string("tokenizer.ggml.token_type") + struct.pack("<IIQ", 9, 5, vocab) + b"\x01\x00\x00\x00" * vocab)
+    kv_strings("tokenizer.ggml.merges", merges(280147))
+    tensors: list[tuple[str, list[int], int]] = [("token_embd.weight", [d, vocab], _GGML_Q4_K)]
+    for i in range(layers):
+        p = f"blk.{i}"
+        tensors += [(f"{p}.attn_norm.weight", [d], _GGML_F32), (f"{p}.attn_q.weight", [d, d], _GGML_Q4_K),
+                    (f"{p}.attn_k.weight", [d, kv * 128], _GGML_Q4_K), (f"{p}.attn_v.weight", [d, kv * 128], _GGML_Q4_K),
+                    (f"{p}.attn_output.weight", [d, d], _GGML_Q4_K), (f"{p}.ffn_norm.weight", [d], _GGML_F32),
+                    (f"{p}.ffn_gate.weight", [d, ffn], _GGML_Q4_K), (f"{p}.ffn_up.weight", [d, ffn], _GGML_Q4_K),
+                    (f"{p}.ffn_down.weight", [ffn, d], _GGML_Q4_K)]
+    tensors += [("output_norm.weight", [d], _GGML_F32), ("output.weight", [d, vocab], _GGML_Q4_K)]
+    infos: list[bytes] = []
+    offset = 0
+    for name, ne, gtype in tensors:
+        numel = math.prod(ne)
+        nbytes = numel * 4 if gtype == _GGML_F32 else numel // 256 * 144
+        infos.append(_gguf_string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", x) for x in ne)
+                     + struct.pack("<IQ", gtype, offset))
+        offset += -(-nbytes // 32) * 32
+    header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs) + b"".join(infos)
+    with open(path, "wb") as fh:
+        fh.write(header)
+        fh.truncate(-(-len(header) // 32) * 32 + offset)
+    return folder
+
+
+def make_onnx(folder: Path) -> Path:
+    """A 1.8 GB ONNX model with inline weights (tests/remote_models.write_sparse_onnx: 32 attention
+    layers, d 1024, 16 heads, their MLP and embedding initializers), every payload sparse."""
+    path = folder / "model.onnx"
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_sparse_onnx(path, layers=32, d=1024, heads=16)
+    return folder
+
+
+def _floor_folder(folder: Path) -> tuple[int, int]:
+    shards = sorted(folder.glob("*.safetensors"))
+    return 2 + 2 * len(shards), (folder / "config.json").stat().st_size + sum(_header_len(p) for p in shards)
+
+
+def _floor_gguf(folder: Path) -> tuple[int, int]:
+    from mhainspect.frontends.gguf.reader import read_header
+
+    return 2, read_header(next(folder.glob("*.gguf"))).data_offset
+
+
+def _floor_onnx(folder: Path) -> tuple[int, int]:
+    import mmap
+
+    from mhainspect.frontends.onnx.wire import stripped
+
+    with open(folder / "model.onnx", "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)
+        kept = len(stripped(view))
+        view.release()
+    return 2, kept
+
+
+def run(name: str, folder: Path, spec: str, floors: Callable[[Path], tuple[int, int]], latency: float,
+        repeat: int, tmp: Path, plain: bool = False) -> Row:
+    from remote_servers import FileServer
+
+    from mhainspect.frontends.remote import hub as hub_module
+    from mhainspect.pipeline import audit
+
+    floor_requests, floor_bytes = floors(folder)
+    best: Row | None = None
+    for _ in range(repeat):
+        hub_module._LISTINGS.clear()
+        if plain:
+            with FileServer(folder, latency=latency) as server:
+                start = time.perf_counter()
+                report = audit(server.url(spec))
+                seconds = time.perf_counter() - start
+                requests, sent = server.log.requests, server.log.bytes
+            rounds = 1
+            floor_r = floor_requests - 1
+        else:
+            with hub(tmp, {"org/model": Repo(folder)}, latency=latency) as (api, storage):
+                os.environ["HF_ENDPOINT"] = api.endpoint
+                start = time.perf_counter()
+                report = audit(spec)
+                seconds = time.perf_counter() - start
+                requests = api.log.requests + storage.log.requests
+                sent = api.log.bytes + storage.log.bytes
+            rounds = 3
+            floor_r = floor_requests
+        row = Row(name, requests, floor_r, sent, floor_bytes, seconds, rounds * latency, len(report.blocks))
+        if best is None or row.seconds < best.seconds:
+            best = row
+    assert best is not None
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--latency", type=float, default=0.05)
+    ap.add_argument("--models", default="70b,moe,gguf,onnx")
+    ap.add_argument("--dir", type=Path, default=Path(os.environ.get("MHAINSPECT_BENCH_DIR",
+                                                                    "/tmp/mhainspect-bench")) / "remote")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_CACHE", tempfile.mkdtemp(prefix="mhainspect-empty-cache-"))
+    os.environ.pop("HF_TOKEN", None)
+    os.environ.pop("HF_HUB_OFFLINE", None)
+    wanted = args.models.split(",")
+    rows: list[Row] = []
+    tmp = Path(tempfile.mkdtemp(prefix="mhainspect-remote-bench-"))
+    if "70b" in wanted:
+        folder = make_70b(args.dir / "llama-70b")
+        rows.append(run("70B-shaped, 30 shards (Hub)", folder, "hf://org/model", _floor_folder, args.latency,
+                        args.repeat, tmp / "a"))
+    if "moe" in wanted:
+        folder = make_moe(args.dir / "deepseek-v3")
+        rows.append(run("DeepSeek-V3-shaped MoE, 92k tensors (Hub)", folder, "hf://org/model", _floor_folder,
+                        args.latency, args.repeat, tmp / "b"))
+    if "gguf" in wanted:
+        folder = make_gguf(args.dir / "gguf")
+        rows.append(run("GGUF, 128k vocabulary (Hub)", folder, "hf://org/model/model-Q4_K_M.gguf", _floor_gguf,
+                        args.latency, args.repeat, tmp / "c"))
+        rows.append(run("GGUF, 128k vocabulary (URL)", folder, "model-Q4_K_M.gguf", _floor_gguf, args.latency,
+                        args.repeat, tmp / "d", plain=True))
+    if "onnx" in wanted:
+        folder = make_onnx(args.dir / "onnx")
+        size = (folder / "model.onnx").stat().st_size
+        row = run(f"ONNX, {size / 1e9:.1f} GB inline weights (URL)", folder, "model.onnx", _floor_onnx,
+                  args.latency, args.repeat, tmp / "e", plain=True)
+        rows.append(row)
+        print(f"ONNX: {row.bytes / size:.3%} of the file fetched")
+    print(f"\nlatency {args.latency * 1000:.0f} ms per request, best of {args.repeat}\n")
+    print("| model | requests (floor) | bytes (floor) | wall s (floor) | blocks |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r.model} | {r.requests} ({r.floor_requests}) | {r.bytes / MB:.2f} MB ({r.floor_bytes / MB:.2f} MB) "
+              f"| {r.seconds:.2f} ({r.floor_seconds:.2f}) | {r.blocks} |")
+    print(json.dumps([r.__dict__ for r in rows]), file=sys.stderr)
+
+
+_ = ITEMSIZE  # the dtype sizes the shards are written with (tests/remote_models.py)
+
+if __name__ == "__main__":
+    main()
