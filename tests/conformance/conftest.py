@@ -1,12 +1,23 @@
 """The zoo's exports, once per session, shared by the conformance and consistency suites.
 
-Exports are cached in MHAINSPECT_ZOO_DIR when set (reuse across runs), else in a session temp dir.
+Where the exports live:
+
+- ``MHAINSPECT_ZOO_DIR`` when set (that folder, reused across runs as it is);
+- else a cache outside the repository, ``$XDG_CACHE_HOME/mhainspect-tests/zoo-<key>`` (default
+  ``~/.cache/mhainspect-tests``), where the key hashes what the exports depend on: the generator's
+  code (zoo.py, extended.py), the versions of torch, transformers, onnx, onnxscript and
+  onnxruntime, and the Python version. Unchanged inputs reuse the exports of an earlier run (a
+  run cut short keeps the models it finished); any change gives a new key and a fresh export;
+- under ``CI=true`` (or ``MHAINSPECT_ZOO_CACHE=0``), a session temp folder: a clean machine
+  builds the zoo fresh.
+
+The export says how far it is, on the terminal, while it runs (it is most of the suite's time).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import time
 from typing import Any
 
 import pytest
@@ -20,14 +31,19 @@ except ImportError:  # no torch / transformers: the suites skip themselves
 else:
     EXTENDED_VARIANTS = tuple(v for v in zoo.VARIANTS if os.environ.get("MHAINSPECT_CONFORMANCE_FULL")
                               or v.name in DEFAULT_VARIANTS)
-
+    from tests.conformance.zoo_cache import Progress, zoo_dir
 
 @pytest.fixture(scope="session")
-def manifest(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
-    outdir = Path(os.environ.get("MHAINSPECT_ZOO_DIR") or tmp_path_factory.mktemp("zoo"))
+def manifest(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+             ) -> dict[tuple[str, str], dict[str, Any]]:
+    outdir, how = zoo_dir(tmp_path_factory, EXTENDED_VARIANTS)
     jobs = int(os.environ.get("MHAINSPECT_ZOO_JOBS", "2"))
-    zoo.export_all(outdir, jobs=jobs)
-    result = zoo.export_all(outdir, cases=EXTENDED_CASES, variants=EXTENDED_VARIANTS, jobs=jobs)
+    total = len(zoo.CASES) * len(zoo.VARIANTS) + len(EXTENDED_CASES) * len(EXTENDED_VARIANTS)
+    progress = Progress(pytestconfig, total, outdir, how)
+    zoo.export_all(outdir, jobs=jobs, progress=progress)
+    result = zoo.export_all(outdir, cases=EXTENDED_CASES, variants=EXTENDED_VARIANTS, jobs=jobs, progress=progress)
+    progress.say(f"conformance zoo: ready ({progress.done} exported now, {total - progress.done} reused) in "
+                 f"{time.monotonic() - progress.start:.0f} s")
     entries = {
         (e["case"], e["variant"]): dict(e, path=str(outdir / e["file"]) if e.get("file") else None)
         for e in result["entries"]

@@ -5,7 +5,7 @@ SDPA attention; torch nn.MultiheadAttention variants, an SDPA module, the Annota
 controls without attention) is exported once per session with every exporter variant, audited
 with mhainspect, and compared with the ground truth read from the torch modules themselves.
 
-Exports are cached in MHAINSPECT_ZOO_DIR when set (reuse across runs), else in a session temp dir.
+Exports are reused across runs from a cache keyed by what they depend on (tests/conformance/conftest.py).
 """
 
 from __future__ import annotations
