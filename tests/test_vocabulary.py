@@ -29,7 +29,10 @@ from mhainspect.results import (
 )
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text(encoding="utf-8"))
-README = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+DOCS = Path(__file__).parents[1] / "docs"
+FLAGS_MD = (DOCS / "flags.md").read_text(encoding="utf-8")
+JSON_MD = (DOCS / "json.md").read_text(encoding="utf-8")  # the JSON fields in words (moved from the README)
+PATTERNS_MD = (DOCS / "patterns.md").read_text(encoding="utf-8")  # what is recognised and counted
 
 
 def _values(enum: type) -> set[str]:
@@ -47,18 +50,17 @@ def test_schema_lists_the_python_enums() -> None:
     assert set(re.fullmatch(r"\^\((.*)\)\(:\.\+\)\?\$", pattern).group(1).split("|")) == _values(Matcher)  # type: ignore[union-attr]
 
 
-def test_every_flag_code_is_in_the_schema_the_readme_table_and_flags_md() -> None:
+def test_every_flag_code_is_in_the_schema_the_flags_table_and_its_sections() -> None:
     """One vocabulary of flag codes (flags.FLAG_CODES) with one severity each, everywhere it is listed."""
     assert SCHEMA["$defs"]["flag"]["properties"]["code"]["enum"] == list(FLAG_CODES)
-    table = dict(re.findall(r"^\| (MHA\d{3}) \| (\w+) \|", README, re.M))
-    flags_md = (Path(__file__).parents[1] / "docs" / "flags.md").read_text(encoding="utf-8")
-    headings = dict(re.findall(r"^## (MHA\d{3}) — .*\((\w+)\)$", flags_md, re.M))
+    table = dict(re.findall(r"^\| (MHA\d{3}) \| (\w+) \|", FLAGS_MD, re.M))
+    headings = dict(re.findall(r"^## (MHA\d{3}) — .*\((\w+)\)$", FLAGS_MD, re.M))
     expected = {code: str(severity) for code, (severity, _) in FLAG_CODES.items()}
     assert table == expected and headings == expected
 
 
-def test_readme_lists_every_evidence_source() -> None:
-    listed = README[README.index("`evidence[].source` is one of"):]
+def test_json_docs_list_every_evidence_source() -> None:
+    listed = JSON_MD[JSON_MD.index("`evidence[].source` is one of"):]
     listed = listed[:listed.index("never renamed")]
     assert _values(EvidenceSource) <= set(re.findall(r"`([a-z_]+)`", listed))
 
@@ -109,14 +111,14 @@ def test_docs_describe_what_the_size_and_accounting_passes_now_do() -> None:
     status = SCHEMA["$defs"]["kvCache"]["properties"]["status"]["description"]
     unknown = status[status.index("unknown:"):]
     assert "near miss" in unknown
-    readme_unknown = README[README.index("`unknown` (some block"):]
-    assert "near" in readme_unknown[:readme_unknown.index("`reason`")]
+    docs_unknown = JSON_MD[JSON_MD.index("`unknown` (some block"):]
+    assert "near" in docs_unknown[:docs_unknown.index("`reason`")]
     total = SCHEMA["$defs"]["model"]["properties"]["total_params"]["description"]
     not_counted = total[total.index("Not counted"):]
-    readme_not = README[README.index("Not parameters:"):README.index("`attention_params` sums")]
-    for text in (not_counted, readme_not):
+    docs_not = PATTERNS_MD[PATTERNS_MD.index("Not parameters:"):PATTERNS_MD.index("`attention_params` sums")]
+    for text in (not_counted, docs_not):
         assert "comparisons" in text and "RotaryEmbedding" in text
     # A block applied N times (applications) caches N times its own per-token figure.
     per_block = SCHEMA["$defs"]["block"]["properties"]["kv_cache_bytes_per_token"]["description"]
-    readme_sum = README[README.index("`bytes_per_token` sums"):README.index("`total_bytes` is that at")]
-    assert "applications" in per_block and "applications" in readme_sum
+    docs_sum = JSON_MD[JSON_MD.index("`bytes_per_token` sums"):JSON_MD.index("`total_bytes` is that at")]
+    assert "applications" in per_block and "applications" in docs_sum
