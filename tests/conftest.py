@@ -16,6 +16,13 @@ DOCS_DIR = REPO_ROOT / "docs"
 GOLDEN_DIR = REPO_ROOT / "tests" / "golden"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every conformance test is slow too (the zoo export), so -m 'not slow' is the one quick loop."""
+    for item in items:
+        if item.get_closest_marker("conformance") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-golden",

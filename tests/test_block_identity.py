@@ -247,6 +247,7 @@ def two_torch_modules(shared: str) -> Any:
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 @pytest.mark.parametrize(("shared", "expected"), [
     ("q", [(1, 4224), (1, 3168)]), ("qkv", [(1, 4224), (1, 1056)]), ("loop", [(2, 4224)])])
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_torch_modules_sharing_a_projection_exported_by_both_exporters(
         tmp_path: Path, dynamo: bool, shared: str, expected: list[tuple[int, int]]) -> None:
     torch = pytest.importorskip("torch")

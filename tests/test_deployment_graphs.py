@@ -55,6 +55,7 @@ def bases(deploy_dir: Path) -> dict[str, object]:
 
 @pytest.mark.parametrize("kind", MODEL_KINDS)
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "phi3"])
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_exported_model_blocks_are_exact(bases: dict[str, object], name: str, kind: str) -> None:
     from tests.deploy_measure import mismatch
     from tests.deployment_models import Base, variant

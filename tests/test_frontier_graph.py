@@ -59,6 +59,7 @@ def _conv_case(name: str) -> tuple[torch.nn.Module, torch.Tensor, dict[int, str]
 
 @pytest.mark.parametrize("exporter", sorted(EXPORTERS))
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_pointwise_convolutions_are_projections_in_exports(tmp_path: Path, case: str, exporter: str) -> None:
     model, x, axes = _conv_case(case)
     path = fm.export(model, (x,), str(tmp_path / "m.onnx"), dynamo=EXPORTERS[exporter], dynamic={"x0": axes})
@@ -81,6 +82,7 @@ def test_pointwise_convolutions_are_projections_in_modules(case: str) -> None:
 
 
 @pytest.mark.parametrize("exporter", sorted(EXPORTERS))
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_kind_is_unknown_when_projections_are_not_resolved(tmp_path: Path, exporter: str) -> None:
     """Q, K and V made by 3-wide convolutions: no projection is resolved, and the tensors they come
     from are outputs of ops the matcher does not see through. Nothing shows a second source of K/V,

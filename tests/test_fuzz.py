@@ -83,6 +83,7 @@ def test_byte_mutations_keep_the_contract(workdir: Path, sample: int, mutations:
 
 @settings(max_examples=settings().max_examples * 2)
 @given(sample=samples, mutations=field_mutations)
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_field_mutations_keep_the_contract(workdir: Path, sample: int, mutations: list[tuple[object, ...]]) -> None:
     _check(workdir, _mutated_fields(sample, mutations))
 

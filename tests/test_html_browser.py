@@ -25,6 +25,7 @@ from mhainspect.render.html import render_html
 from mhainspect.results import KVCache, Report
 
 SAMPLES = sorted((Path(__file__).resolve().parents[1] / "sample_models").glob("*.onnx"))
+pytestmark = pytest.mark.slow  # a headless browser per page (-m 'not slow' leaves them out)
 
 
 def _open(page_text: str, folder: Path, name: str = "page.html") -> Loaded:

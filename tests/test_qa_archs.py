@@ -70,6 +70,7 @@ CONSTANT_TABLES = {
 
 
 @pytest.mark.parametrize("arch", sorted(CONSTANT_TABLES))
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_constant_nodes_of_a_torch_export_are_not_parameters(arch: str, tmp_path: Path) -> None:
     import onnx
 
@@ -171,6 +172,7 @@ def _deepseek() -> Any:
 
 
 @pytest.mark.parametrize("front", ["onnx", "module", "folder"])
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_latent_attention_is_one_latent_block(front: str, tmp_path: Path) -> None:
     model = _deepseek()
     cfg = model.config

@@ -116,6 +116,7 @@ def deberta_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[A
     return {"v2": (v2, _hf_onnx(v2, out / "v2.onnx")), "v1": (v1, _hf_onnx(v1, out / "v1.onnx"))}
 
 
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_deberta_v2_every_layer_has_its_heads(deberta_files: dict[str, tuple[Any, Path]]) -> None:
     m, path = deberta_files["v2"]
     _, blocks = _blocks(path)

@@ -245,6 +245,7 @@ def _module_bytes(model: Any, aux: tuple[str, ...]) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("kind", ["gptq", "fp8"])
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_module_with_quantized_linears(kind: str) -> None:
     from mhainspect import inspect
 

@@ -96,6 +96,7 @@ DECODERS = ["gpt2", "llama_gqa", "llama_mqa", "llama_fp16", "mistral", "hybrid",
 
 
 @pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.slow  # many seconds: models exported and run (-m 'not slow' leaves it out)
 def test_kv_cache_equals_every_present_output(name: str, exported: Callable[[str], se.Export]) -> None:
     export = exported(name)
     outputs = se.run(export)

@@ -98,6 +98,7 @@ def test_constant_mask_patterns() -> None:
 # ----------------------------------------------------------------------------- exports
 
 
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_dynamo_mistral_constant_mask_is_causal_with_window(tmp_path: Path) -> None:
     model = _model("MistralConfig", "MistralModel", sliding_window=4, **MISTRAL)
     path = _export(model, tmp_path / "mistral.dynamo.onnx", dynamo=True)

@@ -60,6 +60,7 @@ def _saved(model: Any, path: Path, *, config: bool) -> Path:
     return path
 
 
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_gpt_bigcode_module_and_folder(tmp_path: Path) -> None:
     model = _bigcode()
     module = mhainspect.inspect(model)

@@ -81,6 +81,7 @@ def test_multihead_attention_kdim_vdim_bias_kv_and_no_bias() -> None:
 
 
 @pytest.mark.parametrize("heads", [4, 12])
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_roberta_meta_device_tied_weights_once(heads: int) -> None:
     transformers = _quiet_transformers()
     with torch.device("meta"):
@@ -465,6 +466,7 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
                           cwd=cwd, timeout=300)
 
 
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_cli_factory_spec(tmp_path: Path, schema_validator: Draft202012Validator) -> None:
     factory = tmp_path / "factory.py"
     _write_factory(factory)
