@@ -163,37 +163,8 @@ def read_torch_zip(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
                    unpickling_reason: Callable[[str], str] = str) -> dict[str, WeightMeta]:
     """Tensor metadata of a zip-format torch.save file that answers ranged reads; ``values`` as for
     read_safetensors_header. ``unpickling_reason`` words a refusal as the local reader does."""
-    tail = blob.tail(TAIL_RANGE)
-    size = blob.size()
-    view = SparseView(blob, size)
-    view.seed(size - len(tail), tail)
-    try:
-        archive = zipfile.ZipFile(BlobFile(view))
-    except zipfile.BadZipFile as exc:
-        head = view[0:4]
-        if head.startswith(b"\x80"):
-            raise InputError(f"{blob.name}: a legacy (non-zip) PyTorch checkpoint: its storages follow the pickle, "
-                             "so it is read on local disk only (save it again with torch >= 1.6)") from None
-        if not head.startswith(b"PK\x03\x04"):
-            raise InputError(f"{blob.name}: not a PyTorch checkpoint (neither a zip archive nor a pickle)") from None
-        raise InputError(f"{blob.name}: not a PyTorch checkpoint (broken zip archive: {exc})") from None
-    infos = archive.infolist()
-    for info in infos:
-        if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
-            raise InputError(f"{blob.name}: refused: archive member {info.filename!r} is compressed or larger than "
-                             "the file (torch.save never writes that; a zip bomb?)")
-    _, members = archive_members([i.filename for i in infos])
-    if "constants.pkl" in members and any(n.startswith("code/") for n in members):
-        raise InputError(f"{blob.name}: a TorchScript archive (torch.jit.save): not read by this version")
-    if "serialized_exported_program.json" in members or any(n.startswith("models/") and n.endswith(".json")
-                                                            for n in members):
-        raise InputError(f"{blob.name}: a torch.export program (torch.export.save): not read by this version")
-    pickles = [i for i in infos if i.filename.endswith("data.pkl") and i.filename.count("/") <= 1]
-    if not pickles:
-        raise InputError(f"{blob.name}: not a PyTorch checkpoint (no data.pkl in the archive)")
-    info = pickles[0]
-    if info.file_size > MAX_PICKLE_BYTES:
-        raise InputError(f"{blob.name}: its pickle is {info.file_size:,} bytes (not a state dict's)")
+    archive, view = _open_archive(blob)
+    info = _pickle_member(blob, archive, len(view))
     view.prefetch(info.header_offset,
                   info.header_offset + _LOCAL_HEADER + len(info.filename) + _LOCAL_EXTRA_GUESS + info.compress_size)
     try:
@@ -214,6 +185,45 @@ def read_torch_zip(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
     if values is not None:
         values.update(_small_values(archive, view, root, tensors, out, blob.speculative))
     return out
+
+
+def _open_archive(blob: Blob) -> tuple[zipfile.ZipFile, SparseView]:
+    """The archive's directory, read from a range at its end (and the rest of a long directory)."""
+    tail = blob.tail(TAIL_RANGE)
+    size = blob.size()
+    view = SparseView(blob, size)
+    view.seed(size - len(tail), tail)
+    try:
+        return zipfile.ZipFile(BlobFile(view)), view
+    except zipfile.BadZipFile as exc:
+        head = view[0:4]
+        if head.startswith(b"\x80"):
+            raise InputError(f"{blob.name}: a legacy (non-zip) PyTorch checkpoint: its storages follow the pickle, "
+                             "so it is read on local disk only (save it again with torch >= 1.6)") from None
+        if not head.startswith(b"PK\x03\x04"):
+            raise InputError(f"{blob.name}: not a PyTorch checkpoint (neither a zip archive nor a pickle)") from None
+        raise InputError(f"{blob.name}: not a PyTorch checkpoint (broken zip archive: {exc})") from None
+
+
+def _pickle_member(blob: Blob, archive: zipfile.ZipFile, size: int) -> zipfile.ZipInfo:
+    """data.pkl, once the members say the archive is a torch.save zip (no bomb, no other archive)."""
+    infos = archive.infolist()
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
+            raise InputError(f"{blob.name}: refused: archive member {info.filename!r} is compressed or larger than "
+                             "the file (torch.save never writes that; a zip bomb?)")
+    _, members = archive_members([i.filename for i in infos])
+    if "constants.pkl" in members and any(n.startswith("code/") for n in members):
+        raise InputError(f"{blob.name}: a TorchScript archive (torch.jit.save): not read by this version")
+    if "serialized_exported_program.json" in members or any(n.startswith("models/") and n.endswith(".json")
+                                                            for n in members):
+        raise InputError(f"{blob.name}: a torch.export program (torch.export.save): not read by this version")
+    pickles = [i for i in infos if i.filename.endswith("data.pkl") and i.filename.count("/") <= 1]
+    if not pickles:
+        raise InputError(f"{blob.name}: not a PyTorch checkpoint (no data.pkl in the archive)")
+    if pickles[0].file_size > MAX_PICKLE_BYTES:
+        raise InputError(f"{blob.name}: its pickle is {pickles[0].file_size:,} bytes (not a state dict's)")
+    return pickles[0]
 
 
 def _storage_key(file: str, name: str, t: TensorRef) -> str:

@@ -282,17 +282,7 @@ class SparseView:
         if readahead and not sequential:
             self._jumps.append(start)
             predicted = [q for q in self._predict(start) if q >= stop and self._locate(q) is None]
-        starts = sorted({start, *predicted})
-        bounds = sorted({r.start for r in self._runs} | set(starts))
-        spans: list[tuple[int, int, set[int]]] = []
-        for q in starts:
-            limit = next((b for b in bounds if b > q), self._len)  # never into a held or another span
-            q_stop = min(stop if q == start else q + _SPARSE_MIN, limit, self._len)
-            if spans and spans[-1][0] != start and q != start and q - spans[-1][1] <= _MERGE_GAP \
-                    and not any(spans[-1][1] <= r.start < q for r in self._runs):
-                spans[-1] = (spans[-1][0], q_stop, spans[-1][2] | {q})  # landings close together: one range
-            else:
-                spans.append((q, q_stop, {q} if q != start else set()))
+        spans = self._spans(start, stop, predicted)
         datas = in_parallel(lambda span: self.blob.read(span[0], span[1] - span[0]), spans, len(spans) > 1)
         for (q, q_stop, landings), data in zip(spans, datas):
             if len(data) != q_stop - q:
@@ -304,6 +294,23 @@ class SparseView:
             if q == start:
                 self._last = run
         self._runs.sort(key=lambda r: r.start)
+
+    def _spans(self, start: int, stop: int, predicted: list[int]) -> list[tuple[int, int, set[int]]]:
+        """The ranges to fetch: [start, stop), and a small window at each predicted landing (never
+        into a held span or another window; landings close together share one range), each with
+        the predicted landings it holds."""
+        starts = sorted({start, *predicted})
+        bounds = sorted({r.start for r in self._runs} | set(starts))
+        spans: list[tuple[int, int, set[int]]] = []
+        for q in starts:
+            limit = next((b for b in bounds if b > q), self._len)
+            q_stop = min(stop if q == start else q + _SPARSE_MIN, limit, self._len)
+            if spans and spans[-1][0] != start and q != start and q - spans[-1][1] <= _MERGE_GAP \
+                    and not any(spans[-1][1] <= r.start < q for r in self._runs):
+                spans[-1] = (spans[-1][0], q_stop, spans[-1][2] | {q})
+            else:
+                spans.append((q, q_stop, {q} if q != start else set()))
+        return spans
 
     @overload
     def __getitem__(self, key: int) -> int: ...

@@ -187,20 +187,7 @@ class HttpClient:
         status = response.status
         declared = _int(headers.get("content-length"))
         if status == 206:
-            m = re.match(_CONTENT_RANGE, headers.get("content-range", ""))
-            if m is None:
-                raise InputError(f"{name}: the server answered a range request without a valid Content-Range")
-            first, last = int(m.group(1)), int(m.group(2))
-            total = None if m.group(3) == "*" else int(m.group(3))
-            if start is not None and start >= 0 and first != start or last < first:
-                raise InputError(f"{name}: the server sent bytes {first}-{last} for a request starting at {start}")
-            expected = last - first + 1
-            if declared is not None and declared != expected:
-                raise InputError(f"{name}: the server's lengths disagree (Content-Length {declared:,}, Content-Range "
-                                 f"{expected:,} bytes): it misreports lengths")
-            if length is not None and expected > length:
-                raise InputError(f"{name}: the server sent {expected:,} bytes for a {length:,}-byte range")
-            return self._read(response, expected, url, name, wait, exact=True), total
+            return self._range_body(response, headers, url, name, start, length, wait, declared)
         if status == 416:
             m = re.match(_UNSATISFIED_RANGE, headers.get("content-range", ""))
             return b"", int(m.group(1)) if m else None
@@ -214,16 +201,39 @@ class HttpClient:
             want = length if declared is None else min(length, declared)
             return self._read(response, want, url, name, wait, exact=declared is not None), declared
         if status == 200:
-            cap = limit if limit is not None else _CHUNK
-            if declared is not None and declared > cap:
-                raise InputError(f"{name}: {declared:,} bytes, more than the {cap:,} read for such a file")
-            body = self._read(response, cap + 1, url, name, wait, exact=False)
-            if len(body) > cap:
-                raise InputError(f"{name}: more than the {cap:,} bytes read for such a file")
-            if declared is not None and len(body) != declared:
-                raise InputError(f"{name}: the server announced {declared:,} bytes and sent {len(body):,}")
-            return body, len(body)
+            return self._whole_body(response, url, name, limit, wait, declared)
         return self._read(response, 64 * 1024, url, name, wait, exact=False), None  # an error page, capped
+
+    def _range_body(self, response: Any, headers: Mapping[str, str], url: str, name: str, start: int | None,
+                    length: int | None, wait: float, declared: int | None) -> tuple[bytes, int | None]:
+        """A 206 answer's body, checked against what was asked and what the answer announces."""
+        m = re.match(_CONTENT_RANGE, headers.get("content-range", ""))
+        if m is None:
+            raise InputError(f"{name}: the server answered a range request without a valid Content-Range")
+        first, last = int(m.group(1)), int(m.group(2))
+        total = None if m.group(3) == "*" else int(m.group(3))
+        if start is not None and start >= 0 and first != start or last < first:
+            raise InputError(f"{name}: the server sent bytes {first}-{last} for a request starting at {start}")
+        expected = last - first + 1
+        if declared is not None and declared != expected:
+            raise InputError(f"{name}: the server's lengths disagree (Content-Length {declared:,}, Content-Range "
+                             f"{expected:,} bytes): it misreports lengths")
+        if length is not None and expected > length:
+            raise InputError(f"{name}: the server sent {expected:,} bytes for a {length:,}-byte range")
+        return self._read(response, expected, url, name, wait, exact=True), total
+
+    def _whole_body(self, response: Any, url: str, name: str, limit: int | None, wait: float,
+                    declared: int | None) -> tuple[bytes, int | None]:
+        """A small file asked for whole (a listing), at most ``limit`` bytes."""
+        cap = limit if limit is not None else _CHUNK
+        if declared is not None and declared > cap:
+            raise InputError(f"{name}: {declared:,} bytes, more than the {cap:,} read for such a file")
+        body = self._read(response, cap + 1, url, name, wait, exact=False)
+        if len(body) > cap:
+            raise InputError(f"{name}: more than the {cap:,} bytes read for such a file")
+        if declared is not None and len(body) != declared:
+            raise InputError(f"{name}: the server announced {declared:,} bytes and sent {len(body):,}")
+        return body, len(body)
 
     def _read(self, response: Any, want: int, url: str, name: str, wait: float, *, exact: bool) -> bytes:
         """Up to ``want`` body bytes (exactly ``want`` when ``exact``), each read waiting at most
