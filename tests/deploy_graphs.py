@@ -405,10 +405,16 @@ def ort_mha_packed_kv(proj: Projection, heads: int = 4, d_k: int = 16, d_model: 
 
 def onnx_attention_expanded(proj: Projection | None, heads: int = 8, kv_heads: int = 2, d_k: int = 16, d_model: int = 64,
                             four_d: bool = False, mask: bool = False, past: bool = False, softcap: float = 0.0,
-                            causal: bool = False, expand: bool = True) -> onnx.ModelProto:
-    """Projections around an opset-23 ``Attention`` node, expanded into the function body that the
-    ONNX standard defines for it (with its own grouped-query head repeat), as a backend or an
-    exporter that inlines it writes the graph. ``expand=False`` keeps the fused node."""
+                            causal: bool = False, expand: bool = True, opset: int = 23, mask_rank: int = 2,
+                            bool_mask: bool = False, nonpad: bool = False, window: int | None = None
+                            ) -> onnx.ModelProto:
+    """Projections around an opset-23 (or later) ``Attention`` node, expanded into the function body
+    that the ONNX standard defines for it (with its own grouped-query head repeat), as a backend or
+    an exporter that inlines it writes the graph. ``expand=False`` keeps the fused node.
+    ``mask_rank``: the mask's rank (1 to 4: [total], [seq, total], [heads, seq, total], [batch, 1,
+    seq, total]), ``bool_mask`` a bool mask instead of an additive one; ``nonpad`` (opset >= 24): K/V
+    padded, their valid lengths per batch an input; ``window`` (opset >= 25): a local window of that
+    many positions to the left."""
     from onnx import defs, inliner
 
     b = Builder()
@@ -431,20 +437,30 @@ def onnx_attention_expanded(proj: Projection | None, heads: int = 8, kv_heads: i
         attrs["softcap"] = softcap
     if causal:
         attrs["is_causal"] = 1
+    if window is not None:
+        attrs["left_window_size"] = window
     args = [q, k, v]
     types = [_tp(["batch", "seq", qw] if not four_d else ["batch", heads, "seq", d_k]),
              _tp(["batch", "seq", kw] if not four_d else ["batch", kv_heads, "seq", d_k])] * 1
     types.append(types[1])
-    if mask or past:
+    mask_shape: list[int | str] = {1: ["total"], 2: ["seq", "total"], 3: [heads, "seq", "total"],
+                                   4: ["batch", 1, "seq", "total"]}[mask_rank]
+    mask_type = TensorProto.BOOL if bool_mask else TensorProto.FLOAT
+    if mask or past or nonpad:
         args.append("mask" if mask else "")
-        types.append(_tp(["seq", "total"]) if mask else onnx.TypeProto())
+        types.append(_tp(mask_shape, mask_type) if mask else onnx.TypeProto())
         if mask:
-            inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["seq", "total"]))
-    if past:
-        args += ["past_key", "past_value"]
+            inputs.append(helper.make_tensor_value_info("mask", mask_type, mask_shape))
+    if past or nonpad:
+        args += ["past_key", "past_value"] if past else ["", ""]
         pshape = ["batch", kv_heads, "past", d_k]
-        types += [_tp(pshape), _tp(pshape)]
-        inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, pshape) for n in ("past_key", "past_value")]
+        types += [_tp(pshape), _tp(pshape)] if past else [onnx.TypeProto(), onnx.TypeProto()]
+        if past:
+            inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, pshape) for n in ("past_key", "past_value")]
+    if nonpad:
+        args.append("nonpad_kv_seqlen")
+        types.append(_tp(["batch"], TensorProto.INT64))
+        inputs.append(helper.make_tensor_value_info("nonpad_kv_seqlen", TensorProto.INT64, ["batch"]))
     outs = [b.name("y")] + ([b.name("pk"), b.name("pv")] if past else [])
     node = helper.make_node("Attention", args, outs, name=b.name("Attention"), **attrs)
     b.nodes.append(node)
@@ -455,10 +471,10 @@ def onnx_attention_expanded(proj: Projection | None, heads: int = 8, kv_heads: i
         y = proj(b, y, qw, d_model, True)
     graph = helper.make_graph(b.nodes, "attn", inputs, [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)],
                               b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid(MS, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
     if not expand:
         return model
-    body = defs.get_schema("Attention", 23).get_context_dependent_function(
+    body = defs.get_schema("Attention", opset).get_context_dependent_function(
         node.SerializeToString(), [t.SerializeToString() for t in types])
     func = onnx.FunctionProto()
     func.ParseFromString(body)
@@ -470,12 +486,12 @@ def onnx_attention_expanded(proj: Projection | None, heads: int = 8, kv_heads: i
     inlined = inliner.inline_local_functions(model)
     assert not any(n.op_type == "Attention" for n in inlined.graph.node), "the Attention node was not expanded"
     del inlined.opset_import[:]
-    inlined.opset_import.extend([helper.make_opsetid("", 23), helper.make_opsetid(MS, 1)])
+    inlined.opset_import.extend([helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
     return inlined
 
 
-def _tp(shape: list[int | str]) -> onnx.TypeProto:
-    return helper.make_tensor_type_proto(TensorProto.FLOAT, shape)
+def _tp(shape: list[int | str], elem: int = TensorProto.FLOAT) -> onnx.TypeProto:
+    return helper.make_tensor_type_proto(elem, shape)
 
 
 def keras_einsum_dense(heads: int = 4, d_k: int = 16, d_model: int = 64, quantized: bool = False) -> onnx.ModelProto:

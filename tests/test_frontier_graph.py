@@ -323,3 +323,43 @@ def test_window_attention_table_is_the_blocks_extra(tmp_path: Path, shift: bool)
     assert report.model.total_params == fm.own_params(model)
     by_module = audit_module(model, (x,))
     assert _numbers(_only_block(by_module)) == _truth(model.truth())
+
+
+# ----------------------------------------------------------------------------- ONNX Attention, expanded
+
+
+def _attention_grid() -> list[dict[str, Any]]:
+    """Opset 24 and 25 Attention bodies: 3-D and 4-D inputs, no mask or a mask of rank 1 to 4 (additive or
+    bool), with and without padded K/V (nonpad_kv_seqlen), a cache, causal masking and (opset 25) a
+    local window; the other options cycled over the cases so that each meets each mask."""
+    import itertools
+
+    cases = []
+    masks = [(0, False)] + [(r, b) for r in (1, 2, 3, 4) for b in (False, True)]
+    for i, (opset, four_d, (rank, bool_mask)) in enumerate(itertools.product((24, 25), (False, True), masks)):
+        nonpad, past, causal = bool(i % 2), bool(i // 2 % 2), bool(i // 4 % 2)
+        if opset == 25 and nonpad and past:
+            past = False  # the opset-25 body does not expand both a cache and padded K/V
+        cases.append({"opset": opset, "four_d": four_d, "mask": rank > 0, "mask_rank": max(rank, 1),
+                      "bool_mask": bool_mask, "nonpad": nonpad, "past": past, "causal": causal,
+                      "window": 3 if opset == 25 and i % 3 == 0 else None})
+    return cases
+
+
+@pytest.mark.parametrize("projections", [False, True], ids=["inputs", "projected"])
+def test_onnx_attention_function_body_heads(tmp_path: Path, projections: bool) -> None:
+    """The function body ONNX defines for its Attention op (opset 24 and 25), inlined: heads, KV heads
+    and head size known in every case, also when Q, K and V are graph inputs and only the body's own
+    reshapes say the heads (a mask padded to the keys by a Pad whose amounts are computed at run time)."""
+    import numpy as np
+
+    wrong = []
+    for case in _attention_grid():
+        np.random.seed(0)
+        path = tmp_path / "m.onnx"
+        onnx.save(g.onnx_attention_expanded(g.float_matmul if projections else None, **case), path)
+        blocks = audit(str(path)).blocks
+        found = [(b.num_heads, b.num_kv_heads, b.d_k, b.d_v) for b in blocks]
+        if found != [(8, 2, 16, 16)]:
+            wrong.append((case, found))
+    assert not wrong, wrong

@@ -1072,19 +1072,26 @@ def _h_pad(ev: ShapeEvaluator, node: Node) -> None:
     """Pad: each padded axis grows by its begin and end pads (inputs, or the opset <= 10 attribute);
     a symbolic axis padded by a nonzero amount becomes a fresh symbol (a sum is no monomial)."""
     s = ev._in_shape(node, 0)
-    pads = ev.operand_ints(node, 1)
-    if s is None or pads is None:
+    if s is None:
         return
-    axes = ev._in_ints(node, 3) if len(node.inputs) > 3 and node.inputs[3] else tuple(range(len(s)))
-    if axes is None or len(pads) != 2 * len(axes):
+    pads = ev.operand_ints(node, 1)
+    given_axes = len(node.inputs) > 3 and bool(node.inputs[3])
+    axes = ev._in_ints(node, 3) if given_axes else tuple(range(len(s)))
+    if axes is None:  # the axes computed at run time: any axis may grow
+        ev._set(node, tuple(sym_dim(ev._new_sym()) for _ in s))
+        return
+    if pads is not None and len(pads) != 2 * len(axes):
         return
     out = list(s)
     for i, ax in enumerate(axes):
         a = _norm_axis(ax, len(s))
         if not 0 <= a < len(s):
             return
-        grow = pads[i] + pads[i + len(axes)]
         d = s[a]
+        if pads is None:  # amounts computed at run time (a mask padded to the keys): a new length
+            out[a] = sym_dim(ev._new_sym())
+            continue
+        grow = pads[i] + pads[i + len(axes)]
         out[a] = d if grow == 0 else int_dim(d.coef + grow) if d.is_int else sym_dim(ev._new_sym())
     ev._set(node, tuple(out))
 
