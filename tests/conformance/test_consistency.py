@@ -109,3 +109,46 @@ def test_doors_give_the_modules_blocks(manifest: dict[tuple[str, str], dict[str,
 
 def test_known_differences_name_real_doors() -> None:
     assert set(KNOWN_DIFFERENCES) | set(KNOWN_RENAMES) <= set(DOORS)
+
+
+_LATENT_CASE = "deepseek-v3-mla"
+
+
+def _latent_layout(b: AttentionBlock) -> tuple[Any, ...]:
+    assert b.latent is not None and b.kv_cache_bytes_per_token is not None and b.kv_cache_dtype is not None, b.name
+    from mhainspect.ir.dtypes import lookup
+
+    itemsize = lookup(b.kv_cache_dtype)
+    assert itemsize is not None
+    values = b.kv_cache_bytes_per_token // int(itemsize.block_bytes)  # cached values per token, whatever the dtype
+    return (*layout(b)[1:], b.params.extra, b.latent.kv_rank, b.latent.rope_dim, b.latent.q_rank, values)
+
+
+def test_latent_attention_from_every_door(manifest: dict[tuple[str, str], dict[str, Any]], tmp_path: Path) -> None:
+    """The MLA model gives one latent block per layer from the module, its save_pretrained folder, its
+    ONNX export (when an exporter exports it) and a GGUF written as llama.cpp's converter writes it
+    (attn_k_b / attn_v_b): heads, widths, Q/K/V/O, the down-projections and norms (extra), the latent
+    widths and the values cached per token, all equal to the module's own numbers."""
+    from tests.conformance.extended import latent_extra, latent_truth
+    from tests.gguf_files import deepseek_gguf
+
+    pytest.importorskip("gguf")
+    model, by_module = _module_door(_LATENT_CASE)
+    cfg = model.config
+    expected = [(t.num_heads, t.num_kv_heads, t.d_k, t.d_v, t.d_model, t.q, t.k, t.v, t.o, t.bias, t.total,
+                 latent_extra(layer.self_attn), cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.q_lora_rank,
+                 cfg.kv_lora_rank + cfg.qk_rope_head_dim)
+                for t, layer in zip(latent_truth(model), model.layers)]
+    model.save_pretrained(tmp_path / "folder")
+    shapes = {n: tuple(p.shape) for n, p in model.state_dict().items()}
+    (gguf_path,) = deepseek_gguf(tmp_path / "mla.gguf", shapes, cfg.to_dict())
+    doors = {"module": by_module, "folder": audit(tmp_path / "folder"), "gguf": audit(gguf_path)}
+    entry = next((e for v in _ONNX_VARIANTS if (e := manifest.get((_LATENT_CASE, v))) and not e["error"]), None)
+    if entry is not None:
+        doors["onnx"] = audit(entry["path"])
+    for door, report in doors.items():
+        assert [_latent_layout(b) for b in report.blocks] == expected, door
+        assert report.model.total_params == sum(p.numel() for p in model.parameters()), door
+        assert not report.misses, door
+        kv = report.model.kv_cache
+        assert kv is not None and kv.expanded_bytes_per_token is not None, door
