@@ -18,6 +18,7 @@ from mhainspect.errors import InputError
 from mhainspect.frontends.onnx import loader as onnx_loader
 from mhainspect.frontends.onnx import wire as onnx_wire
 from mhainspect.frontends.onnx.loader import load_onnx, model_to_graph, read_model_proto
+from mhainspect.ir.dtypes import ONNX_FLOAT_CODES, ONNX_INTEGER_CODES
 from mhainspect.ir.graph import ModelGraph
 from mhainspect.pipeline import audit
 
@@ -41,6 +42,7 @@ def _reference(path: Path) -> ModelGraph:
 def test_fast_path_matches_onnx_load_on_samples(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     path = REPO / "sample_models" / name
     assert _norm(load_onnx(path)) == _norm(_reference(path))
+    assert repr(load_onnx(path)) == repr(_reference(path))
     monkeypatch.setattr(onnx_wire, "SCAN_MIN_FILE_BYTES", 0)  # force the payload-skipping scan
     monkeypatch.setattr(onnx_wire, "SCAN_MIN_MESSAGE_BYTES", 0)
     assert _norm(load_onnx(path)) == _norm(_reference(path))
@@ -117,12 +119,12 @@ def _old_values(t: TensorProto) -> tuple[Any, Any]:
     shape = tuple(int(d) for d in t.dims)
     numel = math.prod(max(d, 0) for d in shape)
     ints = floats = None
-    if t.data_type in onnx_loader._INT_TYPES and numel <= 64:
+    if t.data_type in ONNX_INTEGER_CODES and numel <= 64:
         try:
             ints = tuple(int(x) for x in numpy_helper.to_array(t).reshape(-1).tolist())
         except Exception:
             ints = None
-    if t.data_type in onnx_loader._FLOAT_TYPES and numel == 1:
+    if t.data_type in ONNX_FLOAT_CODES and numel == 1:
         try:
             floats = float(numpy_helper.to_array(t).reshape(-1)[0])
         except Exception:
@@ -134,7 +136,7 @@ def test_small_value_decoding_matches_numpy_helper() -> None:
     rng = np.random.default_rng(0)
     fields = {1: "float_data", 11: "double_data", 7: "int64_data", 12: "uint64_data", 13: "uint64_data"}
     cases = 0
-    for dt in sorted(onnx_loader._INT_TYPES) + sorted(onnx_loader._FLOAT_TYPES):
+    for dt in sorted(ONNX_INTEGER_CODES) + sorted(ONNX_FLOAT_CODES):
         for dims in ([], [1], [3], [2, 2], [-1], [2, -1], [0], [5], [1, 1]):
             for count in (0, 1, 3, 4, 5):
                 for raw in (True, False):
@@ -143,8 +145,7 @@ def test_small_value_decoding_matches_numpy_helper() -> None:
                     t.dims.extend(dims)
                     vals = [int(v) for v in rng.integers(-70000, 70000, count)]
                     if raw:
-                        fmt = onnx_loader._RAW_FORMATS[dt]
-                        size = struct.calcsize(fmt)
+                        size = helper.tensor_dtype_to_np_dtype(dt).itemsize
                         t.raw_data = bytes(rng.integers(0, 256, count * size, dtype=np.uint8))
                     elif dt in (1, 11):
                         getattr(t, fields[dt]).extend(float(v) / 8 for v in vals)
@@ -317,20 +318,23 @@ def test_repeated_constants_match_reference(tmp_path: Path) -> None:
     assert "/l0/c9" not in graph.weights and [n.scope for n in graph.nodes][-1] == "l2.sub"
 
 
-def test_torch_constant_kind_given_at_build_equals_apply_provenance(tmp_path: Path) -> None:
+def test_constant_kind_is_what_apply_provenance_says(tmp_path: Path) -> None:
+    """Constant-node tensors of a torch export are constants; another producer's say nothing."""
+    import dataclasses
+
     from mhainspect.frontends.onnx.provenance import apply_provenance
 
     model = _constants_model()
-    model.producer_name = "pytorch"
-    path = tmp_path / "torch_constants.onnx"
-    onnx.save(model, path)
-    builder = onnx_loader._GraphBuilder({}, None, len(model.graph.node), True)  # no kind given while building
-    builder.add_graph(read_model_proto(path).graph, prefix="", depth=0)
-    expected = apply_provenance(builder.weights, [], "", "pytorch")
-    for graph in (load_onnx(path), _reference(path)):
-        assert list(graph.weights) == list(expected)
-        assert [repr(t) for t in graph.weights.values()] == [repr(t) for t in expected.values()]
-    assert sum(t.kind == "constant" for t in expected.values()) == len(expected) > 20
+    for producer, kind in (("pytorch", "constant"), ("tf2onnx", None)):
+        model.producer_name = producer
+        path = tmp_path / f"{producer}.onnx"
+        onnx.save(model, path)
+        for graph in (load_onnx(path), _reference(path)):
+            unmarked = {name: dataclasses.replace(t, kind=None) for name, t in graph.weights.items()}
+            expected = apply_provenance(unmarked, [], "", producer)
+            assert [repr(t) for t in graph.weights.values()] == [repr(t) for t in expected.values()]
+            constants = [t for t in graph.weights.values() if t.is_constant_node]
+            assert len(constants) > 20 and {t.kind for t in constants} == {kind}
 
 
 def test_dangling_input_error_names_the_first_offender(tmp_path: Path) -> None:
@@ -346,19 +350,19 @@ def test_dangling_input_error_names_the_first_offender(tmp_path: Path) -> None:
     assert "node 'first' (Add) reads 'missing1'" in str(fast.value)
 
 
-def test_folded_from_shortcut_matches_literal_eval() -> None:
+def test_exporter_string_lists_read_as_literal_eval_reads_them() -> None:
     import ast
     import random
     import warnings
 
-    from mhainspect.frontends.onnx.provenance import _folded_from
+    from mhainspect.frontends.onnx.provenance import string_list
 
-    def reference(value: str) -> tuple[str, ...]:
+    def reference(value: str) -> list[str] | None:
         try:
             names = ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            return ()
-        return tuple(str(n) for n in names) if isinstance(names, (list, tuple)) else ()
+            return None
+        return [str(n) for n in names] if isinstance(names, (list, tuple)) else None
 
     pieces = ["[", "]", "'", '"', ", ", ",", " ", "a", ".", "\\", "\n", "\r", "\x00", "\t", "\u2028", "é", "', '"]
     rng = random.Random(0)
@@ -367,19 +371,17 @@ def test_folded_from_shortcut_matches_literal_eval() -> None:
         for _ in range(20000):
             body = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
             for value in (f"['{body}']", f"[{body}]", f"['{body}', '{body}']", body):
-                assert _folded_from(value) == reference(value), repr(value)
+                assert string_list(value) == reference(value), repr(value)
 
 
-# ---------------------------------------------------------------- raw-attribute path (bytes attributes)
+# ---------------------------------------------------------------- attributes parsed from their bytes
 
 
-@pytest.mark.parametrize(("classes", "changed"), [(onnx_wire.raw_attribute_classes, ("NodeProto", "attribute")),
-                                                  (onnx_wire.raw_node_classes, ("GraphProto", "node"))])
-def test_raw_schema_changes_only_its_bytes_field(classes: Any, changed: tuple[str, str]) -> None:
-    model_cls, attr_cls = classes()
+def test_raw_attribute_schema_changes_only_its_bytes_field() -> None:
+    model_cls, attr_cls = onnx_wire.raw_attribute_classes()
     raw_file = model_cls.DESCRIPTOR.file
-    message, field = changed
-    assert raw_file.message_types_by_name[message].fields_by_name[field].type == 12  # TYPE_BYTES
+    changed = ("NodeProto", "attribute")
+    assert raw_file.message_types_by_name["NodeProto"].fields_by_name["attribute"].type == 12  # TYPE_BYTES
     assert attr_cls.DESCRIPTOR.full_name == "onnx.AttributeProto"
     # every other field of every message keeps its type
     normal = onnx.ModelProto.DESCRIPTOR.file
@@ -390,29 +392,20 @@ def test_raw_schema_changes_only_its_bytes_field(classes: Any, changed: tuple[st
                 assert (f.number, f.type) == (raw.fields_by_name[f.name].number, raw.fields_by_name[f.name].type)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "sample_models").glob("*.onnx")))
-def test_raw_attribute_path_matches_general_path(name: str) -> None:
-    path = REPO / "sample_models" / name
-    raw = onnx_loader._load_raw_attributes(path, None)
-    assert raw is not None
-    assert _norm(raw) == _norm(_reference(path))
-    assert repr(raw) == repr(_reference(path))
-
-
 def _write(tmp_path: Path, model: onnx.ModelProto) -> Path:
     path = tmp_path / "m.onnx"
     path.write_bytes(model.SerializeToString())
     return path
 
 
-def test_raw_attribute_path_leaves_subgraphs_and_corrupt_attributes_to_the_general_path(tmp_path: Path) -> None:
+def test_subgraphs_and_corrupt_attributes_read_as_onnx_load_reads_them(tmp_path: Path) -> None:
     body = helper.make_graph([helper.make_node("Identity", ["c"], ["y"])], "body", [], [])
     node = helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     path = _write(tmp_path, helper.make_model(graph))
-    assert onnx_loader._load_raw_attributes(path, None) is None
-    assert _norm(load_onnx(path)) == _norm(_reference(path))
+    loaded = load_onnx(path)
+    assert _norm(loaded) == _norm(_reference(path)) and [n.op for n in loaded.nodes] == ["If", "Identity", "Identity"]
     # an attribute whose bytes do not parse: the whole-model parse fails, and so does onnx.load
     good = helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0]).SerializeToString()
     attr = helper.make_attribute("axes", [0]).SerializeToString()
@@ -428,7 +421,6 @@ def test_raw_attribute_path_leaves_subgraphs_and_corrupt_attributes_to_the_gener
     raw_model.ParseFromString(data)
     raw_model.graph.node.add().ParseFromString(bad)  # the raw schema accepts any attribute bytes
     path.write_bytes(raw_model.SerializeToString())
-    assert onnx_loader._load_raw_attributes(path, None) is None
     with pytest.raises(InputError) as fast:
         load_onnx(path)
     with pytest.raises(InputError) as ref:

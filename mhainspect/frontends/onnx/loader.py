@@ -31,7 +31,7 @@ import dataclasses
 import math
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from itertools import chain
 from operator import attrgetter
@@ -45,12 +45,9 @@ from mhainspect.frontends.onnx.wire import (
     MAX_INT_VALUE_ELEMENTS,
     MAX_MASK_ELEMENTS,
     MAX_SUBGRAPH_DEPTH,
-    NodeFields,
     fast_path_errors,
     model_proto_class,
-    node_decoder,
     raw_attribute_classes,
-    raw_node_classes,
     read_bytes,
 )
 from mhainspect.ir.dtypes import ONNX_FLOAT_CODES, ONNX_INTEGER_CODES, onnx_name
@@ -102,7 +99,7 @@ def load_onnx_bytes(data: bytes, source: str, progress: ProgressCallback | None 
 
 
 def _load(p: Path, path: str, progress: ProgressCallback | None, data: bytes | None) -> ModelGraph:
-    graph = _load_raw_attributes(p, progress, data, path)
+    graph = _load_without_onnx(p, progress, data, path)
     if graph is not None:
         return graph
     model, name_scopes = _read_model_metadata(p, progress, data, path)
@@ -173,11 +170,11 @@ def check_readable_file(p: Path) -> None:
 # ----------------------------------------------------------------------------------------------
 
 class _Unsupported(Exception):
-    """Something _load_raw_attributes leaves to the general path."""
+    """Something _load_without_onnx leaves to the general path."""
 
 
-def _load_raw_attributes(p: Path, progress: ProgressCallback | None, data: bytes | None = None,
-                         source: str | None = None) -> ModelGraph | None:
+def _load_without_onnx(p: Path, progress: ProgressCallback | None, data: bytes | None = None,
+                       source: str | None = None) -> ModelGraph | None:
     """load_onnx with NodeProto attributes parsed from their bytes, once per distinct attribute;
     None on anything else than a plain success, and load_onnx then starts over on the general path
     (which gives every error, and the result of every unusual file, as before).
@@ -191,15 +188,14 @@ def _load_raw_attributes(p: Path, progress: ProgressCallback | None, data: bytes
         if os.path.splitext(str(p))[1] in _TEXT_SUFFIXES:
             return None
         model_proto_class()  # what decides whether the fast path is on at all
-        decode = node_decoder()
-        model_cls, attr_cls = raw_node_classes() if decode is not None else raw_attribute_classes()
+        model_cls, attr_cls = raw_attribute_classes()
         if data is None:
             check_readable_file(p)
         model, name_scopes = _parse_file(p, model_cls, progress, data)
         _check_has_graph(model, source or p)
         if model.functions:
             return None
-        return _model_to_graph(model, source or str(p), progress, name_scopes, attr_cls, decode)
+        return _model_to_graph(model, source or str(p), progress, name_scopes, attr_cls)
     except BaseException as exc:  # evaluated only on failure: the fast path's narrow set, else raised
         if isinstance(exc, (InputError, _Unsupported, *fast_path_errors())):
             return None
@@ -271,8 +267,7 @@ def model_to_graph(model: onnx.ModelProto, source: str,  # type: ignore[name-def
 
 
 def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, name_scopes: bool,
-                    attr_cls: Any = None, decode: Callable[[Iterable[Any]], list[NodeFields]] | None = None
-                    ) -> ModelGraph:
+                    attr_cls: Any = None) -> ModelGraph:
     opset = None
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
@@ -280,7 +275,7 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
     functions = {(f.domain, f.name): f for f in model.functions}
     graph = model.graph
     builder = _GraphBuilder(functions, progress or _PROGRESS.get(), len(graph.node), name_scopes, attr_cls,
-                            constant_node_kind(model.producer_name), decode)
+                            constant_node_kind(model.producer_name))
     builder.add_graph(graph, prefix="", depth=0)
     builder.report_progress(final=True)
     read_value_info = _ValueInfoReader()
@@ -587,33 +582,38 @@ def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str
     return tensor
 
 
+def _renamed_constant(template: Tensor, out: str) -> Tensor:
+    if not _RAW_TENSOR:
+        return dataclasses.replace(template, name=out, storage_key=f"const:{out}")
+    copied = template.__dict__.copy()
+    copied["name"] = out
+    copied["storage_key"] = f"const:{out}"
+    tensor = _new(Tensor)
+    _set_attr(tensor, "__dict__", copied)
+    return tensor
+
+
+def _make_node(name: str, op_type: str, inputs: tuple[str, ...], outputs: tuple[str, ...],
+               attrs: dict[str, AttrValue], scope: str, domain: str) -> Node:
+    if not _RAW_NODE:
+        return Node(name, op_type, inputs, outputs, attrs, scope, domain)
+    made = _new(Node)
+    _set_attr(made, "__dict__", {"name": name, "op": op_type, "inputs": inputs, "outputs": outputs,
+                                 "attrs": attrs, "scope": scope, "domain": domain})
+    return made
+
+
 _MISSING: Any = object()
 _CONSTANT_CACHE_MAX_BYTES = 4096  # larger Constant values are decoded each time, never kept
 _INPUTS = attrgetter("inputs")
 _OUTPUTS = attrgetter("outputs")
 
 
-def node_fields(node: Any, name_scopes: bool = True) -> NodeFields:
-    """The NodeFields of a NodeProto message (what the compiled decoder gives for its bytes).
-
-    Each upb field read builds an object, so: inputs, outputs and attributes stay upb's containers
-    (a Node gets tuples when it is made; a Constant that becomes a weight never needs its inputs),
-    and metadata_props is read only where a name scope may be (``name_scopes``, as the builder
-    decides) and copied only when it has entries."""
-    metadata = node.metadata_props if name_scopes else ()
-    return (node.op_type, node.domain, node.name, node.input, node.output, node.attribute,
-            tuple([(p.key, p.value) for p in metadata]) if metadata else ())
-
-
 class _GraphBuilder:
     def __init__(self, functions: dict[tuple[str, str], onnx.FunctionProto],  # type: ignore[name-defined]  # noqa: F821
                  progress: ProgressCallback | None = None, total_nodes: int = 0, name_scopes: bool = True,
-                 attr_cls: Any = None, constant_kind: str | None = None,
-                 decode: Callable[[Iterable[Any]], list[NodeFields]] | None = None) -> None:
+                 attr_cls: Any = None, constant_kind: str | None = None) -> None:
         self.functions = functions
-        # The top-level graph's nodes -> NodeFields: the compiled decoder of serialized nodes (the
-        # raw-node schema), else upb's NodeProto fields read one by one (nested graphs always).
-        self._decode = decode
         # Tensor.kind of every Constant-node tensor (provenance.constant_node_kind): given as each is
         # made, where apply_provenance would copy thousands of them through __init__ (~30 ms on 70B).
         self._constant_kind = constant_kind
@@ -632,7 +632,7 @@ class _GraphBuilder:
         # Serialized 'value' attribute of a Constant -> the Tensor it made first (another name), or
         # None where it makes no constant; exporters repeat a few ([1], [-1], 0.5, ...) per layer.
         self._constants: dict[bytes, Tensor | None] = {}
-        # Set by _load_raw_attributes: NodeProto.attribute then holds bytes, parsed with this class.
+        # Set by _load_without_onnx: NodeProto.attribute then holds bytes, parsed with this class.
         self._attr_cls = attr_cls
         self._attrs: dict[bytes, tuple[str, AttrValue]] = {}  # attribute bytes -> (name, value)
         # Names local to the subgraphs being read -> their scoped names ("{parent}/body{i}/{name}"):
@@ -674,8 +674,7 @@ class _GraphBuilder:
             weights[name] = Tensor(name, shape, onnx_name(values.data_type), f"name:{name}")
         for v in graph.input:
             known.add(rename.get(v.name, v.name))
-        nodes: list[NodeFields] = (self._decode(graph.node) if self._decode is not None and depth == 0
-                                   else [node_fields(n, self._name_scopes) for n in graph.node])
+        nodes = graph.node
         if depth == 0 and not prefix and self._progress is not None:
             for start in range(0, len(nodes), _PROGRESS_EVERY):
                 chunk = nodes[start:start + _PROGRESS_EVERY]
@@ -686,154 +685,122 @@ class _GraphBuilder:
         else:
             self._add_nodes(nodes, prefix, depth)
 
-    def _add_nodes(self, nodes: Iterable[NodeFields], prefix: str, depth: int) -> None:
-        # Hot loop (once per node): the builder's state is held in locals.
+    def _add_nodes(self, nodes: Iterable[Any], prefix: str, depth: int) -> None:
+        """Each NodeProto: a Constant that makes a tensor becomes a weight, any other a Node."""
         rename = self._rename
-        weights = self.weights
-        built = self.nodes
-        raw = self._attr_cls is not None
-        attr_cache = self._attrs
-        constants = self._constants
-        name_scopes = self._name_scopes
-        scopes = self._scopes
-        functions = self.functions
-        raw_node, raw_tensor = _RAW_NODE, _RAW_TENSOR
-        for fields in nodes:
-            op_type, domain, node_name, inputs, outputs, attributes, metadata = fields
+        for node in nodes:
+            # Each field read of a upb message builds a new object: every field is read once.
+            op_type, domain, outputs = node.op_type, node.domain, node.output
             if rename:
                 outputs = tuple([rename.get(o, o) for o in outputs])
             if op_type == "Constant" and len(outputs) == 1 and domain in ("", "ai.onnx"):
-                out = outputs[0]
-                # Exporters repeat a few values ([1], [-1], 0.5, ...) per layer: a single attribute's
-                # bytes key the tensor it made first, which only its name and storage key tell apart.
-                key = None
-                template = _MISSING
-                if len(attributes) == 1:
-                    key = attributes[0] if raw else attributes[0].SerializeToString()
-                    try:
-                        template = constants[key]
-                    except KeyError:
-                        pass
-                if template is _MISSING:
-                    tensor = _constant_tensor([self._parse_attribute(b) for b in attributes] if raw else attributes,
-                                              out)
-                    if tensor is not None and self._constant_kind is not None:
-                        tensor = dataclasses.replace(tensor, kind=self._constant_kind)
-                    if key is not None and len(key) <= _CONSTANT_CACHE_MAX_BYTES:
-                        constants[key] = tensor
-                elif template is None:
-                    tensor = None
-                elif raw_tensor:  # the template's fields, renamed, without __init__
-                    copied = template.__dict__.copy()
-                    copied["name"] = out
-                    copied["storage_key"] = f"const:{out}"
-                    tensor = _new(Tensor)
-                    _set_attr(tensor, "__dict__", copied)
-                else:
-                    tensor = dataclasses.replace(template, name=out, storage_key=f"const:{out}")
+                tensor = self._constant(node.attribute, outputs[0])
                 if tensor is not None:
-                    weights[out] = tensor  # check_dangling adds every weight name to known_names
+                    self.weights[outputs[0]] = tensor  # check_dangling adds every weight name to known_names
                     continue
-            attrs: dict[str, AttrValue] = {}
-            subgraphs: list[Any] = []
-            if attributes:
-                if raw:
-                    for a in attributes:
-                        try:
-                            hit = attr_cache[a]
-                        except KeyError:
-                            parsed = self._parse_attribute(a)
-                            hit = attr_cache[a] = (parsed.name, _attr_value(parsed))
-                        attrs[hit[0]] = hit[1]
-                else:
-                    for a in attributes:
-                        if a.HasField("g"):
-                            subgraphs.append(a.g)
-                        if a.graphs:
-                            subgraphs.extend(a.graphs)
-                        attrs[a.name] = _attr_value(a)
-            name = prefix + (node_name or f"{op_type}_{len(built)}")
-            scope = None
-            if name_scopes and metadata:
-                scope = scope_from_metadata(metadata)
-            if not scope:
-                directory, slash, _ = node_name.rpartition("/")  # one call (rfind parses its arguments: ~2x)
-                if not slash:
-                    scope = ""
-                else:
-                    # scope_from_node_name reads only what precedes the last '/': shared by a layer's nodes.
-                    try:
-                        scope = scopes[directory]
-                    except KeyError:
-                        scope = scopes[directory] = scope_from_node_name(node_name)
-            if functions:
-                func = functions.get((domain, op_type))
-                if func is not None and (domain, op_type) not in self._inlining:
-                    self._inline_function(fields, func, name, depth)
-                    continue
-            if rename:
-                inputs = tuple([rename.get(i, i) for i in inputs])
-            if raw_node:  # Node(name, op_type, inputs, outputs, attrs, scope, domain), without __init__
-                made = _new(Node)
-                _set_attr(made, "__dict__", {"name": name, "op": op_type, "inputs": tuple(inputs),
-                                             "outputs": tuple(outputs), "attrs": attrs, "scope": scope,
-                                             "domain": domain})
-            else:
-                made = Node(name, op_type, tuple(inputs), tuple(outputs), attrs, scope, domain)
-            built.append(made)
-            if subgraphs:
-                for i, g in enumerate(subgraphs):
-                    self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
+            self._add_node(node, op_type, domain, outputs, prefix, depth)
+
+    def _constant(self, attributes: Any, out: str) -> Tensor | None:
+        """The tensor a Constant node with these attributes makes (named ``out``), or None.
+
+        Exporters repeat a few values ([1], [-1], 0.5, ...) per layer: a single attribute's bytes
+        key the tensor it made first, which only its name and storage key tell apart."""
+        raw = self._attr_cls is not None
+        key = None
+        if len(attributes) == 1:
+            key = attributes[0] if raw else attributes[0].SerializeToString()
+            template = self._constants.get(key, _MISSING)
+            if template is None:
+                return None
+            if template is not _MISSING:
+                return _renamed_constant(template, out)
+        tensor = _constant_tensor([self._parse_attribute(b) for b in attributes] if raw else attributes, out)
+        if tensor is not None and self._constant_kind is not None:
+            tensor = dataclasses.replace(tensor, kind=self._constant_kind)
+        if key is not None and len(key) <= _CONSTANT_CACHE_MAX_BYTES:
+            self._constants[key] = tensor
+        return tensor
+
+    def _add_node(self, node: Any, op_type: str, domain: str, outputs: Sequence[str], prefix: str,
+                  depth: int) -> None:
+        node_name = node.name
+        attrs, subgraphs = self._attributes(node.attribute)
+        name = prefix + (node_name or f"{op_type}_{len(self.nodes)}")
+        scope = self._scope(node_name, node.metadata_props if self._name_scopes else ())
+        if self.functions:
+            func = self.functions.get((domain, op_type))
+            if func is not None and (domain, op_type) not in self._inlining:
+                self._inline_function(node, func, name, depth)
+                return
+        inputs = node.input
+        if self._rename:
+            inputs = [self._rename.get(i, i) for i in inputs]
+        self.nodes.append(_make_node(name, op_type, tuple(inputs), tuple(outputs), attrs, scope, domain))
+        for i, g in enumerate(subgraphs):
+            self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
+
+    def _attributes(self, attributes: Any) -> tuple[dict[str, AttrValue], list[Any]]:
+        """A node's attribute values by name, and the subgraphs its attributes hold (in order)."""
+        attrs: dict[str, AttrValue] = {}
+        subgraphs: list[Any] = []
+        if self._attr_cls is not None:  # serialized attributes: each distinct one parsed once
+            cache = self._attrs
+            for a in attributes:
+                hit = cache.get(a)
+                if hit is None:
+                    parsed = self._parse_attribute(a)
+                    hit = cache[a] = (parsed.name, _attr_value(parsed))
+                attrs[hit[0]] = hit[1]
+            return attrs, subgraphs
+        for a in attributes:
+            if a.HasField("g"):
+                subgraphs.append(a.g)
+            if a.graphs:
+                subgraphs.extend(a.graphs)
+            attrs[a.name] = _attr_value(a)
+        return attrs, subgraphs
+
+    def _scope(self, node_name: str, metadata: Iterable[Any]) -> str:
+        """The module path of a node: the exporter's name-scope metadata, else its name's directory."""
+        if metadata:
+            scope = scope_from_metadata((p.key, p.value) for p in metadata)
+            if scope:
+                return scope
+        directory, slash, _ = node_name.rpartition("/")
+        if not slash:
+            return ""
+        # scope_from_node_name reads only what precedes the last '/': shared by a layer's nodes.
+        scope = self._scopes.get(directory)
+        if scope is None:
+            scope = self._scopes[directory] = scope_from_node_name(node_name)
+        return scope
 
     def _parse_attribute(self, raw: bytes) -> Any:
         """The AttributeProto in raw (bytes of a raw-attribute NodeProto); _Unsupported for the
-        fields _load_raw_attributes leaves to the general path."""
+        fields _load_without_onnx leaves to the general path."""
         a = self._attr_cls.FromString(raw)
         if a.HasField("g") or a.graphs or a.HasField("tp") or a.type_protos:
             raise _Unsupported(a.name)
         return a
 
-    def _inline_function(self, call: NodeFields, func: onnx.FunctionProto, name: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
+    def _inline_function(self, call: Any, func: onnx.FunctionProto, name: str, depth: int) -> None:  # type: ignore[name-defined]  # noqa: F821
         if depth > _MAX_SUBGRAPH_DEPTH:
             raise InputError(f"functions nested deeper than {_MAX_SUBGRAPH_DEPTH} levels")
-        _, _, _, call_inputs, call_outputs, call_attributes, call_metadata = call
         rename: dict[str, str] = {"": ""}
-        for formal, actual in zip(func.input, call_inputs):
+        for formal, actual in zip(func.input, call.input):
             rename[formal] = actual
-        for formal, actual in zip(func.output, call_outputs):
+        for formal, actual in zip(func.output, call.output):
             rename[formal] = actual
-        call_attrs = {a.name: a for a in call_attributes}  # AttributeProtos: functions take the general path
+        call_attrs = {a.name: a for a in call.attribute}  # AttributeProtos: functions take the general path
+        call_metadata = call.metadata_props
         local = f"{name}/"
-
-        def mapped(n: str) -> str:
-            return rename.get(n, local + n)
-
         self._inlining.append((func.domain, func.name))
         try:
             for inner in func.node:
-                clone = type(inner)()  # same message class as the model (onnx's or the private pool's)
-                clone.CopyFrom(inner)
-                del clone.input[:]
-                clone.input.extend(mapped(i) for i in inner.input)
-                del clone.output[:]
-                clone.output.extend(mapped(o) for o in inner.output)
-                clone.name = inner.name or inner.op_type
-                resolved = []
-                for a in clone.attribute:
-                    if a.ref_attr_name:
-                        if a.ref_attr_name in call_attrs:
-                            ref = type(a)()
-                            ref.CopyFrom(call_attrs[a.ref_attr_name])
-                            ref.name = a.name
-                            resolved.append(ref)
-                    else:
-                        resolved.append(a)
-                del clone.attribute[:]
-                clone.attribute.extend(resolved)
-                fields = node_fields(clone)
-                if not fields[6] and call_metadata:  # the call's name scope, where the body has none
-                    fields = (*fields[:6], call_metadata)
-                self._add_nodes((fields,), local, depth + 1)
+                clone = _function_node(inner, lambda n: rename.get(n, local + n), call_attrs)
+                if not clone.metadata_props:  # the call's name scope, where the body has none
+                    clone.metadata_props.extend(call_metadata)
+                self._add_nodes((clone,), local, depth + 1)
         finally:
             self._inlining.pop()
 
@@ -851,6 +818,31 @@ class _GraphBuilder:
                 if i and i not in known:
                     raise InputError(f"graph is inconsistent: node '{node.name}' ({node.op}) reads '{i}', "
                                      "which no node, input or initializer provides")
+
+
+def _function_node(inner: Any, mapped: Callable[[str], str], call_attrs: dict[str, Any]) -> Any:
+    """A copy of a function body's NodeProto with its value names mapped into the caller and its
+    attribute references resolved from the call's attributes (an unresolved one is dropped)."""
+    clone = type(inner)()  # same message class as the model (onnx's or the private pool's)
+    clone.CopyFrom(inner)
+    del clone.input[:]
+    clone.input.extend(mapped(i) for i in inner.input)
+    del clone.output[:]
+    clone.output.extend(mapped(o) for o in inner.output)
+    clone.name = inner.name or inner.op_type
+    resolved = []
+    for a in clone.attribute:
+        if a.ref_attr_name:
+            if a.ref_attr_name in call_attrs:
+                ref = type(a)()
+                ref.CopyFrom(call_attrs[a.ref_attr_name])
+                ref.name = a.name
+                resolved.append(ref)
+        else:
+            resolved.append(a)
+    del clone.attribute[:]
+    clone.attribute.extend(resolved)
+    return clone
 
 
 def _constant_tensor(attributes: Iterable[Any], out: str) -> Tensor | None:

@@ -21,9 +21,8 @@ from __future__ import annotations
 import ast
 import functools
 import math
-import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,11 +119,10 @@ def _onnx_file_descriptor() -> bytes:
     return _FILE_DESCRIPTOR
 
 
-_RAW_CLASSES: dict[tuple[tuple[str, str], ...], tuple[Any, Any]] = {}
+_RAW_CLASSES: tuple[Any, Any] | None = None
 
-# Where the schemas below hold a field as its serialized bytes: (message, field) in onnx.proto.
+# Where the private schema holds a field as its serialized bytes: (message, field) in onnx.proto.
 RAW_ATTRIBUTES = (("NodeProto", "attribute"),)
-RAW_NODES = (("GraphProto", "node"),)
 
 
 def raw_attribute_classes() -> tuple[Any, Any]:
@@ -132,50 +130,15 @@ def raw_attribute_classes() -> tuple[Any, Any]:
 
     Upb then hands each attribute over as its serialized bytes: a Constant's value is its own
     cache key (no wrapper object, no SerializeToString) and a repeated attribute (axes=[0], ...)
-    is parsed once. The loader uses them when the compiled node decoder is not built.
+    is parsed once.
     """
-    return _raw_classes(RAW_ATTRIBUTES)
-
-
-def raw_node_classes() -> tuple[Any, Any]:
-    """(ModelProto, AttributeProto) of a private schema where GraphProto.node is ``repeated bytes``:
-    upb hands each node over as its serialized bytes, for ``node_decoder()``."""
-    return _raw_classes(RAW_NODES)
-
-
-def _raw_classes(raw_fields: tuple[tuple[str, str], ...]) -> tuple[Any, Any]:
-    classes = _RAW_CLASSES.get(raw_fields)
-    if classes is None:
-        raw = _bytes_fields_descriptor(_onnx_file_descriptor(), raw_fields)
+    global _RAW_CLASSES
+    if _RAW_CLASSES is None:
+        raw = _bytes_fields_descriptor(_onnx_file_descriptor(), RAW_ATTRIBUTES)
         if raw is None:
             raise ValueError("unexpected onnx.proto descriptor")
-        classes = _RAW_CLASSES[raw_fields] = (_message_class(raw, "onnx.ModelProto"),
-                                              _message_class(raw, "onnx.AttributeProto"))
-    return classes
-
-
-NodeFields = tuple[str, str, str, Sequence[str], Sequence[str], Sequence[Any], tuple[tuple[str, str], ...]]
-"""(op_type, domain, name, inputs, outputs, attributes, metadata_props as (key, value) pairs) of a NodeProto:
-tuples from the compiled decoder, upb's own containers where nodes are read through protobuf."""
-
-
-@functools.cache
-def node_decoder() -> Callable[[Iterable[bytes]], list[NodeFields]] | None:
-    """The compiled decoder of serialized NodeProtos (``_nodewire.decode_nodes``), or None where it
-    is not built (a source install without a C compiler): the loader then reads nodes through upb.
-
-    It returns the fields upb would give, or raises ValueError for anything upb might read
-    differently (``_nodewire.c`` states the contract; tests hold it against protobuf's parser).
-    ``MHAINSPECT_PURE_PYTHON=1`` turns it off, for the equivalence tests and for comparison.
-    """
-    if os.environ.get("MHAINSPECT_PURE_PYTHON"):
-        return None
-    try:
-        from mhainspect.frontends.onnx import _nodewire  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    decode: Callable[[Iterable[bytes]], list[NodeFields]] = _nodewire.decode_nodes
-    return decode
+        _RAW_CLASSES = (_message_class(raw, "onnx.ModelProto"), _message_class(raw, "onnx.AttributeProto"))
+    return _RAW_CLASSES
 
 
 def _fields(buf: bytes) -> Iterator[tuple[int, int, int, int]]:
