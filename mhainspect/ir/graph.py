@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 AttrValue = int | float | str | bytes | tuple[int, ...] | tuple[float, ...] | tuple[str, ...] | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per node, weight and declared value: no __dict__ each
 class Tensor:
     """A weight or constant: shape and identity, never its data.
 
@@ -55,7 +55,7 @@ class Tensor:
         return math.prod(self.shape)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per node, weight and declared value: no __dict__ each
 class Node:
     """One operator: ONNX op names, also for graphs lowered from torch."""
 
@@ -73,7 +73,7 @@ class Node:
         return "" if self.domain in ("", "ai.onnx") else self.domain
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per node, weight and declared value: no __dict__ each
 class ValueInfo:
     """Declared type of a graph input/output or intermediate (dims are int or symbol names)."""
 

@@ -319,14 +319,7 @@ class _ValueInfoReader:
             info = _value_info(v)
             self._types[key] = (info.shape, info.dtype)
             return info
-        if not _RAW_VALUE_INFO:
-            return ValueInfo(v.name, hit[0], hit[1])
-        info = _new(ValueInfo)
-        d = info.__dict__
-        d["name"] = v.name
-        d["shape"] = hit[0]
-        d["dtype"] = hit[1]
-        return info
+        return ValueInfo(v.name, hit[0], hit[1])
 
 
 def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:  # type: ignore[name-defined]  # noqa: F821
@@ -480,8 +473,8 @@ def tensor_from_proto(t: onnx.TensorProto, name: str, is_constant_node: bool = F
         storage_key, location, external_length = _external_key(t)
     else:
         storage_key = f"name:{name}"  # name: the tensor's name in its scope (a subgraph's own are prefixed)
-    return _make_tensor(name, shape, onnx_name(dt), storage_key, int_value, float_value,
-                        is_constant_node, location, mask_values, external_length)
+    return Tensor(name, shape, onnx_name(dt), storage_key, int_value, float_value, is_constant_node,
+                  location=location, external_length=external_length, mask_values=mask_values)
 
 
 def _mask_values(t: Any) -> tuple[float, ...] | None:
@@ -543,67 +536,6 @@ def scope_from_node_name(name: str) -> str:
     return ".".join(parts)
 
 
-# Node and Tensor are frozen dataclasses: their __init__ sets each field through
-# object.__setattr__ (~2 us an instance, as much as reading the NodeProto). Giving a new instance
-# its whole __dict__ at once makes the same object (same fields, ==, hash, repr), as long as the
-# fields are plain ones. A dict built whole (not one materialised from the instance and filled
-# item by item) also keeps later attribute reads fast: the analysis reads every node's fields
-# many times (~29 M fewer instructions a 70B run than item stores into node.__dict__).
-def _plain_fields(cls: type, names: tuple[str, ...]) -> bool:
-    fields = dataclasses.fields(cls)
-    return (tuple(f.name for f in fields) == names and all(f.init for f in fields)
-            and not hasattr(cls, "__post_init__") and "__slots__" not in vars(cls))
-
-
-_RAW_NODE = _plain_fields(Node, ("name", "op", "inputs", "outputs", "attrs", "scope", "domain"))
-_RAW_TENSOR = _plain_fields(Tensor, ("name", "shape", "dtype", "storage_key", "int_value", "float_value",
-                                     "is_constant_node", "kind", "origin", "location", "external_length",
-                                     "mask_values"))
-_RAW_VALUE_INFO = _plain_fields(ValueInfo, ("name", "shape", "dtype"))
-_new = object.__new__
-_set_attr = object.__setattr__
-
-
-def _make_tensor(name: str, shape: tuple[int, ...], dtype: str, storage_key: str,
-                 int_value: tuple[int, ...] | None, float_value: float | None, is_constant_node: bool,
-                 location: str | None = None, mask_values: tuple[float, ...] | None = None,
-                 external_length: int | None = None) -> Tensor:
-    """Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=...,
-    external_length=..., mask_values=...)."""
-    if not _RAW_TENSOR:
-        return Tensor(name, shape, dtype, storage_key, int_value, float_value, is_constant_node, location=location,
-                      external_length=external_length, mask_values=mask_values)
-    tensor = _new(Tensor)
-    _set_attr(tensor, "__dict__", {"name": name, "shape": shape, "dtype": dtype, "storage_key": storage_key,
-                                   "int_value": int_value, "float_value": float_value,
-                                   "is_constant_node": is_constant_node, "kind": None, "origin": None,
-                                   "location": location, "external_length": external_length,
-                                   "mask_values": mask_values})
-    return tensor
-
-
-def _renamed_constant(template: Tensor, out: str) -> Tensor:
-    if not _RAW_TENSOR:
-        return dataclasses.replace(template, name=out, storage_key=f"const:{out}")
-    copied = template.__dict__.copy()
-    copied["name"] = out
-    copied["storage_key"] = f"const:{out}"
-    tensor = _new(Tensor)
-    _set_attr(tensor, "__dict__", copied)
-    return tensor
-
-
-def _make_node(name: str, op_type: str, inputs: tuple[str, ...], outputs: tuple[str, ...],
-               attrs: dict[str, AttrValue], scope: str, domain: str) -> Node:
-    if not _RAW_NODE:
-        return Node(name, op_type, inputs, outputs, attrs, scope, domain)
-    made = _new(Node)
-    _set_attr(made, "__dict__", {"name": name, "op": op_type, "inputs": inputs, "outputs": outputs,
-                                 "attrs": attrs, "scope": scope, "domain": domain})
-    return made
-
-
-_MISSING: Any = object()
 _CONSTANT_CACHE_MAX_BYTES = 4096  # larger Constant values are decoded each time, never kept
 _INPUTS = attrgetter("inputs")
 _OUTPUTS = attrgetter("outputs")
@@ -709,11 +641,10 @@ class _GraphBuilder:
         key = None
         if len(attributes) == 1:
             key = attributes[0] if raw else attributes[0].SerializeToString()
-            template = self._constants.get(key, _MISSING)
-            if template is None:
-                return None
-            if template is not _MISSING:
-                return _renamed_constant(template, out)
+            if key in self._constants:
+                template = self._constants[key]
+                return None if template is None else dataclasses.replace(template, name=out,
+                                                                         storage_key=f"const:{out}")
         tensor = _constant_tensor([self._parse_attribute(b) for b in attributes] if raw else attributes, out)
         if tensor is not None and self._constant_kind is not None:
             tensor = dataclasses.replace(tensor, kind=self._constant_kind)
@@ -735,7 +666,7 @@ class _GraphBuilder:
         inputs = node.input
         if self._rename:
             inputs = [self._rename.get(i, i) for i in inputs]
-        self.nodes.append(_make_node(name, op_type, tuple(inputs), tuple(outputs), attrs, scope, domain))
+        self.nodes.append(Node(name, op_type, tuple(inputs), tuple(outputs), attrs, scope, domain))
         for i, g in enumerate(subgraphs):
             self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
 
