@@ -45,7 +45,7 @@ class Limit:
     source: str = ""  # where the budget was set: "--max-params" or a pyproject.toml path
 
 
-@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+@dataclass(frozen=True)
 class GateConfig:
     """Which gates are on: budgets, flag codes, run-time contradictions."""
 

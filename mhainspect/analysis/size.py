@@ -50,7 +50,7 @@ def _canonical(dtype: str) -> str:
     return dtypes.canonical(dtype)
 
 
-@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+@dataclass(frozen=True)
 class SizeOptions:
     """--context, --batch, --kv-dtype, and --decoder / --no-decoder (True / False; None: the source decides)."""
 
@@ -63,7 +63,7 @@ class SizeOptions:
 # ----------------------------------------------------------------------------- weights
 
 
-@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+@dataclass(frozen=True)
 class WeightSizes:
     total: int
     by_dtype: tuple[tuple[str, int], ...]

@@ -109,7 +109,7 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
                     kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")), decoder=size.get("decoder"))
 
 
-@dataclass(frozen=True, eq=False)  # never compared: no __eq__/__hash__ to generate at import
+@dataclass(frozen=True)
 class _VerifySetup:
     """The --verify options of a run, read once for every model."""
 
@@ -199,7 +199,7 @@ def _verify_one(path: "ModelRef", report: "Report", setup: _VerifySetup) -> "Rep
         return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
 
 
-@dataclass(frozen=True, eq=False)  # never compared
+@dataclass(frozen=True)
 class _View:
     """How the reports are shown: everything a renderer needs besides the reports themselves."""
 

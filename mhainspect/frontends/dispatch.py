@@ -61,7 +61,7 @@ _FACTORY = r"^(?P<target>.+):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$"
 _DOTTED = r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$"
 
 
-@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+@dataclass(frozen=True)
 class Source:
     """What a command-line argument names: an ONNX file, a checkpoint, or a factory spec."""
 

@@ -53,7 +53,7 @@ def byte_rate(dtype: str) -> tuple[int, int, int] | None:
     return found.block_size, found.block_bytes.numerator, found.block_bytes.denominator
 
 
-@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+@dataclass(frozen=True)
 class BlockDecoding:
     """What the source says about one block during autoregressive decoding.
 
@@ -75,7 +75,7 @@ class BlockDecoding:
     if_decoded: bool = False
 
 
-@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+@dataclass(frozen=True)
 class SizeInputs:
     """A front end's metadata for the size computation."""
 
@@ -84,7 +84,7 @@ class SizeInputs:
     decoding: tuple[BlockDecoding, ...] = ()
 
 
-@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+@dataclass(frozen=True)
 class SourceResult:
     """What every front end (ONNX graph, nn.Module, checkpoint) turns a source into; only
     ``mhainspect.analysis.report`` makes a Report of it."""

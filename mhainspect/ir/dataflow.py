@@ -32,7 +32,7 @@ _MAX_DEQUANT_BITS = 16  # integer weights are at most 16 bits wide; wider intege
 _NAME_SEPARATORS = frozenset("_./:")  # where a deployment tool's suffix may begin (X_quantized, X.qweight)
 
 
-@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+@dataclass(frozen=True)
 class ProductOperands:
     """Where a matrix-product op reads its activation, its weight and (optionally) its bias.
 

@@ -85,7 +85,7 @@ def width_conflicts(h: int | None, g: int | None, d_k: int | None, wq: int | Non
     return out
 
 
-@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+@dataclass(frozen=True)
 class PackedSplit:
     q: int
     k: int

@@ -31,7 +31,7 @@ from mhainspect.results import (
 _FIELDS = ("num_heads", "num_kv_heads", "d_model", "d_k", "d_v")
 
 
-@dataclass(eq=False)  # never compared: no __eq__ built at import
+@dataclass
 class RoleInput:
     """How one of Q, K, V reaches the attention core."""
 
@@ -52,7 +52,7 @@ class RoleInput:
     op_bias_params: int = 0
 
 
-@dataclass(eq=False)  # never compared: no __eq__ built at import
+@dataclass
 class BlockBuilder:
     index: GraphIndex
     anchor: Node

@@ -210,7 +210,7 @@ def _stored_mask(t: Any) -> bool:
     return t.kind in (None, "constant", "derived", "buffer") and (t.dtype == "bool" or dtypes.is_float(t.dtype))
 
 
-@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+@dataclass(frozen=True)
 class _MaskEvidence:
     causal: bool | None
     reason: str

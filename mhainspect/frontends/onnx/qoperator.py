@@ -23,7 +23,7 @@ from mhainspect.ir.graph import ModelGraph, Node
 Operand = tuple[int, int | None, int | None]
 
 
-@dataclass(frozen=True, eq=False)  # never compared or hashed: no __eq__/__hash__ built at import
+@dataclass(frozen=True)
 class QLinearOp:
     """A quantized op as its float op: its quantized operands in the float op's input order, and
     the (scale, zero point) of its output (None: the op's output is float already)."""
