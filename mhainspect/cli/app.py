@@ -12,7 +12,7 @@ import typer
 
 from mhainspect.cli.calc import calc_cmd
 from mhainspect.cli.inspect import inspect_cmd
-from mhainspect.cli.output import RUN, one_line, say_error, stdout_unwritable, version_callback
+from mhainspect.cli.output import one_line, say_error, stdout_unwritable, version_callback
 
 if TYPE_CHECKING:
 
@@ -141,18 +141,11 @@ def run() -> NoReturn:
     that the OS does for free. Only for a whole process: tests and embedders call main(), which
     raises SystemExit as usual.
 
-    The cycle collector is off for a one-model run: the analysis already pauses it, and its first
-    pass after the pause walks the whole live graph (~47k objects for the 70B model) to free
-    about 60; the process ends before garbage could matter. A many-model run turns it back on.
-
     A reader that stops early (``| head``) ends the process by SIGPIPE, as it ends cat or grep:
     the shell sees 141, not the 1 that click would turn a broken pipe into (1 means a gate failed).
     """
-    import gc
     import signal
 
-    gc.disable()
-    RUN.collector_off = True
     if hasattr(signal, "SIGPIPE"):  # not on Windows
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:

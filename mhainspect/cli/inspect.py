@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from mhainspect.cli.output import (
-    RUN,
     OutputFormat,
     color_wanted,
     fail,
@@ -608,8 +607,6 @@ def inspect_cmd(
         factory_args = parse_factory_args(arg or [])
     except (ConfigError, InputError) as exc:
         raise fail(str(exc)) from None
-    if len(paths) > 1 and RUN.collector_off:
-        RUN.collector_on()  # one model's garbage at a time, not a folder's
     if factory_args and not any(classify(str(p)).kind == "factory" for p in paths):
         raise fail("--arg applies to factory specs (module:function or file.py:function); "
                    "none of the models is one")

@@ -137,17 +137,3 @@ def version_callback(value: bool) -> None:
         typer.echo(f"mhainspect {__version__}")
         raise typer.Exit()
 
-
-class Run:
-    """What run() (a whole process) allows that main() (tests, embedders) must not."""
-
-    collector_off = False
-
-    def collector_on(self) -> None:
-        import gc
-
-        gc.enable()
-        self.collector_off = False
-
-
-RUN = Run()
