@@ -450,8 +450,8 @@ def test_stdout_that_cannot_be_written_is_one_error_line_and_exit_2(command: lis
 
 
 def test_whole_process_output_is_complete_when_piped() -> None:
-    """cli.run ends with os._exit: what a report left in stdout's buffer must be flushed first.
-    Both outputs are smaller than the 8 KiB buffer, so nothing reaches the pipe before the end."""
+    """What a report leaves in stdout's buffer reaches the pipe. Both outputs are smaller than the
+    8 KiB buffer, so nothing reaches the pipe before the end of the process."""
     report = run_subprocess(STANDARD, "-f", "json")
     assert report.returncode == 0, report.stderr
     assert len(report.stdout) < 8192 and json.loads(report.stdout)["blocks"]

@@ -6,7 +6,7 @@ Exit codes: 0 the audit ran; 1 a gate failed; 2 usage or input error (one line o
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO, TypeVar
 
 import typer
 
@@ -135,14 +135,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run() -> NoReturn:
-    """Console-script entry: main(), then end the process without tearing down its heap.
-
-    A 70B graph leaves ~10^5 objects; freeing them one by one at interpreter exit costs ~30 ms
-    that the OS does for free. Only for a whole process: tests and embedders call main(), which
-    raises SystemExit as usual.
+    """Console-script entry: main(), with what only a whole process may do.
 
     A reader that stops early (``| head``) ends the process by SIGPIPE, as it ends cat or grep:
     the shell sees 141, not the 1 that click would turn a broken pipe into (1 means a gate failed).
+    Tests and embedders call main(), which raises SystemExit as usual.
     """
     import signal
 
@@ -163,10 +160,24 @@ def run() -> NoReturn:
         if status == EXIT_OK:  # else the run has said why it failed (write_stdout's bytes fail here again)
             say_error(stdout_unwritable(exc))
             status = EXIT_INPUT
+        _drop_unwritable(sys.stdout)
     except ValueError:  # closed by an embedding caller
         pass
     try:
         sys.stderr.flush()
-    except (OSError, ValueError):  # nowhere left to say it
+    except OSError:  # nowhere left to say it
+        _drop_unwritable(sys.stderr)
+    except ValueError:
         pass
-    os._exit(status)
+    sys.exit(status)
+
+
+def _drop_unwritable(stream: TextIO) -> None:
+    """Point a stream that cannot be written at os.devnull: the interpreter's own flush at exit
+    would fail on the same buffered bytes again, print a traceback and exit 120."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
