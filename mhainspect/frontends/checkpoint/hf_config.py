@@ -404,66 +404,95 @@ def _nearest(head: str, sources: Sequence[str]) -> str | None:
     return nearest[0] if len(nearest) == 1 else None
 
 
+class _Ties:
+    """The ties found so far: copy -> (source, what the config says); a chain ends at a stored tensor."""
+
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        self.shapes = shapes
+        self.source_of: dict[str, tuple[str, str]] = {}
+
+    def stored(self, name: str) -> str:
+        while name in self.source_of:
+            name = self.source_of[name][0]
+        return name
+
+    def tie(self, copy: str, source: str, said: str) -> None:
+        """``copy`` repeats ``source`` when both are stored with one shape and ``copy`` is no source."""
+        source = self.stored(source)
+        shapes = self.shapes
+        if copy != source and copy not in self.source_of and copy in shapes and shapes[copy] == shapes.get(source):
+            self.source_of[copy] = source, said
+
+    def found(self) -> tuple[Tie, ...]:
+        return tuple(Tie(copy, self.stored(source), said) for copy, (source, said) in self.source_of.items())
+
+
 def tied_copies(cfg: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> tuple[Tie, ...]:
     """The stored tensors (float parameters: ``shapes`` by name) that the config ties to another stored
     tensor, each with the tensor it repeats (never a copy: chains end at the stored source)."""
-    source_of: dict[str, tuple[str, str]] = {}
-
-    def stored(name: str) -> str:
-        while name in source_of:
-            name = source_of[name][0]
-        return name
-
-    def tie(copy: str, source: str, said: str) -> None:
-        source = stored(source)
-        if copy != source and copy not in source_of and copy in shapes and shapes[copy] == shapes.get(source):
-            source_of[copy] = source, said
-
+    ties = _Ties(shapes)
     encdec = cfg.get("is_encoder_decoder") is True
     if encdec and cfg.get("share_encoder_decoder_embeddings") is not False:
-        for name in shapes:
-            parts = name.split(".")
-            if parts[-2:] == ["embed_tokens", "weight"] and len(parts) >= 3 and parts[-3] in ("encoder", "decoder"):
-                shared = ".".join(parts[:-3] + ["shared", "weight"])
-                if shared in shapes:
-                    tie(name, shared, "is_encoder_decoder=true: the stacks embed with the shared embedding")
+        _tie_shared_embeddings(ties)
     if encdec and cfg.get("tie_encoder_decoder") is True:
-        by_parts = {tuple(n.split(".")): n for n in shapes}
-        for comps, name in by_parts.items():
-            if "encoder" not in comps:
-                continue
-            i = comps.index("encoder")
-            head, rest = comps[:i] + ("decoder",), comps[i + 1:]
-            found = [n for p, n in by_parts.items() if p[:i + 1] == head and (p[i + 1:] == rest or (
-                len(p) == len(comps) + 1 and p[i + 2:] == rest))]
-            if len(found) == 1:
-                tie(found[0], name, "tie_encoder_decoder=true")
+        _tie_encoder_to_decoder(ties)
     said = word_embeddings_tied(cfg)
     if said is not None:
-        vocab = {v for c in (cfg, *(s for s in cfg.values() if isinstance(s, Mapping)))
-                 if (v := positive_int(c.get("vocab_size"))) is not None}
-        matrices = [n for n, s in shapes.items() if len(s) == 2 and n.endswith(".weight")
-                    and (not vocab or s[0] in vocab)]
-        inputs = [n for n in matrices if _module(n)[-1:] and _module(n)[-1] in INPUT_EMBEDDING_NAMES
-                  and n not in source_of]
-        for name in matrices:
-            path = ".".join(_module(name))
-            if name in inputs or not any(path == h or path.endswith("." + h) for h in OUTPUT_EMBEDDING_PATHS):
-                continue
-            source = _nearest(name, [s for s in inputs if shapes[s] == shapes[name]])
-            if source is not None:
-                tie(name, source, said)
-                # A prediction head's bias is its parent's (BERT's cls.predictions.decoder.bias is
-                # cls.predictions.bias), tied with the weight.
-                parent = _module(name)[:-1]
-                if parent:
-                    tie(f"{path}.bias", ".".join(parent + ("bias",)), said)
+        _tie_output_embeddings(cfg, ties, said)
     # Each sub-model ties its own weights by its own config (transformers ties every PreTrainedModel
     # in the tree by its config: EncoderDecoderModel's decoder head by ``decoder.tie_word_embeddings``).
     for prefix, (key, sub, sub_shapes) in _sub_models(cfg, shapes).items():
         for t in tied_copies(sub, sub_shapes):
-            tie(prefix + t.copy, prefix + t.source, f"{key}.{t.said}")
-    return tuple(Tie(copy, stored(source), said) for copy, (source, said) in source_of.items())
+            ties.tie(prefix + t.copy, prefix + t.source, f"{key}.{t.said}")
+    return ties.found()
+
+
+def _tie_shared_embeddings(ties: _Ties) -> None:
+    """An encoder-decoder's stacks embed with its shared embedding (``encoder.embed_tokens`` is ``shared``)."""
+    for name in ties.shapes:
+        parts = name.split(".")
+        if parts[-2:] == ["embed_tokens", "weight"] and len(parts) >= 3 and parts[-3] in ("encoder", "decoder"):
+            shared = ".".join(parts[:-3] + ["shared", "weight"])
+            if shared in ties.shapes:
+                ties.tie(name, shared, "is_encoder_decoder=true: the stacks embed with the shared embedding")
+
+
+def _tie_encoder_to_decoder(ties: _Ties) -> None:
+    """``tie_encoder_decoder``: each decoder weight at the encoder weight's path (one level deeper allowed)."""
+    by_parts = {tuple(n.split(".")): n for n in ties.shapes}
+    for comps, name in by_parts.items():
+        if "encoder" not in comps:
+            continue
+        i = comps.index("encoder")
+        head, rest = comps[:i] + ("decoder",), comps[i + 1:]
+        found = [n for p, n in by_parts.items() if p[:i + 1] == head and (p[i + 1:] == rest or (
+            len(p) == len(comps) + 1 and p[i + 2:] == rest))]
+        if len(found) == 1:
+            ties.tie(found[0], name, "tie_encoder_decoder=true")
+
+
+def _tie_output_embeddings(cfg: Mapping[str, Any], ties: _Ties, said: str) -> None:
+    """Tied word embeddings: each output head (a vocabulary-wide matrix at an output-embedding path)
+    repeats the nearest input embedding of its shape, and its bias its parent's."""
+    shapes = ties.shapes
+    vocab = {v for c in (cfg, *(s for s in cfg.values() if isinstance(s, Mapping)))
+             if (v := positive_int(c.get("vocab_size"))) is not None}
+    matrices = [n for n, s in shapes.items() if len(s) == 2 and n.endswith(".weight")
+                and (not vocab or s[0] in vocab)]
+    inputs = [n for n in matrices if _module(n)[-1:] and _module(n)[-1] in INPUT_EMBEDDING_NAMES
+              and n not in ties.source_of]
+    for name in matrices:
+        path = ".".join(_module(name))
+        if name in inputs or not any(path == h or path.endswith("." + h) for h in OUTPUT_EMBEDDING_PATHS):
+            continue
+        source = _nearest(name, [s for s in inputs if shapes[s] == shapes[name]])
+        if source is not None:
+            ties.tie(name, source, said)
+            # A prediction head's bias is its parent's (BERT's cls.predictions.decoder.bias is
+            # cls.predictions.bias), tied with the weight.
+            parent = _module(name)[:-1]
+            if parent:
+                ties.tie(f"{path}.bias", ".".join(parent + ("bias",)), said)
 
 
 def _sub_models(cfg: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
