@@ -273,6 +273,7 @@ def _constants_model() -> onnx.ModelProto:
         {"value": numpy_helper.from_array(np.arange(100, dtype=np.int64))},
         {"value_int": 3}, {"value_ints": [1, -1]}, {"value_float": 0.5}, {"value_floats": [0.5, 2.0]},
         {"value_string": "x"},                                          # no tensor: stays a node
+        {"value": numpy_helper.from_array(np.tril(np.ones((4, 4), bool)))},     # a mask: its values are read
     ]
     for layer in range(3):
         for i, kw in enumerate(values):
@@ -292,6 +293,11 @@ def test_repeated_constants_match_reference(tmp_path: Path) -> None:
     assert graph.weights["/l1/c0"].int_value == (1,) and graph.weights["/l2/c0"].storage_key == "const:/l2/c0"
     assert graph.weights["/l2/c4"].int_value is None and graph.weights["/l2/c4"].shape == (100,)
     assert "/l0/c9" not in graph.weights and [n.scope for n in graph.nodes][-1] == "l2.sub"
+    assert graph.weights["/l2/c10"].mask_values == tuple(float(v) for v in np.tril(np.ones((4, 4))).flat)
+    # A repeated value is the first one's tensor under the repeat's name, every field alike.
+    for i in range(11):
+        if f"/l0/c{i}" in graph.weights:
+            assert repr(graph.weights[f"/l2/c{i}"]) == repr(graph.weights[f"/l0/c{i}"]).replace("/l0/", "/l2/")
 
 
 def test_constant_kind_is_what_apply_provenance_says(tmp_path: Path) -> None:
