@@ -67,7 +67,7 @@ _SUFFIX_FORMATS = {".json": CalcFormat.json, ".html": CalcFormat.html, ".htm": C
                    ".txt": CalcFormat.text}
 
 
-@dataclass(frozen=True, eq=False)  # never compared
+@dataclass(frozen=True)
 class _CalcRequest:
     """One calc run: the convention (None: --compare), its arguments and what to add."""
 

@@ -317,7 +317,7 @@ def _output_format(cli_format: str | None, output: Path | None, config_format: s
     return OutputFormat(config_format or OutputFormat.table.value), ""
 
 
-@dataclass(frozen=True, eq=False)  # never compared: no __eq__/__hash__ to generate at import
+@dataclass(frozen=True)
 class _RunSetup:
     """What every model of one run is audited with."""
 

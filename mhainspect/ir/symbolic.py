@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -211,13 +212,20 @@ class ShapeEvaluator:
         # True while every stored dim is within the bounds (checked once per seed below, and by _set
         # for every computed dim): results made only of stored dims then need just a length check.
         self._trusted = True
+        # int_values of a value tuple, by id (the tuple is kept alive beside its answer, so an id is
+        # never reused while this evaluator lives): layers share their constants' tuples.
+        self._ints_memo: dict[int, tuple[Value, tuple[int, ...] | None]] = {}
+        self._seed_weights(graph)
+        self._seed_inputs(graph)
+        self._fold(order)
+        self._fill_declared(graph)
+
+    def _seed_weights(self, graph: ModelGraph) -> None:
+        """Every stored tensor's shape, and the values of small integer and float constants."""
         # Layers repeat weight shapes and small constants: build each distinct one once and share the
         # (immutable) tuple.
         cache: dict[tuple[int, ...], tuple[Dim, ...]] = {}
         shapes, values = self.shapes, self.values
-        # int_values of a value tuple, by id (the tuple is kept alive beside its answer, so an id is
-        # never reused while this evaluator lives): layers share their constants' tuples.
-        self._ints_memo: dict[int, tuple[Value, tuple[int, ...] | None]] = {}
         cached = cache.get
         for name, t in graph.weights.items():
             shape = t.shape
@@ -237,6 +245,9 @@ class ShapeEvaluator:
                 values[name] = seed if seed is not None else self._int_dims(iv, cache)
             elif t.float_value is not None:
                 values[name] = (t.float_value,)
+
+    def _seed_inputs(self, graph: ModelGraph) -> None:
+        """The declared shapes of the graph inputs; a dim without a value or name gets a symbol of its own."""
         for vi in graph.inputs:
             if vi.name in self.shapes or vi.shape is None or len(vi.shape) > MAX_RANK:
                 continue
@@ -251,6 +262,9 @@ class ShapeEvaluator:
             self.shapes[vi.name] = tuple(dims)
             if not _dims_bounded(dims):
                 self._trusted = False
+
+    def _fold(self, order: Sequence[Node]) -> None:
+        """Each node's outputs from its inputs, in topological order."""
         dispatch = _DISPATCH
         for node in order:
             handler = dispatch.get(node.op)
@@ -261,7 +275,9 @@ class ShapeEvaluator:
             except (ValueError, IndexError, TypeError, ZeroDivisionError, KeyError, OverflowError):
                 # A node we cannot fold leaves its outputs unknown; the matchers then say why.
                 continue
-        # Declared shapes (exporters write value_info) fill what folding could not.
+
+    def _fill_declared(self, graph: ModelGraph) -> None:
+        """Declared shapes (exporters write value_info) fill what folding could not."""
         for name, vi in graph.value_info.items():
             if name not in self.shapes and vi.shape is not None and len(vi.shape) <= MAX_RANK:
                 self.shapes[name] = tuple(
@@ -396,99 +412,108 @@ class ShapeEvaluator:
                 self._put(node, s, None)
             return
         v = self.values.get(first) if first else None
-        if node.op == "Cast" and v is not None:
-            to = node.attrs.get("to")
-            if to in (1, 10, 11, 16):
-                v = tuple(float(x.coef) if isinstance(x, Dim) and x.is_int else x for x in v)
-                if any(isinstance(x, Dim) for x in v):
-                    v = None
-        elif node.op == "Sqrt" and v is not None:
-            fv = [self._num(x) for x in v]
-            v = tuple(math.sqrt(x) for x in fv if x is not None) if None not in fv else None
-        elif node.op == "Reciprocal" and v is not None:
-            fv = [self._num(x) for x in v]
-            v = tuple(1.0 / x for x in fv if x) if None not in fv and 0 not in fv else None
-        elif node.op not in ("Identity", "Cast", "CastLike"):
-            v = None
-        self._put(node, s, v)  # Cast, Sqrt and Reciprocal make floats; the rest pass dims on
+        self._put(node, s, None if v is None else _unary_value(node, v))
 
-    @staticmethod
-    def _num(x: Scalar) -> float | None:
-        if isinstance(x, float):
-            return x
-        return float(x.coef) if x.is_int else None
+
 
     def _elementwise(self, node: Node) -> None:
         inputs = node.inputs
-        out_shape: Shape | None = None
-        if len(inputs) == 2 and inputs[0] and inputs[1]:
-            # The binary case (nearly every node here) without the list building of the general one.
-            sa, sb = self.shapes.get(inputs[0]), self.shapes.get(inputs[1])
-            if sa is not None and sb is not None:
-                out_shape = _broadcast2(sa, sb)
-        else:
-            shapes = [self._in_shape(node, i) for i in range(len(inputs)) if inputs[i]]
-            out_shape = _broadcast([s for s in shapes if s is not None]) if shapes and all(
-                s is not None for s in shapes) else None
+        out_shape = self._broadcast_inputs(node)
         value = None
         if len(inputs) == 2 and node.op in _FOLDED_ARITH:
             values = self.values
             a = values.get(inputs[0]) if inputs[0] else None
             b = values.get(inputs[1]) if inputs[1] else None
-            if a is not None and b is not None and (len(a) == len(b) or len(a) == 1 or len(b) == 1):
-                n = max(len(a), len(b))
-                res: list[Scalar] = []
-                for i in range(n):
-                    r = _arith(node.op, a[0 if len(a) == 1 else i], b[0 if len(b) == 1 else i])
-                    if r is None:
-                        res = []
-                        break
-                    res.append(r)
-                if len(res) == n:
-                    value = tuple(res)
+            if a is not None and b is not None:
+                value = _fold_arith(node.op, a, b)
         if value is None:
             self._put(node, out_shape, None)  # broadcasting only picks input dims
         else:
             self._set(node, out_shape, value)
 
+    def _broadcast_inputs(self, node: Node) -> Shape | None:
+        """The broadcast shape of a node's (non-empty) inputs; None when one is unknown."""
+        inputs = node.inputs
+        if len(inputs) == 2 and inputs[0] and inputs[1]:
+            # The binary case (nearly every node here) without the list building of the general one.
+            sa, sb = self.shapes.get(inputs[0]), self.shapes.get(inputs[1])
+            return _broadcast2(sa, sb) if sa is not None and sb is not None else None
+        shapes = [self._in_shape(node, i) for i in range(len(inputs)) if inputs[i]]
+        return _broadcast([s for s in shapes if s is not None]) if shapes and all(
+            s is not None for s in shapes) else None
+
+
+def _num(x: Scalar) -> float | None:
+    """A scalar as a float; None for a symbolic dim."""
+    if isinstance(x, float):
+        return x
+    return float(x.coef) if x.is_int else None
+
+
+def _unary_value(node: Node, v: Value) -> Value | None:
+    """The value of a value-carrying unary op (_VALUE_UNARY) of ``v``: Cast to a float type, Sqrt and
+    Reciprocal make floats; Identity, CastLike and other casts pass the dims on."""
+    op = node.op
+    if op == "Cast":
+        if node.attrs.get("to") not in (1, 10, 11, 16):
+            return v
+        floats = tuple(float(x.coef) if isinstance(x, Dim) and x.is_int else x for x in v)
+        return None if any(isinstance(x, Dim) for x in floats) else floats
+    if op == "Sqrt":
+        fv = [_num(x) for x in v]
+        return tuple(math.sqrt(x) for x in fv if x is not None) if None not in fv else None
+    if op == "Reciprocal":
+        fv = [_num(x) for x in v]
+        return tuple(1.0 / x for x in fv if x) if None not in fv and 0 not in fv else None
+    return v
+
+
+def _fold_arith(op: str, a: Value, b: Value) -> Value | None:
+    """Elementwise ``op`` of two values (one may be a single element, broadcast); None when an
+    element cannot be folded or the lengths do not broadcast."""
+    if not (len(a) == len(b) or len(a) == 1 or len(b) == 1):
+        return None
+    res: list[Scalar] = []
+    for i in range(max(len(a), len(b))):
+        r = _arith(op, a[0 if len(a) == 1 else i], b[0 if len(b) == 1 else i])
+        if r is None:
+            return None
+        res.append(r)
+    return tuple(res)
+
+
+_INT_ARITH: dict[str, Callable[[int, int], int]] = {"Add": operator.add, "Sub": operator.sub, "Max": max, "Min": min}
+_FLOAT_ARITH: dict[str, Callable[[float, float], float]] = {
+    "Add": operator.add, "Sub": operator.sub, "Mul": operator.mul, "Max": max, "Min": min}
+
 
 def _arith(op: str, a: Scalar, b: Scalar) -> Scalar | None:
+    """``op`` (one of _FOLDED_ARITH) of two scalars: dims stay dims (symbols where not both known),
+    anything with a float is a float."""
     if isinstance(a, Dim) and isinstance(b, Dim):
-        if op == "Mul":
-            return a * b
-        if op == "Div":
-            if a.is_int and b.is_int:
-                return Dim(a.coef // b.coef) if b.coef else None
-            return a.div(b)
-        if a.is_int and b.is_int:
-            if op == "Add":
-                return Dim(a.coef + b.coef)
-            if op == "Sub":
-                return Dim(a.coef - b.coef)
-            if op == "Max":
-                return Dim(max(a.coef, b.coef))
-            if op == "Min":
-                return Dim(min(a.coef, b.coef))
-        if op in ("Add", "Sub"):
-            if b.is_int and b.coef == 0:
-                return a
-            return sym_dim(f"({a}{'+' if op == 'Add' else '-'}{b})")
-        return None
-    fa = a if isinstance(a, float) else (float(a.coef) if a.is_int else None)
-    fb = b if isinstance(b, float) else (float(b.coef) if b.is_int else None)
+        return _dim_arith(op, a, b)
+    fa, fb = _num(a), _num(b)
     if fa is None or fb is None:
         return None
-    if op == "Add":
-        return fa + fb
-    if op == "Sub":
-        return fa - fb
-    if op == "Mul":
-        return fa * fb
     if op == "Div":
         return fa / fb if fb else None
-    if op == "Max":
-        return max(fa, fb)
-    return min(fa, fb)
+    return _FLOAT_ARITH[op](fa, fb)
+
+
+def _dim_arith(op: str, a: Dim, b: Dim) -> Dim | None:
+    if op == "Mul":
+        return a * b
+    if op == "Div":
+        if a.is_int and b.is_int:
+            return Dim(a.coef // b.coef) if b.coef else None
+        return a.div(b)
+    if a.is_int and b.is_int:
+        return Dim(_INT_ARITH[op](a.coef, b.coef))
+    if op in ("Add", "Sub"):
+        if b.is_int and b.coef == 0:
+            return a
+        return sym_dim(f"({a}{'+' if op == 'Add' else '-'}{b})")
+    return None
 
 
 def _norm_axis(axis: int, rank: int) -> int:
@@ -778,6 +803,9 @@ def slice_bounds(node: Node, int_values: Callable[[str], tuple[int, ...] | None]
     return starts, ends, axes, steps
 
 
+_Ints = tuple[int, ...] | None
+
+
 def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
     if s is None:
@@ -787,21 +815,39 @@ def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
     axes = ev.operand_ints(node, 3) if operand_given(node, 3) else tuple(range(len(starts or ())))
     steps = ev.operand_ints(node, 4) if operand_given(node, 4) else tuple(1 for _ in (starts or ()))
     if ends is None and starts is not None and len(node.inputs) >= 3 and all(x == 0 for x in starts):
-        # x[:, :seq] with seq read from another tensor's shape: the length is that symbol.
-        sym_ends = ev._in_value(node, 2)
-        if sym_ends is not None and (steps is None or all(x == 1 for x in steps)) and axes is not None:
-            out_sym = list(s)
-            for en_dim, ax in zip(sym_ends, axes):
-                if not isinstance(en_dim, Dim):
-                    return
-                out_sym[_norm_axis(ax, len(s))] = en_dim
-            ev._set(node, tuple(out_sym))
+        _slice_to_symbolic_ends(ev, node, s, axes, steps)
         return
     if starts is None or ends is None or axes is None or steps is None:
         return
+    sliced = _sliced(s, ev._in_value(node, 0), starts, ends, axes, steps)
+    if sliced is None:
+        return
+    out, value, from_ends = sliced
+    if from_ends:  # a length computed from the ends can be out of bounds; the rest are not
+        ev._set(node, out, value if len(s) == 1 else None)
+    else:
+        ev._put(node, out, value if len(s) == 1 else None)
+
+
+def _slice_to_symbolic_ends(ev: ShapeEvaluator, node: Node, s: Shape, axes: _Ints, steps: _Ints) -> None:
+    """x[:, :seq] with seq read from another tensor's shape: the length is that symbol."""
+    sym_ends = ev._in_value(node, 2)
+    if sym_ends is None or not (steps is None or all(x == 1 for x in steps)) or axes is None:
+        return
+    out_sym = list(s)
+    for en_dim, ax in zip(sym_ends, axes):
+        if not isinstance(en_dim, Dim):
+            return
+        out_sym[_norm_axis(ax, len(s))] = en_dim
+    ev._set(node, tuple(out_sym))
+
+
+def _sliced(s: Shape, value: Value | None, starts: tuple[int, ...], ends: tuple[int, ...], axes: tuple[int, ...],
+            steps: tuple[int, ...]) -> tuple[Shape, Value | None, bool] | None:
+    """(shape, value of a 1-D input, whether a length came from the ends of a symbolic dim) of a
+    slice with known bounds; None when a symbolic dim is sliced from a negative end."""
     out = list(s)
-    value = ev._in_value(node, 0)
-    from_ends = False  # a length computed from the ends can be out of bounds; the rest are not
+    from_ends = False
     for st, en, ax, sp in zip(starts, ends, axes, steps):
         a = _norm_axis(ax, len(s))
         d = s[a]
@@ -809,7 +855,7 @@ def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
             if st == 0 and en >= 2**31 - 1 and sp == 1:
                 continue
             if en < 0 or st < 0:
-                return
+                return None
             # Bounded slice of a symbolic dim: length known when both ends are small constants.
             out[a] = int_dim(max(0, (en - st + sp - 1) // sp))
             from_ends = True
@@ -819,10 +865,7 @@ def _h_slice(ev: ShapeEvaluator, node: Node) -> None:
         out[a] = int_dim(len(rng))  # at most the stored dim
         if value is not None and len(s) == 1:
             value = tuple(value[i] for i in rng)
-    if from_ends:
-        ev._set(node, tuple(out), value if len(s) == 1 else None)
-    else:
-        ev._put(node, tuple(out), value if len(s) == 1 else None)
+    return tuple(out), value, from_ends
 
 
 def _resolve_reshape(in_shape: Shape | None, target: Value, allowzero: bool) -> Shape | None:

@@ -196,6 +196,43 @@ def _plain(dtype: str, out: int, inp: int, word: int) -> _Decoded:
     return _Decoded((out, inp), word, f"{dtype} {[out, inp]}")
 
 
+@dataclass(frozen=True)
+class _Stored:
+    """A stored quantized weight being decoded: its shape, the bits of its storage words, the stored
+    values of small tensors, what the config states, and the tensors beside it under its module."""
+
+    layout: Layout
+    meta: WeightMeta
+    module: str
+    word: int  # bits of one stored element
+    weights: Mapping[str, WeightMeta]
+    values: Mapping[str, tuple[int, ...]]
+    facts: _ConfigFacts
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.meta.shape
+
+    @property
+    def config_bits(self) -> int | None:
+        return self.facts.bits_for(self.module)
+
+    def sibling(self, leaf: str) -> tuple[int, ...] | None:
+        """The shape of the tensor ``leaf`` under the same module, if stored."""
+        m = self.weights.get(f"{self.module}.{leaf}")
+        return m.shape if m is not None else None
+
+    def per_word(self, stored: int, logical: int) -> int | None:
+        """Bits per value when ``stored`` words hold ``logical`` values (a packed word holds several)."""
+        bits = stored * self.word // logical if logical else 0
+        return bits if 0 < bits < self.word and stored * self.word == logical * bits else None
+
+    def by_config(self, packed: int) -> int | None:
+        """Values in ``packed`` words at the config's bits; None when the config says no bits or they do not fit."""
+        bits = self.config_bits
+        return packed * self.word // bits if bits is not None and packed * self.word % bits == 0 else None
+
+
 def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str, WeightMeta],
             values: Mapping[str, tuple[int, ...]], facts: _ConfigFacts) -> _Decoded | None:
     """The logical shape and bits of ``meta`` stored as ``layout``; None when the shapes do not fit it."""
@@ -205,68 +242,102 @@ def _decode(layout: Layout, meta: WeightMeta, module: str, weights: Mapping[str,
         return None
     if layout.pack is Pack.NONE:  # first: tens of thousands of fp8 / int8 weights take this branch
         return _plain(meta.dtype, s[0], s[1], word) if len(s) == 2 else None
-    config_bits = facts.bits_for(module)
-
-    def sib(leaf: str) -> tuple[int, ...] | None:
-        m = weights.get(f"{module}.{leaf}")
-        return m.shape if m is not None else None
-
-    def per_word(stored: int, logical: int) -> int | None:
-        """Bits per value when ``stored`` words hold ``logical`` values (a packed word holds several)."""
-        bits = stored * word // logical if logical else 0
-        return bits if 0 < bits < word and stored * word == logical * bits else None
-
+    stored = _Stored(layout, meta, module, word, weights, values, facts)
     if layout.pack is Pack.FLAT:
-        if len(s) != 2 or s[1] != 1:
-            return None
-        shape = _quant_state_shape(values, module)
-        if shape is not None and (bits := per_word(meta.stored_numel, shape[0] * shape[1])) is not None:
-            return _Decoded(shape, bits, f"shape {list(shape)} in the quant state")
-        return _Decoded((s[0] * word // 4,), 4, "4 bits per value (no readable quant state)")
+        return _decode_flat(stored)
     if len(s) != 2:
         return None
-    scales, qzeros = sib("scales"), sib("qzeros")
-    if layout.pack is Pack.IN_ROWS:
-        out = s[1]
-        if scales is not None and scales[-1] != out:
-            return None  # GPTQ's scales are as wide as its qweight
-        for leaf in layout.in_features:
-            n = sib(leaf)
-            if n is None or len(n) != 1 or n[0] <= 0:
-                continue
-            said = f"in-features from {leaf} {list(n)}"
-            if (bits := per_word(s[0], n[0])) is not None:
-                return _Decoded((out, n[0]), bits, said)
-            if layout.mixed_bits and 0 < s[0] * word < n[0] * word:
-                return _Decoded((out, n[0]), None, f"{said}, {s[0] * word / n[0]:.3g} bits per value on average")
-            return None
-        if qzeros is not None and len(qzeros) == 2 and (bits := per_word(qzeros[1], out)) is not None:
-            return _Decoded((out, s[0] * word // bits), bits, f"bits from qzeros {list(qzeros)}")
-        if config_bits is not None and s[0] * word % config_bits == 0:
-            return _Decoded((out, s[0] * word // config_bits), config_bits, "bits from the config")
+    return _DECODERS[layout.pack](stored)
+
+
+def _decode_flat(w: _Stored) -> _Decoded | None:
+    """bitsandbytes 4-bit: the matrix flattened to [n, 1]; its quant state gives the logical shape."""
+    s = w.shape
+    if len(s) != 2 or s[1] != 1:
         return None
-    if layout.pack is Pack.OUT_COLS:
-        if scales is None or len(scales) != 2 or (bits := per_word(s[1], scales[1])) is None:
-            if scales is None and config_bits is not None and s[1] * word % config_bits == 0:
-                return _Decoded((s[1] * word // config_bits, s[0]), config_bits, "bits from the config")
-            return None
+    shape = _quant_state_shape(w.values, w.module)
+    if shape is not None and (bits := w.per_word(w.meta.stored_numel, shape[0] * shape[1])) is not None:
+        return _Decoded(shape, bits, f"shape {list(shape)} in the quant state")
+    return _Decoded((s[0] * w.word // 4,), 4, "4 bits per value (no readable quant state)")
+
+
+def _decode_in_rows(w: _Stored) -> _Decoded | None:
+    """GPTQ/EXL2 [in·bits/word, out]: the in-features from a 1-D sibling as long as them, else the
+    bits from qzeros, else the config's bits."""
+    s = w.shape
+    out = s[1]
+    scales = w.sibling("scales")
+    if scales is not None and scales[-1] != out:
+        return None  # GPTQ's scales are as wide as its qweight
+    for leaf in w.layout.in_features:
+        n = w.sibling(leaf)
+        if n is None or len(n) != 1 or n[0] <= 0:
+            continue
+        said = f"in-features from {leaf} {list(n)}"
+        if (bits := w.per_word(s[0], n[0])) is not None:
+            return _Decoded((out, n[0]), bits, said)
+        if w.layout.mixed_bits and 0 < s[0] * w.word < n[0] * w.word:
+            return _Decoded((out, n[0]), None, f"{said}, {s[0] * w.word / n[0]:.3g} bits per value on average")
+        return None
+    qzeros = w.sibling("qzeros")
+    if qzeros is not None and len(qzeros) == 2 and (bits := w.per_word(qzeros[1], out)) is not None:
+        return _Decoded((out, s[0] * w.word // bits), bits, f"bits from qzeros {list(qzeros)}")
+    if (n_in := w.by_config(s[0])) is not None:
+        return _Decoded((out, n_in), w.config_bits, "bits from the config")
+    return None
+
+
+def _decode_out_cols(w: _Stored) -> _Decoded | None:
+    """AWQ GEMM [in, out·bits/word]: the out-features from the scales, else the config's bits."""
+    s = w.shape
+    scales = w.sibling("scales")
+    if scales is not None and len(scales) == 2 and (bits := w.per_word(s[1], scales[1])) is not None:
         return _Decoded((scales[1], s[0]), bits, f"out-features from scales {list(scales)}")
-    # IN_COLS: the stored logical shape wins; else the group scales; else the config's bits.
+    if scales is None and (n_out := w.by_config(s[1])) is not None:
+        return _Decoded((n_out, s[0]), w.config_bits, "bits from the config")
+    return None
+
+
+def _decode_in_cols(w: _Stored) -> _Decoded | None:
+    """Rows of the Linear packed along in [out, in·bits/word]: the stored logical shape wins; else
+    the group scales; else the config's bits."""
+    s = w.shape
+    scales = w.sibling("scales")
     if scales is not None and scales[0] != s[0]:
         return None  # scales beside rows of the Linear have one row per output
-    shape = _shape_of(values, f"{module}.weight_shape")
-    if shape is not None and shape[0] == s[0] and (bits := per_word(s[1], shape[1])) is not None:
-        return _Decoded(shape, bits, f"weight_shape {list(shape)}")
-    if shape is not None and shape[0] == s[0] and config_bits and s[1] * word >= shape[1] * config_bits:
-        return _Decoded(shape, config_bits, f"weight_shape {list(shape)} (rows padded to whole words)")
-    group, groups = facts.group_for(module), sib(layout.group_scales) if layout.group_scales else None
-    if group is not None and groups is not None and len(groups) == 2 \
-            and (bits := per_word(s[1], groups[1] * group)) is not None:
-        return _Decoded((s[0], groups[1] * group), bits,
-                        f"in-features from {layout.group_scales} {list(groups)} x group_size {group}")
-    if config_bits is not None and s[1] * word % config_bits == 0:
-        return _Decoded((s[0], s[1] * word // config_bits), config_bits, "bits from the config")
+    shape = _shape_of(w.values, f"{w.module}.weight_shape")
+    if shape is not None and shape[0] == s[0]:
+        if (bits := w.per_word(s[1], shape[1])) is not None:
+            return _Decoded(shape, bits, f"weight_shape {list(shape)}")
+        config_bits = w.config_bits
+        if config_bits and s[1] * w.word >= shape[1] * config_bits:
+            return _Decoded(shape, config_bits, f"weight_shape {list(shape)} (rows padded to whole words)")
+    found = _in_features_from_groups(w)
+    if found is not None:
+        return found
+    if (n_in := w.by_config(s[1])) is not None:
+        return _Decoded((s[0], n_in), w.config_bits, "bits from the config")
     return None
+
+
+def _in_features_from_groups(w: _Stored) -> _Decoded | None:
+    """MLX: the group scales [out, in/group_size] times the config's group size are the in-features."""
+    group = w.facts.group_for(w.module)
+    groups = w.sibling(w.layout.group_scales) if w.layout.group_scales else None
+    if group is None or groups is None or len(groups) != 2:
+        return None
+    s = w.shape
+    bits = w.per_word(s[1], groups[1] * group)
+    if bits is None:
+        return None
+    return _Decoded((s[0], groups[1] * group), bits,
+                    f"in-features from {w.layout.group_scales} {list(groups)} x group_size {group}")
+
+
+# The packed layouts with a matrix's two dims stored (FLAT and NONE are decoded before these).
+_DECODERS: dict[Pack, Callable[[_Stored], _Decoded | None]] = {
+    Pack.IN_ROWS: _decode_in_rows, Pack.OUT_COLS: _decode_out_cols, Pack.IN_COLS: _decode_in_cols,
+}
 
 
 # Layouts by the last component of their weight's leaf (every leaf is one component: a name's

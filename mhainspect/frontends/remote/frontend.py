@@ -300,7 +300,7 @@ def _gguf_result(tree: Tree, path: str, display: str, blob: Blob) -> SourceResul
 
 
 def _onnx_result(tree: Tree, path: str, display: str, blob: Blob) -> SourceResult:
-    from mhainspect.frontends.onnx.frontend import collector_paused, external_data_warnings, graph_result
+    from mhainspect.frontends.onnx.frontend import external_data_warnings, graph_result
     from mhainspect.frontends.onnx.loader import load_onnx_bytes
     from mhainspect.frontends.onnx.wire import remote_model_bytes
 
@@ -309,15 +309,14 @@ def _onnx_result(tree: Tree, path: str, display: str, blob: Blob) -> SourceResul
         data = remote_model_bytes(blob)
         config = config_job.result()
     try:
-        with collector_paused():
-            graph = load_onnx_bytes(data, display)
-            escaping = external_data_warnings(display, graph)
-            if escaping:
-                import dataclasses
+        graph = load_onnx_bytes(data, display)
+        escaping = external_data_warnings(display, graph)
+        if escaping:
+            import dataclasses
 
-                graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
-            return graph_result(graph, path=display, fmt="onnx", config=config,
-                                config_label="config.json beside the model" if config is not None else "")
+            graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
+        return graph_result(graph, path=display, fmt="onnx", config=config,
+                            config_label="config.json beside the model" if config is not None else "")
     except InputError as exc:
         if not str(exc).startswith(display):
             raise InputError(f"{display}: {exc}") from None
