@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from remote_models import llama_config, llama_tensors, write_hf_folder
+from remote_models import llama_config, llama_tensors, moe_tensors, write_hf_folder
 from remote_servers import FileServer, HubServer, Repo, hub
 from test_remote import KIB, _onnx_model, report_json, safetensors_floor, within
 
@@ -39,6 +39,8 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_hf_folder(base / "llama", cfg, llama_tensors(256, 8, 2, 2), shards=3)
     write_hf_folder(base / "gated", cfg, llama_tensors(256, 8, 2, 2), shards=1)
     write_hf_folder(base / "private", cfg, llama_tensors(256, 8, 2, 2), shards=1)
+    moe_cfg = llama_config(64, 4, 1, 8, num_local_experts=250, num_experts_per_tok=2)
+    write_hf_folder(base / "moe", moe_cfg, moe_tensors(8, 250), shards=20)  # ~100 KB headers, 12k tensors
     multi = base / "multi"
     (multi / "onnx").mkdir(parents=True)
     onnx.save(_onnx_model(), multi / "onnx" / "model.onnx")
@@ -66,6 +68,7 @@ def servers(folders: Path, tmp_path: Path, env: Path, monkeypatch: pytest.Monkey
             ) -> Iterator[tuple[HubServer, FileServer]]:
     repos = {"org/llama": Repo(folders / "llama", revisions=("main", "v1.0")),
              "org/multi": Repo(folders / "multi"),
+             "org/moe": Repo(folders / "moe"),
              "org/gated": Repo(folders / "gated", gated=True, token=TOKEN),
              "org/private": Repo(folders / "private", private=True, token=TOKEN)}
     with hub(tmp_path, repos) as (api, storage):
@@ -104,6 +107,22 @@ def test_repo_report_equals_local_folder(folders: Path, servers: tuple[HubServer
     floor = sum(safetensors_floor(p) for p in shards)
     within(storage.log.requests, storage.log.bytes, floor_requests=len(shards), floor_bytes=floor,
            files=len(shards), extra_requests=0)
+
+
+def test_long_shard_headers_size_the_next_first_ranges(folders: Path, servers: tuple[HubServer, FileServer]) -> None:
+    from mhainspect.frontends.remote.parallel import CONCURRENCY
+
+    _, storage = servers
+    local = report_json(folders / "moe", base=str(folders / "moe"))
+    assert report_json("hf://org/moe", base="hf://org/moe") == local
+    shards = sorted((folders / "moe").glob("*.safetensors"))
+    floors = [safetensors_floor(p) for p in shards]
+    assert min(floors) > 64 * KIB  # every header is longer than a first range
+    # The shards read once one header was known ask for it in one range: at most the first ones in
+    # flight at once cost two.
+    assert storage.log.requests <= len(shards) + CONCURRENCY
+    within(storage.log.requests, storage.log.bytes, floor_requests=len(shards), floor_bytes=sum(floors),
+           files=len(shards), extra_requests=CONCURRENCY)
 
 
 def test_web_urls_name_the_same_model(folders: Path, servers: tuple[HubServer, FileServer]) -> None:

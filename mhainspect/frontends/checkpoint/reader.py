@@ -63,11 +63,13 @@ def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | Non
     return safetensors_header(LocalBlob(path), values)
 
 
-def safetensors_header(blob: Blob, values: dict[str, tuple[int, ...]] | None = None) -> dict[str, WeightMeta]:
+def safetensors_header(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
+                       head: Prefix | None = None) -> dict[str, WeightMeta]:
     """read_safetensors_header for any file that answers ranged reads: the 8-byte length and the
-    header in one speculative range when it fits (a second, for the rest, when it does not)."""
+    header in one speculative range when it fits (a second, for the rest, when it does not);
+    ``head``: the reader of the blob's first bytes, when the caller sizes its first range."""
     path = blob.name
-    head = Prefix(blob)
+    head = head or Prefix(blob)
     first = head.read(0, 8)
     if len(first) < 8:
         raise InputError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")

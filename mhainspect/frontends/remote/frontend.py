@@ -18,12 +18,13 @@ of the same bytes would be: a remote report equals the local report but for the 
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.dispatch import file_kind, model_folder_names
-from mhainspect.frontends.remote.blob import Blob, HeadCached
+from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, HeadCached, Prefix
 from mhainspect.frontends.remote.locate import HubRef, Ref, StoreRef, UrlRef, parse
 from mhainspect.frontends.remote.parallel import CONCURRENCY, in_parallel
 from mhainspect.frontends.remote.tree import Tree, UrlTree, beside, children, is_folder, models_below
@@ -167,14 +168,40 @@ def _config(tree: Tree, path: str, required: bool) -> dict[str, Any] | None:
         return None
 
 
-def _weights_of(blob: Blob, kind: str) -> tuple[dict[str, WeightMeta], dict[str, tuple[int, ...]]]:
+class HeaderSizes:
+    """The shard headers of one folder are alike: once one has needed a second range, the first
+    range of the shards read after it is sized to the longest header seen (and an eighth more)."""
+
+    def __init__(self) -> None:
+        self._longest = 0
+        self._lock = threading.Lock()
+
+    def first(self) -> int:
+        with self._lock:
+            return min(max(FIRST_RANGE, self._longest * 9 // 8), _MAX_FIRST_RANGE)
+
+    def saw(self, head: Prefix) -> None:
+        if head.fetches > 1:  # the header was longer than the first range: its length is what is held
+            with self._lock:
+                self._longest = max(self._longest, head.held)
+
+
+_MAX_FIRST_RANGE = 16 * 1024 * 1024
+
+
+def _weights_of(blob: Blob, kind: str, sizes: HeaderSizes | None = None
+                ) -> tuple[dict[str, WeightMeta], dict[str, tuple[int, ...]]]:
     """A checkpoint file's weights and the small values its quantized weights state (``kind``:
     "safetensors", else a torch.save archive)."""
     values: dict[str, tuple[int, ...]] = {}
     if kind == "safetensors":
         from mhainspect.frontends.checkpoint.reader import safetensors_header
 
-        return safetensors_header(blob, values), values
+        head = Prefix(blob, first=sizes.first() if sizes is not None else FIRST_RANGE)
+        weights = safetensors_header(blob, values, head)
+        if sizes is not None:
+            sizes.saw(head)
+        return weights, values
     from mhainspect.frontends.checkpoint.reader import unpickling_reason
     from mhainspect.frontends.checkpoint.torchzip import read_torch_zip
 
@@ -223,8 +250,10 @@ def read_folder(tree: Tree, folder: str, display: str) -> tuple[dict[str, Weight
     def at(name: str) -> str:
         return f"{folder}/{name}" if folder else name
 
+    sizes = HeaderSizes()
+
     def header(name: str) -> tuple[dict[str, WeightMeta], dict[str, tuple[int, ...]]]:
-        return _weights_of(tree.blob(at(name)), kind)
+        return _weights_of(tree.blob(at(name)), kind, sizes)
 
     with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
         config_job = pool.submit(_config, tree, at("config.json"), True)

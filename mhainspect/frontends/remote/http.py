@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from mhainspect.errors import InputError
+from mhainspect.errors import InputError, MissingDependencyError
 from mhainspect.frontends.remote.parallel import CONCURRENCY
 
 MAX_REDIRECTS = 8
@@ -97,7 +97,11 @@ class HttpClient:
     """Requests through one pool of keep-alive connections (thread-safe)."""
 
     def __init__(self) -> None:
-        import urllib3
+        try:
+            import urllib3
+        except ImportError:
+            raise MissingDependencyError('reading a model over HTTP(S) needs urllib3: pip install "mhainspect[remote]"'
+                                         ) from None
 
         self._urllib3 = urllib3
         self._lock = threading.Lock()
