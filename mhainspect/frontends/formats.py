@@ -91,10 +91,15 @@ def read_at(path: Path, offset: int, length: int) -> bytes:
 def identify(path: Path) -> str | Foreign | None:
     """The reader ``path`` goes to by its content (a Kind), a Foreign format, or None when the
     content names no format (an ONNX protobuf, or something unknown): the suffix decides then.
-    Raises InputError for a file that cannot be read, or a zip archive that is broken."""
+    Raises InputError for a zip archive that is no format this tool knows, OSError for a file that
+    cannot be read."""
     head = read_at(path, 0, HEAD_BYTES)
     if is_zip(head):
-        return _zip_kind(ZipArchive(path))
+        try:
+            archive = ZipArchive(path)
+        except InputError:
+            return None  # a broken zip: the reader its suffix names says what is wrong
+        return _zip_kind(archive)
     if head.startswith(_GGUF):
         return Kind.GGUF
     if head.startswith(_PICKLE_PROTOCOL):
