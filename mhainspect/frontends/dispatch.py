@@ -192,7 +192,9 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
 
         return checkpoint_result(path, stated)
     if src.kind == "torch_export":
-        raise InputError(f"{path}: a torch.export program (torch.export.save): not read by this version")
+        from mhainspect.frontends.archives.frontend import export_result
+
+        return export_result(path)
     if src.kind == "torchscript":
         raise InputError(f"{path}: a TorchScript archive (torch.jit.save): not read by this version")
     if src.kind == "factory":

@@ -10,7 +10,6 @@ archive declares is a promise checked while inflating, so a zip bomb costs the c
 from __future__ import annotations
 
 import struct
-import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from mhainspect.errors import InputError, read_failure
 from mhainspect.ir.limits import MAX_ARCHIVE_MEMBERS
 
 ZIP_MAGIC = b"PK\x03\x04"
+STORED, DEFLATED = 0, 8  # zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED (zipfile is imported for zips only)
 _EMPTY_ZIP_MAGIC = b"PK\x05\x06"  # an archive without members starts with its end record
 _EOCD = b"PK\x05\x06"
 _EOCD_SIZE = 22
@@ -37,18 +37,20 @@ class Member:
     name: str
     size: int  # declared (inflated) size
     packed: int  # size in the archive
-    method: int  # zipfile.ZIP_STORED, ZIP_DEFLATED, ...
+    method: int  # STORED, DEFLATED, ...
     offset: int  # of its local header
 
     @property
     def stored(self) -> bool:
-        return self.method == zipfile.ZIP_STORED
+        return self.method == STORED
 
 
 class ZipArchive:
     """The member list of a zip file, read once; members read on demand (see read)."""
 
     def __init__(self, path: Path) -> None:
+        import zipfile  # ~30 ms to import: only a zip archive pays it
+
         self.path = path
         try:
             self.file_size = path.stat().st_size
@@ -79,7 +81,7 @@ class ZipArchive:
         if member.size > cap:
             raise InputError(f"{self.path}: refused: {what} ({name!r}) declares {member.size:,} bytes (at most "
                              f"{cap:,} are read)")
-        if member.method not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        if member.method not in (STORED, DEFLATED):
             raise InputError(f"{self.path}: refused: {what} ({name!r}) is compressed with method {member.method}")
         if member.offset + member.packed > self.file_size:
             raise InputError(f"{self.path}: truncated archive: {what} ({name!r}) ends past the end of the file")

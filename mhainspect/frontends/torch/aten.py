@@ -13,6 +13,7 @@ name (``aten.gelu``): activations flow through them. Imports no torch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,14 @@ class TensorMeta:
 # What a tracer recorded for a node's output: a tensor, a tuple of outputs (None where not a
 # tensor), or nothing known (a SymInt, a list of tensors the tracer did not describe).
 Value = TensorMeta | tuple[TensorMeta | None, ...] | None
+
+
+def module_path(path: str) -> str:
+    """A module path as torch.export's nn_module_stack writes it -> "layers.0" (torch.fx style
+    "L['self'].layers[0]", a "@1" call suffix)."""
+    path = re.sub(r"@\d+$", "", path)
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    return re.sub(r"\[(\d+)\]", r".\1", path).strip(".")
 
 
 class AtenNode:
@@ -237,6 +246,7 @@ class AtenConverter:
         """One call, by its op name: a handler, a unary / binary / identity / dropout op, else an
         ``aten.<name>`` node that activations flow through."""
         name, a, kw = fx_node.target, fx_node.args, fx_node.kwargs
+        self._scope = fx_node.scope
         handler = _HANDLERS.get(name)
         if name in _SKIP:
             return
@@ -378,6 +388,23 @@ def _h_flatten(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[st
     if not all(isinstance(d, int) for d in tail):
         return False
     target = c.const_ints([0] * start + [-1] + [int(d) for d in tail])
+    c._single(n, "Reshape", [x, target])
+    return True
+
+
+def _h_unflatten(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
+    """unflatten(x, dim, sizes) -> Reshape keeping every other dim (0: copy the input's)."""
+    x, r = c.operand(a[0]), c.rank(a[0])
+    dim = a[1] if len(a) > 1 else kw.get("dim")
+    sizes = a[2] if len(a) > 2 else kw.get("sizes")
+    if x is None or r is None or not isinstance(dim, int) or not isinstance(sizes, (list, tuple)):
+        return False
+    d = _norm(dim, r)
+    if not 0 <= d < r:
+        return False
+    target = c.shape_tensor([0] * d + list(sizes) + [0] * (r - d - 1))
+    if target is None:
+        return False
     c._single(n, "Reshape", [x, target])
     return True
 
@@ -764,7 +791,7 @@ _HANDLERS: dict[str, Handler] = {
     "linear": _h_linear, "matmul": _h_matmul, "bmm": _h_matmul, "mm": _h_matmul, "addmm": _h_addmm,
     "baddbmm": _h_baddbmm, "t": _h_t, "transpose": _h_transpose, "swapaxes": _h_transpose,
     "permute": _h_permute, "view": _h_view, "reshape": _h_view, "_unsafe_view": _h_view, "_reshape_alias": _h_view,
-    "flatten": _h_flatten, "expand": _h_expand, "unsqueeze": _h_unsqueeze, "squeeze": _h_squeeze,
+    "flatten": _h_flatten, "unflatten": _h_unflatten, "expand": _h_expand, "unsqueeze": _h_unsqueeze, "squeeze": _h_squeeze,
     "softmax": _h_softmax, "_softmax": _h_softmax, "_safe_softmax": _h_softmax, "masked_fill": _h_masked_fill,
     "where": _h_where, "ne": _h_ne, "rsub": _h_rsub, "rsqrt": _h_rsqrt, "split": _h_split,
     "split_with_sizes": _h_split, "chunk": _h_split, "tensor_split": _h_split, "unbind": _h_unbind,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import torch
 from torch import nn
 
 from mhainspect.errors import InputError
-from mhainspect.frontends.torch.aten import AtenConverter, AtenNode, TensorMeta, Value
+from mhainspect.frontends.torch.aten import AtenConverter, AtenNode, TensorMeta, Value, module_path
 from mhainspect.ir.dtypes import canonical
 from mhainspect.ir.graph import ModelGraph
 
@@ -181,14 +180,6 @@ def _scope(fx_node: Any) -> str:
     if not stack:
         return ""
     return module_path(str(list(stack.values())[-1][0]))
-
-
-def module_path(path: str) -> str:
-    """A module path as torch.export's nn_module_stack writes it -> "layers.0" (torch.fx style
-    "L['self'].layers[0]", a "@1" call suffix)."""
-    path = re.sub(r"@\d+$", "", path)
-    path = re.sub(r"^L\['self'\]\.?", "", path)
-    return re.sub(r"\[(\d+)\]", r".\1", path).strip(".")
 
 
 def _dim(d: Any) -> int | str:

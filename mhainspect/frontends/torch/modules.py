@@ -28,15 +28,9 @@ from torch import nn
 
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, apply_quantization, wants_values
 from mhainspect.frontends.torch.fx import storage_key
+from mhainspect.frontends.torch.known import SCALE_ATTRS, attribute_offers, mha_offers, mha_scale
 from mhainspect.ir.dtypes import canonical
 from mhainspect.ir.weights import HeadOffers, QuantRole, WeightMeta
-from mhainspect.results import EvidenceSource
-
-_HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head")
-_KV_ATTRS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "kv_heads", "n_head_kv")
-_HEAD_DIM_ATTRS = ("head_dim", "attention_head_size", "key_value_proj_dim", "head_size", "d_kv", "d_head", "d_k")
-_GROUP_ATTRS = ("num_key_value_groups", "n_rep", "num_queries_per_kv")
-_SCALE_ATTRS = ("scaling", "scale", "softmax_scale")
 
 
 def parameter_metas(model: nn.Module) -> dict[str, WeightMeta]:
@@ -114,32 +108,11 @@ def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
     return total
 
 
-def _int_attr(obj: Any, names: tuple[str, ...]) -> tuple[str, int] | None:
-    for n in names:
-        v = getattr(obj, n, None)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return n, v
-    return None
-
-
 def module_offers(module: nn.Module, label: str) -> HeadOffers | None:
     """Head evidence from a module's own attributes."""
     if isinstance(module, nn.MultiheadAttention):
-        return HeadOffers(num_heads=module.num_heads, head_dim=module.head_dim, source=EvidenceSource.MODULE,
-                          detail=f"{label}: nn.MultiheadAttention num_heads={module.num_heads}, "
-                                 f"head_dim={module.head_dim}")
-    heads = _int_attr(module, _HEAD_ATTRS)
-    kv = _int_attr(module, _KV_ATTRS)
-    hd = _int_attr(module, _HEAD_DIM_ATTRS)
-    groups = _int_attr(module, _GROUP_ATTRS)
-    if kv is None and groups is not None and heads is not None and heads[1] % groups[1] == 0:
-        kv = (f"{heads[0]}/{groups[0]}", heads[1] // groups[1])
-    found = [f"{item[0]}={item[1]}" for item in (heads, kv, hd, groups) if item is not None]
-    if not found:
-        return None
-    return HeadOffers(num_heads=heads[1] if heads else None, num_kv_heads=kv[1] if kv else None,
-                      head_dim=hd[1] if hd else None, source=EvidenceSource.MODULE,
-                      detail=f"{label} ({type(module).__name__}): " + ", ".join(found))
+        return mha_offers(module.num_heads, module.head_dim, label)
+    return attribute_offers(lambda n: getattr(module, n, None), type(module).__name__, label)
 
 
 def config_dict(obj: Any) -> Mapping[str, Any] | None:
@@ -171,8 +144,8 @@ def module_scale(module: nn.Module) -> tuple[float | None, str]:
     own code is read for such rescalings (never run); one whose factor does not evaluate from the
     module's attributes makes the scale unknown rather than the attribute's alone."""
     if isinstance(module, nn.MultiheadAttention):
-        return 1.0 / math.sqrt(module.head_dim), "nn.MultiheadAttention scales scores by 1/sqrt(head_dim)"
-    for n in _SCALE_ATTRS:
+        return mha_scale(module.head_dim)
+    for n in SCALE_ATTRS:
         v = getattr(module, n, None)
         if isinstance(v, float) and v > 0:
             said = f"{type(module).__name__}.{n} = {v:.6g}"

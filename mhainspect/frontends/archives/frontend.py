@@ -1,0 +1,115 @@
+"""PyTorch archives -> SourceResult: torch.export programs (.pt2) and TorchScript archives.
+
+Each reader hands an ArchiveProgram: a graph in the neutral IR (built by the converter a traced
+module's graph goes through) and the archive's stored tensors. The blocks come from the graph, as
+a traced module's do; the totals and the size metadata from the stored tensors, as a module's do
+(parameters by unique storage, trainable = requires_grad, buffers are overhead); a block the graph
+shows caching (a causal mask) decodes where nothing else says. A config.json beside the archive
+says what only a config says, as beside a checkpoint; without one, the root module's class is read
+as a config's ``architectures`` entry (LlamaForCausalLM decodes). Imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mhainspect.errors import InputError
+from mhainspect.frontends.archives.program import ArchiveProgram, ArchiveWeight
+from mhainspect.frontends.result import SourceResult
+from mhainspect.frontends.torch.known import MHA_CLASS, class_name, mha_scale
+from mhainspect.ir.weights import WeightMeta
+from mhainspect.results import AttentionBlock, Evidence, EvidenceSource, ReportWarning, WarningCode
+
+_CONFIG_LABEL = "config.json beside the archive"
+
+
+def archive_result(path: str | os.PathLike[str], program: ArchiveProgram, *, fmt: str) -> SourceResult:
+    """The SourceResult of an archive's program (see the module docstring)."""
+    from mhainspect.frontends.onnx.frontend import graph_result
+    from mhainspect.frontends.size_inputs import metas_size_inputs
+
+    p = Path(path)
+    config, config_warning = _config_beside(p)
+    found = graph_result(program.graph, path=os.fspath(path), fmt=fmt, config=config, config_label=_CONFIG_LABEL)
+    scopes = {n.name: n.scope for n in program.graph.nodes}
+    blocks = [_named(_known_scale(b, program.module_classes), scopes, program.root_class) for b in found.blocks]
+    # A block the graph shows caching (a causal mask, cache tensors) decodes where nothing else says.
+    renamed = {old.name: new.name for old, new in zip(found.blocks, blocks)}
+    graph_caches = {renamed.get(d.block, d.block): dataclasses.replace(d, block=renamed.get(d.block, d.block))
+                    for d in (found.size.decoding if found.size else ()) if d.caches}
+    metas = {w.name: WeightMeta(w.name, w.shape, w.dtype, w.storage_key) for w in program.weights}
+    parameters = frozenset(w.storage_key for w in program.weights if w.is_parameter)
+    # Without a config, the root module's class is read as a config's architectures entry is
+    # (LlamaForCausalLM: a causal language model; BertForMaskedLM: an encoder).
+    said, label = (config, _CONFIG_LABEL) if config is not None else (
+        ({"architectures": [program.root_class]}, f"the root module's class {program.root_class}")
+        if program.root_class else (None, ""))
+    size = metas_size_inputs(metas, blocks, said, parameters, label=label,
+                             no_config=f"{p.name} has no config: nothing says whether it decodes autoregressively")
+    decoding = tuple(graph_caches.get(d.block, d) if d.caches is None else d for d in size.decoding)
+    size = dataclasses.replace(size, decoding=decoding)
+    total, trainable = _totals(program.weights)
+    facts = dataclasses.replace(found.model, total_params=total, trainable_params=trainable)
+    warnings = [ReportWarning(n, WarningCode.LOADER) for n in program.notes] + list(found.warnings)
+    if config_warning is not None:
+        warnings.append(config_warning)
+    return SourceResult(tuple(blocks), found.misses, facts, tuple(warnings), size)
+
+
+def _named(block: AttentionBlock, scopes: dict[str, str], root_class: str) -> AttentionBlock:
+    """A block whose attention core is the root module's own code, named after the root's class
+    (as a traced module's is)."""
+    if root_class and not scopes.get(block.anchor, "x"):
+        return dataclasses.replace(block, name=root_class)
+    return block
+
+
+def _known_scale(block: AttentionBlock, classes: Mapping[str, str]) -> AttentionBlock:
+    """The scale a known module class applies, where the graph leaves it implicit (nn.MultiheadAttention
+    calls scaled_dot_product_attention with its default, 1/sqrt(head_dim))."""
+    if block.scale_known or not block.d_k or class_name(classes.get(block.name, "")) != MHA_CLASS:
+        return block
+    scale, detail = mha_scale(block.d_k)
+    return dataclasses.replace(block, scale=scale, scale_known=True,
+                               evidence=(*block.evidence, Evidence("scale", scale, EvidenceSource.MODULE, detail)))
+
+
+def _totals(weights: Sequence[ArchiveWeight]) -> tuple[int, int]:
+    """(parameters, trainable parameters), each storage once (tied weights count once)."""
+    seen: set[str] = set()
+    total = trainable = 0
+    for w in weights:
+        if not w.is_parameter or w.storage_key in seen:
+            continue
+        seen.add(w.storage_key)
+        n = 1
+        for d in w.shape:
+            n *= d
+        total += n
+        if w.trainable:
+            trainable += n
+    return total, trainable
+
+
+def _config_beside(path: Path) -> tuple[dict[str, Any] | None, ReportWarning | None]:
+    sibling = path.parent / "config.json"
+    if not sibling.is_file():
+        return None, None
+    from mhainspect.frontends.checkpoint.reader import read_config
+
+    try:
+        config = read_config(sibling)
+    except InputError:
+        return None, None  # a broken neighbour is not this file's problem
+    return config, ReportWarning(f"config read from {sibling} next to the archive", WarningCode.CONFIG_BESIDE)
+
+
+def export_result(path: str | os.PathLike[str]) -> SourceResult:
+    """A torch.export program (.pt2), read from its JSON (mhainspect.frontends.archives.export_reader)."""
+    from mhainspect.frontends.archives.export_reader import read_export_program
+
+    return archive_result(path, read_export_program(Path(path)), fmt="torch.export")

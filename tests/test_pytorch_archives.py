@@ -1,0 +1,247 @@
+"""torch.export programs (.pt2) and TorchScript archives give the module's blocks and totals.
+
+Each artifact is built here from a module (tests/pytorch_artifacts.py: nn.MultiheadAttention in a
+block, the Annotated Transformer's heads at h = 8 and 1, a Hugging Face BERT and a GQA Llama,
+random weights plus noise) and audited; its blocks, parameter totals, flags and size figures must
+be the module's own. Hostile archives end in one line and exit 2, and nothing in them runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import pytorch_artifacts as pa  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+import mhainspect  # noqa: E402
+from mhainspect.cli.app import app  # noqa: E402
+from mhainspect.errors import InputError  # noqa: E402
+from mhainspect.frontends import zips  # noqa: E402
+from mhainspect.render.json_render import report_to_dict  # noqa: E402
+from mhainspect.results import AttentionBlock, Report  # noqa: E402
+
+ERROR_PREFIX = "mhainspect: error:"
+
+
+def layout(block: AttentionBlock) -> tuple[Any, ...]:
+    p = block.params
+    return (block.name, block.kind, block.num_heads, block.num_kv_heads, block.d_model, block.d_k, block.d_v,
+            p.q, p.k, p.v, p.o, p.bias, p.total, p.extra, block.scale)
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, pa.Built]:
+    return {name: build() for name, build in pa.BUILDERS.items()}
+
+
+@pytest.fixture(scope="module")
+def module_reports(built: dict[str, pa.Built]) -> dict[str, Report]:
+    out = {}
+    for name, b in built.items():
+        inputs = None if pa.is_transformers(b.module) else b.inputs
+        out[name] = mhainspect.inspect(b.module, inputs)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pt2(built: dict[str, pa.Built], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("pt2")
+    return {name: pa.export_pt2(b, folder / f"{name}.pt2") for name, b in built.items()}
+
+
+def assert_same_report(archive: Report, module: Report) -> None:
+    """Blocks, totals, flags and size figures: the module's."""
+    assert [layout(b) for b in archive.blocks] == [layout(b) for b in module.blocks]
+    assert archive.model.total_params == module.model.total_params
+    assert archive.model.trainable_params == module.model.trainable_params
+    assert archive.model.attention_params == module.model.attention_params
+    assert sorted((f.code, f.block) for f in archive.flags) == sorted((f.code, f.block) for f in module.flags)
+    size_keys = ("weight_bytes", "weight_bytes_by_dtype", "weight_bytes_overhead")
+    a, m = report_to_dict(archive), report_to_dict(module)
+    assert {k: a["model"][k] for k in size_keys} == {k: m["model"][k] for k in size_keys}
+    # The KV figures; the reason may name another source (a module's config, an archive's root class).
+    kv_a, kv_m = (dict(d["model"]["kv_cache"], reason=None) for d in (a, m))
+    assert kv_a == kv_m
+    block_keys = ("weight_bytes", "kv_cache_bytes_per_token", "kv_cache_dtype", "kv_cache_status", "sliding_window")
+    assert [{k: b[k] for k in block_keys} for b in a["blocks"]] == [{k: b[k] for k in block_keys} for b in m["blocks"]]
+
+
+@pytest.mark.parametrize("name", list(pa.BUILDERS))
+def test_pt2_gives_the_modules_report(name: str, pt2: dict[str, Path], module_reports: dict[str, Report],
+                                      schema_validator: Any) -> None:
+    report = mhainspect.inspect(pt2[name])
+    assert report.blocks, "no block found"
+    assert_same_report(report, module_reports[name])
+    assert report.model.format == "torch.export"
+    assert not list(schema_validator.iter_errors(report_to_dict(report)))
+
+
+def test_pt2_dims_stay_symbols(pt2: dict[str, Path]) -> None:
+    """Exported with dynamic batch and sequence: the heads come out of shapes with symbols."""
+    report = mhainspect.inspect(pt2["annotated_h8"])
+    (block,) = report.blocks
+    reshapes = [e.detail for e in block.evidence if e.source == "reshape"]
+    assert reshapes and all(d.endswith(", 8, 8]") for d in reshapes), reshapes
+    assert block.matcher == "decomposed"
+
+
+def test_pt2_weights_are_never_read(pt2: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the JSON members are read: no member under data/weights/ but the weights' metadata."""
+    read: list[str] = []
+    original = zips.ZipArchive.read
+
+    def spy(self: zips.ZipArchive, name: str, cap: int, what: str) -> bytes:
+        read.append(name)
+        return original(self, name, cap, what)
+
+    monkeypatch.setattr(zips.ZipArchive, "read", spy)
+    mhainspect.inspect(pt2["llama_gqa"])
+    assert read and all(n.endswith(".json") for n in read), read
+
+
+def test_pt2_without_torch(pt2: dict[str, Path]) -> None:
+    """A .pt2 archive is read without torch installed."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from mhainspect.cli.app import main\n"
+            "main(sys.argv[1:])\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(pt2["bert"]), "--format", "json"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [b["num_heads"] for b in json.loads(proc.stdout)["blocks"]] == [4, 4]
+
+
+def test_pt2_in_a_folder(pt2: dict[str, Path]) -> None:
+    folder = pt2["mha_block"].parent
+    result = CliRunner().invoke(app, ["inspect", str(folder), "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    paths = {r["model"]["path"] for r in json.loads(result.stdout)["models"]}
+    assert paths == {str(p) for p in pt2.values()}
+
+
+# ----------------------------------------------------------------------------- rewritten archives
+
+
+def _members(path: Path) -> Iterator[tuple[str, bytes]]:
+    with zipfile.ZipFile(path) as z:
+        for name in z.namelist():
+            yield name, z.read(name)
+
+
+def rewrite(path: Path, out: Path, edit: Callable[[str, bytes], bytes | None]) -> Path:
+    """A copy of archive ``path`` with each member passed through ``edit`` (None drops it)."""
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in _members(path):
+            new = edit(name, data)
+            if new is not None:
+                z.writestr(name, new)
+    return out
+
+
+def edit_json(suffix: str, change: Callable[[Any], None]) -> Callable[[str, bytes], bytes | None]:
+    def edit(name: str, data: bytes) -> bytes:
+        if not name.endswith(suffix):
+            return data
+        doc = json.loads(data)
+        change(doc)
+        return json.dumps(doc).encode()
+
+    return edit
+
+
+def test_older_archive_layout(pt2: dict[str, Path], module_reports: dict[str, Report], tmp_path: Path) -> None:
+    """torch 2.1-2.4 wrote serialized_exported_program.json: read from the graph alone."""
+    program = next(data for name, data in _members(pt2["llama_gqa"]) if name.endswith("models/model.json"))
+    old = tmp_path / "old.pt2"
+    with zipfile.ZipFile(old, "w") as z:
+        z.writestr("serialized_exported_program.json", program)
+        z.writestr("serialized_state_dict.pt", b"\x80\x02}q\x00.")
+    report = mhainspect.inspect(old)
+    assert [layout(b) for b in report.blocks] == [layout(b) for b in module_reports["llama_gqa"].blocks]
+
+
+def test_several_programs_say_which_is_reported(pt2: dict[str, Path], tmp_path: Path) -> None:
+    def edit(name: str, data: bytes) -> bytes:
+        return data
+
+    out = rewrite(pt2["mha_block"], tmp_path / "two.pt2", edit)
+    with zipfile.ZipFile(out, "a") as z:
+        program = next(d for n, d in _members(pt2["mha_block"]) if n.endswith("models/model.json"))
+        prefix = next(n for n, _ in _members(pt2["mha_block"])).split("/")[0]
+        z.writestr(f"{prefix}/models/decode.json", program)
+    report = mhainspect.inspect(out)
+    assert any("2 programs" in w and "'model'" in w for w in report.warnings), report.warnings
+
+
+def _lie_about_shape(doc: Any) -> None:
+    entry = next(iter(doc["config"].values()))
+    entry["tensor_meta"]["sizes"] = [{"as_int": 4096}, {"as_int": 4096}]
+    entry["tensor_meta"]["strides"] = [{"as_int": 4096}, {"as_int": 1}]
+
+
+def _graph_disagrees(doc: Any) -> None:
+    values = doc["graph_module"]["graph"]["tensor_values"]
+    name = next(n for n in values if n.startswith("p_"))
+    values[name]["sizes"] = [{"as_int": 7}] * len(values[name]["sizes"])
+
+
+def _huge_int(doc: Any) -> None:
+    node = doc["graph_module"]["graph"]["nodes"][0]
+    node["inputs"][-1]["arg"] = {"as_int": 10**400}
+
+
+def _dangling(doc: Any) -> None:
+    node = doc["graph_module"]["graph"]["nodes"][-1]
+    node["inputs"][0]["arg"] = {"as_tensor": {"name": "nowhere"}}
+
+
+def _rank_700(doc: Any) -> None:
+    values = doc["graph_module"]["graph"]["tensor_values"]
+    values[next(iter(values))]["sizes"] = [{"as_int": 3}] * 700
+
+
+def _not_a_graph(doc: Any) -> None:
+    doc["graph_module"]["graph"] = ["not", "a", "graph"]
+
+
+HOSTILE_EDITS: dict[str, tuple[Callable[[str, bytes], bytes | None], str]] = {
+    "lies_about_shape": (edit_json("_weights_config.json", _lie_about_shape), "lies"),
+    "graph_disagrees": (edit_json("models/model.json", _graph_disagrees), "its metadata says"),
+    "huge_int": (edit_json("models/model.json", _huge_int), "not an int64"),
+    "dangling": (edit_json("models/model.json", _dangling), "which nothing produces"),
+    "rank_700": (edit_json("models/model.json", _rank_700), "700 dims"),
+    "not_a_graph": (edit_json("models/model.json", _not_a_graph), "malformed torch.export program"),
+    "not_json": (lambda n, d: b"{not json" if n.endswith("models/model.json") else d, "not JSON"),
+    "deep_json": (lambda n, d: b"[" * 100_000 + b"]" * 100_000 if n.endswith("models/model.json") else d,
+                  "nested too deeply"),
+    "no_program": (lambda n, d: None if n.endswith("models/model.json") else d, ""),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_EDITS))
+def test_hostile_pt2_is_one_line(case: str, pt2: dict[str, Path], tmp_path: Path) -> None:
+    edit, match = HOSTILE_EDITS[case]
+    path = rewrite(pt2["mha_block"], tmp_path / f"{case}.pt2", edit)
+    result = CliRunner().invoke(app, ["inspect", str(path)])
+    assert result.exit_code == 2, result.stdout[-2000:]
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(ERROR_PREFIX) and match in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("cut", [0.3, 0.6, 0.9, 0.99])
+def test_truncated_pt2(cut: float, pt2: dict[str, Path], tmp_path: Path) -> None:
+    data = pt2["mha_block"].read_bytes()
+    path = tmp_path / "cut.pt2"
+    path.write_bytes(data[:int(len(data) * cut)])
+    with pytest.raises(InputError):
+        mhainspect.inspect(path)
