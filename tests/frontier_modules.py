@@ -475,3 +475,36 @@ class SwinWindowBlock(nn.Module):
         attn = attn.view(bw // windows, windows, a.heads, n, n) + mask.unsqueeze(1).unsqueeze(0)
         attn = attn.view(-1, a.heads, n, n).softmax(dim=-1)
         return a.proj((attn @ v).transpose(1, 2).reshape(bw, n, c))
+
+
+class AttentionPool(nn.Module):
+    """A SigLIP-style multihead attention pooling (MAP) head: a learned probe [1, 1, d] attends to the
+    encoder output through nn.MultiheadAttention, then a LayerNorm and an MLP with a residual."""
+
+    def __init__(self, d: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.probe = nn.Parameter(torch.randn(1, 1, d))
+        self.attention = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.layernorm = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+        self.heads, self.d_k = heads, d // heads
+
+    def truth(self) -> BlockTruth:
+        return BlockTruth(self.heads, self.d_k, own_params(self.attention))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [batch, seq, d]
+        probe = self.probe.repeat(x.shape[0], 1, 1)
+        out = self.attention(probe, x, x, need_weights=True)[0]
+        return (out + self.mlp(self.layernorm(out)))[:, 0]
+
+
+class EncoderWithPool(nn.Module):
+    """A one-layer encoder (nn.MultiheadAttention self-attention) and an AttentionPool head."""
+
+    def __init__(self, d: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.encoder = TorchMHA(d, heads, need_weights=True)
+        self.head = AttentionPool(d, heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x))

@@ -128,6 +128,7 @@ def _old_export(tmp_path: Path, model: torch.nn.Module, opset: int, target: int)
     return str(old)
 
 
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 @pytest.mark.parametrize("target", [9, 11])
 def test_annotated_transformer_attention_from_an_older_exporter(tmp_path: Path, target: int) -> None:
     """torch.onnx.export(opset_version=9) of the Annotated Transformer's attention, its shape constants
@@ -139,6 +140,7 @@ def test_annotated_transformer_attention_from_an_older_exporter(tmp_path: Path, 
     assert report.model.total_params == fm.own_params(model)
 
 
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 @pytest.mark.parametrize("target", [9, 11])
 def test_multihead_attention_in_older_opset_forms(tmp_path: Path, target: int) -> None:
     """nn.MultiheadAttention (torch exports it from opset 13 on) rewritten into opset 9 / 11 forms:
@@ -249,6 +251,7 @@ def _classifier(plain: bool) -> tuple[torch.nn.Module, int]:
     return model.eval(), fm.own_params(learned)
 
 
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 @pytest.mark.parametrize("exporter", sorted(EXPORTERS))
 def test_classifier_kept_as_a_plain_tensor_is_a_parameter(tmp_path: Path, exporter: str) -> None:
     """A learned matrix held as a plain tensor attribute (TorchScript writes it as a Constant node, the
@@ -264,6 +267,7 @@ def test_classifier_kept_as_a_plain_tensor_is_a_parameter(tmp_path: Path, export
     assert (b.num_heads, b.d_k, b.params.total) == (4, 8, 32 * 96 + 96 + 32 * 32 + 32)
 
 
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_weights_written_as_constant_nodes_are_parameters(tmp_path: Path) -> None:
     """Every weight a Constant node (some converters write them so): the matrices and biases by the
     usual rules; a one-element Constant named by a module path ("attn.temperature") and read by
@@ -292,6 +296,7 @@ def _swin(shift: bool) -> fm.SwinWindowBlock:
     return fm.with_noise(fm.SwinWindowBlock(dim=32, window=4, heads=4, shift=shift))  # type: ignore[return-value]
 
 
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 @pytest.mark.parametrize("exporter", sorted(EXPORTERS))
 @pytest.mark.parametrize("axes", sorted(SWIN_AXES))
 @pytest.mark.parametrize("shift", [False, True], ids=["windows", "shifted-windows"])
@@ -310,6 +315,7 @@ def test_window_attention_heads(tmp_path: Path, shift: bool, axes: str, exporter
     assert b.params.total == fm.own_params(qkv) + fm.own_params(proj)
 
 
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 @pytest.mark.parametrize("shift", [False, True], ids=["windows", "shifted-windows"])
 def test_window_attention_table_is_the_blocks_extra(tmp_path: Path, shift: bool) -> None:
     """Unfolded (the table gathered by its index in the graph), the relative position bias table is the
@@ -363,3 +369,34 @@ def test_onnx_attention_function_body_heads(tmp_path: Path, projections: bool) -
         if found != [(8, 2, 16, 16)]:
             wrong.append((case, found))
     assert not wrong, wrong
+
+
+# ----------------------------------------------------------------------------- attention pooling
+
+
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
+def test_attention_pooling_head_is_cross_from_every_door(tmp_path: Path) -> None:
+    """A SigLIP-style MAP head: nn.MultiheadAttention from a learned probe to the encoder output. By the
+    dataflow definition (queries from a learned tensor, keys and values from the sequence: K/V read a
+    source Q does not) it is cross-attention; the exports, the module (traced or recognised) and its
+    checkpoint agree, and the encoder's own attention stays self."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    model = fm.with_noise(fm.EncoderWithPool(d=32, heads=4))
+    x = torch.randn(2, 7, 32)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    reports = {"checkpoint": audit(str(tmp_path / "model.safetensors")), "module": audit_module(model),
+               "traced": audit_module(model, (x,))}
+    for exporter, dynamo in EXPORTERS.items():
+        path = fm.export(model, (x,), str(tmp_path / f"{exporter}.onnx"), dynamo=dynamo, opset=None if dynamo else 17,
+                         dynamic={"x0": {0: "batch", 1: "seq"}})
+        if path is not None:
+            reports[exporter] = audit(path)
+    assert len(reports) == 5
+    for door, report in reports.items():
+        kinds = {b.name.removeprefix("m."): b.kind for b in report.blocks}
+        assert kinds == {"encoder.attn": "self", "head.attention": "cross"}, door
+        assert report.model.total_params == fm.own_params(model), door
+    pool = next(b for b in reports["checkpoint"].blocks if b.name == "head.attention")
+    assert any(e.field == "kind" and "head.probe" in e.detail for e in pool.evidence)

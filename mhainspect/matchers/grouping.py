@@ -48,6 +48,11 @@ _ROLE_BIAS_LEAVES = {"q_bias": "q", "k_bias": "k", "v_bias": "v"}
 # Score bias modules under the attention module: T5's relative_attention_bias Embedding,
 # transformers' Swin/Swinv2/Donut relative_position_bias (its table).
 _EXTRA_MODULES = frozenset({"relative_attention_bias", "relative_position_bias"})
+# A learned query held beside the attention module (on its parent or on itself): SigLIP's MAP head
+# ``head.probe`` [1, 1, d], Perceiver-style ``latents``, Q-Former's ``query_tokens``. Q is projected
+# from it and K/V from the sequence: the block reads a source Q does not, so it is cross-attention
+# (what a graph of the same model shows).
+_LEARNED_QUERY_LEAVES = frozenset({"probe", "latents", "latent", "query_tokens"})
 _WEIGHT_LEAVES = frozenset({"weight", "kernel", "w"})
 _BIAS_LEAVES = frozenset({"bias", "b"})
 
@@ -93,6 +98,7 @@ class GroupedBlock:
     # role's whole bias, added to its part of a packed weight.
     role_biases: tuple[tuple[str, WeightMeta], ...] = ()
     latent: LatentParts | None = None  # latent attention: its down- and up-projections beside Q and O
+    learned_query: WeightMeta | None = None  # the learned query Q is projected from (then cross is True)
 
     def role(self, role: str) -> RoleWeights | None:
         return next((r for r in self.roles if r.role == role), None)
@@ -142,10 +148,13 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
     mha: dict[str, dict[tuple[str, str], WeightMeta]] = {}
     extras: dict[str, list[WeightMeta]] = {}
     role_biases: dict[str, list[tuple[str, WeightMeta]]] = {}
+    queries: dict[str, WeightMeta] = {}
     for name, meta in weights.items():
         scope, leaf = _scope_leaf(name)
         low = leaf.lower()
         parent, dot, owner = scope.rpartition(".")
+        if low in _LEARNED_QUERY_LEAVES and len(meta.shape) >= 2:
+            queries.setdefault(scope, meta)
         if leaf in _MHA_LEAVES:
             mha.setdefault(scope, {})[_MHA_LEAVES[leaf]] = meta
         elif (owner if dot else scope) in _EXTRA_MODULES and scope:
@@ -224,8 +233,24 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         own_biases = tuple(rb for rb in role_biases.get(owner, []) if _bias_free(roles, rb[0]))
         if latent is not None:  # the block spans the whole module, its down-projections too
             name = owner
-        blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross, own_biases, latent))
+        query = _learned_query(owner, roles, queries)
+        blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross or query is not None, own_biases,
+                                   latent, query))
     return _with_enclosing_extras(blocks, extras)
+
+
+def _learned_query(owner: str, roles: list[RoleWeights], queries: Mapping[str, WeightMeta]) -> WeightMeta | None:
+    """The learned query held on the attention module or its parent whose width is Q's input width."""
+    q = next((r for r in roles if r.role in ("q", "qkv")), None)
+    if q is None or not queries:
+        return None
+    dims = linear_dims(q.weight, q.module, packed=q.role == "qkv")
+    parent = owner.rpartition(".")[0]
+    for scope in (owner, parent):
+        meta = queries.get(scope)
+        if meta is not None and dims is not None and meta.shape[-1] == dims[0]:
+            return meta
+    return None
 
 
 def _with_enclosing_extras(blocks: list[GroupedBlock], extras: Mapping[str, list[WeightMeta]]

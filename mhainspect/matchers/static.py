@@ -157,6 +157,11 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         d_model = o_proj.out_features
         evidence.append(Evidence("d_model", d_model, EvidenceSource.WEIGHT_SHAPE, f"output width of {o_proj.node}"))
 
+    if group.learned_query is not None:
+        t = group.learned_query
+        evidence.append(Evidence("kind", None, EvidenceSource.WEIGHT_SHAPE,
+                                 f"Q is projected from the learned query {t.name} {list(t.shape)} and K/V from the "
+                                 "sequence: a source of their own (cross)"))
     extra = 0
     for t in group.extras:
         extra += t.numel
