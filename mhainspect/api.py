@@ -14,7 +14,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from mhainspect import conventions
+from mhainspect.analysis.size import SizeOptions
+from mhainspect.analysis.stated_heads import stated_offer
+from mhainspect.conventions import CALC_RENDERERS
 from mhainspect.errors import InputError, missing_torch
+from mhainspect.frontends.dispatch import is_model_folder
+from mhainspect.frontends.folders import expand_models, model_argument
+from mhainspect.pipeline import AuditOptions, audit, audit_module
+from mhainspect.render import calc_html, calc_render
 from mhainspect.results import Report, Reports
 
 if TYPE_CHECKING:
@@ -25,8 +33,6 @@ __all__ = ["calc", "compare", "inspect", "inspect_all"]
 
 
 def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[ModelRef, ...]:
-    from mhainspect.frontends.folders import expand_models, model_argument
-
     return expand_models(model_argument(p) for p in paths)
 
 
@@ -34,8 +40,6 @@ def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] =
     """Every model the paths name, folders expanded as on the command line (every model file below
     them, a Hugging Face folder as one model), in the CLI's order: a list of Report that Jupyter
     shows as the comparison page and ``to_text()``/``to_markdown()`` give with one row per model first."""
-    from mhainspect.pipeline import AuditOptions, audit
-
     heads = tuple(int(h) for h in what_if_heads)
     return Reports(audit(p, AuditOptions(what_if_heads=heads)) for p in _models(paths))
 
@@ -43,9 +47,6 @@ def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] =
 def _calc_views() -> None:
     """Give calc()'s and compare()'s results their text and notebook views (the conventions sit
     below the renderers, so the API, above both, connects them)."""
-    from mhainspect.conventions import CALC_RENDERERS
-    from mhainspect.render import calc_html, calc_render
-
     CALC_RENDERERS.text = lambda c: calc_render.calc_text(c, 100)
     CALC_RENDERERS.html = calc_html.repr_calc_html
     CALC_RENDERERS.compare_text = lambda rows: calc_render.compare_text(rows, 100)
@@ -56,8 +57,6 @@ def calc(convention: str, /, **arguments: UserValue) -> Calculation:
     """``mhainspect calc CONVENTION name=value ...``: the layer's parameters term by term, e.g.
     ``calc("matlab", NumHeads=4, NumKeyChannels=784, InputSize=3136).weights == 9_834_496``.
     Raises ValueError (one line) for an unknown convention or bad arguments."""
-    from mhainspect import conventions
-
     if convention.lower() not in conventions.CONVENTIONS:
         raise ValueError(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
     _calc_views()
@@ -67,8 +66,6 @@ def calc(convention: str, /, **arguments: UserValue) -> Calculation:
 def compare(**arguments: UserValue) -> Comparison:
     """``mhainspect calc --compare``: the same numbers under every convention (or why one cannot take
     them), as (convention, calculation or reason) rows; prints as the CLI's table, shows as its page."""
-    from mhainspect import conventions
-
     _calc_views()
     return conventions.compare(arguments)
 
@@ -89,16 +86,9 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     once, as --decoder / --no-decoder do. ``num_heads`` / ``num_kv_heads`` give a checkpoint
     without a config its head counts, as --num-heads / --num-kv-heads do (shapes still win).
     """
-    from mhainspect.analysis.size import SizeOptions
-    from mhainspect.analysis.stated_heads import stated_offer
-    from mhainspect.pipeline import AuditOptions, audit, audit_module
-
     options = AuditOptions(tuple(int(h) for h in what_if_heads), SizeOptions(context, batch, kv_dtype, decoder),
                            stated_heads=stated_offer(num_heads, num_kv_heads))
     if isinstance(obj, (str, os.PathLike)):
-        from mhainspect.frontends.dispatch import is_model_folder
-        from mhainspect.frontends.folders import model_argument
-
         path = model_argument(obj)
         if isinstance(path, str) or path.is_dir() and not is_model_folder(path):  # a folder of models, as the CLI
             found = _models((path,))

@@ -19,6 +19,7 @@ from mhainspect.analysis.report import report_from
 from mhainspect.analysis.size import SizeOptions, context_warning, with_options
 from mhainspect.analysis.stated_heads import stated_warnings
 from mhainspect.frontends.dispatch import source_result
+from mhainspect.frontends.onnx.frontend import graph_result
 from mhainspect.frontends.result import SourceResult
 
 if TYPE_CHECKING:
@@ -76,6 +77,4 @@ def audit_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None =
                 config: Mapping[str, Any] | None = None, config_label: str = "config.json",
                 options: AuditOptions | None = None) -> Report:
     """Audit a graph already in the neutral IR (tests and tools that build one in memory)."""
-    from mhainspect.frontends.onnx.frontend import graph_result
-
     return analyse(graph_result(graph, path=path, fmt=fmt, config=config, config_label=config_label), options)

@@ -210,15 +210,15 @@ def test_run_failure_keeps_static_report(tmp_path: Path) -> None:
 
 def test_fail_on_contradiction_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
     assert run(STANDARD, "--fail-on-contradiction").exit_code == 0
-    import mhainspect.pipeline
+    import mhainspect.cli.inspect
 
-    real = mhainspect.pipeline.audit
+    real = mhainspect.cli.inspect.audit  # the audit the inspect command runs
 
     def disagreeing(path: Any, *args: Any, **kwargs: Any) -> Any:
         report = real(path, *args, **kwargs)
         return dataclasses.replace(report, blocks=tuple(dataclasses.replace(b, num_heads=2) for b in report.blocks))
 
-    monkeypatch.setattr(mhainspect.pipeline, "audit", disagreeing)
+    monkeypatch.setattr(mhainspect.cli.inspect, "audit", disagreeing)
     verified = run(STANDARD, "--verify", "--no-color")
     assert verified.exit_code == 0 and "contradicted (saw 8 heads, static 2)" in verified.stdout
     gated = run(STANDARD, "--fail-on-contradiction", "--no-color")

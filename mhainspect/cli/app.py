@@ -3,12 +3,19 @@
 Exit codes: 0 the audit ran; 1 a gate failed; 2 usage or input error (one line on stderr).
 """
 
+import difflib
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO, TypeVar
 
 import typer
+
+try:
+    from typer._click import exceptions as click_exceptions  # typer >= 0.20 vendors its click
+except ImportError:  # older typer on upstream click
+    from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
 from mhainspect.cli.calc import calc_cmd
 from mhainspect.cli.inspect import inspect_cmd
@@ -56,8 +63,6 @@ _SUBCOMMANDS = ("inspect", "calc")
 def _misspelled(word: str) -> str | None:
     """The subcommand ``word`` looks like a typo of, when it cannot be a model (no such path, no
     file-like or module-like spelling)."""
-    import difflib
-
     if word.startswith("-") or any(c in word for c in "./:\\") or Path(word).exists():
         return None
     close = difflib.get_close_matches(word.lower(), [*_SUBCOMMANDS, "help"], n=1, cutoff=0.6)
@@ -66,14 +71,7 @@ def _misspelled(word: str) -> str | None:
 
 def _click_exceptions() -> tuple[type[Exception], type[Exception]]:
     """(UsageError, ClickException) of the click that typer runs on (typer >= 0.20 vendors one)."""
-    try:
-        from typer._click import exceptions as vendored
-
-        return vendored.UsageError, vendored.ClickException
-    except ImportError:  # older typer on upstream click
-        import click
-
-        return click.UsageError, click.ClickException
+    return click_exceptions.UsageError, click_exceptions.ClickException
 
 
 def _spread_vs(args: list[str]) -> list[str]:
@@ -141,8 +139,6 @@ def run() -> NoReturn:
     the shell sees 141, not the 1 that click would turn a broken pipe into (1 means a gate failed).
     Tests and embedders call main(), which raises SystemExit as usual.
     """
-    import signal
-
     if hasattr(signal, "SIGPIPE"):  # not on Windows
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:

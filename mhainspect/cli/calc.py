@@ -1,5 +1,6 @@
 """`mhainspect calc CONVENTION name=value...`: a layer's parameters under a framework's convention."""
 
+import json
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -7,7 +8,11 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from mhainspect.analysis.whatif import check_head_counts
 from mhainspect.cli.output import fail, one_line, terminal_width, write_atomic, write_stdout
+from mhainspect.errors import InputError
+from mhainspect.ir.units import format_bytes, parse_tokens
+from mhainspect.render.json_render import to_json
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,6 +32,7 @@ class CalcFormat(str, Enum):
 
 def _calc_pairs(items: "Sequence[str]", option: str = "") -> dict[str, str]:
     """name=value pairs; a name given twice (in any spelling calc accepts) is refused."""
+    # The conventions (and their renderers, below) are the calc command's: an inspect run never loads them.
     from mhainspect.conventions import spelling_key
 
     values: dict[str, str] = {}
@@ -101,9 +107,6 @@ def calc_cmd(
                                                        show_default=False)] = None,
 ) -> None:
     """Count the parameters of an attention layer under pytorch, keras, matlab, hf or t5 conventions."""
-    from mhainspect.analysis.whatif import check_head_counts
-    from mhainspect.ir.units import parse_tokens
-
     convention = None if not arguments or "=" in arguments[0] else arguments[0].lower()
     values = _calc_pairs(arguments[1:] if convention is not None else arguments)
     changes = _calc_pairs(vs or [], "--vs: ")
@@ -163,9 +166,6 @@ def _check_request(r: _CalcRequest) -> None:
 
 def _write_file(output: Path, text: str, how: str) -> None:
     """``text`` into ``output`` atomically, then one stderr line saying what was written."""
-    from mhainspect.errors import InputError
-    from mhainspect.ir.units import format_bytes
-
     try:
         write_atomic(output, text)
     except InputError as exc:
@@ -178,11 +178,8 @@ def _write_file(output: Path, text: str, how: str) -> None:
 
 def _calc_output(r: _CalcRequest) -> str:
     """The text of one calc run in its format; ValueError for arguments a convention refuses."""
-    import json
-
     from mhainspect import conventions
     from mhainspect.render import calc_render
-    from mhainspect.render.json_render import to_json
 
     if r.convention is None:
         entries = conventions.compare(r.values)
@@ -219,11 +216,8 @@ def _calc_sized(text: str, convention: str, values: dict[str, str], calc: Any, d
                 kv_heads: list[int], as_json: bool, width: int | None) -> str:
     """``text`` (the calc output) with the layer in bytes and the --kv-heads what-if (JSON: keys
     ``size`` and ``kv_heads_what_if`` beside the calculation's)."""
-    import json
-
     from mhainspect import conventions
     from mhainspect.render import calc_render
-    from mhainspect.render.json_render import to_json
 
     rows = conventions.kv_what_if(convention, values, kv_heads) if kv_heads else ()
     if as_json:

@@ -11,14 +11,22 @@ keys and bad values raise ConfigError with one line naming the file and the key.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TypeVar
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 installs tomli (see pyproject.toml)
+    import tomli as tomllib
+
 from mhainspect.analysis.gates import Limit, parse_byte_limit, parse_codes, parse_limit
+from mhainspect.analysis.size import check_kv_dtype
 from mhainspect.errors import InputError, read_failure
+from mhainspect.ir.units import parse_tokens
 
 __all__ = ["KEYS", "ConfigError", "Settings", "ConfigFinder", "find_config", "load_config_file", "load_settings", "merge",
            "settings_from_table"]
@@ -79,8 +87,6 @@ def _heads(value: object) -> tuple[int, ...]:
 
 def shown_path(source: str) -> str:
     """A config path as messages show it: relative to the working directory when below it."""
-    import os
-
     try:
         rel = os.path.relpath(source)
     except ValueError:  # another drive (Windows)
@@ -102,14 +108,10 @@ def _value(key: str, value: object, formats: Collection[str], source: str) -> ob
             return replace(parse_byte_limit(value), source=shown_path(source))
         raise ValueError("expected a size such as \"512M\", \"4GiB\" or 1048576")
     if key in ("context", "batch"):
-        from mhainspect.ir.units import parse_tokens
-
         if not isinstance(value, (str, int)):
             raise ValueError("expected a whole number such as 8192 or \"8k\"")
         return parse_tokens(value, "tokens" if key == "context" else "sequences")
     if key == "kv-dtype":
-        from mhainspect.analysis.size import check_kv_dtype
-
         if not isinstance(value, str):
             raise ValueError("expected a dtype name such as \"float16\" or \"float8e4m3fn\"")
         return check_kv_dtype(value)
@@ -161,10 +163,6 @@ def settings_from_table(table: Mapping[str, object], source: str, formats: Colle
 
 
 def _read_toml(path: Path) -> dict[str, object]:
-    if sys.version_info >= (3, 11):  # imported here: most runs have no pyproject.toml to read
-        import tomllib
-    else:  # pragma: no cover - Python 3.10 installs tomli (see pyproject.toml)
-        import tomli as tomllib
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)

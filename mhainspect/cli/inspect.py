@@ -1,6 +1,9 @@
 """`mhainspect inspect MODEL...`: options, settings, one audit per model, gates, and the output."""
 
+import dataclasses
 import os
+import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -8,6 +11,20 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from mhainspect.analysis.gates import (
+    GateConfig,
+    check_gates,
+    drop_ignored,
+    ignored_counts,
+    parse_byte_limit,
+    parse_codes,
+    parse_fail_on,
+    parse_limit,
+)
+from mhainspect.analysis.size import SizeOptions, check_kv_dtype
+from mhainspect.analysis.stated_heads import heads_hint, stated_offer
+from mhainspect.analysis.whatif import check_head_counts
+from mhainspect.cli.config import ConfigError, ConfigFinder, Settings, merge, shown_path
 from mhainspect.cli.output import (
     OutputFormat,
     color_wanted,
@@ -22,6 +39,16 @@ from mhainspect.cli.output import (
 )
 from mhainspect.cli.progress import ProgressBar
 from mhainspect.errors import InputError
+from mhainspect.frontends.dispatch import classify, is_model_folder, parse_factory_args
+from mhainspect.frontends.folders import expand_models, model_argument
+from mhainspect.frontends.onnx.frontend import check_symlink_loop
+from mhainspect.frontends.onnx.loader import read_model_proto
+from mhainspect.ir.units import MAX_CACHED_TOKENS, format_bytes, parse_tokens
+from mhainspect.pipeline import AuditOptions, audit
+from mhainspect.render.cells import blocks_word
+from mhainspect.render.extras import ModelExtras
+from mhainspect.render.json_render import report_to_dict, reports_to_dict, to_json, to_jsonl
+from mhainspect.results import BlockVerification, WarningCode, warning_code
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,9 +71,6 @@ EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 
 def _analyze_one(model: "ModelRef", options: "AuditOptions") -> "Report | str":
     """The model's report, or the one-line error message when it cannot be analysed."""
-    from mhainspect.frontends.onnx.frontend import check_symlink_loop
-    from mhainspect.pipeline import audit
-
     try:
         if isinstance(model, Path):
             check_symlink_loop(model)
@@ -69,12 +93,6 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
                   max_attention_params: str | None, fail_on: list[str] | None, ignore: list[str] | None,
                   exit_zero: bool | None, size: "dict[str, Any] | None" = None) -> "Settings":
     """The options given on the command line (None where not given); one-line error on bad values."""
-    from mhainspect.analysis.gates import parse_byte_limit, parse_codes, parse_fail_on, parse_limit
-    from mhainspect.analysis.size import check_kv_dtype
-    from mhainspect.analysis.whatif import check_head_counts
-    from mhainspect.cli.config import Settings
-    from mhainspect.ir.units import parse_tokens
-
     def parsed(option: str, parse: Callable[[V], R], value: V | None) -> R | None:
         try:
             return None if value is None else parse(value)
@@ -89,7 +107,6 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
     attention_limit = parsed("--max-attention-params", parse_limit, max_attention_params)
     fail_codes = parsed("--fail-on", parse_fail_on, fail_on)
     ignore_codes = parsed("--ignore", parse_codes, ignore)
-    import dataclasses
 
     size = size or {}
     context = parsed("--context", lambda v: parse_tokens(v, "tokens"), size.get("context"))
@@ -127,8 +144,7 @@ def _verify_setup(paths: "Sequence[ModelRef]", verify: bool, dim: list[str] | No
         if dim or max_verify_bytes is not None:
             raise fail("--dim and --max-verify-bytes apply only with --verify")
         return _VerifySetup({}, {})
-    from mhainspect.analysis import verify as verify_mod
-    from mhainspect.frontends.onnx.loader import read_model_proto
+    from mhainspect.analysis import verify as verify_mod  # --verify only: the onnxruntime path
 
     dims: dict[str, int] = {}
     for item in dim or []:
@@ -175,8 +191,7 @@ def _verify_setup(paths: "Sequence[ModelRef]", verify: bool, dim: list[str] | No
 
 def _verify_one(path: "ModelRef", report: "Report", setup: _VerifySetup) -> "Report":
     """``report`` with the run's verdict per block; a failure leaves every block unchecked with the reason."""
-    from mhainspect.analysis.verify import attach, verify_report
-    from mhainspect.results import BlockVerification, WarningCode, warning_code
+    from mhainspect.analysis.verify import attach, verify_report  # --verify only: the onnxruntime path
 
     if not isinstance(path, Path):
         reason = "--verify runs local ONNX files only; a remote model is audited from its header"
@@ -215,12 +230,11 @@ class _View:
 
 
 def _render(view: _View, reports: "list[Report]", extras: "list[ModelExtras]") -> str:
-    """The report text; only the chosen renderer is imported (rich alone costs a short run 60 ms)."""
+    """The report text; only the chosen format's renderer is imported (the table's rich is a run's
+    slowest import)."""
     fmt = view.fmt
     failures = [g for e in extras for g in e.gates if not g.passed]
     if fmt is OutputFormat.json or fmt is OutputFormat.jsonl:
-        from mhainspect.render.json_render import report_to_dict, reports_to_dict, to_json, to_jsonl
-
         docs = [report_to_dict(r, gates=e.gates, ignored=e.ignored) for r, e in zip(reports, extras)]
         if fmt is OutputFormat.jsonl:
             return to_jsonl(docs)
@@ -256,10 +270,6 @@ def _render(view: _View, reports: "list[Report]", extras: "list[ModelExtras]") -
 
 def _summary_lines(reports: "Sequence[Report]", extras: "Sequence[ModelExtras]", errors: int) -> list[str]:
     """The end of a many-model run (ruff: "Found 1 error."): what was audited and what failed."""
-    from collections import Counter
-
-    from mhainspect.render.cells import blocks_word
-
     def n(count: int, word: str) -> str:
         return f"{count:,} {word}{'' if count == 1 else 's'}"
 
@@ -282,17 +292,12 @@ def _summary_lines(reports: "Sequence[Report]", extras: "Sequence[ModelExtras]",
 def _several(models: "Sequence[ModelRef]", paths: "Sequence[ModelRef]") -> bool:
     """A multi-model document: several models, or a folder of models (a Hugging Face model folder
     is one model, not a folder of them; a remote folder of models expands to other references)."""
-    from mhainspect.frontends.dispatch import is_model_folder
-
     return len(paths) > 1 or len(models) > 1 or any(
         m not in paths if isinstance(m, str) else m.is_dir() and not is_model_folder(m) for m in models)
 
 
 def _gate_config(settings: "Settings", given: "Settings", config_path: Path | None,
                  fail_on_contradiction: bool) -> "GateConfig":
-    from mhainspect.analysis.gates import GateConfig
-    from mhainspect.cli.config import shown_path
-
     source = "--fail-on" if given.fail_on is not None else shown_path(str(config_path or ""))
     return GateConfig(settings.max_params, settings.max_attention_params, settings.fail_on or frozenset(),
                       fail_on_contradiction, fail_on_source=source, max_weight_bytes=settings.max_weight_bytes,
@@ -331,8 +336,6 @@ class _RunSetup:
 
 
 def _stated_heads(num_heads: int | None, num_kv_heads: int | None) -> "HeadOffers | None":
-    from mhainspect.analysis.stated_heads import stated_offer
-
     try:
         return stated_offer(num_heads, num_kv_heads)
     except ValueError as exc:
@@ -341,13 +344,6 @@ def _stated_heads(num_heads: int | None, num_kv_heads: int | None) -> "HeadOffer
 
 def _audit_path(path: "ModelRef", run: _RunSetup) -> "tuple[Report, ModelExtras] | None":
     """One model's report and gate results; None (the error said on stderr) when it cannot be read."""
-    from mhainspect.analysis.gates import check_gates, drop_ignored, ignored_counts
-    from mhainspect.analysis.size import SizeOptions
-    from mhainspect.cli.config import ConfigError, merge
-    from mhainspect.ir.units import MAX_CACHED_TOKENS
-    from mhainspect.pipeline import AuditOptions
-    from mhainspect.render.extras import ModelExtras
-
     try:
         file_settings, config_path = run.finder.for_model(path)
     except ConfigError as exc:
@@ -407,8 +403,6 @@ def _write_file(output: Path, text: str, view: _View, fmt_source: str) -> None:
     except OSError as exc:
         raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
     if not view.quiet:
-        from mhainspect.ir.units import format_bytes
-
         how = f"{view.fmt.value} {fmt_source}" if fmt_source else view.fmt.value
         typer.echo(f"mhainspect: wrote {one_line(str(output))} ({how}, {format_bytes(len(text.encode('utf-8')))})",
                    err=True)
@@ -419,9 +413,6 @@ def _notes(report: "Report", on_screen: bool) -> list[tuple[str, str]]:
     report itself does not say what would help), and the warnings about the options themselves
     (one that had no effect, a context beyond the model's positions), where a JSON or file run
     would bury them; not those when the table on the screen shows them."""
-    from mhainspect.analysis.stated_heads import heads_hint
-    from mhainspect.results import WarningCode, warning_code
-
     notes = [] if (hint := heads_hint(report)) is None else [("hint", hint)]
     if not on_screen:
         about_options = (WarningCode.OPTION_WITHOUT_EFFECT, WarningCode.CONTEXT_BEYOND_POSITIONS)
@@ -431,8 +422,6 @@ def _notes(report: "Report", on_screen: bool) -> list[tuple[str, str]]:
 
 def _same_terminal() -> bool:
     """stdout and stderr both on a terminal: what one prints, the person sees beside the other."""
-    import sys
-
     try:
         return sys.stdout.isatty() and sys.stderr.isatty()
     except (AttributeError, ValueError):  # replaced or closed by an embedding caller
@@ -588,11 +577,6 @@ def inspect_cmd(
     version: VersionOpt = False,
 ) -> None:
     """Audit MODELS: find every attention block, its heads, d_k, d_v and parameter count."""
-    from mhainspect.cli.config import ConfigError, ConfigFinder, merge
-    from mhainspect.frontends.dispatch import classify, parse_factory_args
-    from mhainspect.frontends.folders import expand_models, model_argument
-    from mhainspect.render.extras import ModelExtras
-
     if config is not None and isolated:
         raise fail("--config and --isolated exclude each other")
     given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,

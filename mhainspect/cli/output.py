@@ -10,6 +10,7 @@ import typer
 
 from mhainspect import __version__
 from mhainspect.errors import InputError
+from mhainspect.render.safe import printable
 
 if TYPE_CHECKING:
 
@@ -35,8 +36,6 @@ class OutputFormat(str, Enum):
 def one_line(text: str) -> str:
     """``text`` on one line with control characters escaped: names from a hostile file can hold
     newlines or terminal escape sequences, and an error stays one line that cannot drive the terminal."""
-    from mhainspect.render.safe import printable  # only errors and gate failures: a clean run never imports it
-
     return printable(text.strip())
 
 

@@ -2,8 +2,11 @@
 
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from mhainspect.frontends.onnx.loader import reporting_progress
 
 if TYPE_CHECKING:
 
@@ -31,12 +34,9 @@ class ProgressBar:
     def __enter__(self) -> "ProgressBar":
         if not sys.stderr.isatty() or os.environ.get("MHAINSPECT_NO_PROGRESS"):
             return self
-        import threading
-
+        # rich's live display is a run's slowest import: only for a terminal.
         from rich.console import Console
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        from mhainspect.frontends.onnx.loader import reporting_progress
 
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                                  console=Console(stderr=True), transient=True)

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError, missing_torch
+from mhainspect.frontends.formats import Foreign, identify, identify_folder
+from mhainspect.frontends.onnx.frontend import onnx_file_result
 from mhainspect.frontends.remote.locate import is_remote
 from mhainspect.frontends.result import SourceResult
 
@@ -108,8 +110,6 @@ def is_model_folder(path: Path) -> bool:
     if is_checkpoint_folder(path):
         return True
     if not (path / "config.json").is_file():
-        from mhainspect.frontends.formats import identify_folder
-
         return identify_folder(path) is not None  # a SavedModel, a Core ML package: named, not scanned
     try:
         return not any(file_kind(p.name) is not None for p in path.iterdir())
@@ -123,7 +123,6 @@ def _content_kind(path: Path) -> str | None:
     read raises InputError naming it."""
     if path.suffix.lower() in (".py", ".json") or not path.is_file():
         return None
-    from mhainspect.frontends.formats import Foreign, identify
 
     try:
         found = identify(path)
@@ -138,8 +137,6 @@ def classify(spec: str) -> Source:
     """Decide what ``spec`` names, from what exists on disk and its content (a file's first bytes)."""
     p = Path(spec)
     if p.is_dir():
-        from mhainspect.frontends.formats import identify_folder
-
         foreign = identify_folder(p)
         if foreign is not None:
             raise InputError(foreign.message(spec))
@@ -183,6 +180,7 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
     """An ONNX file, a GGUF file or a checkpoint (file or Hugging Face folder), by its kind;
     ``stated``: head counts the caller gives, for a checkpoint (whose only other source is a config)."""
     src = classify(path)
+    # The GGUF and checkpoint front ends are imported when their kind of source is met.
     if src.kind == "gguf":
         from mhainspect.frontends.gguf.frontend import gguf_result
 
@@ -199,7 +197,6 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
         raise InputError(f"{path}: a TorchScript archive (torch.jit.save): not read by this version")
     if src.kind == "factory":
         raise InputError(f"{path}: no such file")
-    from mhainspect.frontends.onnx.frontend import onnx_file_result
 
     return onnx_file_result(path)
 

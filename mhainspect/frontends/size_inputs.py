@@ -49,6 +49,7 @@ def layer_index(block_name: str) -> int | None:
 
 
 def _sub_config(cfg: Mapping[str, Any], block_name: str) -> Mapping[str, Any]:
+    # The config reader is imported where a config is read: most graphs come without one.
     from mhainspect.frontends.checkpoint.hf_config import sub_config
 
     return sub_config(cfg, block_name)[1]

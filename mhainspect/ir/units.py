@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+from decimal import Decimal, InvalidOperation
 from typing import SupportsIndex
 
 _UNITS: tuple[tuple[int, str], ...] = (
@@ -107,7 +108,6 @@ def _parse_number(text: str, scale: dict[str, int], noun: str, examples: str) ->
     match = re.fullmatch(_COUNT_RE, stripped, _COUNT_FLAGS)
     if match is None or match["suffix"] is not None and match["suffix"].lower() not in scale:
         raise ValueError(f"not {noun}: {text!r} (expected e.g. {examples})")
-    from decimal import Decimal, InvalidOperation  # only a typed count needs exact decimals
 
     digits = match["int"].replace("_", "").replace(",", "")
     frac = (match["frac"] or "").replace("_", "")

@@ -22,6 +22,7 @@ from mhainspect.matchers.grouping import (
     projection,
     ungrouped_attention,
 )
+from mhainspect.matchers.latent import assemble_latent
 from mhainspect.matchers.sharing import count_shared_once
 from mhainspect.results import (
     AttentionBlock,
@@ -62,8 +63,6 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
              scale_detail: str = "", no_heads_reason: str = "") -> AttentionBlock:
     """One AttentionBlock from a name-grouped block and what modules/configs say about its heads."""
     if group.latent is not None:
-        from mhainspect.matchers.latent import assemble_latent
-
         return assemble_latent(group, tuple(offers), matcher=matcher, no_heads_reason=no_heads_reason)
     evidence: list[Evidence] = []
     offers = tuple(offers)

@@ -10,6 +10,7 @@ carries it. A project that names none gets no links (plain text instead), never 
 from __future__ import annotations
 
 from functools import cache
+from importlib import metadata
 from urllib.parse import urlparse
 
 _DOCS_KEYS = ("documentation", "docs")
@@ -44,8 +45,6 @@ def docs_base_from(project_urls: list[str]) -> str | None:
 @cache
 def docs_base() -> str | None:
     """The docs/ base URL of the installed mhainspect (see the module docstring), or None."""
-    from importlib import metadata
-
     try:
         lines = metadata.metadata("mhainspect").get_all("Project-URL") or []
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed

@@ -9,6 +9,7 @@ results of the gate rules.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections.abc import Iterable
@@ -109,8 +110,6 @@ def _rules(docs_base: str | None) -> list[dict[str, Any]]:
 def _fingerprint(rule_id: str, path: str, block: str | None) -> dict[str, str]:
     """``partialFingerprints`` of a finding: a hash of what identifies it across runs (the rule, the
     model file, the block), not of its message, whose numbers may change."""
-    import hashlib
-
     key = "\x00".join((rule_id, _uri(path)[0], block or ""))
     return {FINGERPRINT: hashlib.sha256(key.encode("utf-8")).hexdigest()}
 

@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
+import re
 import struct
 import warnings
+import zipfile
 from collections.abc import Collection, Mapping
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 from mhainspect.errors import InputError, missing_torch, read_failure
 from mhainspect.frontends.checkpoint.hf_config import Tie, tied_copies
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEAVES, apply_quantization, wants_values
+from mhainspect.frontends.formats import HEAD_BYTES, is_safetensors, read_at
 from mhainspect.frontends.remote.blob import Blob, LocalBlob, Prefix
 from mhainspect.frontends.remote.parallel import in_parallel
 from mhainspect.ir.dtypes import canonical
@@ -47,8 +52,6 @@ def is_checkpoint_path(path: Path) -> bool:
 
 def _looks_like_safetensors(path: Path) -> bool:
     """A safetensors file under another suffix (a .bin): its content says so (formats.identify)."""
-    from mhainspect.frontends.formats import HEAD_BYTES, is_safetensors, read_at
-
     try:
         head = read_at(path, 0, HEAD_BYTES)
     except OSError:
@@ -176,8 +179,6 @@ _PICKLE_MAGIC = b"\x80"
 def _check_checkpoint_container(path: Path) -> None:
     """Refuse what torch.load would inflate or misreport: compressed members (zip bombs), members
     larger than the file, and files that are neither a zip archive nor a pickle."""
-    import zipfile
-
     try:
         with open(path, "rb") as fh:
             head = fh.read(4)
@@ -202,8 +203,6 @@ def _check_checkpoint_container(path: Path) -> None:
 def unpickling_reason(message: str) -> str:
     """Why torch's weights-only loader refused the file, in words that fit one line: the class it
     met (a whole pickled model, not a state dict) and what to save instead."""
-    import re
-
     found = re.search(r"GLOBAL\s+([\w.]+)", message)
     if found is not None:
         return (f"it pickles a {found.group(1)} object (a whole model saved with torch.save(model), not a "
@@ -218,7 +217,6 @@ def read_torch_state_dict(path: Path, values: dict[str, tuple[int, ...]] | None 
     """Tensor metadata from a torch.save'd state dict, loaded with weights_only=True (memory-mapped);
     ``values``: as for read_safetensors_header."""
     torch = _import_torch(f"{path.suffix} checkpoints")
-    import pickle
 
     if not path.is_file():
         raise InputError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
@@ -318,8 +316,6 @@ SHARD_RULES = (("model.safetensors.index.json", "model.safetensors", "*.safetens
 def weight_files(names: Collection[str], where: str) -> tuple[list[str], str, str | None]:
     """The weight files a folder holding the files ``names`` (no subfolders) uses, their format, and
     the index to read first when one lists them (then the list is empty: the index says)."""
-    from fnmatch import fnmatchcase
-
     for index_name, single, pattern, kind in SHARD_RULES:
         if index_name in names:
             return [], kind, index_name

@@ -16,6 +16,7 @@ file runs. Torch itself is not needed.
 from __future__ import annotations
 
 import collections
+import io
 import pickle
 import struct
 import zipfile
@@ -136,8 +137,6 @@ _ALLOWED: dict[str, Any] = {
 
 class _Unpickler(pickle.Unpickler):
     def __init__(self, data: bytes) -> None:
-        import io
-
         super().__init__(io.BytesIO(data))
 
     def find_class(self, module: str, name: str) -> Any:

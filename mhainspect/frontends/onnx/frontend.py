@@ -15,9 +15,11 @@ import re
 from collections.abc import Mapping
 from itertools import chain
 from operator import attrgetter
+from pathlib import Path
 from typing import Any
 
 from mhainspect.errors import InputError
+from mhainspect.frontends.onnx.loader import load_onnx
 from mhainspect.frontends.onnx.qoperator import as_qdq
 from mhainspect.frontends.onnx.sequences import as_slices
 from mhainspect.frontends.result import SourceResult
@@ -332,8 +334,6 @@ def check_symlink_loop(path: str | os.PathLike[str]) -> None:
 def onnx_file_result(path: str | os.PathLike[str]) -> SourceResult:
     """The ONNX door: load the file, check external-data locations,
     read a config.json beside it, and analyse the graph."""
-    from mhainspect.frontends.onnx.loader import load_onnx
-
     check_symlink_loop(path)
     try:
         graph = load_onnx(path)
@@ -355,9 +355,7 @@ def config_beside(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, 
     candidate = os.path.join(os.path.dirname(os.path.abspath(os.fspath(path))), "config.json")
     if not os.path.isfile(candidate):
         return None, ""
-    from pathlib import Path
-
-    from mhainspect.frontends.checkpoint.reader import read_config
+    from mhainspect.frontends.checkpoint.reader import read_config  # reading configs: only where one is
 
     try:
         return read_config(Path(candidate)), "config.json beside the model"

@@ -41,11 +41,11 @@ from typing import Any
 from mhainspect.errors import InputError
 from mhainspect.frontends.onnx.provenance import apply_provenance, constant_node_kind, string_list
 from mhainspect.frontends.onnx.wire import (
+    FAST_PATH_ERRORS,
     MASK_TYPE_CODES,
     MAX_INT_VALUE_ELEMENTS,
     MAX_MASK_ELEMENTS,
     MAX_SUBGRAPH_DEPTH,
-    fast_path_errors,
     model_proto_class,
     raw_attribute_classes,
     read_bytes,
@@ -173,6 +173,10 @@ class _Unsupported(Exception):
     """Something _load_without_onnx leaves to the general path."""
 
 
+# What sends a file from _load_without_onnx to the general path (which then gives the result or error).
+_NOT_FAST: tuple[type[BaseException], ...] = (InputError, _Unsupported, *FAST_PATH_ERRORS)
+
+
 def _load_without_onnx(p: Path, progress: ProgressCallback | None, data: bytes | None = None,
                        source: str | None = None) -> ModelGraph | None:
     """load_onnx with NodeProto attributes parsed from their bytes, once per distinct attribute;
@@ -196,10 +200,8 @@ def _load_without_onnx(p: Path, progress: ProgressCallback | None, data: bytes |
         if model.functions:
             return None
         return _model_to_graph(model, source or str(p), progress, name_scopes, attr_cls)
-    except BaseException as exc:  # evaluated only on failure: the fast path's narrow set, else raised
-        if isinstance(exc, (InputError, _Unsupported, *fast_path_errors())):
-            return None
-        raise
+    except _NOT_FAST:
+        return None
 
 
 def _read_model_metadata(p: Path, progress: ProgressCallback | None, data: bytes | None = None,
@@ -217,7 +219,7 @@ def _read_model_metadata(p: Path, progress: ProgressCallback | None, data: bytes
         model, name_scopes = _parse_file(p, model_proto_class(), progress, data)
     except InputError:
         raise
-    except fast_path_errors():  # corrupt or unusual file: onnx.load decides, with its own error
+    except FAST_PATH_ERRORS:  # corrupt or unusual file: onnx.load decides, with its own error
         return (read_model_proto(p) if data is None else _proto_from_bytes(data, source or str(p))), True
     _check_has_graph(model, source or p)
     return model, name_scopes

@@ -19,12 +19,18 @@ the loader then starts over on ``onnx.load``, which gives the real error or resu
 from __future__ import annotations
 
 import ast
-import functools
+import importlib.util
 import math
+import mmap
+import struct
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from google.protobuf import message
+from google.protobuf.internal import api_implementation
+from google.protobuf.message import DecodeError
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, SparseView
@@ -69,15 +75,10 @@ FIELD_NAME, FIELD_TYPE, FIELD_TYPE_NAME = 1, 5, 6
 TYPE_BYTES = 12  # FieldDescriptorProto.Type.TYPE_BYTES
 
 
-@functools.cache
-def fast_path_errors() -> tuple[type[BaseException], ...]:
-    """What the fast path may raise on an unusual or corrupt file (then onnx.load decides)."""
-    import struct
-
-    from google.protobuf.message import DecodeError
-
-    return (DecodeError, struct.error, ValueError, LookupError, TypeError, AttributeError, ImportError, OSError,
-            RuntimeError, ArithmeticError, BufferError, EOFError, StopIteration, SyntaxError)
+# What the fast path may raise on an unusual or corrupt file (then onnx.load decides).
+FAST_PATH_ERRORS: tuple[type[BaseException], ...] = (
+    DecodeError, struct.error, ValueError, LookupError, TypeError, AttributeError, ImportError, OSError, RuntimeError,
+    ArithmeticError, BufferError, EOFError, StopIteration, SyntaxError)
 
 
 _MODEL_CLASS: Any = None
@@ -106,8 +107,6 @@ def _onnx_file_descriptor() -> bytes:
     """The serialized FileDescriptorProto of onnx.proto in the installed ``onnx/onnx_ml_pb2.py``."""
     global _FILE_DESCRIPTOR
     if _FILE_DESCRIPTOR is None:
-        import importlib.util
-
         spec = importlib.util.find_spec("onnx")
         if spec is None or not spec.submodule_search_locations:
             raise ImportError("onnx is not installed")
@@ -211,14 +210,12 @@ def _message_class(file_descriptor: bytes, full_name: str) -> Any:
     """
     upb = _upb_module()
     if upb is not None:
-        from google.protobuf import message
-
         pool = upb.DescriptorPool()
         pool.AddSerializedFile(file_descriptor)
         descriptor = pool.FindMessageTypeByName(full_name)
         # What message_factory.GetMessageClass builds: its metaclass adds nothing under upb.
         return upb.MessageMeta(descriptor.name, (message.Message,), {"DESCRIPTOR": descriptor, "__module__": None})
-    from google.protobuf import descriptor_pool, message_factory
+    from google.protobuf import descriptor_pool, message_factory  # slow to import: only without upb
 
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(file_descriptor)
@@ -227,8 +224,6 @@ def _message_class(file_descriptor: bytes, full_name: str) -> Any:
 
 def _upb_module() -> Any:
     """google._upb._message when it is the implementation protobuf uses, else None."""
-    from google.protobuf.internal import api_implementation
-
     module = api_implementation._c_module
     if api_implementation.Type() != "upb" or not getattr(module, "_IS_UPB", False):
         return None
@@ -240,7 +235,6 @@ def read_bytes(p: Path, size: int, progress: ProgressCallback | None = None) -> 
     with open(p, "rb") as fh:
         if size < SCAN_MIN_FILE_BYTES:
             return fh.read()
-        import mmap
 
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         view = memoryview(mm)

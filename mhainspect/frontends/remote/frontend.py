@@ -17,9 +17,11 @@ of the same bytes would be: a remote report equals the local report but for the 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from fnmatch import fnmatchcase
 from typing import Any, TypeVar
 
 from mhainspect.errors import InputError
@@ -291,8 +293,6 @@ def _result(job: Future[T]) -> T:
 
 
 def _matching(names: list[str], pattern: str) -> list[str]:
-    from fnmatch import fnmatchcase
-
     return sorted(n for n in names if fnmatchcase(n, pattern) and "adapter" not in n)
 
 
@@ -341,8 +341,6 @@ def _onnx_result(tree: Tree, path: str, display: str, blob: Blob) -> SourceResul
         graph = load_onnx_bytes(data, display)
         escaping = external_data_warnings(display, graph)
         if escaping:
-            import dataclasses
-
             graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
         return graph_result(graph, path=display, fmt="onnx", config=config,
                             config_label="config.json beside the model" if config is not None else "")

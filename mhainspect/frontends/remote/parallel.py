@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 CONCURRENCY = 16  # reads in flight at once, and connections per host
@@ -16,7 +17,6 @@ def in_parallel(fn: Callable[[T], R], items: Sequence[T], remote: bool = True) -
     trip), in order otherwise; the first failure in the items' order is raised, after all are done."""
     if not remote or len(items) < 2:
         return [fn(x) for x in items]
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(CONCURRENCY, len(items))) as pool:
         futures = [pool.submit(fn, x) for x in items]

@@ -10,6 +10,7 @@ named by their module path, with a storage key shared by tied weights.
 
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 import warnings
@@ -134,8 +135,6 @@ def trace_module(model: nn.Module, example_inputs: Any, *, source: str = "", met
 
 
 def _fx_trace(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    import inspect
-
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     # Optional arguments the caller did not give stay constants (``mask=None`` branches fold away).
