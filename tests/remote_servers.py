@@ -57,6 +57,7 @@ class Log:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # 16 connections at once must not overflow the listen backlog (a 1 s SYN retry)
 
 
 def _send_file(handler: BaseHTTPRequestHandler, path: Path, log: Log, mode: str, latency: float) -> None:

@@ -176,6 +176,18 @@ def test_private_repo_and_where_the_token_goes(servers: tuple[HubServer, FileSer
     assert storage.log.requests > 0 and all(auth is None for _path, auth in storage.log.auth)
 
 
+def test_token_file_as_hf_login_writes_it(servers: tuple[HubServer, FileServer], env: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    home = env.parent / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "token").write_text(TOKEN + "\n")
+    assert audit("hf://org/private").blocks
+    monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+    hub_module._LISTINGS.clear()
+    with pytest.raises(InputError, match="not found \\(or private"):
+        audit("hf://org/private")
+
+
 def test_rate_limited(folders: Path, tmp_path: Path, env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with hub(tmp_path, {"org/llama": Repo(folders / "llama")}, rate_limited=True) as (api, _storage):
         monkeypatch.setenv("HF_ENDPOINT", api.endpoint)

@@ -2,8 +2,9 @@
 
 Settings as the Hub's own tools resolve them, read when a run asks (not when mhainspect is imported):
 - endpoint: ``HF_ENDPOINT`` (default https://huggingface.co);
-- token: ``huggingface_hub.get_token()`` (``HF_TOKEN``, then the token file ``hf auth login``
-  writes); sent only to the endpoint's origin, never to the storage a file redirects to;
+- token: what ``huggingface_hub.get_token()`` gives (``HF_TOKEN``, then the token file ``hf auth
+  login`` writes; ``HF_HUB_DISABLE_IMPLICIT_TOKEN``: none); sent only to the endpoint's origin,
+  never to the storage a file redirects to;
 - offline: ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) = 1/ON/YES/TRUE: no request at all;
   the repo is read from the cache, or the run says it is not there;
 - cache: ``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ``XDG_CACHE_HOME``/huggingface/hub, else
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,14 +56,45 @@ def hub_settings() -> HubSettings:
 
 def cache_dir() -> Path:
     """The Hugging Face hub cache folder, by the Hub's own precedence of variables."""
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
-    legacy = os.environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(os.path.expanduser(os.path.expandvars(home)),
-                                                                     "hub")
+    legacy = os.environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(_home(), "hub")
     return Path(os.path.expanduser(os.path.expandvars(os.environ.get("HF_HUB_CACHE") or legacy)))
 
 
 def _token() -> str | None:
+    """huggingface_hub.get_token()'s answer. Its plain cases are read here, without importing it
+    (0.3-0.5 s): HF_HUB_DISABLE_IMPLICIT_TOKEN (no token), HF_TOKEN / HUGGING_FACE_HUB_TOKEN, the
+    token file (HF_TOKEN_PATH, else $HF_HOME/token) or none; an OIDC exchange (HF_OIDC_RESOURCE),
+    Colab secrets and an OAuth login that refreshes its token are left to huggingface_hub."""
+    if (os.environ.get("HF_HUB_DISABLE_IMPLICIT_TOKEN") or "").upper() in _TRUE:
+        return None
+    if os.environ.get("HF_OIDC_RESOURCE") or "google.colab" in sys.modules:
+        return _library_token()
+    found = _clean(os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"))
+    if found is not None:
+        return found
+    path = Path(os.path.expanduser(os.path.expandvars(os.environ.get("HF_TOKEN_PATH") or os.path.join(_home(),
+                                                                                                      "token"))))
+    try:
+        stored = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    try:
+        refreshable = "refresh_token" in (path.parent / "stored_tokens").read_text(encoding="utf-8")
+    except OSError:
+        refreshable = False
+    return _library_token() if refreshable else _clean(stored)
+
+
+def _clean(token: str | None) -> str | None:
+    return (token.replace("\r", "").replace("\n", "").strip() or None) if token is not None else None
+
+
+def _home() -> str:
+    return os.path.expanduser(os.path.expandvars(os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")))
+
+
+def _library_token() -> str | None:
     try:
         from huggingface_hub import get_token
     except ImportError:
