@@ -7,6 +7,7 @@ plain ``int``; floats that are not finite become ``null`` so the output is alway
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import operator
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from mhainspect import __version__
 from mhainspect.analysis.size import cache_reason
-from mhainspect.render.json_text import dumps_pretty
 from mhainspect.results import (
     SCHEMA_VERSION,
     AttentionBlock,
@@ -280,13 +280,11 @@ def to_json(data: JSONDict) -> str:
 
 def to_jsonl(docs: Iterable[JSONDict]) -> str:
     """One compact document per line (JSON Lines); empty string for none."""
-    import json  # only JSON Lines needs the stdlib encoder; pretty JSON is written by json_text
-
     return "".join(json.dumps(d, separators=(",", ":"), allow_nan=False) + "\n" for d in docs)
 
 
 def _dumps_pretty(data: JSONDict) -> str:
-    return dumps_pretty(data) + "\n"
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
 
 def report_to_json(report: Report) -> str:

@@ -10,6 +10,7 @@ results of the gate rules.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 from collections.abc import Iterable
@@ -22,7 +23,6 @@ from mhainspect.analysis.flags import FLAG_CODES
 from mhainspect.analysis.gates import GateFailure
 from mhainspect.render import links
 from mhainspect.render.cells import verify_label
-from mhainspect.render.json_text import dumps_pretty
 from mhainspect.render.safe import sarif_text
 from mhainspect.results import Flag, Report, Severity, contradicted
 
@@ -172,4 +172,4 @@ def render_sarif(reports: Iterable[Report], failures: Iterable[GateFailure] = ()
                  execution_successful: bool = True, docs_base: str | None = None) -> str:
     """The SARIF log as pretty JSON text with a trailing newline."""
     data = sarif_dict(reports, failures, execution_successful=execution_successful, docs_base=docs_base)
-    return dumps_pretty(data, ensure_ascii=False) + "\n"
+    return json.dumps(data, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
