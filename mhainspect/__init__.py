@@ -4,20 +4,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mhainspect.errors import InputError
+from mhainspect.errors import ErrorKind, InputError
 from mhainspect.results import REPORT_RENDERERS
 
 __version__ = "0.1.0"
-__all__ = ["InputError", "Report", "Reports", "__version__", "calc", "compare", "inspect", "inspect_all"]
+__all__ = ["AuditFailure", "ErrorKind", "InputError", "Report", "Reports", "__version__", "audit_many", "audit_records",
+           "calc", "compare", "inspect", "inspect_all"]
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from mhainspect.api import calc, compare, inspect, inspect_all
+    from mhainspect.api import audit_many, audit_records, calc, compare, inspect, inspect_all
+    from mhainspect.batch import AuditFailure
     from mhainspect.results import Report, Reports
 
 _LAZY = {"inspect": "mhainspect.api", "inspect_all": "mhainspect.api", "calc": "mhainspect.api",
-         "compare": "mhainspect.api", "Report": "mhainspect.results", "Reports": "mhainspect.results"}
+         "compare": "mhainspect.api", "audit_many": "mhainspect.api", "audit_records": "mhainspect.api",
+         "AuditFailure": "mhainspect.batch", "Report": "mhainspect.results", "Reports": "mhainspect.results"}
 
 
 # Report's methods that render (findings sits below the renderers); each imports its renderer

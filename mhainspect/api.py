@@ -4,6 +4,10 @@
   ``.safetensors``, ``.pt/.pth/.bin``, a Hugging Face folder, or a folder holding one model).
 - ``inspect_all(*paths) -> Reports``: files and folders, expanded as the CLI does (a list of
   Report that Jupyter shows as the comparison page).
+- ``audit_many(inputs, jobs=N, ...)``: many models (paths, folders, ``hf://`` ids, URLs) audited in
+  worker processes, ``(input, Report | AuditFailure)`` as each finishes (picklable values).
+- ``audit_records(input, ...)``: one input's JSON records, as ``--from-file`` writes them (the
+  function a cluster maps over ids: docs/batch.md).
 - ``calc(convention, **arguments) -> Calculation`` and ``compare(**arguments)``: the ``calc`` command.
 
 Pure service: returns results, raises InputError (ValueError for bad calc arguments); never prints.
@@ -11,12 +15,15 @@ Pure service: returns results, raises InputError (ValueError for bad calc argume
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from mhainspect import conventions
-from mhainspect.analysis.size import SizeOptions
+from mhainspect.analysis.size import SizeOptions, check_kv_dtype
 from mhainspect.analysis.stated_heads import stated_offer
+from mhainspect.batch import AuditFailure, audit_input, run_many
 from mhainspect.conventions import CALC_RENDERERS
 from mhainspect.errors import InputError, missing_torch
 from mhainspect.frontends.dispatch import is_model_folder
@@ -29,7 +36,7 @@ if TYPE_CHECKING:
     from mhainspect.conventions import Calculation, Comparison, UserValue
     from mhainspect.frontends.folders import ModelRef
 
-__all__ = ["calc", "compare", "inspect", "inspect_all"]
+__all__ = ["audit_many", "audit_records", "calc", "compare", "inspect", "inspect_all"]
 
 
 def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[ModelRef, ...]:
@@ -86,8 +93,7 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     once, as --decoder / --no-decoder do. ``num_heads`` / ``num_kv_heads`` give a checkpoint
     without a config its head counts, as --num-heads / --num-kv-heads do (shapes still win).
     """
-    options = AuditOptions(tuple(int(h) for h in what_if_heads), SizeOptions(context, batch, kv_dtype, decoder),
-                           stated_heads=stated_offer(num_heads, num_kv_heads))
+    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads)
     if isinstance(obj, (str, os.PathLike)):
         path = model_argument(obj)
         if isinstance(path, str) or path.is_dir() and not is_model_folder(path):  # a folder of models, as the CLI
@@ -104,3 +110,45 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     if not isinstance(obj, nn.Module):
         raise InputError(f"expected an nn.Module or a model path, got {type(obj).__name__}")
     return audit_module(obj, example_inputs, trace=trace, name=name, options=options)
+
+
+def _options(what_if_heads: Iterable[int], context: int | None, batch: int, kv_dtype: str | None,
+             decoder: bool | None, num_heads: int | None, num_kv_heads: int | None) -> AuditOptions:
+    """The AuditOptions of the API's keyword arguments (ValueError for bad ones)."""
+    return AuditOptions(tuple(int(h) for h in what_if_heads),
+                        SizeOptions(context, batch, None if kv_dtype is None else check_kv_dtype(kv_dtype), decoder),
+                        stated_heads=stated_offer(num_heads, num_kv_heads))
+
+
+def audit_many(inputs: Iterable[str | os.PathLike[str]], *, jobs: int = 1, what_if_heads: tuple[int, ...] = (),
+               context: int | None = None, batch: int = 1, kv_dtype: str | None = None, decoder: bool | None = None,
+               num_heads: int | None = None, num_kv_heads: int | None = None
+               ) -> Iterator[tuple[str, Report | AuditFailure]]:
+    """Audit many models, ``jobs`` at a time in worker processes (docs/batch.md), yielding
+    ``(input, Report)`` for every model an input names (a folder or a repo of several models gives
+    several) and ``(input, AuditFailure)`` for each that cannot be audited (``kind``: a stable
+    ErrorKind, ``message``: one line), in the order they finish. Inputs are paths, folders,
+    ``hf://org/name`` ids, Hub or HTTP(S) URLs and object-store URLs; the keyword arguments are
+    ``inspect``'s. Reports and failures pickle, so they travel from workers (and between machines).
+
+    With ``jobs > 1`` the workers are separate processes: a script that calls this must do so under
+    ``if __name__ == "__main__":``."""
+    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads)
+    texts = [os.fspath(i) for i in inputs]
+    for text, result in run_many(functools.partial(audit_input, options), texts, jobs):
+        for one in result if isinstance(result, list) else [result]:
+            yield text, one
+
+
+def audit_records(input: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = (), context: int | None = None,
+                  batch: int = 1, kv_dtype: str | None = None, decoder: bool | None = None,
+                  num_heads: int | None = None, num_kv_heads: int | None = None) -> list[dict[str, Any]]:
+    """One input's records as ``mhainspect --from-file LIST -f jsonl`` writes them: per model the
+    report's JSON document with ``input`` first, or an error record (``error``: ``kind``,
+    ``message``); never raises for a bad input. Plain data, for a cluster's map (docs/batch.md)."""
+    from mhainspect.render.json_render import error_record, input_record, report_to_dict
+
+    text = os.fspath(input)
+    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads)
+    return [error_record(text, r.kind.value, r.message) if isinstance(r, AuditFailure)
+            else input_record(text, report_to_dict(r)) for r in audit_input(options, text)]

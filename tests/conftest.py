@@ -82,3 +82,11 @@ def multi_schema_validator(report_schema: dict[str, Any]) -> Draft202012Validato
     registry: Registry[Any] = Registry().with_resource(report_schema["$id"], Resource.from_contents(report_schema))
     return Draft202012Validator(multi, registry=registry)
 
+
+
+@pytest.fixture(scope="session")
+def batch_record_validator(report_schema: dict[str, Any]) -> Draft202012Validator:
+    """Validator for one line of a --from-file run (docs/batch-record.schema.json)."""
+    record = _load_schema("batch-record.schema.json")
+    registry: Registry[Any] = Registry().with_resource(report_schema["$id"], Resource.from_contents(report_schema))
+    return Draft202012Validator(record, registry=registry)

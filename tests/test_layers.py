@@ -18,7 +18,7 @@ LAYERS: dict[str, int] = {
     "matchers": 2,
     "frontends": 3,
     "analysis": 4, "conventions": 4,
-    "pipeline": 5,
+    "pipeline": 5, "batch": 5,
     "render": 6,
     "api": 7, "cli": 7, "__main__": 7, "__init__": 7,
 }

@@ -1,6 +1,7 @@
 """`mhainspect inspect MODEL...`: options, settings, one audit per model, gates, and the output."""
 
 import dataclasses
+import functools
 import os
 import sys
 from collections import Counter
@@ -24,6 +25,8 @@ from mhainspect.analysis.gates import (
 from mhainspect.analysis.size import SizeOptions, check_kv_dtype
 from mhainspect.analysis.stated_heads import heads_hint, stated_offer
 from mhainspect.analysis.whatif import check_head_counts
+from mhainspect.batch import AuditFailure, BatchAbort, failure_of, read_inputs, run_many
+from mhainspect.cli.batch_output import JsonlLog, read_list
 from mhainspect.cli.config import ConfigError, ConfigFinder, Settings, merge, shown_path
 from mhainspect.cli.output import (
     OutputFormat,
@@ -31,13 +34,12 @@ from mhainspect.cli.output import (
     fail,
     one_line,
     report_width,
-    say_error,
     terminal_width,
     version_callback,
     write_atomic,
     write_stdout,
 )
-from mhainspect.cli.progress import ProgressBar
+from mhainspect.cli.progress import BatchProgress, ProgressBar
 from mhainspect.errors import InputError
 from mhainspect.frontends.dispatch import classify, is_model_folder, parse_factory_args
 from mhainspect.frontends.folders import expand_models, model_argument
@@ -69,24 +71,20 @@ EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 
 
 
-def _analyze_one(model: "ModelRef", options: "AuditOptions") -> "Report | str":
-    """The model's report, or the one-line error message when it cannot be analysed."""
+def _analyze_one(model: "ModelRef", options: "AuditOptions", bar: bool) -> "Report | AuditFailure":
+    """The model's report, or its failure (kind and one line) when it cannot be analysed; ``bar``:
+    the model's own progress bar on a terminal (a one-process run)."""
     try:
         if isinstance(model, Path):
             check_symlink_loop(model)
+        if not bar:
+            return audit(model, options)
         with ProgressBar(model):
             return audit(model, options)
-    except InputError as exc:
-        return str(exc)
-    except RecursionError:
-        return f"{model}: graph too deeply nested to analyse"
-    except MemoryError:
-        return f"{model}: out of memory while reading the model"
     except Exception as exc:  # a bug must still end in one line, not a traceback
-        if os.environ.get("MHAINSPECT_DEBUG"):
+        if os.environ.get("MHAINSPECT_DEBUG") and not isinstance(exc, InputError):
             raise
-        return (f"{model}: internal error ({type(exc).__name__}: {exc}); "
-                "rerun with MHAINSPECT_DEBUG=1 for details")
+        return failure_of(str(model), exc)
 
 
 def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None, max_params: str | None,
@@ -134,26 +132,37 @@ class _VerifySetup:
     # it): one parse serves the budget, --dim and the run. A many-model run keeps none, which
     # would hold every model's inline weights at once.
     models: "dict[Path, onnx.ModelProto]"
+    # A --from-file run lists its models only as it audits them: each is checked against the
+    # budget then, and one over it is left unchecked (the others still run).
+    budget: int | None = None
+    prechecked: bool = True
 
 
-def _verify_setup(paths: "Sequence[ModelRef]", verify: bool, dim: list[str] | None,
-                  max_verify_bytes: str | None) -> _VerifySetup:
-    """--verify options as symbolic dims; refuses (exit 2) a model whose weights exceed the budget,
-    a --dim given twice and a --dim that names no input dimension of any model."""
-    if not verify:
-        if dim or max_verify_bytes is not None:
-            raise fail("--dim and --max-verify-bytes apply only with --verify")
-        return _VerifySetup({}, {})
-    from mhainspect.analysis import verify as verify_mod  # --verify only: the onnxruntime path
-
+def _dims(items: list[str]) -> dict[str, int]:
+    """--dim NAME=VALUE options by name; one line and exit 2 for a bad or repeated one."""
     dims: dict[str, int] = {}
-    for item in dim or []:
+    for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
             raise fail(f"--dim: expected NAME=VALUE with a positive integer VALUE, got '{item}'")
         if name.strip() in dims and dims[name.strip()] != int(value):
             raise fail(f"--dim {name.strip()} given twice ({dims[name.strip()]} and {int(value)})")
         dims[name.strip()] = int(value)
+    return dims
+
+
+def _verify_setup(paths: "Sequence[ModelRef] | None", verify: bool, dim: list[str] | None,
+                  max_verify_bytes: str | None) -> _VerifySetup:
+    """--verify options as symbolic dims; refuses (exit 2) a model whose weights exceed the budget,
+    a --dim given twice and a --dim that names no input dimension of any model. ``paths`` None: the
+    models are not known yet (--from-file), each is checked when it is audited."""
+    if not verify:
+        if dim or max_verify_bytes is not None:
+            raise fail("--dim and --max-verify-bytes apply only with --verify")
+        return _VerifySetup({}, {})
+    from mhainspect.analysis import verify as verify_mod  # --verify only: the onnxruntime path
+
+    dims = _dims(dim or [])
     try:
         budget = (verify_mod.default_max_verify_bytes() if max_verify_bytes is None
                   else verify_mod.parse_size(max_verify_bytes))
@@ -163,6 +172,8 @@ def _verify_setup(paths: "Sequence[ModelRef]", verify: bool, dim: list[str] | No
         verify_mod.require_runtime()
     except InputError as exc:
         raise fail(str(exc)) from None
+    if paths is None:
+        return _VerifySetup(dims, {}, budget, prechecked=False)
     models: dict[Path, onnx.ModelProto] = {}
     symbols: set[str] = set()
     for path in paths:
@@ -205,6 +216,14 @@ def _verify_one(path: "ModelRef", report: "Report", setup: _VerifySetup) -> "Rep
         reason = "--verify refused: external data location outside the model folder (see warnings)"
         return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
     try:
+        if not setup.prechecked:
+            from mhainspect.analysis.verify import VerifyBudgetError, check_budget
+
+            try:
+                check_budget(path, setup.budget)
+            except VerifyBudgetError as exc:
+                return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=f"--verify refused: {exc}")
+                                            for b in report.blocks))
         return attach(report, verify_report(path, report, dims=setup.dims, model=setup.models.pop(path, None)))
     except Exception as exc:  # the static report must survive any failure of the run
         if os.environ.get("MHAINSPECT_DEBUG"):
@@ -310,15 +329,19 @@ _SUFFIX_FORMATS = {".json": OutputFormat.json, ".jsonl": OutputFormat.jsonl, ".m
                    ".htm": OutputFormat.html}
 
 
-def _output_format(cli_format: str | None, output: Path | None, config_format: str | None) -> tuple[OutputFormat, str]:
+def _output_format(cli_format: str | None, output: Path | None, config_format: str | None,
+                   listed: bool = False) -> tuple[OutputFormat, str]:
     """The format and what chose it: -f, else the suffix of -o FILE (.json .jsonl .md .sarif .html),
-    else the config file's ``format``, else the table. The text is empty unless the suffix chose."""
+    else jsonl for a --from-file run, else the config file's ``format``, else the table. The text is
+    empty unless the suffix chose."""
     if cli_format is not None:
         return OutputFormat(cli_format), ""
     if output is not None and str(output) != "-":
         by_suffix = _SUFFIX_FORMATS.get(output.suffix.lower())
         if by_suffix is not None:
             return by_suffix, f"from the suffix {output.suffix}"
+    if listed:
+        return OutputFormat.jsonl, ""
     return OutputFormat(config_format or OutputFormat.table.value), ""
 
 
@@ -333,6 +356,8 @@ class _RunSetup:
     verify_setup: _VerifySetup
     fail_on_contradiction: bool
     stated_heads: "HeadOffers | None"  # --num-heads, --num-kv-heads
+    expand: bool = False  # each input may be a folder of models (--from-file): expanded as it is audited
+    model_bars: bool = True  # each model's own progress bar on a terminal (a one-process, one-by-one run)
 
 
 def _stated_heads(num_heads: int | None, num_kv_heads: int | None) -> "HeadOffers | None":
@@ -342,30 +367,52 @@ def _stated_heads(num_heads: int | None, num_kv_heads: int | None) -> "HeadOffer
         raise fail(str(exc)) from None
 
 
-def _audit_path(path: "ModelRef", run: _RunSetup) -> "tuple[Report, ModelExtras] | None":
-    """One model's report and gate results; None (the error said on stderr) when it cannot be read."""
+@dataclass(frozen=True)
+class Audited:
+    """One model's report with its gate results (what a worker hands back: it pickles)."""
+
+    report: "Report"
+    extras: "ModelExtras"
+
+
+def audit_input(run: _RunSetup, text: str) -> "list[Audited | AuditFailure]":
+    """Every model one input names, audited: the unit of work of a run (in this process or in a
+    worker). With ``run.expand`` a folder or a repo of several models is listed first, and a
+    listing that fails is the input's one failure."""
+    ref = model_argument(text)
+    if not run.expand:
+        return [_audit_model(ref, run, text)]
+    try:
+        refs = expand_models([ref])
+    except InputError as exc:
+        return [failure_of(text, exc)]
+    return [_audit_model(r, run, text) for r in refs]
+
+
+def _audit_model(path: "ModelRef", run: _RunSetup, text: str) -> "Audited | AuditFailure":
+    """One model's report and gate results, or its failure (recorded under the input ``text``).
+    A setting no model could run with ends the run (BatchAbort)."""
     try:
         file_settings, config_path = run.finder.for_model(path)
     except ConfigError as exc:
-        say_error(str(exc))
-        return None
+        return failure_of(text, exc)
     settings = merge(run.given, file_settings)
     if settings.max_kv_cache is not None and settings.context is None:
-        raise fail("--max-kv-cache needs --context N (the token count the cache is sized at)")
+        raise BatchAbort("--max-kv-cache needs --context N (the token count the cache is sized at)")
     if settings.context is not None and settings.context * (settings.batch or 1) > MAX_CACHED_TOKENS:
-        raise fail(f"--context {settings.context:,} × --batch {settings.batch or 1:,} is more tokens than any "
-                   f"cache holds (at most {MAX_CACHED_TOKENS:,} in all)")
+        raise BatchAbort(f"--context {settings.context:,} × --batch {settings.batch or 1:,} is more tokens than any "
+                         f"cache holds (at most {MAX_CACHED_TOKENS:,} in all)")
     size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype, settings.decoder)
-    result = _analyze_one(path, AuditOptions(settings.heads or (), size, run.factory_args, run.stated_heads))
-    if isinstance(result, str):
-        say_error(result)
-        return None
+    result = _analyze_one(path, AuditOptions(settings.heads or (), size, run.factory_args, run.stated_heads),
+                          run.model_bars)
+    if isinstance(result, AuditFailure):
+        return dataclasses.replace(result, input=text)
     if run.verify:
         result = _verify_one(path, result, run.verify_setup)
     ignored = settings.ignore or frozenset()
     report = drop_ignored(result, ignored)
     gates = check_gates(report, _gate_config(settings, run.given, config_path, run.fail_on_contradiction))
-    return report, ModelExtras(gates=gates, ignored=ignored_counts(result, ignored))
+    return Audited(report, ModelExtras(gates=gates, ignored=ignored_counts(result, ignored)))
 
 
 def _deliver(view: _View, reports: "list[Report]", extras: "list[ModelExtras]", output: Path | None,
@@ -435,9 +482,10 @@ def _same_terminal() -> bool:
 _OUT, _GATES, _CONFIG, _WHATIF, _VERIFY, _FACTORY = ("Output", "Gates", "Configuration", "What-if", "Run-time check",
                                                       "Factory specs")
 _SIZE = "Size in bytes"
+_MANY = "Many models"
 _HEADS = "Head counts"
 
-ModelsArg = Annotated[list[str], typer.Argument(
+ModelsArg = Annotated[list[str] | None, typer.Argument(
     metavar="MODEL...", show_default=False,
     help="ONNX files (.onnx), GGUF files (.gguf; split parts as one model), checkpoints (.safetensors, "
          ".pt/.pth/.bin/.ckpt), Hugging Face model folders "
@@ -462,6 +510,19 @@ NoColorOpt = Annotated[bool, typer.Option("--no-color", rich_help_panel=_OUT,
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", rich_help_panel=_OUT,
     help="Print only failures (failed gates and errors; with -f github their annotations); nothing on success.")]
+# Many models
+FromFileOpt = Annotated[str | None, typer.Option(
+    "--from-file", metavar="FILE", show_default=False, rich_help_panel=_MANY,
+    help="Audit the models listed in FILE (- for stdin): ids, URLs or paths, one per line; blank lines and # "
+         "comments skipped. Each line is its own record: with -f jsonl (the default here) one JSON line per model, "
+         "written as it finishes; a model that fails is a record with its error. -o FILE appends, and a rerun "
+         "skips the inputs FILE already records.")]
+JobsOpt = Annotated[int, typer.Option(
+    "--jobs", "-j", metavar="N", min=1, rich_help_panel=_MANY,
+    help="Audit N models at a time (processes up to the CPU count, threads in them beyond it).")]
+RetryErrorsOpt = Annotated[bool, typer.Option(
+    "--retry-errors", rich_help_panel=_MANY,
+    help="--from-file with -o FILE: drop FILE's error records and audit those inputs again.")]
 # What-if
 HeadsOpt = Annotated[list[int] | None, typer.Option(
     "--heads", metavar="N", show_default=False, rich_help_panel=_WHATIF,
@@ -546,13 +607,16 @@ VersionOpt = Annotated[bool, typer.Option("--version", callback=version_callback
 
 
 def inspect_cmd(
-    models: ModelsArg,
+    models: ModelsArg = None,
     output_format: FormatOpt = None,
     output: OutputOpt = None,
     explain: ExplainOpt = False,
     no_group: NoGroupOpt = False,
     no_color: NoColorOpt = False,
     quiet: QuietOpt = False,
+    from_file: FromFileOpt = None,
+    jobs: JobsOpt = 1,
+    retry_errors: RetryErrorsOpt = False,
     heads: HeadsOpt = None,
     max_params: MaxParamsOpt = None,
     max_attention_params: MaxAttentionParamsOpt = None,
@@ -582,43 +646,149 @@ def inspect_cmd(
     given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
                           {"context": context, "batch": batch, "kv_dtype": kv_dtype, "decoder": decoder,
                            "max_weight_bytes": max_weight_bytes, "max_kv_cache": max_kv_cache})
-    formats = [f.value for f in OutputFormat]
+    listed = from_file is not None  # a list run: every input is its own record, and may be a folder
+    texts = _texts(models, from_file)
     try:
-        finder = ConfigFinder(formats, config_file=config, isolated=isolated)
+        finder = ConfigFinder([f.value for f in OutputFormat], config_file=config, isolated=isolated)
         run_settings = merge(given, finder.for_folder(Path.cwd())[0])
-        arguments = [model_argument(m) for m in models]
-        paths = expand_models(arguments)
+        units = _units(texts, listed)
         factory_args = parse_factory_args(arg or [])
     except (ConfigError, InputError) as exc:
         raise fail(str(exc)) from None
-    if factory_args and not any(classify(str(p)).kind == "factory" for p in paths):
+    _check_factory_args(factory_args, units)
+    fmt, fmt_source = _output_format(given.format, output, run_settings.format, listed)
+    target = None if output is None or str(output) == "-" else output
+    if retry_errors and (fmt is not OutputFormat.jsonl or target is None or not listed):
+        raise fail("--retry-errors applies to a --from-file run that appends to -o FILE in jsonl")
+    parallel = jobs > 1 and len(units.inputs) > 1
+    verify = verify or fail_on_contradiction
+    run = _RunSetup(given, finder, factory_args, verify,
+                    _verify_setup(None if listed else units.paths, verify, dim, max_verify_bytes),
+                    fail_on_contradiction, _stated_heads(num_heads, num_kv_heads), expand=listed,
+                    model_bars=not (listed or parallel))
+    exit_zero_now = bool(run_settings.exit_zero)
+    if listed and fmt is OutputFormat.jsonl:
+        _stream(run, units.inputs, jobs, target, quiet, retry_errors, exit_zero_now)
+    shown = _View(fmt=fmt, several=False, errors=0, width=report_width(),
+                  wrap=target is None and terminal_width() is not None, color=color_wanted(no_color, target is not None),
+                  verbose=explain, group=not no_group, what_if_heads=given.heads or run_settings.heads or (),
+                  quiet=quiet)
+    _audit_and_deliver(run, units, jobs, shown, target, fmt_source, exit_zero_now)
+
+
+def _audit_and_deliver(run: _RunSetup, units: "_Units", jobs: int, shown: _View, target: Path | None,
+                       fmt_source: str, exit_zero: bool) -> None:
+    """Every unit audited, then the reports rendered at once, in the order of the units; the exit.
+
+    An unreadable model is reported on its own line and the others are still analysed; the run
+    then exits 2, and -o FILE is left untouched (a report missing a model is not written)."""
+    listed = run.expand
+    outcomes = _gather(run, units.inputs, jobs, progress=listed or not run.model_bars)
+    reports = [o.report for o in outcomes if isinstance(o, Audited)]
+    extras = [o.extras for o in outcomes if isinstance(o, Audited)]
+    several = len(outcomes) > 1 if listed else _several(units.arguments, units.paths)
+    view = dataclasses.replace(shown, several=several, errors=len(outcomes) - len(reports))
+    _deliver(view, reports, extras, target, fmt_source)
+    _exit(view.errors, sum(not g.passed for e in extras for g in e.gates), exit_zero)
+
+
+def _texts(models: list[str] | None, from_file: str | None) -> list[str]:
+    """The MODEL arguments and the lines of --from-file; none at all is a usage error."""
+    texts = [*(models or []), *(_read_list(from_file) if from_file is not None else [])]
+    if not texts:
+        raise fail("no model given" + (f" (--from-file {from_file} lists none)" if from_file is not None else
+                                       "; usage: mhainspect MODEL... or mhainspect --from-file FILE"))
+    return texts
+
+
+def _check_factory_args(factory_args: "dict[str, Any]", units: "_Units") -> None:
+    if factory_args and not any(classify(u).kind == "factory" for u in units.inputs):
         raise fail("--arg applies to factory specs (module:function or file.py:function); "
                    "none of the models is one")
-    fmt, fmt_source = _output_format(given.format, output, run_settings.format)
-    verify = verify or fail_on_contradiction
-    run = _RunSetup(given, finder, factory_args, verify, _verify_setup(list(paths), verify, dim, max_verify_bytes),
-                    fail_on_contradiction, _stated_heads(num_heads, num_kv_heads))
 
-    # An unreadable model is reported on its own line and the others are still analysed; the run
-    # then exits 2, and -o FILE is left untouched (a report missing a model is not written).
-    reports: list[Report] = []
-    extras: list[ModelExtras] = []
-    errors = 0
-    for path in paths:
-        audited = _audit_path(path, run)
-        if audited is None:
-            errors += 1
-            continue
-        reports.append(audited[0])
-        extras.append(audited[1])
-    failures = [g for e in extras for g in e.gates if not g.passed]
-    to_stdout = output is None or str(output) == "-"
-    view = _View(fmt=fmt, several=_several(arguments, paths), errors=errors,
-                 width=report_width(), wrap=to_stdout and terminal_width() is not None,
-                 color=color_wanted(no_color, not to_stdout), verbose=explain,
-                 group=not no_group, what_if_heads=given.heads or run_settings.heads or (), quiet=quiet)
-    _deliver(view, reports, extras, None if to_stdout else output, fmt_source)
+
+def _exit(errors: int, gate_failures: int, exit_zero: bool) -> None:
+    """The exit code of a run: 2 when a model could not be audited, else 1 when a gate failed
+    (unless --exit-zero), else 0 (ruff's order: an input error outranks a finding)."""
     if errors:
         raise typer.Exit(EXIT_INPUT)
-    if failures and not run_settings.exit_zero:
+    if gate_failures and not exit_zero:
         raise typer.Exit(EXIT_GATE)
+
+
+@dataclass(frozen=True)
+class _Units:
+    """What a run audits, one unit of work each: the arguments expanded (a folder to its models),
+    or a list's lines as they are (each expanded when its turn comes)."""
+
+    inputs: "list[str]"
+    arguments: "list[ModelRef]"
+    paths: "list[ModelRef]"
+
+
+def _units(texts: list[str], listed: bool) -> _Units:
+    if listed:
+        return _Units(read_inputs(texts), [], [])
+    arguments = [model_argument(m) for m in texts]
+    paths = list(expand_models(arguments))
+    return _Units([str(p) for p in paths], arguments, paths)
+
+
+def _read_list(source: str) -> list[str]:
+    return read_list(source)
+
+
+def _gather(run: _RunSetup, inputs: "list[str]", jobs: int, *, progress: bool) -> "list[Audited | AuditFailure]":
+    """Every model's outcome in the order of the inputs (audited ``jobs`` at a time); each failure
+    said on stderr as it comes."""
+    by_input: dict[str, list[Audited | AuditFailure]] = {}
+    try:
+        with BatchProgress(len(inputs), enabled=progress) as bar:
+            for text, result in run_many(functools.partial(audit_input, run), inputs, jobs):
+                outcomes: list[Audited | AuditFailure] = [result] if isinstance(result, AuditFailure) else result
+                by_input[text] = outcomes
+                for o in outcomes:
+                    if isinstance(o, AuditFailure):
+                        bar.say(f"mhainspect: error: {one_line(o.message)}")
+                bar.advance(any(isinstance(o, AuditFailure) for o in outcomes))
+    except BatchAbort as exc:
+        raise fail(str(exc)) from None
+    return [o for text in inputs for o in by_input.get(text, ())]
+
+
+def _stream(run: _RunSetup, inputs: "list[str]", jobs: int, output: Path | None, quiet: bool, retry_errors: bool,
+            exit_zero: bool) -> None:
+    """A --from-file run in JSON Lines: each input's records written as it finishes (appended to
+    ``output``, whose recorded inputs are skipped), failures and failed gates said on stderr; then
+    the run's exit (the inputs recorded before count too)."""
+    log = JsonlLog(output, retry_errors)
+    todo = [t for t in inputs if t not in log.recorded.inputs]
+    if output is not None and not quiet and len(todo) < len(inputs):
+        typer.echo(f"mhainspect: {one_line(str(output))}: {len(inputs) - len(todo):,} of {len(inputs):,} inputs "
+                   f"already recorded; auditing the other {len(todo):,}", err=True)
+    errors, gate_failures = log.recorded.errors, log.recorded.gate_failures
+    try:
+        with BatchProgress(len(inputs), done=len(inputs) - len(todo), enabled=not quiet) as bar:
+            for text, result in run_many(functools.partial(audit_input, run), todo, jobs):
+                outcomes: list[Audited | AuditFailure] = [result] if isinstance(result, AuditFailure) else result
+                if output is not None or not quiet:
+                    log.write(text, outcomes)
+                for o in outcomes:
+                    if isinstance(o, AuditFailure):
+                        errors += 1
+                        bar.say(f"mhainspect: error: {one_line(o.message)}")
+                        continue
+                    for gate in o.extras.gates:
+                        if not gate.passed:
+                            gate_failures += 1
+                            bar.say(f"mhainspect: gate failed: {one_line(gate.message)}")
+                bar.advance(any(isinstance(o, AuditFailure) for o in outcomes))
+    except BatchAbort as exc:
+        raise fail(str(exc)) from None
+    finally:
+        log.close()
+    if output is not None and not quiet:
+        typer.echo(f"mhainspect: {one_line(str(output))}: {log.written:,} record{'s' if log.written != 1 else ''} "
+                   f"appended for {len(todo):,} input{'s' if len(todo) != 1 else ''} (jsonl)", err=True)
+    _exit(errors, gate_failures, exit_zero)
+    raise typer.Exit(EXIT_OK)

@@ -70,3 +70,53 @@ class ProgressBar:
         with self.lock:
             self.closed = True
             self.progress.stop()
+
+
+class BatchProgress:
+    """A run of many models on a terminal: one bar of inputs done (and how many failed), with the
+    error and gate lines printed above it; off when stderr is no terminal (the lines still go to
+    stderr, one by one)."""
+
+    def __init__(self, total: int, done: int = 0, enabled: bool = True) -> None:
+        self.total, self.done, self.failed = total, done, 0
+        self.enabled = enabled and sys.stderr.isatty() and not os.environ.get("MHAINSPECT_NO_PROGRESS")
+        self.progress: Any = None
+
+    def __enter__(self) -> "BatchProgress":
+        if not self.enabled:
+            return self
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[failed]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                                 console=Console(stderr=True), transient=True)
+        self.task = self.progress.add_task("auditing", total=self.total, completed=self.done, failed="")
+        self.progress.start()
+        return self
+
+    def say(self, line: str) -> None:
+        """A line on stderr, above the bar while it runs."""
+        if self.progress is not None:
+            self.progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    def advance(self, failed: bool) -> None:
+        self.done += 1
+        self.failed += failed
+        if self.progress is not None:
+            self.progress.update(self.task, completed=self.done,
+                                 failed=f"{self.failed} failed" if self.failed else "")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mhainspect.errors import InputError, missing_torch
+from mhainspect.errors import ErrorKind, InputError, missing_torch
 from mhainspect.frontends.formats import Foreign, identify, identify_folder
 from mhainspect.frontends.onnx.frontend import onnx_file_result
 from mhainspect.frontends.remote.locate import is_remote
@@ -129,7 +129,7 @@ def _content_kind(path: Path) -> str | None:
     except OSError:
         return None
     if isinstance(found, Foreign):
-        raise InputError(found.message(path))
+        raise InputError(found.message(path), ErrorKind.UNSUPPORTED)
     return found
 
 
@@ -139,7 +139,7 @@ def classify(spec: str) -> Source:
     if p.is_dir():
         foreign = identify_folder(p)
         if foreign is not None:
-            raise InputError(foreign.message(spec))
+            raise InputError(foreign.message(spec), ErrorKind.UNSUPPORTED)
         return Source("checkpoint" if is_model_folder(p) else "onnx", spec)
     if p.name == "config.json" and p.is_file():
         raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")
@@ -194,9 +194,10 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
 
         return export_result(path)
     if src.kind == "torchscript":
-        raise InputError(f"{path}: a TorchScript archive (torch.jit.save): not read by this version")
+        raise InputError(f"{path}: a TorchScript archive (torch.jit.save): not read by this version",
+                         ErrorKind.UNSUPPORTED)
     if src.kind == "factory":
-        raise InputError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
 
     return onnx_file_result(path)
 
@@ -270,7 +271,7 @@ def load_factory(src: Source) -> Any:
         if src.target.endswith(".py"):
             path = Path(src.target)
             if not path.is_file():
-                raise InputError(f"{src.target}: no such file")
+                raise InputError(f"{src.target}: no such file", ErrorKind.NOT_FOUND)
             mod_name = f"_mhainspect_factory_{abs(hash(str(path.resolve())))}"
             spec = importlib.util.spec_from_file_location(mod_name, path)
             if spec is None or spec.loader is None:

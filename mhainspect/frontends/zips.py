@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from mhainspect.errors import InputError, read_failure
+from mhainspect.errors import InputError, read_error
 from mhainspect.ir.limits import MAX_ARCHIVE_MEMBERS
 
 ZIP_MAGIC = b"PK\x03\x04"
@@ -58,7 +58,7 @@ class ZipArchive:
             with zipfile.ZipFile(path) as archive:
                 infos = archive.infolist()
         except OSError as exc:
-            raise InputError(read_failure(path, exc)) from None
+            raise read_error(path, exc) from None
         except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, struct.error) as exc:
             raise InputError(f"{path}: broken zip archive ({_first_line(exc)})") from None
         self.members: dict[str, Member] = {}
@@ -95,7 +95,7 @@ class ZipArchive:
                 fh.seek(member.offset + 30 + name_len + extra_len)
                 raw = fh.read(member.packed)
         except OSError as exc:
-            raise InputError(read_failure(self.path, exc)) from None
+            raise read_error(self.path, exc) from None
         if len(raw) < member.packed:
             raise InputError(f"{self.path}: truncated archive: {what} ({name!r}) is cut short")
         if member.stored:

@@ -39,6 +39,8 @@ JSONDict = dict[str, Any]
 
 __all__ = [
     "JSONDict",
+    "error_record",
+    "input_record",
     "report_to_dict",
     "report_to_json",
     "reports_to_dict",
@@ -271,6 +273,18 @@ def reports_to_dict(reports: Iterable[Report], *, docs: Sequence[JSONDict] | Non
     documents when already built (with their gates)."""
     models = list(docs) if docs is not None else [report_to_dict(r) for r in reports]
     return {"schema_version": SCHEMA_VERSION, "tool_version": __version__, "models": models}
+
+
+def input_record(input: str, doc: JSONDict) -> JSONDict:
+    """A line of a --from-file run for an audited model: its input line first, then the report."""
+    return {"input": input, **doc}
+
+
+def error_record(input: str, kind: str, message: str) -> JSONDict:
+    """A line of a --from-file run for an input (or one model of it) that could not be audited
+    (docs/batch-record.schema.json): ``kind`` from the stable vocabulary of ErrorKind."""
+    return {"input": input, "schema_version": SCHEMA_VERSION, "tool_version": __version__,
+            "error": {"kind": kind, "message": message}}
 
 
 def to_json(data: JSONDict) -> str:

@@ -30,7 +30,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from mhainspect.errors import InputError, missing_torch, read_failure
+from mhainspect.errors import ErrorKind, InputError, missing_torch, read_error
 from mhainspect.frontends.checkpoint.hf_config import Tie, tied_copies
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEAVES, apply_quantization, wants_values
 from mhainspect.frontends.formats import HEAD_BYTES, is_safetensors, read_at
@@ -219,7 +219,8 @@ def read_torch_state_dict(path: Path, values: dict[str, tuple[int, ...]] | None 
     torch = _import_torch(f"{path.suffix} checkpoints")
 
     if not path.is_file():
-        raise InputError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+        raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND) if not path.exists() else InputError(
+            f"{path}: not a file")
     _check_checkpoint_container(path)
     try:
         with warnings.catch_warnings():
@@ -341,7 +342,7 @@ def _shards(folder: Path) -> tuple[list[Path], str]:
     try:
         names = {p.name for p in folder.iterdir() if p.is_file()}
     except OSError as exc:
-        raise InputError(read_failure(folder, exc)) from None
+        raise read_error(folder, exc) from None
     found, kind, index_name = weight_files(names, str(folder))
     if index_name is None:
         return [folder / n for n in found], kind
@@ -373,7 +374,7 @@ def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str
                            else read_torch_state_dict(f, values))
         return apply_quantization(weights, config, values), config, "huggingface"
     if not path.exists():
-        raise InputError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
     suffix = path.suffix.lower()
     sibling = path.parent / "config.json"
     beside: dict[str, Any] | None = None

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from mhainspect.errors import InputError
+from mhainspect.errors import ErrorKind, InputError
 from mhainspect.frontends.gguf.reader import (
     KV_CACHE_DTYPE,
     KV_CACHE_DTYPE_SOURCE,
@@ -190,7 +190,7 @@ def gguf_result(path: str | os.PathLike[str]) -> SourceResult:
     """The GGUF front end: blocks, near misses and model facts from the file's header."""
     p = Path(path)
     if not p.exists():
-        raise InputError(f"{p}: no such file")
+        raise InputError(f"{p}: no such file", ErrorKind.NOT_FOUND)
     if p.is_dir():
         raise InputError(f"{p}: is a directory, expected a .gguf file")
     return gguf_model_result(read_model(p), str(path))

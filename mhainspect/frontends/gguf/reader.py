@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from mhainspect.errors import InputError, read_failure
+from mhainspect.errors import InputError, read_error
 from mhainspect.frontends.gguf.split import split_name
 from mhainspect.frontends.gguf.swa import SwaLayout, disabled_note, swa_layout, unknown_pattern_warning
 from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, Prefix
@@ -270,7 +270,7 @@ def read_header(path: Path) -> GGUFHeader:
                     buf.madvise(mmap.MADV_RANDOM)  # fault in the header's pages only: no read-ahead
                 return _parse(buf, size, path)
     except OSError as exc:
-        raise InputError(read_failure(path, exc)) from None
+        raise read_error(path, exc) from None
     except ValueError as exc:  # mmap of something that is not a regular file
         raise InputError(f"{path}: cannot map: {exc}") from None
 

@@ -38,7 +38,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from mhainspect.errors import InputError
+from mhainspect.errors import ErrorKind, InputError
 from mhainspect.frontends.onnx.provenance import apply_provenance, constant_node_kind, string_list
 from mhainspect.frontends.onnx.wire import (
     FAST_PATH_ERRORS,
@@ -152,7 +152,7 @@ def _check_has_graph(model: Any, p: str | Path) -> None:
 def check_readable_file(p: Path) -> None:
     try:
         if not p.exists():
-            raise InputError(f"{p}: no such file")
+            raise InputError(f"{p}: no such file", ErrorKind.NOT_FOUND)
         if p.is_dir():
             raise InputError(f"{p}: is a directory, expected a model file")
         if p.stat().st_size == 0:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, overload
 
-from mhainspect.errors import InputError, read_failure
+from mhainspect.errors import InputError, read_error
 from mhainspect.frontends.remote.parallel import in_parallel
 
 # The first speculative range of a header read: a median safetensors header is ~6 KB, most are
@@ -71,7 +71,7 @@ class LocalBlob:
             try:
                 self._size = self.path.stat().st_size
             except OSError as exc:
-                raise InputError(read_failure(self.name, exc)) from None
+                raise read_error(self.name, exc) from None
         return self._size
 
     def read(self, offset: int, length: int) -> bytes:
@@ -84,7 +84,7 @@ class LocalBlob:
             finally:
                 os.close(fd)
         except OSError as exc:
-            raise InputError(read_failure(self.name, exc)) from None
+            raise read_error(self.name, exc) from None
 
     def tail(self, length: int) -> bytes:
         size = self.size()

@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from fnmatch import fnmatchcase
 from typing import Any, TypeVar
 
-from mhainspect.errors import InputError
+from mhainspect.errors import ErrorKind, InputError
 from mhainspect.frontends.dispatch import file_kind, model_folder_names
 from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, HeadCached, Prefix
 from mhainspect.frontends.remote.locate import HubRef, Ref, StoreRef, UrlRef, parse
@@ -69,8 +69,8 @@ def locate(spec: str) -> tuple[Tree, str, str]:
     if is_folder(files, path):
         return tree, path, "folder"
     if isinstance(ref, StoreRef) and not path:
-        raise InputError(f"{spec}: nothing there (no such object or folder)")
-    raise InputError(f"{spec}: no file or folder '{path}' in {_where(ref, tree)}")
+        raise InputError(f"{spec}: nothing there (no such object or folder)", ErrorKind.NOT_FOUND)
+    raise InputError(f"{spec}: no file or folder '{path}' in {_where(ref, tree)}", ErrorKind.NOT_FOUND)
 
 
 def remote_models(spec: str) -> list[str]:
@@ -134,9 +134,9 @@ def content_kind(blob: HeadCached) -> str | None:
     foreign = {_LFS: formats.LFS_POINTER, b"\x89HDF\r\n\x1a\n": formats.HDF5}
     for magic, what in foreign.items():
         if head.startswith(magic):
-            raise InputError(what.message(blob.name))
+            raise InputError(what.message(blob.name), ErrorKind.UNSUPPORTED)
     if head[4:8] == b"TFL3":
-        raise InputError(formats.TFLITE.message(blob.name))
+        raise InputError(formats.TFLITE.message(blob.name), ErrorKind.UNSUPPORTED)
     if len(head) >= 10 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= blob.size() - 8:
         return "safetensors"
     return None

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from mhainspect.errors import InputError, MissingDependencyError
+from mhainspect.errors import ErrorKind, InputError, MissingDependencyError
 from mhainspect.frontends.remote.parallel import CONCURRENCY
 
 MAX_REDIRECTS = 8
@@ -159,7 +159,7 @@ class HttpClient:
             if location is None:
                 return reply
             url = urljoin(url, location)
-        raise InputError(f"{name}: more than {MAX_REDIRECTS} redirects")
+        raise InputError(f"{name}: more than {MAX_REDIRECTS} redirects", ErrorKind.NETWORK)
 
     def _once(self, url: str, name: str, headers: Mapping[str, str], start: int | None, length: int | None,
               limit: int | None, method: str) -> tuple[Reply, str | None]:
@@ -170,7 +170,7 @@ class HttpClient:
                 method, url, headers=dict(headers), preload_content=False, redirect=False, retries=False,
                 decode_content=False, timeout=self._urllib3.Timeout(connect=wait, read=wait))
         except exc_types.HTTPError as exc:
-            raise InputError(f"{name}: {_unreachable(url, exc, wait)}") from None
+            raise InputError(f"{name}: {_unreachable(url, exc, wait)}", ErrorKind.NETWORK) from None
         with self._lock:
             self.counters.requests += 1
         try:
@@ -201,7 +201,7 @@ class HttpClient:
             if start != 0 or length is None:
                 raise InputError(f"{name}: the server ignores Range requests (it answered with the whole "
                                  f"{_size_words(declared)}); reading a header from it would mean downloading the "
-                                 "file, which mhainspect never does")
+                                 "file, which mhainspect never does", ErrorKind.BAD_SERVER)
             want = length if declared is None else min(length, declared)
             return self._read(response, want, url, name, wait, exact=declared is not None), declared
         if status == 200:
@@ -213,17 +213,20 @@ class HttpClient:
         """A 206 answer's body, checked against what was asked and what the answer announces."""
         m = re.match(_CONTENT_RANGE, headers.get("content-range", ""))
         if m is None:
-            raise InputError(f"{name}: the server answered a range request without a valid Content-Range")
+            raise InputError(f"{name}: the server answered a range request without a valid Content-Range",
+                             ErrorKind.BAD_SERVER)
         first, last = int(m.group(1)), int(m.group(2))
         total = None if m.group(3) == "*" else int(m.group(3))
         if start is not None and start >= 0 and first != start or last < first:
-            raise InputError(f"{name}: the server sent bytes {first}-{last} for a request starting at {start}")
+            raise InputError(f"{name}: the server sent bytes {first}-{last} for a request starting at {start}",
+                             ErrorKind.BAD_SERVER)
         expected = last - first + 1
         if declared is not None and declared != expected:
             raise InputError(f"{name}: the server's lengths disagree (Content-Length {declared:,}, Content-Range "
-                             f"{expected:,} bytes): it misreports lengths")
+                             f"{expected:,} bytes): it misreports lengths", ErrorKind.BAD_SERVER)
         if length is not None and expected > length:
-            raise InputError(f"{name}: the server sent {expected:,} bytes for a {length:,}-byte range")
+            raise InputError(f"{name}: the server sent {expected:,} bytes for a {length:,}-byte range",
+                             ErrorKind.BAD_SERVER)
         return self._read(response, expected, url, name, wait, exact=True), total
 
     def _whole_body(self, response: Any, url: str, name: str, limit: int | None, wait: float,
@@ -231,12 +234,14 @@ class HttpClient:
         """A small file asked for whole (a listing), at most ``limit`` bytes."""
         cap = limit if limit is not None else _CHUNK
         if declared is not None and declared > cap:
-            raise InputError(f"{name}: {declared:,} bytes, more than the {cap:,} read for such a file")
+            raise InputError(f"{name}: {declared:,} bytes, more than the {cap:,} read for such a file",
+                             ErrorKind.BAD_SERVER)
         body = self._read(response, cap + 1, url, name, wait, exact=False)
         if len(body) > cap:
-            raise InputError(f"{name}: more than the {cap:,} bytes read for such a file")
+            raise InputError(f"{name}: more than the {cap:,} bytes read for such a file", ErrorKind.BAD_SERVER)
         if declared is not None and len(body) != declared:
-            raise InputError(f"{name}: the server announced {declared:,} bytes and sent {len(body):,}")
+            raise InputError(f"{name}: the server announced {declared:,} bytes and sent {len(body):,}",
+                             ErrorKind.BAD_SERVER)
         return body, len(body)
 
     def _read(self, response: Any, want: int, url: str, name: str, wait: float, *, exact: bool) -> bytes:
@@ -253,18 +258,19 @@ class HttpClient:
                 out += chunk
                 if time.monotonic() > deadline:
                     raise InputError(f"{name}: {host_of(url)} sends too slowly ({len(out):,} of {want:,} bytes in "
-                                     f"{4 * wait:g} s)")
+                                     f"{4 * wait:g} s)", ErrorKind.NETWORK)
         except (exc_types.ReadTimeoutError, TimeoutError):
-            raise InputError(f"{name}: {host_of(url)} stalled (no data for {wait:g} s)") from None
+            raise InputError(f"{name}: {host_of(url)} stalled (no data for {wait:g} s)", ErrorKind.NETWORK) from None
         except (exc_types.HTTPError, OSError) as exc:
             if not exact:
-                raise InputError(f"{name}: the connection to {host_of(url)} broke ({type(exc).__name__})") from None
+                raise InputError(f"{name}: the connection to {host_of(url)} broke ({type(exc).__name__})",
+                                 ErrorKind.NETWORK) from None
         finally:
             with self._lock:
                 self.counters.bytes += len(out)
         if exact and len(out) < want:
             raise InputError(f"{name}: {host_of(url)} sent {len(out):,} of the {want:,} bytes it announced "
-                             "(connection closed early; the server misreports lengths?)")
+                             "(connection closed early; the server misreports lengths?)", ErrorKind.BAD_SERVER)
         return bytes(out)
 
 
@@ -338,7 +344,7 @@ class HttpBlob:
                                  start=0, length=1)
             self._check(reply)
             if reply.total is None:
-                raise InputError(f"{self.name}: the server does not say how long the file is")
+                raise InputError(f"{self.name}: the server does not say how long the file is", ErrorKind.BAD_SERVER)
             self._moved(reply)
             self._size = reply.total
         return self._size
@@ -359,10 +365,11 @@ class HttpBlob:
         if reply.total is not None:
             if self._size is not None and reply.total != self._size:
                 raise InputError(f"{self.name}: the server says the file has {reply.total:,} bytes, the listing "
-                                 f"{self._size:,} (changed while read?)")
+                                 f"{self._size:,} (changed while read?)", ErrorKind.BAD_SERVER)
             self._size = reply.total
         if self._size is not None and len(reply.body) < min(length, self._size - offset):
-            raise InputError(f"{self.name}: the server sent {len(reply.body):,} of {length:,} bytes")
+            raise InputError(f"{self.name}: the server sent {len(reply.body):,} of {length:,} bytes",
+                             ErrorKind.BAD_SERVER)
         return reply.body
 
     def tail(self, length: int) -> bytes:
@@ -376,7 +383,7 @@ class HttpBlob:
         self._moved(reply)
         if reply.status == 200 or reply.total is None:
             raise InputError(f"{self.name}: the server does not answer a range from the end of the file (needed "
-                             "to find an archive's directory without downloading the file)")
+                             "to find an archive's directory without downloading the file)", ErrorKind.BAD_SERVER)
         self._size = reply.total
         return reply.body
 
@@ -392,8 +399,23 @@ class HttpBlob:
         if self._describe is not None:
             message = self._describe(reply)
             if message:
-                raise InputError(f"{self.name}: {message}")
-        raise InputError(f"{self.name}: {status_words(reply)}")
+                raise InputError(f"{self.name}: {message}", reply_kind(reply))
+        raise InputError(f"{self.name}: {status_words(reply)}", reply_kind(reply))
+
+
+def reply_kind(reply: Reply) -> ErrorKind:
+    """The kind of a failed answer: the Hub's error code where it sends one, else the status."""
+    code = reply.headers.get("x-error-code", "")
+    status = reply.status
+    if code == "GatedRepo" or status in (401, 403) and "gated" in reply.headers.get("x-error-message", ""):
+        return ErrorKind.GATED
+    if code in ("RepoNotFound", "RevisionNotFound", "EntryNotFound") or status in (404, 410):
+        return ErrorKind.NOT_FOUND
+    if status in (401, 403):
+        return ErrorKind.ACCESS_DENIED
+    if status == 429:
+        return ErrorKind.RATE_LIMITED
+    return ErrorKind.NETWORK if status >= 500 else ErrorKind.BAD_SERVER
 
 
 def status_words(reply: Reply) -> str:

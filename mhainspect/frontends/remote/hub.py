@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from mhainspect.errors import InputError, MissingDependencyError
+from mhainspect.errors import ErrorKind, InputError, MissingDependencyError
 from mhainspect.frontends.remote.blob import Blob, LocalBlob
-from mhainspect.frontends.remote.http import HttpBlob, Reply, client, retries
+from mhainspect.frontends.remote.http import HttpBlob, Reply, client, reply_kind, retries
 from mhainspect.frontends.remote.locate import HubRef, display, hub_endpoint
 
 REMOTE_HINT = 'pip install "mhainspect[remote]"'
@@ -144,7 +144,7 @@ def _cached_listing(ref: HubRef, settings: HubSettings) -> Listing:
     snapshot = folder / "snapshots" / commit if commit else None
     if commit is None or snapshot is None or not snapshot.is_dir():
         raise InputError(f"{display(ref, '')}: offline (HF_HUB_OFFLINE is set) and revision '{revision}' of "
-                         f"{ref.repo} is not in the Hugging Face cache ({settings.cache_dir})")
+                         f"{ref.repo} is not in the Hugging Face cache ({settings.cache_dir})", ErrorKind.OFFLINE)
     files: dict[str, int | None] = {}
     for root, _dirs, names in os.walk(snapshot):
         for n in names:
@@ -167,7 +167,7 @@ def _online_listing(ref: HubRef, settings: HubSettings) -> Listing:
     reply = client().get(url, name=name, headers=_auth(settings), auth_origin=settings.endpoint,
                          limit=MAX_LISTING_BYTES)
     if reply.status != 200:
-        raise InputError(f"{name}: {failure(reply, ref, '', settings)}")
+        raise InputError(f"{name}: {failure(reply, ref, '', settings)}", reply_kind(reply))
     try:
         info = json.loads(reply.body)
         commit = str(info["sha"])
@@ -234,7 +234,7 @@ class HubTree:
             return LocalBlob(cached, self.name(path))
         if self.settings.offline:
             raise InputError(f"{self.name(path)}: offline (HF_HUB_OFFLINE is set) and this file is not in the "
-                             f"Hugging Face cache ({self.settings.cache_dir})")
+                             f"Hugging Face cache ({self.settings.cache_dir})", ErrorKind.OFFLINE)
         settings, ref = self.settings, self.ref
         url = f"{settings.endpoint}/{ref.repo}/resolve/{self.listing.commit}/{quote(path)}"
 
