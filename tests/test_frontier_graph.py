@@ -300,6 +300,7 @@ def _swin(shift: bool) -> fm.SwinWindowBlock:
 @pytest.mark.parametrize("exporter", sorted(EXPORTERS))
 @pytest.mark.parametrize("axes", sorted(SWIN_AXES))
 @pytest.mark.parametrize("shift", [False, True], ids=["windows", "shifted-windows"])
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_window_attention_heads(tmp_path: Path, shift: bool, axes: str, exporter: str) -> None:
     """Swin-style window partition (padded to whole windows, shifted with its mask added through a 5-D
     view of the scores) around an attention with a relative position bias table: the heads, head
@@ -317,6 +318,7 @@ def test_window_attention_heads(tmp_path: Path, shift: bool, axes: str, exporter
 
 @pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 @pytest.mark.parametrize("shift", [False, True], ids=["windows", "shifted-windows"])
+@pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)
 def test_window_attention_table_is_the_blocks_extra(tmp_path: Path, shift: bool) -> None:
     """Unfolded (the table gathered by its index in the graph), the relative position bias table is the
     block's extra and the model holds exactly the module's parameters; the module door says the same."""
