@@ -1,7 +1,8 @@
 """Real-world conformance: models nobody here wrote, exported by both torch exporters.
 
 Every case of tests/conformance/zoo.py (transformers BERT, GPT-2, LLaMA-GQA, T5, ViT in eager and
-SDPA attention; torch nn.MultiheadAttention variants, an SDPA module, the Annotated Transformer;
+SDPA attention; torch nn.MultiheadAttention variants, an SDPA module, the Annotated Transformer,
+VITS's text encoder and a latent-diffusion VAE attention, whose projections are 1x1 convolutions;
 controls without attention) is exported once per session with every exporter variant, audited
 with mhainspect, and compared with the ground truth read from the torch modules themselves.
 

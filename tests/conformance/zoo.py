@@ -669,6 +669,174 @@ def _truth_annotated(model: nn.Module) -> tuple[BlockTruth, ...]:
     return (_block(_qualname(model, a), "self", h, h, q.in_features, dk, dk, _lin(q), _lin(k), _lin(v), _lin(o)),)
 
 
+# --- 1x1 convolutions as projections: VITS's text encoder (jaywalnut310/vits, attentions.py) and the
+#     latent-diffusion VAE's AttnBlock (CompVis, model.py), verbatim in the parts that matter ---------
+
+
+def convert_pad_shape(pad_shape):
+    return [item for sublist in pad_shape[::-1] for item in sublist]
+
+
+class VitsMultiHeadAttention(nn.Module):
+    def __init__(self, channels, out_channels, n_heads, window_size=None, heads_share=True):
+        super().__init__()
+        assert channels % n_heads == 0
+        self.channels, self.out_channels, self.n_heads = channels, out_channels, n_heads
+        self.window_size, self.heads_share = window_size, heads_share
+        self.k_channels = channels // n_heads
+        self.conv_q = nn.Conv1d(channels, channels, 1)
+        self.conv_k = nn.Conv1d(channels, channels, 1)
+        self.conv_v = nn.Conv1d(channels, channels, 1)
+        self.conv_o = nn.Conv1d(channels, out_channels, 1)
+        if window_size is not None:
+            n_heads_rel = 1 if heads_share else n_heads
+            rel_stddev = self.k_channels ** -0.5
+            self.emb_rel_k = nn.Parameter(torch.randn(n_heads_rel, window_size * 2 + 1, self.k_channels) * rel_stddev)
+            self.emb_rel_v = nn.Parameter(torch.randn(n_heads_rel, window_size * 2 + 1, self.k_channels) * rel_stddev)
+
+    def forward(self, x, c):
+        q, k, v = self.conv_q(x), self.conv_k(c), self.conv_v(c)
+        x = self.attention(q, k, v)
+        return self.conv_o(x)
+
+    def attention(self, query, key, value):
+        b, d, t_s, t_t = (*key.size(), query.size(2))
+        query = query.view(b, self.n_heads, self.k_channels, t_t).transpose(2, 3)
+        key = key.view(b, self.n_heads, self.k_channels, t_s).transpose(2, 3)
+        value = value.view(b, self.n_heads, self.k_channels, t_s).transpose(2, 3)
+        scores = torch.matmul(query / math.sqrt(self.k_channels), key.transpose(-2, -1))
+        if self.window_size is not None:
+            key_relative_embeddings = self._get_relative_embeddings(self.emb_rel_k, t_s)
+            rel_logits = self._matmul_with_relative_keys(query / math.sqrt(self.k_channels), key_relative_embeddings)
+            scores = scores + self._relative_position_to_absolute_position(rel_logits)
+        p_attn = F.softmax(scores, dim=-1)
+        output = torch.matmul(p_attn, value)
+        if self.window_size is not None:
+            relative_weights = self._absolute_position_to_relative_position(p_attn)
+            value_relative_embeddings = self._get_relative_embeddings(self.emb_rel_v, t_s)
+            output = output + self._matmul_with_relative_values(relative_weights, value_relative_embeddings)
+        return output.transpose(2, 3).contiguous().view(b, d, t_t)
+
+    def _matmul_with_relative_values(self, x, y):
+        return torch.matmul(x, y.unsqueeze(0))
+
+    def _matmul_with_relative_keys(self, x, y):
+        return torch.matmul(x, y.unsqueeze(0).transpose(-2, -1))
+
+    def _get_relative_embeddings(self, relative_embeddings, length):
+        pad_length = max(length - (self.window_size + 1), 0)
+        slice_start_position = max((self.window_size + 1) - length, 0)
+        slice_end_position = slice_start_position + 2 * length - 1
+        if pad_length > 0:
+            padded = F.pad(relative_embeddings, convert_pad_shape([[0, 0], [pad_length, pad_length], [0, 0]]))
+        else:
+            padded = relative_embeddings
+        return padded[:, slice_start_position:slice_end_position]
+
+    def _relative_position_to_absolute_position(self, x):
+        batch, heads, length, _ = x.size()
+        x = F.pad(x, convert_pad_shape([[0, 0], [0, 0], [0, 0], [0, 1]]))
+        x_flat = x.view([batch, heads, length * 2 * length])
+        x_flat = F.pad(x_flat, convert_pad_shape([[0, 0], [0, 0], [0, length - 1]]))
+        return x_flat.view([batch, heads, length + 1, 2 * length - 1])[:, :, :length, length - 1:]
+
+    def _absolute_position_to_relative_position(self, x):
+        batch, heads, length, _ = x.size()
+        x = F.pad(x, convert_pad_shape([[0, 0], [0, 0], [0, 0], [0, length - 1]]))
+        x_flat = x.view([batch, heads, length ** 2 + length * (length - 1)])
+        x_flat = F.pad(x_flat, convert_pad_shape([[0, 0], [0, 0], [length, 0]]))
+        return x_flat.view([batch, heads, length, 2 * length])[:, :, :, 1:]
+
+
+class VitsEncoder(nn.Module):
+    """VITS's text encoder stack: relative-position attention and a kernel-3 convolution FFN per layer."""
+
+    def __init__(self, hidden=D, heads=4, layers=2, window_size=4):
+        super().__init__()
+        self.attn_layers = nn.ModuleList(VitsMultiHeadAttention(hidden, hidden, heads, window_size=window_size)
+                                         for _ in range(layers))
+        self.ffn_layers = nn.ModuleList(nn.Sequential(nn.Conv1d(hidden, 2 * hidden, 3, padding=1), nn.ReLU(),
+                                                      nn.Conv1d(2 * hidden, hidden, 3, padding=1))
+                                        for _ in range(layers))
+        self.norms = nn.ModuleList(nn.GroupNorm(1, hidden) for _ in range(2 * layers))
+
+    def forward(self, x):
+        for i, (attn, ffn) in enumerate(zip(self.attn_layers, self.ffn_layers)):
+            x = self.norms[2 * i](x + attn(x, x))
+            x = self.norms[2 * i + 1](x + ffn(x))
+        return x
+
+
+def _build_vits() -> tuple[nn.Module, tuple]:
+    torch.manual_seed(SEED)
+    return _eval(VitsEncoder()), (torch.randn(BATCH, D, SEQ),)
+
+
+def _truth_vits(model: nn.Module) -> tuple[BlockTruth, ...]:
+    out = []
+    for a in model.attn_layers:
+        h, dk = a.n_heads, a.k_channels
+        _check(a.conv_q.weight.shape[:2] == (h * dk, a.channels) and a.conv_q.kernel_size == (1,), "vits 1x1 convs")
+        out.append(_block(_qualname(model, a), "self", h, h, a.channels, dk, dk, _lin(a.conv_q), _lin(a.conv_k),
+                          _lin(a.conv_v), _lin(a.conv_o)))
+    return tuple(out)
+
+
+def Normalize(in_channels, num_groups=8):
+    return torch.nn.GroupNorm(num_groups=num_groups, num_channels=in_channels, eps=1e-6, affine=True)
+
+
+class AttnBlock(nn.Module):
+    def __init__(self, in_channels):
+        super().__init__()
+        self.in_channels = in_channels
+        self.norm = Normalize(in_channels)
+        self.q = torch.nn.Conv2d(in_channels, in_channels, kernel_size=1, stride=1, padding=0)
+        self.k = torch.nn.Conv2d(in_channels, in_channels, kernel_size=1, stride=1, padding=0)
+        self.v = torch.nn.Conv2d(in_channels, in_channels, kernel_size=1, stride=1, padding=0)
+        self.proj_out = torch.nn.Conv2d(in_channels, in_channels, kernel_size=1, stride=1, padding=0)
+
+    def forward(self, x):
+        h_ = self.norm(x)
+        q, k, v = self.q(h_), self.k(h_), self.v(h_)
+        b, c, h, w = q.shape
+        q = q.reshape(b, c, h * w).permute(0, 2, 1)  # b,hw,c
+        k = k.reshape(b, c, h * w)  # b,c,hw
+        w_ = torch.bmm(q, k)  # b,hw,hw    w[b,i,j]=sum_c q[b,i,c]k[b,c,j]
+        w_ = w_ * (int(c) ** (-0.5))
+        w_ = torch.nn.functional.softmax(w_, dim=2)
+        v = v.reshape(b, c, h * w)
+        w_ = w_.permute(0, 2, 1)  # b,hw,hw (first hw of k, second of q)
+        h_ = torch.bmm(v, w_)  # b, c,hw (hw of q) h_[b,c,j] = sum_i v[b,c,i] w_[b,i,j]
+        h_ = h_.reshape(b, c, h, w)
+        return x + self.proj_out(h_)
+
+
+class VaeMid(nn.Module):
+    """The middle of a latent-diffusion VAE encoder: a 3x3 convolution, AttnBlock, a 3x3 convolution."""
+
+    def __init__(self, channels=D):
+        super().__init__()
+        self.conv_in = nn.Conv2d(4, channels, 3, padding=1)
+        self.attn_1 = AttnBlock(channels)
+        self.conv_out = nn.Conv2d(channels, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv_out(self.attn_1(self.conv_in(x)))
+
+
+def _build_vae() -> tuple[nn.Module, tuple]:
+    torch.manual_seed(SEED)
+    return _eval(VaeMid()), (torch.randn(BATCH, 4, 4, 6),)
+
+
+def _truth_vae(model: nn.Module) -> tuple[BlockTruth, ...]:
+    a = model.attn_1
+    c = a.in_channels
+    _check(a.q.weight.shape == (c, c, 1, 1), "vae 1x1 convs")
+    return (_block(_qualname(model, a), "self", 1, 1, c, c, c, _lin(a.q), _lin(a.k), _lin(a.v), _lin(a.proj_out)),)
+
+
 # --- no-attention controls -------------------------------------------------------------
 
 
@@ -848,6 +1016,26 @@ CASES: tuple[Case, ...] = (
         {"x": _BTD, "src_mask": {0: "batch", 2: "seq"}},
         "torch",
         "Annotated Transformer MultiHeadedAttention h=1",
+    ),
+    Case(
+        "vits-conv1d",
+        _build_vits,
+        _truth_vits,
+        True,
+        ("x",),
+        {"x": {0: "batch", 2: "seq"}},
+        "torch",
+        "VITS text encoder: Conv1d kernel-1 Q/K/V/O over [B, C, T], per-head relative-position tables, 2 layers",
+    ),
+    Case(
+        "vae-conv2d",
+        _build_vae,
+        _truth_vae,
+        True,
+        ("x",),
+        {"x": {0: "batch", 2: "height", 3: "width"}},
+        "torch",
+        "latent-diffusion VAE AttnBlock: Conv2d 1x1 q/k/v/proj_out, one head over H·W, V·Pᵀ by bmm",
     ),
     Case("mlp", _control_build(MLP, (BATCH, SEQ, 32)), _no_blocks, False, ("x",), {"x": _BTD}, "control"),
     Case("lstm", _control_build(LSTMNet, (BATCH, SEQ, 32)), _no_blocks, False, ("x",), {"x": _BTD}, "control"),
