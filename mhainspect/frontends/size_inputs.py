@@ -89,6 +89,7 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
 def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) -> tuple[bool | None, str]:
     """Whether the config says the module ``block_name`` caches K/V during decoding (None: it does
     not say), and why."""
+    from mhainspect.frontends.checkpoint.arch_defaults import encoder_model_type
     from mhainspect.frontends.checkpoint.hf_config import TOWER_PREFIXES, decoder_only_model_type, sub_config
 
     name = block_name.lower()
@@ -108,9 +109,15 @@ def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) 
         return True, "config is_decoder = true"
     if archs and all(re.search(_ENCODER_ARCH, a) for a in archs):
         return False, f"config architectures {archs[0]}: an encoder, run once over the input"
-    family = decoder_only_model_type(_sub_config(cfg, block_name)) or decoder_only_model_type(cfg)
+    tower = _sub_config(cfg, block_name)
+    family = decoder_only_model_type(tower) or decoder_only_model_type(cfg)
     if family is not None:
         return True, f"config model_type {family}: a decoder-only language model"
+    encoder = encoder_model_type(tower) or encoder_model_type(cfg)
+    if encoder is not None:
+        where = f"the block's {prefix.rstrip('.')} is " if prefix else ""
+        return False, (f"config model_type {encoder}: {where}an encoder that runs once over its input (no is_decoder, "
+                       "no causal architecture)")
     return None, "the config does not say whether the model decodes autoregressively (no causal architecture, " \
                  "decoder-only model_type, is_decoder or is_encoder_decoder)"
 
