@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from mhainspect.ir.weights import QuantRole, WeightMeta
@@ -205,15 +205,9 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         roles: list[RoleWeights] = []
         kids = children.get(owner, {})
         params = mha.get(owner, {})
-        latent = None
-        if owner in latent_owners and ("q_up" in latent_kids[owner] or "q" in kids):
-            found = latent_kids[owner]
-            roles.append(rw("q", found.get("q_up") or kids["q"]))
-            latent = LatentParts(rw("kv_down", found["kv_down"]), rw("kv_up", found["kv_up"]),
-                                 q_down=rw("q_down", found["q_down"]) if "q_down" in found else None,
-                                 norms=tuple(t for n in ("q_norm", "kv_norm") if n in found
-                                             for t in (modules[found[n]].get("weight"), modules[found[n]].get("bias"))
-                                             if t is not None))
+        latent = _latent_parts(latent_kids[owner], kids, rw, modules) if owner in latent_owners else None
+        if latent is not None:
+            roles.append(latent[0])
         elif ("qkv", "weight") in params:
             roles.append(RoleWeights("qkv", owner, params[("qkv", "weight")], params.get(("qkv", "bias"))))
         elif all((r, "weight") in params for r in ("q", "k", "v")):
@@ -244,7 +238,7 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
             name = owner
         query = _learned_query(owner, roles, queries)
         blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross or query is not None, own_biases,
-                                   latent, query, tuple(head_norms.get(owner, ()))))
+                                   latent[1] if latent is not None else None, query, tuple(head_norms.get(owner, ()))))
     return _with_enclosing_extras(blocks, extras)
 
 
@@ -260,6 +254,19 @@ def _learned_query(owner: str, roles: list[RoleWeights], queries: Mapping[str, W
         if meta is not None and dims is not None and meta.shape[-1] == dims[0]:
             return meta
     return None
+
+
+def _latent_parts(found: Mapping[str, str], kids: Mapping[str, str], rw: Callable[[str, str], RoleWeights],
+                  modules: Mapping[str, Mapping[str, WeightMeta]]) -> tuple[RoleWeights, LatentParts] | None:
+    """(Q, the rest) of a latent-attention module from its children by part (``LATENT_MODULES``),
+    or None without a Q projection."""
+    q = found.get("q_up") or kids.get("q")
+    if q is None:
+        return None
+    norms = tuple(t for n in ("q_norm", "kv_norm") if n in found
+                  for t in (modules[found[n]].get("weight"), modules[found[n]].get("bias")) if t is not None)
+    return rw("q", q), LatentParts(rw("kv_down", found["kv_down"]), rw("kv_up", found["kv_up"]),
+                                   q_down=rw("q_down", found["q_down"]) if "q_down" in found else None, norms=norms)
 
 
 def _with_enclosing_extras(blocks: list[GroupedBlock], extras: Mapping[str, list[WeightMeta]]

@@ -571,24 +571,41 @@ def layer_number(block_name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _heads(c: Mapping[str, Any], block_name: str, layer: int | None) -> Found | None:
+    """The query heads: a decoder block's own key first, then the head keys, then HEAD_RULES."""
+    decoder = any(w in block_name.lower() for w in _DECODER_WORDS)
+    heads = (_first(c, DECODER_HEADS_KEYS, layer) if decoder else None) or _first(c, HEADS_KEYS, layer)
+    if heads is not None:
+        heads = next((found for _, rule in HEAD_RULES if (found := rule(c, heads)) is not None), heads)
+    return heads
+
+
+def _head_dim(c: Mapping[str, Any], layer: int | None) -> Found | None:
+    """A head's key width: the first rule of HEAD_DIM_RULES that applies, else the head-size keys."""
+    return next((found for _, rule in HEAD_DIM_RULES if (found := rule(c, layer)) is not None), None) \
+        or _first(c, HEAD_DIM_KEYS, layer)
+
+
+def _latent_widths(c: Mapping[str, Any], layer: int | None) -> dict[str, Found]:
+    """Latent attention's widths (LATENT_KEYS) by HeadOffers field, when the config has a K/V latent."""
+    if "kv_lora_rank" not in c:
+        return {}
+    return {field: found for field, key in LATENT_KEYS if (found := _value(c, key, layer)) is not None}
+
+
 def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = "config",
                        source: EvidenceSource = EvidenceSource.CONFIG) -> HeadOffers:
     """What the config says about the block named ``block_name``."""
     prefix, c = sub_config(cfg, block_name)
     layer = layer_number(block_name)
-    decoder = any(w in block_name.lower() for w in _DECODER_WORDS)
-    heads = (_first(c, DECODER_HEADS_KEYS, layer) if decoder else None) or _first(c, HEADS_KEYS, layer)
-    if heads is not None:
-        heads = next((found for _, rule in HEAD_RULES if (found := rule(c, heads)) is not None), heads)
+    heads = _heads(c, block_name, layer)
     h = heads.value if heads is not None else None
     kv = next((found for _, rule in KV_RULES if (found := rule(c, h, layer)) is not None), None)
-    hd = next((found for _, rule in HEAD_DIM_RULES if (found := rule(c, layer)) is not None), None) \
-        or _first(c, HEAD_DIM_KEYS, layer)
+    hd = _head_dim(c, layer)
     vhd = _first(c, V_HEAD_DIM_KEYS, layer)
     scale = next((said for _, rule in SCALE_RULES if (said := rule(c)) is not None), None)
     runs = next((found for _, rule in APPLICATION_RULES if (found := rule(c, block_name)) is not None), None)
-    latent = {field: found for field, key in LATENT_KEYS if (found := _value(c, key, layer)) is not None} \
-        if "kv_lora_rank" in c else {}
+    latent = _latent_widths(c, layer)
     parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd, runs, latent.get("kv_rank"), latent.get("q_rank"))
              if f is not None]
     if scale is not None:
