@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,8 @@ def archive_result(path: str | os.PathLike[str], program: ArchiveProgram, *, fmt
     parameters = frozenset(w.storage_key for w in program.weights if w.is_parameter)
     # Without a config, the root module's class is read as a config's architectures entry is
     # (LlamaForCausalLM: a causal language model; BertForMaskedLM: an encoder).
-    said, label = (config, _CONFIG_LABEL) if config is not None else _class_config(program.root_class)
+    said, label = (config, _CONFIG_LABEL) if config is not None else _class_config(
+        program.root_class, program.module_classes.get("", ""))
     size = metas_size_inputs(metas, blocks, said, parameters, label=label,
                              no_config=f"{p.name} has no config: nothing says whether it decodes autoregressively")
     decoding = tuple(graph_caches.get(d.block, d) if d.caches is None else d for d in size.decoding)
@@ -63,14 +65,19 @@ def archive_result(path: str | os.PathLike[str], program: ArchiveProgram, *, fmt
     return SourceResult(tuple(blocks), found.misses, facts, tuple(warnings), size)
 
 
-def _class_config(root_class: str) -> tuple[dict[str, Any] | None, str]:
-    """The root class as a config's architectures entry, when that says whether it decodes."""
+def _class_config(root_class: str, qualified: str) -> tuple[dict[str, Any] | None, str]:
+    """The root class as a config's ``architectures`` entry (and a transformers class's module as
+    its ``model_type``: transformers.models.bert.modeling_bert.BertModel is model_type bert), when
+    that says whether the model decodes."""
     from mhainspect.frontends.size_inputs import config_causal
 
-    said = {"architectures": [root_class]}
+    said: dict[str, Any] = {"architectures": [root_class]}
+    family = re.match(r"transformers\.models\.([a-z0-9_]+)\.modeling_", qualified)
+    if family is not None:
+        said["model_type"] = family.group(1)
     if not root_class or config_causal(said, "")[0] is None:
         return None, ""
-    return said, f"the root module's class {root_class}"
+    return said, f"the root module's class {qualified or root_class}"
 
 
 def _merged(known: KnownBlocks, traced: list[AttentionBlock], program: ArchiveProgram) -> list[AttentionBlock]:
