@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from mhainspect import conventions
-from mhainspect.analysis.size import SizeOptions, check_kv_dtype
+from mhainspect.analysis.size import SizeOptions, check_kv_dtype, check_weight_dtype
 from mhainspect.analysis.stated_heads import stated_offer
 from mhainspect.batch import AuditFailure, audit_input, run_many
 from mhainspect.conventions import CALC_RENDERERS
@@ -80,7 +80,7 @@ def compare(**arguments: UserValue) -> Comparison:
 def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, ...] = (),
             trace: bool | None = None, name: str | None = None, context: int | None = None, batch: int = 1,
             kv_dtype: str | None = None, decoder: bool | None = None, num_heads: int | None = None,
-            num_kv_heads: int | None = None) -> Report:
+            num_kv_heads: int | None = None, weight_dtype: str | None = None) -> Report:
     """Audit the attention blocks of a module or a model file.
 
     For a module, known attention modules (nn.MultiheadAttention, Hugging Face attention) are read
@@ -89,11 +89,12 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     ``trace=True``. Traced blocks whose weights belong to a recognised module are dropped, so
     nothing counts twice. ``trace=False`` never traces. ``context``, ``batch`` and ``kv_dtype``
     size the KV cache (``report.model.kv_cache.total_bytes``) as --context, --batch and --kv-dtype do;
+    ``weight_dtype`` ("int4", "q4_k_m", ...) adds the weights' bytes in that type, as --weight-dtype does;
     ``decoder=True`` / ``False`` says the model decodes with a cache the source does not show / runs
     once, as --decoder / --no-decoder do. ``num_heads`` / ``num_kv_heads`` give a checkpoint
     without a config its head counts, as --num-heads / --num-kv-heads do (shapes still win).
     """
-    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads)
+    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads, weight_dtype)
     if isinstance(obj, (str, os.PathLike)):
         path = model_argument(obj)
         if isinstance(path, str) or path.is_dir() and not is_model_folder(path):  # a folder of models, as the CLI
@@ -113,16 +114,20 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
 
 
 def _options(what_if_heads: Iterable[int], context: int | None, batch: int, kv_dtype: str | None,
-             decoder: bool | None, num_heads: int | None, num_kv_heads: int | None) -> AuditOptions:
+             decoder: bool | None, num_heads: int | None, num_kv_heads: int | None,
+             weight_dtype: str | None = None) -> AuditOptions:
     """The AuditOptions of the API's keyword arguments (ValueError for bad ones)."""
+    if weight_dtype is not None:
+        check_weight_dtype(weight_dtype)
     return AuditOptions(tuple(int(h) for h in what_if_heads),
-                        SizeOptions(context, batch, None if kv_dtype is None else check_kv_dtype(kv_dtype), decoder),
+                        SizeOptions(context, batch, None if kv_dtype is None else check_kv_dtype(kv_dtype), decoder,
+                                    weight_dtype),
                         stated_heads=stated_offer(num_heads, num_kv_heads))
 
 
 def audit_many(inputs: Iterable[str | os.PathLike[str]], *, jobs: int = 1, what_if_heads: tuple[int, ...] = (),
                context: int | None = None, batch: int = 1, kv_dtype: str | None = None, decoder: bool | None = None,
-               num_heads: int | None = None, num_kv_heads: int | None = None
+               num_heads: int | None = None, num_kv_heads: int | None = None, weight_dtype: str | None = None
                ) -> Iterator[tuple[str, Report | AuditFailure]]:
     """Audit many models, ``jobs`` at a time in worker processes (docs/batch.md), yielding
     ``(input, Report)`` for every model an input names (a folder or a repo of several models gives
@@ -133,7 +138,7 @@ def audit_many(inputs: Iterable[str | os.PathLike[str]], *, jobs: int = 1, what_
 
     With ``jobs > 1`` the workers are separate processes: a script that calls this must do so under
     ``if __name__ == "__main__":``."""
-    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads)
+    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads, weight_dtype)
     texts = [os.fspath(i) for i in inputs]
     for text, result in run_many(functools.partial(audit_input, options), texts, jobs):
         for one in result if isinstance(result, list) else [result]:
@@ -142,13 +147,14 @@ def audit_many(inputs: Iterable[str | os.PathLike[str]], *, jobs: int = 1, what_
 
 def audit_records(input: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = (), context: int | None = None,
                   batch: int = 1, kv_dtype: str | None = None, decoder: bool | None = None,
-                  num_heads: int | None = None, num_kv_heads: int | None = None) -> list[dict[str, Any]]:
+                  num_heads: int | None = None, num_kv_heads: int | None = None,
+                  weight_dtype: str | None = None) -> list[dict[str, Any]]:
     """One input's records as ``mhainspect --from-file LIST -f jsonl`` writes them: per model the
     report's JSON document with ``input`` first, or an error record (``error``: ``kind``,
     ``message``); never raises for a bad input. Plain data, for a cluster's map (docs/batch.md)."""
     from mhainspect.render.json_render import error_record, input_record, report_to_dict
 
     text = os.fspath(input)
-    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads)
+    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads, weight_dtype)
     return [error_record(text, r.kind.value, r.message) if isinstance(r, AuditFailure)
             else input_record(text, report_to_dict(r)) for r in audit_input(options, text)]

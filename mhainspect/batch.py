@@ -133,11 +133,15 @@ def _in_process(task: Callable[[str], T], inputs: Sequence[str]) -> Iterator[tup
 # ----------------------------------------------------------------------------- worker processes
 
 
-def _worker_main(conn: Connection, task: Callable[[str], Any], threads: int) -> None:
+def _worker_main(conn: Connection, task: Callable[[str], Any], threads: int, environ: dict[str, str]) -> None:
     """A worker process: tasks (index, input) arrive on ``conn``; ``threads`` threads audit them and
     send back (index, kind, value): kind "done" (the task's result or the AuditFailure) or "abort"
-    (the BatchAbort). None ends the worker."""
+    (the BatchAbort). None ends the worker. ``environ``: the caller's environment now (a fork
+    server's children would inherit the one it started with: HF_TOKEN, HF_ENDPOINT set since)."""
     import signal
+
+    os.environ.clear()
+    os.environ.update(environ)
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt ends
     todo: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
@@ -241,7 +245,8 @@ class _Pool(Generic[T]):
 
     def _start(self) -> _Worker[T]:
         ours, theirs = self.ctx.Pipe()
-        process = self.ctx.Process(target=_worker_main, args=(theirs, self.task, self.shape.threads), daemon=True)
+        process = self.ctx.Process(target=_worker_main, args=(theirs, self.task, self.shape.threads, dict(os.environ)),
+                                   daemon=True)
         process.start()
         theirs.close()
         return _Worker(process, ours, {})

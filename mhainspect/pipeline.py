@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from mhainspect.analysis.decoding import as_told, decoder_warnings, size_option_warnings
 from mhainspect.analysis.report import report_from
-from mhainspect.analysis.size import SizeOptions, context_warning, with_options
+from mhainspect.analysis.size import (
+    SizeOptions,
+    context_warning,
+    memory_at_context,
+    weight_dtype_what_if,
+    with_options,
+)
 from mhainspect.analysis.stated_heads import stated_warnings
 from mhainspect.frontends.dispatch import source_result
 from mhainspect.frontends.onnx.frontend import graph_result
@@ -25,7 +31,7 @@ from mhainspect.frontends.result import SourceResult
 if TYPE_CHECKING:
     from mhainspect.ir.graph import ModelGraph
     from mhainspect.ir.weights import HeadOffers
-    from mhainspect.results import Report
+    from mhainspect.results import ModelFacts, Report
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,17 @@ def analyse(result: SourceResult, options: AuditOptions | None = None) -> Report
              *stated_warnings(report, options.stated_heads),
              *size_option_warnings(report, context=size.context is not None, batch=size.batch != 1,
                                    kv_dtype=size.kv_dtype is not None, decoder=size.decoder))
-    return dataclasses.replace(report, warnings=(*report.warnings, *notes)) if notes else report
+    report = dataclasses.replace(report, warnings=(*report.warnings, *notes)) if notes else report
+    return with_memory(report, size, result.model)
+
+
+def with_memory(report: Report, size: SizeOptions, model: ModelFacts) -> Report:
+    """``report`` with weights + KV cache at the context and, with --weight-dtype, the weights in that type."""
+    summary = dataclasses.replace(report.model, memory=memory_at_context(report, size, model))
+    if size.weight_dtype is not None:
+        summary = dataclasses.replace(summary, weight_dtype=weight_dtype_what_if(
+            dataclasses.replace(report, model=summary), size.weight_dtype))
+    return dataclasses.replace(report, model=summary)
 
 
 def audit(source: str | os.PathLike[str], options: AuditOptions | None = None) -> Report:

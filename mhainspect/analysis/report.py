@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from mhainspect.analysis.experts import mixture_of_experts
 from mhainspect.analysis.flags import evaluate
 from mhainspect.analysis.size import apply
 from mhainspect.analysis.whatif import default_what_ifs
@@ -34,6 +35,8 @@ def report_from(result: SourceResult, *, what_if_heads: tuple[int, ...] = ()) ->
     report = build_report(result.blocks, path=m.path, fmt=m.format, total_params=m.total_params,
                           num_nodes=m.num_nodes, opset=m.opset, producer=m.producer, misses=result.misses,
                           warnings=result.warnings, what_if_heads=what_if_heads, size=result.size)
-    if m.trainable_params is None:
+    moe, moe_warnings = mixture_of_experts(result.experts, m.total_params)
+    if m.trainable_params is None and moe is None:
         return report
-    return dataclasses.replace(report, model=dataclasses.replace(report.model, trainable_params=m.trainable_params))
+    model = dataclasses.replace(report.model, trainable_params=m.trainable_params, experts=moe)
+    return dataclasses.replace(report, model=model, warnings=(*report.warnings, *moe_warnings))

@@ -37,11 +37,13 @@ from mhainspect.results import (
     CacheStatus,
     Evidence,
     KVCache,
+    MemoryAtContext,
     Miss,
     ModelFacts,
     Report,
     ReportWarning,
     WarningCode,
+    WeightDtypeWhatIf,
 )
 
 
@@ -52,12 +54,14 @@ def _canonical(dtype: str) -> str:
 
 @dataclass(frozen=True)
 class SizeOptions:
-    """--context, --batch, --kv-dtype, and --decoder / --no-decoder (True / False; None: the source decides)."""
+    """--context, --batch, --kv-dtype, --decoder / --no-decoder (True / False; None: the source
+    decides) and --weight-dtype."""
 
     context: int | None = None
     batch: int = 1
     kv_dtype: str | None = None
     decoder: bool | None = None
+    weight_dtype: str | None = None
 
 
 # ----------------------------------------------------------------------------- weights
@@ -275,58 +279,33 @@ def _counted(n: int, noun: str) -> str:
 
 
 def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses: Sequence[Miss] = ()) -> KVCache:
-    """The model's KV cache: unknown when a near miss or a block caches without a size; else what
-    the caching self-attention blocks hold (cross-attention per encoder token beside it)."""
-    missed = _missed_caches(misses, options)
-    if missed is not None:
-        return missed
-    dtype = _cache_dtype(blocks)
-    cross = [b for b in blocks if b.kind == "cross" and b.kv_cache_bytes_per_token is not None]
-    # A module applied N times (shared layers) caches once per application.
-    per_encoder = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in cross) if cross else None
+    unsized = [m for m in misses if m.caches]
+    if unsized:
+        names = ", ".join(m.anchor for m in unsized[:3]) + (f" and {len(unsized) - 3} more" if len(unsized) > 3 else "")
+        what = ("1 attention module that caches K/V during decoding is not a block" if len(unsized) == 1 else
+                f"{len(unsized)} attention modules that cache K/V during decoding are not blocks")
+        return KVCache(None, None, options.context, options.batch, None, None,
+                       reason=f"{what} ({names}): {unsized[0].reason}", status=CacheStatus.UNKNOWN)
+    self_blocks = [b for b in blocks if b.kind != "cross"]
+    cross_blocks = [b for b in blocks if b.kind == "cross"]
+    caching = [b for b in self_blocks if b.kv_cache_bytes_per_token is not None]
     # Blocks whose cache cannot be told, or caches without a size.
     unknown = [b for b in blocks if b.kv_cache_status is CacheStatus.UNKNOWN
                or (b.kv_cache_status is not None and b.kv_cache_status.caches and b.kv_cache_bytes_per_token is None)]
+    dtype_set = {b.kv_cache_dtype for b in blocks if b.kv_cache_bytes_per_token is not None and b.kv_cache_dtype}
+    dtype = dtype_set.pop() if len(dtype_set) == 1 else ("mixed" if dtype_set else None)
+    cross = [b for b in cross_blocks if b.kv_cache_bytes_per_token is not None]
+    # A module applied N times (shared layers) caches once per application.
+    per_encoder = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in cross) if cross else None
     if unknown:
+        names = ", ".join(b.name for b in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
         return KVCache(None, dtype, options.context, options.batch, None, None,
-                       reason=f"unknown for {_counted(len(unknown), 'block')} ({_first_names([b.name for b in unknown])}): "
-                              f"{cache_reason(unknown[0])}",
+                       reason=f"unknown for {_counted(len(unknown), 'block')} ({names}): {cache_reason(unknown[0])}",
                        status=CacheStatus.UNKNOWN)
-    caching = [b for b in blocks if b.kind != "cross" and b.kv_cache_bytes_per_token is not None]
     if not caching:
         why = next((r for b in blocks if (r := cache_reason(b))), None) or "the model has no attention blocks"
         return KVCache(None, None, options.context, options.batch, None, per_encoder, reason=why,
                        status=CacheStatus.NONE)
-    return _self_cache(caching, dtype, per_encoder, options)
-
-
-def _first_names(names: Sequence[str]) -> str:
-    """'a, b, c' or 'a, b, c and 4 more'."""
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-
-def _missed_caches(misses: Sequence[Miss], options: SizeOptions) -> KVCache | None:
-    """An unknown cache when attention modules that cache are near misses (no block sizes them)."""
-    unsized = [m for m in misses if m.caches]
-    if not unsized:
-        return None
-    what = ("1 attention module that caches K/V during decoding is not a block" if len(unsized) == 1 else
-            f"{len(unsized)} attention modules that cache K/V during decoding are not blocks")
-    return KVCache(None, None, options.context, options.batch, None, None,
-                   reason=f"{what} ({_first_names([m.anchor for m in unsized])}): {unsized[0].reason}",
-                   status=CacheStatus.UNKNOWN)
-
-
-def _cache_dtype(blocks: Sequence[AttentionBlock]) -> str | None:
-    """The one dtype the sized caches use, "mixed" for several, None for none."""
-    dtypes = {b.kv_cache_dtype for b in blocks if b.kv_cache_bytes_per_token is not None and b.kv_cache_dtype}
-    return dtypes.pop() if len(dtypes) == 1 else ("mixed" if dtypes else None)
-
-
-def _self_cache(caching: Sequence[AttentionBlock], dtype: str | None, per_encoder: int | None,
-                options: SizeOptions) -> KVCache:
-    """What the caching self-attention blocks hold per token and at the context; "if decoded"
-    when only causal masks say they cache."""
     per_token = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in caching)
     total = None
     reason = None
@@ -464,3 +443,78 @@ def with_options(report: Report, options: SizeOptions) -> Report:
         blocks = tuple(changed)
     model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options, report.misses))
     return dataclasses.replace(report, blocks=blocks, model=model)
+
+
+# ----------------------------------------------------------------------------- memory at a context, weight dtype
+
+
+def memory_at_context(report: Report, options: SizeOptions, model: ModelFacts) -> MemoryAtContext | None:
+    """Weights + KV cache at --context (else at the model's maximum positions; None when neither is
+    known): the total is None, with the reason, when either part is unknown."""
+    kv = report.model.kv_cache
+    if options.context is not None:
+        context, source = options.context, "--context"
+        cache = cache_bytes_at_context(kv)
+    elif model.max_positions is not None:
+        context, source = model.max_positions, f"the model's maximum ({model.max_positions_source})"
+        cache = None
+        if kv is not None and kv.status is CacheStatus.NONE:
+            cache = 0
+        elif kv is not None and kv.bytes_per_token is not None and kv.status is not CacheStatus.UNKNOWN:
+            cache = self_cache_bytes(report.blocks, context, options.batch)
+    else:
+        return None
+    weights = report.model.weight_bytes
+    reason = None
+    if weights is None:
+        reason = "the weights' bytes are unknown"
+    elif cache is None:
+        reason = f"the KV cache is unknown: {kv.reason}" if kv is not None and kv.reason else "the KV cache is unknown"
+    elif kv is not None and kv.bytes_per_encoder_token:
+        reason = "cross-attention adds bytes_per_encoder_token per encoder token per sequence"
+    total = None if weights is None or cache is None else weights + cache
+    return MemoryAtContext(context, source, options.batch, weights, cache, total, reason)
+
+
+_FLOAT_NAMES = {"fp8": "float8e4m3fn", "fp4": "float4e2m1", "fp16": "float16", "fp32": "float32", "fp64": "float64"}
+_LLAMA_CPP_MIX = re.compile(r"^(?P<base>q\d_k)_(?:s|m|l)$")  # llama.cpp file types: mostly base, some tensors wider
+
+
+def check_weight_dtype(name: str) -> tuple[str, str]:
+    """(canonical dtype, note) for --weight-dtype; llama.cpp's mixes (q4_k_m, q5_k_s, ...) by the
+    type most of their tensors take. ValueError for a name that is no sized type."""
+    asked = name.strip().lower()
+    note = ""
+    mix = _LLAMA_CPP_MIX.match(asked)
+    if mix is not None and dtypes.lookup(asked) is None:
+        asked = mix.group("base")
+        note = (f"llama.cpp's {name.upper()} keeps some tensors (attn_v, ffn_down of some layers, output) in a wider "
+                f"type: {asked} for every parameter is its floor")
+    found = dtypes.lookup(_FLOAT_NAMES.get(asked, asked))
+    if found is None or found.block_bytes == 0 or found.family is dtypes.Family.OTHER:
+        raise ValueError(f"'{name}' is not a weight type with a size (bfloat16, float16, fp8, int8, int4, q8_0, "
+                         "q4_k, q4_k_m, mxfp4, ...)")
+    return found.name, note
+
+
+def weight_dtype_what_if(report: Report, name: str) -> WeightDtypeWhatIf:
+    """Every parameter stored in ``name``: total_params × its bits per element, rounded up once (GGML
+    block types by whole blocks, their scales inside). Plain integer and float8 types carry no scales
+    here (a quantizer adds its own, e.g. one 16-bit scale per 128 values: +0.125 bit per parameter),
+    and the stored overhead of the current format is not carried over."""
+    dtype, mix = check_weight_dtype(name)
+    found = dtypes.lookup(dtype)
+    assert found is not None  # checked above
+    total = report.model.total_params
+    size = found.nbytes(total)
+    scales = ("GGML blocks hold their scales" if found.family is dtypes.Family.QUANTIZED_BLOCK else
+              "no quantization scales counted (a quantizer adds its own, e.g. +0.125 bit per parameter for a "
+              "16-bit scale per 128 values)" if found.family is dtypes.Family.INTEGER or found.bits_per_element < 16
+              else "")
+    note = "; ".join(x for x in (f"every parameter ({total:,}) at {float(found.bits_per_element):g} bits", scales,
+                                 "the stored overhead (scales of the current format, constant tables) not carried "
+                                 "over", mix) if x)
+    memory = report.model.memory
+    kv = memory.kv_cache_bytes if memory is not None else None
+    return WeightDtypeWhatIf(name, dtype, float(found.bits_per_element), size,
+                             None if kv is None else size + kv, note)

@@ -5,7 +5,7 @@ folder upward (files without the table are skipped), as ruff does: the same mode
 way whatever the working directory. ``--config FILE`` names one file for every model and
 ``--isolated`` reads none. Keys mirror the CLI
 options: max-params, max-attention-params, max-weight-bytes, max-kv-cache, context, batch,
-kv-dtype, decoder, fail-on, ignore, exit-zero, format, heads. Unknown
+kv-dtype, weight-dtype, decoder, fail-on, ignore, exit-zero, format, heads. Unknown
 keys and bad values raise ConfigError with one line naming the file and the key. No printing.
 """
 
@@ -24,7 +24,7 @@ else:  # pragma: no cover - Python 3.10 installs tomli (see pyproject.toml)
     import tomli as tomllib
 
 from mhainspect.analysis.gates import Limit, parse_byte_limit, parse_codes, parse_limit
-from mhainspect.analysis.size import check_kv_dtype
+from mhainspect.analysis.size import check_kv_dtype, check_weight_dtype
 from mhainspect.errors import InputError, read_failure
 from mhainspect.ir.units import parse_tokens
 
@@ -34,7 +34,7 @@ __all__ = ["KEYS", "ConfigError", "Settings", "ConfigFinder", "find_config", "lo
 T = TypeVar("T")
 
 KEYS = ("max-params", "max-attention-params", "fail-on", "ignore", "exit-zero", "format", "heads",
-        "max-weight-bytes", "max-kv-cache", "context", "batch", "kv-dtype", "decoder")
+        "max-weight-bytes", "max-kv-cache", "context", "batch", "kv-dtype", "weight-dtype", "decoder")
 
 
 class ConfigError(InputError):
@@ -57,6 +57,7 @@ class Settings:
     context: int | None = None
     batch: int | None = None
     kv_dtype: str | None = None
+    weight_dtype: str | None = None
     decoder: bool | None = None  # --decoder / --no-decoder
 
 
@@ -115,6 +116,11 @@ def _value(key: str, value: object, formats: Collection[str], source: str) -> ob
         if not isinstance(value, str):
             raise ValueError("expected a dtype name such as \"float16\" or \"float8e4m3fn\"")
         return check_kv_dtype(value)
+    if key == "weight-dtype":
+        if not isinstance(value, str):
+            raise ValueError("expected a dtype name such as \"bfloat16\", \"int4\" or \"q4_k_m\"")
+        check_weight_dtype(value)
+        return value
     if key == "fail-on":
         return _codes(value, severities=True)
     if key == "ignore":
@@ -158,6 +164,7 @@ def settings_from_table(table: Mapping[str, object], source: str, formats: Colle
         context=get("context", int),
         batch=get("batch", int),
         kv_dtype=get("kv-dtype", str),
+        weight_dtype=get("weight-dtype", str),
         decoder=get("decoder", bool),
     )
 

@@ -22,7 +22,7 @@ from mhainspect.analysis.gates import (
     parse_fail_on,
     parse_limit,
 )
-from mhainspect.analysis.size import SizeOptions, check_kv_dtype
+from mhainspect.analysis.size import SizeOptions, check_kv_dtype, check_weight_dtype
 from mhainspect.analysis.stated_heads import heads_hint, stated_offer
 from mhainspect.analysis.whatif import check_head_counts
 from mhainspect.batch import AuditFailure, BatchAbort, failure_of, read_inputs, run_many
@@ -120,7 +120,13 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
                     max_weight_bytes=weight_limit and dataclasses.replace(weight_limit, source="--max-weight-bytes"),
                     max_kv_cache=kv_limit and dataclasses.replace(kv_limit, source="--max-kv-cache"),
                     context=context, batch=batch,
-                    kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")), decoder=size.get("decoder"))
+                    kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")), decoder=size.get("decoder"),
+                    weight_dtype=parsed("--weight-dtype", _weight_dtype, size.get("weight_dtype")))
+
+
+def _weight_dtype(name: str) -> str:
+    check_weight_dtype(name)
+    return name
 
 
 @dataclass(frozen=True)
@@ -402,7 +408,7 @@ def _audit_model(path: "ModelRef", run: _RunSetup, text: str) -> "Audited | Audi
     if settings.context is not None and settings.context * (settings.batch or 1) > MAX_CACHED_TOKENS:
         raise BatchAbort(f"--context {settings.context:,} × --batch {settings.batch or 1:,} is more tokens than any "
                          f"cache holds (at most {MAX_CACHED_TOKENS:,} in all)")
-    size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype, settings.decoder)
+    size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype, settings.decoder, settings.weight_dtype)
     result = _analyze_one(path, AuditOptions(settings.heads or (), size, run.factory_args, run.stated_heads),
                           run.model_bars)
     if isinstance(result, AuditFailure):
@@ -564,6 +570,10 @@ KvDtypeOpt = Annotated[str | None, typer.Option(
     "--kv-dtype", metavar="DTYPE", show_default=False, rich_help_panel=_SIZE,
     help="KV cache element type (float16, bfloat16, float8e4m3fn, int8, ...) instead of the graph's or the "
          "projections' own.")]
+WeightDtypeOpt = Annotated[str | None, typer.Option(
+    "--weight-dtype", metavar="DTYPE", show_default=False, rich_help_panel=_SIZE,
+    help="What-if: the weights' bytes if every parameter were stored in DTYPE (bfloat16, float16, fp8, int8, int4, "
+         "q8_0, q4_k, llama.cpp mixes such as q4_k_m by their main type), and with the KV cache at the context.")]
 DecoderOpt = Annotated[bool | None, typer.Option(
     "--decoder/--no-decoder", show_default=False, rich_help_panel=_SIZE,
     help="The model decodes token by token with a K/V cache the source does not show (a graph without "
@@ -629,6 +639,7 @@ def inspect_cmd(
     context: ContextOpt = None,
     batch: BatchOpt = None,
     kv_dtype: KvDtypeOpt = None,
+    weight_dtype: WeightDtypeOpt = None,
     decoder: DecoderOpt = None,
     num_heads: NumHeadsOpt = None,
     num_kv_heads: NumKvHeadsOpt = None,
@@ -644,7 +655,7 @@ def inspect_cmd(
     if config is not None and isolated:
         raise fail("--config and --isolated exclude each other")
     given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
-                          {"context": context, "batch": batch, "kv_dtype": kv_dtype, "decoder": decoder,
+                          {"context": context, "batch": batch, "kv_dtype": kv_dtype, "decoder": decoder, "weight_dtype": weight_dtype,
                            "max_weight_bytes": max_weight_bytes, "max_kv_cache": max_kv_cache})
     listed = from_file is not None  # a list run: every input is its own record, and may be a folder
     texts = _texts(models, from_file)

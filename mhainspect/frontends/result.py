@@ -15,6 +15,7 @@ from functools import cache
 from typing import NamedTuple
 
 from mhainspect.ir import dtypes
+from mhainspect.matchers.experts import ExpertInputs
 from mhainspect.results import AttentionBlock, Miss, ModelFacts
 
 # ----------------------------------------------------------------------------- size metadata
@@ -94,3 +95,4 @@ class SourceResult:
     model: ModelFacts
     warnings: tuple[str, ...] = ()
     size: SizeInputs | None = None  # tensor metadata and decoding evidence for mhainspect.analysis.size
+    experts: ExpertInputs | None = None  # mixture-of-experts layers and what the metadata says of them

@@ -39,7 +39,15 @@ from mhainspect.render.grouping import BlockGroup, common_prefix, group_blocks, 
 from mhainspect.render.html_style import CSS, CSS_HASH
 from mhainspect.render.safe import html
 from mhainspect.render.sarif import FLAG_ANCHORS
-from mhainspect.render.size_lines import IF_DECODED_LABEL, OVERHEAD_LABEL, block_cache_text, latent_cache_text
+from mhainspect.render.size_lines import (
+    IF_DECODED_LABEL,
+    OVERHEAD_LABEL,
+    block_cache_text,
+    experts_line,
+    latent_cache_text,
+    memory_line,
+    weight_dtype_line,
+)
 from mhainspect.render.svg import (
     Column,
     Ids,
@@ -133,6 +141,8 @@ def _tiles(report: Report) -> str:
              (group(m.attention_params), f"in attention ({percent(m.attention_params, m.total_params)}%)"
               if m.total_params else "in attention"),
              (str(len(report.blocks)), "attention blocks")]
+    if m.experts is not None and m.experts.active_params is not None:
+        tiles.append((group(m.experts.active_params), "active per token"))
     if m.weight_bytes is not None:
         tiles.append((format_bytes(m.weight_bytes), "weights as stored"))
     kv = m.kv_cache
@@ -179,6 +189,9 @@ def _size_lines(report: Report) -> list[str]:
         elif kv.reason:
             status = "none" if kv.status is CacheStatus.NONE else "unknown"
             out.append(f'<p class="meta">KV cache: {status} ({html(kv.reason)})</p>')
+    what_if = weight_dtype_line(report)
+    extra = [experts_line(report), memory_line(report), f"Weights {what_if}" if what_if else None]
+    out += [f'<p class="meta">{html(line)}</p>' for line in extra if line]
     return out
 
 

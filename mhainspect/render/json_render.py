@@ -23,12 +23,15 @@ from mhainspect.results import (
     Evidence,
     Flag,
     KVCache,
+    MemoryAtContext,
     Miss,
+    MixtureOfExperts,
     ModelSummary,
     ParamBreakdown,
     Projection,
     Report,
     Severity,
+    WeightDtypeWhatIf,
     WhatIf,
 )
 
@@ -107,6 +110,48 @@ def _model(model: ModelSummary) -> JSONDict:
         "weight_bytes_by_dtype": {str(name): _int(n) for name, n in model.weight_bytes_by_dtype},
         "weight_bytes_overhead": _opt_int(model.weight_bytes_overhead),
         "kv_cache": None if model.kv_cache is None else _kv_cache(model.kv_cache),
+        # only when there is one: a mixture of experts, a context to size memory at, --weight-dtype
+        **({} if model.experts is None else {"experts": _experts(model.experts)}),
+        **({} if model.memory is None else {"memory": _memory(model.memory)}),
+        **({} if model.weight_dtype is None else {"weight_dtype": _weight_dtype(model.weight_dtype)}),
+    }
+
+
+def _experts(moe: MixtureOfExperts) -> JSONDict:
+    return {
+        "moe_layers": _int(moe.moe_layers),
+        "num_experts": _opt_int(moe.num_experts),
+        "experts_per_token": _opt_int(moe.experts_per_token),
+        "num_shared_experts": _opt_int(moe.num_shared_experts),
+        "expert_params": _int(moe.expert_params),
+        "params_per_expert": _opt_int(moe.params_per_expert),
+        "shared_expert_params": _int(moe.shared_expert_params),
+        "active_params": _opt_int(moe.active_params),
+        "reason": moe.reason,
+        "evidence": [_evidence(e) for e in moe.evidence],
+    }
+
+
+def _memory(memory: MemoryAtContext) -> JSONDict:
+    return {
+        "context": _int(memory.context),
+        "context_source": memory.context_source,
+        "batch": _int(memory.batch),
+        "weight_bytes": _opt_int(memory.weight_bytes),
+        "kv_cache_bytes": _opt_int(memory.kv_cache_bytes),
+        "total_bytes": _opt_int(memory.total_bytes),
+        "reason": memory.reason,
+    }
+
+
+def _weight_dtype(what_if: WeightDtypeWhatIf) -> JSONDict:
+    return {
+        "asked": what_if.asked,
+        "dtype": what_if.dtype,
+        "bits_per_element": _number(what_if.bits_per_element),
+        "bytes": _int(what_if.bytes),
+        "memory_bytes": _opt_int(what_if.memory_bytes),
+        "note": what_if.note,
     }
 
 

@@ -27,7 +27,7 @@ from mhainspect.render.cells import (
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import FlagGroup, group_flags, join_names
 from mhainspect.render.safe import html, md_code, md_text
-from mhainspect.render.size_lines import size_lines
+from mhainspect.render.size_lines import experts_line, size_lines
 from mhainspect.results import AttentionBlock, Report, Severity
 
 __all__ = ["render_markdown"]
@@ -116,9 +116,11 @@ def _heading(report: Report, level: int) -> list[str]:
     trainable = getattr(m, "trainable_params", None)
     train = (f" (trainable {group(trainable)}, non-trainable {group(m.total_params - trainable)})"
              if trainable is not None else "")
+    moe = experts_line(report)
     return [f"{'#' * level} {md_code(m.path)}", "",
             f"{md_text(format_label(m.format))}{facts}: **{group(m.total_params)}** params{train}, "
-            f"attention **{group(m.attention_params)}**{share}, {blocks_word(len(report.blocks))}", ""]
+            f"attention **{group(m.attention_params)}**{share}, {blocks_word(len(report.blocks))}", "",
+            *([md_text(moe), ""] if moe else [])]
 
 
 def _blocks_part(report: Report, group_repeats: bool) -> list[str]:

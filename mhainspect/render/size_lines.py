@@ -5,10 +5,10 @@ from __future__ import annotations
 from mhainspect.analysis.size import KV_FIELD, cache_reason
 from mhainspect.frontends.size_inputs import IF_DECODED
 from mhainspect.ir.units import format_bytes, group
-from mhainspect.results import AttentionBlock, CacheStatus, Report
+from mhainspect.results import AttentionBlock, CacheStatus, KVCache, Report
 
-__all__ = ["IF_DECODED_LABEL", "OVERHEAD_LABEL", "block_cache_text", "block_size_line", "latent_cache_text",
-           "size_lines"]
+__all__ = ["IF_DECODED_LABEL", "OVERHEAD_LABEL", "block_cache_text", "block_size_line", "experts_line",
+           "latent_cache_text", "memory_line", "size_lines", "weight_dtype_line"]
 
 # What weight_bytes_overhead is called in every format (table, markdown, html).
 OVERHEAD_LABEL = "overhead (not parameters: scales, zero points, constant tables)"
@@ -21,7 +21,15 @@ def _bytes(n: int) -> str:
 
 
 def size_lines(report: Report) -> list[str]:
-    """Weights by dtype and overhead; the KV cache per token and at the context (or why none)."""
+    """Weights by dtype and overhead (and --weight-dtype's what-if); the KV cache per token and at
+    the context (or why none); the memory at the context."""
+    lines = _weight_lines(report)
+    if report.model.kv_cache is not None:
+        lines += _cache_lines(report, report.model.kv_cache)
+    return lines + [x for x in (memory_line(report),) if x]
+
+
+def _weight_lines(report: Report) -> list[str]:
     m = report.model
     lines: list[str] = []
     if m.weight_bytes is not None:
@@ -29,9 +37,13 @@ def size_lines(report: Report) -> list[str]:
         lines.append(f"Weights: {_bytes(m.weight_bytes)}" + (f"; by dtype: {by_dtype}" if by_dtype else ""))
         if m.weight_bytes_overhead:
             lines.append(f"  {OVERHEAD_LABEL}: {_bytes(m.weight_bytes_overhead)}")
-    kv = m.kv_cache
-    if kv is None:
-        return lines
+    if (what_if := weight_dtype_line(report)) is not None:
+        lines.append(f"  {what_if}")
+    return lines
+
+
+def _cache_lines(report: Report, kv: KVCache) -> list[str]:
+    lines: list[str] = []
     if kv.bytes_per_token is None:
         lines.append(f"KV cache: {'none' if kv.status is CacheStatus.NONE else 'unknown'} ({kv.reason or ''})")
     else:
@@ -56,6 +68,50 @@ def size_lines(report: Report) -> list[str]:
                      f"{', '.join(group(w) for w in windows)}) hold{'s' if n == 1 else ''} at most "
                      f"{', '.join(group(max(w - 1, 0)) for w in windows)} past tokens")
     return lines
+
+
+def experts_line(report: Report) -> str | None:
+    """A mixture of experts: the parameters one token uses beside the total (or why unknown)."""
+    moe = report.model.experts
+    if moe is None:
+        return None
+    experts = f"{moe.num_experts} routed experts" if moe.num_experts is not None else "routed experts"
+    per = f", {moe.experts_per_token} per token" if moe.experts_per_token is not None else ""
+    shared = ""
+    if moe.shared_expert_params:
+        count = f"{moe.num_shared_experts} " if moe.num_shared_experts else ""
+        shared = f", {count}shared ({group(moe.shared_expert_params)} parameters, always active)"
+    where = f"{experts} in {moe.moe_layers} layer{'s' if moe.moe_layers != 1 else ''}{per}{shared}"
+    if moe.active_params is None:
+        return f"Mixture of experts: {where}; active parameters per token unknown ({moe.reason or ''})"
+    return (f"Mixture of experts: {where}; active per token {group(moe.active_params)} of "
+            f"{group(report.model.total_params)} parameters")
+
+
+def memory_line(report: Report) -> str | None:
+    """Weights + KV cache at the context (--context, else the model's maximum positions)."""
+    mem = report.model.memory
+    if mem is None:
+        return None
+    at = f"context {group(mem.context)}" + (f" × batch {group(mem.batch)}" if mem.batch != 1 else "")
+    at += "" if mem.context_source == "--context" else f", {mem.context_source}"
+    if mem.total_bytes is None or mem.weight_bytes is None or mem.kv_cache_bytes is None:
+        return f"Memory at {at}: unknown ({mem.reason or ''})"
+    line = (f"Memory at {at}: weights {format_bytes(mem.weight_bytes)} + KV cache {format_bytes(mem.kv_cache_bytes)}"
+            f" = {_bytes(mem.total_bytes)}; activations and runtime buffers not counted")
+    return line + (f"; {mem.reason}" if mem.reason else "")
+
+
+def weight_dtype_line(report: Report) -> str | None:
+    """--weight-dtype: the weights in that type (and with the KV cache at the memory context)."""
+    w = report.model.weight_dtype
+    if w is None:
+        return None
+    asked = f" (--weight-dtype {w.asked})" if w.asked.lower() != w.dtype else ""
+    memory = report.model.memory
+    with_kv = (f"; with the KV cache at context {group(memory.context)}: {format_bytes(w.memory_bytes)}"
+               if w.memory_bytes is not None and memory is not None else "")
+    return f"as {w.dtype}{asked}: {_bytes(w.bytes)}{with_kv} ({w.note})"
 
 
 def latent_cache_text(report: Report) -> str | None:

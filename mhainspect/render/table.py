@@ -41,7 +41,7 @@ from mhainspect.render.cells import (
 from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import BlockGroup, FlagGroup, common_prefix, group_flags, join_names
 from mhainspect.render.safe import printable_fields
-from mhainspect.render.size_lines import block_size_line, size_lines
+from mhainspect.render.size_lines import block_size_line, experts_line, size_lines
 from mhainspect.results import AttentionBlock, Report, Severity
 
 __all__ = ["heads_label", "render_overview", "render_summary", "render_table", "render_text", "severity_style",
@@ -75,7 +75,11 @@ def _header(report: Report) -> list[Text]:
     trainable = getattr(m, "trainable_params", None)
     if trainable is not None:
         params.append(f"; trainable {group(trainable)}, non-trainable {group(m.total_params - trainable)}")
+    if m.experts is not None and m.experts.active_params is not None:
+        params.append(f"; active per token {group(m.experts.active_params)}")
     lines.append(params)
+    if (moe := experts_line(report)) is not None:
+        lines.append(Text(moe))
     return lines
 
 

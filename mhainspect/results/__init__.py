@@ -11,9 +11,12 @@ from mhainspect.results.blocks import (
     Flag,
     KVCache,
     LatentKV,
+    MemoryAtContext,
     Miss,
+    MixtureOfExperts,
     ParamBreakdown,
     Projection,
+    WeightDtypeWhatIf,
     WhatIf,
     projection_tensor_names,
 )
@@ -43,4 +46,4 @@ from mhainspect.results.vocabulary import (
     warning_code,
 )
 
-__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheStatus', 'Evidence', 'EvidenceSource', 'Flag', 'KVCache', 'LatentKV', 'Matcher', 'Miss', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'REPORT_RENDERERS', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WhatIf', '_ReportRenderers', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']
+__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheStatus', 'Evidence', 'EvidenceSource', 'Flag', 'KVCache', 'LatentKV', 'Matcher', 'MemoryAtContext', 'Miss', 'MixtureOfExperts', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'REPORT_RENDERERS', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WeightDtypeWhatIf', 'WhatIf', '_ReportRenderers', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']

@@ -255,3 +255,51 @@ def projection_tensor_names(block: AttentionBlock) -> tuple[str, ...]:
     if block.latent is not None:
         out.extend(block.latent.tensors)
     return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class MixtureOfExperts:
+    """The routed experts of a mixture-of-experts model and the parameters one token uses.
+
+    ``active_params`` = total − every routed expert + per layer ``experts_per_token`` routed experts
+    (shared experts, routers, attention and the rest run for every token); None with ``reason``
+    when something it needs is not known (how many experts a token uses, experts of unequal size)."""
+
+    moe_layers: int
+    num_experts: int | None  # routed experts per layer (None: layers differ or cannot be counted)
+    experts_per_token: int | None  # top-k of the router (config / GGUF metadata)
+    num_shared_experts: int | None  # as the metadata says (their parameters: shared_expert_params)
+    expert_params: int  # every routed expert of every layer
+    params_per_expert: int | None  # one routed expert of one layer (None: they differ)
+    shared_expert_params: int
+    active_params: int | None
+    reason: str | None = None
+    evidence: tuple[Evidence, ...] = ()
+
+
+@dataclass(frozen=True)
+class MemoryAtContext:
+    """Weights + KV cache: what decoding ``context`` tokens for ``batch`` sequences holds in memory
+    (activations and runtime buffers not counted). ``context_source``: --context, or the model's
+    maximum positions when no --context was given."""
+
+    context: int
+    context_source: str
+    batch: int
+    weight_bytes: int | None
+    kv_cache_bytes: int | None
+    total_bytes: int | None
+    reason: str | None = None  # why total_bytes is None, or what it leaves out (cross-attention)
+
+
+@dataclass(frozen=True)
+class WeightDtypeWhatIf:
+    """--weight-dtype: the bytes of every parameter stored in ``dtype`` (``asked``: as given, e.g.
+    q4_k_m for llama.cpp's mix whose floor is q4_k), and with the KV cache at the memory context."""
+
+    asked: str
+    dtype: str
+    bits_per_element: float
+    bytes: int
+    memory_bytes: int | None
+    note: str

@@ -12,7 +12,10 @@ from mhainspect.results.blocks import (
     BlockVerification,
     Flag,
     KVCache,
+    MemoryAtContext,
     Miss,
+    MixtureOfExperts,
+    WeightDtypeWhatIf,
 )
 
 
@@ -32,6 +35,9 @@ class ModelSummary:
     weight_bytes_overhead: int | None = None  # the part of weight_bytes that is not parameters
     kv_cache: KVCache | None = None
     trainable_params: int | None = None  # nn.Modules only: parameters with requires_grad (None: not known)
+    experts: MixtureOfExperts | None = None  # a mixture-of-experts model: routed experts, active parameters
+    memory: MemoryAtContext | None = None  # weights + KV cache at --context (or the model's maximum)
+    weight_dtype: WeightDtypeWhatIf | None = None  # --weight-dtype
 
 
 @dataclass(frozen=True)

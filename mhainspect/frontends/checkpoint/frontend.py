@@ -13,12 +13,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mhainspect.frontends.checkpoint.hf_config import Tie, max_positions, offers_from_config, producer_from_config
+from mhainspect.frontends.checkpoint.hf_config import (
+    Tie,
+    expert_claims,
+    max_positions,
+    offers_from_config,
+    producer_from_config,
+)
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
 from mhainspect.frontends.checkpoint.reader import apply_ties, load_checkpoint_weights
 from mhainspect.frontends.result import SourceResult
 from mhainspect.frontends.size_inputs import config_causal, metas_size_inputs
 from mhainspect.ir.weights import HeadOffers, WeightMeta, count_weights, parameter_keys
+from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.results import AttentionBlock, Miss, ModelFacts, ReportWarning, WarningCode
 
@@ -70,11 +77,14 @@ def weights_result(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] 
     blocks, misses = checkpoint_blocks(weights, config, stated=stated)
     if config is not None:  # a latent-attention module of a decoder caches what no block sizes
         misses = [dataclasses.replace(m, caches=config_causal(config, m.anchor)[0] is True) for m in misses]
-    size = metas_size_inputs(weights, blocks, config, parameter_keys(weights),
+    parameters = parameter_keys(weights)
+    label = "config.json" if folder else "config.json beside the checkpoint"
+    experts = weight_experts(weights, parameters, expert_claims(config, label))
+    size = metas_size_inputs(weights, blocks, config, parameters,
                              label="config.json" if folder else "config.json beside the checkpoint",
                              no_config="checkpoint without config.json: nothing says whether the model decodes "
                                        "autoregressively")
-    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings), size)
+    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings), size, experts)
 
 
 _MAX_TIES_LISTED = 4

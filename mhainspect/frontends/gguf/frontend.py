@@ -24,6 +24,7 @@ from mhainspect.frontends.gguf.reader import (
     context_length,
     count_parameters,
     decoding,
+    expert_claims,
     file_type_warnings,
     is_parameter,
     latent_offers_for,
@@ -39,6 +40,7 @@ from mhainspect.frontends.gguf.reader import (
 from mhainspect.frontends.result import BlockDecoding, SizeInputs, SourceResult
 from mhainspect.frontends.size_inputs import prefix_block_tensors, tensors_from_metas
 from mhainspect.ir.weights import HeadOffers, WeightMeta
+from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.grouping import GroupedBlock, LatentParts, RoleWeights, natural_key
 from mhainspect.matchers.static import assemble
 from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts
@@ -206,8 +208,11 @@ def gguf_model_result(model: GGUFModel, path: str) -> SourceResult:
     facts = ModelFacts(path=path, format="gguf", total_params=count_parameters(model),
                        producer=producer(model.metadata, arch), max_positions=positions,
                        max_positions_source=f"GGUF {arch}.context_length = {positions:,}" if positions else "")
+    weights = model_weights(model)
+    experts = weight_experts(weights, frozenset(m.storage_key for m in weights.values() if is_parameter(m.dtype)),
+                             expert_claims(model.metadata, arch))
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
-                        size_inputs(model, blocks, decodings))
+                        size_inputs(model, blocks, decodings), experts)
 
 
 def size_inputs(model: GGUFModel, blocks: list[AttentionBlock], decodings: Mapping[str, Decoding]) -> SizeInputs:

@@ -36,6 +36,7 @@ from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, Prefix
 from mhainspect.ir.dtypes import Family, ggml_name, lookup
 from mhainspect.ir.limits import MAX_DIM, bounded_numel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
+from mhainspect.matchers.experts import ExpertClaims
 
 MAGIC = b"GGUF"
 
@@ -672,3 +673,17 @@ def producer(metadata: Mapping[str, MetaValue], arch: str) -> str:
     return f"{name} ({label})" if isinstance(name, str) and name else label
 
 
+
+
+def expert_claims(metadata: Mapping[str, MetaValue], arch: str) -> ExpertClaims | None:
+    """``{arch}.expert_count``, ``expert_used_count`` and ``expert_shared_count``: what llama.cpp
+    reads to route a mixture of experts (None when the file names no experts)."""
+
+    def read(key: str) -> tuple[int, str] | None:
+        value = _uint(metadata.get(f"{arch}.{key}"))
+        return None if value is None else (value, f"GGUF {arch}.{key} = {value:,}")
+
+    experts, used = read("expert_count"), read("expert_used_count")
+    if experts is None and used is None:
+        return None
+    return ExpertClaims("gguf", experts, used, read("expert_shared_count"))

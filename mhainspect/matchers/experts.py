@@ -1,0 +1,182 @@
+"""Mixture-of-experts layers told by their tensors' names and shapes: routed experts, shared experts.
+
+Routed experts are found two ways, by the segments of a tensor's dotted name:
+
+- indexed: ``... .experts.<i>. ...`` (``local_experts`` too): one module per expert (Mixtral's
+  ``block_sparse_moe.experts.3.w1.weight``, Qwen-MoE's and DeepSeek's ``mlp.experts.3.up_proj.weight``,
+  as checkpoints store them); the experts are the distinct indices;
+- stacked: a tensor under an ``experts`` segment with no index (``mlp.experts.gate_up_proj``
+  ``[E, ...]`` of gpt-oss, Llama 4 and transformers' modules), or a GGUF ``ffn_*_exps`` tensor
+  (``blk.3.ffn_up_exps.weight`` ``[E, f, d]``): the experts are the leading axis, which every stacked
+  tensor of the layer must share.
+
+Shared experts (``shared_expert``/``shared_experts`` segments, GGUF ``*_shexp``) run for every token:
+their parameters are counted apart, never as routed. A router (``gate``/``router`` beside the experts,
+GGUF ``ffn_gate_inp``) shaped ``[E, d]`` confirms the count. Nothing here reads a config: how many
+experts a token uses is the front end's metadata (``ExpertClaims``), and the analysis combines both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from mhainspect.ir.weights import WeightMeta
+
+__all__ = ["ExpertClaims", "ExpertInputs", "ExpertTensor", "MoeLayer", "find_experts", "weight_experts"]
+
+_ROUTED = frozenset({"experts", "local_experts"})
+_SHARED = re.compile(r"^(?:shared_experts?|ffn_[a-z_]*shexp)$")
+_GGUF_STACKED = re.compile(r"^ffn_[a-z_]*_exps$")
+_ROUTER = frozenset({"gate", "router", "ffn_gate_inp"})
+
+
+@dataclass(frozen=True)
+class ExpertTensor:
+    """A parameter tensor as the finder needs it (tied copies and non-parameters left out)."""
+
+    name: str
+    shape: tuple[int, ...]
+    numel: int
+
+
+@dataclass
+class MoeLayer:
+    """One mixture-of-experts layer (the name before its ``experts`` segment, or a GGUF ``blk.N``)."""
+
+    name: str
+    expert_params: dict[int, int] = field(default_factory=dict)  # indexed experts: index -> parameters
+    stacked: list[ExpertTensor] = field(default_factory=list)  # stacked experts' tensors
+    shared_params: int = 0
+    router: ExpertTensor | None = None
+    problem: str = ""  # why the layer's experts cannot be counted (empty: they can)
+
+    @property
+    def num_experts(self) -> int | None:
+        if self.problem:
+            return None
+        if self.stacked:
+            return self.stacked[0].shape[0]
+        return len(self.expert_params) or None
+
+    @property
+    def routed_params(self) -> int:
+        return sum(self.expert_params.values()) + sum(t.numel for t in self.stacked)
+
+    @property
+    def params_per_expert(self) -> int | None:
+        """One routed expert's parameters; None when the experts differ (or there are none)."""
+        n = self.num_experts
+        if n is None:
+            return None
+        if self.stacked:
+            return self.routed_params // n
+        sizes = set(self.expert_params.values())
+        return sizes.pop() if len(sizes) == 1 else None
+
+    def evidence(self) -> str:
+        """What the count was read from, in words."""
+        if self.stacked:
+            names = ", ".join(f"{t.name} {list(t.shape)}" for t in self.stacked[:3])
+            return f"{self.name}: stacked expert tensors, leading axis {self.num_experts} ({names})"
+        indices = sorted(self.expert_params)
+        return (f"{self.name}: {len(indices)} indexed experts ({self.name}.experts.{indices[0]} ... "
+                f"{indices[-1]}), {self.params_per_expert or 'unequal'} parameters each")
+
+
+@dataclass(frozen=True)
+class ExpertClaims:
+    """What a config or GGUF metadata says about the experts: counts with the words that say where
+    each was read (``source`` "config" or "gguf"). None where it says nothing."""
+
+    source: str
+    num_experts: tuple[int, str] | None = None
+    experts_per_token: tuple[int, str] | None = None
+    num_shared_experts: tuple[int, str] | None = None
+
+
+@dataclass(frozen=True)
+class ExpertInputs:
+    """A front end's findings for the analysis: the layers its tensors show and its metadata's claims."""
+
+    layers: tuple[MoeLayer, ...]
+    claims: ExpertClaims | None = None
+
+
+def _split(name: str) -> tuple[str, str, str] | None:
+    """(layer, kind, index-or-empty) for a routed or shared expert tensor; None for any other."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part in _ROUTED:
+            nxt = parts[i + 1] if i + 1 < len(parts) else ""
+            return ".".join(parts[:i]), "routed", nxt if nxt.isdigit() else ""
+        if _GGUF_STACKED.match(part):
+            return ".".join(parts[:i]), "routed", ""
+        if _SHARED.match(part):
+            return ".".join(parts[:i]), "shared", ""
+    return None
+
+
+def _router_layer(name: str) -> str | None:
+    """The layer a router tensor (``<layer>.gate.weight``, ``<layer>.router.weight``,
+    ``blk.N.ffn_gate_inp.weight``) belongs to."""
+    parts = name.split(".")
+    if len(parts) >= 3 and parts[-1] == "weight" and parts[-2] in _ROUTER:
+        return ".".join(parts[:-2])
+    return None
+
+
+def find_experts(tensors: Iterable[ExpertTensor]) -> tuple[MoeLayer, ...]:
+    """The mixture-of-experts layers the parameter tensors show, in name order; empty for a dense
+    model. A layer whose stacked tensors disagree on the expert axis, or that mixes indexed and
+    stacked experts, carries the reason in ``problem``."""
+    layers: dict[str, MoeLayer] = {}
+    routers: dict[str, ExpertTensor] = {}
+    for t in tensors:
+        where = _split(t.name)
+        if where is None:
+            owner = _router_layer(t.name)
+            if owner is not None and len(t.shape) == 2:
+                routers[owner] = t
+            continue
+        prefix, kind, index = where
+        layer_found = layers.setdefault(prefix, MoeLayer(prefix))
+        if kind == "shared":
+            layer_found.shared_params += t.numel
+        elif index:
+            layer_found.expert_params[int(index)] = layer_found.expert_params.get(int(index), 0) + t.numel
+        elif t.shape:
+            layer_found.stacked.append(t)
+    out = []
+    for name in sorted(layers):
+        layer = layers[name]
+        if not layer.expert_params and not layer.stacked:
+            continue  # shared experts only: a dense layer with a differently named MLP
+        layer.router = routers.get(name)
+        leading = {t.shape[0] for t in layer.stacked}
+        if layer.stacked and layer.expert_params:
+            layer.problem = f"{name}: indexed and stacked expert tensors in one layer"
+        elif len(leading) > 1:
+            layer.problem = (f"{name}: its stacked expert tensors disagree on the expert axis "
+                             f"({', '.join(map(str, sorted(leading)))})")
+        elif layer.stacked and layer.routed_params % layer.stacked[0].shape[0]:
+            layer.problem = f"{name}: its stacked expert tensors do not split evenly by their leading axis"
+        out.append(layer)
+    return tuple(out)
+
+
+def weight_experts(weights: Mapping[str, WeightMeta], parameters: frozenset[str],
+                   claims: ExpertClaims | None) -> ExpertInputs | None:
+    """The expert layers of a weight list (``parameters``: the storage keys that are parameters,
+    each counted once) with the metadata's claims; None for a dense model of which nothing speaks."""
+    seen: set[str] = set()
+    tensors = []
+    for w in weights.values():
+        if w.storage_key in parameters and w.storage_key not in seen:
+            seen.add(w.storage_key)
+            tensors.append(ExpertTensor(w.name, w.shape, w.numel))
+    layers = find_experts(tensors)
+    if not layers and (claims is None or (claims.num_experts or (0, ""))[0] <= 1):
+        return None
+    return ExpertInputs(layers, claims)

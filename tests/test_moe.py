@@ -1,0 +1,246 @@
+"""Mixture of experts: active parameters per token beside the total (checked against a hand
+computation from the config and against the torch module transformers builds), memory at a
+context and --weight-dtype, in every format."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from gguf_files import T, write_gguf
+from remote_models import write_safetensors
+from mhainspect.analysis.size import SizeOptions
+from mhainspect.pipeline import AuditOptions, audit
+from mhainspect.render.json_render import report_to_dict
+from cli_run import in_process
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    return in_process(capsys, monkeypatch)
+
+
+def _torch_active(model: Any) -> int:
+    """The parameters one token uses, counted on the module: every parameter, less each MoE block's
+    experts but for top_k of them (the router's own attribute)."""
+    total = sum(p.numel() for p in model.parameters())
+    for module in model.modules():
+        experts, router = getattr(module, "experts", None), getattr(module, "gate", None)
+        if experts is None or router is None:
+            continue
+        top_k = getattr(router, "top_k", None) or getattr(module, "top_k", None)
+        num_experts = router.weight.shape[0]
+        routed = sum(p.numel() for p in experts.parameters())
+        total -= routed - routed // num_experts * top_k
+    return total
+
+
+def _saved(tmp_path: Path, config: Any, model_class: Any) -> tuple[Path, Any]:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = model_class(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 1e-3)
+    model.save_pretrained(tmp_path / "model")
+    return tmp_path / "model", model
+
+
+def test_mixtral_active_params_by_hand_and_by_the_module(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    d, f, layers, experts, k, vocab = 32, 48, 2, 4, 2, 128
+    config = transformers.MixtralConfig(vocab_size=vocab, hidden_size=d, intermediate_size=f, num_hidden_layers=layers,
+                                        num_attention_heads=4, num_key_value_heads=2, num_local_experts=experts,
+                                        num_experts_per_tok=k)
+    folder, model = _saved(tmp_path, config, transformers.MixtralForCausalLM)
+    report = audit(folder)
+    moe = report.model.experts
+    assert moe is not None and moe.active_params is not None
+    per_expert = 3 * d * f  # w1, w3: [f, d]; w2: [d, f]
+    by_hand = report.model.total_params - layers * experts * per_expert + layers * k * per_expert
+    assert (moe.num_experts, moe.experts_per_token, moe.moe_layers) == (experts, k, layers)
+    assert moe.params_per_expert == per_expert and moe.expert_params == layers * experts * per_expert
+    assert moe.active_params == by_hand == _torch_active(model)
+    assert report.model.total_params == sum(p.numel() for p in model.parameters())
+    sources = {e.field: e.source.value for e in moe.evidence}
+    assert sources == {"num_experts": "weight_shape", "experts_per_token": "config", "active_params": "weight_shape"}
+
+
+def test_qwen3_moe_active_params(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    d, f_moe, layers, experts, k = 32, 16, 2, 8, 2
+    config = transformers.Qwen3MoeConfig(vocab_size=128, hidden_size=d, intermediate_size=64, moe_intermediate_size=f_moe,
+                                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                                         head_dim=8, num_experts=experts, num_experts_per_tok=k, decoder_sparse_step=1,
+                                         mlp_only_layers=[])
+    folder, model = _saved(tmp_path, config, transformers.Qwen3MoeForCausalLM)
+    moe = audit(folder).model.experts
+    assert moe is not None
+    per_expert = 3 * d * f_moe
+    total = sum(p.numel() for p in model.parameters())
+    assert moe.active_params == total - layers * (experts - k) * per_expert == _torch_active(model)
+
+
+def test_deepseek_shared_experts_and_dense_first_layers(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    d, f_moe, layers, dense, experts, shared, k = 32, 16, 3, 1, 8, 2, 2
+    config = transformers.DeepseekV3Config(
+        vocab_size=128, hidden_size=d, intermediate_size=64, moe_intermediate_size=f_moe, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=4, n_routed_experts=experts, num_experts_per_tok=k,
+        n_shared_experts=shared, first_k_dense_replace=dense, q_lora_rank=16, kv_lora_rank=8, qk_rope_head_dim=4,
+        qk_nope_head_dim=4, v_head_dim=8, n_group=2, topk_group=1)
+    folder, model = _saved(tmp_path, config, transformers.DeepseekV3ForCausalLM)
+    report = audit(folder)
+    moe = report.model.experts
+    assert moe is not None
+    per_expert = 3 * d * f_moe
+    moe_layers = layers - dense
+    assert (moe.moe_layers, moe.num_experts, moe.num_shared_experts) == (moe_layers, experts, shared)
+    assert moe.shared_expert_params == moe_layers * shared * per_expert  # one fused MLP of shared × f_moe
+    assert moe.active_params == report.model.total_params - moe_layers * (experts - k) * per_expert
+    # The checkpoint also stores the routers' e_score_correction_bias (a buffer of the module, a float
+    # tensor of the file: in total_params); the experts a token skips are the same either way.
+    torch_total = sum(p.numel() for p in model.parameters())
+    assert report.model.total_params - torch_total == layers * 0 + moe_layers * experts
+    assert report.model.total_params - moe.active_params == torch_total - _torch_active(model)
+
+
+def _qwen2_moe_header(folder: Path, *, experts_per_token: int | None = 2, num_experts: int = 4) -> dict[str, Any]:
+    """A Qwen2-MoE-shaped folder, header only: routed experts, one shared expert and its gate."""
+    d, f, f_shared, layers, vocab = 64, 32, 96, 2, 256
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {"model.embed_tokens.weight": ("BF16", (vocab, d)),
+                                                        "lm_head.weight": ("BF16", (vocab, d))}
+    for i in range(layers):
+        p = f"model.layers.{i}"
+        for name, shape in (("q_proj", (d, d)), ("k_proj", (16, d)), ("v_proj", (16, d)), ("o_proj", (d, d))):
+            tensors[f"{p}.self_attn.{name}.weight"] = ("BF16", shape)
+        tensors[f"{p}.mlp.gate.weight"] = ("BF16", (4, d))
+        for e in range(4):
+            for name, shape in (("gate_proj", (f, d)), ("up_proj", (f, d)), ("down_proj", (d, f))):
+                tensors[f"{p}.mlp.experts.{e}.{name}.weight"] = ("BF16", shape)
+        for name, shape in (("gate_proj", (f_shared, d)), ("up_proj", (f_shared, d)), ("down_proj", (d, f_shared))):
+            tensors[f"{p}.mlp.shared_expert.{name}.weight"] = ("BF16", shape)
+        tensors[f"{p}.mlp.shared_expert_gate.weight"] = ("BF16", (1, d))
+        tensors[f"{p}.input_layernorm.weight"] = ("BF16", (d,))
+    config: dict[str, Any] = {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": d,
+                              "num_attention_heads": 4, "num_key_value_heads": 1, "num_hidden_layers": layers,
+                              "vocab_size": vocab, "num_experts": num_experts, "moe_intermediate_size": f,
+                              "shared_expert_intermediate_size": f_shared, "max_position_embeddings": 4096,
+                              "torch_dtype": "bfloat16"}
+    if experts_per_token is not None:
+        config["num_experts_per_tok"] = experts_per_token
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    write_safetensors(folder / "model.safetensors", tensors)
+    total = sum(math.prod(s) for _, s in tensors.values())
+    return {"total": total, "per_expert": 3 * d * f, "shared": layers * 3 * d * f_shared, "layers": layers}
+
+
+def test_header_only_shared_expert_by_hand(tmp_path: Path) -> None:
+    facts = _qwen2_moe_header(tmp_path / "m")
+    report = audit(tmp_path / "m")
+    moe = report.model.experts
+    assert report.model.total_params == facts["total"]
+    assert moe is not None and moe.shared_expert_params == facts["shared"] and moe.num_shared_experts == 1
+    assert moe.active_params == facts["total"] - facts["layers"] * (4 - 2) * facts["per_expert"]
+
+
+def test_no_experts_per_token_is_unknown_with_the_reason(tmp_path: Path) -> None:
+    _qwen2_moe_header(tmp_path / "m", experts_per_token=None)
+    moe = audit(tmp_path / "m").model.experts
+    assert moe is not None and moe.active_params is None and moe.num_experts == 4
+    assert moe.reason is not None and "num_experts_per_tok" in moe.reason
+
+
+def test_shapes_outrank_a_config_expert_count(tmp_path: Path) -> None:
+    _qwen2_moe_header(tmp_path / "m", num_experts=16)
+    report = audit(tmp_path / "m")
+    assert report.model.experts is not None and report.model.experts.num_experts == 4
+    assert any("num_experts = 16, but the expert tensors show 4" in w for w in report.warnings)
+
+
+def test_dense_model_has_no_experts_entry(tmp_path: Path, sample_dir: Path) -> None:
+    report = audit(sample_dir / "gqa_llama.onnx")
+    assert report.model.experts is None and "experts" not in report_to_dict(report)["model"]
+
+
+def test_gguf_moe_from_metadata_and_stacked_tensors(tmp_path: Path) -> None:
+    pytest.importorskip("gguf")
+    d, f, layers, experts, used, shared, vocab = 64, 32, 2, 8, 2, 1, 64
+    tensors = [T("token_embd.weight", (vocab, d)), T("output.weight", (vocab, d)), T("output_norm.weight", (d,))]
+    for i in range(layers):
+        b = f"blk.{i}"
+        tensors += [T(f"{b}.attn_q.weight", (d, d)), T(f"{b}.attn_k.weight", (16, d)), T(f"{b}.attn_v.weight", (16, d)),
+                    T(f"{b}.attn_output.weight", (d, d)), T(f"{b}.attn_norm.weight", (d,)),
+                    T(f"{b}.ffn_gate_inp.weight", (experts, d)),
+                    T(f"{b}.ffn_gate_exps.weight", (experts, f, d)), T(f"{b}.ffn_up_exps.weight", (experts, f, d)),
+                    T(f"{b}.ffn_down_exps.weight", (experts, d, f)),
+                    T(f"{b}.ffn_gate_shexp.weight", (f, d)), T(f"{b}.ffn_up_shexp.weight", (f, d)),
+                    T(f"{b}.ffn_down_shexp.weight", (d, f))]
+    path = tmp_path / "moe.gguf"
+    write_gguf(path, "qwen2moe", {"{arch}.block_count": layers, "{arch}.embedding_length": d,
+                                  "{arch}.attention.head_count": 4, "{arch}.attention.head_count_kv": 1,
+                                  "{arch}.context_length": 4096, "{arch}.expert_count": experts,
+                                  "{arch}.expert_used_count": used, "{arch}.expert_shared_count": shared}, tensors)
+    report = audit(path)
+    moe = report.model.experts
+    total = sum(math.prod(t.shape) for t in tensors)
+    per_expert = 3 * d * f
+    assert report.model.total_params == total
+    assert moe is not None and (moe.num_experts, moe.experts_per_token, moe.num_shared_experts) == (experts, used, 1)
+    assert moe.shared_expert_params == layers * per_expert
+    assert moe.active_params == total - layers * (experts - used) * per_expert
+    assert {e.field: e.source.value for e in moe.evidence}["experts_per_token"] == "gguf"
+
+
+# ----------------------------------------------------------------------------- memory and --weight-dtype
+
+
+def test_memory_at_context_and_weight_dtype(tmp_path: Path, schema_validator: Draft202012Validator) -> None:
+    facts = _qwen2_moe_header(tmp_path / "m")
+    report = audit(tmp_path / "m", AuditOptions(size=SizeOptions(context=8192, weight_dtype="int4")))
+    m = report.model
+    assert m.kv_cache is not None and m.kv_cache.total_bytes is not None and m.weight_bytes is not None
+    assert m.memory is not None and m.memory.context_source == "--context"
+    assert m.memory.total_bytes == m.weight_bytes + m.kv_cache.total_bytes
+    assert m.weight_dtype is not None and m.weight_dtype.bytes == math.ceil(facts["total"] / 2)
+    assert m.weight_dtype.memory_bytes == m.weight_dtype.bytes + m.kv_cache.total_bytes
+    assert not list(schema_validator.iter_errors(report_to_dict(report)))
+
+
+def test_memory_without_context_is_at_the_models_maximum(tmp_path: Path) -> None:
+    _qwen2_moe_header(tmp_path / "m")
+    m = audit(tmp_path / "m").model
+    assert m.memory is not None and m.memory.context == 4096 and "max_position_embeddings" in m.memory.context_source
+    assert m.kv_cache is not None and m.kv_cache.bytes_per_token is not None and m.weight_bytes is not None
+    assert m.memory.total_bytes == m.weight_bytes + 4096 * m.kv_cache.bytes_per_token
+
+
+def test_weight_dtype_block_types_and_llama_cpp_mixes(tmp_path: Path) -> None:
+    facts = _qwen2_moe_header(tmp_path / "m")
+    w = audit(tmp_path / "m", AuditOptions(size=SizeOptions(weight_dtype="q4_k_m"))).model.weight_dtype
+    assert w is not None and w.dtype == "q4_k" and w.bits_per_element == 4.5
+    assert w.bytes == math.ceil(facts["total"] / 256) * 144 and "floor" in w.note
+    fp8 = audit(tmp_path / "m", AuditOptions(size=SizeOptions(weight_dtype="fp8"))).model.weight_dtype
+    assert fp8 is not None and fp8.dtype == "float8e4m3fn" and fp8.bytes == facts["total"]
+
+
+def test_every_format_shows_active_params_memory_and_weight_dtype(cli: Any, tmp_path: Path) -> None:
+    _qwen2_moe_header(tmp_path / "m")
+    model = tmp_path / "m"
+    args = (model, "--context", "2k", "--weight-dtype", "q8_0")
+    table = cli(*args).out
+    assert "active per token" in table and "Memory at context 2,048" in table and "as q8_0:" in table
+    markdown = cli(*args, "-f", "markdown").out.replace("\\", "")  # markdown escapes _ and :
+    assert "active per token" in markdown and "Memory at context 2,048" in markdown and "as q8_0:" in markdown
+    page = cli(*args, "-f", "html").out
+    assert "active per token" in page and "Memory at context 2,048" in page and "as q8_0:" in page
+    doc = json.loads(cli(*args, "-f", "json").out)["model"]
+    assert doc["experts"]["active_params"] and doc["memory"]["context"] == 2048 and doc["weight_dtype"]["dtype"] == "q8_0"
+    bad = cli(model, "--weight-dtype", "q9_z")
+    assert bad.code == 2 and "--weight-dtype: 'q9_z' is not a weight type" in bad.err
