@@ -290,11 +290,15 @@ def test_albert_exported_by_torch_is_one_module_applied_per_layer(tmp_path: Path
 # ----------------------------------------------------------------------------- kind
 
 
-def test_k_and_v_from_a_graph_input_without_projections_are_cross_attention() -> None:
-    """A GRU-decoder-style attention: Q is projected from the decoder state, K/V are the encoder memory."""
+@pytest.mark.parametrize("state_from_an_op", [False, True])
+def test_k_and_v_from_a_graph_input_without_projections_are_cross_attention(state_from_an_op: bool) -> None:
+    """A GRU-decoder-style attention: Q is projected from the decoder state, K/V are the encoder memory
+    (or a decoder-with-past step's cached encoder K/V). The state may come out of an op (a norm, the
+    layer before): what makes the block cross is where K/V come from, a graph input."""
     w = Weights("dec.attn", D, with_kv=False)
     g = Nodes()
-    mm = g.add("MatMul", ["h", "dec.attn.q_proj.weight"], "/dec/q/MatMul_out")
+    state = g.add("Relu", ["h"], "/dec/norm/Relu_out") if state_from_an_op else "h"
+    mm = g.add("MatMul", [state, "dec.attn.q_proj.weight"], "/dec/q/MatMul_out")
     q = g.add("Add", [mm, "dec.attn.q_proj.bias"], "/dec/q/Add_out")
     k_t = g.add("Transpose", ["memory"], "/dec/k/Transpose_out", perm=[0, 2, 1])
     out = core_nodes(g, "/dec", q, k_t, "memory", "none")

@@ -301,8 +301,12 @@ class BlockBuilder:
             return "self"
         if _resolved(q) and _resolved(k):
             return "cross"
+        # A role without a projection shows a second source only when what it reads is a graph input
+        # or a stored tensor (an encoder's cached K/V); behind an op the walk does not see through,
+        # it is unknown.
         producer = self.index.producer
-        return "cross" if all(x not in producer for x in a | b) else BlockKind.UNKNOWN
+        unresolved = (a if not _resolved(q) else set()) | (b if not _resolved(k) else set())
+        return "cross" if all(x not in producer for x in unresolved) else BlockKind.UNKNOWN
 
     @staticmethod
     def _start(r: RoleInput) -> str:
