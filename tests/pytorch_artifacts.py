@@ -158,10 +158,10 @@ def is_transformers(module: nn.Module) -> bool:
 
 
 def trace_ts(built: Built, path: Path) -> Path:
-    module = _Ids(built.module) if is_transformers(built.module) else built.module
+    """torch.jit.trace (a transformers model's dict output allowed: strict=False), saved."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        traced = torch.jit.trace(module, built.inputs, check_trace=False, strict=False)
+        traced = torch.jit.trace(built.module, built.inputs, check_trace=False, strict=False)
         traced.save(str(path))
     return path
 

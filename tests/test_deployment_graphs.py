@@ -87,14 +87,16 @@ def test_quantized_ort_optimized_bert(bases: dict[str, object], kind: str) -> No
 
 # ----------------------------------------------------------------------------- hand-built patterns
 
-@pytest.mark.parametrize("packed", [None, "split"])
+@pytest.mark.parametrize("packed", [None, "split", "heads"])
 @pytest.mark.parametrize("proj", sorted(g.PROJECTIONS))
 def test_projection_through_quantization_is_its_logical_weight(tmp_path: Path, proj: str, packed: str | None) -> None:
-    """GQA 8/2 heads of 16, d_model 64, biases: every quantized form reads as the float block."""
+    """GQA 8/2 heads of 16, d_model 64, biases: every quantized form, separate or packed (split on
+    the last axis or on the heads axis), reads as the float block: the walk back from the scores
+    goes through every cast, Q/DQ pair and packed split to the weights."""
     report = _analyze(tmp_path, g.attention_model(g.PROJECTIONS[proj], packed=packed))
     assert not report.misses
     (b,) = report.blocks
-    assert _dims(b) == (8, 2, 16, 16, 64)
+    assert _dims(b) == (8, 2, 16, 16, 64) and b.kind == "self"
     assert _params(b) == g.block_params(8, 2, 16, 64, bias=True)
     assert b.unknown_reason is None
 

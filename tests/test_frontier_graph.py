@@ -402,3 +402,24 @@ def test_attention_pooling_head_is_cross_from_every_door(tmp_path: Path) -> None
         assert report.model.total_params == fm.own_params(model), door
     pool = next(b for b in reports["checkpoint"].blocks if b.name == "head.attention")
     assert any(e.field == "kind" and "head.probe" in e.detail for e in pool.evidence)
+
+
+def test_pointwise_convolution_weights_in_a_checkpoint(tmp_path: Path) -> None:
+    """Without a graph, a [out, in, 1] or [out, in, 1, 1] weight named as a projection is a 1x1
+    convolution: its widths are out and in (a [3C, C, 1] packed qkv is no Keras [in, heads, head_dim]
+    kernel with heads of width 1)."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    packed = fm.with_noise(fm.PackedConvAttention(channels=32, heads=4))
+    save_file({f"blocks.0.attn.{k}": v.contiguous() for k, v in packed.state_dict().items()},
+              str(tmp_path / "packed.safetensors"))
+    vae = fm.with_noise(fm.VaeAttention(channels=32))
+    save_file({f"mid.attn_1.{k}": v.contiguous() for k, v in vae.state_dict().items()}, str(tmp_path / "vae.safetensors"))
+    (pb,) = audit(str(tmp_path / "packed.safetensors")).blocks
+    assert pb.d_model == 32 and not any(e.source == "kernel_shape" for e in pb.evidence)
+    assert pb.params.q == 96 * 32 + 96  # the packed weight whole under Q: no head count splits it
+    (vb,) = audit(str(tmp_path / "vae.safetensors")).blocks
+    assert vb.d_model == 32
+    assert [(p.role, p.in_features, p.out_features) for p in vb.projections] == [("q", 32, 32), ("k", 32, 32),
+                                                                               ("v", 32, 32)]

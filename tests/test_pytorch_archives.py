@@ -245,3 +245,125 @@ def test_truncated_pt2(cut: float, pt2: dict[str, Path], tmp_path: Path) -> None
     path.write_bytes(data[:int(len(data) * cut)])
     with pytest.raises(InputError):
         mhainspect.inspect(path)
+
+
+# ----------------------------------------------------------------------------- TorchScript
+
+SCRIPTABLE = ("mha_block", "annotated_h8", "annotated_h1")  # transformers models do not script
+
+
+@pytest.fixture(scope="module")
+def torchscript(built: dict[str, pa.Built], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("torchscript")
+    out = {f"{name}.trace": pa.trace_ts(b, folder / f"{name}.trace.pt") for name, b in built.items()}
+    out.update({f"{name}.script": pa.script_ts(built[name], folder / f"{name}.script.pt") for name in SCRIPTABLE})
+    return out
+
+
+TS_CASES = [f"{name}.trace" for name in pa.BUILDERS] + [f"{name}.script" for name in SCRIPTABLE]
+
+
+@pytest.mark.parametrize("case", TS_CASES)
+def test_torchscript_gives_the_modules_report(case: str, torchscript: dict[str, Path],
+                                              module_reports: dict[str, Report], schema_validator: Any) -> None:
+    report = mhainspect.inspect(torchscript[case])
+    assert report.blocks, "no block found"
+    assert_same_report(report, module_reports[case.split(".")[0]])
+    assert report.model.format == "torchscript"
+    assert not list(schema_validator.iter_errors(report_to_dict(report)))
+
+
+def test_scripted_mha_is_recognised_by_its_class_and_attributes(torchscript: dict[str, Path]) -> None:
+    """A scripted nn.MultiheadAttention keeps num_heads and head_dim: the block is the module's."""
+    (block,) = mhainspect.inspect(torchscript["mha_block.script"]).blocks
+    assert block.matcher == "module"
+    assert any(e.source == "module" and "nn.MultiheadAttention num_heads=4" in e.detail for e in block.evidence)
+
+
+def test_traced_custom_attention_is_found_by_its_graph(torchscript: dict[str, Path]) -> None:
+    """A traced module keeps no attributes: the Annotated Transformer's heads come from its views."""
+    (block,) = mhainspect.inspect(torchscript["annotated_h8.trace"]).blocks
+    assert block.matcher == "decomposed"
+    assert [e.detail for e in block.evidence if e.source == "reshape"]
+
+
+def test_torchscript_without_torch(torchscript: dict[str, Path]) -> None:
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from mhainspect.cli.app import main\n"
+            "main(sys.argv[1:])\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(torchscript["llama_gqa.trace"]), "--format", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [(b["num_heads"], b["num_kv_heads"]) for b in json.loads(proc.stdout)["blocks"]] == [(8, 2), (8, 2)]
+
+
+def test_torchscript_reads_no_weight(torchscript: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only pickles, code and constants of at most 64 bytes are read: no member under data/."""
+    read: list[str] = []
+    original = zips.ZipArchive.read
+
+    def spy(self: zips.ZipArchive, name: str, cap: int, what: str) -> bytes:
+        read.append(name)
+        return original(self, name, cap, what)
+
+    monkeypatch.setattr(zips.ZipArchive, "read", spy)
+    mhainspect.inspect(torchscript["bert.trace"])
+    assert read and not any("/data/" in n for n in read), read
+
+
+def _marker_code(marker: Path) -> Callable[[str, bytes], bytes]:
+    def edit(name: str, data: bytes) -> bytes:
+        if name.endswith("code/__torch__/pytorch_artifacts.py"):
+            return f"import os\nos.system('touch {marker}')\n".encode() + data
+        return data
+
+    return edit
+
+
+def _evil_pickle(marker: Path) -> Callable[[str, bytes], bytes]:
+    def edit(name: str, data: bytes) -> bytes:
+        if name.endswith("/data.pkl"):
+            return b"\x80\x02cposix\nsystem\nq\x00X" + len(f"touch {marker}").to_bytes(4, "little") + \
+                f"touch {marker}".encode() + b"q\x01\x85q\x02Rq\x03."
+        return data
+
+    return edit
+
+
+def _short_storage(name: str, data: bytes) -> bytes:
+    return data[:8] if name.endswith("/data/0") else data
+
+
+def _ext_opcode(name: str, data: bytes) -> bytes:
+    return b"\x80\x02\x82\x01." if name.endswith("/data.pkl") else data
+
+
+def _top_level_call(name: str, data: bytes) -> bytes:
+    return b"print('hello')\n" + data if name.endswith("code/__torch__/pytorch_artifacts.py") else data
+
+
+@pytest.mark.parametrize("case, match", [
+    ("imports", "imports os"), ("evil_pickle", "not a TorchScript archive"), ("short_storage", "refused"),
+    ("ext_opcode", "pickle opcode"), ("top_level_call", "at top level"), ("no_code", "")])
+def test_hostile_torchscript_is_one_line_and_runs_nothing(case: str, match: str, torchscript: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    edits: dict[str, Callable[[str, bytes], bytes | None]] = {
+        "imports": _marker_code(marker), "evil_pickle": _evil_pickle(marker), "short_storage": _short_storage,
+        "ext_opcode": _ext_opcode, "top_level_call": _top_level_call,
+        "no_code": lambda n, d: None if "/code/" in n else d}
+    path = rewrite(torchscript["annotated_h8.trace"], tmp_path / f"{case}.pt", edits[case])
+    result = CliRunner().invoke(app, ["inspect", str(path)])
+    assert result.exit_code == 2, result.stdout[-2000:]
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(ERROR_PREFIX) and match in lines[0], result.stderr
+    assert not marker.exists(), "something from the archive ran"
+
+
+@pytest.mark.parametrize("cut", [0.2, 0.5, 0.8, 0.97])
+def test_truncated_torchscript(cut: float, torchscript: dict[str, Path], tmp_path: Path) -> None:
+    data = torchscript["mha_block.trace"].read_bytes()
+    path = tmp_path / "cut.pt"
+    path.write_bytes(data[:int(len(data) * cut)])
+    with pytest.raises(InputError):
+        mhainspect.inspect(path)

@@ -39,6 +39,7 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_hf_folder(base / "llama", cfg, llama_tensors(256, 8, 2, 2), shards=3)
     write_hf_folder(base / "gated", cfg, llama_tensors(256, 8, 2, 2), shards=1)
     write_hf_folder(base / "private", cfg, llama_tensors(256, 8, 2, 2), shards=1)
+    write_hf_folder(base / "noindex", cfg, llama_tensors(256, 8, 2, 2), shards=2, index=False)
     moe_cfg = llama_config(64, 4, 1, 8, num_local_experts=250, num_experts_per_tok=2)
     write_hf_folder(base / "moe", moe_cfg, moe_tensors(8, 250), shards=20)  # ~100 KB headers, 12k tensors
     multi = base / "multi"
@@ -69,6 +70,7 @@ def servers(folders: Path, tmp_path: Path, env: Path, monkeypatch: pytest.Monkey
     repos = {"org/llama": Repo(folders / "llama", revisions=("main", "v1.0")),
              "org/multi": Repo(folders / "multi"),
              "org/moe": Repo(folders / "moe"),
+             "org/noindex": Repo(folders / "noindex"),
              "org/gated": Repo(folders / "gated", gated=True, token=TOKEN),
              "org/private": Repo(folders / "private", private=True, token=TOKEN)}
     with hub(tmp_path, repos) as (api, storage):
@@ -123,6 +125,27 @@ def test_long_shard_headers_size_the_next_first_ranges(folders: Path, servers: t
     assert storage.log.requests <= len(shards) + CONCURRENCY
     within(storage.log.requests, storage.log.bytes, floor_requests=len(shards), floor_bytes=sum(floors),
            files=len(shards), extra_requests=CONCURRENCY)
+
+
+def test_shards_without_an_index(folders: Path, servers: tuple[HubServer, FileServer]) -> None:
+    _, storage = servers
+    assert report_json("hf://org/noindex", base="hf://org/noindex") == report_json(folders / "noindex",
+                                                                                  base=str(folders / "noindex"))
+    assert storage.log.requests == 2  # one range per shard
+
+
+def test_pytorch_bin_folder(tmp_path: Path, env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_remote import _torch_state
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(llama_config(32, 4, 2, 2, vocab=64)))
+    _torch_state(folder / "pytorch_model.bin")
+    with hub(tmp_path, {"org/bin": Repo(folder)}) as (api, storage):
+        monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
+        remote = report_json("hf://org/bin", base="hf://org/bin")
+        assert storage.log.requests <= 3  # the first range (the pickle in it), the zip directory
+    assert remote == report_json(folder, base=str(folder))
 
 
 def test_web_urls_name_the_same_model(folders: Path, servers: tuple[HubServer, FileServer]) -> None:

@@ -279,33 +279,58 @@ def _counted(n: int, noun: str) -> str:
 
 
 def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses: Sequence[Miss] = ()) -> KVCache:
-    unsized = [m for m in misses if m.caches]
-    if unsized:
-        names = ", ".join(m.anchor for m in unsized[:3]) + (f" and {len(unsized) - 3} more" if len(unsized) > 3 else "")
-        what = ("1 attention module that caches K/V during decoding is not a block" if len(unsized) == 1 else
-                f"{len(unsized)} attention modules that cache K/V during decoding are not blocks")
-        return KVCache(None, None, options.context, options.batch, None, None,
-                       reason=f"{what} ({names}): {unsized[0].reason}", status=CacheStatus.UNKNOWN)
-    self_blocks = [b for b in blocks if b.kind != "cross"]
-    cross_blocks = [b for b in blocks if b.kind == "cross"]
-    caching = [b for b in self_blocks if b.kv_cache_bytes_per_token is not None]
+    """The model's KV cache: unknown when a near miss or a block caches without a size; else what
+    the caching self-attention blocks hold (cross-attention per encoder token beside it)."""
+    missed = _missed_caches(misses, options)
+    if missed is not None:
+        return missed
+    dtype = _cache_dtype(blocks)
+    cross = [b for b in blocks if b.kind == "cross" and b.kv_cache_bytes_per_token is not None]
+    # A module applied N times (shared layers) caches once per application.
+    per_encoder = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in cross) if cross else None
     # Blocks whose cache cannot be told, or caches without a size.
     unknown = [b for b in blocks if b.kv_cache_status is CacheStatus.UNKNOWN
                or (b.kv_cache_status is not None and b.kv_cache_status.caches and b.kv_cache_bytes_per_token is None)]
-    dtype_set = {b.kv_cache_dtype for b in blocks if b.kv_cache_bytes_per_token is not None and b.kv_cache_dtype}
-    dtype = dtype_set.pop() if len(dtype_set) == 1 else ("mixed" if dtype_set else None)
-    cross = [b for b in cross_blocks if b.kv_cache_bytes_per_token is not None]
-    # A module applied N times (shared layers) caches once per application.
-    per_encoder = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in cross) if cross else None
     if unknown:
-        names = ", ".join(b.name for b in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
         return KVCache(None, dtype, options.context, options.batch, None, None,
-                       reason=f"unknown for {_counted(len(unknown), 'block')} ({names}): {cache_reason(unknown[0])}",
+                       reason=f"unknown for {_counted(len(unknown), 'block')} ({_first_names([b.name for b in unknown])}): "
+                              f"{cache_reason(unknown[0])}",
                        status=CacheStatus.UNKNOWN)
+    caching = [b for b in blocks if b.kind != "cross" and b.kv_cache_bytes_per_token is not None]
     if not caching:
         why = next((r for b in blocks if (r := cache_reason(b))), None) or "the model has no attention blocks"
         return KVCache(None, None, options.context, options.batch, None, per_encoder, reason=why,
                        status=CacheStatus.NONE)
+    return _self_cache(caching, dtype, per_encoder, options)
+
+
+def _first_names(names: Sequence[str]) -> str:
+    """'a, b, c' or 'a, b, c and 4 more'."""
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _missed_caches(misses: Sequence[Miss], options: SizeOptions) -> KVCache | None:
+    """An unknown cache when attention modules that cache are near misses (no block sizes them)."""
+    unsized = [m for m in misses if m.caches]
+    if not unsized:
+        return None
+    what = ("1 attention module that caches K/V during decoding is not a block" if len(unsized) == 1 else
+            f"{len(unsized)} attention modules that cache K/V during decoding are not blocks")
+    return KVCache(None, None, options.context, options.batch, None, None,
+                   reason=f"{what} ({_first_names([m.anchor for m in unsized])}): {unsized[0].reason}",
+                   status=CacheStatus.UNKNOWN)
+
+
+def _cache_dtype(blocks: Sequence[AttentionBlock]) -> str | None:
+    """The one dtype the sized caches use, "mixed" for several, None for none."""
+    dtypes = {b.kv_cache_dtype for b in blocks if b.kv_cache_bytes_per_token is not None and b.kv_cache_dtype}
+    return dtypes.pop() if len(dtypes) == 1 else ("mixed" if dtypes else None)
+
+
+def _self_cache(caching: Sequence[AttentionBlock], dtype: str | None, per_encoder: int | None,
+                options: SizeOptions) -> KVCache:
+    """What the caching self-attention blocks hold per token and at the context; "if decoded"
+    when only causal masks say they cache."""
     per_token = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in caching)
     total = None
     reason = None

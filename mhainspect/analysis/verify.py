@@ -30,7 +30,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -260,54 +260,73 @@ def _width(shape: tuple[int, ...]) -> int:
 
 
 def _read(probe: _Probe, shapes: Mapping[str, tuple[int, ...]], batch: int | None) -> _Reading:
+    """What the run's shape at ``probe`` says about the block's heads (and K/V heads)."""
     t = dict(probe.tensors + probe.optional)
     s = shapes[probe.tensors[0][1]]
     where = f"at {probe.anchor}"
     if probe.kind == "softmax":
-        label = f"probabilities {list(s)} {where}"
-        heads: int | None
-        kv: int | None = None
-        if len(s) in (4, 5) and batch is not None and s[0] != batch:
-            return _Reading(None, None, f"{label} are not [batch={batch}, heads, ...]")
-        if len(s) == 4:
-            heads = s[1]
-        elif len(s) == 5:  # grouped: [batch, kv_heads, group, q_len, kv_len]
-            heads, kv = s[1] * s[2], s[1]
-        elif len(s) == 3:
-            if batch is None:
-                return _Reading(None, None, f"folded {label}: batch size unknown (no symbolic batch dim)")
-            if s[0] % batch:
-                return _Reading(None, None, f"folded {label}: dim 0 is not a multiple of batch {batch}")
-            heads = s[0] // batch
-            label = f"folded {label}, batch {batch}"
-        else:
-            return _Reading(None, None, f"{label}: rank {len(s)} is not [batch, heads, q_len, kv_len]")
-        if kv is None:
-            kv, label = _kv_from_projections(t, shapes, heads, label)
-        return _Reading(heads, kv, label)
+        return _read_softmax(s, t, shapes, batch, where)
     if probe.kind == "onnx_attention":
-        label = f"qk_matmul_output {list(s)} {where}"
-        if len(s) != 4:
-            return _Reading(None, None, f"{label}: not [batch, heads, q_len, kv_len]")
-        heads = s[1]
-        kv, label = _kv_from_projections(t, shapes, heads, label)
-        q, k = shapes.get(t["q"]), shapes.get(t["k"])
-        # A 4-D K input may come after repeat_kv (its dim 1 is then the query heads): not used.
-        if kv is None and heads and q and k and len(q) == 3 and len(k) == 3 and q[2] % heads == 0:
-            head_size = q[2] // heads
-            if head_size and k[2] % head_size == 0:
-                kv = k[2] // head_size
-                label += f"; K width {k[2]} / head size {head_size}"
-        return _Reading(heads, kv, label)
+        return _read_onnx_attention(s, t, shapes, where)
     if probe.kind == "ms_attention":
         label = f"present {list(s)} {where}"
         if len(s) != 5:
             return _Reading(None, None, f"{label}: not [2, batch, heads, len, head_size]")
         return _Reading(s[2], s[2], label)
+    return _read_present_key(probe.kind, s, t, shapes, where)
+
+
+def _read_softmax(s: tuple[int, ...], t: Mapping[str, str], shapes: Mapping[str, tuple[int, ...]],
+                  batch: int | None, where: str) -> _Reading:
+    """Probabilities [batch, heads, q, kv], grouped [batch, kv_heads, group, q, kv], or folded [batch·heads, q, kv]."""
+    label = f"probabilities {list(s)} {where}"
+    heads: int | None
+    kv: int | None = None
+    if len(s) in (4, 5) and batch is not None and s[0] != batch:
+        return _Reading(None, None, f"{label} are not [batch={batch}, heads, ...]")
+    if len(s) == 4:
+        heads = s[1]
+    elif len(s) == 5:  # grouped: [batch, kv_heads, group, q_len, kv_len]
+        heads, kv = s[1] * s[2], s[1]
+    elif len(s) == 3:
+        if batch is None:
+            return _Reading(None, None, f"folded {label}: batch size unknown (no symbolic batch dim)")
+        if s[0] % batch:
+            return _Reading(None, None, f"folded {label}: dim 0 is not a multiple of batch {batch}")
+        heads = s[0] // batch
+        label = f"folded {label}, batch {batch}"
+    else:
+        return _Reading(None, None, f"{label}: rank {len(s)} is not [batch, heads, q_len, kv_len]")
+    if kv is None:
+        kv, label = _kv_from_projections(t, shapes, heads, label)
+    return _Reading(heads, kv, label)
+
+
+def _read_onnx_attention(s: tuple[int, ...], t: Mapping[str, str], shapes: Mapping[str, tuple[int, ...]],
+                         where: str) -> _Reading:
+    """The Attention op's qk_matmul_output [batch, heads, q, kv]; K/V heads from the projections or K's width."""
+    label = f"qk_matmul_output {list(s)} {where}"
+    if len(s) != 4:
+        return _Reading(None, None, f"{label}: not [batch, heads, q_len, kv_len]")
+    heads = s[1]
+    kv, label = _kv_from_projections(t, shapes, heads, label)
+    q, k = shapes.get(t["q"]), shapes.get(t["k"])
+    # A 4-D K input may come after repeat_kv (its dim 1 is then the query heads): not used.
+    if kv is None and heads and q and k and len(q) == 3 and len(k) == 3 and q[2] % heads == 0:
+        head_size = q[2] // heads
+        if head_size and k[2] % head_size == 0:
+            kv = k[2] // head_size
+            label += f"; K width {k[2]} / head size {head_size}"
+    return _Reading(heads, kv, label)
+
+
+def _read_present_key(kind: str, s: tuple[int, ...], t: Mapping[str, str], shapes: Mapping[str, tuple[int, ...]],
+                      where: str) -> _Reading:
+    """present_key [batch, kv_heads, len, head_size]; the query heads from the output's width."""
     label = f"present_key {list(s)} {where}"
     if len(s) != 4:
         return _Reading(None, None, f"{label}: not [batch, kv_heads, len, head_size]")
-    if probe.kind == "ms_present_key":
+    if kind == "ms_present_key":
         return _Reading(s[1], s[1], label)
     out = shapes.get(t["out"])
     if out is None or len(out) != 3 or not s[3] or out[2] % s[3]:
@@ -374,32 +393,12 @@ def _synthesize(graph: onnx.GraphProto, dims: Mapping[str, int],
                 overrides: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int | None]:
     """Feeds for every graph input, and the batch size used (None when no dim is the batch)."""
     import numpy as np
-    import onnx
 
     inits = {t.name for t in graph.initializer}
     inputs = [v for v in graph.input if v.name not in inits]
     shaped = [v for v in inputs if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")]
     shaped_names = {v.name for v in shaped}
-    symbols = [d.dim_param for v in shaped for d in v.type.tensor_type.shape.dim if d.dim_param]
-    batch_symbol = next((s for s in symbols if _is_batch_name(s)), None)
-    first_axis0: tuple[str, Any] | None = None
-    if batch_symbol is None:
-        lead = next((v for v in shaped if v.type.tensor_type.shape.dim), None)
-        if lead is not None:
-            d0 = lead.type.tensor_type.shape.dim[0]
-            if not d0.HasField("dim_value") and not any(h in d0.dim_param.lower() for h in _SEQ_HINTS):
-                first_axis0 = (lead.name, d0)
-                batch_symbol = d0.dim_param or None
-    batch: int | None = None
-
-    def symbol_value(sym: str) -> int:
-        if sym in dims:
-            return dims[sym]
-        if "+" in sym:  # "past_sequence_length + sequence_length", "seq + 1"
-            terms = [t.strip() for t in sym.split("+")]
-            return sum(int(t) if t.isdigit() else symbol_value(t) for t in terms)
-        return DEFAULT_BATCH if sym == batch_symbol else DEFAULT_SEQUENCE
-
+    sizes = _Sizes(dims, shaped)
     rng = np.random.default_rng(0)
     users = _consumers(graph)
     feeds: dict[str, np.ndarray] = {}
@@ -409,36 +408,76 @@ def _synthesize(graph: onnx.GraphProto, dims: Mapping[str, int],
             continue
         if v.name not in shaped_names:
             raise _RunError(f"input '{v.name}' declares no tensor shape; cannot build a value for it")
+        feeds[v.name] = _feed(v, sizes.shape(v), graph, users, rng)
+    return feeds, sizes.batch
+
+
+class _Sizes:
+    """The sizes the run gives the graph inputs' dims: --dim values, else the batch or sequence
+    default by what a dim is. The batch is the dim named like a batch, else the first input's
+    first dim when it is dynamic and not named like a sequence."""
+
+    def __init__(self, dims: Mapping[str, int], shaped: Sequence[onnx.ValueInfoProto]) -> None:
+        self.dims = dims
+        symbols = [d.dim_param for v in shaped for d in v.type.tensor_type.shape.dim if d.dim_param]
+        self.batch_symbol = next((s for s in symbols if _is_batch_name(s)), None)
+        self.first_axis0: str | None = None  # the input whose dim 0 is the batch, when no name says
+        if self.batch_symbol is None:
+            lead = next((v for v in shaped if v.type.tensor_type.shape.dim), None)
+            if lead is not None:
+                d0 = lead.type.tensor_type.shape.dim[0]
+                if not d0.HasField("dim_value") and not any(h in d0.dim_param.lower() for h in _SEQ_HINTS):
+                    self.first_axis0 = lead.name
+                    self.batch_symbol = d0.dim_param or None
+        self.batch: int | None = None  # the batch size used, once an input has the batch dim
+
+    def symbol(self, sym: str) -> int:
+        if sym in self.dims:
+            return self.dims[sym]
+        if "+" in sym:  # "past_sequence_length + sequence_length", "seq + 1"
+            terms = [t.strip() for t in sym.split("+")]
+            return sum(int(t) if t.isdigit() else self.symbol(t) for t in terms)
+        return DEFAULT_BATCH if sym == self.batch_symbol else DEFAULT_SEQUENCE
+
+    def shape(self, v: onnx.ValueInfoProto) -> list[int]:
         shape: list[int] = []
         for axis, d in enumerate(v.type.tensor_type.shape.dim):
+            is_first_axis0 = self.first_axis0 == v.name and axis == 0
             if d.HasField("dim_value"):
                 value = int(d.dim_value)
             elif d.dim_param:
-                value = symbol_value(d.dim_param)
+                value = self.symbol(d.dim_param)
             else:  # an unnamed dynamic dim
-                is_batch = first_axis0 is not None and first_axis0[0] == v.name and axis == 0
-                value = DEFAULT_BATCH if is_batch else DEFAULT_SEQUENCE
-            if (d.dim_param and d.dim_param == batch_symbol) or (
-                    first_axis0 is not None and first_axis0[0] == v.name and axis == 0):
-                batch = value
+                value = DEFAULT_BATCH if is_first_axis0 else DEFAULT_SEQUENCE
+            if (d.dim_param and d.dim_param == self.batch_symbol) or is_first_axis0:
+                self.batch = value
             shape.append(value)
-        elem = v.type.tensor_type.elem_type
-        try:
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
-        except (KeyError, TypeError, ValueError):
-            raise _RunError(f"input '{v.name}' has an element type ({elem}) --verify cannot build") from None
-        kind = np.dtype(dtype).kind
-        if "mask" in v.name.lower() or kind == "b":
-            feeds[v.name] = np.ones(shape, dtype=dtype)
-        elif kind in "iu":
-            vocab = _vocab(v.name, graph, users)
-            high = min(vocab - 1, MAX_TOKEN_ID) if vocab else 0
-            feeds[v.name] = rng.integers(0, high + 1, size=shape).astype(dtype)
-        elif kind == "f":
-            feeds[v.name] = (rng.standard_normal(shape) * 0.1).astype(dtype)
-        else:
-            raise _RunError(f"input '{v.name}' has type {np.dtype(dtype).name}, which --verify cannot build")
-    return feeds, batch
+        return shape
+
+
+def _feed(v: onnx.ValueInfoProto, shape: list[int], graph: onnx.GraphProto,
+          users: Mapping[str, list[tuple[onnx.NodeProto, int]]], rng: np.random.Generator) -> np.ndarray:
+    """A value for input ``v``: ones for a mask or bool, token ids within the embedding it indexes,
+    small normal floats."""
+    import numpy as np
+    import onnx
+
+    elem = v.type.tensor_type.elem_type
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+    except (KeyError, TypeError, ValueError):
+        raise _RunError(f"input '{v.name}' has an element type ({elem}) --verify cannot build") from None
+    kind = np.dtype(dtype).kind
+    if "mask" in v.name.lower() or kind == "b":
+        return np.ones(shape, dtype=dtype)
+    if kind in "iu":
+        vocab = _vocab(v.name, graph, users)
+        high = min(vocab - 1, MAX_TOKEN_ID) if vocab else 0
+        return rng.integers(0, high + 1, size=shape).astype(dtype)
+    if kind == "f":
+        return (rng.standard_normal(shape) * 0.1).astype(dtype)
+    raise _RunError(f"input '{v.name}' has type {np.dtype(dtype).name}, which --verify cannot build")
+
 
 
 # ----------------------------------------------------------------------------- run
@@ -516,6 +555,21 @@ def verify_report(path: str | os.PathLike[str], report: Report, *, dims: Mapping
     except _RunError as exc:
         return _all_unchecked(report, plans, f"no inputs: {exc}")
     known: dict[str, tuple[int, ...]] = {**inits, **{k: tuple(v.shape) for k, v in feeds.items()}}
+    fetch = _fetch_list(model, plans, known)
+    try:
+        shapes = {**known, **_run(model, Path(path).parent, feeds, fetch)} if fetch else known
+    except _RunError as exc:
+        return _all_unchecked(report, plans, str(exc))
+    except Exception as exc:  # onnxruntime raises its own types; none may escape as a traceback
+        return _all_unchecked(report, plans, f"model did not run in onnxruntime: {_summary(exc)}")
+    return tuple(_verdict(block, plan, shapes, batch) for block, plan in zip(report.blocks, plans))
+
+
+def _fetch_list(model: onnx.ModelProto, plans: Sequence[_Probe | str], known: Mapping[str, tuple[int, ...]]
+                ) -> list[str]:
+    """The tensors the probes read that only the run gives, each added to the model's outputs."""
+    import onnx
+
     producible = {o for n in model.graph.node for o in n.output if o} | set(known)  # incl. outputs _plan added
     fetch: list[str] = []
     for plan in plans:
@@ -524,26 +578,21 @@ def verify_report(path: str | os.PathLike[str], report: Report, *, dims: Mapping
                 if name in producible and name not in known and name not in fetch:
                     fetch.append(name)
     existing = {o.name for o in model.graph.output}
-    import onnx
-
     for name in fetch:
         if name not in existing:
             model.graph.output.append(onnx.ValueInfoProto(name=name))
-    try:
-        shapes = {**known, **_run(model, Path(path).parent, feeds, fetch)} if fetch else known
-    except _RunError as exc:
-        return _all_unchecked(report, plans, str(exc))
-    except Exception as exc:  # onnxruntime raises its own types; none may escape as a traceback
-        return _all_unchecked(report, plans, f"model did not run in onnxruntime: {_summary(exc)}")
-    results = []
-    for block, plan in zip(report.blocks, plans):
-        if isinstance(plan, str):
-            results.append(BlockVerification(block.name, VerifyStatus.UNCHECKED, reason=plan))
-        elif any(name not in shapes for _, name in plan.tensors):
-            results.append(BlockVerification(block.name, VerifyStatus.UNCHECKED, reason=f"tensor at {plan.anchor} not produced"))
-        else:
-            results.append(_judge(block, _read(plan, shapes, batch)))
-    return tuple(results)
+    return fetch
+
+
+def _verdict(block: AttentionBlock, plan: _Probe | str, shapes: Mapping[str, tuple[int, ...]],
+             batch: int | None) -> BlockVerification:
+    """The block's result: unchecked with the plan's reason or a tensor the run did not produce,
+    else what the probe's shapes say against the static figures."""
+    if isinstance(plan, str):
+        return BlockVerification(block.name, VerifyStatus.UNCHECKED, reason=plan)
+    if any(name not in shapes for _, name in plan.tensors):
+        return BlockVerification(block.name, VerifyStatus.UNCHECKED, reason=f"tensor at {plan.anchor} not produced")
+    return _judge(block, _read(plan, shapes, batch))
 
 
 def _all_unchecked(report: Report, plans: list[_Probe | str], reason: str) -> tuple[BlockVerification, ...]:

@@ -194,8 +194,9 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
 
         return export_result(path)
     if src.kind == "torchscript":
-        raise InputError(f"{path}: a TorchScript archive (torch.jit.save): not read by this version",
-                         ErrorKind.UNSUPPORTED)
+        from mhainspect.frontends.archives.frontend import torchscript_result
+
+        return torchscript_result(path)
     if src.kind == "factory":
         raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
 

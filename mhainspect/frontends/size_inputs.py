@@ -89,6 +89,7 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
 def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) -> tuple[bool | None, str]:
     """Whether the config says the module ``block_name`` caches K/V during decoding (None: it does
     not say), and why."""
+    from mhainspect.frontends.checkpoint.arch_defaults import encoder_model_type
     from mhainspect.frontends.checkpoint.hf_config import TOWER_PREFIXES, decoder_only_model_type, sub_config
 
     name = block_name.lower()
@@ -108,9 +109,15 @@ def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) 
         return True, "config is_decoder = true"
     if archs and all(re.search(_ENCODER_ARCH, a) for a in archs):
         return False, f"config architectures {archs[0]}: an encoder, run once over the input"
-    family = decoder_only_model_type(_sub_config(cfg, block_name)) or decoder_only_model_type(cfg)
+    tower = _sub_config(cfg, block_name)
+    family = decoder_only_model_type(tower) or decoder_only_model_type(cfg)
     if family is not None:
         return True, f"config model_type {family}: a decoder-only language model"
+    encoder = encoder_model_type(tower) or encoder_model_type(cfg)
+    if encoder is not None:
+        where = f"the block's {prefix.rstrip('.')} is " if prefix else ""
+        return False, (f"config model_type {encoder}: {where}an encoder that runs once over its input (no is_decoder, "
+                       "no causal architecture)")
     return None, "the config does not say whether the model decodes autoregressively (no causal architecture, " \
                  "decoder-only model_type, is_decoder or is_encoder_decoder)"
 
@@ -202,71 +209,72 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], scan:
     tensors = _graph_tensors(index, scan)
     fallback = model_float_dtype(tensors)
     io = cache_io(index, blocks)
-    any_io = bool(io)
     compute = {b.name: compute_dtype(index, b, fallback) for b in blocks}
     from_config = {d.block: d for d in config_decoding(config, blocks, compute, label=config_label)} \
         if config is not None else {}
-    causal_self = unknown_self = False
     decoding: list[BlockDecoding] = []
     pending_cross: list[AttentionBlock] = []
     for b in blocks:
         cfg = from_config.get(b.name)
-        window, wsource = (cfg.window, cfg.window_source) if cfg is not None else (None, "")
-        tensors_io = io.get(b.name)
         mask = causal_mask(index, b) if b.kind != "cross" else None
+        window, wsource = (cfg.window, cfg.window_source) if cfg is not None else (None, "")
         if mask is not None and mask.window is not None:  # the graph's own mask outranks the config
             window, wsource = mask.window, mask.window_source
+        tensors_io = io.get(b.name)
         if tensors_io:
-            io_dtype = tensors_io[0][1]
             names = ", ".join(n for n, _ in tensors_io[:4])
-            decoding.append(BlockDecoding(b.name, True, f"cache tensors {names} in the graph", io_dtype,
+            decoding.append(BlockDecoding(b.name, True, f"cache tensors {names} in the graph", tensors_io[0][1],
                                           f"graph cache tensor '{tensors_io[0][0]}'", window, wsource, "cache_tensor"))
-            causal_self = causal_self or b.kind != "cross"
-            continue
-        if b.kind == "cross":
+        elif b.kind == "cross":
             pending_cross.append(b)
-            continue
-        assert mask is not None
-        causal, why = mask.causal, mask.reason
-        mask_dtype, mask_dsource = compute[b.name]
-        if causal and cfg is not None and cfg.caches is False:
-            decoding.append(BlockDecoding(b.name, False, f"{cfg.reason} (a causal mask reaches the scores, but the "
-                                          "graph has no past/present tensors)"))
-        elif causal:
-            # A causal mask says the block can cache, not that it is ever decoded token by token
-            # (CLIP's text tower is causal and runs once): say which, when a config tells.
-            if_decoded = cfg is None or not cfg.caches
-            why = f"{why}; {IF_DECODED if cfg is None or not cfg.caches else cfg.reason}"
-            decoding.append(BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource, "causal_mask",
-                                          if_decoded))
-            causal_self = True
-        elif any_io:
-            decoding.append(BlockDecoding(b.name, False, "no past/present tensor of the graph reaches this block and "
-                                          "no causal mask does: it runs once over the input (an encoder)"))
-        elif cfg is not None and cfg.caches is not None:
-            decoding.append(cfg)
-            causal_self = causal_self or bool(cfg.caches)
         else:
-            decoding.append(BlockDecoding(b.name, causal, why, mask_dtype, mask_dsource))
-            unknown_self = unknown_self or causal is None
-    # Every self block that caches does so on a causal mask alone: so does the cross-attention.
+            assert mask is not None
+            decoding.append(_self_decoding(b, (mask.causal, mask.reason), cfg, compute[b.name], bool(io),
+                                           window, wsource))
     self_blocks = {b.name for b in blocks if b.kind != "cross"}
-    assumed_self = all(d.if_decoded for d in decoding if d.caches and d.block in self_blocks)
-    for b in pending_cross:
-        cross_dtype, cross_dsource = compute[b.name]
-        if causal_self:
-            decoding.append(BlockDecoding(b.name, True, "cross-attention of a causal decoder: K/V of the encoder "
-                                          "output, computed once per input", cross_dtype, cross_dsource,
-                                          source="causal_mask", if_decoded=assumed_self))
-        elif unknown_self:
-            decoding.append(BlockDecoding(b.name, None, "cross-attention of a graph whose self-attention may decode "
-                                          "autoregressively (see its blocks): whether it caches is up to the caller"))
-        else:
-            decoding.append(BlockDecoding(b.name, False, "cross-attention, and no block of the graph decodes "
-                                          "autoregressively"))
+    self_decoding = [d for d in decoding if d.block in self_blocks]
+    decoding.extend(_cross_decoding(b, compute[b.name], self_decoding) for b in pending_cross)
     order = {b.name: i for i, b in enumerate(blocks)}
     decoding.sort(key=lambda d: order[d.block])
     return SizeInputs(tensors, graph_block_tensors(index, blocks), tuple(decoding))
+
+
+def _self_decoding(b: AttentionBlock, mask: tuple[bool | None, str], cfg: BlockDecoding | None,
+                   dtype: tuple[str | None, str], graph_has_io: bool, window: int | None, wsource: str) -> BlockDecoding:
+    """Whether a self-attention block without cache tensors of its own caches: its causal mask
+    (with the config saying whether the model is decoded), else no cache where the graph has cache
+    tensors elsewhere (an encoder beside a decoder), else the config, else what the mask says."""
+    causal, why = mask  # what the causal-mask matcher says, and why
+    mask_dtype, mask_dsource = dtype
+    if causal and cfg is not None and cfg.caches is False:
+        return BlockDecoding(b.name, False, f"{cfg.reason} (a causal mask reaches the scores, but the graph has no "
+                             "past/present tensors)")
+    if causal:
+        # A causal mask says the block can cache, not that it is ever decoded token by token
+        # (CLIP's text tower is causal and runs once): say which, when a config tells.
+        if_decoded = cfg is None or not cfg.caches
+        why = f"{why}; {IF_DECODED if if_decoded or cfg is None else cfg.reason}"
+        return BlockDecoding(b.name, True, why, mask_dtype, mask_dsource, window, wsource, "causal_mask", if_decoded)
+    if graph_has_io:
+        return BlockDecoding(b.name, False, "no past/present tensor of the graph reaches this block and no causal "
+                             "mask does: it runs once over the input (an encoder)")
+    if cfg is not None and cfg.caches is not None:
+        return cfg
+    return BlockDecoding(b.name, causal, why, mask_dtype, mask_dsource)
+
+
+def _cross_decoding(b: AttentionBlock, dtype: tuple[str | None, str],
+                    self_decoding: Sequence[BlockDecoding]) -> BlockDecoding:
+    """Cross-attention caches its K/V when the self-attention decodes: every caching self block on
+    a causal mask alone makes it 'if decoded' too; unknown when some self block's caching is."""
+    if any(d.caches is True for d in self_decoding):
+        assumed = all(d.if_decoded for d in self_decoding if d.caches)
+        return BlockDecoding(b.name, True, "cross-attention of a causal decoder: K/V of the encoder output, computed "
+                             "once per input", dtype[0], dtype[1], source="causal_mask", if_decoded=assumed)
+    if any(d.caches is None for d in self_decoding):
+        return BlockDecoding(b.name, None, "cross-attention of a graph whose self-attention may decode "
+                             "autoregressively (see its blocks): whether it caches is up to the caller")
+    return BlockDecoding(b.name, False, "cross-attention, and no block of the graph decodes autoregressively")
 
 
 def metas_size_inputs(weights: Mapping[str, Any], blocks: Sequence[AttentionBlock], config: Mapping[str, Any] | None,

@@ -126,10 +126,8 @@ class BlockBuilder:
         return assembly.pick(self.evidence, name)
 
     def build(self, taken_names: set[str]) -> AttentionBlock:
-        if self._latent_inputs():
-            kv = self.roles.get("v") if "v" in self.latent else self.roles.get("k")
-            if kv is not None and kv.traced is not None and self.output is not None:
-                return self._build_latent(taken_names)
+        if self._latent_kv():
+            return self._build_latent(taken_names)
         conflicts: list[str] = []
         picked: dict[str, int | None] = {}
         for f in ("d_k", "d_v"):
@@ -207,6 +205,13 @@ class BlockBuilder:
                 continue
             self.latent[role] = down
         return bool(self.latent)
+
+    def _latent_kv(self) -> bool:
+        """Whether K/V are up-projected from a latent a down-projection made (latent attention)."""
+        if not self._latent_inputs():
+            return False
+        kv = self.roles.get("v") if "v" in self.latent else self.roles.get("k")
+        return kv is not None and kv.traced is not None and self.output is not None
 
     def _build_latent(self, taken_names: set[str]) -> AttentionBlock:
         """A latent-attention block (``mhainspect.matchers.latent``): the widths of Q's, the K/V

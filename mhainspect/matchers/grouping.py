@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from mhainspect.ir.weights import QuantRole, WeightMeta
@@ -72,6 +72,11 @@ LATENT_MODULES = {"q_a_proj": "q_down", "q_a_layernorm": "q_norm", "q_b_proj": "
                   "kv_a_proj_with_mqa": "kv_down", "kv_a_layernorm": "kv_norm", "kv_b_proj": "kv_up"}
 
 
+# Norms of Q and K held by the attention module (Qwen3, Gemma 3, OLMo 2): one head wide when the
+# norm is per head, as wide as the projection when it is over all heads.
+HEAD_NORM_MODULES = frozenset({"q_norm", "k_norm", "q_layernorm", "k_layernorm", "query_norm", "key_norm"})
+
+
 @dataclass(frozen=True)
 class LatentParts:
     """The weights of a latent-attention module besides Q's up-projection and O
@@ -99,6 +104,7 @@ class GroupedBlock:
     role_biases: tuple[tuple[str, WeightMeta], ...] = ()
     latent: LatentParts | None = None  # latent attention: its down- and up-projections beside Q and O
     learned_query: WeightMeta | None = None  # the learned query Q is projected from (then cross is True)
+    head_norms: tuple[WeightMeta, ...] = ()  # Q/K norms held by the attention module (q_norm, k_norm): 1-D weights
 
     def role(self, role: str) -> RoleWeights | None:
         return next((r for r in self.roles if r.role == role), None)
@@ -171,6 +177,7 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
     # Children by parent: parent -> role -> module path
     children: dict[str, dict[str, str]] = {}
     latent_kids: dict[str, dict[str, str]] = {}  # parent -> latent part -> module path
+    head_norms: dict[str, list[WeightMeta]] = {}  # parent -> its Q/K norm weights
     for path, tensors in modules.items():
         if "weight" not in tensors or not path:
             continue
@@ -180,6 +187,8 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         part = LATENT_MODULES.get(parts[-1])
         if part is not None:
             latent_kids.setdefault(parent, {})[part] = path
+        if parts[-1] in HEAD_NORM_MODULES and len(tensors["weight"].shape) == 1:
+            head_norms.setdefault(parent, []).append(tensors["weight"])
         # to_out.0 (diffusers): the output projection is the first item of a Sequential.
         if role is None and len(parts) >= 2 and parts[-1].isdigit() and parts[-2].lower() == "to_out":
             role, parent = "o", ".".join(parts[:-2])
@@ -196,15 +205,9 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         roles: list[RoleWeights] = []
         kids = children.get(owner, {})
         params = mha.get(owner, {})
-        latent = None
-        if owner in latent_owners and ("q_up" in latent_kids[owner] or "q" in kids):
-            found = latent_kids[owner]
-            roles.append(rw("q", found.get("q_up") or kids["q"]))
-            latent = LatentParts(rw("kv_down", found["kv_down"]), rw("kv_up", found["kv_up"]),
-                                 q_down=rw("q_down", found["q_down"]) if "q_down" in found else None,
-                                 norms=tuple(t for n in ("q_norm", "kv_norm") if n in found
-                                             for t in (modules[found[n]].get("weight"), modules[found[n]].get("bias"))
-                                             if t is not None))
+        latent = _latent_parts(latent_kids[owner], kids, rw, modules) if owner in latent_owners else None
+        if latent is not None:
+            roles.append(latent[0])
         elif ("qkv", "weight") in params:
             roles.append(RoleWeights("qkv", owner, params[("qkv", "weight")], params.get(("qkv", "bias"))))
         elif all((r, "weight") in params for r in ("q", "k", "v")):
@@ -235,7 +238,7 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
             name = owner
         query = _learned_query(owner, roles, queries)
         blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross or query is not None, own_biases,
-                                   latent, query))
+                                   latent[1] if latent is not None else None, query, tuple(head_norms.get(owner, ()))))
     return _with_enclosing_extras(blocks, extras)
 
 
@@ -251,6 +254,19 @@ def _learned_query(owner: str, roles: list[RoleWeights], queries: Mapping[str, W
         if meta is not None and dims is not None and meta.shape[-1] == dims[0]:
             return meta
     return None
+
+
+def _latent_parts(found: Mapping[str, str], kids: Mapping[str, str], rw: Callable[[str, str], RoleWeights],
+                  modules: Mapping[str, Mapping[str, WeightMeta]]) -> tuple[RoleWeights, LatentParts] | None:
+    """(Q, the rest) of a latent-attention module from its children by part (``LATENT_MODULES``),
+    or None without a Q projection."""
+    q = found.get("q_up") or kids.get("q")
+    if q is None:
+        return None
+    norms = tuple(t for n in ("q_norm", "kv_norm") if n in found
+                  for t in (modules[found[n]].get("weight"), modules[found[n]].get("bias")) if t is not None)
+    return rw("q", q), LatentParts(rw("kv_down", found["kv_down"]), rw("kv_up", found["kv_up"]),
+                                   q_down=rw("q_down", found["q_down"]) if "q_down" in found else None, norms=norms)
 
 
 def _with_enclosing_extras(blocks: list[GroupedBlock], extras: Mapping[str, list[WeightMeta]]

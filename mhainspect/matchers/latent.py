@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from mhainspect.ir.weights import HeadOffers
 from mhainspect.matchers.assembly import PRIORITY
-from mhainspect.matchers.grouping import GroupedBlock, RoleWeights, linear_dims, projection
+from mhainspect.matchers.grouping import GroupedBlock, LatentParts, RoleWeights, linear_dims, projection
 from mhainspect.results import (
     AttentionBlock,
     BlockKind,
@@ -115,15 +115,7 @@ def solve(shapes: LatentShapes, claims: Sequence[Evidence]) -> LatentSolution:
     rope = f.decide("rope_dim", shapes.kv_down - rank if shapes.kv_down and rank and shapes.kv_down >= rank
                     else None, f"K/V down-projection output {shapes.kv_down} − latent {rank}{at}")
     q_rank = f.decide("q_rank", shapes.q_rank, f"Q's latent width{at}")
-    if shapes.heads is not None:
-        h = f.decide("num_heads", shapes.heads, f"per-head K/V up-projection [{shapes.heads}, ...]{at}",
-                     EvidenceSource.KERNEL_SHAPE)
-    else:
-        spare = (shapes.q_width - shapes.kv_up + shapes.o_in
-                 if shapes.q_width and shapes.kv_up and shapes.o_in else None)
-        h = f.decide("num_heads", _exact(spare, rope),
-                     f"(Q width {shapes.q_width} − K/V up-projection width {shapes.kv_up} + O input {shapes.o_in}) "
-                     f"/ rope {rope}{at}")
+    h = _heads(f, shapes, rope, at)
     nope = shapes.nope or _exact(shapes.kv_up - shapes.o_in if shapes.kv_up and shapes.o_in else None, h)
     v_from = shapes.v or _exact(shapes.o_in, h)
     q_head = _exact(shapes.q_width, h)
@@ -136,6 +128,17 @@ def solve(shapes: LatentShapes, claims: Sequence[Evidence]) -> LatentSolution:
     if nope is None and d_k is not None and rope is not None and d_k > rope:
         nope = d_k - rope
     return LatentSolution(h, d_k, d_v, nope, rank, rope, q_rank, tuple(f.evidence), tuple(f.conflicts))
+
+
+def _heads(f: _Fields, shapes: LatentShapes, rope: int | None, at: str) -> int | None:
+    """The heads: read off a per-head K/V tensor, else h · rope = Q width − K/V up width + O input."""
+    if shapes.heads is not None:
+        return f.decide("num_heads", shapes.heads, f"per-head K/V up-projection [{shapes.heads}, ...]{at}",
+                        EvidenceSource.KERNEL_SHAPE)
+    spare = shapes.q_width - shapes.kv_up + shapes.o_in if shapes.q_width and shapes.kv_up and shapes.o_in else None
+    return f.decide("num_heads", _exact(spare, rope),
+                    f"(Q width {shapes.q_width} − K/V up-projection width {shapes.kv_up} + O input {shapes.o_in}) "
+                    f"/ rope {rope}{at}")
 
 
 def kv_up_split(total_rows: int, heads: int | None, nope: int | None, d_v: int | None) -> tuple[int, int] | None:
@@ -160,53 +163,63 @@ def _claims(offers: Iterable[HeadOffers]) -> list[Evidence]:
     return out
 
 
+def _per_head(rw: RoleWeights | None) -> tuple[int, ...] | None:
+    """The shape of a per-head K or V up-projection (GGUF attn_k_b [h, rank, nope], attn_v_b [h, v, rank])."""
+    return rw.weight.shape if rw is not None and len(rw.weight.shape) == 3 else None
+
+
+def _shapes(group: GroupedBlock, parts: LatentParts) -> LatentShapes:
+    """The widths of a name-grouped latent block's weights."""
+    q, o = group.role("q"), group.role("o")
+    kv_up_in, kv_up = _dims(parts.kv_up) if parts.kv_up is not None else (None, None)
+    k_b, v_b = _per_head(parts.k_up), _per_head(parts.v_up)
+    rank = kv_up_in or (k_b[1] if k_b else None) or (v_b[2] if v_b else None)
+    return LatentShapes(_dims(q)[1] if q is not None else None, _dims(parts.kv_down)[1], rank, kv_up,
+                        _dims(o)[0] if o is not None else None, heads=(k_b or v_b or (None,))[0],
+                        nope=k_b[2] if k_b else None, v=v_b[1] if v_b else None,
+                        q_rank=_dims(parts.q_down)[1] if parts.q_down is not None else None, where=group.name)
+
+
+def _kv_projections(parts: LatentParts, shapes: LatentShapes, sol: LatentSolution
+                    ) -> tuple[list[Projection], str | None]:
+    """K and V: the shares of the packed up-projection (per head nope rows of K, then d_v of V), or
+    the per-head up-projections; and why the heads are unknown when the packed one cannot be split."""
+    out: list[Projection] = []
+    if parts.kv_up is not None and shapes.kv_up:
+        up_in = shapes.kv_rank
+        split = kv_up_split(shapes.kv_up, sol.num_heads, sol.nope, sol.d_v)
+        if split is None:  # never an even split: counted whole under K, and the heads stay unknown
+            return [projection("k", parts.kv_up, up_in, None)], (
+                f"the K/V up-projection {parts.kv_up.weight.name} {list(parts.kv_up.weight.shape)} cannot be split "
+                "into K and V with the widths and claims found")
+        k_rows, v_rows = split
+        out += [projection("k", parts.kv_up, up_in, k_rows, (k_rows, shapes.kv_up)),
+                projection("v", parts.kv_up, up_in, v_rows, (v_rows, shapes.kv_up))]
+    for role, rw in (("k", parts.k_up), ("v", parts.v_up)):
+        shape = _per_head(rw)
+        if rw is not None and shape is not None:
+            out.append(projection(role, rw, shapes.kv_rank, shape[0] * (shape[2] if role == "k" else shape[1])))
+    return out, None
+
+
 def assemble_latent(group: GroupedBlock, offers: Sequence[HeadOffers], *, matcher: str,
                     no_heads_reason: str = "") -> AttentionBlock:
     """The block of a name-grouped latent-attention module (``group.latent`` set)."""
     parts = group.latent
     assert parts is not None
     claims = _claims(offers)
-    q, o = group.role("q"), group.role("o")
-    q_in, q_width = _dims(q) if q is not None else (None, None)
-    o_in, o_out = _dims(o) if o is not None else (None, None)
-    kv_in, kv_down = _dims(parts.kv_down)
-    kv_up_in, kv_up = _dims(parts.kv_up) if parts.kv_up is not None else (None, None)
-    k_b = parts.k_up.weight.shape if parts.k_up is not None and len(parts.k_up.weight.shape) == 3 else None
-    v_b = parts.v_up.weight.shape if parts.v_up is not None and len(parts.v_up.weight.shape) == 3 else None
-    rank = kv_up_in or (k_b[1] if k_b else None) or (v_b[2] if v_b else None)
-    shapes = LatentShapes(q_width, kv_down, rank, kv_up, o_in, heads=(k_b or v_b or (None,))[0],
-                          nope=k_b[2] if k_b else None, v=v_b[1] if v_b else None,
-                          q_rank=_dims(parts.q_down)[1] if parts.q_down is not None else None,
-                          where=group.name)
+    shapes = _shapes(group, parts)
     sol = solve(shapes, claims)
-    conflicts = list(sol.conflicts)
-    projections: list[Projection] = []
-    if q is not None:
-        projections.append(projection("q", q, q_in, q_width))
-    unknown = None
-    if parts.kv_up is not None and kv_up:
-        split = kv_up_split(kv_up, sol.num_heads, sol.nope, sol.d_v)
-        if split is not None:
-            k_rows, v_rows = split
-            projections.append(projection("k", parts.kv_up, kv_up_in, k_rows, (k_rows, kv_up)))
-            projections.append(projection("v", parts.kv_up, kv_up_in, v_rows, (v_rows, kv_up)))
-        else:  # never an even split: counted whole under K, and the heads stay unknown
-            projections.append(projection("k", parts.kv_up, kv_up_in, None))
-            unknown = (f"the K/V up-projection {parts.kv_up.weight.name} {list(parts.kv_up.weight.shape)} cannot be "
-                       "split into K and V with the widths and claims found")
-    for role, rw, shape in (("k", parts.k_up, k_b), ("v", parts.v_up, v_b)):
-        if rw is not None and shape is not None:
-            width = shape[0] * (shape[2] if role == "k" else shape[1])
-            projections.append(projection(role, rw, rank, width))
-    if o is not None:
-        projections.append(projection("o", o, o_in, o_out))
+    q, o = group.role("q"), group.role("o")
+    kv, unknown = _kv_projections(parts, shapes, sol)
+    projections = ([projection("q", q, *_dims(q))] if q is not None else []) + kv + \
+        ([projection("o", o, *_dims(o))] if o is not None else [])
     extra_tensors = [t for rw in (parts.q_down, parts.kv_down) if rw is not None
                      for t in (rw.weight, rw.bias) if t is not None] + list(parts.norms)
     evidence = list(claims) + list(sol.evidence)
-    for t in extra_tensors:
-        evidence.append(Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE,
-                                 f"{t.name} {list(t.shape)}: latent attention's down-projection or norm"))
-    d_model = kv_in or q_in
+    evidence += [Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE,
+                          f"{t.name} {list(t.shape)}: latent attention's down-projection or norm") for t in extra_tensors]
+    d_model = _dims(parts.kv_down)[0]
     if d_model is not None:
         evidence.append(Evidence("d_model", d_model, EvidenceSource.WEIGHT_SHAPE,
                                  f"input width of the K/V down-projection {parts.kv_down.module}"))
@@ -221,5 +234,5 @@ def assemble_latent(group: GroupedBlock, offers: Sequence[HeadOffers], *, matche
         name=group.name, matcher=matcher, kind=BlockKind.SELF, num_heads=h, num_kv_heads=h, d_model=d_model,
         d_k=sol.d_k, d_v=sol.d_v, params=ParamBreakdown.from_projections(projections, sum(t.numel for t in extra_tensors)),
         projections=tuple(projections), evidence=tuple(evidence), anchor=group.owner,
-        unknown_reason=unknown if h is None else None, conflicts=tuple(dict.fromkeys(conflicts)), latent=latent,
+        unknown_reason=unknown if h is None else None, conflicts=tuple(dict.fromkeys(sol.conflicts)), latent=latent,
     )

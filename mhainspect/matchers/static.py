@@ -83,6 +83,9 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
             if quant.conflict:
                 conflicts.append(quant.conflict)
 
+    head = _head_norm_evidence(group, widths)
+    if head is not None:
+        evidence.append(head)
     h, c1 = pick(evidence, "num_heads")
     g, c2 = pick(evidence, "num_kv_heads")
     d_k, c3 = pick(evidence, "d_k")
@@ -187,6 +190,20 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         applications=runs.applications if runs is not None and runs.applications is not None else 1,
     )
 
+
+
+def _head_norm_evidence(group: GroupedBlock, widths: Mapping[str, tuple[int | None, int | None]]) -> Evidence | None:
+    """d_k read off per-head Q/K norms (Qwen3, Gemma 3: [d_k]), a shape that outranks a config's
+    head_dim; a norm as wide as Q's projection (OLMo 2) is over all heads and says nothing."""
+    dims = {t.shape[0] for t in group.head_norms}
+    wq = widths.get("q", (None, None))[1]
+    if len(dims) != 1 or wq is None:
+        return None
+    (d,) = dims
+    if d <= 0 or d >= wq or wq % d:
+        return None
+    names = " and ".join(t.name for t in group.head_norms)
+    return Evidence("d_k", d, EvidenceSource.HEAD_SHAPE, f"per-head norm {names} [{d}]")
 
 
 def near_misses(weights: Mapping[str, WeightMeta], groups: Iterable[GroupedBlock], matcher: str) -> list[Miss]:

@@ -13,22 +13,27 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mhainspect.errors import InputError
+from mhainspect.frontends.archives.known_blocks import KnownBlocks
 from mhainspect.frontends.archives.program import ArchiveProgram, ArchiveWeight
 from mhainspect.frontends.result import SourceResult
 from mhainspect.frontends.torch.known import MHA_CLASS, class_name, mha_scale
-from mhainspect.ir.weights import WeightMeta
+from mhainspect.ir.weights import WeightMeta, identity_by_name
+from mhainspect.matchers.sharing import count_shared_once
 from mhainspect.results import AttentionBlock, Evidence, EvidenceSource, ReportWarning, WarningCode
 
 _CONFIG_LABEL = "config.json beside the archive"
 
 
-def archive_result(path: str | os.PathLike[str], program: ArchiveProgram, *, fmt: str) -> SourceResult:
-    """The SourceResult of an archive's program (see the module docstring)."""
+def archive_result(path: str | os.PathLike[str], program: ArchiveProgram, *, fmt: str,
+                   known: KnownBlocks | None = None) -> SourceResult:
+    """The SourceResult of an archive's program (see the module docstring); ``known``: blocks of
+    modules recognised by class and attributes, which a graph block using their weights repeats."""
     from mhainspect.frontends.onnx.frontend import graph_result
     from mhainspect.frontends.size_inputs import metas_size_inputs
 
@@ -36,18 +41,18 @@ def archive_result(path: str | os.PathLike[str], program: ArchiveProgram, *, fmt
     config, config_warning = _config_beside(p)
     found = graph_result(program.graph, path=os.fspath(path), fmt=fmt, config=config, config_label=_CONFIG_LABEL)
     scopes = {n.name: n.scope for n in program.graph.nodes}
-    blocks = [_named(_known_scale(b, program.module_classes), scopes, program.root_class) for b in found.blocks]
+    traced = [_named(_known_scale(b, program.module_classes), scopes, program.root_class) for b in found.blocks]
     # A block the graph shows caching (a causal mask, cache tensors) decodes where nothing else says.
-    renamed = {old.name: new.name for old, new in zip(found.blocks, blocks)}
+    renamed = {old.name: new.name for old, new in zip(found.blocks, traced)}
     graph_caches = {renamed.get(d.block, d.block): dataclasses.replace(d, block=renamed.get(d.block, d.block))
                     for d in (found.size.decoding if found.size else ()) if d.caches}
+    blocks = _merged(known, traced, program) if known is not None else traced
     metas = {w.name: WeightMeta(w.name, w.shape, w.dtype, w.storage_key) for w in program.weights}
     parameters = frozenset(w.storage_key for w in program.weights if w.is_parameter)
     # Without a config, the root module's class is read as a config's architectures entry is
     # (LlamaForCausalLM: a causal language model; BertForMaskedLM: an encoder).
-    said, label = (config, _CONFIG_LABEL) if config is not None else (
-        ({"architectures": [program.root_class]}, f"the root module's class {program.root_class}")
-        if program.root_class else (None, ""))
+    said, label = (config, _CONFIG_LABEL) if config is not None else _class_config(
+        program.root_class, program.module_classes.get("", ""))
     size = metas_size_inputs(metas, blocks, said, parameters, label=label,
                              no_config=f"{p.name} has no config: nothing says whether it decodes autoregressively")
     decoding = tuple(graph_caches.get(d.block, d) if d.caches is None else d for d in size.decoding)
@@ -58,6 +63,41 @@ def archive_result(path: str | os.PathLike[str], program: ArchiveProgram, *, fmt
     if config_warning is not None:
         warnings.append(config_warning)
     return SourceResult(tuple(blocks), found.misses, facts, tuple(warnings), size)
+
+
+def _class_config(root_class: str, qualified: str) -> tuple[dict[str, Any] | None, str]:
+    """The root class as a config's ``architectures`` entry (and a transformers class's module as
+    its ``model_type``: transformers.models.bert.modeling_bert.BertModel is model_type bert), when
+    that says whether the model decodes."""
+    from mhainspect.frontends.size_inputs import config_causal
+
+    said: dict[str, Any] = {"architectures": [root_class]}
+    family = re.match(r"transformers\.models\.([a-z0-9_]+)\.modeling_", qualified)
+    if family is not None:
+        said["model_type"] = family.group(1)
+    if not root_class or config_causal(said, "")[0] is None:
+        return None, ""
+    return said, f"the root module's class {qualified or root_class}"
+
+
+def _merged(known: KnownBlocks, traced: list[AttentionBlock], program: ArchiveProgram) -> list[AttentionBlock]:
+    """Recognised blocks first, then the graph's blocks that are not theirs, then recognised
+    groups without heads that the graph did not find either; a weight several blocks use counts
+    in the first (as for a live module)."""
+    keys = {w.name: w.storage_key for w in program.weights}
+    graph_keys = {t.name: t.storage_key for t in program.graph.weights.values()}
+    used: set[str] = set()
+    kept: list[AttentionBlock] = []
+    for b in traced:
+        mine = {graph_keys[p.weight] for p in b.projections if p.weight is not None and p.weight in graph_keys}
+        if mine & known.storage_keys:
+            continue
+        used |= mine
+        kept.append(b)
+    headless = [b for b in known.headless
+                if not any(keys.get(p.weight or "") in used for p in b.projections)]
+    metas = {w.name: WeightMeta(w.name, w.shape, w.dtype, w.storage_key) for w in program.weights}
+    return count_shared_once(list(known.blocks) + kept + headless, identity_by_name(metas, graph_keys))
 
 
 def _named(block: AttentionBlock, scopes: dict[str, str], root_class: str) -> AttentionBlock:
@@ -113,3 +153,21 @@ def export_result(path: str | os.PathLike[str]) -> SourceResult:
     from mhainspect.frontends.archives.export_reader import read_export_program
 
     return archive_result(path, read_export_program(Path(path)), fmt="torch.export")
+
+
+def torchscript_result(path: str | os.PathLike[str]) -> SourceResult:
+    """A TorchScript archive, read without loading it (mhainspect.frontends.archives.torchscript_reader)."""
+    from mhainspect.frontends.archives.known_blocks import ModuleFacts, recognise
+    from mhainspect.frontends.archives.torchscript_code import convert
+    from mhainspect.frontends.archives.torchscript_reader import read_archive
+
+    archive = read_archive(Path(path))
+    graph, notes = convert(archive)
+    modules = {m.path: ModuleFacts(m.class_name, m.attrs) for m in archive.modules.values()}
+    known = recognise(archive.weights, modules)
+    # Code not followed inside a module its attributes already describe costs nothing: no note.
+    owners = tuple(f" at '{b.anchor}'" for b in known.blocks)
+    kept = tuple(n for n in notes if not any(o in n for o in owners))
+    program = ArchiveProgram(graph, tuple(archive.weights.values()), archive.root.class_name.rsplit(".", 1)[-1],
+                             kept, {p: m.class_name for p, m in modules.items()})
+    return archive_result(path, program, fmt="torchscript", known=known)

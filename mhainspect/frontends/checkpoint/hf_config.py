@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mhainspect.frontends.checkpoint.arch_defaults import ConfigView, absent_sub_config, with_defaults
 from mhainspect.ir.limits import config_float, config_int
 from mhainspect.ir.weights import HeadOffers
 from mhainspect.matchers.experts import ExpertClaims
@@ -101,7 +102,7 @@ DECODER_ONLY_MODEL_TYPES = frozenset((
 
 def decoder_only_model_type(cfg: Mapping[str, Any]) -> str | None:
     """The config's model_type when it names a decoder-only language model family, else None."""
-    kind = cfg.get("model_type")
+    kind = cfg.model_type if isinstance(cfg, ConfigView) else cfg.get("model_type")
     return kind if isinstance(kind, str) and kind in DECODER_ONLY_MODEL_TYPES else None
 
 
@@ -125,7 +126,15 @@ def positive_int(v: Any) -> int | None:
 
 
 def _value(cfg: Mapping[str, Any], key: str, layer: int | None) -> Found | None:
-    """``cfg[key]`` as a positive int; a per-layer list is read at ``layer`` (or when all agree)."""
+    """``cfg[key]`` as a positive int; a per-layer list is read at ``layer`` (or when all agree). A
+    value the config omits and its architecture supplies (``arch_defaults.ConfigView``) says so."""
+    found = _read(cfg, key, layer)
+    if found is not None and isinstance(cfg, ConfigView) and cfg.defaulted(key):
+        return Found(found.value, f"{found.said} ({cfg.model_type} default)")
+    return found
+
+
+def _read(cfg: Mapping[str, Any], key: str, layer: int | None) -> Found | None:
     v = cfg.get(key)
     if isinstance(v, list) and v and all(positive_int(x) for x in v):
         if len(set(v)) == 1:
@@ -529,22 +538,32 @@ def _has_heads(cfg: Mapping[str, Any]) -> bool:
         isinstance(cfg.get(k), list) for k in HEADS_KEYS)
 
 
+def _nested(cfg: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ConfigView] | None:
+    """The first of ``keys`` the config holds as a sub-config (with its architecture's defaults),
+    else the one its composite architecture builds when the file leaves it out."""
+    for k in keys:
+        sub = cfg.get(k)
+        if isinstance(sub, Mapping):
+            return f"{k}.", with_defaults(sub, cfg, k)
+    for k in keys:
+        if (absent := absent_sub_config(cfg, k)) is not None:
+            return f"{k}.", absent
+    return None
+
+
 def sub_config(cfg: Mapping[str, Any], block_name: str) -> tuple[str, Mapping[str, Any]]:
-    """The nested config that describes the block (by words in its name), or the top level."""
+    """The nested config that describes the block (by words in its name: the tower it belongs
+    to, whatever that tower's config keeps), or the top level; a block no name places, of a config
+    without top-level heads, is the language model's. Either with its architecture's defaults
+    under the values it omits (``arch_defaults``): never another tower's values."""
     low = block_name.lower()
     for s in SUB_CONFIGS:
-        if any(w in low for w in s.words):
-            for k in s.keys:
-                sub = cfg.get(k)
-                if isinstance(sub, Mapping) and _has_heads(sub):
-                    return f"{k}.", sub
-    if not _has_heads(cfg):
-        for s in sorted(SUB_CONFIGS, key=lambda s: s.tower):  # the language model first
-            for k in s.keys:
-                sub = cfg.get(k)
-                if isinstance(sub, Mapping) and _has_heads(sub):
-                    return f"{k}.", sub
-    return "", cfg
+        if any(w in low for w in s.words) and (found := _nested(cfg, s.keys)) is not None:
+            return found
+    top = with_defaults(cfg)
+    if not _has_heads(top) and (found := _nested(cfg, LANGUAGE_MODEL.keys)) is not None:
+        return found
+    return "", top
 
 
 def layer_number(block_name: str) -> int | None:
@@ -553,24 +572,41 @@ def layer_number(block_name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _heads(c: Mapping[str, Any], block_name: str, layer: int | None) -> Found | None:
+    """The query heads: a decoder block's own key first, then the head keys, then HEAD_RULES."""
+    decoder = any(w in block_name.lower() for w in _DECODER_WORDS)
+    heads = (_first(c, DECODER_HEADS_KEYS, layer) if decoder else None) or _first(c, HEADS_KEYS, layer)
+    if heads is not None:
+        heads = next((found for _, rule in HEAD_RULES if (found := rule(c, heads)) is not None), heads)
+    return heads
+
+
+def _head_dim(c: Mapping[str, Any], layer: int | None) -> Found | None:
+    """A head's key width: the first rule of HEAD_DIM_RULES that applies, else the head-size keys."""
+    return next((found for _, rule in HEAD_DIM_RULES if (found := rule(c, layer)) is not None), None) \
+        or _first(c, HEAD_DIM_KEYS, layer)
+
+
+def _latent_widths(c: Mapping[str, Any], layer: int | None) -> dict[str, Found]:
+    """Latent attention's widths (LATENT_KEYS) by HeadOffers field, when the config has a K/V latent."""
+    if "kv_lora_rank" not in c:
+        return {}
+    return {field: found for field, key in LATENT_KEYS if (found := _value(c, key, layer)) is not None}
+
+
 def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = "config",
                        source: EvidenceSource = EvidenceSource.CONFIG) -> HeadOffers:
     """What the config says about the block named ``block_name``."""
     prefix, c = sub_config(cfg, block_name)
     layer = layer_number(block_name)
-    decoder = any(w in block_name.lower() for w in _DECODER_WORDS)
-    heads = (_first(c, DECODER_HEADS_KEYS, layer) if decoder else None) or _first(c, HEADS_KEYS, layer)
-    if heads is not None:
-        heads = next((found for _, rule in HEAD_RULES if (found := rule(c, heads)) is not None), heads)
+    heads = _heads(c, block_name, layer)
     h = heads.value if heads is not None else None
     kv = next((found for _, rule in KV_RULES if (found := rule(c, h, layer)) is not None), None)
-    hd = next((found for _, rule in HEAD_DIM_RULES if (found := rule(c, layer)) is not None), None) \
-        or _first(c, HEAD_DIM_KEYS, layer)
+    hd = _head_dim(c, layer)
     vhd = _first(c, V_HEAD_DIM_KEYS, layer)
     scale = next((said for _, rule in SCALE_RULES if (said := rule(c)) is not None), None)
     runs = next((found for _, rule in APPLICATION_RULES if (found := rule(c, block_name)) is not None), None)
-    latent = {field: found for field, key in LATENT_KEYS if (found := _value(c, key, layer)) is not None} \
-        if "kv_lora_rank" in c else {}
+    latent = _latent_widths(c, layer)
     parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd, runs, latent.get("kv_rank"), latent.get("q_rank"))
              if f is not None]
     if scale is not None:

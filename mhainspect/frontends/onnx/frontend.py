@@ -12,7 +12,7 @@ import errno
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import chain
 from operator import attrgetter
 from pathlib import Path
@@ -25,7 +25,7 @@ from mhainspect.frontends.onnx.sequences import as_slices
 from mhainspect.frontends.result import SourceResult
 from mhainspect.frontends.size_inputs import graph_size_inputs
 from mhainspect.ir.dataflow import GraphIndex
-from mhainspect.ir.graph import ModelGraph, Tensor
+from mhainspect.ir.graph import ModelGraph, Node, Tensor
 from mhainspect.ir.limits import MAX_NUMEL
 from mhainspect.ir.parameters import scan_stored
 from mhainspect.matchers import additive, decomposed, fused
@@ -238,44 +238,20 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
     nodes without any output (not valid ONNX, and dead) are dropped.
     """
     warnings = list(graph.warnings)
-    # Checked once per distinct shape (thousands of weights share a handful of shapes).
-    odd_shapes = {s for s in set(map(attrgetter("shape"), graph.weights.values()))
-                  if s and (min(s) < 0 or math.prod(s) > MAX_NUMEL)}
-    bad = {name: why for name, t in graph.weights.items()
-           if t.shape in odd_shapes and (why := _impossible_shape(t)) is not None} if odd_shapes else {}
+    bad = _impossible_weights(graph.weights)
     weights = graph.weights
     if bad:
         weights = {name: t for name, t in graph.weights.items() if name not in bad}
         warnings.append(ReportWarning(_listed(
             "weights with an impossible shape", [f"'{n}' {list(graph.weights[n].shape)} ({why})" for n, why in bad.items()],
             "the file is corrupt; these are not counted"), WarningCode.IMPOSSIBLE_SHAPE))
-    seen: set[str] = set()
-    repeated: set[str] = set()
-    outputs = list(map(attrgetter("outputs"), graph.nodes))
-    all_outputs = list(chain.from_iterable(outputs))
-    if len(set(all_outputs)) != len(all_outputs):  # some name repeats: find which (usually none)
-        for o in all_outputs:
-            if o in seen:
-                repeated.add(o)
-            seen.add(o)
-    repeated.discard("")
-    producers: dict[tuple[str, str], int] = {}
-    for n in graph.nodes if repeated else ():
-        if not repeated.intersection(n.outputs):
-            continue
-        # Sibling subgraphs (If's then/else branches) may reuse names: count within one scope only.
-        m = re.match(_SUBGRAPH_PREFIX, n.name)
-        scope = m.group(1) if m else ""
-        for o in n.outputs:
-            if o in repeated:
-                producers[scope, o] = producers.get((scope, o), 0) + 1
-    dup = [f"'{name}' ({count} nodes)" for (_, name), count in producers.items() if count > 1]
+    dup = _duplicate_producers(graph.nodes)
     if dup:
         warnings.append(ReportWarning(_listed("tensors produced by more than one node", dup,
                                               "not valid ONNX; the analysis follows one producer of each"),
                                       WarningCode.DUPLICATE_PRODUCER))
     nodes = graph.nodes
-    dead = [n.name for n in nodes if not n.outputs] if not all(outputs) else []
+    dead = [n.name for n in nodes if not n.outputs] if not all(map(attrgetter("outputs"), nodes)) else []
     if dead:
         nodes = tuple(n for n in nodes if n.outputs)
         warnings.append(ReportWarning(_listed("nodes without outputs", [f"'{n}'" for n in dead],
@@ -283,6 +259,41 @@ def sanitize_graph(graph: ModelGraph) -> ModelGraph:
     if not bad and not dup and not dead:
         return graph
     return dataclasses.replace(graph, nodes=nodes, weights=weights, warnings=tuple(warnings))
+
+
+def _impossible_weights(weights: Mapping[str, Tensor]) -> dict[str, str]:
+    """Weight name -> why its declared shape is impossible (a negative dim, too many elements)."""
+    # Checked once per distinct shape (thousands of weights share a handful of shapes).
+    odd_shapes = {s for s in set(map(attrgetter("shape"), weights.values()))
+                  if s and (min(s) < 0 or math.prod(s) > MAX_NUMEL)}
+    if not odd_shapes:
+        return {}
+    return {name: why for name, t in weights.items() if t.shape in odd_shapes and (why := _impossible_shape(t)) is not None}
+
+
+def _duplicate_producers(nodes: Sequence[Node]) -> list[str]:
+    """"'name' (N nodes)" for each tensor several nodes of one scope write (sibling subgraphs, an
+    If's then/else branches, may reuse names)."""
+    all_outputs = list(chain.from_iterable(map(attrgetter("outputs"), nodes)))
+    if len(set(all_outputs)) == len(all_outputs):  # the usual case: no name repeats
+        return []
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for o in all_outputs:
+        if o in seen:
+            repeated.add(o)
+        seen.add(o)
+    repeated.discard("")
+    producers: dict[tuple[str, str], int] = {}
+    for n in nodes:
+        if not repeated.intersection(n.outputs):
+            continue
+        m = re.match(_SUBGRAPH_PREFIX, n.name)
+        scope = m.group(1) if m else ""
+        for o in n.outputs:
+            if o in repeated:
+                producers[scope, o] = producers.get((scope, o), 0) + 1
+    return [f"'{name}' ({count} nodes)" for (_, name), count in producers.items() if count > 1]
 
 
 def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,

@@ -82,6 +82,20 @@ def constant_node_kind(producer_name: str) -> str | None:
     return "constant" if producer_name == _TORCH_PRODUCER else None
 
 
+def _folded_kind(sources: tuple[str, ...], kinds: Mapping[str, str | None]) -> tuple[str, str | None, str]:
+    """(kind, origin, storage) of a tensor the exporter's optimizer folded from ``sources``."""
+    params = sorted(s for s in sources if kinds.get(s) == "parameter")
+    other_tensors = [s for s in sources if kinds.get(s) in ("buffer", "constant")]
+    # Parameters reshaped, transposed or concatenated (with index/shape helpers only) are still
+    # those parameters; anything folded from buffers (masks, rotary tables) is not.
+    if params and not other_tensors:
+        return "parameter", params[0] if len(params) == 1 else None, "+".join(params)
+    if not params and other_tensors and all(kinds.get(s) == "constant" for s in other_tensors):
+        # A plain tensor attribute transposed or reshaped: still that constant.
+        return "constant", other_tensors[0] if len(other_tensors) == 1 else None, ""
+    return "derived", None, ""
+
+
 def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str, Mapping[str, str]]],
                      signature: str = "", producer_name: str = "") -> dict[str, Tensor]:
     """Weights with ``kind`` and ``origin`` filled from exporter metadata (name -> props), and
@@ -105,20 +119,7 @@ def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str
         origin = None
         storage_from = ""
         if kind is None and _FOLDED_KEY in p:
-            sources = _folded_from(p[_FOLDED_KEY])
-            params = sorted(s for s in sources if kinds.get(s) == "parameter")
-            other_tensors = [s for s in sources if kinds.get(s) in ("buffer", "constant")]
-            # Parameters reshaped, transposed or concatenated (with index/shape helpers only) are
-            # still those parameters; anything folded from buffers (masks, rotary tables) is not.
-            if params and not other_tensors:
-                kind = "parameter"
-                origin = params[0] if len(params) == 1 else None
-                storage_from = "+".join(params)
-            elif not params and other_tensors and all(kinds.get(s) == "constant" for s in other_tensors):
-                kind = "constant"  # a plain tensor attribute transposed or reshaped: still that constant
-                origin = other_tensors[0] if len(other_tensors) == 1 else None
-            else:
-                kind = "derived"
+            kind, origin, storage_from = _folded_kind(_folded_from(p[_FOLDED_KEY]), kinds)
         storage = f"param:{storage_from}" if storage_from else t.storage_key
         out[name] = dataclasses.replace(t, kind=kind, origin=origin, storage_key=storage)
     return out

@@ -18,8 +18,9 @@ from mhainspect.frontends.remote.blob import Blob
 from mhainspect.frontends.remote.http import Counters
 from mhainspect.frontends.remote.locate import StoreRef
 
-# The fsspec implementation each protocol needs, for the install hint.
+# The fsspec implementation each protocol needs, and the extra that installs it (the install hint).
 BACKENDS = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
+EXTRAS = {"s3fs": "s3", "gcsfs": "gcs", "adlfs": "azure"}
 counters = Counters()  # calls made to the store (listings and reads) and bytes read, for tests and benchmarks
 _COUNT_LOCK = threading.Lock()
 _LISTINGS: dict[tuple[str, str, bool], dict[str, int | None]] = {}
@@ -44,13 +45,16 @@ def _filesystem(ref: StoreRef) -> tuple[Any, str]:
     try:
         import fsspec
     except ImportError:
-        raise MissingDependencyError(f"{ref.text}: object stores are read through fsspec: "
-                                     f'pip install "mhainspect[remote]" {BACKENDS.get(ref.protocol, "")}') from None
+        wanted = EXTRAS.get(BACKENDS.get(ref.protocol, ""), "remote")
+        raise MissingDependencyError(f'{ref.text}: object stores are read through fsspec: pip install "mhainspect[{wanted}]"'
+                                     ) from None
     try:
         fs, path = fsspec.core.url_to_fs(ref.url)
     except ImportError:
         backend = BACKENDS.get(ref.protocol, "the fsspec backend for it")
-        raise MissingDependencyError(f"{ref.text}: {ref.protocol}:// needs {backend}: pip install {backend}") from None
+        extra = EXTRAS.get(backend)
+        hint = f'pip install "mhainspect[{extra}]"' if extra else f"pip install {backend}"
+        raise MissingDependencyError(f"{ref.text}: {ref.protocol}:// needs {backend}: {hint}") from None
     except (ValueError, TypeError) as exc:
         raise InputError(f"{ref.text}: {exc}") from None
     return fs, str(path).rstrip("/")

@@ -194,10 +194,11 @@ class AtenConverter:
         """``node`` (a placeholder or attribute read) stands for tensor ``name``."""
         self.names[node] = name
 
-    def add_input(self, node: AtenNode, meta: TensorMeta) -> None:
-        """``node`` is a graph input (a user input) of this shape and dtype."""
+    def add_input(self, node: AtenNode, meta: TensorMeta | None) -> None:
+        """``node`` is a graph input (a user input) of this shape and dtype (None: not known)."""
         self.names[node] = node.name
-        self.inputs.append(ValueInfo(node.name, meta.shape, meta.dtype))
+        self.inputs.append(ValueInfo(node.name, meta.shape, meta.dtype) if meta is not None
+                           else ValueInfo(node.name, None, "unknown"))
 
     def graph(self) -> ModelGraph:
         return ModelGraph(source=self.source, kind="torch", nodes=tuple(self.nodes), weights=dict(self.weights),
