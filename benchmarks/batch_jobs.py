@@ -13,10 +13,8 @@ real checkpoint), then audits all of them with mhainspect.batch.run_many (the en
 
 once from the local folders and once over HTTP from a range server on 127.0.0.1 that waits
 ``--latency`` seconds before each answer (the tests' FileServer), each spread after a one-process
-baseline (jobs 1, in the calling process). Per run: the wall time (worker start-up included) and
-the CPUs the audits kept busy (the CPU seconds their threads spent / the wall time): what shows
-whether a spread runs audits in parallel on a machine whose CPUs others share too. Folders go to
-$MHAINSPECT_BENCH_DIR or /tmp/mhainspect-bench/batch.
+baseline (jobs 1, in the calling process). Per run: the wall time, worker start-up included. Folders
+go to $MHAINSPECT_BENCH_DIR or /tmp/mhainspect-bench/batch.
 """
 
 from __future__ import annotations
@@ -49,24 +47,24 @@ def _folders(where: Path, n: int, layers: int) -> list[Path]:
     return out
 
 
-def _timed(text: str) -> float:
-    """Audit one input; the CPU seconds its thread spent (the failure stops the benchmark)."""
-    start = time.thread_time()
-    for r in audit_input(AuditOptions(), text):
+def _audited(text: str) -> int:
+    """Audit one input (a failure stops the benchmark); its model count."""
+    results = audit_input(AuditOptions(), text)
+    for r in results:
         if isinstance(r, AuditFailure):
             raise SystemExit(f"benchmark: {r.message}")
-    return time.thread_time() - start
+    return len(results)
 
 
-def _time(inputs: list[str], jobs: int, workers: Workers | None) -> tuple[float, float]:
-    """Wall seconds of the run, and the CPU seconds its audits spent."""
+def _time(inputs: list[str], jobs: int, workers: Workers | None) -> float:
+    """Wall seconds of the run (worker start-up included)."""
     start = time.perf_counter()
-    results = list(run_many(_timed, inputs, jobs, workers=workers))
+    results = list(run_many(_audited, inputs, jobs, workers=workers))
     elapsed = time.perf_counter() - start
     failed = [r for _, r in results if isinstance(r, AuditFailure)]
     if failed:
         raise SystemExit(f"benchmark: {failed[0].message}")
-    return elapsed, sum(r for _, r in results if isinstance(r, float))
+    return elapsed
 
 
 def main() -> None:
@@ -86,16 +84,15 @@ def main() -> None:
                    "remote": [server.url(f"{f.name}/model.safetensors") for f in folders]}
         for name, inputs in sources.items():
             _time(inputs[:1], 1, None)  # warm: imports, page cache
-            base, cpu = _time(inputs, 1, None)
-            print(f"{name:6}  jobs 1  {'in process':24} {base:6.2f} s          audits busy {cpu / base:4.2f} CPUs")
+            base = _time(inputs, 1, None)
+            print(f"{name:6}  jobs 1  {'in process':24} {base:6.2f} s")
             for jobs in (int(j) for j in args.jobs.split(",")):
                 default = workers_for(jobs)
                 spreads = {"threads": Workers(1, jobs), "processes": Workers(jobs, 1),
                            f"default ({default.processes}x{default.threads})": default}
                 for label, shape in spreads.items():
-                    t, cpu = _time(inputs, jobs, shape)
-                    print(f"{name:6}  jobs {jobs:<2} {label:24} {t:6.2f} s ({base / t:4.2f}x)  audits busy "
-                          f"{cpu / t:4.2f} CPUs")
+                    t = _time(inputs, jobs, shape)
+                    print(f"{name:6}  jobs {jobs:<2} {label:24} {t:6.2f} s ({base / t:4.2f}x)")
 
 
 if __name__ == "__main__":
