@@ -348,6 +348,12 @@ for _layout in LAYOUTS:
     _BY_LEAF[_layout.leaf] = (*_BY_LEAF.get(_layout.leaf, ()), _layout)
 
 
+# Per layout (by method): its aux leaves named exactly, and those that are prefixes (a trailing ".").
+_AUX_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    layout.method: (tuple(a for a in layout.aux if not a.endswith(".")), tuple(a for a in layout.aux if a.endswith(".")))
+    for layout in LAYOUTS}
+
+
 def _candidates(name: str, meta: WeightMeta, weights: Mapping[str, WeightMeta]) -> list[tuple[Layout, str]]:
     """(layout, module path) pairs whose naming and dtype evidence fit ``meta``."""
     module, dot, leaf = name.rpartition(".")
@@ -372,10 +378,9 @@ def _aux_names(layout: Layout, module: str, weights: Mapping[str, WeightMeta], s
     aux prefix (bitsandbytes' ``weight.quant_state.``) from the sorted names, walked by index from
     the prefix (``sorted_names``: sorted on first use; a slice would copy the rest of the list per
     weight, quadratic in the tensor count)."""
-    found = [name for a in layout.aux if not a.endswith(".") and (name := f"{module}.{a}") in weights]
-    for a in layout.aux:
-        if not a.endswith("."):
-            continue
+    exact, prefixes = _AUX_KINDS[layout.method]
+    found = [name for a in exact if (name := f"{module}.{a}") in weights]
+    for a in prefixes:
         prefix = f"{module}.{a}"
         names = sorted_names()
         i, end = bisect.bisect_left(names, prefix), len(names)
