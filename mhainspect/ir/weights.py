@@ -24,7 +24,7 @@ class QuantRole(str, Enum):
     AUX = "aux"  # scales, zero points, group indices, a stored shape, a quant state: overhead
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: checkpoints hold 100k+ of them (no __dict__ each)
 class Quantized:
     """How a tensor of a quantized Linear is stored: its role, the shape in the file (the
     WeightMeta's ``shape`` is the logical one), what says so, and a disagreement between the
@@ -38,7 +38,7 @@ class Quantized:
     conflict: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: checkpoints hold 100k+ of them (no __dict__ each)
 class WeightMeta:
     """One tensor: name, shape and identity. ``layout`` is "out_in" (nn.Linear), "in_out" (Conv1D,
     Keras/Flax kernels) or "" when only the name can tell. ``quant``: set on the tensors of a
