@@ -34,8 +34,14 @@ class Quantized:
     stored_shape: tuple[int, ...]
     method: str = ""  # the layout's name ("gptq", "awq", "bitsandbytes-4bit", ...)
     bits: int | None = None  # bits per logical element of a WEIGHT
+    # How the logical shape was read, after the weight's name ("float8e4m3fn [2048, 7168] one value per
+    # element, ..."): without the name, one mark serves every weight of a shape and layout.
     provenance: str = ""
     conflict: str = ""
+
+    def provenance_of(self, name: str) -> str:
+        """The provenance text of the weight ``name`` carrying this mark."""
+        return f"{self.method}: {name} {self.provenance}" if self.provenance else ""
 
 
 @dataclass(frozen=True, slots=True)  # slots: checkpoints hold 100k+ of them (no __dict__ each)

@@ -79,7 +79,8 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         widths[rw.role] = _dims(rw, rw.role, evidence)
         quant = rw.weight.quant
         if quant is not None and quant.provenance:  # a quantized weight: how its logical shape was read
-            evidence.append(Evidence("packing", quant.bits, EvidenceSource.WEIGHT_SHAPE, quant.provenance))
+            evidence.append(Evidence("packing", quant.bits, EvidenceSource.WEIGHT_SHAPE,
+                                     quant.provenance_of(rw.weight.name)))
             if quant.conflict:
                 conflicts.append(quant.conflict)
 

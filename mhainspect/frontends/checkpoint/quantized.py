@@ -401,7 +401,7 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
     facts = _config_facts(config)
     method = facts.method
     order: list[Sequence[str]] = []
-    tails: dict[tuple[Any, ...], str] = {}  # provenance text after the name, by layout, dtype, shapes and bits
+    marks: dict[tuple[Any, ...], Quantized] = {}  # a weight's mark by layout, dtype, shapes and bits
     aux_marks: dict[tuple[tuple[int, ...], str], Quantized] = {}  # one (frozen) AUX mark per shape and method
 
     def sorted_names() -> Sequence[str]:
@@ -426,20 +426,20 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
         if config_bits is not None and d.bits is not None and d.bits != config_bits:
             conflicts.append(f"quantization_config bits={config_bits}, but {name} {meta.dtype} {list(meta.shape)} "
                              f"holds {d.bits}-bit values ({d.said}): the shapes are used")
-        # The provenance after the weight's name is the same for every weight of one shape and
-        # layout (tens of thousands of experts share a handful): written once per kind.
+        # The mark (provenance after the weight's name) is the same for every weight of one shape
+        # and layout: tens of thousands of experts share a handful of frozen marks.
         key = (layout.method, meta.dtype, meta.shape, d.out_in, d.bits, d.said)
-        tail = tails.get(key)
-        if tail is None:
+        mark = marks.get(key) if not conflicts else None
+        if mark is None:
             width = f"{d.bits}-bit" if d.bits is not None else "mixed bits"
-            tail = tails[key] = (f"{meta.dtype} {list(meta.shape)} {layout.what}, {width} -> {list(d.out_in)} "
-                                 f"({d.said}" + (f"; quantization_config quant_method={method}" if method else "")
-                                 + ")")
+            tail = (f"{meta.dtype} {list(meta.shape)} {layout.what}, {width} -> {list(d.out_in)} ({d.said}"
+                    + (f"; quantization_config quant_method={method}" if method else "") + ")")
+            mark = Quantized(QuantRole.WEIGHT, meta.shape, layout.method, d.bits, tail, "; ".join(conflicts))
+            if not conflicts:
+                marks[key] = mark
         # Built directly: dataclasses.replace costs several times a constructor call, per tensor.
         out[name] = WeightMeta(meta.name, tuple(d.out_in), meta.dtype, meta.storage_key,
-                               "out_in" if len(d.out_in) == 2 else "",
-                               Quantized(QuantRole.WEIGHT, meta.shape, layout.method, d.bits,
-                                         f"{layout.method}: {name} {tail}", "; ".join(conflicts)), meta.tied_to)
+                               "out_in" if len(d.out_in) == 2 else "", mark, meta.tied_to)
         for aux in _aux_names(layout, module, weights, sorted_names):
             a = weights[aux]
             mark = aux_marks.get((a.shape, layout.method))
