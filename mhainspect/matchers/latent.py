@@ -97,6 +97,8 @@ class _Fields:
     def decide(self, field: str, shape: int | None, why: str,
                source: EvidenceSource = EvidenceSource.WEIGHT_SHAPE) -> int | None:
         said = self.claim(field)
+        if shape is not None and (shape < 0 or (shape == 0 and field != "rope_dim")):
+            shape = None  # a zero-width tensor fixes nothing (but a latent without a rotary key is one)
         if shape is None:
             return int(said.value) if said is not None and said.value is not None else None
         self.evidence.append(Evidence(field, shape, source, why))
