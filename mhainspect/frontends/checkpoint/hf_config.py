@@ -613,17 +613,21 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
         parts.append(f"{prefix}{scale[1]}")
     return HeadOffers(
         num_heads=h,
-        num_kv_heads=kv.value if kv else None,
-        head_dim=hd.value if hd else None,
-        v_head_dim=vhd.value if vhd else None,
+        num_kv_heads=_value_of(kv),
+        head_dim=_value_of(hd),
+        v_head_dim=_value_of(vhd),
         source=source,
         detail=f"{label} " + ", ".join(parts) if parts else label,
         scale=scale[0] if scale is not None else None,
-        applications=runs.value if runs is not None else None,
-        kv_rank=latent["kv_rank"].value if "kv_rank" in latent else None,
-        rope_dim=latent["rope_dim"].value if "rope_dim" in latent else None,
-        q_rank=latent["q_rank"].value if "q_rank" in latent else None,
+        applications=_value_of(runs),
+        kv_rank=_value_of(latent.get("kv_rank")),
+        rope_dim=_value_of(latent.get("rope_dim")),
+        q_rank=_value_of(latent.get("q_rank")),
     )
+
+
+def _value_of(found: Found | None) -> int | None:
+    return found.value if found is not None else None
 
 
 POSITIONS_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")

@@ -110,16 +110,16 @@ def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str
     # Parameters folded away (transposed into val_N) appear only in the signature.
     kinds: dict[str, str | None] = dict(signature_kinds(signature))
     kinds.update({name: _KINDS.get(p.get(_KIND_KEY, ""), None) for name, p in props.items() if _KIND_KEY in p})
-    out = dict(weights)
-    for name, t in weights.items():
-        p = props.get(name)
-        if p is None:
-            continue
-        kind = kinds.get(name)
-        origin = None
-        storage_from = ""
-        if kind is None and _FOLDED_KEY in p:
-            kind, origin, storage_from = _folded_kind(_folded_from(p[_FOLDED_KEY]), kinds)
-        storage = f"param:{storage_from}" if storage_from else t.storage_key
-        out[name] = dataclasses.replace(t, kind=kind, origin=origin, storage_key=storage)
-    return out
+    return {name: t if (p := props.get(name)) is None else _with_provenance(t, kinds.get(name), p, kinds)
+            for name, t in weights.items()}
+
+
+def _with_provenance(t: Tensor, kind: str | None, props: Mapping[str, str], kinds: Mapping[str, str | None]) -> Tensor:
+    """``t`` with the kind its metadata (or the signature) gives; a tensor folded from others takes
+    their kind, and a parameter's storage when it is one parameter transposed or reshaped."""
+    origin = None
+    storage_from = ""
+    if kind is None and _FOLDED_KEY in props:
+        kind, origin, storage_from = _folded_kind(_folded_from(props[_FOLDED_KEY]), kinds)
+    storage = f"param:{storage_from}" if storage_from else t.storage_key
+    return dataclasses.replace(t, kind=kind, origin=origin, storage_key=storage)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect as pyinspect
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -34,7 +35,7 @@ from mhainspect.frontends.torch.modules import (
     module_tensors,
 )
 from mhainspect.ir.weights import HeadOffers, count_weights, identity_by_name
-from mhainspect.matchers.grouping import group_attention
+from mhainspect.matchers.grouping import GroupedBlock, group_attention
 from mhainspect.matchers.sharing import count_shared_once
 from mhainspect.matchers.static import assemble
 from mhainspect.results import (
@@ -82,44 +83,68 @@ def recognise(model: nn.Module, tensors: ModuleTensors | None = None) -> KnownMo
         owner = modules.get(group.owner)
         if owner is None:
             continue
-        label = group.owner or type(model).__name__
-        offers: list[HeadOffers] = []
-        own = module_offers(owner, label)
-        if own is not None:
-            offers.append(own)
-        cfg = config_dict(owner) or root_cfg
-        if cfg is not None:
-            cfg_offer = offers_from_config(cfg, group.name, label="config")
-            if cfg_offer.num_heads or cfg_offer.head_dim:
-                offers.append(cfg_offer)
-        scale, scale_detail = module_scale(owner)
-        block = assemble(group, offers, matcher=Matcher.MODULE, scale=scale, scale_detail=scale_detail,
-                         no_heads_reason=f"{type(owner).__name__} at '{label}' has projections but no head count "
-                                         "attribute or config, and tracing did not find it")
-        if group.cross or is_cross_module(owner):
-            block = _as_cross(block)
-        if not block.name:
-            block = _renamed(block, type(model).__name__)
+        offers = _module_group_offers(owner, group, group.owner or type(model).__name__, config_dict(owner) or root_cfg)
+        block = _module_block(model, owner, group, offers)
         if not offers:
             pending.append(group.owner)
             headless.append((order.get(group.owner, len(order)), block))
             continue
         blocks.append((order.get(group.owner, len(order)), block))
         covered.append(group.name)
-        for r in group.roles:
-            keys.add(r.weight.storage_key)
-            if r.bias is not None:
-                keys.add(r.bias.storage_key)
-        keys.update(b.storage_key for _, b in group.role_biases)
-    for name, m in modules.items():
-        cls = type(m).__name__.lower()
-        if ("attention" in cls or "attn" in cls) and not _inside(name, covered) and not _contains(name, covered):
-            if any(True for _ in m.parameters(recurse=True)) and name not in pending:
-                pending.append(name)
+        keys.update(_group_storage(group))
+    pending.extend(name for name in _unrecognised_attention(modules, covered) if name not in pending)
     blocks.sort(key=lambda x: x[0])
     headless.sort(key=lambda x: x[0])
     return KnownModules(tuple(b for _, b in blocks), frozenset(keys), tuple(covered), tuple(pending),
                         tuple(b for _, b in headless))
+
+
+def _module_group_offers(owner: nn.Module, group: GroupedBlock, label: str,
+                         cfg: Mapping[str, Any] | None) -> list[HeadOffers]:
+    """What the owning module's attributes, then its (or the root's) config, say about the group's heads."""
+    offers: list[HeadOffers] = []
+    own = module_offers(owner, label)
+    if own is not None:
+        offers.append(own)
+    if cfg is not None:
+        cfg_offer = offers_from_config(cfg, group.name, label="config")
+        if cfg_offer.num_heads or cfg_offer.head_dim:
+            offers.append(cfg_offer)
+    return offers
+
+
+def _module_block(model: nn.Module, owner: nn.Module, group: GroupedBlock, offers: list[HeadOffers]) -> AttentionBlock:
+    """The group's block from the offers; cross-attention by the group or the module; the root's
+    class name for a block of the root module itself."""
+    label = group.owner or type(model).__name__
+    scale, scale_detail = module_scale(owner)
+    block = assemble(group, offers, matcher=Matcher.MODULE, scale=scale, scale_detail=scale_detail,
+                     no_heads_reason=f"{type(owner).__name__} at '{label}' has projections but no head count "
+                                     "attribute or config, and tracing did not find it")
+    if group.cross or is_cross_module(owner):
+        block = _as_cross(block)
+    if not block.name:
+        block = _renamed(block, type(model).__name__)
+    return block
+
+
+def _group_storage(group: GroupedBlock) -> set[str]:
+    """Storage keys of the group's projection weights and biases."""
+    keys = {r.weight.storage_key for r in group.roles}
+    keys.update(r.bias.storage_key for r in group.roles if r.bias is not None)
+    keys.update(b.storage_key for _, b in group.role_biases)
+    return keys
+
+
+def _unrecognised_attention(modules: dict[str, nn.Module], covered: list[str]) -> list[str]:
+    """Modules named like attention, with parameters, neither inside nor around a recognised one."""
+    found = []
+    for name, m in modules.items():
+        cls = type(m).__name__.lower()
+        if ("attention" in cls or "attn" in cls) and not _inside(name, covered) and not _contains(name, covered):
+            if any(True for _ in m.parameters(recurse=True)):
+                found.append(name)
+    return found
 
 
 def _inside(name: str, scopes: list[str]) -> bool:
@@ -138,69 +163,84 @@ def _renamed(block: AttentionBlock, name: str) -> AttentionBlock:
     return dataclasses.replace(block, name=name)
 
 
+@dataclass(frozen=True)
+class _Traced:
+    """What tracing the module adds: the blocks of attention no recognised module holds, the
+    traced graph's near misses and warnings, and what sizing them needs."""
+
+    blocks: list[AttentionBlock] = field(default_factory=list)
+    misses: list[Miss] = field(default_factory=list)
+    warnings: list[ReportWarning] = field(default_factory=list)
+    num_nodes: int = 0
+    used_keys: set[str] = field(default_factory=set)  # storage the traced blocks use
+    weight_keys: dict[str, str] = field(default_factory=dict)  # the traced graph's weight names -> storage
+    graph_causal: dict[str, BlockDecoding] = field(default_factory=dict)  # blocks the graph shows caching
+
+
 def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool | None = None,
                   name: str | None = None) -> SourceResult:
     label = name or type(model).__name__
     tensors = module_tensors(model)
     known = recognise(model, tensors)
     warnings = [ReportWarning(note, WarningCode.LOADER) for note in quantization_notes(tensors.metas)]
-    misses: list[Miss] = []
-    traced: list[AttentionBlock] = []
-    num_nodes = 0
     want = trace if trace is not None else (example_inputs is not None or bool(known.pending) or not known.blocks)
-    used_keys: set[str] = set()
-    traced_keys: dict[str, str] = {}  # a traced graph's weight names -> storage
-    graph_causal: dict[str, BlockDecoding] = {}  # traced blocks the graph shows caching (a causal mask)
-    if want:
-        inputs = example_inputs
-        if inputs is None:
-            inputs, how = make_example_inputs(model)
-            if inputs is not None:
-                warnings.append(ReportWarning(f"traced on made-up inputs: {how}", WarningCode.MADE_UP_INPUTS))
-        if inputs is None:
-            if known.pending:
-                warnings.append(ReportWarning("not traced (pass example_inputs to find custom attention): "
-                                              + ", ".join(p or label for p in known.pending), WarningCode.NOT_TRACED))
-        else:
-            try:
-                graph = trace_module(model, inputs, source=label)
-            except InputError as exc:
-                warnings.append(ReportWarning(f"not traced: {exc}", WarningCode.NOT_TRACED))
-            else:
-                num_nodes = len(graph.nodes)
-                traced_keys = {n: t.storage_key for n, t in graph.weights.items()}
-                found = graph_result(graph, path=label, fmt="torch")
-                warnings.extend(coded(found.warnings))
-                scopes = {n.name: n.scope for n in graph.nodes}
-                for b in found.blocks:
-                    keys = {graph.weights[p.weight].storage_key for p in b.projections
-                            if p.weight is not None and p.weight in graph.weights}
-                    if keys & known.storage_keys:
-                        continue  # a recognised module: its block is already there
-                    used_keys |= keys
-                    decided = next((d for d in (found.size.decoding if found.size else ())
-                                    if d.block == b.name and d.caches), None)
-                    if not scopes.get(b.anchor, "x"):
-                        # The attention core is the root module's own code: name the block after it.
-                        b = dataclasses.replace(b, name=type(model).__name__)
-                    if decided is not None:
-                        graph_causal[b.name] = dataclasses.replace(decided, block=b.name)
-                    traced.append(b)
-                misses.extend(found.misses)
-    headless = [b for b in known.headless if not _uses(b, model, used_keys)]
+    traced = _trace(model, example_inputs, known, label) if want else _Traced()
+    warnings.extend(traced.warnings)
+    headless = [b for b in known.headless if not _uses(b, model, traced.used_keys)]
     # A module several blocks use under different names (one Linear in two attentions) counts in
     # the first, as in a graph: by storage, whichever door found the block.
-    blocks = count_shared_once(list(known.blocks) + traced + headless, identity_by_name(tensors.metas, traced_keys))
+    blocks = count_shared_once(list(known.blocks) + traced.blocks + headless,
+                               identity_by_name(tensors.metas, traced.weight_keys))
     # torchinfo's split: a live module knows which parameters train (a file does not).
     total = (count_weights({n: m for n, m in tensors.metas.items() if m.storage_key in tensors.parameters})
              if tensors.quantized else count_parameters(model))
     positions, positions_source = max_positions(config_dict(model), "the model's config")
-    facts = ModelFacts(path=label, format="torch", total_params=total, num_nodes=num_nodes,
+    facts = ModelFacts(path=label, format="torch", total_params=total, num_nodes=traced.num_nodes,
                        producer=f"torch {torch.__version__}",
                        trainable_params=count_parameters(model, trainable_only=True),
                        max_positions=positions, max_positions_source=positions_source)
-    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
-                        module_size_inputs(model, blocks, graph_causal, tensors))
+    return SourceResult(tuple(blocks), tuple(traced.misses), facts, tuple(warnings),
+                        module_size_inputs(model, blocks, traced.graph_causal, tensors))
+
+
+def _trace(model: nn.Module, example_inputs: Any, known: KnownModules, label: str) -> _Traced:
+    """Trace the module (on made-up inputs when none are given) and keep the traced blocks that no
+    recognised module already gives; a module that cannot be traced is a warning."""
+    warnings: list[ReportWarning] = []
+    inputs = example_inputs
+    if inputs is None:
+        inputs, how = make_example_inputs(model)
+        if inputs is not None:
+            warnings.append(ReportWarning(f"traced on made-up inputs: {how}", WarningCode.MADE_UP_INPUTS))
+    if inputs is None:
+        if known.pending:
+            warnings.append(ReportWarning("not traced (pass example_inputs to find custom attention): "
+                                          + ", ".join(p or label for p in known.pending), WarningCode.NOT_TRACED))
+        return _Traced(warnings=warnings)
+    try:
+        graph = trace_module(model, inputs, source=label)
+    except InputError as exc:
+        warnings.append(ReportWarning(f"not traced: {exc}", WarningCode.NOT_TRACED))
+        return _Traced(warnings=warnings)
+    found = graph_result(graph, path=label, fmt="torch")
+    warnings.extend(coded(found.warnings))
+    out = _Traced(misses=list(found.misses), warnings=warnings, num_nodes=len(graph.nodes),
+                  weight_keys={n: t.storage_key for n, t in graph.weights.items()})
+    scopes = {n.name: n.scope for n in graph.nodes}
+    for b in found.blocks:
+        keys = {graph.weights[p.weight].storage_key for p in b.projections
+                if p.weight is not None and p.weight in graph.weights}
+        if keys & known.storage_keys:
+            continue  # a recognised module: its block is already there
+        out.used_keys.update(keys)
+        decided = next((d for d in (found.size.decoding if found.size else ()) if d.block == b.name and d.caches), None)
+        if not scopes.get(b.anchor, "x"):
+            # The attention core is the root module's own code: name the block after it.
+            b = dataclasses.replace(b, name=type(model).__name__)
+        if decided is not None:
+            out.graph_causal[b.name] = dataclasses.replace(decided, block=b.name)
+        out.blocks.append(b)
+    return out
 
 
 def module_size_inputs(model: nn.Module, blocks: list[AttentionBlock],

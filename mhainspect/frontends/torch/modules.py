@@ -18,6 +18,7 @@ import ast
 import functools
 import inspect as pyinspect
 import math
+import operator
 import re
 import textwrap
 from collections.abc import Callable, Mapping
@@ -213,42 +214,53 @@ def _rescalings(forward: Callable[..., Any]) -> tuple[tuple[bool, ast.expr, str]
 def _evaluate(node: ast.expr, module: nn.Module) -> float | None:
     """A factor built of numbers, the module's numeric attributes (``self.head_dim``), + - * / **
     and math.sqrt; None for anything else (a tensor, a local variable)."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return float(node.value)
+    if isinstance(node, ast.Constant):
+        return _number(node.value)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-        v = getattr(module, node.attr, None)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return _number(getattr(module, node.attr, None))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         inner = _evaluate(node.operand, module)
         return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
     if isinstance(node, ast.BinOp):
-        a, b = _evaluate(node.left, module), _evaluate(node.right, module)
-        if a is None or b is None:
-            return None
-        try:
-            if isinstance(node.op, ast.Add):
-                return a + b
-            if isinstance(node.op, ast.Sub):
-                return a - b
-            if isinstance(node.op, ast.Mult):
-                return a * b
-            if isinstance(node.op, ast.Div):
-                return a / b
-            if isinstance(node.op, ast.Pow):
-                out = a ** b
-                return out if isinstance(out, float) else None
-        except (ZeroDivisionError, OverflowError):
-            return None
-        return None
-    if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
-            and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "math" and node.func.attr in _MATH_FUNCTIONS):
-        arg = _evaluate(node.args[0], module)
-        try:
-            return _MATH_FUNCTIONS[node.func.attr](arg) if arg is not None else None
-        except ValueError:
-            return None
+        return _evaluate_binary(node, module)
+    if isinstance(node, ast.Call):
+        return _evaluate_math_call(node, module)
     return None
+
+
+def _number(value: object) -> float | None:
+    """An int or float (not a bool) as a float; None for anything else."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+_BINARY: dict[type[ast.operator], Callable[[float, float], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.Pow: operator.pow}
+
+
+def _evaluate_binary(node: ast.BinOp, module: nn.Module) -> float | None:
+    op = _BINARY.get(type(node.op))
+    a, b = _evaluate(node.left, module), _evaluate(node.right, module)
+    if op is None or a is None or b is None:
+        return None
+    try:
+        out = op(a, b)
+    except (ZeroDivisionError, OverflowError):
+        return None
+    return out if isinstance(out, float) else None  # a negative number to a fractional power is complex
+
+
+def _evaluate_math_call(node: ast.Call, module: nn.Module) -> float | None:
+    """``math.<function>(x)`` of one evaluable argument (_MATH_FUNCTIONS)."""
+    func = node.func
+    if (len(node.args) != 1 or node.keywords or not isinstance(func, ast.Attribute)
+            or not isinstance(func.value, ast.Name) or func.value.id != "math" or func.attr not in _MATH_FUNCTIONS):
+        return None
+    arg = _evaluate(node.args[0], module)
+    try:
+        return _MATH_FUNCTIONS[func.attr](arg) if arg is not None else None
+    except ValueError:
+        return None
 
 
 def is_cross_module(module: nn.Module) -> bool:
