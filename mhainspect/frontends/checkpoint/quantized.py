@@ -399,10 +399,8 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
     if not found:
         return out
     facts = _config_facts(config)
-    method = facts.method
+    marks = _Marks(facts.method)
     order: list[Sequence[str]] = []
-    marks: dict[tuple[Any, ...], Quantized] = {}  # a weight's mark by layout, dtype, shapes and bits
-    aux_marks: dict[tuple[tuple[int, ...], str], Quantized] = {}  # one (frozen) AUX mark per shape and method
 
     def sorted_names() -> Sequence[str]:
         if not order:
@@ -416,40 +414,63 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
             continue
         # The shapes decide; among the layouts they allow, the config's quant_method.
         if len(decoded) > 1:
-            decoded.sort(key=lambda x: method not in x[0].quant_methods)
+            decoded.sort(key=lambda x: facts.method not in x[0].quant_methods)
         layout, module, d = decoded[0]
-        conflicts = []
-        if method and method not in layout.quant_methods:
-            conflicts.append(f"quantization_config quant_method={method}, but the shapes of {name} fit "
-                             f"{layout.method} ({layout.what}): the shapes are used")
-        config_bits = facts.bits_for(module) if layout.pack is not Pack.NONE else None
-        if config_bits is not None and d.bits is not None and d.bits != config_bits:
-            conflicts.append(f"quantization_config bits={config_bits}, but {name} {meta.dtype} {list(meta.shape)} "
-                             f"holds {d.bits}-bit values ({d.said}): the shapes are used")
-        # The mark (provenance after the weight's name) is the same for every weight of one shape
-        # and layout: tens of thousands of experts share a handful of frozen marks.
-        key = (layout.method, meta.dtype, meta.shape, d.out_in, d.bits, d.said)
-        mark = marks.get(key) if not conflicts else None
-        if mark is None:
-            width = f"{d.bits}-bit" if d.bits is not None else "mixed bits"
-            tail = (f"{meta.dtype} {list(meta.shape)} {layout.what}, {width} -> {list(d.out_in)} ({d.said}"
-                    + (f"; quantization_config quant_method={method}" if method else "") + ")")
-            mark = Quantized(QuantRole.WEIGHT, meta.shape, layout.method, d.bits, tail, "; ".join(conflicts))
-            if not conflicts:
-                marks[key] = mark
+        mark = marks.weight(layout, meta, d, _config_conflicts(name, meta, layout, module, d, facts))
         # Built directly: dataclasses.replace costs several times a constructor call, per tensor.
         out[name] = WeightMeta(meta.name, tuple(d.out_in), meta.dtype, meta.storage_key,
                                "out_in" if len(d.out_in) == 2 else "", mark, meta.tied_to)
         for aux in _aux_names(layout, module, weights, sorted_names):
             a = weights[aux]
-            mark = aux_marks.get((a.shape, layout.method))
-            if mark is None:
-                mark = aux_marks[a.shape, layout.method] = Quantized(QuantRole.AUX, a.shape, layout.method)
-            out[aux] = WeightMeta(a.name, a.shape, a.dtype, a.storage_key, a.layout, mark, a.tied_to)
+            out[aux] = WeightMeta(a.name, a.shape, a.dtype, a.storage_key, a.layout, marks.aux(a, layout), a.tied_to)
     for name, meta in weights.items():
         if name.rpartition(".")[2] in _KV_SCALE_LEAVES and meta.numel <= 1 and out[name].quant is None:
             out[name] = replace(meta, quant=Quantized(QuantRole.AUX, meta.shape, "kv-cache"))
     return out
+
+
+def _config_conflicts(name: str, meta: WeightMeta, layout: Layout, module: str, d: _Decoded,
+                      facts: _ConfigFacts) -> list[str]:
+    """Where the config's quant_method or bits disagree with what the shapes decoded (the shapes win)."""
+    conflicts = []
+    method = facts.method
+    if method and method not in layout.quant_methods:
+        conflicts.append(f"quantization_config quant_method={method}, but the shapes of {name} fit "
+                         f"{layout.method} ({layout.what}): the shapes are used")
+    config_bits = facts.bits_for(module) if layout.pack is not Pack.NONE else None
+    if config_bits is not None and d.bits is not None and d.bits != config_bits:
+        conflicts.append(f"quantization_config bits={config_bits}, but {name} {meta.dtype} {list(meta.shape)} "
+                         f"holds {d.bits}-bit values ({d.said}): the shapes are used")
+    return conflicts
+
+
+class _Marks:
+    """The Quantized marks of one checkpoint: the same for every weight of one shape and layout
+    (tens of thousands of experts share a handful of frozen marks), one AUX mark per shape and method."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self._weights: dict[tuple[Any, ...], Quantized] = {}
+        self._aux: dict[tuple[tuple[int, ...], str], Quantized] = {}
+
+    def weight(self, layout: Layout, meta: WeightMeta, d: _Decoded, conflicts: list[str]) -> Quantized:
+        """The mark of a weight: its stored shape, bits and the provenance after its name."""
+        key = (layout.method, meta.dtype, meta.shape, d.out_in, d.bits, d.said)
+        mark = self._weights.get(key) if not conflicts else None
+        if mark is None:
+            width = f"{d.bits}-bit" if d.bits is not None else "mixed bits"
+            tail = (f"{meta.dtype} {list(meta.shape)} {layout.what}, {width} -> {list(d.out_in)} ({d.said}"
+                    + (f"; quantization_config quant_method={self.method}" if self.method else "") + ")")
+            mark = Quantized(QuantRole.WEIGHT, meta.shape, layout.method, d.bits, tail, "; ".join(conflicts))
+            if not conflicts:
+                self._weights[key] = mark
+        return mark
+
+    def aux(self, a: WeightMeta, layout: Layout) -> Quantized:
+        mark = self._aux.get((a.shape, layout.method))
+        if mark is None:
+            mark = self._aux[a.shape, layout.method] = Quantized(QuantRole.AUX, a.shape, layout.method)
+        return mark
 
 
 # Scalars the quantizer stores on an attention module for its KV cache (compressed-tensors
