@@ -30,6 +30,7 @@ from mhainspect.frontends.dispatch import is_model_folder
 from mhainspect.frontends.folders import expand_models, model_argument
 from mhainspect.pipeline import AuditOptions, audit, audit_module
 from mhainspect.render import calc_html, calc_render
+from mhainspect.render.json_render import error_record, input_record, report_to_dict
 from mhainspect.results import Report, Reports
 
 if TYPE_CHECKING:
@@ -152,8 +153,6 @@ def audit_records(input: str | os.PathLike[str], *, what_if_heads: tuple[int, ..
     """One input's records as ``mhainspect --from-file LIST -f jsonl`` writes them: per model the
     report's JSON document with ``input`` first, or an error record (``error``: ``kind``,
     ``message``); never raises for a bad input. Plain data, for a cluster's map (docs/batch.md)."""
-    from mhainspect.render.json_render import error_record, input_record, report_to_dict
-
     text = os.fspath(input)
     options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads, weight_dtype)
     return [error_record(text, r.kind.value, r.message) if isinstance(r, AuditFailure)

@@ -10,6 +10,7 @@ archive declares is a promise checked while inflating, so a zip bomb costs the c
 from __future__ import annotations
 
 import struct
+import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from mhainspect.errors import InputError, read_error
 from mhainspect.ir.limits import MAX_ARCHIVE_MEMBERS
 
 ZIP_MAGIC = b"PK\x03\x04"
-STORED, DEFLATED = 0, 8  # zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED (zipfile is imported for zips only)
+STORED, DEFLATED = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
 _EMPTY_ZIP_MAGIC = b"PK\x05\x06"  # an archive without members starts with its end record
 _EOCD = b"PK\x05\x06"
 _EOCD_SIZE = 22
@@ -49,8 +50,6 @@ class ZipArchive:
     """The member list of a zip file, read once; members read on demand (see read)."""
 
     def __init__(self, path: Path) -> None:
-        import zipfile  # ~30 ms to import: only a zip archive pays it
-
         self.path = path
         try:
             self.file_size = path.stat().st_size
