@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A time-boxed fuzzing campaign against the ONNX audit (``audit`` and every renderer).
+"""A time-boxed fuzzing campaign against the audit (``audit`` and every renderer).
 
     python scripts/fuzz_long.py --seconds 600 [--crashes fuzz-crashes] [--engine auto|atheris|hypothesis]
 
@@ -8,9 +8,12 @@ Engines:
   mhainspect, seeded with sample_models/*.onnx. An input is either a raw model file (libFuzzer's
   own byte mutations) or a recipe of protobuf-field / byte mutations of a sample model, decoded
   from the fuzzer's bytes (tests/fuzz_mutations.py, the same mutations as tests/test_fuzz.py).
-- ``hypothesis`` (fallback): tests/test_fuzz.py's properties with the ``long`` profile, in rounds
-  of ``--examples-per-round`` with fresh seeds until the time budget is spent; a failing round's
-  output (with hypothesis' shrunk example and reproduce blob) is saved to the crashes folder.
+- ``hypothesis`` (fallback, or ``--engine hypothesis``): tests/test_fuzz.py's properties with the
+  ``long`` profile, in rounds of ``--examples-per-round`` with fresh seeds until the time budget
+  is spent: the ONNX mutations, and every other format the tool reads (GGUF, safetensors, Hugging
+  Face folders, torch.save zips, torch.export programs, TorchScript archives: tests/fuzz_formats.py;
+  ``--formats-only`` runs just those). A failing round's output (with hypothesis' shrunk example
+  and reproduce blob) is saved to the crashes folder. The atheris engine fuzzes ONNX only.
 
 The contract (see tests/fuzz_mutations.check_contract): a Report or InputError, nothing else,
 within ``--per-input-timeout`` seconds. Every other outcome is a failure: the input is saved to
@@ -179,7 +182,8 @@ def run_hypothesis(args: argparse.Namespace) -> int:
         remaining = args.seconds - (time.monotonic() - start)
         seed = int.from_bytes(os.urandom(4), "little")
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO_ROOT / "tests/test_fuzz.py"),
-               "-k", "mutations_keep", f"--hypothesis-seed={seed}", "--hypothesis-show-statistics"]
+               "-k", "format_mutations_keep" if args.formats_only else "mutations_keep", f"--hypothesis-seed={seed}",
+               "--hypothesis-show-statistics"]
         try:
             proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=remaining + 30)
         except subprocess.TimeoutExpired:
@@ -208,6 +212,8 @@ def main() -> int:
     parser.add_argument("--rss-limit-mb", type=int, default=4096, help="libFuzzer's memory limit")
     parser.add_argument("--examples-per-round", type=int, default=300,
                         help="hypothesis engine: examples per property and round (default 300)")
+    parser.add_argument("--formats-only", action="store_true",
+                        help="hypothesis engine: only the formats beside ONNX (tests/fuzz_formats.py)")
     args = parser.parse_args()
     engine = args.engine
     if engine == "auto":

@@ -117,7 +117,12 @@ def render(rows: list[tuple[hc.Case, tuple[str, str, str, str]]]) -> str:
               "The static audit reads no external data: `location` entries are never opened, and one that leaves",
               "the model's folder (`..`, an absolute path, a symlink resolving outside) is reported as a warning.",
               "`--verify`, the only option that loads weights, refuses such a model (every block stays unchecked",
-              "with the reason).", ""]
+              "with the reason).", "",
+              "## Formats, limits and what runs", "",
+              "Which formats are read, how each is told apart by its content, the one line a format that is not",
+              "read gets, the numeric limits every reader applies where a header is decoded, and what the",
+              "TorchScript and torch.export readers execute (nothing): [formats.md](formats.md). Fuzzing covers",
+              "every format read (`tests/test_fuzz.py`, `scripts/fuzz_long.py`).", ""]
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import json
 import os
 import pickle
 import random
@@ -474,6 +475,93 @@ def safetensors(header_len: int, header: bytes, name: str) -> Callable[[Path], l
     return build
 
 
+# -- PyTorch archives and formats not read ----------------------------------------------------------
+
+
+def foreign(kind: str, name: str) -> Callable[[Path], list[str]]:
+    """A minimal file of a format mhainspect names but does not read (tests/foreign_files.py),
+    under ``name``: its content, not its suffix, names it."""
+
+    def build(folder: Path) -> list[str]:
+        from foreign_files import FOREIGN
+
+        made = FOREIGN[kind][0](folder)
+        target = folder / name
+        made.rename(target)
+        return [name]
+
+    return build
+
+
+def safetensors_700_dims(folder: Path) -> list[str]:
+    header = json.dumps({"q_proj.weight": {"dtype": "F32", "shape": [3] * 700, "data_offsets": [0, 0]}}).encode()
+    return [_write(folder, "dims700.safetensors", struct.pack("<Q", len(header)) + header).name]
+
+
+def config_absurd_values(folder: Path) -> list[str]:
+    """A Hugging Face folder whose config.json holds 10**400, NaN and -8 where counts belong."""
+    model = folder / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "hidden_size": 16, "num_attention_heads": 1'
+                                       + "0" * 400 + ', "num_key_value_heads": NaN, "head_dim": -8, '
+                                       '"sliding_window": 1e400}')
+    entries, offset = {}, 0
+    for role in ("q", "k", "v", "o"):
+        entries[f"model.layers.0.self_attn.{role}_proj.weight"] = {"dtype": "F32", "shape": [16, 16],
+                                                                    "data_offsets": [offset, offset + 1024]}
+        offset += 1024
+    header = json.dumps(entries).encode()
+    (model / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(offset))
+    return ["model", "--num-heads", "4"]  # the config gives no usable count: the option does
+
+
+def _artifact(kind: str, name: str) -> Path:
+    from pytorch_artifacts import annotated, export_pt2, trace_ts
+
+    return {"pt2": export_pt2, "trace": trace_ts}[kind](annotated(2)(), Path(name))
+
+
+def torch_artifact(kind: str, name: str, edit: Callable[[str, bytes], bytes | None] | None = None,
+                   cut: float | None = None) -> Callable[[Path], list[str]]:
+    """A .pt2 program or a traced TorchScript archive of the Annotated Transformer's attention,
+    its members passed through ``edit`` (None drops one) or the file cut at ``cut`` of its length."""
+
+    def build(folder: Path) -> list[str]:
+        made = _artifact(kind, str(folder / f"clean_{name}"))
+        if edit is not None:
+            with zipfile.ZipFile(made) as src, zipfile.ZipFile(folder / name, "w") as out:
+                for info in src.infolist():
+                    data = edit(info.filename, src.read(info.filename))
+                    if data is not None:
+                        out.writestr(info.filename, data)
+        elif cut is not None:
+            data = made.read_bytes()
+            (folder / name).write_bytes(data[:int(len(data) * cut)])
+        else:
+            made.rename(folder / name)
+        if made.exists():
+            made.unlink()
+        return [name]
+
+    return build
+
+
+def _code_imports_os(name: str, data: bytes) -> bytes:
+    if "/code/__torch__/pytorch_artifacts" in name and name.endswith(".py"):
+        return f"import os\nos.system('touch {PAYLOAD_MARKER}')\n".encode() + data
+    return data
+
+
+def _weights_lie(name: str, data: bytes) -> bytes:
+    if not name.endswith("_weights_config.json"):
+        return data
+    doc = json.loads(data)
+    entry = next(iter(doc["config"].values()))
+    entry["tensor_meta"]["sizes"] = [{"as_int": 4096}, {"as_int": 4096}]
+    entry["tensor_meta"]["strides"] = [{"as_int": 4096}, {"as_int": 1}]
+    return json.dumps(doc).encode()
+
+
 # -- GGUF files (written by hand: no writer produces these) ---------------------------------------
 
 
@@ -614,4 +702,25 @@ CASES: tuple[Case, ...] = (
          gguf("past_end.gguf", _gguf_tensor([1 << 20], 0, 0, pad=8)), "error", "past the end"),
     Case("safetensors_deep_json", "safetensors header of 100k nested JSON arrays",
          safetensors(200_000, b"[" * 100_000 + b"]" * 100_000, "deep.safetensors"), "error", "nested too deeply"),
+    Case("safetensors_700_dims", "safetensors tensor of 700 dims of 3 (3**700 elements)", safetensors_700_dims,
+         "error", "700 dims"),
+    Case("config_absurd", "config.json with 10**400 heads, NaN kv heads, head_dim -8, window 1e400",
+         config_absurd_values, "report"),
+    Case("tflite_as_onnx", "a TensorFlow Lite file named .onnx", foreign("tflite", "model.onnx"), "error",
+         "TensorFlow Lite"),
+    Case("keras_as_pt", "a Keras archive named .pt", foreign("keras", "model.pt"), "error", "Keras archive"),
+    Case("executorch", "an ExecuTorch program (.pte)", foreign("executorch", "model.pte"), "error", "ExecuTorch"),
+    Case("lfs_pointer", "a Git LFS pointer named .safetensors", foreign("lfs_pointer", "model.safetensors"), "error",
+         "Git LFS pointer"),
+    Case("tensorrt", "a TensorRT engine", foreign("tensorrt", "model.engine"), "error", "TensorRT"),
+    Case("torchscript", "a TorchScript archive (torch.jit.trace, code/ deflated)", torch_artifact("trace", "ts.pt"),
+         "report", torch=True),
+    Case("torchscript_imports", "a TorchScript code file that imports os and calls os.system",
+         torch_artifact("trace", "imports.pt", _code_imports_os), "error", "imports os", torch=True),
+    Case("torchscript_truncated", "a TorchScript archive cut at 60%", torch_artifact("trace", "cut.pt", cut=0.6),
+         "error", torch=True),
+    Case("pt2", "a torch.export program (.pt2)", torch_artifact("pt2", "model.pt2"), "report", torch=True),
+    Case("pt2_lies", "a .pt2 whose weight metadata declares a shape its bytes cannot hold",
+         torch_artifact("pt2", "lies.pt2", _weights_lie), "error", "lies", torch=True),
+    Case("pt2_truncated", "a .pt2 cut at 70%", torch_artifact("pt2", "cut.pt2", cut=0.7), "error", torch=True),
 )

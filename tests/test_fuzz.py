@@ -1,4 +1,7 @@
-"""Property-based fuzzing of the ONNX audit: mutated sample models never crash the tool.
+"""Property-based fuzzing of every format the tool reads: mutated inputs never crash it.
+
+ONNX sample models (tests/fuzz_mutations.py), and GGUF, safetensors, Hugging Face folders,
+torch.save zips, torch.export programs and TorchScript archives (tests/fuzz_formats.py).
 
 Contract: ``mhainspect.frontends.onnx.frontend.audit`` returns a Report (which every renderer renders) or
 raises ``InputError``; the CLI exits 0 or 2, with one ``mhainspect: error:`` line on exit 2, and
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fuzz_formats import FORMATS, JSON_KINDS, MEMBER_KINDS, TORCH_FORMATS, write_case
 from fuzz_mutations import (
     BYTE_KINDS,
     FIELD_KINDS,
@@ -119,3 +123,43 @@ def test_cli_subprocess_on_mutated_models(workdir: Path, seed: int) -> None:
     proc = subprocess.run([sys.executable, "-m", "mhainspect", str(path)], capture_output=True, text=True,
                           timeout=120)
     _assert_cli_contract(proc.returncode, proc.stdout, proc.stderr)
+
+
+# ------------------------------------------------------------------------------ every other format
+
+json_mutations = st.lists(st.tuples(st.sampled_from(JSON_KINDS), _index, _index), min_size=1, max_size=4)
+member_mutations = st.lists(st.tuples(st.sampled_from(MEMBER_KINDS), _index, _index, _index), min_size=1, max_size=4)
+
+
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _format_param(fmt: str) -> object:
+    marks = [pytest.mark.skipif(not _has_torch(), reason="building this seed needs torch")] \
+        if fmt in TORCH_FORMATS else []
+    return pytest.param(fmt, id=fmt, marks=marks)
+
+
+@pytest.mark.parametrize("fmt", [_format_param(f) for f in FORMATS])
+@settings(max_examples=max(20, settings().max_examples // 3))
+@given(raw=byte_mutations, structure=json_mutations, members=member_mutations, use=st.integers(0, 3))
+def test_format_mutations_keep_the_contract(workdir: Path, fmt: str, raw: list[tuple[object, ...]],
+                                            structure: list[tuple[object, ...]], members: list[tuple[object, ...]],
+                                            use: int) -> None:
+    check_contract(write_case(workdir, fmt, raw, structure, members, use))
+
+
+@pytest.mark.parametrize("fmt", [_format_param(f) for f in ("safetensors", "pt2", "torchscript_trace")])
+def test_cli_on_mutated_formats(workdir: Path, fmt: str) -> None:
+    """The real entry point on a few fixed mutations of each archive: exit 0 or 2, one line."""
+    for use, recipe in enumerate([[("replace", 3, 0)], [("replace", 11, 20)], [("drop", 5, 0)]]):
+        path = write_case(workdir, fmt, [("flip", 77 * use, use)], recipe, [("json", use, 3 * use + 1, 5),
+                                                                           ("bytes", use + 2, 99, 5)], 1)
+        proc = subprocess.run([sys.executable, "-m", "mhainspect", str(path)], capture_output=True, text=True,
+                              timeout=120)
+        _assert_cli_contract(proc.returncode, proc.stdout, proc.stderr)

@@ -313,7 +313,7 @@ def test_torchscript_reads_no_weight(torchscript: dict[str, Path], monkeypatch: 
 
 def _marker_code(marker: Path) -> Callable[[str, bytes], bytes]:
     def edit(name: str, data: bytes) -> bytes:
-        if name.endswith("code/__torch__/pytorch_artifacts.py"):
+        if "/code/__torch__/pytorch_artifacts" in name and name.endswith(".py"):
             return f"import os\nos.system('touch {marker}')\n".encode() + data
         return data
 
@@ -339,7 +339,8 @@ def _ext_opcode(name: str, data: bytes) -> bytes:
 
 
 def _top_level_call(name: str, data: bytes) -> bytes:
-    return b"print('hello')\n" + data if name.endswith("code/__torch__/pytorch_artifacts.py") else data
+    ours = "/code/__torch__/pytorch_artifacts" in name and name.endswith(".py")
+    return b"print('hello')\n" + data if ours else data
 
 
 @pytest.mark.parametrize("case, match", [
@@ -367,3 +368,18 @@ def test_truncated_torchscript(cut: float, torchscript: dict[str, Path], tmp_pat
     path.write_bytes(data[:int(len(data) * cut)])
     with pytest.raises(InputError):
         mhainspect.inspect(path)
+
+
+def test_torchscript_and_pt2_in_a_folder(torchscript: dict[str, Path], pt2: dict[str, Path], tmp_path: Path) -> None:
+    """A folder scan picks up .pt2 programs and TorchScript archives (.pt, .jit) beside checkpoints."""
+    import shutil
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    shutil.copy(pt2["bert"], folder / "bert.pt2")
+    shutil.copy(torchscript["bert.trace"], folder / "bert.pt")
+    shutil.copy(torchscript["annotated_h8.script"], folder / "annotated.jit")
+    result = CliRunner().invoke(app, ["inspect", str(folder), "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    formats = {Path(r["model"]["path"]).name: r["model"]["format"] for r in json.loads(result.stdout)["models"]}
+    assert formats == {"bert.pt2": "torch.export", "bert.pt": "torchscript", "annotated.jit": "torchscript"}

@@ -93,7 +93,8 @@ def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) 
     from mhainspect.frontends.checkpoint.hf_config import TOWER_PREFIXES, decoder_only_model_type, sub_config
 
     name = block_name.lower()
-    archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
+    listed = cfg.get("architectures")
+    archs = [a for a in listed if isinstance(a, str)] if isinstance(listed, list) else []
     prefix = sub_config(cfg, block_name)[0]
     if prefix in TOWER_PREFIXES and cfg.get("is_encoder_decoder") is not True:
         return False, f"the block belongs to the config's {prefix.rstrip('.')} (an encoder tower, run once per input)"

@@ -58,7 +58,8 @@ class ZipArchive:
                 infos = archive.infolist()
         except OSError as exc:
             raise read_error(path, exc) from None
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, struct.error) as exc:
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError, EOFError,
+                struct.error) as exc:  # zipfile's words for a directory it cannot parse (UnicodeDecodeError too)
             raise InputError(f"{path}: broken zip archive ({_first_line(exc)})") from None
         self.members: dict[str, Member] = {}
         for info in infos:

@@ -194,8 +194,9 @@ def _check_checkpoint_container(path: Path) -> None:
                     if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
                         raise InputError(f"{path}: refused: archive member {info.filename!r} is compressed or "
                                          "larger than the file (torch.save never writes that; a zip bomb?)")
-        except zipfile.BadZipFile as exc:
-            raise InputError(f"{path}: not a PyTorch checkpoint (broken zip archive: {exc})") from None
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, UnicodeDecodeError, ValueError,
+                EOFError, struct.error) as exc:  # zipfile's words for a directory it cannot parse
+            raise InputError(f"{path}: not a PyTorch checkpoint (broken zip archive: {str(exc)[:160]})") from None
     elif not head.startswith(_PICKLE_MAGIC):
         raise InputError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a pickle)")
 

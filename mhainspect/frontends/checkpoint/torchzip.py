@@ -194,7 +194,8 @@ def _open_archive(blob: Blob) -> tuple[zipfile.ZipFile, SparseView]:
     view.seed(size - len(tail), tail)
     try:
         return zipfile.ZipFile(BlobFile(view)), view
-    except zipfile.BadZipFile as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError, EOFError,
+            struct.error) as exc:  # zipfile's words for a directory it cannot parse (UnicodeDecodeError too)
         head = view[0:4]
         if head.startswith(b"\x80"):
             raise InputError(f"{blob.name}: a legacy (non-zip) PyTorch checkpoint: its storages follow the pickle, "
