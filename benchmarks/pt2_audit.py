@@ -51,15 +51,15 @@ def build(path: Path, layers: int) -> None:
     torch.export.save(program, str(path))
 
 
-def run_once(path: Path, out: Path) -> tuple[float, int, int, str]:
-    """(wall seconds, peak RSS in KiB, exit code, stderr) of one audit in a fresh process."""
+def run_once(path: Path, out: Path) -> tuple[float, int, int, str, float]:
+    """(wall seconds, peak RSS in KiB, exit code, stderr, CPU seconds) of one audit in a fresh process."""
     start = time.perf_counter()
     proc = subprocess.Popen([*MHAINSPECT, str(path), "--format", "json", "-o", str(out)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     err = proc.stderr.read().decode() if proc.stderr is not None else ""
-    return seconds, usage.ru_maxrss, os.waitstatus_to_exitcode(status), err
+    return seconds, usage.ru_maxrss, os.waitstatus_to_exitcode(status), err, usage.ru_utime + usage.ru_stime
 
 
 def json_size(path: Path) -> int:
@@ -119,10 +119,12 @@ def main() -> int:
         print(f"audit failed (exit {failed[0][2]}): {failed[0][3].strip()}")
         return 1
     best = min(r[0] for r in runs)
+    cpu = min(r[4] for r in runs)
     peak_mb = max(r[1] for r in runs) / 1024
     report = json.loads(out.read_text())
-    print(f"audit: best {best:.2f} s of {args.repeat}, peak RSS {peak_mb:.0f} MB; "
-          f"{len(report['blocks'])} blocks, {report['model']['total_params']:,} parameters")
+    print(f"audit: best {best:.2f} s wall ({cpu:.2f} s CPU) of {args.repeat}, peak RSS {peak_mb:.0f} MB; "
+          f"{len(report['blocks'])} blocks, {report['model']['total_params']:,} parameters; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     touched, spanned = weight_pages_read(path, folder / "evicted.json")
     print(f"weights never read: {touched:,} of the {spanned:,} pages inside weight members were read")
     same = touched == 0
