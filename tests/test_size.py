@@ -555,3 +555,27 @@ def test_kv_cache_of_an_ort_group_query_attention(projection: str, tmp_path: Pat
     kv = report.model.kv_cache
     assert kv is not None and kv.bytes_per_token == 2 * (16 + 16) * 4 and kv.total_bytes == present
     assert "past_key" in _kv_evidence(report.blocks[0])
+
+
+def test_kv_dtype_after_the_audit_remakes_the_figure_from_its_values() -> None:
+    """--kv-dtype applied to a finished report (what the pipeline does) gives the figure and the
+    evidence text that sizing the blocks in that dtype gives: the text is made from the figure's
+    values, whatever the source's own words say (parentheses and byte counts in them included)."""
+    from mhainspect.analysis.report import build_report
+    from mhainspect.analysis.size import apply
+    from mhainspect.frontends.result import BlockDecoding, SizeInputs
+    from mhainspect.results import ParamBreakdown
+
+    block = AttentionBlock("layers.0.attn", "checkpoint", "self", 8, 2, 64, 8, 8, ParamBreakdown(0, 0, 0, 0, 0, 0), (), ())
+    decoding = BlockDecoding(block.name, True, "present output (× 4 bytes (float32) in the export)", "float16",
+                             "past_key_values.0.key (float16, the graph's input)", window=512, window_source="config")
+    inputs = SizeInputs(decoding=(decoding,))
+    audited = build_report([block], path="m", fmt="onnx", total_params=0, size=inputs)
+    assert _kv_evidence(audited.blocks[0]).startswith(
+        "2 kv heads × (d_k 8 + d_v 8) × 2 bytes (float16, past_key_values.0.key (float16, the graph's input)) per token")
+    after = with_options(audited, SizeOptions(kv_dtype="int8")).blocks[0]
+    during = apply([block], inputs, SizeOptions(kv_dtype="int8"))[0][0]
+    assert after.kv_cache_bytes_per_token == during.kv_cache_bytes_per_token == 2 * 16 * 1
+    assert _kv_evidence(after) == _kv_evidence(during) == (
+        "2 kv heads × (d_k 8 + d_v 8) × 1 bytes (int8, --kv-dtype) per token; present output (× 4 bytes (float32) "
+        "in the export); sliding window 512 (config): keeps at most 511 past tokens")

@@ -21,7 +21,6 @@ Rules (each number in one place):
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from mhainspect.frontends.size_inputs import IF_DECODED
 from mhainspect.ir import dtypes
 from mhainspect.results import (
     AttentionBlock,
+    CacheFactors,
     CacheStatus,
     Evidence,
     KVCache,
@@ -195,9 +195,9 @@ KV_FIELD = "kv_cache_bytes_per_token"  # the Evidence field that says where a bl
 
 
 def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | None
-                 ) -> tuple[int | None, str | None, str, CacheStatus]:
-    """(bytes per token, dtype, text, status) for one block: with bytes, the text is the figure's
-    evidence; without (it does not cache, or something is unknown), the reason."""
+                 ) -> tuple[int | None, str | None, str | CacheFactors, CacheStatus]:
+    """(bytes per token, dtype, why, status) for one block: with bytes, ``why`` is the figure's
+    factors; without (it does not cache, or something is unknown), the reason."""
     if d is None:
         return None, None, "nothing in the source says whether this block decodes autoregressively", \
             CacheStatus.UNKNOWN
@@ -212,26 +212,36 @@ def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | Non
     if elements is None or size is None:  # cache_reason says which (--kv-dtype can size the second)
         return None, dtype, d.reason, status
     how = "--kv-dtype" if kv_dtype else d.dtype_source
-    return elements * size, dtype, _cache_detail(b, size, dtype, how, d.reason, d.window, d.window_source), status
+    return elements * size, dtype, _factors(b, size, dtype, how, d.reason, d.window, d.window_source), status
 
 
-def _cache_detail(b: AttentionBlock, size: int, dtype: str | None, how: str, why: str, window: int | None,
-                  window_source: str) -> str:
-    """The evidence text of a block's bytes-per-token figure."""
-    per = "per encoder token, cached once per input" if b.kind == "cross" else "per token"
-    if b.latent is not None and b.latent.runtime_expands:
-        detail = (f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {size} bytes ({dtype}, {how}) {per}: "
-                  f"the per-head K/V of a latent block (its latent would be {b.latent.cached_width} values); {why}")
-    elif b.latent is not None:
-        lat = b.latent
+def cache_text(f: CacheFactors) -> str:
+    """The evidence text of a block's bytes-per-token figure, made from its factors."""
+    per = "per encoder token, cached once per input" if f.cross else "per token"
+    heads = f"{f.kv_heads} kv heads × (d_k {f.d_k} + d_v {f.d_v})"
+    bytes_each = f"× {f.itemsize} bytes ({f.dtype}, {f.dtype_source}) {per}"
+    if f.latent is not None and f.latent.runtime_expands:
+        detail = (f"{heads} {bytes_each}: the per-head K/V of a latent block (its latent would be "
+                  f"{f.latent.cached_width} values); {f.reason}")
+    elif f.latent is not None:
+        lat = f.latent
+        expanded = None if f.kv_heads is None or f.d_k is None or f.d_v is None else \
+            kv_elements_per_token(f.kv_heads, f.d_k, f.d_v)
         detail = (f"latent attention: K/V latent {lat.kv_rank} + rotary key {lat.rope_dim} = {lat.cached_width} values "
-                  f"× {size} bytes ({dtype}, {how}) {per}, what an MLA runtime caches (the per-head K/V it expands "
-                  f"to: {b.num_kv_heads} heads × (d_k {b.d_k} + d_v {b.d_v}) = {_expanded_elements(b)} values); {why}")
+                  f"{bytes_each}, what an MLA runtime caches (the per-head K/V it expands to: {f.kv_heads} heads × "
+                  f"(d_k {f.d_k} + d_v {f.d_v}) = {expanded} values); {f.reason}")
     else:
-        detail = f"{b.num_kv_heads} kv heads × (d_k {b.d_k} + d_v {b.d_v}) × {size} bytes ({dtype}, {how}) {per}; {why}"
-    if window is not None and b.kind != "cross":
-        detail += f"; sliding window {window} ({window_source}): keeps at most {window - 1} past tokens"
+        detail = f"{heads} {bytes_each}; {f.reason}"
+    if f.window is not None and not f.cross:
+        detail += f"; sliding window {f.window} ({f.window_source}): keeps at most {f.window - 1} past tokens"
     return detail
+
+
+def _factors(b: AttentionBlock, itemsize: int, dtype: str | None, how: str, why: str, window: int | None = None,
+             window_source: str = "") -> CacheFactors:
+    """The factors of ``b``'s figure in ``dtype`` (``itemsize`` bytes an element), ``how``: where the dtype came from."""
+    return CacheFactors(b.num_kv_heads, b.d_k, b.d_v, itemsize, dtype, how, b.kind == "cross", why, window,
+                        window_source, b.latent)
 
 
 def _held_tokens(context: int, window: int | None) -> int:
@@ -360,10 +370,12 @@ def _expanded_cache(caching: Sequence[AttentionBlock], options: SizeOptions) -> 
     return per_token, total
 
 
-def _figure_fields(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str) -> dict[str, Any]:
+def _figure_fields(b: AttentionBlock, per_token: int, dtype: str | None, factors: CacheFactors, source: str
+                   ) -> dict[str, Any]:
     """The fields of ``b`` caching ``per_token`` bytes: the figure, its dtype, its evidence
     (replacing an older one) and, for a latent block, the per-head equivalent."""
-    evidence = tuple(e for e in b.evidence if e.field != KV_FIELD) + (Evidence(KV_FIELD, per_token, source, detail),)
+    figure = Evidence(KV_FIELD, per_token, source, cache_text(factors), factors)  # the text made from the values
+    evidence = tuple(e for e in b.evidence if e.field != KV_FIELD) + (figure,)
     expanded = None
     if b.latent is not None and (n := _expanded_elements(b)) is not None and (size := _itemsize(dtype)) is not None:
         expanded = n * size
@@ -371,10 +383,10 @@ def _figure_fields(b: AttentionBlock, per_token: int, dtype: str | None, detail:
             "evidence": evidence, "kv_cache_expanded_bytes_per_token": expanded}
 
 
-def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, detail: str, source: str,
+def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, factors: CacheFactors, source: str,
                  status: CacheStatus) -> AttentionBlock:
     """``b`` caching ``per_token`` bytes (``_figure_fields``)."""
-    return dataclasses.replace(b, kv_cache_status=status, **_figure_fields(b, per_token, dtype, detail, source))
+    return dataclasses.replace(b, kv_cache_status=status, **_figure_fields(b, per_token, dtype, factors, source))
 
 
 def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDecoding], options: SizeOptions,
@@ -385,15 +397,15 @@ def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDe
     for i, b in enumerate(blocks):
         more = also[i] if also else {}
         d = decoding.get(b.name)
-        per_token, dtype, text, status = _block_cache(b, d, options.kv_dtype)
+        per_token, dtype, why, status = _block_cache(b, d, options.kv_dtype)
         window = d.window if d is not None and d.caches and b.kind != "cross" else None
-        if per_token is not None and d is not None:
+        if isinstance(why, CacheFactors) and per_token is not None and d is not None:
             out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
                                            kv_cache_status=status,
-                                           **_figure_fields(b, per_token, dtype, text, d.source), **more))
+                                           **_figure_fields(b, per_token, dtype, why, d.source), **more))
         else:
             out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
-                                           kv_cache_bytes_per_token=None, kv_cache_reason=text,
+                                           kv_cache_bytes_per_token=None, kv_cache_reason=str(why),
                                            kv_cache_dtype=dtype if status.caches else None, kv_cache_status=status,
                                            **more))
     return tuple(out)
@@ -456,15 +468,15 @@ def with_options(report: Report, options: SizeOptions) -> Report:
             if elements is None or status is None or not status.caches:
                 changed.append(b)
                 continue
-            if b.kv_cache_bytes_per_token is None:  # caches, in a dtype the source did not size
-                detail = _cache_detail(b, new_size, name, "--kv-dtype", b.kv_cache_reason or "", None, "")
+            before = next((e for e in b.evidence if e.field == KV_FIELD), None)
+            if b.kv_cache_bytes_per_token is None or before is None or before.factors is None:
+                # caches, in a dtype the source did not size
+                factors = _factors(b, new_size, name, "--kv-dtype", b.kv_cache_reason or "")
                 source = "option"
-            else:
-                before = next((e for e in b.evidence if e.field == KV_FIELD), None)
-                detail = re.sub(r"× \d+ bytes \([^)]*\)", f"× {new_size} bytes ({name}, --kv-dtype)",
-                                before.detail if before is not None else "", count=1)
-                source = before.source if before is not None else "option"
-            changed.append(_with_figure(b, elements * new_size, name, detail, source, status))
+            else:  # the same figure in another dtype: its factors with the new element size
+                factors = dataclasses.replace(before.factors, itemsize=new_size, dtype=name, dtype_source="--kv-dtype")
+                source = before.source
+            changed.append(_with_figure(b, elements * new_size, name, factors, source, status))
         blocks = tuple(changed)
     model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options, report.misses))
     return dataclasses.replace(report, blocks=blocks, model=model)

@@ -18,6 +18,27 @@ from mhainspect.results.vocabulary import (
 
 
 @dataclass(frozen=True)
+class CacheFactors:
+    """The values behind a block's KV-cache bytes per token: kv_heads × (d_k + d_v) × itemsize, or
+    for a latent block (``latent``) its latent and rotary key × itemsize.
+
+    Kept with the figure's evidence so that the figure and its text are remade from values when
+    an option changes one of them (--kv-dtype), never patched inside the text."""
+
+    kv_heads: int | None  # None only for a latent block whose per-head equivalent is unknown
+    d_k: int | None
+    d_v: int | None
+    itemsize: int
+    dtype: str | None
+    dtype_source: str  # where the cache dtype came from (a past/present tensor, the projections, --kv-dtype)
+    cross: bool  # cross-attention: per encoder token, cached once per input
+    reason: str  # why the block caches
+    window: int | None = None  # sliding window (self-attention only)
+    window_source: str = ""
+    latent: LatentKV | None = None  # the block's latent K/V (what an MLA runtime caches)
+
+
+@dataclass(frozen=True)
 class Evidence:
     """Where one recovered number came from.
 
@@ -30,6 +51,7 @@ class Evidence:
     value: int | float | None
     source: str  # an EvidenceSource; a bare string is checked and converted on construction
     detail: str
+    factors: CacheFactors | None = None  # the values ``detail`` was made from (the KV-cache figure)
 
     def __post_init__(self) -> None:
         if type(self.source) is not EvidenceSource:  # a dict lookup: thousands per large model
