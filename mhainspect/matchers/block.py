@@ -122,71 +122,41 @@ class BlockBuilder:
                         "graph does not show how its outputs are split (no constant Split/Slice sizes, no shapes)")
         return None
 
-    def _pick(self, name: str) -> tuple[int | None, tuple[str, ...]]:
-        return assembly.pick(self.evidence, name)
-
     def build(self, taken_names: set[str]) -> AttentionBlock:
         if self._latent_kv():
             return self._build_latent(taken_names)
-        conflicts: list[str] = []
-        picked: dict[str, int | None] = {}
-        for f in ("d_k", "d_v"):
-            picked[f], c = self._pick(f)
-            conflicts.extend(c)
-        # Head counts follow from widths once d_k and d_v are known.
-        d_k, d_v = picked["d_k"], picked["d_v"]
         fractions = self._fractions()
         wq, wk, wv = self.width("q", fractions), self.width("k", fractions), self.width("v", fractions)
-        if d_k and wq and wq % d_k == 0:
-            self.offer("num_heads", wq // d_k, EvidenceSource.WEIGHT_SHAPE, f"Q width {wq} / d_k {d_k}")
-        if d_k and wk and wk % d_k == 0:
-            self.offer("num_kv_heads", wk // d_k, EvidenceSource.WEIGHT_SHAPE, f"K width {wk} / d_k {d_k}")
-        if d_v and wv and wv % d_v == 0:
-            self.offer("num_kv_heads", wv // d_v, EvidenceSource.WEIGHT_SHAPE, f"V width {wv} / d_v {d_v}")
-        picked["num_heads"], c = self._pick("num_heads")
-        conflicts.extend(c)
-        h = picked["num_heads"]
-        if d_k is None and h and wq and wq % h == 0:
-            picked["d_k"] = d_k = wq // h
-            self.evidence.append(Evidence("d_k", d_k, EvidenceSource.WEIGHT_SHAPE, f"Q width {wq} / heads {h}"))
-        picked["num_kv_heads"], c = self._pick("num_kv_heads")
-        conflicts.extend(c)
-        if picked["num_kv_heads"] is None and d_k:
-            picked["num_kv_heads"] = assembly.default_kv_heads(h, wk)
-        if d_v is None and picked["num_kv_heads"] and wv and wv % picked["num_kv_heads"] == 0:
-            picked["d_v"] = d_v = wv // picked["num_kv_heads"]
-            self.evidence.append(Evidence("d_v", d_v, EvidenceSource.WEIGHT_SHAPE, f"V width {wv} / kv heads {picked['num_kv_heads']}"))
-        q = self.roles.get("q")
-        if q is not None and q.traced is not None:
-            self.offer("d_model", q.traced.hit.in_features, EvidenceSource.WEIGHT_SHAPE,
-                       f"input width of Q projection {q.traced.hit.node.name}")
-        elif q is not None and q.fused_in is not None:
-            self.offer("d_model", q.fused_in, EvidenceSource.WEIGHT_SHAPE, f"input width of packed weight {q.fused_weight}")
-        elif self.output is not None:
-            self.offer("d_model", self.output.out_features, EvidenceSource.WEIGHT_SHAPE,
-                       f"output width of {self.output.node.name}")
-        picked["d_model"], c = self._pick("d_model")
-        conflicts.extend(c)
-
-        unknown_reason = None
         unsplit = self._unsplit_packed(fractions)
         if unsplit is not None:
-            picked["num_heads"] = None  # the K/V head count would be a guess
-            self.notes.insert(0, unsplit)
-        if picked["num_heads"] is None:
-            unknown_reason = self._unknown_reason(wq)
-            picked["num_kv_heads"] = None
+            self.notes.insert(0, unsplit)  # the K/V head count would be a guess
+        decision = assembly.decide(self.evidence, assembly.Widths(
+            wq, wk, wv, o_in=self.output.in_features if self.output is not None else None),
+            d_model=self._model_width(), unsplit=unsplit)
+        self.evidence = list(decision.evidence)
         projections = self._projections({"q": wq, "k": wk, "v": wv}, fractions)
-        params = ParamBreakdown.from_projections(projections, extra=sum(self.extras.values()))
-        kind = self._kind()
         name = block_name(self.index, self.anchor, projections, taken_names)
         return AttentionBlock(
-            name=name, matcher=self.matcher, kind=kind,
-            num_heads=picked["num_heads"], num_kv_heads=picked["num_kv_heads"], d_model=picked["d_model"],
-            d_k=picked["d_k"], d_v=picked["d_v"], params=params, projections=projections,
-            evidence=tuple(self.evidence), scale=self.scale, scale_known=self.scale_known,
-            anchor=self.anchor.name, unknown_reason=unknown_reason, conflicts=tuple(dict.fromkeys(conflicts)),
+            name=name, matcher=self.matcher, kind=self._kind(),
+            num_heads=decision.num_heads, num_kv_heads=decision.num_kv_heads, d_model=decision.d_model,
+            d_k=decision.d_k, d_v=decision.d_v,
+            params=ParamBreakdown.from_projections(projections, extra=sum(self.extras.values())),
+            projections=projections, evidence=decision.evidence, scale=self.scale, scale_known=self.scale_known,
+            anchor=self.anchor.name, unknown_reason=None if decision.num_heads is not None else self._unknown_reason(wq),
+            conflicts=decision.conflicts,
         )
+
+    def _model_width(self) -> tuple[int | None, str] | None:
+        """d_model as the weights show it: the input width of Q's projection (or of the op's packed
+        weight), else the output width of O's."""
+        q = self.roles.get("q")
+        if q is not None and q.traced is not None:
+            return q.traced.hit.in_features, f"input width of Q projection {q.traced.hit.node.name}"
+        if q is not None and q.fused_in is not None:
+            return q.fused_in, f"input width of packed weight {q.fused_weight}"
+        if self.output is not None:
+            return self.output.out_features, f"output width of {self.output.node.name}"
+        return None
 
     def _latent_inputs(self) -> bool:
         """Latent (low-rank) attention, as DeepSeek's MLA: Q's, K's or V's projection reads a

@@ -12,6 +12,7 @@ from fractions import Fraction
 
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import Node
+from mhainspect.matchers.assembly import split_packed
 from mhainspect.matchers.block import BlockBuilder, RoleInput
 from mhainspect.matchers.projection import TracedProjection, trace_back_to_projection, trace_forward_to_projection
 from mhainspect.results import Evidence, Miss
@@ -144,27 +145,10 @@ def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
     has_key = len(node.inputs) > 1 and bool(node.inputs[1])
     has_value = len(node.inputs) > 2 and bool(node.inputs[2])
     if has_key:
-        _trace_roles(index, node, b, (0, 1, 2))
-        if not has_value:
-            # Packed KV in the key input ([B, L, N, 2, H] by the op's definition: K and V have the
-            # same heads and head size): one projection serves K and V, half each.
-            traced = b.roles["k"].traced if "k" in b.roles else None
-            b.roles["v"] = RoleInput("v", None)
-            if traced is not None:
-                for role in ("k", "v"):
-                    b.roles[role] = RoleInput(role, _share(traced, Fraction(1, 2)), tensor=node.inputs[1])
+        kv_traced = _ms_key_value_roles(index, node, b, has_value)
     else:
-        # Packed QKV in the query input: one projection serves all three roles.
-        traced = trace_back_to_projection(index, node.inputs[0], {node.name})
-        for role in ("q", "k", "v"):
-            b.roles[role] = RoleInput(role, traced)
-        if traced is not None and h and g:
-            width = traced.hit.out_features
-            per_head = width // (h + 2 * g) if width % (h + 2 * g) == 0 else None
-            if per_head:
-                for role, share in (("q", Fraction(h, h + 2 * g)), ("k", Fraction(g, h + 2 * g)),
-                                    ("v", Fraction(g, h + 2 * g))):
-                    b.roles[role] = RoleInput(role, _share(traced, share))
+        kv_traced = None
+        _ms_packed_roles(index, node, b, h, g)
     _op_bias(index, node, b)
     b.offer("num_heads", h, "attribute", f"{node.name}.num_heads")
     if node.op in _MS_GROUPED or not _kv_repeated(b):
@@ -177,18 +161,55 @@ def _ms_separate(index: GraphIndex, node: Node, b: BlockBuilder) -> None:
         if width % parts == 0:
             b.offer("d_k", width // parts, "attribute", f"Q width {width} / {parts} heads at {node.name}")
     if has_key and not has_value:
-        kv = index.shapes.shape(node.inputs[1])
-        if kv is not None and len(kv) == 5 and kv[3].is_int and kv[3].coef == 2 and kv[4].is_int:
-            b.offer("d_v", kv[4].coef, "shape", f"head size of the packed K/V input of {node.name}")
-        elif traced is not None and g and traced.hit.out_features % (2 * g) == 0:
-            b.offer("d_v", traced.hit.out_features // (2 * g), "attribute",
-                    f"packed K/V width {traced.hit.out_features} / (2 × {g} heads) at {node.name}")
-    if has_key and has_value:
-        v = index.shapes.shape(node.inputs[2])
-        if v is not None and len(v) == 3 and g and v[2].is_int and v[2].coef % g == 0:
-            b.offer("d_v", v[2].coef // g, "attribute", f"V width {v[2].coef} / {g} kv heads at {node.name}")
-        elif v is not None and len(v) == 4 and v[3].is_int:  # [B, heads, S, head size]: a cache read as it is
-            b.offer("d_v", v[3].coef, "shape", f"last axis of V input of {node.name}")
+        _ms_packed_kv_value_size(index, node, b, g, kv_traced)
+    elif has_key:
+        _ms_value_size(index, node, b, g)
+
+
+def _ms_key_value_roles(index: GraphIndex, node: Node, b: BlockBuilder, has_value: bool) -> TracedProjection | None:
+    """Q, K and V traced from the op's own inputs; with no value input, K and V packed in the key
+    input ([B, L, N, 2, H] by the op's definition: K and V have the same heads and head size), one
+    projection serving K and V, half each (returned)."""
+    _trace_roles(index, node, b, (0, 1, 2))
+    if has_value:
+        return None
+    traced = b.roles["k"].traced if "k" in b.roles else None
+    b.roles["v"] = RoleInput("v", None)
+    if traced is not None:
+        for role in ("k", "v"):
+            b.roles[role] = RoleInput(role, _share(traced, Fraction(1, 2)), tensor=node.inputs[1])
+    return traced
+
+
+def _ms_packed_roles(index: GraphIndex, node: Node, b: BlockBuilder, h: int | None, g: int | None) -> None:
+    """Packed QKV in the query input: one projection serves all three roles, split as the op packs
+    it (h + 2g heads of one size: ``assembly.split_packed``)."""
+    traced = trace_back_to_projection(index, node.inputs[0], {node.name})
+    for role in ("q", "k", "v"):
+        b.roles[role] = RoleInput(role, traced)
+    width = traced.hit.out_features if traced is not None else None
+    split = split_packed(width, h, g, None, None) if h and g else None
+    if traced is not None and width and split is not None:
+        for role, part in zip(("q", "k", "v"), split.parts):
+            b.roles[role] = RoleInput(role, _share(traced, Fraction(part, width)))
+
+
+def _ms_packed_kv_value_size(index: GraphIndex, node: Node, b: BlockBuilder, g: int | None,
+                             traced: TracedProjection | None) -> None:
+    kv = index.shapes.shape(node.inputs[1])
+    if kv is not None and len(kv) == 5 and kv[3].is_int and kv[3].coef == 2 and kv[4].is_int:
+        b.offer("d_v", kv[4].coef, "shape", f"head size of the packed K/V input of {node.name}")
+    elif traced is not None and g and traced.hit.out_features % (2 * g) == 0:
+        b.offer("d_v", traced.hit.out_features // (2 * g), "attribute",
+                f"packed K/V width {traced.hit.out_features} / (2 × {g} heads) at {node.name}")
+
+
+def _ms_value_size(index: GraphIndex, node: Node, b: BlockBuilder, g: int | None) -> None:
+    v = index.shapes.shape(node.inputs[2])
+    if v is not None and len(v) == 3 and g and v[2].is_int and v[2].coef % g == 0:
+        b.offer("d_v", v[2].coef // g, "attribute", f"V width {v[2].coef} / {g} kv heads at {node.name}")
+    elif v is not None and len(v) == 4 and v[3].is_int:  # [B, heads, S, head size]: a cache read as it is
+        b.offer("d_v", v[3].coef, "shape", f"last axis of V input of {node.name}")
 
 
 def _share(traced: TracedProjection, share: Fraction) -> TracedProjection:

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mhainspect.ir.weights import HeadOffers, WeightMeta, identity_by_name, tied_copy_by_name
-from mhainspect.matchers.assembly import default_kv_heads, per_head, pick, shapes_win, split_packed, width_conflicts
+from mhainspect.matchers.assembly import Decision, Widths, decide
 from mhainspect.matchers.grouping import (
     GroupedBlock,
     RoleWeights,
@@ -61,18 +61,12 @@ def _dims(rw: RoleWeights, role: str, evidence: list[Evidence]) -> tuple[int | N
 
 def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str, scale: float | None = None,
              scale_detail: str = "", no_heads_reason: str = "") -> AttentionBlock:
-    """One AttentionBlock from a name-grouped block and what modules/configs say about its heads."""
-    if group.latent is not None:
-        return assemble_latent(group, tuple(offers), matcher=matcher, no_heads_reason=no_heads_reason)
-    evidence: list[Evidence] = []
+    """One AttentionBlock from a name-grouped block and what modules/configs say about its heads:
+    the weights' widths and the offers go to ``assembly.decide``, which decides every number."""
     offers = tuple(offers)
-    for o in offers:
-        evidence.extend(o.evidence())
-    scale_source = EvidenceSource.MODULE
-    if scale is None:  # no attribute says: the first offer that gives the scale (a config's rule)
-        said = next((o for o in offers if o.scale is not None), None)
-        if said is not None:
-            scale, scale_detail, scale_source = said.scale, said.detail, EvidenceSource(said.source)
+    if group.latent is not None:
+        return assemble_latent(group, offers, matcher=matcher, no_heads_reason=no_heads_reason)
+    evidence = [e for o in offers for e in o.evidence()]
     conflicts: list[str] = []
     widths: dict[str, tuple[int | None, int | None]] = {}
     for rw in group.roles:
@@ -83,114 +77,90 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
                                      quant.provenance_of(rw.weight.name)))
             if quant.conflict:
                 conflicts.append(quant.conflict)
-
     head = _head_norm_evidence(group, widths)
     if head is not None:
         evidence.append(head)
-    h, c1 = pick(evidence, "num_heads")
-    g, c2 = pick(evidence, "num_kv_heads")
-    d_k, c3 = pick(evidence, "d_k")
-    d_v, c4 = pick(evidence, "d_v")
-    conflicts += c1 + c2 + c3 + c4
-
-    projections: list[Projection] = []
-    unsplit: str | None = None
     packed = group.role("qkv")
-    if packed is not None:
-        in_f, total = widths["qkv"]
-        o_in = widths["o"][0] if "o" in widths else None
-        split = split_packed(total, h, g, d_k, d_v, o_in)
-        if split is not None and total:
-            for role, width in zip(("q", "k", "v"), split.parts):
-                projections.append(projection(role, packed, in_f, width, (width, total), group.role_bias(role)))
-                widths[role] = (in_f, width)
-            evidence.append(Evidence("qkv_split", None, EvidenceSource.WEIGHT_SHAPE,
-                                     f"packed {packed.weight.name} {list(packed.weight.shape)} split "
-                                     + " + ".join(str(p) for p in split.parts)
-                                     + (f" ({split.assumption})" if split.assumption else "")))
-            if split.conflict is not None and split.kv_heads is not None:
-                g = split.kv_heads  # the width is what the block computes with: it wins over a claim
-                evidence.append(Evidence("num_kv_heads", g, EvidenceSource.WEIGHT_SHAPE, split.conflict))
-                conflicts.append(split.conflict)
-        else:
-            # Split unknown: the packed weight counts once, whole, on Q (as the graph path does).
-            unsplit = (f"packed {packed.weight.name} {list(packed.weight.shape)}: nothing gives its Q/K/V split "
-                       "(no head counts, no O projection width that fits), so it is counted whole under Q")
-            projections.append(projection("q", packed, in_f, None, own_bias=group.role_bias("q")))
-            projections.extend(Projection(r, None, None, None, 0, b.name, b.numel, group.owner)
-                               for r, b in group.role_biases if r != "q")
-            evidence.append(Evidence("qkv_split", None, EvidenceSource.WEIGHT_SHAPE, unsplit))
-            if h is not None:
-                conflicts.append(f"cannot split packed {packed.weight.name} {list(packed.weight.shape)} into Q/K/V "
-                                 "with the head counts offered")
-    for role in ("q", "k", "v", "o"):
-        single = group.role(role)
-        if single is not None:
-            in_f, out_f = widths[role]
-            projections.append(projection(role, single, in_f, out_f, own_bias=group.role_bias(role)))
-    projections.sort(key=lambda p: "qkvo".index(p.role))
-
-    wq = widths.get("q", (None, None))[1]
-    wk = widths.get("k", (None, None))[1]
-    wv = widths.get("v", (None, None))[1]
-    if h is None and (n := per_head(wq, d_k)) is not None:
-        h = n
-        evidence.append(Evidence("num_heads", h, EvidenceSource.WEIGHT_SHAPE, f"Q width {wq} / d_k {d_k}"))
-    if d_k is None and (n := per_head(wq, h)) is not None:
-        d_k = n
-        evidence.append(Evidence("d_k", d_k, EvidenceSource.WEIGHT_SHAPE, f"Q width {wq} / heads {h}"))
-    h, g, d_v = shapes_win(evidence, conflicts, h, g, d_k, d_v, widths)
-    if g is None and d_k and (n := per_head(wk, d_k)) is not None and h is not None:
-        g = n
-        evidence.append(Evidence("num_kv_heads", g, EvidenceSource.WEIGHT_SHAPE, f"K width {wk} / d_k {d_k}"))
-    if g is None:
-        g = default_kv_heads(h, wk)
-    if d_v is None and (n := per_head(wv, g)) is not None:
-        d_v = n
-        evidence.append(Evidence("d_v", d_v, EvidenceSource.WEIGHT_SHAPE, f"V width {wv} / kv heads {g}"))
-    conflicts.extend(width_conflicts(h, g, d_k, wq, wk))
-
-    d_model = None
-    q_proj = next((p for p in projections if p.role == "q"), None)
-    o_proj = next((p for p in projections if p.role == "o"), None)
-    if q_proj is not None and q_proj.in_features:
-        d_model = q_proj.in_features
-        evidence.append(Evidence("d_model", d_model, EvidenceSource.WEIGHT_SHAPE, f"input width of Q projection {q_proj.node}"))
-    elif o_proj is not None and o_proj.out_features:
-        d_model = o_proj.out_features
-        evidence.append(Evidence("d_model", d_model, EvidenceSource.WEIGHT_SHAPE, f"output width of {o_proj.node}"))
-
+    decision = decide(evidence, Widths(
+        widths.get("q", (None, None))[1], widths.get("k", (None, None))[1], widths.get("v", (None, None))[1],
+        o_in=widths.get("o", (None, None))[0], packed=widths["qkv"][1] if packed is not None else None,
+        packed_label=f"{packed.weight.name} {list(packed.weight.shape)}" if packed is not None else ""),
+        d_model=_model_width(group, widths))
+    projections = _projections(group, widths, decision)
+    evidence = list(decision.evidence)
     if group.learned_query is not None:
         t = group.learned_query
         evidence.append(Evidence("kind", None, EvidenceSource.WEIGHT_SHAPE,
                                  f"Q is projected from the learned query {t.name} {list(t.shape)} and K/V from the "
                                  "sequence: a source of their own (cross)"))
-    extra = 0
     for t in group.extras:
-        extra += t.numel
         evidence.append(Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE, f"{t.name} {list(t.shape)}"))
+    scale, scale_detail, scale_source = _scale(offers, scale, scale_detail)
     if scale is not None:
         evidence.append(Evidence("scale", scale, scale_source, scale_detail or "scale attribute"))
     unknown = None
-    if unsplit is not None:
-        h = g = None  # with Q's width unknown, any head count would be a guess
-    if h is None:
-        g = None
+    if decision.num_heads is None:
         unknown = no_heads_reason or "no head count: weight shapes give the projection widths, not the heads"
-        if unsplit is not None:
-            unknown = f"{unknown}; {unsplit}"
-    params = ParamBreakdown.from_projections(projections, extra=extra)
-    runs = next((o for o in offers if o.applications is not None), None)
-    if runs is not None and runs.applications is not None and runs.applications > 1:
-        evidence.append(Evidence("applications", runs.applications, runs.source, runs.detail))
+        if decision.unsplit is not None:
+            unknown = f"{unknown}; {decision.unsplit}"
+    runs = next((o.applications for o in offers if o.applications is not None), None)
+    if runs is not None and runs > 1:
+        said = next(o for o in offers if o.applications is not None)
+        evidence.append(Evidence("applications", runs, said.source, said.detail))
     return AttentionBlock(
         name=group.name, matcher=matcher, kind=BlockKind.CROSS if group.cross else BlockKind.SELF,
-        num_heads=h, num_kv_heads=g, d_model=d_model, d_k=d_k, d_v=d_v, params=params,
+        num_heads=decision.num_heads, num_kv_heads=decision.num_kv_heads, d_model=decision.d_model,
+        d_k=decision.d_k, d_v=decision.d_v,
+        params=ParamBreakdown.from_projections(projections, extra=sum(t.numel for t in group.extras)),
         projections=tuple(projections), evidence=tuple(evidence), scale=scale, scale_known=scale is not None,
-        anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts)),
-        applications=runs.applications if runs is not None and runs.applications is not None else 1,
+        anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts + list(decision.conflicts))),
+        applications=runs if runs is not None else 1,
     )
 
+
+def _scale(offers: Sequence[HeadOffers], scale: float | None, detail: str) -> tuple[float | None, str, EvidenceSource]:
+    """The scale a module attribute gives; else the first offer that gives it (a config's rule)."""
+    if scale is None:
+        said = next((o for o in offers if o.scale is not None), None)
+        if said is not None:
+            return said.scale, said.detail, EvidenceSource(said.source)
+    return scale, detail, EvidenceSource.MODULE
+
+
+def _model_width(group: GroupedBlock, widths: Mapping[str, tuple[int | None, int | None]]
+                 ) -> tuple[int | None, str] | None:
+    """d_model as the weights show it: the input width of Q (or of the packed weight), else O's output."""
+    for role in ("qkv", "q"):
+        rw = group.role(role)
+        if rw is not None and widths[role][0]:
+            return widths[role][0], f"input width of Q projection {rw.module}"
+    o = group.role("o")
+    if o is not None and widths["o"][1]:
+        return widths["o"][1], f"output width of {o.module}"
+    return None
+
+
+def _projections(group: GroupedBlock, widths: Mapping[str, tuple[int | None, int | None]], decision: Decision
+                 ) -> list[Projection]:
+    """Q/K/V/O as counted: a packed weight by its split, or whole under Q when nothing splits it."""
+    out: list[Projection] = []
+    packed = group.role("qkv")
+    if packed is not None:
+        in_f, total = widths["qkv"]
+        if decision.split is not None and total:
+            for role, width in zip(("q", "k", "v"), decision.split.parts):
+                out.append(projection(role, packed, in_f, width, (width, total), group.role_bias(role)))
+        else:  # split unknown: the packed weight counts once, whole, on Q (as the graph path does)
+            out.append(projection("q", packed, in_f, None, own_bias=group.role_bias("q")))
+            out.extend(Projection(r, None, None, None, 0, b.name, b.numel, group.owner)
+                       for r, b in group.role_biases if r != "q")
+    for role in ("q", "k", "v", "o"):
+        single = group.role(role)
+        if single is not None:
+            in_f, out_f = widths[role]
+            out.append(projection(role, single, in_f, out_f, own_bias=group.role_bias(role)))
+    out.sort(key=lambda p: "qkvo".index(p.role))
+    return out
 
 
 def _head_norm_evidence(group: GroupedBlock, widths: Mapping[str, tuple[int | None, int | None]]) -> Evidence | None:
