@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.ir import dtypes
@@ -231,12 +231,22 @@ def _constant_mask(values: Sequence[float], shape: Sequence[int]) -> tuple[str, 
     is q + past."""
     queries, keys = shape[-2], shape[-1]
     past = keys - queries
-    size = queries * keys
-    if past < 0 or not values or len(values) % size:
+    if past < 0 or not values or len(values) % (queries * keys):
         return "other", None
     additive = any(v <= _MASKED_BELOW for v in values)
     if not additive and len(set(values)) > 2:
         return "none", None  # a bias: it shifts scores, it hides no key
+    pattern = _seen_keys(values, queries, keys, additive)
+    if pattern is None:
+        return "other", None
+    return _mask_kind(pattern, past)
+
+
+def _seen_keys(values: Sequence[float], queries: int, keys: int, additive: bool
+               ) -> tuple[tuple[int, ...], ...] | None:
+    """Per query, the keys it sees: the same in every [queries, keys] plane, else None."""
+    size = queries * keys
+    past = keys - queries
     pattern: tuple[tuple[int, ...], ...] | None = None
     for start in range(0, len(values), size):
         plane = values[start:start + size]
@@ -245,9 +255,13 @@ def _constant_mask(values: Sequence[float], shape: Sequence[int]) -> tuple[str, 
                                                       else plane[q * keys + k] == keep))
                      for q in range(queries))
         if pattern is not None and rows != pattern:
-            return "other", None
+            return None
         pattern = rows
-    assert pattern is not None
+    return pattern
+
+
+def _mask_kind(pattern: tuple[tuple[int, ...], ...], past: int) -> tuple[str, int | None]:
+    """``_constant_mask``'s answer from the keys each query sees (query q's own key is q + past)."""
     if any(row and row[-1] > q + past for q, row in enumerate(pattern)):
         return "none", None  # a query sees a later key: not causal
     if any(not row or row[-1] != q + past or row != tuple(range(row[0], row[-1] + 1))
@@ -281,89 +295,109 @@ def causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
             return _MaskEvidence(True, text)
     if anchor.op in ("GroupQueryAttention", "PagedAttention", "SparseAttention"):
         return _MaskEvidence(True, f"{anchor.op} (always causal)")
-    inputs = {v.name: v for v in index.graph.inputs}
-    weights = index.graph.weights
     # A Softmax (or the Exp of one written out) reads the scores; a fused op reads Q, K, V (or the
     # input, packed weights, bias) first, the mask after.
-    frontier = [x for x in (anchor.inputs if anchor.op in ("Softmax", "Exp") else anchor.inputs[3:]) if x]
-    seen = set(frontier)
-    visited = 0
-    open_masks: list[str] = []
-    full_constants: list[str] = []
+    walk = _MaskWalk(index, [x for x in (anchor.inputs if anchor.op in ("Softmax", "Exp") else anchor.inputs[3:]) if x])
+    walk.run()
+    return walk.verdict()
+
+
+@dataclass(eq=False)
+class _MaskWalk:
+    """The walk back from the scores: what reaches them, read as masks."""
+
+    index: GraphIndex
+    frontier: list[str]
+    open_masks: list[str] = field(default_factory=list)  # masks whose effect cannot be read
+    full_constants: list[str] = field(default_factory=list)  # constant masks that hide nothing (or not causally)
     causal: str | None = None
     window: tuple[int, str] | None = None
-    while frontier and visited < _MASK_WALK_LIMIT:
-        cur = frontier.pop(0)
-        stored = weights.get(cur)
-        if stored is not None:
-            shape = stored.shape
-            if len(shape) < 2 or shape[-2] <= 1 or shape[-1] < shape[-2] or (len(shape) == 2 and shape[0] != shape[1]) \
-                    or stored.kind == "parameter":
-                continue  # no [queries, keys] plane (a bias per key or per head, a table, a scale), or learned
-            label = f"constant '{cur}' {list(shape)}"
-            if stored.mask_values is None:
-                if _stored_mask(stored):  # with a head axis, a position bias: not a mask
-                    open_masks.append(f"a stored mask '{cur}' {list(shape)} ({stored.dtype}), whose values are not "
-                                      "read (only small constants are): whether it is causal is not visible")
+
+    def run(self) -> None:
+        seen = set(self.frontier)
+        visited = 0
+        inputs = {v.name: v for v in self.index.graph.inputs}
+        while self.frontier and visited < _MASK_WALK_LIMIT:
+            cur = self.frontier.pop(0)
+            stored = self.index.graph.weights.get(cur)
+            if stored is not None:
+                self._stored(cur, stored)
                 continue
-            kind, w = _constant_mask(stored.mask_values, shape)
-            if kind == "causal":
-                causal = causal or f"causal mask ({label}: each query sees itself and earlier keys)"
-            elif kind == "window":
-                assert w is not None
-                window = window or (w, f"the values of {label}")
-            elif kind == "none":
-                full_constants.append(label)  # hides nothing, or lets queries see later keys
-            else:
-                open_masks.append(f"{label} of a pattern neither causal nor full: whether the block is causal is not "
-                                  "visible")
-            continue
-        node = index.producer.get(cur)
-        if node is None:
-            info = inputs.get(cur)
-            # [batch, 1, 1, keys] pads keys; only a mask with a query axis can be causal.
-            if info is not None and (info.shape is None or (len(info.shape) >= 3 and info.shape[-2] != 1)):
-                shown = list(info.shape) if info.shape is not None else "(rank unknown)"
-                open_masks.append(f"graph input '{cur}' {shown}: whether it is causal is up to the caller")
-            continue
-        visited += 1
+            node = self.index.producer.get(cur)
+            if node is None:
+                self._graph_input(cur, inputs.get(cur))
+                continue
+            visited += 1
+            self._node(node)
+            if node.op in _PRODUCTS:
+                continue  # Q·Kᵀ or a projection: the activations behind it are not the mask
+            # A mask reaches the scores as a value: indices (a relative-position bucket, DeBERTa/T5
+            # comparing q - kv with a bucket bound) and shape arguments select values, they mask none.
+            skip = _NOT_MASK_INPUTS.get(node.op, ())
+            for i, x in enumerate(node.inputs):
+                if x and x not in seen and i not in skip:
+                    seen.add(x)
+                    self.frontier.append(x)
+
+    def _stored(self, cur: str, stored: Any) -> None:
+        shape = stored.shape
+        if len(shape) < 2 or shape[-2] <= 1 or shape[-1] < shape[-2] or (len(shape) == 2 and shape[0] != shape[1]) \
+                or stored.kind == "parameter":
+            return  # no [queries, keys] plane (a bias per key or per head, a table, a scale), or learned
+        label = f"constant '{cur}' {list(shape)}"
+        if stored.mask_values is None:
+            if _stored_mask(stored):  # with a head axis, a position bias: not a mask
+                self.open_masks.append(f"a stored mask '{cur}' {list(shape)} ({stored.dtype}), whose values are not "
+                                       "read (only small constants are): whether it is causal is not visible")
+            return
+        kind, w = _constant_mask(stored.mask_values, shape)
+        if kind == "causal":
+            self.causal = self.causal or f"causal mask ({label}: each query sees itself and earlier keys)"
+        elif kind == "window":
+            assert w is not None
+            self.window = self.window or (w, f"the values of {label}")
+        elif kind == "none":
+            self.full_constants.append(label)  # hides nothing, or lets queries see later keys
+        else:
+            self.open_masks.append(f"{label} of a pattern neither causal nor full: whether the block is causal is "
+                                   "not visible")
+
+    def _graph_input(self, cur: str, info: Any) -> None:
+        # [batch, 1, 1, keys] pads keys; only a mask with a query axis can be causal.
+        if info is not None and (info.shape is None or (len(info.shape) >= 3 and info.shape[-2] != 1)):
+            shown = list(info.shape) if info.shape is not None else "(rank unknown)"
+            self.open_masks.append(f"graph input '{cur}' {shown}: whether it is causal is up to the caller")
+
+    def _node(self, node: Node) -> None:
         if node.op == "Trilu":
-            causal = causal or f"causal mask (Trilu '{node.name}')"
-        elif node.op in _COMPARE_OPS and len(node.inputs) == 2 and all(_from_range(index, x) for x in node.inputs):
-            w = _window_in_mask(index, node)
-            if w is not None:
-                window = window or (w, f"the mask's position comparison {node.op} '{node.name}'")
-            else:
-                causal = causal or f"causal mask (position comparison {node.op} '{node.name}')"
-        elif node.op in _COMPARE_OPS and len(node.inputs) == 2:
-            w = _window_in_mask(index, node)  # q - kv < W
-            if w is not None:
-                window = window or (w, f"the mask's position comparison {node.op} '{node.name}'")
-        if node.op in _PRODUCTS:
-            continue  # Q·Kᵀ or a projection: the activations behind it are not the mask
-        # A mask reaches the scores as a value: indices (a relative-position bucket, DeBERTa/T5
-        # comparing q - kv with a bucket bound) and shape arguments select values, they mask none.
-        skip = _NOT_MASK_INPUTS.get(node.op, ())
-        for i, x in enumerate(node.inputs):
-            if x and x not in seen and i not in skip:
-                seen.add(x)
-                frontier.append(x)
-    if causal is not None or window is not None:
-        reason = causal or f"causal sliding-window mask ({window[1] if window else ''})"
-        return _MaskEvidence(True, reason, window[0] if window else None, window[1] if window else "")
-    if open_masks:
-        return _MaskEvidence(None, f"the scores take a mask from {open_masks[0]}, and the graph has no "
-                                   "past/present tensors")
-    if frontier:
-        return _MaskEvidence(None, f"the mask path to the scores is longer than {_MASK_WALK_LIMIT} nodes: whether "
-                                   "it is causal was not followed to the end")
-    if full_constants:
-        return _MaskEvidence(False, f"no past/present inputs or outputs, and the {full_constants[0]} lets queries "
-                                    "see later keys or hides none: the block attends both ways, run once over the "
-                                    "input (an encoder)")
-    # Nothing with a [queries, keys] plane reaches the scores: no mask of any kind could hide keys.
-    return _MaskEvidence(False, "no past/present inputs or outputs, and no causal mask reaches the scores: the block "
-                                "attends both ways, run once over the input (an encoder)")
+            self.causal = self.causal or f"causal mask (Trilu '{node.name}')"
+            return
+        if node.op not in _COMPARE_OPS or len(node.inputs) != 2:
+            return
+        w = _window_in_mask(self.index, node)  # kv > q - W, or q - kv < W
+        if w is not None:
+            self.window = self.window or (w, f"the mask's position comparison {node.op} '{node.name}'")
+        elif all(_from_range(self.index, x) for x in node.inputs):
+            self.causal = self.causal or f"causal mask (position comparison {node.op} '{node.name}')"
+
+    def verdict(self) -> _MaskEvidence:
+        if self.causal is not None or self.window is not None:
+            window = self.window
+            reason = self.causal or f"causal sliding-window mask ({window[1] if window else ''})"
+            return _MaskEvidence(True, reason, window[0] if window else None, window[1] if window else "")
+        if self.open_masks:
+            return _MaskEvidence(None, f"the scores take a mask from {self.open_masks[0]}, and the graph has no "
+                                       "past/present tensors")
+        if self.frontier:
+            return _MaskEvidence(None, f"the mask path to the scores is longer than {_MASK_WALK_LIMIT} nodes: "
+                                       "whether it is causal was not followed to the end")
+        if self.full_constants:
+            return _MaskEvidence(False, f"no past/present inputs or outputs, and the {self.full_constants[0]} lets "
+                                        "queries see later keys or hides none: the block attends both ways, run once "
+                                        "over the input (an encoder)")
+        # Nothing with a [queries, keys] plane reaches the scores: no mask of any kind could hide keys.
+        return _MaskEvidence(False, "no past/present inputs or outputs, and no causal mask reaches the scores: the "
+                                    "block attends both ways, run once over the input (an encoder)")
 
 
 def compute_dtype(index: GraphIndex, block: AttentionBlock, fallback: str | None) -> tuple[str | None, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS, GraphIndex, WeightRef, passes_value
@@ -408,11 +409,7 @@ def _fold_scalar(index: GraphIndex, name: str, depth: int = 0) -> _ScalarFold:
         return _NOT_SCALAR
     t = index.graph.weights.get(name)
     if t is not None:
-        if t.numel != 1:
-            return _NOT_SCALAR
-        if t.float_value is not None:
-            return t.float_value
-        return float(t.int_value[0]) if t.int_value else None  # a one-element constant whose value is not read
+        return _stored_scalar(t)
     known = index.shapes.float_scalar(name)
     if known is not None:
         return known
@@ -427,35 +424,41 @@ def _fold_scalar(index: GraphIndex, name: str, depth: int = 0) -> _ScalarFold:
     if op in ("Gather", "Slice"):
         source = index.producer.get(node.inputs[0])
         return None if source is not None and source.op == "Shape" else _NOT_SCALAR  # a symbolic dim
-    if op in ("Sqrt", "Reciprocal", "Neg"):
+    if op in _UNARY:
         x = _fold_scalar(index, node.inputs[0], depth + 1)
-        if not isinstance(x, float):
-            return x
-        if op == "Sqrt":
-            return math.sqrt(x) if x >= 0 else _NOT_SCALAR
-        if op == "Reciprocal":
-            return 1.0 / x if x else _NOT_SCALAR
-        return -x
-    if op in ("Mul", "Div", "Add", "Sub", "Pow") and len(node.inputs) == 2:
+        return _UNARY[op](x) if isinstance(x, float) else x
+    if op in _BINARY and len(node.inputs) == 2:
         a, b = (_fold_scalar(index, x, depth + 1) for x in node.inputs)
         if isinstance(a, _NotScalar) or isinstance(b, _NotScalar):
             return _NOT_SCALAR
         if a is None or b is None:
             return None
         try:
-            if op == "Mul":
-                return a * b
-            if op == "Div":
-                return a / b
-            if op == "Add":
-                return a + b
-            if op == "Sub":
-                return a - b
-            result = a ** b
-            return result if isinstance(result, float) else _NOT_SCALAR  # a complex root is no scale
+            result = _BINARY[op](a, b)
         except (ZeroDivisionError, OverflowError):
             return _NOT_SCALAR
+        return result if isinstance(result, float) else _NOT_SCALAR  # a complex root is no scale
     return _NOT_SCALAR
+
+
+def _stored_scalar(t: Tensor) -> _ScalarFold:
+    if t.numel != 1:
+        return _NOT_SCALAR
+    if t.float_value is not None:
+        return t.float_value
+    return float(t.int_value[0]) if t.int_value else None  # a one-element constant whose value is not read
+
+
+# Scalar arithmetic _fold_scalar folds: a result that is no real number is _NOT_SCALAR.
+_UNARY: dict[str, Callable[[float], _ScalarFold]] = {
+    "Sqrt": lambda x: math.sqrt(x) if x >= 0 else _NOT_SCALAR,
+    "Reciprocal": lambda x: 1.0 / x if x else _NOT_SCALAR,
+    "Neg": lambda x: -x,
+}
+_BINARY: dict[str, Callable[[float, float], object]] = {
+    "Mul": lambda a, b: a * b, "Div": lambda a, b: a / b, "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b,
+    "Pow": lambda a, b: a ** b,
+}
 
 
 def _factor(index: GraphIndex, node: Node, on_tensor: str) -> tuple[float | None, str] | None:

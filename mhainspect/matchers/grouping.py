@@ -149,35 +149,95 @@ def _common_prefix(paths: Iterable[str]) -> str:
 
 def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ...]:
     """Group weights into attention blocks by module prefix and role names, in name order."""
-    # module path -> {"weight": meta, "bias": meta}
-    modules: dict[str, dict[str, WeightMeta]] = {}
-    mha: dict[str, dict[tuple[str, str], WeightMeta]] = {}
-    extras: dict[str, list[WeightMeta]] = {}
-    role_biases: dict[str, list[tuple[str, WeightMeta]]] = {}
-    queries: dict[str, WeightMeta] = {}
+    found = _by_module(weights)
+    kids_of = _children(found.modules)
+    latent_owners = {p for p, k in kids_of.latent.items() if "kv_down" in k and "kv_up" in k}
+    blocks: list[GroupedBlock] = []
+    for owner in sorted(set(kids_of.roles) | set(found.mha) | latent_owners, key=natural_key):
+        kids = kids_of.roles.get(owner, {})
+        latent = (_latent_parts(kids_of.latent[owner], kids, found.role_weights, found.modules)
+                  if owner in latent_owners else None)
+        roles = [latent[0]] if latent is not None else _roles(owner, kids, found)
+        if roles is None:
+            continue
+        o_path = kids.get("o")
+        if o_path is None:
+            o_path = _bert_output(owner, found.modules)
+        if o_path is not None:
+            roles.append(found.role_weights("o", o_path))
+        name = _common_prefix(r.module for r in roles) or owner
+        block_extras = tuple(found.extras.get(owner, []) + (found.extras.get(name, []) if name != owner else []))
+        own_biases = tuple(rb for rb in found.role_biases.get(owner, []) if _bias_free(roles, rb[0]))
+        if latent is not None:  # the block spans the whole module, its down-projections too
+            name = owner
+        query = _learned_query(owner, roles, found.queries)
+        blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross_by_name(owner) or query is not None,
+                                   own_biases, latent[1] if latent is not None else None, query,
+                                   tuple(kids_of.head_norms.get(owner, ()))))
+    return _with_enclosing_extras(blocks, found.extras)
+
+
+def cross_by_name(owner: str) -> bool:
+    """A weight-only block's kind by its module's name: cross-attention when named so (BERT's
+    crossattention, T5's EncDecAttention, BART's encoder_attn, cross_attn); a learned query beside
+    it (``_learned_query``) says cross too."""
+    low = owner.lower()
+    return any(s in low for s in ("crossattention", "encdecattention", "encoder_attn", "cross_attn"))
+
+
+@dataclass(frozen=True)
+class _ByModule:
+    """A weight list by module: Linear-style weights and biases, nn.MultiheadAttention's own
+    parameters, extra tables, per-role bias vectors and learned queries, each under the module
+    that holds it."""
+
+    modules: dict[str, dict[str, WeightMeta]]  # module path -> {"weight": meta, "bias": meta}
+    mha: dict[str, dict[tuple[str, str], WeightMeta]]
+    extras: dict[str, list[WeightMeta]]
+    role_biases: dict[str, list[tuple[str, WeightMeta]]]
+    queries: dict[str, WeightMeta]
+
+    def role_weights(self, role: str, path: str) -> RoleWeights:
+        t = self.modules[path]
+        return RoleWeights(role, path, t["weight"], t.get("bias"))
+
+
+def _by_module(weights: Mapping[str, WeightMeta]) -> _ByModule:
+    found = _ByModule({}, {}, {}, {}, {})
     for name, meta in weights.items():
         scope, leaf = _scope_leaf(name)
         low = leaf.lower()
         parent, dot, owner = scope.rpartition(".")
         if low in _LEARNED_QUERY_LEAVES and len(meta.shape) >= 2:
-            queries.setdefault(scope, meta)
+            found.queries.setdefault(scope, meta)
         if leaf in _MHA_LEAVES:
-            mha.setdefault(scope, {})[_MHA_LEAVES[leaf]] = meta
+            found.mha.setdefault(scope, {})[_MHA_LEAVES[leaf]] = meta
         elif (owner if dot else scope) in _EXTRA_MODULES and scope:
-            extras.setdefault(parent, []).append(meta)
+            found.extras.setdefault(parent, []).append(meta)
         elif leaf in _EXTRA_LEAVES:
-            extras.setdefault(scope, []).append(meta)
+            found.extras.setdefault(scope, []).append(meta)
         elif low in _ROLE_BIAS_LEAVES and len(meta.shape) == 1:
-            role_biases.setdefault(scope, []).append((_ROLE_BIAS_LEAVES[low], meta))
+            found.role_biases.setdefault(scope, []).append((_ROLE_BIAS_LEAVES[low], meta))
         elif low in _WEIGHT_LEAVES or (meta.quant is not None and meta.quant.role is QuantRole.WEIGHT):
             # A quantized Linear's weight by what the loader found (GPTQ/AWQ qweight, weight_packed).
-            modules.setdefault(scope, {})["weight"] = meta
+            found.modules.setdefault(scope, {})["weight"] = meta
         elif low in _BIAS_LEAVES:
-            modules.setdefault(scope, {})["bias"] = meta
-    # Children by parent: parent -> role -> module path
-    children: dict[str, dict[str, str]] = {}
-    latent_kids: dict[str, dict[str, str]] = {}  # parent -> latent part -> module path
-    head_norms: dict[str, list[WeightMeta]] = {}  # parent -> its Q/K norm weights
+            found.modules.setdefault(scope, {})["bias"] = meta
+    return found
+
+
+@dataclass(frozen=True)
+class _Children:
+    """The modules with a weight, by parent: by role (q, k, v, o, qkv), by latent part
+    (``LATENT_MODULES``), and the per-head Q/K norm weights."""
+
+    roles: dict[str, dict[str, str]]
+    latent: dict[str, dict[str, str]]
+    head_norms: dict[str, list[WeightMeta]]
+
+
+def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
+    out = _Children({}, {}, {})
     for path, tensors in modules.items():
         if "weight" not in tensors or not path:
             continue
@@ -186,60 +246,33 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         parent = ".".join(parts[:-1])
         part = LATENT_MODULES.get(parts[-1])
         if part is not None:
-            latent_kids.setdefault(parent, {})[part] = path
+            out.latent.setdefault(parent, {})[part] = path
         if parts[-1] in HEAD_NORM_MODULES and len(tensors["weight"].shape) == 1:
-            head_norms.setdefault(parent, []).append(tensors["weight"])
+            out.head_norms.setdefault(parent, []).append(tensors["weight"])
         # to_out.0 (diffusers): the output projection is the first item of a Sequential.
         if role is None and len(parts) >= 2 and parts[-1].isdigit() and parts[-2].lower() == "to_out":
             role, parent = "o", ".".join(parts[:-2])
         if role is not None:
-            children.setdefault(parent, {}).setdefault(role, path)
+            out.roles.setdefault(parent, {}).setdefault(role, path)
+    return out
 
-    def rw(role: str, path: str) -> RoleWeights:
-        t = modules[path]
-        return RoleWeights(role, path, t["weight"], t.get("bias"))
 
-    blocks: list[GroupedBlock] = []
-    latent_owners = {p for p, k in latent_kids.items() if "kv_down" in k and "kv_up" in k}
-    for owner in sorted(set(children) | set(mha) | latent_owners, key=natural_key):
-        roles: list[RoleWeights] = []
-        kids = children.get(owner, {})
-        params = mha.get(owner, {})
-        latent = _latent_parts(latent_kids[owner], kids, rw, modules) if owner in latent_owners else None
-        if latent is not None:
-            roles.append(latent[0])
-        elif ("qkv", "weight") in params:
-            roles.append(RoleWeights("qkv", owner, params[("qkv", "weight")], params.get(("qkv", "bias"))))
-        elif all((r, "weight") in params for r in ("q", "k", "v")):
-            # Separate Q/K/V weights (kdim/vdim) share one packed in_proj_bias: a third each.
-            bias = params.get(("qkv", "bias"))
-            roles.extend(RoleWeights(r, owner, params[(r, "weight")], bias, (1, 3)) for r in ("q", "k", "v"))
-        elif all(r in kids for r in ("q", "k", "v")):
-            roles.extend(rw(r, kids[r]) for r in ("q", "k", "v"))
-        elif "qkv" in kids and (_attention_named(owner)
-                                or kids["qkv"].rsplit(".", 1)[-1].lower() not in GENERIC_PACKED_NAMES):
-            roles.append(rw("qkv", kids["qkv"]))
-        elif "q" in kids and "qkv" not in kids and any(r in kids for r in ("k", "v")):
-            roles.extend(rw(r, kids[r]) for r in ("q", "k", "v") if r in kids)
-        else:
-            continue
-        o_path = kids.get("o")
-        if o_path is None:
-            o_path = _bert_output(owner, modules)
-        if o_path is not None:
-            roles.append(rw("o", o_path))
-        paths = [r.module for r in roles]
-        name = _common_prefix(paths) or owner
-        block_extras = tuple(extras.get(owner, []) + (extras.get(name, []) if name != owner else []))
-        low = owner.lower()
-        cross = any(s in low for s in ("crossattention", "encdecattention", "encoder_attn", "cross_attn"))
-        own_biases = tuple(rb for rb in role_biases.get(owner, []) if _bias_free(roles, rb[0]))
-        if latent is not None:  # the block spans the whole module, its down-projections too
-            name = owner
-        query = _learned_query(owner, roles, queries)
-        blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross or query is not None, own_biases,
-                                   latent[1] if latent is not None else None, query, tuple(head_norms.get(owner, ()))))
-    return _with_enclosing_extras(blocks, extras)
+def _roles(owner: str, kids: Mapping[str, str], found: _ByModule) -> list[RoleWeights] | None:
+    """The Q/K/V weights of the module ``owner`` by the first layout that fits; None when none does."""
+    params = found.mha.get(owner, {})
+    if ("qkv", "weight") in params:
+        return [RoleWeights("qkv", owner, params[("qkv", "weight")], params.get(("qkv", "bias")))]
+    if all((r, "weight") in params for r in ("q", "k", "v")):
+        # Separate Q/K/V weights (kdim/vdim) share one packed in_proj_bias: a third each.
+        bias = params.get(("qkv", "bias"))
+        return [RoleWeights(r, owner, params[(r, "weight")], bias, (1, 3)) for r in ("q", "k", "v")]
+    if all(r in kids for r in ("q", "k", "v")):
+        return [found.role_weights(r, kids[r]) for r in ("q", "k", "v")]
+    if "qkv" in kids and (_attention_named(owner) or kids["qkv"].rsplit(".", 1)[-1].lower() not in GENERIC_PACKED_NAMES):
+        return [found.role_weights("qkv", kids["qkv"])]
+    if "q" in kids and "qkv" not in kids and any(r in kids for r in ("k", "v")):
+        return [found.role_weights(r, kids[r]) for r in ("q", "k", "v") if r in kids]
+    return None
 
 
 def _learned_query(owner: str, roles: list[RoleWeights], queries: Mapping[str, WeightMeta]) -> WeightMeta | None:

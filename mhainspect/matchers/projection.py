@@ -356,15 +356,9 @@ def trace_back_to_projection(index: GraphIndex, tensor: str, stop: set[str] | No
         else:
             visited += 1
         if op == "Add" and len(inputs) == 2:
-            # A bias Add right after a (dequantized) projection: the projection owns it.
-            for pos in (0, 1):
-                inner = producer_of(inputs[pos])
-                if inner is not None and inner.op in VALUE_PRESERVING_OPS:
-                    inner = producer_of(index.value_source(inputs[pos]))
-                if inner is not None and inner.op in _PROJECTION_OPS and inputs[1 - pos] not in activations:
-                    hit = recognise_projection(index, inner)
-                    if hit is not None and hit.output == cur:
-                        return _traced(index, hit, path)
+            hit = _projection_adding_bias(index, node, cur)
+            if hit is not None:
+                return _traced(index, hit, path)
         elif op in _PROJECTION_OPS:
             hit = recognise_projection(index, node)
             if hit is not None:
@@ -375,17 +369,35 @@ def trace_back_to_projection(index: GraphIndex, tensor: str, stop: set[str] | No
         if through == ():
             continue
         path = (node,) + path
-        if through is None:
-            nexts: Sequence[str] = inputs
-        elif through is _FIRST:
-            nexts = inputs[:1]
-        else:
-            nexts = [inputs[p] for p in through if p < len(inputs)]
-        for nxt in nexts:
+        for nxt in _walked_inputs(inputs, through):
             if nxt and nxt not in seen and nxt in activations:
                 seen.add(nxt)
                 queue.append((nxt, path))
     return None
+
+
+def _projection_adding_bias(index: GraphIndex, add: Node, cur: str) -> ProjectionHit | None:
+    """The projection a bias ``add`` (making ``cur``) comes right after, through a dequantization:
+    the projection owns the bias."""
+    producer_of = index.producer.get
+    for pos in (0, 1):
+        inner = producer_of(add.inputs[pos])
+        if inner is not None and inner.op in VALUE_PRESERVING_OPS:
+            inner = producer_of(index.value_source(add.inputs[pos]))
+        if inner is not None and inner.op in _PROJECTION_OPS and add.inputs[1 - pos] not in index.activations:
+            hit = recognise_projection(index, inner)
+            if hit is not None and hit.output == cur:
+                return hit
+    return None
+
+
+def _walked_inputs(inputs: Sequence[str], through: tuple[int, ...] | None) -> Sequence[str]:
+    """The inputs of a node the backward walk goes on through (``_BACKWARD_THROUGH``'s entry)."""
+    if through is None:
+        return inputs
+    if through is _FIRST:
+        return inputs[:1]
+    return [inputs[p] for p in through if p < len(inputs)]
 
 
 def _traced(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...]) -> TracedProjection:
