@@ -209,11 +209,18 @@ def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | Non
     status = CacheStatus.IF_DECODED if d.if_decoded else CacheStatus.CACHES
     dtype = dtypes.canonical(kv_dtype) if kv_dtype else d.dtype
     size = _itemsize(dtype)
-    elements = _elements_per_token(b)
-    if elements is None or size is None:  # cache_reason says which (--kv-dtype can size the second)
+    per_token = kv_bytes_per_token(b, size)
+    if per_token is None or size is None:  # cache_reason says which (--kv-dtype can size the second)
         return None, dtype, d.reason, status
     how = "--kv-dtype" if kv_dtype else d.dtype_source
-    return elements * size, dtype, _factors(b, size, dtype, how, d.reason, d.window, d.window_source), status
+    return per_token, dtype, _factors(b, size, dtype, how, d.reason, d.window, d.window_source), status
+
+
+def kv_bytes_per_token(b: AttentionBlock, itemsize: int | None) -> int | None:
+    """The bytes one caching block holds per token at ``itemsize`` bytes an element (None: its
+    heads or head sizes, or the element size, are unknown)."""
+    elements = _elements_per_token(b)
+    return None if elements is None or itemsize is None else elements * itemsize
 
 
 def cache_text(f: CacheFactors) -> str:
@@ -477,7 +484,9 @@ def with_options(report: Report, options: SizeOptions) -> Report:
             else:  # the same figure in another dtype: its factors with the new element size
                 factors = dataclasses.replace(before.factors, itemsize=new_size, dtype=name, dtype_source="--kv-dtype")
                 source = before.source
-            changed.append(_with_figure(b, elements * new_size, name, factors, source, status))
+            per_token = kv_bytes_per_token(b, new_size)
+            assert per_token is not None  # its elements are known (checked above)
+            changed.append(_with_figure(b, per_token, name, factors, source, status))
         blocks = tuple(changed)
     model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options, report.misses))
     return dataclasses.replace(report, blocks=blocks, model=model)

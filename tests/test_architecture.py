@@ -1,0 +1,47 @@
+"""docs/architecture.md names one function for each number of a report: every name must import
+(a renamed or removed function fails here until the page follows)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+_ROW = re.compile(r"^\| ([^|]+) \| `(mhainspect\.[\w.]+)` \|$")
+
+
+def _table() -> list[tuple[str, str]]:
+    text = PAGE.read_text(encoding="utf-8")
+    section = text.split("## Where each number is decided", 1)[1].split("\n## ", 1)[0]
+    return [(m.group(1).strip(), m.group(2)) for line in section.splitlines() if (m := _ROW.match(line))]
+
+
+def _resolve(dotted: str) -> object:
+    """The object a dotted name names: the longest importable module, then attributes."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ModuleNotFoundError(dotted)
+
+
+def test_the_table_names_every_number_the_issue_asks_for() -> None:
+    numbers = " / ".join(n for n, _ in _table())
+    for wanted in ("heads", "KV heads", "d_k", "d_v", "d_model", "block params", "total params", "weight bytes",
+                   "KV bytes", "kind", "scale", *(f"MHA00{i}" for i in range(1, 8))):
+        assert wanted in numbers, wanted
+
+
+@pytest.mark.parametrize(("number", "dotted"), _table())
+def test_every_named_function_exists(number: str, dotted: str) -> None:
+    if dotted.startswith("mhainspect.frontends.torch."):
+        pytest.importorskip("torch")
+    assert callable(_resolve(dotted)), f"{number}: {dotted} is not a function"
