@@ -87,15 +87,8 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         packed_label=f"{packed.weight.name} {list(packed.weight.shape)}" if packed is not None else ""),
         d_model=_model_width(group, widths))
     projections = _projections(group, widths, decision)
-    evidence = list(decision.evidence)
-    if group.learned_query is not None:
-        t = group.learned_query
-        evidence.append(Evidence("kind", None, EvidenceSource.WEIGHT_SHAPE,
-                                 f"Q is projected from the learned query {t.name} {list(t.shape)} and K/V from the "
-                                 "sequence: a source of their own (cross)"))
-    for t in group.extras:
-        evidence.append(Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE, f"{t.name} {list(t.shape)}"))
     scale, scale_detail, scale_source = _scale(offers, scale, scale_detail)
+    evidence = [*decision.evidence, *_block_evidence(group)]
     if scale is not None:
         evidence.append(Evidence("scale", scale, scale_source, scale_detail or "scale attribute"))
     unknown = None
@@ -116,6 +109,18 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts + list(decision.conflicts))),
         applications=runs if runs is not None else 1,
     )
+
+
+def _block_evidence(group: GroupedBlock) -> list[Evidence]:
+    """What the grouping found beside the projections: a learned query (the kind), extra tables."""
+    out: list[Evidence] = []
+    if group.learned_query is not None:
+        t = group.learned_query
+        out.append(Evidence("kind", None, EvidenceSource.WEIGHT_SHAPE,
+                            f"Q is projected from the learned query {t.name} {list(t.shape)} and K/V from the "
+                            "sequence: a source of their own (cross)"))
+    out.extend(Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE, f"{t.name} {list(t.shape)}") for t in group.extras)
+    return out
 
 
 def _scale(offers: Sequence[HeadOffers], scale: float | None, detail: str) -> tuple[float | None, str, EvidenceSource]:
