@@ -230,7 +230,7 @@ def decide(evidence: Iterable[Evidence], widths: Widths, *, d_model: tuple[int |
                     tuple(d.evidence), tuple(dict.fromkeys(d.conflicts)), d.split, unsplit)
 
 
-@dataclass(eq=False)
+@dataclass
 class _Deciding:
     """The state of one ``decide``: the evidence so far and the values decided so far."""
 

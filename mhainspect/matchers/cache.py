@@ -302,7 +302,7 @@ def causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
     return walk.verdict()
 
 
-@dataclass(eq=False)
+@dataclass
 class _MaskWalk:
     """The walk back from the scores: what reaches them, read as masks."""
 
