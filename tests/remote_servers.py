@@ -32,32 +32,96 @@ LFS_SUFFIXES = (".safetensors", ".gguf", ".onnx", ".bin", ".pt", ".pth", ".ckpt"
 
 @dataclass
 class Log:
-    requests: int = 0
-    bytes: int = 0
-    by_path: dict[str, list[int]] = field(default_factory=dict)  # path -> [requests, bytes]
-    auth: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Authorization)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    """What a server was asked and sent. A handler records after it has written its answer, so a
+    client can hold the answer before the record exists: every read of the counts first waits for
+    the requests in flight to finish (``settle``)."""
+
+    _requests: int = 0
+    _bytes: int = 0
+    _by_path: dict[str, list[int]] = field(default_factory=dict)  # path -> [requests, bytes]
+    _auth: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Authorization)
+    lock: threading.Condition = field(default_factory=threading.Condition)
+    active: int = 0  # requests being handled
 
     def add(self, path: str, sent: int, auth: str | None) -> None:
         with self.lock:
-            self.requests += 1
-            self.bytes += sent
-            entry = self.by_path.setdefault(path, [0, 0])
+            self._requests += 1
+            self._bytes += sent
+            entry = self._by_path.setdefault(path, [0, 0])
             entry[0] += 1
             entry[1] += sent
-            self.auth.append((path, auth))
+            self._auth.append((path, auth))
+
+    def begin(self) -> None:
+        with self.lock:
+            self.active += 1
+
+    def end(self) -> None:
+        with self.lock:
+            self.active -= 1
+            self.lock.notify_all()
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until no request is in flight (a stalled one is left after ``timeout``)."""
+        with self.lock:
+            self.lock.wait_for(lambda: self.active == 0, timeout)
+
+    @property
+    def requests(self) -> int:
+        self.settle()
+        return self._requests
+
+    @property
+    def bytes(self) -> int:
+        self.settle()
+        return self._bytes
+
+    @property
+    def by_path(self) -> dict[str, list[int]]:
+        self.settle()
+        return self._by_path
+
+    @property
+    def auth(self) -> list[tuple[str, str | None]]:
+        self.settle()
+        return self._auth
 
     def reset(self) -> None:
+        self.settle()
         with self.lock:
-            self.requests = self.bytes = 0
-            self.by_path.clear()
-            self.auth.clear()
+            self._requests = self._bytes = 0
+            self._by_path.clear()
+            self._auth.clear()
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128  # 16 connections at once must not overflow the listen backlog (a 1 s SYN retry)
+    log: Log | None = None  # set by the owner: each request counts as in flight until it is answered
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """A request is in flight from its request line until its handler returns (per request, not per
+    kept-alive connection), so Log.settle() sees every answer recorded."""
+
+    server: _Server
+    _counted = False
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok and self.server.log is not None:
+            self.server.log.begin()
+            self._counted = True
+        return ok
+
+    def handle_one_request(self) -> None:
+        self._counted = False
+        try:
+            super().handle_one_request()
+        finally:
+            if self._counted and self.server.log is not None:
+                self.server.log.end()
 
 
 def _send_file(handler: BaseHTTPRequestHandler, path: Path, log: Log, mode: str, latency: float) -> None:
@@ -132,7 +196,7 @@ class FileServer:
         self.log = Log()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Handler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True  # headers and body go out as they are written (no 40 ms ACK wait)
 
@@ -163,6 +227,7 @@ class FileServer:
                 _send_file(self, path, outer.log, outer.mode, outer.latency)
 
         self.server = _Server(("127.0.0.1", 0), Handler)
+        self.server.log = self.log
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -202,7 +267,7 @@ class HubServer:
         self.log = Log()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Handler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True  # headers and body go out as they are written (no 40 ms ACK wait)
 
@@ -216,6 +281,7 @@ class HubServer:
                 outer._handle(self)
 
         self.server = _Server(("127.0.0.1", 0), Handler)
+        self.server.log = self.log
         self.port = self.server.server_address[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
