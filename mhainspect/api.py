@@ -26,8 +26,8 @@ from mhainspect.analysis.stated_heads import stated_offer
 from mhainspect.batch import AuditFailure, audit_input, run_many
 from mhainspect.conventions import CALC_RENDERERS
 from mhainspect.errors import InputError, missing_torch
-from mhainspect.frontends.dispatch import is_model_folder
 from mhainspect.frontends.folders import expand_models, model_argument
+from mhainspect.frontends.kinds import is_model_folder
 from mhainspect.pipeline import AuditOptions, audit, audit_module
 from mhainspect.render import calc_html, calc_render
 from mhainspect.render.json_render import error_record, input_record, report_to_dict

@@ -9,15 +9,14 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-import pytest
-from jsonschema import Draft202012Validator
-
 import batch_tasks
+import pytest
+from cli_run import in_process
+from jsonschema import Draft202012Validator
 
 import mhainspect
 from mhainspect.batch import AuditFailure, BatchAbort, read_inputs, run_many, workers_for
 from mhainspect.errors import ErrorKind, InputError
-from cli_run import in_process
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = REPO_ROOT / "sample_models"

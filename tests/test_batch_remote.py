@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from cli_run import in_process
 from remote_models import llama_config, llama_tensors, write_hf_folder
 from remote_servers import FileServer, Repo, hub

@@ -304,7 +304,7 @@ def test_pre_commit_hook_manifest() -> None:
     files = re.compile(hook["files"])
     assert files.search("models/a b/encoder.onnx") and not files.search("model.onnx.txt")
     # Every suffix the tool reads, in any case, and only those (a .pt2/.jit archive is refused).
-    from mhainspect.frontends.dispatch import MODEL_FILE_KINDS
+    from mhainspect.frontends.kinds import MODEL_FILE_KINDS
 
     read = {suffix for suffix, kind in MODEL_FILE_KINDS.items() if kind in ("onnx", "checkpoint", "gguf")}
     assert read >= {".onnx", ".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".gguf"}

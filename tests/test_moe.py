@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jsonschema import Draft202012Validator
-
+from cli_run import in_process
 from gguf_files import T, write_gguf
+from jsonschema import Draft202012Validator
 from remote_models import write_safetensors
+
 from mhainspect.analysis.size import SizeOptions
 from mhainspect.pipeline import AuditOptions, audit
 from mhainspect.render.json_render import report_to_dict
-from cli_run import in_process
 
 
 @pytest.fixture

@@ -27,8 +27,8 @@ from mhainspect.render import safe
 from mhainspect.render.github import render_github
 from mhainspect.render.html import render_html
 from mhainspect.render.json_render import report_to_json
-from mhainspect.render.markdown import render_markdown
 from mhainspect.render.links import docs_base
+from mhainspect.render.markdown import render_markdown
 from mhainspect.render.sarif import sarif_dict
 from mhainspect.render.table import render_table
 from mhainspect.results import Report

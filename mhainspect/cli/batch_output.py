@@ -16,7 +16,16 @@ from mhainspect.render.json_render import error_record, input_record, report_to_
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from mhainspect.cli.inspect import Audited
+    from mhainspect.render.extras import ModelExtras
+    from mhainspect.results import Report
+
+
+@dataclass(frozen=True)
+class Audited:
+    """One model's report with its gate results (what a worker hands back: it pickles)."""
+
+    report: "Report"
+    extras: "ModelExtras"
 
 
 def read_list(source: str) -> list[str]:

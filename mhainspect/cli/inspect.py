@@ -26,7 +26,7 @@ from mhainspect.analysis.size import SizeOptions, check_kv_dtype, check_weight_d
 from mhainspect.analysis.stated_heads import heads_hint, stated_offer
 from mhainspect.analysis.whatif import check_head_counts
 from mhainspect.batch import AuditFailure, BatchAbort, failure_of, read_inputs, run_many
-from mhainspect.cli.batch_output import JsonlLog, read_list
+from mhainspect.cli.batch_output import Audited, JsonlLog, read_list
 from mhainspect.cli.config import ConfigError, ConfigFinder, Settings, merge, shown_path
 from mhainspect.cli.output import (
     OutputFormat,
@@ -41,8 +41,9 @@ from mhainspect.cli.output import (
 )
 from mhainspect.cli.progress import BatchProgress, ProgressBar
 from mhainspect.errors import InputError
-from mhainspect.frontends.dispatch import classify, is_model_folder, parse_factory_args
+from mhainspect.frontends.dispatch import classify, parse_factory_args
 from mhainspect.frontends.folders import expand_models, model_argument
+from mhainspect.frontends.kinds import is_model_folder
 from mhainspect.frontends.onnx.frontend import check_symlink_loop
 from mhainspect.frontends.onnx.loader import read_model_proto
 from mhainspect.ir.units import MAX_CACHED_TOKENS, format_bytes, parse_tokens
@@ -371,14 +372,6 @@ def _stated_heads(num_heads: int | None, num_kv_heads: int | None) -> "HeadOffer
         return stated_offer(num_heads, num_kv_heads)
     except ValueError as exc:
         raise fail(str(exc)) from None
-
-
-@dataclass(frozen=True)
-class Audited:
-    """One model's report with its gate results (what a worker hands back: it pickles)."""
-
-    report: "Report"
-    extras: "ModelExtras"
 
 
 def audit_input(run: _RunSetup, text: str) -> "list[Audited | AuditFailure]":

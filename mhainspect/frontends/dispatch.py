@@ -27,7 +27,7 @@ import importlib.util
 import os
 import re
 import sys
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import ErrorKind, InputError, missing_torch
 from mhainspect.frontends.formats import Foreign, identify, identify_folder
+from mhainspect.frontends.kinds import file_kind, is_model_folder
 from mhainspect.frontends.onnx.frontend import onnx_file_result
 from mhainspect.frontends.remote.locate import is_remote
 from mhainspect.frontends.result import SourceResult
@@ -43,20 +44,6 @@ if TYPE_CHECKING:
     from mhainspect.ir.weights import HeadOffers
 
 
-# Every model file suffix and the kind of source it is: a folder scan picks up these files, and
-# classify() dispatches on them. A new format adds its suffix here (and its kind in analyze_file).
-MODEL_FILE_KINDS: dict[str, str] = {
-    ".onnx": "onnx",
-    ".safetensors": "checkpoint",
-    ".pt": "checkpoint",
-    ".pth": "checkpoint",
-    ".bin": "checkpoint",
-    ".ckpt": "checkpoint",
-    ".gguf": "gguf",
-    ".pt2": "torch_export",
-    ".jit": "torchscript",
-}
-_CHECKPOINT_SUFFIXES = tuple(s for s, kind in MODEL_FILE_KINDS.items() if kind == "checkpoint")
 # Patterns as text, compiled by re on first use: only a spec that is no file reaches them, and
 # compiling both at import cost every run ~1.5M instructions.
 _FACTORY = r"^(?P<target>.+):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$"
@@ -70,51 +57,6 @@ class Source:
     kind: str  # "onnx", "checkpoint", "gguf", "torchscript", "torch_export", "factory"
     target: str  # a path, or the module / file part of a factory spec
     attr: str = ""  # the callable of a factory spec
-
-
-def is_checkpoint_folder(path: Path) -> bool:
-    """A Hugging Face model folder: config.json next to safetensors or PyTorch weights (listing only)."""
-    if not (path / "config.json").is_file():
-        return False
-    try:
-        names = [p.name for p in path.iterdir()]
-    except OSError:
-        return False
-    return checkpoint_names(names)
-
-
-def checkpoint_names(names: Iterable[str]) -> bool:
-    """Whether a folder holding config.json and ``names`` is a Hugging Face model folder (the rule
-    for local and remote folders alike)."""
-    return any(n.endswith(".safetensors") or (n.startswith("pytorch_model") and n.endswith((".bin", ".json")))
-               or n == "model.safetensors.index.json" for n in names)
-
-
-def model_folder_names(files: Collection[str]) -> bool:
-    """is_model_folder for a folder whose files are ``files`` (names, no subfolders)."""
-    return "config.json" in files and (checkpoint_names(files) or not any(file_kind(n) is not None for n in files))
-
-
-def file_kind(name: str | os.PathLike[str]) -> str | None:
-    """The kind of source a model file is by its suffix (MODEL_FILE_KINDS); None: not a model file."""
-    return MODEL_FILE_KINDS.get(os.path.splitext(name)[1].lower())
-
-
-def is_model_folder(path: Path) -> bool:
-    """A folder that is one model: a Hugging Face folder (config.json with weights), or a
-    config.json with no model file beside it (the architecture alone, nothing to scan), or a model of
-    a format this tool names but does not read (a SavedModel, a Core ML package). Any other folder
-    is a folder of models (see folders.py)."""
-    if not path.is_dir():
-        return False
-    if is_checkpoint_folder(path):
-        return True
-    if not (path / "config.json").is_file():
-        return identify_folder(path) is not None  # a SavedModel, a Core ML package: named, not scanned
-    try:
-        return not any(file_kind(p.name) is not None for p in path.iterdir())
-    except OSError:
-        return False
 
 
 def _content_kind(path: Path) -> str | None:

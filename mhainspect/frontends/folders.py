@@ -1,11 +1,11 @@
 """Model arguments -> models: a folder stands for every model below it.
 
-Every supported model file counts (sources.MODEL_FILE_KINDS: .onnx, .gguf, .safetensors,
+Every supported model file counts (kinds.MODEL_FILE_KINDS: .onnx, .gguf, .safetensors,
 .pt/.pth/.bin/.ckpt, and what other front ends register there); a split GGUF model
 (``*-00001-of-00003.gguf``) counts once, by its first part; a Hugging Face model folder
 (config.json with its weights) is one model, not a folder of files. Reads directory listings
 only (never a model); no printing. What counts as a model file or a one-model folder is
-sources.py's to decide (file_kind, is_model_folder), the same rule classify() dispatches on.
+kinds.py's to decide (file_kind, is_model_folder), the same rule dispatch.classify() uses.
 """
 
 from __future__ import annotations
@@ -15,27 +15,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mhainspect.errors import InputError
-from mhainspect.frontends.dispatch import MODEL_FILE_KINDS, file_kind, is_checkpoint_folder, is_model_folder
-from mhainspect.frontends.gguf.split import GGUF_SUFFIX, split_name  # the loader's own rule for a split model's parts
+from mhainspect.frontends.kinds import MODEL_FILE_KINDS, is_checkpoint_folder, is_model_folder, models_in
 from mhainspect.frontends.remote.locate import is_remote
 
 __all__ = ["ModelRef", "expand_models", "model_argument", "model_label", "models_below", "models_in"]
-
-
-def models_in(files: Iterable[str]) -> list[str]:
-    """The model files among ``files``, a split GGUF model once (by its lowest-numbered part
-    present: the loader reads every part, and says which one is missing)."""
-    out: list[str] = []
-    first_part: dict[tuple[str, str], str] = {}
-    for name in files:
-        split = split_name(name) if name.lower().endswith(GGUF_SUFFIX) else None
-        if split is not None:
-            key = (split.group("stem"), split.group("count"))
-            if key not in first_part or name < first_part[key]:
-                first_part[key] = name
-        elif file_kind(name) is not None:
-            out.append(name)
-    return out + list(first_part.values())
 
 
 def models_below(directory: Path) -> list[Path]:

@@ -25,7 +25,7 @@ from fnmatch import fnmatchcase
 from typing import Any, TypeVar
 
 from mhainspect.errors import ErrorKind, InputError
-from mhainspect.frontends.dispatch import file_kind, model_folder_names
+from mhainspect.frontends.kinds import file_kind, model_folder_names
 from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, HeadCached, Prefix
 from mhainspect.frontends.remote.locate import HubRef, Ref, StoreRef, UrlRef, parse
 from mhainspect.frontends.remote.parallel import CONCURRENCY, in_parallel

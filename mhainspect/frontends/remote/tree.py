@@ -4,7 +4,7 @@ A Hub revision, an object-store folder and the folder of a URL are all a ``Tree`
 paths with their sizes, and ``blob(path)`` to read one. A URL's folder lists only the file named
 (``complete`` is False): a sibling (config.json beside a checkpoint, the parts of a split GGUF
 model) is tried by reading it. Which files are models and which folders are one model follow
-the rules local folders follow (``dispatch.file_kind``, ``dispatch.model_folder_names``,
+the rules local folders follow (``kinds.file_kind``, ``kinds.model_folder_names``,
 ``folders.models_in``).
 """
 
@@ -16,8 +16,7 @@ from typing import Protocol
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from mhainspect.errors import InputError
-from mhainspect.frontends.dispatch import checkpoint_names
-from mhainspect.frontends.folders import models_in
+from mhainspect.frontends.kinds import checkpoint_names, models_in
 from mhainspect.frontends.remote.blob import Blob
 from mhainspect.frontends.remote.http import HttpBlob
 from mhainspect.frontends.remote.locate import UrlRef

@@ -1,0 +1,86 @@
+"""What a model file or folder is by its name and listing: the suffixes each reader takes, what
+makes a folder one Hugging Face model, and which files of a listing are models (a split GGUF model
+once). The one rule for local and remote folders alike; reads listings only, never a model."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable
+from pathlib import Path
+
+from mhainspect.frontends.formats import identify_folder
+from mhainspect.frontends.gguf.split import GGUF_SUFFIX, split_name  # the loader's own rule for a split model's parts
+
+# Every model file suffix and the kind of source it is: a folder scan picks up these files, and
+# classify() dispatches on them. A new format adds its suffix here (and its reader in dispatch.file_result).
+MODEL_FILE_KINDS: dict[str, str] = {
+    ".onnx": "onnx",
+    ".safetensors": "checkpoint",
+    ".pt": "checkpoint",
+    ".pth": "checkpoint",
+    ".bin": "checkpoint",
+    ".ckpt": "checkpoint",
+    ".gguf": "gguf",
+    ".pt2": "torch_export",
+    ".jit": "torchscript",
+}
+CHECKPOINT_SUFFIXES = tuple(s for s, kind in MODEL_FILE_KINDS.items() if kind == "checkpoint")
+def is_checkpoint_folder(path: Path) -> bool:
+    """A Hugging Face model folder: config.json next to safetensors or PyTorch weights (listing only)."""
+    if not (path / "config.json").is_file():
+        return False
+    try:
+        names = [p.name for p in path.iterdir()]
+    except OSError:
+        return False
+    return checkpoint_names(names)
+
+
+def checkpoint_names(names: Iterable[str]) -> bool:
+    """Whether a folder holding config.json and ``names`` is a Hugging Face model folder (the rule
+    for local and remote folders alike)."""
+    return any(n.endswith(".safetensors") or (n.startswith("pytorch_model") and n.endswith((".bin", ".json")))
+               or n == "model.safetensors.index.json" for n in names)
+
+
+def model_folder_names(files: Collection[str]) -> bool:
+    """is_model_folder for a folder whose files are ``files`` (names, no subfolders)."""
+    return "config.json" in files and (checkpoint_names(files) or not any(file_kind(n) is not None for n in files))
+
+
+def file_kind(name: str | os.PathLike[str]) -> str | None:
+    """The kind of source a model file is by its suffix (MODEL_FILE_KINDS); None: not a model file."""
+    return MODEL_FILE_KINDS.get(os.path.splitext(name)[1].lower())
+
+
+def is_model_folder(path: Path) -> bool:
+    """A folder that is one model: a Hugging Face folder (config.json with weights), or a
+    config.json with no model file beside it (the architecture alone, nothing to scan), or a model of
+    a format this tool names but does not read (a SavedModel, a Core ML package). Any other folder
+    is a folder of models (see folders.py)."""
+    if not path.is_dir():
+        return False
+    if is_checkpoint_folder(path):
+        return True
+    if not (path / "config.json").is_file():
+        return identify_folder(path) is not None  # a SavedModel, a Core ML package: named, not scanned
+    try:
+        return not any(file_kind(p.name) is not None for p in path.iterdir())
+    except OSError:
+        return False
+
+
+def models_in(files: Iterable[str]) -> list[str]:
+    """The model files among ``files``, a split GGUF model once (by its lowest-numbered part
+    present: the loader reads every part, and says which one is missing)."""
+    out: list[str] = []
+    first_part: dict[tuple[str, str], str] = {}
+    for name in files:
+        split = split_name(name) if name.lower().endswith(GGUF_SUFFIX) else None
+        if split is not None:
+            key = (split.group("stem"), split.group("count"))
+            if key not in first_part or name < first_part[key]:
+                first_part[key] = name
+        elif file_kind(name) is not None:
+            out.append(name)
+    return out + list(first_part.values())
