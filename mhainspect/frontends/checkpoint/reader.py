@@ -237,7 +237,8 @@ def read_torch_state_dict(path: Path, values: dict[str, tuple[int, ...]] | None 
         raise InputError(f"{path}: refused: {unpickling_reason(str(exc))}; nothing from the file was run") from None
     except PermissionError:
         raise InputError(f"{path}: permission denied") from None
-    except (RuntimeError, OSError, EOFError, ValueError, KeyError, AttributeError, TypeError) as exc:
+    except (RuntimeError, OSError, EOFError, ValueError, KeyError, AttributeError, TypeError, IndexError,
+            OverflowError, RecursionError, struct.error) as exc:  # torch.load's words for a malformed pickle
         raise InputError(f"{path}: cannot read as a PyTorch checkpoint: {str(exc).splitlines()[0] if str(exc) else exc!r}"
                          ) from None
     tensors: dict[str, Any] = {}
