@@ -15,9 +15,12 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mhainspect.errors import InputError
-from mhainspect.frontends.zips import ZipArchive, is_zip
+
+if TYPE_CHECKING:
+    from mhainspect.frontends.zips import ZipArchive
 
 HEAD_BYTES = 64
 _LFS = b"version https://git-lfs.github.com/spec/v1"
@@ -94,7 +97,9 @@ def identify(path: Path) -> str | Foreign | None:
     Raises InputError for a zip archive that is no format this tool knows, OSError for a file that
     cannot be read."""
     head = read_at(path, 0, HEAD_BYTES)
-    if is_zip(head):
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # a zip archive (zips.is_zip)
+        from mhainspect.frontends.zips import ZipArchive  # imported for zips only: ONNX files skip it
+
         try:
             archive = ZipArchive(path)
         except InputError:
