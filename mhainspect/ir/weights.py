@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from mhainspect.ir.dtypes import is_float
 from mhainspect.results import Evidence, EvidenceSource
@@ -44,12 +45,15 @@ class Quantized:
         return f"{self.method}: {name} {self.provenance}" if self.provenance else ""
 
 
-@dataclass(frozen=True, slots=True)  # slots: checkpoints hold 100k+ of them (no __dict__ each)
-class WeightMeta:
+class WeightMeta(NamedTuple):
     """One tensor: name, shape and identity. ``layout`` is "out_in" (nn.Linear), "in_out" (Conv1D,
     Keras/Flax kernels) or "" when only the name can tell. ``quant``: set on the tensors of a
     quantized Linear; then ``shape`` is the logical shape (a packed int32 qweight: the [out, in]
-    it encodes) and ``quant.stored_shape`` the one in the file."""
+    it encodes) and ``quant.stored_shape`` the one in the file.
+
+    A NamedTuple, not a frozen dataclass: a large checkpoint builds 100k+ of them twice (read, then
+    marked by the quantization pass), and a frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` per field) costs 3-4x a tuple's: 0.1 s of a 92k-tensor run."""
 
     name: str
     shape: tuple[int, ...]

@@ -18,7 +18,6 @@ unknown (MHA004) unless 3-D Keras-style kernels identify them.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import pickle
 import re
@@ -336,7 +335,7 @@ def indexed_files(index: Mapping[str, Any], where: str) -> list[str]:
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict):
         raise InputError(f"{where}: no weight_map")
-    return list(dict.fromkeys(str(v) for v in weight_map.values()))
+    return list(dict.fromkeys(map(str, weight_map.values())))
 
 
 def _shards(folder: Path) -> tuple[list[Path], str]:
@@ -349,10 +348,11 @@ def _shards(folder: Path) -> tuple[list[Path], str]:
     if index_name is None:
         return [folder / n for n in found], kind
     index = folder / index_name
+    root = folder.resolve()
     files: list[Path] = []
     for f in indexed_files(read_config(index), str(index)):
         p = (folder / f).resolve()
-        if folder.resolve() not in p.parents:
+        if root not in p.parents:
             raise InputError(f"{index}: shard '{f}' is outside the folder")
         if not p.is_file():
             raise InputError(f"{index}: shard '{f}' is missing")
@@ -405,6 +405,6 @@ def apply_ties(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | No
     for tie in tied_copies(config, shapes):
         copy, source = weights[tie.copy], weights[tie.source]
         if copy.storage_key != source.storage_key and copy.dtype == source.dtype:
-            out[tie.copy] = dataclasses.replace(copy, tied_to=tie.source)
+            out[tie.copy] = copy._replace(tied_to=tie.source)
             found.append(tie)
     return out, tuple(found)
