@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from functools import cache
 from typing import Any
@@ -340,12 +340,24 @@ _DECODERS: dict[Pack, Callable[[_Stored], _Decoded | None]] = {
 }
 
 
-# Layouts by the last component of their weight's leaf (every leaf is one component: a name's
-# candidates are found with one lookup, not one test per layout).
-_BY_LEAF: dict[str, tuple[Layout, ...]] = {}
-for _layout in LAYOUTS:
-    assert "." not in _layout.leaf
-    _BY_LEAF[_layout.leaf] = (*_BY_LEAF.get(_layout.leaf, ()), _layout)
+# Every weight leaf is one name component: a name's candidate layouts are one lookup by its last.
+assert all("." not in layout.leaf for layout in LAYOUTS)
+
+
+def _layouts_by_leaf(leaves: frozenset[str]) -> dict[str, tuple[Layout, ...]]:
+    """The layouts a weight list can hold, by their weight's leaf: those with a mark among
+    ``leaves`` (the last components of its names). A name's candidates are then one lookup, and a
+    checkpoint with no quantization data (or one layout's, as fp8 block scales) tests no other
+    layout's marks per weight."""
+    out: dict[str, tuple[Layout, ...]] = {}
+    for layout in LAYOUTS:
+        if any(mark.rpartition(".")[2] in leaves for mark in layout.marks):
+            out[layout.leaf] = (*out.get(layout.leaf, ()), layout)
+    return out
+
+
+def _leaves(weights: Mapping[str, WeightMeta]) -> frozenset[str]:
+    return frozenset(name.rpartition(".")[2] for name in weights)
 
 
 # Per layout (by method): its aux leaves named exactly, and those that are prefixes (a trailing ".").
@@ -354,10 +366,12 @@ _AUX_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     for layout in LAYOUTS}
 
 
-def _candidates(name: str, meta: WeightMeta, weights: Mapping[str, WeightMeta]) -> list[tuple[Layout, str]]:
-    """(layout, module path) pairs whose naming and dtype evidence fit ``meta``."""
+def _candidates(name: str, meta: WeightMeta, weights: Mapping[str, WeightMeta],
+                by_leaf: Mapping[str, tuple[Layout, ...]]) -> list[tuple[Layout, str]]:
+    """(layout, module path) pairs whose naming and dtype evidence fit ``meta`` (``by_leaf``:
+    ``_layouts_by_leaf`` of the weights' leaves)."""
     module, dot, leaf = name.rpartition(".")
-    layouts = _BY_LEAF.get(leaf) if dot else None
+    layouts = by_leaf.get(leaf) if dot else None
     if layouts is None:
         return []
     out: list[tuple[Layout, str]] = []
@@ -379,7 +393,11 @@ def _aux_names(layout: Layout, module: str, weights: Mapping[str, WeightMeta], s
     the prefix (``sorted_names``: sorted on first use; a slice would copy the rest of the list per
     weight, quadratic in the tensor count)."""
     exact, prefixes = _AUX_KINDS[layout.method]
-    found = [name for a in exact if (name := f"{module}.{a}") in weights]
+    found: list[str] = []
+    for a in exact:  # a loop, not a comprehension: no frame of its own per weight
+        name = f"{module}.{a}"
+        if name in weights:
+            found.append(name)
     for a in prefixes:
         prefix = f"{module}.{a}"
         names = sorted_names()
@@ -395,7 +413,10 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
     """``weights`` with every quantized Linear's weight at its logical shape (``quant`` set:
     stored shape, bits, provenance, a config conflict) and its quantization data marked AUX."""
     out = dict(weights)
-    found = [(name, meta, cands) for name, meta in weights.items() if (cands := _candidates(name, meta, weights))]
+    leaves = _leaves(weights)
+    by_leaf = _layouts_by_leaf(leaves)
+    found = [(name, meta, cands) for name, meta in weights.items()
+             if (cands := _candidates(name, meta, weights, by_leaf))] if by_leaf else []
     if not found:
         return out
     facts = _config_facts(config)
@@ -408,25 +429,40 @@ def apply_quantization(weights: Mapping[str, WeightMeta], config: Mapping[str, A
         return order[0]
 
     for name, meta, cands in found:
-        decoded = [(layout, module, d) for layout, module in cands
-                   if (d := _decode(layout, meta, module, weights, values, facts)) is not None]
-        if not decoded:
+        chosen = _chosen(cands, meta, weights, values, facts)
+        if chosen is None:
             continue
-        # The shapes decide; among the layouts they allow, the config's quant_method.
-        if len(decoded) > 1:
-            decoded.sort(key=lambda x: facts.method not in x[0].quant_methods)
-        layout, module, d = decoded[0]
+        layout, module, d = chosen
         mark = marks.weight(layout, meta, d, _config_conflicts(name, meta, layout, module, d, facts))
-        # Built directly: dataclasses.replace costs several times a constructor call, per tensor.
         out[name] = WeightMeta(meta.name, tuple(d.out_in), meta.dtype, meta.storage_key,
                                "out_in" if len(d.out_in) == 2 else "", mark, meta.tied_to)
         for aux in _aux_names(layout, module, weights, sorted_names):
             a = weights[aux]
             out[aux] = WeightMeta(a.name, a.shape, a.dtype, a.storage_key, a.layout, marks.aux(a, layout), a.tied_to)
+    if not leaves.isdisjoint(_KV_SCALE_LEAVES):
+        _mark_kv_scales(weights, out)
+    return out
+
+
+def _chosen(cands: list[tuple[Layout, str]], meta: WeightMeta, weights: Mapping[str, WeightMeta],
+            values: Mapping[str, tuple[int, ...]], facts: _ConfigFacts) -> tuple[Layout, str, _Decoded] | None:
+    """(layout, module, decoded) of the candidate layout ``meta`` is stored in: the shapes decide;
+    among the layouts they allow, the config's quant_method. None when no layout fits the shapes."""
+    decoded: list[tuple[Layout, str, _Decoded]] = []
+    for layout, module in cands:  # a loop, not a comprehension: no frame of its own per weight
+        d = _decode(layout, meta, module, weights, values, facts)
+        if d is not None:
+            decoded.append((layout, module, d))
+    if len(decoded) > 1:
+        decoded.sort(key=lambda x: facts.method not in x[0].quant_methods)
+    return decoded[0] if decoded else None
+
+
+def _mark_kv_scales(weights: Mapping[str, WeightMeta], out: dict[str, WeightMeta]) -> None:
+    """The KV-cache scales (one value each) beside quantized weights, marked AUX in ``out``."""
     for name, meta in weights.items():
         if name.rpartition(".")[2] in _KV_SCALE_LEAVES and meta.numel <= 1 and out[name].quant is None:
-            out[name] = replace(meta, quant=Quantized(QuantRole.AUX, meta.shape, "kv-cache"))
-    return out
+            out[name] = meta._replace(quant=Quantized(QuantRole.AUX, meta.shape, "kv-cache"))
 
 
 def _config_conflicts(name: str, meta: WeightMeta, layout: Layout, module: str, d: _Decoded,
@@ -507,8 +543,12 @@ def quantization_notes(weights: Mapping[str, WeightMeta]) -> tuple[str, ...]:
     if conflicts:
         notes.append(f"quantization_config disagrees with the weight shapes ({len(conflicts)} weights; the shapes are "
                      f"used): {conflicts[0]}")
-    unread = [m for n, m in weights.items() if m.quant is None
-              and (n.rpartition(".")[2] in _PACKED_LEAVES or any(lay.pack is not Pack.NONE for lay, _ in _candidates(n, m, weights)))]
+    leaves = _leaves(weights)
+    by_leaf = _layouts_by_leaf(leaves)
+    unread: list[WeightMeta] = []
+    if by_leaf or not leaves.isdisjoint(_PACKED_LEAVES):  # else no name can be a packed weight
+        unread = [m for n, m in weights.items() if m.quant is None and (n.rpartition(".")[2] in _PACKED_LEAVES or any(
+            lay.pack is not Pack.NONE for lay, _ in _candidates(n, m, weights, by_leaf)))]
     if unread:
         first = unread[0]
         notes.append(f"{len(unread)} packed quantized weights in a layout not known to mhainspect (first: {first.name} "
