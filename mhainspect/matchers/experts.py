@@ -24,21 +24,12 @@ from dataclasses import dataclass, field
 
 from mhainspect.ir.weights import WeightMeta
 
-__all__ = ["ExpertClaims", "ExpertInputs", "ExpertTensor", "MoeLayer", "find_experts", "weight_experts"]
+__all__ = ["ExpertClaims", "ExpertInputs", "MoeLayer", "find_experts", "weight_experts"]
 
 _ROUTED = frozenset({"experts", "local_experts"})
 _SHARED = re.compile(r"^(?:shared_experts?|ffn_[a-z_]*shexp)$")
 _GGUF_STACKED = re.compile(r"^ffn_[a-z_]*_exps$")
 _ROUTER = frozenset({"gate", "router", "ffn_gate_inp"})
-
-
-@dataclass(frozen=True)
-class ExpertTensor:
-    """A parameter tensor as the finder needs it (tied copies and non-parameters left out)."""
-
-    name: str
-    shape: tuple[int, ...]
-    numel: int
 
 
 @dataclass
@@ -47,9 +38,9 @@ class MoeLayer:
 
     name: str
     expert_params: dict[int, int] = field(default_factory=dict)  # indexed experts: index -> parameters
-    stacked: list[ExpertTensor] = field(default_factory=list)  # stacked experts' tensors
+    stacked: list[WeightMeta] = field(default_factory=list)  # stacked experts' tensors
     shared_params: int = 0
-    router: ExpertTensor | None = None
+    router: WeightMeta | None = None
     problem: str = ""  # why the layer's experts cannot be counted (empty: they can)
 
     @property
@@ -106,11 +97,15 @@ class ExpertInputs:
 
 def _split(name: str) -> tuple[str, str, str] | None:
     """(layer, kind, index-or-empty) for a routed or shared expert tensor; None for any other."""
+    if "exp" not in name:  # every name of an expert holds it (a dense model's tensors stop here)
+        return None
     parts = name.split(".")
     for i, part in enumerate(parts):
         if part in _ROUTED:
             nxt = parts[i + 1] if i + 1 < len(parts) else ""
             return ".".join(parts[:i]), "routed", nxt if nxt.isdigit() else ""
+        if "exp" not in part:  # neither pattern can match: most parts
+            continue
         if _GGUF_STACKED.match(part):
             return ".".join(parts[:i]), "routed", ""
         if _SHARED.match(part):
@@ -127,12 +122,12 @@ def _router_layer(name: str) -> str | None:
     return None
 
 
-def find_experts(tensors: Iterable[ExpertTensor]) -> tuple[MoeLayer, ...]:
-    """The mixture-of-experts layers the parameter tensors show, in name order; empty for a dense
-    model. A layer whose stacked tensors disagree on the expert axis, or that mixes indexed and
+def find_experts(tensors: Iterable[WeightMeta]) -> tuple[MoeLayer, ...]:
+    """The mixture-of-experts layers the parameter tensors (tied copies left out: each counted
+    once) show, in name order; empty for a dense model. A layer whose stacked tensors disagree on the expert axis, or that mixes indexed and
     stacked experts, carries the reason in ``problem``."""
     layers: dict[str, MoeLayer] = {}
-    routers: dict[str, ExpertTensor] = {}
+    routers: dict[str, WeightMeta] = {}
     for t in tensors:
         where = _split(t.name)
         if where is None:
@@ -141,11 +136,14 @@ def find_experts(tensors: Iterable[ExpertTensor]) -> tuple[MoeLayer, ...]:
                 routers[owner] = t
             continue
         prefix, kind, index = where
-        layer_found = layers.setdefault(prefix, MoeLayer(prefix))
+        layer_found = layers.get(prefix)
+        if layer_found is None:
+            layer_found = layers[prefix] = MoeLayer(prefix)
         if kind == "shared":
             layer_found.shared_params += t.numel
         elif index:
-            layer_found.expert_params[int(index)] = layer_found.expert_params.get(int(index), 0) + t.numel
+            i = int(index)
+            layer_found.expert_params[i] = layer_found.expert_params.get(i, 0) + t.numel
         elif t.shape:
             layer_found.stacked.append(t)
     out = []
@@ -175,7 +173,7 @@ def weight_experts(weights: Mapping[str, WeightMeta], parameters: frozenset[str]
     for w in weights.values():
         if w.storage_key in parameters and w.storage_key not in seen:
             seen.add(w.storage_key)
-            tensors.append(ExpertTensor(w.name, w.shape, w.numel))
+            tensors.append(w)
     layers = find_experts(tensors)
     if not layers and (claims is None or (claims.num_experts or (0, ""))[0] <= 1):
         return None

@@ -128,19 +128,13 @@ def _scope_leaf(name: str) -> tuple[str, str]:
     return ".".join(parts[:-1]), parts[-1]
 
 
+# Role by lower-cased module name; where the sets overlap, the earlier role wins (q, k, v, qkv, o).
+_ROLES = {name: role for role, names in (("o", O_NAMES), ("qkv", PACKED_NAMES), ("v", V_NAMES), ("k", K_NAMES),
+                                         ("q", Q_NAMES)) for name in names}
+
+
 def _role_of(component: str) -> str | None:
-    c = component.lower()
-    if c in Q_NAMES:
-        return "q"
-    if c in K_NAMES:
-        return "k"
-    if c in V_NAMES:
-        return "v"
-    if c in PACKED_NAMES:
-        return "qkv"
-    if c in O_NAMES:
-        return "o"
-    return None
+    return _ROLES.get(component.lower())
 
 
 def _common_prefix(paths: Iterable[str]) -> str:
@@ -241,17 +235,16 @@ def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
     for path, tensors in modules.items():
         if "weight" not in tensors or not path:
             continue
-        parts = path.split(".")
-        role = _role_of(parts[-1])
-        parent = ".".join(parts[:-1])
-        part = LATENT_MODULES.get(parts[-1])
+        parent, _, last = path.rpartition(".")
+        role = _role_of(last)
+        part = LATENT_MODULES.get(last)
         if part is not None:
             out.latent.setdefault(parent, {})[part] = path
-        if parts[-1] in HEAD_NORM_MODULES and len(tensors["weight"].shape) == 1:
+        if last in HEAD_NORM_MODULES and len(tensors["weight"].shape) == 1:
             out.head_norms.setdefault(parent, []).append(tensors["weight"])
         # to_out.0 (diffusers): the output projection is the first item of a Sequential.
-        if role is None and len(parts) >= 2 and parts[-1].isdigit() and parts[-2].lower() == "to_out":
-            role, parent = "o", ".".join(parts[:-2])
+        if role is None and last.isdigit() and parent.rpartition(".")[2].lower() == "to_out":
+            role, parent = "o", parent.rpartition(".")[0]
         if role is not None:
             out.roles.setdefault(parent, {}).setdefault(role, path)
     return out
@@ -329,12 +322,13 @@ def ungrouped_attention(weights: Mapping[str, WeightMeta], blocks: Iterable[Grou
     for name, meta in weights.items():
         if len(meta.shape) != 2:
             continue
-        parts = _split(name)
-        if len(parts) < 3 or parts[-1].lower() not in _WEIGHT_LEAVES:
+        scope, leaf = _scope_leaf(name)
+        module, dot, projection = scope.rpartition(".")
+        if not dot or leaf.lower() not in _WEIGHT_LEAVES:
             continue
-        owner = parts[-3].lower()  # the module holding the projection: named as attention?
+        owner = module.rpartition(".")[2].lower()  # the module holding the projection: named as attention?
         if "attn" in owner or "attention" in owner:
-            children.setdefault(".".join(parts[:-2]), set()).add(parts[-2])
+            children.setdefault(module, set()).add(projection)
     covered = [p for b in blocks for p in (b.name, b.owner)]
     out: list[tuple[str, tuple[str, ...]]] = []
     for path in sorted(children, key=natural_key):
