@@ -27,7 +27,6 @@ from mhainspect.analysis.size import (
 )
 from mhainspect.analysis.stated_heads import stated_warnings
 from mhainspect.frontends.dispatch import source_result
-from mhainspect.frontends.onnx.frontend import graph_result
 from mhainspect.frontends.result import SourceResult
 
 if TYPE_CHECKING:
@@ -115,4 +114,6 @@ def audit_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None =
                 config: Mapping[str, Any] | None = None, config_label: str = "config.json",
                 options: AuditOptions | None = None) -> Report:
     """Audit a graph already in the neutral IR (tests and tools that build one in memory)."""
+    from mhainspect.frontends.onnx.frontend import graph_result
+
     return analyse(graph_result(graph, path=path, fmt=fmt, config=config, config_label=config_label), options)

@@ -43,9 +43,8 @@ from mhainspect.cli.progress import BatchProgress, ProgressBar
 from mhainspect.errors import InputError
 from mhainspect.frontends.dispatch import classify, parse_factory_args
 from mhainspect.frontends.folders import expand_models, model_argument
+from mhainspect.frontends.formats import check_symlink_loop
 from mhainspect.frontends.kinds import is_model_folder
-from mhainspect.frontends.onnx.frontend import check_symlink_loop
-from mhainspect.frontends.onnx.loader import read_model_proto
 from mhainspect.ir.units import MAX_CACHED_TOKENS, format_bytes, parse_tokens
 from mhainspect.pipeline import AuditOptions, audit
 from mhainspect.render.cells import blocks_word
@@ -168,6 +167,7 @@ def _verify_setup(paths: "Sequence[ModelRef] | None", verify: bool, dim: list[st
             raise fail("--dim and --max-verify-bytes apply only with --verify")
         return _VerifySetup({}, {})
     from mhainspect.analysis import verify as verify_mod  # --verify only: the onnxruntime path
+    from mhainspect.frontends.onnx.loader import read_model_proto
 
     dims = _dims(dim or [])
     try:

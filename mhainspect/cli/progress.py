@@ -6,8 +6,6 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mhainspect.frontends.onnx.loader import reporting_progress
-
 if TYPE_CHECKING:
 
 
@@ -37,6 +35,8 @@ class ProgressBar:
         # rich's live display is a run's slowest import: only for a terminal.
         from rich.console import Console
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from mhainspect.frontends.onnx.loader import reporting_progress
 
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                                  console=Console(stderr=True), transient=True)

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 from mhainspect.errors import ErrorKind, InputError, missing_torch
 from mhainspect.frontends.formats import Foreign, identify, identify_folder
 from mhainspect.frontends.kinds import file_kind, is_model_folder
-from mhainspect.frontends.onnx.frontend import onnx_file_result
 from mhainspect.frontends.remote.locate import is_remote
 from mhainspect.frontends.result import SourceResult
 
@@ -141,6 +140,8 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
         return torchscript_result(path)
     if src.kind == "factory":
         raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
+
+    from mhainspect.frontends.onnx.frontend import onnx_file_result  # the ONNX door, imported when taken
 
     return onnx_file_result(path)
 

@@ -11,6 +11,7 @@ no tensor data is read.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from dataclasses import dataclass
@@ -280,3 +281,14 @@ def _varint(buf: bytes, at: int) -> tuple[int | None, int]:
             return value, at
         shift += 7
     return None, at
+
+
+def check_symlink_loop(path: str | os.PathLike[str]) -> None:
+    """InputError when ``path`` is a symlink loop (a -> b -> a), which would otherwise read as missing."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(f"{os.fspath(path)}: symlink loop (too many levels of symbolic links)") from None
+    except ValueError:  # an embedded NUL: the loader reports it
+        pass

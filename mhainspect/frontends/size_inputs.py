@@ -16,7 +16,6 @@ from mhainspect.frontends.result import BlockDecoding, SizeInputs, StoredTensor
 from mhainspect.frontends.result import byte_rate as _rate
 from mhainspect.ir import dtypes
 from mhainspect.ir.limits import MAX_CONFIG_INT, config_int
-from mhainspect.matchers.cache import cache_io, causal_mask, compute_dtype, graph_block_tensors
 from mhainspect.results import AttentionBlock, projection_tensor_names
 
 if TYPE_CHECKING:
@@ -207,6 +206,9 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], scan:
                       config: Mapping[str, Any] | None = None, config_label: str = "config.json") -> SizeInputs:
     """SizeInputs for an ONNX / traced graph: every initializer and Constant, the tensors each block
     reads, and per block the decoding evidence (past/present tensors, a causal mask, the config)."""
+    # Imported with a graph: a checkpoint's size pass needs no graph matcher (nor the graph IR it imports).
+    from mhainspect.matchers.cache import cache_io, causal_mask, compute_dtype, graph_block_tensors
+
     tensors = _graph_tensors(index, scan)
     fallback = model_float_dtype(tensors)
     io = cache_io(index, blocks)

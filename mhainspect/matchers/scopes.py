@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING
 
-from mhainspect.ir.dataflow import GraphIndex
-from mhainspect.ir.graph import Node
 from mhainspect.results import Projection
+
+if TYPE_CHECKING:  # annotations only: the weight-name grouping imports this module without any graph
+    from mhainspect.ir.dataflow import GraphIndex
+    from mhainspect.ir.graph import Node
 
 # Exporter-generated tensor names carry no module path.
 _GENERATED = re.compile(r"^(onnx::|val_|_val_|initializer|const|/)|^[A-Za-z]+_\d+$")

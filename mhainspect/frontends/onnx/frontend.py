@@ -8,7 +8,6 @@ folder (lstat/readlink only) and hands the graph on. No printing, no exit codes.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import math
 import os
 import re
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mhainspect.errors import InputError
+from mhainspect.frontends.formats import check_symlink_loop
 from mhainspect.frontends.onnx.loader import load_onnx
 from mhainspect.frontends.onnx.qoperator import as_qdq
 from mhainspect.frontends.onnx.sequences import as_slices
@@ -329,17 +329,6 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
                        total_params=sum(parameters.values()), num_nodes=len(graph.nodes), opset=graph.opset,
                        producer=graph.producer, max_positions=positions, max_positions_source=positions_source)
     return SourceResult(tuple(blocks), tuple(misses), facts, coded(graph.warnings), size)
-
-
-def check_symlink_loop(path: str | os.PathLike[str]) -> None:
-    """InputError when ``path`` is a symlink loop (a -> b -> a), which would otherwise read as missing."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise InputError(f"{os.fspath(path)}: symlink loop (too many levels of symbolic links)") from None
-    except ValueError:  # an embedded NUL: the loader reports it
-        pass
 
 
 def onnx_file_result(path: str | os.PathLike[str]) -> SourceResult:
