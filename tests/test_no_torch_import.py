@@ -1,4 +1,5 @@
-"""An ONNX-only run never imports torch (imports are most of a short run's time)."""
+"""An ONNX-only run never imports torch, and a safetensors checkpoint run none of torch, onnx,
+numpy, protobuf or the ONNX front end (imports are most of a short run's time)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+from remote_models import llama_config, moe_tensors, write_hf_folder
 
 SCRIPT = """
 import json, sys
@@ -16,7 +19,9 @@ except SystemExit as exc:
     code = exc.code
 else:
     code = 0
-print(json.dumps({"code": code, "modules": sorted(m for m in ("torch", "onnx", "numpy") if m in sys.modules)}))
+print(json.dumps({"code": code, "modules": sorted(m for m in ("torch", "onnx", "numpy", "google.protobuf",
+                                                                "mhainspect.frontends.onnx.frontend",
+                                                                "mhainspect.ir.dataflow") if m in sys.modules)}))
 """
 
 
@@ -29,3 +34,20 @@ def test_onnx_run_does_not_import_torch(sample_dir: Path, tmp_path: Path) -> Non
     assert result["code"] in (0, None), proc.stderr
     assert "torch" not in result["modules"], result
     assert json.loads(out.read_text())["blocks"], "the sample model has an attention block"
+
+
+def test_checkpoint_run_imports_no_graph_reader(tmp_path: Path) -> None:
+    """A Hugging Face folder of fp8 experts with block scales (the quantization, grouping, expert and
+    size passes all run) is audited from its headers without importing a graph reader."""
+    folder = tmp_path / "moe"
+    write_hf_folder(folder, llama_config(64, 4, 1, 2, model_type="qwen3_moe", num_experts=4),
+                    moe_tensors(2, 4), shards=2)
+    out = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(folder), str(out)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["code"] in (0, None), proc.stderr
+    assert result["modules"] == [], result
+    report = json.loads(out.read_text())
+    assert len(report["blocks"]) == 2 and report["model"]["experts"], report["model"]
