@@ -121,7 +121,7 @@ def parameter_keys(weights: Mapping[str, WeightMeta]) -> frozenset[str]:
     to another weight (``WeightMeta.tied_to``: its parameters are its source's) are not.
     count_weights counts them; mhainspect.analysis.size calls every other stored tensor overhead."""
     return frozenset(t.storage_key for t in weights.values()
-                     if t.is_parameter and parameter_identity(weights, t) == t.storage_key)
+                     if t.is_parameter and (not t.tied_to or parameter_identity(weights, t) == t.storage_key))
 
 
 def count_weights(weights: Mapping[str, WeightMeta]) -> int:
