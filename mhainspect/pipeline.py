@@ -78,10 +78,11 @@ def collector_paused() -> Iterator[None]:
     """Python's cycle collector off while a source is read and analysed, then as it was.
 
     What a front end builds (a checkpoint's WeightMetas, a graph's nodes) is new and lives until
-    the report is made, so each collection re-walks all of it to free next to nothing. Measured
-    as whole processes (CPU, median of paired runs): a DeepSeek-V3-shaped folder of 92k tensors
-    1.58 -> 1.13 s, the 70B ONNX graph 0.42 -> 0.29 s (docs/performance.md). Process-wide:
-    audits overlapping in threads may resume it early, which costs time, never a result.
+    the report is made, so each collection re-walks all of it to free next to nothing. Whole
+    processes, paused -> not paused (CPU, median of paired runs, docs/performance.md): a
+    DeepSeek-V3-shaped folder of 92k tensors 0.93 -> 1.24 s, a Kimi-K2-shaped one of 140k
+    1.28 -> 2.05 s, the 70B ONNX graph 0.24 -> 0.25 s. Process-wide: audits overlapping in
+    threads may resume it early, which costs time, never a result.
     """
     was_enabled = gc.isenabled()
     gc.disable()
