@@ -22,12 +22,16 @@ class Run:
 
 
 def in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Run]:
-    """A runner of ``mhainspect ARGS...`` (no colour, no progress bar, no COLUMNS from the caller)."""
+    """A runner of ``mhainspect ARGS...`` (no colour, no progress bar, no COLUMNS from the caller;
+    ``columns=N`` runs it as on a terminal N columns wide)."""
     monkeypatch.delenv("FORCE_COLOR", raising=False)
-    monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setenv("MHAINSPECT_NO_PROGRESS", "1")
 
-    def run(*args: object) -> Run:
+    def run(*args: object, columns: int | None = None) -> Run:
+        if columns is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", str(columns))
         with pytest.raises(SystemExit) as exc:
             main([str(a) for a in args])
         captured = capsys.readouterr()

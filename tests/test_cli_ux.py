@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import onnx
 import pytest
+from cli_run import Run, in_process
 
-from mhainspect.cli.app import main
 from mhainspect.render.grouping import group_flags, join_names, number_ranges
 from mhainspect.render.markdown import render_markdown
 from mhainspect.render.table import render_table
@@ -30,28 +31,9 @@ GQA = SAMPLES / "gqa_llama.onnx"  # MHA005 (info)
 ALL_SAMPLES = sorted(SAMPLES.glob("*.onnx"))
 
 
-class Run:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-
 @pytest.fixture()
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-    monkeypatch.setenv("MHAINSPECT_NO_PROGRESS", "1")
-
-    def run(*args: object, columns: int | None = None) -> Run:
-        if columns is None:
-            monkeypatch.delenv("COLUMNS", raising=False)
-        else:
-            monkeypatch.setenv("COLUMNS", str(columns))
-        with pytest.raises(SystemExit) as exc:
-            main([str(a) for a in args])
-        captured = capsys.readouterr()
-        code = exc.value.code
-        return Run(code if isinstance(code, int) else 0, captured.out, captured.err)
-
-    return run
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Run]:
+    return in_process(capsys, monkeypatch)
 
 
 def words(text: str) -> set[str]:

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 from big_models import LAYERS, write_llama_folder
+from cli_run import Run, in_process
 
-from mhainspect.cli.app import main
 from mhainspect.pipeline import audit
 from mhainspect.render.grouping import common_prefix, fold_names, group_blocks
 from mhainspect.render.html import render_html
@@ -32,28 +33,9 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_llama_folder(tmp_path_factory.mktemp("llama") / "llama3-8b")
 
 
-class Run:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-
 @pytest.fixture()
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-    monkeypatch.setenv("MHAINSPECT_NO_PROGRESS", "1")
-
-    def run(*args: object, columns: int | None = None) -> Run:
-        if columns is None:
-            monkeypatch.delenv("COLUMNS", raising=False)
-        else:
-            monkeypatch.setenv("COLUMNS", str(columns))
-        with pytest.raises(SystemExit) as exc:
-            main([str(a) for a in args])
-        captured = capsys.readouterr()
-        code = exc.value.code
-        return Run(code if isinstance(code, int) else 0, captured.out, captured.err)
-
-    return run
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Run]:
+    return in_process(capsys, monkeypatch)
 
 
 # ------------------------------------------------------------------------------ the big model
