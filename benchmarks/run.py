@@ -270,8 +270,8 @@ def fmt_rss(cell: Cell, base: Cell | None) -> tuple[str, str]:
 
 
 def paired_median(cell: Cell, base: Cell | None) -> str:
-    """Median over the runs of (this run's wall / the parse run's wall in the same round), as farm-bench
-    pairs them: a best-of-N ratio compares two lucky runs that may come from different phases of a
+    """Median over the runs of (this run's wall / the parse run's wall in the same round), runs
+    paired round by round: a best-of-N ratio compares two lucky runs that may come from different phases of a
     machine whose speed drifts, and the parse process, which starts threads, varies much more."""
     if base is None or len(cell.runs) != len(base.runs) or not cell.ok or len(cell.ok) != len(cell.runs):
         return ""
