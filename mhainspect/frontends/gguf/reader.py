@@ -120,8 +120,11 @@ class _Cursor:
     ``buf`` is the whole file mapped (local), or the bytes held so far of a remote file (a
     ``Prefix``'s buffer, grown in place by ``grow(end, hint)``): then a read past the bytes held
     fetches more, from where they end, at least up to ``hint``, an estimate of what the reader
-    will need next (an array's strings at the average length seen so far, the tensor infos at the
-    average size seen so far), so that the whole header comes in a few ranges."""
+    will need next, so that the whole header comes in a few ranges: a string array (a tokenizer's
+    vocabulary, its merges) is walked through the bytes held first, and the rest of it is fetched
+    at the mean length of the strings walked, with a margin that also holds a sample of what
+    follows (the next array's first strings: its own mean for the range after) and the tensor
+    infos at their estimated size. A vocabulary of 128k tokens and 280k merges: 3 ranges."""
 
     def __init__(self, buf: mmap.mmap | bytearray, size: int, order: str, path: str | Path,
                  grow: Prefix | None = None) -> None:
@@ -153,10 +156,14 @@ class _Cursor:
     def left(self) -> int:
         return self.size - self.pos
 
-    def need(self, n: int, what: str, hint: int = 0) -> None:
+    def check(self, n: int, what: str) -> None:
+        """Fail unless the file has ``n`` bytes left from here (nothing is fetched)."""
         if n > self.left():
             raise self.fail(f"{what} needs {n:,} bytes at offset {self.pos:,}, the file has {self.left():,} left "
                             "(truncated?)")
+
+    def need(self, n: int, what: str, hint: int = 0) -> None:
+        self.check(n, what)
         if self.grow is not None:
             self.fetch(self.pos + n, hint)
 
@@ -196,27 +203,42 @@ class _Cursor:
         buf, pos, size = self.buf, self.pos, self.size
         start = pos
         i = 0
+        mid_i, mid_pos = 0, pos  # where the later half of the strings walked in the last batch starts
         while True:
             held = self.held()
-            while i < n and pos + 8 <= held:
-                after = pos + 8 + unpack(buf, pos)[0]
-                if after > held:
-                    break
-                pos = after
-                i += 1
+            # Remote: the held bytes are walked in two halves, so that the estimate of the rest can
+            # follow the later strings (a vocabulary's tokens grow longer with their rank).
+            for bound in ((held,) if self.grow is None else ((pos + held) // 2, held)):
+                while i < n and pos + 8 <= bound:
+                    after = pos + 8 + unpack(buf, pos)[0]
+                    if after > bound:
+                        break
+                    pos = after
+                    i += 1
+                if bound != held:
+                    mid_i, mid_pos = i, pos
             if i >= n or held >= size or self.grow is None:
                 break
-            # A remote header: fetch the rest of this array at the average length seen in it so far.
             end = pos + 8 if pos + 8 > held else pos + 8 + unpack(buf, pos)[0]
             if end > size:
                 break
-            seen = (pos - start) // i if i else 8 + self.avg_string()
-            self.fetch(end, pos + (n - i) * seen * 21 // 20)
+            self.fetch(end, pos + (n - i) * self._string_estimate(i, pos - start, i - mid_i, pos - mid_pos) * 6 // 5
+                       + (4 * n if not self.strings_measured else 0) + FIRST_RANGE)
         if i < n:
             raise self.fail(f"string {i} of {_q(key)} runs past the end of the file (truncated?)")
         self.string_bytes += pos - start - 8 * n
         self.strings_measured += n
         self.pos = pos
+
+    def _string_estimate(self, walked: int, walked_bytes: int, late: int, late_bytes: int) -> int:
+        """Bytes a string of an array (its length field included) is expected to take from here:
+        the mean of those walked in it, or of the later half of them when longer (+20% and a first
+        range's worth at the call site: what follows the array is sampled in that margin; after
+        the first string array, the vocabulary, also 4 bytes a token for the per-token arrays,
+        types or scores, that follow it in tokenizers)."""
+        if not walked:
+            return 8 + self.avg_string()
+        return max(walked_bytes // walked, late_bytes // late if late else 0) + 1
 
     def value(self, vtype: int, key: str) -> MetaValue:
         if vtype in _SCALARS:
@@ -237,7 +259,7 @@ class _Cursor:
         if itype == _ARRAY:
             raise self.fail(f"key {_q(key)} is an array of arrays (llama.cpp refuses nested arrays)")
         if itype == _STRING:
-            self.need(8 * n, f"{n:,} strings of {_q(key)}", self.pos + n * (8 + self.avg_string()))
+            self.check(8 * n, f"{n:,} strings of {_q(key)}")  # the strings held are walked before any fetch
             self.strings_walked += n
             if self.strings_walked > MAX_ARRAY_STRINGS:
                 raise self.fail(f"more than {MAX_ARRAY_STRINGS:,} strings in metadata arrays (key {_q(key)})")
@@ -247,7 +269,8 @@ class _Cursor:
         if fmt is None:
             raise self.fail(f"key {_q(key)} is an array of unknown value type {itype}")
         size = struct.calcsize(fmt) * n
-        self.need(size, f"{n:,} elements of {_q(key)}")
+        # A fetch for it takes a first range more: the next array's first strings, for its estimate.
+        self.need(size, f"{n:,} elements of {_q(key)}", self.pos + size + FIRST_RANGE)
         start = self.pos
         self.pos += size
         if n > _KEPT_ARRAY:
@@ -279,7 +302,9 @@ def read_header(path: Path) -> GGUFHeader:
 # A remote header longer than this is refused before it is fetched (real ones: 6-15 MB, the
 # tokenizer arrays; a length field that says more is corrupt or hostile).
 MAX_REMOTE_HEADER = 256 * 1024 * 1024
-_TENSOR_INFO_GUESS = 64  # bytes of one tensor info before any is read (a name of ~24 bytes, 2 dims)
+# Bytes of one tensor info before any is read: a name of up to ~40 bytes and 3 dims (most are 60-80;
+# a guess too long costs bytes past the header, one too short a range more).
+_TENSOR_INFO_GUESS = 96
 
 
 def read_header_blob(blob: Blob) -> GGUFHeader:
@@ -308,7 +333,7 @@ def _parse(buf: mmap.mmap | bytearray, size: int, path: str | Path, grow: Prefix
     cur = _Cursor(buf, size, order, path, grow)
     cur.pos = 8
     n_tensors = cur.u64("tensor count")
-    cur.tail = min(n_tensors * _TENSOR_INFO_GUESS, FIRST_RANGE)
+    cur.tail = n_tensors * _TENSOR_INFO_GUESS
     n_kv = cur.u64("key count")
     if n_kv > MAX_KEYS or n_tensors > MAX_TENSORS or n_kv * _MIN_KV + n_tensors * _MIN_TENSOR_INFO > cur.left():
         raise cur.fail(f"declares {n_kv:,} keys and {n_tensors:,} tensors, more than its {cur.left():,} header "
