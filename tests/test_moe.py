@@ -30,11 +30,13 @@ def _torch_active(model: Any) -> int:
     experts but for top_k of them (the router's own attribute)."""
     total = sum(p.numel() for p in model.parameters())
     for module in model.modules():
-        experts, router = getattr(module, "experts", None), getattr(module, "gate", None)
+        experts = getattr(module, "experts", None)
+        router = getattr(module, "gate", None) or getattr(module, "router", None)
         if experts is None or router is None:
             continue
         top_k = getattr(router, "top_k", None) or getattr(module, "top_k", None)
-        num_experts = router.weight.shape[0]
+        linear = router if hasattr(router, "weight") else router.layer  # DBRX: router.layer is the linear
+        num_experts = linear.weight.shape[0]
         routed = sum(p.numel() for p in experts.parameters())
         total -= routed - routed // num_experts * top_k
     return total
@@ -108,6 +110,92 @@ def test_deepseek_shared_experts_and_dense_first_layers(tmp_path: Path) -> None:
     torch_total = sum(p.numel() for p in model.parameters())
     assert report.model.total_params - torch_total == layers * 0 + moe_layers * experts
     assert report.model.total_params - moe.active_params == torch_total - _torch_active(model)
+
+
+def test_dbrx_fused_experts_by_the_module(tmp_path: Path) -> None:
+    """DBRX stores a layer's experts fused along one axis (ffn.experts.mlp.w1/v1/w2 [E * f, d]):
+    counted as E experts (the router's rows; config ffn_config.ffn_hidden_size splits the axis)."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "DbrxForCausalLM"):
+        pytest.skip("this transformers has no DBRX")
+    d, f, layers, experts, k = 32, 48, 2, 4, 2
+    config = transformers.DbrxConfig(d_model=d, n_heads=4, n_layers=layers, max_seq_len=64, vocab_size=128,
+                                     attn_config={"kv_n_heads": 2, "rope_theta": 10000.0},
+                                     ffn_config={"moe_num_experts": experts, "moe_top_k": k, "ffn_hidden_size": f})
+    folder, model = _saved(tmp_path, config, transformers.DbrxForCausalLM)
+    report = audit(folder)
+    moe = report.model.experts
+    assert moe is not None and moe.reason is None
+    per_expert = 3 * d * f
+    total = sum(p.numel() for p in model.parameters())
+    assert report.model.total_params == total
+    assert (moe.num_experts, moe.experts_per_token, moe.moe_layers, moe.params_per_expert) == (experts, k, layers,
+                                                                                                per_expert)
+    assert moe.expert_params == layers * experts * per_expert
+    assert moe.active_params == total - layers * (experts - k) * per_expert == _torch_active(model)
+    assert not report.warnings
+    evidence = {e.field: e for e in moe.evidence}
+    assert evidence["num_experts"].source.value == "weight_shape" and "router.layer.weight [4, 32]" in \
+        evidence["num_experts"].detail and "ffn_config.ffn_hidden_size = 48" in evidence["num_experts"].detail
+    assert [(b.num_heads, b.num_kv_heads, b.d_k) for b in report.blocks] == [(4, 2, 8)] * layers
+
+
+def _dbrx_header(folder: Path, *, router: bool = True, ffn_hidden: int = 40) -> dict[str, int]:
+    """A DBRX-shaped folder, header only (the names and layout of databricks/dbrx-base: fused experts
+    without a .weight suffix, packed Wqkv): 8 experts of width 40 in 3 layers, 2 per token."""
+    d, f, experts, layers, vocab, heads, kv, head_dim = 64, 40, 8, 3, 256, 8, 2, 8
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {"transformer.wte.weight": ("BF16", (vocab, d)),
+                                                        "transformer.norm_f.weight": ("BF16", (d,)),
+                                                        "lm_head.weight": ("BF16", (vocab, d))}
+    for i in range(layers):
+        p = f"transformer.blocks.{i}"
+        tensors[f"{p}.norm_attn_norm.norm_1.weight"] = ("BF16", (d,))
+        tensors[f"{p}.norm_attn_norm.attn.Wqkv.weight"] = ("BF16", ((heads + 2 * kv) * head_dim, d))
+        tensors[f"{p}.norm_attn_norm.attn.out_proj.weight"] = ("BF16", (d, d))
+        tensors[f"{p}.norm_attn_norm.norm_2.weight"] = ("BF16", (d,))
+        if router:
+            tensors[f"{p}.ffn.router.layer.weight"] = ("BF16", (experts, d))
+        for name in ("w1", "v1", "w2"):
+            tensors[f"{p}.ffn.experts.mlp.{name}"] = ("BF16", (experts * f, d))
+    config = {"architectures": ["DbrxForCausalLM"], "model_type": "dbrx", "d_model": d, "n_heads": heads,
+              "n_layers": layers, "max_seq_len": 4096, "vocab_size": vocab, "torch_dtype": "bfloat16",
+              "attn_config": {"kv_n_heads": kv, "rope_theta": 500000.0, "clip_qkv": 8},
+              "ffn_config": {"moe_num_experts": experts, "moe_top_k": 2, "ffn_hidden_size": ffn_hidden}}
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    write_safetensors(folder / "model.safetensors", tensors)
+    total = sum(math.prod(s) for _, s in tensors.values())
+    per_expert = 3 * f * d
+    return {"total": total, "per_expert": per_expert, "layers": layers, "experts": experts,
+            "active": total - layers * experts * per_expert + layers * 2 * per_expert}
+
+
+def test_dbrx_header_fused_experts_by_hand(tmp_path: Path) -> None:
+    facts = _dbrx_header(tmp_path / "m")
+    report = audit(tmp_path / "m")
+    moe = report.model.experts
+    assert report.model.total_params == facts["total"] == 3 * (64 + 64 * 96 + 64 * 64 + 64 + 8 * 64 + 3 * 320 * 64) \
+        + 2 * 256 * 64 + 64
+    assert moe is not None and (moe.num_experts, moe.params_per_expert) == (facts["experts"], facts["per_expert"])
+    assert moe.active_params == facts["active"] == facts["total"] - 3 * 6 * 3 * 40 * 64
+    assert [(b.num_heads, b.num_kv_heads) for b in report.blocks] == [(8, 2)] * 3
+
+
+def test_fused_experts_without_a_router_count_from_the_config(tmp_path: Path) -> None:
+    facts = _dbrx_header(tmp_path / "m", router=False)
+    moe = audit(tmp_path / "m").model.experts
+    assert moe is not None and moe.active_params == facts["active"]
+    evidence = {e.field: e for e in moe.evidence}
+    assert evidence["num_experts"].source.value == "config"
+    assert "320 = 8 experts (config.json ffn_config.moe_num_experts = 8) x 40" in evidence["num_experts"].detail
+
+
+def test_fused_experts_nothing_splits_are_unknown_with_the_reason(tmp_path: Path) -> None:
+    # the config's width (48) does not split the fused axis (8 x 40 = 320): no count, no active figure
+    _dbrx_header(tmp_path / "m", router=False, ffn_hidden=48)
+    moe = audit(tmp_path / "m").model.experts
+    assert moe is not None and moe.active_params is None and moe.num_experts is None
+    assert moe.reason is not None and "leading axis (320)" in moe.reason and "ffn_hidden_size = 48" in moe.reason
 
 
 def _qwen2_moe_header(folder: Path, *, experts_per_token: int | None = 2, num_experts: int = 4) -> dict[str, Any]:

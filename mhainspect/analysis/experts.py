@@ -3,7 +3,8 @@
     active = total − every routed expert + Σ over MoE layers (experts per token × one expert)
 
 Shapes count the experts (matchers.experts: indexed modules or a stacked leading axis, a router
-``[E, d]`` confirming); how many a token uses is the config's or GGUF metadata's word (nothing in
+``[E, d]`` confirming; experts fused along one axis split by the router's rows or the metadata's
+count times a width the metadata states); how many a token uses is the config's or GGUF metadata's word (nothing in
 the weights says it). Shared experts, routers, attention, embeddings and norms run for every token.
 Where the count of experts disagrees with the metadata the shapes win and a warning says so; where
 something the sum needs is not known the figure is None with the reason, never a guess.
@@ -21,10 +22,14 @@ def _evidence(layers: tuple[MoeLayer, ...], claims: ExpertClaims | None, k: int 
     out = []
     if layers:
         first = layers[0]
-        router = (f"; router {first.router.name} {list(first.router.shape)}" if first.router is not None else "")
+        # (fused experts' own words name the router when its rows gave the count)
+        router = (f"; router {first.router.name} {list(first.router.shape)}"
+                  if first.router is not None and first.fused is None else "")
         more = f" (and {len(layers) - 1} more MoE layer{'s' if len(layers) != 2 else ''})" if len(layers) > 1 else ""
-        out.append(Evidence("num_experts", first.num_experts, EvidenceSource.WEIGHT_SHAPE,
-                            first.evidence() + router + more))
+        source = EvidenceSource.CONFIG if first.count_from_metadata else EvidenceSource.WEIGHT_SHAPE
+        if source is EvidenceSource.CONFIG and claims is not None and claims.source == "gguf":
+            source = EvidenceSource.GGUF
+        out.append(Evidence("num_experts", first.num_experts, source, first.evidence() + router + more))
     source = EvidenceSource.GGUF if claims is not None and claims.source == "gguf" else EvidenceSource.CONFIG
     if claims is not None and claims.experts_per_token is not None and k is not None:
         out.append(Evidence("experts_per_token", k, source, claims.experts_per_token[1]))

@@ -8,12 +8,19 @@ Routed experts are found two ways, by the segments of a tensor's dotted name:
 - stacked: a tensor under an ``experts`` segment with no index (``mlp.experts.gate_up_proj``
   ``[E, ...]`` of gpt-oss, Llama 4 and transformers' modules), or a GGUF ``ffn_*_exps`` tensor
   (``blk.3.ffn_up_exps.weight`` ``[E, f, d]``): the experts are the leading axis, which every stacked
-  tensor of the layer must share.
+  tensor of the layer must share;
+- fused: a layer whose stacked tensors are all matrices (none has an axis of its own for the
+  experts) holds every expert along the leading axis, expert after expert (DBRX's
+  ``ffn.experts.mlp.w1`` ``[E * f, d]``). The leading axis is then E x f, and the shapes alone do
+  not split it: it is counted only where a count of experts (the router's rows, else the metadata's)
+  times a per-expert width the metadata states (``ExpertClaims.expert_widths``) gives every such
+  tensor's leading axis; otherwise the layer's experts are not counted, with the reason.
 
 Shared experts (``shared_expert``/``shared_experts`` segments, GGUF ``*_shexp``) run for every token:
 their parameters are counted apart, never as routed. A router (``gate``/``router`` beside the experts,
-GGUF ``ffn_gate_inp``) shaped ``[E, d]`` confirms the count. Nothing here reads a config: how many
-experts a token uses is the front end's metadata (``ExpertClaims``), and the analysis combines both.
+``router.layer`` too, GGUF ``ffn_gate_inp``) shaped ``[E, d]`` confirms the count. Nothing here reads
+a config: the front end's metadata (``ExpertClaims``) says how many experts a token uses (and, for
+fused experts, how wide one is), and the analysis combines both.
 """
 
 from __future__ import annotations
@@ -42,11 +49,15 @@ class MoeLayer:
     shared_params: int = 0
     router: WeightMeta | None = None
     problem: str = ""  # why the layer's experts cannot be counted (empty: they can)
+    # fused experts: (count, words saying how the leading axis splits, whether the count is the router's rows)
+    fused: tuple[int, str, bool] | None = None
 
     @property
     def num_experts(self) -> int | None:
         if self.problem:
             return None
+        if self.fused is not None:
+            return self.fused[0]
         if self.stacked:
             return self.stacked[0].shape[0]
         return len(self.expert_params) or None
@@ -66,8 +77,17 @@ class MoeLayer:
         sizes = set(self.expert_params.values())
         return sizes.pop() if len(sizes) == 1 else None
 
+    @property
+    def count_from_metadata(self) -> bool:
+        """True when the count of experts is the metadata's word (fused experts without a router),
+        not a shape's."""
+        return self.fused is not None and not self.fused[2]
+
     def evidence(self) -> str:
         """What the count was read from, in words."""
+        if self.fused is not None:
+            names = ", ".join(f"{t.name} {list(t.shape)}" for t in self.stacked[:3])
+            return f"{self.name}: expert tensors fused along their leading axis, {self.fused[1]} ({names})"
         if self.stacked:
             names = ", ".join(f"{t.name} {list(t.shape)}" for t in self.stacked[:3])
             return f"{self.name}: stacked expert tensors, leading axis {self.num_experts} ({names})"
@@ -85,6 +105,9 @@ class ExpertClaims:
     num_experts: tuple[int, str] | None = None
     experts_per_token: tuple[int, str] | None = None
     num_shared_experts: tuple[int, str] | None = None
+    # the hidden widths the metadata states that one expert may have (moe_intermediate_size,
+    # ffn_hidden_size, intermediate_size, ...): what splits a fused expert axis
+    expert_widths: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,17 +138,44 @@ def _split(name: str) -> tuple[str, str, str] | None:
 
 def _router_layer(name: str) -> str | None:
     """The layer a router tensor (``<layer>.gate.weight``, ``<layer>.router.weight``,
-    ``blk.N.ffn_gate_inp.weight``) belongs to."""
+    ``<layer>.router.layer.weight``, ``blk.N.ffn_gate_inp.weight``) belongs to."""
     parts = name.split(".")
     if len(parts) >= 3 and parts[-1] == "weight" and parts[-2] in _ROUTER:
         return ".".join(parts[:-2])
+    if len(parts) >= 4 and parts[-1] == "weight" and parts[-3] in _ROUTER:  # a router module's linear layer
+        return ".".join(parts[:-3])
     return None
 
 
-def find_experts(tensors: Iterable[WeightMeta]) -> tuple[MoeLayer, ...]:
+def _fused(layer: MoeLayer, claims: ExpertClaims | None) -> str:
+    """For a layer whose stacked expert tensors are all matrices: set ``layer.fused`` where a count of
+    experts times a stated width gives their leading axis, and return "" ; else the reason they
+    cannot be counted."""
+    leading = {t.shape[0] for t in layer.stacked}
+    counts: list[tuple[int, str, bool]] = []
+    if layer.router is not None:
+        counts.append((layer.router.shape[0], f"router {layer.router.name} {list(layer.router.shape)}", True))
+    if claims is not None and claims.num_experts is not None and claims.num_experts[0] > 1:
+        counts.append((claims.num_experts[0], claims.num_experts[1], False))
+    widths = claims.expert_widths if claims is not None else ()
+    axis = ", ".join(map(str, sorted(leading)))
+    if len(leading) == 1 and counts and counts[0][0] == next(iter(leading)):
+        return ""  # one row per expert: stacked as usual
+    for n, said, from_router in counts[:1]:  # the router's rows outrank the metadata's count
+        for width, width_said in widths:
+            if all(x == n * width for x in leading):
+                layer.fused = (n, f"{n * width:,} = {n} experts ({said}) x {width:,} ({width_said})", from_router)
+                return ""
+    stated = "; ".join([c[1] for c in counts[:1]] + [w[1] for w in widths]) or "nothing states a count of experts"
+    return (f"{layer.name}: its expert tensors are matrices whose leading axis ({axis}) holds every expert fused, "
+            f"and no count of experts times a stated per-expert width gives it ({stated})")
+
+
+def find_experts(tensors: Iterable[WeightMeta], claims: ExpertClaims | None = None) -> tuple[MoeLayer, ...]:
     """The mixture-of-experts layers the parameter tensors (tied copies left out: each counted
-    once) show, in name order; empty for a dense model. A layer whose stacked tensors disagree on the expert axis, or that mixes indexed and
-    stacked experts, carries the reason in ``problem``."""
+    once) show, in name order; empty for a dense model. A layer whose stacked tensors disagree on
+    the expert axis, that mixes indexed and stacked experts, or whose fused experts nothing splits
+    (``claims``: the metadata's counts and widths) carries the reason in ``problem``."""
     layers: dict[str, MoeLayer] = {}
     routers: dict[str, WeightMeta] = {}
     for t in tensors:
@@ -155,6 +205,8 @@ def find_experts(tensors: Iterable[WeightMeta]) -> tuple[MoeLayer, ...]:
         leading = {t.shape[0] for t in layer.stacked}
         if layer.stacked and layer.expert_params:
             layer.problem = f"{name}: indexed and stacked expert tensors in one layer"
+        elif layer.stacked and all(len(t.shape) <= 2 for t in layer.stacked):
+            layer.problem = _fused(layer, claims)
         elif len(leading) > 1:
             layer.problem = (f"{name}: its stacked expert tensors disagree on the expert axis "
                              f"({', '.join(map(str, sorted(leading)))})")
@@ -174,7 +226,7 @@ def weight_experts(weights: Mapping[str, WeightMeta], parameters: frozenset[str]
         if w.storage_key in parameters and w.storage_key not in seen:
             seen.add(w.storage_key)
             tensors.append(w)
-    layers = find_experts(tensors)
+    layers = find_experts(tensors, claims)
     if not layers and (claims is None or (claims.num_experts or (0, ""))[0] <= 1):
         return None
     return ExpertInputs(layers, claims)

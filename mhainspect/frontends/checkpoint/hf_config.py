@@ -666,6 +666,10 @@ _NUM_EXPERTS_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "mo
 _EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token", "moe_top_k",
                            "moe_topk", "num_selected_experts")
 _SHARED_EXPERTS_KEYS = ("n_shared_experts", "num_shared_experts")
+# The widths one expert's hidden layer may have (what splits experts fused along one axis): the
+# MoE-specific keys first, then the model's feed-forward width (Mixtral's intermediate_size).
+_EXPERT_WIDTH_KEYS = ("moe_intermediate_size", "expert_intermediate_size", "ffn_hidden_size", "intermediate_size",
+                      "ffn_dim")
 
 
 def _moe_configs(cfg: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -697,4 +701,15 @@ def expert_claims(cfg: Mapping[str, Any] | None, label: str = "config.json") -> 
         shared = (1, f"{width[1]} (one shared expert)") if width is not None and width[0] > 0 else None
     if experts is None and per_token is None:
         return None
-    return ExpertClaims("config", experts, per_token, shared)
+    return ExpertClaims("config", experts, per_token, shared, _expert_widths(cfg, label))
+
+
+def _expert_widths(cfg: Mapping[str, Any], label: str) -> tuple[tuple[int, str], ...]:
+    """Every width the config (and its nested configs) states for a feed-forward layer, each once."""
+    out: dict[int, str] = {}
+    for prefix, sub in _moe_configs(cfg):
+        for key in _EXPERT_WIDTH_KEYS:
+            value = sub.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0 and value not in out:
+                out[value] = f"{label} {prefix}{key} = {value:,}"
+    return tuple(out.items())
