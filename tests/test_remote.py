@@ -252,6 +252,24 @@ def test_torch_zip_reads_directory_and_pickle_only(torch_root: Path, rel: str) -
     within(requests, sent, floor_requests=2, floor_bytes=zip_floor(torch_root / rel))
 
 
+def test_torch_zip_reads_every_tensor_form_torch_writes(tmp_path: Path) -> None:
+    """A state dict of every tensor form torch.save writes (untyped storages with their dtype in
+    _rebuild_tensor_v3: fp8, bf16; a parameter; a strided view; an empty and a quantized tensor)
+    reads remotely, without torch, as torch.load reads it locally."""
+    torch = pytest.importorskip("torch")
+    with pytest.warns(UserWarning):  # quantized tensor creation is deprecated; the format is not
+        quantized = torch.quantize_per_tensor(torch.randn(5, 4), 0.1, 0, torch.qint8)
+    state = {"a.weight": torch.nn.Parameter(torch.randn(4, 8)), "b": torch.randn(3, 2).to(torch.bfloat16),
+             "c": torch.randn(6, 2).to(torch.float8_e4m3fn), "d": torch.arange(6).view(2, 3).t(),
+             "e": torch.zeros(0), "q": quantized}
+    torch.save({"state_dict": state}, tmp_path / "model.pt")
+    local = report_json(tmp_path / "model.pt", base=str(tmp_path))
+    with FileServer(tmp_path) as s:
+        remote = report_json(s.url("model.pt"), base=s.url(""))
+    assert remote == local
+    assert json.loads(local)["model"]["total_params"] == 32 + 6 + 12  # the float tensors: a, b, c
+
+
 def test_torch_zip_refuses_other_globals(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     import argparse

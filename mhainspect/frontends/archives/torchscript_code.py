@@ -23,7 +23,7 @@ from typing import Any
 
 from mhainspect.frontends.archives.shapes import infer, meta, new_symbol
 from mhainspect.frontends.archives.torchscript_reader import ScriptArchive, ScriptModule
-from mhainspect.frontends.archives.unpickle import TensorRecord
+from mhainspect.frontends.pickles import TensorRecord
 from mhainspect.frontends.torch.aten import AtenConverter, AtenNode, TensorMeta
 from mhainspect.ir.graph import ModelGraph
 

@@ -6,7 +6,7 @@ as references into ``data/``), the code of every class (``code/__torch__/...py``
 which is Python syntax), tensor constants the code names (``constants.pkl``) and, for a traced
 module, the example inputs it was traced with (``traced_inputs.pkl``). This reader
 
-- reads the pickles as data (mhainspect.frontends.archives.unpickle: no class is imported, nothing
+- reads the pickles as data (mhainspect.frontends.pickles: no class is imported, nothing
   is called), so the module hierarchy, every parameter's name, shape, dtype and storage, and the
   attributes a scripted module keeps (num_heads, head_dim, ...) come out as records;
 - parses the code with ``ast`` (never compiled or run) and walks each forward
@@ -30,8 +30,8 @@ from typing import Any
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.archives.program import ArchiveWeight
-from mhainspect.frontends.archives.unpickle import Call, Global, TensorRecord, read_pickle
 from mhainspect.frontends.formats import archive_members
+from mhainspect.frontends.pickles import Call, Global, TensorRecord, read_pickle
 from mhainspect.frontends.torch.known import class_name
 from mhainspect.frontends.zips import ZipArchive
 from mhainspect.ir.dtypes import lookup

@@ -15,19 +15,15 @@ file runs. Torch itself is not needed.
 
 from __future__ import annotations
 
-import collections
-import io
-import pickle
 import struct
 import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, wants_values
 from mhainspect.frontends.checkpoint.reader import flatten_state_dict
 from mhainspect.frontends.formats import archive_members
+from mhainspect.frontends.pickles import STORAGE_DTYPES, Global, RefusedGlobal, TensorRecord, read_pickle
 from mhainspect.frontends.remote.blob import Blob, BlobFile, SparseView
 from mhainspect.frontends.remote.parallel import in_parallel
 from mhainspect.ir.dtypes import canonical
@@ -42,120 +38,36 @@ MAX_PICKLE_BYTES = 256 * 1024 * 1024  # a pickle longer than this is not a state
 _LOCAL_HEADER = 30
 _LOCAL_EXTRA_GUESS = 128  # torch pads the local header's extra field to align the data (64 bytes)
 
-# torch's legacy storage classes (torch.storage._dtype_to_storage_type_map) and their dtypes.
-_STORAGE_DTYPES = {
-    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16", "LongStorage": "int64",
-    "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
-    "BoolStorage": "bool", "BFloat16Storage": "bfloat16", "ComplexDoubleStorage": "complex128",
-    "ComplexFloatStorage": "complex64", "QInt8Storage": "qint8", "QInt32Storage": "qint32",
-    "QUInt8Storage": "quint8", "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4",
-    "UntypedStorage": "uint8",
-}
+# The globals torch's weights-only loader allows in a state dict (torch/_weights_only_unpickler.py),
+# beside torch's storage classes and dtypes: a pickle that names any other is refused, as it is locally.
+_ALLOWED = frozenset({
+    "collections.OrderedDict", "collections.Counter", "torch._utils._rebuild_tensor_v2",
+    "torch._utils._rebuild_tensor_v3", "torch._utils._rebuild_parameter",
+    "torch._utils._rebuild_parameter_with_state", "torch._tensor._rebuild_from_type_v2",
+    "torch.nn.parameter.Parameter", "torch.Tensor", "torch.Size", "torch.device",
+    "torch.serialization._get_layout", "_codecs.encode", "builtins.bytearray", "builtins.set", "builtins.complex",
+    "torch.storage.UntypedStorage", "torch._utils._rebuild_qtensor", "torch.per_tensor_affine",
+    "torch.per_channel_affine", "torch.per_tensor_symmetric", "torch.per_channel_symmetric",
+    "torch.per_channel_affine_float_qparams",
+})
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
              "uint8": 1, "bool": 1, "uint16": 2, "uint32": 4, "uint64": 8}
 _STRUCT_CODES = {"uint8": "B", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I", "int64": "q",
                  "uint64": "Q"}
-# dtypes a GLOBAL may name (torch.<name>): those of the map above, and the ones saved beside an
+# dtypes a GLOBAL may name (torch.<name>): those of the storage classes, and the ones saved beside an
 # untyped storage (torch.storage._new_dtypes).
-_DTYPE_NAMES = frozenset(set(_STORAGE_DTYPES.values()) | {
+_DTYPE_NAMES = frozenset(set(STORAGE_DTYPES.values()) | {
     "float", "double", "half", "long", "int", "short", "cfloat", "cdouble",
     "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2",
     "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2", "complex32", "uint16", "uint32", "uint64",
     *(f"uint{i}" for i in range(1, 8)), *(f"int{i}" for i in range(1, 8))})
 
 
-@dataclass(frozen=True)
-class _DType:
-    name: str  # torch's spelling without "torch."
-
-
-@dataclass(frozen=True)
-class _Storage:
-    key: str
-    dtype: str
-    numel: int
-
-
-@dataclass(frozen=True)
-class TensorRef:
-    """A tensor as the pickle describes it: no data."""
-
-    storage: _Storage
-    offset: int
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    dtype: str
-
-
-def _rebuild_v2(storage: _Storage, offset: int, size: Any, stride: Any, *_: Any) -> TensorRef:
-    return TensorRef(storage, int(offset), tuple(int(d) for d in size), tuple(int(d) for d in stride), storage.dtype)
-
-
-def _rebuild_v3(storage: _Storage, offset: int, size: Any, stride: Any, _rg: Any, _hooks: Any, dtype: Any,
-                *_: Any) -> TensorRef:
-    name = dtype.name if isinstance(dtype, _DType) else storage.dtype
-    return TensorRef(storage, int(offset), tuple(int(d) for d in size), tuple(int(d) for d in stride), name)
-
-
-def _parameter(data: Any, *_: Any) -> Any:
-    return data
-
-
-def _from_type(func: Callable[..., Any], _new_type: Any, args: Any, _state: Any) -> Any:
-    return func(*args)
-
-
-class _Marker:
-    """A class the pickle names only to pass it on (torch.Tensor, nn.Parameter as a new type)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self, *args: Any) -> Any:
-        return args[0] if args else None
-
-
-_ALLOWED: dict[str, Any] = {
-    "collections.OrderedDict": collections.OrderedDict,
-    "collections.Counter": collections.Counter,
-    "torch._utils._rebuild_tensor_v2": _rebuild_v2,
-    "torch._utils._rebuild_tensor_v3": _rebuild_v3,
-    "torch._utils._rebuild_parameter": _parameter,
-    "torch._utils._rebuild_parameter_with_state": _parameter,
-    "torch._tensor._rebuild_from_type_v2": _from_type,
-    "torch.nn.parameter.Parameter": _Marker("Parameter"),
-    "torch.Tensor": _Marker("Tensor"),
-    "torch.Size": tuple,
-    "torch.device": str,
-    "torch.serialization._get_layout": str,
-    "_codecs.encode": lambda text, encoding="latin1": str(text).encode(encoding),
-    "builtins.bytearray": bytearray,
-    "builtins.set": set,
-    "builtins.complex": complex,
-}
-
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, data: bytes) -> None:
-        super().__init__(io.BytesIO(data))
-
-    def find_class(self, module: str, name: str) -> Any:
-        key = f"{module}.{name}"
-        if key in _ALLOWED:
-            return _ALLOWED[key]
-        if module == "torch" and name in _STORAGE_DTYPES:
-            return _DType(_STORAGE_DTYPES[name])
-        if module == "torch" and name in _DTYPE_NAMES:
-            return _DType(name)
-        # The words of torch's weights-only loader, which the local reader's message quotes.
-        raise pickle.UnpicklingError(f"Weights only load failed. Unsupported global: GLOBAL {key}")
-
-    def persistent_load(self, pid: Any) -> Any:
-        if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage":
-            raise pickle.UnpicklingError(f"Weights only load failed. Unsupported persistent id {pid!r:.80}")
-        _, storage_type, key, _location, numel = pid
-        dtype = storage_type.name if isinstance(storage_type, _DType) else "uint8"
-        return _Storage(str(key), dtype, int(numel))
+def weights_only(named: Global) -> bool:
+    """Whether torch's weights-only loader allows this global in a state dict."""
+    if named.module == "torch" and (named.name in STORAGE_DTYPES or named.name in _DTYPE_NAMES):
+        return True
+    return named.qualified in _ALLOWED
 
 
 def read_torch_zip(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
@@ -167,15 +79,15 @@ def read_torch_zip(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
     view.prefetch(info.header_offset,
                   info.header_offset + _LOCAL_HEADER + len(info.filename) + _LOCAL_EXTRA_GUESS + info.compress_size)
     try:
-        obj = _Unpickler(archive.read(info)).load()
-    except pickle.UnpicklingError as exc:
-        raise InputError(f"{blob.name}: refused: {unpickling_reason(str(exc))}; nothing from the file was run"
-                         ) from None
-    except (EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError, struct.error,
-            zipfile.BadZipFile) as exc:
+        obj = read_pickle(archive.read(info), f"{blob.name}: cannot read as a PyTorch checkpoint", weights_only)
+    except RefusedGlobal as exc:
+        # The words of torch's weights-only loader, which the local reader's message quotes.
+        reason = unpickling_reason(f"Weights only load failed. Unsupported global: GLOBAL {exc.qualified}")
+        raise InputError(f"{blob.name}: refused: {reason}; nothing from the file was run") from None
+    except (EOFError, ValueError, struct.error, zipfile.BadZipFile) as exc:
         raise InputError(f"{blob.name}: cannot read as a PyTorch checkpoint: {exc}") from None
-    tensors: dict[str, TensorRef] = {}
-    flatten_state_dict(obj, "", tensors, TensorRef, depth=0)
+    tensors: dict[str, TensorRecord] = {}
+    flatten_state_dict(obj, "", tensors, TensorRecord, depth=0)
     if not tensors:
         raise InputError(f"{blob.name}: no tensors found (expected a state dict)")
     root = info.filename.rsplit("/", 1)[0] + "/" if "/" in info.filename else ""
@@ -226,22 +138,22 @@ def _pickle_member(blob: Blob, archive: zipfile.ZipFile, size: int) -> zipfile.Z
     return pickles[0]
 
 
-def _storage_key(file: str, name: str, t: TensorRef) -> str:
-    if t.storage.numel == 0:  # an empty storage has no identity of its own (the local reader's id())
+def _storage_key(file: str, name: str, t: TensorRecord) -> str:
+    if t.storage_numel == 0:  # an empty storage has no identity of its own (the local reader's id())
         return f"{file}:empty:{name}"
-    return f"{file}:{t.storage.key}:{t.offset}:{t.shape}:{t.stride}"
+    return f"{file}:{t.storage}:{t.offset}:{t.shape}:{t.strides}"
 
 
-def _contiguous(t: TensorRef) -> bool:
+def _contiguous(t: TensorRecord) -> bool:
     expected = 1
-    for dim, stride in zip(reversed(t.shape), reversed(t.stride)):
+    for dim, stride in zip(reversed(t.shape), reversed(t.strides)):
         if dim != 1 and stride != expected:
             return False
         expected *= dim
     return True
 
 
-def _small_values(archive: zipfile.ZipFile, view: SparseView, root: str, tensors: Mapping[str, TensorRef],
+def _small_values(archive: zipfile.ZipFile, view: SparseView, root: str, tensors: Mapping[str, TensorRecord],
                   metas: Mapping[str, WeightMeta], remote: bool) -> dict[str, tuple[int, ...]]:
     """The values of the few small integer tensors a quantized weight's logical shape is stated in."""
     wanted: list[tuple[str, zipfile.ZipInfo, int, int, str]] = []
@@ -255,7 +167,7 @@ def _small_values(archive: zipfile.ZipFile, view: SparseView, root: str, tensors
                 or numel * width > MAX_VALUE_BYTES:
             continue
         try:
-            info = archive.getinfo(f"{root}data/{t.storage.key}")
+            info = archive.getinfo(f"{root}data/{t.storage}")
         except KeyError:
             continue
         wanted.append((name, info, t.offset * width, numel * width, code))

@@ -1,13 +1,16 @@
-"""A pickle read as data, never run: what PyTorch archives pickle (module trees, tensors) as plain
-records.
+"""A pickle read as data, never run: what PyTorch files pickle (state dicts, module trees, tensors)
+as plain records. The one pickle reader of the project: torch.save zips read without torch
+(checkpoint/torchzip.py) and TorchScript archives (archives/torchscript_reader.py) both use it.
 
 ``pickle.loads`` imports and calls whatever a pickle names (``os.system`` included). This reader
 walks the opcodes (``pickletools.genops``: decoding only) on a small stack machine that builds no
 object of any class the pickle names: a GLOBAL is a ``Global(module, name)`` record, calling it
 (REDUCE, NEWOBJ) a ``Call`` record, BUILD sets a record's ``state``; a persistent id is a
 ``Persistent`` record. Dicts, lists, tuples, strings and numbers are themselves. Tensors, as
-``torch._utils._rebuild_tensor_v2`` rebuilds them, become ``TensorRecord``s (storage, shape,
-strides, offset, dtype), checked against mhainspect.ir.limits. Opcodes that only a hostile pickle
+``torch._utils._rebuild_tensor_v2`` / ``_v3`` rebuild them (as a parameter or a tensor subclass
+too), become ``TensorRecord``s (storage, shape, strides, offset, dtype), checked against
+mhainspect.ir.limits. A caller may pass an allow-list: the first GLOBAL it does not name ends the
+read (``RefusedGlobal``), as torch's weights-only loader refuses a file. Opcodes that only a hostile pickle
 needs (EXT*, INST/OBJ with a callable from the stack, frames past the input) end the read with
 an InputError, as do more than ``MAX_OPS`` opcodes or a stack deeper than ``MAX_DEPTH``.
 """
@@ -15,6 +18,7 @@ an InputError, as do more than ``MAX_OPS`` opcodes or a stack deeper than ``MAX_
 from __future__ import annotations
 
 import pickletools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,12 +29,28 @@ MAX_OPS = 5_000_000
 MAX_DEPTH = 10_000
 MAX_MEMO = 1_000_000
 
-# Storage classes (torch.FloatStorage, ...) -> dtype names.
-STORAGE_DTYPES = {"FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16",
-                  "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
-                  "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8", "BoolStorage": "bool",
-                  "ComplexFloatStorage": "complex64", "ComplexDoubleStorage": "complex128",
-                  "Float8_e4m3fnStorage": "float8_e4m3fn", "Float8_e5m2Storage": "float8_e5m2"}
+# torch's storage classes (torch.storage._dtype_to_storage_type_map) -> dtype names. An untyped
+# storage's dtype is the argument of _rebuild_tensor_v3.
+STORAGE_DTYPES = {
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16", "LongStorage": "int64",
+    "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
+    "BoolStorage": "bool", "BFloat16Storage": "bfloat16", "ComplexDoubleStorage": "complex128",
+    "ComplexFloatStorage": "complex64", "QInt8Storage": "qint8", "QInt32Storage": "qint32",
+    "QUInt8Storage": "quint8", "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4",
+    "Float8_e4m3fnStorage": "float8_e4m3fn", "Float8_e5m2Storage": "float8_e5m2", "UntypedStorage": "uint8",
+}
+# (storage, offset, size, stride, ...) first, each of them.
+_REBUILD_TENSOR = frozenset({"torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2",
+                             "torch._utils._rebuild_tensor_v3", "torch._utils._rebuild_qtensor"})
+_REBUILD_PARAMETER = frozenset({"torch._utils._rebuild_parameter", "torch._utils._rebuild_parameter_with_state"})
+
+
+class RefusedGlobal(Exception):
+    """A GLOBAL the caller's allow-list does not name (``qualified``: module.name)."""
+
+    def __init__(self, qualified: str) -> None:
+        super().__init__(qualified)
+        self.qualified = qualified
 
 
 @dataclass(frozen=True)
@@ -78,9 +98,10 @@ class _Mark:
 _MARK = _Mark()
 
 
-def read_pickle(data: bytes, what: str) -> Any:
+def read_pickle(data: bytes, what: str, allowed: Callable[[Global], bool] | None = None) -> Any:
     """The value ``data`` pickles, as records (see the module docstring). InputError (naming
-    ``what``) when the pickle is malformed or beyond the limits."""
+    ``what``) when the pickle is malformed or beyond the limits; RefusedGlobal at the first GLOBAL
+    that ``allowed`` (when given) says no to."""
     stack: list[Any] = []
     memo: dict[int, Any] = {}
     try:
@@ -89,8 +110,8 @@ def read_pickle(data: bytes, what: str) -> Any:
                 raise InputError(f"{what}: refused: the pickle is larger than any archive writes")
             if op.name == "STOP":
                 return _resolve(stack.pop())
-            _step(op.name, arg, stack, memo, what)
-    except InputError:
+            _step(op.name, arg, stack, memo, what, allowed)
+    except (InputError, RefusedGlobal):
         raise
     except (ValueError, IndexError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
         raise InputError(f"{what}: malformed pickle ({type(exc).__name__}: {str(exc)[:120]})") from None
@@ -112,7 +133,8 @@ _CONSTANTS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False, "EMPTY_DICT": No
               "EMPTY_TUPLE": None, "EMPTY_SET": None}
 
 
-def _step(name: str, arg: Any, stack: list[Any], memo: dict[int, Any], what: str) -> None:
+def _step(name: str, arg: Any, stack: list[Any], memo: dict[int, Any], what: str,
+          allowed: Callable[[Global], bool] | None) -> None:
     if name in ("PROTO", "FRAME"):
         return
     if name in ("NONE", "NEWTRUE", "NEWFALSE"):
@@ -156,16 +178,20 @@ def _step(name: str, arg: Any, stack: list[Any], memo: dict[int, Any], what: str
         pairs = _pop_mark(stack)
         stack.append(dict(zip(pairs[::2], pairs[1::2])))
     else:
-        _step_objects(name, arg, stack, what)
+        _step_objects(name, arg, stack, what, allowed)
 
 
-def _step_objects(name: str, arg: Any, stack: list[Any], what: str) -> None:
+def _step_objects(name: str, arg: Any, stack: list[Any], what: str,
+                  allowed: Callable[[Global], bool] | None) -> None:
     if name in ("GLOBAL", "STACK_GLOBAL"):
         if name == "GLOBAL":
             module, _, attr = str(arg).partition(" ")
         else:
             attr, module = stack.pop(), stack.pop()
-        stack.append(Global(str(module), str(attr)))
+        named = Global(str(module), str(attr))
+        if allowed is not None and not allowed(named):
+            raise RefusedGlobal(named.qualified)
+        stack.append(named)
     elif name in ("REDUCE", "NEWOBJ"):
         args = stack.pop()
         func = stack.pop()
@@ -210,25 +236,28 @@ def _step_objects(name: str, arg: Any, stack: list[Any], what: str) -> None:
 
 
 def _call(func: Any, args: tuple[Any, ...]) -> Any:
-    """What a REDUCE builds: an OrderedDict is a dict, a rebuilt tensor a TensorRecord, anything
-    else a Call record."""
+    """What a REDUCE builds: an OrderedDict is a dict, a rebuilt tensor (or parameter, or tensor
+    subclass) a TensorRecord, anything else a Call record."""
     if isinstance(func, Global):
         q = func.qualified
         if q == "collections.OrderedDict":
             return {}
-        if q in ("torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor"):
-            return _tensor(args)
-        if q == "torch._utils._rebuild_parameter" and args and isinstance(args[0], TensorRecord):
+        if q in _REBUILD_TENSOR:
+            return _tensor(func, args)
+        if q in _REBUILD_PARAMETER and args and isinstance(args[0], TensorRecord):
             t = args[0]
             grad = bool(args[1]) if len(args) > 1 and isinstance(args[1], bool) else True
             return TensorRecord(t.storage, t.dtype, t.storage_numel, t.offset, t.shape, t.strides, grad)
+        if q == "torch._tensor._rebuild_from_type_v2" and len(args) >= 3 and isinstance(args[2], tuple):
+            return _call(args[0], args[2])  # (func, subclass, func's args, state): the tensor func makes
     return Call(func, args)
 
 
-def _tensor(args: tuple[Any, ...]) -> Any:
-    """torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks)."""
+def _tensor(func: Global, args: tuple[Any, ...]) -> Any:
+    """torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks), and
+    _v3(..., dtype) whose dtype says what an untyped storage holds."""
     if len(args) < 4 or not isinstance(args[0], Persistent):
-        return Call(Global("torch._utils", "_rebuild_tensor_v2"), args)
+        return Call(func, args)
     pid = args[0].pid
     if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
         raise ValueError("a tensor whose storage is no ('storage', type, key, location, numel) id")
@@ -242,8 +271,11 @@ def _tensor(args: tuple[Any, ...]) -> Any:
             or len(strides) != len(shape) or any(as_int(s) is None or s < 0 for s in strides)):
         raise ValueError("a tensor with a malformed storage size, offset or strides")
     dtype = STORAGE_DTYPES.get(kind.name, "unknown") if isinstance(kind, Global) else "unknown"
-    grad = len(args) > 4 and args[4] is True
-    return TensorRecord(str(key)[:200], dtype, numel, offset, tuple(shape), tuple(strides), grad)
+    if func.name == "_rebuild_tensor_v3" and len(args) > 6 and isinstance(args[6], Global):
+        dtype = args[6].name  # torch's spelling (torch.<name>)
+    grad = (args[5] if func.name == "_rebuild_qtensor" and len(args) > 5 else len(args) > 4 and args[4]) is True
+    return TensorRecord(str(key)[:200], dtype, numel, offset, tuple(int(d) for d in shape),
+                        tuple(int(s) for s in strides), grad)
 
 
 def _resolve(value: Any) -> Any:
