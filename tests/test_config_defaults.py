@@ -166,3 +166,22 @@ def test_contrastive_and_vision_encoders_cache_nothing(kind: str, tmp_path: Path
     report = audit(tmp_path)
     assert report.blocks and all(b.kv_cache_status is CacheStatus.NONE for b in report.blocks)
     assert report.model.kv_cache is not None and report.model.kv_cache.status is CacheStatus.NONE
+
+
+def test_falcon_without_multi_query_is_one_kv_head(tmp_path: Path) -> None:
+    """FalconConfig's multi_query defaults to true: a config.json that leaves it out (as a diff against
+    the class's defaults does) is one K/V head, whatever num_kv_heads says. Was: num_kv_heads=4 read,
+    then overruled by the K width with an MHA007 conflict on every block."""
+    config = transformers.FalconConfig(vocab_size=100, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                                       new_decoder_architecture=False, multi_query=True)
+    model = add_noise(transformers.FalconModel(config))
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved.pop("multi_query") is True and saved.pop("new_decoder_architecture") is False
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    report = audit(tmp_path)
+    assert [(b.num_heads, b.num_kv_heads) for b in report.blocks] == [(4, 1)] * 2
+    assert [a.num_kv_heads for a in (layer.self_attention for layer in model.h)] == [1, 1]
+    said = next(e.detail for e in report.blocks[0].evidence if e.field == "num_kv_heads" and e.source == "config")
+    assert "multi_query=true (falcon default) -> 1" in said
+    assert not [f for f in report.flags if f.code == "MHA007"]

@@ -161,6 +161,51 @@ LATENT_CONFIG: dict[str, Any] = dict(
     intermediate_size=128)
 
 
+# Gemma 3 at toy size: a SigLIP vision tower (2 heads × 16, one layer, no pooling head, as the
+# published checkpoints have it) and a text stack whose heads are left to Gemma3TextConfig's own
+# defaults (8 heads, 4 K/V heads, head_dim 256: nothing of that in text_config), one sliding-window
+# layer then one full one (sliding_window_pattern 2). Image tokens: 28 px / 7 px patches = 4 × 4
+# patches, pooled to mm_tokens_per_image = 4 soft tokens, placed at IMAGE_TOKENS in every sequence.
+MULTIMODAL_CONFIG: dict[str, Any] = dict(
+    text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, vocab_size=VOCAB,
+                     sliding_window=4, sliding_window_pattern=2),
+    vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                       image_size=28, patch_size=7, vision_use_head=False),
+    mm_tokens_per_image=4, image_token_index=VOCAB - 1, boi_token_index=VOCAB - 3, eoi_token_index=VOCAB - 2)
+IMAGE_TOKENS = slice(2, 6)
+
+
+def _build_multimodal() -> tuple[nn.Module, tuple]:
+    import transformers
+
+    _hf_quiet()
+    torch.manual_seed(0)
+    config = transformers.Gemma3Config(**MULTIMODAL_CONFIG, attn_implementation="eager")
+    config.text_config.use_cache = False  # no DynamicCache among the outputs (the exporters reject it)
+    model = _eval(transformers.Gemma3Model(config))
+    ids = _ids(BATCH, SEQ) % (VOCAB - 3)  # no image/boi/eoi token by chance
+    ids[:, IMAGE_TOKENS] = config.image_token_index
+    vision = config.vision_config
+    pixels = torch.randn(BATCH, vision.num_channels, vision.image_size, vision.image_size,
+                         generator=torch.Generator().manual_seed(1))
+    return model, (ids, pixels)
+
+
+def _truth_multimodal(model: nn.Module) -> tuple[BlockTruth, ...]:
+    """The vision tower's blocks (run first: its output replaces the image tokens), then the text
+    stack's, each with the heads and head size of its own tower's config (the attention modules'
+    own attributes, checked against the projection widths by ``_separate``)."""
+    vision, text = model.config.vision_config, model.config.text_config
+    names = ("q_proj", "k_proj", "v_proj", "out_proj")
+    out = [_separate(model, layer.self_attn, layer.self_attn.num_heads, layer.self_attn.num_heads, vision.hidden_size,
+                     layer.self_attn.head_dim, names)
+           for layer in model.vision_tower.encoder.layers]
+    out += [_separate(model, layer.self_attn, text.num_attention_heads, text.num_key_value_heads, text.hidden_size,
+                      layer.self_attn.head_dim)
+            for layer in model.language_model.layers]
+    return tuple(out)
+
+
 def _bart_inputs(build: Callable[[], tuple[nn.Module, tuple]]) -> Callable[[], tuple[nn.Module, tuple]]:
     def with_decoder() -> tuple[nn.Module, tuple]:
         model, (ids,) = build()
@@ -203,6 +248,15 @@ EXTENDED_CASES: tuple[Case, ...] = (
          latent_truth, True, ("input_ids",), _TOK, "transformers",
          "DeepSeek-V3 latent attention (MLA): Q from its own latent, K/V up-projected per head from one compressed "
          "latent plus a rotary key shared by the heads; d_k = qk_nope + qk_rope ≠ d_v"),
+    Case("gemma3-vlm", _build_multimodal, _truth_multimodal, True, ("input_ids", "pixel_values"),
+         {}, "transformers",
+         "Gemma 3 vision-language model: a SigLIP tower (2 heads × 16) and a text stack of 8 heads / 4 K/V "
+         "heads × head_dim 256 on d_model 64 that its config leaves to Gemma3TextConfig's defaults; one "
+         "sliding-window layer (window 4), one full. Static shapes: the image tokens sit at fixed positions. "
+         "Exported with TRANSFORMERS_DISABLE_TORCH_CHECK=1, transformers' documented switch for its input "
+         "checks: the image-token count check becomes aten._is_all_true, which the dynamo exporter cannot "
+         "convert (ConversionError: No ONNX function found for aten._is_all_true)",
+         export_env={"TRANSFORMERS_DISABLE_TORCH_CHECK": "1"}),
     Case("bart", _bart_inputs(_build("BartConfig", "BartModel", tuple_outputs=False, d_model=64, encoder_attention_heads=4,
                                      decoder_attention_heads=4, encoder_layers=1, decoder_layers=1,
                                      encoder_ffn_dim=128, decoder_ffn_dim=128)),

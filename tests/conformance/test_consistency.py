@@ -1,5 +1,7 @@
 """One model, one answer: the ONNX export, the nn.Module and the save_pretrained folder of every
-zoo architecture (extended set included) give the same blocks.
+zoo architecture (extended set included) give the same blocks. A composite model (sub-configs per
+tower) has one more door: its folder with each sub-config cut down to what differs from its
+class's defaults, as published config.json files are (a Gemma 3 text_config without heads).
 
 Compared per block name: kind, heads, kv heads, d_k, d_v, d_model and the per-role parameter
 counts. A difference that is a fact of a door (not a bug) is listed in KNOWN_DIFFERENCES with its
@@ -10,6 +12,7 @@ build the model from its config once per case (random weights, no download).
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -37,13 +40,38 @@ KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {}
 # (case, door) -> why the door names the blocks differently; the numbers are still compared, block
 # by block in name order, and the names must still differ (so a fixed entry fails until removed).
 KNOWN_RENAMES: dict[tuple[str, str], str] = {
-    (vit, "folder"): "transformers 5 saves ViT under its legacy keys (encoder.layer.N.attention.attention.query) "
-                     "while the module is layers.N.attention.q_proj: the folder's blocks carry the file's names"
-    for vit in ("vit-eager", "vit-sdpa")
+    **{(vit, door): "transformers 5 saves ViT under its legacy keys (encoder.layer.N.attention.attention.query) "
+                        "while the module is layers.N.attention.q_proj: the folder's blocks carry the file's names"
+       for vit in ("vit-eager", "vit-sdpa") for door in ("folder", "folder-defaults")},
+    **{("gemma3-vlm", door): "transformers 5 saves Gemma 3 under its published keys (language_model.model.layers.N) "
+                             "while the module is language_model.layers.N: the folder's blocks carry the file's names"
+       for door in ("folder", "folder-defaults")},
 }
 
-DOORS = [(name, door) for name, case in CASES.items() for door in ("onnx", "folder")
-         if door == "onnx" or case.family == "transformers"]
+# Doors: the ONNX export; a transformers model's save_pretrained folder; and that folder with its
+# config.json cut down to what differs from its config classes' defaults ("folder-defaults").
+DOORS = [(name, door) for name, case in CASES.items()
+         for door in (("onnx", "folder", "folder-defaults") if case.family == "transformers" else ("onnx",))]
+
+
+def _class_defaults(model_type: str) -> dict[str, Any]:
+    import transformers
+
+    return transformers.AutoConfig.for_model(model_type).to_dict()  # type: ignore[no-any-return]
+
+
+def _cut_to_defaults(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` as transformers 4 wrote it (``to_diff_dict``) and as published files are: every key
+    whose value is its config class's default left out, each sub-config (a dict naming its own
+    model_type) cut against its own class, model_type and architectures always kept."""
+    defaults = _class_defaults(config["model_type"])
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and "model_type" in value:
+            out[key] = _cut_to_defaults(value)
+        elif key in ("model_type", "architectures") or key not in defaults or defaults[key] != value:
+            out[key] = value
+    return out
 
 
 def layout(b: AttentionBlock) -> tuple[Any, ...]:
@@ -92,6 +120,9 @@ def test_doors_give_the_modules_blocks(manifest: dict[tuple[str, str], dict[str,
         other = _onnx_door(manifest, case)
     else:
         model.save_pretrained(tmp_path)
+        if door == "folder-defaults":
+            config_path = tmp_path / "config.json"
+            config_path.write_text(json.dumps(_cut_to_defaults(json.loads(config_path.read_text()))))
         other = audit(tmp_path)
         assert other.model.total_params == by_module.model.total_params
     found = _by_name(other)
@@ -152,3 +183,38 @@ def test_latent_attention_from_every_door(manifest: dict[tuple[str, str], dict[s
         assert not report.misses, door
         kv = report.model.kv_cache
         assert kv is not None and kv.expanded_bytes_per_token is not None, door
+
+
+_MULTIMODAL_CASE = "gemma3-vlm"
+
+
+@pytest.mark.parametrize("door", ["folder", "folder-defaults"])
+def test_multimodal_cache_from_the_folder(door: str, tmp_path: Path) -> None:
+    """The vision-language model's folder (as saved, and cut to what differs from the config classes'
+    defaults: a text_config without heads) sizes the cache as the module runs: every text layer caches
+    its K/V heads × (d_k + d_v) per token, at its window where its layer type is sliding; the vision
+    tower caches nothing."""
+    from mhainspect.results import CacheStatus
+
+    model, _ = _module_door(_MULTIMODAL_CASE)
+    text = model.config.text_config
+    itemsize = next(model.parameters()).element_size()
+    model.save_pretrained(tmp_path)
+    if door == "folder-defaults":
+        config_path = tmp_path / "config.json"
+        cut = _cut_to_defaults(json.loads(config_path.read_text()))
+        assert not {"num_attention_heads", "num_key_value_heads", "head_dim"} & set(cut["text_config"])
+        config_path.write_text(json.dumps(cut))
+    report = audit(tmp_path)
+    text_blocks = [b for b in report.blocks if ".layers." in b.name and "vision_tower" not in b.name]
+    vision_blocks = [b for b in report.blocks if "vision_tower" in b.name]
+    assert len(text_blocks) == text.num_hidden_layers and len(vision_blocks) == len(model.vision_tower.encoder.layers)
+    per_layer = [text.num_key_value_heads * 2 * layer.self_attn.head_dim * itemsize for layer in model.language_model.layers]
+    assert [b.kv_cache_bytes_per_token for b in text_blocks] == per_layer
+    assert [b.kv_cache_status for b in text_blocks] == [CacheStatus.CACHES] * len(text_blocks)
+    assert [b.sliding_window for b in text_blocks] == [
+        text.sliding_window if kind == "sliding_attention" else None for kind in text.layer_types]
+    assert {b.sliding_window for b in text_blocks} == {text.sliding_window, None}  # both kinds in the case
+    assert all(b.kv_cache_status is CacheStatus.NONE and b.kv_cache_bytes_per_token is None for b in vision_blocks)
+    kv = report.model.kv_cache
+    assert kv is not None and kv.status is CacheStatus.CACHES and kv.bytes_per_token == sum(per_layer)

@@ -28,7 +28,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,9 @@ class Case:
     dynamic_axes: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     family: str = ""  # "transformers" | "torch" | "control"
     notes: str = ""
+    # Environment variables set while the case is exported (a library's documented switch the
+    # exporters need), each with its reason in the case's notes.
+    export_env: Mapping[str, str] = field(default_factory=dict)
 
     @functools.cached_property
     def total_params(self) -> int:  # computed from a fresh build (works on frozen dataclasses)
@@ -1180,6 +1183,25 @@ def _narrow_forward(model: nn.Module, names: Sequence[str]) -> None:
 
 
 def _export_once(case: Case, variant: Variant, path: Path, dynamic: bool) -> None:
+    with _environment(case.export_env):
+        _export_in_env(case, variant, path, dynamic)
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _export_in_env(case: Case, variant: Variant, path: Path, dynamic: bool) -> None:
     model, inputs = case.build()
     kwargs = case.kwargs(inputs)
     common: dict[str, Any] = dict(

@@ -171,7 +171,8 @@ def _chatglm(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Fo
 
 def _falcon_multi_query(cfg: Mapping[str, Any], heads: int | None, layer: int | None) -> Found | None:
     if cfg.get("multi_query") is True and cfg.get("new_decoder_architecture") is not True:
-        return Found(1, "multi_query=true -> 1")
+        default = f" ({cfg.model_type} default)" if isinstance(cfg, ConfigView) and cfg.defaulted("multi_query") else ""
+        return Found(1, f"multi_query=true{default} -> 1")
     return None
 
 
