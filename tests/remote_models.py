@@ -163,3 +163,46 @@ def write_sparse_onnx(path: Path, layers: int, d: int, heads: int) -> int:
             fh.seek(n, 1)  # the payload: a hole
         fh.truncate(fh.tell())
     return len(inits)
+
+
+class _Touched:
+    """A memoryview stand-in that records every byte the ONNX payload scanner reads or copies."""
+
+    def __init__(self, view: memoryview) -> None:
+        self.view = view
+        self.spans: list[tuple[int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def __getitem__(self, key: int | slice) -> int | bytes:
+        if isinstance(key, int):
+            self.spans.append((key, key + 1))
+            return self.view[key]
+        start, stop, _ = key.indices(len(self.view))
+        if stop > start:
+            self.spans.append((start, stop))
+        return bytes(self.view[start:stop])
+
+
+def onnx_floor(path: Path) -> tuple[int, int]:
+    """(spans, bytes): what any reader of ``path`` needs, the model minus the payloads the scanner
+    skips: its bytes (what ``stripped`` keeps), and the disjoint spans of the file they lie in
+    (payloads cut them apart: with one range a request, no reader needs fewer requests without
+    fetching payload bytes)."""
+    import mmap
+
+    from mhainspect.frontends.onnx.wire import stripped
+
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)
+        touched = _Touched(view)
+        kept = len(stripped(touched))  # type: ignore[arg-type]
+        del touched.view
+        view.release()
+    spans, end = 0, -1
+    for a, b in sorted(touched.spans):
+        if a > end:
+            spans += 1
+        end = max(end, b)
+    return spans, kept

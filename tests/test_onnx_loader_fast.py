@@ -432,7 +432,11 @@ def test_named_field_numbers_match_the_installed_descriptors() -> None:
         w.TRAINING_INITIALIZATION, w.TRAINING_ALGORITHM)
     assert (number(onnx.SparseTensorProto, "values"), number(onnx.SparseTensorProto, "indices")) == (
         w.SPARSE_VALUES, w.SPARSE_INDICES)
-    assert number(onnx.TensorProto, "dims") == w.TENSOR_DIMS
+    assert (number(onnx.TensorProto, "dims"), number(onnx.TensorProto, "name")) == (w.TENSOR_DIMS, w.TENSOR_NAME)
+    from mhainspect.frontends.onnx import landings
+
+    assert (number(onnx.GraphProto, "node"), number(onnx.NodeProto, "input")) == (landings.GRAPH_NODE,
+                                                                                landings.NODE_INPUT)
     assert {f: number(onnx.TensorProto, f) for f in w.TENSOR_DATA_FIELDS} == w.TENSOR_DATA_FIELDS
     assert (number(descriptor_pb2.FileDescriptorProto, "message_type"), number(descriptor_pb2.DescriptorProto, "name"),
             number(descriptor_pb2.DescriptorProto, "field")) == (w.FILE_MESSAGE_TYPE, w.MESSAGE_NAME, w.MESSAGE_FIELD)

@@ -33,6 +33,7 @@ from google.protobuf.internal import api_implementation
 from google.protobuf.message import DecodeError
 
 from mhainspect.errors import InputError
+from mhainspect.frontends.onnx.landings import Landings
 from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, SparseView
 
 ProgressCallback = Callable[[str, int, int], None]
@@ -64,7 +65,7 @@ ATTR_T, ATTR_G, ATTR_TENSORS, ATTR_GRAPHS, ATTR_SPARSE_TENSOR, ATTR_SPARSE_TENSO
 FUNCTION_NODE, FUNCTION_ATTRIBUTE_PROTO = 7, 11
 TRAINING_INITIALIZATION, TRAINING_ALGORITHM = 1, 2
 SPARSE_VALUES, SPARSE_INDICES = 1, 2
-TENSOR_DIMS = 1
+TENSOR_DIMS, TENSOR_NAME = 1, 8
 TENSOR_DATA_FIELDS = {"float_data": 4, "int32_data": 5, "string_data": 6, "int64_data": 7, "raw_data": 9,
                       "double_data": 10, "uint64_data": 11}
 
@@ -277,9 +278,13 @@ _CHILDREN: dict[int, dict[int, int]] = {
 _TENSOR_DATA_FIELDS = frozenset(TENSOR_DATA_FIELDS.values())
 
 
-def stripped(buf: memoryview | SparseView, advance: Callable[[int], None] | None = None) -> bytes:
-    pieces = _scan(buf, 0, len(buf), _MODEL, 0, advance)
+def stripped(buf: memoryview | SparseView, advance: Callable[[int], None] | None = None,
+             landings: Landings | None = None) -> bytes:
+    pieces = _scan(buf, 0, len(buf), _MODEL, 0, advance, landings)
     return bytes(buf[0:len(buf)]) if pieces is None else b"".join(pieces)
+
+
+_HEAD_GUESS = 256  # bytes a jump fetches before any tensor header is read
 
 
 def remote_model_bytes(blob: Blob) -> bytes:
@@ -294,8 +299,9 @@ def remote_model_bytes(blob: Blob) -> bytes:
         return head
     view = SparseView(blob, size)
     view.seed(0, head)
+    view.jump_window = _HEAD_GUESS
     try:
-        return stripped(view)
+        return stripped(view, landings=Landings(view))
     except (ValueError, IndexError, RecursionError) as exc:
         raise InputError(f"{blob.name}: not a valid ONNX model (protobuf wire format: {exc})") from None
 
@@ -323,12 +329,12 @@ def _encode_varint(n: int) -> bytes:
 
 
 def _scan(buf: memoryview | SparseView, pos: int, end: int, kind: int, depth: int,
-          advance: Callable[[int], None] | None = None) -> list[Any] | None:
+          advance: Callable[[int], None] | None = None, landings: Landings | None = None) -> list[Any] | None:
     """The message buf[pos:end] with skippable payloads dropped, as pieces; None when unchanged."""
     if depth > 2 * MAX_SUBGRAPH_DEPTH + 8:
         raise ValueError("nested too deeply")
     if kind == _TENSOR:
-        return _scan_tensor(buf, pos, end)
+        return _scan_tensor(buf, pos, end, landings)
     children = _CHILDREN[kind]
     out: list[Any] | None = None
     run_start = pos
@@ -338,6 +344,8 @@ def _scan(buf: memoryview | SparseView, pos: int, end: int, kind: int, depth: in
             advance(pos)
             next_advance = pos + _ADVANCE_EVERY
         field_start = pos
+        if landings is not None:
+            landings.land(pos)
         key, pos = _varint(buf, pos)
         wire = key & 7
         if wire == WIRE_LEN:
@@ -348,7 +356,11 @@ def _scan(buf: memoryview | SparseView, pos: int, end: int, kind: int, depth: in
             child = children.get(key >> 3)
             if child is None or length <= SCAN_MIN_MESSAGE_BYTES:
                 continue
-            sub = _scan(buf, body, pos, child, depth + 1, advance if depth == 0 else None)
+            if landings is not None and kind == _MODEL:
+                landings.graph_at(body)
+            sub = _scan(buf, body, pos, child, depth + 1, advance if depth == 0 else None, landings)
+            if landings is not None and child == _TENSOR:
+                landings.tensor(field_start, pos)
             if sub is None:
                 continue
             if out is None:
@@ -382,12 +394,14 @@ def _int64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _scan_tensor(buf: memoryview | SparseView, pos: int, end: int) -> list[Any] | None:
+def _scan_tensor(buf: memoryview | SparseView, pos: int, end: int, landings: Landings | None = None
+                 ) -> list[Any] | None:
     """Drop the data fields of a tensor whose dims say the loader never reads its values."""
     start = pos
     dims: list[int] = []
     data_type = 0
     data_spans: list[tuple[int, int]] = []
+    name = b""
     while pos < end:
         field_start = pos
         key, pos = _varint(buf, pos)
@@ -404,6 +418,9 @@ def _scan_tensor(buf: memoryview | SparseView, pos: int, end: int) -> list[Any] 
                 while body < pos:
                     d, body = _varint(buf, body)
                     dims.append(_int64(d))
+                continue
+            if field == TENSOR_NAME and landings is not None:
+                name = bytes(buf[body:pos])
                 continue
         elif wire == WIRE_VARINT and field == TENSOR_DIMS:
             value, pos = _varint(buf, pos)
@@ -423,6 +440,8 @@ def _scan_tensor(buf: memoryview | SparseView, pos: int, end: int) -> list[Any] 
         return None
     if len(dims) >= 2 and data_type in MASK_TYPE_CODES and math.prod(dims) <= MAX_MASK_ELEMENTS:
         return None
+    if landings is not None:
+        landings.pending = (data_spans[0][0], name)
     pieces: list[Any] = []
     cursor = start
     for span_start, span_stop in data_spans:

@@ -9,15 +9,16 @@ hold a file object: they ask a blob for the spans their format needs.
   window sized to typical headers (``FIRST_RANGE``); later reads are served from the bytes held and
   only what is missing is fetched, from where the held bytes end: no byte is fetched twice.
 - ``SparseView``: a file walked in place with large skips (an ONNX protobuf whose tensor payloads
-  are skipped). Indexing fetches the block around a missed byte; a run of sequential misses grows
-  the window it fetches (read-ahead), a jump starts small again.
+  are skipped). Indexing fetches the block around a missed byte; a sequential miss fetches half of
+  the run walked so far (read-ahead), a jump a small window; a walker that knows where it lands
+  next fetches those spans at once, in parallel.
 """
 
 from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, overload
 
@@ -153,19 +154,15 @@ class Prefix:
         return bytes(self.buf[offset:offset + length])
 
 
-# Read-ahead of SparseView: the window a missed byte fetches after a jump, and its ceiling.
+# Read-ahead of SparseView: the least a miss fetches, and the ceiling of a sequential window.
 _SPARSE_MIN = 1024
 _SPARSE_MAX = 8 * 1024 * 1024
-_MAX_PERIOD = 64  # tensors of one layer, the longest pattern of landings looked for
-_MAX_PREDICTED = 48  # landings fetched ahead at once (three rounds of parallel reads)
-_MERGE_GAP = 16 * 1024  # predicted landings closer than this share one range (a bias after its weight)
 
 
 @dataclass
 class _Run:
     start: int
     data: bytes
-    landings: set[int] = field(default_factory=set)  # predicted landings in it, not yet touched
 
     @property
     def end(self) -> int:
@@ -174,30 +171,28 @@ class _Run:
 
 class SparseView:
     """A remote file indexed like a memoryview (``view[i]``, ``view[a:b]``, ``len(view)``) that
-    fetches only the spans touched. Held spans are kept sorted and never fetched twice; a miss right
-    after the last fetched span grows the read-ahead window by half (so the bytes fetched past a
-    sequential run stay below half of the run), a miss elsewhere starts at the minimum again.
+    fetches only the spans touched. Held spans are kept sorted and never fetched twice.
 
-    Jumps: a walk that skips payloads (an ONNX file's inline weights) lands on each tensor's header
-    only after reading the one before it, one round trip each. Layers repeat, and so do the
-    distances between the places it lands: when the last distances repeat with a period (a layer's
-    tensors), the next landings are predicted and their small windows fetched in parallel with the
-    one needed now; a wrong prediction costs its window, a right one a round trip."""
+    A miss right after the span fetched last (a walk over consecutive small messages) fetches half
+    of the sequential run walked so far, at least ``_SPARSE_MIN`` bytes: the bytes fetched past
+    the end of a run stay below half of it, in a few ranges however long the run. A miss elsewhere
+    (a jump) fetches ``jump_window`` bytes. A walker that knows where it will land next (the tensor
+    headers after skipped payloads) fetches those spans together, in parallel (``fetch_spans``)."""
 
     def __init__(self, blob: Blob, size: int) -> None:
         self.blob = blob
         self._len = size
         self._runs: list[_Run] = []
         self._last: _Run | None = None
-        self._window = _SPARSE_MIN
-        self._jumps: list[int] = []  # where the walk landed after a skip, in order
+        self.jump_window = _SPARSE_MIN
         self.fetched = 0
+        self.requests = 0
 
     def __len__(self) -> int:
         return self._len
 
     def _locate(self, pos: int) -> _Run | None:
-        """The held span holding ``pos`` (no side effect)."""
+        """The held span holding ``pos``."""
         lo, hi = 0, len(self._runs)
         while lo < hi:
             mid = (lo + hi) // 2
@@ -211,106 +206,81 @@ class SparseView:
         return None
 
     def _find(self, pos: int) -> _Run | None:
-        """The held span the walk touches at ``pos``; a predicted landing touched joins the pattern."""
         last = self._last
-        if last is not None and last.start <= pos < last.end and not last.landings:
+        if last is not None and last.start <= pos < last.end:
             return last
         run = self._locate(pos)
         if run is not None:
             self._last = run
-            if run.landings and pos in run.landings:  # a landing the prediction got right: part of the pattern
-                run.landings.discard(pos)
-                self._jumps.append(pos)
         return run
 
-    def _predict(self, pos: int) -> list[int]:
-        """The next landings, when the distances between the last ones repeat with a period."""
-        jumps = self._jumps
-        if len(jumps) < 5:
-            return []
-        recent = jumps[-2 * _MAX_PERIOD - 1:]
-        deltas = [b - a for a, b in zip(recent, recent[1:])]
-        # The period the most recent distances follow the longest (a weight and its bias repeat
-        # with period 2 within a layer; the layer, with its MLP, is the period that goes on).
-        best, held_for = 0, 0
-        for p in range(1, len(deltas) // 2 + 1):
-            run = 0
-            while run + p < len(deltas) and deltas[-1 - run] == deltas[-1 - run - p]:
-                run += 1
-            if run >= p and run > held_for:
-                best, held_for = p, run
-        if not best:
-            return []
-        period = best
-        out: list[int] = []
-        at = pos
-        for k in range(min(max(2 * period, held_for), _MAX_PREDICTED)):
-            at += deltas[-period + k % period]
-            if at <= pos or at >= self._len:
-                break
-            out.append(at)
-        return out
+    def holds(self, pos: int) -> bool:
+        return pos >= self._len or self._locate(pos) is not None
 
     def seed(self, start: int, data: bytes) -> None:
-        """Bytes already fetched (the tail that told the size) become a held span."""
+        """Bytes already fetched (the first range, the tail that told the size) become a held span."""
         if data and self._locate(start) is None:
             self._runs.append(_Run(start, data))
             self._runs.sort(key=lambda r: r.start)
+            self._last = self._locate(start)
 
     def prefetch(self, start: int, end: int) -> None:
         """Fetch the spans of [start, end) not held yet, exactly (a member whose extent is known)."""
-        pos, end = max(0, start), min(end, self._len)
-        while pos < end:
-            run = self._locate(pos)
-            if run is not None:
-                pos = run.end
-                continue
-            self._fetch(pos, end, readahead=False)
+        self.fetch_spans([(start, end)])
 
-    def _fetch(self, start: int, end: int, readahead: bool = True) -> None:
-        """Fetch at least [start, end) (stopping before the next held span), with read-ahead, and
-        the predicted landings after a jump."""
-        # Sequential: right after the last span fetched, or a few small fields past it (a walk over
-        # small messages skips their bodies): the window grows; a jump starts it small again.
-        last = self._last
-        sequential = last is not None and last.end <= start < last.end + self._window
-        self._window = min(self._window * 3 // 2, _SPARSE_MAX) if sequential else _SPARSE_MIN
-        if sequential and last is not None and self._locate(last.end) is None:
-            start = last.end  # the few bytes skipped are fetched too: the copy of the run reads them next
-        stop = min(max(end, start + self._window) if readahead else end, self._len)
-        predicted: list[int] = []
-        if readahead and not sequential:
-            self._jumps.append(start)
-            predicted = [q for q in self._predict(start) if q >= stop and self._locate(q) is None]
-        spans = self._spans(start, stop, predicted)
-        datas = in_parallel(lambda span: self.blob.read(span[0], span[1] - span[0]), spans, len(spans) > 1)
-        for (q, q_stop, landings), data in zip(spans, datas):
+    def fetch_spans(self, spans: list[tuple[int, int]]) -> None:
+        """Fetch the parts of ``spans`` not held yet, in parallel: each part its own range."""
+        parts: list[tuple[int, int]] = []
+        for start, end in sorted(spans):
+            pos, end = max(0, start), min(end, self._len)
+            while pos < end:
+                run = self._locate(pos)
+                if run is not None:
+                    pos = run.end
+                    continue
+                stop = min(end, next((r.start for r in self._runs if r.start > pos), self._len))
+                if parts and parts[-1][1] >= pos:  # overlapping requests: one range
+                    pos = max(pos, parts[-1][1])
+                    parts[-1] = (parts[-1][0], max(stop, parts[-1][1]))
+                elif pos < stop:
+                    parts.append((pos, stop))
+                pos = stop
+        self._fetch_parts(parts)
+
+    def _fetch_parts(self, parts: list[tuple[int, int]]) -> None:
+        datas = in_parallel(lambda span: self.blob.read(span[0], span[1] - span[0]), parts, len(parts) > 1)
+        for (q, q_stop), data in zip(parts, datas):
             if len(data) != q_stop - q:
                 raise InputError(f"{self.blob.name}: the server sent {len(data):,} bytes for a {q_stop - q:,}-byte "
                                  "range (the file changed or the server misreports lengths)")
             self.fetched += len(data)
-            run = _Run(q, data, landings)
-            self._runs.append(run)
-            if q == start:
-                self._last = run
+            self.requests += 1
+            self._runs.append(_Run(q, data))
         self._runs.sort(key=lambda r: r.start)
 
-    def _spans(self, start: int, stop: int, predicted: list[int]) -> list[tuple[int, int, set[int]]]:
-        """The ranges to fetch: [start, stop), and a small window at each predicted landing (never
-        into a held span or another window; landings close together share one range), each with
-        the predicted landings it holds."""
-        starts = sorted({start, *predicted})
-        bounds = sorted({r.start for r in self._runs} | set(starts))
-        spans: list[tuple[int, int, set[int]]] = []
-        for q in starts:
-            limit = next((b for b in bounds if b > q), self._len)
-            q_stop = min(stop if q == start else q + _SPARSE_MIN, limit, self._len)
-            if spans and spans[-1][0] != start and q != start and q - spans[-1][1] <= _MERGE_GAP \
-                    and not any(spans[-1][1] <= r.start < q for r in self._runs):
-                spans[-1] = (spans[-1][0], q_stop, spans[-1][2] | {q})
-            else:
-                spans.append((q, q_stop, {q} if q != start else set()))
-        return spans
+    def _block_start(self, run: _Run) -> int:
+        """Where the block of contiguous held spans that ends with ``run`` starts."""
+        i = self._runs.index(run)
+        while i > 0 and self._runs[i - 1].end == self._runs[i].start:
+            i -= 1
+        return self._runs[i].start
+
+    def _fetch(self, start: int, end: int) -> None:
+        """Fetch at least [start, end) (stopping before the next held span), with read-ahead."""
+        # Sequential: right after the last span touched, or a few small fields past it (a walk over
+        # small messages skips their bodies): half the run walked so far; a jump: the jump window.
+        last = self._last
+        window = self.jump_window
+        if last is not None and last.end <= start:
+            half = max(_SPARSE_MIN, (last.end - self._block_start(last)) // 2)
+            if start < last.end + half:
+                window = min(half, _SPARSE_MAX)
+                if self._locate(last.end) is None:
+                    start = last.end  # the few bytes skipped are fetched too: the copy of the run reads them next
+        stop = min(max(end, start + window), self._len,
+                   next((r.start for r in self._runs if r.start > start), self._len))
+        self._fetch_parts([(start, stop)])
+        self._last = self._locate(start)
 
     @overload
     def __getitem__(self, key: int) -> int: ...
