@@ -83,6 +83,8 @@ def test_constant_mask_patterns() -> None:
     assert _constant_mask(_plane(8, 8, lambda q, k: True), (1, 1, 8, 8)) == ("none", None)
     assert _constant_mask([0.0] * 64, (8, 8)) == ("none", None)  # an additive mask hiding nothing
     assert _constant_mask(_plane(8, 8, lambda q, k: k >= q), (8, 8))[0] == "none"  # sees later keys
+    # a sliding window's lower bound alone (kv > q - 4): a window only beside a causal mask
+    assert _constant_mask(_plane(8, 8, lambda q, k: k > q - 4), (1, 1, 8, 8)) == ("bound", 4)
     # Swin's shifted windows: 0 / -100 by window, every query sees a later key of its window
     windows = [0.0 if q // 4 == k // 4 else -100.0 for q in range(8) for k in range(8)]
     assert _constant_mask(windows, (1, 1, 8, 8))[0] == "none"
@@ -188,3 +190,70 @@ def test_folder_encoder_model_type_is_not_made_a_decoder(tmp_path: Path) -> None
     report = inspect(str(folder))
     kv = report.model.kv_cache
     assert kv is not None and kv.bytes_per_token is None
+
+
+# ----------------------------------------------------------------------------- folded position indices
+
+
+def _folded_mask_graph(path: Path, seq: int, *, causal: bool, bound: int | None) -> Path:
+    """One attention over [1, seq, 16] whose scores take the mask a static-shape TorchScript export
+    of a transformers decoder writes: the causal part compares two folded aranges (kv [1, 1, 1, seq]
+    <= q [1, 1, seq, 1]), a sliding window's lower bound (kv > q - W) is a bool constant And-ed
+    with it, and Where turns the result into 0 / -inf."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    import attention_graphs as ag
+
+    g = ag.Nodes()
+    g.inits += ag.Weights("attn", 16).tensors() + ag.shape_consts(2, 8)
+    out = ag.mha_nodes(g, "attn", "x", "attn", 2, 8)
+    q, k = np.arange(seq).reshape(1, 1, seq, 1), np.arange(seq).reshape(1, 1, 1, seq)
+    parts = []
+    if causal:
+        g.inits += [numpy_helper.from_array(k.astype(np.int64), "kv_pos"), numpy_helper.from_array(q.astype(np.int64), "q_pos")]
+        parts.append(g.add("LessOrEqual", ["kv_pos", "q_pos"], "mask/LessOrEqual_out"))
+    if bound is not None:
+        g.inits.append(numpy_helper.from_array(k > q - bound, "mask.window_bound"))
+        parts.append("mask.window_bound")
+    keep = parts[0] if len(parts) == 1 else g.add("And", parts, "mask/And_out")
+    g.inits += [numpy_helper.from_array(np.array(0.0, np.float32), "mask.zero"),
+                numpy_helper.from_array(np.array(-3.4e38, np.float32), "mask.min")]
+    additive = g.add("Where", [keep, "mask.zero", "mask.min"], "mask/Where_out")
+    softmax = next(n for n in g.nodes if n.op_type == "Softmax")
+    scores = softmax.input[0]
+    masked = helper.make_node("Add", [scores, additive], ["attn/scores/masked"], name="attn/scores/Add")
+    softmax.input[0] = "attn/scores/masked"
+    g.nodes.insert(g.nodes.index(softmax), masked)
+    onnx.save(ag.model(g.nodes, g.inits, [ag.value("x", 1, seq, 16)], [ag.value(out, 1, seq, 16)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize(("causal", "bound", "expected"), [
+    (True, None, (CacheStatus.IF_DECODED, None)),
+    (True, 4, (CacheStatus.IF_DECODED, 4)),
+    (False, 4, (CacheStatus.NONE, None)),  # a lower bound alone lets queries see later keys
+], ids=["causal", "causal-window", "bound-alone"])
+def test_folded_position_indices_are_a_causal_mask(causal: bool, bound: int | None,
+                                                   expected: tuple[CacheStatus, int | None], tmp_path: Path) -> None:
+    """A static-shape TorchScript export folds the position indices of transformers' causal mask to
+    constants (no Range left) and the sliding overlay to a bool constant: read, a causal block with
+    its window. Was: 'no causal mask reaches the scores' (an encoder, no cache) for both layers of a
+    Gemma 3 text stack."""
+    report = inspect(str(_folded_mask_graph(tmp_path / "m.onnx", SEQ, causal=causal, bound=bound)))
+    (b,) = report.blocks
+    assert (b.kv_cache_status, b.sliding_window) == expected, b.kv_cache_reason
+    if causal:
+        detail = next(e.detail for e in b.evidence if e.field == "kv_cache_bytes_per_token")
+        assert "position comparison LessOrEqual" in detail
+        assert bound is None or "sliding window 4 (the values of constant 'mask.window_bound'" in detail
+
+
+def test_unread_position_indices_are_unknown(tmp_path: Path) -> None:
+    """Position indices longer than the loader reads (over 64 integers): whether the comparison is
+    causal is not visible, so the cache is unknown, never 'attends both ways'."""
+    report = inspect(str(_folded_mask_graph(tmp_path / "m.onnx", 80, causal=True, bound=None)))
+    (b,) = report.blocks
+    assert b.kv_cache_status is CacheStatus.UNKNOWN, b.kv_cache_status
+    assert "stored position indices whose values are not read" in (b.kv_cache_reason or "")

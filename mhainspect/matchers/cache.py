@@ -132,11 +132,14 @@ def cache_io(index: GraphIndex, blocks: Sequence[AttentionBlock]) -> dict[str, l
 
 
 def _from_range(index: GraphIndex, name: str, depth: int = 8) -> bool:
-    """True when ``name`` is computed from a Range (position indices) within a few ops."""
+    """True when ``name`` is computed from a Range (position indices) within a few ops, or is one
+    an exporter folded (``_stored_positions``)."""
     stack = [(name, 0)]
     seen: set[str] = set()
     while stack:
         cur, d = stack.pop()
+        if _stored_positions(index, cur):
+            return True
         p = index.producer.get(cur)
         if p is None or cur in seen or d > depth:
             continue
@@ -145,6 +148,27 @@ def _from_range(index: GraphIndex, name: str, depth: int = 8) -> bool:
             return True
         stack.extend((x, d + 1) for x in p.inputs if x)
     return False
+
+
+def _position_axis(shape: Sequence[int]) -> bool:
+    """One axis of two or more positions, every other axis 1 ([1, 1, 1, keys], [1, 1, queries, 1])."""
+    return sum(1 for d in shape if d != 1) == 1 and max(shape, default=0) >= 2
+
+
+def _stored_positions(index: GraphIndex, name: str) -> bool:
+    """A stored integer tensor 0, 1, ..., n - 1 along one axis: position indices (an arange) that a
+    static-shape export folded to a constant (TorchScript's causal mask compares two of them)."""
+    t = index.graph.weights.get(name)
+    if t is None or t.int_value is None or not _position_axis(t.shape):
+        return False
+    return t.int_value == tuple(range(len(t.int_value)))
+
+
+def _unread_positions(index: GraphIndex, name: str) -> bool:
+    """A stored integer tensor shaped like position indices whose values the loader did not read
+    (more than it reads): a comparison of it may be a causal mask, which cannot be told."""
+    t = index.graph.weights.get(name)
+    return t is not None and t.int_value is None and dtypes.is_integer(t.dtype) and _position_axis(t.shape)
 
 
 _CAUSAL_ATTRS = (("is_causal", "ONNX Attention is_causal = 1"), ("unidirectional", "Attention unidirectional = 1"))
@@ -263,7 +287,7 @@ def _seen_keys(values: Sequence[float], queries: int, keys: int, additive: bool
 def _mask_kind(pattern: tuple[tuple[int, ...], ...], past: int) -> tuple[str, int | None]:
     """``_constant_mask``'s answer from the keys each query sees (query q's own key is q + past)."""
     if any(row and row[-1] > q + past for q, row in enumerate(pattern)):
-        return "none", None  # a query sees a later key: not causal
+        return _window_bound(pattern, past)  # a query sees a later key: not causal (alone)
     if any(not row or row[-1] != q + past or row != tuple(range(row[0], row[-1] + 1))
            for q, row in enumerate(pattern)):
         return "other", None
@@ -274,6 +298,20 @@ def _mask_kind(pattern: tuple[tuple[int, ...], ...], past: int) -> tuple[str, in
     if not widths and all(len(row) == min(width, q + past + 1) for q, row in enumerate(pattern)):
         return "window", width
     return "other", None
+
+
+def _window_bound(pattern: tuple[tuple[int, ...], ...], past: int) -> tuple[str, int | None]:
+    """("bound", W) when each query sees every key from W - 1 before its own onwards (a sliding
+    window's lower bound, which a causal mask beside it, And-ed, makes a causal window: transformers'
+    sliding overlay folded to a constant apart from its causal part); else ("none", None)."""
+    keys = max((row[-1] for row in pattern if row), default=-1) + 1
+    starts = {q + past - row[0] + 1 for q, row in enumerate(pattern) if row and row[0] > 0}
+    if len(starts) != 1:
+        return "none", None
+    width = starts.pop()
+    if width > 1 and all(row == tuple(range(max(0, q + past - width + 1), keys)) for q, row in enumerate(pattern)):
+        return "bound", width
+    return "none", None
 
 
 def causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
@@ -312,6 +350,7 @@ class _MaskWalk:
     full_constants: list[str] = field(default_factory=list)  # constant masks that hide nothing (or not causally)
     causal: str | None = None
     window: tuple[int, str] | None = None
+    window_bound: tuple[int, str] | None = None  # a window's lower bound alone: a window if the mask is causal
 
     def run(self) -> None:
         seen = set(self.frontier)
@@ -356,6 +395,10 @@ class _MaskWalk:
         elif kind == "window":
             assert w is not None
             self.window = self.window or (w, f"the values of {label}")
+        elif kind == "bound":
+            assert w is not None
+            self.window_bound = self.window_bound or (w, f"the values of {label}, with the causal mask")
+            self.full_constants.append(label)  # alone, it lets queries see later keys
         elif kind == "none":
             self.full_constants.append(label)  # hides nothing, or lets queries see later keys
         else:
@@ -379,10 +422,13 @@ class _MaskWalk:
             self.window = self.window or (w, f"the mask's position comparison {node.op} '{node.name}'")
         elif all(_from_range(self.index, x) for x in node.inputs):
             self.causal = self.causal or f"causal mask (position comparison {node.op} '{node.name}')"
+        elif any(_unread_positions(self.index, x) for x in node.inputs):
+            self.open_masks.append(f"a comparison {node.op} '{node.name}' of stored position indices whose values are "
+                                   "not read (only small constants are): whether it is causal is not visible")
 
     def verdict(self) -> _MaskEvidence:
         if self.causal is not None or self.window is not None:
-            window = self.window
+            window = self.window or (self.window_bound if self.causal is not None else None)
             reason = self.causal or f"causal sliding-window mask ({window[1] if window else ''})"
             return _MaskEvidence(True, reason, window[0] if window else None, window[1] if window else "")
         if self.open_masks:
