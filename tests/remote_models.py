@@ -124,10 +124,11 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def write_sparse_onnx(path: Path, layers: int, d: int, heads: int) -> int:
+def write_sparse_onnx(path: Path, layers: int, d: int, heads: int, inits_first: bool = False) -> int:
     """An ONNX model with inline weights (raw_data), its payloads holes in a sparse file: ``layers``
-    attention layers (tests/attention_graphs.mha_nodes) with MLP initializers and an embedding.
-    Returns the number of initializers with a payload."""
+    attention layers (tests/attention_graphs.mha_nodes) with MLP initializers and an embedding;
+    ``inits_first``: the initializers before the nodes in the graph (valid protobuf, not the order
+    a serializer writes). Returns the number of initializers with a payload."""
     import onnx
     from attention_graphs import Nodes, mha_nodes, shape_consts, value
 
@@ -157,10 +158,14 @@ def write_sparse_onnx(path: Path, layers: int, d: int, heads: int) -> int:
         inits.append((b"\x2a" + _varint(len(head) + n) + head, n))  # GraphProto.initializer (field 5)
     graph_len = len(graph_bytes) + sum(len(head) + n for head, n in inits)
     with open(path, "wb") as fh:
-        fh.write(model.SerializeToString() + b"\x3a" + _varint(graph_len) + graph_bytes)  # ModelProto.graph (7)
+        fh.write(model.SerializeToString() + b"\x3a" + _varint(graph_len))  # ModelProto.graph (7)
+        if not inits_first:
+            fh.write(graph_bytes)
         for head, n in inits:
             fh.write(head)
             fh.seek(n, 1)  # the payload: a hole
+        if inits_first:
+            fh.write(graph_bytes)
         fh.truncate(fh.tell())
     return len(inits)
 
