@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from mhainspect.analysis.experts import mixture_of_experts
 from mhainspect.analysis.flags import evaluate
 from mhainspect.analysis.size import apply
 from mhainspect.analysis.whatif import default_what_ifs
 from mhainspect.frontends.result import SizeInputs, SourceResult
 from mhainspect.results import SCHEMA_VERSION, AttentionBlock, Miss, ModelSummary, Report, attention_params, coded
+
+if TYPE_CHECKING:
+    from mhainspect.results import MixtureOfExperts, ReportWarning
 
 
 def build_report(blocks: Sequence[AttentionBlock], *, path: str, fmt: str, total_params: int, num_nodes: int = 0,
@@ -35,7 +38,12 @@ def report_from(result: SourceResult, *, what_if_heads: tuple[int, ...] = ()) ->
     report = build_report(result.blocks, path=m.path, fmt=m.format, total_params=m.total_params,
                           num_nodes=m.num_nodes, opset=m.opset, producer=m.producer, misses=result.misses,
                           warnings=result.warnings, what_if_heads=what_if_heads, size=result.size)
-    moe, moe_warnings = mixture_of_experts(result.experts, m.total_params)
+    moe: MixtureOfExperts | None = None
+    moe_warnings: tuple[ReportWarning, ...] = ()
+    if result.experts is not None:  # the experts' analysis (and matchers) imported for a mixture of experts only
+        from mhainspect.analysis.experts import mixture_of_experts
+
+        moe, moe_warnings = mixture_of_experts(result.experts, m.total_params)
     if m.trainable_params is None and moe is None:
         return report
     model = dataclasses.replace(report.model, trainable_params=m.trainable_params, experts=moe)

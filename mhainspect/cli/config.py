@@ -18,11 +18,6 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TypeVar
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 installs tomli (see pyproject.toml)
-    import tomli as tomllib
-
 from mhainspect.analysis.gates import Limit, parse_byte_limit, parse_codes, parse_limit
 from mhainspect.analysis.size import check_kv_dtype, check_weight_dtype
 from mhainspect.errors import InputError, read_failure
@@ -170,6 +165,12 @@ def settings_from_table(table: Mapping[str, object], source: str, formats: Colle
 
 
 def _read_toml(path: Path) -> dict[str, object]:
+    # The TOML parser is imported when a pyproject.toml is found: most runs meet none.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10 installs tomli (see pyproject.toml)
+        import tomli as tomllib
+
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)

@@ -47,7 +47,6 @@ from mhainspect.frontends.formats import check_symlink_loop
 from mhainspect.frontends.kinds import is_model_folder
 from mhainspect.ir.units import MAX_CACHED_TOKENS, format_bytes, parse_tokens
 from mhainspect.pipeline import AuditOptions, audit
-from mhainspect.render.cells import blocks_word
 from mhainspect.render.extras import ModelExtras
 from mhainspect.render.json_render import report_to_dict, reports_to_dict, to_json, to_jsonl
 from mhainspect.results import BlockVerification, WarningCode, warning_code
@@ -296,6 +295,8 @@ def _render(view: _View, reports: "list[Report]", extras: "list[ModelExtras]") -
 
 def _summary_lines(reports: "Sequence[Report]", extras: "Sequence[ModelExtras]", errors: int) -> list[str]:
     """The end of a many-model run (ruff: "Found 1 error."): what was audited and what failed."""
+    from mhainspect.render.cells import blocks_word  # the table's cells, imported with the table (its only caller)
+
     def n(count: int, word: str) -> str:
         return f"{count:,} {word}{'' if count == 1 else 's'}"
 

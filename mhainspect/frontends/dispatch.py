@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from mhainspect.errors import ErrorKind, InputError, missing_torch
 from mhainspect.frontends.formats import Foreign, identify, identify_folder
 from mhainspect.frontends.kinds import file_kind, is_model_folder
-from mhainspect.frontends.remote.locate import is_remote
+from mhainspect.frontends.remote import is_remote
 from mhainspect.frontends.result import SourceResult
 
 if TYPE_CHECKING:

@@ -12,11 +12,13 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from mhainspect.ir import dtypes
-from mhainspect.matchers.experts import ExpertInputs
 from mhainspect.results import AttentionBlock, Miss, ModelFacts
+
+if TYPE_CHECKING:  # built by the readers that find experts; a dense model never imports their matcher
+    from mhainspect.matchers.experts import ExpertInputs
 
 # ----------------------------------------------------------------------------- size metadata
 # What every front end hands mhainspect.analysis.size (in SourceResult.size): tensors as metadata and per

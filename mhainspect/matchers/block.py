@@ -13,7 +13,6 @@ from fractions import Fraction
 from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS, GraphIndex
 from mhainspect.ir.graph import Node, Tensor
 from mhainspect.matchers import assembly
-from mhainspect.matchers.latent import LatentShapes, kv_up_split, solve
 from mhainspect.matchers.projection import WHOLE, ProjectionHit, TracedProjection, recognise_projection
 from mhainspect.matchers.scopes import block_name
 from mhainspect.results import (
@@ -188,6 +187,10 @@ class BlockBuilder:
         up-projection's and O's weights and of the K/V down-projection fix the heads and head
         sizes; K and V are the up-projection's shares; the down-projections and the norms between
         them and the up-projections are the block's extra."""
+        # Imported at the latent door: the latent solver (and the name grouping it shares with the
+        # checkpoint readers) is for graphs with a K/V down-projection only.
+        from mhainspect.matchers.latent import LatentShapes, kv_up_split, solve
+
         kv_role = "v" if "v" in self.latent else "k"
         kv_traced = self.roles[kv_role].traced
         assert kv_traced is not None and self.output is not None

@@ -26,15 +26,17 @@ import struct
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import message
 from google.protobuf.internal import api_implementation
 from google.protobuf.message import DecodeError
 
 from mhainspect.errors import InputError
-from mhainspect.frontends.onnx.landings import Landings
-from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, SparseView
+
+if TYPE_CHECKING:
+    from mhainspect.frontends.onnx.landings import Landings
+    from mhainspect.frontends.remote.blob import Blob, SparseView
 
 ProgressCallback = Callable[[str, int, int], None]
 
@@ -291,6 +293,10 @@ def remote_model_bytes(blob: Blob) -> bytes:
     """The model's bytes minus the weight payloads the loader never reads, fetched by ranges: a
     first speculative range (the whole of a small file), then the spans the scanner touches (the
     graph's nodes and every tensor's header); payloads are skipped by their lengths, unfetched."""
+    # Ranged reading is the remote front end's: a local file never imports it (nor its thread pool).
+    from mhainspect.frontends.onnx.landings import Landings
+    from mhainspect.frontends.remote.blob import FIRST_RANGE, SparseView
+
     head = blob.read(0, FIRST_RANGE)
     size = blob.size()
     if size == 0:

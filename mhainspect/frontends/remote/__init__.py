@@ -8,5 +8,16 @@ object stores, read through one ranged-read interface (``blob.Blob``) that local
 - ``tree``: a remote folder (listing + blobs) and which models it holds; ``frontend``: a remote
   argument -> SourceResult through the format readers.
 
-Nothing here is imported for a local model, except ``blob`` and ``parallel`` (no third-party import).
+A local model imports none of these modules: only the scheme test below, which tells a remote
+argument from a local path.
 """
+
+HF_SCHEME = "hf://"
+STORE_SCHEMES = ("s3://", "gs://", "gcs://", "az://", "abfs://", "abfss://")
+URL_SCHEMES = ("http://", "https://")
+
+
+def is_remote(spec: str) -> bool:
+    """Whether ``spec`` names a model somewhere else than this machine (by its scheme)."""
+    low = spec[:8].lower()
+    return low.startswith((HF_SCHEME, *URL_SCHEMES, *STORE_SCHEMES))

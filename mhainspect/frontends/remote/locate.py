@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from mhainspect.errors import InputError
+from mhainspect.frontends.remote import HF_SCHEME, STORE_SCHEMES, URL_SCHEMES, is_remote
 
-HF_SCHEME = "hf://"
-STORE_SCHEMES = ("s3://", "gs://", "gcs://", "az://", "abfs://", "abfss://")
-URL_SCHEMES = ("http://", "https://")
+__all__ = ["HF_SCHEME", "STORE_SCHEMES", "URL_SCHEMES", "HubRef", "Ref", "StoreRef", "UrlRef", "display",
+           "hub_endpoint", "is_remote", "parse"]
 HUB_HOSTS = frozenset({"huggingface.co", "www.huggingface.co", "hf.co"})
 DEFAULT_ENDPOINT = "https://huggingface.co"
 # Revisions that hold slashes (Hub pull requests, conversions): matched before the path is split off.
@@ -59,12 +59,6 @@ class StoreRef:
 
 
 Ref = HubRef | UrlRef | StoreRef
-
-
-def is_remote(spec: str) -> bool:
-    """Whether ``spec`` names a model somewhere else than this machine (by its scheme)."""
-    low = spec[:8].lower()
-    return low.startswith((HF_SCHEME, *URL_SCHEMES, *STORE_SCHEMES))
 
 
 def hub_endpoint() -> str:
