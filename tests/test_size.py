@@ -174,8 +174,14 @@ def _stored_bytes(path: Path) -> tuple[int, int, dict[str, int]]:
         name = dtypes.onnx_name(t.data_type)
         by_dtype[name] = by_dtype.get(name, 0) + n
 
+    # The TorchScript exporter stores a tied output embedding a second time, transposed
+    # (onnx::MatMul_N = wte.weight.T): a copy, overhead like the second copy of a tied checkpoint.
+    arrays = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    copies = {name for name, a in arrays.items() if a.ndim == 2 and any(
+        other != name and b.shape == a.T.shape and np.array_equal(b, a.T) for other, b in arrays.items()
+        if "." in other and ":" not in other)}
     for init in model.graph.initializer:
-        add(init, not init.name.endswith(SCALE_SUFFIXES))
+        add(init, not init.name.endswith(SCALE_SUFFIXES) and init.name not in copies)
     for node in model.graph.node:
         if node.op_type == "Constant":
             add(next(a.t for a in node.attribute if a.name == "value"), False)

@@ -86,6 +86,24 @@ class ValueInfo:
     dtype: str
 
 
+@dataclass(frozen=True, slots=True)
+class FoldedCopy:
+    """A stored tensor whose values an exporter's constant folding made from a parameter (a
+    transposed copy of a tied embedding, a relative-position table gathered by a constant index
+    or padded with zeros), found by its values (``mhainspect.ir.copies``).
+
+    ``source``: the stored parameter it repeats ("" when the file keeps only the copy); ``params``:
+    the parameters the copy holds of its own: 0 when its source is stored (counted there), else the
+    source's elements it carries (a gathered table's distinct values, a padded table's inner part).
+    """
+
+    copy: str
+    source: str
+    view: str  # how the exporter made it: "transposed", "permuted (2, 0, 1)", "gathered", "padded", ...
+    params: int
+    detail: str = ""
+
+
 @dataclass(frozen=True)
 class ModelGraph:
     """A model as the matchers see it: nodes in file order, weights by name, declared types."""
@@ -100,3 +118,6 @@ class ModelGraph:
     opset: int | None = None
     producer: str = ""
     warnings: tuple[str, ...] = ()
+    # Stored tensors that are exporter-made copies of a parameter, by name (FoldedCopy): found from
+    # their values by the ONNX door, empty for every other source.
+    folded: Mapping[str, FoldedCopy] = field(default_factory=dict)

@@ -36,6 +36,7 @@ from math import prod
 from operator import attrgetter
 from typing import NamedTuple
 
+from mhainspect.ir.copies import module_path
 from mhainspect.ir.dataflow import AFFINE_OPS, SHAPE_INPUTS, GraphIndex
 from mhainspect.ir.dtypes import Family, is_float, lookup
 from mhainspect.ir.graph import Node, Tensor
@@ -119,6 +120,7 @@ def scan_stored(index: GraphIndex) -> StoredScan:
     others: list[tuple[str, Tensor]] = []
     trig_sources = _trig_sources(index)
     family_of: dict[str, Family | None] = {}  # dtype spelling -> family, looked up once per spelling
+    folded = index.graph.folded
     for item in index.graph.weights.items():
         t = item[1]
         shape = t.shape
@@ -142,6 +144,10 @@ def scan_stored(index: GraphIndex) -> StoredScan:
         logical = _logical_count(index, name, t, family)
         if logical is None:
             continue
+        if folded and name in folded:
+            logical = folded[name].params  # an exporter-made copy of a parameter: its own part, if any
+            if not logical:
+                continue
         if family is Family.FLOAT and (trig_sources is None or name in trig_sources) and _only_feeds_trig(index, name):
             continue  # rotary inv_freq: a buffer that only builds cos/sin tables, not a parameter
         counts[t.storage_key] = logical
@@ -195,16 +201,10 @@ _PRODUCTS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Einsum", "Conv"})
 _WEIGHT_LAYOUT = frozenset({"Transpose", "Reshape", "Cast", "Identity", "Unsqueeze", "Squeeze", "Flatten"})
 
 
-def _module_path(name: str) -> bool:
-    """A name a model gives its parameter ("attn.temperature"), not one an exporter makes up for a value
-    ("/attn/Constant_output_0", "onnx::Mul_12", "model/dense/Const:0")."""
-    return "." in name and not any(c in name for c in "/:") and not name.startswith(".")
-
-
 def _learned_scalar(index: GraphIndex, name: str, t: Tensor) -> bool:
     """A one-element Constant that is a learned scale or bias: named by a module path, a float, and
     read by arithmetic together with a value of the run (not by shape arithmetic)."""
-    if not t.shape or not _module_path(name) or lookup(t.dtype) is None or not is_float(t.dtype):
+    if not t.shape or not module_path(name) or lookup(t.dtype) is None or not is_float(t.dtype):
         return False
     for user, pos in index.users(name):
         if user.op in _ARITHMETIC and len(user.inputs) == 2 and index.is_activation(user.inputs[1 - pos]):

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mhainspect.ir.copies import held_params
 from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS, GraphIndex, WeightRef, passes_value
 from mhainspect.ir.dtypes import is_float
 from mhainspect.ir.graph import Node, Tensor
@@ -617,8 +618,9 @@ def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, 
                 continue
             table = _embedding_table(index, x)
             if table is not None:
-                b.extras[table.tensor.name] = table.numel
-                b.evidence.append(Evidence("extra", table.numel, EvidenceSource.WEIGHT_SHAPE, f"score bias table "
+                held = table.numel if table.logical is not None else held_params(index.graph, table.tensor)
+                b.extras[table.tensor.name] = held
+                b.evidence.append(Evidence("extra", held, EvidenceSource.WEIGHT_SHAPE, f"score bias table "
                                            f"{table.tensor.name} {list(table.shape)} added at {node.name}"))
             elif index.is_activation(x):
                 _collect_tables(index, b, x, f"added to the scores at {node.name}")
@@ -666,8 +668,9 @@ def _collect_tables(index: GraphIndex, b: BlockBuilder, start: str, where: str) 
                 if x and not index.is_activation(x):
                     t = _viewed_table(index, x)
                     if t is not None and t.name not in b.extras:
-                        b.extras[t.name] = t.numel
-                        b.evidence.append(Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE,
+                        held = held_params(index.graph, t)  # an exporter's padded copy: its inner part
+                        b.extras[t.name] = held
+                        b.evidence.append(Evidence("extra", held, EvidenceSource.WEIGHT_SHAPE,
                                                    f"relative-position table {t.display_name} {list(t.shape)} "
                                                    f"multiplied at {node.name}, {where}"))
             continue

@@ -22,6 +22,7 @@ from mhainspect.frontends.formats import check_symlink_loop
 from mhainspect.frontends.onnx.loader import load_onnx
 from mhainspect.frontends.onnx.qoperator import as_qdq
 from mhainspect.frontends.onnx.sequences import as_slices
+from mhainspect.frontends.onnx.values import with_folded_copies
 from mhainspect.frontends.result import SourceResult
 from mhainspect.frontends.size_inputs import graph_size_inputs
 from mhainspect.ir.dataflow import GraphIndex
@@ -340,6 +341,7 @@ def onnx_file_result(path: str | os.PathLike[str]) -> SourceResult:
         escaping = external_data_warnings(path, graph)
         if escaping:
             graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
+        graph = with_folded_copies(path, graph)  # reads values only where a candidate pair exists
         config, label = config_beside(path)
         return graph_result(graph, path=str(path), fmt="onnx", config=config, config_label=label)
     except InputError as exc:

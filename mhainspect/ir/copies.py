@@ -1,0 +1,313 @@
+"""Stored tensors that are exporter-made copies of a parameter, recognised by their values.
+
+An exporter's constant folding can store a parameter a second time, under a view of it: the
+TorchScript exporter keeps a tied embedding as ``embed_tokens.weight`` [V, d] for the lookup and
+as a transposed ``onnx::MatMul_N`` [d, V] for the output projection; a relative-position bias
+table [(2W-1)², h] gathered by a constant index becomes [1, h, W², W²]; a relative-position
+embedding padded to the sequence becomes a larger table with zero borders. Each is one parameter.
+
+The graph says nothing of this (the copy's producer is gone), so it is decided by values, cheaply:
+
+- candidates come from metadata alone: a copy is a stored float tensor of rank >= 2 whose name an
+  exporter made up (``onnx::MatMul_12``, ``val_7``; not a module path) or that the exporter says was
+  folded from a parameter; a source is a stored float parameter named by its module path.
+  No candidate, nothing read;
+- a permuted view (transpose, permute, reshape/unsqueeze keeping the order): same dtype, same
+  element count, the same dims up to order (ones dropped). The first and last elements stay in
+  place under any permutation of axes: they are read first (two elements per tensor), then a
+  sample of ``SAMPLE`` positions through each permutation the dims allow, then the whole tensor
+  when it is small;
+- a small table (at most ``SMALL`` elements) read whole: zero borders along an axis (a pad with
+  constant zeros) keep the inner part; a [.., N, N] tensor whose every [N, N] slice repeats its
+  values in the same pattern (a gather with one constant index for every head) keeps its distinct
+  values. When a stored parameter holds exactly those values, the table is a copy of it (counted
+  there); else the table holds them as its own parameters.
+
+A sample must show at least two different values: tensors of zeros (sparse benchmark files, a
+missing data file) prove nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import permutations
+from typing import Protocol
+
+from mhainspect.ir.dtypes import is_float
+from mhainspect.ir.graph import FoldedCopy, ModelGraph, Tensor
+
+SAMPLE = 32  # positions compared before a copy is believed
+SMALL = 1 << 16  # elements: a tensor read whole (tables, tiny weights; never a large model's weights)
+_MAX_PAIRS = 4096  # candidate (copy, source) pairs looked at by their first and last elements
+_MAX_PERMUTATIONS = 24
+# Float element types whose infinities tell a mask (0 / -inf) from a table: struct formats.
+_FLOAT_FORMATS = {"float32": "<f", "float16": "<e", "float64": "<d"}
+
+
+class ValueReader(Protocol):
+    """Element bytes of stored tensors (``mhainspect.frontends.onnx.values.StoredValues``)."""
+
+    def elements(self, name: str, positions: Sequence[int]) -> list[bytes] | None: ...
+
+    def whole(self, name: str) -> list[bytes] | None: ...
+
+
+def module_path(name: str) -> bool:
+    """A name a model gives its parameter ("attn.temperature"), not one an exporter makes up for a value
+    ("/attn/Constant_output_0", "onnx::Mul_12", "model/dense/Const:0", "val_7")."""
+    return "." in name and not any(c in name for c in "/:") and not name.startswith(".")
+
+
+def _stored_float(t: Tensor) -> bool:
+    return not t.is_constant_node and t.may_be_parameter and t.numel > 1 and is_float(t.dtype)
+
+
+def copy_candidates(weights: Mapping[str, Tensor]) -> tuple[list[str], list[str]]:
+    """(possible copies, possible sources) by metadata alone (module doc)."""
+    copies: list[str] = []
+    sources: list[str] = []
+    for name, t in weights.items():
+        if not _stored_float(t):
+            continue
+        if module_path(name) and t.origin is None:
+            sources.append(name)
+        elif len(t.shape) >= 2:
+            copies.append(name)
+    return copies, sources
+
+
+def find_copies(weights: Mapping[str, Tensor], reader: ValueReader) -> dict[str, FoldedCopy]:
+    """Copy name -> FoldedCopy for every stored tensor its values show to be a view of a parameter."""
+    copies, sources = copy_candidates(weights)
+    if not copies:
+        return {}
+    found = _permuted_copies(weights, copies, sources, reader)
+    tables = [c for c in copies if c not in found and weights[c].numel <= SMALL]
+    small_sources = [s for s in sources if weights[s].numel <= SMALL]
+    for c in tables:
+        hit = _table_copy(weights, c, small_sources, reader)
+        if hit is not None:
+            found[c] = hit
+    return found
+
+
+def held_params(graph: ModelGraph, t: Tensor) -> int:
+    """The parameters a stored tensor stands for where a block counts it (a table in its extras):
+    its elements, or for an exporter-made copy its source's (the copy's own when the file keeps
+    no source)."""
+    c = graph.folded.get(t.name) if graph.folded else None
+    if c is None:
+        return t.numel
+    source = graph.weights.get(c.source) if c.source else None
+    return source.numel if source is not None else c.params
+
+
+# -- permuted views ------------------------------------------------------------------------------
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
+
+
+def _permuted_copies(weights: Mapping[str, Tensor], copies: list[str], sources: list[str],
+                     reader: ValueReader) -> dict[str, FoldedCopy]:
+    by_dims: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+    for s in sources:
+        t = weights[s]
+        if len(_squeezed(t.shape)) >= 2:
+            by_dims.setdefault((t.dtype, tuple(sorted(_squeezed(t.shape)))), []).append(s)
+    pairs: list[tuple[str, str]] = []
+    for c in copies:
+        t = weights[c]
+        for s in by_dims.get((t.dtype, tuple(sorted(_squeezed(t.shape)))), ()):
+            if weights[s].storage_key != t.storage_key:
+                pairs.append((c, s))
+    if not pairs or len(pairs) > _MAX_PAIRS:
+        return {}
+    corners: dict[str, list[bytes] | None] = {}
+
+    def corner(name: str) -> list[bytes] | None:
+        if name not in corners:
+            corners[name] = reader.elements(name, [0, weights[name].numel - 1])
+        return corners[name]
+
+    out: dict[str, FoldedCopy] = {}
+    for c, s in pairs:
+        if c in out:
+            continue
+        first = corner(c)
+        if first is None or first != corner(s):
+            continue
+        view = _permuted_view(weights[c], weights[s], reader)
+        if view is not None:
+            out[c] = FoldedCopy(c, s, view, 0, f"{_shown(weights[c])} = {s} {list(weights[s].shape)} {view}")
+    return out
+
+
+def _axis_maps(copy: tuple[int, ...], source: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+    """Each p with copy == source.transpose(p) (dims without ones), at most _MAX_PERMUTATIONS."""
+    seen = 0
+    for p in permutations(range(len(source))):
+        if all(source[p[i]] == copy[i] for i in range(len(copy))):
+            yield p
+            seen += 1
+            if seen >= _MAX_PERMUTATIONS:
+                return
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        out[i] = out[i + 1] * shape[i + 1]
+    return tuple(out)
+
+
+def _sample_positions(numel: int) -> list[int]:
+    """SAMPLE positions spread over [0, numel), the same for every run (no randomness in a report)."""
+    if numel <= SAMPLE:
+        return list(range(numel))
+    step = numel / SAMPLE
+    return sorted({min(numel - 1, int(k * step) + (k * 2654435761) % max(1, int(step))) for k in range(SAMPLE)})
+
+
+def _source_positions(positions: Sequence[int], copy: tuple[int, ...], source: tuple[int, ...],
+                      p: tuple[int, ...]) -> list[int]:
+    """Flat positions in ``source`` of the copy's flat ``positions``, copy == source.transpose(p)."""
+    cs, ss = _strides(copy), _strides(source)
+    out: list[int] = []
+    for pos in positions:
+        flat = 0
+        for axis, stride in enumerate(cs):
+            i, pos = divmod(pos, stride)
+            flat += i * ss[p[axis]]
+        out.append(flat)
+    return out
+
+
+def _permuted_view(copy: Tensor, source: Tensor, reader: ValueReader) -> str | None:
+    """How ``copy`` is a permuted view of ``source`` (by sampled values, then whole when small)."""
+    cs, ss = _squeezed(copy.shape), _squeezed(source.shape)
+    numel = copy.numel
+    for p in _axis_maps(cs, ss):
+        positions = _sample_positions(numel)
+        got = reader.elements(copy.name, positions)
+        want = reader.elements(source.name, _source_positions(positions, cs, ss, p))
+        if got is None or got != want or len(set(got)) < 2:
+            continue
+        if numel <= SMALL:
+            every = list(range(numel))
+            whole_copy, whole_source = reader.whole(copy.name), reader.whole(source.name)
+            if whole_copy is None or whole_source is None:
+                continue
+            mapped = _source_positions(every, cs, ss, p)
+            if any(whole_copy[i] != whole_source[j] for i, j in zip(every, mapped)):
+                continue
+        return _view_name(p, copy.shape, source.shape)
+    return None
+
+
+def _view_name(p: tuple[int, ...], copy: tuple[int, ...], source: tuple[int, ...]) -> str:
+    if p == tuple(range(len(p))):
+        return "reshaped" if copy != source else "duplicated"
+    if p == (1, 0):
+        return "transposed"
+    return f"permuted {p}"
+
+
+def _shown(t: Tensor) -> str:
+    origin = f" (folded from {t.origin})" if t.origin and t.origin != t.name else ""
+    return f"{t.name}{origin} {list(t.shape)}"
+
+
+# -- small tables: padded, gathered ---------------------------------------------------------------
+
+def _table_copy(weights: Mapping[str, Tensor], name: str, sources: list[str],
+                reader: ValueReader) -> FoldedCopy | None:
+    t = weights[name]
+    shape = t.shape
+    vals = reader.whole(name)
+    if vals is None or len(vals) != t.numel or len(set(vals)) < 2:
+        return None
+    own = _padded_inner(shape, vals)
+    view = "padded"
+    if own is None:
+        own = _gathered_values(t.dtype, shape, vals)
+        view = "gathered"
+    if own is None or len(own) >= t.numel:
+        return None
+    wanted = set(own)
+    for s in sources:
+        src = weights[s]
+        if src.dtype != t.dtype or src.numel != len(own) or src.storage_key == t.storage_key:
+            continue
+        svals = reader.whole(s)
+        if svals is not None and set(svals) == wanted:
+            return FoldedCopy(name, s, view, 0, f"{_shown(t)} = {s} {list(src.shape)} {view}")
+    what = "its inner part" if view == "padded" else "its distinct values"
+    return FoldedCopy(name, "", view, len(own), f"{_shown(t)} {view}: {len(own):,} parameters ({what})")
+
+
+def _padded_inner(shape: tuple[int, ...], vals: list[bytes]) -> list[bytes] | None:
+    """The elements inside the zero borders of a tensor padded with constant zeros; None when no
+    axis has a border of slices that are all zeros (bit for bit), or nothing but zeros is inside."""
+    zero = bytes(len(vals[0]))
+    strides = _strides(shape)
+    nonzero = [[False] * d for d in shape]  # per axis, per slice: holds a non-zero element
+    for pos, v in enumerate(vals):
+        if v == zero:
+            continue
+        rest = pos
+        for axis, stride in enumerate(strides):
+            i, rest = divmod(rest, stride)
+            nonzero[axis][i] = True
+    bounds: list[tuple[int, int]] = []
+    for axis_flags in nonzero:
+        used = [i for i, f in enumerate(axis_flags) if f]
+        if not used:
+            return None
+        bounds.append((used[0], used[-1] + 1))
+    if all(lo == 0 and hi == d for (lo, hi), d in zip(bounds, shape)):
+        return None
+    inner: list[bytes] = []
+    for pos, v in enumerate(vals):
+        rest = pos
+        inside = True
+        for axis, stride in enumerate(strides):
+            i, rest = divmod(rest, stride)
+            lo, hi = bounds[axis]
+            if not lo <= i < hi:
+                inside = False
+                break
+        if inside:
+            inner.append(v)
+    return inner if len({v for v in inner if v != zero}) >= 2 else None
+
+
+def _gathered_values(dtype: str, shape: tuple[int, ...], vals: list[bytes]) -> list[bytes] | None:
+    """The distinct values of a [.., N, N] tensor whose [N, N] slices (two or more) repeat their values
+    in one same pattern (a table gathered by one constant index per head), slice by slice; None when
+    it is no such tensor (every value distinct, patterns that differ, infinities of a mask)."""
+    fmt = _FLOAT_FORMATS.get(dtype)
+    if len(shape) < 2 or shape[-1] != shape[-2] or shape[-1] < 2 or fmt is None:
+        return None
+    square = shape[-1] * shape[-1]
+    slices = len(vals) // square
+    if slices < 2:
+        return None
+    pattern: list[int] | None = None
+    distinct: list[bytes] = []
+    for k in range(slices):
+        part = vals[k * square:(k + 1) * square]
+        classes: dict[bytes, int] = {}
+        mine = [classes.setdefault(v, len(classes)) for v in part]
+        if len(classes) >= square:
+            return None
+        if pattern is None:
+            pattern = mine
+        elif mine != pattern:
+            return None
+        distinct.extend(classes)
+    if any(not math.isfinite(struct.unpack(fmt, v)[0]) for v in distinct):
+        return None
+    return distinct

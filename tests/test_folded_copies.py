@@ -1,0 +1,203 @@
+"""Exporter-made copies of a parameter, stored as a second tensor, are one parameter (mhainspect.ir.copies).
+
+Graphs built with onnx.helper: each view an exporter's constant folding makes (transpose, permute,
+reshape/unsqueeze, gather by a constant index, pad with constant zeros), inline and in external
+data, and the near misses that must stay parameters of their own (same shape, other values; a
+sample that agrees in its first and last elements only; all-zero data that proves nothing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper, save_model
+
+from mhainspect.frontends.onnx.frontend import onnx_file_result
+from mhainspect.frontends.onnx.loader import load_onnx
+from mhainspect.frontends.onnx.values import StoredValues
+from mhainspect.ir.copies import copy_candidates, find_copies
+
+RNG = np.random.default_rng(7)
+
+
+def _table(*shape: int) -> np.ndarray:
+    return (RNG.standard_normal(shape) * 0.02 + 0.001).astype(np.float32)
+
+
+def _model(path: Path, weights: dict[str, np.ndarray], uses: list[tuple[str, str]], *,
+           external: bool = False) -> Path:
+    """A graph reading each weight with one op: ("MatMul", name) multiplies the input x [*, k] by
+    it; ("Gather", name) looks ids up in it; ("Add", name) adds it to x."""
+    nodes, outputs = [], []
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+              helper.make_tensor_value_info("ids", TensorProto.INT64, None)]
+    for i, (op, name) in enumerate(uses):
+        out = f"y{i}"
+        first = "ids" if op == "Gather" else "x"
+        args = [name, first] if op == "Gather" else [first, name]
+        nodes.append(helper.make_node(op, args, [out], name=f"n{i}"))
+        outputs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, None))
+    inits = [numpy_helper.from_array(a, name) for name, a in weights.items()]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="pytorch")
+    if external:
+        save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                   location="weights.bin", size_threshold=0)
+    else:
+        save_model(model, str(path))
+    return path
+
+
+def _audit(path: Path) -> tuple[int, list[str]]:
+    result = onnx_file_result(path)
+    return result.model.total_params, [w for w in result.warnings if "exporter-made copies" in w]
+
+
+def _gathered(table: np.ndarray, window: int) -> np.ndarray:
+    """Swin's relative-position bias: table [(2W-1)^2, h] gathered by the constant index -> [1, h, N, N]."""
+    coords = np.stack(np.meshgrid(np.arange(window), np.arange(window), indexing="ij")).reshape(2, -1)
+    rel = (coords[:, :, None] - coords[:, None, :]).transpose(1, 2, 0) + (window - 1)
+    index = rel[..., 0] * (2 * window - 1) + rel[..., 1]
+    n = window * window
+    return table[index.reshape(-1)].reshape(n, n, -1).transpose(2, 0, 1)[None].copy()
+
+
+def test_transposed_tied_embedding_counts_once(tmp_path: Path) -> None:
+    emb = _table(100, 16)
+    path = _model(tmp_path / "m.onnx", {"model.embed_tokens.weight": emb, "onnx::MatMul_7": emb.T.copy()},
+                  [("Gather", "model.embed_tokens.weight"), ("MatMul", "onnx::MatMul_7")])
+    total, notes = _audit(path)
+    assert total == emb.size
+    assert len(notes) == 1 and "onnx::MatMul_7 [16, 100] = model.embed_tokens.weight [100, 16] transposed" in notes[0]
+
+
+def test_transposed_copy_in_external_data(tmp_path: Path) -> None:
+    emb = _table(100, 16)
+    path = _model(tmp_path / "m.onnx", {"model.embed_tokens.weight": emb, "onnx::MatMul_7": emb.T.copy()},
+                  [("Gather", "model.embed_tokens.weight"), ("MatMul", "onnx::MatMul_7")], external=True)
+    assert _audit(path)[0] == emb.size
+    (tmp_path / "weights.bin").unlink()  # no data to read: nothing is decided from values
+    assert _audit(path) == (2 * emb.size, [])
+
+
+def test_same_shape_other_values_stays_a_parameter(tmp_path: Path) -> None:
+    emb = _table(100, 16)
+    path = _model(tmp_path / "m.onnx", {"model.embed_tokens.weight": emb, "onnx::MatMul_7": _table(16, 100)},
+                  [("Gather", "model.embed_tokens.weight"), ("MatMul", "onnx::MatMul_7")])
+    assert _audit(path) == (2 * emb.size, [])
+
+
+def test_a_copy_differing_inside_stays_a_parameter(tmp_path: Path) -> None:
+    """First and last elements agree (the cheap first look), and so would most samples: the whole
+    comparison of a small tensor finds the one element that differs."""
+    emb = _table(100, 16)
+    other = emb.T.copy()
+    other[3, 41] += 1.0
+    path = _model(tmp_path / "m.onnx", {"model.embed_tokens.weight": emb, "onnx::MatMul_7": other},
+                  [("Gather", "model.embed_tokens.weight"), ("MatMul", "onnx::MatMul_7")])
+    assert _audit(path) == (2 * emb.size, [])
+
+
+def test_zeros_prove_nothing(tmp_path: Path) -> None:
+    zeros = np.zeros((100, 16), np.float32)
+    path = _model(tmp_path / "m.onnx", {"model.embed_tokens.weight": zeros, "onnx::MatMul_7": zeros.T.copy()},
+                  [("Gather", "model.embed_tokens.weight"), ("MatMul", "onnx::MatMul_7")])
+    assert _audit(path) == (2 * zeros.size, [])
+
+
+def test_permuted_and_unsqueezed_views(tmp_path: Path) -> None:
+    cube, flat = _table(3, 5, 7), _table(6, 10)
+    path = _model(tmp_path / "m.onnx", {"blocks.0.table": cube, "blocks.0.proj": flat,
+                                         "val_1": cube.transpose(2, 0, 1).copy(), "val_2": flat[None].copy()},
+                  [("Add", "blocks.0.table"), ("Add", "val_1"), ("MatMul", "blocks.0.proj"), ("MatMul", "val_2")])
+    total, notes = _audit(path)
+    assert total == cube.size + flat.size
+    assert "val_1 [7, 3, 5] = blocks.0.table [3, 5, 7] permuted (2, 0, 1)" in notes[0]
+    assert "val_2 [1, 6, 10] = blocks.0.proj [6, 10] reshaped" in notes[0]
+
+
+def test_gathered_table_with_its_source(tmp_path: Path) -> None:
+    table = _table(9, 2)
+    path = _model(tmp_path / "m.onnx", {"layer.relative_position_bias_table": table,
+                                         "onnx::Add_3": _gathered(table, 2)},
+                  [("Add", "layer.relative_position_bias_table"), ("Add", "onnx::Add_3")])
+    total, notes = _audit(path)
+    assert total == table.size
+    assert "onnx::Add_3 [1, 2, 4, 4] = layer.relative_position_bias_table [9, 2] gathered" in notes[0]
+
+
+def test_gathered_table_alone_counts_its_distinct_values(tmp_path: Path) -> None:
+    table = _table(25, 3)  # window 3: (2*3-1)^2 offsets, 3 heads, gathered to [1, 3, 9, 9]
+    path = _model(tmp_path / "m.onnx", {"onnx::Add_3": _gathered(table, 3)}, [("Add", "onnx::Add_3")])
+    total, notes = _audit(path)
+    assert total == table.size
+    assert "onnx::Add_3 [1, 3, 9, 9] gathered: 75 parameters (its distinct values)" in notes[0]
+
+
+def test_square_table_of_distinct_values_stays_whole(tmp_path: Path) -> None:
+    path = _model(tmp_path / "m.onnx", {"onnx::Add_3": _table(1, 3, 9, 9)}, [("Add", "onnx::Add_3")])
+    assert _audit(path) == (243, [])
+
+
+def test_heads_with_different_patterns_are_no_gather(tmp_path: Path) -> None:
+    """Repeats in each head, but not at the same positions: no one constant index made it."""
+    gathered = _gathered(_table(9, 2), 2)
+    gathered[0, 1] = gathered[0, 1].T  # a pattern of its own for the second head
+    gathered[0, 1, 0, 1] = 0.5
+    path = _model(tmp_path / "m.onnx", {"onnx::Add_3": gathered}, [("Add", "onnx::Add_3")])
+    assert _audit(path) == (gathered.size, [])
+
+
+def test_padded_table_alone_counts_its_inner_part(tmp_path: Path) -> None:
+    emb = _table(1, 9, 8)
+    padded = np.pad(emb, ((0, 0), (2, 2), (0, 0)))
+    path = _model(tmp_path / "m.onnx", {"transpose_4": padded.transpose(0, 2, 1)[None].copy()},
+                  [("MatMul", "transpose_4")])
+    total, notes = _audit(path)
+    assert total == emb.size
+    assert "transpose_4 [1, 1, 8, 13] padded: 72 parameters (its inner part)" in notes[0]
+
+
+def test_padded_table_with_its_source(tmp_path: Path) -> None:
+    emb = _table(1, 9, 8)
+    path = _model(tmp_path / "m.onnx", {"attn.emb_rel_k": emb, "onnx::MatMul_9": np.pad(emb, ((0, 0), (2, 2), (0, 0)))},
+                  [("MatMul", "attn.emb_rel_k"), ("MatMul", "onnx::MatMul_9")])
+    total, notes = _audit(path)
+    assert total == emb.size
+    assert "onnx::MatMul_9 [1, 13, 8] = attn.emb_rel_k [1, 9, 8] padded" in notes[0]
+
+
+def test_table_without_zero_borders_stays_whole(tmp_path: Path) -> None:
+    table = _table(1, 13, 8)
+    table[0, 0, :] = 0.0  # one zero row is no padding unless the inside holds the rest
+    table[0, 0, 0] = 0.25
+    path = _model(tmp_path / "m.onnx", {"onnx::MatMul_9": table}, [("MatMul", "onnx::MatMul_9")])
+    assert _audit(path) == (table.size, [])
+
+
+def test_no_candidate_reads_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only module-path names (nothing an exporter made up): no value is read at all."""
+    path = _model(tmp_path / "m.onnx", {"a.weight": _table(16, 8), "b.weight": _table(8, 16)},
+                  [("MatMul", "a.weight"), ("MatMul", "b.weight")])
+    graph = load_onnx(path)
+    assert copy_candidates(graph.weights)[0] == []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("values read without a candidate")
+
+    monkeypatch.setattr(StoredValues, "__init__", refuse)
+    assert _audit(path) == (256, [])
+
+
+def test_large_pair_reads_a_bounded_sample(tmp_path: Path) -> None:
+    """A pair past SMALL elements is decided by its first and last elements and one sample."""
+    emb = _table(2048, 40)
+    path = _model(tmp_path / "m.onnx", {"model.embed_tokens.weight": emb, "onnx::MatMul_7": emb.T.copy()},
+                  [("Gather", "model.embed_tokens.weight"), ("MatMul", "onnx::MatMul_7")])
+    graph = load_onnx(path)
+    with StoredValues(path, graph.weights) as reader:
+        found = find_copies(graph.weights, reader)
+        reads = reader.reads
+    assert found["onnx::MatMul_7"].source == "model.embed_tokens.weight"
+    assert reads <= 4 + 2 * 32
