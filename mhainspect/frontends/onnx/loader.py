@@ -291,7 +291,8 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
     builder.check_dangling()
     producer = " ".join(x for x in (model.producer_name, model.producer_version) if x)
     signature = next((p.value for p in graph.metadata_props if p.key.endswith("ExportedProgram.graph_signature")), "")
-    weights = apply_provenance(builder.weights, value_metadata, signature, model.producer_name)
+    folded_notes: list[str] = []
+    weights = apply_provenance(builder.weights, value_metadata, signature, model.producer_name, folded_notes)
     return ModelGraph(
         source=source,
         kind="onnx",
@@ -302,7 +303,7 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
         value_info=value_info,
         opset=opset,
         producer=producer,
-        warnings=tuple(builder.warnings),
+        warnings=(*builder.warnings, *folded_notes),
     )
 
 
