@@ -201,3 +201,15 @@ def test_large_pair_reads_a_bounded_sample(tmp_path: Path) -> None:
         reads = reader.reads
     assert found["onnx::MatMul_7"].source == "model.embed_tokens.weight"
     assert reads <= 4 + 2 * 32
+
+
+def test_masks_are_no_tables(tmp_path: Path) -> None:
+    """A causal mask (its last row all zeros: a 'border', but -inf inside) and a padding mask broadcast
+    over the heads (one pattern, but the same two values in every head) are neither padded nor gathered."""
+    causal = np.triu(np.full((6, 6), -np.inf, np.float32), 1)[None, None].copy()
+    broadcast = np.repeat(np.where(np.arange(16).reshape(1, 1, 4, 4) % 3 == 0, -1e4, 0.0).astype(np.float32), 2, axis=1)
+    path = _model(tmp_path / "m.onnx", {"onnx::Add_1": causal, "onnx::Add_2": broadcast},
+                  [("Add", "onnx::Add_1"), ("Add", "onnx::Add_2")])
+    graph = load_onnx(path)
+    with StoredValues(path, graph.weights) as reader:
+        assert find_copies(graph.weights, reader) == {}

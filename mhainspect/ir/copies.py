@@ -44,6 +44,7 @@ _MAX_PAIRS = 4096  # candidate (copy, source) pairs looked at by their first and
 _MAX_PERMUTATIONS = 24
 # Float element types whose infinities tell a mask (0 / -inf) from a table: struct formats.
 _FLOAT_FORMATS = {"float32": "<f", "float16": "<e", "float64": "<d"}
+_MIN_TABLE_VALUES = 3  # distinct values per head of a gathered table: a mask has two
 
 
 class ValueReader(Protocol):
@@ -229,7 +230,7 @@ def _table_copy(weights: Mapping[str, Tensor], name: str, sources: list[str],
     vals = reader.whole(name)
     if vals is None or len(vals) != t.numel or len(set(vals)) < 2:
         return None
-    own = _padded_inner(shape, vals)
+    own = _padded_inner(t.dtype, shape, vals)
     view = "padded"
     if own is None:
         own = _gathered_values(t.dtype, shape, vals)
@@ -248,9 +249,10 @@ def _table_copy(weights: Mapping[str, Tensor], name: str, sources: list[str],
     return FoldedCopy(name, "", view, len(own), f"{_shown(t)} {view}: {len(own):,} parameters ({what})")
 
 
-def _padded_inner(shape: tuple[int, ...], vals: list[bytes]) -> list[bytes] | None:
+def _padded_inner(dtype: str, shape: tuple[int, ...], vals: list[bytes]) -> list[bytes] | None:
     """The elements inside the zero borders of a tensor padded with constant zeros; None when no
-    axis has a border of slices that are all zeros (bit for bit), or nothing but zeros is inside."""
+    axis has a border of slices that are all zeros (bit for bit), or inside are fewer than two
+    values other than zero, or an infinity (a causal mask's last row is all zeros)."""
     zero = bytes(len(vals[0]))
     strides = _strides(shape)
     nonzero = [[False] * d for d in shape]  # per axis, per slice: holds a non-zero element
@@ -281,15 +283,15 @@ def _padded_inner(shape: tuple[int, ...], vals: list[bytes]) -> list[bytes] | No
                 break
         if inside:
             inner.append(v)
-    return inner if len({v for v in inner if v != zero}) >= 2 else None
+    held = [v for v in set(inner) if v != zero]
+    return inner if len(held) >= 2 and _finite(dtype, held) else None
 
 
 def _gathered_values(dtype: str, shape: tuple[int, ...], vals: list[bytes]) -> list[bytes] | None:
     """The distinct values of a [.., N, N] tensor whose [N, N] slices (two or more) repeat their values
     in one same pattern (a table gathered by one constant index per head), slice by slice; None when
     it is no such tensor (every value distinct, patterns that differ, infinities of a mask)."""
-    fmt = _FLOAT_FORMATS.get(dtype)
-    if len(shape) < 2 or shape[-1] != shape[-2] or shape[-1] < 2 or fmt is None:
+    if len(shape) < 2 or shape[-1] != shape[-2] or shape[-1] < 2:
         return None
     square = shape[-1] * shape[-1]
     slices = len(vals) // square
@@ -308,6 +310,16 @@ def _gathered_values(dtype: str, shape: tuple[int, ...], vals: list[bytes]) -> l
         elif mine != pattern:
             return None
         distinct.extend(classes)
-    if any(not math.isfinite(struct.unpack(fmt, v)[0]) for v in distinct):
+    # Each head its own values (a mask broadcast over the heads repeats one slice), more than a
+    # mask's two, all finite.
+    if len(set(distinct)) != len(distinct) or len(distinct) < _MIN_TABLE_VALUES * slices or not _finite(dtype, distinct):
         return None
     return distinct
+
+
+def _finite(dtype: str, values: list[bytes]) -> bool:
+    """No infinity or NaN among ``values`` (a mask's -inf); True for a dtype not decoded here (fp8)."""
+    if dtype == "bfloat16":  # the upper half of a float32
+        return all(math.isfinite(struct.unpack("<f", b"\0\0" + v)[0]) for v in values)
+    fmt = _FLOAT_FORMATS.get(dtype)
+    return fmt is None or all(math.isfinite(struct.unpack(fmt, v)[0]) for v in values)
