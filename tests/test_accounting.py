@@ -179,33 +179,3 @@ def test_dynamically_quantized_model_totals_equal_the_modules_parameters(
     ops = {n.op_type for n in onnx.load(str(out)).graph.node}
     assert {"MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM"} <= ops  # the quantizer did rewrite them
     assert audit_graph(load_onnx(out)).model.total_params == params
-
-
-def test_a_parameter_folded_with_a_buffer_is_named_not_counted(tmp_path: Path) -> None:
-    """torch dynamo's optimizer folds a position-embedding lookup by its position_ids buffer into one
-    unnamed tensor: whether its elements are the table's once (this lookup) or many times (a Swin
-    bias table gathered by its relative-position index) the file does not say. It is not counted,
-    and a warning names the tensor, the parameter and the buffer (was: left out silently)."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
-
-    class Positions(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.position_embedding = torch.nn.Embedding(6, D)
-            self.register_buffer("position_ids", torch.arange(6).unsqueeze(0), persistent=False)
-            self.proj = torch.nn.Linear(D, D)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.proj(x + self.position_embedding(self.position_ids))
-
-    module = Positions().eval()
-    path = tmp_path / "positions.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, (torch.randn(2, 6, D),), dynamo=True, opset_version=18).save(str(path))
-    graph = load_onnx(path)
-    table = module.position_embedding.weight.numel()
-    assert audit_graph(graph).model.total_params == sum(p.numel() for p in module.parameters()) - table
-    (note,) = [w for w in graph.warnings if "folded parameter" in w]
-    assert "position_embedding.weight with buffer position_ids" in note and f"its {table} elements" in note

@@ -38,7 +38,7 @@ KNOWN_TOTAL_PARAM_GAPS: dict[str, str] = {
     "gemma3-vlm": "the dynamo exporter's optimizer folds the vision tower's position-embedding lookup (the "
     "table gathered by its position_ids buffer) into one unnamed tensor; how many of its elements are the "
     "table's the file does not say (a gather by an index buffer may repeat them: a Swin table gathered by "
-    "its relative-position index), so it is not counted (a warning names it)",
+    "its relative-position index), so it is not counted",
 }
 
 _BLOCK_FIELDS = ("kind", "num_heads", "num_kv_heads", "d_model", "d_k", "d_v")

@@ -291,8 +291,7 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
     builder.check_dangling()
     producer = " ".join(x for x in (model.producer_name, model.producer_version) if x)
     signature = next((p.value for p in graph.metadata_props if p.key.endswith("ExportedProgram.graph_signature")), "")
-    folded_notes: list[str] = []
-    weights = apply_provenance(builder.weights, value_metadata, signature, model.producer_name, folded_notes)
+    weights = apply_provenance(builder.weights, value_metadata, signature, model.producer_name)
     return ModelGraph(
         source=source,
         kind="onnx",
@@ -303,7 +302,7 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
         value_info=value_info,
         opset=opset,
         producer=producer,
-        warnings=(*builder.warnings, *folded_notes),
+        warnings=tuple(builder.warnings),
     )
 
 

@@ -17,7 +17,6 @@ import ast
 import re
 from collections.abc import Iterable, Mapping
 
-from mhainspect.ir.dtypes import is_float
 from mhainspect.ir.graph import Tensor
 
 _KIND_KEY = "pkg.torch.export.graph_signature.InputSpec.kind"
@@ -102,11 +101,9 @@ def _folded_kind(sources: tuple[str, ...], kinds: Mapping[str, str | None]) -> t
 
 
 def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str, Mapping[str, str]]],
-                     signature: str = "", producer_name: str = "", notes: list[str] | None = None
-                     ) -> dict[str, Tensor]:
+                     signature: str = "", producer_name: str = "") -> dict[str, Tensor]:
     """Weights with ``kind`` and ``origin`` filled from exporter metadata (name -> props), and
-    Constant-node tensors of a torch export marked as constants (module doc). ``notes`` (when
-    given) receives a warning per tensor folded from parameters together with buffers."""
+    Constant-node tensors of a torch export marked as constants (module doc)."""
     constant_kind = constant_node_kind(producer_name)
     if constant_kind is not None:  # the ONNX loader gives them this kind as it builds them: none is left
         weights = {name: t._replace(kind=constant_kind) if t.is_constant_node and t.kind is None else t
@@ -117,30 +114,8 @@ def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str
     # Parameters folded away (transposed into val_N) appear only in the signature.
     kinds: dict[str, str | None] = dict(signature_kinds(signature))
     kinds.update({name: _KINDS.get(p.get(_KIND_KEY, ""), None) for name, p in props.items() if _KIND_KEY in p})
-    out = {name: t if (p := props.get(name)) is None else _with_provenance(t, kinds.get(name), p, kinds)
-           for name, t in weights.items()}
-    if notes is not None:
-        for name, t in out.items():
-            folded = props[name].get(_FOLDED_KEY) if t.kind == "derived" and name in props else None
-            note = _mixed_fold_note(name, t, folded, kinds) if folded is not None else ""
-            if note:
-                notes.append(note)
-    return out
-
-
-def _mixed_fold_note(name: str, t: Tensor, folded: str, kinds: Mapping[str, str | None]) -> str:
-    """The warning for a tensor folded from parameters and buffers ("" when it is not one): it is not
-    counted, because the file does not say how many of its elements are the parameters' (a
-    position-embedding table gathered by its position_ids holds each row once, a Swin bias table
-    gathered by its relative-position index holds each many times)."""
-    sources = _folded_from(folded)
-    params = sorted(s for s in sources if kinds.get(s) == "parameter")
-    buffers = sorted(s for s in sources if kinds.get(s) in ("buffer", "constant"))
-    if not params or not buffers or not is_float(t.dtype) or t.numel <= 1:
-        return ""
-    return (f"'{name}' {list(t.shape)}: the exporter folded parameter {', '.join(params)} with buffer "
-            f"{', '.join(buffers)} into it; its {t.numel:,} elements are not counted as parameters, as the file "
-            "does not say how many of them are the parameter's (a lookup by an index buffer may repeat them)")
+    return {name: t if (p := props.get(name)) is None else _with_provenance(t, kinds.get(name), p, kinds)
+            for name, t in weights.items()}
 
 
 def _with_provenance(t: Tensor, kind: str | None, props: Mapping[str, str], kinds: Mapping[str, str | None]) -> Tensor:
