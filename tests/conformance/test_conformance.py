@@ -35,10 +35,6 @@ pytestmark = pytest.mark.conformance
 KNOWN_TOTAL_PARAM_GAPS: dict[str, str] = {
     "resnet": "both exporters fold BatchNorm into the preceding Conv (γ, β become a Conv bias), "
     "so the graph holds fewer parameters than the torch module",
-    "gemma3-vlm": "the dynamo exporter's optimizer folds the vision tower's position-embedding lookup (the "
-    "table gathered by its position_ids buffer) into one unnamed tensor; how many of its elements are the "
-    "table's the file does not say (a gather by an index buffer may repeat them: a Swin table gathered by "
-    "its relative-position index), so it is not counted",
 }
 
 _BLOCK_FIELDS = ("kind", "num_heads", "num_kv_heads", "d_model", "d_k", "d_v")
