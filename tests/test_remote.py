@@ -176,13 +176,15 @@ def test_gguf_header_in_a_few_ranges_never_twice(root: Path, server: FileServer)
 
 
 def test_gguf_bpe_tokenizer_header_in_three_ranges(tmp_path: Path) -> None:
-    """Tokens, their types and merges (a BPE tokenizer, ~2.7 MB): the first range samples the tokens,
+    """Short string arrays (tags, languages), then tokens, their types and merges (a BPE tokenizer,
+    ~4.6 MB): the first range samples the tokens,
     the second holds the rest of them, the types and a sample of the merges, the third the rest of
     the merges and the tensor infos. No byte twice, at most 1.5x the header."""
     from remote_models import merges
 
-    dec = Decoder(metadata={"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": vocabulary(60000),
-                            "tokenizer.ggml.token_type": [1] * 60000, "tokenizer.ggml.merges": merges(120000)})
+    dec = Decoder(metadata={"general.tags": ["text-generation", "llama"], "general.languages": ["en", "de"],
+                            "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": vocabulary(120000),
+                            "tokenizer.ggml.token_type": [1] * 120000, "tokenizer.ggml.merges": merges(120000)})
     path = tmp_path / "model.gguf"
     dec.write(path)
     floor = gguf_floor(path)
@@ -312,11 +314,13 @@ def _client_bytes() -> int:
     return http.client().counters.bytes
 
 
-def test_server_ignoring_range_ends_in_one_line(root: Path) -> None:
+@pytest.mark.parametrize("rel", ["big/model.safetensors", "gguf/model.gguf", "model.onnx"])
+def test_server_ignoring_range_ends_in_one_line(root: Path, rel: str) -> None:
+    assert (root / rel).stat().st_size > 64 * KIB  # more than the first range is needed
     with FileServer(root, mode="no_range") as s:
         before = _client_bytes()
         with pytest.raises(InputError, match="ignores Range requests"):
-            audit(s.url("big/model.safetensors"))
+            audit(s.url(rel))
         assert _client_bytes() - before <= 64 * KIB + 1024  # the first range's worth, then it stopped
 
 

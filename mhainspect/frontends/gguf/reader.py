@@ -53,6 +53,7 @@ MAX_ARRAY_STRINGS = 1 << 24  # strings walked over the whole header (tokenizer v
 MAX_SHARDS = 1 << 12
 _KEPT_ARRAY = 1 << 12  # numeric arrays up to this length are decoded (per-layer values); longer ones are not
 _KEPT_STRING = 1 << 12  # string values up to this many bytes are decoded
+_VOCABULARY_STRINGS = 1 << 10  # a string array this long is a vocabulary (before it: tags, languages)
 _MIN_KV = 8 + 4 + 1  # key length, value type, a one-byte value
 _MIN_TENSOR_INFO = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
 
@@ -132,6 +133,7 @@ class _Cursor:
         self.strings_walked = 0
         self.grow = grow
         self.string_bytes = self.strings_measured = 0  # string lengths walked so far: the next ones' estimate
+        self.vocabulary_walked = False  # a string array of a vocabulary's length walked (not short lists: tags)
         self.tail = 0  # an estimate of the tensor infos, added to a fetch so the last range holds them too
 
     def held(self) -> int:
@@ -223,19 +225,20 @@ class _Cursor:
             if end > size:
                 break
             self.fetch(end, pos + (n - i) * self._string_estimate(i, pos - start, i - mid_i, pos - mid_pos) * 6 // 5
-                       + (4 * n if not self.strings_measured else 0) + FIRST_RANGE)
+                       + (4 * n if not self.vocabulary_walked else 0) + FIRST_RANGE)
         if i < n:
             raise self.fail(f"string {i} of {_q(key)} runs past the end of the file (truncated?)")
         self.string_bytes += pos - start - 8 * n
         self.strings_measured += n
+        self.vocabulary_walked = self.vocabulary_walked or n >= _VOCABULARY_STRINGS
         self.pos = pos
 
     def _string_estimate(self, walked: int, walked_bytes: int, late: int, late_bytes: int) -> int:
         """Bytes a string of an array (its length field included) is expected to take from here:
         the mean of those walked in it, or of the later half of them when longer (+20% and a first
         range's worth at the call site: what follows the array is sampled in that margin; after
-        the first string array, the vocabulary, also 4 bytes a token for the per-token arrays,
-        types or scores, that follow it in tokenizers)."""
+        the first long string array, the vocabulary, also 4 bytes a token for the per-token
+        arrays, types or scores, that follow it in tokenizers)."""
         if not walked:
             return 8 + self.avg_string()
         return max(walked_bytes // walked, late_bytes // late if late else 0) + 1
