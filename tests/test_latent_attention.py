@@ -203,3 +203,48 @@ def test_json_validates(tmp_path: Path) -> None:
     assert doc["model"]["kv_cache"]["expanded_bytes_per_token"] == 576
     block["latent"]["extra_key"] = 1  # a closed object
     assert list(validator.iter_errors(doc))
+
+
+@pytest.mark.parametrize("key", ["written", "left to the class default"])
+def test_multi_token_prediction_layer_is_counted_and_caches_nothing(key: str, tmp_path: Path) -> None:
+    """DeepSeek-V3's checkpoint stores num_nextn_predict_layers multi-token-prediction layers after
+    its num_hidden_layers decoder layers (layer 61 of 61; here layer 1 of 1): a full decoder layer plus
+    enorm, hnorm, eh_proj and a shared head. Its attention is a block whose parameters count (they are
+    stored), but plain decoding never runs it: transformers builds num_hidden_layers layers and lists
+    the extra one in _keys_to_ignore_on_load_unexpected, and llama.cpp's converter drops it. So it
+    adds nothing to the KV cache. Was: a caching block, the cache one layer too large."""
+    from safetensors.torch import load_file, save_file
+
+    model = _model()
+    cfg = model.config
+    assert cfg.num_nextn_predict_layers == 1 and transformers.DeepseekV3Config().num_nextn_predict_layers == 1
+    n = cfg.num_hidden_layers
+    assert any(f"layers\\.{61}" in p for p in transformers.DeepseekV3ForCausalLM._keys_to_ignore_on_load_unexpected)
+    model.save_pretrained(tmp_path)
+    stored = load_file(tmp_path / "model.safetensors")
+    d = cfg.hidden_size
+    mtp = {k.replace(f"layers.{n - 1}.", f"layers.{n}."): v.clone() for k, v in stored.items()
+           if k.startswith(f"layers.{n - 1}.")}
+    mtp.update({f"layers.{n}.enorm.weight": torch.ones(d), f"layers.{n}.hnorm.weight": torch.ones(d),
+                f"layers.{n}.eh_proj.weight": torch.zeros(d, 2 * d),
+                f"layers.{n}.shared_head.norm.weight": torch.ones(d),
+                f"layers.{n}.shared_head.head.weight": torch.zeros(cfg.vocab_size, d)})
+    save_file({**stored, **mtp}, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    saved = json.loads((tmp_path / "config.json").read_text())
+    if key == "written":
+        assert saved["num_nextn_predict_layers"] == 1
+    else:
+        del saved["num_nextn_predict_layers"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+
+    report = audit(tmp_path)
+    *decoder, draft = report.blocks
+    assert [_layout(b) for b in decoder] == _expected(model)
+    assert _layout(draft) == _layout(decoder[-1]) and draft.name == f"layers.{n}.self_attn"
+    assert report.model.total_params == sum(p.numel() for p in model.parameters()) + sum(t.numel() for t in mtp.values())
+    assert [b.kv_cache_status for b in decoder] == [CacheStatus.CACHES] * n
+    assert draft.kv_cache_status is CacheStatus.NONE and draft.kv_cache_bytes_per_token is None
+    assert f"layer {n} is a multi-token-prediction layer (num_hidden_layers = {n}, num_nextn_predict_layers = 1" in \
+        (draft.kv_cache_reason or "")
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token == sum(b.kv_cache_bytes_per_token or 0 for b in decoder)

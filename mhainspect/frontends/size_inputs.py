@@ -85,6 +85,25 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
     return window, f"config sliding_window = {window}"
 
 
+def _prediction_layer(cfg: Mapping[str, Any], block_name: str) -> str | None:
+    """Why the block is a multi-token-prediction layer that plain decoding never runs (None when it
+    is not one): a layer numbered from num_hidden_layers on, of a config with num_nextn_predict_layers
+    (DeepSeek-V3's layer 61, GLM-4.5's 92 / Air's 46). transformers builds num_hidden_layers layers
+    and leaves the checkpoint's extra ones unloaded (``_keys_to_ignore_on_load_unexpected``), and
+    llama.cpp's converter drops DeepSeek's (``skip_mtp``); only an engine that runs the layer as a
+    speculative draft (vLLM, SGLang multi-token prediction) caches its K/V."""
+    tower = _sub_config(cfg, block_name)
+    extra = config_int(tower.get("num_nextn_predict_layers"))
+    layers = config_int(tower.get("num_hidden_layers"))
+    i = layer_index(block_name)
+    if not extra or layers is None or i is None or not layers <= i < layers + extra:
+        return None
+    return (f"layer {i} is a multi-token-prediction layer (num_hidden_layers = {layers}, num_nextn_predict_layers "
+            f"= {extra}): its weights are stored and counted, but decoding runs the first {layers} layers only "
+            "(transformers does not load it, llama.cpp's converter drops DeepSeek's), so it caches nothing; an "
+            "engine that runs it as a speculative draft (vLLM, SGLang) caches one more layer")
+
+
 def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) -> tuple[bool | None, str]:
     """Whether the config says the module ``block_name`` caches K/V during decoding (None: it does
     not say), and why."""
@@ -97,6 +116,9 @@ def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) 
     prefix = sub_config(cfg, block_name)[0]
     if prefix in TOWER_PREFIXES and cfg.get("is_encoder_decoder") is not True:
         return False, f"the block belongs to the config's {prefix.rstrip('.')} (an encoder tower, run once per input)"
+    draft = _prediction_layer(cfg, block_name)
+    if draft is not None:
+        return False, draft
     if cfg.get("is_encoder_decoder") is True:
         if cross or any(w in name for w in _DECODER_WORDS):
             return True, "config is_encoder_decoder: a decoder layer"

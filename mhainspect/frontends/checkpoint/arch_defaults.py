@@ -42,6 +42,9 @@ ARCHITECTURE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
                     "query_pre_attn_scalar": 256, "sliding_window_pattern": 6},
     "cohere2": {"num_attention_heads": 64, "sliding_window": 4096, "sliding_window_pattern": 4},
+    # one multi-token-prediction layer after num_hidden_layers unless the file says otherwise
+    "deepseek_v3": {"num_nextn_predict_layers": 1},
+    "glm4_moe": {"num_nextn_predict_layers": 1},
     # multi_query defaults to true: a file without the key is one K/V head (num_kv_heads is then unused)
     "falcon": {"num_attention_heads": 71, "multi_query": True, "new_decoder_architecture": False},
     "gpt_bigcode": {"n_head": 12, "multi_query": True},
