@@ -175,6 +175,25 @@ def test_gguf_header_in_a_few_ranges_never_twice(root: Path, server: FileServer)
     assert sent < path.stat().st_size  # the tensor data is not fetched
 
 
+def test_gguf_sentencepiece_tokenizer_header_in_two_ranges(tmp_path: Path) -> None:
+    """Tokens, then their scores (float32) and types (int32), as in a SentencePiece tokenizer
+    (~5 MB): the first range samples the tokens, the second holds the rest of the header."""
+    n = 200000
+    dec = Decoder(metadata={"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": vocabulary(n),
+                            "tokenizer.ggml.scores": [0.5] * n, "tokenizer.ggml.token_type": [1] * n})
+    path = tmp_path / "model.gguf"
+    dec.write(path)
+    floor = gguf_floor(path)
+    assert floor > 4 * 1024 * KIB
+    local = report_json(path, base=str(tmp_path))
+    with FileServer(tmp_path) as s:
+        remote = report_json(s.url("model.gguf"), base=s.url(""))
+        requests, sent = s.log.by_path["/model.gguf"]
+    assert remote == local
+    assert requests == 2
+    within(requests, sent, floor_requests=1, floor_bytes=floor, extra_requests=1)
+
+
 def test_gguf_bpe_tokenizer_header_in_three_ranges(tmp_path: Path) -> None:
     """Short string arrays (tags, languages), then tokens, their types and merges (a BPE tokenizer,
     ~4.6 MB): the first range samples the tokens,

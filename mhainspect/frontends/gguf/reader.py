@@ -54,6 +54,9 @@ MAX_SHARDS = 1 << 12
 _KEPT_ARRAY = 1 << 12  # numeric arrays up to this length are decoded (per-layer values); longer ones are not
 _KEPT_STRING = 1 << 12  # string values up to this many bytes are decoded
 _VOCABULARY_STRINGS = 1 << 10  # a string array this long is a vocabulary (before it: tags, languages)
+# Bytes a token of the arrays that follow a vocabulary: scores (float32) and types (int32) in
+# SentencePiece tokenizers, types in BPE ones (their merges then start in that margin: a sample).
+_PER_TOKEN = 8
 _MIN_KV = 8 + 4 + 1  # key length, value type, a one-byte value
 _MIN_TENSOR_INFO = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
 
@@ -225,7 +228,7 @@ class _Cursor:
             if end > size:
                 break
             self.fetch(end, pos + (n - i) * self._string_estimate(i, pos - start, i - mid_i, pos - mid_pos) * 6 // 5
-                       + (4 * n if not self.vocabulary_walked else 0) + FIRST_RANGE)
+                       + (_PER_TOKEN * n if not self.vocabulary_walked else 0) + FIRST_RANGE)
         if i < n:
             raise self.fail(f"string {i} of {_q(key)} runs past the end of the file (truncated?)")
         self.string_bytes += pos - start - 8 * n
@@ -237,8 +240,8 @@ class _Cursor:
         """Bytes a string of an array (its length field included) is expected to take from here:
         the mean of those walked in it, or of the later half of them when longer (+20% and a first
         range's worth at the call site: what follows the array is sampled in that margin; after
-        the first long string array, the vocabulary, also 4 bytes a token for the per-token
-        arrays, types or scores, that follow it in tokenizers)."""
+        the first long string array, the vocabulary, also ``_PER_TOKEN`` bytes a token for the
+        per-token arrays that follow it in tokenizers)."""
         if not walked:
             return 8 + self.avg_string()
         return max(walked_bytes // walked, late_bytes // late if late else 0) + 1
