@@ -700,3 +700,40 @@ def test_phi3_window_is_off_in_llama_cpp(tmp_path: Path) -> None:
     assert not any("sliding_window" in w for w in report.warnings)
     ev = next(e for e in report.blocks[0].evidence if e.field == "kv_cache_bytes_per_token")
     assert "disables Phi-3's sliding window" in ev.detail
+
+
+# ------------------------------------------------------------------------------ llama.cpp's layers without a cache
+# One case per entry of LLAMA_CPP_KV_LAYERS: (arch, block_count, metadata, layers with a cache of their own).
+KV_LAYER_CASES = {
+    "gemma3n": [("gemma3n", 22, {"sliding_window": 512}, 20),  # 20 written in llama.cpp's loader
+                ("gemma3n", 22, {"sliding_window": 512, "shared_kv_layers": 10}, 20)],  # the key is not read
+    "gemma4": [("gemma4", 6, {"shared_kv_layers": 2}, 4),
+               ("gemma4", 6, {}, 6)],  # no key: every layer has its own cache
+}
+
+
+def test_every_llama_cpp_kv_layers_entry_has_a_case() -> None:
+    from mhainspect.frontends.gguf.kv_layers import LLAMA_CPP_KV_LAYERS
+
+    assert set(KV_LAYER_CASES) == set(LLAMA_CPP_KV_LAYERS)
+
+
+@pytest.mark.parametrize(("arch", "layers", "meta", "own"), [c for cases in KV_LAYER_CASES.values() for c in cases],
+                         ids=[f"{a}-{i}" for a, cases in KV_LAYER_CASES.items() for i in range(len(cases))])
+def test_layers_reusing_an_earlier_cache_add_none(arch: str, layers: int, meta: dict[str, int], own: int,
+                                                  tmp_path: Path) -> None:
+    """llama.cpp gives a layer no cache of its own from n_layer_kv_from_start on (gemma3n: 20, set in its
+    loader; gemma4: block_count - attention.shared_kv_layers): such a layer reuses an earlier layer's K/V,
+    so the GGUF KV figure counts the first ``own`` layers only. Was: every layer."""
+    spec = Decoder(arch=arch, layers=layers, metadata={f"{{arch}}.attention.{k}": v for k, v in meta.items()})
+    (path,) = spec.write(tmp_path / f"{arch}.gguf")
+    report = audit(path)
+    assert len(report.blocks) == layers
+    statuses = [b.kv_cache_status for b in report.blocks]
+    assert statuses == [CacheStatus.CACHES] * own + [CacheStatus.NONE] * (layers - own)
+    per_layer = spec.kv_heads * (spec.head_dim + spec.d_v) * 2  # f16, llama.cpp's default cache type
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token == own * per_layer
+    for b in report.blocks[own:]:
+        assert f"layers {own} and on have no cache of their own" in (b.kv_cache_reason or ""), b.kv_cache_reason
+        assert b.params.total == report.blocks[0].params.total  # its weights still count

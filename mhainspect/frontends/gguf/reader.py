@@ -31,6 +31,7 @@ from pathlib import Path
 
 from mhainspect.errors import InputError, read_error
 from mhainspect.frontends.gguf.split import split_name
+from mhainspect.frontends.gguf.kv_layers import reused_kv_reason
 from mhainspect.frontends.gguf.swa import SwaLayout, disabled_note, swa_layout, unknown_pattern_warning
 from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, Prefix
 from mhainspect.ir.dtypes import Family, ggml_name, lookup
@@ -640,6 +641,9 @@ def decoding(name: str, cross: bool, ns: Namespace, layer: int | None,
         return Decoding(False, f"GGUF {ns.prefix}attention.causal = false: a bidirectional encoder, run once")
     if scope.split(".", 1)[0] in ("enc", *SUB_MODELS) and not cross:
         return Decoding(False, f"GGUF '{scope}' is an encoder block (runs once over its input)")
+    reused = None if cross else reused_kv_reason(ns.arch, ns.prefix, metadata, layer)
+    if reused is not None:
+        return Decoding(False, reused)
     reason = ("GGUF cross-attention of a decoder: K/V computed once from the encoder output" if cross
               else f"GGUF {ns.prefix.rstrip('.')}: llama.cpp decodes autoregressively (causal attention)")
     if latent_expanded:
