@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mhainspect.errors import InputError, read_error
-from mhainspect.frontends.gguf.split import split_name
 from mhainspect.frontends.gguf.kv_layers import reused_kv_reason
+from mhainspect.frontends.gguf.split import split_name
 from mhainspect.frontends.gguf.swa import SwaLayout, disabled_note, swa_layout, unknown_pattern_warning
 from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, Prefix
 from mhainspect.ir.dtypes import Family, ggml_name, lookup
