@@ -140,6 +140,23 @@ def test_dbrx_fused_experts_by_the_module(tmp_path: Path) -> None:
     assert [(b.num_heads, b.num_kv_heads, b.d_k) for b in report.blocks] == [(4, 2, 8)] * layers
 
 
+def test_switch_transformers_experts_named_expert_i(tmp_path: Path) -> None:
+    """Switch Transformers (and NLLB-MoE) index experts as ``mlp.experts.expert_<i>``: one module each."""
+    transformers = pytest.importorskip("transformers")
+    d, f, experts = 32, 48, 4
+    config = transformers.SwitchTransformersConfig(vocab_size=128, d_model=d, d_kv=8, d_ff=f, num_layers=2,
+                                                   num_decoder_layers=2, num_heads=4, num_experts=experts,
+                                                   expert_capacity=8, encoder_sparse_step=1, decoder_sparse_step=1)
+    folder, model = _saved(tmp_path, config, transformers.SwitchTransformersForConditionalGeneration)
+    moe = audit(folder).model.experts
+    assert moe is not None
+    routed = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    assert (moe.num_experts, moe.moe_layers, moe.params_per_expert) == (experts, 4, 2 * d * f)
+    assert moe.expert_params == routed == 4 * experts * 2 * d * f
+    # top-1 routing is the architecture's, and nothing in the config states it
+    assert moe.active_params is None and moe.reason is not None and "how many experts a token uses" in moe.reason
+
+
 def _dbrx_header(folder: Path, *, router: bool = True, ffn_hidden: int = 40) -> dict[str, int]:
     """A DBRX-shaped folder, header only (the names and layout of databricks/dbrx-base: fused experts
     without a .weight suffix, packed Wqkv): 8 experts of width 40 in 3 layers, 2 per token."""

@@ -2,9 +2,10 @@
 
 Routed experts are found two ways, by the segments of a tensor's dotted name:
 
-- indexed: ``... .experts.<i>. ...`` (``local_experts`` too): one module per expert (Mixtral's
-  ``block_sparse_moe.experts.3.w1.weight``, Qwen-MoE's and DeepSeek's ``mlp.experts.3.up_proj.weight``,
-  as checkpoints store them); the experts are the distinct indices;
+- indexed: ``... .experts.<i>. ...`` (``local_experts`` too; ``experts.expert_<i>`` of Switch
+  Transformers and NLLB-MoE): one module per expert (Mixtral's ``block_sparse_moe.experts.3.w1.weight``,
+  Qwen-MoE's and DeepSeek's ``mlp.experts.3.up_proj.weight``, as checkpoints store them); the
+  experts are the distinct indices;
 - stacked: a tensor under an ``experts`` segment with no index (``mlp.experts.gate_up_proj``
   ``[E, ...]`` of gpt-oss, Llama 4 and transformers' modules), or a GGUF ``ffn_*_exps`` tensor
   (``blk.3.ffn_up_exps.weight`` ``[E, f, d]``): the experts are the leading axis, which every stacked
@@ -36,6 +37,7 @@ __all__ = ["ExpertClaims", "ExpertInputs", "MoeLayer", "find_experts", "weight_e
 _ROUTED = frozenset({"experts", "local_experts"})
 _SHARED = re.compile(r"^(?:shared_experts?|ffn_[a-z_]*shexp)$")
 _GGUF_STACKED = re.compile(r"^ffn_[a-z_]*_exps$")
+_INDEX = re.compile(r"^(?:expert_?)?(\d+)$")  # the segment after ``experts`` that names one expert
 _ROUTER = frozenset({"gate", "router", "ffn_gate_inp"})
 
 
@@ -125,8 +127,8 @@ def _split(name: str) -> tuple[str, str, str] | None:
     parts = name.split(".")
     for i, part in enumerate(parts):
         if part in _ROUTED:
-            nxt = parts[i + 1] if i + 1 < len(parts) else ""
-            return ".".join(parts[:i]), "routed", nxt if nxt.isdigit() else ""
+            index = _INDEX.match(parts[i + 1]) if i + 1 < len(parts) else None
+            return ".".join(parts[:i]), "routed", index.group(1) if index else ""
         if "exp" not in part:  # neither pattern can match: most parts
             continue
         if _GGUF_STACKED.match(part):
