@@ -186,7 +186,6 @@ class SparseView:
         self._last: _Run | None = None
         self.jump_window = _SPARSE_MIN
         self.fetched = 0
-        self.requests = 0
 
     def __len__(self) -> int:
         return self._len
@@ -254,7 +253,6 @@ class SparseView:
                 raise InputError(f"{self.blob.name}: the server sent {len(data):,} bytes for a {q_stop - q:,}-byte "
                                  "range (the file changed or the server misreports lengths)")
             self.fetched += len(data)
-            self.requests += 1
             self._runs.append(_Run(q, data))
         self._runs.sort(key=lambda r: r.start)
 
