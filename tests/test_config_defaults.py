@@ -186,3 +186,34 @@ def test_falcon_without_multi_query_is_one_kv_head(tmp_path: Path) -> None:
     said = next(e.detail for e in report.blocks[0].evidence if e.field == "num_kv_heads" and e.source == "config")
     assert "multi_query=true (falcon default) -> 1" in said
     assert not [f for f in report.flags if f.code == "MHA007"]
+
+
+def test_a_multi_token_prediction_module_is_counted_and_caches_nothing(tmp_path: Path) -> None:
+    """Qwen3-Next, Qwen3.5, ERNIE 4.5, LongCat-Flash and DeepSeek-V4 store their multi-token-prediction
+    layers under a module named ``mtp`` (``mtp.layers.0.self_attn...``, ``mtp.fc``), which transformers
+    does not load (``_keys_to_ignore_on_load_unexpected``). Here a Qwen3 stack with such a module: its
+    attention block counts its parameters, but plain decoding never runs it, so it caches nothing.
+    Was: one more caching layer."""
+    from safetensors.torch import load_file, save_file
+
+    assert any("mtp" in p for p in transformers.Qwen3NextForCausalLM._keys_to_ignore_on_load_unexpected)
+    config = transformers.Qwen3Config(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    torch.manual_seed(0)
+    model = add_noise(transformers.Qwen3ForCausalLM(config))
+    model.save_pretrained(tmp_path)
+    stored = load_file(tmp_path / "model.safetensors")
+    mtp = {k.replace("model.layers.1.", "mtp.layers.0."): v.clone() for k, v in stored.items()
+           if k.startswith("model.layers.1.")}
+    mtp["mtp.fc.weight"] = torch.zeros(64, 128)
+    save_file({**stored, **mtp}, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    report = audit(tmp_path)
+    *decoder, draft = report.blocks
+    assert [b.name for b in decoder] == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+    assert draft.name == "mtp.layers.0.self_attn" and draft.params == decoder[1].params
+    assert [b.kv_cache_status for b in decoder] == [CacheStatus.CACHES] * 2
+    assert draft.kv_cache_status is CacheStatus.NONE
+    assert "multi-token-prediction module 'mtp'" in (draft.kv_cache_reason or "")
+    assert report.model.total_params == sum(p.numel() for p in model.parameters()) + sum(v.numel() for v in mtp.values())
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token == 2 * config.num_key_value_heads * 2 * 16 * 4

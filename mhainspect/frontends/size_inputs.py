@@ -87,11 +87,18 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
 
 def _prediction_layer(cfg: Mapping[str, Any], block_name: str) -> str | None:
     """Why the block is a multi-token-prediction layer that plain decoding never runs (None when it
-    is not one): a layer numbered from num_hidden_layers on, of a config with num_nextn_predict_layers
-    (DeepSeek-V3's layer 61, GLM-4.5's 92 / Air's 46). transformers builds num_hidden_layers layers
+    is not one): a block under a module named ``mtp`` / ``mtp_*`` (Qwen3-Next's ``mtp.layers.0``,
+    LongCat-Flash's ``model.mtp``), or a layer numbered from num_hidden_layers on, of a config with
+    num_nextn_predict_layers (DeepSeek-V3's layer 61, GLM-4.5's 92 / Air's 46). transformers builds num_hidden_layers layers
     and leaves the checkpoint's extra ones unloaded (``_keys_to_ignore_on_load_unexpected``), and
     llama.cpp's converter drops DeepSeek's (``skip_mtp``); only an engine that runs the layer as a
     speculative draft (vLLM, SGLang multi-token prediction) caches its K/V."""
+    module = next((part for part in re.split(r"[./]", block_name) if part == "mtp" or part.startswith("mtp_")), None)
+    if module is not None:
+        return (f"the block is in the checkpoint's multi-token-prediction module '{module}': its weights are stored "
+                "and counted, but decoding never runs it (transformers does not load it: Qwen3-Next, Qwen3.5, "
+                "ERNIE 4.5, LongCat-Flash, DeepSeek-V4 list it in _keys_to_ignore_on_load_unexpected), so it caches "
+                "nothing; an engine that runs it as a speculative draft (vLLM, SGLang) caches it")
     tower = _sub_config(cfg, block_name)
     extra = config_int(tower.get("num_nextn_predict_layers"))
     layers = config_int(tower.get("num_hidden_layers"))
