@@ -260,6 +260,44 @@ def test_large_inline_onnx_costs_under_two_percent(tmp_path: Path) -> None:
     within(requests, sent, floor_requests=spans, floor_bytes=kept, extra_requests=2)
 
 
+def test_torch_exported_onnx_with_anonymous_weight_names(tmp_path: Path) -> None:
+    """torch.onnx's exporter names transposed weights onnx::MatMul_N (one name pattern for all of
+    them) and writes the biases before them (kept whole under 4 KiB; the MLP's 4 KiB ones are skipped,
+    so the read-ahead over them must not run on into their payloads): the predictions follow the
+    numbers' step a layer, checked against the nodes; a few early guesses (equal-sized q/k/v/o
+    look like a pattern of one) cost a small window each."""
+    torch = pytest.importorskip("torch")
+
+    class Layer(torch.nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
+            self.up, self.down = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+        def forward(self, x: Any) -> Any:
+            b, t, d = x.shape
+            q, k, v = (p(x).view(b, t, 4, d // 4).transpose(1, 2) for p in (self.q, self.k, self.v))
+            a = torch.softmax(q @ k.transpose(-1, -2) / (d // 4) ** 0.5, -1) @ v
+            x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+            return x + self.down(torch.relu(self.up(x)))
+
+    model = torch.nn.Sequential(*(Layer(256) for _ in range(6))).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.01)
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(model, (torch.randn(1, 8, 256),), str(path), dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {1: "t"}})
+    local = report_json(path, base=str(tmp_path))
+    with FileServer(tmp_path) as s:
+        remote = report_json(s.url("model.onnx"), base=s.url(""))
+        requests, sent = s.log.by_path["/model.onnx"]
+    assert remote == local
+    spans, kept = onnx_floor(path)
+    assert spans > 6 * 6
+    within(requests, sent, floor_requests=spans, floor_bytes=kept, extra_requests=10)
+
+
 def test_onnx_initializers_before_nodes_predicted_two_layers_at_a_time(tmp_path: Path) -> None:
     """Initializers before the nodes (valid, if not what a serializer writes): no node names to
     check a prediction by, so two layers ahead at a time; the round past the last layer is the

@@ -100,3 +100,17 @@ def test_node_inputs_of_a_graph_cut_inside_a_node() -> None:
     graph = _graph([b"a", b"bb", b"ccc"])
     assert _node_inputs(graph) == {b"a", b"bb", b"ccc"}
     assert _node_inputs(graph[:-2]) == {b"a", b"bb"}
+
+
+def test_read_ahead_after_a_skipped_payload_is_half_the_run_walked_since() -> None:
+    """A miss at the end of the bytes held reads half of the run walked: since the last payload the
+    walker skipped, not since the start of the held block (which then runs on into payloads)."""
+    blob = Counting(bytes(1_000_000))
+    view = SparseView(blob, len(blob.data))
+    view.seed(0, blob.data[:100_000])
+    view.skipped_to = 90_000
+    _ = view[100_000]
+    assert blob.calls == [(100_000, 5_000)]
+    view.skipped_to = 0
+    _ = view[105_000]
+    assert blob.calls[-1] == (105_000, 52_500)  # no skip said: half the block held

@@ -76,6 +76,7 @@ class Landings:
         if self.tensors:  # what the walk needs from the last payload skipped to this one: small fields between too
             start = self.tensors[-1].end
         self.tensors.append(_Tensor(start, payload_at - start, end - payload_at, name))
+        self.view.skipped_to = end  # a read-ahead after this reaches half of what is walked from here
 
     def land(self, pos: int) -> None:
         """The walk is about to read at ``pos``: if it is not held and comes right after a skipped
@@ -128,7 +129,7 @@ class Landings:
         checked = step is not None and any(t.name in inputs for t in sources)
         if not checked and run < period:
             return []  # nothing to check a prediction by: only a pattern seen twice whole
-        ahead = min(max(2 * period, 4 * run), _MAX_AHEAD) if checked else _UNCHECKED_PERIODS * period
+        ahead = min(max(2 * period, 2 * run), _MAX_AHEAD) if checked else _UNCHECKED_PERIODS * period
         out: list[_Tensor] = []
         grown: list[int] = []
         for k in range(ahead):

@@ -174,8 +174,9 @@ class SparseView:
     fetches only the spans touched. Held spans are kept sorted and never fetched twice.
 
     A miss right after the span fetched last (a walk over consecutive small messages) fetches half
-    of the sequential run walked so far, at least ``_SPARSE_MIN`` bytes: the bytes fetched past
-    the end of a run stay below half of it, in a few ranges however long the run. A miss elsewhere
+    of the sequential run walked so far (since the last span the walker says it skipped,
+    ``skipped_to``), at least ``_SPARSE_MIN`` bytes: the bytes fetched past the end of a run stay
+    below half of it, in a few ranges however long the run. A miss elsewhere
     (a jump) fetches ``jump_window`` bytes. A walker that knows where it will land next (the tensor
     headers after skipped payloads) fetches those spans together, in parallel (``fetch_spans``)."""
 
@@ -185,6 +186,7 @@ class SparseView:
         self._runs: list[_Run] = []
         self._last: _Run | None = None
         self.jump_window = _SPARSE_MIN
+        self.skipped_to = 0  # where the last span the walk skipped (a payload) ends, when it says so
         self.fetched = 0
 
     def __len__(self) -> int:
@@ -270,7 +272,10 @@ class SparseView:
         last = self._last
         window = self.jump_window
         if last is not None and last.end <= start:
-            half = max(_SPARSE_MIN, (last.end - self._block_start(last)) // 2)
+            run_start = self._block_start(last)
+            if run_start <= self.skipped_to <= last.end:
+                run_start = self.skipped_to  # the walk skipped what came before: its run starts here
+            half = max(_SPARSE_MIN, (last.end - run_start) // 2)
             if start < last.end + half:
                 window = min(half, _SPARSE_MAX)
                 if self._locate(last.end) is None:
