@@ -76,14 +76,21 @@ def test_predictions_checked_by_node_inputs_stop_after_the_last_layer() -> None:
 
 
 def test_name_growth_widens_the_windows() -> None:
-    _, _, landings, start = _setup(layers_in_graph=20)
-    _walk(landings, 27, start)  # layers 0-8
+    blob, _, landings, start = _setup(layers_in_graph=20)
+    end = _walk(landings, 27, start)  # layers 0-8
     predicted = landings._predicted()
     heads = [h for h, _p, _g in predicted]
     grown = [g for _h, _p, g in predicted]
     assert heads[:3] == [HEADER + len(_name(9, r)) for r in ROLES]
     assert heads[3] == HEADER + len(_name(10, b"q")) == heads[0] + 1
     assert grown[:4] == [0, 0, 0, 1]
+    landings.land(end)
+    windows = [n for _a, n in sorted(blob.calls)]
+    assert len(windows) == len(predicted)  # a request a predicted header, none wasted on layers past 19
+    # Layer 9's headers: their length and the slack; from layer 10 on, two bytes more a tensor
+    # (a name a digit longer may shift what follows it).
+    assert windows[1:3] == [heads[1] + 8, heads[2] + 8]
+    assert windows[3:6] == [heads[3] + 8 + 2, heads[4] + 8 + 4, heads[5] + 8 + 6]
 
 
 def test_without_node_names_a_whole_layer_twice_and_two_layers_ahead() -> None:
