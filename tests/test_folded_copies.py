@@ -17,6 +17,7 @@ from mhainspect.frontends.onnx.frontend import onnx_file_result
 from mhainspect.frontends.onnx.loader import load_onnx
 from mhainspect.frontends.onnx.values import StoredValues
 from mhainspect.ir.copies import copy_candidates, find_copies
+from mhainspect.pipeline import audit_graph
 
 RNG = np.random.default_rng(7)
 
@@ -213,3 +214,89 @@ def test_masks_are_no_tables(tmp_path: Path) -> None:
     graph = load_onnx(path)
     with StoredValues(path, graph.weights) as reader:
         assert find_copies(graph.weights, reader) == {}
+
+
+def test_broadcast_table_counts_one_slice(tmp_path: Path) -> None:
+    """A table expanded over the sequence (a row gathered by repeated indices, a bias broadcast):
+    one slice, or the stored parameter it repeats."""
+    row = _table(1, 1, 32)
+    path = _model(tmp_path / "a.onnx", {"onnx::Add_1": np.repeat(row, 12, axis=1)}, [("Add", "onnx::Add_1")])
+    total, notes = _audit(path)
+    assert total == 32 and "onnx::Add_1 [1, 12, 32] repeated: 32 parameters (its distinct slices)" in notes[0]
+    path = _model(tmp_path / "b.onnx", {"blocks.0.bias": row[0, 0], "onnx::Add_1": np.repeat(row, 12, axis=1)},
+                  [("Add", "blocks.0.bias"), ("Add", "onnx::Add_1")])
+    total, notes = _audit(path)
+    assert total == 32 and "onnx::Add_1 [1, 12, 32] = blocks.0.bias [32] repeated" in notes[0]
+
+
+def _dynamo_model(path: Path, weights: dict[str, np.ndarray], folded_from: dict[str, list[str]],
+                  signature: dict[str, str]) -> Path:
+    """A graph as the dynamo exporter writes one: each weight added to x, ``folded_from`` in value_info
+    metadata, the program's graph signature (target -> PARAMETER / BUFFER) in the graph's metadata."""
+    nodes = [helper.make_node("Add", ["x", name], [f"y{i}"], name=f"n{i}") for i, name in enumerate(weights)]
+    infos = []
+    for name, sources in folded_from.items():
+        info = helper.make_tensor_value_info(name, TensorProto.FLOAT, list(weights[name].shape))
+        entry = info.metadata_props.add()
+        entry.key, entry.value = "pkg.onnxscript.optimizer.folded_from", repr(sources)
+        infos.append(info)
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None) for i in range(len(nodes))],
+                              initializer=[numpy_helper.from_array(a, n) for n, a in weights.items()], value_info=infos)
+    entry = graph.metadata_props.add()
+    entry.key = "pkg.torch.export.ExportedProgram.graph_signature"
+    entry.value = "\n".join(f"x_{i}: {kind} target='{target}'" for i, (target, kind) in enumerate(signature.items()))
+    save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="pytorch"), str(path))
+    return path
+
+
+def test_parameter_gathered_by_a_buffer_is_that_parameter(tmp_path: Path) -> None:
+    """SigLIP at static shapes: the position table gathered by its position_ids buffer is folded into
+    'embedding' [1, 16, 32]; its values show every element once: the parameter's 512 (it was dropped
+    as if it were a mask). A table folded from buffers alone (a rotary cache) stays no parameter."""
+    signature = {"emb.weight": "PARAMETER", "emb.position_ids": "BUFFER", "rotary.inv_freq": "BUFFER"}
+    path = _dynamo_model(tmp_path / "m.onnx", {"embedding": _table(1, 16, 32), "cos": _table(1, 16, 8)},
+                         {"embedding": ["emb.weight", "emb.position_ids"], "cos": ["rotary.inv_freq", "emb.position_ids"]},
+                         signature)
+    total, notes = _audit(path)
+    assert total == 512
+    assert "embedding (looked up in emb.weight) [1, 16, 32] looked up: 512 parameters (each element once)" in notes[0]
+    result = onnx_file_result(path)
+    assert not [w for w in result.warnings if "looked up by index buffers" in w]  # the values decided
+
+
+def test_lookup_that_cannot_be_read_stays_uncounted(tmp_path: Path) -> None:
+    """Without its values, a lookup stays out of the count, with the loader's warning saying why."""
+    signature = {"emb.weight": "PARAMETER", "emb.position_ids": "BUFFER"}
+    path = _dynamo_model(tmp_path / "m.onnx", {"embedding": _table(1, 16, 32)},
+                         {"embedding": ["emb.weight", "emb.position_ids"]}, signature)
+    graph = load_onnx(path)
+    assert copy_candidates(graph.weights)[0] == ["embedding"]
+    with StoredValues(tmp_path / "absent.onnx", graph.weights) as reader:
+        assert find_copies(graph.weights, reader) == {}
+    report = audit_graph(graph)  # the graph alone: no values
+    assert report.model.total_params == 0
+    (note,) = [w for w in report.warnings if "looked up by index buffers" in w]
+    assert "'embedding' [1, 16, 32] from emb.weight" in note and "not counted as parameters (512 elements)" in note
+
+
+def test_large_broadcast_is_sampled(tmp_path: Path) -> None:
+    """Past SMALL elements, a tensor folded from a parameter and a buffer (BERT's token types looked
+    up by zeros at static shapes) is sampled slice by slice: one row of 3,000 counts; rows of their own
+    count all; rows repeated count once."""
+    signature = {"emb.token_type.weight": "PARAMETER", "emb.token_type_ids": "BUFFER"}
+    row = _table(1, 1, 3000)
+    path = _dynamo_model(tmp_path / "m.onnx", {"embedding_1": np.repeat(row, 40, axis=1)},
+                         {"embedding_1": ["emb.token_type.weight", "emb.token_type_ids"]}, signature)
+    total, notes = _audit(path)
+    assert total == 3000
+    assert "embedding_1 (looked up in emb.token_type.weight) [1, 40, 3000] repeated: 3,000 parameters" in notes[0]
+    rows = _table(1, 40, 3000)  # the same shape with every row its own: 120,000 parameters
+    path = _dynamo_model(tmp_path / "n.onnx", {"embedding_1": rows},
+                         {"embedding_1": ["emb.token_type.weight", "emb.token_type_ids"]}, signature)
+    total, notes = _audit(path)
+    assert total == rows.size and "looked up: 120,000 parameters (each element once, by sample)" in notes[0]
+    partly = np.concatenate([rows[:, :10], rows[:, :10], rows[:, 10:30]], axis=1)  # rows 0-9 twice, 30 of their own
+    path = _dynamo_model(tmp_path / "p.onnx", {"embedding_1": partly},
+                         {"embedding_1": ["emb.token_type.weight", "emb.token_type_ids"]}, signature)
+    assert _audit(path)[0] == 30 * 3000

@@ -20,8 +20,14 @@ The graph says nothing of this (the copy's producer is gone), so it is decided b
 - a small table (at most ``SMALL`` elements) read whole: zero borders along an axis (a pad with
   constant zeros) keep the inner part; a [.., N, N] tensor whose every [N, N] slice repeats its
   values in the same pattern (a gather with one constant index for every head) keeps its distinct
-  values. When a stored parameter holds exactly those values, the table is a copy of it (counted
-  there); else the table holds them as its own parameters.
+  values; slices repeated along an axis (an expand) keep the distinct ones. When a stored
+  parameter holds exactly those values, the table is a copy of it (counted there); else the table
+  holds them as its own parameters;
+- a lookup (the dynamo exporter says it folded the tensor from one parameter and index buffers: a
+  position table gathered by its position_ids) holds what its values show: a gathered pattern's
+  distinct values, its distinct slices, else each element once; up to ``SMALL`` elements read
+  whole, up to ``MAX_SAMPLED`` slice by slice (``_SLICE_SAMPLE`` positions a slice). Unreadable, it
+  stays uncounted, with the loader's warning.
 
 A sample must show at least two different values: tensors of zeros (sparse benchmark files, a
 missing data file) prove nothing.
@@ -40,11 +46,17 @@ from mhainspect.ir.graph import FoldedCopy, ModelGraph, Tensor
 
 SAMPLE = 32  # positions compared before a copy is believed
 SMALL = 1 << 16  # elements: a tensor read whole (tables, tiny weights; never a large model's weights)
+# Elements up to which a tensor the exporter folded from a parameter is sampled for a broadcast axis
+# (a position table gathered with repeated indices: BERT's token types at static shapes).
+MAX_SAMPLED = 1 << 24
+_SLICE_SAMPLE = 4  # positions compared in each slice along an axis
 _MAX_PAIRS = 4096  # candidate (copy, source) pairs looked at by their first and last elements
 _MAX_PERMUTATIONS = 24
 # Float element types whose infinities tell a mask (0 / -inf) from a table: struct formats.
 _FLOAT_FORMATS = {"float32": "<f", "float16": "<e", "float64": "<d"}
 _MIN_TABLE_VALUES = 3  # distinct values per head of a gathered table: a mask has two
+_WHAT = {"padded": "its inner part", "gathered": "its distinct values", "repeated": "its distinct slices",
+         "looked up": "each element once"}
 
 
 class ValueReader(Protocol):
@@ -61,8 +73,15 @@ def module_path(name: str) -> bool:
     return "." in name and not any(c in name for c in "/:") and not name.startswith(".")
 
 
+def is_lookup(t: Tensor) -> bool:
+    """Whether the exporter says it folded ``t`` from one parameter and index buffers (a position
+    table gathered by its position_ids: ``origin`` names the parameter, ``kind`` is "derived")."""
+    return t.kind == "derived" and t.origin is not None
+
+
 def _stored_float(t: Tensor) -> bool:
-    return not t.is_constant_node and t.may_be_parameter and t.numel > 1 and is_float(t.dtype)
+    return (not t.is_constant_node and t.numel > 1 and is_float(t.dtype)
+            and (t.may_be_parameter or is_lookup(t)))
 
 
 def copy_candidates(weights: Mapping[str, Tensor]) -> tuple[list[str], list[str]]:
@@ -74,7 +93,7 @@ def copy_candidates(weights: Mapping[str, Tensor]) -> tuple[list[str], list[str]
             continue
         if module_path(name) and t.origin is None:
             sources.append(name)
-        elif len(t.shape) >= 2:
+        elif len(t.shape) >= 2 or is_lookup(t):
             copies.append(name)
     return copies, sources
 
@@ -85,13 +104,43 @@ def find_copies(weights: Mapping[str, Tensor], reader: ValueReader) -> dict[str,
     if not copies:
         return {}
     found = _permuted_copies(weights, copies, sources, reader)
-    tables = [c for c in copies if c not in found and weights[c].numel <= SMALL]
+    tables = [c for c in copies if c not in found and weights[c].numel <= SMALL
+              and (is_lookup(weights[c]) or _may_be_table(weights[c], reader))]
     small_sources = [s for s in sources if weights[s].numel <= SMALL]
     for c in tables:
         hit = _table_copy(weights, c, small_sources, reader)
         if hit is not None:
             found[c] = hit
+    for c in copies:  # larger lookups: their repeated slices by sample
+        t = weights[c]
+        if c not in found and is_lookup(t) and SMALL < t.numel <= MAX_SAMPLED:
+            hit = _sampled_lookup(t, reader)
+            if hit is not None:
+                found[c] = hit
     return found
+
+
+def _may_be_table(t: Tensor, reader: ValueReader) -> bool:
+    """Whether a small tensor can be a padded, gathered or broadcast table, from its shape and a few
+    elements (a weight of distinct values is never read whole): a zero at its first or last element
+    (a border), [.., N, N] slices (a gather), or its first two slices along an axis agreeing at
+    _SLICE_SAMPLE positions (a repeat)."""
+    shape = t.shape
+    if len(shape) >= 3 and shape[-1] == shape[-2] >= 2 and t.numel // (shape[-1] * shape[-1]) >= 2:
+        return True
+    corners = reader.elements(t.name, [0, t.numel - 1])
+    if corners is None:
+        return False
+    if bytes(len(corners[0])) in corners:
+        return True
+    for dim, stride in zip(shape, _strides(shape)):
+        if dim < 2:
+            continue
+        bases = [(p // stride) * stride * dim + p % stride for p in _sample_positions(t.numel // dim)[:_SLICE_SAMPLE]]
+        first = reader.elements(t.name, bases)
+        if first is not None and first == reader.elements(t.name, [b + stride for b in bases]):
+            return True
+    return False
 
 
 def held_params(graph: ModelGraph, t: Tensor) -> int:
@@ -217,7 +266,8 @@ def _view_name(p: tuple[int, ...], copy: tuple[int, ...], source: tuple[int, ...
 
 
 def _shown(t: Tensor) -> str:
-    origin = f" (folded from {t.origin})" if t.origin and t.origin != t.name else ""
+    how = "looked up in" if is_lookup(t) else "folded from"
+    origin = f" ({how} {t.origin})" if t.origin and t.origin != t.name else ""
     return f"{t.name}{origin} {list(t.shape)}"
 
 
@@ -235,7 +285,12 @@ def _table_copy(weights: Mapping[str, Tensor], name: str, sources: list[str],
     if own is None:
         own = _gathered_values(t.dtype, shape, vals)
         view = "gathered"
-    if own is None or len(own) >= t.numel:
+    if own is None:
+        own = _repeated_slices(t.dtype, shape, vals, is_lookup(t))
+        view = "repeated"
+    if own is None and is_lookup(t):
+        own, view = vals, "looked up"  # every element once: the lookup kept each entry once
+    if own is None or (len(own) >= t.numel and not is_lookup(t)):
         return None
     wanted = set(own)
     for s in sources:
@@ -245,7 +300,7 @@ def _table_copy(weights: Mapping[str, Tensor], name: str, sources: list[str],
         svals = reader.whole(s)
         if svals is not None and set(svals) == wanted:
             return FoldedCopy(name, s, view, 0, f"{_shown(t)} = {s} {list(src.shape)} {view}")
-    what = "its inner part" if view == "padded" else "its distinct values"
+    what = _WHAT[view]
     return FoldedCopy(name, "", view, len(own), f"{_shown(t)} {view}: {len(own):,} parameters ({what})")
 
 
@@ -323,3 +378,63 @@ def _finite(dtype: str, values: list[bytes]) -> bool:
         return all(math.isfinite(struct.unpack("<f", b"\0\0" + v)[0]) for v in values)
     fmt = _FLOAT_FORMATS.get(dtype)
     return fmt is None or all(math.isfinite(struct.unpack(fmt, v)[0]) for v in values)
+
+
+def _slice_keys(shape: tuple[int, ...], axis: int, vals: list[bytes]) -> list[tuple[bytes, ...]]:
+    """The values of each slice along ``axis``, in slice order."""
+    strides = _strides(shape)
+    stride, dim = strides[axis], shape[axis]
+    slices: list[list[bytes]] = [[] for _ in range(dim)]
+    for pos, v in enumerate(vals):
+        slices[(pos // stride) % dim].append(v)
+    return [tuple(x) for x in slices]
+
+
+def _repeated_slices(dtype: str, shape: tuple[int, ...], vals: list[bytes], lookup: bool) -> list[bytes] | None:
+    """The values of the distinct slices along every axis whose slices repeat (an expand over an
+    axis, a gather whose index repeats entries: BERT's token types looked up by zeros); None when no
+    slice repeats, or, but for a lookup, what is kept looks like a mask (fewer than three values,
+    an infinity)."""
+    strides = _strides(shape)
+    keep: dict[int, set[int]] = {}  # axis -> indices of the first slice of each distinct value
+    for axis, dim in enumerate(shape):
+        if dim < 2:
+            continue
+        first: dict[tuple[bytes, ...], int] = {}
+        for i, key in enumerate(_slice_keys(shape, axis, vals)):
+            first.setdefault(key, i)
+        if len(first) < dim:
+            keep[axis] = set(first.values())
+    if not keep:
+        return None
+    kept = [v for pos, v in enumerate(vals)
+            if all((pos // strides[a]) % shape[a] in idx for a, idx in keep.items())]
+    distinct = list(set(kept))
+    if not lookup and (len(distinct) < _MIN_TABLE_VALUES or not _finite(dtype, distinct)):
+        return None
+    return kept
+
+
+def _sampled_lookup(t: Tensor, reader: ValueReader) -> FoldedCopy | None:
+    """A large lookup's parameters: along each axis, its slices told apart by _SLICE_SAMPLE
+    positions each, the repeated ones counted once. None when unreadable (it then stays uncounted,
+    with the loader's warning)."""
+    shape, strides = t.shape, _strides(t.shape)
+    own = t.numel
+    for dim, stride in zip(shape, strides):
+        if dim < 2:
+            continue
+        rest = t.numel // dim
+        # Positions with index 0 on this axis, spread over the others.
+        bases = [(p // stride) * stride * dim + p % stride for p in _sample_positions(rest)[:_SLICE_SAMPLE]]
+        keys: set[tuple[bytes, ...]] = set()
+        for k in range(dim):
+            got = reader.elements(t.name, [b + k * stride for b in bases])
+            if got is None:
+                return None
+            keys.add(tuple(got))
+        if len(set(next(iter(keys)))) < 2 and len(keys) == 1:
+            continue  # nothing to tell slices apart by (one value along the other axes)
+        own = own // dim * len(keys)
+    view = "repeated" if own < t.numel else "looked up"
+    return FoldedCopy(t.name, "", view, own, f"{_shown(t)} {view}: {own:,} parameters ({_WHAT[view]}, by sample)")

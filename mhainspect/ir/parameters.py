@@ -131,6 +131,10 @@ def scan_stored(index: GraphIndex) -> StoredScan:
         others.append(item)
         if not shape or t.storage_key in counts:
             continue
+        if folded and name in folded:  # an exporter-made copy of a parameter: its own part, if any
+            if folded[name].params:
+                counts[t.storage_key] = folded[name].params
+            continue
         if not t.may_be_parameter and not (t.kind == "constant" and _product_weight(index, name)):
             continue  # the exporter says: a buffer, a constant, or folded from non-parameters
         if "." not in t.name and prod(shape) == 1 and t.kind != "parameter":
@@ -144,10 +148,6 @@ def scan_stored(index: GraphIndex) -> StoredScan:
         logical = _logical_count(index, name, t, family)
         if logical is None:
             continue
-        if folded and name in folded:
-            logical = folded[name].params  # an exporter-made copy of a parameter: its own part, if any
-            if not logical:
-                continue
         if family is Family.FLOAT and (trig_sources is None or name in trig_sources) and _only_feeds_trig(index, name):
             continue  # rotary inv_freq: a buffer that only builds cos/sin tables, not a parameter
         counts[t.storage_key] = logical

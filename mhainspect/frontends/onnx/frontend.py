@@ -22,7 +22,7 @@ from mhainspect.frontends.formats import check_symlink_loop
 from mhainspect.frontends.onnx.loader import load_onnx
 from mhainspect.frontends.onnx.qoperator import as_qdq
 from mhainspect.frontends.onnx.sequences import as_slices
-from mhainspect.frontends.onnx.values import with_folded_copies
+from mhainspect.frontends.onnx.values import undecided_lookups_note, with_folded_copies
 from mhainspect.frontends.result import SourceResult
 from mhainspect.frontends.size_inputs import graph_size_inputs
 from mhainspect.ir.dataflow import GraphIndex
@@ -302,6 +302,9 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
     """The ONNX / traced-graph front end: blocks, near misses, model facts and size metadata of
     ``graph`` (``config``: a config.json beside the file, for what only a config says)."""
     graph = sanitize_graph(graph)
+    undecided = undecided_lookups_note(graph)  # lookups no values decided: not counted, and why
+    if undecided is not None:
+        graph = dataclasses.replace(graph, warnings=(*graph.warnings, undecided))
     # QLinear ops as DequantizeLinear -> float op -> QuantizeLinear; parts of a tensor sequence as Slices.
     index = GraphIndex(as_slices(as_qdq(graph)))
     builders, misses = find_blocks(index)

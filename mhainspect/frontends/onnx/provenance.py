@@ -86,18 +86,17 @@ def _folded_kind(sources: tuple[str, ...], kinds: Mapping[str, str | None]) -> t
     params = sorted(s for s in sources if kinds.get(s) == "parameter")
     other_tensors = [s for s in sources if kinds.get(s) in ("buffer", "constant")]
     # Parameters reshaped, transposed or concatenated (with index/shape helpers only) are still
-    # those parameters, and so is one parameter gathered by index buffers; anything folded from
-    # buffers alone (masks, rotary tables) is not.
+    # those parameters; anything folded from buffers (masks, rotary tables) is not.
     if params and not other_tensors:
         return "parameter", params[0] if len(params) == 1 else None, "+".join(params)
-    if len(params) == 1 and all(kinds.get(s) == "buffer" for s in other_tensors):
-        # One parameter looked up by buffers (a position table gathered by its position_ids): its
-        # values, as many as were kept (a gathered relative-position table's repeats: ir.copies).
-        return "parameter", params[0], params[0]
     if not params and other_tensors and all(kinds.get(s) == "constant" for s in other_tensors):
         # A plain tensor attribute transposed or reshaped: still that constant.
         return "constant", other_tensors[0] if len(other_tensors) == 1 else None, ""
-    return "derived", None, ""
+    # One parameter looked up by buffers (a position table gathered by its position_ids, a Swin
+    # bias table by its relative-position index): derived, with that parameter as its origin. How
+    # many of the parameter's elements it holds only its values tell (mhainspect.ir.copies).
+    one = params[0] if len(params) == 1 and all(kinds.get(s) == "buffer" for s in other_tensors) else None
+    return "derived", one, ""
 
 
 def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str, Mapping[str, str]]],

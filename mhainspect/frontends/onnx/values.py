@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from mhainspect.frontends.onnx.wire import GRAPH_INITIALIZER, MODEL_GRAPH, TENSOR_DATA_FIELDS, WIRE_LEN, _fields
-from mhainspect.ir.copies import copy_candidates, find_copies
-from mhainspect.ir.dtypes import lookup
+from mhainspect.ir.copies import copy_candidates, find_copies, is_lookup
+from mhainspect.ir.dtypes import is_float, lookup
 from mhainspect.ir.graph import FoldedCopy, ModelGraph, Tensor
 from mhainspect.results import ReportWarning, WarningCode
 
@@ -239,5 +239,23 @@ def folded_note(graph: ModelGraph, found: Mapping[str, FoldedCopy]) -> ReportWar
         shown += f"; and {len(items) - _MAX_COPIES_LISTED} more"
     dropped = sum(graph.weights[c.copy].numel - c.params for c in items)
     return ReportWarning(f"exporter-made copies of parameters ({len(items)}), recognised by their values: {shown}; "
-                         f"each is counted once ({dropped:,} elements not counted as parameters); the bytes of every "
-                         f"copy are stored", WarningCode.LOADER)
+                         f"counted as the parameters they hold ({dropped:,} stored elements not counted as "
+                         f"parameters); the bytes of every copy are stored", WarningCode.LOADER)
+
+
+def undecided_lookups_note(graph: ModelGraph) -> ReportWarning | None:
+    """The warning for tensors folded from a parameter by index buffers that no values decided (a
+    graph without its file, a data file missing, too large to sample): not counted, and why."""
+    names = [n for n, t in graph.weights.items()
+             if is_lookup(t) and n not in graph.folded and is_float(t.dtype) and t.numel > 1]
+    if not names:
+        return None
+    shown = "; ".join(f"'{n}' {list(graph.weights[n].shape)} from {graph.weights[n].origin}"
+                      for n in names[:_MAX_COPIES_LISTED])
+    if len(names) > _MAX_COPIES_LISTED:
+        shown += f"; and {len(names) - _MAX_COPIES_LISTED} more"
+    total = sum(graph.weights[n].numel for n in names)
+    return ReportWarning(f"tensors the exporter folded from a parameter looked up by index buffers ({len(names)}): "
+                         f"{shown}; not counted as parameters ({total:,} elements): without their values the graph "
+                         f"does not say how many of the parameter's elements they hold (a lookup may repeat them)",
+                         WarningCode.LOADER)
