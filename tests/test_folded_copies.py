@@ -300,3 +300,12 @@ def test_large_broadcast_is_sampled(tmp_path: Path) -> None:
     path = _dynamo_model(tmp_path / "p.onnx", {"embedding_1": partly},
                          {"embedding_1": ["emb.token_type.weight", "emb.token_type_ids"]}, signature)
     assert _audit(path)[0] == 30 * 3000
+
+
+def test_a_zero_slice_on_one_side_is_no_padding(tmp_path: Path) -> None:
+    """A rotary sin cache (row 0 is sin(0) = 0) and a table with a zero padding row at one end keep
+    every element: a pad puts zeros on both sides."""
+    table = _table(12, 16)
+    table[0] = 0.0
+    path = _model(tmp_path / "m.onnx", {"onnx::MatMul_9": table}, [("MatMul", "onnx::MatMul_9")])
+    assert _audit(path) == (table.size, [])

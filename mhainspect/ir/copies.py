@@ -306,8 +306,8 @@ def _table_copy(weights: Mapping[str, Tensor], name: str, sources: list[str],
 
 def _padded_inner(dtype: str, shape: tuple[int, ...], vals: list[bytes]) -> list[bytes] | None:
     """The elements inside the zero borders of a tensor padded with constant zeros; None when no
-    axis has a border of slices that are all zeros (bit for bit), or inside are fewer than two
-    values other than zero, or an infinity (a causal mask's last row is all zeros)."""
+    axis has borders of slices that are all zeros (bit for bit) on both sides, or inside are fewer
+    than two values other than zero, or an infinity."""
     zero = bytes(len(vals[0]))
     strides = _strides(shape)
     nonzero = [[False] * d for d in shape]  # per axis, per slice: holds a non-zero element
@@ -319,11 +319,14 @@ def _padded_inner(dtype: str, shape: tuple[int, ...], vals: list[bytes]) -> list
             i, rest = divmod(rest, stride)
             nonzero[axis][i] = True
     bounds: list[tuple[int, int]] = []
-    for axis_flags in nonzero:
+    for axis_flags, dim in zip(nonzero, shape):
         used = [i for i, f in enumerate(axis_flags) if f]
         if not used:
             return None
-        bounds.append((used[0], used[-1] + 1))
+        lo, hi = used[0], used[-1] + 1
+        # A pad puts zeros on both sides of an axis (VITS pads a table to the sequence both ways); a
+        # zero first or last slice alone is a table's own (sin(0) of a rotary cache, a padding row).
+        bounds.append((lo, hi) if lo > 0 and hi < dim else (0, dim))
     if all(lo == 0 and hi == d for (lo, hi), d in zip(bounds, shape)):
         return None
     inner: list[bytes] = []

@@ -105,6 +105,7 @@ class StoredScan(NamedTuple):
     parameters: dict[str, int]  # storage key -> logical element count, for every parameter
     scalar_constants: list[Tensor]  # one-element Constant values, in file order: never parameters
     others: list[tuple[str, Tensor]]  # every other stored tensor (name, tensor), in file order
+    copies: tuple[str, ...] = ()  # exporter-made copies of parameters (graph.folded) read as parameters
 
 
 def parameter_counts(index: GraphIndex) -> dict[str, int]:
@@ -121,6 +122,7 @@ def scan_stored(index: GraphIndex) -> StoredScan:
     trig_sources = _trig_sources(index)
     family_of: dict[str, Family | None] = {}  # dtype spelling -> family, looked up once per spelling
     folded = index.graph.folded
+    copies: list[str] = []
     for item in index.graph.weights.items():
         t = item[1]
         shape = t.shape
@@ -131,11 +133,8 @@ def scan_stored(index: GraphIndex) -> StoredScan:
         others.append(item)
         if not shape or t.storage_key in counts:
             continue
-        if folded and name in folded:  # an exporter-made copy of a parameter: its own part, if any
-            if folded[name].params:
-                counts[t.storage_key] = folded[name].params
-            continue
-        if not t.may_be_parameter and not (t.kind == "constant" and _product_weight(index, name)):
+        copy = folded.get(name) if folded else None  # an exporter-made copy of a parameter (ir.copies)
+        if not t.may_be_parameter and copy is None and not (t.kind == "constant" and _product_weight(index, name)):
             continue  # the exporter says: a buffer, a constant, or folded from non-parameters
         if "." not in t.name and prod(shape) == 1 and t.kind != "parameter":
             continue  # an initializer scalar shaped [1]; real parameters carry a module path
@@ -150,6 +149,11 @@ def scan_stored(index: GraphIndex) -> StoredScan:
             continue
         if family is Family.FLOAT and (trig_sources is None or name in trig_sources) and _only_feeds_trig(index, name):
             continue  # rotary inv_freq: a buffer that only builds cos/sin tables, not a parameter
+        if copy is not None:  # read as a parameter: the part of it that is no other's
+            copies.append(name)
+            logical = copy.params
+            if not logical:
+                continue
         counts[t.storage_key] = logical
         if family is not Family.FLOAT:
             quantized.append((t, logical))
@@ -157,7 +161,7 @@ def scan_stored(index: GraphIndex) -> StoredScan:
         base = index.quantized_from(t, logical)
         if base is not None and base.storage_key in counts:
             del counts[t.storage_key]  # a quantized copy of a float weight the file also keeps: one parameter
-    return StoredScan(counts, scalars, others)
+    return StoredScan(counts, scalars, others, tuple(copies))
 
 
 def count_parameters(index: GraphIndex) -> int:

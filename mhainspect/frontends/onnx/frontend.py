@@ -22,7 +22,7 @@ from mhainspect.frontends.formats import check_symlink_loop
 from mhainspect.frontends.onnx.loader import load_onnx
 from mhainspect.frontends.onnx.qoperator import as_qdq
 from mhainspect.frontends.onnx.sequences import as_slices
-from mhainspect.frontends.onnx.values import undecided_lookups_note, with_folded_copies
+from mhainspect.frontends.onnx.values import folded_note, undecided_lookups_note, with_folded_copies
 from mhainspect.frontends.result import SourceResult
 from mhainspect.frontends.size_inputs import graph_size_inputs
 from mhainspect.ir.dataflow import GraphIndex
@@ -322,6 +322,9 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
         blocks.append(block if applications == 1 else dataclasses.replace(block, applications=applications))
     blocks = count_shared_once(blocks)
     stored = scan_stored(index)  # the one notion of a parameter; size calls the rest overhead
+    if stored.copies:  # exporter-made copies of parameters, named with what they repeat
+        graph = dataclasses.replace(graph, warnings=(
+            *graph.warnings, folded_note(graph, {n: graph.folded[n] for n in stored.copies})))
     parameters = stored.parameters
     size = graph_size_inputs(index, blocks, stored, config, config_label)
     positions, positions_source = None, ""

@@ -214,8 +214,8 @@ _MAX_COPIES_LISTED = 4
 
 def with_folded_copies(path: str | os.PathLike[str], graph: ModelGraph) -> ModelGraph:
     """``graph`` with its exporter-made copies of parameters (``mhainspect.ir.copies``) marked in
-    ``folded`` and named in a warning; ``graph`` itself when it has none (nothing is read unless a
-    candidate pair exists)."""
+    ``folded`` (``folded_note`` names those read as parameters); ``graph`` itself when it has none
+    (nothing is read unless a candidate pair exists)."""
     copies, _sources = copy_candidates(graph.weights)
     if not copies:
         return graph
@@ -228,7 +228,7 @@ def with_folded_copies(path: str | os.PathLike[str], graph: ModelGraph) -> Model
         found = find_copies(graph.weights, reader)
     if not found:
         return graph
-    return dataclasses.replace(graph, folded=found, warnings=(*graph.warnings, folded_note(graph, found)))
+    return dataclasses.replace(graph, folded=found)
 
 
 def folded_note(graph: ModelGraph, found: Mapping[str, FoldedCopy]) -> ReportWarning:
