@@ -309,3 +309,16 @@ def test_a_zero_slice_on_one_side_is_no_padding(tmp_path: Path) -> None:
     table[0] = 0.0
     path = _model(tmp_path / "m.onnx", {"onnx::MatMul_9": table}, [("MatMul", "onnx::MatMul_9")])
     assert _audit(path) == (table.size, [])
+
+
+def test_gathered_lookup_counts_the_table(tmp_path: Path) -> None:
+    """Swin through the dynamo exporter: the bias table gathered by its relative_position_index
+    buffer, folded into [1, h, N, N] (the table itself gone): the table's (2W-1)^2 * h parameters."""
+    table = _table(9, 4)
+    signature = {"attn.relative_position_bias_table": "PARAMETER", "attn.relative_position_index": "BUFFER"}
+    path = _dynamo_model(tmp_path / "m.onnx", {"index_put": _gathered(table, 2)},
+                         {"index_put": ["attn.relative_position_bias_table", "attn.relative_position_index"]},
+                         signature)
+    total, notes = _audit(path)
+    assert total == table.size
+    assert "index_put (looked up in attn.relative_position_bias_table) [1, 4, 4, 4] gathered: 36 parameters" in notes[0]
