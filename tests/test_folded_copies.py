@@ -322,3 +322,114 @@ def test_gathered_lookup_counts_the_table(tmp_path: Path) -> None:
     total, notes = _audit(path)
     assert total == table.size
     assert "index_put (looked up in attn.relative_position_bias_table) [1, 4, 4, 4] gathered: 36 parameters" in notes[0]
+
+
+def _score_bias_model(path: Path, bias: np.ndarray, *, name: str = "onnx::Reshape_9", layout: str = "rows",
+                      heads: int = 2, softmax: bool = True) -> Path:
+    """Scores q·kᵀ [1, h, N, N] plus a stored bias moved into that layout, then a Softmax (or, without
+    ``softmax``, a MatMul: no scores). ``layout``: "rows" [N·N, h] (Reshape to [N, N, h], Transpose,
+    Unsqueeze: TorchScript's fold of Swin's table[index.view(-1)]), "cube" [N, N, h] (Transpose,
+    Unsqueeze), "heads" [h, N, N] (Unsqueeze)."""
+    n = int(round((bias.size // heads) ** 0.5))
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"])]
+    inits = [numpy_helper.from_array(bias, name), numpy_helper.from_array(np.array([0], np.int64), "axes0")]
+    moved = name
+    if layout == "rows":
+        inits.append(numpy_helper.from_array(np.array([n, n, heads], np.int64), "cube_shape"))
+        nodes.append(helper.make_node("Reshape", [moved, "cube_shape"], ["cube"]))
+        moved = "cube"
+    if layout in ("rows", "cube"):
+        nodes.append(helper.make_node("Transpose", [moved, ], ["per_head"], perm=[2, 0, 1]))
+        moved = "per_head"
+    nodes += [helper.make_node("Unsqueeze", [moved, "axes0"], ["bias4"]),
+              helper.make_node("Add", ["scores", "bias4"], ["biased"]),
+              helper.make_node("Softmax", ["biased"], ["y"], axis=-1) if softmax
+              else helper.make_node("MatMul", ["biased", "q"], ["y"])]
+    four = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, heads, n, 8]) for x in ("q", "k")]
+    graph = helper.make_graph(nodes, "g", four, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=inits)
+    save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="pytorch"), str(path))
+    return path
+
+
+def _gathered_rows(table: np.ndarray, window: int) -> np.ndarray:
+    """Swin's table[index.view(-1)]: [N·N, h], its rows the table's, repeated (row 0 and row N+1
+    are both the i-j=0 offset)."""
+    return _gathered(table, window)[0].transpose(1, 2, 0).reshape(-1, table.shape[1]).copy()
+
+
+def test_gathered_rows_added_to_the_scores_count_the_table(tmp_path: Path) -> None:
+    """TorchScript folds Swin's table[relative_position_index.view(-1)] into [N·N, h] (or [N, N, h]),
+    moved into [1, h, N, N] and added to the scores: the table's distinct rows, (2W-1)^2 * h, whatever
+    the layout. Its first two rows differ (no zero, no [N, N] slices): only its place before the
+    Softmax lets it be read whole."""
+    table = _table(9, 2)
+    rows = _gathered_rows(table, 2)
+    assert rows.shape == (16, 2) and not np.array_equal(rows[0], rows[1])
+    path = _score_bias_model(tmp_path / "rows.onnx", rows)
+    total, notes = _audit(path)
+    assert total == table.size
+    assert "onnx::Reshape_9 [16, 2] repeated: 18 parameters (its distinct slices)" in notes[0]
+    cube = rows.reshape(4, 4, 2)
+    total, notes = _audit(_score_bias_model(tmp_path / "cube.onnx", cube, name="onnx::Transpose_9", layout="cube"))
+    assert total == table.size
+    assert "onnx::Transpose_9 [4, 4, 2] gathered rows: 18 parameters (its distinct rows)" in notes[0]
+    path = _score_bias_model(tmp_path / "src.onnx", rows)  # with the table stored too: counted there
+    graph = load_onnx(path)
+    with StoredValues(path, graph.weights) as reader:
+        assert find_copies(graph.weights, reader) == {}  # nothing says the graph adds it to the scores
+        found = find_copies(graph.weights, reader, graph.nodes)
+    assert found["onnx::Reshape_9"].params == table.size
+
+
+def test_gathered_rows_with_the_table_stored_count_once(tmp_path: Path) -> None:
+    table = _table(9, 2)
+    cube = _gathered_rows(table, 2).reshape(4, 4, 2)
+    path = _score_bias_model(tmp_path / "m.onnx", cube, name="onnx::Transpose_9", layout="cube")
+    import onnx
+
+    model = onnx.load(str(path))  # the table itself, stored under its module path and added to x
+    model.graph.initializer.append(numpy_helper.from_array(table, "attn.relative_position_bias_table"))
+    model.graph.input.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, None))
+    model.graph.node.append(helper.make_node("Add", ["x", "attn.relative_position_bias_table"], ["z"]))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    save_model(model, str(path))
+    total, notes = _audit(path)
+    assert total == table.size
+    assert "onnx::Transpose_9 [4, 4, 2] = attn.relative_position_bias_table [9, 2] gathered rows" in notes[0]
+
+
+@pytest.mark.parametrize("layout", ["rows", "cube", "heads"])
+def test_learned_score_bias_of_distinct_rows_stays_whole(tmp_path: Path, layout: str) -> None:
+    """A learned bias added to the scores whose rows are all its own ([N·N, h], [N, N, h], [h, N, N]):
+    every element a parameter."""
+    shape = {"rows": (16, 2), "cube": (4, 4, 2), "heads": (2, 4, 4)}[layout]
+    bias = _table(*shape)
+    assert _audit(_score_bias_model(tmp_path / "m.onnx", bias, layout=layout)) == (bias.size, [])
+
+
+def test_gathered_rows_not_added_to_scores_are_not_read(tmp_path: Path) -> None:
+    """The same [N·N, h] values multiplied in, not added before a Softmax: no candidate table, nothing read
+    whole (the cost bound), every element counted as stored."""
+    rows = _gathered_rows(_table(9, 2), 2)
+    path = _score_bias_model(tmp_path / "m.onnx", rows, softmax=False)
+    graph = load_onnx(path)
+    with StoredValues(path, graph.weights) as reader:
+        assert find_copies(graph.weights, reader, graph.nodes) == {}
+    assert _audit(path) == (rows.size, [])
+
+
+def test_masks_added_to_the_scores_are_no_tables(tmp_path: Path) -> None:
+    """Masks before the Softmax, in the layouts of a bias, read whole: a causal -inf mask and a two-valued
+    padding mask repeated over its rows and the heads stay what they were (no copy of a parameter)."""
+    causal = np.triu(np.full((4, 4), -np.inf, np.float32), 1)
+    causal_rows = np.repeat(causal[..., None], 2, axis=2).reshape(16, 2)
+    padding = np.where(np.arange(4) % 3 == 0, -1e4, 0.0).astype(np.float32)
+    padding_cube = np.broadcast_to(padding[None, :, None], (4, 4, 2)).copy()
+    for i, (bias, layout) in enumerate([(causal_rows, "rows"), (padding_cube, "cube"),
+                                        (padding_cube.transpose(2, 0, 1).copy(), "heads")]):
+        path = _score_bias_model(tmp_path / f"m{i}.onnx", bias, layout=layout)
+        graph = load_onnx(path)
+        with StoredValues(path, graph.weights) as reader:
+            assert find_copies(graph.weights, reader, graph.nodes) == {}, layout

@@ -304,16 +304,20 @@ def _swin(shift: bool) -> fm.SwinWindowBlock:
 def test_window_attention_heads(tmp_path: Path, shift: bool, axes: str, exporter: str) -> None:
     """Swin-style window partition (padded to whole windows, shifted with its mask added through a 5-D
     view of the scores) around an attention with a relative position bias table: the heads, head
-    size and projections of the window attention."""
+    size and projections of the window attention. The model holds the module's parameters: the bias
+    table, folded into a stored tensor gathered by its index (TorchScript: [N·N, h] rows, reshaped and
+    permuted before it is added to the scores; dynamo: [1, h, N, N]), counts its (2W-1)² x h."""
     model = _swin(shift)
     path = fm.export(model, (torch.randn(2, 7, 9, 32),), str(tmp_path / "m.onnx"), dynamo=EXPORTERS[exporter],
                      dynamic=SWIN_AXES[axes])
     if path is None:
         pytest.skip(f"the {exporter} exporter cannot export it")
-    b = _only_block(audit(path))
+    report = audit(path)
+    b = _only_block(report)
     qkv, proj = model.attn.qkv, model.attn.proj
     assert (b.kind, b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model) == ("self", 4, 4, 8, 8, 32)
     assert b.params.total == fm.own_params(qkv) + fm.own_params(proj)
+    assert report.model.total_params == fm.own_params(model)
 
 
 @pytest.mark.slow  # many seconds: a model exported or fuzzed (-m 'not slow' leaves it out)

@@ -23,6 +23,11 @@ The graph says nothing of this (the copy's producer is gone), so it is decided b
   values; slices repeated along an axis (an expand) keep the distinct ones. When a stored
   parameter holds exactly those values, the table is a copy of it (counted there); else the table
   holds them as its own parameters;
+- a small tensor the graph adds to attention scores (``added_to_scores``: moved by view ops to an
+  Add before a Softmax) is read whole as a table, whatever its shape or first elements: a gathered
+  relative-position table in any layout ([N·N, h] from TorchScript's fold of
+  ``table[index.view(-1)]``, [N, N, h]) holds its repeated slices once, else its distinct rows
+  along the axis that keeps the fewest (three values at least, finite: masks stay masks);
 - a lookup (the dynamo exporter says it folded the tensor from one parameter and index buffers: a
   position table gathered by its position_ids) holds what its values show: a gathered pattern's
   distinct values, its distinct slices, else each element once; up to ``SMALL`` elements read
@@ -41,8 +46,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from itertools import permutations
 from typing import Protocol
 
+from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS
 from mhainspect.ir.dtypes import is_float
-from mhainspect.ir.graph import FoldedCopy, ModelGraph, Tensor
+from mhainspect.ir.graph import FoldedCopy, ModelGraph, Node, Tensor
 
 SAMPLE = 32  # positions compared before a copy is believed
 SMALL = 1 << 16  # elements: a tensor read whole (tables, tiny weights; never a large model's weights)
@@ -56,7 +62,16 @@ _MAX_PERMUTATIONS = 24
 _FLOAT_FORMATS = {"float32": "<f", "float16": "<e", "float64": "<d"}
 _MIN_TABLE_VALUES = 3  # distinct values per head of a gathered table: a mask has two
 _WHAT = {"padded": "its inner part", "gathered": "its distinct values", "repeated": "its distinct slices",
-         "looked up": "each element once"}
+         "gathered rows": "its distinct rows", "looked up": "each element once"}
+# Ops that move a stored table's values without computing with them, on its way to the scores (a
+# gathered relative-position table reshaped, permuted, broadcast over the batch, sliced).
+_LAYOUT_OPS = VALUE_PRESERVING_OPS | {"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Expand", "Tile",
+                                      "Slice"}
+# Ops between a sum of scores and a bias and the Softmax over the scores: more terms added (a mask),
+# a scale, views of the scores (Swin's 5-D view that adds the shifted windows' mask).
+_SCORE_OPS = _LAYOUT_OPS | {"Add", "Sub", "Mul", "Div", "Where"}
+_SOFTMAX_OPS = {"Softmax", "LogSoftmax"}
+_MAX_SCORE_HOPS = 12  # ops from a stored table to the Softmax it is added before
 
 
 class ValueReader(Protocol):
@@ -98,17 +113,20 @@ def copy_candidates(weights: Mapping[str, Tensor]) -> tuple[list[str], list[str]
     return copies, sources
 
 
-def find_copies(weights: Mapping[str, Tensor], reader: ValueReader) -> dict[str, FoldedCopy]:
-    """Copy name -> FoldedCopy for every stored tensor its values show to be a view of a parameter."""
+def find_copies(weights: Mapping[str, Tensor], reader: ValueReader,
+                nodes: Sequence[Node] = ()) -> dict[str, FoldedCopy]:
+    """Copy name -> FoldedCopy for every stored tensor its values show to be a view of a parameter
+    (``nodes``: the graph's, to tell which small tensors it adds to attention scores)."""
     copies, sources = copy_candidates(weights)
     if not copies:
         return {}
     found = _permuted_copies(weights, copies, sources, reader)
-    tables = [c for c in copies if c not in found and weights[c].numel <= SMALL
-              and (is_lookup(weights[c]) or _may_be_table(weights[c], reader))]
+    small = [c for c in copies if c not in found and weights[c].numel <= SMALL]
+    biases = added_to_scores(nodes, [c for c in small if not is_lookup(weights[c])]) if small else frozenset()
+    tables = [c for c in small if is_lookup(weights[c]) or c in biases or _may_be_table(weights[c], reader)]
     small_sources = [s for s in sources if weights[s].numel <= SMALL]
     for c in tables:
-        hit = _table_copy(weights, c, small_sources, reader)
+        hit = _table_copy(weights, c, small_sources, reader, c in biases)
         if hit is not None:
             found[c] = hit
     for c in copies:  # larger lookups: their repeated slices by sample
@@ -140,6 +158,47 @@ def _may_be_table(t: Tensor, reader: ValueReader) -> bool:
         first = reader.elements(t.name, bases)
         if first is not None and first == reader.elements(t.name, [b + stride for b in bases]):
             return True
+    return False
+
+
+def added_to_scores(nodes: Sequence[Node], names: Sequence[str]) -> frozenset[str]:
+    """The tensors among ``names`` that the graph adds to attention scores: through ops that only move
+    their values (_LAYOUT_OPS) to an Add whose sum reaches a Softmax through more terms, scales and
+    views of the scores (_SCORE_OPS). Such a tensor is a score bias, a table a small one may be read
+    whole as (its values decide how many of its elements are parameters). One pass over ``nodes``
+    to index their consumers, and only when ``names`` is not empty."""
+    if not names or not nodes:
+        return frozenset()
+    consumers: dict[str, list[Node]] = {}
+    for n in nodes:
+        for x in n.inputs:
+            if x:
+                consumers.setdefault(x, []).append(n)
+    return frozenset(name for name in names if _reaches_scores(name, consumers))
+
+
+def _reaches_scores(name: str, consumers: Mapping[str, list[Node]]) -> bool:
+    """Whether ``name`` reaches a Softmax, moved by _LAYOUT_OPS (as the data input) to an Add, then
+    through _SCORE_OPS (module doc of ``added_to_scores``)."""
+    level: list[tuple[str, bool]] = [(name, False)]  # (value, already added into a sum)
+    seen = set(level)
+    for _ in range(_MAX_SCORE_HOPS):
+        nxt: list[tuple[str, bool]] = []
+        for value, summed in level:
+            for n in consumers.get(value, ()):
+                if summed and n.op in _SOFTMAX_OPS:
+                    return True
+                if summed:  # the scores in any operand (a scale's Mul, a mask's Where)
+                    passes = n.op in _SCORE_OPS
+                else:  # the table as the data a view moves, or as one term of a sum
+                    passes = n.op == "Add" or (n.op in _LAYOUT_OPS and n.inputs[0] == value)
+                out = (n.outputs[0], summed or n.op == "Add") if passes and n.outputs else None
+                if out is not None and out[0] and out not in seen:
+                    seen.add(out)
+                    nxt.append(out)
+        if not nxt:
+            return False
+        level = nxt
     return False
 
 
@@ -274,7 +333,7 @@ def _shown(t: Tensor) -> str:
 # -- small tables: padded, gathered ---------------------------------------------------------------
 
 def _table_copy(weights: Mapping[str, Tensor], name: str, sources: list[str],
-                reader: ValueReader) -> FoldedCopy | None:
+                reader: ValueReader, score_bias: bool = False) -> FoldedCopy | None:
     t = weights[name]
     shape = t.shape
     vals = reader.whole(name)
@@ -288,6 +347,9 @@ def _table_copy(weights: Mapping[str, Tensor], name: str, sources: list[str],
     if own is None:
         own = _repeated_slices(t.dtype, shape, vals, is_lookup(t))
         view = "repeated"
+    if own is None and score_bias:  # added to the scores: a table gathered into any layout
+        own = _distinct_rows(t.dtype, shape, vals)
+        view = "gathered rows"
     if own is None and is_lookup(t):
         own, view = vals, "looked up"  # every element once: the lookup kept each entry once
     if own is None or (len(own) >= t.numel and not is_lookup(t)):
@@ -416,6 +478,31 @@ def _repeated_slices(dtype: str, shape: tuple[int, ...], vals: list[bytes], look
     if not lookup and (len(distinct) < _MIN_TABLE_VALUES or not _finite(dtype, distinct)):
         return None
     return kept
+
+
+def _distinct_rows(dtype: str, shape: tuple[int, ...], vals: list[bytes]) -> list[bytes] | None:
+    """The elements of the distinct rows along the axis that keeps the fewest, a row being the vector
+    of elements along that axis at one position of the others: a table's rows gathered by a constant
+    index, in any layout ([N·N, h], [N, N, h], [h, N, N]: its rows run along the heads' axis); None
+    when no axis has a repeated row, or what is kept looks like a mask (fewer than three values, an
+    infinity)."""
+    strides = _strides(shape)
+    best: list[bytes] | None = None
+    for dim, stride in zip(shape, strides):
+        if dim < 2:
+            continue
+        rows: dict[tuple[bytes, ...], None] = {}
+        for p in range(len(vals) // dim):
+            base = (p // stride) * stride * dim + p % stride
+            rows.setdefault(tuple(vals[base:base + stride * dim:stride]), None)
+        if len(rows) * dim < (len(best) if best is not None else len(vals)):
+            best = [v for row in rows for v in row]
+    if best is None:
+        return None
+    distinct = list(set(best))
+    if len(distinct) < _MIN_TABLE_VALUES or not _finite(dtype, distinct):
+        return None
+    return best
 
 
 def _sampled_lookup(t: Tensor, reader: ValueReader) -> FoldedCopy | None:

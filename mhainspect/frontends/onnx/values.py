@@ -225,7 +225,7 @@ def with_folded_copies(path: str | os.PathLike[str], graph: ModelGraph) -> Model
     locations = {t.location for t in graph.weights.values() if t.location is not None}
     inside = frozenset(loc for loc in locations if external_location_escapes(model_dir, loc) is None)
     with StoredValues(path, graph.weights, inside) as reader:
-        found = find_copies(graph.weights, reader)
+        found = find_copies(graph.weights, reader, graph.nodes)
     if not found:
         return graph
     return dataclasses.replace(graph, folded=found)
