@@ -304,9 +304,10 @@ def _swin(shift: bool) -> fm.SwinWindowBlock:
 def test_window_attention_heads(tmp_path: Path, shift: bool, axes: str, exporter: str) -> None:
     """Swin-style window partition (padded to whole windows, shifted with its mask added through a 5-D
     view of the scores) around an attention with a relative position bias table: the heads, head
-    size and projections of the window attention. The model holds the module's parameters: the bias
-    table, folded into a stored tensor gathered by its index (TorchScript: [N·N, h] rows, reshaped and
-    permuted before it is added to the scores; dynamo: [1, h, N, N]), counts its (2W-1)² x h."""
+    size and projections of the window attention. The bias table, folded into a stored tensor gathered
+    by its index (TorchScript: [N·N, h] rows, reshaped and permuted before it is added to the scores;
+    dynamo: [1, h, N, N]), is the block's extra with its (2W-1)² x h, and the model holds the module's
+    parameters."""
     model = _swin(shift)
     path = fm.export(model, (torch.randn(2, 7, 9, 32),), str(tmp_path / "m.onnx"), dynamo=EXPORTERS[exporter],
                      dynamic=SWIN_AXES[axes])
@@ -317,6 +318,7 @@ def test_window_attention_heads(tmp_path: Path, shift: bool, axes: str, exporter
     qkv, proj = model.attn.qkv, model.attn.proj
     assert (b.kind, b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model) == ("self", 4, 4, 8, 8, 32)
     assert b.params.total == fm.own_params(qkv) + fm.own_params(proj)
+    assert _numbers(b) == _truth(model.truth())
     assert report.model.total_params == fm.own_params(model)
 
 

@@ -624,6 +624,12 @@ def _collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, 
                                            f"{table.tensor.name} {list(table.shape)} added at {node.name}"))
             elif index.is_activation(x):
                 _collect_tables(index, b, x, f"added to the scores at {node.name}")
+            elif (folded := _folded_table(index, x)) is not None and folded.name not in b.extras:
+                held = held_params(index.graph, folded)  # what its values show it holds
+                b.extras[folded.name] = held
+                b.evidence.append(Evidence("extra", held, EvidenceSource.WEIGHT_SHAPE, f"score bias table "
+                                           f"{folded.name} {list(folded.shape)} (folded with its index) "
+                                           f"added at {node.name}"))
     for role in ("k", "v"):
         r = b.roles.get(role)
         if r is None or r.traced is None:
@@ -680,6 +686,23 @@ def _collect_tables(index: GraphIndex, b: BlockBuilder, start: str, where: str) 
             if x and x not in seen and index.is_activation(x):
                 seen.add(x)
                 stack.append(x)
+
+
+def _folded_table(index: GraphIndex, name: str) -> Tensor | None:
+    """The stored tensor ``name`` is a view of (through ops that only move its entries) when its values
+    showed it to be a table the exporter folded with its index (``graph.folded``: Swin's bias gathered
+    into [N·N, h] or [1, h, N, N]); None for any other stored tensor (a mask is no table of the block)."""
+    folded = index.graph.folded
+    if not folded:
+        return None
+    for _ in range(_MAX_SIDE_NODES):
+        if name in folded:
+            return index.graph.weights.get(name)
+        node = index.producer.get(name)
+        if node is None or node.op not in _TABLE_VIEW_OPS or not node.inputs or not node.inputs[0]:
+            return None
+        name = node.inputs[0]
+    return None
 
 
 def _viewed_table(index: GraphIndex, name: str) -> Tensor | None:
