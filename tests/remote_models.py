@@ -211,3 +211,29 @@ def onnx_floor(path: Path) -> tuple[int, int]:
             spans += 1
         end = max(end, b)
     return spans, kept
+
+
+def copy_check_floor(path: Path) -> tuple[int, int]:
+    """(spans, bytes) a copy check (mhainspect.ir.copies) of the ONNX file ``path`` reads locally:
+    what reading the same values by ranges may add to a remote walk (docs/remote.md): a range a
+    span at most, each span rounded out to whole blocks of its payload (BLOCK; a span may straddle
+    two) and joined with blocks up to MERGE_GAP away."""
+    from mhainspect.frontends.onnx.loader import load_onnx
+    from mhainspect.frontends.onnx.ranged_values import BLOCK, MERGE_GAP
+    from mhainspect.frontends.onnx.values import StoredValues, folded_by
+
+    graph = load_onnx(path)
+    locations = frozenset(t.location for t in graph.weights.values() if t.location is not None)
+    spans = nbytes = 0
+
+    class Counting(StoredValues):
+        def _fetch(self, name: str, source: object, wanted: list[tuple[int, int]],
+                   payload: tuple[int, int]) -> list[bytes] | None:
+            nonlocal spans, nbytes
+            spans += len(wanted)
+            nbytes += sum(n + 2 * BLOCK + MERGE_GAP for _, n in wanted)
+            return super()._fetch(name, source, wanted, payload)
+
+    with Counting(path, graph.weights, locations) as reader:
+        folded_by(graph, reader)
+    return spans, nbytes

@@ -1,4 +1,4 @@
-"""The stored values of a few named tensors of a local ONNX file, read element by element.
+"""The stored values of a few named tensors of an ONNX file, read element by element.
 
 Only ``mhainspect.ir.copies`` asks, and only for the tensors a candidate pair names (a stored
 tensor that may be an exporter-made copy of a parameter): a run with no candidate reads nothing
@@ -11,6 +11,10 @@ two tensors of one dtype needs no decoding.
   and its graph's initializers walked by their protobuf headers (payloads skipped by length) once,
   on the first request; only the pages of the elements asked for are touched.
 
+``ElementValues`` turns positions into byte spans; ``StoredValues`` reads them from a local file
+(below), ``mhainspect.frontends.onnx.ranged_values.RangedValues`` by ranged requests from a remote
+one: the copy rules do not know where the bytes come from.
+
 Anything unreadable (a missing data file, a typed field this does not decode, a truncated file)
 answers None: the caller then decides nothing from values.
 """
@@ -20,11 +24,19 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol, overload
 
-from mhainspect.frontends.onnx.wire import GRAPH_INITIALIZER, MODEL_GRAPH, TENSOR_DATA_FIELDS, WIRE_LEN, _fields
-from mhainspect.ir.copies import copy_candidates, find_copies, is_lookup
+from mhainspect.frontends.onnx.wire import (
+    GRAPH_INITIALIZER,
+    MODEL_GRAPH,
+    TENSOR_DATA_FIELDS,
+    WIRE_LEN,
+    _skip_scalar,
+    _varint,
+)
+from mhainspect.ir.copies import ValueReader, copy_candidates, find_copies, is_lookup
 from mhainspect.ir.dtypes import is_float, lookup
 from mhainspect.ir.graph import FoldedCopy, ModelGraph, Tensor
 from mhainspect.results import ReportWarning, WarningCode
@@ -32,36 +44,27 @@ from mhainspect.results import ReportWarning, WarningCode
 _TENSOR_NAME = 8
 _PACKED_FIELDS = {TENSOR_DATA_FIELDS["raw_data"], TENSOR_DATA_FIELDS["float_data"], TENSOR_DATA_FIELDS["double_data"]}
 _MAX_OPEN_FILES = 16  # external data files kept open at once
-_Reader = Callable[[int, int], "bytes | None"]  # read(offset, length)
 
 
-class StoredValues:
-    """Element bytes of the initializers of one local ONNX file (module doc); a context manager
+class ElementValues:
+    """Element bytes of stored tensors, wherever their bytes are: ``elements`` and ``whole`` turn
+    positions into byte spans of the tensor's payload and ask ``_fetch`` for all of them at once (a
+    local file reads them one by one; a remote one fetches them in parallel ranges). The copy rules
+    (``mhainspect.ir.copies.ValueReader``) see only ``elements`` and ``whole``. A context manager
     that closes what it opened."""
 
-    def __init__(self, path: str | os.PathLike[str], weights: Mapping[str, Tensor],
-                 inside_folder: frozenset[str] = frozenset()) -> None:
-        self.path = Path(path)
+    def __init__(self, weights: Mapping[str, Tensor]) -> None:
         self.weights = weights
-        self.inside = inside_folder  # external locations checked to stay inside the model folder
-        self.reads = 0  # os.pread / mapped-page reads made, for tests and measurements
-        self._spans: dict[str, tuple[int, int]] | None = None  # inline: name -> (offset, length) in the file
-        self._map: mmap.mmap | None = None
-        self._files: dict[str, int] = {}
+        self.reads = 0  # spans read (os.pread, mapped slices, ranges asked for), for tests and measurements
 
-    def __enter__(self) -> StoredValues:
+    def __enter__(self) -> ElementValues:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        for fd in self._files.values():
-            os.close(fd)
-        self._files.clear()
-        if self._map is not None:
-            self._map.close()
-            self._map = None
+        """Release what reading opened (nothing by default)."""
 
     def itemsize(self, name: str) -> int | None:
         t = self.weights.get(name)
@@ -73,59 +76,104 @@ class StoredValues:
     def elements(self, name: str, positions: Sequence[int]) -> list[bytes] | None:
         """The bytes of the elements at flat ``positions`` of ``name``; None when unreadable."""
         size = self.itemsize(name)
-        where = self._where(name)
+        where = self._where(name) if size is not None else None
         if size is None or where is None:
             return None
-        read, base, length = where
-        out: list[bytes] = []
+        source, base, length = where
+        spans: list[tuple[int, int]] = []
         for p in positions:
             at = p * size
             if at < 0 or at + size > length:
                 return None
-            chunk = read(base + at, size)
-            if chunk is None or len(chunk) != size:
-                return None
-            out.append(chunk)
-        return out
+            spans.append((base + at, size))
+        return self._fetch(name, source, spans, (base, base + length))
 
     def whole(self, name: str) -> list[bytes] | None:
         """The bytes of every element of ``name``, in flat order; None when unreadable."""
         size = self.itemsize(name)
-        where = self._where(name)
+        where = self._where(name) if size is not None else None
         t = self.weights.get(name)
         if size is None or where is None or t is None:
             return None
-        read, base, length = where
+        source, base, length = where
         n = t.numel * size
         if n > length:
             return None
-        blob = read(base, n)
-        if blob is None or len(blob) != n:
+        got = self._fetch(name, source, [(base, n)], (base, base + length))
+        if got is None:
             return None
+        blob = got[0]
         return [blob[i:i + size] for i in range(0, n, size)]
+
+    def _where(self, name: str) -> tuple[object, int, int] | None:
+        """(where the bytes are, offset of the payload there, payload length) of ``name``."""
+        raise NotImplementedError
+
+    def _fetch(self, name: str, source: object, spans: list[tuple[int, int]],
+               payload: tuple[int, int]) -> list[bytes] | None:
+        """The bytes of each (offset, length) span of ``source`` (``payload``: where the tensor's
+        bytes start and end there); None when any is unreadable."""
+        raise NotImplementedError
+
+
+class StoredValues(ElementValues):
+    """Element bytes of the initializers of one local ONNX file (module doc)."""
+
+    def __init__(self, path: str | os.PathLike[str], weights: Mapping[str, Tensor],
+                 inside_folder: frozenset[str] = frozenset()) -> None:
+        super().__init__(weights)
+        self.path = Path(path)
+        self.inside = inside_folder  # external locations checked to stay inside the model folder
+        self._spans: dict[str, tuple[int, int]] | None = None  # inline: name -> (offset, length) in the file
+        self._map: mmap.mmap | None = None
+        self._files: dict[str, int] = {}
+
+    def close(self) -> None:
+        for fd in self._files.values():
+            os.close(fd)
+        self._files.clear()
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+    def _fetch(self, name: str, source: object, spans: list[tuple[int, int]],
+               payload: tuple[int, int]) -> list[bytes] | None:
+        out: list[bytes] = []
+        for at, n in spans:
+            self.reads += 1
+            try:
+                if isinstance(source, int):
+                    chunk = os.pread(source, n, at)
+                elif self._map is not None:
+                    chunk = self._map[at:at + n]
+                else:
+                    return None
+            except OSError:
+                return None
+            if len(chunk) != n:
+                return None
+            out.append(chunk)
+        return out
 
     # -- where a tensor's bytes are -------------------------------------------------------------
 
-    def _where(self, name: str) -> tuple[_Reader, int, int] | None:
+    def _where(self, name: str) -> tuple[object, int, int] | None:
+        """(the file descriptor of its data file, or None for the mapped model file; offset; length)."""
         t = self.weights.get(name)
         if t is None or t.is_constant_node:
             return None
         if t.location is not None:
             return self._external(t)
-        spans = self._inline_spans()
-        span = spans.get(name)
+        span = self._inline_spans().get(name)
         if span is None or self._map is None:
             return None
-        return self._read_mapped, span[0], span[1]
+        return None, span[0], span[1]
 
-    def _external(self, t: Tensor) -> tuple[_Reader, int, int] | None:
+    def _external(self, t: Tensor) -> tuple[object, int, int] | None:
         location = t.location
-        if location is None or location not in self.inside:
+        offset = external_offset(t)
+        if location is None or location not in self.inside or offset is None:
             return None
-        parts = t.storage_key.rsplit(":", 2)
-        if len(parts) != 3 or not parts[1].isdigit():
-            return None
-        offset = int(parts[1])
         fd = self._files.get(location)
         if fd is None:
             if len(self._files) >= _MAX_OPEN_FILES:
@@ -135,20 +183,7 @@ class StoredValues:
             except OSError:
                 return None
             self._files[location] = fd
-        length = t.external_length if t.external_length is not None else 1 << 62
-
-        def read(at: int, n: int) -> bytes | None:
-            self.reads += 1
-            try:
-                return os.pread(fd, n, at)
-            except OSError:
-                return None
-
-        return read, offset, length
-
-    def _read_mapped(self, at: int, n: int) -> bytes | None:
-        self.reads += 1
-        return self._map[at:at + n] if self._map is not None else None
+        return fd, offset, external_length(t)
 
     def _inline_spans(self) -> dict[str, tuple[int, int]]:
         """Name -> (offset, length) of the data of each inline initializer of the main graph."""
@@ -158,55 +193,80 @@ class StoredValues:
         try:
             with open(self.path, "rb") as fh:
                 self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            self._spans = _initializer_spans(self._map)
+            view = memoryview(self._map)
+            try:
+                self._spans = initializer_spans(view)
+            finally:
+                view.release()
         except (OSError, ValueError, IndexError):
             self._spans = {}
         return self._spans
 
 
-def _initializer_spans(buf: mmap.mmap) -> dict[str, tuple[int, int]]:
-    view = memoryview(buf)
-    try:
-        out: dict[str, tuple[int, int]] = {}
-        for num, wire, start, end in _fields(view):  # type: ignore[arg-type]
-            if num != MODEL_GRAPH or wire != WIRE_LEN:
-                continue
-            body = _body_start(view, start)
-            for gnum, gwire, gstart, gend in _fields(view[body:end]):  # type: ignore[arg-type]
-                if gnum != GRAPH_INITIALIZER or gwire != WIRE_LEN:
-                    continue
-                tbody = body + _body_start(view[body:end], gstart)
-                name, data = _tensor_name_and_data(view, tbody, body + gend)
-                if name is not None and data is not None:
-                    out[name] = data
-        return out
-    finally:
-        view.release()
+def external_offset(t: Tensor) -> int | None:
+    """Where an external tensor's data starts in its data file (its storage key holds it)."""
+    parts = t.storage_key.rsplit(":", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
 
 
-def _body_start(view: memoryview, start: int) -> int:
-    """Where the value of the length-delimited field at ``start`` begins."""
-    pos = start
-    while view[pos] & 0x80:
-        pos += 1
-    pos += 1  # past the key
-    while view[pos] & 0x80:
-        pos += 1
-    return pos + 1  # past the length
+def external_length(t: Tensor) -> int:
+    """An external tensor's data length (unbounded when the model does not say: reads stop at the
+    file's end)."""
+    return t.external_length if t.external_length is not None else 1 << 62
 
 
-def _tensor_name_and_data(view: memoryview, start: int, end: int) -> tuple[str | None, tuple[int, int] | None]:
-    name: str | None = None
-    data: tuple[int, int] | None = None
-    for num, wire, fstart, fend in _fields(view[start:end]):  # type: ignore[arg-type]
-        if wire != WIRE_LEN:
+class Indexable(Protocol):
+    """A file's bytes by position: a memoryview of a mapped file, or a remote file's sparse view."""
+
+    def __len__(self) -> int: ...
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> bytes: ...
+
+
+def initializer_spans(buf: memoryview | Indexable) -> dict[str, tuple[int, int]]:
+    """Name -> (offset, length) of the data of each initializer of the main graph of the serialized
+    model ``buf``. Only keys, lengths and names are read: payloads are skipped by their lengths (a
+    remote file's walk has fetched every byte this touches)."""
+    out: dict[str, tuple[int, int]] = {}
+    for num, wire, body, end in _fields_at(buf, 0, len(buf)):
+        if num != MODEL_GRAPH or wire != WIRE_LEN:
             continue
-        body = start + _body_start(view[start:end], fstart)
-        if num == _TENSOR_NAME:
-            name = bytes(view[body:start + fend]).decode("utf-8", "replace")
-        elif num in _PACKED_FIELDS:
-            data = (body, start + fend - body)
-    return name, data
+        for gnum, gwire, tbody, tend in _fields_at(buf, body, end):
+            if gnum != GRAPH_INITIALIZER or gwire != WIRE_LEN:
+                continue
+            name: str | None = None
+            data: tuple[int, int] | None = None
+            for fnum, fwire, fbody, fend in _fields_at(buf, tbody, tend):
+                if fwire != WIRE_LEN:
+                    continue
+                if fnum == _TENSOR_NAME:
+                    name = bytes(buf[fbody:fend]).decode("utf-8", "replace")
+                elif fnum in _PACKED_FIELDS:
+                    data = (fbody, fend - fbody)
+            if name is not None and data is not None:
+                out[name] = data
+    return out
+
+
+def _fields_at(buf: memoryview | Indexable, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, where its value starts, where it ends) of each field of the message
+    buf[pos:end], by positions (no slice of the message is taken)."""
+    while pos < end:
+        key, pos = _varint(buf, pos)  # type: ignore[arg-type]
+        wire = key & 7
+        if wire == WIRE_LEN:
+            length, pos = _varint(buf, pos)  # type: ignore[arg-type]
+            body, pos = pos, pos + length
+        else:
+            body = pos
+            pos = _skip_scalar(buf, pos, wire)  # type: ignore[arg-type]
+        if pos > end:
+            raise ValueError("truncated field")
+        yield key >> 3, wire, body, pos
 
 
 _MAX_COPIES_LISTED = 4
@@ -225,7 +285,13 @@ def with_folded_copies(path: str | os.PathLike[str], graph: ModelGraph) -> Model
     locations = {t.location for t in graph.weights.values() if t.location is not None}
     inside = frozenset(loc for loc in locations if external_location_escapes(model_dir, loc) is None)
     with StoredValues(path, graph.weights, inside) as reader:
-        found = find_copies(graph.weights, reader, graph.nodes)
+        return folded_by(graph, reader)
+
+
+def folded_by(graph: ModelGraph, reader: ValueReader) -> ModelGraph:
+    """``graph`` with the copies ``reader``'s values show marked in ``folded`` (itself when none):
+    where the bytes come from (a local file, ranged reads of a remote one) is the reader's concern."""
+    found = find_copies(graph.weights, reader, graph.nodes)
     if not found:
         return graph
     return dataclasses.replace(graph, folded=found)

@@ -218,6 +218,16 @@ class SparseView:
     def holds(self, pos: int) -> bool:
         return pos >= self._len or self._locate(pos) is not None
 
+    def holds_span(self, start: int, end: int) -> bool:
+        """Whether every byte of [start, end) is held (or past the end of the file)."""
+        pos = start
+        while pos < min(end, self._len):
+            run = self._locate(pos)
+            if run is None:
+                return False
+            pos = run.end
+        return True
+
     def seed(self, start: int, data: bytes) -> None:
         """Bytes already fetched (the first range, the tail that told the size) become a held span."""
         if data and self._locate(start) is None:

@@ -10,7 +10,8 @@ of the same bytes would be: a remote report equals the local report but for the 
   parallel (the shards the folder's names suggest are read while the index is fetched; those the
   index names besides are read after it);
 - GGUF: the header of each part of a split model, in parallel;
-- ONNX: the graph with every large tensor payload skipped (external data is never read);
+- ONNX: the graph with every large tensor payload skipped; external data is read only where a copy
+  check asks for a few elements (``onnx.ranged_values``), never whole;
 - a folder of several models: ``remote_models(spec)`` lists them (the CLI audits each);
   ``remote_result`` refuses it with the list.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from fnmatch import fnmatchcase
@@ -331,17 +333,28 @@ def _gguf_result(tree: Tree, path: str, display: str, blob: Blob) -> SourceResul
 def _onnx_result(tree: Tree, path: str, display: str, blob: Blob) -> SourceResult:
     from mhainspect.frontends.onnx.frontend import external_data_warnings, graph_result
     from mhainspect.frontends.onnx.loader import load_onnx_bytes
-    from mhainspect.frontends.onnx.wire import remote_model_bytes
+    from mhainspect.frontends.onnx.ranged_values import plain_location, remote_folded_copies
+    from mhainspect.frontends.onnx.wire import remote_model_view
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         config_job = pool.submit(_config, tree, beside(path, "config.json"), False)
-        data = remote_model_bytes(blob)
+        data, view = remote_model_view(blob)
         config = config_job.result()
+
+    def data_file(location: str) -> Blob | None:
+        """An external data file beside the model (never one the folder's listing does not hold)."""
+        where = beside(path, posixpath.normpath(location.replace("\\", "/")))
+        if not plain_location(location) or (tree.complete and where not in tree.files()):
+            return None
+        return tree.blob(where)
+
     try:
         graph = load_onnx_bytes(data, display)
         escaping = external_data_warnings(display, graph)
         if escaping:
             graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
+        # Copies of parameters decided by values, as locally: read by ranges, only where a candidate is.
+        graph = remote_folded_copies(graph, view, data_file)
         return graph_result(graph, path=display, fmt="onnx", config=config,
                             config_label="config.json beside the model" if config is not None else "")
     except InputError as exc:
