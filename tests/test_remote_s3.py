@@ -54,6 +54,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     (base / "multi" / "onnx").mkdir(parents=True)
     onnx.save(_onnx_model(), base / "multi" / "onnx" / "model.onnx")
     Decoder().write(base / "multi" / "model.gguf")
+    _tied_copy(base / "copies")
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -72,6 +73,16 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
         fsspec.config.conf.clear()
         fsspec.config.conf.update(saved)
         server.stop()
+
+
+def _tied_copy(folder: Path) -> None:
+    """A tied embedding [2048, 40] and its transposed copy (onnx::MatMul_7), in external data."""
+    from test_folded_copies import _model, _table
+
+    folder.mkdir()
+    emb = _table(2048, 40)
+    _model(folder / "model.onnx", {"model.embed_tokens.weight": emb, "onnx::MatMul_7": emb.T.copy()},
+           [("Gather", "model.embed_tokens.weight"), ("MatMul", "onnx::MatMul_7")], external=True)
 
 
 @pytest.fixture
@@ -128,3 +139,22 @@ def test_s3_missing(s3: tuple[str, Path]) -> None:
         audit(f"s3://{BUCKET}/multi/nope.gguf")
     with pytest.raises(InputError, match="nothing there|not found"):
         audit(f"s3://{BUCKET}/no-such-prefix/")
+
+
+def test_s3_copy_decided_by_ranges_of_the_data_file(s3: tuple[str, Path], requests_log: _RequestLog) -> None:
+    """The transposed copy is recognised by its values, read from the data file in a few ranges (its
+    first and last elements, a sample of each tensor), never whole: the report is the local one."""
+    from mhainspect.ir.copies import SAMPLE
+
+    _, base = s3
+    local = report_json(base / "copies" / "model.onnx", base=str(base))
+    assert "onnx::MatMul_7 [40, 2048] = model.embed_tokens.weight [2048, 40] transposed" in local
+    remote = report_json(f"s3://{BUCKET}/copies/model.onnx", base=f"s3://{BUCKET}")
+    assert remote == local
+    data = (base / "copies" / "weights.bin").stat().st_size
+    model = (base / "copies" / "model.onnx").stat().st_size
+    # the listing, the model, config.json beside it (absent: not asked), the values
+    print(f"s3 copy: {store.counters.requests} requests {store.counters.bytes:,} B (model {model:,} B, data {data:,} B)")
+    assert store.counters.requests <= 2 + 2 * (2 + SAMPLE)
+    assert store.counters.bytes <= model + 64 * 1024 + 2 * (2 + SAMPLE) * 64  # a few bytes a range
+    assert store.counters.bytes < data // 4
