@@ -49,6 +49,11 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Decoder().write(multi / "model-Q8_0.gguf")
     Decoder(layers=3).write(multi / "model-F16.gguf")
     (multi / "README.md").write_text("several models")
+    from test_remote_s3 import _tied_copy
+
+    _tied_copy(base / "copies")  # a transposed tied embedding in external data (weights.bin)
+    (base / "copies_nodata").mkdir()
+    shutil.copy(base / "copies" / "model.onnx", base / "copies_nodata" / "model.onnx")  # its data file left out
     return base
 
 
@@ -72,7 +77,8 @@ def servers(folders: Path, tmp_path: Path, env: Path, monkeypatch: pytest.Monkey
              "org/moe": Repo(folders / "moe"),
              "org/noindex": Repo(folders / "noindex"),
              "org/gated": Repo(folders / "gated", gated=True, token=TOKEN),
-             "org/private": Repo(folders / "private", private=True, token=TOKEN)}
+             "org/private": Repo(folders / "private", private=True, token=TOKEN),
+             "org/copies": Repo(folders / "copies"), "org/copies_nodata": Repo(folders / "copies_nodata")}
     with hub(tmp_path, repos) as (api, storage):
         monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
         yield api, storage
@@ -294,3 +300,22 @@ def test_cli_hub_errors_print_no_token(servers: tuple[HubServer, FileServer], en
     paths = [m["model"]["path"] for m in json.loads(ok.stdout)["models"]]
     assert paths == ["hf://org/multi/model-F16.gguf", "hf://org/multi/model-Q8_0.gguf",
                      "hf://org/multi/onnx/model.onnx", "hf://org/multi/onnx/model_small.onnx"]
+
+
+def test_copy_decided_from_the_repos_data_file(folders: Path, servers: tuple[HubServer, FileServer]) -> None:
+    """The data file beside the model is resolved like any file of the repo (a redirect, then ranges
+    at the storage host), read at a few elements; a repo whose listing lacks it is never asked for
+    it, and its report is the local one without the data file (the copy counts as stored)."""
+    from mhainspect.ir.copies import SAMPLE
+
+    api, storage = servers
+    local = report_json(folders / "copies" / "model.onnx", base=str(folders / "copies"))
+    assert "= model.embed_tokens.weight [2048, 40] transposed" in local
+    assert report_json("hf://org/copies/model.onnx", base="hf://org/copies") == local
+    ((requests, sent),) = [v for k, v in storage.log.by_path.items() if k.startswith("/org/copies/weights.bin")]
+    assert requests <= 2 * (2 + SAMPLE) and sent < (folders / "copies" / "weights.bin").stat().st_size // 100
+    local = report_json(folders / "copies_nodata" / "model.onnx", base=str(folders / "copies_nodata"))
+    assert "exporter-made copies" not in local
+    api.log.reset()
+    assert report_json("hf://org/copies_nodata/model.onnx", base="hf://org/copies_nodata") == local
+    assert not [p for p in api.log.by_path if "weights.bin" in p]
