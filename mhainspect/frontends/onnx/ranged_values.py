@@ -126,6 +126,10 @@ class RangedValues(ElementValues):
                                 for a, b in missing)])
         self.reads += len(missing)
         try:
+            if source is not self.model and not source.fetched and len(missing) > 1:
+                # A data file's first range alone: a Hub file answers it with a redirect to its storage,
+                # which the ranges after it then use (in parallel, each would be redirected).
+                source.fetch_spans(missing[:1])
             source.fetch_spans(missing)
             return [source[at:at + n] for at, n in spans]
         except InputError:
