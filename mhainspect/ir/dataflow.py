@@ -168,11 +168,26 @@ def _kahn(graph: ModelGraph, producer: dict[str, int]) -> list[Node]:
 _BROADCAST_OPS = frozenset({"Expand", "Tile"})
 
 
-def _learned_tokens(graph: ModelGraph, inputs: Sequence[str]) -> bool:
-    """Whether ``inputs[0]`` is a stored float parameter of rank >= 2 (not a Constant node's value)."""
+# The same tokens in a static-shape export: the broadcast to a batch of one folded away, the
+# parameter stored as a batch of token sequences ([1, N, d], [N, 1, d]: SigLIP's probe repeated and
+# transposed into ``transpose_5``) and projected by a weight. A weight is a matrix; a stored tensor
+# of rank 3 or more that a MatMul applies a weight to is the tokens themselves.
+_MIN_FOLDED_TOKENS_RANK = 3
+
+
+def _learned_tokens(graph: ModelGraph, inputs: Sequence[str], min_rank: int = 2) -> bool:
+    """Whether ``inputs[0]`` is a stored float parameter of rank >= ``min_rank`` (not a Constant node's value)."""
     t = graph.weights.get(inputs[0]) if inputs else None
-    return t is not None and not t.is_constant_node and len(t.shape) >= 2 and t.may_be_parameter \
+    return t is not None and not t.is_constant_node and len(t.shape) >= min_rank and t.may_be_parameter \
         and is_float(t.dtype)
+
+
+def _projected_tokens(graph: ModelGraph, inputs: Sequence[str], act: set[str]) -> bool:
+    """Whether a MatMul's ``inputs`` apply a stored weight (no value of the run) to learned tokens
+    folded into a stored batch (``_MIN_FOLDED_TOKENS_RANK``): the tokens are then a value of the
+    run, as a broadcast's output is."""
+    return len(inputs) == 2 and inputs[1] not in act \
+        and _learned_tokens(graph, inputs, _MIN_FOLDED_TOKENS_RANK)
 
 
 class GraphIndex:
@@ -223,6 +238,8 @@ class GraphIndex:
                     producer[o] = n
             # Activations: anything computed from a graph input, except through shape-only inputs.
             op = n.op
+            if op == "MatMul" and _projected_tokens(graph, inputs, act):
+                act.add(inputs[0])  # the tokens are a value of the run, so is their projection
             if op not in shape_ops:
                 limit = first_only.get(op)
                 if limit is None:
