@@ -483,3 +483,28 @@ def test_sparse_view_never_fetches_twice() -> None:
     for (a, n), (b, _m) in zip(spans, spans[1:]):
         assert a + n <= b  # no byte fetched twice
     assert np.sum([n for _a, n in calls]) < 2 * 100_000
+
+
+def test_payload_offsets_come_from_the_walk_at_no_request(tmp_path: Path) -> None:
+    """Where each inline payload lies is read from the headers the walk fetched: the same spans as
+    the local file's, and not a byte more fetched."""
+    import mmap
+
+    from remote_models import write_sparse_onnx
+
+    from mhainspect.frontends.onnx.values import initializer_spans
+    from mhainspect.frontends.onnx.wire import remote_model_view
+    path = tmp_path / "model.onnx"
+    write_sparse_onnx(path, layers=3, d=256, heads=4)
+    with FileServer(tmp_path) as s:
+        blob = http.HttpBlob(s.url("model.onnx"), name="model.onnx", basename="model.onnx")
+        _data, view = remote_model_view(blob)
+        fetched, requests = view.fetched, s.log.requests
+        remote = initializer_spans(view)
+        assert view.fetched == fetched and s.log.requests == requests
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view_local = memoryview(mm)
+        local = initializer_spans(view_local)
+        view_local.release()
+    assert remote == local and len(local) > 3 * 4
+    assert fetched < path.stat().st_size // 100  # the payloads were skipped, yet their places are known

@@ -81,13 +81,10 @@ class RangedValues(ElementValues):
         return None if span is None else (self.model, span[0], span[1])
 
     def _inline_spans(self) -> dict[str, tuple[int, int]]:
-        if self._spans is None:
-            before = self.model.fetched
+        if self._spans is None:  # from the headers the walk holds (a byte it did not hold is fetched)
             try:
                 self._spans = initializer_spans(self.model)
             except (ValueError, IndexError, InputError):
-                self._spans = {}
-            if self.model.fetched != before:  # the walk held every header: a fetch here is a bug
                 self._spans = {}
         return self._spans
 
