@@ -213,3 +213,29 @@ def test_sampled_lookup_reads_ahead(tmp_path: Path) -> None:
     print(f"sampled lookup: {requests} requests {sent:,} B (file {size:,} B); floor {spans} spans {kept:,} B")
     assert requests - spans <= 2 * EXACT_CALLS + 16  # not 3,040 calls' worth
     assert sent <= size  # nothing fetched twice
+
+
+def test_many_permutations_stay_exact(tmp_path: Path) -> None:
+    """A large candidate with equal dims is sampled through each permutation they allow (24 for
+    [24, 24, 24, 24]): however many reads, each stays a few ranges of a few bytes, no read-ahead
+    over the tensor (1.3 MB each)."""
+    import numpy as np
+    from test_folded_copies import _model, _table
+
+    from mhainspect.ir.copies import SAMPLE
+
+    source = _table(24, 24, 24, 24)
+    copy = np.ascontiguousarray(source.transpose(3, 2, 0, 1))
+    copy.flat[1:-1] *= 1.5  # the same dims and corners, other values: every permutation is tried, none holds
+    path = _model(tmp_path / "m.onnx", {"blocks.0.weight": source, "onnx::Add_3": copy},
+                  [("Add", "blocks.0.weight"), ("Add", "onnx::Add_3")])
+    local = report_json(path, base=str(tmp_path))
+    with FileServer(tmp_path) as s:
+        remote = report_json(s.url("m.onnx"), base=s.url(""))
+        requests, sent = s.log.by_path["/m.onnx"]
+    assert remote == local
+    spans, kept = onnx_floor(path)
+    print(f"24 permutations: {requests} requests {sent:,} B; floor {spans} spans {kept:,} B")
+    assert requests - spans > 24  # each permutation sampled
+    assert requests - spans <= 2 + 24 * 2 * SAMPLE
+    assert sent <= 1.5 * kept + 64 * KIB + (requests - spans) * 256  # a few elements a range: no read-ahead

@@ -14,9 +14,9 @@ What one call asks for is fetched at once, in parallel ranges (``parallel.in_par
 each element its own range, elements closer than ``MERGE_GAP`` bytes in one. Of a small tensor (at
 most ``copies.SMALL`` elements, which the rules probe at clustered positions: its first slices along
 each axis) a range is whole blocks of its payload (``BLOCK`` bytes): the next elements asked for
-are often held then. A tensor asked more than ``EXACT_CALLS`` times (a table sampled slice by slice)
-is walked with a read-ahead that doubles per range (within its payload): its requests grow with
-the logarithm of the bytes walked, not with the calls.
+are often held then. A tensor asked more than ``EXACT_CALLS`` times for a few elements at a time (a
+table sampled slice by slice) is walked with a read-ahead that doubles per range (within its
+payload): its requests grow with the logarithm of the bytes walked, not with the calls.
 
 Nothing is read unless the copy rules ask (``mhainspect.ir.copies``: only where a candidate exists):
 a file without candidates costs what its walk costs. A failed request (a server error, a data file
@@ -47,7 +47,10 @@ from mhainspect.ir.graph import ModelGraph, Tensor
 # a range is whole blocks of the payload (counted from its start), cut at its end.
 MERGE_GAP = 4 * 1024
 BLOCK = 4 * 1024
-# Calls on one tensor answered exactly; past them, each missing span starts a read-ahead window.
+# Calls on one tensor answered exactly; past them, a call of at most WALK_ELEMENTS elements (a slice's
+# sample, one of many along an axis) starts a read-ahead window at each missing span (a sample of many
+# spread elements, another permutation tried, stays exact: a window each would fetch the tensor).
+WALK_ELEMENTS = 4
 EXACT_CALLS = 16
 _FIRST_WINDOW = 64 * 1024
 _MAX_WINDOW = 8 * 1024 * 1024
@@ -112,7 +115,7 @@ class RangedValues(ElementValues):
         calls = self._calls[name] = self._calls.get(name, 0) + 1
         start, limit = payload
         missing = [s for s in _merged(spans) if not source.holds_span(*s)]
-        if calls > EXACT_CALLS:  # a walk over the tensor: read ahead (within it), doubling
+        if calls > EXACT_CALLS and len(spans) <= WALK_ELEMENTS:  # a walk over the tensor: read ahead, doubling
             window = self._window.get(name, _FIRST_WINDOW)
             missing = [(a, max(b, min(a + window, limit))) for a, b in missing]
             if missing:
