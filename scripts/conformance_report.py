@@ -394,7 +394,8 @@ def render(manifest: dict[str, Any], rows: list[Row], truths: dict[tuple[str, st
     w("The models are the conformance zoo of `tests/conformance/zoo.py`: transformers BERT, GPT-2, LLaMA "
       "(grouped-query, 8 query / 2 KV heads), T5 and ViT, each with eager and SDPA attention; "
       "`torch.nn.MultiheadAttention` variants, a module calling `F.scaled_dot_product_attention`, the "
-      "Annotated Transformer (h = 8 and h = 1); and controls without attention (MLP, LSTM, ResNet, "
+      "Annotated Transformer (h = 8 and h = 1); projections written as 1×1 convolutions (a VITS-style "
+      "text encoder with Conv1d kernel 1 and relative-position tables, a VAE-style Conv2d 1×1 block); and controls without attention (MLP, LSTM, ResNet, "
       "an MLP ending in a softmax). Each is exported with TorchScript at opset 17 and with the dynamo "
       "exporter at opsets 18 and 23, all with small configs and random weights. The ground truth (heads, "
       "KV heads, d_k, d_v, d_model, Q/K/V/O parameter counts per block) is read from the torch modules.")
