@@ -60,6 +60,10 @@ class Tensor(NamedTuple):
         return math.prod(self.shape)
 
 
+# The attributes of a node that has none: one shared, read-only mapping (most nodes of an export).
+NO_ATTRS: Mapping[str, AttrValue] = MappingProxyType({})
+
+
 class Node(NamedTuple):
     """One operator: ONNX op names, also for graphs lowered from torch."""
 
@@ -67,7 +71,7 @@ class Node(NamedTuple):
     op: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    attrs: Mapping[str, AttrValue] = MappingProxyType({})  # shared, read-only: no attributes
+    attrs: Mapping[str, AttrValue] = NO_ATTRS
     scope: str = ""
     domain: str = ""
 

@@ -30,7 +30,7 @@ import contextlib
 import math
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from itertools import chain
 from operator import attrgetter
@@ -50,7 +50,7 @@ from mhainspect.frontends.onnx.wire import (
     read_bytes,
 )
 from mhainspect.ir.dtypes import ONNX_FLOAT_CODES, ONNX_INTEGER_CODES, onnx_name
-from mhainspect.ir.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.ir.graph import NO_ATTRS, AttrValue, ModelGraph, Node, Tensor, ValueInfo
 
 # Values of integer constants up to this many elements are read (shape arithmetic).
 _MAX_INT_VALUE_ELEMENTS = MAX_INT_VALUE_ELEMENTS
@@ -291,7 +291,8 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
     builder.check_dangling()
     producer = " ".join(x for x in (model.producer_name, model.producer_version) if x)
     signature = next((p.value for p in graph.metadata_props if p.key.endswith("ExportedProgram.graph_signature")), "")
-    weights = apply_provenance(builder.weights, value_metadata, signature, model.producer_name)
+    # No producer name: the builder gave every Constant-node tensor its kind as it made it.
+    weights = apply_provenance(builder.weights, value_metadata, signature)
     return ModelGraph(
         source=source,
         kind="onnx",
@@ -539,6 +540,7 @@ def scope_from_node_name(name: str) -> str:
 
 _CONSTANT_CACHE_MAX_BYTES = 4096  # larger Constant values are decoded each time, never kept
 _INPUTS = attrgetter("inputs")
+_NO_SUBGRAPHS: tuple[Any, ...] = ()
 _OUTPUTS = attrgetter("outputs")
 
 
@@ -627,9 +629,10 @@ class _GraphBuilder:
             if rename:
                 outputs = tuple([rename.get(o, o) for o in outputs])
             if op_type == "Constant" and len(outputs) == 1 and domain in ("", "ai.onnx"):
-                tensor = self._constant(node.attribute, outputs[0])
+                out = outputs[0]
+                tensor = self._constant(node.attribute, out)
                 if tensor is not None:
-                    self.weights[outputs[0]] = tensor  # check_dangling adds every weight name to known_names
+                    self.weights[out] = tensor  # check_dangling adds every weight name to known_names
                     continue
             self._add_node(node, op_type, domain, outputs, prefix, depth)
 
@@ -670,8 +673,10 @@ class _GraphBuilder:
         for i, g in enumerate(subgraphs):
             self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
 
-    def _attributes(self, attributes: Any) -> tuple[dict[str, AttrValue], list[Any]]:
+    def _attributes(self, attributes: Any) -> tuple[Mapping[str, AttrValue], Sequence[Any]]:
         """A node's attribute values by name, and the subgraphs its attributes hold (in order)."""
+        if not attributes:  # most nodes (three in four on a Llama export): nothing to build
+            return NO_ATTRS, _NO_SUBGRAPHS
         attrs: dict[str, AttrValue] = {}
         subgraphs: list[Any] = []
         if self._attr_cls is not None:  # serialized attributes: each distinct one parsed once
