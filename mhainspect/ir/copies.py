@@ -85,7 +85,7 @@ class ValueReader(Protocol):
 def module_path(name: str) -> bool:
     """A name a model gives its parameter ("attn.temperature"), not one an exporter makes up for a value
     ("/attn/Constant_output_0", "onnx::Mul_12", "model/dense/Const:0", "val_7")."""
-    return "." in name and not any(c in name for c in "/:") and not name.startswith(".")
+    return "." in name and "/" not in name and ":" not in name and not name.startswith(".")
 
 
 def is_lookup(t: Tensor) -> bool:
@@ -104,7 +104,9 @@ def copy_candidates(weights: Mapping[str, Tensor]) -> tuple[list[str], list[str]
     copies: list[str] = []
     sources: list[str] = []
     for name, t in weights.items():
-        if not _stored_float(t):
+        # Constant-node values (thousands of one-element shape constants in a large export) first,
+        # without the call.
+        if t.is_constant_node or not _stored_float(t):
             continue
         if module_path(name) and t.origin is None:
             sources.append(name)

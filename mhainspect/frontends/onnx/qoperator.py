@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from operator import attrgetter
 
 from mhainspect.ir.graph import ModelGraph, Node
 
@@ -50,6 +51,7 @@ QLINEAR_OPS: dict[str, QLinearOp] = {
     "QLinearWhere": QLinearOp("Where", ((0, None, None), (1, 2, 3), (4, 5, 6)), (7, 8)),
 }
 _ATTRS_OF_THE_INTEGER_OP = frozenset({"opset", "channels_last"})  # QLinearSoftmax's opset, layout hints
+_QLINEAR_NAMES = frozenset(QLINEAR_OPS) | {"QLinearConcat"}  # every op _spec lowers
 
 
 def _concat(node: Node) -> QLinearOp:
@@ -101,9 +103,9 @@ def _lower(node: Node, spec: QLinearOp) -> list[Node]:
 
 def as_qdq(graph: ModelGraph) -> ModelGraph:
     """``graph`` with every QLinear op in QDQ form (the same graph when it has none)."""
-    specs = [_spec(n) for n in graph.nodes]
-    if not any(specs):
+    if _QLINEAR_NAMES.isdisjoint(map(attrgetter("op"), graph.nodes)):  # the usual case: one pass in C
         return graph
+    specs = [_spec(n) for n in graph.nodes]
     nodes: list[Node] = []
     for node, spec in zip(graph.nodes, specs):
         if spec is None or len(node.inputs) <= max(v for v, _, _ in spec.operands[:1]):

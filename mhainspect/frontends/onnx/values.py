@@ -313,7 +313,7 @@ def undecided_lookups_note(graph: ModelGraph) -> ReportWarning | None:
     """The warning for tensors folded from a parameter by index buffers that no values decided (a
     graph without its file, a data file missing, too large to sample): not counted, and why."""
     names = [n for n, t in graph.weights.items()
-             if is_lookup(t) and n not in graph.folded and is_float(t.dtype) and t.numel > 1]
+             if t.origin is not None and is_lookup(t) and n not in graph.folded and is_float(t.dtype) and t.numel > 1]
     if not names:
         return None
     shown = "; ".join(f"'{n}' {list(graph.weights[n].shape)} from {graph.weights[n].origin}"
