@@ -5,7 +5,9 @@ A static-shape dynamo export of SigLIP's pooling head (nn.MultiheadAttention fro
 the batch-first transpose fold into one stored tensor [1, 1, d] that the Q projection's MatMul reads.
 Those tokens are a value of the run as a broadcast probe is, so the head is a cross-attention block
 with its Q projection; a stored matrix times a weight (a factorized weight) and a stored tensor the
-exporter says is no parameter stay what they are.
+exporter says is no parameter stay what they are. The same holds for tokens that are the query
+themselves (Aimv2: folded with their head split and √scale, so the scale is unknown) and for tokens
+normalised before their projections (BLIP-2's Q-Former).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 from attention_graphs import Nodes, Weights, mha_nodes, model, shape_consts, value, weight
@@ -26,6 +29,7 @@ from mhainspect.results import Report
 
 D, HEADS = 16, 4
 _KIND_KEY = "pkg.torch.export.graph_signature.InputSpec.kind"
+_FOLDED_KEY = "pkg.onnxscript.optimizer.folded_from"
 
 
 def _pooling(probe_shape: tuple[int, ...], probe_kind: str | None = None) -> Report:
@@ -66,37 +70,122 @@ def test_a_stored_matrix_or_a_buffer_projected_is_no_query(shape: tuple[int, ...
     assert miss.code == "no_score_product", miss.reason
 
 
+def _unprojected_query(query_shape: tuple[int, ...], folded_from: str | None) -> Report:
+    """Aimv2's pooling head as a static export writes it: the class token is the query with no
+    projection, expanded, split into heads [1, h, 1, d_k] and multiplied by √scale, all folded into
+    one stored tensor; K/V projected from x [1, 6, D] and scaled by the other √scale."""
+    d_k = D // HEADS
+    g = Nodes()
+    w = Weights("head", D)
+    g.inits += [t for t in w.tensors() if ".k_proj." in t.name or ".v_proj." in t.name]
+    g.inits += shape_consts(HEADS, d_k) + [weight("query", *query_shape)]
+    g.inits.append(onnx.numpy_helper.from_array(np.array(d_k ** -0.25, dtype=np.float32), "k_scale"))
+    k = g.add("Add", [g.add("MatMul", ["x", "head.k_proj.weight"], "k_mm_out"), "head.k_proj.bias"], "k_out")
+    v = g.add("Add", [g.add("MatMul", ["x", "head.v_proj.weight"], "v_mm_out"), "head.v_proj.bias"], "v_out")
+    k_t = g.add("Transpose", [g.add("Reshape", [k, "split_heads"], "k_heads_out")], "k_t_out", perm=[0, 2, 3, 1])
+    k_t = g.add("Mul", [k_t, "k_scale"], "k_scaled_out")
+    v_h = g.add("Transpose", [g.add("Reshape", [v, "split_heads"], "v_heads_out")], "v_h_out", perm=[0, 2, 1, 3])
+    probs = g.add("Softmax", [g.add("MatMul", ["query", k_t], "scores_out")], "probs_out", axis=-1)
+    ctx = g.add("Transpose", [g.add("MatMul", [probs, v_h], "ctx_out")], "ctx_t_out", perm=[0, 2, 1, 3])
+    g.add("Reshape", [ctx, "merge_heads"], "y")
+    m = model(g.nodes, g.inits, [value("x", 1, 6, D)], [value("y", 1, 1, D)])
+    if folded_from is not None:
+        info = onnx.helper.make_tensor_value_info("query", onnx.TensorProto.FLOAT, list(query_shape))
+        info.metadata_props.add(key=_FOLDED_KEY, value=folded_from)
+        m.graph.value_info.append(info)
+        m.graph.metadata_props.add(key="pkg.torch.export.ExportedProgram.graph_signature",
+                                   value="\n# inputs\np_head_cls_token: PARAMETER target='head.cls_token'\n")
+    return audit_graph(model_to_graph(m, "pool.onnx"))
+
+
+def test_folded_query_tokens_without_a_projection_are_the_query() -> None:
+    """Q is the stored tokens themselves: a cross-attention block with K/V only, and its scale unknown,
+    since a factor on Q is inside the folded values (the graph shows only K's √scale)."""
+    report = _unprojected_query((1, HEADS, 1, D // HEADS), "['expand', 'head.cls_token', 'val_1', 'val_2']")
+    assert not report.misses, report.misses
+    (b,) = report.blocks
+    assert (b.kind, b.num_heads, b.d_k, b.d_v) == ("cross", HEADS, D // HEADS, D // HEADS)
+    assert (b.params.q, b.params.k, b.params.v, b.params.total) == (0, D * D + D, D * D + D, 2 * (D * D + D))
+    assert b.scale is None and not b.scale_known
+    assert any(e.field == "scale" and "folded from head.cls_token" in e.detail for e in b.evidence)
+
+
+def test_stored_keys_scored_by_the_input_stay_a_near_miss() -> None:
+    """The same product with a stored matrix on the query side (rank 2: a weight) is scores of the run
+    against a stored table, no attention."""
+    report = _unprojected_query((1, D // HEADS), None)
+    assert not report.blocks
+    (miss,) = report.misses
+    assert miss.code == "no_score_product", miss.reason
+
+
+def test_normalised_query_tokens_are_projected_to_self_attention() -> None:
+    """BLIP-2's Q-Former in a static export: the query tokens, expanded and folded into a stored
+    [1, N, D], go through a LayerNorm and then Q/K/V of one self-attention among themselves."""
+    g = Nodes()
+    w = Weights("qformer.attention", D)
+    g.inits += w.tensors() + shape_consts(HEADS, D // HEADS)
+    g.inits += [weight("expand", 1, 6, D), weight("qformer.layernorm.weight", D), weight("qformer.layernorm.bias", D)]
+    tokens = g.add("LayerNormalization", ["expand", "qformer.layernorm.weight", "qformer.layernorm.bias"], "norm_out",
+                   axis=-1)
+    x = g.add("Add", [tokens, "x"], "mixed_out")  # the run's input joins after the attention in the real model
+    mha_nodes(g, "qformer", tokens, "qformer.attention", HEADS, D // HEADS)
+    g.add("Add", [g.nodes[-1].output[0], x], "y")
+    report = audit_graph(model_to_graph(model(g.nodes, g.inits, [value("x", 1, 6, D)], [value("y", 1, 6, D)]),
+                                        "qformer.onnx"))
+    assert not report.misses, report.misses
+    (b,) = report.blocks
+    assert (b.kind, b.num_heads, b.d_k, b.params.total) == ("self", HEADS, D // HEADS, w.numel())
+
+
 # ----------------------------------------------------------------------------- a real export
 
 
-@pytest.mark.slow  # seconds: a transformers model exported (-m 'not slow' leaves it out)
-def test_siglip_static_dynamo_export_finds_the_pooling_head(tmp_path: Path) -> None:
+def _static_export(module: Any, inputs: tuple[Any, ...], path: Path) -> Report:
+    """``module`` exported by the dynamo exporter with static shapes (batch 1), audited."""
     torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    from tests.conformance.zoo import _eval, _hf_quiet, count_params
-
-    _hf_quiet()
-    torch.manual_seed(0)
-    cfg = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                          num_attention_heads=4, image_size=16, patch_size=4)
-    siglip = _eval(transformers.SiglipVisionModel(cfg))
 
     class Outputs(torch.nn.Module):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
-            self.model = siglip
+            self.model = module
 
-        def forward(self, pixels: Any) -> Any:
-            return self.model(pixels).to_tuple()
+        def forward(self, *args: Any) -> Any:
+            out = self.model(*args)
+            return out if isinstance(out, tuple) else out.to_tuple()
 
-    path = tmp_path / "siglip.onnx"
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(Outputs().eval(), (torch.randn(1, 3, 16, 16),), None, dynamo=True,
-                                    verbose=False, report=False, opset_version=18)
+        program = torch.onnx.export(Outputs().eval(), inputs, None, dynamo=True, verbose=False, report=False,
+                                    opset_version=18)
         program.save(str(path), external_data=False)
-    report = audit(str(path))
+    return audit(str(path))
+
+
+def _transformers() -> Any:
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from tests.conformance.zoo import _hf_quiet
+
+    _hf_quiet()
+    return transformers
+
+
+_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, image_size=16,
+               patch_size=4)
+
+
+@pytest.mark.slow  # seconds: a transformers model exported (-m 'not slow' leaves it out)
+def test_siglip_static_dynamo_export_finds_the_pooling_head(tmp_path: Path) -> None:
+    import torch
+
+    from tests.conformance.zoo import _eval, count_params
+
+    transformers = _transformers()
+    torch.manual_seed(0)
+    siglip = _eval(transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**_VISION)))
+    report = _static_export(siglip, (torch.randn(1, 3, 16, 16),), tmp_path / "siglip.onnx")
     attention = siglip.head.attention
     d = attention.embed_dim
     blocks = {b.name.removeprefix("model."): b for b in report.blocks}
@@ -108,3 +197,63 @@ def test_siglip_static_dynamo_export_finds_the_pooling_head(tmp_path: Path) -> N
     assert blocks["encoder.layers.0.self_attn"].kind == "self"
     assert report.model.total_params == count_params(siglip)
     assert not report.misses
+
+
+@pytest.mark.slow
+def test_aimv2_static_export_finds_the_pooling_head(tmp_path: Path) -> None:
+    """Aimv2's head attends from its class token with no Q projection: K/V only, the scale unknown
+    (half of it folded into the stored query)."""
+    import torch
+
+    from tests.conformance.zoo import _eval, count_params
+
+    transformers = _transformers()
+    torch.manual_seed(0)
+    aim = _eval(transformers.Aimv2VisionModel(transformers.Aimv2VisionConfig(**_VISION, use_head=True)))
+    report = _static_export(aim, (torch.randn(1, 3, 16, 16),), tmp_path / "aimv2.onnx")
+    assert not report.misses, report.misses
+    pool = next(b for b in report.blocks if b.name == "model.head")
+    head = aim.head
+    assert (pool.kind, pool.num_heads, pool.d_k) == ("cross", head.num_heads, head.hidden_size // head.num_heads)
+    assert (pool.params.q, pool.params.k + pool.params.v) == (0, count_params(head.k_proj) + count_params(head.v_proj))
+    assert pool.scale is None
+    assert report.model.total_params == count_params(aim)
+
+
+@pytest.mark.slow
+def test_qformer_static_export_finds_both_attentions(tmp_path: Path) -> None:
+    """BLIP-2's Q-Former: its query tokens (expanded, folded, normalised) attend to each other and to
+    the image features."""
+    import torch
+
+    from tests.conformance.zoo import _eval, count_params
+
+    transformers = _transformers()
+    torch.manual_seed(0)
+    config = transformers.Blip2QFormerConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                             num_attention_heads=4, encoder_hidden_size=24, vocab_size=100)
+
+    class QFormer(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.qformer = transformers.Blip2QFormerModel(config)
+            self.query_tokens = torch.nn.Parameter(torch.randn(1, 4, 32))
+
+        def forward(self, image: Any) -> Any:
+            tokens = self.query_tokens.expand(image.shape[0], -1, -1)
+            return self.qformer(query_embeds=tokens, encoder_hidden_states=image).to_tuple()
+
+    model = _eval(QFormer())
+    report = _static_export(model, (torch.randn(1, 6, 24),), tmp_path / "qformer.onnx")
+    assert not report.misses, report.misses
+    layer = model.qformer.encoder.layer[0]
+
+    def projections(block: Any) -> int:  # Q, K, V and O (the output LayerNorm is no projection)
+        a = block.attention
+        return sum(count_params(m) for m in (a.query, a.key, a.value, block.output.dense))
+
+    kinds = {b.name.removeprefix("model.qformer.encoder.layer.0."): (b.kind, b.num_heads, b.params.total)
+             for b in report.blocks}
+    assert kinds == {"attention": ("self", 4, projections(layer.attention)),
+                     "crossattention": ("cross", 4, projections(layer.crossattention))}
+    assert report.model.total_params == count_params(model)

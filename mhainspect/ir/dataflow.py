@@ -168,11 +168,15 @@ def _kahn(graph: ModelGraph, producer: dict[str, int]) -> list[Node]:
 _BROADCAST_OPS = frozenset({"Expand", "Tile"})
 
 
-# The same tokens in a static-shape export: the broadcast to a batch of one folded away, the
-# parameter stored as a batch of token sequences ([1, N, d], [N, 1, d]: SigLIP's probe repeated and
-# transposed into ``transpose_5``) and projected by a weight. A weight is a matrix; a stored tensor
-# of rank 3 or more that a MatMul applies a weight to is the tokens themselves.
+# The same tokens in a static-shape export: the broadcast to the batch folded away, the parameter
+# stored as a batch of token sequences ([1, N, d], [N, B, d]: SigLIP's probe repeated and transposed
+# into ``transpose_5``; Aimv2's class token expanded, split into heads and scaled, [1, h, 1, d_k];
+# BLIP-2's query tokens expanded, [B, N, d]) and read as data: the rows of a product (projected by a
+# weight, or scored against the run's keys as they are) or what a normalisation normalises. A
+# weight is a matrix, the second operand of its product; a stored tensor of rank 3 or more read so
+# is the tokens themselves.
 _MIN_FOLDED_TOKENS_RANK = 3
+_TOKEN_READERS = frozenset({"MatMul", "LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"})
 
 
 def _learned_tokens(graph: ModelGraph, inputs: Sequence[str], min_rank: int = 2) -> bool:
@@ -182,12 +186,11 @@ def _learned_tokens(graph: ModelGraph, inputs: Sequence[str], min_rank: int = 2)
         and is_float(t.dtype)
 
 
-def _projected_tokens(graph: ModelGraph, inputs: Sequence[str], act: set[str]) -> bool:
-    """Whether a MatMul's ``inputs`` apply a stored weight (no value of the run) to learned tokens
-    folded into a stored batch (``_MIN_FOLDED_TOKENS_RANK``): the tokens are then a value of the
-    run, as a broadcast's output is."""
-    return len(inputs) == 2 and inputs[1] not in act \
-        and _learned_tokens(graph, inputs, _MIN_FOLDED_TOKENS_RANK)
+def _take_folded_tokens(graph: ModelGraph, op: str, inputs: Sequence[str], act: set[str], tokens: set[str]) -> None:
+    """Folded learned tokens read by ``op`` (``_TOKEN_READERS``): a value of the run, as what they make."""
+    if op in _TOKEN_READERS and _learned_tokens(graph, inputs, _MIN_FOLDED_TOKENS_RANK):
+        act.add(inputs[0])
+        tokens.add(inputs[0])
 
 
 class GraphIndex:
@@ -196,6 +199,9 @@ class GraphIndex:
     producer: dict[str, Node]
     consumers: dict[str, list[tuple[Node, int]]]
     activations: set[str]
+    # Stored tensors that are learned tokens folded by a static-shape export (_MIN_FOLDED_TOKENS_RANK):
+    # values of the run, though stored.
+    tokens: set[str]
     shapes: ShapeEvaluator
 
     def __init__(self, graph: ModelGraph) -> None:
@@ -221,6 +227,7 @@ class GraphIndex:
         producer: dict[str, Node] = {}
         consumers: dict[str, list[tuple[Node, int]]] = {}
         act = {v.name for v in graph.inputs if v.name not in graph.weights}
+        tokens: set[str] = set()
         shape_ops, shape_inputs, first_only = _SHAPE_OPS, SHAPE_INPUTS, _VALUE_IN_FIRST_ONLY
         users_of = consumers.setdefault
         by_name: dict[str, Node] = {}
@@ -238,8 +245,7 @@ class GraphIndex:
                     producer[o] = n
             # Activations: anything computed from a graph input, except through shape-only inputs.
             op = n.op
-            if op == "MatMul" and _projected_tokens(graph, inputs, act):
-                act.add(inputs[0])  # the tokens are a value of the run, so is their projection
+            _take_folded_tokens(graph, op, inputs, act, tokens)
             if op not in shape_ops:
                 limit = first_only.get(op)
                 if limit is None:
@@ -260,10 +266,19 @@ class GraphIndex:
         self.producer = producer
         self.consumers = consumers
         self.activations = act
+        self.tokens = tokens
         return True
 
     def is_activation(self, name: str) -> bool:
         return name in self.activations
+
+    def is_run_value(self, name: str) -> bool:
+        """Whether ``name`` is a value of the run that is no weight: an activation not read from a
+        stored tensor, or one read from stored learned tokens (``tokens``)."""
+        if name not in self.activations:
+            return False
+        w = self.weight(name)
+        return w is None or w.tensor.name in self.tokens
 
     @cached_property
     def position(self) -> dict[int, int]:

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mhainspect.ir.copies import held_params
+from mhainspect.ir.copies import held_params, module_path
 from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS, GraphIndex, WeightRef, passes_value
 from mhainspect.ir.dtypes import is_float
 from mhainspect.ir.graph import Node, Tensor
@@ -196,8 +196,7 @@ def _find_score_product(index: GraphIndex, start: str) -> tuple[Node, tuple[Node
 
 
 def _two_activations(index: GraphIndex, node: Node) -> bool:
-    acts = [x for x in node.inputs[:2] if x and index.is_activation(x)]
-    return len(acts) == 2 and index.weight(node.inputs[0]) is None and index.weight(node.inputs[1]) is None
+    return len(node.inputs) >= 2 and all(x and index.is_run_value(x) for x in node.inputs[:2])
 
 
 def _find_value_product(index: GraphIndex, start: str) -> tuple[Node, str, bool] | None:
@@ -514,6 +513,17 @@ def _operand_chain(index: GraphIndex, tensor: str) -> tuple[Node, ...]:
     return tuple(reversed(chain))
 
 
+def _folded_tokens(index: GraphIndex, tensor: str) -> str | None:
+    """How to name ``tensor`` when it is learned tokens an exporter stored already computed (folded
+    from a parameter, or named by no module), read with no projection in between; None otherwise."""
+    if tensor not in index.tokens:
+        return None
+    t = index.graph.weights.get(tensor)
+    if t is None or (t.origin is None and module_path(t.name)):
+        return None
+    return f"the stored {t.name}, learned tokens the exporter folded" + (f" from {t.origin}" if t.origin else "")
+
+
 def _offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tuple[Node, ...],
                  q_in: str = "", k_in: str = "") -> None:
     """One scale from every factor between the projections and the Softmax: on Q, on K or Kᵀ, on the
@@ -551,6 +561,9 @@ def _offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tu
         else:
             path = _operand_chain(index, tensor) if tensor else ()
             prev = path[0].inputs[0] if path else ""
+            folded = _folded_tokens(index, prev or tensor)
+            if folded is not None:
+                unknown.append(f"{role.upper()} is {folded}: a factor on {role.upper()} would be inside its values")
         for node in path:
             if node.op in ("Mul", "Div"):
                 on = prev if prev in node.inputs else next((x for x in node.inputs if index.is_activation(x)), "")
