@@ -138,6 +138,69 @@ def test_normalised_query_tokens_are_projected_to_self_attention() -> None:
     assert (b.kind, b.num_heads, b.d_k, b.params.total) == ("self", HEADS, D // HEADS, w.numel())
 
 
+def _folded_query(concat: bool) -> Report:
+    """Idefics2's perceiver resampler as a static export writes it: the latents' Q computed at export
+    into one stored [1, h, N, d_k] the exporter says it folded from the latents, their norm's weight
+    and q_proj.weight (the latents are also stored, for K/V). ``concat``: the provenance lists two
+    biases beside a tensor with room for both (an LSTM's biases side by side): nothing folded away."""
+    d_k = D // HEADS
+    g = Nodes()
+    w = Weights("r.attn", D)
+    g.inits += [t for t in w.tensors() if ".q_proj." not in t.name] + shape_consts(HEADS, d_k)
+    g.inits += [weight("latents", 1, 4, D), weight("q_folded", 1, HEADS, 4, d_k)]
+    if concat:
+        g.inits.append(weight("val_9", 2 * D))
+    kv = g.add("Concat", ["x", "latents"], "kv_in_out", axis=1)
+    k_t = g.add("Transpose", [g.add("Reshape", [g.add("Add", [g.add("MatMul", [kv, "r.attn.k_proj.weight"], "k_mm_out"),
+                                                                  "r.attn.k_proj.bias"], "k_out"), "split_heads"],
+                                    "k_h_out")], "k_t_out", perm=[0, 2, 3, 1])
+    v = g.add("Transpose", [g.add("Reshape", [g.add("Add", [g.add("MatMul", [kv, "r.attn.v_proj.weight"], "v_mm_out"),
+                                                            "r.attn.v_proj.bias"], "v_out"), "split_heads"],
+                                  "v_h_out")], "v_t_out", perm=[0, 2, 1, 3])
+    probs = g.add("Softmax", [g.add("MatMul", ["q_folded", k_t], "scores_out")], "probs_out", axis=-1)
+    ctx = g.add("Transpose", [g.add("MatMul", [probs, v], "ctx_out")], "ctx_t_out", perm=[0, 2, 1, 3])
+    merged = g.add("Reshape", [ctx, "merge_heads"], "merged_out")
+    out = g.add("Add", [g.add("MatMul", [merged, "r.attn.o_proj.weight"], "o_mm_out"), "r.attn.o_proj.bias"], "o_out")
+    outputs = [value("y", 1, 4, D)]
+    g.add("Add", [out, "latents"], "y")
+    if concat:
+        g.add("Mul", ["val_9", "val_9"], "z")
+        outputs.append(value("z", 2 * D))
+    m = model(g.nodes, g.inits, [value("x", 1, 6, D)], outputs)
+    folded = {"latents": "['r.latents', 'expand', 'val_1']",
+              "q_folded": "['r.latents', 'r.norm.weight', 'r.attn.q_proj.weight', 'val_2']"}
+    if concat:
+        folded["val_9"] = "['lstm.bias_ih', 'lstm.bias_hh']"
+    for name, sources in folded.items():
+        t = next(i for i in g.inits if i.name == name)
+        info = onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, list(t.dims))
+        info.metadata_props.add(key=_FOLDED_KEY, value=sources)
+        m.graph.value_info.append(info)
+    params = ["r.latents", "r.norm.weight", "r.attn.q_proj.weight", "lstm.bias_ih", "lstm.bias_hh"]
+    m.graph.metadata_props.add(key="pkg.torch.export.ExportedProgram.graph_signature", value="\n# inputs\n" + "".join(
+        f"p_{n.replace('.', '_')}: PARAMETER target='{n}'\n" for n in params))
+    return audit_graph(model_to_graph(m, "resampler.onnx"))
+
+
+def test_a_query_computed_at_export_says_its_projection_is_folded_away() -> None:
+    report = _folded_query(concat=False)
+    assert not report.misses, report.misses
+    (b,) = report.blocks
+    assert (b.num_heads, b.d_k, b.params.q, b.params.k) == (HEADS, D // HEADS, 0, D * D + D)
+    (missing,) = [e for e in b.evidence if e.field == "q"]
+    assert "computed at export from r.attn.q_proj.weight, r.latents, r.norm.weight" in missing.detail
+    (note,) = [w for w in report.warnings if "held nowhere on their own" in w]
+    assert "r.attn.q_proj.weight (in q_folded); r.norm.weight (in q_folded)" in note
+    assert "r.latents" not in note  # held by the stored latents
+
+
+def test_parameters_side_by_side_are_not_folded_away() -> None:
+    """A tensor folded from two biases with room for both holds them: no warning for it."""
+    report = _folded_query(concat=True)
+    (note,) = [w for w in report.warnings if "held nowhere on their own" in w]
+    assert "lstm" not in note
+
+
 # ----------------------------------------------------------------------------- a real export
 
 

@@ -44,6 +44,9 @@ class Tensor(NamedTuple):
     location: str | None = None  # the external-data file holding its bytes (None: inside the model file)
     external_length: int | None = None  # bytes the external data file gives it (its 'length' entry), when stated
     mask_values: tuple[float, ...] | None = None
+    # The parameters the exporter folded this tensor from, when there are several (a Q projection
+    # computed at export: the learned tokens, a norm's weight, the projection's weight); () otherwise.
+    folded_params: tuple[str, ...] = ()
 
     @property
     def display_name(self) -> str:

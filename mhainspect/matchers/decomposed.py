@@ -101,7 +101,32 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
             _offer_path_evidence(index, b, role, r.traced)
     if b.roles["q"].traced is None:
         b.notes.append(f"Q at {score.name} does not trace back to a projection weight")
+    _offer_folded_projections(index, b)
     return b
+
+
+def _stored_behind(index: GraphIndex, tensor: str) -> Tensor | None:
+    """The stored tensor an attention input is read from, through layout and scaling nodes."""
+    path = _operand_chain(index, tensor)
+    source = path[0].inputs[0] if path else tensor
+    w = index.weight(source)
+    return None if w is None else w.tensor
+
+
+def _offer_folded_projections(index: GraphIndex, b: BlockBuilder) -> None:
+    """A role with no projection in the graph whose input the exporter computed from several
+    parameters (its provenance names them: learned tokens, a norm's weight, the projection's weight)
+    had its projection folded at export: not in the file, so not counted, said as missing."""
+    for role in ("q", "k", "v"):
+        r = b.roles[role]
+        if r.traced is not None or not r.tensor:
+            continue
+        t = _stored_behind(index, r.tensor)
+        if t is not None and t.folded_params:
+            b.evidence.append(Evidence(role, None, EvidenceSource.MISSING, (
+                f"{role.upper()} is the stored {t.name} {list(t.shape)}, computed at export from "
+                f"{', '.join(t.folded_params)} (the exporter's provenance): its projection is folded into "
+                "those values, not in the file, and not counted")))
 
 
 _MAX_NAMED = 3
@@ -521,7 +546,8 @@ def _folded_tokens(index: GraphIndex, tensor: str) -> str | None:
     t = index.graph.weights.get(tensor)
     if t is None or (t.origin is None and module_path(t.name)):
         return None
-    return f"the stored {t.name}, learned tokens the exporter folded" + (f" from {t.origin}" if t.origin else "")
+    sources = t.folded_params or ((t.origin,) if t.origin else ())
+    return f"the stored {t.name}, learned tokens the exporter folded" + (f" from {', '.join(sources)}" if sources else "")
 
 
 def _offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tuple[Node, ...],

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mhainspect.errors import ErrorKind, InputError
-from mhainspect.frontends.onnx.provenance import apply_provenance, constant_node_kind, string_list
+from mhainspect.frontends.onnx.provenance import apply_provenance, constant_node_kind, folded_away_note, string_list
 from mhainspect.frontends.onnx.wire import (
     FAST_PATH_ERRORS,
     MASK_TYPE_CODES,
@@ -293,6 +293,9 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
     signature = next((p.value for p in graph.metadata_props if p.key.endswith("ExportedProgram.graph_signature")), "")
     # No producer name: the builder gave every Constant-node tensor its kind as it made it.
     weights = apply_provenance(builder.weights, value_metadata, signature)
+    folded_away = folded_away_note(weights)
+    if folded_away is not None:
+        builder.warnings.append(folded_away)
     return ModelGraph(
         source=source,
         kind="onnx",

@@ -81,9 +81,13 @@ def constant_node_kind(producer_name: str) -> str | None:
     return "constant" if producer_name == _TORCH_PRODUCER else None
 
 
+def _folded_params(sources: tuple[str, ...], kinds: Mapping[str, str | None]) -> list[str]:
+    return sorted(s for s in sources if kinds.get(s) == "parameter")
+
+
 def _folded_kind(sources: tuple[str, ...], kinds: Mapping[str, str | None]) -> tuple[str, str | None, str]:
     """(kind, origin, storage) of a tensor the exporter's optimizer folded from ``sources``."""
-    params = sorted(s for s in sources if kinds.get(s) == "parameter")
+    params = _folded_params(sources, kinds)
     other_tensors = [s for s in sources if kinds.get(s) in ("buffer", "constant")]
     # Parameters reshaped, transposed or concatenated (with index/shape helpers only) are still
     # those parameters; anything folded from buffers (masks, rotary tables) is not.
@@ -122,7 +126,42 @@ def _with_provenance(t: Tensor, kind: str | None, props: Mapping[str, str], kind
     their kind, and a parameter's storage when it is one parameter transposed or reshaped."""
     origin = None
     storage_from = ""
+    params: list[str] = []
     if kind is None and _FOLDED_KEY in props:
-        kind, origin, storage_from = _folded_kind(_folded_from(props[_FOLDED_KEY]), kinds)
+        sources = _folded_from(props[_FOLDED_KEY])
+        kind, origin, storage_from = _folded_kind(sources, kinds)
+        params = _folded_params(sources, kinds)
     storage = f"param:{storage_from}" if storage_from else t.storage_key
-    return t._replace(kind=kind, origin=origin, storage_key=storage)
+    return t._replace(kind=kind, origin=origin, storage_key=storage,
+                      folded_params=tuple(params) if len(params) > 1 else ())
+
+
+def folded_away_note(weights: Mapping[str, Tensor]) -> str | None:
+    """A warning naming the parameters a file holds only inside values the exporter computed from
+    several parameters, none of them on its own (a Q projection's weight, folded with learned tokens
+    and a norm's weight into the stored Q): their sizes are not in the file, so the total leaves them
+    out and counts the computed values' elements instead. A value folded from several parameters may
+    also be them side by side (an LSTM's two biases concatenated); it is a computation only when it
+    has no room for the others: no more elements than one of its sources the file holds elsewhere.
+    None when there are none."""
+    combined = [t for t in weights.values() if t.folded_params]
+    if not combined:
+        return None
+    held: dict[str, int] = {}  # parameter -> the most elements a stored tensor holds of it
+    for t in weights.values():
+        for name in (t.name, t.origin, t.storage_key.removeprefix("param:") if "+" not in t.storage_key else None):
+            if name:
+                held[name] = max(held.get(name, 0), t.numel)
+    away: dict[str, list[str]] = {}
+    for t in combined:
+        if not any(held.get(name, 0) >= t.numel for name in t.folded_params):
+            continue  # room for every source: maybe them side by side
+        for name in t.folded_params:
+            if name not in held:
+                away.setdefault(name, []).append(t.name)
+    if not away:
+        return None
+    shown = "; ".join(f"{name} (in {', '.join(sorted(into))})" for name, into in sorted(away.items()))
+    return (f"parameters the exporter folded into values computed from several parameters, held nowhere on "
+            f"their own ({len(away)}): {shown}; their sizes are not in the file: the total leaves them out and "
+            "counts the computed values' elements")
