@@ -187,6 +187,9 @@ def test_a_query_computed_at_export_says_its_projection_is_folded_away() -> None
     assert not report.misses, report.misses
     (b,) = report.blocks
     assert (b.num_heads, b.d_k, b.params.q, b.params.k) == (HEADS, D // HEADS, 0, D * D + D)
+    # Q and K/V made of the same latents (the provenance of the stored Q and of the stored latents
+    # joined to the context): self, as the unfolded graph says.
+    assert b.kind == "self"
     (missing,) = [e for e in b.evidence if e.field == "q"]
     assert "computed at export from r.attn.q_proj.weight, r.latents, r.norm.weight" in missing.detail
     (note,) = [w for w in report.warnings if "held nowhere on their own" in w]

@@ -172,11 +172,13 @@ _BROADCAST_OPS = frozenset({"Expand", "Tile"})
 # stored as a batch of token sequences ([1, N, d], [N, B, d]: SigLIP's probe repeated and transposed
 # into ``transpose_5``; Aimv2's class token expanded, split into heads and scaled, [1, h, 1, d_k];
 # BLIP-2's query tokens expanded, [B, N, d]) and read as data: the rows of a product (projected by a
-# weight, or scored against the run's keys as they are) or what a normalisation normalises. A
+# weight, or scored against the run's keys as they are), what a normalisation normalises, or a part
+# of a Concat (Idefics2's latents joined to the context its K/V are projected from). A
 # weight is a matrix, the second operand of its product; a stored tensor of rank 3 or more read so
 # is the tokens themselves.
 _MIN_FOLDED_TOKENS_RANK = 3
-_TOKEN_READERS = frozenset({"MatMul", "LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"})
+_TOKEN_READERS = frozenset({"MatMul", "LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization",
+                            "Concat"})
 
 
 def _learned_tokens(graph: ModelGraph, inputs: Sequence[str], min_rank: int = 2) -> bool:
@@ -187,10 +189,14 @@ def _learned_tokens(graph: ModelGraph, inputs: Sequence[str], min_rank: int = 2)
 
 
 def _take_folded_tokens(graph: ModelGraph, op: str, inputs: Sequence[str], act: set[str], tokens: set[str]) -> None:
-    """Folded learned tokens read by ``op`` (``_TOKEN_READERS``): a value of the run, as what they make."""
-    if op in _TOKEN_READERS and _learned_tokens(graph, inputs, _MIN_FOLDED_TOKENS_RANK):
-        act.add(inputs[0])
-        tokens.add(inputs[0])
+    """Folded learned tokens read by ``op`` (``_TOKEN_READERS``: the first input, any part of a
+    Concat): a value of the run, as what they make."""
+    if op not in _TOKEN_READERS:
+        return
+    for j in range(len(inputs) if op == "Concat" else min(1, len(inputs))):
+        if _learned_tokens(graph, inputs[j:j + 1], _MIN_FOLDED_TOKENS_RANK):
+            act.add(inputs[j])
+            tokens.add(inputs[j])
 
 
 class GraphIndex:

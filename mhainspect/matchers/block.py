@@ -348,6 +348,15 @@ _ORIGIN_THROUGH = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Expand", "Ti
 _MAX_ORIGIN_NODES = 24
 
 
+def _folded_sources(index: GraphIndex, name: str) -> tuple[str, ...]:
+    """The parameters stored learned tokens were folded from (the exporter's provenance): two stored
+    values folded from the same latents are made of a common tensor, as their unfolded graphs are."""
+    t = index.graph.weights.get(name) if name in index.tokens else None
+    if t is None:
+        return ()
+    return t.folded_params or ((t.origin,) if t.origin else ())
+
+
 def _origins(index: GraphIndex, tensor: str) -> set[str]:
     """The tensors an attention input is made of, behind layout, casts, scaling and cache Concats:
     for Q or K without a projection, the graph input or the op output they come from."""
@@ -358,6 +367,7 @@ def _origins(index: GraphIndex, tensor: str) -> set[str]:
         node = index.producer.get(cur)
         if node is None or node.op not in _ORIGIN_THROUGH:
             found.add(cur)
+            found.update(_folded_sources(index, cur))
             continue
         nxt = [x for x in node.inputs if x and index.is_activation(x)] if node.op in ("Mul", "Div", "Concat") \
             else node.inputs[:1]
