@@ -191,8 +191,6 @@ def _learned_tokens(graph: ModelGraph, inputs: Sequence[str], min_rank: int = 2)
 def _take_folded_tokens(graph: ModelGraph, op: str, inputs: Sequence[str], act: set[str], tokens: set[str]) -> None:
     """Folded learned tokens read by ``op`` (``_TOKEN_READERS``: the first input, any part of a
     Concat): a value of the run, as what they make."""
-    if op not in _TOKEN_READERS:
-        return
     for j in range(len(inputs) if op == "Concat" else min(1, len(inputs))):
         if _learned_tokens(graph, inputs[j:j + 1], _MIN_FOLDED_TOKENS_RANK):
             act.add(inputs[j])
@@ -251,7 +249,8 @@ class GraphIndex:
                     producer[o] = n
             # Activations: anything computed from a graph input, except through shape-only inputs.
             op = n.op
-            _take_folded_tokens(graph, op, inputs, act, tokens)
+            if op in _TOKEN_READERS:  # tested here: one set lookup per node, a call only for these ops
+                _take_folded_tokens(graph, op, inputs, act, tokens)
             if op not in shape_ops:
                 limit = first_only.get(op)
                 if limit is None:
