@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from attention_graphs import Nodes, Weights, mha_nodes, model, shape_consts, value, weight
+from attention_graphs import Nodes, Weights, ints, mha_nodes, model, shape_consts, value, weight
 
 from mhainspect.frontends.onnx.loader import model_to_graph
 from mhainspect.pipeline import audit, audit_graph
@@ -77,8 +77,8 @@ def _unprojected_query(query_shape: tuple[int, ...], folded_from: str | None) ->
     d_k = D // HEADS
     g = Nodes()
     w = Weights("head", D)
-    g.inits += [t for t in w.tensors() if ".k_proj." in t.name or ".v_proj." in t.name]
-    g.inits += shape_consts(HEADS, d_k) + [weight("query", *query_shape)]
+    g.inits += [t for t in w.tensors() if ".q_proj." not in t.name]
+    g.inits += shape_consts(HEADS, d_k) + [weight("query", *query_shape), ints("one_axis", [1])]
     g.inits.append(onnx.numpy_helper.from_array(np.array(d_k ** -0.25, dtype=np.float32), "k_scale"))
     k = g.add("Add", [g.add("MatMul", ["x", "head.k_proj.weight"], "k_mm_out"), "head.k_proj.bias"], "k_out")
     v = g.add("Add", [g.add("MatMul", ["x", "head.v_proj.weight"], "v_mm_out"), "head.v_proj.bias"], "v_out")
@@ -87,8 +87,11 @@ def _unprojected_query(query_shape: tuple[int, ...], folded_from: str | None) ->
     v_h = g.add("Transpose", [g.add("Reshape", [v, "split_heads"], "v_heads_out")], "v_h_out", perm=[0, 2, 1, 3])
     probs = g.add("Softmax", [g.add("MatMul", ["query", k_t], "scores_out")], "probs_out", axis=-1)
     ctx = g.add("Transpose", [g.add("MatMul", [probs, v_h], "ctx_out")], "ctx_t_out", perm=[0, 2, 1, 3])
-    g.add("Reshape", [ctx, "merge_heads"], "y")
-    m = model(g.nodes, g.inits, [value("x", 1, 6, D)], [value("y", 1, 1, D)])
+    # The mean over the one query (a view), then the output projection, as Aimv2 writes it.
+    pooled = g.add("ReduceMean", [g.add("Reshape", [ctx, "merge_heads"], "merged_out"), "one_axis"], "pooled_out",
+                   keepdims=0)
+    g.add("Add", [g.add("MatMul", [pooled, "head.o_proj.weight"], "o_mm_out"), "head.o_proj.bias"], "y")
+    m = model(g.nodes, g.inits, [value("x", 1, 6, D)], [value("y", 1, D)], opset=18)
     if folded_from is not None:
         info = onnx.helper.make_tensor_value_info("query", onnx.TensorProto.FLOAT, list(query_shape))
         info.metadata_props.add(key=_FOLDED_KEY, value=folded_from)
@@ -105,7 +108,8 @@ def test_folded_query_tokens_without_a_projection_are_the_query() -> None:
     assert not report.misses, report.misses
     (b,) = report.blocks
     assert (b.kind, b.num_heads, b.d_k, b.d_v) == ("cross", HEADS, D // HEADS, D // HEADS)
-    assert (b.params.q, b.params.k, b.params.v, b.params.total) == (0, D * D + D, D * D + D, 2 * (D * D + D))
+    assert (b.params.q, b.params.k, b.params.v, b.params.o) == (0, D * D + D, D * D + D, D * D + D)
+    assert b.d_model == D  # the output projection found after the mean over the one query
     assert b.scale is None and not b.scale_known
     assert any(e.field == "scale" and "folded from head.cls_token" in e.detail for e in b.evidence)
 
@@ -281,7 +285,8 @@ def test_aimv2_static_export_finds_the_pooling_head(tmp_path: Path) -> None:
     pool = next(b for b in report.blocks if b.name == "model.head")
     head = aim.head
     assert (pool.kind, pool.num_heads, pool.d_k) == ("cross", head.num_heads, head.hidden_size // head.num_heads)
-    assert (pool.params.q, pool.params.k + pool.params.v) == (0, count_params(head.k_proj) + count_params(head.v_proj))
+    assert (pool.params.q, pool.d_model) == (0, head.hidden_size)
+    assert pool.params.total == count_params(head) - head.cls_token.numel()  # K, V and output_proj
     assert pool.scale is None
     assert report.model.total_params == count_params(aim)
 

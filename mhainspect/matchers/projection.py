@@ -491,6 +491,22 @@ def _feeds(index: GraphIndex, tensor: str, path: tuple[Node, ...]) -> bool:
     return any(tensor in n.inputs for n in path)
 
 
+_REDUCTIONS = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"})
+
+
+def _reduces_ones(index: GraphIndex, node: Node) -> bool:
+    """Whether a reduction only drops axes of size 1 (Aimv2's pooling head averages its one query):
+    a view of the value, not a pooling over tokens."""
+    shape = index.shapes.shape(node.inputs[0]) if node.inputs else None
+    axes = node.attrs.get("axes")
+    if not isinstance(axes, tuple) and len(node.inputs) > 1 and node.inputs[1]:
+        axes = index.shapes.int_values(node.inputs[1])
+    if shape is None or not isinstance(axes, tuple) or not axes:
+        return False
+    rank = len(shape)
+    return all(isinstance(a, int) and -rank <= a < rank and shape[a].is_int and shape[a].coef == 1 for a in axes)
+
+
 def trace_forward_to_projection(index: GraphIndex, tensor: str) -> tuple[ProjectionHit, tuple[Node, ...]] | None:
     """Walk from the attention output through head-merge ops to the output projection."""
     queue: deque[tuple[str, tuple[Node, ...], int]] = deque([(tensor, (), 0)])
@@ -503,7 +519,7 @@ def trace_forward_to_projection(index: GraphIndex, tensor: str) -> tuple[Project
             hit = recognise_projection(index, user, via_input=cur) if user.op in _PROJECTION_OPS else None
             if hit is not None:
                 return hit, path
-            if user.op in _FORWARD_THROUGH:
+            if user.op in _FORWARD_THROUGH or (user.op in _REDUCTIONS and _reduces_ones(index, user)):
                 # The value only: not a quantizer's scale, zero point or a dropout mask.
                 step = 0 if user.op in VALUE_PRESERVING_OPS else 1  # Q/DQ pairs do not use up the depth
                 for o in user.outputs[:1]:
