@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, overload
@@ -178,8 +179,13 @@ class StoredValues(ElementValues):
         if fd is None:
             if len(self._files) >= _MAX_OPEN_FILES:
                 return None
+            path = self.path.parent / location
             try:
-                fd = os.open(self.path.parent / location, os.O_RDONLY)
+                # Only a regular file is opened: opening a FIFO for reading would wait for a writer,
+                # and a FIFO or a device is never read (the external-data check promises it).
+                if not stat.S_ISREG(os.stat(path).st_mode):
+                    return None
+                fd = os.open(path, os.O_RDONLY)
             except OSError:
                 return None
             self._files[location] = fd
