@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mhainspect.frontends.onnx.wire import read_varint
 from mhainspect.frontends.remote.blob import SparseView
 
 GRAPH_NODE, NODE_INPUT = 1, 1  # onnx.proto: GraphProto.node, NodeProto.input
@@ -176,33 +177,20 @@ def _len_fields(buf: bytes) -> list[tuple[int, bytes]]:
     pos, end = 0, len(buf)
     try:
         while pos < end:
-            key, pos = _varint(buf, pos)
+            key, pos = read_varint(buf, pos)
             wire = key & 7
             if wire == _WIRE_LEN:
-                length, pos = _varint(buf, pos)
+                length, pos = read_varint(buf, pos)
                 if pos + length > end:
                     break
                 out.append((key >> 3, buf[pos:pos + length]))
                 pos += length
             elif wire == 0:
-                pos = _varint(buf, pos)[1]
+                pos = read_varint(buf, pos)[1]
             elif wire in (1, 5):
                 pos += 8 if wire == 1 else 4
             else:
                 break
-    except IndexError:
+    except (IndexError, ValueError):  # the bytes held end inside a field, or a varint is too long
         pass
     return out
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise IndexError("varint too long")

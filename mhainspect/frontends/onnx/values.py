@@ -35,7 +35,7 @@ from mhainspect.frontends.onnx.wire import (
     TENSOR_DATA_FIELDS,
     WIRE_LEN,
     _skip_scalar,
-    _varint,
+    read_varint,
 )
 from mhainspect.ir.copies import ValueReader, copy_candidates, find_copies, is_lookup
 from mhainspect.ir.dtypes import is_float, lookup
@@ -262,10 +262,10 @@ def _fields_at(buf: memoryview | Indexable, pos: int, end: int) -> Iterator[tupl
     """(field number, wire type, where its value starts, where it ends) of each field of the message
     buf[pos:end], by positions (no slice of the message is taken)."""
     while pos < end:
-        key, pos = _varint(buf, pos)  # type: ignore[arg-type]
+        key, pos = read_varint(buf, pos)
         wire = key & 7
         if wire == WIRE_LEN:
-            length, pos = _varint(buf, pos)  # type: ignore[arg-type]
+            length, pos = read_varint(buf, pos)
             body, pos = pos, pos + length
         else:
             body = pos

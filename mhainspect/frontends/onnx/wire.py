@@ -26,7 +26,7 @@ import struct
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from google.protobuf import message
 from google.protobuf.internal import api_implementation
@@ -149,10 +149,10 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, int, int]]:
     pos = 0
     while pos < len(buf):
         start = pos
-        key, pos = _varint(view, pos)
+        key, pos = read_varint(view, pos)
         wire = key & 7
         if wire == WIRE_LEN:
-            length, pos = _varint(view, pos)
+            length, pos = read_varint(view, pos)
             pos += length
         else:
             pos = _skip_scalar(view, pos, wire)
@@ -166,8 +166,8 @@ def _length_delimited(field: int, body: bytes) -> bytes:
 def _payload(buf: bytes, start: int, end: int) -> bytes:
     """The value of the length-delimited field buf[start:end]."""
     view = memoryview(buf)
-    pos = _varint(view, start)[1]
-    pos = _varint(view, pos)[1]
+    pos = read_varint(view, start)[1]
+    pos = read_varint(view, pos)[1]
     return buf[pos:end]
 
 
@@ -319,7 +319,14 @@ def remote_model_view(blob: Blob) -> tuple[bytes, SparseView]:
         raise InputError(f"{blob.name}: not a valid ONNX model (protobuf wire format: {exc})") from None
 
 
-def _varint(buf: memoryview | SparseView, pos: int) -> tuple[int, int]:
+class ByteAt(Protocol):
+    """Bytes by position: bytes, a memoryview, a remote file's sparse view."""
+
+    def __getitem__(self, index: int, /) -> int: ...
+
+
+def read_varint(buf: ByteAt, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the position after it (IndexError past the end, ValueError when too long)."""
     result = shift = 0
     while True:
         b = buf[pos]
@@ -359,10 +366,10 @@ def _scan(buf: memoryview | SparseView, pos: int, end: int, kind: int, depth: in
         field_start = pos
         if landings is not None:
             landings.land(pos)
-        key, pos = _varint(buf, pos)
+        key, pos = read_varint(buf, pos)
         wire = key & 7
         if wire == WIRE_LEN:
-            length, pos = _varint(buf, pos)
+            length, pos = read_varint(buf, pos)
             body, pos = pos, pos + length
             if pos > end:
                 raise ValueError("truncated field")
@@ -394,7 +401,7 @@ def _scan(buf: memoryview | SparseView, pos: int, end: int, kind: int, depth: in
 def _skip_scalar(buf: memoryview | SparseView, pos: int, wire: int) -> int:
     """Position after a varint (0), fixed64 (1) or fixed32 (5) field value."""
     if wire == WIRE_VARINT:
-        return _varint(buf, pos)[1]
+        return read_varint(buf, pos)[1]
     if wire == WIRE_FIXED64:
         return pos + 8
     if wire == WIRE_FIXED32:
@@ -417,26 +424,26 @@ def _scan_tensor(buf: memoryview | SparseView, pos: int, end: int, landings: Lan
     name = b""
     while pos < end:
         field_start = pos
-        key, pos = _varint(buf, pos)
+        key, pos = read_varint(buf, pos)
         field, wire = key >> 3, key & 7
         if wire == WIRE_VARINT and field == TENSOR_DATA_TYPE:
-            data_type, pos = _varint(buf, pos)
+            data_type, pos = read_varint(buf, pos)
             continue
         if wire == WIRE_LEN:
-            length, pos = _varint(buf, pos)
+            length, pos = read_varint(buf, pos)
             body, pos = pos, pos + length
             if pos > end:
                 raise ValueError("truncated field")
             if field == TENSOR_DIMS:  # packed dims
                 while body < pos:
-                    d, body = _varint(buf, body)
+                    d, body = read_varint(buf, body)
                     dims.append(_int64(d))
                 continue
             if field == TENSOR_NAME and landings is not None:
                 name = bytes(buf[body:pos])
                 continue
         elif wire == WIRE_VARINT and field == TENSOR_DIMS:
-            value, pos = _varint(buf, pos)
+            value, pos = read_varint(buf, pos)
             dims.append(_int64(value))
             continue
         else:
