@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import threading
@@ -24,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 LFS_SUFFIXES = (".safetensors", ".gguf", ".onnx", ".bin", ".pt", ".pth", ".ckpt", ".data")
@@ -424,3 +425,30 @@ def hub(tmp: Path, repos: Mapping[str, Repo], latency: float = 0.0, rate_limited
         storage.root = storage_root
         with HubServer(repos, storage, latency=latency, rate_limited=rate_limited) as server:
             yield server, storage
+
+
+_Handler_T = TypeVar("_Handler_T", bound=logging.Handler)
+
+
+@contextmanager
+def store_requests(logger_name: str, handler: _Handler_T, protocol: str | None = None) -> Iterator[_Handler_T]:
+    """``handler`` on an object-store emulator's (or its SDK's) request logger at INFO for the block,
+    the store reader's counters at zero and its listings cold (and fsspec's, for ``protocol``: its
+    filesystems keep listings per instance)."""
+    from mhainspect.frontends.remote import store
+
+    if protocol is not None:
+        import fsspec
+
+        fsspec.filesystem(protocol).invalidate_cache()
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(handler)
+    old = logger.level
+    logger.setLevel(logging.INFO)
+    store.counters.requests = store.counters.bytes = 0
+    store._LISTINGS.clear()
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from remote_models import llama_config, llama_tensors, write_hf_folder
+from remote_servers import store_requests
 from test_remote import gguf_floor, report_json, safetensors_floor, within
 
 from mhainspect.errors import InputError
@@ -112,21 +113,9 @@ def azure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture
 def requests_log() -> Iterator[_SdkRequests]:
-    import fsspec
-
-    handler = _SdkRequests()
-    logger = logging.getLogger("azure.core.pipeline.policies.http_logging_policy")
-    logger.addHandler(handler)
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    fsspec.filesystem("az").invalidate_cache()  # adlfs keeps listings per instance: start cold
-    store.counters.requests = store.counters.bytes = 0
-    store._LISTINGS.clear()
-    try:
+    sdk_log = "azure.core.pipeline.policies.http_logging_policy"
+    with store_requests(sdk_log, _SdkRequests(), protocol="az") as handler:
         yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
 
 
 def test_azure_folder_equals_local(azure: Path, requests_log: _SdkRequests) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from remote_models import llama_config, llama_tensors, write_hf_folder
+from remote_servers import store_requests
 from test_remote import gguf_floor, report_json, safetensors_floor, within
 
 from mhainspect.errors import InputError
@@ -82,21 +83,8 @@ def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture
 def requests_log() -> Iterator[_RequestLog]:
-    import fsspec
-
-    handler = _RequestLog()
-    logger = logging.getLogger("gcp_storage_emulator.server")
-    logger.addHandler(handler)
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    fsspec.filesystem("gs").invalidate_cache()  # gcsfs keeps listings per instance: start cold
-    store.counters.requests = store.counters.bytes = 0
-    store._LISTINGS.clear()
-    try:
+    with store_requests("gcp_storage_emulator.server", _RequestLog(), protocol="gs") as handler:
         yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
 
 
 def test_gcs_folder_equals_local(gcs: Path, requests_log: _RequestLog) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from remote_models import llama_config, llama_tensors, write_hf_folder
+from remote_servers import store_requests
 from test_remote import report_json, safetensors_floor, within
 
 from mhainspect.errors import InputError
@@ -87,18 +88,8 @@ def _tied_copy(folder: Path) -> None:
 
 @pytest.fixture
 def requests_log() -> Iterator[_RequestLog]:
-    handler = _RequestLog()
-    logger = logging.getLogger("werkzeug")
-    logger.addHandler(handler)
-    old = logger.level
-    logger.setLevel(logging.INFO)
-    store.counters.requests = store.counters.bytes = 0
-    store._LISTINGS.clear()
-    try:
+    with store_requests("werkzeug", _RequestLog()) as handler:
         yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
 
 
 def test_s3_folder_equals_local(s3: tuple[str, Path], requests_log: _RequestLog) -> None:
