@@ -149,6 +149,17 @@ class AtenConverter:
             return self.names.get(x)
         return self.scalar(x)
 
+    def operands(self, values: Sequence[Any]) -> list[str] | None:
+        """The graph names of these arguments; None when one has none (its handler then leaves the
+        node opaque)."""
+        names: list[str] = []
+        for v in values:
+            name = self.operand(v)
+            if name is None:
+                return None
+            names.append(name)
+        return names
+
     def shape_tensor(self, dims: Sequence[Any]) -> str | None:
         """A 1-D int tensor for a size list mixing ints and SymInt nodes (Concat of Unsqueeze'd scalars)."""
         if all(isinstance(d, int) for d in dims):
@@ -318,17 +329,18 @@ def _h_linear(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str
 
 
 def _h_matmul(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
-    x, y = c.operand(a[0]), c.operand(a[1])
-    if x is None or y is None:
+    xy = c.operands(a[:2])
+    if xy is None:
         return False
-    c._single(n, "MatMul", [x, y])
+    c._single(n, "MatMul", xy)
     return True
 
 
 def _h_addmm(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
-    bias, x, y = (c.operand(v) for v in a[:3])
-    if bias is None or x is None or y is None:
+    ops = c.operands(a[:3])
+    if ops is None:
         return False
+    bias, x, y = ops
     mm = c.emit("MatMul", [x, y], base=n.name + "_matmul")
     c._single(n, "Add", [mm, bias])
     return True
@@ -472,19 +484,19 @@ def _h_where(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str,
 
 
 def _h_ne(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
-    x, y = c.operand(a[0]), c.operand(a[1])
-    if x is None or y is None:
+    xy = c.operands(a[:2])
+    if xy is None:
         return False
-    eq = c.emit("Equal", [x, y])
+    eq = c.emit("Equal", xy)
     c._single(n, "Not", [eq])
     return True
 
 
 def _h_rsub(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
-    x, y = c.operand(a[0]), c.operand(a[1])
-    if x is None or y is None:
+    xy = c.operands(a[:2])
+    if xy is None:
         return False
-    c._single(n, "Sub", [y, x])
+    c._single(n, "Sub", xy[::-1])
     return True
 
 
@@ -498,9 +510,10 @@ def _h_rsqrt(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str,
 
 
 def _h_sdpa(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
-    q, k, v = (c.operand(x) for x in a[:3])
-    if q is None or k is None or v is None:
+    qkv = c.operands(a[:3])
+    if qkv is None:
         return False
+    q, k, v = qkv
     mask = a[3] if len(a) > 3 else kw.get("attn_mask")
     ins = [q, k, v] + ([c.operand(mask) or ""] if isinstance(mask, AtenNode) else [])
     given = kw.get("scale")
@@ -777,9 +790,10 @@ def _h_sqrt_scalar(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mappin
 
 
 def _h_baddbmm(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
-    base, x, y = (c.operand(v) for v in a[:3])
-    if base is None or x is None or y is None:
+    ops = c.operands(a[:3])
+    if ops is None:
         return False
+    base, x, y = ops
     prod = c.emit("MatMul", [x, y], base=n.name + "_matmul")
     alpha = kw.get("alpha", 1)
     if isinstance(alpha, (int, float)) and alpha != 1:
