@@ -104,10 +104,22 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     """A request is in flight from its request line until its handler returns (per request, not per
-    kept-alive connection), so Log.settle() sees every answer recorded."""
+    kept-alive connection), so Log.settle() sees every answer recorded. Keep-alive HTTP/1.1, quiet,
+    HEAD answered by do_GET, which reads self.command."""
 
     server: _Server
     _counted = False
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as they are written (no 40 ms ACK wait)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        raise NotImplementedError
 
     def parse_request(self) -> bool:
         ok = super().parse_request()
@@ -198,15 +210,6 @@ class FileServer:
         outer = self
 
         class Handler(_Handler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out as they are written (no 40 ms ACK wait)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_HEAD(self) -> None:
-                self.do_GET()
-
             def do_GET(self) -> None:
                 rel = unquote(urlsplit(self.path).path).lstrip("/")
                 if rel in outer.redirects:
@@ -269,15 +272,6 @@ class HubServer:
         outer = self
 
         class Handler(_Handler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out as they are written (no 40 ms ACK wait)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_HEAD(self) -> None:
-                self.do_GET()
-
             def do_GET(self) -> None:
                 outer._handle(self)
 
