@@ -96,8 +96,8 @@ def test_pt2_dims_stay_symbols(pt2: dict[str, Path]) -> None:
     assert block.matcher == "decomposed"
 
 
-def test_pt2_weights_are_never_read(pt2: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only the JSON members are read: no member under data/weights/ but the weights' metadata."""
+def _members_read(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The archive members an audit of ``path`` reads, in order."""
     read: list[str] = []
     original = zips.ZipArchive.read
 
@@ -106,7 +106,13 @@ def test_pt2_weights_are_never_read(pt2: dict[str, Path], monkeypatch: pytest.Mo
         return original(self, name, cap, what)
 
     monkeypatch.setattr(zips.ZipArchive, "read", spy)
-    mhainspect.inspect(pt2["llama_gqa"])
+    mhainspect.inspect(path)
+    return read
+
+
+def test_pt2_weights_are_never_read(pt2: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the JSON members are read: no member under data/weights/ but the weights' metadata."""
+    read = _members_read(pt2["llama_gqa"], monkeypatch)
     assert read and all(n.endswith(".json") for n in read), read
 
 
@@ -299,15 +305,7 @@ def test_torchscript_without_torch(torchscript: dict[str, Path]) -> None:
 
 def test_torchscript_reads_no_weight(torchscript: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """Only pickles, code and constants of at most 64 bytes are read: no member under data/."""
-    read: list[str] = []
-    original = zips.ZipArchive.read
-
-    def spy(self: zips.ZipArchive, name: str, cap: int, what: str) -> bytes:
-        read.append(name)
-        return original(self, name, cap, what)
-
-    monkeypatch.setattr(zips.ZipArchive, "read", spy)
-    mhainspect.inspect(torchscript["bert.trace"])
+    read = _members_read(torchscript["bert.trace"], monkeypatch)
     assert read and not any("/data/" in n for n in read), read
 
 
