@@ -19,11 +19,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mhainspect.frontends.onnx.wire import read_varint
+from mhainspect.frontends.onnx.wire import WIRE_LEN, fields_at
 from mhainspect.frontends.remote.blob import SparseView
 
 GRAPH_NODE, NODE_INPUT = 1, 1  # onnx.proto: GraphProto.node, NodeProto.input
-_WIRE_LEN = 2
 
 _MAX_PERIOD = 64  # tensors of one layer, the longest pattern looked for
 _MAX_AHEAD = 1024  # tensors predicted in one round when each predicted name is checked
@@ -174,23 +173,10 @@ def _len_fields(buf: bytes) -> list[tuple[int, bytes]]:
     """(field number, value) of the length-delimited fields of a message; the walk stops at the
     first field it cannot read (the bytes held may end inside one)."""
     out: list[tuple[int, bytes]] = []
-    pos, end = 0, len(buf)
     try:
-        while pos < end:
-            key, pos = read_varint(buf, pos)
-            wire = key & 7
-            if wire == _WIRE_LEN:
-                length, pos = read_varint(buf, pos)
-                if pos + length > end:
-                    break
-                out.append((key >> 3, buf[pos:pos + length]))
-                pos += length
-            elif wire == 0:
-                pos = read_varint(buf, pos)[1]
-            elif wire in (1, 5):
-                pos += 8 if wire == 1 else 4
-            else:
-                break
+        for number, wire, body, end in fields_at(buf, 0, len(buf)):
+            if wire == WIRE_LEN:
+                out.append((number, buf[body:end]))
     except (IndexError, ValueError):  # the bytes held end inside a field, or a varint is too long
         pass
     return out

@@ -25,7 +25,7 @@ import dataclasses
 import mmap
 import os
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, overload
 
@@ -34,8 +34,7 @@ from mhainspect.frontends.onnx.wire import (
     MODEL_GRAPH,
     TENSOR_DATA_FIELDS,
     WIRE_LEN,
-    _skip_scalar,
-    read_varint,
+    fields_at,
 )
 from mhainspect.ir.copies import ValueReader, copy_candidates, find_copies, is_lookup
 from mhainspect.ir.dtypes import is_float, lookup
@@ -238,15 +237,15 @@ def initializer_spans(buf: memoryview | Indexable) -> dict[str, tuple[int, int]]
     model ``buf``. Only keys, lengths and names are read: payloads are skipped by their lengths (a
     remote file's walk has fetched every byte this touches)."""
     out: dict[str, tuple[int, int]] = {}
-    for num, wire, body, end in _fields_at(buf, 0, len(buf)):
+    for num, wire, body, end in fields_at(buf, 0, len(buf)):
         if num != MODEL_GRAPH or wire != WIRE_LEN:
             continue
-        for gnum, gwire, tbody, tend in _fields_at(buf, body, end):
+        for gnum, gwire, tbody, tend in fields_at(buf, body, end):
             if gnum != GRAPH_INITIALIZER or gwire != WIRE_LEN:
                 continue
             name: str | None = None
             data: tuple[int, int] | None = None
-            for fnum, fwire, fbody, fend in _fields_at(buf, tbody, tend):
+            for fnum, fwire, fbody, fend in fields_at(buf, tbody, tend):
                 if fwire != WIRE_LEN:
                     continue
                 if fnum == _TENSOR_NAME:
@@ -256,23 +255,6 @@ def initializer_spans(buf: memoryview | Indexable) -> dict[str, tuple[int, int]]
             if name is not None and data is not None:
                 out[name] = data
     return out
-
-
-def _fields_at(buf: memoryview | Indexable, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """(field number, wire type, where its value starts, where it ends) of each field of the message
-    buf[pos:end], by positions (no slice of the message is taken)."""
-    while pos < end:
-        key, pos = read_varint(buf, pos)
-        wire = key & 7
-        if wire == WIRE_LEN:
-            length, pos = read_varint(buf, pos)
-            body, pos = pos, pos + length
-        else:
-            body = pos
-            pos = _skip_scalar(buf, pos, wire)  # type: ignore[arg-type]
-        if pos > end:
-            raise ValueError("truncated field")
-        yield key >> 3, wire, body, pos
 
 
 _MAX_COPIES_LISTED = 4

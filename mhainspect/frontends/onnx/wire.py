@@ -398,7 +398,25 @@ def _scan(buf: memoryview | SparseView, pos: int, end: int, kind: int, depth: in
     return out
 
 
-def _skip_scalar(buf: memoryview | SparseView, pos: int, wire: int) -> int:
+def fields_at(buf: ByteAt, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, where its value starts, where it ends) of each field of the message
+    buf[pos:end], by positions (no slice of the message is taken). ValueError or IndexError where a
+    field cannot be read (truncated, a varint too long, a group)."""
+    while pos < end:
+        key, pos = read_varint(buf, pos)
+        wire = key & 7
+        if wire == WIRE_LEN:
+            length, pos = read_varint(buf, pos)
+            body, pos = pos, pos + length
+        else:
+            body = pos
+            pos = _skip_scalar(buf, pos, wire)
+        if pos > end:
+            raise ValueError("truncated field")
+        yield key >> 3, wire, body, pos
+
+
+def _skip_scalar(buf: ByteAt, pos: int, wire: int) -> int:
     """Position after a varint (0), fixed64 (1) or fixed32 (5) field value."""
     if wire == WIRE_VARINT:
         return read_varint(buf, pos)[1]
