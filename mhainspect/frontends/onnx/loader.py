@@ -628,12 +628,10 @@ class _GraphBuilder:
         """Each NodeProto: a Constant that makes a tensor becomes a weight, any other a Node."""
         rename = self._rename
         for node in nodes:
-            # Each field read of a upb message builds a new object: every field is read once. A
-            # repeated field is copied with [:], one call: iterating the container makes a call per
-            # element and ends on an IndexError (it has no iterator of its own).
-            op_type, domain, outputs = node.op_type, node.domain, node.output[:]
+            # Each field read of a upb message builds a new object: every field is read once.
+            op_type, domain, outputs = node.op_type, node.domain, node.output
             if rename:
-                outputs = [rename.get(o, o) for o in outputs]
+                outputs = tuple([rename.get(o, o) for o in outputs])
             if op_type == "Constant" and len(outputs) == 1 and domain in ("", "ai.onnx"):
                 out = outputs[0]
                 tensor = self._constant(node.attribute, out)
@@ -672,7 +670,7 @@ class _GraphBuilder:
             if func is not None and (domain, op_type) not in self._inlining:
                 self._inline_function(node, func, name, depth)
                 return
-        inputs = node.input[:]
+        inputs = node.input
         if self._rename:
             inputs = [self._rename.get(i, i) for i in inputs]
         self.nodes.append(Node(name, op_type, tuple(inputs), tuple(outputs), attrs, scope, domain))
@@ -688,7 +686,7 @@ class _GraphBuilder:
         subgraphs: list[Any] = []
         if self._attr_cls is not None:  # serialized attributes: each distinct one parsed once
             cache = self._attrs
-            for a in attributes[:]:
+            for a in attributes:
                 hit = cache.get(a)
                 if hit is None:
                     parsed = self._parse_attribute(a)
