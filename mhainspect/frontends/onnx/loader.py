@@ -542,7 +542,6 @@ def scope_from_node_name(name: str) -> str:
 
 
 _CONSTANT_CACHE_MAX_BYTES = 4096  # larger Constant values are decoded each time, never kept
-_NOT_SEEN: Any = object()  # a Constant value not met before (None is one that makes no tensor)
 _INPUTS = attrgetter("inputs")
 _NO_SUBGRAPHS: tuple[Any, ...] = ()
 _OUTPUTS = attrgetter("outputs")
@@ -649,8 +648,8 @@ class _GraphBuilder:
         key = None
         if len(attributes) == 1:
             key = attributes[0] if raw else attributes[0].SerializeToString()
-            template = self._constants.get(key, _NOT_SEEN)
-            if template is not _NOT_SEEN:
+            if key in self._constants:
+                template = self._constants[key]
                 return None if template is None else _same_constant(template, out)
         tensor = _constant_tensor([self._parse_attribute(b) for b in attributes] if raw else attributes, out)
         if tensor is not None and self._constant_kind is not None:
@@ -674,9 +673,8 @@ class _GraphBuilder:
         if self._rename:
             inputs = [self._rename.get(i, i) for i in inputs]
         self.nodes.append(Node(name, op_type, tuple(inputs), tuple(outputs), attrs, scope, domain))
-        if subgraphs:
-            for i, g in enumerate(subgraphs):
-                self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
+        for i, g in enumerate(subgraphs):
+            self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
 
     def _attributes(self, attributes: Any) -> tuple[Mapping[str, AttrValue], Sequence[Any]]:
         """A node's attribute values by name, and the subgraphs its attributes hold (in order)."""
@@ -788,11 +786,10 @@ def _function_node(inner: Any, mapped: Callable[[str], str], call_attrs: dict[st
 
 def _same_constant(template: Tensor, out: str) -> Tensor:
     """The Constant-node tensor ``template`` as the output ``out`` of another Constant node with the
-    same value: its name and storage key are its own, the rest is the template's (a Constant's tensor
-    has no origin and no external data). Positional: keywords cost a third more a call, and
-    ``_replace`` half as much again, on thousands of constants."""
+    same value: a Constant's tensor has no origin and no external data (``_replace`` would do the
+    same at 1.3 times the cost, on thousands of constants)."""
     return Tensor(out, template.shape, template.dtype, f"const:{out}", template.int_value, template.float_value,
-                  True, template.kind, None, None, None, template.mask_values)
+                  is_constant_node=True, kind=template.kind, mask_values=template.mask_values)
 
 
 def _constant_tensor(attributes: Iterable[Any], out: str) -> Tensor | None:
