@@ -10,16 +10,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import NamedTuple
 
 AttrValue = int | float | str | bytes | tuple[int, ...] | tuple[float, ...] | tuple[str, ...] | None
 
 
-# Tensor and Node are NamedTuples, as WeightMeta and StoredTensor are: a 70B graph builds ~5,700
-# Tensors and ~7,500 Nodes on its hot path, and a frozen dataclass's __init__ (an object.__setattr__
-# per field) costs 0.8-1.1 us each against a tuple's 0.3 us (docs/performance.md). Copies with
-# changes are ``t._replace(...)``.
-class Tensor(NamedTuple):
+@dataclass(frozen=True, slots=True)  # one per node, weight and declared value: no __dict__ each
+class Tensor:
     """A weight or constant: shape and identity, never its data.
 
     ``storage_key`` is equal for tensors that share storage (tied weights), so they count once.
@@ -67,14 +63,15 @@ class Tensor(NamedTuple):
 NO_ATTRS: Mapping[str, AttrValue] = MappingProxyType({})
 
 
-class Node(NamedTuple):
+@dataclass(frozen=True, slots=True)  # one per node, weight and declared value: no __dict__ each
+class Node:
     """One operator: ONNX op names, also for graphs lowered from torch."""
 
     name: str
     op: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    attrs: Mapping[str, AttrValue] = NO_ATTRS
+    attrs: Mapping[str, AttrValue] = field(default_factory=lambda: NO_ATTRS)
     scope: str = ""
     domain: str = ""
 
@@ -84,7 +81,7 @@ class Node(NamedTuple):
         return "" if self.domain in ("", "ai.onnx") else self.domain
 
 
-@dataclass(frozen=True, slots=True)  # one per declared value: no __dict__ each
+@dataclass(frozen=True, slots=True)  # one per node, weight and declared value: no __dict__ each
 class ValueInfo:
     """Declared type of a graph input/output or intermediate (dims are int or symbol names)."""
 
