@@ -476,8 +476,8 @@ def _h_masked_fill(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mappin
 def _h_where(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
     if len(a) < 3:
         return False
-    ins = [c.operand(v) for v in a[:3]]
-    if any(i is None for i in ins):
+    ins = c.operands(a[:3])
+    if ins is None:
         return False
     c._single(n, "Where", ins)
     return True
@@ -603,8 +603,8 @@ def _h_cat(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str, A
     dim = a[1] if len(a) > 1 else kw.get("dim", 0)
     if not isinstance(tensors, (list, tuple)) or not isinstance(dim, int):
         return False
-    ins = [c.operand(t) for t in tensors]
-    if any(i is None for i in ins):
+    ins = c.operands(tensors)
+    if ins is None:
         return False
     c._single(n, "Concat", ins, axis=dim)
     return True
@@ -615,11 +615,11 @@ def _h_stack(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str,
     dim = a[1] if len(a) > 1 else kw.get("dim", 0)
     if not isinstance(tensors, (list, tuple)) or not isinstance(dim, int):
         return False
-    ins = [c.operand(t) for t in tensors]
-    if any(i is None for i in ins):
+    ins = c.operands(tensors)
+    if ins is None:
         return False
     axes = c.const_ints([dim])
-    c._single(n, "Concat", [c.emit("Unsqueeze", [i or "", axes]) for i in ins], axis=dim)
+    c._single(n, "Concat", [c.emit("Unsqueeze", [i, axes]) for i in ins], axis=dim)
     return True
 
 
@@ -663,8 +663,8 @@ def _h_repeat_interleave(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: 
 def _h_einsum(c: AtenConverter, n: AtenNode, a: tuple[Any, ...], kw: Mapping[str, Any]) -> bool:
     eq = a[0] if a else kw.get("equation")
     operands = a[1] if len(a) > 1 and isinstance(a[1], (list, tuple)) else a[1:]
-    ins = [c.operand(t) for t in operands]
-    if not isinstance(eq, str) or any(i is None for i in ins):
+    ins = c.operands(operands)
+    if not isinstance(eq, str) or ins is None:
         return False
     c._single(n, "Einsum", ins, equation=eq.replace(" ", ""))
     return True
