@@ -193,9 +193,9 @@ def run(name: str, folder: Path, spec: str, floors: Callable[[Path], tuple[int, 
         repeat: int, tmp: Path, plain: bool = False) -> Row:
     from remote_servers import FileServer
 
-    from mhainspect.frontends.remote import hub as hub_module
-    from mhainspect.frontends.remote.parallel import CONCURRENCY
     from mhainspect.pipeline import audit
+    from mhainspect.sources.parallel import CONCURRENCY
+    from mhainspect.sources.transports import hub as hub_module
 
     floor_requests, floor_bytes = floors(folder)
     best: Row | None = None

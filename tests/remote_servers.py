@@ -429,7 +429,7 @@ def store_requests(logger_name: str, handler: _Handler_T, protocol: str | None =
     """``handler`` on an object-store emulator's (or its SDK's) request logger at INFO for the block,
     the store reader's counters at zero and its listings cold (and fsspec's, for ``protocol``: its
     filesystems keep listings per instance)."""
-    from mhainspect.frontends.remote import store
+    from mhainspect.sources.transports import store
 
     if protocol is not None:
         import fsspec

@@ -14,7 +14,7 @@ from cli_run import in_process
 from remote_models import llama_config, llama_tensors, write_hf_folder
 from remote_servers import FileServer, Repo, hub
 
-from mhainspect.frontends.remote import hub as hub_module
+from mhainspect.sources.transports import hub as hub_module
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STANDARD = REPO_ROOT / "sample_models" / "standard_mha.onnx"

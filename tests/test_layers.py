@@ -1,6 +1,6 @@
-"""Imports only point down between the stage folders: results <- ir <- matchers <- frontends <-
-analysis <- pipeline <- render <- cli/api (docs/architecture.md). Checked on every ``import`` in the
-package, function-level ones too."""
+"""Imports only point down between the stage folders: results <- ir <- matchers <- sources <-
+frontends <- analysis <- pipeline <- render <- cli/api (docs/architecture.md). Checked on every
+``import`` in the package, function-level ones too."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ LAYERS: dict[str, int] = {
     "errors": 0, "results": 0,
     "ir": 1,
     "matchers": 2,
-    "frontends": 3,
-    "analysis": 4, "conventions": 4,
-    "pipeline": 5, "batch": 5,
-    "render": 6,
-    "api": 7, "cli": 7, "__main__": 7, "__init__": 7,
+    "sources": 3,
+    "frontends": 4,
+    "analysis": 5, "conventions": 5,
+    "pipeline": 6, "batch": 6,
+    "render": 7,
+    "api": 8, "cli": 8, "__main__": 8, "__init__": 8,
 }
 # No exceptions: the old compat shims are gone, and Report's Jupyter hook is attached from the
 # package's __init__ (top layer), not from findings.

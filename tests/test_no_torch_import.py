@@ -13,8 +13,8 @@ from pathlib import Path
 from remote_models import llama_config, moe_tensors, write_hf_folder
 
 # Behind doors: imported only by the path that uses them (docs/performance.md, issue 30).
-OPTIONAL_PATHS = ("concurrent.futures", "tomllib", "mhainspect.frontends.remote.blob",
-                  "mhainspect.frontends.remote.locate", "mhainspect.frontends.onnx.landings",
+OPTIONAL_PATHS = ("concurrent.futures", "tomllib", "mhainspect.sources.blob",
+                  "mhainspect.sources.address", "mhainspect.frontends.onnx.landings",
                   "mhainspect.matchers.latent", "mhainspect.matchers.grouping", "mhainspect.matchers.experts",
                   "mhainspect.analysis.experts", "mhainspect.render.cells")
 

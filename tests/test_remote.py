@@ -32,9 +32,9 @@ from remote_models import (
 from remote_servers import FileServer
 
 from mhainspect.errors import InputError
-from mhainspect.frontends.remote import http
 from mhainspect.pipeline import audit
 from mhainspect.render.json_render import report_to_dict
+from mhainspect.sources.transports import http
 
 KIB = 1024
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -459,7 +459,7 @@ def test_cli_remote_error_is_one_line_exit_2(server: FileServer) -> None:
 
 
 def test_sparse_view_never_fetches_twice() -> None:
-    from mhainspect.frontends.remote.blob import MemoryBlob, SparseView
+    from mhainspect.sources.blob import MemoryBlob, SparseView
 
     data = bytes(range(256)) * 4096
     calls: list[tuple[int, int]] = []

@@ -28,8 +28,8 @@ from test_remote import gguf_floor, report_json, safetensors_floor, within
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.folders import expand_models
-from mhainspect.frontends.remote import store
 from mhainspect.pipeline import audit
+from mhainspect.sources.transports import store
 
 pytest.importorskip("adlfs")
 CONTAINER = "models"

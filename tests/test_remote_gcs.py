@@ -20,8 +20,8 @@ from test_remote import gguf_floor, report_json, safetensors_floor, within
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.folders import expand_models
-from mhainspect.frontends.remote import store
 from mhainspect.pipeline import audit
+from mhainspect.sources.transports import store
 
 emulator = pytest.importorskip("gcp_storage_emulator.server")
 gcsfs_core = pytest.importorskip("gcsfs.core")

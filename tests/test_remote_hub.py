@@ -20,9 +20,9 @@ from test_remote import KIB, _onnx_model, report_json, safetensors_floor, within
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.folders import expand_models
-from mhainspect.frontends.remote import hub as hub_module
-from mhainspect.frontends.remote.locate import HubRef, UrlRef, parse
 from mhainspect.pipeline import audit
+from mhainspect.sources.address import HubRef, UrlRef, parse
+from mhainspect.sources.transports import hub as hub_module
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_test_secret_token_123"
@@ -118,7 +118,7 @@ def test_repo_report_equals_local_folder(folders: Path, servers: tuple[HubServer
 
 
 def test_long_shard_headers_size_the_next_first_ranges(folders: Path, servers: tuple[HubServer, FileServer]) -> None:
-    from mhainspect.frontends.remote.parallel import CONCURRENCY
+    from mhainspect.sources.parallel import CONCURRENCY
 
     _, storage = servers
     local = report_json(folders / "moe", base=str(folders / "moe"))

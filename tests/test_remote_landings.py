@@ -5,7 +5,7 @@ names the nodes read; the fetches they cost, counted on a blob that records its 
 from __future__ import annotations
 
 from mhainspect.frontends.onnx.landings import Landings, _node_inputs
-from mhainspect.frontends.remote.blob import MemoryBlob, SparseView
+from mhainspect.sources.blob import MemoryBlob, SparseView
 
 ROLES = (b"q", b"k", b"v")
 PAYLOAD = {b"q": 4096, b"k": 1024, b"v": 1024}

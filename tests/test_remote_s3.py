@@ -15,8 +15,8 @@ from test_remote import report_json, safetensors_floor, within
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.folders import expand_models
-from mhainspect.frontends.remote import store
 from mhainspect.pipeline import audit
+from mhainspect.sources.transports import store
 
 moto_server = pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.kinds import MODEL_FILE_KINDS, is_checkpoint_folder, is_model_folder, models_in
-from mhainspect.frontends.remote import is_remote
+from mhainspect.sources import is_remote
 
 __all__ = ["ModelRef", "expand_models", "model_argument", "model_label", "models_below", "models_in"]
 

@@ -5,11 +5,12 @@ once). The one rule for local and remote folders alike; reads listings only, nev
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 from mhainspect.frontends.formats import identify_folder
 from mhainspect.frontends.gguf.split import GGUF_SUFFIX, split_name  # the loader's own rule for a split model's parts
+from mhainspect.sources.tree import children, subfolders
 
 # Every model file suffix and the kind of source it is: a folder scan picks up these files, and
 # classify() dispatches on them. A new format adds its suffix here (and its reader in dispatch.file_result).
@@ -84,3 +85,22 @@ def models_in(files: Iterable[str]) -> list[str]:
         elif file_kind(name) is not None:
             out.append(name)
     return out + list(first_part.values())
+
+
+def models_below(files: Mapping[str, int | None], folder: str) -> list[str]:
+    """Every model under ``folder`` of a listed tree (``sources.tree``), as local
+    folders.models_below finds them: model files, and Hugging Face folders as one model each (not
+    looked into); sorted as paths sort."""
+    found: list[str] = []
+    pending = [folder]
+    while pending:
+        here = pending.pop()
+        for d in subfolders(files, here):
+            sub = f"{here}/{d}" if here else d
+            names = children(files, sub)
+            if "config.json" in names and checkpoint_names(names):
+                found.append(sub)
+            else:
+                pending.append(sub)
+        found.extend(f"{here}/{n}" if here else n for n in models_in(children(files, here)))
+    return sorted(found, key=lambda p: tuple(p.split("/")))

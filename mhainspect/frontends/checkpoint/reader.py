@@ -33,11 +33,11 @@ from mhainspect.errors import ErrorKind, InputError, missing_torch, read_error
 from mhainspect.frontends.checkpoint.hf_config import Tie, tied_copies
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEAVES, apply_quantization, wants_values
 from mhainspect.frontends.formats import HEAD_BYTES, is_safetensors, read_at
-from mhainspect.frontends.remote.blob import Blob, LocalBlob, Prefix
-from mhainspect.frontends.remote.parallel import in_parallel
 from mhainspect.ir.dtypes import canonical
 from mhainspect.ir.limits import MAX_BYTES, MAX_CONFIG_BYTES, MAX_SAFETENSORS_HEADER_BYTES, byte_count, shape_problem
 from mhainspect.ir.weights import WeightMeta
+from mhainspect.sources.blob import Blob, LocalBlob, Prefix
+from mhainspect.sources.parallel import in_parallel
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")

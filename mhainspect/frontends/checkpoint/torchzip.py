@@ -24,10 +24,10 @@ from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, wants_val
 from mhainspect.frontends.checkpoint.reader import flatten_state_dict
 from mhainspect.frontends.formats import archive_members
 from mhainspect.frontends.pickles import STORAGE_DTYPES, Global, RefusedGlobal, TensorRecord, read_pickle
-from mhainspect.frontends.remote.blob import Blob, BlobFile, SparseView
-from mhainspect.frontends.remote.parallel import in_parallel
 from mhainspect.ir.dtypes import canonical
 from mhainspect.ir.weights import WeightMeta
+from mhainspect.sources.blob import Blob, BlobFile, SparseView
+from mhainspect.sources.parallel import in_parallel
 
 # The end of an archive read first: the end-of-directory record and its zip64 locator, and the
 # directory of a small archive (~80 bytes per tensor); a larger directory costs one range more,

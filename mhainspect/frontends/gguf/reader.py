@@ -33,11 +33,11 @@ from mhainspect.errors import InputError, read_error
 from mhainspect.frontends.gguf.kv_layers import reused_kv_reason
 from mhainspect.frontends.gguf.split import split_name
 from mhainspect.frontends.gguf.swa import SwaLayout, disabled_note, swa_layout, unknown_pattern_warning
-from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, Prefix
 from mhainspect.ir.dtypes import Family, ggml_name, lookup
 from mhainspect.ir.limits import MAX_DIM, bounded_numel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 from mhainspect.matchers.experts import ExpertClaims
+from mhainspect.sources.blob import FIRST_RANGE, Blob, Prefix
 
 MAGIC = b"GGUF"
 

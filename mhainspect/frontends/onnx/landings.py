@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from mhainspect.frontends.onnx.wire import WIRE_LEN, fields_at
-from mhainspect.frontends.remote.blob import SparseView
+from mhainspect.sources.blob import SparseView
 
 GRAPH_NODE, NODE_INPUT = 1, 1  # onnx.proto: GraphProto.node, NodeProto.input
 

@@ -39,9 +39,9 @@ from mhainspect.frontends.onnx.values import (
     folded_by,
     initializer_spans,
 )
-from mhainspect.frontends.remote.blob import Blob, SparseView
 from mhainspect.ir.copies import SMALL, copy_candidates
 from mhainspect.ir.graph import ModelGraph, Tensor
+from mhainspect.sources.blob import Blob, SparseView
 
 # Elements of one call closer than this share a range (a request costs more than a few KiB more);
 # a range is whole blocks of the payload (counted from its start), cut at its end.

@@ -36,7 +36,7 @@ from mhainspect.errors import InputError
 
 if TYPE_CHECKING:
     from mhainspect.frontends.onnx.landings import Landings
-    from mhainspect.frontends.remote.blob import Blob, SparseView
+    from mhainspect.sources.blob import Blob, SparseView
 
 ProgressCallback = Callable[[str, int, int], None]
 
@@ -302,7 +302,7 @@ def remote_model_view(blob: Blob) -> tuple[bytes, SparseView]:
     by ranges, when a copy check needs them)."""
     # Ranged reading is the remote front end's: a local file never imports it (nor its thread pool).
     from mhainspect.frontends.onnx.landings import Landings
-    from mhainspect.frontends.remote.blob import FIRST_RANGE, SparseView
+    from mhainspect.sources.blob import FIRST_RANGE, SparseView
 
     head = blob.read(0, FIRST_RANGE)
     size = blob.size()

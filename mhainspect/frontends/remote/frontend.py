@@ -27,13 +27,14 @@ from fnmatch import fnmatchcase
 from typing import Any, TypeVar
 
 from mhainspect.errors import ErrorKind, InputError
-from mhainspect.frontends.kinds import file_kind, model_folder_names
-from mhainspect.frontends.remote.blob import FIRST_RANGE, Blob, HeadCached, Prefix
-from mhainspect.frontends.remote.locate import HubRef, Ref, StoreRef, UrlRef, parse
-from mhainspect.frontends.remote.parallel import CONCURRENCY, in_parallel
-from mhainspect.frontends.remote.tree import Tree, UrlTree, beside, children, is_folder, models_below
+from mhainspect.frontends.kinds import file_kind, model_folder_names, models_below
 from mhainspect.frontends.result import SourceResult
 from mhainspect.ir.weights import HeadOffers, WeightMeta
+from mhainspect.sources.address import HubRef, Ref, StoreRef, UrlRef, parse
+from mhainspect.sources.blob import FIRST_RANGE, Blob, HeadCached, Prefix
+from mhainspect.sources.parallel import CONCURRENCY, in_parallel
+from mhainspect.sources.transports.url import UrlTree
+from mhainspect.sources.tree import Tree, beside, children, is_folder
 
 T = TypeVar("T")
 _MAX_LISTED_MODELS = 8
@@ -42,13 +43,13 @@ _MAX_LISTED_MODELS = 8
 def open_tree(ref: Ref) -> tuple[Tree, str]:
     """The folder a reference reads from and the path it names in it ("" = the folder itself)."""
     if isinstance(ref, HubRef):
-        from mhainspect.frontends.remote.hub import HubTree
+        from mhainspect.sources.transports.hub import HubTree
 
         return HubTree(ref), ref.path
     if isinstance(ref, UrlRef):
         url_tree = UrlTree(ref)
         return url_tree, url_tree.basename
-    from mhainspect.frontends.remote.store import StoreTree
+    from mhainspect.sources.transports.store import StoreTree
 
     last = ref.url.rstrip("/").rsplit("/", 1)[-1]
     store = StoreTree(ref, as_file=file_kind(last) is not None or last.endswith(".json"))

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from mhainspect.errors import ErrorKind, InputError, MissingDependencyError
-from mhainspect.frontends.remote.parallel import CONCURRENCY
+from mhainspect.sources.parallel import CONCURRENCY
 
 MAX_REDIRECTS = 8
 MAX_RETRY_AFTER = 30.0  # seconds: a longer Retry-After is not waited for

@@ -30,9 +30,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from mhainspect.errors import ErrorKind, InputError, MissingDependencyError
-from mhainspect.frontends.remote.blob import Blob, LocalBlob
-from mhainspect.frontends.remote.http import HttpBlob, Reply, client, reply_kind, retries
-from mhainspect.frontends.remote.locate import HubRef, display, hub_endpoint
+from mhainspect.sources.address import HubRef, display, hub_endpoint
+from mhainspect.sources.blob import Blob, LocalBlob
+from mhainspect.sources.transports.http import HttpBlob, Reply, client, reply_kind, retries
 
 REMOTE_HINT = 'pip install "mhainspect[remote]"'
 _COMMIT = r"^[0-9a-f]{40}$"

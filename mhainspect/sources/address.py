@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from mhainspect.errors import InputError
-from mhainspect.frontends.remote import HF_SCHEME, STORE_SCHEMES, URL_SCHEMES, is_remote
+from mhainspect.sources import HF_SCHEME, STORE_SCHEMES, URL_SCHEMES, is_remote
 
 __all__ = ["HF_SCHEME", "STORE_SCHEMES", "URL_SCHEMES", "HubRef", "Ref", "StoreRef", "UrlRef", "display",
            "hub_endpoint", "is_remote", "parse"]

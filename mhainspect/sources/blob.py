@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol, overload
 
 from mhainspect.errors import InputError, read_error
-from mhainspect.frontends.remote.parallel import in_parallel
+from mhainspect.sources.parallel import in_parallel
 
 # The first speculative range of a header read: a median safetensors header is ~6 KB, most are
 # below this; a GGUF header's first keys and array lengths are in it. Longer headers cost a second

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from mhainspect.errors import InputError, MissingDependencyError
-from mhainspect.frontends.remote.blob import Blob
-from mhainspect.frontends.remote.http import Counters
-from mhainspect.frontends.remote.locate import StoreRef
+from mhainspect.sources.address import StoreRef
+from mhainspect.sources.blob import Blob
+from mhainspect.sources.transports.http import Counters
 
 # The fsspec implementation each protocol needs, and the extra that installs it (the install hint).
 BACKENDS = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}

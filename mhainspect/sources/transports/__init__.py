@@ -1,0 +1,1 @@
+"""Where bytes come from: HTTP(S), the Hugging Face Hub and its cache, fsspec object stores."""
