@@ -27,7 +27,7 @@ from mhainspect.analysis.size import (
 )
 from mhainspect.analysis.stated_heads import stated_warnings
 from mhainspect.frontends.dispatch import source_result
-from mhainspect.frontends.result import SourceResult
+from mhainspect.results.stages import SourceResult
 
 if TYPE_CHECKING:
     from mhainspect.ir.graph import ModelGraph

@@ -23,9 +23,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from mhainspect.analysis.size import SizeOptions, weight_sizes, with_options
 from mhainspect.api import inspect
-from mhainspect.frontends.result import StoredTensor
 from mhainspect.ir import dtypes
 from mhainspect.results import AttentionBlock, CacheStatus, Report
+from mhainspect.results.stages import StoredTensor
 
 sys.path.insert(0, str(Path(__file__).parent))
 import size_exports as se  # noqa: E402
@@ -463,8 +463,8 @@ def test_schema_documents_every_emitted_key(exported: Callable[[str], se.Export]
 
 def test_kv_dtype_sizes_a_cache_whose_dtype_the_source_does_not_give() -> None:
     from mhainspect.analysis.report import build_report
-    from mhainspect.frontends.result import BlockDecoding, SizeInputs
     from mhainspect.results import ParamBreakdown
+    from mhainspect.results.stages import BlockDecoding, SizeInputs
 
     block = AttentionBlock("layers.0.attn", "checkpoint", "self", 8, 2, 64, 8, 8, ParamBreakdown(0, 0, 0, 0, 0, 0), (), ())
     report = build_report([block], path="m", fmt="onnx", total_params=0,
@@ -569,8 +569,8 @@ def test_kv_dtype_after_the_audit_remakes_the_figure_from_its_values() -> None:
     values, whatever the source's own words say (parentheses and byte counts in them included)."""
     from mhainspect.analysis.report import build_report
     from mhainspect.analysis.size import apply
-    from mhainspect.frontends.result import BlockDecoding, SizeInputs
     from mhainspect.results import ParamBreakdown
+    from mhainspect.results.stages import BlockDecoding, SizeInputs
 
     block = AttentionBlock("layers.0.attn", "checkpoint", "self", 8, 2, 64, 8, 8, ParamBreakdown(0, 0, 0, 0, 0, 0), (), ())
     decoding = BlockDecoding(block.name, True, "present output (× 4 bytes (float32) in the export)", "float16",

@@ -16,9 +16,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from mhainspect.frontends.result import BlockDecoding, SizeInputs
-from mhainspect.frontends.size_inputs import IF_DECODED
 from mhainspect.results import AttentionBlock, CacheStatus, Report, ReportWarning, WarningCode
+from mhainspect.results.stages import IF_DECODED, BlockDecoding, SizeInputs
 
 DECODER_SAYS = "--decoder: the caller says the model decodes token by token with a K/V cache the source does not show"
 NO_DECODER_SAYS = "--no-decoder: the caller says the model runs once over its input, caching nothing"

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from mhainspect.analysis.flags import evaluate
 from mhainspect.analysis.size import apply
 from mhainspect.analysis.whatif import default_what_ifs
-from mhainspect.frontends.result import SizeInputs, SourceResult
 from mhainspect.results import SCHEMA_VERSION, AttentionBlock, Miss, ModelSummary, Report, attention_params, coded
+from mhainspect.results.stages import SizeInputs, SourceResult
 
 if TYPE_CHECKING:
     from mhainspect.results import MixtureOfExperts, ReportWarning

@@ -28,10 +28,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from mhainspect.frontends.result import BlockDecoding, SizeInputs, StoredTensor
-from mhainspect.frontends.result import byte_rate as _rate
-from mhainspect.frontends.size_inputs import IF_DECODED
 from mhainspect.ir import dtypes
+from mhainspect.ir.dtypes import byte_rate as _rate
 from mhainspect.results import (
     AttentionBlock,
     CacheFactors,
@@ -46,11 +44,23 @@ from mhainspect.results import (
     WarningCode,
     WeightDtypeWhatIf,
 )
+from mhainspect.results.stages import IF_DECODED, BlockDecoding, SizeInputs, StoredTensor
 
 
 @cache
 def _canonical(dtype: str) -> str:
     return dtypes.canonical(dtype)
+
+
+def stored_nbytes(t: StoredTensor) -> int | None:
+    """Bytes ``t`` occupies as stored: its dtype's rate (packed and block types rounded up per
+    block), else what the file says (``stored_bytes``, a string tensor's external length)."""
+    rate = _rate(t.dtype)
+    if rate is None:
+        return t.stored_bytes
+    block_size, num, den = rate
+    blocks = -(-t.numel // block_size)
+    return -(-(blocks * num) // den)
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,7 @@ def weight_sizes(tensors: Iterable[StoredTensor], blocks: Sequence[AttentionBloc
         elif rate[0] == 1 and rate[2] == 1:
             elements[dtype, t.is_parameter] += t.numel
         else:
-            rounded[dtype, t.is_parameter] += t.nbytes or 0
+            rounded[dtype, t.is_parameter] += stored_nbytes(t) or 0
     by_dtype: Counter[str] = Counter()
     total = overhead = 0
     for (dtype, is_parameter), n in elements.items():
@@ -130,7 +140,7 @@ def weight_sizes(tensors: Iterable[StoredTensor], blocks: Sequence[AttentionBloc
                 if used is None or used.storage_key in counted:
                     continue
                 counted.add(used.storage_key)
-                size += used.nbytes or 0
+                size += stored_nbytes(used) or 0
             per_block[b.name] = size
     ordered = tuple(sorted(((k, v) for k, v in by_dtype.items() if v), key=lambda kv: (-kv[1], kv[0])))
     return WeightSizes(total, ordered, overhead, per_block, tuple(unsized))

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from mhainspect.errors import ErrorKind, InputError, missing_torch
 from mhainspect.frontends.formats import Foreign, identify, identify_folder
 from mhainspect.frontends.kinds import file_kind, is_model_folder
-from mhainspect.frontends.result import SourceResult
+from mhainspect.results.stages import SourceResult
 from mhainspect.sources import is_remote
 
 if TYPE_CHECKING:

@@ -12,20 +12,16 @@ from math import prod
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from mhainspect.frontends.result import BlockDecoding, SizeInputs, StoredTensor
-from mhainspect.frontends.result import byte_rate as _rate
 from mhainspect.ir import dtypes
+from mhainspect.ir.dtypes import byte_rate as _rate
 from mhainspect.ir.limits import MAX_CONFIG_INT, config_int
 from mhainspect.results import AttentionBlock, projection_tensor_names
+from mhainspect.results.stages import IF_DECODED, BlockDecoding, SizeInputs, StoredTensor
 
 if TYPE_CHECKING:
     from mhainspect.ir.dataflow import GraphIndex
     from mhainspect.ir.graph import Tensor
     from mhainspect.ir.parameters import StoredScan
-
-# A causal mask without past/present tensors or a config that says the model decodes.
-IF_DECODED = ("the graph has no past/present tensors and no config says the model decodes: this is what "
-              "the cache holds if it is decoded token by token")
 
 
 

@@ -158,3 +158,12 @@ def nbytes(name: str, numel: int) -> int | None:
     if found is None or found.block_bytes == 0:
         return None
     return found.nbytes(numel)
+
+
+@lru_cache(maxsize=1024)
+def byte_rate(name: str) -> tuple[int, int, int] | None:
+    """(elements per block, bytes per block as numerator, denominator) of ``name``; None: no size."""
+    found = lookup(name)
+    if found is None or found.block_bytes == 0:
+        return None
+    return found.block_size, found.block_bytes.numerator, found.block_bytes.denominator

@@ -2,7 +2,7 @@
 
 Loaders produce these; the name grouping and block assembly in ``mhainspect.matchers`` consume
 them. Like ``mhainspect.ir.graph``, this module imports nothing above the vocabulary in findings.
-The result every front end returns is ``mhainspect.frontends.result.SourceResult``: an ONNX run
+The result every front end returns is ``mhainspect.results.stages.SourceResult``: an ONNX run
 never builds these types (three frozen dataclasses and an enum fewer at start-up).
 """
 

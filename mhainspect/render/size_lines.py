@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from mhainspect.analysis.size import KV_FIELD, cache_reason
-from mhainspect.frontends.size_inputs import IF_DECODED
 from mhainspect.ir.units import format_bytes, group
 from mhainspect.results import AttentionBlock, CacheStatus, KVCache, Report
+from mhainspect.results.stages import IF_DECODED
 
 __all__ = ["IF_DECODED_LABEL", "OVERHEAD_LABEL", "block_cache_text", "block_size_line", "experts_line",
            "latent_cache_text", "memory_line", "size_lines", "weight_dtype_line"]

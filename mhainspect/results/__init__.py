@@ -1,5 +1,6 @@
 """What an audit finds, as data: the closed vocabularies, blocks with their evidence, flags, misses
-and the Report. The lowest layer: it imports nothing else of the package."""
+and the Report; in ``stages``, what one stage hands the next (SourceResult, SizeInputs, ...). The
+lowest layer: it imports nothing else of the package."""
 
 from __future__ import annotations
 

@@ -21,11 +21,11 @@ from typing import Any
 from mhainspect.errors import InputError
 from mhainspect.frontends.archives.known_blocks import KnownBlocks
 from mhainspect.frontends.archives.program import ArchiveProgram, ArchiveWeight
-from mhainspect.frontends.result import SourceResult
 from mhainspect.frontends.torch.known import MHA_CLASS, class_name, mha_scale
 from mhainspect.ir.weights import WeightMeta, identity_by_name
 from mhainspect.matchers.sharing import count_shared_once
 from mhainspect.results import AttentionBlock, Evidence, EvidenceSource, ReportWarning, WarningCode
+from mhainspect.results.stages import SourceResult
 
 _CONFIG_LABEL = "config.json beside the archive"
 

@@ -22,12 +22,12 @@ from mhainspect.frontends.checkpoint.hf_config import (
 )
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
 from mhainspect.frontends.checkpoint.reader import apply_ties, load_checkpoint_weights
-from mhainspect.frontends.result import SourceResult
 from mhainspect.frontends.size_inputs import config_causal, metas_size_inputs
 from mhainspect.ir.weights import HeadOffers, WeightMeta, count_weights, parameter_keys
 from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.results import AttentionBlock, Miss, ModelFacts, ReportWarning, WarningCode
+from mhainspect.results.stages import SourceResult
 
 
 def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,

@@ -37,13 +37,13 @@ from mhainspect.frontends.gguf.reader import (
     swa_warnings,
     weight_meta,
 )
-from mhainspect.frontends.result import BlockDecoding, SizeInputs, SourceResult
 from mhainspect.frontends.size_inputs import prefix_block_tensors, tensors_from_metas
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.grouping import GroupedBlock, LatentParts, RoleWeights, natural_key
 from mhainspect.matchers.static import assemble
 from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts
+from mhainspect.results.stages import BlockDecoding, SizeInputs, SourceResult
 
 # blk.N.attn_q.weight, enc.blk.N.attn_o.bias, dec.blk.N.cross_attn_k.weight, v.blk.N.attn_qkv.weight ...
 _ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<role>q|k|v|qkv|output|out|o)\.(?P<leaf>weight|bias)$")

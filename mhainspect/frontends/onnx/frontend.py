@@ -23,7 +23,6 @@ from mhainspect.frontends.onnx.loader import load_onnx
 from mhainspect.frontends.onnx.qoperator import as_qdq
 from mhainspect.frontends.onnx.sequences import as_slices
 from mhainspect.frontends.onnx.values import folded_note, undecided_lookups_note, with_folded_copies
-from mhainspect.frontends.result import SourceResult
 from mhainspect.frontends.size_inputs import graph_size_inputs
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import ModelGraph, Node, Tensor
@@ -33,6 +32,7 @@ from mhainspect.matchers import additive, decomposed, fused
 from mhainspect.matchers.block import BlockBuilder, RoleInput
 from mhainspect.matchers.sharing import count_shared_once
 from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts, ReportWarning, WarningCode, coded
+from mhainspect.results.stages import SourceResult
 
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
 # The loader names subgraph nodes "{parent}/body{i}/{name}". Pattern strings, compiled by re on

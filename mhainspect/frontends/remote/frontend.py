@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 from mhainspect.errors import ErrorKind, InputError
 from mhainspect.frontends.kinds import file_kind, model_folder_names, models_below
-from mhainspect.frontends.result import SourceResult
 from mhainspect.ir.weights import HeadOffers, WeightMeta
+from mhainspect.results.stages import SourceResult
 from mhainspect.sources.address import HubRef, Ref, StoreRef, UrlRef, parse
 from mhainspect.sources.blob import FIRST_RANGE, Blob, HeadCached, Prefix
 from mhainspect.sources.parallel import CONCURRENCY, in_parallel

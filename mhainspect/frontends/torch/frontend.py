@@ -22,7 +22,6 @@ from mhainspect.errors import InputError
 from mhainspect.frontends.checkpoint.hf_config import max_positions, offers_from_config
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
 from mhainspect.frontends.onnx.frontend import graph_result
-from mhainspect.frontends.result import BlockDecoding, SizeInputs, SourceResult
 from mhainspect.frontends.size_inputs import metas_size_inputs
 from mhainspect.frontends.torch.fx import storage_key, trace_module
 from mhainspect.frontends.torch.modules import (
@@ -48,6 +47,7 @@ from mhainspect.results import (
     WarningCode,
     coded,
 )
+from mhainspect.results.stages import BlockDecoding, SizeInputs, SourceResult
 
 EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 

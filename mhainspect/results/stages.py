@@ -1,9 +1,9 @@
-"""The one result shape every front end returns (SourceResult), with the tensor metadata and
-decoding evidence each hands ``mhainspect.analysis.size``.
+"""The contract between the stages: the one result shape every front end returns (SourceResult),
+with the tensor metadata and decoding evidence each hands ``mhainspect.analysis.size``.
 
 Front ends (``analyze``, ``torch_inspect``, ``checkpoint_inspect``, ``gguf_inspect``) build it;
-only ``mhainspect.analysis.report`` makes a Report of it. Like ``mhainspect.ir.graph``, this module imports
-nothing above the vocabulary in findings.
+only ``mhainspect.analysis.report`` makes a Report of it. Like the rest of ``results/`` it imports
+nothing above it: the analysis and the renderers read it without importing a front end.
 """
 
 from __future__ import annotations
@@ -11,14 +11,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, NamedTuple
 
-from mhainspect.ir import dtypes
-from mhainspect.results import AttentionBlock, Miss, ModelFacts
+from mhainspect.results.blocks import AttentionBlock, Miss
+from mhainspect.results.report import ModelFacts
 
 if TYPE_CHECKING:  # built by the readers that find experts; a dense model never imports their matcher
     from mhainspect.matchers.experts import ExpertInputs
+
+# A causal mask without past/present tensors or a config that says the model decodes: the words a
+# front end writes into a block's decoding reason, the analysis recognises and the renderers show.
+IF_DECODED = ("the graph has no past/present tensors and no config says the model decodes: this is what "
+              "the cache holds if it is decoded token by token")
 
 # ----------------------------------------------------------------------------- size metadata
 # What every front end hands mhainspect.analysis.size (in SourceResult.size): tensors as metadata and per
@@ -36,24 +40,6 @@ class StoredTensor(NamedTuple):
     storage_key: str
     is_parameter: bool
     stored_bytes: int | None = None
-
-    @property
-    def nbytes(self) -> int | None:
-        rate = byte_rate(self.dtype)
-        if rate is None:
-            return self.stored_bytes
-        block_size, num, den = rate
-        blocks = -(-self.numel // block_size)
-        return -(-(blocks * num) // den)
-
-
-@cache
-def byte_rate(dtype: str) -> tuple[int, int, int] | None:
-    """(elements per block, bytes per block as numerator, denominator) of ``dtype``; None: no size."""
-    found = dtypes.lookup(dtype)
-    if found is None or found.block_bytes == 0:
-        return None
-    return found.block_size, found.block_bytes.numerator, found.block_bytes.denominator
 
 
 @dataclass(frozen=True)
