@@ -7,6 +7,9 @@
   /api/models/{repo}/tree/{rev}[/path], /{repo}/resolve/{rev}/{path} (LFS-like files answer with a
   redirect to a FileServer on another host name), gated and private repos, a rate-limited one.
 
+- ``ScriptedServer``: answers each request with what a function of (path, request headers) says
+  (``Answer``): any status, headers and body, or raw bytes, trickled or stalled: a hostile server.
+
 Every server counts requests and body bytes sent, per path, and records the Authorization header
 of each request (None when absent).
 """
@@ -20,7 +23,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -239,6 +242,83 @@ class FileServer:
         return f"http://{self.host}:{self.port}/{rel}"
 
     def __enter__(self) -> FileServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a ScriptedServer sends: a status line, headers and a body (Content-Length added unless
+    a header names it or ``length=False``), or ``raw`` bytes as they are; ``trickle``: seconds
+    between the bytes of the answer's head (a server that sends its headers one at a time);
+    ``stall``: seconds of silence after the head; ``close``: the connection ends after the answer."""
+
+    status: int = 200
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+    raw: bytes | None = None
+    trickle: float = 0.0
+    stall: float = 0.0
+    close: bool = False
+    length: bool = True
+
+
+class ScriptedServer:
+    """A server on 127.0.0.1 whose every answer is ``script(path, headers)`` (an Answer), with counts;
+    ``host``: the name its URLs use (``localhost`` makes it another origin than 127.0.0.1)."""
+
+    def __init__(self, script: Callable[[str, Mapping[str, str]], Answer], host: str = "127.0.0.1") -> None:
+        self.script, self.host = script, host
+        self.log = Log()
+        outer = self
+
+        class Handler(_Handler):
+            def do_GET(self) -> None:
+                outer._answer(self)
+
+        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.server.log = self.log
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, rel: str = "") -> str:
+        return f"http://{self.host}:{self.port}/{rel}"
+
+    def _answer(self, h: BaseHTTPRequestHandler) -> None:
+        answer = self.script(h.path, {k.lower(): v for k, v in h.headers.items()})
+        auth = h.headers.get("Authorization")
+        if answer.raw is not None:
+            head, body = answer.raw, b""
+        else:
+            lines = [f"HTTP/1.1 {answer.status} X"] + [f"{k}: {v}" for k, v in answer.headers]
+            if answer.length and not any(k.lower() in ("content-length", "transfer-encoding")
+                                         for k, _ in answer.headers):
+                lines.append(f"Content-Length: {len(answer.body)}")
+            head, body = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), answer.body
+        try:
+            if answer.trickle:
+                for i in range(len(head)):
+                    h.wfile.write(head[i:i + 1])
+                    h.wfile.flush()
+                    time.sleep(answer.trickle)
+            else:
+                h.wfile.write(head)
+            if answer.stall:
+                h.wfile.flush()
+                time.sleep(answer.stall)
+            if h.command != "HEAD":
+                h.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.log.add(h.path, len(body), auth)
+        if answer.close or answer.raw is not None:
+            h.close_connection = True
+
+    def __enter__(self) -> ScriptedServer:
         self.thread.start()
         return self
 

@@ -2,8 +2,13 @@
 
 - One connection pool per process (urllib3), at most ``CONCURRENCY`` connections per host, reused
   across requests (keep-alive).
-- Redirects are followed here (at most ``MAX_REDIRECTS``), and a redirect to another origin (scheme,
-  host, port) drops the Authorization header: a token is only ever sent where it belongs.
+- Redirects are followed here (at most ``MAX_REDIRECTS``). One origin rule for credentials: the
+  origin (scheme, host, port) of a URL is what urllib3's own ``parse_url`` reads, the parser that
+  opens the connection, so the host a token is judged for is the host it is sent to. A Location
+  with a backslash, userinfo (``@``) or a control character is refused, not followed (parsers
+  disagree on them, and a proxy parses the URL again); a followed one is sent as ``parse_url``
+  rewrites it. Once a request has left its origin, the Authorization header is gone for good:
+  never sent after a redirect elsewhere, even back to the origin.
 - A body is read only up to what was asked for: a Range request answered with the whole file (200)
   yields its first bytes only when they are what was asked (offset 0), a body longer than its
   announced range is cut, a shorter one is an error; a server that stalls fails after ``timeout()``
@@ -23,7 +28,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 from mhainspect.errors import ErrorKind, InputError, MissingDependencyError
 from mhainspect.sources.parallel import CONCURRENCY
@@ -31,6 +36,7 @@ from mhainspect.sources.parallel import CONCURRENCY
 MAX_REDIRECTS = 8
 MAX_RETRY_AFTER = 30.0  # seconds: a longer Retry-After is not waited for
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 USER_AGENT = "mhainspect (header-only reads)"
 _CHUNK = 256 * 1024
 _CONTENT_RANGE = r"bytes\s+(\d+)-(\d+)/(\d+|\*)"
@@ -60,17 +66,61 @@ def _positive_env(name: str, default: float) -> float:
     return value
 
 
+def _parse(url: str) -> Any:
+    """urllib3's reading of ``url`` (what it connects to); InputError when it cannot read one."""
+    try:
+        from urllib3.util import parse_url
+    except ImportError:
+        raise MissingDependencyError('reading a model over HTTP(S) needs urllib3: pip install "mhainspect[remote]"'
+                                     ) from None
+    from urllib3.exceptions import LocationParseError
+
+    try:
+        return parse_url(url)
+    except LocationParseError:
+        raise InputError("not a URL that can be requested", ErrorKind.BAD_SERVER) from None
+
+
 def origin(url: str) -> tuple[str, str, int]:
-    """(scheme, host, port) of a URL: where a token may go."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
+    """(scheme, host, port) of a URL as urllib3 reads it when it connects: where a token may go."""
+    parts = _parse(url)
+    scheme = (parts.scheme or "http").lower()
     port = parts.port or (443 if scheme == "https" else 80)
-    return scheme, (parts.hostname or "").lower(), port
+    return scheme, (parts.host or "").lower(), port
 
 
 def host_of(url: str) -> str:
-    parts = urlsplit(url)
-    return parts.netloc.rsplit("@", 1)[-1] or url
+    """The host[:port] a URL connects to, for messages (never its userinfo or path)."""
+    try:
+        parts = _parse(url)
+    except InputError:
+        return "the server"
+    host = parts.host or "the server"
+    return f"{host}:{parts.port}" if parts.port else host
+
+
+_UNSAFE_LOCATION = re.compile(r"[\\\x00-\x20\x7f]")
+
+
+def redirect_target(url: str, location: str, name: str) -> str:
+    """The URL a redirect from ``url`` leads to, as urllib3 will request it; InputError for a
+    Location parsers may read differently (a backslash, userinfo, control characters or spaces) or
+    one that leaves HTTP(S)."""
+    if _UNSAFE_LOCATION.search(location):
+        raise InputError(f"{name}: {host_of(url)} redirected to an address with a backslash, a space or a control "
+                         "character (read differently by different parsers); not followed", ErrorKind.BAD_SERVER)
+    try:
+        parts = _parse(urljoin(url, location))
+    except (InputError, ValueError):  # urljoin: "Invalid IPv6 URL"
+        raise InputError(f"{name}: {host_of(url)} redirected to an address that is not a URL", ErrorKind.BAD_SERVER
+                         ) from None
+    if parts.auth is not None:
+        raise InputError(f"{name}: {host_of(url)} redirected to an address with a user name in it (before '@'); "
+                         "not followed", ErrorKind.BAD_SERVER)
+    if (parts.scheme or "").lower() not in ("http", "https") or not parts.host:
+        raise InputError(f"{name}: {host_of(url)} redirected to a non-HTTP(S) address; not followed",
+                         ErrorKind.BAD_SERVER)
+    return str(parts.url)
 
 
 @dataclass(frozen=True)
@@ -112,9 +162,8 @@ class HttpClient:
         """The pool for ``url``: direct, or through the proxy the environment names for its scheme."""
         import urllib.request
 
-        scheme = urlsplit(url).scheme.lower()
+        scheme, host, _port = origin(url)
         proxy = urllib.request.getproxies().get(scheme)
-        host = urlsplit(url).hostname or ""
         key = proxy if proxy and not urllib.request.proxy_bypass(host) else ""
         with self._lock:
             found = self._managers.get(key)
@@ -151,14 +200,17 @@ class HttpClient:
         if start is not None:
             sent["Range"] = f"bytes={start}-" if length is None else (
                 f"bytes={start}" if start < 0 else f"bytes={start}-{start + length - 1}")
-        allowed = origin(auth_origin) if auth_origin is not None else origin(url)
+        try:
+            allowed = origin(auth_origin) if auth_origin is not None else origin(url)
+        except InputError as exc:
+            raise InputError(f"{name}: {exc}", ErrorKind.BAD_SERVER) from None
         for _ in range(MAX_REDIRECTS + 1):
-            if origin(url) != allowed:  # another host: its answer must not see the token
-                sent = {k: v for k, v in sent.items() if k.lower() != "authorization"}
+            if origin(url) != allowed:  # another origin: the token never goes there, nor anywhere after it
+                sent = without_credentials(sent)
             reply, location = self._once(url, name, sent, start, length, limit, method)
             if location is None:
                 return reply
-            url = urljoin(url, location)
+            url = redirect_target(url, location, name)
         raise InputError(f"{name}: more than {MAX_REDIRECTS} redirects", ErrorKind.NETWORK)
 
     def _once(self, url: str, name: str, headers: Mapping[str, str], start: int | None, length: int | None,
@@ -272,6 +324,11 @@ class HttpClient:
             raise InputError(f"{name}: {host_of(url)} sent {len(out):,} of the {want:,} bytes it announced "
                              "(connection closed early; the server misreports lengths?)", ErrorKind.BAD_SERVER)
         return bytes(out)
+
+
+def without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` without the ones that carry credentials."""
+    return {k: v for k, v in headers.items() if k.lower() not in CREDENTIAL_HEADERS}
 
 
 def _int(raw: str | None) -> int | None:
@@ -391,7 +448,7 @@ class HttpBlob:
         if reply.url != self.url and origin(reply.url) != origin(self._auth_origin or self.url):
             with self._lock:
                 self.url = reply.url
-                self._headers = {k: v for k, v in self._headers.items() if k.lower() != "authorization"}
+                self._headers = without_credentials(self._headers)
 
     def _check(self, reply: Reply) -> None:
         if reply.status in (200, 206, 416):

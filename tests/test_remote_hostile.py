@@ -1,0 +1,158 @@
+"""Servers that misbehave on purpose, on 127.0.0.1: where a token may go, whatever the redirect.
+
+The Hub endpoint (``HF_ENDPOINT``) is a scripted server; a second server, reached by another name
+(``localhost``, an IPv4-mapped IPv6 literal, a trailing dot...), records every Authorization header
+it receives. Besides the wire, a spy on urllib3's connection pools records the host each request
+was actually sent to with its credentials: the token goes to the endpoint's origin only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from remote_servers import Answer, ScriptedServer
+
+from mhainspect.errors import InputError
+from mhainspect.sources.transports import hub as hub_module
+from mhainspect.sources.transports.http import origin, redirect_target
+from mhainspect.pipeline import audit
+
+TOKEN = "hf_hostile_test_secret_987"
+LISTING = "/api/models/org/x"
+
+
+@dataclass
+class Pair:
+    endpoint: ScriptedServer
+    other: ScriptedServer
+    sent: list[tuple[str, int, str | None]]  # (host, port, Authorization) of every request urllib3 sent
+
+    def credentials_went_elsewhere(self) -> list[tuple[str, int]]:
+        return [(h, p) for h, p, auth in self.sent if auth is not None and (h, p) != ("127.0.0.1", self.endpoint.port)]
+
+
+@pytest.fixture
+def hub_env(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_IMPLICIT_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MHAINSPECT_REMOTE_RETRIES", "1")
+    monkeypatch.setenv("MHAINSPECT_REMOTE_TIMEOUT", "2")
+    hub_module._LISTINGS.clear()
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, str | None]]:
+    """Every request as urllib3's pool sends it: the host it is connected to and its credentials."""
+    import urllib3.connectionpool
+
+    sent: list[tuple[str, int, str | None]] = []
+    real = urllib3.connectionpool.HTTPConnectionPool.urlopen
+
+    def urlopen(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        headers = kwargs.get("headers") or {}
+        sent.append((str(self.host), int(self.port or 80), headers.get("Authorization")))
+        return real(self, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(urllib3.connectionpool.HTTPConnectionPool, "urlopen", urlopen)
+    return sent
+
+
+def _not_found(path: str, headers: Mapping[str, str]) -> Answer:
+    return Answer(404, (("X-Error-Code", "RepoNotFound"),), b"{}")
+
+
+@pytest.fixture
+def pair(hub_env: None, spy: list[tuple[str, int, str | None]], monkeypatch: pytest.MonkeyPatch) -> Iterator[Pair]:
+    """An endpoint whose listing answer is a redirect the test sets (``locations[0]``) and another
+    server that answers 404 to everything (``localhost``: another origin)."""
+    locations: list[str] = []
+
+    def endpoint(path: str, headers: Mapping[str, str]) -> Answer:
+        if path.startswith(LISTING) and locations:
+            return Answer(302, (("Location", locations[0]),))
+        return _not_found(path, headers)
+
+    with ScriptedServer(endpoint) as ep, ScriptedServer(_not_found, host="localhost") as other:
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{ep.port}")
+        p = Pair(ep, other, spy)
+        p.locations = locations  # type: ignore[attr-defined]
+        yield p
+
+
+def _redirect_to(pair: Pair, location: str) -> str:
+    pair.locations[:] = [location]  # type: ignore[attr-defined]
+    hub_module._LISTINGS.clear()
+    with pytest.raises(InputError) as exc:
+        audit("hf://org/x")
+    message = str(exc.value)
+    assert TOKEN not in message and "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("template", [
+    "http://localhost:{o}\\@127.0.0.1:{e}/api/models/org/x",  # urllib.parse reads the endpoint, urllib3 the other
+    "http://localhost:{o}\\\\127.0.0.1:{e}/x",
+    "http://127.0.0.1:{e}@localhost:{o}/x",  # userinfo
+    "http://127.0.0.1%3A{e}@localhost:{o}/x",  # userinfo, percent-encoded
+    "http://local\thost:{o}/x",  # a tab (urljoin drops it: parsers disagree)
+    "http://localhost:{o}/x y",
+    "file:///etc/passwd",
+    "ftp://localhost:{o}/x",
+])
+def test_confusing_redirects_are_refused(pair: Pair, template: str) -> None:
+    location = template.format(o=pair.other.port, e=pair.endpoint.port)
+    message = _redirect_to(pair, location)
+    assert "not followed" in message or "not a URL" in message
+    assert pair.other.log.requests == 0
+    assert all(auth == f"Bearer {TOKEN}" for _path, auth in pair.endpoint.log.auth)
+
+
+@pytest.mark.parametrize("template", [
+    "http://local%68ost:{o}/x",  # a percent-encoded host: urllib3 decodes it and connects to localhost
+    "HTTP://LOCALHOST:{o}/x",  # an uppercase scheme and host
+    "http://localhost.:{o}/x",  # a trailing dot
+    "http://[::ffff:127.0.0.1]:{o}/x",  # an IPv6 literal (IPv4-mapped: the other server on 127.0.0.1)
+    "http://[::ffff:127.0.0.1]:{e}/x",  # the endpoint's own port by another spelling: another origin
+    "//localhost:{o}/x",  # scheme-relative
+])
+def test_other_origins_never_get_the_token(pair: Pair, template: str) -> None:
+    _redirect_to(pair, template.format(o=pair.other.port, e=pair.endpoint.port))
+    assert all(auth is None for _path, auth in pair.other.log.auth)
+    assert pair.credentials_went_elsewhere() == []
+    assert pair.sent and pair.sent[0][2] == f"Bearer {TOKEN}"  # the endpoint itself got it
+    if "[::ffff" not in template and "localhost." not in template:
+        assert pair.other.log.requests == 1  # followed, without the token
+
+
+def test_same_origin_keeps_it_and_a_detour_loses_it(pair: Pair) -> None:
+    e, o = pair.endpoint.port, pair.other.port
+    # A redirect within the endpoint keeps the token (relative, and by its own spelling).
+    for location in ("/elsewhere", f"http://127.0.0.1:{e}/elsewhere"):
+        pair.endpoint.log.reset()
+        _redirect_to(pair, location)
+        assert [auth for _p, auth in pair.endpoint.log.auth] == [f"Bearer {TOKEN}"] * 2
+    # A redirect elsewhere, then back to the endpoint: no token after the detour.
+    pair.other.script = lambda path, headers: Answer(302, (("Location", f"http://127.0.0.1:{e}/back"),))
+    pair.endpoint.log.reset()
+    _redirect_to(pair, f"http://localhost:{o}/detour")
+    assert [auth for _p, auth in pair.endpoint.log.auth] == [f"Bearer {TOKEN}", None]
+    assert pair.other.log.auth == [("/detour", None)]
+    assert pair.credentials_went_elsewhere() == []
+
+
+def test_origin_is_what_urllib3_connects_to() -> None:
+    assert origin("HTTP://Example.COM/x") == ("http", "example.com", 80)
+    assert origin("https://example.com:8443") == ("https", "example.com", 8443)
+    assert origin("http://local%68ost:1/x") == ("http", "localhost", 1)
+    assert origin("http://[::1]:5/") == ("http", "[::1]", 5)
+    assert redirect_target("http://a:1/p/q", "r", "m") == "http://a:1/p/r"
+    assert redirect_target("http://a:1/p", "https://b/x?sig=1", "m") == "https://b/x?sig=1"
+    for bad in ("http://b:1\\@a:1/", "http://u@b/", "http://b/\x00", "data:,x", "javascript:x", "http://[::1"):
+        with pytest.raises(InputError):
+            redirect_target("http://a:1/", bad, "m")
