@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.analysis.decoding import as_told, decoder_warnings, size_option_warnings
+from mhainspect.analysis.fit import FitOptions, gpu_fit
 from mhainspect.analysis.report import report_from
 from mhainspect.analysis.size import (
     SizeOptions,
@@ -65,11 +66,16 @@ def analyse(result: SourceResult, options: AuditOptions | None = None) -> Report
 
 
 def with_memory(report: Report, size: SizeOptions, model: ModelFacts) -> Report:
-    """``report`` with weights + KV cache at the context and, with --weight-dtype, the weights in that type."""
+    """``report`` with weights + KV cache at the context, with --weight-dtype the weights in that type,
+    and with --gpu-memory what fits on the GPUs."""
     summary = dataclasses.replace(report.model, memory=memory_at_context(report, size, model))
     if size.weight_dtype is not None:
         summary = dataclasses.replace(summary, weight_dtype=weight_dtype_what_if(
             dataclasses.replace(report, model=summary), size.weight_dtype))
+    if size.gpu_memory is not None:
+        summary = dataclasses.replace(summary, fit=gpu_fit(dataclasses.replace(report, model=summary),
+                                                           FitOptions(size.gpu_memory, size.gpus), model,
+                                                           size.context, size.batch))
     return dataclasses.replace(report, model=summary)
 
 

@@ -12,9 +12,15 @@ from typing import Any
 LAYERS, HEADS, KV_HEADS, HIDDEN, FFN, VOCAB = 32, 32, 8, 4096, 14336, 128256
 
 
-def write_llama_folder(folder: Path, layers: int = LAYERS) -> Path:
-    """config.json and model.safetensors (bfloat16, Llama-3-8B shapes); the tensor data is a
-    sparse hole, so the folder costs a few kilobytes."""
+# Llama-3-70B: 80 layers of 64 query and 8 K/V heads of 128, width 8192, MLP 28,672.
+LLAMA_70B = {"layers": 80, "heads": 64, "kv_heads": 8, "hidden": 8192, "ffn": 28672}
+
+
+def write_llama_folder(folder: Path, layers: int = LAYERS, *, heads: int = HEADS, kv_heads: int = KV_HEADS,
+                       hidden: int = HIDDEN, ffn: int = FFN, vocab: int = VOCAB) -> Path:
+    """config.json and model.safetensors (bfloat16, Llama-3-8B shapes unless told: LLAMA_70B); the
+    tensor data is a sparse hole, so the folder costs a few kilobytes."""
+    HEADS, KV_HEADS, HIDDEN, FFN, VOCAB = heads, kv_heads, hidden, ffn, vocab  # noqa: N806 (the shapes below)
     folder.mkdir(parents=True, exist_ok=True)
     head_dim = HIDDEN // HEADS
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HIDDEN,

@@ -14,7 +14,7 @@ from mhainspect.analysis.decoding import DECODER_HINT
 from mhainspect.analysis.flags import FLAG_CODES
 from mhainspect.analysis.size import cache_bytes_at_context
 from mhainspect.ir.units import format_bytes, group, parse_count, parse_size
-from mhainspect.results import CacheStatus, Flag, Report, Severity, contradicted
+from mhainspect.results import CacheStatus, FitStatus, Flag, Report, Severity, contradicted
 
 __all__ = [
     "SEVERITIES",
@@ -56,6 +56,7 @@ class GateConfig:
     fail_on_source: str = ""  # where fail_on was set: "--fail-on" or a pyproject.toml path
     max_weight_bytes: Limit | None = None  # bytes of every stored tensor
     max_kv_cache: Limit | None = None  # KV cache bytes at --context (and --batch)
+    require_context: Limit | None = None  # tokens that must fit on the GPUs (--gpu-memory, --gpus)
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,31 @@ def _size_gates(report: Report, config: GateConfig) -> list[GateResult]:
     return out
 
 
+def _context_gate(report: Report, limit: Limit) -> GateResult:
+    """--require-context: the longest context that fits on the GPUs (GpuFit.max_context) is at least
+    the limit; a fit the analysis could not work out fails with the reason."""
+    path, fit = report.model.path, report.model.fit
+    where = _where("require-context", limit.text, limit.source)
+    source = limit.source or "--require-context"
+    if fit is None or fit.status is FitStatus.UNKNOWN:
+        why = fit.reason if fit is not None else "no --gpu-memory given"
+        return GateResult("require-context", path, 0, limit.value, None,
+                          f"{path}: what fits on the GPUs is unknown ({why}), cannot check {where}", False, source)
+    gpus = f"{fit.gpus} × {format_bytes(fit.gpu_memory_bytes)}"
+    if fit.status is FitStatus.WEIGHTS_DO_NOT_FIT:
+        return GateResult("require-context", path, 0, limit.value, None,
+                          f"{path}: the weights alone take {format_bytes(fit.weight_bytes_per_gpu or 0)} per GPU, more "
+                          f"than {format_bytes(fit.gpu_memory_bytes)}: no context fits < {where}", False, source)
+    if fit.max_context is None:  # the cache stops growing (or nothing caches): any context fits
+        return GateResult("require-context", path, limit.value, limit.value, None,
+                          f"{path} fits any context on {gpus} ({fit.reason}) >= {where}", True, source)
+    passed = fit.max_context >= limit.value
+    batch = f" × batch {group(fit.batch)}" if fit.batch != 1 else ""
+    return GateResult("require-context", path, fit.max_context, limit.value, None,
+                      f"{path} fits at most {group(fit.max_context)} tokens{batch} on {gpus} "
+                      f"{'>=' if passed else '<'} {where}", passed, source)
+
+
 def parse_codes(items: Iterable[str], *, severities: bool = False) -> frozenset[str]:
     """Flag codes from repeated and/or comma-separated values ("MHA001,mha004"); with
     ``severities`` also info/warning/error (kept lower-case, codes upper-case).
@@ -214,6 +240,8 @@ def check_gates(report: Report, config: GateConfig) -> tuple[GateResult, ...]:
                               f"{path} has {group(actual)} {noun} {'<=' if passed else '>'} {where}",
                               passed, limit.source or f"--{gate}"))
     out.extend(_size_gates(report, config))
+    if config.require_context is not None:
+        out.append(_context_gate(report, config.require_context))
     source = config.fail_on_source or "--fail-on"
     for wanted in sorted(config.fail_on, key=lambda w: (w in SEVERITIES, w)):
         n = sum(1 for f in report.flags if _fails_on(f, frozenset({wanted})))

@@ -66,13 +66,15 @@ def stored_nbytes(t: StoredTensor) -> int | None:
 @dataclass(frozen=True)
 class SizeOptions:
     """--context, --batch, --kv-dtype, --decoder / --no-decoder (True / False; None: the source
-    decides) and --weight-dtype."""
+    decides), --weight-dtype, and --gpu-memory (bytes per GPU) with --gpus (will it fit)."""
 
     context: int | None = None
     batch: int = 1
     kv_dtype: str | None = None
     decoder: bool | None = None
     weight_dtype: str | None = None
+    gpu_memory: int | None = None
+    gpus: int = 1
 
 
 # ----------------------------------------------------------------------------- weights

@@ -5,7 +5,8 @@ folder upward (files without the table are skipped), as ruff does: the same mode
 way whatever the working directory. ``--config FILE`` names one file for every model and
 ``--isolated`` reads none. Keys mirror the CLI
 options: max-params, max-attention-params, max-weight-bytes, max-kv-cache, context, batch,
-kv-dtype, weight-dtype, decoder, fail-on, ignore, exit-zero, format, heads. Unknown
+kv-dtype, weight-dtype, decoder, gpu-memory, gpus, require-context, fail-on, ignore, exit-zero,
+format, heads. Unknown
 keys and bad values raise ConfigError with one line naming the file and the key. No printing.
 """
 
@@ -29,7 +30,8 @@ __all__ = ["KEYS", "ConfigError", "Settings", "ConfigFinder", "find_config", "lo
 T = TypeVar("T")
 
 KEYS = ("max-params", "max-attention-params", "fail-on", "ignore", "exit-zero", "format", "heads",
-        "max-weight-bytes", "max-kv-cache", "context", "batch", "kv-dtype", "weight-dtype", "decoder")
+        "max-weight-bytes", "max-kv-cache", "context", "batch", "kv-dtype", "weight-dtype", "decoder",
+        "gpu-memory", "gpus", "require-context")
 
 
 class ConfigError(InputError):
@@ -54,6 +56,9 @@ class Settings:
     kv_dtype: str | None = None
     weight_dtype: str | None = None
     decoder: bool | None = None  # --decoder / --no-decoder
+    gpu_memory: int | None = None  # bytes per GPU
+    gpus: int | None = None
+    require_context: Limit | None = None  # tokens
 
 
 def merge(first: Settings, second: Settings) -> Settings:
@@ -90,6 +95,11 @@ def shown_path(source: str) -> str:
     return source if rel.startswith("..") else rel
 
 
+def require_context_limit(value: str | int) -> Limit:
+    """--require-context as a Limit: tokens as --context takes them (8192, 32k)."""
+    return Limit(parse_tokens(value, "tokens"), str(value).strip())
+
+
 def _limit(value: object, source: str) -> Limit:
     if isinstance(value, (str, int)):
         return replace(parse_limit(value), source=shown_path(source))
@@ -107,6 +117,16 @@ def _value(key: str, value: object, formats: Collection[str], source: str) -> ob
         if not isinstance(value, (str, int)):
             raise ValueError("expected a whole number such as 8192 or \"8k\"")
         return parse_tokens(value, "tokens" if key == "context" else "sequences")
+    if key == "gpu-memory":
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ValueError("expected a size such as \"24GiB\" or \"80G\"")
+        return parse_byte_limit(value).value
+    if key in ("gpus", "require-context"):
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ValueError("expected a whole number such as 2 or \"32k\"")
+        if key == "gpus":
+            return parse_tokens(value, "GPUs")
+        return replace(require_context_limit(value), source=shown_path(source))
     if key == "kv-dtype":
         if not isinstance(value, str):
             raise ValueError("expected a dtype name such as \"float16\" or \"float8e4m3fn\"")
@@ -161,6 +181,9 @@ def settings_from_table(table: Mapping[str, object], source: str, formats: Colle
         kv_dtype=get("kv-dtype", str),
         weight_dtype=get("weight-dtype", str),
         decoder=get("decoder", bool),
+        gpu_memory=get("gpu-memory", int),
+        gpus=get("gpus", int),
+        require_context=get("require-context", Limit),
     )
 
 

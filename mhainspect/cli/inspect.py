@@ -27,7 +27,7 @@ from mhainspect.analysis.stated_heads import heads_hint, stated_offer
 from mhainspect.analysis.whatif import check_head_counts
 from mhainspect.batch import AuditFailure, BatchAbort, failure_of, read_inputs, run_many
 from mhainspect.cli.batch_output import Audited, JsonlLog, read_list
-from mhainspect.cli.config import ConfigError, ConfigFinder, Settings, merge, shown_path
+from mhainspect.cli.config import ConfigError, ConfigFinder, Settings, merge, require_context_limit, shown_path
 from mhainspect.cli.output import (
     OutputFormat,
     color_wanted,
@@ -110,6 +110,8 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
     batch = parsed("--batch", lambda v: parse_tokens(v, "sequences"), size.get("batch"))
     weight_limit = parsed("--max-weight-bytes", parse_byte_limit, size.get("max_weight_bytes"))
     kv_limit = parsed("--max-kv-cache", parse_byte_limit, size.get("max_kv_cache"))
+    gpu_memory = parsed("--gpu-memory", parse_byte_limit, size.get("gpu_memory"))
+    required = parsed("--require-context", require_context_limit, size.get("require_context"))
     return Settings(max_params=limit and dataclasses.replace(limit, source="--max-params"),
                     max_attention_params=attention_limit and dataclasses.replace(attention_limit,
                                                                                  source="--max-attention-params"),
@@ -120,7 +122,10 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
                     max_kv_cache=kv_limit and dataclasses.replace(kv_limit, source="--max-kv-cache"),
                     context=context, batch=batch,
                     kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")), decoder=size.get("decoder"),
-                    weight_dtype=parsed("--weight-dtype", _weight_dtype, size.get("weight_dtype")))
+                    weight_dtype=parsed("--weight-dtype", _weight_dtype, size.get("weight_dtype")),
+                    gpu_memory=None if gpu_memory is None else gpu_memory.value,
+                    gpus=parsed("--gpus", lambda v: parse_tokens(v, "GPUs"), size.get("gpus")),
+                    require_context=required and dataclasses.replace(required, source="--require-context"))
 
 
 def _weight_dtype(name: str) -> str:
@@ -328,7 +333,7 @@ def _gate_config(settings: "Settings", given: "Settings", config_path: Path | No
     source = "--fail-on" if given.fail_on is not None else shown_path(str(config_path or ""))
     return GateConfig(settings.max_params, settings.max_attention_params, settings.fail_on or frozenset(),
                       fail_on_contradiction, fail_on_source=source, max_weight_bytes=settings.max_weight_bytes,
-                      max_kv_cache=settings.max_kv_cache)
+                      max_kv_cache=settings.max_kv_cache, require_context=settings.require_context)
 
 
 # Output file suffixes that name a format: -o report.html without -f writes html.
@@ -402,7 +407,11 @@ def _audit_model(path: "ModelRef", run: _RunSetup, text: str) -> "Audited | Audi
     if settings.context is not None and settings.context * (settings.batch or 1) > MAX_CACHED_TOKENS:
         raise BatchAbort(f"--context {settings.context:,} × --batch {settings.batch or 1:,} is more tokens than any "
                          f"cache holds (at most {MAX_CACHED_TOKENS:,} in all)")
-    size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype, settings.decoder, settings.weight_dtype)
+    if settings.gpu_memory is None and (settings.require_context is not None or settings.gpus is not None):
+        raise BatchAbort(f"{'--require-context' if settings.require_context else '--gpus'} needs --gpu-memory SIZE "
+                         "(one GPU's memory, e.g. 24GiB)")
+    size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype, settings.decoder, settings.weight_dtype,
+                       settings.gpu_memory, settings.gpus or 1)
     result = _analyze_one(path, AuditOptions(settings.heads or (), size, run.factory_args, run.stated_heads),
                           run.model_bars)
     if isinstance(result, AuditFailure):
@@ -553,6 +562,9 @@ MaxWeightBytesOpt = Annotated[str | None, typer.Option(
 MaxKvCacheOpt = Annotated[str | None, typer.Option(
     "--max-kv-cache", metavar="SIZE", show_default=False, rich_help_panel=_GATES,
     help="Gate: fail when the KV cache at --context (and --batch) exceeds SIZE.")]
+RequireContextOpt = Annotated[str | None, typer.Option(
+    "--require-context", metavar="N", show_default=False, rich_help_panel=_GATES,
+    help="Gate: fail when fewer than N tokens (per sequence, at --batch) fit on the GPUs of --gpu-memory.")]
 # Size in bytes
 ContextOpt = Annotated[str | None, typer.Option(
     "--context", metavar="N", show_default=False, rich_help_panel=_SIZE,
@@ -568,6 +580,13 @@ WeightDtypeOpt = Annotated[str | None, typer.Option(
     "--weight-dtype", metavar="DTYPE", show_default=False, rich_help_panel=_SIZE,
     help="What-if: the weights' bytes if every parameter were stored in DTYPE (bfloat16, float16, fp8, int8, int4, "
          "q8_0, q4_k, llama.cpp mixes such as q4_k_m by their main type), and with the KV cache at the context.")]
+GpuMemoryOpt = Annotated[str | None, typer.Option(
+    "--gpu-memory", metavar="SIZE", show_default=False, rich_help_panel=_SIZE,
+    help="Will it fit: one GPU's memory (24GiB, 80G): the longest context and the largest batch whose weights "
+         "+ KV cache fit (activations and runtime buffers not counted).")]
+GpusOpt = Annotated[str | None, typer.Option(
+    "--gpus", metavar="N", show_default=False, rich_help_panel=_SIZE,
+    help="With --gpu-memory: N GPUs in tensor parallel (weights and K/V heads split over them).")]
 DecoderOpt = Annotated[bool | None, typer.Option(
     "--decoder/--no-decoder", show_default=False, rich_help_panel=_SIZE,
     help="The model decodes token by token with a K/V cache the source does not show (a graph without "
@@ -635,6 +654,9 @@ def inspect_cmd(
     kv_dtype: KvDtypeOpt = None,
     weight_dtype: WeightDtypeOpt = None,
     decoder: DecoderOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    gpus: GpusOpt = None,
+    require_context: RequireContextOpt = None,
     num_heads: NumHeadsOpt = None,
     num_kv_heads: NumKvHeadsOpt = None,
     config: ConfigOpt = None,
@@ -650,7 +672,8 @@ def inspect_cmd(
         raise fail("--config and --isolated exclude each other")
     given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
                           {"context": context, "batch": batch, "kv_dtype": kv_dtype, "decoder": decoder, "weight_dtype": weight_dtype,
-                           "max_weight_bytes": max_weight_bytes, "max_kv_cache": max_kv_cache})
+                           "max_weight_bytes": max_weight_bytes, "max_kv_cache": max_kv_cache,
+                           "gpu_memory": gpu_memory, "gpus": gpus, "require_context": require_context})
     listed = from_file is not None  # a list run: every input is its own record, and may be a folder
     texts = _texts(models, from_file)
     try:

@@ -44,6 +44,7 @@ from mhainspect.render.size_lines import (
     OVERHEAD_LABEL,
     block_cache_text,
     experts_line,
+    fit_lines,
     latent_cache_text,
     memory_line,
     weight_dtype_line,
@@ -190,7 +191,8 @@ def _size_lines(report: Report) -> list[str]:
             status = "none" if kv.status is CacheStatus.NONE else "unknown"
             out.append(f'<p class="meta">KV cache: {status} ({html(kv.reason)})</p>')
     what_if = weight_dtype_line(report)
-    extra = [experts_line(report), memory_line(report), f"Weights {what_if}" if what_if else None]
+    extra = [experts_line(report), memory_line(report), f"Weights {what_if}" if what_if else None,
+             *(line.strip() for line in fit_lines(report))]
     out += [f'<p class="meta">{html(line)}</p>' for line in extra if line]
     return out
 

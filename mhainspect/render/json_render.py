@@ -22,6 +22,7 @@ from mhainspect.results import (
     BlockVerification,
     Evidence,
     Flag,
+    GpuFit,
     KVCache,
     MemoryAtContext,
     Miss,
@@ -114,6 +115,28 @@ def _model(model: ModelSummary) -> JSONDict:
         **({} if model.experts is None else {"experts": _experts(model.experts)}),
         **({} if model.memory is None else {"memory": _memory(model.memory)}),
         **({} if model.weight_dtype is None else {"weight_dtype": _weight_dtype(model.weight_dtype)}),
+        **({} if model.fit is None else {"fit": _fit(model.fit)}),
+    }
+
+
+def _fit(fit: GpuFit) -> JSONDict:
+    return {
+        "gpu_memory_bytes": _int(fit.gpu_memory_bytes),
+        "gpus": _int(fit.gpus),
+        "status": str(fit.status),
+        "weight_dtype": fit.weight_dtype,
+        "weight_bytes_per_gpu": _opt_int(fit.weight_bytes_per_gpu),
+        "free_bytes_per_gpu": _opt_int(fit.free_bytes_per_gpu),
+        "kv_dtype": fit.kv_dtype,
+        "kv_bytes_per_token_per_gpu": _opt_int(fit.kv_bytes_per_token_per_gpu),
+        "state_bytes_per_sequence_per_gpu": _int(fit.state_bytes_per_sequence_per_gpu),
+        "batch": _int(fit.batch),
+        "max_context": _opt_int(fit.max_context),
+        "context": _opt_int(fit.context),
+        "context_source": fit.context_source,
+        "max_batch": _opt_int(fit.max_batch),
+        "notes": list(fit.notes),
+        "reason": fit.reason,
     }
 
 

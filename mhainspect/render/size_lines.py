@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from mhainspect.analysis.size import KV_FIELD, cache_reason
 from mhainspect.ir.units import format_bytes, group
-from mhainspect.results import AttentionBlock, CacheStatus, KVCache, Report
+from mhainspect.results import AttentionBlock, CacheStatus, FitStatus, KVCache, Report
 from mhainspect.results.stages import IF_DECODED
 
 __all__ = ["IF_DECODED_LABEL", "OVERHEAD_LABEL", "block_cache_text", "block_size_line", "experts_line",
-           "latent_cache_text", "memory_line", "size_lines", "weight_dtype_line"]
+           "fit_lines", "latent_cache_text", "memory_line", "size_lines", "weight_dtype_line"]
 
 # What weight_bytes_overhead is called in every format (table, markdown, html).
 OVERHEAD_LABEL = "overhead (not parameters: scales, zero points, constant tables)"
@@ -26,7 +26,7 @@ def size_lines(report: Report) -> list[str]:
     lines = _weight_lines(report)
     if report.model.kv_cache is not None:
         lines += _cache_lines(report, report.model.kv_cache)
-    return lines + [x for x in (memory_line(report),) if x]
+    return lines + [x for x in (memory_line(report),) if x] + fit_lines(report)
 
 
 def _weight_lines(report: Report) -> list[str]:
@@ -100,6 +100,35 @@ def memory_line(report: Report) -> str | None:
     line = (f"Memory at {at}: weights {format_bytes(mem.weight_bytes)} + KV cache {format_bytes(mem.kv_cache_bytes)}"
             f" = {_bytes(mem.total_bytes)}; activations and runtime buffers not counted")
     return line + (f"; {mem.reason}" if mem.reason else "")
+
+
+def fit_lines(report: Report) -> list[str]:
+    """--gpu-memory: the longest context and the largest batch that fit, then how the model splits
+    over the GPUs and what is not counted (an indented line)."""
+    fit = report.model.fit
+    if fit is None:
+        return []
+    where = (f"{fit.gpus} GPUs of {format_bytes(fit.gpu_memory_bytes)} each (tensor parallel)" if fit.gpus > 1
+             else f"1 GPU of {format_bytes(fit.gpu_memory_bytes)}")
+    detail = f"  {'; '.join(fit.notes)}"
+    if fit.status is FitStatus.UNKNOWN or fit.weight_bytes_per_gpu is None or fit.free_bytes_per_gpu is None:
+        return [f"Fit on {where}: unknown ({fit.reason or ''})", detail]
+    weights = f"weights ({fit.weight_dtype}) {format_bytes(fit.weight_bytes_per_gpu)} per GPU"
+    if fit.status is FitStatus.WEIGHTS_DO_NOT_FIT:
+        return [f"Does not fit on {where}: {weights}, more than the GPU holds", detail]
+    per_token = ("" if not fit.kv_bytes_per_token_per_gpu else
+                 f", KV cache {_bytes(fit.kv_bytes_per_token_per_gpu)} per token per GPU ({fit.kv_dtype})")
+    batch = f"{group(fit.batch)} sequence{'s' if fit.batch != 1 else ''}"
+    longest = ("no limit" if fit.max_context is None else f"{group(fit.max_context)} tokens")
+    line = (f"Fit on {where}: {weights}, {format_bytes(fit.free_bytes_per_gpu)} left; longest context {longest} "
+            f"for {batch}{per_token}")
+    if fit.context is not None:
+        source = "" if fit.context_source == "--context" else f", {fit.context_source}"
+        largest = "no limit" if fit.max_batch is None else group(fit.max_batch)
+        line += f"; largest batch {largest} at context {group(fit.context)}{source}"
+    if fit.reason:
+        line += f" ({fit.reason})"
+    return [line, detail]
 
 
 def weight_dtype_line(report: Report) -> str | None:

@@ -11,6 +11,7 @@ from mhainspect.results.vocabulary import (
     BlockKind,
     CacheStatus,
     EvidenceSource,
+    FitStatus,
     Matcher,
     Severity,
     VerifyStatus,
@@ -312,6 +313,34 @@ class MemoryAtContext:
     kv_cache_bytes: int | None
     total_bytes: int | None
     reason: str | None = None  # why total_bytes is None, or what it leaves out (cross-attention)
+
+
+@dataclass(frozen=True)
+class GpuFit:
+    """--gpu-memory (and --gpus): what fits on ``gpus`` GPUs of ``gpu_memory_bytes`` each under tensor
+    parallelism: the weights split over the GPUs, every caching block's K/V heads split over them
+    (replicated when a layer has fewer K/V heads than GPUs; a latent cache on every GPU), and each
+    sequence's fixed state. ``max_context``: the most tokens ``batch`` sequences can each hold (None:
+    no limit, the cache stops growing, or not known); ``max_batch``: the most sequences at
+    ``context`` (None: no limit, nothing grows with the batch, or no context known). Activations and
+    the runtime's buffers are not counted."""
+
+    gpu_memory_bytes: int  # per GPU
+    gpus: int
+    status: FitStatus
+    weight_dtype: str  # "as stored", or the --weight-dtype type
+    weight_bytes_per_gpu: int | None
+    kv_dtype: str | None
+    kv_bytes_per_token_per_gpu: int | None  # every caching layer's per-GPU share, before a sliding window caps it
+    state_bytes_per_sequence_per_gpu: int  # fixed per sequence, whatever the context
+    batch: int  # the sequences max_context is for (--batch)
+    max_context: int | None
+    context: int | None  # the tokens max_batch is for (--context, else the model's maximum)
+    context_source: str
+    max_batch: int | None
+    free_bytes_per_gpu: int | None  # gpu_memory_bytes - weight_bytes_per_gpu: what the cache may take
+    notes: tuple[str, ...] = ()  # how the KV heads split, what is not counted
+    reason: str | None = None  # why a figure is None
 
 
 @dataclass(frozen=True)

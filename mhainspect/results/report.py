@@ -11,6 +11,7 @@ from mhainspect.results.blocks import (
     AttentionBlock,
     BlockVerification,
     Flag,
+    GpuFit,
     KVCache,
     MemoryAtContext,
     Miss,
@@ -38,6 +39,7 @@ class ModelSummary:
     experts: MixtureOfExperts | None = None  # a mixture-of-experts model: routed experts, active parameters
     memory: MemoryAtContext | None = None  # weights + KV cache at --context (or the model's maximum)
     weight_dtype: WeightDtypeWhatIf | None = None  # --weight-dtype
+    fit: GpuFit | None = None  # --gpu-memory: the longest context and largest batch that fit
 
 
 @dataclass(frozen=True)

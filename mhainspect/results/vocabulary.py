@@ -49,6 +49,14 @@ class EvidenceSource(Vocabulary):
 _SOURCES: dict[str, EvidenceSource] = {m.value: m for m in EvidenceSource}
 
 
+class FitStatus(Vocabulary):
+    """What --gpu-memory found (``GpuFit.status``)."""
+
+    FITS = "fits"  # the weights fit: max_context / max_batch say how much cache fits beside them
+    WEIGHTS_DO_NOT_FIT = "weights_do_not_fit"  # the weights' share alone exceeds one GPU's memory
+    UNKNOWN = "unknown"  # the weights' bytes or the KV cache are unknown (reason)
+
+
 class Matcher(Vocabulary):
     """What found a block (``AttentionBlock.matcher``, ``Miss.matcher``). A graph's fused matcher
     names the operator after a colon ("fused:com.microsoft.Attention")."""
