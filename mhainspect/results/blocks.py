@@ -258,9 +258,13 @@ class Miss:
     matcher: str  # a Matcher, checked and converted on construction
     anchor: str
     reason: str
-    # Why, for code that decides on it (never rendered): "no_score_product" when a Softmax has no
-    # Q·Kᵀ of two activations before it (the additive matcher then looks at it).
-    code: str | None = None
+    # The node where the match failed (the op a walk stopped at; "" when it is the anchor itself).
+    # Kept for callers and tests; the outputs name the anchor.
+    node: str = ""
+    # Whether the anchor is the matcher's own (its signature was found, so the miss is final); False
+    # when the anchor does not look like the pattern at all (a Softmax with no Q·Kᵀ behind it): the
+    # graph driver then lets the next pattern in its order try the anchor.
+    claimed: bool = True
     # The source says this module caches K/V during decoding (a decoder's latent attention, MLA):
     # the model's KV cache then holds something no block sizes, so it is unknown, not "none".
     caches: bool = False

@@ -14,6 +14,7 @@ from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import Node
 from mhainspect.matchers.assembly import split_packed
 from mhainspect.matchers.block import BlockBuilder, RoleInput
+from mhainspect.matchers.patterns import Pattern
 from mhainspect.matchers.projection import TracedProjection, trace_back_to_projection, trace_forward_to_projection
 from mhainspect.results import Evidence, Miss
 
@@ -262,3 +263,6 @@ def _input_width(index: GraphIndex, node: Node, pos: int) -> int | None:
     if shape is not None and len(shape) == 4 and shape[1].is_int and shape[3].is_int:
         return shape[1].coef * shape[3].coef
     return None
+
+
+PATTERN = Pattern(NAME, FUSED_OP_NAMES, match, accepts=is_fused)

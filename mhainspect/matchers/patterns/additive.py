@@ -1,6 +1,6 @@
 """Additive (Bahdanau) attention: softmax(vᵀ·tanh(W·q + U·k))·V, one head, no Q·Kᵀ product.
 
-Anchored on a Softmax that the decomposed matcher found no Q·Kᵀ product behind. Walks back
+Anchored on a Softmax; tried after the decomposed pattern, on a Softmax with no Q·Kᵀ product behind it. Walks back
 from the Softmax input through reshapes and masks to a product of a Tanh with a weight vector v
 (a projection of width 1, or Mul by v and ReduceSum over the feature axis), from the Tanh to a
 sum of two activations, each traced to its projection (W for the query, U for the keys; either
@@ -14,6 +14,7 @@ from __future__ import annotations
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import Node, Tensor
 from mhainspect.matchers.block import BlockBuilder, RoleInput
+from mhainspect.matchers.patterns import Pattern
 from mhainspect.matchers.projection import recognise_projection, trace_back_to_projection
 from mhainspect.results import Evidence, Miss
 
@@ -28,26 +29,27 @@ _MAX_NODES = 12
 _MAX_PROBS_DEPTH = 6
 
 
-def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss | None:
+def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     """A builder for an additive attention at ``softmax``; a Miss naming what is missing when the
-    scores are vᵀ·tanh(…) but the rest is not found; None when the scores are not additive."""
+    scores are vᵀ·tanh(…) but the rest is not found; an unclaimed Miss when they are not additive."""
     found = _score_vector(index, softmax.inputs[0])
     if found is None:
-        return None
+        return Miss(NAME, softmax.name, "no score vector vᵀ·tanh(…) before the Softmax", node=softmax.name,
+                    claimed=False)
     v_node, v_weight, v_bias, tanh = found
     summed = _through(index, tanh.inputs[0], _VIEWS)
     add = index.producer.get(summed)
     if add is None or add.op != "Add":
         return Miss(NAME, softmax.name, f"additive scores vᵀ·tanh(…) at {v_node.name}, but the Tanh input is not a "
-                                        "sum of a query and a key term")
+                                        "sum of a query and a key term", node=tanh.name)
     terms = _terms(index, add)
     if len(terms) != 2:
         return Miss(NAME, softmax.name, f"additive scores vᵀ·tanh(…) at {v_node.name}, but {add.name} does not add "
-                                        "two activations (query and key terms)")
+                                        "two activations (query and key terms)", node=add.name)
     pv = _value_product(index, softmax.outputs[0])
     if pv is None:
         return Miss(NAME, softmax.name, f"additive scores vᵀ·tanh(…) at {v_node.name}, but the Softmax does not "
-                                        "feed a product with the values")
+                                        "feed a product with the values", node=softmax.name)
     pv_node, values = pv
     b = BlockBuilder(index, softmax, NAME, kind=KIND)
     stop = {softmax.name, add.name, pv_node.name}
@@ -188,3 +190,6 @@ def _value_product(index: GraphIndex, start: str) -> tuple[Node, str] | None:
                         seen.add(o)
                         queue.append((o, depth + 1))
     return None
+
+
+PATTERN = Pattern(NAME, frozenset({"Softmax"}), match)
