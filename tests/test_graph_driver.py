@@ -1,16 +1,12 @@
 """The graph driver (mhainspect.matchers.graph): anchors tried against an explicit, ordered pattern
 registry; a miss says why and where; a pattern that does not recognise an anchor hands it on;
-front ends reach the patterns only through the driver."""
+front ends reach the patterns only through the driver (an import-linter contract in pyproject.toml)."""
 
 from __future__ import annotations
-
-import ast
-from pathlib import Path
 
 from attention_graphs import Nodes, mha_nodes, model, shape_consts, value, weight, Weights
 from onnx import helper
 
-import mhainspect
 from mhainspect.frontends.onnx.loader import model_to_graph
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import Node
@@ -121,19 +117,3 @@ def test_a_decomposed_miss_names_the_node_where_it_failed() -> None:
     _, misses = find_blocks(_index(g))
     assert [(m.matcher, m.node, m.claimed) for m in misses] == [("decomposed", "p", True)]
     assert "does not feed a product with V" in misses[0].reason
-
-
-def test_no_module_outside_the_matchers_imports_a_pattern() -> None:
-    """Front ends, analysis and pipeline call the driver; the patterns are the driver's business."""
-    root = Path(mhainspect.__file__).parent
-    wrong = []
-    for path in root.rglob("*.py"):
-        if path.is_relative_to(root / "matchers"):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
-                     if isinstance(node, ast.ImportFrom) else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            if any(n.startswith("mhainspect.matchers.patterns") for n in names):
-                wrong.append(str(path.relative_to(root)))
-    assert not wrong
