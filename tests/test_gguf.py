@@ -316,7 +316,8 @@ def test_latent_attention_of_a_decoder_caches_its_latent(tmp_path: Path) -> None
     assert layout(b) == (h, h, nope + rope, v, d) and b.latent is not None and b.latent.q_rank is None
     assert (b.params.q, b.params.k, b.params.v, b.params.o) == (h * (nope + rope) * d, h * rank * nope,
                                                                  h * v * rank, d * h * v)
-    assert b.params.extra == (rank + rope) * d + rank
+    assert (b.params.latent, b.params.extra) == ((rank + rope) * d + rank, 0)
+    assert b.params.total == b.params.q + b.params.k + b.params.v + b.params.o + b.params.latent
     assert b.kv_cache_bytes_per_token == (rank + rope) * 2 and b.kv_cache_status is CacheStatus.CACHES
     kv = with_options(report, SizeOptions(context=128)).model.kv_cache
     assert kv is not None and kv.total_bytes == 128 * (rank + rope) * 2

@@ -2,7 +2,8 @@
 save_pretrained folder, its ONNX export and a GGUF written as llama.cpp's converter writes it.
 
 Truth comes from the torch module: heads and widths from its config, Q/K/V/O from its projection
-weights (K and V the shares of kv_b_proj), extra from its down-projections and norms. The KV cache
+weights (K and V the shares of kv_b_proj), the total the module's own parameter count (its
+down-projections and norms in it, as ``params.latent``). The KV cache
 is the latent and the rotary key (kv_lora_rank + qk_rope_head_dim values per token per layer),
 with the per-head K/V it expands to beside it.
 """
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from mhainspect.analysis.size import SizeOptions, with_options
+from mhainspect.analysis.whatif import what_if
 from mhainspect.pipeline import audit
 from mhainspect.results import AttentionBlock, CacheStatus, Report
 
@@ -27,7 +29,7 @@ transformers.logging.set_verbosity_error()
 
 from gguf_files import deepseek_gguf  # noqa: E402
 
-from tests.conformance.extended import LATENT_CONFIG, latent_extra, latent_truth  # noqa: E402
+from tests.conformance.extended import LATENT_CONFIG, latent_params, latent_truth  # noqa: E402
 from tests.random_weights import LastHiddenState, add_noise  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -46,7 +48,7 @@ def _model(version: str = "V3", **overrides: Any) -> Any:
 def _layout(b: AttentionBlock) -> tuple[Any, ...]:
     p = b.params
     assert b.latent is not None, b.name
-    return (b.kind, b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model, p.q, p.k, p.v, p.o, p.bias, p.total, p.extra,
+    return (b.kind, b.num_heads, b.num_kv_heads, b.d_k, b.d_v, b.d_model, p.q, p.k, p.v, p.o, p.bias, p.total, p.latent,
             b.latent.kv_rank, b.latent.rope_dim, b.latent.q_rank)
 
 
@@ -56,7 +58,7 @@ def _expected(model: Any) -> list[tuple[Any, ...]]:
     for t, layer in zip(latent_truth(model), model.layers):
         a = layer.self_attn
         out.append((t.kind, t.num_heads, t.num_kv_heads, t.d_k, t.d_v, t.d_model, t.q, t.k, t.v, t.o, t.bias, t.total,
-                    latent_extra(a), cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.q_lora_rank))
+                    latent_params(a), cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.q_lora_rank))
     return out
 
 
@@ -84,7 +86,8 @@ def test_folder(version: str, tmp_path: Path) -> None:
     assert b.kv_cache_expanded_bytes_per_token == cfg.num_attention_heads * (
         cfg.qk_nope_head_dim + cfg.qk_rope_head_dim + cfg.v_head_dim) * 4
     assert b.kv_cache_status is CacheStatus.CACHES
-    assert b.weight_bytes == 4 * (b.params.total + b.params.extra)  # down-projections and norms included
+    assert b.weight_bytes == 4 * b.params.total  # down-projections and norms included
+    assert b.params.total == sum(p.numel() for p in model.layers[0].self_attn.parameters())
 
 
 def test_without_a_q_latent(tmp_path: Path) -> None:
@@ -162,13 +165,15 @@ def test_kv_cache_beside_its_expanded_equivalent(tmp_path: Path) -> None:
 
 def test_what_if_keeps_the_rotary_key_outside_the_heads(tmp_path: Path) -> None:
     """At 8 heads with the same per-head widths, q_b_proj, kv_b_proj and o_proj double; the
-    down-projections (extra) do not change. The module built with 8 heads says the same."""
+    down-projections and norms (params.latent) do not change. The module built with 8 heads says the
+    same: the what-if is that module's own parameter count; at the block's own heads, its total."""
     model = _model()
     model.save_pretrained(tmp_path)
     b = audit(tmp_path).blocks[0]
     doubled = _model(num_attention_heads=8, num_key_value_heads=8).layers[0].self_attn
-    expected = sum(m.weight.numel() for m in (doubled.q_b_proj, doubled.kv_b_proj, doubled.o_proj))
-    assert next(w for w in b.what_if if w.num_heads == 8).head_dim_fixed == expected
+    assert next(w for w in b.what_if if w.num_heads == 8).head_dim_fixed == sum(p.numel() for p in doubled.parameters())
+    same = what_if(b, 4)
+    assert same is not None and same.head_dim_fixed == same.total_width_fixed == b.params.total
 
 
 def test_config_claims_lose_to_the_shapes(tmp_path: Path) -> None:

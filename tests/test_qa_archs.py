@@ -191,7 +191,8 @@ def test_latent_attention_is_one_latent_block(front: str, tmp_path: Path) -> Non
             cfg.num_attention_heads, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim)
         downs = sum(p.numel() for m in (a.q_a_proj, a.kv_a_proj_with_mqa, a.q_a_layernorm, a.kv_a_layernorm)
                     for p in m.parameters())
-        assert b["params"]["extra"] == downs
+        assert (b["params"]["latent"], b["params"]["extra"]) == (downs, 0)
+        assert b["params"]["total"] == sum(p.numel() for p in a.parameters())  # the module's own count
         assert (b["params"]["q"], b["params"]["o"]) == (a.q_b_proj.weight.numel(), a.o_proj.weight.numel())
         assert b["params"]["k"] + b["params"]["v"] == a.kv_b_proj.weight.numel()
         assert b["params"]["k"] == cfg.num_attention_heads * cfg.qk_nope_head_dim * cfg.kv_lora_rank

@@ -105,8 +105,8 @@ def test_multihead_attention_learned_and_zero_kv_rows(kw: dict[str, Any], dynami
     assert (b["num_heads"], b["num_kv_heads"], b["d_k"]) == (HEADS, HEADS, D // HEADS)
     assert not {"MHA005", "MHA007"} & {f["code"] for f in d["flags"]}
     learned = sum(p.numel() for p in (m.bias_k, m.bias_v) if p is not None)
-    assert b["params"]["extra"] == learned
-    assert b["params"]["total"] + b["params"]["extra"] == sum(p.numel() for p in m.parameters())
+    assert b["params"].get("kv_rows", 0) == learned and b["params"]["extra"] == 0
+    assert b["params"]["total"] == sum(p.numel() for p in m.parameters())
     assert d["model"]["total_params"] == sum(p.numel() for p in model.parameters())
 
 

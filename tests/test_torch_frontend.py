@@ -66,10 +66,12 @@ def test_multihead_attention_kdim_vdim_bias_kv_and_no_bias() -> None:
     e, kdim, vdim = 512, 256, 128
     report = mhainspect.inspect(nn.MultiheadAttention(e, 8, kdim=kdim, vdim=vdim, add_bias_kv=True))
     (block,) = report.blocks
-    # E(E + kdim + vdim) + E² + 4E (biases); bias_k/bias_v are extra (2E).
-    assert block.params.total == e * (e + kdim + vdim) + e * e + 4 * e
-    assert block.params.extra == 2 * e
-    assert report.model.total_params == block.params.total + 2 * e
+    # E(E + kdim + vdim) + E² + 4E (biases) + 2E (bias_k/bias_v, K's and V's learned rows): calc's count.
+    assert block.params.total == e * (e + kdim + vdim) + e * e + 4 * e + 2 * e
+    assert (block.params.kv_rows, block.params.extra, block.params.bias) == (2 * e, 0, 6 * e)
+    assert report.model.total_params == block.params.total == report.model.attention_params
+    assert block.params.total == mhainspect.calc("pytorch", embed_dim=e, num_heads=8, kdim=kdim, vdim=vdim,
+                                                 add_bias_kv=True).total
     assert [p.in_features for p in block.projections] == [e, kdim, vdim, e]
     assert (block.num_heads, block.d_k, block.d_v) == (8, 64, 64)
 

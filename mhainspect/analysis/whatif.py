@@ -68,10 +68,23 @@ def _count(roles: _Roles, wq: int, wk: int, wv: int, o_in: int) -> int | None:
     return total
 
 
+def _beside(block: AttentionBlock, wk: int, wv: int) -> int:
+    """What the block's total holds beside its projections at K/V widths ``wk``/``wv``: a latent
+    block's down-projections and norms (as wide as the latents, whatever the heads) and learned
+    K/V rows, which are as wide as K and V (so they follow the widths)."""
+    p = block.params
+    rows = 0
+    if p.kv_rows:
+        k0, v0 = _roles(block)[1], _roles(block)[2]
+        was = (k0.out_features or 0 if k0 else 0) + (v0.out_features or 0 if v0 else 0)
+        rows = p.kv_rows * (wk + wv) // was if was else p.kv_rows
+    return p.latent + rows
+
+
 def _k_width(block: AttentionBlock, kv_heads: int, d_k: int) -> int:
     """K's projection width at ``kv_heads``: a latent block's K up-projection makes only the
     non-rotary part of each head's key (the rotary part is one for all heads, from the
-    down-projection: part of the block's extra, whatever the head count)."""
+    down-projection: part of the block's ``params.latent``, whatever the head count)."""
     rope = block.latent.rope_dim if block.latent is not None else 0
     return kv_heads * (d_k - rope)
 
@@ -110,10 +123,13 @@ def _what_if(block: AttentionBlock, roles: _Roles, heads: int) -> WhatIf | None:
     if h is None or g is None or d_k is None or d_v is None:
         return None
     g2 = kv_heads_for(block, heads)
-    same_width = _count(roles, h * d_k, _k_width(block, g, d_k), g * d_v, h * d_v)
-    per_head = _count(roles, heads * d_k, _k_width(block, g2, d_k), g2 * d_v, heads * d_v)
+    wk, wk2 = _k_width(block, g, d_k), _k_width(block, g2, d_k)
+    same_width = _count(roles, h * d_k, wk, g * d_v, h * d_v)
+    per_head = _count(roles, heads * d_k, wk2, g2 * d_v, heads * d_v)
     if same_width is None or per_head is None:
         return None
+    same_width += _beside(block, wk, g * d_v)
+    per_head += _beside(block, wk2, g2 * d_v)
     if total_width_reason(block, heads) is not None:
         same_width = None  # h·d_k cannot be split into that many equal heads
     return WhatIf(num_heads=heads, total_width_fixed=same_width, head_dim_fixed=per_head)
@@ -125,7 +141,8 @@ def standard_layout_count(block: AttentionBlock) -> int | None:
     if h is None or g is None or d_model is None or d_model % h or block.latent is not None:
         return None  # a latent block has no "standard" layout: its key is non-rotary + rotary parts
     d = d_model // h
-    return count_with_widths(block, h * d, g * d, g * d, h * d)
+    count = count_with_widths(block, h * d, g * d, g * d, h * d)
+    return None if count is None else count + _beside(block, g * d, g * d)
 
 
 def default_what_ifs(block: AttentionBlock, extra: tuple[int, ...] = ()) -> tuple[WhatIf, ...]:

@@ -62,7 +62,9 @@ class BlockBuilder:
     scale: float | None = None
     scale_known: bool = False
     notes: list[str] = field(default_factory=list)
-    extras: dict[str, int] = field(default_factory=dict)  # other block params by tensor name
+    extras: dict[str, int] = field(default_factory=dict)  # score tables (outside the total) by tensor name
+    kv_rows: dict[str, int] = field(default_factory=dict)  # learned K/V rows (bias_k/bias_v) by tensor name
+    latent_parts: dict[str, int] = field(default_factory=dict)  # a latent block's down-projections and norms
     kind: str | None = None  # set by a matcher that knows the kind (additive); else read from the sources
     # role -> the projection that made its projection's (narrower) input: latent attention (build()).
     latent: dict[str, ProjectionHit] = field(default_factory=dict)
@@ -139,7 +141,8 @@ class BlockBuilder:
             name=name, matcher=self.matcher, kind=self._kind(),
             num_heads=decision.num_heads, num_kv_heads=decision.num_kv_heads, d_model=decision.d_model,
             d_k=decision.d_k, d_v=decision.d_v,
-            params=ParamBreakdown.from_projections(projections, extra=sum(self.extras.values())),
+            params=ParamBreakdown.from_projections(projections, extra=sum(self.extras.values()),
+                                                   kv_rows=sum(self.kv_rows.values())),
             projections=projections, evidence=decision.evidence, scale=self.scale, scale_known=self.scale_known,
             anchor=self.anchor.name, unknown_reason=None if decision.num_heads is not None else self._unknown_reason(wq),
             conflicts=decision.conflicts,
@@ -186,7 +189,7 @@ class BlockBuilder:
         """A latent-attention block (``mhainspect.matchers.latent``): the widths of Q's, the K/V
         up-projection's and O's weights and of the K/V down-projection fix the heads and head
         sizes; K and V are the up-projection's shares; the down-projections and the norms between
-        them and the up-projections are the block's extra."""
+        them and the up-projections are counted in its total as ``params.latent``."""
         # Imported at the latent door: the latent solver (and the name grouping it shares with the
         # checkpoint readers) is for graphs with a K/V down-projection only.
         from mhainspect.matchers.latent import LatentShapes, kv_up_split, solve
@@ -208,13 +211,13 @@ class BlockBuilder:
             if down is None or after is None:
                 continue
             name = down.weight.tensor.display_name
-            self.extras[name] = down.weight_params + down.bias_params
+            self.latent_parts[name] = down.weight_params + down.bias_params
             tensors.extend(x for x in (name, down.bias_name) if x)
             for t in _norm_tensors(self.index, after.activation, down.node, after.in_features):
-                self.extras[t.display_name] = t.numel
+                self.latent_parts[t.display_name] = t.numel
                 tensors.append(t.display_name)
-        for name, n in self.extras.items():
-            self.evidence.append(Evidence("extra", n, EvidenceSource.WEIGHT_SHAPE,
+        for name, n in self.latent_parts.items():
+            self.evidence.append(Evidence("latent", n, EvidenceSource.WEIGHT_SHAPE,
                                           f"{name}: latent attention's down-projection or norm"))
         self.evidence.append(Evidence("d_model", kv_down.in_features, EvidenceSource.WEIGHT_SHAPE,
                                       f"input width of {kv_down.node.name}, the K/V down-projection"))
@@ -237,7 +240,8 @@ class BlockBuilder:
         return AttentionBlock(
             name=block_name(self.index, self.anchor, projections_t, taken_names), matcher=self.matcher,
             kind=self._kind(), num_heads=h, num_kv_heads=h, d_model=kv_down.in_features, d_k=sol.d_k, d_v=sol.d_v,
-            params=ParamBreakdown.from_projections(projections_t, extra=sum(self.extras.values())),
+            params=ParamBreakdown.from_projections(projections_t, extra=sum(self.extras.values()),
+                                                   latent=sum(self.latent_parts.values())),
             projections=projections_t, evidence=tuple(self.evidence), scale=self.scale, scale_known=self.scale_known,
             anchor=self.anchor.name, conflicts=sol.conflicts,
             unknown_reason=None if h is not None else (

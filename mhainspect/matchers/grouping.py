@@ -39,9 +39,12 @@ CONV1D_NAMES = frozenset({"c_attn", "c_proj", "c_fc"})
 # Parameters of nn.MultiheadAttention stored directly on the module.
 _MHA_LEAVES = {"in_proj_weight": ("qkv", "weight"), "in_proj_bias": ("qkv", "bias"),
                "q_proj_weight": ("q", "weight"), "k_proj_weight": ("k", "weight"), "v_proj_weight": ("v", "weight")}
+# Learned K/V rows held by the attention module (nn.MultiheadAttention's add_bias_kv): appended to K
+# and V, so part of the block's total (ParamBreakdown.kv_rows).
+KV_ROW_LEAVES = frozenset({"bias_k", "bias_v"})
 # Score bias tables held by the attention module (timm's Swin/BEiT attn.relative_position_bias_table)
-# are its extra parameters, as nn.MultiheadAttention's learned K/V rows are.
-_EXTRA_LEAVES = frozenset({"bias_k", "bias_v", "relative_position_bias_table"})
+# are its extra parameters (outside its total); the K/V rows ride along with them in the grouping.
+_EXTRA_LEAVES = KV_ROW_LEAVES | {"relative_position_bias_table"}
 # A per-role bias vector held on the attention module itself, beside a packed weight without a
 # bias (DeBERTa's DisentangledSelfAttention: in_proj + q_bias, v_bias): that role's bias.
 _ROLE_BIAS_LEAVES = {"q_bias": "q", "k_bias": "k", "v_bias": "v"}
@@ -126,6 +129,12 @@ def _scope_leaf(name: str) -> tuple[str, str]:
         return scope, leaf
     parts = _split(name)
     return ".".join(parts[:-1]), parts[-1]
+
+
+def is_kv_row(name: str) -> bool:
+    """A learned K/V row (bias_k/bias_v) among a block's extras: in the block's total, where a score
+    table is not."""
+    return _scope_leaf(name)[1] in KV_ROW_LEAVES
 
 
 # Role by lower-cased module name; where the sets overlap, the earlier role wins (q, k, v, qkv, o).

@@ -149,6 +149,8 @@ def merge_module(index: GraphIndex, group: list[BlockBuilder]) -> tuple[BlockBui
             lead.evidence.append(Evidence("o", None, "same_weights", f"O projection found from {other.anchor.name}"))
         for name, numel in other.extras.items():
             lead.extras.setdefault(name, numel)
+        for name, numel in other.kv_rows.items():
+            lead.kv_rows.setdefault(name, numel)
     others = ", ".join(b.anchor.name for b in group if b is not lead)
     what = (f"applied {applications} times" if applications > 1 else "one module in alternative If branches")
     lead.evidence.append(Evidence("applications", applications, "same_weights",

@@ -18,7 +18,7 @@ the shapes cannot tell (no rotary part), a claim decides.
 ``assemble_latent`` makes the block for weight-only sources (checkpoints, GGUF); the graph builder
 (``mhainspect.matchers.block``) calls ``solve`` with the widths of the projections it traced. Either
 way the block is the same: kind self, d_k = nope + rope, K and V the shares of the up-projection,
-the down-projections and their norms its ``extra``, and ``latent`` saying what decoding caches.
+the down-projections and their norms counted in its total (``params.latent``), and ``latent`` saying what decoding caches.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def assemble_latent(group: GroupedBlock, offers: Sequence[HeadOffers], *, matche
     extra_tensors = [t for rw in (parts.q_down, parts.kv_down) if rw is not None
                      for t in (rw.weight, rw.bias) if t is not None] + list(parts.norms)
     evidence = list(claims) + list(sol.evidence)
-    evidence += [Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE,
+    evidence += [Evidence("latent", t.numel, EvidenceSource.WEIGHT_SHAPE,
                           f"{t.name} {list(t.shape)}: latent attention's down-projection or norm") for t in extra_tensors]
     d_model = _dims(parts.kv_down)[0]
     if d_model is not None:
@@ -234,7 +234,7 @@ def assemble_latent(group: GroupedBlock, offers: Sequence[HeadOffers], *, matche
         latent = LatentKV(latent.kv_rank, latent.rope_dim, latent.q_rank, tuple(t.name for t in extra_tensors))
     return AttentionBlock(
         name=group.name, matcher=matcher, kind=BlockKind.SELF, num_heads=h, num_kv_heads=h, d_model=d_model,
-        d_k=sol.d_k, d_v=sol.d_v, params=ParamBreakdown.from_projections(projections, sum(t.numel for t in extra_tensors)),
+        d_k=sol.d_k, d_v=sol.d_v, params=ParamBreakdown.from_projections(projections, latent=sum(t.numel for t in extra_tensors)),
         projections=tuple(projections), evidence=tuple(evidence), anchor=group.owner,
         unknown_reason=unknown if h is None else None, conflicts=tuple(dict.fromkeys(sol.conflicts)), latent=latent,
     )

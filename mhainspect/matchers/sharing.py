@@ -45,7 +45,8 @@ def count_shared_once(blocks: Sequence[AttentionBlock], identity: Callable[[str]
                 p = replace(p, weight_params=0, bias_params=0)
             changed.append(p)
         if notes:
-            breakdown = ParamBreakdown.from_projections(changed, extra=b.params.extra)
+            breakdown = ParamBreakdown.from_projections(changed, extra=b.params.extra, latent=b.params.latent,
+                                                        kv_rows=b.params.kv_rows)
             b = replace(b, projections=tuple(changed), params=breakdown, evidence=b.evidence + tuple(notes))
         out.append(b)
     return out

@@ -17,6 +17,7 @@ from mhainspect.matchers.grouping import (
     GroupedBlock,
     RoleWeights,
     group_attention,
+    is_kv_row,
     kernel_head_split,
     linear_dims,
     projection,
@@ -104,7 +105,9 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         name=group.name, matcher=matcher, kind=BlockKind.CROSS if group.cross else BlockKind.SELF,
         num_heads=decision.num_heads, num_kv_heads=decision.num_kv_heads, d_model=decision.d_model,
         d_k=decision.d_k, d_v=decision.d_v,
-        params=ParamBreakdown.from_projections(projections, extra=sum(t.numel for t in group.extras)),
+        params=ParamBreakdown.from_projections(
+            projections, extra=sum(t.numel for t in group.extras if not is_kv_row(t.name)),
+            kv_rows=sum(t.numel for t in group.extras if is_kv_row(t.name))),
         projections=tuple(projections), evidence=tuple(evidence), scale=scale, scale_known=scale is not None,
         anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts + list(decision.conflicts))),
         applications=runs if runs is not None else 1,
@@ -119,7 +122,8 @@ def _block_evidence(group: GroupedBlock) -> list[Evidence]:
         out.append(Evidence("kind", None, EvidenceSource.WEIGHT_SHAPE,
                             f"Q is projected from the learned query {t.name} {list(t.shape)} and K/V from the "
                             "sequence: a source of their own (cross)"))
-    out.extend(Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE, f"{t.name} {list(t.shape)}") for t in group.extras)
+    out.extend(Evidence("kv_rows" if is_kv_row(t.name) else "extra", t.numel, EvidenceSource.WEIGHT_SHAPE,
+                        f"{t.name} {list(t.shape)}") for t in group.extras)
     return out
 
 

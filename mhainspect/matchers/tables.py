@@ -22,7 +22,8 @@ _BIAS_PATH = {"Transpose", "Unsqueeze", "Squeeze", "Reshape", "Slice", "Expand",
 
 def collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, ...]) -> None:
     """Parameters added to the scores (relative-position tables, ALiBi-like learned biases) and
-    learned K/V rows (nn.MultiheadAttention add_bias_kv) belong to the block but not to Q/K/V/O."""
+    learned K/V rows (nn.MultiheadAttention add_bias_kv) belong to the block but not to Q/K/V/O: the
+    tables sit outside its total (``extra``), the rows inside it (``kv_rows``: they are K's and V's)."""
     on_path = {n.outputs[0] for n in score_path}
     for node in score_path:
         if node.op != "Add":
@@ -60,8 +61,8 @@ def collect_extras(index: GraphIndex, b: BlockBuilder, score_path: tuple[Node, .
                     ref = wref.tensor if wref is not None else None
                 # Not a parameter: the zeros add_zero_attn appends, folded to a constant by the exporter.
                 if ref is not None and ref.may_be_parameter:
-                    b.extras[ref.name] = ref.numel
-                    b.evidence.append(Evidence("extra", ref.numel, EvidenceSource.WEIGHT_SHAPE,
+                    b.kv_rows[ref.name] = ref.numel
+                    b.evidence.append(Evidence("kv_rows", ref.numel, EvidenceSource.WEIGHT_SHAPE,
                                                f"learned {role.upper()} row {ref.name} concatenated at {node.name}"))
 
 

@@ -103,7 +103,8 @@ def _flag_link(code: str) -> str:
 
 
 def _segments(b: AttentionBlock) -> tuple[Segment, ...]:
-    """Q/K/V/O weights, then all biases, then extra (bias_k/bias_v, position tables)."""
+    """Q/K/V/O weights, then all biases (bias_k/bias_v too), then a latent block's down-projections,
+    then extra (position tables)."""
     p = b.params
     per_role = {"q": p.q, "k": p.k, "v": p.v, "o": p.o}
     biases = {r: 0 for r in per_role}
@@ -116,7 +117,9 @@ def _segments(b: AttentionBlock) -> tuple[Segment, ...]:
         bias = min(biases[role], per_role[role])
         bias_total += bias
         segs.append(Segment(f"{label} weights", per_role[role] - bias, role))
-    segs.append(Segment("biases", bias_total, "bias"))
+    segs.append(Segment("biases", bias_total + p.kv_rows, "bias"))
+    if p.latent:
+        segs.append(Segment("latent down-projections and norms", p.latent, "extra"))
     if p.extra:
         segs.append(Segment("other block parameters", p.extra, "extra"))
     return tuple(segs)

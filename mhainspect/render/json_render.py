@@ -204,6 +204,9 @@ def _params(params: ParamBreakdown) -> JSONDict:
         "total": _int(params.total),
         "bias": _int(params.bias),
         "extra": _int(params.extra),
+        # Present only where they apply (a latent block; learned K/V rows), so other blocks' keys stay as they were.
+        **({"latent": _int(params.latent)} if params.latent else {}),
+        **({"kv_rows": _int(params.kv_rows)} if params.kv_rows else {}),
     }
 
 

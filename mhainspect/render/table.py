@@ -375,6 +375,10 @@ def _block_details(b: AttentionBlock, width: int) -> list[RenderableType]:
         bias = f" + bias {group(proj.bias_params)}" if proj.bias_params else ""
         lines.append(_detail(f"{proj.role}:", f"{proj.weight or UNKNOWN} ({shape}) "
                              f"{group(proj.weight_params)}{bias}  via {proj.node}"))
+    if b.params.latent:
+        lines.append(_detail("latent params:", f"{group(b.params.latent)} (down-projections and norms, in the total)"))
+    if b.params.kv_rows:
+        lines.append(_detail("K/V rows:", f"{group(b.params.kv_rows)} (learned bias_k/bias_v, in the total)"))
     if b.params.extra:
         lines.append(_detail("extra params:", group(b.params.extra)))
     lines.append(_detail("size:", block_size_line(b)))

@@ -78,24 +78,34 @@ class Projection:
 
 @dataclass(frozen=True)
 class ParamBreakdown:
-    """A block's parameters by role; shared weights are counted in the first block that uses them."""
+    """A block's parameters by role; shared weights are counted in the first block that uses them.
+
+    ``total`` is the attention module's parameters that make Q, K, V and the output: the four
+    projections, a latent block's down-projections and their norms (``latent``: they make Q's and
+    the K/V latent), and learned K/V rows appended to K and V (``kv_rows``: nn.MultiheadAttention's
+    bias_k/bias_v, also counted in ``bias``). ``extra`` is what is added to the scores instead
+    (relative-position tables, an additive attention's score vector), outside ``total``."""
 
     q: int
     k: int
     v: int
     o: int
     bias: int  # part of total that is biases
-    total: int  # q + k + v + o
-    extra: int = 0  # other params of the block (bias_k/bias_v, relative position tables)
+    total: int  # q + k + v + o + latent + kv_rows
+    extra: int = 0  # other params of the block, outside total (relative position tables)
+    latent: int = 0  # a latent (MLA) block's down-projections and their norms, in total
+    kv_rows: int = 0  # learned K/V rows (bias_k/bias_v), in total and in bias
 
     @classmethod
-    def from_projections(cls, projections: Iterable[Projection], extra: int = 0) -> ParamBreakdown:
+    def from_projections(cls, projections: Iterable[Projection], extra: int = 0, *, latent: int = 0,
+                         kv_rows: int = 0) -> ParamBreakdown:
         per = {"q": 0, "k": 0, "v": 0, "o": 0}
-        bias = 0
+        bias = kv_rows
         for p in projections:
             per[p.role] += p.weight_params + p.bias_params
             bias += p.bias_params
-        return cls(q=per["q"], k=per["k"], v=per["v"], o=per["o"], bias=bias, total=sum(per.values()), extra=extra)
+        return cls(q=per["q"], k=per["k"], v=per["v"], o=per["o"], bias=bias,
+                   total=sum(per.values()) + latent + kv_rows, extra=extra, latent=latent, kv_rows=kv_rows)
 
 
 @dataclass(frozen=True)
@@ -139,7 +149,7 @@ class LatentKV:
     ``kind`` "self" (Q and the latent read the same input; the kind says where K/V come from, the
     latent how they are made); its d_k is the per-head key (the non-rotary part + ``rope_dim``),
     its K and V projections are the up-projection's shares, and the down-projections with their
-    norms (``tensors``) are its ``extra`` parameters.
+    norms (``tensors``) are counted in its total as ``params.latent``.
 
     What decoding caches per token: the latent and the rotary key, ``kv_rank + rope_dim`` values
     (what inference engines that implement MLA keep), not the per-head K and V they expand to."""
@@ -147,7 +157,7 @@ class LatentKV:
     kv_rank: int  # kv_lora_rank: the compressed K/V latent's width
     rope_dim: int  # qk_rope_head_dim: the rotary key, one for all heads (0: none)
     q_rank: int | None = None  # q_lora_rank: Q's own latent (None: Q is projected from the input directly)
-    tensors: tuple[str, ...] = ()  # the down-projections and their norms, counted in params.extra
+    tensors: tuple[str, ...] = ()  # the down-projections and their norms, counted in params.latent
     # The runtime the source is made for keeps the per-head K/V instead of the latent (llama.cpp with a
     # GGUF that stores the unsplit attn_kv_b): the cache figure is then the expanded one.
     runtime_expands: bool = False

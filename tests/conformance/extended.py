@@ -8,6 +8,7 @@ projection weights (fused QKV weights split by the widths the module uses).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -129,7 +130,8 @@ def _truth_bart(model: nn.Module) -> tuple[BlockTruth, ...]:
 def latent_truth(model: nn.Module) -> tuple[BlockTruth, ...]:
     """DeepSeek-V2/V3 latent attention: K and V are the shares of kv_b_proj (per head
     qk_nope_head_dim rows of K, then v_head_dim rows of V), Q is q_b_proj (q_proj without a Q
-    latent); the down-projections and norms are the block's extra (``latent_extra``)."""
+    latent); the down-projections and norms are in the block's total (``latent_params``), which is
+    the attention module's own parameter count."""
     cfg = model.config
     h, nope, rope, v = cfg.num_attention_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
     out = []
@@ -141,13 +143,14 @@ def latent_truth(model: nn.Module) -> tuple[BlockTruth, ...]:
         k = (_n(per_head[:, :nope]), 0)
         vv = (_n(per_head[:, nope:]), 0)
         q = _linear(getattr(a, "q_b_proj", None) or a.q_proj)
-        out.append(_block(_qualname(model, a), "self", h, h, cfg.hidden_size, nope + rope, v, q, k, vv,
-                          _linear(a.o_proj)))
+        block = _block(_qualname(model, a), "self", h, h, cfg.hidden_size, nope + rope, v, q, k, vv, _linear(a.o_proj))
+        assert block.total + latent_params(a) == sum(p.numel() for p in a.parameters())
+        out.append(dataclasses.replace(block, total=sum(p.numel() for p in a.parameters())))
     return tuple(out)
 
 
-def latent_extra(attn: nn.Module) -> int:
-    """The parameters of a latent-attention module outside Q/K/V/O: its down-projections and norms."""
+def latent_params(attn: nn.Module) -> int:
+    """The parameters of a latent-attention module beside Q/K/V/O: its down-projections and norms."""
     parts = ("q_a_proj", "q_a_layernorm", "kv_a_proj_with_mqa", "kv_a_layernorm")
     return sum(p.numel() for n in parts if (m := getattr(attn, n, None)) is not None for p in m.parameters())
 

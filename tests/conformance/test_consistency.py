@@ -152,22 +152,22 @@ def _latent_layout(b: AttentionBlock) -> tuple[Any, ...]:
     itemsize = lookup(b.kv_cache_dtype)
     assert itemsize is not None
     values = b.kv_cache_bytes_per_token // int(itemsize.block_bytes)  # cached values per token, whatever the dtype
-    return (*layout(b)[1:], b.params.extra, b.latent.kv_rank, b.latent.rope_dim, b.latent.q_rank, values)
+    return (*layout(b)[1:], b.params.latent, b.latent.kv_rank, b.latent.rope_dim, b.latent.q_rank, values)
 
 
 def test_latent_attention_from_every_door(manifest: dict[tuple[str, str], dict[str, Any]], tmp_path: Path) -> None:
     """The MLA model gives one latent block per layer from the module, its save_pretrained folder, its
     ONNX export (when an exporter exports it) and a GGUF written as llama.cpp's converter writes it
-    (attn_k_b / attn_v_b): heads, widths, Q/K/V/O, the down-projections and norms (extra), the latent
+    (attn_k_b / attn_v_b): heads, widths, Q/K/V/O, the down-projections and norms (params.latent, in the total), the latent
     widths and the values cached per token, all equal to the module's own numbers."""
-    from tests.conformance.extended import latent_extra, latent_truth
+    from tests.conformance.extended import latent_params, latent_truth
     from tests.gguf_files import deepseek_gguf
 
     pytest.importorskip("gguf")
     model, by_module = _module_door(_LATENT_CASE)
     cfg = model.config
     expected = [(t.num_heads, t.num_kv_heads, t.d_k, t.d_v, t.d_model, t.q, t.k, t.v, t.o, t.bias, t.total,
-                 latent_extra(layer.self_attn), cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.q_lora_rank,
+                 latent_params(layer.self_attn), cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.q_lora_rank,
                  cfg.kv_lora_rank + cfg.qk_rope_head_dim)
                 for t, layer in zip(latent_truth(model), model.layers)]
     model.save_pretrained(tmp_path / "folder")
