@@ -18,6 +18,7 @@ except ImportError:  # older typer on upstream click
     from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
 from mhainspect.cli.calc import calc_cmd
+from mhainspect.cli.diff import diff_cmd
 from mhainspect.cli.inspect import inspect_cmd
 from mhainspect.cli.output import one_line, say_error, stdout_unwritable, version_callback
 
@@ -39,6 +40,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 app.command("inspect", short_help="Audit models (the default command: mhainspect MODEL...).")(inspect_cmd)
 app.command("calc", short_help="Count an attention layer's parameters under a framework's convention.")(calc_cmd)
+app.command("diff", short_help="Compare the attention blocks of two models (A B).")(diff_cmd)
 
 
 @app.callback()
@@ -51,13 +53,14 @@ def _root(
     \b
     mhainspect MODEL...               same as: mhainspect inspect MODEL...
     mhainspect calc CONVENTION k=v... count an attention layer's parameters
+    mhainspect diff A B               what changed between two models, block by block
     mhainspect help [COMMAND]         this help, or a command's
 
     MODEL is an ONNX file, a checkpoint, a Hugging Face folder, a factory spec or a folder of models.
     """
 
 
-_SUBCOMMANDS = ("inspect", "calc")
+_SUBCOMMANDS = ("inspect", "calc", "diff")
 
 
 def _misspelled(word: str) -> str | None:
