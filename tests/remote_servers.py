@@ -254,7 +254,7 @@ class FileServer:
 class Answer:
     """What a ScriptedServer sends: a status line, headers and a body (Content-Length added unless
     a header names it or ``length=False``), or ``raw`` bytes as they are; ``trickle``: seconds
-    between the bytes of the answer's head (a server that sends its headers one at a time);
+    between the bytes of the answer (a server that sends it one byte at a time);
     ``stall``: seconds of silence after the head; ``close``: the connection ends after the answer."""
 
     status: int = 200
@@ -299,19 +299,17 @@ class ScriptedServer:
                                          for k, _ in answer.headers):
                 lines.append(f"Content-Length: {len(answer.body)}")
             head, body = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), answer.body
+        data = head + (body if h.command != "HEAD" else b"")
         try:
             if answer.trickle:
-                for i in range(len(head)):
-                    h.wfile.write(head[i:i + 1])
-                    h.wfile.flush()
+                for i in range(len(data)):
+                    h.wfile.write(data[i:i + 1])
                     time.sleep(answer.trickle)
             else:
                 h.wfile.write(head)
-            if answer.stall:
-                h.wfile.flush()
-                time.sleep(answer.stall)
-            if h.command != "HEAD":
-                h.wfile.write(body)
+                if answer.stall:
+                    time.sleep(answer.stall)
+                h.wfile.write(data[len(head):])
         except (BrokenPipeError, ConnectionResetError):
             pass
         self.log.add(h.path, len(body), auth)

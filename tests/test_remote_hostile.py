@@ -8,17 +8,20 @@ was actually sent to with its credentials: the token goes to the endpoint's orig
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from remote_servers import Answer, ScriptedServer
 
 from mhainspect.errors import InputError
+from mhainspect.pipeline import audit
 from mhainspect.sources.transports import hub as hub_module
 from mhainspect.sources.transports.http import origin, redirect_target
-from mhainspect.pipeline import audit
 
 TOKEN = "hf_hostile_test_secret_987"
 LISTING = "/api/models/org/x"
@@ -156,3 +159,106 @@ def test_origin_is_what_urllib3_connects_to() -> None:
     for bad in ("http://b:1\\@a:1/", "http://u@b/", "http://b/\x00", "data:,x", "javascript:x", "http://[::1"):
         with pytest.raises(InputError):
             redirect_target("http://a:1/", bad, "m")
+
+
+# ------------------------------------------------------------------------------------------- time
+
+
+@pytest.fixture
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests may wait 1 s for data (4 s in all), one try each unless a test says otherwise."""
+    monkeypatch.setenv("MHAINSPECT_REMOTE_TIMEOUT", "1")
+    monkeypatch.setenv("MHAINSPECT_REMOTE_RETRIES", "1")
+
+
+def _fails_within(spec: str, seconds: float) -> str:
+    start = time.monotonic()
+    with pytest.raises(InputError) as exc:
+        audit(spec)
+    took = time.monotonic() - start
+    assert took < seconds, (took, str(exc.value))
+    message = str(exc.value)
+    assert "\n" not in message and TOKEN not in message
+    return message
+
+
+@pytest.mark.parametrize("where", ["head", "body"])
+def test_a_trickling_server_ends_within_the_request_deadline(quick: None, where: str) -> None:
+    """A byte every 0.2 s never trips a 1 s read timeout: the request's deadline (4 s) ends it."""
+    body = b"x" * 200
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        if where == "head":
+            return Answer(206, (("Content-Range", f"bytes 0-199/{len(body)}"),) * 20, body, trickle=0.2)
+        return Answer(206, (("Content-Range", f"bytes 0-199/{len(body)}"),), body, trickle=0.1)
+
+    with ScriptedServer(script) as server:
+        message = _fails_within(server.url("m.safetensors"), 7)
+    assert "did not answer in full within 4 s" in message
+
+
+def test_the_model_deadline_bounds_every_request(quick: None) -> None:
+    from mhainspect.sources.deadline import model_deadline
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        return Answer(206, (("Content-Range", "bytes 0-9/10"),), b"0123456789", trickle=0.3)
+
+    with ScriptedServer(script) as server, model_deadline(1.5):
+        message = _fails_within(server.url("m.safetensors"), 3.5)
+    assert "took longer than its 1.5 s (--timeout)" in message
+
+
+@pytest.mark.parametrize(("after", "words"), [("100000", "retry after 100,000 s"), ("nan", "'nan') is not a time"),
+                                              ("inf", "'inf') is not a time"), ("-5", "'-5') is not a time"),
+                                              ("Wed, 21 Oct 2099 07:28:00 GMT", "retry after")])
+def test_retry_after_beyond_the_cap_fails_at_once(quick: None, monkeypatch: pytest.MonkeyPatch, after: str,
+                                                  words: str) -> None:
+    monkeypatch.setenv("MHAINSPECT_REMOTE_RETRIES", "4")
+    with ScriptedServer(lambda path, headers: Answer(429, (("Retry-After", after),))) as server:
+        message = _fails_within(server.url("m.safetensors"), 2)
+        assert server.log.requests == 1
+    assert "rate limited (HTTP 429)" in message and words in message
+
+
+def test_retry_after_is_honoured_within_the_total_wait(quick: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mhainspect.sources.transports import http
+
+    monkeypatch.setenv("MHAINSPECT_REMOTE_RETRIES", "4")
+    tries: list[float] = []
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        tries.append(time.monotonic())
+        return Answer(503, (("Retry-After", "0.5"),))
+
+    with ScriptedServer(script) as server:
+        _fails_within(server.url("m.safetensors"), 4)  # 4 tries, 3 waits of 0.5 s
+        assert len(tries) == 4 and all(b - a >= 0.45 for a, b in zip(tries, tries[1:]))
+        tries.clear()
+        monkeypatch.setattr(http, "MAX_RETRY_WAIT", 0.8)
+        message = _fails_within(server.url("m.safetensors"), 2)
+        assert len(tries) == 2 and "server busy (HTTP 503), retry after 0 s" in message
+
+
+def test_batch_reports_the_good_model_after_a_slow_one(quick: None, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from cli_run import in_process
+
+    standard = Path(__file__).resolve().parents[1] / "sample_models" / "standard_mha.onnx"
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        return Answer(206, (("Content-Range", "bytes 0-9/10"),), b"0123456789", trickle=0.3)
+
+    monkeypatch.setenv("MHAINSPECT_REMOTE_TIMEOUT", "30")  # only --timeout can end it in time
+    with ScriptedServer(script) as server:
+        listing = tmp_path / "models.txt"
+        listing.write_text(f"{server.url('slow.safetensors')}\n{standard}\n", encoding="utf-8")
+        start = time.monotonic()
+        run = in_process(capsys, monkeypatch)("--from-file", listing, "--timeout", "1.5")
+        assert time.monotonic() - start < 10
+    records = [json.loads(line) for line in run.out.splitlines()]
+    assert run.code == 2 and len(records) == 2
+    assert records[0]["error"]["kind"] == "network" and "1.5 s (--timeout)" in records[0]["error"]["message"]
+    assert records[1]["model"]["total_params"] > 0
+    bad = in_process(capsys, monkeypatch)(str(standard), "--timeout", "nan")
+    assert bad.code == 2 and "--timeout 'nan'" in bad.err and len(bad.err.strip().splitlines()) == 1

@@ -370,7 +370,17 @@ class _RunSetup:
     fail_on_contradiction: bool
     stated_heads: "HeadOffers | None"  # --num-heads, --num-kv-heads
     expand: bool = False  # each input may be a folder of models (--from-file): expanded as it is audited
+    timeout: float | None = None  # --timeout: seconds each model's remote reads may take (None: the default)
     model_bars: bool = True  # each model's own progress bar on a terminal (a one-process, one-by-one run)
+
+
+def _timeout(raw: str | None) -> float | None:
+    from mhainspect.sources.deadline import parse_timeout
+
+    try:
+        return None if raw is None else parse_timeout(raw)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
 
 
 def _stated_heads(num_heads: int | None, num_kv_heads: int | None) -> "HeadOffers | None":
@@ -384,14 +394,22 @@ def audit_input(run: _RunSetup, text: str) -> "list[Audited | AuditFailure]":
     """Every model one input names, audited: the unit of work of a run (in this process or in a
     worker). With ``run.expand`` a folder or a repo of several models is listed first, and a
     listing that fails is the input's one failure."""
+    from mhainspect.sources.deadline import model_deadline
+
     ref = model_argument(text)
     if not run.expand:
-        return [_audit_model(ref, run, text)]
+        with model_deadline(run.timeout):
+            return [_audit_model(ref, run, text)]
     try:
-        refs = expand_models([ref])
+        with model_deadline(run.timeout):  # listing a repo is a remote step of its own, with its own time
+            refs = expand_models([ref])
     except InputError as exc:
         return [failure_of(text, exc)]
-    return [_audit_model(r, run, text) for r in refs]
+    out: list[Audited | AuditFailure] = []
+    for r in refs:
+        with model_deadline(run.timeout):
+            out.append(_audit_model(r, run, text))
+    return out
 
 
 def _audit_model(path: "ModelRef", run: _RunSetup, text: str) -> "Audited | AuditFailure":
@@ -493,6 +511,7 @@ _OUT, _GATES, _CONFIG, _WHATIF, _VERIFY, _FACTORY = ("Output", "Gates", "Configu
 _SIZE = "Size in bytes"
 _MANY = "Many models"
 _HEADS = "Head counts"
+_REMOTE = "Remote models"
 
 ModelsArg = Annotated[list[str] | None, typer.Argument(
     metavar="MODEL...", show_default=False,
@@ -601,6 +620,11 @@ NumHeadsOpt = Annotated[int | None, typer.Option(
 NumKvHeadsOpt = Annotated[int | None, typer.Option(
     "--num-kv-heads", metavar="G", show_default=False, rich_help_panel=_HEADS,
     help="With --num-heads: G K/V heads (grouped-query attention; G divides N).")]
+# Remote models
+TimeoutOpt = Annotated[str | None, typer.Option(
+    "--timeout", metavar="SECONDS", show_default=False, rich_help_panel=_REMOTE,
+    help="Seconds each remote model's reads may take in all (listing, headers, retries; default 300); one "
+         "request waits at most MHAINSPECT_REMOTE_TIMEOUT for data.")]
 # Configuration
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", metavar="FILE", show_default=False, rich_help_panel=_CONFIG,
@@ -665,11 +689,15 @@ def inspect_cmd(
     dim: DimOpt = None,
     max_verify_bytes: MaxVerifyBytesOpt = None,
     arg: ArgOpt = None,
+    timeout: TimeoutOpt = None,
     version: VersionOpt = False,
 ) -> None:
     """Audit MODELS: find every attention block, its heads, d_k, d_v and parameter count."""
     if config is not None and isolated:
         raise fail("--config and --isolated exclude each other")
+    from mhainspect.sources.deadline import model_deadline
+
+    model_timeout = _timeout(timeout)
     given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
                           {"context": context, "batch": batch, "kv_dtype": kv_dtype, "decoder": decoder, "weight_dtype": weight_dtype,
                            "max_weight_bytes": max_weight_bytes, "max_kv_cache": max_kv_cache,
@@ -679,7 +707,8 @@ def inspect_cmd(
     try:
         finder = ConfigFinder([f.value for f in OutputFormat], config_file=config, isolated=isolated)
         run_settings = merge(given, finder.for_folder(Path.cwd())[0])
-        units = _units(texts, listed)
+        with model_deadline(model_timeout):  # a remote folder argument is listed now
+            units = _units(texts, listed)
         factory_args = parse_factory_args(arg or [])
     except (ConfigError, InputError) as exc:
         raise fail(str(exc)) from None
@@ -693,7 +722,7 @@ def inspect_cmd(
     run = _RunSetup(given, finder, factory_args, verify,
                     _verify_setup(None if listed else units.paths, verify, dim, max_verify_bytes),
                     fail_on_contradiction, _stated_heads(num_heads, num_kv_heads), expand=listed,
-                    model_bars=not (listed or parallel))
+                    model_bars=not (listed or parallel), timeout=model_timeout)
     exit_zero_now = bool(run_settings.exit_zero)
     if listed and fmt is OutputFormat.jsonl:
         _stream(run, units.inputs, jobs, target, quiet, retry_errors, exit_zero_now)

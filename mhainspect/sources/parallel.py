@@ -1,10 +1,15 @@
-"""Reads in flight at once, bounded: shard headers, split GGUF parts, small tensors of one file."""
+"""Reads in flight at once, bounded: shard headers, split GGUF parts, small tensors of one file.
+
+Each task runs in a copy of the caller's context (the model's deadline goes with it), and the
+first failure stops the work not yet started: a model that cannot be read is not read further.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextvars import copy_context
+from typing import Any, TypeVar
 
 CONCURRENCY = 16  # reads in flight at once, and connections per host
 
@@ -12,12 +17,40 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+class Pool:
+    """A thread pool for one model's reads: each task sees the caller's context, and the tasks not
+    started yet are cancelled when the block ends by an exception (the reads in flight end by
+    their own deadlines)."""
+
+    def __init__(self, workers: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max(1, workers))
+
+    def submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
+        return self._pool.submit(copy_context().run, fn, *args)
+
+    def cancel(self) -> None:
+        """Drop every task not started yet."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=exc_type is not None)
+
+
 def in_parallel(fn: Callable[[T], R], items: Sequence[T], remote: bool = True) -> list[R]:
     """``[fn(x) for x in items]``, run at most CONCURRENCY at a time when ``remote`` (each is a round
-    trip), in order otherwise; the first failure in the items' order is raised, after all are done."""
+    trip), in order otherwise. The first failure cancels the items not started; once the ones in
+    flight are done, the first failure in the items' order is raised."""
     if not remote or len(items) < 2:
         return [fn(x) for x in items]
-
-    with ThreadPoolExecutor(max_workers=min(CONCURRENCY, len(items))) as pool:
+    with Pool(min(CONCURRENCY, len(items))) as pool:
         futures = [pool.submit(fn, x) for x in items]
+        done, _pending = wait(futures, return_when=FIRST_EXCEPTION)
+        if any(not f.cancelled() and f.exception() is not None for f in done):
+            pool.cancel()
+    for f in futures:
+        if not f.cancelled() and f.exception() is not None:
+            raise f.exception()  # type: ignore[misc]
     return [f.result() for f in futures]

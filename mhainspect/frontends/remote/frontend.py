@@ -22,7 +22,7 @@ import dataclasses
 import os
 import posixpath
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from fnmatch import fnmatchcase
 from typing import Any, TypeVar
 
@@ -32,7 +32,8 @@ from mhainspect.ir.weights import HeadOffers, WeightMeta
 from mhainspect.results.stages import SourceResult
 from mhainspect.sources.address import HubRef, Ref, StoreRef, UrlRef, parse
 from mhainspect.sources.blob import FIRST_RANGE, Blob, HeadCached, Prefix
-from mhainspect.sources.parallel import CONCURRENCY, in_parallel
+from mhainspect.sources.deadline import model_deadline
+from mhainspect.sources.parallel import CONCURRENCY, Pool, in_parallel
 from mhainspect.sources.transports.url import UrlTree
 from mhainspect.sources.tree import Tree, beside, children, is_folder
 
@@ -77,6 +78,12 @@ def locate(spec: str) -> tuple[Tree, str, str]:
 
 
 def remote_models(spec: str) -> list[str]:
+    """The models ``spec`` names (see ``_models``), within the model's deadline."""
+    with model_deadline():
+        return _models(spec)
+
+
+def _models(spec: str) -> list[str]:
     """The models ``spec`` names: itself when it is one model, else every model below the folder
     (as ``hf://...`` / URL arguments of their own), sorted as a local folder's are."""
     tree, path, what = locate(spec)
@@ -93,6 +100,13 @@ def remote_models(spec: str) -> list[str]:
 
 
 def remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
+    """The audit's front-end stage for a remote argument (see ``_result_of``), within the model's
+    deadline (the caller's, else the default)."""
+    with model_deadline():
+        return _result_of(spec, stated)
+
+
+def _result_of(spec: str, stated: HeadOffers | None = None) -> SourceResult:
     """The audit's front-end stage for a remote argument (see the module docstring); ``stated``:
     head counts the caller gives, for a checkpoint."""
     tree, path, what = locate(spec)
@@ -101,12 +115,12 @@ def remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
     if what == "folder":
         names = children(files, path)
         if not model_folder_names(names):
-            models = remote_models(spec)
+            models = _models(spec)
             if len(models) != 1:
                 shown = ", ".join(models[:_MAX_LISTED_MODELS]) + (", ..." if len(models) > _MAX_LISTED_MODELS else "")
                 raise InputError(f"{spec}: holds {len(models)} models ({shown}); name one, or give the folder to the "
                                  "command line, which audits each")
-            return remote_result(models[0], stated)
+            return _result_of(models[0], stated)
         return _folder_result(tree, path, display, stated)
     if path.rsplit("/", 1)[-1] == "config.json":
         raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")
@@ -219,7 +233,7 @@ def _checkpoint_file_result(tree: Tree, path: str, display: str, blob: Blob, saf
     from mhainspect.frontends.checkpoint.quantized import apply_quantization
 
     kind = "safetensors" if safetensors else "pytorch"
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with Pool(2) as pool:
         config_job = pool.submit(_config, tree, beside(path, "config.json"), False)
         weights, values = _weights_of(blob, kind)
         config = config_job.result()
@@ -260,7 +274,7 @@ def read_folder(tree: Tree, folder: str, display: str) -> tuple[dict[str, Weight
     def header(name: str) -> tuple[dict[str, WeightMeta], dict[str, tuple[int, ...]]]:
         return _weights_of(tree.blob(at(name)), kind, sizes)
 
-    with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
+    with Pool(CONCURRENCY) as pool:
         config_job = pool.submit(_config, tree, at("config.json"), True)
         if index_name is not None:
             index_blob = tree.blob(at(index_name))
@@ -337,7 +351,7 @@ def _onnx_result(tree: Tree, path: str, display: str, blob: Blob) -> SourceResul
     from mhainspect.frontends.onnx.ranged_values import plain_location, remote_folded_copies
     from mhainspect.frontends.onnx.wire import remote_model_view
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with Pool(2) as pool:
         config_job = pool.submit(_config, tree, beside(path, "config.json"), False)
         data, view = remote_model_view(blob)
         config = config_job.result()

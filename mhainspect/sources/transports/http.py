@@ -11,30 +11,41 @@
   never sent after a redirect elsewhere, even back to the origin.
 - A body is read only up to what was asked for: a Range request answered with the whole file (200)
   yields its first bytes only when they are what was asked (offset 0), a body longer than its
-  announced range is cut, a shorter one is an error; a server that stalls fails after ``timeout()``
-  seconds without data, a request after ``4 * timeout()`` seconds in all.
-- 429 and 5xx answers are retried with backoff (Retry-After honoured up to ``MAX_RETRY_AFTER``),
-  ``retries()`` times; then the answer goes back to the caller, which says what it means.
+  announced range is cut, a shorter one is an error.
+- Time: a connection or a read that waits ``timeout()`` seconds without data fails; a request (its
+  connection, status line and headers, and body) ends within ``4 * timeout()`` seconds in all, and
+  within the model's deadline (``sources.deadline``): when its time is up, a watchdog shuts its
+  socket, so a server that trickles its headers a byte at a time cannot hold it.
+- 429 and 5xx answers are retried with backoff, ``retries()`` tries. A Retry-After is honoured when
+  it is a finite number of seconds (or a date) up to ``MAX_RETRY_AFTER``; a longer or unusable one
+  fails at once ("retry after N s"), and the waits of one request stay within ``MAX_RETRY_WAIT``
+  and the model's deadline. The last answer goes back to the caller, which says what it means.
 
 Every failure is an InputError with one line that names the file, never a header or a token.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urljoin
 
 from mhainspect.errors import ErrorKind, InputError, MissingDependencyError
+from mhainspect.sources import deadline
 from mhainspect.sources.parallel import CONCURRENCY
 
 MAX_REDIRECTS = 8
-MAX_RETRY_AFTER = 30.0  # seconds: a longer Retry-After is not waited for
+MAX_RETRY_AFTER = 30.0  # seconds: a longer Retry-After is not waited for (the request fails at once)
+MAX_RETRY_WAIT = 60.0  # seconds: the waits between the tries of one request, in all
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
 USER_AGENT = "mhainspect (header-only reads)"
@@ -123,6 +134,137 @@ def redirect_target(url: str, location: str, name: str) -> str:
     return str(parts.url)
 
 
+class _Watch:
+    """One request's time: its connection, head and body end by ``at``. When that passes, the
+    watchdog shuts the connection's socket (a read blocked on a trickling server returns), and
+    ``expired`` says why the request failed."""
+
+    def __init__(self, wait: float, at: float, model: deadline.Deadline | None) -> None:
+        self.wait = wait  # what one connection or read may wait without data
+        self.at = at
+        self.model = model if model is not None and model.at <= at else None  # the model's time ends first
+        self.span = at - time.monotonic()
+        self.expired = False
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self._done = False
+
+    def left(self) -> float:
+        return max(0.001, self.at - time.monotonic())
+
+    def bind(self, conn: Any) -> None:
+        """The connection the request is sent on (set by the connection itself)."""
+        with self._lock:
+            self._conn = conn
+            if self.expired:
+                _shut(conn)
+
+    def fire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+            if self._conn is not None:
+                _shut(self._conn)
+
+    def finish(self) -> None:
+        with self._lock:
+            self._done = True
+            self._conn = None
+
+    def late(self) -> bool:
+        return self.expired or time.monotonic() > self.at
+
+    def error(self, name: str, url: str) -> InputError:
+        if self.model is not None:
+            return deadline.expired(name, self.model)
+        return InputError(f"{name}: {host_of(url)} did not answer in full within {self.span:.3g} s (a request's "
+                          f"limit: 4x MHAINSPECT_REMOTE_TIMEOUT)", ErrorKind.NETWORK)
+
+
+def _shut(conn: Any) -> None:
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        try:
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain socket's: a TLS socket's reader gets EOF
+        except OSError:
+            pass
+
+
+class _Watchdog:
+    """One thread that fires the watches whose time has come (earliest first)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, _Watch]] = []
+        self._thread: threading.Thread | None = None
+
+    def add(self, watch: _Watch) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (watch.at, id(watch), watch))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="mhainspect-http-watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                at, _key, watch = self._heap[0]
+                now = time.monotonic()
+                if at > now:
+                    self._cond.wait(at - now)
+                    continue
+                heapq.heappop(self._heap)
+            watch.fire()
+
+
+_WATCHDOG = _Watchdog()
+_CURRENT = threading.local()  # the watch of the request this thread is sending
+
+
+def _bind_current(conn: Any) -> None:
+    watch = getattr(_CURRENT, "watch", None)
+    if watch is not None:
+        watch.bind(conn)
+
+
+def _watched_pools(urllib3: Any) -> dict[str, Any]:
+    """Pool classes whose connections tell the current request's watch which socket to shut."""
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    class WatchedHTTP(HTTPConnection):
+        def connect(self) -> None:
+            _bind_current(self)
+            super().connect()
+            _bind_current(self)
+
+        def request(self, *args: Any, **kwargs: Any) -> None:
+            _bind_current(self)
+            super().request(*args, **kwargs)
+
+    class WatchedHTTPS(HTTPSConnection):
+        def connect(self) -> None:
+            _bind_current(self)
+            super().connect()
+            _bind_current(self)
+
+        def request(self, *args: Any, **kwargs: Any) -> None:
+            _bind_current(self)
+            super().request(*args, **kwargs)
+
+    class HTTPPool(HTTPConnectionPool):
+        ConnectionCls = WatchedHTTP
+
+    class HTTPSPool(HTTPSConnectionPool):
+        ConnectionCls = WatchedHTTPS
+
+    return {"http": HTTPPool, "https": HTTPSPool}
+
+
 @dataclass(frozen=True)
 class Reply:
     """An answer: its status, headers (lower-case names), the body read (capped) and the URL that
@@ -176,6 +318,7 @@ class HttpClient:
                 except ImportError:
                     pass
                 found = (self._urllib3.ProxyManager(key, **kwargs) if key else self._urllib3.PoolManager(**kwargs))
+                found.pool_classes_by_scheme = _watched_pools(self._urllib3)
                 self._managers[key] = found
             return found
 
@@ -186,11 +329,18 @@ class HttpClient:
         bytes when start < 0), following redirects; Authorization only to ``auth_origin``'s origin.
         ``limit`` caps a body without a range. 429/5xx are retried; other statuses are returned."""
         tries = retries()
+        waited = 0.0
         for attempt in range(tries):
             reply = self._follow(url, name, headers or {}, auth_origin, start, length, limit, method)
             if reply.status not in RETRY_STATUSES or attempt == tries - 1:
                 return reply
-            time.sleep(_backoff(reply, attempt))
+            pause = _pause(reply, attempt, name)
+            model = deadline.current()
+            if waited + pause > MAX_RETRY_WAIT or model is not None and pause >= model.left():
+                raise InputError(f"{name}: {_busy(reply)}, retry after {pause:,.0f} s (more than this model's reads "
+                                 "may still wait)", reply_kind(reply))
+            time.sleep(pause)
+            waited += pause
         raise AssertionError("unreachable")
 
     def _follow(self, url: str, name: str, headers: Mapping[str, str], auth_origin: str | None,
@@ -215,22 +365,41 @@ class HttpClient:
 
     def _once(self, url: str, name: str, headers: Mapping[str, str], start: int | None, length: int | None,
               limit: int | None, method: str) -> tuple[Reply, str | None]:
-        exc_types = self._urllib3.exceptions
+        deadline.check(name)
         wait = timeout()
+        model = deadline.current()
+        at = time.monotonic() + 4 * wait
+        watch = _Watch(wait, at if model is None else min(at, model.at), model)
+        _WATCHDOG.add(watch)
+        _CURRENT.watch = watch
         try:
+            return self._send(url, name, headers, start, length, limit, method, watch)
+        finally:
+            _CURRENT.watch = None
+            watch.finish()
+
+    def _send(self, url: str, name: str, headers: Mapping[str, str], start: int | None, length: int | None,
+              limit: int | None, method: str, watch: _Watch) -> tuple[Reply, str | None]:
+        exc_types = self._urllib3.exceptions
+        try:
+            left = min(watch.wait, watch.left())
             response = self._manager(url).request(
                 method, url, headers=dict(headers), preload_content=False, redirect=False, retries=False,
-                decode_content=False, timeout=self._urllib3.Timeout(connect=wait, read=wait))
+                decode_content=False, timeout=self._urllib3.Timeout(connect=left, read=left))
         except exc_types.HTTPError as exc:
-            raise InputError(f"{name}: {_unreachable(url, exc, wait)}", ErrorKind.NETWORK) from None
+            if watch.late():
+                raise watch.error(name, url) from None
+            raise InputError(f"{name}: {_unreachable(url, exc, watch.wait)}", ErrorKind.NETWORK) from None
         with self._lock:
             self.counters.requests += 1
         try:
+            if watch.expired:  # cut in its head: http.client keeps the part it had as the whole head
+                raise watch.error(name, url)
             got = {k.lower(): v for k, v in response.headers.items()}
             if 300 <= response.status < 400 and "location" in got:
-                self._read(response, 64 * 1024, url, name, wait, exact=False)  # drained: the connection stays
+                self._read(response, 64 * 1024, url, name, watch, exact=False)  # drained: the connection stays
                 return Reply(response.status, got, b"", url), got["location"]
-            body, total = self._body(response, got, url, name, start, length, limit, wait)
+            body, total = self._body(response, got, url, name, start, length, limit, watch)
             return Reply(response.status, got, body, url, total), None
         finally:
             if not response.isclosed():
@@ -238,12 +407,12 @@ class HttpClient:
             response.release_conn()
 
     def _body(self, response: Any, headers: Mapping[str, str], url: str, name: str, start: int | None,
-              length: int | None, limit: int | None, wait: float) -> tuple[bytes, int | None]:
+              length: int | None, limit: int | None, watch: _Watch) -> tuple[bytes, int | None]:
         """The body up to what was asked for, and the file's size when the answer tells it."""
         status = response.status
         declared = _int(headers.get("content-length"))
         if status == 206:
-            return self._range_body(response, headers, url, name, start, length, wait, declared)
+            return self._range_body(response, headers, url, name, start, length, watch, declared)
         if status == 416:
             m = re.match(_UNSATISFIED_RANGE, headers.get("content-range", ""))
             return b"", int(m.group(1)) if m else None
@@ -255,13 +424,13 @@ class HttpClient:
                                  f"{_size_words(declared)}); reading a header from it would mean downloading the "
                                  "file, which mhainspect never does", ErrorKind.BAD_SERVER)
             want = length if declared is None else min(length, declared)
-            return self._read(response, want, url, name, wait, exact=declared is not None), declared
+            return self._read(response, want, url, name, watch, exact=declared is not None), declared
         if status == 200:
-            return self._whole_body(response, url, name, limit, wait, declared)
-        return self._read(response, 64 * 1024, url, name, wait, exact=False), None  # an error page, capped
+            return self._whole_body(response, url, name, limit, watch, declared)
+        return self._read(response, 64 * 1024, url, name, watch, exact=False), None  # an error page, capped
 
     def _range_body(self, response: Any, headers: Mapping[str, str], url: str, name: str, start: int | None,
-                    length: int | None, wait: float, declared: int | None) -> tuple[bytes, int | None]:
+                    length: int | None, watch: _Watch, declared: int | None) -> tuple[bytes, int | None]:
         """A 206 answer's body, checked against what was asked and what the answer announces."""
         m = re.match(_CONTENT_RANGE, headers.get("content-range", ""))
         if m is None:
@@ -279,16 +448,16 @@ class HttpClient:
         if length is not None and expected > length:
             raise InputError(f"{name}: the server sent {expected:,} bytes for a {length:,}-byte range",
                              ErrorKind.BAD_SERVER)
-        return self._read(response, expected, url, name, wait, exact=True), total
+        return self._read(response, expected, url, name, watch, exact=True), total
 
-    def _whole_body(self, response: Any, url: str, name: str, limit: int | None, wait: float,
+    def _whole_body(self, response: Any, url: str, name: str, limit: int | None, watch: _Watch,
                     declared: int | None) -> tuple[bytes, int | None]:
         """A small file asked for whole (a listing), at most ``limit`` bytes."""
         cap = limit if limit is not None else _CHUNK
         if declared is not None and declared > cap:
             raise InputError(f"{name}: {declared:,} bytes, more than the {cap:,} read for such a file",
                              ErrorKind.BAD_SERVER)
-        body = self._read(response, cap + 1, url, name, wait, exact=False)
+        body = self._read(response, cap + 1, url, name, watch, exact=False)
         if len(body) > cap:
             raise InputError(f"{name}: more than the {cap:,} bytes read for such a file", ErrorKind.BAD_SERVER)
         if declared is not None and len(body) != declared:
@@ -296,11 +465,10 @@ class HttpClient:
                              ErrorKind.BAD_SERVER)
         return body, len(body)
 
-    def _read(self, response: Any, want: int, url: str, name: str, wait: float, *, exact: bool) -> bytes:
+    def _read(self, response: Any, want: int, url: str, name: str, watch: _Watch, *, exact: bool) -> bytes:
         """Up to ``want`` body bytes (exactly ``want`` when ``exact``), each read waiting at most
-        ``wait`` seconds and all of them at most 4x that."""
+        ``watch.wait`` seconds, all of them ending by the request's deadline."""
         exc_types = self._urllib3.exceptions
-        deadline = time.monotonic() + 4 * wait
         out = bytearray()
         try:
             while len(out) < want:
@@ -308,18 +476,24 @@ class HttpClient:
                 if not chunk:
                     break
                 out += chunk
-                if time.monotonic() > deadline:
-                    raise InputError(f"{name}: {host_of(url)} sends too slowly ({len(out):,} of {want:,} bytes in "
-                                     f"{4 * wait:g} s)", ErrorKind.NETWORK)
+                if watch.late():
+                    raise watch.error(name, url)
         except (exc_types.ReadTimeoutError, TimeoutError):
-            raise InputError(f"{name}: {host_of(url)} stalled (no data for {wait:g} s)", ErrorKind.NETWORK) from None
+            if watch.late():
+                raise watch.error(name, url) from None
+            raise InputError(f"{name}: {host_of(url)} stalled (no data for {watch.wait:g} s)", ErrorKind.NETWORK
+                             ) from None
         except (exc_types.HTTPError, OSError) as exc:
+            if watch.late():
+                raise watch.error(name, url) from None
             if not exact:
                 raise InputError(f"{name}: the connection to {host_of(url)} broke ({type(exc).__name__})",
                                  ErrorKind.NETWORK) from None
         finally:
             with self._lock:
                 self.counters.bytes += len(out)
+        if watch.late():
+            raise watch.error(name, url)
         if exact and len(out) < want:
             raise InputError(f"{name}: {host_of(url)} sent {len(out):,} of the {want:,} bytes it announced "
                              "(connection closed early; the server misreports lengths?)", ErrorKind.BAD_SERVER)
@@ -342,14 +516,39 @@ def _size_words(n: int | None) -> str:
     return f"{n:,}-byte file" if n is not None else "file"
 
 
-def _backoff(reply: Reply, attempt: int) -> float:
-    after = reply.headers.get("retry-after")
-    if after is not None:
+def _pause(reply: Reply, attempt: int, name: str) -> float:
+    """Seconds to wait before the next try: the answer's Retry-After (seconds or a date) when it
+    gives one up to MAX_RETRY_AFTER, else a doubling backoff. A longer one, or a number that is no
+    time (nan, inf, negative), fails at once."""
+    raw = reply.headers.get("retry-after")
+    if raw is None or not raw.strip():
+        return min(0.5 * (1 << attempt), MAX_RETRY_AFTER)
+    after = _retry_after(raw.strip())
+    if after is None:
+        shown = raw.strip()[:40].encode("ascii", "backslashreplace").decode("ascii")
+        raise InputError(f"{name}: {_busy(reply)}, and its Retry-After ({shown!r}) is not a time", reply_kind(reply))
+    if after > MAX_RETRY_AFTER:
+        raise InputError(f"{name}: {_busy(reply)}, retry after {after:,.0f} s", reply_kind(reply))
+    return after
+
+
+def _retry_after(raw: str) -> float | None:
+    """A Retry-After's seconds (from now, for a date); None when it is no finite, non-negative time."""
+    try:
+        seconds = float(raw)
+    except ValueError:
         try:
-            return min(max(float(str(after)), 0.0), MAX_RETRY_AFTER)
-        except ValueError:
-            pass
-    return min(0.5 * (1 << attempt), MAX_RETRY_AFTER)
+            when = parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = max(0.0, when.timestamp() - time.time())
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _busy(reply: Reply) -> str:
+    return f"rate limited (HTTP {reply.status})" if reply.status == 429 else f"server busy (HTTP {reply.status})"
 
 
 def _unreachable(url: str, exc: Exception, wait: float) -> str:
