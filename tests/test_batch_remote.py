@@ -28,7 +28,7 @@ def listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[P
     monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("MHAINSPECT_REMOTE_RETRIES", "1")
-    monkeypatch.setenv("MHAINSPECT_REMOTE_TIMEOUT", "0.5")
+    monkeypatch.setenv("MHAINSPECT_REMOTE_TIMEOUT", "1.5")
     hub_module._LISTINGS.clear()
     cfg = llama_config(64, 4, 2, 2)
     write_hf_folder(tmp_path / "repos" / "llama", cfg, llama_tensors(64, 4, 2, 2))
