@@ -21,10 +21,12 @@ Rules (each number in one place):
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cache
 from typing import Any
 
@@ -151,13 +153,19 @@ def weight_sizes(tensors: Iterable[StoredTensor], blocks: Sequence[AttentionBloc
 # ----------------------------------------------------------------------------- KV cache
 
 
-def _itemsize(dtype: str | None) -> int | None:
+def _itemsize(dtype: str | None) -> Fraction | None:
+    """Bytes per element of a plain (not block-quantized) number type: 2 for float16, 1/2 for int4."""
     if dtype is None:
         return None
     found = dtypes.lookup(dtype)
-    if found is None or found.block_size != 1 or found.block_bytes == 0 or found.block_bytes.denominator != 1:
+    if found is None or found.block_size != 1 or found.block_bytes == 0 or found.family is dtypes.Family.OTHER:
         return None
-    return int(found.block_bytes)
+    return found.block_bytes
+
+
+def _bytes_of(elements: int, itemsize: Fraction) -> int:
+    """Bytes ``elements`` values take at ``itemsize`` bytes each (a packed type rounded up)."""
+    return math.ceil(elements * itemsize)
 
 
 def kv_elements_per_token(kv_heads: int, d_k: int, d_v: int) -> int:
@@ -185,7 +193,7 @@ class LayerBytes:
     """One attention layer in bytes (the calc side): weights and its KV cache."""
 
     dtype: str
-    itemsize: int
+    itemsize: float  # bytes per element: 0.5 for int4
     weight_bytes: int
     kv_heads: int
     kv_bytes_per_token: int
@@ -195,12 +203,12 @@ class LayerBytes:
 
 def layer_bytes(params: int, kv_heads: int, d_k: int, d_v: int, dtype: str, context: int | None) -> LayerBytes:
     """Bytes of a layer with ``params`` parameters stored in ``dtype`` and its cache at ``context``.
-    ValueError for a dtype without whole bytes per element."""
+    ValueError for a name that is not a plain number type."""
     name = check_kv_dtype(dtype)
-    size = _itemsize(name) or 0
-    per_token = kv_elements_per_token(kv_heads, d_k, d_v) * size
+    size = _itemsize(name) or Fraction(0)
+    per_token = _bytes_of(kv_elements_per_token(kv_heads, d_k, d_v), size)
     weight = dtypes.nbytes(name, params) or 0
-    return LayerBytes(name, size, weight, kv_heads, per_token, context,
+    return LayerBytes(name, float(size), weight, kv_heads, per_token, context,
                       None if context is None else per_token * context)
 
 
@@ -228,18 +236,18 @@ def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | Non
     return per_token, dtype, _factors(b, size, dtype, how, d.reason, d.window, d.window_source), status
 
 
-def kv_bytes_per_token(b: AttentionBlock, itemsize: int | None) -> int | None:
+def kv_bytes_per_token(b: AttentionBlock, itemsize: Fraction | None) -> int | None:
     """The bytes one caching block holds per token at ``itemsize`` bytes an element (None: its
     heads or head sizes, or the element size, are unknown)."""
     elements = _elements_per_token(b)
-    return None if elements is None or itemsize is None else elements * itemsize
+    return None if elements is None or itemsize is None else _bytes_of(elements, itemsize)
 
 
 def cache_text(f: CacheFactors) -> str:
     """The evidence text of a block's bytes-per-token figure, made from its factors."""
     per = "per encoder token, cached once per input" if f.cross else "per token"
     heads = f"{f.kv_heads} kv heads × (d_k {f.d_k} + d_v {f.d_v})"
-    bytes_each = f"× {f.itemsize} bytes ({f.dtype}, {f.dtype_source}) {per}"
+    bytes_each = f"× {f.itemsize:g} bytes ({f.dtype}, {f.dtype_source}) {per}"
     if f.latent is not None and f.latent.runtime_expands:
         detail = (f"{heads} {bytes_each}: the per-head K/V of a latent block (its latent would be "
                   f"{f.latent.cached_width} values); {f.reason}")
@@ -257,10 +265,10 @@ def cache_text(f: CacheFactors) -> str:
     return detail
 
 
-def _factors(b: AttentionBlock, itemsize: int, dtype: str | None, how: str, why: str, window: int | None = None,
+def _factors(b: AttentionBlock, itemsize: Fraction, dtype: str | None, how: str, why: str, window: int | None = None,
              window_source: str = "") -> CacheFactors:
     """The factors of ``b``'s figure in ``dtype`` (``itemsize`` bytes an element), ``how``: where the dtype came from."""
-    return CacheFactors(b.num_kv_heads, b.d_k, b.d_v, itemsize, dtype, how, b.kind == "cross", why, window,
+    return CacheFactors(b.num_kv_heads, b.d_k, b.d_v, float(itemsize), dtype, how, b.kind == "cross", why, window,
                         window_source, b.latent)
 
 
@@ -398,7 +406,7 @@ def _figure_fields(b: AttentionBlock, per_token: int, dtype: str | None, factors
     evidence = tuple(e for e in b.evidence if e.field != KV_FIELD) + (figure,)
     expanded = None
     if b.latent is not None and (n := _expanded_elements(b)) is not None and (size := _itemsize(dtype)) is not None:
-        expanded = n * size
+        expanded = _bytes_of(n, size)
     return {"kv_cache_bytes_per_token": per_token, "kv_cache_reason": None, "kv_cache_dtype": dtype,
             "evidence": evidence, "kv_cache_expanded_bytes_per_token": expanded}
 
@@ -455,11 +463,13 @@ def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOpt
 
 
 def check_kv_dtype(name: str) -> str:
-    """The canonical name of a --kv-dtype value; ValueError for a type without whole bytes per element."""
-    if _itemsize(name) is None:
-        raise ValueError(f"'{name}' is not an element type with whole bytes per element "
-                         "(float32, float16, bfloat16, float8e4m3fn, int8, ...)")
-    return dtypes.canonical(name)
+    """The canonical name of a --kv-dtype value (the spellings --weight-dtype takes: fp16, fp8, int4,
+    bf16, float8_e4m3fn, ...); ValueError for a name that is not a plain number type (a GGML block
+    type packs weights, not a cache)."""
+    if _itemsize(name.strip()) is None:
+        raise ValueError(f"'{name}' is not a KV cache element type (float32, float16/fp16, bfloat16/bf16, "
+                         "float8e4m3fn/fp8, int8, int4, ...)")
+    return dtypes.canonical(name.strip())
 
 
 def context_warning(model: ModelFacts, options: SizeOptions) -> ReportWarning | None:
@@ -480,7 +490,7 @@ def with_options(report: Report, options: SizeOptions) -> Report:
     blocks = report.blocks
     if options.kv_dtype is not None:
         name = check_kv_dtype(options.kv_dtype)
-        new_size = _itemsize(name) or 0
+        new_size = _itemsize(name) or Fraction(0)
         changed = []
         for b in blocks:
             elements = _elements_per_token(b)
@@ -494,7 +504,7 @@ def with_options(report: Report, options: SizeOptions) -> Report:
                 factors = _factors(b, new_size, name, "--kv-dtype", b.kv_cache_reason or "")
                 source = "option"
             else:  # the same figure in another dtype: its factors with the new element size
-                factors = dataclasses.replace(before.factors, itemsize=new_size, dtype=name, dtype_source="--kv-dtype")
+                factors = dataclasses.replace(before.factors, itemsize=float(new_size), dtype=name, dtype_source="--kv-dtype")
                 source = before.source
             per_token = kv_bytes_per_token(b, new_size)
             assert per_token is not None  # its elements are known (checked above)
@@ -535,7 +545,6 @@ def memory_at_context(report: Report, options: SizeOptions, model: ModelFacts) -
     return MemoryAtContext(context, source, options.batch, weights, cache, total, reason)
 
 
-_FLOAT_NAMES = {"fp8": "float8e4m3fn", "fp4": "float4e2m1", "fp16": "float16", "fp32": "float32", "fp64": "float64"}
 _LLAMA_CPP_MIX = re.compile(r"^(?P<base>q\d_k)_(?:s|m|l)$")  # llama.cpp file types: mostly base, some tensors wider
 
 
@@ -549,7 +558,7 @@ def check_weight_dtype(name: str) -> tuple[str, str]:
         asked = mix.group("base")
         note = (f"llama.cpp's {name.upper()} keeps some tensors (attn_v, ffn_down of some layers, output) in a wider "
                 f"type: {asked} for every parameter is its floor")
-    found = dtypes.lookup(_FLOAT_NAMES.get(asked, asked))
+    found = dtypes.lookup(asked)
     if found is None or found.block_bytes == 0 or found.family is dtypes.Family.OTHER:
         raise ValueError(f"'{name}' is not a weight type with a size (bfloat16, float16, fp8, int8, int4, q8_0, "
                          "q4_k, q4_k_m, mxfp4, ...)")

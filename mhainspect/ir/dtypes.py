@@ -109,6 +109,8 @@ _ALIASES = {
     "half": "float16", "float": "float32", "double": "float64", "long": "int64", "int": "int32", "short": "int16",
     "f32": "float32", "f16": "float16", "f64": "float64", "bf16": "bfloat16", "i8": "int8", "i16": "int16",
     "i32": "int32", "i64": "int64",
+    # what people type for an option (--weight-dtype, --kv-dtype, calc --dtype): fp8 is e4m3, as inference engines mean it
+    "fp64": "float64", "fp32": "float32", "fp16": "float16", "fp8": "float8e4m3fn", "fp4": "float4e2m1",
 }
 
 

@@ -276,7 +276,7 @@ def size_text(c: Calculation, dtype: str, context: int | None, width: int | None
     b = layer_bytes_for(c, dtype, context)
     line = (f"  In {b.dtype}: weights {_n(b.weight_bytes)} bytes ({format_bytes(b.weight_bytes)}); KV cache "
             f"{_n(b.kv_bytes_per_token)} bytes per token ({b.kv_heads} kv heads × (d_k {c.d_k} + d_v {c.d_v}) × "
-            f"{b.itemsize} bytes)")
+            f"{b.itemsize:g} bytes)")
     if b.kv_bytes is not None and b.context is not None:
         line += f", {_n(b.kv_bytes)} bytes ({format_bytes(b.kv_bytes)}) at context {_n(b.context)}"
     lines = _wrap(line.strip(), indent="  ", first="  ", width=width)

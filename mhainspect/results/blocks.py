@@ -29,7 +29,7 @@ class CacheFactors:
     kv_heads: int | None  # None only for a latent block whose per-head equivalent is unknown
     d_k: int | None
     d_v: int | None
-    itemsize: int
+    itemsize: float  # bytes per element (0.5 for int4)
     dtype: str | None
     dtype_source: str  # where the cache dtype came from (a past/present tensor, the projections, --kv-dtype)
     cross: bool  # cross-attention: per encoder token, cached once per input
