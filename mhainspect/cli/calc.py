@@ -196,7 +196,7 @@ def _calc_output(r: _CalcRequest) -> str:
 
         return (calc_html.render_vs_html(result, r.heads) if result is not None
                 else calc_html.render_calc_html(calc, r.heads))
-    rows = conventions.what_if(r.convention, r.values, [calc.num_heads, *r.heads]) if r.heads else ()
+    rows = conventions.what_if(r.convention, calc.what_if_arguments, [calc.num_heads, *r.heads]) if r.heads else ()
     if r.fmt is CalcFormat.json:
         text = to_json(calc_render.calc_document(calc, rows, result))
     else:

@@ -59,6 +59,15 @@ class Calculation:
     # notes that hold for the whole comparison (the same in every row).
     assumed: tuple[str, ...] = ()
     comparison_notes: tuple[str, ...] = ()
+    # The arguments as the caller gave them (``arguments`` holds every value resolved, a derived
+    # head_dim included): the same layer at another head count keeps these, and derives the rest
+    # again (``registry.what_if``; the text's what-if table and the page's curve alike).
+    given: tuple[tuple[str, UserValue], ...] = ()
+
+    @property
+    def what_if_arguments(self) -> dict[str, UserValue]:
+        """What another head count keeps: the given arguments (all of them when none are recorded)."""
+        return dict(self.given) if self.given else dict(self.arguments)
 
     def __str__(self) -> str:
         """``print(mhainspect.calc(...))``: the term-by-term breakdown ``mhainspect calc`` prints."""

@@ -3,6 +3,7 @@ at other head counts or K/V head counts."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -41,7 +42,8 @@ def calculate(convention: str, args: Mapping[str, UserValue]) -> Calculation:
     message (naming the valid arguments for unknown or missing ones).
     """
     parsed, notes = parse(convention, _spec(convention), args)
-    return with_notes(CONVENTIONS[convention](**parsed), notes)
+    calc = with_notes(CONVENTIONS[convention](**parsed), notes)
+    return dataclasses.replace(calc, given=tuple(args.items()))
 
 
 def heads_argument(convention: str) -> str:

@@ -57,7 +57,7 @@ def curve_heads(heads: int, extra: Iterable[int] = ()) -> list[int]:
 
 
 def _curve(c: Calculation, extra: Iterable[int]) -> tuple[tuple[float, float], ...]:
-    rows = conventions.what_if(c.convention, dict(c.arguments), curve_heads(c.num_heads, extra))
+    rows = conventions.what_if(c.convention, c.what_if_arguments, curve_heads(c.num_heads, extra))
     return tuple((float(h), float(e.total)) for h, e in rows if not isinstance(e, str))
 
 
