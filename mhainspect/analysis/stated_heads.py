@@ -22,6 +22,8 @@ def stated_offer(num_heads: int | None, num_kv_heads: int | None) -> HeadOffers 
         return None
     check_head_counts([num_heads] if num_heads is not None else [], "--num-heads")
     check_head_counts([num_kv_heads] if num_kv_heads is not None else [], "--num-kv-heads")
+    if num_heads is None:  # K/V heads alone say nothing of d_k or the query heads: half a layout
+        raise ValueError(f"--num-kv-heads {num_kv_heads} needs --num-heads N (the query heads it groups)")
     if num_heads is not None and num_kv_heads is not None and (num_kv_heads > num_heads or num_heads % num_kv_heads):
         raise ValueError(f"--num-kv-heads {num_kv_heads} does not divide --num-heads {num_heads} into equal groups")
     said = [f"--{name} {n}" for name, n in (("num-heads", num_heads), ("num-kv-heads", num_kv_heads)) if n is not None]

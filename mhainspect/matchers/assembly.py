@@ -95,6 +95,11 @@ def width_conflicts(h: int | None, g: int | None, d_k: int | None, wq: int | Non
         out.append(f"num_heads {h} × d_k {d_k} = {h * d_k} but the Q projection is {wq} wide")
     if g is not None and d_k is not None and wk is not None and g * d_k != wk:
         out.append(f"num_kv_heads {g} × d_k {d_k} = {g * d_k} but the K projection is {wk} wide")
+    # A count that does not divide the width gives no whole head size: the claim cannot be the layout.
+    if h is not None and d_k is None and wq and wq % h:
+        out.append(f"num_heads {h} does not divide the Q projection's width {wq}: no whole head size")
+    if g is not None and d_k is None and wk and wk % g:
+        out.append(f"num_kv_heads {g} does not divide the K projection's width {wk}: no whole head size")
     return out
 
 
