@@ -9,8 +9,9 @@ was actually sent to with its credentials: the token goes to the endpoint's orig
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,3 +263,171 @@ def test_batch_reports_the_good_model_after_a_slow_one(quick: None, tmp_path: Pa
     assert records[1]["model"]["total_params"] > 0
     bad = in_process(capsys, monkeypatch)(str(standard), "--timeout", "nan")
     assert bad.code == 2 and "--timeout 'nan'" in bad.err and len(bad.err.strip().splitlines()) == 1
+
+
+# -------------------------------------------------------------------------------- fan-out, listings
+
+COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
+
+
+def ranged(data: bytes, headers: Mapping[str, str]) -> Answer:
+    """``data`` answered as a file server answers a (single) range request."""
+    m = re.match(r"bytes=(\d+)-(\d*)$", headers.get("range", ""))
+    if m is None:
+        return Answer(200, (), data)
+    start = int(m.group(1))
+    end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+    if start >= len(data):
+        return Answer(416, (("Content-Range", f"bytes */{len(data)}"),))
+    return Answer(206, (("Content-Range", f"bytes {start}-{end}/{len(data)}"),), data[start:end + 1])
+
+
+def hub_script(listing: object, files: Mapping[str, bytes] | None = None,
+               raw_listing: bytes | None = None) -> Callable[[str, Mapping[str, str]], Answer]:
+    """A Hub whose repo org/x answers ``listing`` (JSON, or ``raw_listing`` as it is) and serves ``files``."""
+    files = files or {}
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        if path.startswith("/api/models/org/x"):
+            return Answer(200, (("Content-Type", "application/json"),),
+                          raw_listing if raw_listing is not None else json.dumps(listing).encode())
+        m = re.match(r"^/org/x/resolve/[^/]+/(.+)$", path.split("?")[0])
+        if m is not None and m.group(1) in files:
+            return ranged(files[m.group(1)], headers)
+        return Answer(404, (("X-Error-Code", "EntryNotFound"),), b"{}")
+
+    return script
+
+
+def _siblings(names: Mapping[str, int]) -> dict[str, object]:
+    return {"sha": COMMIT, "siblings": [{"rfilename": n, "size": s} for n, s in names.items()]}
+
+
+@pytest.fixture
+def hub_at(hub_env: None, monkeypatch: pytest.MonkeyPatch) -> Callable[..., ScriptedServer]:
+    """A ScriptedServer started as HF_ENDPOINT (stopped at the end of the test)."""
+    started: list[ScriptedServer] = []
+
+    def start(script: Callable[[str, Mapping[str, str]], Answer]) -> ScriptedServer:
+        server = ScriptedServer(script).__enter__()
+        started.append(server)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.port}")
+        hub_module._LISTINGS.clear()
+        return server
+
+    yield start  # type: ignore[misc]
+    for server in started:
+        server.__exit__(None, None, None)
+
+
+def _gguf_bytes(tmp_path: Path) -> bytes:
+    from gguf_files import Decoder
+
+    path = tmp_path / "one.gguf"
+    Decoder().write(path)
+    return path.read_bytes()
+
+
+def test_a_split_gguf_url_guesses_few_parts_and_stops_at_the_first_failure(quick: None, tmp_path: Path) -> None:
+    from mhainspect.frontends.remote.frontend import MAX_GUESSED_PARTS
+    from mhainspect.sources.parallel import CONCURRENCY
+
+    first = _gguf_bytes(tmp_path)
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        if "-00001-of-" in path:
+            return ranged(first, headers)
+        if "-00002-of-" in path:
+            return Answer(404, (), b"no")
+        return Answer(206, (("Content-Range", "bytes 0-65535/900000"),), b"", stall=30)  # the others stall
+
+    with ScriptedServer(script) as server:
+        message = _fails_within(server.url("m-00001-of-04096.gguf"), 5)
+        assert f"at most {MAX_GUESSED_PARTS}" in message and server.log.requests == 1
+        server.log.reset()
+        message = _fails_within(server.url(f"m-00001-of-{MAX_GUESSED_PARTS:05d}.gguf"), 8)
+        assert "m-00002-of-" in message and "not found" in message
+        requests = server.log._requests  # the stalled answers are still in flight: not settled
+    assert requests <= 2 + CONCURRENCY + 2  # not every one of 256 parts
+
+
+def test_listing_names_that_leave_the_repo_are_never_paths(hub_at: Callable[..., ScriptedServer]) -> None:
+    from mhainspect.frontends.folders import expand_models
+
+    gguf = {"good/model.gguf": 10}
+    bad = {"/etc/model.gguf": 1, "a//b.gguf": 1, "./c.gguf": 1, "../d.gguf": 1, "e/../../f.gguf": 1,
+           "g\\..\\h.gguf": 1, "nul\x00.gguf": 1, "": 1}
+    hub_at(hub_script(_siblings({**bad, **gguf})))
+    start = time.monotonic()
+    assert expand_models(["hf://org/x"]) == ("hf://org/x/good/model.gguf",)
+    assert time.monotonic() - start < 5
+
+
+def test_listing_caps(hub_at: Callable[..., ScriptedServer]) -> None:
+    from mhainspect.frontends.kinds import models_below
+    from mhainspect.sources.tree import MAX_LISTED_FILES
+
+    hub_at(hub_script(_siblings({f"f{i}/README.md": 1 for i in range(MAX_LISTED_FILES + 1)})))
+    with pytest.raises(InputError, match=f"more than {MAX_LISTED_FILES:,} files"):
+        audit("hf://org/x")
+    # A listing just under the cap: its folders are walked once each (no rescan per folder).
+    files = {f"f{i}/g/README.md": 1 for i in range(MAX_LISTED_FILES - 1)} | {"f7/g/model.onnx": 1}
+    start = time.monotonic()
+    assert models_below(files, "") == ["f7/g/model.onnx"]
+    assert time.monotonic() - start < 15  # a quadratic walk takes minutes
+
+
+def test_an_index_naming_too_many_shards_is_refused_before_reading_them(hub_at: Callable[..., ScriptedServer]
+                                                                        ) -> None:
+    from mhainspect.ir.limits import MAX_SHARD_FILES
+
+    n = MAX_SHARD_FILES + 1
+    shards = [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
+    index = json.dumps({"weight_map": {f"t{i}": s for i, s in enumerate(shards)}}).encode()
+    config = json.dumps({"model_type": "llama"}).encode()
+    files = {"config.json": config, "model.safetensors.index.json": index}
+    server = hub_at(hub_script(_siblings({**{s: 100 for s in shards}, "config.json": len(config),
+                                          "model.safetensors.index.json": len(index)}), files))
+    with pytest.raises(InputError, match=f"names {n:,} shard files, more than the {MAX_SHARD_FILES:,}"):
+        audit("hf://org/x")
+    assert server.log.requests == 3  # the listing, config.json, the index: no shard
+
+
+@pytest.mark.parametrize(("listing", "words"), [
+    (b'{"sha": "' + COMMIT.encode() + b'", "siblings": 5}', "not what its API returns"),
+    (b"[" * 200_000, "not what its API returns"),
+    (b'{"sha": "../../../x", "siblings": []}', "no commit id"),
+    (b'{"sha": 7, "siblings": []}', "not what its API returns"),
+    (b"[1, 2]", "not what its API returns"),
+])
+def test_malformed_listings_end_in_one_line(hub_at: Callable[..., ScriptedServer], listing: bytes,
+                                            words: str) -> None:
+    hub_at(hub_script(None, raw_listing=listing))
+    with pytest.raises(InputError, match=re.escape(words)):
+        audit("hf://org/x")
+
+
+@pytest.mark.parametrize("spec", ["hf://org/x@../../etc", "hf://org/x@a%2F..%2Fb", "hf://org/x@%2E%2E",
+                                  "hf://org/x@a%5Cb", "hf://org/x@a%00b"])
+def test_revisions_that_would_leave_the_cache_are_refused(spec: str) -> None:
+    from mhainspect.sources.address import parse
+
+    with pytest.raises(InputError, match="not a revision|'..' in a path"):
+        parse(spec)
+
+
+def test_a_batch_reports_every_good_model_after_a_malformed_listing(hub_at: Callable[..., ScriptedServer],
+                                                                    tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from cli_run import in_process
+
+    standard = Path(__file__).resolve().parents[1] / "sample_models" / "standard_mha.onnx"
+    hub_at(hub_script(None, raw_listing=b'{"sha": "' + COMMIT.encode() + b'", "siblings": 5}'))
+    listing = tmp_path / "models.txt"
+    listing.write_text(f"hf://org/x\n{standard}\nhf://org/x/sub\n", encoding="utf-8")
+    run = in_process(capsys, monkeypatch)("--from-file", listing)
+    records = {r["input"]: r for r in map(json.loads, run.out.splitlines())}
+    assert run.code == 2 and len(records) == 3 and "Traceback" not in run.err
+    assert records["hf://org/x"]["error"]["kind"] == "bad_server"
+    assert records[str(standard)]["model"]["total_params"] > 0

@@ -403,7 +403,9 @@ def audit_input(run: _RunSetup, text: str) -> "list[Audited | AuditFailure]":
     try:
         with model_deadline(run.timeout):  # listing a repo is a remote step of its own, with its own time
             refs = expand_models([ref])
-    except InputError as exc:
+    except Exception as exc:  # the input's one failure (a bug too: one line, and the next input goes on)
+        if os.environ.get("MHAINSPECT_DEBUG") and not isinstance(exc, InputError):
+            raise
         return [failure_of(text, exc)]
     out: list[Audited | AuditFailure] = []
     for r in refs:
@@ -712,6 +714,10 @@ def inspect_cmd(
         factory_args = parse_factory_args(arg or [])
     except (ConfigError, InputError) as exc:
         raise fail(str(exc)) from None
+    except Exception as exc:  # a bug while listing a remote folder argument: one line too
+        if os.environ.get("MHAINSPECT_DEBUG"):
+            raise
+        raise fail(failure_of(" ".join(texts)[:200], exc).message) from None
     _check_factory_args(factory_args, units)
     fmt, fmt_source = _output_format(given.format, output, run_settings.format, listed)
     target = None if output is None or str(output) == "-" else output

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mhainspect.frontends.formats import identify_folder
 from mhainspect.frontends.gguf.split import GGUF_SUFFIX, split_name  # the loader's own rule for a split model's parts
-from mhainspect.sources.tree import children, subfolders
+from mhainspect.sources.tree import folder_index
 
 # Every model file suffix and the kind of source it is: a folder scan picks up these files, and
 # classify() dispatches on them. A new format adds its suffix here (and its reader in dispatch.file_result).
@@ -91,16 +91,18 @@ def models_below(files: Mapping[str, int | None], folder: str) -> list[str]:
     """Every model under ``folder`` of a listed tree (``sources.tree``), as local
     folders.models_below finds them: model files, and Hugging Face folders as one model each (not
     looked into); sorted as paths sort."""
+    index = folder_index(files)
     found: list[str] = []
     pending = [folder]
     while pending:
         here = pending.pop()
-        for d in subfolders(files, here):
+        names, subs = index.get(here, ([], set()))
+        for d in sorted(subs):
             sub = f"{here}/{d}" if here else d
-            names = children(files, sub)
-            if "config.json" in names and checkpoint_names(names):
+            sub_names = index.get(sub, ([], set()))[0]
+            if "config.json" in sub_names and checkpoint_names(sub_names):
                 found.append(sub)
             else:
                 pending.append(sub)
-        found.extend(f"{here}/{n}" if here else n for n in models_in(children(files, here)))
+        found.extend(f"{here}/{n}" if here else n for n in models_in(names))
     return sorted(found, key=lambda p: tuple(p.split("/")))

@@ -24,6 +24,7 @@ MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a config.json (the largest real ones are ~100 kB)
 MAX_ARCHIVE_JSON_BYTES = 512 * 1024 * 1024  # a torch.export graph (a 70B model's is ~40 MB)
 MAX_ARCHIVE_TEXT_BYTES = 64 * 1024 * 1024  # a TorchScript code file or pickle, inflated
+MAX_SHARD_FILES = 1 << 12  # files one model is split into (an index's shards, a split GGUF's parts; real: < 200)
 MAX_ARCHIVE_MEMBERS = 1 << 20  # members of one zip archive (a 70B torch.save zip has ~800)
 MAX_CONFIG_INT = 2**63 - 1  # a config count (heads, widths, layers) past int64 is no model's
 MAX_CONFIG_FLOAT = 1e300  # a finite float with room for the arithmetic done with it

@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 from mhainspect.errors import InputError
 from mhainspect.sources import HF_SCHEME, STORE_SCHEMES, URL_SCHEMES, is_remote
+from mhainspect.sources.tree import name_problem
 
 __all__ = ["HF_SCHEME", "STORE_SCHEMES", "URL_SCHEMES", "HubRef", "Ref", "StoreRef", "UrlRef", "display",
            "hub_endpoint", "is_remote", "parse"]
@@ -111,7 +112,18 @@ def _hf_uri(spec: str, body: str) -> HubRef:
     else:
         name, _, path = rest.partition("/")
         revision = None
-    return HubRef(_repo(spec, org, name), unquote(revision) if revision else None, _clean_path(spec, path), spec)
+    return HubRef(_repo(spec, org, name), _revision(spec, unquote(revision)) if revision else None,
+                  _clean_path(spec, path), spec)
+
+
+def _revision(spec: str, revision: str) -> str:
+    """A revision as given, when it can name a branch, tag or commit: it goes into URLs and, offline,
+    into a path of the cache (refs/<revision>), so no empty, '.' or '..' segment, no backslash or
+    control character."""
+    problem = name_problem(revision)
+    if problem is not None or len(revision) > 256:
+        raise InputError(f"{spec}: not a revision (it has {problem or 'more than 256 characters'})")
+    return revision
 
 
 def _clean_path(spec: str, path: str) -> str:
@@ -154,7 +166,7 @@ def _web_url(spec: str) -> HubRef | None:
     m = re.match(_SLASHED_REVISION, joined)
     if m is not None:  # refs/pr/1 written with its slashes
         revision, rest = m.group(1), (m.group(2) or "").split("/")
-    return HubRef(repo, revision, _clean_path(spec, unquote("/".join(rest))), spec)
+    return HubRef(repo, _revision(spec, revision), _clean_path(spec, unquote("/".join(rest))), spec)
 
 
 def display(ref: HubRef, path: str) -> str:

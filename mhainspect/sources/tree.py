@@ -10,8 +10,11 @@ model) is tried by reading it. Which files are models is for the front ends to s
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
+
+from mhainspect.errors import ErrorKind, InputError
 
 if TYPE_CHECKING:  # a listing's helpers serve local folder scans too, which read no byte range
     from mhainspect.sources.blob import Blob
@@ -30,6 +33,59 @@ class Tree(Protocol):
 
     def blob(self, path: str) -> Blob:
         """The file at ``path``, for ranged reads."""
+
+
+MAX_LISTED_FILES = 50_000  # files one listing may hold (the largest model repos hold a few thousand)
+_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f\\\\]")
+
+
+def name_problem(path: str) -> str | None:
+    """Why a listed name cannot be a file of the tree (it would leave it, or name nothing), or None:
+    an absolute path, an empty, '.' or '..' segment, a backslash or a control character."""
+    if not path or path.startswith("/"):
+        return "an absolute or empty path"
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return "an empty, '.' or '..' segment"
+    if _UNSAFE_NAME.search(path):
+        return "a backslash or a control character"
+    return None
+
+
+def listed_files(entries: Iterable[tuple[str, int | None]], where: str) -> dict[str, int | None]:
+    """A listing's files: names that cannot be a file of the tree are left out (never used as a
+    path), and a listing longer than MAX_LISTED_FILES is refused."""
+    out: dict[str, int | None] = {}
+    for path, size in entries:
+        if name_problem(path) is not None:
+            continue
+        out[path] = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+        if len(out) > MAX_LISTED_FILES:
+            raise InputError(f"{where}: the listing holds more than {MAX_LISTED_FILES:,} files; mhainspect reads "
+                             "folders of models, not archives of this size: name the model's own folder or file",
+                             ErrorKind.BAD_SERVER)
+    return out
+
+
+def folder_index(files: Mapping[str, int | None]) -> dict[str, tuple[list[str], set[str]]]:
+    """Every folder of a listing ("" = the root) -> (its files' names, its subfolders' names),
+    built in one pass: a walk over the folders looks each one up instead of rescanning the listing."""
+    index: dict[str, tuple[list[str], set[str]]] = {"": ([], set())}
+    for path in files:
+        folder, _, name = path.rpartition("/")
+        entry = index.get(folder)
+        if entry is None:
+            entry = index[folder] = ([], set())
+            child = folder
+            while child:  # register the new folder in its parent, and a new parent in its own
+                up, _, last = child.rpartition("/")
+                parent = index.get(up)
+                new = parent is None
+                if parent is None:
+                    parent = index[up] = ([], set())
+                parent[1].add(last)
+                child = up if new else ""
+        entry[0].append(name)
+    return index
 
 
 def children(files: Mapping[str, int | None], folder: str) -> list[str]:

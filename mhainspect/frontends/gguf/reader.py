@@ -34,7 +34,7 @@ from mhainspect.frontends.gguf.kv_layers import reused_kv_reason
 from mhainspect.frontends.gguf.split import split_name
 from mhainspect.frontends.gguf.swa import SwaLayout, disabled_note, swa_layout, unknown_pattern_warning
 from mhainspect.ir.dtypes import Family, ggml_name, lookup
-from mhainspect.ir.limits import MAX_DIM, bounded_numel
+from mhainspect.ir.limits import MAX_DIM, MAX_SHARD_FILES, bounded_numel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 from mhainspect.matchers.experts import ExpertClaims
 from mhainspect.sources.blob import FIRST_RANGE, Blob, Prefix
@@ -51,7 +51,7 @@ MAX_KEYS = 1 << 16
 MAX_TENSORS = 1 << 20
 MAX_NAME_BYTES = 1 << 16
 MAX_ARRAY_STRINGS = 1 << 24  # strings walked over the whole header (tokenizer vocabularies and merges)
-MAX_SHARDS = 1 << 12
+MAX_SHARDS = MAX_SHARD_FILES
 _KEPT_ARRAY = 1 << 12  # numeric arrays up to this length are decoded (per-layer values); longer ones are not
 _KEPT_STRING = 1 << 12  # string values up to this many bytes are decoded
 _VOCABULARY_STRINGS = 1 << 10  # a string array this long is a vocabulary (before it: tags, languages)

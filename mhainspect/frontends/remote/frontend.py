@@ -39,6 +39,9 @@ from mhainspect.sources.tree import Tree, beside, children, is_folder
 
 T = TypeVar("T")
 _MAX_LISTED_MODELS = 8
+# Parts of a split GGUF model tried where no listing names them (a URL's folder): each is a request
+# (real split models have up to a few dozen parts; a listed folder may hold up to MAX_SHARD_FILES).
+MAX_GUESSED_PARTS = 256
 
 
 def open_tree(ref: Ref) -> tuple[Tree, str]:
@@ -258,7 +261,7 @@ def read_folder(tree: Tree, folder: str, display: str) -> tuple[dict[str, Weight
     the shard headers in parallel (see the module docstring)."""
     from mhainspect.frontends.checkpoint.quantized import apply_quantization
     from mhainspect.frontends.checkpoint.reader import config_from_bytes, indexed_files, weight_files
-    from mhainspect.ir.limits import MAX_CONFIG_BYTES
+    from mhainspect.ir.limits import MAX_CONFIG_BYTES, MAX_SHARD_FILES
 
     names = children(tree.files(), folder)
     if "config.json" not in names:
@@ -282,6 +285,8 @@ def read_folder(tree: Tree, folder: str, display: str) -> tuple[dict[str, Weight
             # The index names the shards; the folder's names almost always say the same: read them meanwhile.
             pattern = "*.safetensors" if kind == "safetensors" else "pytorch_model*.bin"
             guessed = _matching(names, pattern)
+            if len(guessed) > MAX_SHARD_FILES:  # not one model's shards: the index says which are
+                guessed = []
         else:
             index_job, guessed = None, found
         jobs = {n: pool.submit(header, n) for n in guessed}
@@ -289,8 +294,13 @@ def read_folder(tree: Tree, folder: str, display: str) -> tuple[dict[str, Weight
         if index_job is not None:
             index_where = _beside_name(display + "/", index_name or "")
             shards = indexed_files(config_from_bytes(index_job.result(), index_where), index_where)
+            if len(shards) > MAX_SHARD_FILES:
+                raise InputError(f"{index_where}: names {len(shards):,} shard files, more than the {MAX_SHARD_FILES:,} "
+                                 "one model is read from")
+            listed = set(names)
+            for f in shards:  # every shard checked before any is read
+                _check_shard(f, listed, index_where)
             for f in shards:
-                _check_shard(f, names, index_where)
                 if f not in jobs:
                     jobs[f] = pool.submit(header, f)
         else:
@@ -313,7 +323,7 @@ def _matching(names: list[str], pattern: str) -> list[str]:
     return sorted(n for n in names if fnmatchcase(n, pattern) and "adapter" not in n)
 
 
-def _check_shard(name: str, names: list[str], where: str) -> None:
+def _check_shard(name: str, names: set[str], where: str) -> None:
     norm = os.path.normpath(name)
     if os.path.isabs(name) or norm.startswith("..") or "/" in norm:
         raise InputError(f"{where}: shard '{name}' is outside the folder")
@@ -333,9 +343,14 @@ def _gguf_result(tree: Tree, path: str, display: str, blob: Blob) -> SourceResul
         count = int(m.group("count"))
         if count < 1 or count > MAX_SHARDS or not 1 <= int(m.group("no")) <= count:
             raise InputError(f"{display}: split file name says part {int(m.group('no'))} of {count}")
+        if not tree.complete and count > MAX_GUESSED_PARTS:
+            raise InputError(f"{display}: split file name says {count:,} parts; a URL's folder is not listed, so "
+                             f"parts are tried one by one, at most {MAX_GUESSED_PARTS}: read it where its folder is "
+                             "listed (hf://, s3://, gs://, az://)")
         parts = [beside(path, f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
         if tree.complete:
-            missing = [p.rsplit("/", 1)[-1] for p in parts if p not in tree.files()]
+            listed = tree.files()
+            missing = [p.rsplit("/", 1)[-1] for p in parts if p not in listed]
             if missing:
                 raise InputError(f"{display}: split model is missing {len(missing)} of its {count} files, first "
                                  f"'{missing[0]}'")

@@ -24,7 +24,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -33,11 +33,12 @@ from mhainspect.errors import ErrorKind, InputError, MissingDependencyError
 from mhainspect.sources.address import HubRef, display, hub_endpoint
 from mhainspect.sources.blob import Blob, LocalBlob
 from mhainspect.sources.transports.http import HttpBlob, Reply, client, reply_kind, retries
+from mhainspect.sources.tree import listed_files
 
 REMOTE_HINT = 'pip install "mhainspect[remote]"'
 _COMMIT = r"^[0-9a-f]{40}$"
 _TRUE = frozenset({"1", "ON", "YES", "TRUE"})
-MAX_LISTING_BYTES = 64 * 1024 * 1024
+MAX_LISTING_BYTES = 8 * 1024 * 1024  # ~30,000 files with their sizes: more than MAX_LISTED_FILES
 
 
 @dataclass(frozen=True)
@@ -139,21 +140,24 @@ def _cached_listing(ref: HubRef, settings: HubSettings) -> Listing:
     if commit is None:
         try:
             commit = (folder / "refs" / revision).read_text(encoding="utf-8").strip()
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             commit = None
+        if commit is not None and not re.match(_COMMIT, commit):
+            commit = None  # not what the Hub's tools write there: not a snapshot's name either
     snapshot = folder / "snapshots" / commit if commit else None
     if commit is None or snapshot is None or not snapshot.is_dir():
         raise InputError(f"{display(ref, '')}: offline (HF_HUB_OFFLINE is set) and revision '{revision}' of "
                          f"{ref.repo} is not in the Hugging Face cache ({settings.cache_dir})", ErrorKind.OFFLINE)
-    files: dict[str, int | None] = {}
-    for root, _dirs, names in os.walk(snapshot):
-        for n in names:
-            p = Path(root) / n
-            try:
-                files[p.relative_to(snapshot).as_posix()] = p.stat().st_size
-            except OSError:  # a dangling link: the blob was removed
-                continue
-    return Listing(commit, files, from_cache=True)
+    def walk() -> Iterator[tuple[str, int | None]]:
+        for root, _dirs, names in os.walk(snapshot):
+            for n in names:
+                p = Path(root) / n
+                try:
+                    yield p.relative_to(snapshot).as_posix(), p.stat().st_size
+                except OSError:  # a dangling link: the blob was removed
+                    continue
+
+    return Listing(commit, listed_files(walk(), display(ref, "")), from_cache=True)
 
 
 def _auth(settings: HubSettings) -> dict[str, str]:
@@ -168,19 +172,27 @@ def _online_listing(ref: HubRef, settings: HubSettings) -> Listing:
                          limit=MAX_LISTING_BYTES)
     if reply.status != 200:
         raise InputError(f"{name}: {failure(reply, ref, '', settings)}", reply_kind(reply))
+    not_api = InputError(f"{name}: the Hub's answer about the repo is not what its API returns", ErrorKind.BAD_SERVER)
     try:
         info = json.loads(reply.body)
-        commit = str(info["sha"])
-        siblings = info.get("siblings") or []
-    except (ValueError, KeyError, TypeError):
-        raise InputError(f"{name}: the Hub's answer about the repo is not what its API returns") from None
-    files: dict[str, int | None] = {}
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+        raise not_api from None
+    siblings = info.get("siblings") if isinstance(info, dict) else None
+    commit = info.get("sha") if isinstance(info, dict) else None
+    if not isinstance(siblings, list) or not isinstance(commit, str):
+        raise not_api
+    if not re.match(_COMMIT, commit):  # it names the cache's snapshot folder and the files' URLs
+        raise InputError(f"{name}: the Hub's answer names commit {commit[:64]!r}, which is no commit id (40 hex "
+                         "digits)", ErrorKind.BAD_SERVER)
+    return Listing(commit, listed_files(_sibling_files(siblings), name))
+
+
+def _sibling_files(siblings: list[object]) -> Iterator[tuple[str, int | None]]:
     for s in siblings:
         if isinstance(s, dict) and isinstance(s.get("rfilename"), str):
             lfs = s.get("lfs")
             size = lfs.get("size") if isinstance(lfs, dict) else s.get("size")
-            files[s["rfilename"]] = size if isinstance(size, int) else None
-    return Listing(commit, files)
+            yield s["rfilename"], size if isinstance(size, int) else None
 
 
 def failure(reply: Reply, ref: HubRef, path: str, settings: HubSettings) -> str:

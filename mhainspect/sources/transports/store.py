@@ -10,13 +10,15 @@ folder argument lists everything below it once. Each read is one ranged GET (``c
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mhainspect.errors import InputError, MissingDependencyError
+from mhainspect.sources import deadline
 from mhainspect.sources.address import StoreRef
 from mhainspect.sources.blob import Blob
 from mhainspect.sources.transports.http import Counters
+from mhainspect.sources.tree import listed_files
 
 # The fsspec implementation each protocol needs, and the extra that installs it (the install hint).
 BACKENDS = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
@@ -81,6 +83,7 @@ class StoreBlob:
         return self._size
 
     def read(self, offset: int, length: int) -> bytes:
+        deadline.check(self.name)
         size = self.size()
         end = min(offset + length, size)
         if length <= 0 or offset >= end:
@@ -144,15 +147,17 @@ class StoreTree:
         except Exception as exc:
             raise _failure(self.ref.text, exc) from None
         _count()
-        out: dict[str, int | None] = {}
         root = self.root.rstrip("/") + "/"
-        for e in entries:
-            name = str(e.get("name", "")).rstrip("/")
-            if e.get("type") == "directory" or not name.startswith(root):
-                continue
-            size = e.get("size")
-            out[name[len(root):]] = int(size) if isinstance(size, int) else None
-        return out
+
+        def files() -> Iterator[tuple[str, int | None]]:
+            for e in entries:
+                name = str(e.get("name", "")).rstrip("/")
+                if e.get("type") == "directory" or not name.startswith(root):
+                    continue
+                size = e.get("size")
+                yield name[len(root):], size if isinstance(size, int) else None
+
+        return listed_files(files(), self.ref.text)
 
     def files(self) -> Mapping[str, int | None]:
         return self._files
