@@ -379,7 +379,10 @@ def test_table_contents() -> None:
     assert "69.48%" in text  # attention share
     for col in ("Block", "Kind", "Heads", "d_model", "d_k", "d_v", "Bias", "Total", "Share (%)"):
         assert col in text
-    assert "1,050,624" in text and "262,656" in text  # standard block: exact counts everywhere
+    assert "1,050,624" in text and "262,144" in text  # standard block: exact counts everywhere
+    # Q/K/V/O without their biases, which have a column of their own: the row adds up to its total
+    row = next(ln for ln in text.splitlines() if ln.startswith("encoder.layers.0.self_attn"))
+    assert row.split()[6:12] == ["262,144"] * 4 + ["2,048", "1,050,624"]
     assert "32/8 kv" in text and "10,485,760" in text and "4,194,304" in text  # GQA
     assert not re.search(r"\d[kMB]\b", text)  # no abbreviated count at a width that fits exact ones
     assert "decoder|attn [0]" in text  # not eaten as rich markup
@@ -427,10 +430,10 @@ def test_table_width_and_layouts() -> None:
     # full table at 160 (names never folded): Q/K/V/O shown; at 80 they move to a table of their own
     wide = render_table(mixed_report(), color=False, width=160)
     headers = [ln for ln in wide.splitlines() if ln.startswith("Block  ")]
-    assert "262,656" in wide and len(headers) == 1
+    assert "262,144" in wide and len(headers) == 1
     narrow = render_table(mixed_report(), color=False, width=80)
     headers = [ln for ln in narrow.splitlines() if ln.startswith("Block  ")]
-    assert "262,656" in narrow and "columns hidden" not in narrow and len(headers) == 2
+    assert "262,144" in narrow and "columns hidden" not in narrow and len(headers) == 2
     assert headers[1].split() == ["Block", "Q", "K", "V", "O", "Bias"]
     assert "10,485,760" in narrow  # exact counts before anything else
     # names shortened with an ellipsis, still telling the blocks apart, and the table says so
@@ -489,7 +492,7 @@ def test_markdown() -> None:
     assert "### `models/mixed.onnx`" in md and "### `cnn.onnx`" in md
     assert "| Block | Kind | Heads | d_model | d_k | d_v | Q | K | V | O | Bias | Total | Share (%) |" in md
     assert "| --- | --- | ---: |" in md
-    assert "| `encoder.layers.0.self_attn` | self | 8 | 512 | 64 | 64 | 262,656 |" in md
+    assert "| `encoder.layers.0.self_attn` | self | 8 | 512 | 64 | 64 | 262,144 |" in md
     assert "32/8 kv" in md
     assert "`decoder\\|attn [0]`" in md  # pipe escaped inside a table cell
     rows = [ln for ln in md.split("| Block |")[1].splitlines() if ln.startswith("| `")]

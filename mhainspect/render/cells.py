@@ -83,8 +83,9 @@ def block_cells(b: AttentionBlock, model_total: int, *, exact: bool = True) -> t
     (1,050,624); ``exact=False`` abbreviates them (1.05M) for a terminal too narrow for them."""
     p = b.params
     n = group if exact else human_count
-    return (b.name, kind_label(b), heads_label(b), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v), n(p.q),
-            n(p.k), n(p.v), n(p.o), n(p.bias), n(p.total), percent(p.total, model_total))
+    q, k, v, o = b.role_weights()  # without biases: Q + K + V + O + Bias = Total (with a latent block's part)
+    return (b.name, kind_label(b), heads_label(b), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v), n(q),
+            n(k), n(v), n(o), n(p.bias), n(p.total), percent(p.total, model_total))
 
 
 # Said under a table with folded rows, in every text format.

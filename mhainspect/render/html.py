@@ -106,18 +106,9 @@ def _segments(b: AttentionBlock) -> tuple[Segment, ...]:
     """Q/K/V/O weights, then all biases (bias_k/bias_v too), then a latent block's down-projections,
     then extra (position tables)."""
     p = b.params
-    per_role = {"q": p.q, "k": p.k, "v": p.v, "o": p.o}
-    biases = {r: 0 for r in per_role}
-    for proj in b.projections:
-        if proj.role in biases:
-            biases[proj.role] += proj.bias_params
-    segs = []
-    bias_total = 0
-    for role, label in _ROLES:
-        bias = min(biases[role], per_role[role])
-        bias_total += bias
-        segs.append(Segment(f"{label} weights", per_role[role] - bias, role))
-    segs.append(Segment("biases", bias_total + p.kv_rows, "bias"))
+    weights = dict(zip(("q", "k", "v", "o"), b.role_weights()))
+    segs = [Segment(f"{label} weights", weights[role], role) for role, label in _ROLES]
+    segs.append(Segment("biases", p.bias, "bias"))
     if p.latent:
         segs.append(Segment("latent down-projections and norms", p.latent, "extra"))
     if p.extra:
@@ -278,9 +269,8 @@ def _params_section(report: Report, ids: Ids) -> str:
     rows = [Row(_label(g, prefix), _segments(g.first),
                 note=human_count(g.first.params.total + g.first.params.extra) + (" each" if g.count > 1 else ""),
                 highlight=_layout(g.first) != common) for g in groups]
-    desc = "; ".join(f"{_label(g)}: Q {group(g.first.params.q)}, K {group(g.first.params.k)}, "
-                     f"V {group(g.first.params.v)}, O {group(g.first.params.o)} (biases {group(g.first.params.bias)})"
-                     + (" each" if g.count > 1 else "") for g in groups[:64])
+    desc = "; ".join(f"{_label(g)}: " + ", ".join(f"{r} {group(n)}" for r, n in zip("QKVO", g.first.role_weights()))
+                     + f", biases {group(g.first.params.bias)}" + (" each" if g.count > 1 else "") for g in groups[:64])
     per_block = stacked_bars(rows, label_chars=chars, ids=ids,
                              title="Attention parameters per block, stacked Q / K / V / O / bias", desc=desc,
                              fmt=human_count)
@@ -502,7 +492,7 @@ def _block_row(b: AttentionBlock, name: str, total: int, times: int = 1) -> str:
     cells = [_opt(b.num_heads), _opt(b.num_kv_heads), _opt(b.d_model), _opt(b.d_k), _opt(b.d_v)]
     dims = "".join(f'<td class="unknown">{c}</td>' if c == UNKNOWN else f"<td>{c}</td>" for c in cells)
     return (f'<tr><td class="name"><code>{name}</code>{count}</td><td class="l">{html(kind_label(b))}</td>{dims}'
-            + "".join(f"<td>{group(v)}</td>" for v in (p.q, p.k, p.v, p.o, p.bias))
+            + "".join(f"<td>{group(v)}</td>" for v in (*b.role_weights(), p.bias))
             + f"<td><b>{group(p.total)}</b></td><td>{percent(p.total, total)}</td></tr>")
 
 

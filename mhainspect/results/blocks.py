@@ -248,6 +248,16 @@ class AttentionBlock:
         if self.kv_cache_status is not None and type(self.kv_cache_status) is not CacheStatus:
             object.__setattr__(self, "kv_cache_status", CacheStatus(self.kv_cache_status))
 
+    def role_weights(self) -> tuple[int, int, int, int]:
+        """Q, K, V and O without their biases (``params.q`` ... hold each role's bias too), so that
+        Q + K + V + O + bias + latent = total: what a breakdown with a Bias column shows."""
+        p = self.params
+        per = {"q": p.q, "k": p.k, "v": p.v, "o": p.o}
+        for proj in self.projections:
+            if proj.role in per:
+                per[proj.role] -= min(proj.bias_params, per[proj.role])
+        return per["q"], per["k"], per["v"], per["o"]
+
 
 @dataclass(frozen=True)
 class Flag:

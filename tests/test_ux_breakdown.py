@@ -1,0 +1,28 @@
+"""The block breakdown adds up: Q + K + V + O (each without its bias) + Bias (+ a latent block's
+down-projections) = Total, in every sample model and in the table the terminal shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mhainspect import inspect
+from mhainspect.render.table import render_table
+
+SAMPLES = sorted((Path(__file__).resolve().parent.parent / "sample_models").glob("*.onnx"))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_breakdown_adds_up(path: Path) -> None:
+    report = inspect(str(path))
+    for b in report.blocks:
+        assert sum(b.role_weights()) + b.params.bias + b.params.latent == b.params.total, b.name
+
+
+def test_table_row_adds_up() -> None:
+    report = inspect(str(SAMPLES[0].parent / "keras_per_head.onnx"))
+    row = next(ln for ln in render_table(report, color=False, width=160).splitlines()
+               if ln.startswith("model.multi_head_attention"))
+    cells = [int(c.replace(",", "")) for c in row.split()[6:12]]
+    assert sum(cells[:5]) == cells[5] == 8416 and cells[4] == 224  # 4 × 2,048 + 224 biases
