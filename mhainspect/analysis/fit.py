@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from mhainspect.analysis.size import self_cache_bytes
 from mhainspect.ir.units import format_bytes, group
-from mhainspect.results import AttentionBlock, CacheStatus, FitStatus, GpuFit, ModelFacts, Report
+from mhainspect.results import AttentionBlock, BlockKind, CacheStatus, FitStatus, GpuFit, ModelFacts, Report
 
 NOT_COUNTED = "activations and the runtime's buffers not counted (an engine also keeps some memory back)"
 
@@ -120,7 +120,7 @@ def gpu_fit(report: Report, options: FitOptions, model: ModelFacts, context: int
     elif model.max_positions is not None:
         context, context_source = model.max_positions, f"the model's maximum ({model.max_positions_source})"
     kv = summary.kv_cache
-    caching = [b for b in report.blocks if b.kind != "cross" and b.kv_cache_bytes_per_token is not None]
+    caching = [b for b in report.blocks if b.kind != BlockKind.CROSS and b.kv_cache_bytes_per_token is not None]
     cache = [_per_gpu(b, gpus) for b in caching]
     notes = [*_split_notes(caching, gpus)]
     if gpus > 1:

@@ -34,6 +34,7 @@ from mhainspect.ir import dtypes
 from mhainspect.ir.dtypes import byte_rate as _rate
 from mhainspect.results import (
     AttentionBlock,
+    BlockKind,
     CacheFactors,
     CacheStatus,
     Evidence,
@@ -268,7 +269,7 @@ def cache_text(f: CacheFactors) -> str:
 def _factors(b: AttentionBlock, itemsize: Fraction, dtype: str | None, how: str, why: str, window: int | None = None,
              window_source: str = "") -> CacheFactors:
     """The factors of ``b``'s figure in ``dtype`` (``itemsize`` bytes an element), ``how``: where the dtype came from."""
-    return CacheFactors(b.num_kv_heads, b.d_k, b.d_v, float(itemsize), dtype, how, b.kind == "cross", why, window,
+    return CacheFactors(b.num_kv_heads, b.d_k, b.d_v, float(itemsize), dtype, how, b.kind == BlockKind.CROSS, why, window,
                         window_source, b.latent)
 
 
@@ -282,7 +283,7 @@ def self_cache_bytes(blocks: Sequence[AttentionBlock], context: int, batch: int 
     one cache per application), times the tokens it holds (a sliding layer at most window - 1).
     The one rule for KVCache.total_bytes and for every figure drawn from it."""
     return batch * sum((b.kv_cache_bytes_per_token or 0) * b.applications * _held_tokens(context, b.sliding_window)
-                       for b in blocks if b.kind != "cross" and b.kv_cache_bytes_per_token is not None)
+                       for b in blocks if b.kind != BlockKind.CROSS and b.kv_cache_bytes_per_token is not None)
 
 
 def cache_reason(b: AttentionBlock) -> str | None:
@@ -323,7 +324,7 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses:
     if missed is not None:
         return missed
     dtype = _cache_dtype(blocks)
-    cross = [b for b in blocks if b.kind == "cross" and b.kv_cache_bytes_per_token is not None]
+    cross = [b for b in blocks if b.kind == BlockKind.CROSS and b.kv_cache_bytes_per_token is not None]
     # A module applied N times (shared layers) caches once per application.
     per_encoder = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in cross) if cross else None
     # Blocks whose cache cannot be told, or caches without a size.
@@ -334,7 +335,7 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses:
                        reason=f"unknown for {_counted(len(unknown), 'block')} ({_first_names([b.name for b in unknown])}): "
                               f"{cache_reason(unknown[0])}",
                        status=CacheStatus.UNKNOWN)
-    caching = [b for b in blocks if b.kind != "cross" and b.kv_cache_bytes_per_token is not None]
+    caching = [b for b in blocks if b.kind != BlockKind.CROSS and b.kv_cache_bytes_per_token is not None]
     if not caching:
         why = next((r for b in blocks if (r := cache_reason(b))), None) or "the model has no attention blocks"
         return KVCache(None, None, options.context, options.batch, None, per_encoder, reason=why,
@@ -426,7 +427,7 @@ def _with_cache(blocks: Sequence[AttentionBlock], decoding: Mapping[str, BlockDe
         more = also[i] if also else {}
         d = decoding.get(b.name)
         per_token, dtype, why, status = _block_cache(b, d, options.kv_dtype)
-        window = d.window if d is not None and d.caches and b.kind != "cross" else None
+        window = d.window if d is not None and d.caches and b.kind != BlockKind.CROSS else None
         if isinstance(why, CacheFactors) and per_token is not None and d is not None:
             out.append(dataclasses.replace(b, weight_bytes=weight_bytes.get(b.name), sliding_window=window,
                                            kv_cache_status=status,

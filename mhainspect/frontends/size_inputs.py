@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from mhainspect.ir import dtypes
 from mhainspect.ir.dtypes import byte_rate as _rate
 from mhainspect.ir.limits import MAX_CONFIG_INT, config_int
-from mhainspect.results import AttentionBlock, projection_tensor_names
+from mhainspect.results import AttentionBlock, BlockKind, projection_tensor_names
 from mhainspect.results.stages import IF_DECODED, BlockDecoding, SizeInputs, StoredTensor
 
 if TYPE_CHECKING:
@@ -169,8 +169,8 @@ def config_decoding(cfg: Mapping[str, Any] | None, blocks: Sequence[AttentionBlo
             out.append(BlockDecoding(b.name, None, no_config or "no config says whether the model decodes "
                                      "autoregressively", dtype, dsource))
             continue
-        caches, reason = config_causal(cfg, b.name, b.kind == "cross")
-        window, wsource = _window(cfg, b.name) if b.kind != "cross" else (None, "")
+        caches, reason = config_causal(cfg, b.name, b.kind == BlockKind.CROSS)
+        window, wsource = _window(cfg, b.name) if b.kind != BlockKind.CROSS else (None, "")
         out.append(BlockDecoding(b.name, caches, f"{label}: {reason}", dtype, dsource, window,
                                  f"{label} {wsource.removeprefix('config ')}" if window else ""))
     return tuple(out)
@@ -244,7 +244,7 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], scan:
     pending_cross: list[AttentionBlock] = []
     for b in blocks:
         cfg = from_config.get(b.name)
-        mask = causal_mask(index, b) if b.kind != "cross" else None
+        mask = causal_mask(index, b) if b.kind != BlockKind.CROSS else None
         window, wsource = (cfg.window, cfg.window_source) if cfg is not None else (None, "")
         if mask is not None and mask.window is not None:  # the graph's own mask outranks the config
             window, wsource = mask.window, mask.window_source
@@ -253,13 +253,13 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], scan:
             names = ", ".join(n for n, _ in tensors_io[:4])
             decoding.append(BlockDecoding(b.name, True, f"cache tensors {names} in the graph", tensors_io[0][1],
                                           f"graph cache tensor '{tensors_io[0][0]}'", window, wsource, "cache_tensor"))
-        elif b.kind == "cross":
+        elif b.kind == BlockKind.CROSS:
             pending_cross.append(b)
         else:
             assert mask is not None
             decoding.append(_self_decoding(b, (mask.causal, mask.reason), cfg, compute[b.name], bool(io),
                                            window, wsource))
-    self_blocks = {b.name for b in blocks if b.kind != "cross"}
+    self_blocks = {b.name for b in blocks if b.kind != BlockKind.CROSS}
     self_decoding = [d for d in decoding if d.block in self_blocks]
     decoding.extend(_cross_decoding(b, compute[b.name], self_decoding) for b in pending_cross)
     order = {b.name: i for i, b in enumerate(blocks)}

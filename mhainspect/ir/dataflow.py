@@ -327,8 +327,8 @@ class GraphIndex:
             elif op not in _WEIGHT_VIEW_OPS:
                 return None
             elif part is None and op == "Transpose":
-                perm = node.attrs.get("perm")
-                if perm is None or (isinstance(perm, tuple) and len(perm) >= 2 and perm[-1] != len(perm) - 1):
+                perm = node.attrs.ints("perm")
+                if perm is None or (len(perm) >= 2 and perm[-1] != len(perm) - 1):
                     transposed = not transposed
             elif op in ("Reshape", "Squeeze", "Unsqueeze"):
                 reshaped = True
@@ -402,8 +402,7 @@ class GraphIndex:
             return None
         dims = tuple(d.coef for d in shape)
         if node.op == "Split":
-            axis = node.attrs.get("axis", 0)
-            return dims, f"split {node.outputs.index(output)} of {axis!r}"
+            return dims, f"split {node.outputs.index(output)} of {node.attrs.int('axis', 0)!r}"
         if len(node.inputs) >= 3:
             bounds = [self.shapes.int_values(x) if x else None for x in node.inputs[1:]]
         else:  # opset <= 9: the bounds are attributes
@@ -498,8 +497,8 @@ class GraphIndex:
             return None
         if not operands.packed_shape:
             return self.weight(node.inputs[operands.weight])
-        k, n = node.attrs.get("K"), node.attrs.get("N")
+        k, n = node.attrs.int("K", 0), node.attrs.int("N", 0)
         t = self.graph.weights.get(node.inputs[operands.weight])
-        if t is None or not isinstance(k, int) or not isinstance(n, int) or k <= 0 or n <= 0:
+        if t is None or k <= 0 or n <= 0:
             return None
         return WeightRef(t, False, (k, n))

@@ -6,10 +6,11 @@ Weights are metadata only: shape, dtype and a storage key, never tensor data.
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from typing import NoReturn, overload
 
 AttrValue = int | float | str | bytes | tuple[int, ...] | tuple[float, ...] | tuple[str, ...] | None
 
@@ -59,8 +60,66 @@ class Tensor:
         return math.prod(self.shape)
 
 
-# The attributes of a node that has none: one shared, read-only mapping (most nodes of an export).
-NO_ATTRS: Mapping[str, AttrValue] = MappingProxyType({})
+class Attrs(dict[str, AttrValue]):
+    """A node's attributes by name, read-only, with typed getters: ``attrs.int("axis", 0)``.
+
+    A getter gives the attribute when it has the asked type, else the default (None where none is
+    given): an attribute of another type, as a hostile or broken file may write, is as if absent.
+    ``tensor`` is the value of a one-element tensor attribute (ConstantOfShape's fill value: the only
+    tensor attribute the IR keeps, never a weight)."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("node attributes are read-only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _read_only
+
+    def __reduce__(self) -> tuple[type[Attrs], tuple[dict[str, AttrValue]]]:
+        return Attrs, (dict(self),)  # pickled by value (a dict subclass would be refilled item by item)
+
+    @overload
+    def int(self, name: builtins.str) -> builtins.int | None: ...
+    @overload
+    def int(self, name: builtins.str, default: builtins.int) -> builtins.int: ...
+
+    def int(self, name: builtins.str, default: builtins.int | None = None) -> builtins.int | None:
+        v = self.get(name)
+        return builtins.int(v) if isinstance(v, builtins.int) else default
+
+    @overload
+    def float(self, name: builtins.str) -> builtins.float | None: ...
+    @overload
+    def float(self, name: builtins.str, default: builtins.float) -> builtins.float: ...
+
+    def float(self, name: builtins.str, default: builtins.float | None = None) -> builtins.float | None:
+        """A float attribute (an int one read as a float: converters write alpha=1 as either)."""
+        v = self.get(name)
+        return builtins.float(v) if isinstance(v, (builtins.int, builtins.float)) else default
+
+    def str(self, name: builtins.str, default: builtins.str = "") -> builtins.str:
+        v = self.get(name)
+        return v if isinstance(v, builtins.str) else default
+
+    def ints(self, name: builtins.str) -> tuple[builtins.int, ...] | None:
+        v = self.get(name)
+        if isinstance(v, tuple) and all(type(x) is builtins.int for x in v):
+            return v  # type: ignore[return-value]  # checked element by element just above
+        return None
+
+    def floats(self, name: builtins.str) -> tuple[builtins.float, ...] | None:
+        v = self.get(name)
+        if isinstance(v, tuple) and all(isinstance(x, (builtins.int, builtins.float)) for x in v):
+            return tuple(builtins.float(x) for x in v)
+        return None
+
+    def tensor(self, name: builtins.str) -> builtins.int | builtins.float | None:
+        v = self.get(name)
+        return v if isinstance(v, (builtins.int, builtins.float)) else None
+
+
+# The attributes of a node that has none: one shared, read-only value (most nodes of an export).
+NO_ATTRS = Attrs()
 
 
 @dataclass(frozen=True, slots=True)  # one per node, weight and declared value: no __dict__ each
@@ -71,9 +130,13 @@ class Node:
     op: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    attrs: Mapping[str, AttrValue] = field(default_factory=lambda: NO_ATTRS)
+    attrs: Attrs = field(default_factory=lambda: NO_ATTRS)
     scope: str = ""
     domain: str = ""
+
+    def __post_init__(self) -> None:
+        if type(self.attrs) is not Attrs:  # a plain mapping (a front end, a test): read-only and typed
+            object.__setattr__(self, "attrs", Attrs(self.attrs))
 
     @property
     def op_domain(self) -> str:

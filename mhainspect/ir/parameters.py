@@ -244,17 +244,17 @@ def _not_weight_data(index: GraphIndex, user: Node, pos: int) -> bool:
     if pos in TABLE_INPUTS.get((user.op_domain, op), _NOT_SHAPE_ONLY):
         return True  # a lookup table of the op (rotary cos/sin cache): overhead
     # Made a bool: a mask (GPT-2's tril buffer compared with 0), no gradient reaches it.
-    return op in _COMPARISONS or (op == "Cast" and user.attrs.get("to") == _BOOL_CODE)
+    return op in _COMPARISONS or (op == "Cast" and user.attrs.int("to") == _BOOL_CODE)
 
 
 def _quantized_count(user: Node, pos: int, t: Tensor) -> int:
     if user.op == "MatMulNBits" and pos == 1:
-        k, n = user.attrs.get("K"), user.attrs.get("N")
-        if isinstance(k, int) and isinstance(n, int) and k > 0 and n > 0:
+        k, n = user.attrs.int("K", 0), user.attrs.int("N", 0)
+        if k > 0 and n > 0:
             return k * n  # the packed blob holds N·K weights (plus padding to whole blocks)
     if user.op == "GatherBlockQuantized" and pos == 0 and t.dtype == "uint8":
-        bits = user.attrs.get("bits", 4)
-        if isinstance(bits, int) and 0 < bits < 8 and 8 % bits == 0:
+        bits = user.attrs.int("bits", 4)
+        if 0 < bits < 8 and 8 % bits == 0:
             return t.numel * (8 // bits)
     return t.numel
 
@@ -302,7 +302,7 @@ def _decoded(index: GraphIndex, name: str) -> bool:
         nxt: list[str] = []
         for cur in frontier:
             for user, pos in index.users(cur):
-                if user.op == "Cast" and user.attrs.get("to") in _FLOAT_CODES:
+                if user.op == "Cast" and user.attrs.int("to") in _FLOAT_CODES:
                     return True
                 if user.op in ("CastLike", "DequantizeLinear") and pos == 0:
                     return True

@@ -13,6 +13,7 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TypeGuard
 
 from mhainspect.ir.graph import ModelGraph, Node, Tensor
 from mhainspect.ir.limits import MAX_RANK
@@ -455,7 +456,7 @@ def _unary_value(node: Node, v: Value) -> Value | None:
     Reciprocal make floats; Identity, CastLike and other casts pass the dims on."""
     op = node.op
     if op == "Cast":
-        if node.attrs.get("to") not in (1, 10, 11, 16):
+        if node.attrs.int("to") not in (1, 10, 11, 16):
             return v
         floats = tuple(float(x.coef) if isinstance(x, Dim) and x.is_int else x for x in v)
         return None if any(isinstance(x, Dim) for x in floats) else floats
@@ -524,9 +525,8 @@ def _h_shape(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
     if s is None:
         return
-    start = int(node.attrs.get("start", 0) or 0)  # type: ignore[arg-type]
-    end_attr = node.attrs.get("end")
-    end = len(s) if end_attr is None else int(end_attr)  # type: ignore[arg-type]
+    start = node.attrs.int("start", 0)
+    end = node.attrs.int("end", len(s))
     start = max(0, _norm_axis(start, len(s)))
     end = min(len(s), _norm_axis(end, len(s)))
     dims = s[start:end]
@@ -548,7 +548,7 @@ def _h_constant_of_shape(ev: ShapeEvaluator, node: Node) -> None:
     if v is not None and all(isinstance(x, Dim) for x in v):
         shape = tuple(x for x in v if isinstance(x, Dim))
         value: Value | None = None
-        fill = node.attrs.get("value", 0.0)
+        fill = node.attrs.tensor("value") if "value" in node.attrs else 0.0
         if len(shape) == 1 and shape[0].is_int and shape[0].coef <= 64 and isinstance(fill, (int, float)):
             value = tuple(Dim(fill) if isinstance(fill, int) else float(fill) for _ in range(shape[0].coef))
         ev._set(node, shape, value)
@@ -630,7 +630,7 @@ def _h_where(ev: ShapeEvaluator, node: Node) -> None:
 def _h_gather(ev: ShapeEvaluator, node: Node) -> None:
     data = ev._in_shape(node, 0)
     idx_shape = ev._in_shape(node, 1)
-    axis = int(node.attrs.get("axis", 0) or 0)  # type: ignore[arg-type]
+    axis = node.attrs.int("axis", 0)
     value = None
     dv = ev._in_value(node, 0)
     iv = ev._in_ints(node, 1)
@@ -651,9 +651,9 @@ def _h_gather_elements(ev: ShapeEvaluator, node: Node) -> None:
 def gathered_table_shape(node: Node, stored: Tensor) -> tuple[int, ...] | None:
     """The logical [rows, width] of a GatherBlockQuantized table: uint8 storage packs 8/bits
     elements per byte along the quantized axis (int4/uint4 storage is already logical)."""
-    bits = node.attrs.get("bits", 4)
-    axis = node.attrs.get("quantize_axis", len(stored.shape) - 1)
-    if not isinstance(bits, int) or not isinstance(axis, int) or bits not in (2, 4, 8) or not stored.shape:
+    bits = node.attrs.int("bits", 4)
+    axis = node.attrs.int("quantize_axis", len(stored.shape) - 1)
+    if bits not in (2, 4, 8) or not stored.shape:
         return None
     axis = axis + len(stored.shape) if axis < 0 else axis
     if stored.dtype != "uint8" or not 0 <= axis < len(stored.shape):
@@ -670,8 +670,7 @@ def _h_gather_block_quantized(ev: ShapeEvaluator, node: Node) -> None:
     data = gathered_table_shape(node, stored) if stored is not None else None
     if data is None or idx_shape is None:
         return
-    axis = node.attrs.get("gather_axis", 0)
-    a = _norm_axis(axis if isinstance(axis, int) else 0, len(data))
+    a = _norm_axis(node.attrs.int("gather_axis", 0), len(data))
     ev._set(node, tuple(int_dim(d) for d in data[:a]) + idx_shape + tuple(int_dim(d) for d in data[a + 1:]))
 
 
@@ -684,7 +683,7 @@ def _h_unsqueeze(ev: ShapeEvaluator, node: Node) -> None:
     if len(inputs) > 1:
         axes = ev.int_values(inputs[1]) if inputs[1] else None
     else:
-        axes = node.attrs.get("axes")  # type: ignore[assignment]
+        axes = node.attrs.ints("axes")
     if axes is None:
         return
     value = ev.values.get(first)
@@ -720,7 +719,7 @@ def _h_squeeze(ev: ShapeEvaluator, node: Node) -> None:
 
 def _h_concat(ev: ShapeEvaluator, node: Node) -> None:
     inputs = node.inputs
-    axis = int(node.attrs.get("axis", 0) or 0)  # type: ignore[arg-type]
+    axis = node.attrs.int("axis", 0)
     get_shape, get_value = ev.shapes.get, ev.values.get
     shapes: list[Shape] = []
     value: Value | None = ()  # the inputs' values end to end, while every one is known
@@ -775,10 +774,7 @@ def operand_ints(node: Node, pos: int, int_values: Callable[[str], tuple[int, ..
     if pos < len(inputs):
         return int_values(inputs[pos]) if inputs[pos] else None
     attr = ATTRIBUTE_FORMS.get(node.op, {}).get(pos)
-    value = node.attrs.get(attr) if attr is not None else None
-    if isinstance(value, tuple) and all(type(x) is int for x in value):
-        return value  # type: ignore[return-value]
-    return None
+    return node.attrs.ints(attr) if attr is not None else None
 
 
 def operand_given(node: Node, pos: int) -> bool:
@@ -897,6 +893,14 @@ def _resolve_reshape(in_shape: Shape | None, target: Value, allowzero: bool) -> 
     return tuple(d for d in dims if d is not None)
 
 
+def _stated_dims(target: Value) -> TypeGuard[Shape]:
+    """Whether a reshape target is all stated dims: no 0 (copy) or -1 (infer) entry, no float."""
+    for t in target:
+        if type(t) is not Dim or (t.coef <= 0 and not t.factors):
+            return False
+    return True
+
+
 def _h_reshape(ev: ShapeEvaluator, node: Node) -> None:
     target = ev._in_value(node, 1)
     if target is None and len(node.inputs) < 2:
@@ -908,14 +912,11 @@ def _h_reshape(ev: ShapeEvaluator, node: Node) -> None:
         if tshape is not None and len(tshape) == 1 and tshape[0].is_int and 0 <= tshape[0].coef <= MAX_RANK:
             ev._set(node, tuple(sym_dim(ev._new_sym()) for _ in range(tshape[0].coef)))
         return
-    for t in target:
-        if type(t) is not Dim or (t.coef <= 0 and not t.factors):
-            break
-    else:
+    if _stated_dims(target):
         # No 0 (copy) or -1 (infer) entry: the target itself, made of stored (bounded) dims.
-        ev._put(node, target, ev._in_value(node, 0) if len(target) <= 1 else None)  # type: ignore[arg-type]
+        ev._put(node, target, ev._in_value(node, 0) if len(target) <= 1 else None)
         return
-    out = _resolve_reshape(ev._in_shape(node, 0), target, bool(node.attrs.get("allowzero", 0)))
+    out = _resolve_reshape(ev._in_shape(node, 0), target, bool(node.attrs.int("allowzero", 0)))
     if out is None:
         # Keep what the target says, with unknown parts as fresh symbols.
         out = tuple(t if isinstance(t, Dim) and not (t.is_int and t.coef <= 0) else sym_dim(ev._new_sym())
@@ -927,7 +928,7 @@ def _h_flatten(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
     if s is None:
         return
-    a = _norm_axis(int(node.attrs.get("axis", 1) or 0), len(s))  # type: ignore[arg-type]
+    a = _norm_axis(node.attrs.int("axis", 1), len(s))
     ev._set(node, (numel(s[:a]), numel(s[a:])))
 
 
@@ -935,8 +936,8 @@ def _h_transpose(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
     if s is None:
         return
-    perm = node.attrs.get("perm") or tuple(reversed(range(len(s))))
-    ev._put(node, tuple([s[int(p)] for p in perm]), None)  # type: ignore[union-attr]
+    perm = node.attrs.ints("perm") or tuple(reversed(range(len(s))))
+    ev._put(node, tuple([s[p] for p in perm]), None)
 
 
 def matmul_shape(a: Shape, b: Shape) -> Shape | None:
@@ -969,9 +970,9 @@ def _h_fused_matmul(ev: ShapeEvaluator, node: Node) -> None:
     a, b = ev._in_shape(node, 0), ev._in_shape(node, 1)
     if a is None or b is None or len(a) < 2 or len(b) < 2:
         return
-    if node.attrs.get("transA"):
+    if node.attrs.int("transA", 0):
         a = a[:-2] + (a[-1], a[-2])
-    if node.attrs.get("transB"):
+    if node.attrs.int("transB", 0):
         b = b[:-2] + (b[-1], b[-2])
     ev._set(node, matmul_shape(a, b))
 
@@ -980,8 +981,8 @@ def _h_gemm(ev: ShapeEvaluator, node: Node) -> None:
     a, b = ev._in_shape(node, 0), ev._in_shape(node, 1)
     if a is None or b is None or len(a) != 2 or len(b) != 2:
         return
-    m = a[1] if node.attrs.get("transA") else a[0]
-    n = b[0] if node.attrs.get("transB") else b[1]
+    m = a[1] if node.attrs.int("transA", 0) else a[0]
+    n = b[0] if node.attrs.int("transB", 0) else b[1]
     ev._set(node, (m, n))
 
 
@@ -996,8 +997,8 @@ def _h_matmul_at(a_pos: int, b_pos: int) -> Callable[[ShapeEvaluator, Node], Non
 
 def _h_matmul_nbits(ev: ShapeEvaluator, node: Node) -> None:
     """MatMulNBits / MatMulBnb4: x[..., K] times a packed weight of logical shape [K, N] (attribute N)."""
-    a, n = ev._in_shape(node, 0), node.attrs.get("N")
-    if a is not None and a and isinstance(n, int) and n > 0:
+    a, n = ev._in_shape(node, 0), node.attrs.int("N", 0)
+    if a is not None and a and n > 0:
         ev._set(node, a[:-1] + (int_dim(n),))
 
 
@@ -1045,7 +1046,7 @@ def _h_split(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
     if s is None:
         return
-    a = _norm_axis(int(node.attrs.get("axis", 0) or 0), len(s))  # type: ignore[arg-type]
+    a = _norm_axis(node.attrs.int("axis", 0), len(s))
     sizes = ev.operand_ints(node, 1)
     n_out = len(node.outputs)
     if sizes is None and len(node.inputs) > 1 and node.inputs[1]:
@@ -1053,7 +1054,7 @@ def _h_split(ev: ShapeEvaluator, node: Node) -> None:
     if sizes is None:
         d = s[a]
         if d.is_int and n_out:
-            num = int(node.attrs.get("num_outputs", n_out) or n_out)  # type: ignore[arg-type]
+            num = node.attrs.int("num_outputs", n_out) or n_out
             chunk = -(-d.coef // num)
             sizes = tuple(min(chunk, d.coef - i * chunk) for i in range(min(num, n_out)))
         else:
@@ -1063,7 +1064,7 @@ def _h_split(ev: ShapeEvaluator, node: Node) -> None:
 
 
 def _h_einsum(ev: ShapeEvaluator, node: Node) -> None:
-    eq = str(node.attrs.get("equation", "")).replace(" ", "")
+    eq = node.attrs.str("equation").replace(" ", "")
     if "->" not in eq or "." in eq:
         return
     lhs, rhs = eq.split("->")
@@ -1094,19 +1095,19 @@ def _h_reduce(ev: ShapeEvaluator, node: Node) -> None:
     s = ev._in_shape(node, 0)
     if s is None:
         return
-    axes_attr = node.attrs.get("axes")
+    axes_attr = node.attrs.ints("axes")
     axes: tuple[int, ...] | None
     if len(node.inputs) > 1 and node.inputs[1]:
         axes = ev._in_ints(node, 1)
         if axes is None:
             return
-    elif isinstance(axes_attr, tuple):
-        axes = tuple([int(a) for a in axes_attr])
+    elif axes_attr is not None:
+        axes = axes_attr
     else:
-        axes = () if node.attrs.get("noop_with_empty_axes") else tuple(range(len(s)))
+        axes = () if node.attrs.int("noop_with_empty_axes", 0) else tuple(range(len(s)))
     rank = len(s)
     norm = {a + rank if a < 0 else a for a in axes}
-    keep = node.attrs.get("keepdims", 1) != 0
+    keep = node.attrs.int("keepdims", 1) != 0
     out = tuple([_ONE if i in norm else d for i, d in enumerate(s) if keep or i not in norm])
     ev._put(node, out, None)
 

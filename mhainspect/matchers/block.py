@@ -65,7 +65,7 @@ class BlockBuilder:
     extras: dict[str, int] = field(default_factory=dict)  # score tables (outside the total) by tensor name
     kv_rows: dict[str, int] = field(default_factory=dict)  # learned K/V rows (bias_k/bias_v) by tensor name
     latent_parts: dict[str, int] = field(default_factory=dict)  # a latent block's down-projections and norms
-    kind: str | None = None  # set by a matcher that knows the kind (additive); else read from the sources
+    kind: BlockKind | None = None  # set by a matcher that knows the kind (additive); else read from the sources
     # role -> the projection that made its projection's (narrower) input: latent attention (build()).
     latent: dict[str, ProjectionHit] = field(default_factory=dict)
 
@@ -257,7 +257,7 @@ class BlockBuilder:
             return "no Q projection weight found and no head dimension in the attention op's shapes"
         return "the head size is not a constant in the graph (Q's last dimension is computed at run time)"
 
-    def _kind(self) -> str:
+    def _kind(self) -> BlockKind:
         """From the dataflow: "self" when Q and K read the same tensor (or tensors made of a common
         one); "cross" when they do not and K/V have a source of their own: both projections
         resolved and reading different tensors, or (a role without a projection) tensors that are
@@ -270,25 +270,25 @@ class BlockBuilder:
         if "q" in self.latent and kv_down is not None:  # latent Q and K/V: where their latents come from
             a, b = _origins(self.index, self.latent["q"].activation), _origins(self.index, kv_down.activation)
             if a and b:
-                return "self" if a & b else "cross"
+                return BlockKind.SELF if a & b else BlockKind.CROSS
         q, k = self.roles.get("q"), self.roles.get("k")
         if q is None or k is None:
-            return "self"
+            return BlockKind.SELF
         if self._start(q) == self._start(k):
-            return "self"  # one start: the same origins (or none), "self" either way
+            return BlockKind.SELF  # one start: the same origins (or none), "self" either way
         a, b = self._sources(q), self._sources(k)
         if not a or not b:
-            return "self"
+            return BlockKind.SELF
         if a & b:
-            return "self"
+            return BlockKind.SELF
         if _resolved(q) and _resolved(k):
-            return "cross"
+            return BlockKind.CROSS
         # A role without a projection shows a second source only when what it reads is a graph input
         # or a stored tensor (an encoder's cached K/V); behind an op the walk does not see through,
         # it is unknown.
         producer = self.index.producer
         unresolved = (a if not _resolved(q) else set()) | (b if not _resolved(k) else set())
-        return "cross" if all(x not in producer for x in unresolved) else BlockKind.UNKNOWN
+        return BlockKind.CROSS if all(x not in producer for x in unresolved) else BlockKind.UNKNOWN
 
     @staticmethod
     def _start(r: RoleInput) -> str:

@@ -329,7 +329,7 @@ def causal_mask(index: GraphIndex, block: AttentionBlock) -> _MaskEvidence:
     if anchor is None:
         return _MaskEvidence(None, "the block's anchor node is not in the graph")
     for attr, text in _CAUSAL_ATTRS:
-        if anchor.attrs.get(attr) == 1:
+        if anchor.attrs.int(attr) == 1:
             return _MaskEvidence(True, text)
     if anchor.op in ("GroupQueryAttention", "PagedAttention", "SparseAttention"):
         return _MaskEvidence(True, f"{anchor.op} (always causal)")

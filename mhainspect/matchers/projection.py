@@ -120,9 +120,9 @@ def recognise_projection(index: GraphIndex, node: Node, via_input: str | None = 
         return None
     rows, cols = shape
     transposed = w.transposed
-    if node.op == "Gemm" and node.attrs.get("transB"):
+    if node.op == "Gemm" and node.attrs.int("transB", 0):
         transposed = not transposed
-    if node.op == "FusedMatMul" and node.attrs.get("transB" if not weight_first else "transA"):
+    if node.op == "FusedMatMul" and node.attrs.int("transB" if not weight_first else "transA", 0):
         transposed = not transposed
     if weight_first:
         # W @ x: the weight is [out, in] as seen by the op.
@@ -137,13 +137,13 @@ def _pointwise_conv_projection(index: GraphIndex, node: Node, via_input: str | N
     """A Conv whose kernel covers one position (every spatial axis 1) over all channels (one group):
     weight [out, in, 1, ...] applied to the channel axis at every position, a projection of width out."""
     act = node.inputs[0]
-    if not index.is_activation(act) or via_input not in (None, act) or node.attrs.get("group", 1) != 1:
+    if not index.is_activation(act) or via_input not in (None, act) or node.attrs.int("group", 1) != 1:
         return None
     w = index.weight(node.inputs[1])
     if w is None or w.transposed or len(w.shape) < 3 or min(w.shape) <= 0 or any(d != 1 for d in w.shape[2:]):
         return None
-    kernel = node.attrs.get("kernel_shape")
-    if isinstance(kernel, tuple) and any(k != 1 for k in kernel):
+    kernel = node.attrs.ints("kernel_shape")
+    if kernel is not None and any(k != 1 for k in kernel):
         return None
     out_f, in_f = w.shape[0], w.shape[1]
     return _with_bias(index, node, w, act, in_f, out_f, 2, integer_result=False)
@@ -291,7 +291,7 @@ def _bias_add(index: GraphIndex, output: str, width: int, users: list[tuple[Node
 
 
 def _einsum_projection(index: GraphIndex, node: Node, via_input: str | None) -> ProjectionHit | None:
-    eq = str(node.attrs.get("equation", "")).replace(" ", "")
+    eq = node.attrs.str("equation").replace(" ", "")
     if "->" not in eq or len(node.inputs) != 2:
         return None
     lhs, out = eq.split("->")
@@ -475,7 +475,7 @@ def _constant_share(index: GraphIndex, node: Node, out: str, width: int) -> Frac
         lo, hi = (x + width if x < 0 else x for x in (starts[0], ends[0]))
         size = min(hi, width) - max(lo, 0)
         return Fraction(size, width) if 0 < size <= width else None
-    split_axis = node.attrs.get("axis", 0)
+    split_axis = node.attrs.int("axis", 0)
     if node.op == "Split" and split_axis == -1:
         pos = node.outputs.index(out)
         has_input = len(node.inputs) > 1 and bool(node.inputs[1])
@@ -498,13 +498,13 @@ def _reduces_ones(index: GraphIndex, node: Node) -> bool:
     """Whether a reduction only drops axes of size 1 (Aimv2's pooling head averages its one query):
     a view of the value, not a pooling over tokens."""
     shape = index.shapes.shape(node.inputs[0]) if node.inputs else None
-    axes = node.attrs.get("axes")
-    if not isinstance(axes, tuple) and len(node.inputs) > 1 and node.inputs[1]:
+    axes = node.attrs.ints("axes")
+    if axes is None and len(node.inputs) > 1 and node.inputs[1]:
         axes = index.shapes.int_values(node.inputs[1])
-    if shape is None or not isinstance(axes, tuple) or not axes:
+    if shape is None or not axes:
         return False
     rank = len(shape)
-    return all(isinstance(a, int) and -rank <= a < rank and shape[a].is_int and shape[a].coef == 1 for a in axes)
+    return all(-rank <= a < rank and shape[a].is_int and shape[a].coef == 1 for a in axes)
 
 
 def trace_forward_to_projection(index: GraphIndex, tensor: str) -> tuple[ProjectionHit, tuple[Node, ...]] | None:

@@ -180,8 +180,8 @@ def offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tup
         take(node, cur)
         cur = node.outputs[0]
     if score.op == "FusedMatMul":
-        alpha = score.attrs.get("alpha")
-        if isinstance(alpha, float) and alpha != 1.0:
+        alpha = score.attrs.float("alpha", 1.0)
+        if alpha != 1.0:
             scale *= alpha
             sources.append(f"{score.name}.alpha")
     for role, tensor in (("q", q_in), ("k", k_in)):

@@ -63,7 +63,7 @@ from mhainspect.render.svg import (
     stacked_bars,
     truncate,
 )
-from mhainspect.results import AttentionBlock, CacheStatus, Flag, KVCache, Report, Severity
+from mhainspect.results import AttentionBlock, BlockKind, CacheStatus, Flag, KVCache, Report, Severity
 
 __all__ = ["CSP", "kv_bytes_at", "page", "render_html", "render_html_body", "repr_html"]
 
@@ -398,7 +398,7 @@ def kv_bytes_at(report: Report, context: int) -> int | None:
     kv = report.model.kv_cache
     if kv is None or kv.bytes_per_token is None:
         return None
-    if any(b.kv_cache_bytes_per_token is not None and b.kind != "cross" for b in report.blocks):
+    if any(b.kv_cache_bytes_per_token is not None and b.kind != BlockKind.CROSS for b in report.blocks):
         return self_cache_bytes(report.blocks, context, kv.batch)
     return kv.bytes_per_token * context * kv.batch
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mhainspect.analysis.size import KV_FIELD, cache_reason
 from mhainspect.ir.units import format_bytes, group
-from mhainspect.results import AttentionBlock, CacheStatus, FitStatus, KVCache, Report
+from mhainspect.results import AttentionBlock, BlockKind, CacheStatus, FitStatus, KVCache, Report
 from mhainspect.results.stages import IF_DECODED
 
 __all__ = ["IF_DECODED_LABEL", "OVERHEAD_LABEL", "block_cache_text", "block_size_line", "experts_line",
@@ -162,7 +162,7 @@ def block_size_line(b: AttentionBlock) -> str:
     """One block's bytes, for --explain."""
     weights = "weights ?" if b.weight_bytes is None else f"weights {_bytes(b.weight_bytes)}"
     if b.kv_cache_bytes_per_token is not None:
-        per = "per encoder token" if b.kind == "cross" else "per token"
+        per = "per encoder token" if b.kind == BlockKind.CROSS else "per token"
         detail = next((e.detail for e in b.evidence if e.field == KV_FIELD), "")
         kv = f"KV cache {_bytes(b.kv_cache_bytes_per_token)} {per}"
         if b.kv_cache_expanded_bytes_per_token is not None and b.latent is not None and not b.latent.runtime_expands:

@@ -42,7 +42,7 @@ from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import BlockGroup, FlagGroup, common_prefix, group_flags, join_names
 from mhainspect.render.safe import printable_fields
 from mhainspect.render.size_lines import block_size_line, experts_line, size_lines
-from mhainspect.results import AttentionBlock, Report, Severity
+from mhainspect.results import AttentionBlock, BlockKind, Report, Severity
 
 __all__ = ["heads_label", "render_overview", "render_summary", "render_table", "render_text", "severity_style",
            "verify_label"]
@@ -170,7 +170,7 @@ def _rest_width(natural: Sequence[int], columns: Sequence[int], detail: bool, ga
     return max(need, _rest_width(natural, _detail_columns(), False, gap)) if detail else need
 
 
-_KIND_WORDS = {"self": "self-attention", "cross": "cross-attention"}
+_KIND_WORDS: dict[str, str] = {BlockKind.SELF: "self-attention", BlockKind.CROSS: "cross-attention"}
 
 
 def uniform_kind(groups: Sequence[BlockGroup]) -> str | None:

@@ -205,7 +205,7 @@ class AttentionBlock:
 
     name: str
     matcher: str  # a Matcher; a bare string is checked and converted on construction
-    kind: str  # a BlockKind ("self" | "cross" | "additive" | "unknown"), checked and converted likewise
+    kind: BlockKind  # checked and converted likewise (a caller may pass its text: "self", "cross", ...)
     num_heads: int | None
     num_kv_heads: int | None
     d_model: int | None

@@ -31,7 +31,7 @@ import dataclasses
 import math
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from itertools import chain
 from operator import attrgetter
@@ -51,7 +51,7 @@ from mhainspect.frontends.onnx.wire import (
     read_bytes,
 )
 from mhainspect.ir.dtypes import ONNX_FLOAT_CODES, ONNX_INTEGER_CODES, onnx_name
-from mhainspect.ir.graph import NO_ATTRS, AttrValue, ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.ir.graph import NO_ATTRS, Attrs, AttrValue, ModelGraph, Node, Tensor, ValueInfo
 
 # Values of integer constants up to this many elements are read (shape arithmetic).
 _MAX_INT_VALUE_ELEMENTS = MAX_INT_VALUE_ELEMENTS
@@ -677,7 +677,7 @@ class _GraphBuilder:
         for i, g in enumerate(subgraphs):
             self.add_graph(g, prefix=f"{name}/body{i}/", depth=depth + 1)
 
-    def _attributes(self, attributes: Any) -> tuple[Mapping[str, AttrValue], Sequence[Any]]:
+    def _attributes(self, attributes: Any) -> tuple[Attrs, Sequence[Any]]:
         """A node's attribute values by name, and the subgraphs its attributes hold (in order)."""
         if not attributes:  # most nodes (three in four on a Llama export): nothing to build
             return NO_ATTRS, _NO_SUBGRAPHS
@@ -691,14 +691,14 @@ class _GraphBuilder:
                     parsed = self._parse_attribute(a)
                     hit = cache[a] = (parsed.name, _attr_value(parsed))
                 attrs[hit[0]] = hit[1]
-            return attrs, subgraphs
+            return Attrs(attrs), subgraphs
         for a in attributes:
             if a.HasField("g"):
                 subgraphs.append(a.g)
             if a.graphs:
                 subgraphs.extend(a.graphs)
             attrs[a.name] = _attr_value(a)
-        return attrs, subgraphs
+        return Attrs(attrs), subgraphs
 
     def _scope(self, node_name: str, metadata: Iterable[Any]) -> str:
         """The module path of a node: the exporter's name-scope metadata, else its name's directory."""

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 from operator import attrgetter
 
-from mhainspect.ir.graph import ModelGraph, Node
+from mhainspect.ir.graph import Attrs, ModelGraph, Node
 
 # (value, scale, zero point) input positions of one quantized operand; scale/zero point may be absent
 # (QLinearConv's int32 bias: its scale is the product of two others, stated nowhere).
@@ -88,7 +88,7 @@ def _lower(node: Node, spec: QLinearOp) -> list[Node]:
         float_inputs.append(dq)
     while float_inputs and not float_inputs[-1]:
         float_inputs.pop()
-    attrs = {k: v for k, v in node.attrs.items() if k not in _ATTRS_OF_THE_INTEGER_OP}
+    attrs = Attrs({k: v for k, v in node.attrs.items() if k not in _ATTRS_OF_THE_INTEGER_OP})
     y = node.outputs[0] if node.outputs else ""
     if spec.output is None or not _at(node, spec.output[0]) or not y:
         out.append(Node(node.name, spec.float_op, tuple(float_inputs), node.outputs, attrs, node.scope))

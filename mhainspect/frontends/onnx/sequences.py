@@ -58,9 +58,8 @@ def as_slices(graph: ModelGraph) -> ModelGraph:
         if split is None or bounds is None:
             nodes.append(node)
             continue
-        axis = split.attrs.get("axis", 0)
         names = [f"{node.name}/{part}" for part in ("starts", "ends", "axes")]
-        for name, value in zip(names, (*bounds, axis if isinstance(axis, int) else 0)):
+        for name, value in zip(names, (*bounds, split.attrs.int("axis", 0))):
             weights[name] = _const(name, value)
         nodes.append(Node(node.name, "Slice", (split.inputs[0], *names), node.outputs[:1]))
     return dataclasses.replace(graph, nodes=tuple(nodes), weights=weights)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mhainspect.ir.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.ir.graph import NO_ATTRS, Attrs, AttrValue, ModelGraph, Node, Tensor, ValueInfo
 
 _INT64_MAX = 2**63 - 1
 
@@ -116,7 +116,7 @@ class AtenConverter:
              domain: str = "", **attrs: AttrValue) -> str:
         name = self._fresh(base or op.lower())
         outs = tuple(outputs) if outputs is not None else (name,)
-        kept = {k: v for k, v in attrs.items() if v is not None}
+        kept = Attrs({k: v for k, v in attrs.items() if v is not None}) if attrs else NO_ATTRS
         self.nodes.append(Node(name, op, tuple(inputs), outs, kept, self._scope, domain))
         return outs[0]
 

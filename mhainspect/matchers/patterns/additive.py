@@ -16,10 +16,9 @@ from mhainspect.ir.graph import Node, Tensor
 from mhainspect.matchers.block import BlockBuilder, RoleInput
 from mhainspect.matchers.patterns import Pattern
 from mhainspect.matchers.projection import recognise_projection, trace_back_to_projection
-from mhainspect.results import Evidence, Miss
+from mhainspect.results import BlockKind, Evidence, Miss
 
 NAME = "additive"
-KIND = "additive"
 # Between the score vector product and the Softmax: reshapes, masks, casts.
 _SCORE_PATH = {"Squeeze", "Unsqueeze", "Reshape", "Flatten", "Transpose", "Cast", "Identity", "Add", "Sub", "Where",
                "Mul", "Div", "Dropout"}
@@ -51,7 +50,7 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
         return Miss(NAME, softmax.name, f"additive scores vᵀ·tanh(…) at {v_node.name}, but the Softmax does not "
                                         "feed a product with the values", node=softmax.name)
     pv_node, values = pv
-    b = BlockBuilder(index, softmax, NAME, kind=KIND)
+    b = BlockBuilder(index, softmax, NAME, kind=BlockKind.ADDITIVE)
     stop = {softmax.name, add.name, pv_node.name}
     traced = [trace_back_to_projection(index, t, stop) for t in terms]
     # W applies to the query (one row per decoding step), U to the keys: the key term has the
@@ -153,8 +152,8 @@ def _terms(index: GraphIndex, add: Node, depth: int = 0) -> list[str]:
 def _query_term(index: GraphIndex, terms: list[str], softmax: Node) -> int:
     """Which term is the query's: the one without the key axis the Softmax normalises over."""
     scores = index.shapes.shape(softmax.inputs[0])
-    axis = softmax.attrs.get("axis", -1)
-    if scores is None or not isinstance(axis, int) or not -len(scores) <= axis < len(scores):
+    axis = softmax.attrs.int("axis", -1)
+    if scores is None or not -len(scores) <= axis < len(scores):
         return 0
     key_len = scores[axis]
     for i, t in enumerate(terms):

@@ -227,15 +227,15 @@ def _find_value_product(index: GraphIndex, start: str) -> tuple[Node, str, bool]
 
 
 def _swaps_last_two(node: Node) -> bool:
-    perm = node.attrs.get("perm")
-    if not isinstance(perm, tuple) or len(perm) < 2:
+    perm = node.attrs.ints("perm")
+    if perm is None or len(perm) < 2:
         return False
     r = len(perm)
-    return tuple(perm) == (*range(r - 2), r - 1, r - 2)
+    return perm == (*range(r - 2), r - 1, r - 2)
 
 
 def _einsum_terms(node: Node) -> tuple[list[str], str] | None:
-    eq = str(node.attrs.get("equation", "")).replace(" ", "")
+    eq = node.attrs.str("equation").replace(" ", "")
     if "->" not in eq or "." in eq:
         return None
     lhs, rhs = eq.split("->")
@@ -254,8 +254,6 @@ def _operands(index: GraphIndex, score: Node, pv: Node, probs: str) -> tuple[str
         q_in, k_in = score.inputs[1 - k_pos], score.inputs[k_pos]
     else:
         q_in, k_in = score.inputs[0], score.inputs[1]
-        if score.op == "FusedMatMul" and score.attrs.get("transA"):
-            pass
     if pv.op == "Einsum":
         v_in = pv.inputs[1] if pv.inputs[0] == probs else pv.inputs[0]
     else:
@@ -274,7 +272,7 @@ def _offer_dims(index: GraphIndex, b: BlockBuilder, score: Node, pv: Node, softm
                 q_in: str, k_in: str, v_in: str, v_first: bool = False) -> None:
     if score.op == "Einsum":
         d_k = _einsum_contracted(index, score)
-    elif score.op == "FusedMatMul" and score.attrs.get("transA"):
+    elif score.op == "FusedMatMul" and score.attrs.int("transA", 0):
         d_k = _last_dim(index, q_in, 2)
     else:
         d_k = _last_dim(index, q_in)

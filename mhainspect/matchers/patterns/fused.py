@@ -48,8 +48,8 @@ def match(index: GraphIndex, node: Node) -> BlockBuilder | Miss:
         b.output = out[0]
     else:
         b.evidence.append(Evidence("o", None, "missing", f"no output projection after {node.name}"))
-    scale = node.attrs.get("scale")
-    if isinstance(scale, float) and scale != 0.0:
+    scale = node.attrs.float("scale")
+    if scale is not None and scale != 0.0:
         b.scale, b.scale_known = scale, True
         b.evidence.append(Evidence("scale", scale, "attribute", f"{node.name}.scale"))
     else:
@@ -66,8 +66,8 @@ def _trace_roles(index: GraphIndex, node: Node, b: BlockBuilder, positions: tupl
 
 
 def _int_attr(node: Node, name: str) -> int | None:
-    v = node.attrs.get(name)
-    return v if isinstance(v, int) and v > 0 else None
+    v = node.attrs.int(name, 0)
+    return v if v > 0 else None
 
 
 def _kv_repeated(b: BlockBuilder) -> bool:
@@ -109,9 +109,9 @@ def _ms_attention(index: GraphIndex, node: Node, b: BlockBuilder) -> Miss | None
     if w is None or len(w.tensor.shape) != 2:
         return Miss(NAME, node.name, "com.microsoft Attention whose weights are not a 2-D initializer")
     d_in, total = w.tensor.shape
-    sizes = node.attrs.get("qkv_hidden_sizes")
-    if isinstance(sizes, tuple) and len(sizes) == 3 and sum(int(s) for s in sizes) == total:
-        wq, wk, wv = (int(s) for s in sizes)
+    sizes = node.attrs.ints("qkv_hidden_sizes")
+    if sizes is not None and len(sizes) == 3 and sum(sizes) == total:
+        wq, wk, wv = sizes
     elif total % 3 == 0:
         wq = wk = wv = total // 3  # the op's definition: without qkv_hidden_sizes the three widths are equal
     else:
