@@ -78,10 +78,32 @@ class WeightMeta(NamedTuple):
 
     @property
     def is_parameter(self) -> bool:
-        """Float tensors and quantized weights; integer buffers and quantization data are not."""
+        """Float tensors and quantized weights; integer buffers, float tensors named as torch names
+        its buffers (``is_buffer_name``) and quantization data are not."""
         if self.quant is not None:
             return self.quant.role is QuantRole.WEIGHT
-        return is_float(self.dtype)
+        return is_float(self.dtype) and not is_buffer_name(self.name)
+
+
+# The leaf names torch modules register as buffers, not parameters: state a checkpoint saves
+# beside the parameters (``model.parameters()`` does not count them; their bytes are stored).
+# BatchNorm's statistics; rotary frequencies and cos/sin caches (Llama-family inv_freq, Phi's
+# _cos_cached, Meta's freqs_cis); position id tables (HF embeddings' position_ids / token_type_ids);
+# timm's index tables (Swin relative_position_index, LeViT attention_bias_idxs) and Swin's shifted
+# window attn_mask; fairseq's _float_tensor; GPT-2's masked_bias. Integer ones are not parameters
+# by their dtype already; the names say it for the float ones, and for a checkpoint stored in one dtype.
+BUFFER_LEAVES = frozenset({
+    "running_mean", "running_var", "num_batches_tracked",
+    "inv_freq", "cos_cached", "sin_cached", "_cos_cached", "_sin_cached", "freqs_cis",
+    "position_ids", "token_type_ids",
+    "relative_position_index", "attention_bias_idxs", "attn_mask",
+    "_float_tensor", "masked_bias",
+})
+
+
+def is_buffer_name(name: str) -> bool:
+    """Whether a stored tensor's name ends in a leaf torch registers as a buffer (``BUFFER_LEAVES``)."""
+    return name[name.rfind(".") + 1:] in BUFFER_LEAVES
 
 
 @dataclass(frozen=True)
