@@ -118,10 +118,15 @@ def aotinductor(d: Path, name: str = "compiled.pt2") -> Path:
     return d / name
 
 
+# Files of formats mhainspect reads but broken (a Keras archive whose HDF5 file is zeros, an HDF5
+# file with no Keras model): (builder, what the error line names).
+BROKEN: dict[str, tuple[Callable[[Path], Path], str]] = {
+    "keras": (keras, "Keras archive"),
+    "hdf5": (hdf5, "HDF5"),
+}
+
 # (builder, what the line names, a word of the advice)
 FOREIGN: dict[str, tuple[Callable[[Path], Path], str, str]] = {
-    "keras": (keras, "Keras archive", "tf2onnx"),
-    "hdf5": (hdf5, "HDF5", "tf2onnx"),
     "tflite": (tflite, "TensorFlow Lite", "tf2onnx"),
     "executorch": (executorch, "ExecuTorch", "torch.export"),
     "coreml": (coreml, "Core ML", "onnxmltools"),

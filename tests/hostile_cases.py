@@ -483,9 +483,9 @@ def foreign(kind: str, name: str) -> Callable[[Path], list[str]]:
     under ``name``: its content, not its suffix, names it."""
 
     def build(folder: Path) -> list[str]:
-        from foreign_files import FOREIGN
+        from foreign_files import BROKEN, FOREIGN
 
-        made = FOREIGN[kind][0](folder)
+        made = (FOREIGN[kind][0] if kind in FOREIGN else BROKEN[kind][0])(folder)
         target = folder / name
         made.rename(target)
         return [name]

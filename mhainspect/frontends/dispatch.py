@@ -7,7 +7,8 @@ member list), its suffix only where the content names no format (ONNX has no sig
 - a TorchScript archive (``torch.jit.save``, ``*.pt``/``*.jit``/...): its code and pickled attributes.
 - a torch.save zip or legacy pickle, a safetensors file, a folder with config.json: the checkpoint loader.
 - a GGUF file (split files ``*-00001-of-00003.gguf`` as one model), also without a suffix (an Ollama blob).
-- formats this tool does not read (Keras, TFLite, ExecuTorch, Core ML, SavedModel, OpenVINO, TensorRT,
+- a Keras archive (``*.keras``) or a legacy Keras HDF5 model (``*.h5``): the Keras reader.
+- formats this tool does not read (TFLite, ExecuTorch, Core ML, SavedModel, OpenVINO, TensorRT,
   CTranslate2, Git LFS pointers): one line naming the format and the converter to use (InputError).
 - ``*.onnx`` (and anything unrecognised): the ONNX loader.
 - ``pkg.module:callable`` or ``path/to/file.py:callable``: a factory in the user's own code, called
@@ -53,7 +54,7 @@ _DOTTED = r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$"
 class Source:
     """What a command-line argument names: an ONNX file, a checkpoint, or a factory spec."""
 
-    kind: str  # "onnx", "checkpoint", "gguf", "torchscript", "torch_export", "factory"
+    kind: str  # "onnx", "checkpoint", "gguf", "torchscript", "torch_export", "keras", "factory"
     target: str  # a path, or the module / file part of a factory spec
     attr: str = ""  # the callable of a factory spec
 
@@ -138,6 +139,10 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
         from mhainspect.frontends.archives.frontend import torchscript_result
 
         return torchscript_result(path)
+    if src.kind == "keras":
+        from mhainspect.frontends.keras.frontend import keras_result
+
+        return keras_result(path, stated)
     if src.kind == "factory":
         raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
 

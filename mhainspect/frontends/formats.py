@@ -2,9 +2,10 @@
 
 ``identify(path)`` reads a file's first bytes (and, for a zip archive, its member list) and says
 which reader takes it: a torch.export program, a TorchScript archive, a torch.save zip or legacy
-pickle, a safetensors file, a GGUF file. Formats this tool does not read (Keras, TensorFlow Lite,
+pickle, a safetensors file, a GGUF file, a Keras archive or HDF5 file. Formats this tool does not
+read (TensorFlow Lite,
 ExecuTorch, Core ML, TensorFlow SavedModel, OpenVINO IR, TensorRT engines, CTranslate2, Git LFS
-pointers, HDF5) are named in one line with the converter to use (``Foreign``): never "corrupt
+pointers; an HDF5 file fetched remotely) are named in one line with the converter to use (``Foreign``): never "corrupt
 ONNX". A file with no signature (ONNX has none) is left to its suffix. Nothing is executed and
 no tensor data is read.
 """
@@ -41,6 +42,7 @@ class Kind:
     GGUF = "gguf"
     TORCHSCRIPT = "torchscript"
     TORCH_EXPORT = "torch_export"
+    KERAS = "keras"  # a .keras archive or an HDF5 file (a legacy Keras model, Keras weights)
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,6 @@ class Foreign:
 
 
 _TF2ONNX = "convert it to ONNX with tf2onnx"
-KERAS = Foreign("a Keras archive (.keras: config.json + model.weights.h5)",
-                f"{_TF2ONNX} (python -m tf2onnx.convert --keras FILE --output model.onnx) or Keras 3's "
-                "model.export(path, format=\"onnx\")")
 HDF5 = Foreign("an HDF5 file (Keras .h5 model or weights)",
                f"{_TF2ONNX} (python -m tf2onnx.convert --keras FILE --output model.onnx)")
 TFLITE = Foreign("a TensorFlow Lite model (flatbuffer 'TFL3')",
@@ -113,7 +112,7 @@ def identify(path: Path) -> str | Foreign | None:
     if head.startswith(_LFS):
         return LFS_POINTER
     if head.startswith(_HDF5):
-        return HDF5
+        return Kind.KERAS  # the Keras reader names an HDF5 file that holds no Keras model
     if head.startswith(_TENSORRT) or _wrapped_tensorrt(path, head):
         return TENSORRT
     if len(head) >= 8:
@@ -160,7 +159,7 @@ def _zip_kind(archive: ZipArchive) -> str | Foreign:
     if "data.pkl" in rel:
         return Kind.CHECKPOINT
     if "config.json" in rel and "model.weights.h5" in rel:
-        return KERAS
+        return Kind.KERAS
     raise InputError(f"{archive.path}: a zip archive that is no PyTorch archive (torch.save, torch.jit.save, "
                      "torch.export.save) and no other model format mhainspect knows")
 

@@ -24,6 +24,7 @@ MODEL_FILE_KINDS: dict[str, str] = {
     ".gguf": "gguf",
     ".pt2": "torch_export",
     ".jit": "torchscript",
+    ".keras": "keras",  # a legacy .h5 is read when named, not picked up in a folder (tf_model.h5 holds weights only)
 }
 CHECKPOINT_SUFFIXES = tuple(s for s, kind in MODEL_FILE_KINDS.items() if kind == "checkpoint")
 def is_checkpoint_folder(path: Path) -> bool:

@@ -45,9 +45,15 @@ class Quantized:
         return f"{self.method}: {name} {self.provenance}" if self.provenance else ""
 
 
+# A 3-D per-head kernel stored [heads, in, head_dim] (keras-hub Gemma's EinsumDense "btd,ndh->btnh"),
+# not Keras' usual [in, heads, head_dim] (WeightMeta.layout).
+HEADS_FIRST = "heads_in"
+
+
 class WeightMeta(NamedTuple):
     """One tensor: name, shape and identity. ``layout`` is "out_in" (nn.Linear), "in_out" (Conv1D,
-    Keras/Flax kernels) or "" when only the name can tell. ``quant``: set on the tensors of a
+    Keras/Flax kernels), HEADS_FIRST (a 3-D kernel [heads, in, head_dim]) or "" when only the name
+    can tell. ``quant``: set on the tensors of a
     quantized Linear; then ``shape`` is the logical shape (a packed int32 qweight: the [out, in]
     it encodes) and ``quant.stored_shape`` the one in the file.
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from mhainspect.ir.weights import QuantRole, WeightMeta
+from mhainspect.ir.weights import HEADS_FIRST, QuantRole, WeightMeta
 from mhainspect.matchers.scopes import common_prefix
 from mhainspect.results import Projection
 
@@ -408,7 +408,8 @@ def linear_dims(meta: WeightMeta, module: str, *, packed: bool = False) -> tuple
 
 
 def kernel_head_split(meta: WeightMeta, role: str) -> tuple[int, int, int, int] | None:
-    """Keras-style 3-D kernels: Q/K/V ``[in, heads, head_dim]``, O ``[heads, head_dim, out]``.
+    """Keras-style 3-D kernels: Q/K/V ``[in, heads, head_dim]`` (``[heads, in, head_dim]`` where the
+    reader marked the layout HEADS_FIRST), O ``[heads, head_dim, out]``.
 
     Returns (in_features, out_features, heads, head_dim); None for other ranks and for a pointwise
     convolution's [out, in, 1] (a head one element wide is no Keras kernel)."""
@@ -417,6 +418,9 @@ def kernel_head_split(meta: WeightMeta, role: str) -> tuple[int, int, int, int] 
     if role == "o":
         h, d, out = meta.shape
         return h * d, out, h, d
+    if meta.layout == HEADS_FIRST:
+        h, d_in, d = meta.shape
+        return d_in, h * d, h, d
     d_in, h, d = meta.shape
     return d_in, h * d, h, d
 

@@ -16,9 +16,10 @@ __all__ = ["GROUPED_NOTE", "MODEL_COLUMNS", "UNKNOWN", "block_cells", "block_gro
 
 # One display name per source format (the JSON keeps the format's own key).
 _FORMAT_LABELS = {"onnx": "ONNX", "torch": "PyTorch module", "pytorch": "PyTorch checkpoint",
-                  "safetensors": "safetensors", "huggingface": "Hugging Face", "gguf": "GGUF"}
+                  "safetensors": "safetensors", "huggingface": "Hugging Face", "gguf": "GGUF", "keras": "Keras",
+                  "keras-h5": "Keras HDF5"}
 # Formats whose "producer" is the model's architecture (from its config or metadata), not a tool.
-_ARCHITECTURE_FORMATS = frozenset({"huggingface", "gguf", "safetensors", "pytorch"})
+_ARCHITECTURE_FORMATS = frozenset({"huggingface", "gguf", "safetensors", "pytorch", "keras", "keras-h5"})
 _NAMED_ARCHITECTURE = re.compile(r"^(?P<name>.+) \((?P<arch>[^()]+)\)$")  # GGUF: 'general.name (architecture)'
 
 

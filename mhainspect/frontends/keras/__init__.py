@@ -1,0 +1,1 @@
+"""Keras files (.keras archives, legacy .h5 models): reader, config claims, front end."""

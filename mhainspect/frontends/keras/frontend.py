@@ -1,0 +1,94 @@
+"""Keras file -> blocks: the front end for ``.keras`` archives and legacy ``.h5`` models.
+
+The reader (``frontends.keras.reader``) gives the variables by Keras layer names with their
+shapes, and the config; the name grouping and assembly of ``matchers.static`` make the blocks,
+with each attention layer's arguments (``frontends.keras.config``) as its claims: the same
+assembler as a checkpoint's, so a .keras file gives the blocks its ONNX exports give.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from mhainspect.frontends.keras.config import Claims, LayerClaim, model_class
+from mhainspect.frontends.keras.reader import KerasModel, read_archive, read_hdf5
+from mhainspect.frontends.size_inputs import metas_size_inputs
+from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, count_weights, parameter_keys
+from mhainspect.matchers.grouping import group_attention
+from mhainspect.matchers.static import blocks_from_weights
+from mhainspect.results import AttentionBlock, BlockKind, Evidence, EvidenceSource, ModelFacts
+from mhainspect.results.stages import SourceResult
+
+_NO_DECODING = "a Keras model: its config does not say whether it decodes autoregressively"
+
+
+def read_keras(path: Path) -> KerasModel:
+    """A Keras file by its content: a zip archive (.keras) or an HDF5 file (.h5)."""
+    from mhainspect.frontends.zips import is_zip
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        from mhainspect.errors import read_error
+
+        raise read_error(path, exc) from None
+    return read_archive(path) if is_zip(head) else read_hdf5(path)
+
+
+def keras_result(path: str | os.PathLike[str], stated: HeadOffers | None = None) -> SourceResult:
+    """A .keras archive or a legacy .h5 model; ``stated``: head counts the caller gives (--num-heads)."""
+    model = read_keras(Path(path))
+    claims = Claims(model.config, model.config_label)
+
+    def offers_for(block_name: str) -> list[HeadOffers]:
+        claim = claims.for_block(block_name)
+        return [o for o in (stated, claim.offers if claim is not None else None) if o is not None]
+
+    weights = with_kernel_layouts(model.weights, offers_for)
+    blocks, misses = blocks_from_weights(weights, offers_for)
+    blocks = [_called_kind(b, claims.for_block(b.name), model.config_label) for b in blocks]
+    parameters = parameter_keys(weights)
+    facts = ModelFacts(path=str(path), format=model.fmt, total_params=count_weights(weights),
+                       producer=model_class(model.config))
+    size = metas_size_inputs(weights, blocks, None, parameters, label=model.config_label, no_config=_NO_DECODING)
+    return SourceResult(tuple(blocks), tuple(misses), facts, (), size)
+
+
+def _called_kind(block: AttentionBlock, claim: LayerClaim | None, label: str) -> AttentionBlock:
+    """A block whose layer the model calls with a value other than its query is cross-attention
+    (the config's record of the call; the weights cannot tell)."""
+    if claim is None or not claim.cross or block.kind is not BlockKind.SELF:
+        return block
+    said = Evidence("kind", None, EvidenceSource.CONFIG, f"{label}: {claim.class_name} '{claim.name}' {claim.cross}")
+    return dataclasses.replace(block, kind=BlockKind.CROSS, evidence=(*block.evidence, said))
+
+
+def with_kernel_layouts(weights: Mapping[str, WeightMeta], offers_for: Callable[[str], list[HeadOffers]]
+                        ) -> dict[str, WeightMeta]:
+    """Which axis of a block's 3-D Q/K/V kernels is the heads': an EinsumDense kernel is
+    ``[in, heads, head_dim]`` (MultiHeadAttention, GroupQueryAttention, keras-hub's Llama) or
+    ``[heads, in, head_dim]`` (keras-hub's Gemma), and the file keeps no equation. The output
+    kernel ``[heads, head_dim, out]`` names the query heads: the Q kernel's axis that has them and
+    the other does not is the head axis (else the layers' claimed head count decides; else Keras'
+    own ``[in, heads, head_dim]``). K and V follow Q's layout."""
+    out = dict(weights)
+    for group in group_attention(weights):
+        q, o = group.role("q"), group.role("o")
+        if q is None or len(q.weight.shape) != 3:
+            continue
+        heads = o.weight.shape[0] if o is not None and len(o.weight.shape) == 3 else None
+        if heads is None:
+            heads = next((off.num_heads for off in offers_for(group.name) if off.num_heads), None)
+        first, second = q.weight.shape[0], q.weight.shape[1]
+        if heads is None or not (first == heads and second != heads):
+            continue
+        for role in ("q", "k", "v"):
+            rw = group.role(role)
+            if rw is not None and len(rw.weight.shape) == 3:
+                out[rw.weight.name] = rw.weight._replace(layout=HEADS_FIRST)
+    return out
+

@@ -1,0 +1,297 @@
+"""Keras files as names, shapes and the layers' own arguments; no weight is read.
+
+- A ``.keras`` archive (Keras 3): ``config.json`` (the model's and every layer's arguments) and
+  ``model.weights.h5``, an HDF5 file stored uncompressed in the zip, read in place by ranges: its
+  groups mirror the layers (``layers/<layer>/<sublayer>/vars/<i>``, each ``vars`` group naming
+  its layer), its datasets' headers give every variable's shape and dtype.
+- A legacy HDF5 model (``model.save("x.h5")``): the ``model_config`` attribute and
+  ``model_weights/<layer>/<layer>/<sublayer>/<variable>`` datasets.
+- A Keras 3 weights file (``*.weights.h5``) with the archive's ``config.json`` beside it (an
+  extracted archive).
+
+Each variable becomes a ``WeightMeta`` named by the Keras layer names on its path
+(``transformer_layer_0.self_attention.query.kernel``): the name grouping of the matchers then
+finds Keras' own projection names (query, key, value, attention_output). h5py is an optional
+extra (``mhainspect[keras]``); it reads the HDF5 object headers, never a dataset's data.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mhainspect.errors import ErrorKind, InputError, MissingDependencyError, read_error
+from mhainspect.ir.limits import MAX_ARCHIVE_MEMBERS, MAX_CONFIG_BYTES, MAX_RANK
+from mhainspect.ir.weights import WeightMeta
+from mhainspect.sources.blob import Blob, LocalBlob
+
+ARCHIVE_CONFIG = "config.json"
+ARCHIVE_WEIGHTS = "model.weights.h5"
+KERAS_HINT = "pip install 'mhainspect[keras]'"
+_VARS = "vars"
+_CONTAINER = "layers"  # Keras' key for a list of layers (a functional model's, a Sequential's)
+_LEGACY_WEIGHTS = "model_weights"
+
+
+@dataclass(frozen=True)
+class KerasModel:
+    """What a Keras file holds: its variables by name (Keras layer names on the path), the model's
+    config, and where the config was read (for evidence)."""
+
+    weights: dict[str, WeightMeta]
+    config: Mapping[str, Any]
+    fmt: str  # "keras" (a .keras archive or a weights file with its config.json), "keras-h5" (legacy)
+    config_label: str
+
+
+@dataclass(frozen=True)
+class _Variable:
+    layer: tuple[str, ...]  # the HDF5 path of the layer holding it, as keys
+    key: str  # its index in the layer ("0", "1", ...) or, in a legacy file, its name ("kernel")
+    shape: tuple[int, ...]
+    dtype: str
+
+
+class _BlobFile(io.RawIOBase):
+    """A span [start, start + size) of a blob as a read-only file, for h5py: each read is a ranged
+    read of the blob, so only the HDF5 headers h5py visits are ever read."""
+
+    def __init__(self, blob: Blob, start: int, size: int) -> None:
+        super().__init__()
+        self._blob, self._start, self._size, self._pos = blob, start, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = max(0, min(len(view), self._size - self._pos))
+        if n == 0:
+            return 0
+        data = self._blob.read(self._start + self._pos, n)
+        view[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+def _h5py() -> Any:
+    try:
+        import h5py
+    except ImportError:
+        raise MissingDependencyError(f"reading a Keras file requires h5py, which is not installed: {KERAS_HINT}") from None
+    return h5py
+
+
+def _open_h5(blob: Blob, start: int, size: int, what: str) -> Any:
+    h5py = _h5py()
+    try:
+        return h5py.File(_BlobFile(blob, start, size), "r")
+    except OSError as exc:
+        raise InputError(f"{what} is not a readable HDF5 file ({_first_line(exc)})") from None
+
+
+def _variables(group: Any, root: tuple[str, ...], what: str) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path as keys, dataset) of every dataset below ``group``, in name order; at most
+    MAX_ARCHIVE_MEMBERS objects are visited."""
+    h5py = _h5py()
+    found: list[tuple[tuple[str, ...], Any]] = []
+    count = 0
+
+    def visit(name: str, obj: Any) -> None:
+        nonlocal count
+        count += 1
+        if count > MAX_ARCHIVE_MEMBERS:
+            raise InputError(f"{what}: refused: it holds more than {MAX_ARCHIVE_MEMBERS:,} HDF5 objects")
+        if isinstance(obj, h5py.Dataset):
+            found.append((root + tuple(name.split("/")), obj))
+
+    try:
+        group.visititems(visit)
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        raise InputError(f"{what}: a broken HDF5 file ({_first_line(exc)})") from None
+    yield from found
+
+
+def _dataset(obj: Any, what: str) -> tuple[tuple[int, ...], str]:
+    """A dataset's shape and dtype from its header (its data is not read)."""
+    shape = tuple(int(d) for d in (obj.shape or ()))
+    if len(shape) > MAX_RANK or any(d < 0 for d in shape):
+        raise InputError(f"{what}: refused: dataset {obj.name} declares shape {list(shape)[:8]}")
+    return shape, str(obj.dtype)
+
+
+def _layer_names(h5: Any, layers: set[tuple[str, ...]]) -> dict[tuple[str, ...], str]:
+    """Each layer group's Keras name (the ``name`` attribute of its ``vars`` group), by HDF5 path."""
+    names: dict[tuple[str, ...], str] = {}
+    for path in layers:
+        for i in range(1, len(path) + 1):
+            prefix = path[:i]
+            if prefix in names:
+                continue
+            try:
+                vars_group = h5.get("/".join((*prefix, _VARS)))
+                name = vars_group.attrs.get("name") if vars_group is not None else None
+            except (OSError, RuntimeError, KeyError, ValueError):
+                name = None
+            if isinstance(name, bytes):
+                name = name.decode("utf-8", "replace")
+            if isinstance(name, str) and name and "." not in name:
+                names[prefix] = name
+    return names
+
+
+def _module_paths(layers: set[tuple[str, ...]], names: Mapping[tuple[str, ...], str]) -> dict[tuple[str, ...], str]:
+    """The dotted module path of each layer group: each component its Keras name where the group
+    names one (its HDF5 key otherwise, and where two siblings would share a name), container keys
+    (``layers``) dropped."""
+    prefixes = {p[:i] for p in layers for i in range(1, len(p) + 1)}
+    component: dict[tuple[str, ...], str] = {}
+    by_parent: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+    for p in prefixes:
+        by_parent.setdefault(p[:-1], []).append(p)
+    for siblings in by_parent.values():
+        wanted = {p: names.get(p, p[-1]) for p in siblings}
+        counts: dict[str, int] = {}
+        for w in wanted.values():
+            counts[w] = counts.get(w, 0) + 1
+        for p, w in wanted.items():
+            component[p] = w if counts[w] == 1 else p[-1]
+    out: dict[tuple[str, ...], str] = {}
+    for layer in layers:
+        parts = [component[layer[:i]] for i in range(1, len(layer) + 1)
+                 if not (layer[i - 1] == _CONTAINER and layer[:i] not in names)]
+        out[layer] = ".".join(parts)
+    return out
+
+
+def _leaf_names(variables: list[_Variable]) -> dict[str, str]:
+    """A Keras 3 layer's variables by index named as its layer calls them where the shapes say
+    so: a first variable of rank 2 or more is the kernel, a second whose shape ends the kernel's
+    (EinsumDense [h, d] after [in, h, d], Dense [out] after [in, out]) its bias; others keep
+    their index."""
+    by_index = {v.key: v for v in variables}
+    out = {v.key: v.key for v in variables}
+    first, second = by_index.get("0"), by_index.get("1")
+    if first is not None and len(first.shape) >= 2:
+        out["0"] = "kernel"
+        if second is not None and 0 < len(second.shape) < len(first.shape) and \
+                first.shape[-len(second.shape):] == second.shape:
+            out["1"] = "bias"
+    return out
+
+
+def _metas(variables: list[_Variable], modules: Mapping[tuple[str, ...], str], indexed: bool, source: str
+           ) -> dict[str, WeightMeta]:
+    by_layer: dict[tuple[str, ...], list[_Variable]] = {}
+    for v in variables:
+        by_layer.setdefault(v.layer, []).append(v)
+    out: dict[str, WeightMeta] = {}
+    for layer, own in by_layer.items():
+        leaves = _leaf_names(own) if indexed else {v.key: v.key.removesuffix(":0") for v in own}
+        module = modules[layer]
+        for v in sorted(own, key=lambda v: (len(v.key), v.key)):
+            name = f"{module}.{leaves[v.key]}" if module else leaves[v.key]
+            if name in out:  # two variables one name: keep the HDF5 path, which is unique
+                name = "/".join((*v.layer, v.key))
+            layout = "in_out" if len(v.shape) >= 2 else ""  # Keras kernels are [in, ..., out]
+            out[name] = WeightMeta(name, v.shape, v.dtype, f"{source}:{'/'.join((*v.layer, v.key))}", layout)
+    return out
+
+
+def _keras3_weights(h5: Any, what: str, source: str) -> dict[str, WeightMeta]:
+    """Variables of a Keras 3 weights file: ``<layer path>/vars/<index>`` datasets."""
+    variables: list[_Variable] = []
+    for path, obj in _variables(h5, (), what):
+        if len(path) < 2 or path[-2] != _VARS:
+            continue
+        shape, dtype = _dataset(obj, what)
+        variables.append(_Variable(path[:-2], path[-1], shape, dtype))
+    layers = {v.layer for v in variables}
+    modules = _module_paths(layers, _layer_names(h5, layers))
+    return _metas(variables, modules, indexed=True, source=source)
+
+
+def _legacy_weights(h5: Any, what: str, source: str) -> dict[str, WeightMeta]:
+    """Variables of a legacy HDF5 model: ``model_weights/<layer>/<layer>/.../<variable>``."""
+    group = h5.get(_LEGACY_WEIGHTS)
+    if group is None:
+        raise InputError(f"{what}: a Keras HDF5 model without its {_LEGACY_WEIGHTS} group")
+    variables: list[_Variable] = []
+    for path, obj in _variables(group, (), what):
+        shape, dtype = _dataset(obj, what)
+        layer = path[:-1]
+        if len(layer) >= 2 and layer[0] == layer[1]:  # Keras 2 repeats the top layer's name
+            layer = layer[1:]
+        variables.append(_Variable(layer, path[-1], shape, dtype))
+    modules = {v.layer: ".".join(v.layer) for v in variables}
+    return _metas(variables, modules, indexed=False, source=source)
+
+
+def _parse_config(data: bytes | str, what: str) -> Mapping[str, Any]:
+    try:
+        config = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{what}: not valid JSON ({_first_line(exc)})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{what}: not a Keras model config (a JSON {type(config).__name__}, expected an object)")
+    return config
+
+
+def read_archive(path: Path) -> KerasModel:
+    """A ``.keras`` archive: its config.json and its weights file's variables."""
+    from mhainspect.frontends.zips import ZipArchive
+
+    archive = ZipArchive(path)
+    config = _parse_config(archive.read(ARCHIVE_CONFIG, MAX_CONFIG_BYTES, "the Keras config"), f"{path}: {ARCHIVE_CONFIG}")
+    start, size = archive.stored_span(ARCHIVE_WEIGHTS, "the Keras weights file")
+    with _open_h5(LocalBlob(path), start, size, f"{path}: a Keras archive whose {ARCHIVE_WEIGHTS}") as h5:
+        weights = _keras3_weights(h5, f"{path}: {ARCHIVE_WEIGHTS}", path.name)
+    return KerasModel(weights, config, "keras", f"{path.name}: {ARCHIVE_CONFIG}")
+
+
+def read_hdf5(path: Path) -> KerasModel:
+    """An HDF5 file: a legacy Keras model (its ``model_config`` attribute), or a Keras 3 weights
+    file with the archive's config.json beside it; anything else is named and refused."""
+    blob = LocalBlob(path)
+    what = str(path)
+    with _open_h5(blob, 0, blob.size(), what) as h5:
+        raw = h5.attrs.get("model_config")
+        if raw is not None:
+            config = _parse_config(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw),
+                                   f"{path}: model_config")
+            return KerasModel(_legacy_weights(h5, what, path.name), config, "keras-h5", f"{path.name}: model_config")
+        beside = path.parent / ARCHIVE_CONFIG
+        if _VARS in h5 or _CONTAINER in h5:
+            if not beside.is_file():
+                raise InputError(f"{path}: Keras weights without the model's config (no {ARCHIVE_CONFIG} beside it): "
+                                 "pass the .keras archive", ErrorKind.UNSUPPORTED)
+            try:
+                text = beside.read_bytes()[:MAX_CONFIG_BYTES + 1]
+            except OSError as exc:
+                raise read_error(beside, exc) from None
+            if len(text) > MAX_CONFIG_BYTES:
+                raise InputError(f"{beside}: refused: larger than {MAX_CONFIG_BYTES:,} bytes")
+            config = _parse_config(text, str(beside))
+            return KerasModel(_keras3_weights(h5, what, path.name), config, "keras", f"{ARCHIVE_CONFIG} beside {path.name}")
+    raise InputError(f"{path}: an HDF5 file that holds no Keras model (no model_config, no Keras weights layout); "
+                     "mhainspect reads Keras models saved with model.save()", ErrorKind.UNSUPPORTED)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
