@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 
 from mhainspect.analysis.gates import GateResult
@@ -216,9 +217,11 @@ def kv_cell(report: Report) -> str:
 
 def model_cells(report: Report, name: str) -> tuple[str, ...]:
     """One model's overview row, in MODEL_COLUMNS order: totals, blocks, the head counts it has
-    (each once), KV cache per token, the flag codes raised (each once)."""
+    (each once), KV cache per token, the flag codes raised (each once,
+    with how many times: 'MHA005×80')."""
     m = report.model
     heads = ", ".join(dict.fromkeys(heads_label(b) for b in report.blocks)) or "-"
-    codes = ", ".join(sorted({f.code for f in report.flags})) or "-"
+    counts = Counter(f.code for f in report.flags)  # each code with how many times it was raised
+    codes = ", ".join(f"{c}×{n}" if n > 1 else c for c, n in sorted(counts.items())) or "-"
     return (name, format_label(m.format), group(m.total_params), group(m.attention_params),
             percent(m.attention_params, m.total_params), str(len(report.blocks)), heads, kv_cell(report), codes)

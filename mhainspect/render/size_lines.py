@@ -99,6 +99,10 @@ def memory_line(report: Report) -> str | None:
         return f"Memory at {at}: unknown ({mem.reason or ''})"
     line = (f"Memory at {at}: weights {format_bytes(mem.weight_bytes)} + KV cache {format_bytes(mem.kv_cache_bytes)}"
             f" = {_bytes(mem.total_bytes)}; activations and runtime buffers not counted")
+    kv = report.model.kv_cache
+    if kv is not None and kv.bytes_per_encoder_token:  # said in words, not by the JSON field's name
+        return line + (f"; cross-attention adds {_bytes(kv.bytes_per_encoder_token)} per encoder token per "
+                       "sequence, not in this total")
     return line + (f"; {mem.reason}" if mem.reason else "")
 
 

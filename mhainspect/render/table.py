@@ -569,27 +569,38 @@ def _hanging(text: Text, console: Console, width: int) -> Text:
 
 
 _OVERVIEW_NUMERIC = frozenset({"Params", "Attention", "Share (%)", "Blocks", "KV/token"})
-# Columns the overview gives up when it does not fit, first to last (Model stays).
-_OVERVIEW_GIVE_WAY = ("Share (%)", "Attention", "Format", "Heads", "KV/token", "Blocks", "Flags")
+# Columns the overview gives up when it does not fit, first to last; then the names are shortened
+# in the middle (never below _MIN_NAME), and only then the columns every model's row must keep
+# (Params, Blocks, Heads, KV/token, Flags) give way, on terminals narrower than they are.
+_OVERVIEW_OPTIONAL = ("Share (%)", "Attention", "Format")
+_OVERVIEW_GIVE_WAY = (*_OVERVIEW_OPTIONAL, "Heads", "KV/token", "Blocks", "Flags")
+_WRAPPING = frozenset({"Flags"})  # cells that wrap between their items
 
 
 def _overview_columns(rows: Sequence[tuple[str, ...]], width: int, gap: int) -> tuple[list[int], int | None]:
-    """The overview's columns that fit ``width`` (dropped in _OVERVIEW_GIVE_WAY order, a Format
-    that every model shares first), and the width the model names get when even the Model column
-    alone is too wide (None: whole)."""
+    """The overview's columns that fit ``width`` and the width the model names get (None: whole):
+    the optional columns go first (a Format every model shares first of all), then the names
+    shorten, then the other columns go in _OVERVIEW_GIVE_WAY order."""
     natural = [max(cell_len(c) for c in col) for col in zip(MODEL_COLUMNS, *rows)]
-    flags = MODEL_COLUMNS.index("Flags")
-    # the Flags cell wraps between codes, so it needs only the longest code
-    natural[flags] = max(cell_len(w) for w in [MODEL_COLUMNS[flags], *(w for r in rows for w in r[flags].split())])
+    for name in _WRAPPING:  # a wrapping cell needs only its longest item (and its heading)
+        i = MODEL_COLUMNS.index(name)
+        natural[i] = max(cell_len(w) for w in [MODEL_COLUMNS[i], *(w for r in rows for w in r[i].split())])
     columns = list(range(len(MODEL_COLUMNS)))
     uniform = len({r[1] for r in rows}) == 1
-    order = ("Format", *(c for c in _OVERVIEW_GIVE_WAY if c != "Format")) if uniform else _OVERVIEW_GIVE_WAY
-    for name in (None, *order):
-        if name is not None:
-            columns.remove(MODEL_COLUMNS.index(name))
-        need = sum(natural[i] for i in columns) + gap * (len(columns) - 1)
-        if need <= width:
+    optional = ("Format", *(c for c in _OVERVIEW_OPTIONAL if c != "Format")) if uniform else _OVERVIEW_OPTIONAL
+
+    def others() -> int:
+        return sum(natural[i] for i in columns if i) + gap * (len(columns) - 1)
+
+    for dropped in (None, *optional):
+        if dropped is not None:
+            columns.remove(MODEL_COLUMNS.index(dropped))
+        if natural[0] + others() <= width:
             return columns, None
+    for kept in _OVERVIEW_GIVE_WAY[len(_OVERVIEW_OPTIONAL):]:
+        if width - others() >= _MIN_NAME:
+            return columns, width - others()
+        columns.remove(MODEL_COLUMNS.index(kept))
     return columns, max(width, _MIN_NAME)
 
 
@@ -610,9 +621,14 @@ def render_overview(reports: Sequence[Report], *, width: int | None = None, colo
     for i in columns:
         name = MODEL_COLUMNS[i]
         table.add_column(name, justify="right" if name in _OVERVIEW_NUMERIC else "left",
-                         no_wrap=name != "Flags", overflow="fold")
+                         no_wrap=name not in _WRAPPING, overflow="fold")
     names = [r[0] for r in rows]
-    how = _shortening(names, name_width) or "middle" if name_width is not None else "tail"
+    # Model names are shortened in the middle (the family at the start, the variant at the end), the
+    # end alone when that is what tells them apart.
+    how = "tail"
+    if name_width is not None:
+        distinct = len({_shorten(n, name_width, "middle") for n in names}) == len(set(names))
+        how = "middle" if distinct else (_shortening(names, name_width) or "middle")
     for row in rows:
         cells = [row[i] if i or name_width is None else _shorten(row[0], name_width, how) for i in columns]
         table.add_row(*cells)
