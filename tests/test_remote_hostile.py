@@ -431,3 +431,55 @@ def test_a_batch_reports_every_good_model_after_a_malformed_listing(hub_at: Call
     assert run.code == 2 and len(records) == 3 and "Traceback" not in run.err
     assert records["hf://org/x"]["error"]["kind"] == "bad_server"
     assert records[str(standard)]["model"]["total_params"] > 0
+
+
+# ------------------------------------------------------------------------------------------ sizes
+
+
+def test_a_config_the_listing_says_is_huge_is_never_fetched(hub_at: Callable[..., ScriptedServer],
+                                                             tmp_path: Path) -> None:
+    from remote_models import llama_tensors, write_safetensors
+
+    write_safetensors(tmp_path / "model.safetensors", llama_tensors(64, 4, 2, 1))
+    weights = (tmp_path / "model.safetensors").read_bytes()
+    server = hub_at(hub_script(_siblings({"config.json": 500_000_000, "model.safetensors": len(weights)}),
+                               {"model.safetensors": weights, "config.json": b"{}"}))
+    with pytest.raises(InputError, match=r"config.json: larger than 16,777,216 bytes \(500,000,000 bytes\)"):
+        audit("hf://org/x")
+    assert not [p for p in server.log.by_path if "config.json" in p]
+
+
+def test_a_config_whose_first_range_states_a_huge_size_costs_that_range(quick: None, tmp_path: Path) -> None:
+    from remote_models import llama_tensors, write_safetensors
+
+    from mhainspect.sources.blob import SMALL_FIRST
+
+    write_safetensors(tmp_path / "model.safetensors", llama_tensors(64, 4, 2, 1))
+    weights = (tmp_path / "model.safetensors").read_bytes()
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        if path.endswith("config.json"):  # a 500 MB config.json, answered by ranges
+            m = re.match(r"bytes=(\d+)-(\d+)$", headers.get("range", ""))
+            assert m is not None
+            start, end = int(m.group(1)), int(m.group(2))
+            return Answer(206, (("Content-Range", f"bytes {start}-{end}/500000000"),), b" " * (end - start + 1))
+        return ranged(weights, headers)
+
+    with ScriptedServer(script) as server:
+        report = audit(server.url("model.safetensors"))  # the config is optional beside a checkpoint
+        assert report.blocks
+        ((requests, sent),) = [v for p, v in server.log.by_path.items() if p.endswith("config.json")]
+    assert requests == 1 and sent <= SMALL_FIRST
+
+
+def test_an_endless_listing_is_cut_at_its_cap(hub_at: Callable[..., ScriptedServer]) -> None:
+    from mhainspect.sources.transports.hub import MAX_LISTING_BYTES
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:  # no length: it ends when the server closes
+        return Answer(200, (), b'{"sha": "' + COMMIT.encode() + b'", "siblings": [' + b"[" * (2 * MAX_LISTING_BYTES),
+                      length=False, close=True)
+
+    server = hub_at(script)
+    with pytest.raises(InputError, match=f"more than the {MAX_LISTING_BYTES:,} bytes"):
+        audit("hf://org/x")
+    assert server.log.requests == 1

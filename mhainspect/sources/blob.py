@@ -49,6 +49,9 @@ class Blob(Protocol):
     def size(self) -> int:
         """The file's length in bytes (may cost a request when no read has told it yet)."""
 
+    def known_size(self) -> int | None:
+        """The file's length when it is known without a request (a listing, a read's answer), else None."""
+
     def read(self, offset: int, length: int) -> bytes:
         """The bytes [offset, offset + length), cut at the end of the file; raises InputError."""
 
@@ -74,6 +77,9 @@ class LocalBlob:
             except OSError as exc:
                 raise read_error(self.name, exc) from None
         return self._size
+
+    def known_size(self) -> int | None:
+        return self.size()
 
     def read(self, offset: int, length: int) -> bytes:
         if length <= 0:
@@ -102,6 +108,9 @@ class MemoryBlob:
         self._size = len(data) if size is None else size
 
     def size(self) -> int:
+        return self._size
+
+    def known_size(self) -> int | None:
         return self._size
 
     def read(self, offset: int, length: int) -> bytes:
@@ -152,6 +161,41 @@ class Prefix:
         """The bytes [offset, offset + length) (cut at the end of the file)."""
         self.ensure(offset + length, hint)
         return bytes(self.buf[offset:offset + length])
+
+
+# The first range of a small file read whole whose size is not known yet (a config.json beside a
+# URL): every real one fits; a larger one is grown to its limit only when no answer states its size.
+SMALL_FIRST = 1024 * 1024
+
+
+def small_file(blob: Blob, limit: int) -> bytes:
+    """A small file whole (a config.json, an index), refused past ``limit`` bytes: before any byte
+    is fetched when its size is known (a listing's), after the first range when that range's answer
+    states it; otherwise in ranges that double up to the limit."""
+    def too_large(size: int | None) -> InputError:
+        told = f" ({size:,} bytes)" if size is not None else ""
+        return InputError(f"{blob.name}: larger than {limit:,} bytes{told}; not fetched past that")
+
+    size = blob.known_size()
+    if size is not None:
+        if size > limit:
+            raise too_large(size)
+        return blob.read(0, size)
+    asked = min(limit + 1, SMALL_FIRST) if blob.speculative else limit + 1
+    data = blob.read(0, asked)
+    got = len(data)
+    while True:
+        size = blob.known_size()
+        if size is not None and size > limit or len(data) > limit:
+            raise too_large(size)
+        if size is not None and len(data) < size:
+            return data + blob.read(len(data), size - len(data))
+        if size is not None or got < asked:
+            return data  # as long as its size, or shorter than asked: the file ends there
+        asked = min(len(data), limit + 1 - len(data))
+        more = blob.read(len(data), asked)
+        got = len(more)
+        data += more
 
 
 # Read-ahead of SparseView: the least a miss fetches, and the ceiling of a sequential window.
@@ -389,6 +433,9 @@ class HeadCached:
 
     def size(self) -> int:
         return self.blob.size()
+
+    def known_size(self) -> int | None:
+        return self.blob.known_size()
 
     def _whole(self) -> bool:
         return self._head is not None and len(self._head) < self.first

@@ -31,7 +31,7 @@ from mhainspect.frontends.kinds import file_kind, model_folder_names, models_bel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 from mhainspect.results.stages import SourceResult
 from mhainspect.sources.address import HubRef, Ref, StoreRef, UrlRef, parse
-from mhainspect.sources.blob import FIRST_RANGE, Blob, HeadCached, Prefix
+from mhainspect.sources.blob import FIRST_RANGE, Blob, HeadCached, Prefix, small_file
 from mhainspect.sources.deadline import model_deadline
 from mhainspect.sources.parallel import CONCURRENCY, Pool, in_parallel
 from mhainspect.sources.transports.url import UrlTree
@@ -166,11 +166,8 @@ def content_kind(blob: HeadCached) -> str | None:
 
 
 def _small(blob: Blob, limit: int) -> bytes:
-    """A small file whole (config.json, an index), refused past ``limit`` bytes."""
-    data = blob.read(0, limit + 1)
-    if len(data) > limit:
-        raise InputError(f"{blob.name}: larger than {limit:,} bytes")
-    return data
+    """A small file whole (config.json, an index), refused past ``limit`` bytes (``small_file``)."""
+    return small_file(blob, limit)
 
 
 def _config(tree: Tree, path: str, required: bool) -> dict[str, Any] | None:

@@ -594,6 +594,9 @@ class HttpBlob:
         self._describe = describe  # reply -> message for a failed answer (Hub errors), or None
         self._lock = threading.Lock()
 
+    def known_size(self) -> int | None:
+        return self._size
+
     def size(self) -> int:
         if self._size is None:
             reply = client().get(self.url, name=self.name, headers=self._headers, auth_origin=self._auth_origin,

@@ -82,6 +82,9 @@ class StoreBlob:
             self._size = int(info["size"])
         return self._size
 
+    def known_size(self) -> int | None:
+        return self._size
+
     def read(self, offset: int, length: int) -> bytes:
         deadline.check(self.name)
         size = self.size()
