@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from remote_models import llama_config, llama_tensors, write_hf_folder  # noqa: E402
 from remote_servers import FileServer  # noqa: E402
 
-from mhainspect.batch import AuditFailure, Workers, audit_input, run_many, workers_for  # noqa: E402
-from mhainspect.pipeline import AuditOptions  # noqa: E402
+from mhainspect.batch import AuditFailure, Workers, run_many, workers_for  # noqa: E402
+from mhainspect.pipeline import AuditRequest, run  # noqa: E402
 
 
 def _folders(where: Path, n: int, layers: int) -> list[Path]:
@@ -49,7 +49,7 @@ def _folders(where: Path, n: int, layers: int) -> list[Path]:
 
 def _audited(text: str) -> int:
     """Audit one input (a failure stops the benchmark); its model count."""
-    results = audit_input(AuditOptions(), text)
+    results = list(run(AuditRequest((text,))))
     for r in results:
         if isinstance(r, AuditFailure):
             raise SystemExit(f"benchmark: {r.message}")

@@ -9,56 +9,91 @@
 - ``audit_records(input, ...)``: one input's JSON records, as ``--from-file`` writes them (the
   function a cluster maps over ids: docs/batch.md).
 - ``calc(convention, **arguments) -> Calculation`` and ``compare(**arguments)``: the ``calc`` command.
+- ``run(AuditRequest(...))``: the CLI's run itself (gates, per-model config, --verify), one outcome
+  per model in input order; the functions above are adapters over it.
+
+``ignore`` (flag codes dropped, as --ignore), ``config`` (True: each model's nearest pyproject.toml
+``[tool.mhainspect]``, as the CLI; a path: that file for every model; None: none) and ``verify``
+(one onnxruntime run per ONNX model, as --verify) work in every function that audits a path.
 
 Pure service: returns results, raises InputError (ValueError for bad calc arguments); never prints.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect import conventions
+from mhainspect.analysis.gates import parse_codes
 from mhainspect.analysis.size import SizeOptions, check_kv_dtype, check_weight_dtype
 from mhainspect.analysis.stated_heads import stated_offer
-from mhainspect.batch import AuditFailure, audit_input, run_many
-from mhainspect.conventions import CALC_RENDERERS
+from mhainspect.batch import AuditFailure
 from mhainspect.errors import InputError, missing_torch
 from mhainspect.frontends.folders import expand_models, model_argument
 from mhainspect.frontends.kinds import is_model_folder
-from mhainspect.pipeline import AuditOptions, audit, audit_module
-from mhainspect.render import calc_html, calc_render
+from mhainspect.pipeline import AuditOptions, AuditRequest, VerifyRequest, audit_module, run
+from mhainspect.pipeline.config import ConfigFinder, Settings
 from mhainspect.render.json_render import error_record, input_record, report_to_dict
 from mhainspect.results import Report, Reports
 
 if TYPE_CHECKING:
     from mhainspect.conventions import Calculation, Comparison, UserValue
     from mhainspect.frontends.folders import ModelRef
+    from mhainspect.ir.weights import HeadOffers
+    from mhainspect.pipeline import Outcome
 
-__all__ = ["audit_many", "audit_records", "calc", "compare", "inspect", "inspect_all"]
-
+__all__ = ["AuditRequest", "audit_many", "audit_records", "calc", "compare", "inspect", "inspect_all", "run"]
 
 def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[ModelRef, ...]:
     return expand_models(model_argument(p) for p in paths)
 
 
-def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] = ()) -> Reports:
+def _settings(what_if_heads: Iterable[int] = (), context: int | None = None, batch: int = 1,
+              kv_dtype: str | None = None, decoder: bool | None = None, weight_dtype: str | None = None,
+              ignore: Iterable[str] = ()) -> Settings:
+    """The Settings of the API's keyword arguments (ValueError for bad ones)."""
+    if weight_dtype is not None:
+        check_weight_dtype(weight_dtype)
+    codes = list(ignore)
+    heads = tuple(int(h) for h in what_if_heads)
+    return Settings(heads=heads or None, context=context, batch=batch,
+                    kv_dtype=None if kv_dtype is None else check_kv_dtype(kv_dtype), decoder=decoder,
+                    weight_dtype=weight_dtype, ignore=parse_codes(codes) if codes else None)
+
+
+def _finder(config: bool | str | os.PathLike[str] | None) -> ConfigFinder | None:
+    """``config``: True, each model's nearest pyproject.toml (the CLI's rule); a path, that file; None or
+    False, no file."""
+    if config is None or config is False:
+        return None
+    return ConfigFinder(None, config_file=None if config is True else Path(config))
+
+
+def _request(sources: Iterable[str | os.PathLike[str]], settings: Settings, *, num_heads: int | None = None,
+             num_kv_heads: int | None = None, config: bool | str | os.PathLike[str] | None = None,
+             verify: bool = False, **fields: Any) -> AuditRequest:
+    stated: HeadOffers | None = stated_offer(num_heads, num_kv_heads)
+    return AuditRequest(tuple(os.fspath(s) for s in sources), settings=settings, config=_finder(config),
+                        stated_heads=stated, verify=VerifyRequest() if verify else None, **fields)
+
+
+def _report(outcome: Outcome) -> Report:
+    if isinstance(outcome, AuditFailure):  # only a run that does not raise its errors gets here
+        raise InputError(outcome.message, outcome.kind)
+    return outcome.report
+
+
+def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] = (), ignore: Iterable[str] = (),
+                config: bool | str | os.PathLike[str] | None = None, verify: bool = False) -> Reports:
     """Every model the paths name, folders expanded as on the command line (every model file below
     them, a Hugging Face folder as one model), in the CLI's order: a list of Report that Jupyter
     shows as the comparison page and ``to_text()``/``to_markdown()`` give with one row per model first."""
-    heads = tuple(int(h) for h in what_if_heads)
-    return Reports(audit(p, AuditOptions(what_if_heads=heads)) for p in _models(paths))
-
-
-def _calc_views() -> None:
-    """Give calc()'s and compare()'s results their text and notebook views (the conventions sit
-    below the renderers, so the API, above both, connects them)."""
-    CALC_RENDERERS.text = lambda c: calc_render.calc_text(c, 100)
-    CALC_RENDERERS.html = calc_html.repr_calc_html
-    CALC_RENDERERS.compare_text = lambda rows: calc_render.compare_text(rows, 100)
-    CALC_RENDERERS.compare_html = calc_html.repr_compare_html
+    request = _request((str(p) for p in _models(paths)), _settings(what_if_heads, ignore=ignore), config=config,
+                       verify=verify, expand=False, raise_errors=True)
+    return Reports(_report(o) for o in run(request))
 
 
 def calc(convention: str, /, **arguments: UserValue) -> Calculation:
@@ -67,21 +102,20 @@ def calc(convention: str, /, **arguments: UserValue) -> Calculation:
     Raises ValueError (one line) for an unknown convention or bad arguments."""
     if convention.lower() not in conventions.CONVENTIONS:
         raise ValueError(f"unknown convention '{convention}'; choose one of: " + ", ".join(conventions.CONVENTIONS))
-    _calc_views()
     return conventions.calculate(convention.lower(), arguments)
 
 
 def compare(**arguments: UserValue) -> Comparison:
     """``mhainspect calc --compare``: the same numbers under every convention (or why one cannot take
     them), as (convention, calculation or reason) rows; prints as the CLI's table, shows as its page."""
-    _calc_views()
     return conventions.compare(arguments)
 
 
 def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, ...] = (),
             trace: bool | None = None, name: str | None = None, context: int | None = None, batch: int = 1,
             kv_dtype: str | None = None, decoder: bool | None = None, num_heads: int | None = None,
-            num_kv_heads: int | None = None, weight_dtype: str | None = None) -> Report:
+            num_kv_heads: int | None = None, weight_dtype: str | None = None, ignore: Iterable[str] = (),
+            config: bool | str | os.PathLike[str] | None = None, verify: bool = False) -> Report:
     """Audit the attention blocks of a module or a model file.
 
     For a module, known attention modules (nn.MultiheadAttention, Hugging Face attention) are read
@@ -94,8 +128,9 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     ``decoder=True`` / ``False`` says the model decodes with a cache the source does not show / runs
     once, as --decoder / --no-decoder do. ``num_heads`` / ``num_kv_heads`` give a checkpoint
     without a config its head counts, as --num-heads / --num-kv-heads do (shapes still win).
+    ``ignore``, ``config`` and ``verify`` (a path only): as --ignore, the config files and --verify.
     """
-    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads, weight_dtype)
+    settings = _settings(what_if_heads, context, batch, kv_dtype, decoder, weight_dtype, ignore)
     if isinstance(obj, (str, os.PathLike)):
         path = model_argument(obj)
         if isinstance(path, str) or path.is_dir() and not is_model_folder(path):  # a folder of models, as the CLI
@@ -104,31 +139,29 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
                 raise InputError(f"{path}: holds {len(found)} models; use mhainspect.inspect_all() for a "
                                  "list of reports")
             path = found[0]
-        return audit(path, options)
+        request = _request((str(path),), settings, num_heads=num_heads, num_kv_heads=num_kv_heads, config=config,
+                           verify=verify, expand=False, raise_errors=True)
+        (outcome,) = run(request)
+        return _report(outcome)
     try:
         from torch import nn
     except ImportError:
         raise missing_torch(f"auditing a {type(obj).__name__}") from None
     if not isinstance(obj, nn.Module):
         raise InputError(f"expected an nn.Module or a model path, got {type(obj).__name__}")
+    options = AuditOptions(settings.heads or (), _size(settings), stated_heads=stated_offer(num_heads, num_kv_heads))
     return audit_module(obj, example_inputs, trace=trace, name=name, options=options)
 
 
-def _options(what_if_heads: Iterable[int], context: int | None, batch: int, kv_dtype: str | None,
-             decoder: bool | None, num_heads: int | None, num_kv_heads: int | None,
-             weight_dtype: str | None = None) -> AuditOptions:
-    """The AuditOptions of the API's keyword arguments (ValueError for bad ones)."""
-    if weight_dtype is not None:
-        check_weight_dtype(weight_dtype)
-    return AuditOptions(tuple(int(h) for h in what_if_heads),
-                        SizeOptions(context, batch, None if kv_dtype is None else check_kv_dtype(kv_dtype), decoder,
-                                    weight_dtype),
-                        stated_heads=stated_offer(num_heads, num_kv_heads))
+def _size(settings: Settings) -> SizeOptions:
+    return SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype, settings.decoder,
+                       settings.weight_dtype)
 
 
 def audit_many(inputs: Iterable[str | os.PathLike[str]], *, jobs: int = 1, what_if_heads: tuple[int, ...] = (),
                context: int | None = None, batch: int = 1, kv_dtype: str | None = None, decoder: bool | None = None,
-               num_heads: int | None = None, num_kv_heads: int | None = None, weight_dtype: str | None = None
+               num_heads: int | None = None, num_kv_heads: int | None = None, weight_dtype: str | None = None,
+               ignore: Iterable[str] = (), config: bool | str | os.PathLike[str] | None = None, verify: bool = False
                ) -> Iterator[tuple[str, Report | AuditFailure]]:
     """Audit many models, ``jobs`` at a time in worker processes (docs/batch.md), yielding
     ``(input, Report)`` for every model an input names (a folder or a repo of several models gives
@@ -139,21 +172,27 @@ def audit_many(inputs: Iterable[str | os.PathLike[str]], *, jobs: int = 1, what_
 
     With ``jobs > 1`` the workers are separate processes: a script that calls this must do so under
     ``if __name__ == "__main__":``."""
-    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads, weight_dtype)
-    texts = [os.fspath(i) for i in inputs]
-    for text, result in run_many(functools.partial(audit_input, options), texts, jobs):
-        for one in result if isinstance(result, list) else [result]:
-            yield text, one
+    from mhainspect.pipeline import run_unordered
+
+    request = _request(inputs, _settings(what_if_heads, context, batch, kv_dtype, decoder, weight_dtype, ignore),
+                       num_heads=num_heads, num_kv_heads=num_kv_heads, config=config, verify=verify, jobs=jobs)
+    for text, outcomes in run_unordered(request):
+        for one in outcomes:
+            yield text, one if isinstance(one, AuditFailure) else one.report
 
 
 def audit_records(input: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = (), context: int | None = None,
                   batch: int = 1, kv_dtype: str | None = None, decoder: bool | None = None,
                   num_heads: int | None = None, num_kv_heads: int | None = None,
-                  weight_dtype: str | None = None) -> list[dict[str, Any]]:
+                  weight_dtype: str | None = None, ignore: Iterable[str] = (),
+                  config: bool | str | os.PathLike[str] | None = None, verify: bool = False) -> list[dict[str, Any]]:
     """One input's records as ``mhainspect --from-file LIST -f jsonl`` writes them: per model the
-    report's JSON document with ``input`` first, or an error record (``error``: ``kind``,
-    ``message``); never raises for a bad input. Plain data, for a cluster's map (docs/batch.md)."""
+    report's JSON document with ``input`` first (gate results and ignored flags included when a
+    config file sets them), or an error record (``error``: ``kind``, ``message``); never raises for
+    a bad input. Plain data, for a cluster's map (docs/batch.md)."""
     text = os.fspath(input)
-    options = _options(what_if_heads, context, batch, kv_dtype, decoder, num_heads, num_kv_heads, weight_dtype)
-    return [error_record(text, r.kind.value, r.message) if isinstance(r, AuditFailure)
-            else input_record(text, report_to_dict(r)) for r in audit_input(options, text)]
+    request = _request((text,), _settings(what_if_heads, context, batch, kv_dtype, decoder, weight_dtype, ignore),
+                       num_heads=num_heads, num_kv_heads=num_kv_heads, config=config, verify=verify)
+    return [error_record(text, o.kind.value, o.message) if isinstance(o, AuditFailure)
+            else input_record(text, report_to_dict(o.report, gates=o.extras.gates, ignored=o.extras.ignored))
+            for o in run(request)]

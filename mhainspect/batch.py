@@ -1,5 +1,6 @@
 """Many models at once: every input audited by a worker, each result handed back as it finishes
-(the CLI's --from-file and --jobs, and ``mhainspect.audit_many``).
+(``mhainspect.pipeline.runner`` with ``jobs``: the CLI's --from-file and --jobs, and ``mhainspect.audit_many``).
+The unit of work is the pipeline's (``pipeline.runner.audit_source``); this module only runs it.
 
 ``jobs`` audits run at a time, in ``min(jobs, CPUs)`` worker processes of ``ceil(jobs /
 processes)`` threads each. A local audit is CPU-bound Python: threads of one process take turns
@@ -15,7 +16,6 @@ meet (a usage error), ends the run.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import queue
@@ -26,9 +26,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from mhainspect.errors import ErrorKind, InputError
-from mhainspect.frontends.folders import expand_models, model_argument
-from mhainspect.pipeline import AuditOptions, audit
-from mhainspect.results import Report
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -37,8 +34,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["AuditFailure", "BatchAbort", "Workers", "audit_input", "failure_of", "read_inputs", "run_many",
-           "workers_for"]
+__all__ = ["AuditFailure", "BatchAbort", "Workers", "failure_of", "read_inputs", "run_many", "workers_for"]
 
 
 @dataclass(frozen=True)
@@ -314,23 +310,3 @@ class _Pool(Generic[T]):
             return
         self.suspects.update(index for index, _ in lost)
         self.waiting.extend(lost)  # next in line, in their order
-
-
-# ----------------------------------------------------------------------------- the Python API's unit of work
-
-
-def audit_input(options: AuditOptions, text: str) -> list[Report | AuditFailure]:
-    """Every model one input names (a file, a folder of models, a Hub repo, a URL), each audited with
-    ``options``: a Report, or the model's AuditFailure; a listing that fails is the input's one failure.
-    Never raises for a bad input (the unit of work of ``mhainspect.audit_many`` and of a cluster's map)."""
-    try:
-        refs = expand_models([model_argument(text)])
-    except Exception as exc:  # noqa: BLE001 -- the input's record
-        return [failure_of(text, exc)]
-    out: list[Report | AuditFailure] = []
-    for ref in refs:
-        try:
-            out.append(audit(ref, options))
-        except Exception as exc:  # noqa: BLE001 -- one model's record
-            out.append(dataclasses.replace(failure_of(str(ref), exc), input=text))
-    return out

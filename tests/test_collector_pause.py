@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mhainspect import pipeline
+from mhainspect.pipeline import stages as pipeline
 from mhainspect.errors import InputError
 from mhainspect.pipeline import audit, collector_paused
 

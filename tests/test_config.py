@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from mhainspect.analysis.gates import Limit
 from mhainspect.cli.app import app
-from mhainspect.cli.config import ConfigError, Settings, find_config, load_settings, merge, settings_from_table
+from mhainspect.pipeline.config import ConfigError, Settings, find_config, load_settings, merge, settings_from_table
 from mhainspect.cli.output import OutputFormat
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

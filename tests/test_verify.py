@@ -15,7 +15,8 @@ from jsonschema import Draft202012Validator
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
-from mhainspect.analysis.verify import attach, check_budget, parse_size, verify_report, weight_bytes
+from mhainspect.analysis.verify import attach, parse_size, weight_bytes
+from mhainspect.pipeline.verify import check_budget, verify_file
 from mhainspect.cli.app import app
 from mhainspect.pipeline import audit
 
@@ -78,7 +79,7 @@ def test_every_sample_model_is_confirmed(path: Path, expected: dict[str, Any]) -
     # Synthetic dims are independent symbols: a decoding step's key length is past + new tokens
     # (seq defaults to 8), which the caller gives, as --dim does.
     dims = {"past_seq": 3, "total_seq": 11} if path.stem == "llama_kv_cache" else None
-    results = verify_report(path, report, dims=dims)
+    results = verify_file(path, report, dims=dims)
     assert len(results) == len(report.blocks) == len(expected[path.stem]["blocks"])
     for block, result, truth in zip(report.blocks, results, expected[path.stem]["blocks"]):
         assert result.block == block.name
@@ -89,7 +90,7 @@ def test_every_sample_model_is_confirmed(path: Path, expected: dict[str, Any]) -
 
 def test_gqa_kv_heads_are_read_from_the_run() -> None:
     for name in ("gqa_llama", "onnx_attention_23"):
-        (result,) = verify_report(SAMPLES / f"{name}.onnx", audit(SAMPLES / f"{name}.onnx"))
+        (result,) = verify_file(SAMPLES / f"{name}.onnx", audit(SAMPLES / f"{name}.onnx"))
         assert (result.status, result.observed_kv_heads) == ("confirmed", 2 if name == "gqa_llama" else 4)
 
 
@@ -100,18 +101,18 @@ def test_runtime_reshape_is_observed(tmp_path: Path) -> None:
     (block,) = report.blocks
     assert block.num_heads is None and any(f.code == "MHA004" for f in report.flags)
     # The head split is a run-time value: feed it as the caller would ([0, 0] copies batch, seq).
-    (result,) = verify_report(path, report, inputs={"shape": np.array([0, 0, 4, 8], np.int64)})
+    (result,) = verify_file(path, report, inputs={"shape": np.array([0, 0, 4, 8], np.int64)})
     assert (result.status, result.observed_heads) == ("observed", 4)
     assert result.reason is not None and result.reason.startswith("observed at run time")
     # Without a usable value the model cannot run: the static report stays, the block is unchecked.
-    (failed,) = verify_report(path, report)
+    (failed,) = verify_file(path, report)
     assert failed.status == "unchecked" and "onnxruntime" in (failed.reason or "")
 
 
 def test_contradiction_is_reported() -> None:
     report = audit(STANDARD)
     wrong = dataclasses.replace(report, blocks=(dataclasses.replace(report.blocks[0], num_heads=4),))
-    (result,) = verify_report(STANDARD, wrong)
+    (result,) = verify_file(STANDARD, wrong)
     assert (result.status, result.observed_heads) == ("contradicted", 8)
     assert "saw 8 heads, static 4" in (result.reason or "")
 
@@ -131,7 +132,7 @@ def test_weight_bytes_and_budget(tmp_path: Path) -> None:
 
 def test_attach_leaves_static_findings_alone() -> None:
     report = audit(STANDARD)
-    verified = attach(report, verify_report(STANDARD, report))
+    verified = attach(report, verify_file(STANDARD, report))
     assert dataclasses.replace(verified.blocks[0], verification=None) == report.blocks[0]
 
 
@@ -210,15 +211,15 @@ def test_run_failure_keeps_static_report(tmp_path: Path) -> None:
 
 def test_fail_on_contradiction_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
     assert run(STANDARD, "--fail-on-contradiction").exit_code == 0
-    import mhainspect.cli.inspect
+    import mhainspect.pipeline.runner
 
-    real = mhainspect.cli.inspect.audit  # the audit the inspect command runs
+    real = mhainspect.pipeline.runner.audit  # the audit every run's models go through
 
     def disagreeing(path: Any, *args: Any, **kwargs: Any) -> Any:
         report = real(path, *args, **kwargs)
         return dataclasses.replace(report, blocks=tuple(dataclasses.replace(b, num_heads=2) for b in report.blocks))
 
-    monkeypatch.setattr(mhainspect.cli.inspect, "audit", disagreeing)
+    monkeypatch.setattr(mhainspect.pipeline.runner, "audit", disagreeing)
     verified = run(STANDARD, "--verify", "--no-color")
     assert verified.exit_code == 0 and "contradicted (saw 8 heads, static 2)" in verified.stdout
     gated = run(STANDARD, "--fail-on-contradiction", "--no-color")

@@ -22,6 +22,8 @@ __all__ = [
     "GateFailure",
     "GateResult",
     "Limit",
+    "ModelExtras",
+    "NO_EXTRAS",
     "check_gates",
     "drop_ignored",
     "evaluate_gates",
@@ -74,6 +76,18 @@ class GateResult:
 
 
 GateFailure = GateResult  # a failed GateResult (the name the renderers and older callers use)
+
+
+@dataclass(frozen=True)
+class ModelExtras:
+    """What a run adds to a report beyond the analysis, shown by the renderers where the format
+    has room: gate results (passed and failed) and (code, count) of the flags --ignore dropped."""
+
+    gates: tuple[GateResult, ...] = ()
+    ignored: tuple[tuple[str, int], ...] = ()
+
+
+NO_EXTRAS = ModelExtras()
 
 
 def parse_limit(value: str | int) -> Limit:

@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError, MissingDependencyError
-from mhainspect.frontends.onnx.loader import model_to_graph, read_model_proto
-from mhainspect.ir.graph import Node
+from mhainspect.ir.graph import ModelGraph, Node
 from mhainspect.ir.units import format_bytes, parse_size
 from mhainspect.results import AttentionBlock, BlockVerification, Report, VerifyStatus
 
@@ -143,11 +142,10 @@ def weight_bytes(model: onnx.ModelProto) -> int:
     return sum(_tensor_bytes(t) for t in _graph_tensors(model.graph))
 
 
-def check_budget(path: str | os.PathLike[str], max_bytes: int | None,
-                 model: onnx.ModelProto | None = None) -> int:
-    """The model's weight bytes; raises VerifyBudgetError when they exceed ``max_bytes``.
-    ``model``: the file already read (read_model_proto), so it is not parsed again."""
-    n = weight_bytes(model if model is not None else read_model_proto(path))
+def check_budget(path: str, max_bytes: int | None, model: onnx.ModelProto) -> int:
+    """The weight bytes of ``model`` (read from ``path``); raises VerifyBudgetError when they exceed
+    ``max_bytes``."""
+    n = weight_bytes(model)
     if max_bytes is not None and n > max_bytes:
         raise VerifyBudgetError(
             f"{path}: --verify refused: the weights alone take {format_bytes(n)} ({n:,} bytes), over the "
@@ -529,22 +527,20 @@ def _run(model: onnx.ModelProto, model_dir: Path, feeds: Mapping[str, np.ndarray
             del session
 
 
-def verify_report(path: str | os.PathLike[str], report: Report, *, dims: Mapping[str, int] | None = None,
-                  inputs: Mapping[str, Any] | None = None,
-                  model: onnx.ModelProto | None = None) -> tuple[BlockVerification, ...]:
-    """One result per block of ``report`` (same order), from one onnxruntime run of ``path``.
+def verify_report(model: onnx.ModelProto, graph: ModelGraph, model_dir: Path, report: Report, *,
+                  dims: Mapping[str, int] | None = None,
+                  inputs: Mapping[str, Any] | None = None) -> tuple[BlockVerification, ...]:
+    """One result per block of ``report`` (same order), from one onnxruntime run of ``model``.
 
-    ``dims`` sets symbolic input dims by name; ``inputs`` supplies values for inputs that cannot
-    be synthesised (e.g. a reshape target). ``model``: ``path`` already read (read_model_proto),
-    so it is not parsed again; the run adds outputs to it. Loads external data; never modifies
-    ``path``. Raises InputError only when the file cannot be read (or onnxruntime is missing).
+    The pipeline reads the file (``mhainspect.pipeline.verify``) and hands over the parsed model,
+    its graph in the IR and the folder its external data lies in; the run adds outputs to
+    ``model``. ``dims`` sets symbolic input dims by name; ``inputs`` supplies values for inputs that
+    cannot be synthesised (e.g. a reshape target). Loads external data; never writes the model's
+    folder. Raises InputError only when onnxruntime is missing.
     """
     if not report.blocks:
         return ()
     require_runtime()
-    if model is None:
-        model = read_model_proto(path)
-    graph = model_to_graph(model, source=str(path))
     nodes = _unique_nodes(graph.nodes)
     proto_nodes = {o: n for n in model.graph.node for o in n.output if o}
     plans = [_plan(b, nodes, proto_nodes, i) for i, b in enumerate(report.blocks)]
@@ -557,7 +553,7 @@ def verify_report(path: str | os.PathLike[str], report: Report, *, dims: Mapping
     known: dict[str, tuple[int, ...]] = {**inits, **{k: tuple(v.shape) for k, v in feeds.items()}}
     fetch = _fetch_list(model, plans, known)
     try:
-        shapes = {**known, **_run(model, Path(path).parent, feeds, fetch)} if fetch else known
+        shapes = {**known, **_run(model, model_dir, feeds, fetch)} if fetch else known
     except _RunError as exc:
         return _all_unchecked(report, plans, str(exc))
     except Exception as exc:  # onnxruntime raises its own types; none may escape as a traceback
@@ -606,17 +602,6 @@ def attach(report: Report, verifications: tuple[BlockVerification, ...]) -> Repo
         return report
     blocks = tuple(dataclasses.replace(b, verification=v) for b, v in zip(report.blocks, verifications))
     return dataclasses.replace(report, blocks=blocks + report.blocks[len(blocks):])
-
-
-def input_symbols(path: str | os.PathLike[str]) -> frozenset[str]:
-    """The symbolic dimension names of the graph inputs (what ``dims`` can set); weights are not read."""
-    import onnx
-
-    try:
-        model = onnx.load(os.fspath(path), load_external_data=False)
-    except Exception:  # an unreadable model is reported by the analysis
-        return frozenset()
-    return graph_input_symbols(model)
 
 
 def graph_input_symbols(model: onnx.ModelProto) -> frozenset[str]:

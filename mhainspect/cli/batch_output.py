@@ -11,21 +11,11 @@ from typing import TYPE_CHECKING, Any
 from mhainspect.batch import AuditFailure, read_inputs
 from mhainspect.cli.output import fail, write_atomic, write_stdout
 from mhainspect.errors import InputError, read_failure
+from mhainspect.pipeline import Audited
 from mhainspect.render.json_render import error_record, input_record, report_to_dict, to_jsonl
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-    from mhainspect.render.extras import ModelExtras
-    from mhainspect.results import Report
-
-
-@dataclass(frozen=True)
-class Audited:
-    """One model's report with its gate results (what a worker hands back: it pickles)."""
-
-    report: "Report"
-    extras: "ModelExtras"
 
 
 def read_list(source: str) -> list[str]:

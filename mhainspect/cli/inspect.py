@@ -1,7 +1,6 @@
 """`mhainspect inspect MODEL...`: options, settings, one audit per model, gates, and the output."""
 
 import dataclasses
-import functools
 import os
 import sys
 from collections import Counter
@@ -13,21 +12,17 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from mhainspect.analysis.gates import (
-    GateConfig,
-    check_gates,
-    drop_ignored,
-    ignored_counts,
+    ModelExtras,
     parse_byte_limit,
     parse_codes,
     parse_fail_on,
     parse_limit,
 )
-from mhainspect.analysis.size import SizeOptions, check_kv_dtype, check_weight_dtype
+from mhainspect.analysis.size import check_kv_dtype, check_weight_dtype
 from mhainspect.analysis.stated_heads import heads_hint, stated_offer
 from mhainspect.analysis.whatif import check_head_counts
-from mhainspect.batch import AuditFailure, BatchAbort, failure_of, read_inputs, run_many
-from mhainspect.cli.batch_output import Audited, JsonlLog, read_list
-from mhainspect.cli.config import ConfigError, ConfigFinder, Settings, merge, require_context_limit, shown_path
+from mhainspect.batch import AuditFailure, BatchAbort, failure_of, read_inputs
+from mhainspect.cli.batch_output import JsonlLog, read_list
 from mhainspect.cli.output import (
     OutputFormat,
     color_wanted,
@@ -43,25 +38,18 @@ from mhainspect.cli.progress import BatchProgress, ProgressBar
 from mhainspect.errors import InputError
 from mhainspect.frontends.dispatch import classify, parse_factory_args
 from mhainspect.frontends.folders import expand_models, model_argument
-from mhainspect.frontends.formats import check_symlink_loop
 from mhainspect.frontends.kinds import is_model_folder
-from mhainspect.ir.units import MAX_CACHED_TOKENS, format_bytes, parse_tokens
-from mhainspect.pipeline import AuditOptions, audit
-from mhainspect.render.extras import ModelExtras
+from mhainspect.ir.units import format_bytes, parse_size, parse_tokens
+from mhainspect.pipeline import Audited, AuditRequest, VerifyRequest, run_unordered
+from mhainspect.pipeline.config import ConfigError, ConfigFinder, Settings, merge, require_context_limit
 from mhainspect.render.json_render import report_to_dict, reports_to_dict, to_json, to_jsonl
-from mhainspect.results import BlockVerification, WarningCode, warning_code
+from mhainspect.results import WarningCode, warning_code
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    import onnx
-
-    from mhainspect.analysis.gates import GateConfig
-    from mhainspect.cli.config import ConfigFinder, Settings
     from mhainspect.frontends.folders import ModelRef
     from mhainspect.ir.weights import HeadOffers
-    from mhainspect.pipeline import AuditOptions
-    from mhainspect.render.extras import ModelExtras
     from mhainspect.results import Report
 
 V = TypeVar("V")
@@ -70,25 +58,12 @@ EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 
 
 
-def _analyze_one(model: "ModelRef", options: "AuditOptions", bar: bool) -> "Report | AuditFailure":
-    """The model's report, or its failure (kind and one line) when it cannot be analysed; ``bar``:
-    the model's own progress bar on a terminal (a one-process run)."""
-    try:
-        if isinstance(model, Path):
-            check_symlink_loop(model)
-        if not bar:
-            return audit(model, options)
-        with ProgressBar(model):
-            return audit(model, options)
-    except Exception as exc:  # a bug must still end in one line, not a traceback
-        if os.environ.get("MHAINSPECT_DEBUG") and not isinstance(exc, InputError):
-            raise
-        return failure_of(str(model), exc)
-
-
 def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None, max_params: str | None,
                   max_attention_params: str | None, fail_on: list[str] | None, ignore: list[str] | None,
-                  exit_zero: bool | None, size: "dict[str, Any] | None" = None) -> "Settings":
+                  exit_zero: bool | None, *, context: str | None = None, batch: str | None = None,
+                  kv_dtype: str | None = None, decoder: bool | None = None, weight_dtype: str | None = None,
+                  max_weight_bytes: str | None = None, max_kv_cache: str | None = None, gpu_memory: str | None = None,
+                  gpus: str | None = None, require_context: str | None = None) -> "Settings":
     """The options given on the command line (None where not given); one-line error on bad values."""
     def parsed(option: str, parse: Callable[[V], R], value: V | None) -> R | None:
         try:
@@ -105,13 +80,12 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
     fail_codes = parsed("--fail-on", parse_fail_on, fail_on)
     ignore_codes = parsed("--ignore", parse_codes, ignore)
 
-    size = size or {}
-    context = parsed("--context", lambda v: parse_tokens(v, "tokens"), size.get("context"))
-    batch = parsed("--batch", lambda v: parse_tokens(v, "sequences"), size.get("batch"))
-    weight_limit = parsed("--max-weight-bytes", parse_byte_limit, size.get("max_weight_bytes"))
-    kv_limit = parsed("--max-kv-cache", parse_byte_limit, size.get("max_kv_cache"))
-    gpu_memory = parsed("--gpu-memory", parse_byte_limit, size.get("gpu_memory"))
-    required = parsed("--require-context", require_context_limit, size.get("require_context"))
+    tokens = parsed("--context", lambda v: parse_tokens(v, "tokens"), context)
+    sequences = parsed("--batch", lambda v: parse_tokens(v, "sequences"), batch)
+    weight_limit = parsed("--max-weight-bytes", parse_byte_limit, max_weight_bytes)
+    kv_limit = parsed("--max-kv-cache", parse_byte_limit, max_kv_cache)
+    gpu_memory_limit = parsed("--gpu-memory", parse_byte_limit, gpu_memory)
+    required = parsed("--require-context", require_context_limit, require_context)
     return Settings(max_params=limit and dataclasses.replace(limit, source="--max-params"),
                     max_attention_params=attention_limit and dataclasses.replace(attention_limit,
                                                                                  source="--max-attention-params"),
@@ -120,32 +94,17 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
                     heads=None if heads is None else tuple(sorted(set(heads))),
                     max_weight_bytes=weight_limit and dataclasses.replace(weight_limit, source="--max-weight-bytes"),
                     max_kv_cache=kv_limit and dataclasses.replace(kv_limit, source="--max-kv-cache"),
-                    context=context, batch=batch,
-                    kv_dtype=parsed("--kv-dtype", check_kv_dtype, size.get("kv_dtype")), decoder=size.get("decoder"),
-                    weight_dtype=parsed("--weight-dtype", _weight_dtype, size.get("weight_dtype")),
-                    gpu_memory=None if gpu_memory is None else gpu_memory.value,
-                    gpus=parsed("--gpus", lambda v: parse_tokens(v, "GPUs"), size.get("gpus")),
+                    context=tokens, batch=sequences,
+                    kv_dtype=parsed("--kv-dtype", check_kv_dtype, kv_dtype), decoder=decoder,
+                    weight_dtype=parsed("--weight-dtype", _weight_dtype, weight_dtype),
+                    gpu_memory=None if gpu_memory_limit is None else gpu_memory_limit.value,
+                    gpus=parsed("--gpus", lambda v: parse_tokens(v, "GPUs"), gpus),
                     require_context=required and dataclasses.replace(required, source="--require-context"))
 
 
 def _weight_dtype(name: str) -> str:
     check_weight_dtype(name)
     return name
-
-
-@dataclass(frozen=True)
-class _VerifySetup:
-    """The --verify options of a run, read once for every model."""
-
-    dims: dict[str, int]  # --dim: symbolic input dims by name
-    # The parsed file of a one-model run, kept for the run itself (verify_report adds outputs to
-    # it): one parse serves the budget, --dim and the run. A many-model run keeps none, which
-    # would hold every model's inline weights at once.
-    models: "dict[Path, onnx.ModelProto]"
-    # A --from-file run lists its models only as it audits them: each is checked against the
-    # budget then, and one over it is left unchecked (the others still run).
-    budget: int | None = None
-    prechecked: bool = True
 
 
 def _dims(items: list[str]) -> dict[str, int]:
@@ -161,86 +120,25 @@ def _dims(items: list[str]) -> dict[str, int]:
     return dims
 
 
-def _verify_setup(paths: "Sequence[ModelRef] | None", verify: bool, dim: list[str] | None,
-                  max_verify_bytes: str | None) -> _VerifySetup:
-    """--verify options as symbolic dims; refuses (exit 2) a model whose weights exceed the budget,
-    a --dim given twice and a --dim that names no input dimension of any model. ``paths`` None: the
-    models are not known yet (--from-file), each is checked when it is audited."""
+def _verify_request(verify: bool, dim: list[str] | None, max_verify_bytes: str | None) -> VerifyRequest | None:
+    """--verify's options (None without --verify); one line and exit 2 for a bad one, or when
+    onnxruntime is missing."""
     if not verify:
         if dim or max_verify_bytes is not None:
             raise fail("--dim and --max-verify-bytes apply only with --verify")
-        return _VerifySetup({}, {})
+        return None
     from mhainspect.analysis import verify as verify_mod  # --verify only: the onnxruntime path
-    from mhainspect.frontends.onnx.loader import read_model_proto
 
     dims = _dims(dim or [])
     try:
-        budget = (verify_mod.default_max_verify_bytes() if max_verify_bytes is None
-                  else verify_mod.parse_size(max_verify_bytes))
+        budget = verify_mod.default_max_verify_bytes() if max_verify_bytes is None else parse_size(max_verify_bytes)
     except ValueError as exc:
         raise fail(f"--max-verify-bytes: {exc}") from None
     try:
         verify_mod.require_runtime()
     except InputError as exc:
         raise fail(str(exc)) from None
-    if paths is None:
-        return _VerifySetup(dims, {}, budget, prechecked=False)
-    models: dict[Path, onnx.ModelProto] = {}
-    symbols: set[str] = set()
-    for path in paths:
-        if not isinstance(path, Path):
-            continue  # a remote model: audited from its header, never run (see _verify_one)
-        if path.suffix.lower() == ".gguf":
-            continue  # not run (see _verify_one); parsing it as ONNX would read the whole file
-        try:
-            model = read_model_proto(path)
-            verify_mod.check_budget(path, budget, model)
-        except verify_mod.VerifyBudgetError as exc:
-            raise fail(str(exc)) from None
-        except InputError:
-            continue  # an unreadable model is reported by the analysis
-        symbols |= verify_mod.graph_input_symbols(model)
-        if len(paths) == 1:
-            models[path] = model
-    if dims:
-        unknown = sorted(set(dims) - symbols)
-        if unknown:
-            known = ", ".join(sorted(symbols)) or "none"
-            raise fail(f"--dim {', '.join(unknown)}: no input of the model{'s' if len(paths) > 1 else ''} has a "
-                       f"dimension of that name (symbolic input dims: {known})")
-    return _VerifySetup(dims, models)
-
-
-def _verify_one(path: "ModelRef", report: "Report", setup: _VerifySetup) -> "Report":
-    """``report`` with the run's verdict per block; a failure leaves every block unchecked with the reason."""
-    from mhainspect.analysis.verify import attach, verify_report  # --verify only: the onnxruntime path
-
-    if not isinstance(path, Path):
-        reason = "--verify runs local ONNX files only; a remote model is audited from its header"
-        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
-
-    if report.model.format == "gguf":
-        reason = "--verify runs ONNX models only; a GGUF file is audited from its header"
-        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
-    if any(warning_code(w) is WarningCode.EXTERNAL_DATA_OUTSIDE for w in report.warnings):
-        # Running would read weights from outside the model's folder: refused, nothing is opened.
-        reason = "--verify refused: external data location outside the model folder (see warnings)"
-        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
-    try:
-        if not setup.prechecked:
-            from mhainspect.analysis.verify import VerifyBudgetError, check_budget
-
-            try:
-                check_budget(path, setup.budget)
-            except VerifyBudgetError as exc:
-                return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=f"--verify refused: {exc}")
-                                            for b in report.blocks))
-        return attach(report, verify_report(path, report, dims=setup.dims, model=setup.models.pop(path, None)))
-    except Exception as exc:  # the static report must survive any failure of the run
-        if os.environ.get("MHAINSPECT_DEBUG"):
-            raise
-        reason = f"--verify failed ({type(exc).__name__}: {exc})"
-        return attach(report, tuple(BlockVerification(b.name, "unchecked", reason=reason) for b in report.blocks))
+    return VerifyRequest(dims, budget)
 
 
 @dataclass(frozen=True)
@@ -328,14 +226,6 @@ def _several(models: "Sequence[ModelRef]", paths: "Sequence[ModelRef]") -> bool:
         m not in paths if isinstance(m, str) else m.is_dir() and not is_model_folder(m) for m in models)
 
 
-def _gate_config(settings: "Settings", given: "Settings", config_path: Path | None,
-                 fail_on_contradiction: bool) -> "GateConfig":
-    source = "--fail-on" if given.fail_on is not None else shown_path(str(config_path or ""))
-    return GateConfig(settings.max_params, settings.max_attention_params, settings.fail_on or frozenset(),
-                      fail_on_contradiction, fail_on_source=source, max_weight_bytes=settings.max_weight_bytes,
-                      max_kv_cache=settings.max_kv_cache, require_context=settings.require_context)
-
-
 # Output file suffixes that name a format: -o report.html without -f writes html.
 _SUFFIX_FORMATS = {".json": OutputFormat.json, ".jsonl": OutputFormat.jsonl, ".md": OutputFormat.markdown,
                    ".markdown": OutputFormat.markdown, ".sarif": OutputFormat.sarif, ".html": OutputFormat.html,
@@ -358,22 +248,6 @@ def _output_format(cli_format: str | None, output: Path | None, config_format: s
     return OutputFormat(config_format or OutputFormat.table.value), ""
 
 
-@dataclass(frozen=True)
-class _RunSetup:
-    """What every model of one run is audited with."""
-
-    given: "Settings"  # the command line's options
-    finder: "ConfigFinder"
-    factory_args: "dict[str, Any]"
-    verify: bool
-    verify_setup: _VerifySetup
-    fail_on_contradiction: bool
-    stated_heads: "HeadOffers | None"  # --num-heads, --num-kv-heads
-    expand: bool = False  # each input may be a folder of models (--from-file): expanded as it is audited
-    timeout: float | None = None  # --timeout: seconds each model's remote reads may take (None: the default)
-    model_bars: bool = True  # each model's own progress bar on a terminal (a one-process, one-by-one run)
-
-
 def _timeout(raw: str | None) -> float | None:
     from mhainspect.sources.deadline import parse_timeout
 
@@ -388,60 +262,6 @@ def _stated_heads(num_heads: int | None, num_kv_heads: int | None) -> "HeadOffer
         return stated_offer(num_heads, num_kv_heads)
     except ValueError as exc:
         raise fail(str(exc)) from None
-
-
-def audit_input(run: _RunSetup, text: str) -> "list[Audited | AuditFailure]":
-    """Every model one input names, audited: the unit of work of a run (in this process or in a
-    worker). With ``run.expand`` a folder or a repo of several models is listed first, and a
-    listing that fails is the input's one failure."""
-    from mhainspect.sources.deadline import model_deadline
-
-    ref = model_argument(text)
-    if not run.expand:
-        with model_deadline(run.timeout):
-            return [_audit_model(ref, run, text)]
-    try:
-        with model_deadline(run.timeout):  # listing a repo is a remote step of its own, with its own time
-            refs = expand_models([ref])
-    except Exception as exc:  # the input's one failure (a bug too: one line, and the next input goes on)
-        if os.environ.get("MHAINSPECT_DEBUG") and not isinstance(exc, InputError):
-            raise
-        return [failure_of(text, exc)]
-    out: list[Audited | AuditFailure] = []
-    for r in refs:
-        with model_deadline(run.timeout):
-            out.append(_audit_model(r, run, text))
-    return out
-
-
-def _audit_model(path: "ModelRef", run: _RunSetup, text: str) -> "Audited | AuditFailure":
-    """One model's report and gate results, or its failure (recorded under the input ``text``).
-    A setting no model could run with ends the run (BatchAbort)."""
-    try:
-        file_settings, config_path = run.finder.for_model(path)
-    except ConfigError as exc:
-        return failure_of(text, exc)
-    settings = merge(run.given, file_settings)
-    if settings.max_kv_cache is not None and settings.context is None:
-        raise BatchAbort("--max-kv-cache needs --context N (the token count the cache is sized at)")
-    if settings.context is not None and settings.context * (settings.batch or 1) > MAX_CACHED_TOKENS:
-        raise BatchAbort(f"--context {settings.context:,} × --batch {settings.batch or 1:,} is more tokens than any "
-                         f"cache holds (at most {MAX_CACHED_TOKENS:,} in all)")
-    if settings.gpu_memory is None and (settings.require_context is not None or settings.gpus is not None):
-        raise BatchAbort(f"{'--require-context' if settings.require_context else '--gpus'} needs --gpu-memory SIZE "
-                         "(one GPU's memory, e.g. 24GiB)")
-    size = SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype, settings.decoder, settings.weight_dtype,
-                       settings.gpu_memory, settings.gpus or 1)
-    result = _analyze_one(path, AuditOptions(settings.heads or (), size, run.factory_args, run.stated_heads),
-                          run.model_bars)
-    if isinstance(result, AuditFailure):
-        return dataclasses.replace(result, input=text)
-    if run.verify:
-        result = _verify_one(path, result, run.verify_setup)
-    ignored = settings.ignore or frozenset()
-    report = drop_ignored(result, ignored)
-    gates = check_gates(report, _gate_config(settings, run.given, config_path, run.fail_on_contradiction))
-    return Audited(report, ModelExtras(gates=gates, ignored=ignored_counts(result, ignored)))
 
 
 def _deliver(view: _View, reports: "list[Report]", extras: "list[ModelExtras]", output: Path | None,
@@ -701,9 +521,9 @@ def inspect_cmd(
 
     model_timeout = _timeout(timeout)
     given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
-                          {"context": context, "batch": batch, "kv_dtype": kv_dtype, "decoder": decoder, "weight_dtype": weight_dtype,
-                           "max_weight_bytes": max_weight_bytes, "max_kv_cache": max_kv_cache,
-                           "gpu_memory": gpu_memory, "gpus": gpus, "require_context": require_context})
+                          context=context, batch=batch, kv_dtype=kv_dtype, decoder=decoder, weight_dtype=weight_dtype,
+                          max_weight_bytes=max_weight_bytes, max_kv_cache=max_kv_cache, gpu_memory=gpu_memory, gpus=gpus,
+                          require_context=require_context)
     listed = from_file is not None  # a list run: every input is its own record, and may be a folder
     texts = _texts(models, from_file)
     try:
@@ -724,29 +544,29 @@ def inspect_cmd(
     if retry_errors and (fmt is not OutputFormat.jsonl or target is None or not listed):
         raise fail("--retry-errors applies to a --from-file run that appends to -o FILE in jsonl")
     parallel = jobs > 1 and len(units.inputs) > 1
-    verify = verify or fail_on_contradiction
-    run = _RunSetup(given, finder, factory_args, verify,
-                    _verify_setup(None if listed else units.paths, verify, dim, max_verify_bytes),
-                    fail_on_contradiction, _stated_heads(num_heads, num_kv_heads), expand=listed,
-                    model_bars=not (listed or parallel), timeout=model_timeout)
+    request = AuditRequest(tuple(units.inputs), settings=given, config=finder, factory_args=factory_args,
+                           stated_heads=_stated_heads(num_heads, num_kv_heads),
+                           verify=_verify_request(verify or fail_on_contradiction, dim, max_verify_bytes),
+                           fail_on_contradiction=fail_on_contradiction, expand=listed, jobs=jobs,
+                           progress=None if listed or parallel else ProgressBar, timeout=model_timeout)
     exit_zero_now = bool(run_settings.exit_zero)
     if listed and fmt is OutputFormat.jsonl:
-        _stream(run, units.inputs, jobs, target, quiet, retry_errors, exit_zero_now)
+        _stream(request, target, quiet, retry_errors, exit_zero_now)
     shown = _View(fmt=fmt, several=False, errors=0, width=report_width(),
                   wrap=target is None and terminal_width() is not None, color=color_wanted(no_color, target is not None),
                   verbose=explain, group=not no_group, what_if_heads=given.heads or run_settings.heads or (),
                   quiet=quiet)
-    _audit_and_deliver(run, units, jobs, shown, target, fmt_source, exit_zero_now)
+    _audit_and_deliver(request, units, shown, target, fmt_source, exit_zero_now)
 
 
-def _audit_and_deliver(run: _RunSetup, units: "_Units", jobs: int, shown: _View, target: Path | None,
+def _audit_and_deliver(request: AuditRequest, units: "_Units", shown: _View, target: Path | None,
                        fmt_source: str, exit_zero: bool) -> None:
     """Every unit audited, then the reports rendered at once, in the order of the units; the exit.
 
     An unreadable model is reported on its own line and the others are still analysed; the run
     then exits 2, and -o FILE is left untouched (a report missing a model is not written)."""
-    listed = run.expand
-    outcomes = _gather(run, units.inputs, jobs, progress=listed or not run.model_bars)
+    listed = request.expand
+    outcomes = _gather(request, progress=request.progress is None)
     reports = [o.report for o in outcomes if isinstance(o, Audited)]
     extras = [o.extras for o in outcomes if isinstance(o, Audited)]
     several = len(outcomes) > 1 if listed else _several(units.arguments, units.paths)
@@ -801,29 +621,29 @@ def _read_list(source: str) -> list[str]:
     return read_list(source)
 
 
-def _gather(run: _RunSetup, inputs: "list[str]", jobs: int, *, progress: bool) -> "list[Audited | AuditFailure]":
+def _gather(request: AuditRequest, *, progress: bool) -> "list[Audited | AuditFailure]":
     """Every model's outcome in the order of the inputs (audited ``jobs`` at a time); each failure
     said on stderr as it comes."""
+    inputs = request.sources
     by_input: dict[str, list[Audited | AuditFailure]] = {}
     try:
         with BatchProgress(len(inputs), enabled=progress) as bar:
-            for text, result in run_many(functools.partial(audit_input, run), inputs, jobs):
-                outcomes: list[Audited | AuditFailure] = [result] if isinstance(result, AuditFailure) else result
+            for text, outcomes in run_unordered(request):
                 by_input[text] = outcomes
                 for o in outcomes:
                     if isinstance(o, AuditFailure):
                         bar.say(f"mhainspect: error: {one_line(o.message)}")
                 bar.advance(any(isinstance(o, AuditFailure) for o in outcomes))
-    except BatchAbort as exc:
+    except (BatchAbort, InputError) as exc:  # a setting no model runs with, a --verify request none satisfies
         raise fail(str(exc)) from None
     return [o for text in inputs for o in by_input.get(text, ())]
 
 
-def _stream(run: _RunSetup, inputs: "list[str]", jobs: int, output: Path | None, quiet: bool, retry_errors: bool,
-            exit_zero: bool) -> None:
+def _stream(request: AuditRequest, output: Path | None, quiet: bool, retry_errors: bool, exit_zero: bool) -> None:
     """A --from-file run in JSON Lines: each input's records written as it finishes (appended to
     ``output``, whose recorded inputs are skipped), failures and failed gates said on stderr; then
     the run's exit (the inputs recorded before count too)."""
+    inputs = request.sources
     log = JsonlLog(output, retry_errors)
     todo = [t for t in inputs if t not in log.recorded.inputs]
     if output is not None and not quiet and len(todo) < len(inputs):
@@ -832,8 +652,7 @@ def _stream(run: _RunSetup, inputs: "list[str]", jobs: int, output: Path | None,
     errors, gate_failures = log.recorded.errors, log.recorded.gate_failures
     try:
         with BatchProgress(len(inputs), done=len(inputs) - len(todo), enabled=not quiet) as bar:
-            for text, result in run_many(functools.partial(audit_input, run), todo, jobs):
-                outcomes: list[Audited | AuditFailure] = [result] if isinstance(result, AuditFailure) else result
+            for text, outcomes in run_unordered(dataclasses.replace(request, sources=tuple(todo))):
                 if output is not None or not quiet:
                     log.write(text, outcomes)
                 for o in outcomes:
@@ -846,7 +665,7 @@ def _stream(run: _RunSetup, inputs: "list[str]", jobs: int, output: Path | None,
                             gate_failures += 1
                             bar.say(f"mhainspect: gate failed: {one_line(gate.message)}")
                 bar.advance(any(isinstance(o, AuditFailure) for o in outcomes))
-    except BatchAbort as exc:
+    except (BatchAbort, InputError) as exc:
         raise fail(str(exc)) from None
     finally:
         log.close()

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from mhainspect import __version__
+from mhainspect.analysis.gates import NO_EXTRAS, ModelExtras
 from mhainspect.analysis.size import self_cache_bytes
 from mhainspect.analysis.whatif import what_if
 from mhainspect.ir.units import format_bytes, group, human_count
@@ -34,7 +35,6 @@ from mhainspect.render.cells import (
     source_facts,
     verify_label,
 )
-from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import BlockGroup, common_prefix, group_blocks, group_flags, join_names
 from mhainspect.render.html_style import CSS, CSS_HASH
 from mhainspect.render.safe import html

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from mhainspect.analysis.gates import NO_EXTRAS, ModelExtras
 from mhainspect.ir.units import group
 from mhainspect.render.cells import (
     GROUPED_NOTE,
@@ -24,7 +25,6 @@ from mhainspect.render.cells import (
     what_if_notes,
     what_if_rows,
 )
-from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import FlagGroup, group_flags, join_names
 from mhainspect.render.safe import html, md_code, md_text
 from mhainspect.render.size_lines import experts_line, size_lines

@@ -18,6 +18,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from mhainspect.analysis.gates import NO_EXTRAS, ModelExtras
 from mhainspect.ir.units import group
 from mhainspect.render.cells import (
     GROUPED_NOTE,
@@ -38,7 +39,6 @@ from mhainspect.render.cells import (
     what_if_notes,
     what_if_rows,
 )
-from mhainspect.render.extras import NO_EXTRAS, ModelExtras
 from mhainspect.render.grouping import BlockGroup, FlagGroup, common_prefix, group_flags, join_names
 from mhainspect.render.safe import printable_fields
 from mhainspect.render.size_lines import block_size_line, experts_line, size_lines

@@ -1,4 +1,5 @@
-"""Settings from ``[tool.mhainspect]`` in the nearest pyproject.toml, merged under the CLI's.
+"""Settings from ``[tool.mhainspect]`` in the nearest pyproject.toml, merged under the caller's (the CLI's
+options, the Python API's keyword arguments).
 
 The nearest pyproject.toml that has a ``[tool.mhainspect]`` table, looking from each model's own
 folder upward (files without the table are skipped), as ruff does: the same model gates the same
@@ -106,7 +107,7 @@ def _limit(value: object, source: str) -> Limit:
     raise ValueError("expected a count such as 7B, \"1.5M\" or 120000")
 
 
-def _value(key: str, value: object, formats: Collection[str], source: str) -> object:
+def _value(key: str, value: object, formats: Collection[str] | None, source: str) -> object:
     if key in ("max-params", "max-attention-params"):
         return _limit(value, source)
     if key in ("max-weight-bytes", "max-kv-cache"):
@@ -145,16 +146,17 @@ def _value(key: str, value: object, formats: Collection[str], source: str) -> ob
             raise ValueError("expected true or false")
         return value
     if key == "format":
-        if not isinstance(value, str) or value.strip().lower() not in formats:
-            raise ValueError("expected one of " + ", ".join(formats))
+        if not isinstance(value, str) or formats is not None and value.strip().lower() not in formats:
+            raise ValueError("expected one of " + ", ".join(formats or ()))
         return value.strip().lower()
     if key == "heads":
         return _heads(value)
     raise ValueError("unknown key; known keys: " + ", ".join(KEYS))
 
 
-def settings_from_table(table: Mapping[str, object], source: str, formats: Collection[str]) -> Settings:
-    """Validate a ``[tool.mhainspect]`` table; ``formats`` are the accepted ``format`` values."""
+def settings_from_table(table: Mapping[str, object], source: str, formats: Collection[str] | None) -> Settings:
+    """Validate a ``[tool.mhainspect]`` table; ``formats`` are the accepted ``format`` values (None:
+    the format is not this reader's concern, as for the Python API, which renders nothing)."""
     values: dict[str, object] = {}
     for key, value in table.items():
         try:
@@ -224,7 +226,7 @@ def find_config(start: Path) -> tuple[Path, Mapping[str, object]] | None:
     return None
 
 
-def load_config_file(path: Path, formats: Collection[str]) -> Settings:
+def load_config_file(path: Path, formats: Collection[str] | None) -> Settings:
     """``--config FILE``: a pyproject.toml's [tool.mhainspect] table, or the top level of any other
     TOML file (an ``mhainspect.toml``); a pyproject.toml without the table is an error."""
     data = _read_toml(path)
@@ -240,7 +242,8 @@ class ConfigFinder:
     """The settings that apply to each model: the nearest config above the model's own folder
     (looked up once per folder), one fixed file (--config), or none (--isolated)."""
 
-    def __init__(self, formats: Collection[str], *, config_file: Path | None = None, isolated: bool = False) -> None:
+    def __init__(self, formats: Collection[str] | None, *, config_file: Path | None = None,
+                 isolated: bool = False) -> None:
         self.formats = formats
         self.isolated = isolated
         self.fixed: tuple[Settings, Path] | None = None
@@ -271,7 +274,7 @@ class ConfigFinder:
         return self.for_folder(Path.cwd())
 
 
-def load_settings(start: Path, formats: Collection[str]) -> tuple[Settings, Path | None]:
+def load_settings(start: Path, formats: Collection[str] | None) -> tuple[Settings, Path | None]:
     """Settings from the nearest config (empty Settings when there is none) and its path."""
     found = find_config(start.resolve())
     if found is None:

@@ -1,0 +1,25 @@
+"""The one way through the tool, for the CLI, the Python API and the batch runner.
+
+- ``stages``: ``audit(source, options) -> Report``, one model through the front ends and the analysis;
+- ``config``: the settings of ``[tool.mhainspect]`` and how they merge under the caller's;
+- ``verify``: the --verify stage (the pipeline reads the file, the analysis runs and judges it);
+- ``runner``: ``run(AuditRequest) -> outcomes``, every model of a request: expand, audit, verify,
+  --ignore, gates.
+"""
+
+from __future__ import annotations
+
+from mhainspect.pipeline.runner import Audited, AuditRequest, Outcome, run, run_unordered
+from mhainspect.pipeline.stages import (
+    AuditOptions,
+    analyse,
+    audit,
+    audit_graph,
+    audit_module,
+    collector_paused,
+    with_memory,
+)
+from mhainspect.pipeline.verify import VerifyRequest
+
+__all__ = ["AuditOptions", "AuditRequest", "Audited", "Outcome", "VerifyRequest", "analyse", "audit", "audit_graph",
+           "audit_module", "collector_paused", "run", "run_unordered", "with_memory"]

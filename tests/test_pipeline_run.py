@@ -1,0 +1,87 @@
+"""pipeline.run: one run for the CLI, the Python API and the batch runner. Outcomes come one per
+model in the order of the sources; gates, --ignore, per-model config and --verify work from Python
+as on the command line."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from cli_run import in_process
+
+import mhainspect
+from mhainspect.analysis.gates import parse_limit
+from mhainspect.batch import AuditFailure
+from mhainspect.errors import ErrorKind
+from mhainspect.pipeline import Audited, AuditRequest, run
+from mhainspect.pipeline.config import Settings
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_models"
+GQA = SAMPLES / "gqa_llama.onnx"  # one block, flagged MHA005 (grouped-query attention)
+STANDARD = SAMPLES / "standard_mha.onnx"
+
+
+def test_one_outcome_per_model_in_the_order_of_the_sources(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\xff not a model")
+    folder = tmp_path / "two"
+    folder.mkdir()
+    shutil.copyfile(GQA, folder / "a.onnx")
+    shutil.copyfile(STANDARD, folder / "b.onnx")
+    outcomes = list(run(AuditRequest((str(STANDARD), str(bad), str(folder)))))
+    assert [type(o) for o in outcomes] == [Audited, AuditFailure, Audited, Audited]
+    first, failed, a, b = outcomes
+    assert isinstance(first, Audited) and first.report.model.path == str(STANDARD) and first.input == str(STANDARD)
+    assert isinstance(failed, AuditFailure) and failed.input == str(bad) and failed.kind is ErrorKind.INVALID
+    assert isinstance(a, Audited) and isinstance(b, Audited)
+    assert [Path(a.report.model.path).name, Path(b.report.model.path).name] == ["a.onnx", "b.onnx"]
+    assert a.input == b.input == str(folder)
+
+
+def test_gates_and_ignore_from_python() -> None:
+    request = AuditRequest((str(GQA),), settings=Settings(max_params=parse_limit("10k"), fail_on=frozenset({"MHA005"})))
+    (outcome,) = run(request)
+    assert isinstance(outcome, Audited)
+    failed = {g.gate for g in outcome.extras.gates if not g.passed}
+    assert failed == {"max-params", "fail-on"}
+    ignored = AuditRequest((str(GQA),), settings=Settings(fail_on=frozenset({"MHA005"}), ignore=frozenset({"MHA005"})))
+    (outcome,) = run(ignored)
+    assert isinstance(outcome, Audited)
+    assert not outcome.report.flags and outcome.extras.ignored == (("MHA005", 1),)
+    assert all(g.passed for g in outcome.extras.gates)
+    assert [f.code for f in mhainspect.inspect(GQA).flags] == ["MHA005"]
+    assert mhainspect.inspect(GQA, ignore=["MHA005"]).flags == ()
+
+
+def test_per_model_config_from_python(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copyfile(GQA, tmp_path / "m.onnx")
+    (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\nignore = ["MHA005"]\nmax-params = "10k"\n')
+    assert [f.code for f in mhainspect.inspect(tmp_path / "m.onnx").flags] == ["MHA005"]  # no config read
+    assert mhainspect.inspect(tmp_path / "m.onnx", config=True).flags == ()
+    (record,) = mhainspect.audit_records(tmp_path / "m.onnx", config=True)
+    assert record["ignored_flags"] == {"MHA005": 1}
+    assert [g["gate"] for g in record["gates"] if not g["passed"]] == ["max-params"]
+    # the CLI reads the same file the same way
+    doc = in_process(capsys, monkeypatch)(tmp_path / "m.onnx", "-f", "json").json()
+    assert doc["ignored_flags"] == record["ignored_flags"] and doc["gates"] == record["gates"]
+
+
+def test_verify_from_python() -> None:
+    pytest.importorskip("onnxruntime")
+    report = mhainspect.inspect(GQA, verify=True)
+    (block,) = report.blocks
+    assert block.verification is not None and block.verification.status == "confirmed"
+    assert block.verification.observed_heads == 8 and block.verification.observed_kv_heads == 2
+    assert mhainspect.inspect(GQA).blocks[0].verification is None
+
+
+def test_the_api_raises_what_the_audit_raises(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\xff not a model")
+    with pytest.raises(mhainspect.InputError) as err:
+        mhainspect.inspect(bad)
+    assert err.value.kind is ErrorKind.INVALID
+    results = list(mhainspect.audit_many([bad, GQA]))
+    assert [type(r) for _, r in results] == [AuditFailure, mhainspect.Report]
