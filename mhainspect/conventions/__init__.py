@@ -15,7 +15,6 @@ Formulas were checked against the real layers (tests/test_conventions.py): torch
 """
 
 from mhainspect.conventions.common import (
-    CALC_RENDERERS,
     ArgValue,
     Calculation,
     Comparison,
@@ -41,7 +40,6 @@ from mhainspect.conventions.t5 import t5
 from mhainspect.conventions.vs import VsChange, VsResult, vs
 
 __all__ = [
-    "CALC_RENDERERS",
     "CONVENTIONS",
     "LAYER_NAMES",
     "ArgValue",

@@ -4,6 +4,7 @@ the argument spec a convention declares (its names, kinds, defaults, aliases).""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -71,7 +72,7 @@ class Calculation:
 
     def __str__(self) -> str:
         """``print(mhainspect.calc(...))``: the term-by-term breakdown ``mhainspect calc`` prints."""
-        return CALC_RENDERERS.text(self) if CALC_RENDERERS.text else repr(self)
+        return _render_calc(self, "text")
 
     def __repr__(self) -> str:
         """One line (the dataclass repr is ~1,500 characters); the fields hold it all."""
@@ -80,7 +81,7 @@ class Calculation:
 
     def _repr_html_(self) -> str | None:
         """Jupyter shows a calculation as ``calc -f html`` does: the formula, the bar, the curve."""
-        return CALC_RENDERERS.html(self) if CALC_RENDERERS.html else None
+        return _render_calc(self, "html")
 
 
 class Comparison(tuple[tuple[str, "Calculation | str"], ...]):
@@ -88,24 +89,18 @@ class Comparison(tuple[tuple[str, "Calculation | str"], ...]):
     that prints as ``calc --compare`` and that Jupyter shows as its HTML page."""
 
     def __str__(self) -> str:
-        return CALC_RENDERERS.compare_text(self) if CALC_RENDERERS.compare_text else repr(self)
+        return _render_calc(self, "text")
 
     def _repr_html_(self) -> str | None:
-        return CALC_RENDERERS.compare_html(self) if CALC_RENDERERS.compare_html else None
+        return _render_calc(self, "html")
 
 
-class _CalcRenderers:
-    """Calculation's and Comparison's text and notebook views call the renderers, which sit above
-    this package: the Python API (``mhainspect.calc``, ``mhainspect.compare``) installs them; until
-    then they read as their repr."""
-
-    text: Callable[[Calculation], str] | None = None
-    html: Callable[[Calculation], str] | None = None
-    compare_text: Callable[[Comparison], str] | None = None
-    compare_html: Callable[[Comparison], str] | None = None
-
-
-CALC_RENDERERS = _CalcRenderers()
+def _render_calc(calculation: Calculation | Comparison, fmt: str) -> str:
+    """``mhainspect.render.render_calc``, looked up when a calculation is printed or shown: the
+    renderers sit above this package, so they are found by name at call time (nothing is attached
+    at import)."""
+    text: str = importlib.import_module("mhainspect.render").render_calc(calculation, fmt)
+    return text
 
 
 def positive(name: str, value: object) -> int:

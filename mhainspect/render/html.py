@@ -7,7 +7,7 @@ string from the model goes through ``safe.html``; none reaches an attribute othe
 text one, a URL, a style or an id (ids are counters).
 
 ``render_html_body`` is the same content without the page around it, for Jupyter
-(``Report._repr_html_``, through ``findings.REPORT_RENDERERS``, set in ``mhainspect/__init__.py``).
+(``Report._repr_html_``, through ``mhainspect.render.render``).
 """
 
 from __future__ import annotations

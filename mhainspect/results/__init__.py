@@ -24,13 +24,11 @@ from mhainspect.results.blocks import (
     projection_tensor_names,
 )
 from mhainspect.results.report import (
-    REPORT_RENDERERS,
     SCHEMA_VERSION,
     ModelFacts,
     ModelSummary,
     Report,
     Reports,
-    _ReportRenderers,
     attention_params,
     contradicted,
 )
@@ -50,4 +48,4 @@ from mhainspect.results.vocabulary import (
     warning_code,
 )
 
-__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheFactors', 'CacheStatus', 'Evidence', 'EvidenceSource', 'FitStatus', 'Flag', 'GpuFit', 'KVCache', 'LatentKV', 'Matcher', 'MemoryAtContext', 'Miss', 'MixtureOfExperts', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'REPORT_RENDERERS', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WeightDtypeWhatIf', 'WhatIf', '_ReportRenderers', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']
+__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheFactors', 'CacheStatus', 'Evidence', 'EvidenceSource', 'FitStatus', 'Flag', 'GpuFit', 'KVCache', 'LatentKV', 'Matcher', 'MemoryAtContext', 'Miss', 'MixtureOfExperts', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WeightDtypeWhatIf', 'WhatIf', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']

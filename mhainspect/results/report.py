@@ -3,7 +3,8 @@ mhainspect.render."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,19 +56,20 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of ``--format json`` (docs/report.schema.json) as plain Python data."""
-        return REPORT_RENDERERS.to_dict(self)  # the one JSON implementation, render.json_render
+        data: dict[str, Any] = _render_layer().to_dict(self)  # the one JSON implementation, render.json_render
+        return data
 
     def to_json(self) -> str:
         """``--format json``'s text for this report."""
-        return REPORT_RENDERERS.to_json(self)
+        return _render(self, "json")
 
     def to_text(self, width: int | None = None) -> str:
         """The terminal report as plain text (no colour), fitted to ``width`` columns (default 100)."""
-        return REPORT_RENDERERS.text(self, width)
+        return _render(self, "text", width)
 
     def to_markdown(self) -> str:
         """``--format markdown``'s text for this report."""
-        return REPORT_RENDERERS.markdown(self)
+        return _render(self, "markdown")
 
     def __str__(self) -> str:
         """``print(report)``: the terminal report (``to_text()``)."""
@@ -82,7 +84,7 @@ class Report:
 
     def _repr_html_(self) -> str:
         """Jupyter shows a Report as the HTML report's body (charts included)."""
-        return REPORT_RENDERERS.html(self)
+        return _render(self, "html")
 
 
 class Reports(list[Report]):
@@ -91,31 +93,26 @@ class Reports(list[Report]):
 
     def to_text(self, width: int | None = None) -> str:
         """One row per model, then each model's terminal report, as plain text (default 100 columns)."""
-        return REPORT_RENDERERS.text_many(self, width)
+        return _render(self, "text", width)
 
     def to_markdown(self) -> str:
-        return REPORT_RENDERERS.markdown_many(self)
+        return _render(self, "markdown")
 
     def _repr_html_(self) -> str:
-        return REPORT_RENDERERS.html_many(self)
+        return _render(self, "html")
 
 
-class _ReportRenderers:
-    """Report's to_dict/to_json/to_text/to_markdown/_repr_html_ (and Reports') call the renderers,
-    which sit above this module (imports only point down): ``mhainspect/__init__.py``, the top of
-    the package, installs them, each importing its renderer only when called."""
-
-    to_dict: Callable[[Report], dict[str, Any]]
-    to_json: Callable[[Report], str]
-    text: Callable[[Report, int | None], str]
-    markdown: Callable[[Report], str]
-    html: Callable[[Report], str]
-    text_many: Callable[[Sequence[Report], int | None], str]
-    markdown_many: Callable[[Sequence[Report]], str]
-    html_many: Callable[[Sequence[Report]], str]
+def _render_layer() -> Any:
+    """``mhainspect.render``, looked up when a Report is asked to render itself: the renderers sit
+    above this module (imports only point down), so Report's convenience methods find them by name
+    at call time; nothing is attached at import, and importing a Report imports no renderer."""
+    return importlib.import_module("mhainspect.render")
 
 
-REPORT_RENDERERS = _ReportRenderers()
+def _render(reports: Report | Sequence[Report], fmt: str, width: int | None = None) -> str:
+    text: str = _render_layer().render(reports, fmt, width=width)
+    return text
+
 
 SCHEMA_VERSION = "1.0"
 
