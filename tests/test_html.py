@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from mhainspect import conventions
+from mhainspect.analysis.charts import kv_bytes_at, with_charts
 from mhainspect.analysis.size import self_cache_bytes
 from mhainspect.analysis.whatif import what_if
 from mhainspect.cli.app import main
@@ -21,7 +22,7 @@ from mhainspect.ir.units import format_bytes, group
 from mhainspect.pipeline import audit
 from mhainspect.render import links
 from mhainspect.render.calc_html import render_calc_html, render_compare_html
-from mhainspect.render.html import kv_bytes_at, render_html, render_html_body
+from mhainspect.render.html import render_html, render_html_body
 from mhainspect.render.safe import html
 from mhainspect.render.size_lines import IF_DECODED_LABEL, size_lines
 from mhainspect.results import CacheStatus, KVCache, Report
@@ -71,10 +72,11 @@ def test_every_block_and_its_numbers(reports: dict[str, Report]) -> None:
 
 
 def test_whatif_chart_uses_whatif_numbers(reports: dict[str, Report]) -> None:
-    """One source of truth: the chart's points are whatif.what_if's counts."""
+    """One source of truth: the chart's points are whatif.what_if's counts, stored in the Report."""
     for name in ("keras_per_head", "standard_mha", "gqa_llama"):
         r = reports[name]
         b = r.blocks[0]
+        assert b.what_if_curve and all(w == what_if(b, w.num_heads) for w in b.what_if_curve)
         body = render_html_body(r)
         h = b.num_heads
         assert h is not None
@@ -98,7 +100,9 @@ def test_kv_cache_and_sizes_render_when_known(reports: dict[str, Report]) -> Non
     kv = KVCache(bytes_per_token=128, dtype="float32", context=4096, total_bytes=128 * 4096)
     model = dataclasses.replace(r.model, weight_bytes=41_216, weight_bytes_by_dtype=(("float32", 41_216),),
                                 weight_bytes_overhead=256, kv_cache=kv)
-    sized = dataclasses.replace(r, model=model, blocks=(b,))
+    sized = with_charts(dataclasses.replace(r, model=model, blocks=(b,)))  # the chart's points, as analysis stores them
+    stored = sized.model.kv_cache
+    assert stored is not None and dict(stored.by_context)[4096] == 128 * 4096
     page = render_html(sized)
     assert "KV cache against context length" in page and "KV cache per token" in page
     assert "40.2 KiB" in page and "float32 40.2 KiB" in page and "overhead" in page
@@ -108,8 +112,8 @@ def test_kv_cache_and_sizes_render_when_known(reports: dict[str, Report]) -> Non
     assert "4,096 tokens: 512 KiB" in page  # the model's own point, marked
     assert "from a causal mask only" not in page
     # A figure only a causal mask gives says so, as the table and markdown do (was: shown as known).
-    guessed = dataclasses.replace(sized, model=dataclasses.replace(model, kv_cache=dataclasses.replace(
-        kv, status=CacheStatus.IF_DECODED)))
+    guessed = dataclasses.replace(sized, model=dataclasses.replace(sized.model, kv_cache=dataclasses.replace(
+        stored, status=CacheStatus.IF_DECODED)))
     assert html(IF_DECODED_LABEL) in render_html(guessed)
     assert any(IF_DECODED_LABEL in line for line in size_lines(guessed))
     assert kv_bytes_at(sized, 8192) == 128 * 8192

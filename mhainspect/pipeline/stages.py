@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mhainspect.analysis.charts import with_charts
 from mhainspect.analysis.decoding import as_told, decoder_warnings, size_option_warnings
 from mhainspect.analysis.fit import FitOptions, gpu_fit
 from mhainspect.analysis.report import report_from
@@ -62,7 +63,7 @@ def analyse(result: SourceResult, options: AuditOptions | None = None) -> Report
              *size_option_warnings(report, context=size.context is not None, batch=size.batch != 1,
                                    kv_dtype=size.kv_dtype is not None, decoder=size.decoder))
     report = dataclasses.replace(report, warnings=(*report.warnings, *notes)) if notes else report
-    return with_memory(report, size, result.model)
+    return with_charts(with_memory(report, size, result.model))
 
 
 def with_memory(report: Report, size: SizeOptions, model: ModelFacts) -> Report:

@@ -18,8 +18,6 @@ from collections.abc import Iterable, Sequence
 
 from mhainspect import __version__
 from mhainspect.analysis.gates import NO_EXTRAS, ModelExtras
-from mhainspect.analysis.size import self_cache_bytes
-from mhainspect.analysis.whatif import what_if
 from mhainspect.ir.units import format_bytes, group, human_count
 from mhainspect.render import links
 from mhainspect.render.cells import (
@@ -63,9 +61,9 @@ from mhainspect.render.svg import (
     stacked_bars,
     truncate,
 )
-from mhainspect.results import AttentionBlock, BlockKind, CacheStatus, Flag, KVCache, Report, Severity
+from mhainspect.results import AttentionBlock, CacheStatus, Flag, KVCache, Report, Severity
 
-__all__ = ["CSP", "kv_bytes_at", "page", "render_html", "render_html_body", "repr_html"]
+__all__ = ["CSP", "page", "render_html", "render_html_body", "repr_html"]
 
 # Nothing may load: no fetch, image, font, frame, form target or base URL; only our stylesheet.
 CSP = (f"default-src 'none'; style-src '{CSS_HASH}'; img-src 'none'; font-src 'none'; connect-src 'none'; "
@@ -314,22 +312,11 @@ def _blocks_word(n: int) -> str:
     return "1 block" if n == 1 else f"{n} blocks"
 
 
-def _head_range(b: AttentionBlock) -> list[int]:
-    h = b.num_heads or 1
-    top = max([2 * h, *(w.num_heads for w in b.what_if)])
-    values = {1, h, 2 * h, *(w.num_heads for w in b.what_if)}
-    p = 2
-    while p <= top:
-        values.add(p)
-        p *= 2
-    return sorted(v for v in values if 1 <= v <= top)
-
-
 def _whatif_chart(members: Sequence[AttentionBlock], ids: Ids) -> str:
     b = members[0]
     h = b.num_heads
-    points = [(x, w) for x in _head_range(b) if (w := what_if(b, x)) is not None]
-    own = what_if(b, h) if h is not None else None
+    points = [(w.num_heads, w) for w in b.what_if_curve]  # analysis.charts computed them
+    own = next((w for x, w in points if x == h), None)
     if h is None or own is None or len(points) < 2:
         return ""
     # h·d_k fixed has no count where the width does not divide into x heads (total_width_fixed None).
@@ -391,30 +378,13 @@ def _whatif_section(report: Report, ids: Ids) -> str:
               "the circled point is the block as it is.</p>")
 
 
-def kv_bytes_at(report: Report, context: int) -> int | None:
-    """KV cache bytes at ``context`` tokens, by the size module's rule (sliding windows capped,
-    shared layers once per application) when the blocks carry per-block figures, else the model's
-    bytes per token; times the cache's batch."""
-    kv = report.model.kv_cache
-    if kv is None or kv.bytes_per_token is None:
-        return None
-    if any(b.kv_cache_bytes_per_token is not None and b.kind != BlockKind.CROSS for b in report.blocks):
-        return self_cache_bytes(report.blocks, context, kv.batch)
-    return kv.bytes_per_token * context * kv.batch
-
-
 def _kv_section(report: Report, ids: Ids) -> str:
     kv: KVCache | None = report.model.kv_cache
-    if kv is None or kv.bytes_per_token is None:
+    if kv is None or kv.bytes_per_token is None or not kv.by_context:
         return ""
-    top = 32768
-    while top < 2 * (kv.context or 0):
-        top *= 2
-    # Linear in context (the cache grows linearly until a sliding window caps it): 16 even steps,
-    # plus the model's own context and every window, where the line bends.
-    windows = {b.sliding_window for b in report.blocks if b.sliding_window is not None and b.sliding_window < top}
-    contexts = sorted({top * i // 16 for i in range(17)} | windows | ({kv.context} if kv.context else set()))
-    points = tuple((float(c), float(v)) for c in contexts if (v := kv_bytes_at(report, c)) is not None)
+    # analysis.charts computed the points: even steps up to the axis' end, the context and every window
+    points = tuple((float(c), float(v)) for c, v in kv.by_context)
+    top = kv.by_context[-1][0]
     marks = []
     if kv.context is not None and kv.total_bytes is not None:
         marks.append(Mark(float(kv.context), float(kv.total_bytes),

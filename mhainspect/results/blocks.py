@@ -193,6 +193,9 @@ class KVCache:
     # are), per token and at ``context``; None for a model without latent blocks.
     expanded_bytes_per_token: int | None = None
     expanded_total_bytes: int | None = None
+    # (context tokens, bytes) at the points the KV chart draws (analysis.charts: even steps up to 32k
+    # or twice the context, every sliding window, the context); drawn by the HTML report, not in the JSON.
+    by_context: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if type(self.status) is not CacheStatus:
@@ -220,6 +223,9 @@ class AttentionBlock:
     unknown_reason: str | None = None  # why heads are unknown, when they are
     conflicts: tuple[str, ...] = ()  # disagreements between evidence sources
     what_if: tuple[WhatIf, ...] = ()  # counts under other head counts (h/2, 2h, --heads N)
+    # The counts at every head count the what-if chart draws (analysis.charts: 1, powers of two up to
+    # 2h or the largest --heads, h); drawn by the HTML report, not part of the JSON document.
+    what_if_curve: tuple[WhatIf, ...] = ()
     verification: BlockVerification | None = None  # outcome of --verify (None: not run)
     weight_bytes: int | None = None  # bytes of the block's stored weights (shared tensors once)
     # None for a block that does not cache, or caches an amount that cannot be sized (see status).
