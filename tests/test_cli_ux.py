@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import onnx
 import pytest
 from cli_run import Run, in_process
 
@@ -434,10 +433,19 @@ def test_api_report_dict_json_repr_and_exports(tmp_path: Path) -> None:
     assert dict(mhainspect.compare(embed_dim=512, num_heads=8))["pytorch"] is not None
 
 
-def test_onnx_samples_still_load() -> None:
-    # guard: the samples this file relies on exist and are ONNX
-    for model in (BERT, KERAS, STANDARD, GQA):
-        onnx.load(str(model), load_external_data=False)
+def test_the_samples_are_what_this_file_says() -> None:
+    """The samples the tests above rely on hold what their comments say (a changed sample fails
+    here, by name, before it fails a test about wrapping or grouping)."""
+    import mhainspect
+
+    bert, keras, standard, gqa = (mhainspect.inspect(m) for m in (BERT, KERAS, STANDARD, GQA))
+    assert [b.params.total for b in bert.blocks] == [16_640, 16_640]
+    assert [b.num_heads for b in bert.blocks] == [8, 4] and "MHA006" in {f.code for f in bert.flags}
+    (k,) = keras.blocks
+    assert (k.num_heads, k.d_k, k.d_model) == (4, 16, 32)
+    assert {(f.code, f.severity.value) for f in keras.flags} >= {("MHA001", "warning")}
+    assert standard.model.total_params == 16_768 and standard.blocks[0].num_heads == 8 and not standard.flags
+    assert [(f.code, f.severity.value) for f in gqa.flags] == [("MHA005", "info")]
 
 
 def test_new_json_keys_follow_the_schema(cli: Any, tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
 """Hostile and broken inputs: never a traceback, a hang or unbounded memory; one line and exit 2, or
 a report (with a warning where something was refused or is corrupt).
 
-Every class of tests/hostile_cases.py runs through the real entry point (``python -m mhainspect``)
-with a timeout and RLIMIT_AS = 4 GiB, in a folder that must be unchanged afterwards (nothing is
-written but what ``-o`` names). In-process tests prove external-data locations are never opened
+Every class of tests/hostile_cases.py runs through the CLI in this process, in a folder that must be
+unchanged afterwards (nothing is written but what ``-o`` names); one smoke case (and the cases that
+need a process without privileges) runs the real entry point (``python -m mhainspect``) with a
+timeout and RLIMIT_AS = 4 GiB. In-process tests prove external-data locations are never opened
 and pin defects of files this suite may not change (strict xfail, with the fix in the reason).
 """
 
@@ -14,6 +15,7 @@ import io
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from typing import Any
 import hostile_cases as hc
 import onnx
 import pytest
+from cli_run import in_process
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.onnx.frontend import external_location_escapes
@@ -64,37 +67,60 @@ def _assert_one_line_error(stderr: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("case", [_case_param(c) for c in hc.CASES])
-def test_cli_on_hostile_input(case: hc.Case, folder: Path) -> None:
-    if case.unprivileged and not hc.can_run_unprivileged():
-        pytest.skip("cannot run the CLI without the privilege to read a mode-000 file")
-    args = case.build(folder)
-    before = hc.snapshot(folder)
-    run = hc.run_cli([*args, "--format", "json"], folder, timeout=case.timeout, unprivileged=case.unprivileged)
-
-    assert run.code is not None, f"no answer within {case.timeout} s (hang)"
-    assert "Traceback" not in run.stdout + run.stderr, run.stderr[-3000:]
-    assert "internal error" not in run.stderr, run.stderr
-    assert "out of memory" not in run.stderr, run.stderr  # hit RLIMIT_AS: memory is not bounded
+def _check_outcome(case: hc.Case, code: int | None, stdout: str, stderr: str, seconds: float, folder: Path,
+                   before: dict[str, tuple[int, int]]) -> None:
+    """What every hostile case must give: an answer, no traceback, nothing written, and either one
+    error line with exit 2 or a report (with the expected warning)."""
+    assert code is not None, f"no answer within {case.timeout} s (hang)"
+    assert "Traceback" not in stdout + stderr, stderr[-3000:]
+    assert "internal error" not in stderr, stderr
+    assert "out of memory" not in stderr, stderr  # hit RLIMIT_AS: memory is not bounded
     if case.budget is not None:
-        assert run.seconds <= case.budget, f"took {run.seconds:.1f} s (budget {case.budget} s)"
+        assert seconds <= case.budget, f"took {seconds:.1f} s (budget {case.budget} s)"
     assert hc.snapshot(folder) == before, "the audit wrote or changed files (only -o may write)"
     assert not (folder / hc.PAYLOAD_MARKER).exists(), "a pickle payload ran"
 
     if case.expect == "error":
-        assert run.code == 2, f"exit {run.code}, stderr: {run.stderr[-2000:]}"
-        line = _assert_one_line_error(run.stderr)
+        assert code == 2, f"exit {code}, stderr: {stderr[-2000:]}"
+        line = _assert_one_line_error(stderr)
         assert case.match in line
         return
-    assert run.code == 0, f"exit {run.code}, stderr: {run.stderr[-2000:]}"
-    assert run.stderr.strip() == "", run.stderr
-    report = json.loads(run.stdout)
+    assert code == 0, f"exit {code}, stderr: {stderr[-2000:]}"
+    assert stderr.strip() == "", stderr
+    report = json.loads(stdout)
     assert report["schema_version"]
     assert report["model"]["total_params"] >= 0
     warnings = report["warnings"]
     if case.expect == "warning":
         assert any(case.match in w for w in warnings), warnings
         assert all("\n" not in w for w in warnings)
+
+
+@pytest.mark.parametrize("case", [_case_param(c) for c in hc.CASES if not c.unprivileged])
+def test_cli_on_hostile_input(case: hc.Case, folder: Path, capsys: pytest.CaptureFixture[str],
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI in this process (tests/cli_run.py) on every hostile case, from the case's folder."""
+    args = case.build(folder)
+    before = hc.snapshot(folder)
+    monkeypatch.delenv("MHAINSPECT_DEBUG", raising=False)
+    monkeypatch.chdir(folder)
+    cli = in_process(capsys, monkeypatch)
+    start = time.perf_counter()
+    run = cli(*args, "--format", "json")
+    _check_outcome(case, run.code, run.out, run.err, time.perf_counter() - start, folder, before)
+
+
+@pytest.mark.parametrize("case", [_case_param(c) for c in hc.CASES
+                                  if c.unprivileged or c.id == "truncated"])
+def test_cli_on_hostile_input_in_a_subprocess(case: hc.Case, folder: Path) -> None:
+    """The real entry point (``python -m mhainspect``) under a wall-clock timeout and RLIMIT_AS: one
+    smoke case, and the cases that need a process without the privilege to read a mode-000 file."""
+    if case.unprivileged and not hc.can_run_unprivileged():
+        pytest.skip("cannot run the CLI without the privilege to read a mode-000 file")
+    args = case.build(folder)
+    before = hc.snapshot(folder)
+    run = hc.run_cli([*args, "--format", "json"], folder, timeout=case.timeout, unprivileged=case.unprivileged)
+    _check_outcome(case, run.code, run.stdout, run.stderr, run.seconds, folder, before)
 
 
 # ------------------------------------------------------------------------------ in process
@@ -119,14 +145,16 @@ def test_service_contract(case: hc.Case, folder: Path) -> None:
 
 @pytest.mark.parametrize("cut", [0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999])
 def test_truncated_anywhere(cut: float, folder: Path) -> None:
+    """A sample cut anywhere is an input error of one line that names the file (a protobuf cut short
+    is never a whole model: every sample ends in fields the graph needs)."""
     for sample in sorted(hc.SAMPLES.glob("*.onnx")):
         data = sample.read_bytes()
         path = folder / sample.name
         path.write_bytes(data[: max(1, int(len(data) * cut))])
-        try:
+        with pytest.raises(InputError) as exc:
             audit(path)
-        except InputError:
-            pass
+        message = str(exc.value)
+        assert str(path) in message and "\n" not in message, message
 
 
 @pytest.fixture
