@@ -34,7 +34,7 @@ EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 
 
 # Plain click help (rich_markup_mode=None): it wraps at word boundaries and never cuts an option name.
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 
@@ -61,6 +61,8 @@ def _root(
 
 
 _SUBCOMMANDS = ("inspect", "calc", "diff")
+# Options of the program itself, not of `inspect`: shell completion is typer's (bash, zsh, fish, PowerShell).
+_ROOT_OPTIONS = ("--help", "-h", "--version", "--install-completion", "--show-completion")
 
 
 def _misspelled(word: str) -> str | None:
@@ -99,6 +101,8 @@ def _spread_vs(args: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: `mhainspect MODEL ...` means `mhainspect inspect MODEL ...`."""
     usage_error, click_exception = _click_exceptions()
+    if os.environ.get("_MHAINSPECT_COMPLETE"):  # a shell asking for completions (typer's protocol)
+        app(prog_name="mhainspect")
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
         typer.echo("mhainspect: error: no model given; usage: mhainspect MODEL... (see mhainspect --help)",
@@ -107,8 +111,14 @@ def main(argv: list[str] | None = None) -> None:
     if args[0] == "calc":
         args = _spread_vs(args)
     if args[0] == "help":  # mhainspect help [COMMAND]
-        args = [*args[1:2], "--help"] if args[1:2] and args[1] in _SUBCOMMANDS else ["--help"]
-    if args[0] not in _SUBCOMMANDS and args[0] not in ("--help", "-h", "--version"):
+        if args[1:2] and args[1] not in _SUBCOMMANDS:
+            close = difflib.get_close_matches(args[1].lower(), _SUBCOMMANDS, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            typer.echo(f"mhainspect: error: no command '{one_line(args[1])}'; {hint}commands: "
+                       f"{', '.join(_SUBCOMMANDS)}", err=True)
+            sys.exit(EXIT_INPUT)
+        args = [*args[1:2], "--help"] if args[1:2] else ["--help"]
+    if args[0] not in _SUBCOMMANDS and args[0] not in _ROOT_OPTIONS:
         guess = _misspelled(args[0])
         if guess is not None:
             typer.echo(f"mhainspect: error: unknown command '{one_line(args[0])}'; did you mean '{guess}'? "
