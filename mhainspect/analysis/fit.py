@@ -128,7 +128,13 @@ def gpu_fit(report: Report, options: FitOptions, model: ModelFacts, context: int
     if kv is not None and kv.bytes_per_encoder_token:
         notes.append("cross-attention's cache (per encoder token) not counted")
     notes.append(NOT_COUNTED)
-    state = 0  # no fixed per-sequence state is recorded for attention blocks: theirs grows with the context
+    # The non-attention mixers' fixed state per sequence (linear attention, SSM, convolution), split
+    # over the GPUs with their layers; attention blocks' caches grow with the context instead.
+    state = -(-kv.state_bytes_per_sequence // gpus) if kv is not None and kv.state_bytes_per_sequence else 0
+    if kv is not None and kv.state_reason:
+        notes.append(f"the mixers' state not counted: {kv.state_reason}")
+    if kv is not None and kv.not_counted:
+        notes.append(f"a lower bound: {kv.not_counted}")
     per_token = sum((b.kv_cache_bytes_per_token or 0) * b.applications for b in cache) if cache else 0
     fit = GpuFit(options.gpu_memory, gpus, FitStatus.UNKNOWN, weight_dtype, None, kv.dtype if kv else None,
                  None, state, batch, None, context, context_source, None, None, tuple(notes))

@@ -32,6 +32,7 @@ from typing import Any
 
 from mhainspect.ir import dtypes
 from mhainspect.ir.dtypes import byte_rate as _rate
+from mhainspect.ir.units import group
 from mhainspect.results import (
     AttentionBlock,
     BlockKind,
@@ -41,13 +42,15 @@ from mhainspect.results import (
     KVCache,
     MemoryAtContext,
     Miss,
+    Mixer,
+    MixerKind,
     ModelFacts,
     Report,
     ReportWarning,
     WarningCode,
     WeightDtypeWhatIf,
 )
-from mhainspect.results.stages import IF_DECODED, BlockDecoding, SizeInputs, StoredTensor
+from mhainspect.results.stages import IF_DECODED, BlockDecoding, MixerLayers, SizeInputs, StoredTensor
 
 
 @cache
@@ -234,7 +237,11 @@ def _block_cache(b: AttentionBlock, d: BlockDecoding | None, kv_dtype: str | Non
     if per_token is None or size is None:  # cache_reason says which (--kv-dtype can size the second)
         return None, dtype, d.reason, status
     how = "--kv-dtype" if kv_dtype else d.dtype_source
-    return per_token, dtype, _factors(b, size, dtype, how, d.reason, d.window, d.window_source), status
+    factors = _factors(b, size, dtype, how, d.reason, d.window, d.window_source)
+    if d.indexer_width:  # the indexer's key, cached beside K/V in the same dtype
+        factors = dataclasses.replace(factors, indexer_width=d.indexer_width, indexer_source=d.indexer_source)
+        per_token += _bytes_of(d.indexer_width, size)
+    return per_token, dtype, factors, status
 
 
 def kv_bytes_per_token(b: AttentionBlock, itemsize: Fraction | None) -> int | None:
@@ -261,6 +268,9 @@ def cache_text(f: CacheFactors) -> str:
                   f"(d_k {f.d_k} + d_v {f.d_v}) = {expanded} values); {f.reason}")
     else:
         detail = f"{heads} {bytes_each}; {f.reason}"
+    if f.indexer_width:
+        detail += (f"; plus the sparse-attention indexer's key: {f.indexer_width} values × {f.itemsize} bytes per token "
+                   f"({f.indexer_source})")
     if f.window is not None and not f.cross:
         detail += f"; sliding window {f.window} ({f.window_source}): keeps at most {f.window - 1} past tokens"
     return detail
@@ -317,7 +327,72 @@ def _counted(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses: Sequence[Miss] = ()) -> KVCache:
+def sized_mixers(mixers: Sequence[MixerLayers]) -> tuple[Mixer, ...]:
+    """The non-attention mixers with their fixed state per layer in bytes (elements × the state's itemsize)."""
+    out = []
+    for m in mixers:
+        size = _itemsize(m.dtype)
+        recurrent = Fraction(4) if m.recurrent_float32 else size
+        if m.conv_elements is None or m.recurrent_elements is None:
+            out.append(Mixer(m.kind, m.layers, m.source, reason=m.reason))
+            continue
+        if size is None or recurrent is None:
+            out.append(Mixer(m.kind, m.layers, m.source, reason=f"the state's dtype ({m.dtype or 'unknown'}) has no size"))
+            continue
+        per_layer = _bytes_of(m.conv_elements, size) + _bytes_of(m.recurrent_elements, recurrent)
+        parts = []
+        if m.conv_elements:
+            parts.append(f"convolution {group(m.conv_elements)} × {size} bytes ({m.dtype}, {m.dtype_source})")
+        if m.recurrent_elements:
+            parts.append(f"recurrent {group(m.recurrent_elements)} × {recurrent} bytes ("
+                         + ("float32, as transformers keeps it" if m.recurrent_float32 else f"{m.dtype}") + ")")
+        dtype = m.dtype if not m.recurrent_float32 or not m.recurrent_elements or m.dtype == "float32" or \
+            not m.conv_elements else "mixed"
+        out.append(Mixer(m.kind, m.layers, m.source, per_layer, dtype, f"{m.state_source}: {' + '.join(parts)}"))
+    return tuple(out)
+
+
+def _layers_text(layers: Sequence[int]) -> str:
+    shown = ", ".join(str(i) for i in layers[:8])
+    return f"layer {shown}" if len(layers) == 1 else f"layers {shown}" + (" ..." if len(layers) > 8 else "")
+
+
+def _with_mixers(kv: KVCache, mixers: Sequence[Mixer]) -> KVCache:
+    """The cache with the mixers' fixed state beside it, and a lower bound when some layers are of a
+    kind not known here (what they cache is not in the figure, and the figure says so)."""
+    if not mixers:
+        return kv
+    stateful = [m for m in mixers if m.kind is not MixerKind.UNKNOWN]
+    unknown = [m for m in mixers if m.kind is MixerKind.UNKNOWN]
+    state: int | None = None
+    state_reason = None
+    if stateful:
+        missing = [m for m in stateful if m.state_bytes_per_layer is None]
+        if missing:
+            state_reason = (f"the state of {_counted(sum(m.count for m in missing), 'layer')} of {missing[0].kind} "
+                            f"({_layers_text(missing[0].layers)}) cannot be sized: {missing[0].reason}")
+        else:
+            state = sum(m.state_bytes_per_sequence or 0 for m in stateful)
+    if not unknown:
+        return dataclasses.replace(kv, state_bytes_per_sequence=state, state_reason=state_reason)
+    layers = sorted(i for m in unknown for i in m.layers)
+    not_counted = (f"{_counted(len(layers), 'layer')} of a type not known here ({_layers_text(layers)}; "
+                   f"{unknown[0].source}) not counted")
+    if kv.bytes_per_token is None:  # nothing sized: unknown, never "none"
+        reason = kv.reason if kv.status is CacheStatus.UNKNOWN else not_counted
+        return dataclasses.replace(kv, status=CacheStatus.UNKNOWN, reason=reason, state_bytes_per_sequence=state,
+                                   state_reason=state_reason, not_counted=not_counted)
+    return dataclasses.replace(kv, state_bytes_per_sequence=state, state_reason=state_reason, lower_bound=True,
+                               not_counted=not_counted)
+
+
+def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses: Sequence[Miss] = (),
+                 mixers: Sequence[Mixer] = ()) -> KVCache:
+    """The model's KV cache (``_known_cache``) with the non-attention mixers' state beside it."""
+    return _with_mixers(_known_cache(blocks, options, misses), mixers)
+
+
+def _known_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses: Sequence[Miss] = ()) -> KVCache:
     """The model's KV cache: unknown when a near miss or a block caches without a size; else what
     the caching self-attention blocks hold (cross-attention per encoder token beside it)."""
     missed = _missed_caches(misses, options)
@@ -383,8 +458,10 @@ def _self_cache(caching: Sequence[AttentionBlock], dtype: str | None, per_encode
         reason = f"{IF_DECODED}; {reason}" if reason else IF_DECODED
         status = CacheStatus.IF_DECODED
     expanded, expanded_total = _expanded_cache(caching, options)
+    indexer = sum(b.kv_cache_indexer_bytes_per_token * b.applications for b in caching)
     return KVCache(per_token, dtype, options.context, options.batch, total, per_encoder, reason=reason, status=status,
-                   expanded_bytes_per_token=expanded, expanded_total_bytes=expanded_total)
+                   expanded_bytes_per_token=expanded, expanded_total_bytes=expanded_total,
+                   indexer_bytes_per_token=indexer or None)
 
 
 def _expanded_cache(caching: Sequence[AttentionBlock], options: SizeOptions) -> tuple[int | None, int | None]:
@@ -408,8 +485,12 @@ def _figure_fields(b: AttentionBlock, per_token: int, dtype: str | None, factors
     expanded = None
     if b.latent is not None and (n := _expanded_elements(b)) is not None and (size := _itemsize(dtype)) is not None:
         expanded = _bytes_of(n, size)
+    indexer = _bytes_of(factors.indexer_width, Fraction(factors.itemsize))
+    if expanded is not None:
+        expanded += indexer
     return {"kv_cache_bytes_per_token": per_token, "kv_cache_reason": None, "kv_cache_dtype": dtype,
-            "evidence": evidence, "kv_cache_expanded_bytes_per_token": expanded}
+            "evidence": evidence, "kv_cache_expanded_bytes_per_token": expanded,
+            "kv_cache_indexer_bytes_per_token": indexer}
 
 
 def _with_figure(b: AttentionBlock, per_token: int, dtype: str | None, factors: CacheFactors, source: str,
@@ -454,11 +535,13 @@ def apply(blocks: Sequence[AttentionBlock], inputs: SizeInputs, options: SizeOpt
     if weights.unsized:
         shown = ", ".join(f"'{n}'" for n in weights.unsized[:5])
         warnings.append(f"tensors of a type without a size ({len(weights.unsized)}): {shown}; not in weight_bytes")
+    mixers = sized_mixers(inputs.mixers)
     summary: dict[str, Any] = {
         "weight_bytes": weights.total if inputs.tensors else None,
         "weight_bytes_by_dtype": weights.by_dtype,
         "weight_bytes_overhead": weights.overhead if inputs.tensors else None,
-        "kv_cache": _model_cache(sized, options, misses),
+        "kv_cache": _model_cache(sized, options, misses, mixers),
+        "mixers": mixers,
     }
     return sized, summary, tuple(warnings)
 
@@ -509,9 +592,11 @@ def with_options(report: Report, options: SizeOptions) -> Report:
                 source = before.source
             per_token = kv_bytes_per_token(b, new_size)
             assert per_token is not None  # its elements are known (checked above)
+            per_token += _bytes_of(factors.indexer_width, new_size)
             changed.append(_with_figure(b, per_token, name, factors, source, status))
         blocks = tuple(changed)
-    model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options, report.misses))
+    model = dataclasses.replace(report.model, kv_cache=_model_cache(blocks, options, report.misses,
+                                                                    report.model.mixers))
     return dataclasses.replace(report, blocks=blocks, model=model)
 
 
@@ -542,8 +627,16 @@ def memory_at_context(report: Report, options: SizeOptions, model: ModelFacts) -
         reason = f"the KV cache is unknown: {kv.reason}" if kv is not None and kv.reason else "the KV cache is unknown"
     elif kv is not None and kv.bytes_per_encoder_token:
         reason = "cross-attention adds bytes_per_encoder_token per encoder token per sequence"
-    total = None if weights is None or cache is None else weights + cache
-    return MemoryAtContext(context, source, options.batch, weights, cache, total, reason)
+    state = None
+    if kv is not None and kv.state_bytes_per_sequence is not None:
+        state = kv.state_bytes_per_sequence * options.batch
+    elif kv is not None and kv.state_reason is not None and reason is None:
+        reason = f"the non-attention layers' state is unknown: {kv.state_reason}"
+    if kv is not None and kv.lower_bound and reason is None:
+        reason = f"a lower bound: {kv.not_counted}"
+    total = None if weights is None or cache is None or (kv is not None and kv.state_reason is not None) \
+        else weights + cache + (state or 0)
+    return MemoryAtContext(context, source, options.batch, weights, cache, total, reason, state)
 
 
 _LLAMA_CPP_MIX = re.compile(r"^(?P<base>q\d_k)_(?:s|m|l)$")  # llama.cpp file types: mostly base, some tensors wider
@@ -585,5 +678,6 @@ def weight_dtype_what_if(report: Report, name: str) -> WeightDtypeWhatIf:
                                  "over", mix) if x)
     memory = report.model.memory
     kv = memory.kv_cache_bytes if memory is not None else None
+    state = (memory.state_bytes or 0) if memory is not None else 0
     return WeightDtypeWhatIf(name, dtype, float(found.bits_per_element), size,
-                             None if kv is None else size + kv, note)
+                             None if kv is None else size + kv + state, note)

@@ -12,6 +12,8 @@ from math import prod
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from mhainspect.frontends.checkpoint.arch_defaults import ConfigView
+from mhainspect.frontends.checkpoint.layer_types import LayerPlan, LayerType, layer_plan
 from mhainspect.ir import dtypes
 from mhainspect.ir.dtypes import byte_rate as _rate
 from mhainspect.ir.limits import MAX_CONFIG_INT, config_int
@@ -54,10 +56,14 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
     """The block's sliding window from the config: layer_types, sliding_window_pattern, Gemma 2's
     alternation, Qwen2's use_sliding_window/max_window_layers, or sliding_window for every layer."""
     c = _sub_config(cfg, block_name)
+    i = layer_index(block_name)
+    plan = _plan(c)
+    if plan is not None and plan.chunk is not None and plan.kind(i) is LayerType.CHUNKED:
+        # transformers caches a chunked layer as a sliding one of the chunk's size (DynamicSlidingWindowLayer)
+        return plan.chunk, f"config layer {i} chunked attention ({plan.said}), {plan.chunk_said}"
     window = config_int(c.get("sliding_window"))
     if window is None:
         return None, ""
-    i = layer_index(block_name)
     types = c.get("layer_types")
     if isinstance(types, list) and types:
         if i is None or i >= len(types):
@@ -79,6 +85,12 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
         return (window, f"config max_window_layers = {max_window_layers}, sliding_window = {window}") \
             if i >= max_window_layers else (None, "")
     return window, f"config sliding_window = {window}"
+
+
+def _plan(c: Mapping[str, Any]) -> LayerPlan | None:
+    """The config's layer plan (``layer_types``), for a config of a stack with one."""
+    kind = c.model_type if isinstance(c, ConfigView) else c.get("model_type")
+    return layer_plan(c, kind if isinstance(kind, str) else None)
 
 
 def _prediction_layer(cfg: Mapping[str, Any], block_name: str) -> str | None:
@@ -122,6 +134,10 @@ def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) 
     draft = _prediction_layer(cfg, block_name)
     if draft is not None:
         return False, draft
+    plan = _plan(_sub_config(cfg, block_name)) if not cross else None
+    layer = layer_index(block_name)
+    if plan is not None and plan.reuses(layer):
+        return False, f"layer {layer} reuses the K/V an earlier layer of its type caches ({plan.reuse_said}), so it adds none"
     if cfg.get("is_encoder_decoder") is True:
         if cross or any(w in name for w in _DECODER_WORDS):
             return True, "config is_encoder_decoder: a decoder layer"
@@ -171,8 +187,14 @@ def config_decoding(cfg: Mapping[str, Any] | None, blocks: Sequence[AttentionBlo
             continue
         caches, reason = config_causal(cfg, b.name, b.kind == BlockKind.CROSS)
         window, wsource = _window(cfg, b.name) if b.kind != BlockKind.CROSS else (None, "")
+        plan = _plan(_sub_config(cfg, b.name)) if b.kind != BlockKind.CROSS else None
+        layer = layer_index(b.name)
+        indexer, isource = 0, ""
+        if plan is not None and plan.indexer_width and plan.kind(layer) is LayerType.INDEXED:
+            indexer, isource = plan.indexer_width, plan.indexer_said.removeprefix("config.json ")
         out.append(BlockDecoding(b.name, caches, f"{label}: {reason}", dtype, dsource, window,
-                                 f"{label} {wsource.removeprefix('config ')}" if window else ""))
+                                 f"{label} {wsource.removeprefix('config ')}" if window else "",
+                                 indexer_width=indexer, indexer_source=f"{label} {isource}" if indexer else ""))
     return tuple(out)
 
 

@@ -26,6 +26,7 @@ from mhainspect.results import (
     KVCache,
     MemoryAtContext,
     Miss,
+    Mixer,
     MixtureOfExperts,
     ModelSummary,
     ParamBreakdown,
@@ -116,6 +117,8 @@ def _model(model: ModelSummary) -> JSONDict:
         **({} if model.memory is None else {"memory": _memory(model.memory)}),
         **({} if model.weight_dtype is None else {"weight_dtype": _weight_dtype(model.weight_dtype)}),
         **({} if model.fit is None else {"fit": _fit(model.fit)}),
+        # only for a model with layers that are no softmax attention (linear attention, SSM, convolution)
+        **({"mixers": [_mixer(m) for m in model.mixers]} if model.mixers else {}),
     }
 
 
@@ -137,6 +140,20 @@ def _fit(fit: GpuFit) -> JSONDict:
         "max_batch": _opt_int(fit.max_batch),
         "notes": list(fit.notes),
         "reason": fit.reason,
+    }
+
+
+def _mixer(m: Mixer) -> JSONDict:
+    return {
+        "kind": m.kind.value,
+        "count": _int(m.count),
+        "layers": [_int(i) for i in m.layers],
+        "source": m.source,
+        "state_bytes_per_layer": _opt_int(m.state_bytes_per_layer),
+        "state_bytes_per_sequence": _opt_int(m.state_bytes_per_sequence),
+        "dtype": m.dtype,
+        "state_source": m.state_source,
+        "reason": m.reason,
     }
 
 
@@ -164,6 +181,7 @@ def _memory(memory: MemoryAtContext) -> JSONDict:
         "kv_cache_bytes": _opt_int(memory.kv_cache_bytes),
         "total_bytes": _opt_int(memory.total_bytes),
         "reason": memory.reason,
+        **({} if memory.state_bytes is None else {"state_bytes": _int(memory.state_bytes)}),
     }
 
 
@@ -192,6 +210,14 @@ def _kv_cache(kv: KVCache) -> JSONDict:
     if kv.expanded_bytes_per_token is not None:  # only when some caching block is latent attention
         data["expanded_bytes_per_token"] = _int(kv.expanded_bytes_per_token)
         data["expanded_total_bytes"] = _opt_int(kv.expanded_total_bytes)
+    if kv.indexer_bytes_per_token is not None:  # only with a sparse-attention indexer
+        data["indexer_bytes_per_token"] = _int(kv.indexer_bytes_per_token)
+    if kv.state_bytes_per_sequence is not None or kv.state_reason is not None:  # only beside state-keeping mixers
+        data["state_bytes_per_sequence"] = _opt_int(kv.state_bytes_per_sequence)
+        data["state_reason"] = kv.state_reason
+    if kv.not_counted is not None:  # only when layers of a kind not known here are left out
+        data["lower_bound"] = bool(kv.lower_bound)
+        data["not_counted"] = kv.not_counted
     return data
 
 
@@ -283,6 +309,8 @@ def _block(block: AttentionBlock, model_total: int) -> JSONDict:
                           "q_rank": _opt_int(block.latent.q_rank), "cached_width": _int(block.latent.cached_width),
                           "tensors": list(block.latent.tensors), "runtime_expands": bool(block.latent.runtime_expands)}
         data["kv_cache_expanded_bytes_per_token"] = _opt_int(block.kv_cache_expanded_bytes_per_token)
+    if block.kv_cache_indexer_bytes_per_token:  # only for sparse attention with an indexer (DeepSeek-V3.2)
+        data["kv_cache_indexer_bytes_per_token"] = _int(block.kv_cache_indexer_bytes_per_token)
     if block.applications != 1:  # only for a module whose weights one run applies several times
         data["applications"] = _int(block.applications)
     if block.verification is not None:  # only when --verify ran

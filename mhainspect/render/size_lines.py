@@ -8,7 +8,7 @@ from mhainspect.results import AttentionBlock, BlockKind, CacheStatus, FitStatus
 from mhainspect.results.stages import IF_DECODED
 
 __all__ = ["IF_DECODED_LABEL", "OVERHEAD_LABEL", "block_cache_text", "block_size_line", "experts_line",
-           "fit_lines", "latent_cache_text", "memory_line", "size_lines", "weight_dtype_line"]
+           "fit_lines", "latent_cache_text", "memory_line", "mixer_lines", "size_lines", "weight_dtype_line"]
 
 # What weight_bytes_overhead is called in every format (table, markdown, html).
 OVERHEAD_LABEL = "overhead (not parameters: scales, zero points, constant tables)"
@@ -47,7 +47,8 @@ def _cache_lines(report: Report, kv: KVCache) -> list[str]:
     if kv.bytes_per_token is None:
         lines.append(f"KV cache: {'none' if kv.status is CacheStatus.NONE else 'unknown'} ({kv.reason or ''})")
     else:
-        line = f"KV cache: {_bytes(kv.bytes_per_token)} per token ({kv.dtype})"
+        floor = "at least " if kv.lower_bound else ""
+        line = f"KV cache: {floor}{_bytes(kv.bytes_per_token)} per token ({kv.dtype})"
         if kv.total_bytes is not None and kv.context is not None:
             line += f"; {_bytes(kv.total_bytes)} at context {group(kv.context)}"
             line += f" × batch {group(kv.batch)}" if kv.batch != 1 else ""
@@ -56,6 +57,11 @@ def _cache_lines(report: Report, kv: KVCache) -> list[str]:
         lines.append(line)
         if kv.status is CacheStatus.IF_DECODED:
             lines.append(f"  {IF_DECODED_LABEL}")
+    if kv.not_counted is not None:
+        lines.append(f"  a lower bound: {kv.not_counted}")
+    if kv.indexer_bytes_per_token:
+        lines.append(f"  of which sparse-attention indexer keys: {_bytes(kv.indexer_bytes_per_token)} per token")
+    lines += mixer_lines(report)
     latent = latent_cache_text(report)
     if latent is not None:
         lines.append(f"  {latent}")
@@ -67,6 +73,24 @@ def _cache_lines(report: Report, kv: KVCache) -> list[str]:
         lines.append(f"  {n} sliding-window block{'s' if n != 1 else ''} (window "
                      f"{', '.join(group(w) for w in windows)}) hold{'s' if n == 1 else ''} at most "
                      f"{', '.join(group(max(w - 1, 0)) for w in windows)} past tokens")
+    return lines
+
+
+def _layers(layers: tuple[int, ...]) -> str:
+    shown = ", ".join(str(i) for i in layers[:12])
+    return ("layer " if len(layers) == 1 else "layers ") + shown + (", ..." if len(layers) > 12 else "")
+
+
+def mixer_lines(report: Report) -> list[str]:
+    """The layers that are no attention block, by kind, with the fixed state they keep per sequence."""
+    lines = []
+    for m in report.model.mixers:
+        head = f"  {m.kind} mixer, {m.count} layer{'s' if m.count != 1 else ''} ({_layers(m.layers)}; {m.source})"
+        if m.state_bytes_per_layer is not None and m.state_bytes_per_sequence is not None:
+            lines.append(f"{head}: no K/V per token; a fixed state of {_bytes(m.state_bytes_per_layer)} per layer, "
+                         f"{_bytes(m.state_bytes_per_sequence)} per sequence ({m.state_source})")
+        else:
+            lines.append(f"{head}: {m.reason or 'state unknown'}")
     return lines
 
 
@@ -97,8 +121,9 @@ def memory_line(report: Report) -> str | None:
     at += "" if mem.context_source == "--context" else f", {mem.context_source}"
     if mem.total_bytes is None or mem.weight_bytes is None or mem.kv_cache_bytes is None:
         return f"Memory at {at}: unknown ({mem.reason or ''})"
+    state = f" + mixer state {format_bytes(mem.state_bytes)}" if mem.state_bytes is not None else ""
     line = (f"Memory at {at}: weights {format_bytes(mem.weight_bytes)} + KV cache {format_bytes(mem.kv_cache_bytes)}"
-            f" = {_bytes(mem.total_bytes)}; activations and runtime buffers not counted")
+            f"{state} = {_bytes(mem.total_bytes)}; activations and runtime buffers not counted")
     kv = report.model.kv_cache
     if kv is not None and kv.bytes_per_encoder_token:  # said in words, not by the JSON field's name
         return line + (f"; cross-attention adds {_bytes(kv.bytes_per_encoder_token)} per encoder token per "

@@ -13,6 +13,7 @@ from mhainspect.results.vocabulary import (
     EvidenceSource,
     FitStatus,
     Matcher,
+    MixerKind,
     Severity,
     VerifyStatus,
 )
@@ -37,6 +38,8 @@ class CacheFactors:
     window: int | None = None  # sliding window (self-attention only)
     window_source: str = ""
     latent: LatentKV | None = None  # the block's latent K/V (what an MLA runtime caches)
+    indexer_width: int = 0  # a sparse-attention indexer's key, cached beside K/V (DeepSeek-V3.2)
+    indexer_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -196,10 +199,52 @@ class KVCache:
     # (context tokens, bytes) at the points the KV chart draws (analysis.charts: even steps up to 32k
     # or twice the context, every sliding window, the context); drawn by the HTML report, not in the JSON.
     by_context: tuple[tuple[int, int], ...] = ()
+    # Of bytes_per_token: the keys a sparse-attention indexer caches (DeepSeek-V3.2's lightning
+    # indexer, one key of index_head_dim per token per layer); None for a model without one.
+    indexer_bytes_per_token: int | None = None
+    # What the non-attention mixers (``ModelSummary.mixers``) hold per sequence whatever the context:
+    # recurrent and convolution states; None when no layer has such a state, or when one cannot be
+    # sized (``state_reason`` says which layers). Times ``batch`` in the memory figure.
+    state_bytes_per_sequence: int | None = None
+    state_reason: str | None = None
+    # The figure leaves layers out (layers of a kind the reader cannot classify): bytes_per_token and
+    # total_bytes are then at least what the model caches, and ``not_counted`` says what is missing.
+    lower_bound: bool = False
+    not_counted: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.status) is not CacheStatus:
             object.__setattr__(self, "status", CacheStatus(self.status))
+
+
+@dataclass(frozen=True)
+class Mixer:
+    """Layers of one kind that mix tokens without softmax attention (linear attention, state-space,
+    convolution): no K/V per token, a fixed state per sequence (``state_bytes_per_layer``: the
+    recurrent state and the convolution's last inputs, at ``dtype``; None when it cannot be sized,
+    ``reason`` says why). ``source`` says what classified the layers (a config's layer types, the
+    weights only such a mixer has)."""
+
+    kind: MixerKind
+    layers: tuple[int, ...]  # layer numbers in the stack, in order
+    source: str
+    state_bytes_per_layer: int | None = None
+    dtype: str | None = None
+    state_source: str = ""  # the widths the state is made of, and where they were read
+    reason: str | None = None  # why the state has no size
+
+    def __post_init__(self) -> None:
+        if type(self.kind) is not MixerKind:
+            object.__setattr__(self, "kind", MixerKind(self.kind))
+
+    @property
+    def count(self) -> int:
+        return len(self.layers)
+
+    @property
+    def state_bytes_per_sequence(self) -> int | None:
+        """Every layer's state, one sequence."""
+        return None if self.state_bytes_per_layer is None else self.state_bytes_per_layer * len(self.layers)
 
 
 @dataclass(frozen=True)
@@ -245,6 +290,8 @@ class AttentionBlock:
     # A latent block's per-head equivalent of its cache figure: num_kv_heads · (d_k + d_v) · itemsize
     # (None for other blocks, whose figure is that already).
     kv_cache_expanded_bytes_per_token: int | None = None
+    # Of kv_cache_bytes_per_token: a sparse-attention indexer's cached key (DeepSeek-V3.2), 0 without one.
+    kv_cache_indexer_bytes_per_token: int = 0
 
     def __post_init__(self) -> None:
         if type(self.matcher) is not Matcher:
@@ -343,6 +390,8 @@ class MemoryAtContext:
     kv_cache_bytes: int | None
     total_bytes: int | None
     reason: str | None = None  # why total_bytes is None, or what it leaves out (cross-attention)
+    # The non-attention mixers' fixed state (KVCache.state_bytes_per_sequence × batch), in total_bytes.
+    state_bytes: int | None = None
 
 
 @dataclass(frozen=True)

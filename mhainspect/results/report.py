@@ -16,6 +16,7 @@ from mhainspect.results.blocks import (
     KVCache,
     MemoryAtContext,
     Miss,
+    Mixer,
     MixtureOfExperts,
     WeightDtypeWhatIf,
 )
@@ -41,6 +42,9 @@ class ModelSummary:
     memory: MemoryAtContext | None = None  # weights + KV cache at --context (or the model's maximum)
     weight_dtype: WeightDtypeWhatIf | None = None  # --weight-dtype
     fit: GpuFit | None = None  # --gpu-memory: the longest context and largest batch that fit
+    # Layers that mix tokens without softmax attention (linear attention, state-space, convolution),
+    # one entry per kind: they are not attention blocks and cache a fixed state, not K/V per token.
+    mixers: tuple[Mixer, ...] = ()
 
 
 @dataclass(frozen=True)

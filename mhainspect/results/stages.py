@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from mhainspect.results.blocks import AttentionBlock, Miss
 from mhainspect.results.report import ModelFacts
+from mhainspect.results.vocabulary import MixerKind
 
 if TYPE_CHECKING:  # built by the readers that find experts; a dense model never imports their matcher
     from mhainspect.matchers.experts import ExpertInputs
@@ -62,6 +63,28 @@ class BlockDecoding:
     # True when only a causal mask says the block caches (no cache tensor, no config): the figure is
     # what it caches if the model is decoded token by token (CLIP's causal text tower runs once).
     if_decoded: bool = False
+    # Values per token a sparse-attention indexer caches beside K/V (DeepSeek-V3.2's index_head_dim key).
+    indexer_width: int = 0
+    indexer_source: str = ""
+
+
+@dataclass(frozen=True)
+class MixerLayers:
+    """Layers of one stack that mix tokens without softmax attention (``mhainspect.results.Mixer``
+    once sized): their kind, what classified them, and the fixed state one such layer keeps per
+    sequence: its convolution's last inputs and its recurrent state, in elements and each in its
+    dtype (elements None: not known, ``reason`` says why)."""
+
+    kind: MixerKind
+    layers: tuple[int, ...]
+    source: str
+    conv_elements: int | None = None
+    recurrent_elements: int | None = None
+    state_source: str = ""
+    reason: str | None = None
+    recurrent_float32: bool = False  # the recurrent state is kept in float32 whatever the model's dtype
+    dtype: str | None = None  # the model's compute dtype (the convolution state's, the recurrent one's unless float32)
+    dtype_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -71,6 +94,7 @@ class SizeInputs:
     tensors: tuple[StoredTensor, ...] = ()
     block_tensors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # block -> tensor names
     decoding: tuple[BlockDecoding, ...] = ()
+    mixers: tuple[MixerLayers, ...] = ()  # the layers that are no attention block (linear attention, SSM, conv)
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,18 @@ class CacheStatus(Vocabulary):
         return self is CacheStatus.CACHES or self is CacheStatus.IF_DECODED
 
 
+class MixerKind(Vocabulary):
+    """What mixes tokens in a layer that has no softmax attention (``Mixer.kind``): such a layer
+    caches a fixed state per sequence, not K/V per token."""
+
+    LINEAR_ATTENTION = "linear_attention"  # a recurrent key-value state: Gated DeltaNet, lightning, KDA
+    STATE_SPACE = "state_space"  # a selective state-space model: Mamba, Mamba-2
+    CONVOLUTION = "convolution"  # a short causal convolution (LFM2): its last inputs
+    # A layer type the reader does not know (a config's layer_types entry it has no rule for): what it
+    # caches is not counted, and the model's KV figure is a lower bound.
+    UNKNOWN = "unknown"
+
+
 class VerifyStatus(Vocabulary):
     """Outcome of --verify for one block (see ``BlockVerification``)."""
 

@@ -20,9 +20,10 @@ from mhainspect.frontends.checkpoint.hf_config import (
     offers_from_config,
     producer_from_config,
 )
+from mhainspect.frontends.checkpoint.mixers import classify_mixers
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
 from mhainspect.frontends.checkpoint.reader import apply_ties, load_checkpoint_weights
-from mhainspect.frontends.size_inputs import config_causal, metas_size_inputs
+from mhainspect.frontends.size_inputs import config_causal, config_dtype, metas_size_inputs, model_float_dtype
 from mhainspect.ir.weights import HeadOffers, WeightMeta, count_weights, parameter_keys
 from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.static import blocks_from_weights
@@ -75,6 +76,8 @@ def weights_result(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] 
     facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer,
                        max_positions=positions, max_positions_source=positions_source)
     blocks, misses = checkpoint_blocks(weights, config, stated=stated)
+    # Linear-attention, state-space and convolution layers are no attention blocks: listed apart.
+    blocks, misses, mixers = classify_mixers(config, weights, blocks, misses)
     if config is not None:  # a latent-attention module of a decoder caches what no block sizes
         misses = [dataclasses.replace(m, caches=config_causal(config, m.anchor)[0] is True) for m in misses]
     parameters = parameter_keys(weights)
@@ -84,6 +87,12 @@ def weights_result(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] 
                              label="config.json" if folder else "config.json beside the checkpoint",
                              no_config="checkpoint without config.json: nothing says whether the model decodes "
                                        "autoregressively")
+    if mixers:
+        dtype = config_dtype(config)
+        where = "config.json torch_dtype" if dtype is not None else "the model's prevailing float dtype"
+        dtype = dtype or model_float_dtype(size.tensors)
+        size = dataclasses.replace(size, mixers=tuple(dataclasses.replace(m, dtype=dtype, dtype_source=where)
+                                                      for m in mixers))
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings), size, experts)
 
 

@@ -52,7 +52,10 @@ DECODER_HEADS_KEYS = ("decoder_attention_heads", "num_decoder_attention_heads", 
                       "decoder_num_attention_heads")
 KV_HEADS_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "kv_heads", "num_kv",
                  "kv_n_heads", "num_attention_groups")
-HEAD_DIM_KEYS = ("head_dim", "d_kv", "kv_channels", "attention_head_size", "qk_head_dim", "d_head")
+# attention_head_dim: Zamba/Zamba2's head size (their attribute_map's head_dim), ahead of the
+# kv_channels those configs also write (hidden_size / heads, which their attention does not use).
+HEAD_DIM_KEYS = ("head_dim", "attention_head_dim", "d_kv", "kv_channels", "attention_head_size", "qk_head_dim",
+                 "d_head")
 V_HEAD_DIM_KEYS = ("v_head_dim",)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim")
 
@@ -304,8 +307,32 @@ def _albert_groups(cfg: Mapping[str, Any], block_name: str) -> Found | None:
                        f"{runs} times") if runs else None
 
 
+def _shared_hybrid_blocks(cfg: Mapping[str, Any], block_name: str) -> Found | None:
+    """Zamba2: the hybrid layers run num_mem_blocks shared transformer blocks in turn (hybrid layer j
+    runs block j % num_mem_blocks); transformers ties each later use to the first, whose weights
+    (``layers.<first hybrid layer>.shared_transformer``) are the ones a saved folder keeps."""
+    from mhainspect.frontends.checkpoint.layer_types import LayerType, layer_plan
+
+    if "shared_transformer" not in block_name:
+        return None
+    mem = positive_int(cfg.get("num_mem_blocks")) or 1
+    kind = cfg.get("model_type")
+    plan = layer_plan(cfg, kind if isinstance(kind, str) else None)
+    layer = layer_number(block_name)
+    if plan is None or layer is None:
+        return None
+    hybrid = [i for i, t in enumerate(plan.types) if t is LayerType.HYBRID]
+    if layer not in hybrid:
+        return None
+    position = hybrid.index(layer) % mem
+    runs = sum(1 for j in range(len(hybrid)) if j % mem == position)
+    return Found(runs, f"{len(hybrid)} hybrid layers run num_mem_blocks={mem} shared blocks in turn -> the block of "
+                       f"layer {layer} runs {runs} times")
+
+
 APPLICATION_RULES: tuple[tuple[str, ApplicationRule], ...] = (
     ("ALBERT: num_hidden_layers layers run num_hidden_groups shared layer groups in turn", _albert_groups),
+    ("Zamba2: the hybrid layers share num_mem_blocks transformer blocks", _shared_hybrid_blocks),
 )
 
 

@@ -1,0 +1,152 @@
+"""Layers that mix tokens without softmax attention, in a checkpoint: from the config's layer types
+(``layer_types.layer_plan``) and from the weights only such a mixer has.
+
+Name grouping finds an attention-shaped module wherever Q/K/V/O-like projections sit, and a linear
+attention layer has them too (MiniMax's lightning attention, Kimi's KDA); a Gated DeltaNet or Mamba
+layer leaves a near miss. Neither caches K/V per token. A layer is a non-attention mixer when
+
+- the config's layer plan says so (linear_attention, conv), or
+- its mixer module holds a weight only a recurrent or convolution mixer has: a state decay
+  (``A_log``), a time-step bias (``dt_bias``), lightning attention's ``slope_rate``, or a depthwise
+  causal convolution (a ``[channels, 1, kernel]`` weight under a ``conv`` name).
+
+Such a layer's block or near miss is dropped (it is no attention block) and the layer is listed as a
+mixer, with the fixed state it keeps per sequence where the config gives the widths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mhainspect.frontends.checkpoint.arch_defaults import ConfigView
+from mhainspect.frontends.checkpoint.hf_config import sub_config
+from mhainspect.frontends.checkpoint.layer_types import LayerPlan, LayerType, layer_plan
+from mhainspect.frontends.size_inputs import layer_index
+from mhainspect.ir.weights import WeightMeta
+from mhainspect.results import AttentionBlock, Miss, MixerKind
+from mhainspect.results.stages import MixerLayers
+
+# Parameter names only a recurrent (linear attention, state-space) mixer holds.
+STATE_WEIGHTS = frozenset(("A_log", "dt_bias", "slope_rate"))
+_MAX_CONV_KERNEL = 16  # a causal short convolution's kernel (Mamba: 4, LFM2: 3)
+
+
+def _is_conv(name: str, shape: Sequence[int]) -> bool:
+    """A depthwise causal convolution's weight: [channels, 1, kernel] under a name that says conv."""
+    return len(shape) == 3 and shape[1] == 1 and 1 < shape[2] <= _MAX_CONV_KERNEL and "conv" in name.lower()
+
+
+def mixer_modules(weights: Mapping[str, WeightMeta]) -> dict[str, tuple[str, ...]]:
+    """Module path -> the mixer-only weight names found in it (``STATE_WEIGHTS``, a depthwise conv)."""
+    out: dict[str, list[str]] = {}
+    for name, meta in weights.items():
+        module, _, leaf = name.rpartition(".")
+        if leaf in STATE_WEIGHTS:
+            out.setdefault(module, []).append(leaf)
+        elif leaf == "weight" and _is_conv(name, meta.shape):
+            parent, _, conv = module.rpartition(".")
+            out.setdefault(parent, []).append(conv)
+    return {m: tuple(dict.fromkeys(v)) for m, v in out.items()}
+
+
+def _kind_by_weights(found: Sequence[str]) -> MixerKind:
+    if "slope_rate" in found:
+        return MixerKind.LINEAR_ATTENTION
+    if any(x in STATE_WEIGHTS for x in found):
+        return MixerKind.UNKNOWN if "dt_bias" in found and "A_log" not in found else MixerKind.STATE_SPACE \
+            if "A_log" in found else MixerKind.LINEAR_ATTENTION
+    return MixerKind.CONVOLUTION
+
+
+def _plans(config: Mapping[str, Any] | None, names: Sequence[str]) -> dict[str, tuple[str, LayerPlan | None]]:
+    """Per module name, the (sub-)config prefix it belongs to and that config's layer plan."""
+    out: dict[str, tuple[str, LayerPlan | None]] = {}
+    cache: dict[str, LayerPlan | None] = {}
+    if config is None:
+        return {n: ("", None) for n in names}
+    for n in names:
+        prefix, c = sub_config(config, n)
+        if prefix not in cache:
+            kind = c.model_type if isinstance(c, ConfigView) else c.get("model_type")
+            cache[prefix] = layer_plan(c, kind if isinstance(kind, str) else None,
+                                       f"config.json {prefix}".rstrip(". ") if prefix else "config.json")
+        out[n] = (prefix, cache[prefix])
+    return out
+
+
+def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, WeightMeta],
+                    blocks: Sequence[AttentionBlock], misses: Sequence[Miss]
+                    ) -> tuple[list[AttentionBlock], list[Miss], tuple[MixerLayers, ...]]:
+    """The blocks and near misses that are softmax attention, and the non-attention mixers by kind."""
+    evidence = mixer_modules(weights)
+    plans = _plans(config, [*(b.name for b in blocks), *(m.anchor for m in misses), *evidence])
+
+    def no_attention(name: str) -> bool:
+        """Whether module ``name`` sits where no softmax attention is: a layer the plan gives a
+        mixer without attention (or a type not known here), else a module with mixer-only weights."""
+        plan = plans.get(name, ("", None))[1]
+        kind = plan.kind(layer_index(name)) if plan is not None else None
+        if kind is not None:
+            return not kind.attends and kind is not LayerType.NONE
+        return name in evidence
+
+    kept_blocks = [b for b in blocks if not no_attention(b.name)]
+    kept_misses = [m for m in misses if not no_attention(m.anchor)]
+    out: list[MixerLayers] = []
+    for plan in {id(p): p for _, p in plans.values() if p is not None}.values():
+        out.extend(_plan_mixers(plan))
+    # Layers no plan covers: by the weights only such a mixer has, per stack and kind.
+    by_weights: dict[tuple[str, MixerKind], tuple[set[int], set[str]]] = {}
+    for module, found in evidence.items():
+        i = layer_index(module)
+        if i is None or plans.get(module, ("", None))[1] is not None:
+            continue
+        layers, names = by_weights.setdefault((_stack(module), _kind_by_weights(found)), (set(), set()))
+        layers.add(i)
+        names.update(found)
+    for (_stack_name, kind), (layers, names) in by_weights.items():
+        out.append(MixerLayers(kind, tuple(sorted(layers)), f"weights only such a mixer has ({', '.join(sorted(names))})",
+                               reason="no config gives the widths of its state"))
+    out.sort(key=lambda m: (m.layers[0] if m.layers else 0, m.kind.value))
+    return kept_blocks, kept_misses, tuple(out)
+
+
+def _plan_mixers(plan: LayerPlan) -> list[MixerLayers]:
+    """The plan's state-keeping layers (linear attention, state-space, convolution; a hybrid layer's
+    mixer beside its attention) and its layers of a type not known here, one entry per kind."""
+    by_kind: dict[MixerKind, list[int]] = {}
+    hybrid = False
+    for i, t in enumerate(plan.types):
+        if t is LayerType.UNKNOWN:
+            by_kind.setdefault(MixerKind.UNKNOWN, []).append(i)
+        elif t.has_state:
+            hybrid = hybrid or t.attends
+            by_kind.setdefault(MixerKind.CONVOLUTION if t is LayerType.CONV else plan.mixer, []).append(i)
+    out = []
+    for kind, layers in by_kind.items():
+        if kind is MixerKind.UNKNOWN:
+            names = sorted({plan.names[i] for i in layers})
+            out.append(MixerLayers(kind, tuple(layers), f"{plan.said}: {', '.join(repr(n) for n in names)}",
+                                   reason=f"a layer type not known here ({', '.join(names)}): what it caches is not "
+                                          "counted"))
+            continue
+        source = plan.said + (" (each beside the layer's attention)" if hybrid else "")
+        w = plan.state
+        if w is None:
+            out.append(MixerLayers(kind, tuple(layers), source,
+                                   reason="no rule here gives the widths of this architecture's state"))
+        else:
+            out.append(MixerLayers(kind, tuple(layers), source, w.conv, w.recurrent, w.said,
+                                   recurrent_float32=w.recurrent_float32))
+    return out
+
+
+def _stack(name: str) -> str:
+    """The module path before the layer number (``model.layers``): layers of one stack group together."""
+    i = layer_index(name)
+    if i is None:
+        return name
+    marker = f".{i}."
+    cut = (name + ".").find(marker)
+    return name[:cut] if cut >= 0 else name
