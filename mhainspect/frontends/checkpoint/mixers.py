@@ -16,13 +16,14 @@ mixer, with the fixed state it keeps per sequence where the config gives the wid
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mhainspect.frontends.checkpoint.arch_defaults import ConfigView
 from mhainspect.frontends.checkpoint.hf_config import sub_config
 from mhainspect.frontends.checkpoint.layer_types import LayerPlan, LayerType, layer_plan
-from mhainspect.frontends.size_inputs import layer_index
+from mhainspect.frontends.size_inputs import config_causal, layer_index
 from mhainspect.ir.weights import WeightMeta
 from mhainspect.results import AttentionBlock, Miss, MixerKind
 from mhainspect.results.stages import MixerLayers
@@ -32,9 +33,14 @@ STATE_WEIGHTS = frozenset(("A_log", "dt_bias", "slope_rate"))
 _MAX_CONV_KERNEL = 16  # a causal short convolution's kernel (Mamba: 4, LFM2: 3)
 
 
-def _is_conv(name: str, shape: Sequence[int]) -> bool:
-    """A depthwise causal convolution's weight: [channels, 1, kernel] under a name that says conv."""
-    return len(shape) == 3 and shape[1] == 1 and 1 < shape[2] <= _MAX_CONV_KERNEL and "conv" in name.lower()
+# The module name of a mixer's short causal convolution (Mamba's conv1d, KDA's q_conv1d, LFM2's conv).
+_CONV_MODULE = re.compile(r"^(?:[a-z]+_)?conv(?:1d)?$")
+
+
+def _is_conv(module: str, shape: Sequence[int]) -> bool:
+    """A depthwise causal convolution's weight: [channels, 1, kernel] of a module named as one."""
+    return len(shape) == 3 and shape[1] == 1 and 1 < shape[2] <= _MAX_CONV_KERNEL and \
+        _CONV_MODULE.match(module.rpartition(".")[2]) is not None
 
 
 def mixer_modules(weights: Mapping[str, WeightMeta]) -> dict[str, tuple[str, ...]]:
@@ -44,7 +50,7 @@ def mixer_modules(weights: Mapping[str, WeightMeta]) -> dict[str, tuple[str, ...
         module, _, leaf = name.rpartition(".")
         if leaf in STATE_WEIGHTS:
             out.setdefault(module, []).append(leaf)
-        elif leaf == "weight" and _is_conv(name, meta.shape):
+        elif leaf == "weight" and _is_conv(module, meta.shape):
             parent, _, conv = module.rpartition(".")
             out.setdefault(parent, []).append(conv)
     return {m: tuple(dict.fromkeys(v)) for m, v in out.items()}
@@ -79,7 +85,9 @@ def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, Weig
                     blocks: Sequence[AttentionBlock], misses: Sequence[Miss]
                     ) -> tuple[list[AttentionBlock], list[Miss], tuple[MixerLayers, ...]]:
     """The blocks and near misses that are softmax attention, and the non-attention mixers by kind."""
-    evidence = mixer_modules(weights)
+    # A module the config says runs once over its input (an encoder) keeps no state between steps.
+    evidence = {m: found for m, found in mixer_modules(weights).items()
+                if config is None or config_causal(config, m)[0] is not False}
     plans = _plans(config, [*(b.name for b in blocks), *(m.anchor for m in misses), *evidence])
 
     def no_attention(name: str) -> bool:
