@@ -49,9 +49,11 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Decoder().write(multi / "model-Q8_0.gguf")
     Decoder(layers=3).write(multi / "model-F16.gguf")
     (multi / "README.md").write_text("several models")
-    from test_remote_s3 import _tied_copy
+    from object_stores import write_models
 
-    _tied_copy(base / "copies")  # a transposed tied embedding in external data (weights.bin)
+    write_models(base / "stores")  # its copies/: a transposed tied embedding in external data (weights.bin)
+    shutil.move(base / "stores" / "copies", base / "copies")
+    shutil.rmtree(base / "stores")
     (base / "copies_nodata").mkdir()
     shutil.copy(base / "copies" / "model.onnx", base / "copies_nodata" / "model.onnx")  # its data file left out
     return base
