@@ -1,7 +1,7 @@
 """Neutral data for sources without a graph (checkpoints, module parameter lists, configs).
 
 Loaders produce these; the name grouping and block assembly in ``mhainspect.matchers`` consume
-them. Like ``mhainspect.ir.graph``, this module imports nothing above the vocabulary in findings.
+them. Like ``mhainspect.ir.graph``, this module imports nothing above the vocabulary in results
 The result every front end returns is ``mhainspect.results.stages.SourceResult``: an ONNX run
 never builds these types (three frozen dataclasses and an enum fewer at start-up).
 """
@@ -160,7 +160,7 @@ def count_weights(weights: Mapping[str, WeightMeta]) -> int:
     parameters.
 
     The one counter for weight lists (checkpoints, module parameters); graphs are counted by use
-    in ``mhainspect.frontends.onnx.frontend.count_parameters``."""
+    in ``mhainspect.ir.parameters.count_parameters``."""
     seen: set[str] = set()
     total = 0
     for t in weights.values():
@@ -180,7 +180,7 @@ def parameter_identity(weights: Mapping[str, WeightMeta], t: WeightMeta) -> str:
 
 def identity_by_name(weights: Mapping[str, WeightMeta], others: Mapping[str, str] | None = None
                      ) -> Callable[[str], str]:
-    """``parameter_identity`` of a tensor by its name, for ``findings.count_shared_once`` (a weight
+    """``parameter_identity`` of a tensor by its name, for ``matchers.sharing.count_shared_once`` (a weight
     used by several blocks counts in the first); ``others``: identities of names not in ``weights``
     (a traced graph's weights by storage); any other name is its own."""
     def identity(name: str) -> str:
@@ -193,7 +193,7 @@ def identity_by_name(weights: Mapping[str, WeightMeta], others: Mapping[str, str
 
 def tied_copy_by_name(weights: Mapping[str, WeightMeta]) -> Callable[[str], bool]:
     """Whether a tensor, by its name, is a stored copy the config ties to another
-    (``WeightMeta.tied_to``), for ``findings.count_shared_once`` (the tie's source counts the weight)."""
+    (``WeightMeta.tied_to``), for ``matchers.sharing.count_shared_once`` (the tie's source counts the weight)."""
     def is_copy(name: str) -> bool:
         t = weights.get(name)
         return t is not None and bool(t.tied_to)

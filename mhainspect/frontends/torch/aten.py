@@ -1,7 +1,7 @@
 """aten graphs -> the neutral IR, without torch: the one converter behind every PyTorch graph.
 
 A traced module's torch.export program or torch.fx trace (mhainspect.frontends.torch.fx), a .pt2
-archive's serialized graph and a TorchScript archive's code (mhainspect.frontends.pytorch) are each
+archive's serialized graph and a TorchScript archive's code (mhainspect.frontends.archives) are each
 turned into AtenNodes (an op name, arguments referring to earlier nodes, the shape and dtype the
 tracer recorded, the module path) and converted here, so the same matchers see the same graph
 whichever door the model came through. aten ops are renamed to ONNX ones the matchers know:
