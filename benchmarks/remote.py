@@ -1,7 +1,7 @@
 """Benchmark: what a remote audit costs (requests, bytes, wall time) against the floor, on loopback
 with injected latency.
 
-    python benchmarks/remote.py [--latency 0.05] [--models 70b,moe,gguf,onnx] [--dir DIR] [--repeat 3]
+    python benchmarks/remote.py [--latency 0.05] [--models 70b,moe,qwen3moe,gguf,onnx] [--dir DIR] [--repeat 3]
                                 [--no-hf-mem] [--context 8192]
 
 A minimal Hub (the tests' servers: tests/remote_servers.py) serves each model on 127.0.0.1, every
@@ -13,6 +13,8 @@ listing cache cleared before each run, and the servers count requests and bytes.
   shards: config.json, the index and sparse shards whose headers are real-sized.
 - moe: DeepSeek-V3's layout (benchmarks/checkpoint_headers.py: ~92k tensors, fp8 with block scales,
   135 shards, ~11 MB of headers).
+- qwen3moe: Qwen3-30B-A3B's layout (checkpoint_headers.py: ~19k tensors, bf16, 16 shards whose
+  headers are each longer than a first range).
 - gguf: a Llama-3-8B-shaped Q4_K file with a real-sized vocabulary (128,256 tokens, 280,147
   merges: a ~7 MB header), sparse data; also read from a plain URL (no Hub).
 - onnx: a 1.8 GB ONNX file whose weights are inline (raw_data), sparse: the scan skips the payloads.
@@ -84,10 +86,10 @@ def make_70b(folder: Path) -> Path:
     return folder
 
 
-def make_moe(folder: Path) -> Path:
+def make_moe(folder: Path, model: str = "deepseek-v3") -> Path:
     from checkpoint_headers import MODELS, write_folder
 
-    return write_folder(MODELS["deepseek-v3"], folder)
+    return write_folder(MODELS[model], folder)
 
 
 _GGML_Q4_K, _GGML_F32 = 12, 0
@@ -448,7 +450,7 @@ def cli_row(folder: Path, latency: float, repeat: int, tmp: Path) -> Row:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--latency", type=float, default=0.05)
-    ap.add_argument("--models", default="70b,moe,gguf,onnx")
+    ap.add_argument("--models", default="70b,moe,qwen3moe,gguf,onnx")
     ap.add_argument("--dir", type=Path, default=Path(os.environ.get("MHAINSPECT_BENCH_DIR",
                                                                     "/tmp/mhainspect-bench")) / "remote")
     ap.add_argument("--repeat", type=int, default=3)
@@ -471,6 +473,10 @@ def main() -> None:
         folder = make_moe(args.dir / "deepseek-v3")
         rows.append(run("DeepSeek-V3-shaped MoE, 92k tensors (Hub)", folder, "hf://org/model", _floor_folder,
                         args.latency, args.repeat, tmp / "b"))
+    if "qwen3moe" in wanted:
+        folder = make_moe(args.dir / "qwen3-30b-a3b", "qwen3-30b-a3b")
+        rows.append(run("Qwen3-30B-A3B-shaped MoE, 19k tensors (Hub)", folder, "hf://org/model", _floor_folder,
+                        args.latency, args.repeat, tmp / "q"))
     if "gguf" in wanted:
         folder = make_gguf(args.dir / "gguf")
         rows.append(run("GGUF, 128k vocabulary (Hub)", folder, "hf://org/model/model-Q4_K_M.gguf", _floor_gguf,

@@ -22,6 +22,7 @@ import dataclasses
 import os
 import posixpath
 import threading
+from collections.abc import Mapping
 from concurrent.futures import Future
 from fnmatch import fnmatchcase
 from typing import Any, TypeVar
@@ -188,27 +189,68 @@ def _config(tree: Tree, path: str, required: bool) -> dict[str, Any] | None:
 
 
 class HeaderSizes:
-    """The shard headers of one folder are alike: once one has needed a second range, the first
-    range of the shards read after it is sized to the longest header seen (and an eighth more)."""
+    """The first range of each shard header of one folder, sized so that a long header costs one
+    range, not two. A safetensors header holds one entry per tensor: its quoted name, then dtype,
+    shape and offsets, which are alike across a model's shards. Once the index has said which
+    tensors each shard holds (``plan``), a shard's first range is its names' bytes plus, per tensor,
+    the most bytes an entry took beyond its name in the headers read so far (``_ENTRY_BYTES``
+    before any), with a margin. A shard the index has not sized gets the longest header seen (and
+    an eighth more) once one has needed a second range."""
 
     def __init__(self) -> None:
         self._longest = 0
+        self._per_entry = 0.0  # bytes an entry took beyond its name, the most seen
+        self._planned: dict[str, tuple[int, int]] = {}  # shard -> (tensors, bytes of their quoted names)
         self._lock = threading.Lock()
 
-    def first(self) -> int:
+    def plan(self, weight_map: Mapping[object, object]) -> None:
+        """The tensors each shard holds, from the index's weight_map (tensor -> shard file)."""
+        planned: dict[str, list[int]] = {}
+        for name, shard in weight_map.items():
+            entry = planned.setdefault(str(shard), [0, 0])
+            entry[0] += 1
+            entry[1] += len(str(name).encode()) + 4  # its quotes, the colon and the comma
         with self._lock:
-            return min(max(FIRST_RANGE, self._longest * 9 // 8), _MAX_FIRST_RANGE)
+            self._planned = {k: (v[0], v[1]) for k, v in planned.items()}
 
-    def saw(self, head: Prefix) -> None:
-        if head.fetches > 1:  # the header was longer than the first range: its length is what is held
-            with self._lock:
+    def first(self, shard: str) -> int:
+        with self._lock:
+            planned = self._planned.get(shard)
+            if planned is None:
+                return min(max(FIRST_RANGE, self._longest * 9 // 8), _MAX_FIRST_RANGE)
+            tensors, names = planned
+            per_entry = self._per_entry or _ENTRY_BYTES
+        want = int((_HEADER_START + names + tensors * per_entry) * 1.02) + 1024  # a margin for longer offsets
+        return min(max(FIRST_RANGE, want), _MAX_FIRST_RANGE)
+
+    def saw(self, shard: str, head: Prefix) -> None:
+        held = bytes(head.buf[:8])
+        length = 8 + int.from_bytes(held, "little") if len(held) == 8 else 0
+        with self._lock:
+            if head.fetches > 1:  # the header was longer than the first range: its length is what is held
                 self._longest = max(self._longest, head.held)
+            planned = self._planned.get(shard)
+            if planned is not None and planned[0] and length <= head.held:
+                tensors, names = planned
+                self._per_entry = max(self._per_entry, (length - _HEADER_START - names) / tensors)
 
 
 _MAX_FIRST_RANGE = 16 * 1024 * 1024
+# A header entry beyond its quoted name before any header was read: {"dtype":"BF16","shape":[2048,768],
+# "data_offsets":[1234567890,1237713618]} is 75 bytes (Qwen3-MoE- and DeepSeek-V3-shaped headers
+# average 74); rank-3 shapes and longer dtype names add some.
+_ENTRY_BYTES = 84
+_HEADER_START = 8 + 2 + 32  # the length field, the braces, a small __metadata__
+# A folder whose index (by its size in the listing) suggests shard headers longer than this, on
+# average, waits for the index before reading them: its counts size each first range (one range a
+# shard instead of two), for the round trip the first ranges would have taken anyway.
+_WAIT_FOR_INDEX = FIRST_RANGE // 2
+# Header bytes per index byte: an index entry is the tensor's name and its shard's file name, a
+# header entry the name, dtype, shape and offsets.
+_HEADER_PER_INDEX_BYTE = 1.4
 
 
-def _weights_of(blob: Blob, kind: str, sizes: HeaderSizes | None = None
+def _weights_of(blob: Blob, kind: str, sizes: HeaderSizes | None = None, shard: str = ""
                 ) -> tuple[dict[str, WeightMeta], dict[str, tuple[int, ...]]]:
     """A checkpoint file's weights and the small values its quantized weights state (``kind``:
     "safetensors", else a torch.save archive)."""
@@ -216,10 +258,10 @@ def _weights_of(blob: Blob, kind: str, sizes: HeaderSizes | None = None
     if kind == "safetensors":
         from mhainspect.frontends.checkpoint.reader import safetensors_header
 
-        head = Prefix(blob, first=sizes.first() if sizes is not None else FIRST_RANGE)
+        head = Prefix(blob, first=sizes.first(shard) if sizes is not None else FIRST_RANGE)
         weights = safetensors_header(blob, values, head)
         if sizes is not None:
-            sizes.saw(head)
+            sizes.saw(shard, head)
         return weights, values
     from mhainspect.frontends.checkpoint.reader import unpickling_reason
     from mhainspect.frontends.checkpoint.torchzip import read_torch_zip
@@ -272,7 +314,7 @@ def read_folder(tree: Tree, folder: str, display: str) -> tuple[dict[str, Weight
     sizes = HeaderSizes()
 
     def header(name: str) -> tuple[dict[str, WeightMeta], dict[str, tuple[int, ...]]]:
-        return _weights_of(tree.blob(at(name)), kind, sizes)
+        return _weights_of(tree.blob(at(name)), kind, sizes, name)
 
     with Pool(CONCURRENCY) as pool:
         config_job = pool.submit(_config, tree, at("config.json"), True)
@@ -282,15 +324,17 @@ def read_folder(tree: Tree, folder: str, display: str) -> tuple[dict[str, Weight
             # The index names the shards; the folder's names almost always say the same: read them meanwhile.
             pattern = "*.safetensors" if kind == "safetensors" else "pytorch_model*.bin"
             guessed = _matching(names, pattern)
-            if len(guessed) > MAX_SHARD_FILES:  # not one model's shards: the index says which are
-                guessed = []
+            if len(guessed) > MAX_SHARD_FILES or _long_headers(tree.files().get(at(index_name)), guessed, kind):
+                guessed = []  # not one model's shards (the index says which are), or headers the index sizes
         else:
             index_job, guessed = None, found
         jobs = {n: pool.submit(header, n) for n in guessed}
         config = config_job.result()
         if index_job is not None:
             index_where = _beside_name(display + "/", index_name or "")
-            shards = indexed_files(config_from_bytes(index_job.result(), index_where), index_where)
+            index = config_from_bytes(index_job.result(), index_where)
+            shards = indexed_files(index, index_where)
+            sizes.plan(index["weight_map"])
             if len(shards) > MAX_SHARD_FILES:
                 raise InputError(f"{index_where}: names {len(shards):,} shard files, more than the {MAX_SHARD_FILES:,} "
                                  "one model is read from")
@@ -310,6 +354,14 @@ def read_folder(tree: Tree, folder: str, display: str) -> tuple[dict[str, Weight
         values.update(v)
     assert config is not None
     return apply_quantization(weights, config, values), config
+
+
+def _long_headers(index_size: int | None, guessed: list[str], kind: str) -> bool:
+    """Whether an index of ``index_size`` bytes suggests shard headers longer than a first range
+    can take (then the shards wait for the index, which sizes their first ranges)."""
+    if kind != "safetensors" or index_size is None or not guessed:
+        return False
+    return index_size * _HEADER_PER_INDEX_BYTE / len(guessed) > _WAIT_FOR_INDEX
 
 
 def _result(job: Future[T]) -> T:
