@@ -155,3 +155,22 @@ def test_unknown_layer_type_makes_a_lower_bound(tmp_path: Path) -> None:
     assert kv.not_counted is not None and "layer 0" in kv.not_counted and "future_attention" in kv.not_counted
     assert "at least" in report.to_text()
     schema_check(report)
+
+
+def test_an_attention_module_no_block_sizes_leaves_a_lower_bound(tmp_path: Path) -> None:
+    """An attention layer whose module is no block (here: the config says layer 2 attends, its
+    weights are a DeltaNet): the sized layers' figure stands, stated as a lower bound naming it."""
+    import json
+
+    folder, _ = hm.small_folder("qwen3_next", tmp_path / "q")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["layer_types"] = ["linear_attention", "linear_attention", "full_attention", "full_attention"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    report = mhainspect.inspect(str(folder), context=100)
+    kv = report.model.kv_cache
+    assert kv is not None and kv.status is CacheStatus.CACHES
+    assert kv.bytes_per_token == 256 and kv.total_bytes == 25600 and kv.lower_bound
+    assert kv.not_counted is not None and "model.layers.2.linear_attn" in kv.not_counted
+    memory = report.model.memory
+    assert memory is not None and memory.reason is not None and "lower bound" in memory.reason
+    schema_check(report)

@@ -378,6 +378,8 @@ def _with_mixers(kv: KVCache, mixers: Sequence[Mixer]) -> KVCache:
     layers = sorted(i for m in unknown for i in m.layers)
     not_counted = (f"{_counted(len(layers), 'layer')} of a type not known here ({_layers_text(layers)}; "
                    f"{unknown[0].source}) not counted")
+    if kv.not_counted:
+        not_counted = f"{kv.not_counted}; {not_counted}"
     if kv.bytes_per_token is None:  # nothing sized: unknown, never "none"
         reason = kv.reason if kv.status is CacheStatus.UNKNOWN else not_counted
         return dataclasses.replace(kv, status=CacheStatus.UNKNOWN, reason=reason, state_bytes_per_sequence=state,
@@ -393,11 +395,10 @@ def _model_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses:
 
 
 def _known_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses: Sequence[Miss] = ()) -> KVCache:
-    """The model's KV cache: unknown when a near miss or a block caches without a size; else what
-    the caching self-attention blocks hold (cross-attention per encoder token beside it)."""
+    """The model's KV cache: what the caching self-attention blocks hold (cross-attention per encoder
+    token beside it). Where a near miss or a block caches without a size, the figure of the blocks
+    that are sized is a stated lower bound (``not_counted`` names the rest); unknown when none is."""
     missed = _missed_caches(misses, options)
-    if missed is not None:
-        return missed
     dtype = _cache_dtype(blocks)
     cross = [b for b in blocks if b.kind == BlockKind.CROSS and b.kv_cache_bytes_per_token is not None]
     # A module applied N times (shared layers) caches once per application.
@@ -405,17 +406,25 @@ def _known_cache(blocks: Sequence[AttentionBlock], options: SizeOptions, misses:
     # Blocks whose cache cannot be told, or caches without a size.
     unknown = [b for b in blocks if b.kv_cache_status is CacheStatus.UNKNOWN
                or (b.kv_cache_status is not None and b.kv_cache_status.caches and b.kv_cache_bytes_per_token is None)]
-    if unknown:
-        return KVCache(None, dtype, options.context, options.batch, None, None,
-                       reason=f"unknown for {_counted(len(unknown), 'block')} ({_first_names([b.name for b in unknown])}): "
-                              f"{cache_reason(unknown[0])}",
-                       status=CacheStatus.UNKNOWN)
     caching = [b for b in blocks if b.kind != BlockKind.CROSS and b.kv_cache_bytes_per_token is not None]
+    left_out = [x for x in (missed.reason if missed is not None else None,
+                            f"unknown for {_counted(len(unknown), 'block')} ({_first_names([b.name for b in unknown])}): "
+                            f"{cache_reason(unknown[0])}" if unknown else None) if x]
+    if left_out and not caching:
+        if missed is not None:
+            return missed
+        return KVCache(None, dtype, options.context, options.batch, None, None, reason=left_out[0],
+                       status=CacheStatus.UNKNOWN)
     if not caching:
-        why = next((r for b in blocks if (r := cache_reason(b))), None) or "the model has no attention blocks"
+        why = next((r for b in blocks if (r := cache_reason(b))), None) or (
+            "only cross-attention caches (bytes_per_encoder_token per encoder token); no self-attention block "
+            "caches per token" if cross else "the model has no attention blocks")
         return KVCache(None, None, options.context, options.batch, None, per_encoder, reason=why,
                        status=CacheStatus.NONE)
-    return _self_cache(caching, dtype, per_encoder, options)
+    kv = _self_cache(caching, dtype, per_encoder, options)
+    if left_out:  # what the sized blocks hold is the least the model caches
+        return dataclasses.replace(kv, lower_bound=True, not_counted="; ".join(left_out))
+    return kv
 
 
 def _first_names(names: Sequence[str]) -> str:
