@@ -153,7 +153,8 @@ def _split_by_head_size(total: int, h: int | None, g: int | None, d_k: int | Non
 
 def _split_by_heads(total: int, h: int | None, g: int | None, o_in: int | None) -> PackedSplit | None:
     """Without head sizes: h + 2g equal head sizes (g ≠ h), or thirds (g = h or unknown), where O's
-    input width does not contradict them."""
+    input width does not contradict them; else with g = h offered, V as wide as O's input and Q, K
+    the rest in halves (d_k ≠ d_v)."""
     if not h:
         return None
     if g and h != g and total % (h + 2 * g) == 0 and (o_in is None or o_in == h * (total // (h + 2 * g))):
@@ -161,6 +162,11 @@ def _split_by_heads(total: int, h: int | None, g: int | None, o_in: int | None) 
         return PackedSplit(h * d, g * d, g * d, g)
     if total % 3 == 0 and (g is None or g == h) and (o_in is None or o_in == total // 3):
         return PackedSplit(total // 3, total // 3, total // 3, h)
+    if g == h and o_in and o_in < total and o_in % h == 0 and (total - o_in) % (2 * h) == 0:
+        # As many K/V heads as query heads: Q and K are equally wide (h·d_k each) and V is O's input
+        # (h·d_v), so d_k ≠ d_v splits exactly (LeViT's qkv: per head d_k + d_k + attn_ratio·d_k).
+        qk = (total - o_in) // 2
+        return PackedSplit(qk, qk, o_in, h)
     return None
 
 

@@ -30,6 +30,8 @@ O_NAMES = frozenset({"o_proj", "out_proj", "o", "wo", "out_lin", "dense", "c_pro
                      "post_proj"})
 PACKED_NAMES = frozenset({"c_attn", "qkv_proj", "qkv", "query_key_value", "wqkv", "in_proj", "qkv_linear",
                           "w_pack", "qkv_layer"})
+# A packed [K; V] beside a separate Q (timm's PVT and LeViT's downsampling attention ``kv``).
+KV_PACKED_NAMES = frozenset({"kv", "kv_proj"})
 # Packed names that say "input projection", not "Q, K and V": state-space mixers (Mamba, Jamba,
 # Zamba, Bamba) hold an ``in_proj`` and an ``out_proj`` too. Such a weight is a packed Q/K/V only
 # under a module named as attention (DeBERTa's ``attention.self.in_proj``).
@@ -42,9 +44,16 @@ _MHA_LEAVES = {"in_proj_weight": ("qkv", "weight"), "in_proj_bias": ("qkv", "bia
 # Learned K/V rows held by the attention module (nn.MultiheadAttention's add_bias_kv): appended to K
 # and V, so part of the block's total (ParamBreakdown.kv_rows).
 KV_ROW_LEAVES = frozenset({"bias_k", "bias_v"})
-# Score bias tables held by the attention module (timm's Swin/BEiT attn.relative_position_bias_table)
-# are its extra parameters (outside its total); the K/V rows ride along with them in the grouping.
-_EXTRA_LEAVES = KV_ROW_LEAVES | {"relative_position_bias_table"}
+# Score bias tables held by the attention module (timm's Swin/BEiT attn.relative_position_bias_table,
+# LeViT's attn.attention_biases) are its extra parameters (outside its total); the K/V rows ride
+# along with them in the grouping. Each table has one entry per head (the scores' head axis) on the
+# axis SCORE_TABLE_HEAD_AXIS gives: Swin's [(2W-1)², h], LeViT's [h, resolution²].
+SCORE_TABLE_HEAD_AXIS = {"relative_position_bias_table": -1, "attention_biases": 0}
+_EXTRA_LEAVES = KV_ROW_LEAVES | set(SCORE_TABLE_HEAD_AXIS)
+# Modules that wrap a projection's Linear with a norm (timm's LinearNorm / ConvNorm: ``qkv.linear`` +
+# ``qkv.bn``; inside a Sequential, ``proj.ln.linear``): the role is the wrapper's name.
+WRAPPED_PROJECTIONS = frozenset({"linear"})
+_WRAPPERS = frozenset({"ln"})
 # A per-role bias vector held on the attention module itself, beside a packed weight without a
 # bias (DeBERTa's DisentangledSelfAttention: in_proj + q_bias, v_bias): that role's bias.
 _ROLE_BIAS_LEAVES = {"q_bias": "q", "k_bias": "k", "v_bias": "v"}
@@ -62,11 +71,14 @@ _BIAS_LEAVES = frozenset({"bias", "b"})
 
 @dataclass(frozen=True)
 class RoleWeights:
-    role: str  # "q", "k", "v", "o", "qkv"
+    role: str  # "q", "k", "v", "o", "qkv", "kv"
     module: str  # module path that applies the weight
     weight: WeightMeta
     bias: WeightMeta | None
     bias_share: tuple[int, int] = (1, 1)  # this role's part of the bias (nn.MultiheadAttention in_proj_bias)
+    # A BatchNorm right after a bias-free projection (timm's LinearNorm: ``.linear`` then ``.bn``): its
+    # scale and shift, counted as the projection's bias (what a graph shows once the norm is folded).
+    norm: tuple[WeightMeta, ...] = ()
 
 
 # Module names of latent attention (DeepSeek-V2/V3's MLA, as transformers and DeepSeek's own code
@@ -138,7 +150,8 @@ def is_kv_row(name: str) -> bool:
 
 
 # Role by lower-cased module name; where the sets overlap, the earlier role wins (q, k, v, qkv, o).
-_ROLES = {name: role for role, names in (("o", O_NAMES), ("qkv", PACKED_NAMES), ("v", V_NAMES), ("k", K_NAMES),
+_ROLES = {name: role for role, names in (("o", O_NAMES), ("qkv", PACKED_NAMES), ("kv", KV_PACKED_NAMES),
+                                         ("v", V_NAMES), ("k", K_NAMES),
                                          ("q", Q_NAMES)) for name in names}
 
 
@@ -202,7 +215,13 @@ class _ByModule:
 
     def role_weights(self, role: str, path: str) -> RoleWeights:
         t = self.modules[path]
-        return RoleWeights(role, path, t["weight"], t.get("bias"))
+        bias = t.get("bias")
+        norm: tuple[WeightMeta, ...] = ()
+        wrapper, _, last = path.rpartition(".")
+        if bias is None and last in WRAPPED_PROJECTIONS:  # timm's LinearNorm: the norm beside the Linear
+            bn = self.modules.get(wrapper + ".bn", {})
+            norm = tuple(m for k in ("weight", "bias") if (m := bn.get(k)) is not None and len(m.shape) == 1)
+        return RoleWeights(role, path, t["weight"], bias, norm=norm)
 
 
 def _by_module(weights: Mapping[str, WeightMeta]) -> _ByModule:
@@ -254,6 +273,14 @@ def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
         # to_out.0 (diffusers): the output projection is the first item of a Sequential.
         if role is None and last.isdigit() and parent.rpartition(".")[2].lower() == "to_out":
             role, parent = "o", parent.rpartition(".")[0]
+        # qkv.linear, proj.ln.linear (timm's LinearNorm, in a Sequential): the wrapper names the role.
+        if role is None and last in WRAPPED_PROJECTIONS:
+            outer, _, name = parent.rpartition(".")
+            if name in _WRAPPERS:
+                outer, _, name = outer.rpartition(".")
+            role = _role_of(name)
+            if role is not None:
+                parent = outer
         if role is not None:
             out.roles.setdefault(parent, {}).setdefault(role, path)
     return out
@@ -272,6 +299,8 @@ def _roles(owner: str, kids: Mapping[str, str], found: _ByModule) -> list[RoleWe
         return [found.role_weights(r, kids[r]) for r in ("q", "k", "v")]
     if "qkv" in kids and (_attention_named(owner) or kids["qkv"].rsplit(".", 1)[-1].lower() not in GENERIC_PACKED_NAMES):
         return [found.role_weights("qkv", kids["qkv"])]
+    if "q" in kids and "kv" in kids and not any(r in kids for r in ("qkv", "k", "v")):
+        return [found.role_weights(r, kids[r]) for r in ("q", "kv")]
     if "q" in kids and "qkv" not in kids and any(r in kids for r in ("k", "v")):
         return [found.role_weights(r, kids[r]) for r in ("q", "k", "v") if r in kids]
     return None
@@ -428,8 +457,12 @@ def kernel_head_split(meta: WeightMeta, role: str) -> tuple[int, int, int, int] 
 def projection(role: str, rw: RoleWeights, in_f: int | None, out_f: int | None, share: tuple[int, int] = (1, 1),
                own_bias: WeightMeta | None = None) -> Projection:
     """A Projection for ``role`` taking ``share`` (numerator, denominator) of a packed weight;
-    ``own_bias``: the role's own bias vector (q_bias), used whole, when the weight has no bias."""
+    ``own_bias``: the role's own bias vector (q_bias), used whole, when the weight has no bias; a
+    norm after a bias-free weight (``RoleWeights.norm``): its scale and shift, this share of them."""
     num, den = share
+    if rw.bias is None and own_bias is None and rw.norm:
+        return Projection(role, rw.weight.name, in_f, out_f, rw.weight.numel * num // den, rw.norm[-1].name,
+                          sum(t.numel for t in rw.norm) * num // den, rw.module)
     if rw.bias is None and own_bias is not None:
         return Projection(role, rw.weight.name, in_f, out_f, rw.weight.numel * num // den, own_bias.name,
                           own_bias.numel, rw.module)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from mhainspect.ir.weights import HeadOffers, WeightMeta, identity_by_name, tied_copy_by_name
 from mhainspect.matchers.assembly import Decision, Widths, decide
 from mhainspect.matchers.grouping import (
+    SCORE_TABLE_HEAD_AXIS,
     GroupedBlock,
     RoleWeights,
     group_attention,
@@ -81,7 +82,11 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     head = _head_norm_evidence(group, widths)
     if head is not None:
         evidence.append(head)
+    evidence.extend(_score_table_evidence(group))
     packed = group.role("qkv")
+    kv = _kv_split(group, widths, evidence)
+    if kv is not None:
+        widths["k"], widths["v"] = (widths["kv"][0], kv[0]), (widths["kv"][0], kv[1])
     decision = decide(evidence, Widths(
         widths.get("q", (None, None))[1], widths.get("k", (None, None))[1], widths.get("v", (None, None))[1],
         o_in=widths.get("o", (None, None))[0], packed=widths["qkv"][1] if packed is not None else None,
@@ -153,6 +158,14 @@ def _projections(group: GroupedBlock, widths: Mapping[str, tuple[int | None, int
                  ) -> list[Projection]:
     """Q/K/V/O as counted: a packed weight by its split, or whole under Q when nothing splits it."""
     out: list[Projection] = []
+    kv = group.role("kv")
+    if kv is not None:
+        in_f, total = widths["kv"]
+        wk, wv = widths.get("k", (None, None))[1], widths.get("v", (None, None))[1]
+        if wk and wv and total:
+            out += [projection(r, kv, in_f, w, (w, total)) for r, w in (("k", wk), ("v", wv))]
+        else:  # split unknown: counted once, whole, on K
+            out.append(projection("k", kv, in_f, None))
     packed = group.role("qkv")
     if packed is not None:
         in_f, total = widths["qkv"]
@@ -172,6 +185,24 @@ def _projections(group: GroupedBlock, widths: Mapping[str, tuple[int | None, int
     return out
 
 
+def _kv_split(group: GroupedBlock, widths: Mapping[str, tuple[int | None, int | None]],
+              evidence: list[Evidence]) -> tuple[int, int] | None:
+    """K and V widths of a packed [K; V] weight (``kv``) beside a separate Q: g·d_k and g·d_v, whose
+    ratio d_k : d_v is Q's width (h·d_k) to O's input (h·d_v) whatever the head counts. None when
+    the widths do not give whole parts (then the weight counts whole, on K)."""
+    kv = group.role("kv")
+    if kv is None:
+        return None
+    total, wq, o_in = widths["kv"][1], widths.get("q", (None, None))[1], widths.get("o", (None, None))[0]
+    if not (total and wq and o_in) or (total * wq) % (wq + o_in):
+        return None
+    k = total * wq // (wq + o_in)
+    evidence.append(Evidence("kv_split", None, EvidenceSource.WEIGHT_SHAPE,
+                             f"packed K/V {kv.weight.name} {total} wide split {k} + {total - k} "
+                             f"as Q's width {wq} to O's input {o_in} (d_k : d_v)"))
+    return k, total - k
+
+
 def _head_norm_evidence(group: GroupedBlock, widths: Mapping[str, tuple[int | None, int | None]]) -> Evidence | None:
     """d_k read off per-head Q/K norms (Qwen3, Gemma 3: [d_k]), a shape that outranks a config's
     head_dim; a norm as wide as Q's projection (OLMo 2) is over all heads and says nothing."""
@@ -184,6 +215,24 @@ def _head_norm_evidence(group: GroupedBlock, widths: Mapping[str, tuple[int | No
         return None
     names = " and ".join(t.name for t in group.head_norms)
     return Evidence("d_k", d, EvidenceSource.HEAD_SHAPE, f"per-head norm {names} [{d}]")
+
+
+def _score_table_evidence(group: GroupedBlock) -> list[Evidence]:
+    """The heads read off the block's own score bias tables (Swin's relative_position_bias_table
+    [(2W-1)², h], LeViT's attention_biases [h, N]): one entry per head of the scores, observed in
+    the weights, so it outranks a config or --num-heads (which then is a conflict, not applied).
+    The table is per query head and says nothing of K/V heads: as many are offered at the rank of a
+    width (a config or option saying otherwise wins), as the assembler's default would take them."""
+    out: list[Evidence] = []
+    for t in group.extras:
+        axis = SCORE_TABLE_HEAD_AXIS.get(t.name.replace("/", ".").rpartition(".")[2])
+        if axis is not None and len(t.shape) == 2 and t.shape[axis] > 0:
+            what = f"the score bias table {t.name} {list(t.shape)}"
+            out.append(Evidence("num_heads", t.shape[axis], EvidenceSource.SCORE_SHAPE, f"head axis of {what}"))
+            out.append(Evidence("num_kv_heads", t.shape[axis], EvidenceSource.WEIGHT_SHAPE,
+                                f"as many as the query heads of {what} (no K/V head count in the weights)"))
+            break  # one table per block; a second (shared) one says the same
+    return out
 
 
 def near_misses(weights: Mapping[str, WeightMeta], groups: Iterable[GroupedBlock], matcher: str) -> list[Miss]:
