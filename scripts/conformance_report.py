@@ -503,14 +503,18 @@ def render(manifest: dict[str, Any], rows: list[Row], truths: dict[tuple[str, st
 
 
 def _keep_deploy_section(out: Path, text: str) -> str:
-    """The deployment table (scripts/deploy_report.py) shares the file: carry it over unchanged."""
+    """The deployment and toolchain tables (scripts/deploy_report.py, scripts/toolchain_report.py)
+    share the file: carry them over unchanged."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from deploy_report import BEGIN, END, splice
+    import deploy_report
+    import toolchain_report
 
     old = out.read_text(encoding="utf-8") if out.exists() else ""
-    if BEGIN not in old or END not in old:
-        return text
-    return splice(text, BEGIN + old.split(BEGIN, 1)[1].split(END, 1)[0] + END + "\n")
+    for report in (deploy_report, toolchain_report):
+        if report.BEGIN in old and report.END in old:
+            kept = report.BEGIN + old.split(report.BEGIN, 1)[1].split(report.END, 1)[0] + report.END + "\n"
+            text = report.splice(text, kept)
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

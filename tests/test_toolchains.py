@@ -13,46 +13,15 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from toolchain_cases import Fixture, block_key, compare, fixtures, report_keys
+from toolchain_cases import GAPS, Fixture, block_key, compare, fixtures, gap, report_keys
 
 import mhainspect
-
-# What each not-yet-exact fixture lacks, by fixture id (toolchain/file) or by model (toolchain/NAME*,
-# the export and its int8 copy). Remove an entry when its gap is closed: strict xfail fails then.
-_SCALE_PARAM = "a score scale stored as a [1] float initializer is counted as a parameter"
-_LIFTED = ("Keras variables the dynamo exporter lifts (lifted_tensor_N) are counted only where a MatMul reads "
-           "them: biases, norms and embeddings drop out of the total")
-_SCORES_MASKS = ("Q·Kᵀ written MatMul(K, Transpose(Q)) and a boolean mask lowered to arithmetic "
-                 "(Mul(Cast(m), S) + Mul(-1e9, Cast(Not(m)))): no block found")
-_AFTER_SOFTMAX = ("the probabilities masked again or renormalised after the Softmax (Where/Mul/Div on P) "
-                  "before P·V: no block found")
-_FOLDED_MASK = "a causal mask the converter folded to a float constant is counted as a parameter"
-GAPS: dict[str, str] = {
-    **{f"paddle2onnx/{m}*": _SCALE_PARAM for m in ("paddle_mha_self", "paddle_mha_cross", "paddle_mha_masked",
-                                                    "paddle_encoder")},
-    **{f"keras-torch/{m}*": _LIFTED for m in ("keras_mha_self", "keras_mha_seed", "keras_mha_cross",
-                                              "keras_mha_value_dim", "keras_mha_output_shape", "keras_mha_causal",
-                                              "keras_gqa", "keras_mqa", "keras_hub_bert", "keras_hub_gpt2",
-                                              "keras_hub_llama")},
-    "keras-torch/keras_hub_gemma*": f"no output projection found after the re-masked probabilities (O = 0); {_LIFTED}",
-    "keras-tf2onnx/keras_hub_bert*": _SCORES_MASKS,
-    "keras-tf2onnx/keras_hub_gpt2*": _SCORES_MASKS,
-    "keras-tf2onnx/keras_hub_llama*": _AFTER_SOFTMAX,
-    "keras-tf2onnx/keras_hub_gemma*": _AFTER_SOFTMAX,
-    "keras-tf2onnx/keras_mha_causal*": _FOLDED_MASK,
-}
-
-
-def _gap(fixture: Fixture) -> str | None:
-    model = fixture.path.name.split(".", 1)[0]
-    return GAPS.get(fixture.id) or GAPS.get(f"{fixture.toolchain}/{model}*")
-
 
 def _cases() -> list[object]:
     out: list[object] = []
     for f in fixtures():
-        gap = _gap(f)
-        marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
+        why = gap(f)
+        marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
         out.append(pytest.param(f, id=f.id, marks=marks))
     return out
 
@@ -62,7 +31,8 @@ FIXTURES = fixtures()
 
 def test_every_toolchain_has_fixtures() -> None:
     """The fixtures are there (a checkout without them would pass every case vacuously)."""
-    assert {f.toolchain for f in FIXTURES} >= {"paddle2onnx", "keras-tf2onnx", "keras-torch", "keras"}
+    assert {f.toolchain for f in FIXTURES} >= {"paddle2onnx", "keras-tf2onnx", "keras-torch", "keras-jax2onnx",
+                                              "flax-jax2onnx", "keras"}
     assert all(f.truth()["blocks"] for f in FIXTURES)
 
 
@@ -102,8 +72,8 @@ def _keras_exports() -> list[object]:
         model = f.path.name.split(".", 1)[0]
         if f.toolchain == "keras" or model not in archives:
             continue
-        gap = _gap(f)
-        marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
+        why = gap(f)
+        marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
         out.append(pytest.param(archives[model], f, id=f.id, marks=marks))
     return out
 

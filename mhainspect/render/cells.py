@@ -32,7 +32,9 @@ def producer_facts(m: ModelSummary) -> list[str]:
     """'producer pytorch 2.3.0' for a graph; 'architecture LlamaForCausalLM' where the field holds
     the architecture a config or GGUF metadata names ('Llama 3 8B', 'architecture llama')."""
     if not m.producer:
-        return []
+        # A graph whose file names no producer (paddle2onnx leaves producer_name empty): said, so the
+        # header is not read as "this field was not looked at".
+        return ["producer unknown (the file names none)"] if m.format == "onnx" else []
     if m.format not in _ARCHITECTURE_FORMATS:
         return [f"producer {m.producer}"]
     named = _NAMED_ARCHITECTURE.match(m.producer) if m.format == "gguf" else None

@@ -53,6 +53,28 @@ def quantize_copy(onnx_path: Path) -> Path:
     return out
 
 
+def record_failure(toolchain: str, name: str, exc: BaseException) -> None:
+    """A model the toolchain could not export: its first error line, in TOOLCHAIN/failures.json
+    (the toolchain table in docs/conformance.md lists it)."""
+    path = out_dir(toolchain) / "failures.json"
+    failures = json.loads(path.read_text()) if path.is_file() else {}
+    root = exc
+    while (root.__cause__ or root.__context__) is not None:  # the error that started it
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    lines = [ln for ln in str(root).strip().splitlines() if ln.strip()]
+    failures[name] = f"{type(root).__name__}: {lines[0][:300] if lines else ''}"
+    path.write_text(json.dumps(dict(sorted(failures.items())), indent=1) + "\n")
+    print(f"{toolchain}/{name}: export failed: {failures[name]}", file=sys.stderr)
+
+
+def clear_failure(toolchain: str, name: str) -> None:
+    path = out_dir(toolchain) / "failures.json"
+    if path.is_file():
+        failures = json.loads(path.read_text())
+        if failures.pop(name, None) is not None:
+            path.write_text(json.dumps(failures, indent=1) + "\n")
+
+
 def out_dir(toolchain: str) -> Path:
     path = DATA / toolchain
     path.mkdir(parents=True, exist_ok=True)
