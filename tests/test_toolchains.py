@@ -17,6 +17,7 @@ from toolchain_cases import GAPS, Fixture, block_key, compare, fixtures, gap, re
 
 import mhainspect
 
+
 def _cases() -> list[object]:
     out: list[object] = []
     for f in fixtures():
