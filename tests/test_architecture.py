@@ -1,5 +1,5 @@
-"""docs/architecture.md names one function for each number of a report: every name must import
-(a renamed or removed function fails here until the page follows)."""
+"""docs/architecture.md names one function for each number of a report, and the one reader of each
+format: every name must import (a renamed or removed function fails here until the page follows)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,20 @@ import pytest
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 _ROW = re.compile(r"^\| ([^|]+) \| `(mhainspect\.[\w.]+)` \|$")
+_NAMES = re.compile(r"`(mhainspect\.[\w.]+)`")
 
 
-def _table() -> list[tuple[str, str]]:
+def _table(title: str = "Where each number is decided") -> list[tuple[str, str]]:
     text = PAGE.read_text(encoding="utf-8")
-    section = text.split("## Where each number is decided", 1)[1].split("\n## ", 1)[0]
+    section = text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
     return [(m.group(1).strip(), m.group(2)) for line in section.splitlines() if (m := _ROW.match(line))]
+
+
+def _readers() -> list[tuple[str, str]]:
+    """(format, every function its row names) of the readers table."""
+    section = PAGE.read_text(encoding="utf-8").split("## One reader per format", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ", 1) for line in section.splitlines() if line.startswith("| ") and "`mhainspect." in line]
+    return [(fmt.strip("| "), name) for fmt, rest in rows for name in _NAMES.findall(rest)]
 
 
 def _resolve(dotted: str) -> object:
@@ -45,3 +53,14 @@ def test_every_named_function_exists(number: str, dotted: str) -> None:
     if dotted.startswith("mhainspect.frontends.torch."):
         pytest.importorskip("torch")
     assert callable(_resolve(dotted)), f"{number}: {dotted} is not a function"
+
+
+def test_the_readers_table_names_each_format() -> None:
+    formats = " / ".join(f for f, _ in _readers())
+    for wanted in ("Hugging Face folder", "safetensors", "torch.save", "GGUF", "ONNX"):
+        assert wanted in formats, wanted
+
+
+@pytest.mark.parametrize(("fmt", "dotted"), _readers())
+def test_every_named_reader_exists(fmt: str, dotted: str) -> None:
+    assert callable(_resolve(dotted)), f"{fmt}: {dotted} is not a function"

@@ -14,8 +14,9 @@ member list), its suffix only where the content names no format (ONNX has no sig
 - ``pkg.module:callable`` or ``path/to/file.py:callable``: a factory in the user's own code, called
   with ``--arg key=value`` keyword arguments; it returns a module or ``(module, example_inputs)``.
 - ``hf://org/name[@revision][/path]``, a Hub web URL, an ``http(s)://`` URL, ``s3://``, ``gs://``,
-  ``az://``: a model where it lives, read by ranges (``mhainspect.frontends.remote``), the same
-  readers and rules as for local files and folders.
+  ``az://``: a model where it lives (``remote_result``): its tree (``mhainspect.sources``) handed to
+  the same readers as a local file or folder, which ask only for the bytes each format's header
+  needs; a remote report equals the local report of the same files but for the path.
 
 Returns a SourceResult (mhainspect.pipeline makes the Report), raises InputError; prints nothing.
 """
@@ -42,6 +43,7 @@ from mhainspect.sources import is_remote
 
 if TYPE_CHECKING:
     from mhainspect.ir.weights import HeadOffers
+    from mhainspect.sources.blob import HeadCached
 
 
 # Patterns as text, compiled by re on first use: only a spec that is no file reaches them, and
@@ -151,12 +153,119 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
     return onnx_file_result(path)
 
 
+_MAX_LISTED_MODELS = 8
+
+
+def _names_file(name: str) -> bool:
+    """Whether the last part of an object-store address names a file (a model file or a JSON file)."""
+    return file_kind(name) is not None or name.endswith(".json")
+
+
+def remote_models(spec: str) -> list[str]:
+    """The models a remote ``spec`` names (see ``_remote_models``), within the model's deadline."""
+    from mhainspect.sources.deadline import model_deadline
+
+    with model_deadline():
+        return _remote_models(spec)
+
+
+def _remote_models(spec: str) -> list[str]:
+    """The models a remote ``spec`` names: itself when it is one model, else every model below the
+    folder (as ``hf://...`` / URL arguments of their own), sorted as a local folder's are."""
+    from mhainspect.frontends.kinds import model_folder_names, models_below
+    from mhainspect.sources.trees import locate
+
+    tree, path, what = locate(spec, _names_file)
+    if what == "file" or model_folder_names(tree.listdir(path).files):
+        return [spec]
+    found = models_below(tree, path)
+    if not found:
+        raise InputError(f"{spec}: no models in this folder (looked for *.onnx, *.gguf, *.safetensors, "
+                         "*.pt/.pth/.bin/.ckpt and Hugging Face folders with config.json)")
+    base = spec.rstrip("/")
+    start = len(path) + 1 if path else 0
+    return [f"{base}/{p[start:]}" for p in found]
+
+
+def remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
+    """The front-end stage of a remote argument (see ``_remote_result``), within the model's deadline
+    (the caller's, else the default)."""
+    from mhainspect.sources.deadline import model_deadline
+
+    with model_deadline():
+        return _remote_result(spec, stated)
+
+
+def _remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
+    """A remote argument: a Hugging Face folder, a checkpoint, GGUF or ONNX file, read through its
+    format's reader over the remote tree; a folder of several models is refused with the list (the
+    command line audits each: ``remote_models``)."""
+    from mhainspect.frontends.kinds import model_folder_names
+    from mhainspect.sources.blob import HeadCached
+    from mhainspect.sources.tree import beside
+    from mhainspect.sources.trees import locate
+
+    tree, path, what = locate(spec, _names_file)
+    display = spec.rstrip("/") if not spec.endswith("://") else spec  # as a local folder's path: no final slash
+    if what == "folder":
+        if not model_folder_names(tree.listdir(path).files):
+            models = _remote_models(spec)
+            if len(models) != 1:
+                shown = ", ".join(models[:_MAX_LISTED_MODELS]) + (", ..." if len(models) > _MAX_LISTED_MODELS else "")
+                raise InputError(f"{spec}: holds {len(models)} models ({shown}); name one, or give the folder to the "
+                                 "command line, which audits each")
+            return _remote_result(models[0], stated)
+        from mhainspect.frontends.checkpoint.frontend import checkpoint_folder_result
+
+        return checkpoint_folder_result(tree, path, display, stated, remote=True)
+    if path.rsplit("/", 1)[-1] == "config.json":
+        raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")
+    blob = HeadCached(tree.blob(path))
+    kind = _remote_content_kind(blob) or file_kind(path) or "onnx"
+    if kind in ("checkpoint", "safetensors"):
+        from mhainspect.frontends.checkpoint.frontend import checkpoint_file_result
+
+        safetensors = kind == "safetensors" or path.lower().endswith(".safetensors")
+        return checkpoint_file_result(tree, path, display, blob, safetensors, stated, remote=True,
+                                      config_name=beside(display, "config.json"))
+    if kind == "gguf":
+        from mhainspect.frontends.gguf.frontend import gguf_tree_result
+
+        return gguf_tree_result(tree, path, display, blob, remote=True)
+    from mhainspect.frontends.onnx.frontend import onnx_tree_result
+
+    return onnx_tree_result(tree, path, display, blob, remote=True)
+
+
+def _remote_content_kind(blob: HeadCached) -> str | None:
+    """The reader a remote file goes to by its first bytes (the range its reader asks for first):
+    "gguf", "checkpoint" (a zip archive or a pickle: torch.save), "safetensors"; None: the suffix
+    decides (ONNX has no signature). A format this tool does not read raises InputError naming it."""
+    from mhainspect.frontends import formats
+
+    head = blob.head()
+    if head.startswith(b"GGUF"):
+        return "gguf"
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x80")):
+        return "checkpoint"
+    foreign = {_LFS: formats.LFS_POINTER, b"\x89HDF\r\n\x1a\n": formats.HDF5}
+    for magic, what in foreign.items():
+        if head.startswith(magic):
+            raise InputError(what.message(blob.name), ErrorKind.UNSUPPORTED)
+    if head[4:8] == b"TFL3":
+        raise InputError(formats.TFLITE.message(blob.name), ErrorKind.UNSUPPORTED)
+    if len(head) >= 10 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= blob.size() - 8:
+        return "safetensors"
+    return None
+
+
+_LFS = b"version https://git-lfs.github.com/spec/v1"
+
+
 def source_result(spec: str, *, factory_args: Mapping[str, Any] | None = None,
                   stated: HeadOffers | None = None) -> SourceResult:
     """Read whatever ``spec`` names (see the module docstring)."""
     if is_remote(spec):
-        from mhainspect.frontends.remote.frontend import remote_result
-
         return remote_result(spec, stated)
     src = classify(spec)
     if src.kind != "factory":

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mhainspect.errors import InputError
-from mhainspect.frontends.kinds import MODEL_FILE_KINDS, is_checkpoint_folder, is_model_folder, models_in
+from mhainspect.frontends.kinds import MODEL_FILE_KINDS, is_model_folder, models_in
+from mhainspect.frontends.kinds import models_below as kinds_models_below
 from mhainspect.sources import is_remote
 
 __all__ = ["ModelRef", "expand_models", "model_argument", "model_label", "models_below", "models_in"]
@@ -23,19 +24,11 @@ __all__ = ["ModelRef", "expand_models", "model_argument", "model_label", "models
 
 def models_below(directory: Path) -> list[Path]:
     """Every model under ``directory``, recursively, sorted: model files, and Hugging Face folders
-    as one model each (not looked into); symlinked folders are not followed."""
-    found: list[Path] = []
-    for root, dirs, files in os.walk(directory):
-        here = Path(root)
-        kept = []
-        for d in sorted(dirs):
-            if is_checkpoint_folder(here / d):
-                found.append(here / d)
-            else:
-                kept.append(d)
-        dirs[:] = kept
-        found.extend(here / name for name in models_in(files) if (here / name).is_file())
-    return sorted(found)
+    as one model each (not looked into); symlinked folders are not followed. The rule of every
+    tree (``kinds.models_below``), over the local one."""
+    from mhainspect.sources.transports.local import LocalTree
+
+    return [directory / p for p in kinds_models_below(LocalTree(directory), "")]
 
 
 ModelRef = Path | str
@@ -68,7 +61,7 @@ def expand_models(arguments: Iterable[ModelRef]) -> tuple[ModelRef, ...]:
     seen: set[ModelRef] = set()
     for arg in arguments:
         if isinstance(arg, str):
-            from mhainspect.frontends.remote.frontend import remote_models
+            from mhainspect.frontends.dispatch import remote_models
 
             for spec in remote_models(arg):
                 if spec not in seen:

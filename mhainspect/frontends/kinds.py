@@ -5,12 +5,12 @@ once). The one rule for local and remote folders alike; reads listings only, nev
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from mhainspect.frontends.formats import identify_folder
 from mhainspect.frontends.gguf.split import GGUF_SUFFIX, split_name  # the loader's own rule for a split model's parts
-from mhainspect.sources.tree import folder_index
+from mhainspect.sources.tree import Tree
 
 # Every model file suffix and the kind of source it is: a folder scan picks up these files, and
 # classify() dispatches on them. A new format adds its suffix here (and its reader in dispatch.file_result).
@@ -88,22 +88,21 @@ def models_in(files: Iterable[str]) -> list[str]:
     return out + list(first_part.values())
 
 
-def models_below(files: Mapping[str, int | None], folder: str) -> list[str]:
-    """Every model under ``folder`` of a listed tree (``sources.tree``), as local
-    folders.models_below finds them: model files, and Hugging Face folders as one model each (not
-    looked into); sorted as paths sort."""
-    index = folder_index(files)
+def models_below(tree: Tree, folder: str) -> list[str]:
+    """Every model under ``folder`` of a tree, local or remote: model files, and Hugging Face
+    folders as one model each (not looked into); folders reached through a link are looked at,
+    never walked (a link may loop); sorted as paths sort."""
     found: list[str] = []
     pending = [folder]
     while pending:
         here = pending.pop()
-        names, subs = index.get(here, ([], set()))
-        for d in sorted(subs):
+        entries = tree.listdir(here)
+        for d in entries.folders:
             sub = f"{here}/{d}" if here else d
-            sub_names = index.get(sub, ([], set()))[0]
-            if "config.json" in sub_names and checkpoint_names(sub_names):
+            names = tree.listdir(sub).files
+            if "config.json" in names and checkpoint_names(names):
                 found.append(sub)
-            else:
+            elif d not in entries.linked:
                 pending.append(sub)
-        found.extend(f"{here}/{n}" if here else n for n in models_in(names))
+        found.extend(f"{here}/{n}" if here else n for n in models_in(entries.files))
     return sorted(found, key=lambda p: tuple(p.split("/")))

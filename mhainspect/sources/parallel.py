@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextvars import copy_context
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 CONCURRENCY = 16  # reads in flight at once, and connections per host
 
 T = TypeVar("T")
 R = TypeVar("R")
+T_co = TypeVar("T_co", covariant=True)
 
 
 class Pool:
@@ -54,3 +55,44 @@ def in_parallel(fn: Callable[[T], R], items: Sequence[T], remote: bool = True) -
         if not f.cancelled() and f.exception() is not None:
             raise f.exception()  # type: ignore[misc]
     return [f.result() for f in futures]
+
+
+class Result(Protocol[T_co]):
+    """A job's outcome, asked for once it is needed (a Future, or a local job run then)."""
+
+    def result(self) -> T_co: ...
+
+
+class _Later(Generic[R]):
+    """A job run where its result is first asked for (a local read: no thread, and a job whose
+    result nobody asks for never runs)."""
+
+    def __init__(self, fn: Callable[[], R]) -> None:
+        self._fn = fn
+        self._done = False
+        self._value: R | None = None
+
+    def result(self) -> R:
+        if not self._done:
+            self._value, self._done = self._fn(), True
+        return self._value  # type: ignore[return-value]  # set on the line above
+
+
+class Jobs:
+    """Reads started ahead of their use: on a Pool of CONCURRENCY threads when ``remote`` (each a
+    round trip), else run lazily, in the order their results are asked for (local reads)."""
+
+    def __init__(self, remote: bool) -> None:
+        self._pool = Pool(CONCURRENCY) if remote else None
+
+    def submit(self, fn: Callable[..., R], *args: Any) -> Result[R]:
+        if self._pool is None:
+            return _Later(lambda: fn(*args))
+        return self._pool.submit(fn, *args)
+
+    def __enter__(self) -> Jobs:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.__exit__(exc_type, *exc)

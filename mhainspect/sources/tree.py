@@ -1,7 +1,8 @@
 """A folder: its files (listed once) and a blob for each.
 
-A Hub revision, an object-store folder and the folder of a URL are all a ``Tree``: relative POSIX
-paths with their sizes, and ``blob(path)`` to read one. A URL's folder lists only the file named
+A local folder, a Hub revision, an object-store folder and the folder of a URL are all a ``Tree``:
+relative POSIX paths with their sizes, ``listdir(folder)`` for one level of it, and ``blob(path)``
+to read one. A URL's folder lists only the file named
 (``complete`` is False): a sibling (config.json beside a checkpoint, the parts of a split GGUF
 model) is tried by reading it. Which files are models is for the front ends to say
 (``frontends.kinds``): a tree knows names and sizes only.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from mhainspect.errors import ErrorKind, InputError
@@ -26,7 +28,11 @@ class Tree(Protocol):
         """Whether files() lists every file (False: a sibling may exist unlisted)."""
 
     def files(self) -> Mapping[str, int | None]:
-        """Every file: relative POSIX path -> size (None: unknown)."""
+        """Every file: relative POSIX path -> size (None: unknown). ``path in files()`` is the test
+        of one file (a local tree answers it from the file system, without listing)."""
+
+    def listdir(self, folder: str) -> Entries:
+        """The names of the files and of the subfolders directly in ``folder`` ("" = the root)."""
 
     def name(self, path: str) -> str:
         """How reports and messages name a file or folder of the tree."""
@@ -86,6 +92,30 @@ def folder_index(files: Mapping[str, int | None]) -> dict[str, tuple[list[str], 
                 child = up if new else ""
         entry[0].append(name)
     return index
+
+
+@dataclass(frozen=True)
+class Entries:
+    """One level of a folder: its files and subfolders by name, sorted; ``linked``: the subfolders
+    reached through a symbolic link (a scan looks at them, never below them: a link may loop)."""
+
+    files: tuple[str, ...]
+    folders: tuple[str, ...]
+    linked: frozenset[str] = frozenset()
+
+
+class Listed:
+    """``listdir`` of a tree whose ``files()`` is one listing held in memory (remote trees)."""
+
+    def files(self) -> Mapping[str, int | None]:
+        raise NotImplementedError
+
+    def listdir(self, folder: str) -> Entries:
+        index = self.__dict__.get("_folder_index")
+        if index is None:  # built once: a walk over many folders looks each one up
+            index = self.__dict__["_folder_index"] = folder_index(self.files())
+        names, subs = index.get(folder, ([], set()))
+        return Entries(tuple(sorted(names)), tuple(sorted(subs)))
 
 
 def children(files: Mapping[str, int | None], folder: str) -> list[str]:

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mhainspect.errors import ErrorKind, InputError
+from mhainspect.frontends.checkpoint.files import read_file, read_folder
 from mhainspect.frontends.checkpoint.hf_config import (
     Tie,
     expert_claims,
@@ -22,13 +24,16 @@ from mhainspect.frontends.checkpoint.hf_config import (
 )
 from mhainspect.frontends.checkpoint.mixers import classify_mixers
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
-from mhainspect.frontends.checkpoint.reader import apply_ties, load_checkpoint_weights
+from mhainspect.frontends.checkpoint.reader import SAFETENSORS_SUFFIXES, apply_ties
+from mhainspect.frontends.formats import HEAD_BYTES, is_safetensors, read_at
 from mhainspect.frontends.size_inputs import config_causal, config_dtype, metas_size_inputs, model_float_dtype
 from mhainspect.ir.weights import HeadOffers, WeightMeta, count_weights, parameter_keys
 from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.results import AttentionBlock, Miss, ModelFacts, ReportWarning, WarningCode
 from mhainspect.results.stages import SourceResult
+from mhainspect.sources.blob import Blob
+from mhainspect.sources.tree import Tree
 
 
 def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None,
@@ -50,12 +55,45 @@ def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, An
 
 
 def checkpoint_result(path: str | os.PathLike[str], stated: HeadOffers | None = None) -> SourceResult:
-    """A checkpoint file or Hugging Face folder; ``stated``: head counts the caller gives (--num-heads)."""
+    """A local checkpoint file or Hugging Face folder, through the one reader (``files``) over a
+    local tree; ``stated``: head counts the caller gives (--num-heads)."""
+    from mhainspect.sources.transports.local import LocalTree
+
     p = Path(path)
-    weights, config, fmt = load_checkpoint_weights(p)
-    folder = p.is_dir()
-    return weights_result(weights, config, fmt, str(path), folder=folder,
-                          config_path=None if folder else str(p.parent / "config.json"), stated=stated)
+    if p.is_dir():
+        return checkpoint_folder_result(LocalTree(p), "", str(path), stated, remote=False)
+    if not p.exists():
+        raise InputError(f"{p}: no such file", ErrorKind.NOT_FOUND)
+    tree = LocalTree(p.parent)
+    blob = tree.blob(p.name)
+    safetensors = p.suffix.lower() in SAFETENSORS_SUFFIXES or _content_is_safetensors(p)
+    return checkpoint_file_result(tree, p.name, str(path), blob, safetensors, stated, remote=False,
+                                  config_name=tree.name("config.json"))
+
+
+def _content_is_safetensors(path: Path) -> bool:
+    """A safetensors file under another suffix (a .bin): its content says so (formats.identify)."""
+    try:
+        head = read_at(path, 0, HEAD_BYTES)
+    except OSError:
+        return False
+    return is_safetensors(path, head)
+
+
+def checkpoint_file_result(tree: Tree, path: str, display: str, blob: Blob, safetensors: bool,
+                           stated: HeadOffers | None, *, remote: bool, config_name: str) -> SourceResult:
+    """A checkpoint file of any tree (local or remote), named ``display``; ``config_name``: how the
+    warning names a config.json beside it."""
+    weights, config = read_file(tree, path, blob, "safetensors" if safetensors else "pytorch", remote)
+    return weights_result(weights, config, "safetensors" if safetensors else "pytorch", display, folder=False,
+                          config_path=config_name, stated=stated)
+
+
+def checkpoint_folder_result(tree: Tree, folder: str, display: str, stated: HeadOffers | None, *,
+                             remote: bool) -> SourceResult:
+    """A Hugging Face folder of any tree (local or remote), named ``display``."""
+    weights, config = read_folder(tree, folder, display, remote)
+    return weights_result(weights, config, "huggingface", display, folder=True, config_path=None, stated=stated)
 
 
 def weights_result(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None, fmt: str, path: str, *,

@@ -7,8 +7,9 @@ Hugging Face folders (config.json + shards).
 - Quantized Linears (GPTQ, AWQ, bitsandbytes, compressed-tensors, fp8): their weights at the
   logical shape they encode, their scales and zero points marked as quantization data
   (``mhainspect.frontends.checkpoint.quantized``).
-- ``.pt/.pth/.bin``: ``torch.load(weights_only=True, mmap=True)``; a file that needs arbitrary
-  unpickling is refused (InputError) and nothing in it runs. Tensors stay memory-mapped, unread.
+- ``.pt/.pth/.bin``: a torch.save zip is read without torch (``torchzip``: its directory and its
+  pickle, as data); a legacy (non-zip) pickle with ``torch.load(weights_only=True)``. A file that
+  needs arbitrary unpickling is refused (InputError) and nothing in it runs.
 - A folder with ``config.json``: heads, kv heads and head_dim from the config, shapes from the
   weights (shards listed by ``*.index.json`` when present).
 
@@ -29,47 +30,27 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from mhainspect.errors import ErrorKind, InputError, missing_torch, read_error
+from mhainspect.errors import ErrorKind, InputError, missing_torch
 from mhainspect.frontends.checkpoint.hf_config import Tie, tied_copies
-from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEAVES, apply_quantization, wants_values
-from mhainspect.frontends.formats import HEAD_BYTES, is_safetensors, read_at
+from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEAVES, wants_values
 from mhainspect.ir.dtypes import canonical
 from mhainspect.ir.limits import MAX_BYTES, MAX_CONFIG_BYTES, MAX_SAFETENSORS_HEADER_BYTES, byte_count, shape_problem
 from mhainspect.ir.weights import WeightMeta
-from mhainspect.sources.blob import Blob, LocalBlob, Prefix
+from mhainspect.sources.blob import Blob, Prefix
 from mhainspect.sources.parallel import in_parallel
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 
 
-def is_checkpoint_path(path: Path) -> bool:
-    if path.is_dir():
-        return (path / "config.json").is_file()
-    return path.suffix.lower() in SAFETENSORS_SUFFIXES + TORCH_SUFFIXES
-
-
-def _looks_like_safetensors(path: Path) -> bool:
-    """A safetensors file under another suffix (a .bin): its content says so (formats.identify)."""
-    try:
-        head = read_at(path, 0, HEAD_BYTES)
-    except OSError:
-        return False
-    return is_safetensors(path, head)
-
-
-def read_safetensors_header(path: Path, values: dict[str, tuple[int, ...]] | None = None) -> dict[str, WeightMeta]:
-    """Tensor metadata from a .safetensors header; the tensor bytes are never read, except, into
-    ``values`` when given, those of the few small integer tensors that state a quantized weight's
-    logical shape (``mhainspect.frontends.checkpoint.quantized.wants_values``)."""
-    return safetensors_header(LocalBlob(path), values)
-
-
 def safetensors_header(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
                        head: Prefix | None = None) -> dict[str, WeightMeta]:
-    """read_safetensors_header for any file that answers ranged reads: the 8-byte length and the
+    """Tensor metadata from a .safetensors header, local or remote: the 8-byte length and the
     header in one speculative range when it fits (a second, for the rest, when it does not);
-    ``head``: the reader of the blob's first bytes, when the caller sizes its first range."""
+    ``head``: the reader of the blob's first bytes, when the caller sizes its first range. The
+    tensor bytes are never read, except, into ``values`` when given, those of the few small integer
+    tensors that state a quantized weight's logical shape
+    (``mhainspect.frontends.checkpoint.quantized.wants_values``)."""
     path = blob.name
     head = head or Prefix(blob)
     first = head.read(0, 8)
@@ -336,59 +317,6 @@ def indexed_files(index: Mapping[str, Any], where: str) -> list[str]:
     if not isinstance(weight_map, dict):
         raise InputError(f"{where}: no weight_map")
     return list(dict.fromkeys(map(str, weight_map.values())))
-
-
-def _shards(folder: Path) -> tuple[list[Path], str]:
-    """Weight files of a Hugging Face folder: safetensors preferred, then PyTorch .bin."""
-    try:
-        names = {p.name for p in folder.iterdir() if p.is_file()}
-    except OSError as exc:
-        raise read_error(folder, exc) from None
-    found, kind, index_name = weight_files(names, str(folder))
-    if index_name is None:
-        return [folder / n for n in found], kind
-    index = folder / index_name
-    root = folder.resolve()
-    files: list[Path] = []
-    for f in indexed_files(read_config(index), str(index)):
-        p = (folder / f).resolve()
-        if root not in p.parents:
-            raise InputError(f"{index}: shard '{f}' is outside the folder")
-        if not p.is_file():
-            raise InputError(f"{index}: shard '{f}' is missing")
-        files.append(p)
-    return files, kind
-
-
-def load_checkpoint_weights(path: Path) -> tuple[dict[str, WeightMeta], dict[str, Any] | None, str]:
-    """(weights, config or None, format) for a checkpoint file or folder."""
-    if path.is_dir():
-        cfg_path = path / "config.json"
-        if not cfg_path.is_file():
-            raise InputError(f"{path}: is a directory without config.json (expected a model file or a "
-                             "Hugging Face model folder)")
-        config = read_config(cfg_path)
-        files, kind = _shards(path)
-        weights: dict[str, WeightMeta] = {}
-        values: dict[str, tuple[int, ...]] = {}
-        for f in files:
-            weights.update(read_safetensors_header(f, values) if kind == "safetensors"
-                           else read_torch_state_dict(f, values))
-        return apply_quantization(weights, config, values), config, "huggingface"
-    if not path.exists():
-        raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
-    suffix = path.suffix.lower()
-    sibling = path.parent / "config.json"
-    beside: dict[str, Any] | None = None
-    if sibling.is_file():
-        try:
-            beside = read_config(sibling)
-        except InputError:
-            beside = None  # a broken neighbour is not this file's problem: heads stay unknown
-    values = {}
-    if suffix in SAFETENSORS_SUFFIXES or _looks_like_safetensors(path):
-        return apply_quantization(read_safetensors_header(path, values), beside, values), beside, "safetensors"
-    return apply_quantization(read_torch_state_dict(path, values), beside, values), beside, "pytorch"
 
 
 def apply_ties(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None

@@ -26,7 +26,7 @@ from mhainspect.frontends.formats import archive_members
 from mhainspect.frontends.pickles import STORAGE_DTYPES, Global, RefusedGlobal, TensorRecord, read_pickle
 from mhainspect.ir.dtypes import canonical
 from mhainspect.ir.weights import WeightMeta
-from mhainspect.sources.blob import Blob, BlobFile, SparseView
+from mhainspect.sources.blob import Blob, BlobFile, LocalBlob, SparseView
 from mhainspect.sources.parallel import in_parallel
 
 # The end of an archive read first: the end-of-directory record and its zip64 locator, and the
@@ -68,6 +68,17 @@ def weights_only(named: Global) -> bool:
     if named.module == "torch" and (named.name in STORAGE_DTYPES or named.name in _DTYPE_NAMES):
         return True
     return named.qualified in _ALLOWED
+
+
+def read_torch_file(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
+                    unpickling_reason: Callable[[str], str] = str) -> dict[str, WeightMeta]:
+    """A torch.save file, local or remote: a zip archive by ranges, without torch; a legacy (non-zip)
+    pickle on local disk with torch's weights-only loader (its storages follow the pickle)."""
+    if isinstance(blob, LocalBlob) and blob.read(0, 1) == b"\x80":
+        from mhainspect.frontends.checkpoint.reader import read_torch_state_dict
+
+        return read_torch_state_dict(blob.path, values)
+    return read_torch_zip(blob, values, unpickling_reason)
 
 
 def read_torch_zip(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,

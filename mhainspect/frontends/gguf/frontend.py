@@ -34,6 +34,7 @@ from mhainspect.frontends.gguf.reader import (
     offers_for,
     producer,
     read_model,
+    read_model_tree,
     swa_warnings,
     weight_meta,
 )
@@ -44,6 +45,8 @@ from mhainspect.matchers.grouping import GroupedBlock, LatentParts, RoleWeights,
 from mhainspect.matchers.static import assemble
 from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts
 from mhainspect.results.stages import BlockDecoding, SizeInputs, SourceResult
+from mhainspect.sources.blob import Blob
+from mhainspect.sources.tree import Tree
 
 # blk.N.attn_q.weight, enc.blk.N.attn_o.bias, dec.blk.N.cross_attn_k.weight, v.blk.N.attn_qkv.weight ...
 _ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<role>q|k|v|qkv|output|out|o)\.(?P<leaf>weight|bias)$")
@@ -196,6 +199,12 @@ def gguf_result(path: str | os.PathLike[str]) -> SourceResult:
     if p.is_dir():
         raise InputError(f"{p}: is a directory, expected a .gguf file")
     return gguf_model_result(read_model(p), str(path))
+
+
+def gguf_tree_result(tree: Tree, path: str, display: str, blob: Blob, *, remote: bool) -> SourceResult:
+    """The GGUF file ``path`` of any tree (local or remote), named ``display``: its header and those
+    of the other parts of a split model."""
+    return gguf_model_result(read_model_tree(tree, path, display, blob, remote), display)
 
 
 def gguf_model_result(model: GGUFModel, path: str) -> SourceResult:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import posixpath
 import re
 import struct
 from collections.abc import Mapping
@@ -37,7 +38,9 @@ from mhainspect.ir.dtypes import Family, ggml_name, lookup
 from mhainspect.ir.limits import MAX_DIM, MAX_SHARD_FILES, bounded_numel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 from mhainspect.matchers.experts import ExpertClaims
-from mhainspect.sources.blob import FIRST_RANGE, Blob, Prefix
+from mhainspect.sources.blob import FIRST_RANGE, Blob, LocalBlob, Prefix
+from mhainspect.sources.parallel import in_parallel
+from mhainspect.sources.tree import Tree, beside
 
 MAGIC = b"GGUF"
 
@@ -315,8 +318,11 @@ _TENSOR_INFO_GUESS = 96
 
 
 def read_header_blob(blob: Blob) -> GGUFHeader:
-    """The header of a GGUF file that answers ranged reads (a remote file), in a few ranges that
-    never fetch a byte twice; the tensor data is never fetched (bar the end of the last range)."""
+    """The header of a GGUF file, local or remote: a local file is memory-mapped (its header's pages
+    fault in, nothing else), a remote one read in a few ranges that never fetch a byte twice; the
+    tensor data is never fetched (bar the end of the last range)."""
+    if isinstance(blob, LocalBlob):
+        return read_header(blob.path)
     head = Prefix(blob, limit=MAX_REMOTE_HEADER)
     head.ensure(4 + 4 + 8 + 8)
     size = blob.size()
@@ -408,19 +414,41 @@ def _tensor_info(cur: _Cursor, names: set[str]) -> TensorInfo:
 # ------------------------------------------------------------------------------ split files and folders
 
 
-def split_parts(path: Path) -> tuple[Path, ...]:
-    """Every file of the split model ``path`` belongs to (``*-00001-of-00003.gguf`` ...), or (path,)."""
-    m = split_name(path.name)
+# Parts of a split GGUF model tried where no listing names them (a URL's folder): each is a request
+# (real split models have up to a few dozen parts; a listed folder may hold up to MAX_SHARD_FILES).
+MAX_GUESSED_PARTS = 256
+
+
+def split_paths(path: str, display: str, listed: bool = True) -> list[str]:
+    """Every file of the split model ``path`` belongs to (``*-00001-of-00003.gguf`` ...), as paths
+    of its folder, or [path]; ``listed``: whether the folder's listing says which exist (else each
+    part is tried, at most MAX_GUESSED_PARTS)."""
+    m = split_name(posixpath.basename(path))
     if m is None:
-        return (path,)
+        return [path]
     count = int(m.group("count"))
     if count < 1 or count > MAX_SHARDS or not 1 <= int(m.group("no")) <= count:
-        raise InputError(f"{path}: split file name says part {int(m.group('no'))} of {count}")
-    parts = tuple(path.with_name(f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1))
-    missing = [p.name for p in parts if not p.is_file()]
-    if missing:
-        raise InputError(f"{path}: split model is missing {len(missing)} of its {count} files, first {_q(missing[0])}")
-    return parts
+        raise InputError(f"{display}: split file name says part {int(m.group('no'))} of {count}")
+    if not listed and count > MAX_GUESSED_PARTS:
+        raise InputError(f"{display}: split file name says {count:,} parts; a URL's folder is not listed, so "
+                         f"parts are tried one by one, at most {MAX_GUESSED_PARTS}: read it where its folder is "
+                         "listed (hf://, s3://, gs://, az://)")
+    return [beside(path, f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
+def read_model_tree(tree: Tree, path: str, display: str, blob: Blob, remote: bool) -> GGUFModel:
+    """The model the GGUF file ``path`` of ``tree`` (named ``display``) is: every part of a split
+    model, their headers read in parallel when remote."""
+    parts = split_paths(path, display, tree.complete)
+    if len(parts) > 1 and tree.complete:
+        files = tree.files()
+        missing = [posixpath.basename(p) for p in parts if p not in files]
+        if missing:
+            raise InputError(f"{display}: split model is missing {len(missing)} of its {len(parts)} files, first "
+                             f"{_q(missing[0])}")
+    headers = in_parallel(lambda p: read_header_blob(blob if p == path else tree.blob(p)), parts, remote)
+    first = parts[0]
+    return merge_parts(display if first == path else beside(display, posixpath.basename(first)), headers)
 
 
 def is_later_split_part(path: Path) -> bool:
@@ -439,8 +467,11 @@ class GGUFModel:
 
 
 def read_model(path: Path) -> GGUFModel:
-    parts = split_parts(path)
-    return merge_parts(path, [read_header(p) for p in parts])
+    """The model of a local GGUF file (see read_model_tree)."""
+    from mhainspect.sources.transports.local import LocalTree
+
+    tree = LocalTree(path.parent)
+    return read_model_tree(tree, path.name, str(path), tree.blob(path.name), remote=False)
 
 
 def merge_parts(path: str | Path, headers: list[GGUFHeader]) -> GGUFModel:

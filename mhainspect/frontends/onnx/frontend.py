@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from itertools import chain
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.formats import check_symlink_loop
@@ -31,6 +32,10 @@ from mhainspect.ir.parameters import scan_stored
 from mhainspect.matchers.graph import graph_blocks
 from mhainspect.results import ModelFacts, ReportWarning, WarningCode, coded
 from mhainspect.results.stages import SourceResult
+
+if TYPE_CHECKING:
+    from mhainspect.sources.blob import Blob
+    from mhainspect.sources.tree import Tree
 
 _MAX_LISTED = 5  # warnings of one kind listed by name; the rest are counted
 # The loader names subgraph nodes "{parent}/body{i}/{name}". Pattern strings, compiled by re on
@@ -166,6 +171,45 @@ def onnx_file_result(path: str | os.PathLike[str]) -> SourceResult:
         message = str(exc)
         if not message.startswith(str(path)):
             raise InputError(f"{path}: {message}") from None
+        raise
+
+
+def onnx_tree_result(tree: Tree, path: str, display: str, blob: Blob, *, remote: bool) -> SourceResult:
+    """The ONNX file ``path`` of a remote tree, named ``display``: the graph read with every large
+    tensor payload skipped (``wire.remote_model_view``), external data read by ranges only where a
+    copy check asks for a few elements, never whole; the config.json beside it (in parallel).
+    A local file takes ``onnx_file_result``: a mapped file is parsed whole, by onnx's own parser."""
+    from mhainspect.frontends.checkpoint.files import config_at
+    from mhainspect.frontends.onnx.loader import load_onnx_bytes
+    from mhainspect.frontends.onnx.ranged_values import plain_location, remote_folded_copies
+    from mhainspect.frontends.onnx.wire import remote_model_view
+    from mhainspect.sources.parallel import Jobs
+    from mhainspect.sources.tree import beside
+
+    with Jobs(remote) as jobs:
+        config_job = jobs.submit(config_at, tree, beside(path, "config.json"), False)
+        data, view = remote_model_view(blob)
+        config = config_job.result()
+
+    def data_file(location: str) -> Blob | None:
+        """An external data file beside the model (never one the folder's listing does not hold)."""
+        where = beside(path, posixpath.normpath(location.replace("\\", "/")))
+        if not plain_location(location) or (tree.complete and where not in tree.files()):
+            return None
+        return tree.blob(where)
+
+    try:
+        graph = load_onnx_bytes(data, display)
+        escaping = external_data_warnings(display, graph)
+        if escaping:
+            graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
+        # Copies of parameters decided by values, as locally: read by ranges, only where a candidate is.
+        graph = remote_folded_copies(graph, view, data_file)
+        return graph_result(graph, path=display, fmt="onnx", config=config,
+                            config_label="config.json beside the model" if config is not None else "")
+    except InputError as exc:
+        if not str(exc).startswith(display):
+            raise InputError(f"{display}: {exc}") from None
         raise
 
 

@@ -33,7 +33,7 @@ from mhainspect.errors import ErrorKind, InputError, MissingDependencyError
 from mhainspect.sources.address import HubRef, display, hub_endpoint
 from mhainspect.sources.blob import Blob, LocalBlob
 from mhainspect.sources.transports.http import HttpBlob, Reply, client, reply_kind, retries
-from mhainspect.sources.tree import listed_files
+from mhainspect.sources.tree import Listed, listed_files
 
 REMOTE_HINT = 'pip install "mhainspect[remote]"'
 _COMMIT = r"^[0-9a-f]{40}$"
@@ -223,7 +223,7 @@ def failure(reply: Reply, ref: HubRef, path: str, settings: HubSettings) -> str:
     return f"unexpected answer from the Hub (HTTP {reply.status})"
 
 
-class HubTree:
+class HubTree(Listed):
     """A revision of a Hub repo as a folder: its files listed once, each read from the cache when
     it is there, else by ranges from the Hub."""
 

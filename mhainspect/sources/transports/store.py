@@ -18,7 +18,7 @@ from mhainspect.sources import deadline
 from mhainspect.sources.address import StoreRef
 from mhainspect.sources.blob import Blob
 from mhainspect.sources.transports.http import Counters
-from mhainspect.sources.tree import listed_files
+from mhainspect.sources.tree import Listed, listed_files
 
 # The fsspec implementation each protocol needs, and the extra that installs it (the install hint).
 BACKENDS = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
@@ -105,7 +105,7 @@ class StoreBlob:
         return self.read(max(0, size - length), min(length, size))
 
 
-class StoreTree:
+class StoreTree(Listed):
     """A folder of an object store: for a file argument, the folder holding it."""
 
     complete = True

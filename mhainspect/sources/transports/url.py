@@ -9,9 +9,10 @@ from mhainspect.errors import InputError
 from mhainspect.sources.address import UrlRef
 from mhainspect.sources.blob import Blob
 from mhainspect.sources.transports.http import HttpBlob
+from mhainspect.sources.tree import Listed
 
 
-class UrlTree:
+class UrlTree(Listed):
     """The folder of one URL: the file itself, and siblings by their URLs (tried, never listed)."""
 
     complete = False
