@@ -329,7 +329,7 @@ def _gguf_bytes(tmp_path: Path) -> bytes:
 
 
 def test_a_split_gguf_url_guesses_few_parts_and_stops_at_the_first_failure(quick: None, tmp_path: Path) -> None:
-    from mhainspect.frontends.remote.frontend import MAX_GUESSED_PARTS
+    from mhainspect.frontends.gguf.reader import MAX_GUESSED_PARTS
     from mhainspect.sources.parallel import CONCURRENCY
 
     first = _gguf_bytes(tmp_path)
@@ -365,15 +365,23 @@ def test_listing_names_that_leave_the_repo_are_never_paths(hub_at: Callable[...,
 
 def test_listing_caps(hub_at: Callable[..., ScriptedServer]) -> None:
     from mhainspect.frontends.kinds import models_below
-    from mhainspect.sources.tree import MAX_LISTED_FILES
+    from mhainspect.sources.tree import MAX_LISTED_FILES, Listed
+
+    class Listing(Listed):
+        def __init__(self, files: dict[str, int | None]) -> None:
+            self._files = files
+
+        def files(self) -> dict[str, int | None]:
+            return self._files
 
     hub_at(hub_script(_siblings({f"f{i}/README.md": 1 for i in range(MAX_LISTED_FILES + 1)})))
     with pytest.raises(InputError, match=f"more than {MAX_LISTED_FILES:,} files"):
         audit("hf://org/x")
     # A listing just under the cap: its folders are walked once each (no rescan per folder).
-    files = {f"f{i}/g/README.md": 1 for i in range(MAX_LISTED_FILES - 1)} | {"f7/g/model.onnx": 1}
+    files: dict[str, int | None] = {f"f{i}/g/README.md": 1 for i in range(MAX_LISTED_FILES - 1)}
+    files["f7/g/model.onnx"] = 1
     start = time.monotonic()
-    assert models_below(files, "") == ["f7/g/model.onnx"]
+    assert models_below(Listing(files), "") == ["f7/g/model.onnx"]
     assert time.monotonic() - start < 15  # a quadratic walk takes minutes
 
 
