@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -26,21 +27,11 @@ from mhainspect.frontends.checkpoint.reader import (
 )
 from mhainspect.ir.limits import MAX_CONFIG_BYTES, MAX_SHARD_FILES
 from mhainspect.ir.weights import WeightMeta
-from mhainspect.sources.blob import FIRST_RANGE, Blob, Prefix
+from mhainspect.sources.blob import FIRST_RANGE, Blob, Prefix, small_file
 from mhainspect.sources.parallel import Jobs, Result
 from mhainspect.sources.tree import Tree, beside
 
-_MAX_FIRST_RANGE = 16 * 1024 * 1024
-
 Values = dict[str, tuple[int, ...]]
-
-
-def small_file(blob: Blob, limit: int) -> bytes:
-    """A small file whole (config.json, an index), refused past ``limit`` bytes."""
-    data = blob.read(0, limit + 1)
-    if len(data) > limit:
-        raise InputError(f"{blob.name}: larger than {limit:,} bytes")
-    return data
 
 
 def config_at(tree: Tree, path: str, required: bool) -> dict[str, Any] | None:
@@ -58,32 +49,77 @@ def config_at(tree: Tree, path: str, required: bool) -> dict[str, Any] | None:
 
 
 class HeaderSizes:
-    """The shard headers of one folder are alike: once one has needed a second range, the first
-    range of the shards read after it is sized to the longest header seen (and an eighth more)."""
+    """The first range of each shard header of one folder, sized so that a long header costs one
+    range, not two. A safetensors header holds one entry per tensor: its quoted name, then dtype,
+    shape and offsets, which are alike across a model's shards. Once the index has said which
+    tensors each shard holds (``plan``), a shard's first range is its names' bytes plus, per tensor,
+    the most bytes an entry took beyond its name in the headers read so far (``_ENTRY_BYTES``
+    before any), with a margin. A shard the index has not sized gets the longest header seen (and
+    an eighth more) once one has needed a second range."""
 
     def __init__(self) -> None:
         self._longest = 0
+        self._per_entry = 0.0  # bytes an entry took beyond its name, the most seen
+        self._planned: dict[str, tuple[int, int]] = {}  # shard -> (tensors, bytes of their quoted names)
         self._lock = threading.Lock()
 
-    def first(self) -> int:
+    def plan(self, weight_map: Mapping[object, object]) -> None:
+        """The tensors each shard holds, from the index's weight_map (tensor -> shard file)."""
+        planned: dict[str, list[int]] = {}
+        for name, shard in weight_map.items():
+            entry = planned.setdefault(str(shard), [0, 0])
+            entry[0] += 1
+            entry[1] += len(str(name).encode()) + 4  # its quotes, the colon and the comma
         with self._lock:
-            return min(max(FIRST_RANGE, self._longest * 9 // 8), _MAX_FIRST_RANGE)
+            self._planned = {k: (v[0], v[1]) for k, v in planned.items()}
 
-    def saw(self, head: Prefix) -> None:
-        if head.fetches > 1:  # the header was longer than the first range: its length is what is held
-            with self._lock:
+    def first(self, shard: str) -> int:
+        with self._lock:
+            planned = self._planned.get(shard)
+            if planned is None:
+                return min(max(FIRST_RANGE, self._longest * 9 // 8), _MAX_FIRST_RANGE)
+            tensors, names = planned
+            per_entry = self._per_entry or _ENTRY_BYTES
+        want = int((_HEADER_START + names + tensors * per_entry) * 1.02) + 1024  # a margin for longer offsets
+        return min(max(FIRST_RANGE, want), _MAX_FIRST_RANGE)
+
+    def saw(self, shard: str, head: Prefix) -> None:
+        held = bytes(head.buf[:8])
+        length = 8 + int.from_bytes(held, "little") if len(held) == 8 else 0
+        with self._lock:
+            if head.fetches > 1:  # the header was longer than the first range: its length is what is held
                 self._longest = max(self._longest, head.held)
+            planned = self._planned.get(shard)
+            if planned is not None and planned[0] and length <= head.held:
+                tensors, names = planned
+                self._per_entry = max(self._per_entry, (length - _HEADER_START - names) / tensors)
 
 
-def weights_of(blob: Blob, kind: str, sizes: HeaderSizes | None = None) -> tuple[dict[str, WeightMeta], Values]:
+_MAX_FIRST_RANGE = 16 * 1024 * 1024
+# A header entry beyond its quoted name before any header was read: {"dtype":"BF16","shape":[2048,768],
+# "data_offsets":[1234567890,1237713618]} is 75 bytes (Qwen3-MoE- and DeepSeek-V3-shaped headers
+# average 74); rank-3 shapes and longer dtype names add some.
+_ENTRY_BYTES = 84
+_HEADER_START = 8 + 2 + 32  # the length field, the braces, a small __metadata__
+# A folder whose index (by its size in the listing) suggests shard headers longer than this, on
+# average, waits for the index before reading them: its counts size each first range (one range a
+# shard instead of two), for the round trip the first ranges would have taken anyway.
+_WAIT_FOR_INDEX = FIRST_RANGE // 2
+# Header bytes per index byte: an index entry is the tensor's name and its shard's file name, a
+# header entry the name, dtype, shape and offsets.
+_HEADER_PER_INDEX_BYTE = 1.4
+
+
+def weights_of(blob: Blob, kind: str, sizes: HeaderSizes | None = None, shard: str = ""
+               ) -> tuple[dict[str, WeightMeta], Values]:
     """A checkpoint file's weights and the small values its quantized weights state (``kind``:
     "safetensors", else a torch.save file)."""
     values: Values = {}
     if kind == "safetensors":
-        head = Prefix(blob, first=sizes.first() if sizes is not None else FIRST_RANGE)
+        head = Prefix(blob, first=sizes.first(shard) if sizes is not None else FIRST_RANGE)
         weights = safetensors_header(blob, values, head)
         if sizes is not None:
-            sizes.saw(head)
+            sizes.saw(shard, head)
         return weights, values
     from mhainspect.frontends.checkpoint.torchzip import read_torch_file
 
@@ -116,7 +152,7 @@ def read_folder(tree: Tree, folder: str, display: str, remote: bool) -> tuple[di
     sizes = HeaderSizes()
 
     def header(name: str) -> tuple[dict[str, WeightMeta], Values]:
-        return weights_of(tree.blob(at(name)), kind, sizes)
+        return weights_of(tree.blob(at(name)), kind, sizes, name)
 
     with Jobs(remote) as jobs:
         config_job = jobs.submit(config_at, tree, at("config.json"), True)
@@ -126,15 +162,17 @@ def read_folder(tree: Tree, folder: str, display: str, remote: bool) -> tuple[di
             # The index names the shards; the folder's names almost always say the same: read them meanwhile.
             pattern = "*.safetensors" if kind == "safetensors" else "pytorch_model*.bin"
             guessed = sorted(n for n in names if fnmatchcase(n, pattern) and "adapter" not in n)
-            if len(guessed) > MAX_SHARD_FILES:  # not one model's shards: the index says which are
-                guessed = []
+            if len(guessed) > MAX_SHARD_FILES or _long_headers(tree.files().get(at(index_name)), guessed, kind):
+                guessed = []  # not one model's shards (the index says which are), or headers the index sizes
         else:
             guessed = found
         jobs_by_name = {n: jobs.submit(header, n) for n in guessed}
         config = config_job.result()
         if index_job is not None:
             index_where = display.rstrip("/") + "/" + (index_name or "")
-            shards = indexed_files(config_from_bytes(index_job.result(), index_where), index_where)
+            index = config_from_bytes(index_job.result(), index_where)
+            shards = indexed_files(index, index_where)
+            sizes.plan(index["weight_map"])
             if len(shards) > MAX_SHARD_FILES:
                 raise InputError(f"{index_where}: names {len(shards):,} shard files, more than the {MAX_SHARD_FILES:,} "
                                  "one model is read from")
@@ -154,6 +192,14 @@ def read_folder(tree: Tree, folder: str, display: str, remote: bool) -> tuple[di
         values.update(v)
     assert config is not None
     return apply_quantization(weights, config, values), config
+
+
+def _long_headers(index_size: int | None, guessed: list[str], kind: str) -> bool:
+    """Whether an index of ``index_size`` bytes suggests shard headers longer than a first range
+    can take (then the shards wait for the index, which sizes their first ranges)."""
+    if kind != "safetensors" or index_size is None or not guessed:
+        return False
+    return index_size * _HEADER_PER_INDEX_BYTE / len(guessed) > _WAIT_FOR_INDEX
 
 
 def _check_shard(name: str, names: set[str], where: str) -> None:
