@@ -82,6 +82,33 @@ def observe(case: hc.Case, has_torch: bool, unprivileged_ok: bool) -> tuple[str,
     return str(run.code), f"{run.seconds:.1f}", message, verdict
 
 
+# Remote models: what a hostile server can do and what the tool does (the tests named in it check
+# each line; the table is written here so that a regenerated file keeps it).
+HOSTILE_SERVERS = """## Hostile servers
+
+A model read where it lives (`hf://`, a URL, an object store) meets servers, proxies and CDNs that
+may misbehave, by accident or on purpose. What each can do, and what the tool does
+(`tests/test_remote_hostile.py`, a loopback server per behaviour; `tests/test_remote_fuzz.py`, a
+seeded fuzz pass over statuses, headers, bodies, framing and pace, 48 cases, each ending within its
+deadline in a report or one line, having received at most 2x the legitimate bytes + 1 MiB):
+
+| A server that | mhainspect |
+| --- | --- |
+| redirects elsewhere with a token set (`HF_TOKEN`) | the token goes only to the endpoint's origin (scheme, host, port as urllib3, which connects, reads them); after a redirect elsewhere it is never sent again, even back at the endpoint; it is never printed |
+| redirects with a confusing Location (a backslash, `user@host`, a space or control character, a non-HTTP scheme) | refused, not followed (`redirected to an address with ...; not followed`) |
+| trickles its headers or body a byte at a time | the request ends within 4x `MHAINSPECT_REMOTE_TIMEOUT` (connection, head and body together; a watchdog shuts the socket) |
+| stalls | `stalled (no data for N s)` after `MHAINSPECT_REMOTE_TIMEOUT` |
+| keeps a model busy across many requests | the model ends at `--timeout` (default 300 s); the next model of a batch is audited |
+| answers 429/503 with `Retry-After: 100000`, `nan` or `inf` | fails at once: `rate limited (HTTP 429), retry after 100,000 s` / `... is not a time`; honoured up to 30 s, 60 s of waits per request |
+| names 4,096 split GGUF parts in a URL, or stalls the parts | at most 256 guessed parts; the first failing part cancels the reads not started |
+| lists 100,000 files, an endless listing, names like `/etc/x.gguf`, `../x`, `a//b` | more than 20,000 files or 4 MiB refused; names that would leave the repo are never used as paths; folders indexed once (no quadratic walk) |
+| sends a malformed listing (`"siblings": 5`, 200k nested `[`, a `sha` that is no commit id) | one line: `the Hub's answer about the repo is not what its API returns` / `no commit id` |
+| states a 500 MB config.json (listing or Content-Range) | refused before fetching (listing) or after a first range of at most 1 MiB |
+| has an index naming 100,000 shards | more than 4,096 refused before any shard is read |
+| ignores Range, lies about lengths, closes early, sends gzip | the bytes asked for only; a length that disagrees is an error naming it |
+"""
+
+
 def render(rows: list[tuple[hc.Case, tuple[str, str, str, str]]]) -> str:
     versions = [f"Python {platform.python_version()}"]
     for name in ("onnx", "torch"):
@@ -113,6 +140,7 @@ def render(rows: list[tuple[hc.Case, tuple[str, str, str, str]]]) -> str:
                   "In files this work could not change; each is pinned by a strict xfail in",
                   "`tests/test_hostile_inputs.py` that names the fix.", ""]
         lines += [f"- **{case.klass}** ({verdict}): {case.known_gap}" for case, verdict in gaps]
+    lines += ["", *HOSTILE_SERVERS.rstrip("\n").split("\n")]
     lines += ["", "## External data", "",
               "The static audit reads no external data: `location` entries are never opened, and one that leaves",
               "the model's folder (`..`, an absolute path, a symlink resolving outside) is reported as a warning.",
