@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from mhainspect.pipeline.config import ConfigFinder, Settings
 from mhainspect.pipeline.runner import Audited, AuditRequest, Outcome, run, run_unordered
 from mhainspect.pipeline.stages import (
     AuditOptions,
@@ -21,5 +22,5 @@ from mhainspect.pipeline.stages import (
 )
 from mhainspect.pipeline.verify import VerifyRequest
 
-__all__ = ["AuditOptions", "AuditRequest", "Audited", "Outcome", "VerifyRequest", "analyse", "audit", "audit_graph",
-           "audit_module", "collector_paused", "run", "run_unordered", "with_memory"]
+__all__ = ["AuditOptions", "AuditRequest", "Audited", "ConfigFinder", "Outcome", "Settings", "VerifyRequest", "analyse",
+           "audit", "audit_graph", "audit_module", "collector_paused", "run", "run_unordered", "with_memory"]
