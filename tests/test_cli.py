@@ -283,18 +283,22 @@ def test_failed_analysis_creates_no_output(case: str, tmp_path: Path) -> None:
     assert list(out.parent.iterdir()) == []
 
 
-def test_failed_analysis_leaves_existing_output_untouched(tmp_path: Path) -> None:
+def test_failed_input_among_several_is_an_entry_of_the_output(tmp_path: Path) -> None:
+    """Nothing lost (issue 38): a good model and a bad one write the good report and an error entry
+    for the bad one; the run still exits 2 and stderr says what was written and what failed."""
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     out = out_dir / "report.json"
     out.write_text("previous report\n", encoding="utf-8")
-    before = out.stat().st_mtime_ns
-    # A good model first, then a bad one: nothing may be written at all.
-    result = run(STANDARD, _truncated(tmp_path), "--format", "json", "-o", out)
+    bad = _truncated(tmp_path)
+    result = run(STANDARD, bad, "--format", "json", "-o", out)
     assert result.exit_code == 2
-    assert_one_line_error(result.stderr)
-    assert out.read_text(encoding="utf-8") == "previous report\n"
-    assert out.stat().st_mtime_ns == before
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert lines[0].startswith(f"mhainspect: error: {bad}: ") and len(lines) == 2
+    assert lines[1].startswith(f"mhainspect: wrote {out} (json, ") and "1 report and 1 error entry" in lines[1]
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert [m["model"]["path"] for m in doc["models"]] == [str(STANDARD)]
+    assert [e["input"] for e in doc["errors"]] == [str(bad)]
     assert [p.name for p in out_dir.iterdir()] == ["report.json"], "temp file left behind"
 
 

@@ -276,7 +276,10 @@ def test_unreadable_among_several_reports_the_rest_then_exits_2(tmp_path: Path) 
     assert result.exit_code == 2
     errors = result.stderr.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith(f"mhainspect: error: {bad}")
-    assert [json.loads(line)["model"]["path"] for line in result.stdout.splitlines()] == [str(STANDARD), str(KERAS)]
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["model"]["path"] for line in lines if "model" in line] == [str(STANDARD), str(KERAS)]
+    # and the failed input as an error record, as a --from-file run writes it (nothing lost)
+    assert [(line["input"], line["error"]["kind"]) for line in lines if "error" in line] == [(str(bad), "invalid")]
 
 
 def test_errors_outrank_gates(tmp_path: Path) -> None:
@@ -286,11 +289,12 @@ def test_errors_outrank_gates(tmp_path: Path) -> None:
     assert lines[0].startswith("mhainspect: error:") and GATE_LINE.match(lines[1])
 
 
-def test_unreadable_among_several_writes_no_output_file(tmp_path: Path) -> None:
+def test_unreadable_among_several_writes_the_rest_and_the_error(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     result = run(STANDARD, tmp_path / "missing.onnx", "--format", "json", "-o", out)
     assert result.exit_code == 2 and result.stdout == ""
-    assert not out.exists()
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert len(doc["models"]) == 1 and [e["kind"] for e in doc["errors"]] == ["not_found"]
 
 
 # ----------------------------------------------------------------------------- pre-commit hook

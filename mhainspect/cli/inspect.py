@@ -42,8 +42,8 @@ from mhainspect.frontends.kinds import is_model_folder
 from mhainspect.ir.units import format_bytes, parse_size, parse_tokens
 from mhainspect.pipeline import Audited, AuditRequest, VerifyRequest, run_unordered
 from mhainspect.pipeline.config import ConfigError, ConfigFinder, Settings, merge, require_context_limit
-from mhainspect.render.json_render import report_to_dict, reports_to_dict, to_json, to_jsonl
-from mhainspect.results import WarningCode, warning_code
+from mhainspect.render.json_render import error_record, report_to_dict, reports_to_dict, to_json, to_jsonl
+from mhainspect.results import FailedInput, WarningCode, warning_code
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -155,44 +155,62 @@ class _View:
     group: bool
     what_if_heads: tuple[int, ...]
     quiet: bool
+    summary: bool = False  # --summary: one row per model
+    failed: "tuple[FailedInput, ...]" = ()  # inputs that could not be audited: an entry each in the output
 
 
 def _render(view: _View, reports: "list[Report]", extras: "list[ModelExtras]") -> str:
     """The report text; only the chosen format's renderer is imported (the table's rich is a run's
     slowest import)."""
-    fmt = view.fmt
+    fmt, failed = view.fmt, view.failed
     failures = [g for e in extras for g in e.gates if not g.passed]
     if fmt is OutputFormat.json or fmt is OutputFormat.jsonl:
         docs = [report_to_dict(r, gates=e.gates, ignored=e.ignored) for r, e in zip(reports, extras)]
         if fmt is OutputFormat.jsonl:
-            return to_jsonl(docs)
-        return to_json(reports_to_dict(reports, docs=docs) if view.several else docs[0])
-    if fmt is OutputFormat.markdown:
-        from mhainspect.render.markdown import render_markdown
+            return to_jsonl([*docs, *(error_record(f.input, f.kind, f.message) for f in failed)])
+        return to_json(reports_to_dict(reports, docs=docs, failed=failed) if view.several or failed else docs[0])
+    if fmt is OutputFormat.csv:
+        from mhainspect.render.csv_render import render_csv
 
+        return render_csv(reports, summary=view.summary, failed=failed)
+    if fmt is OutputFormat.markdown:
+        from mhainspect.render.markdown import render_markdown, render_overview_markdown
+
+        if view.summary:
+            return render_overview_markdown(reports, failed=failed)
         return render_markdown(reports, extras=extras, verbose=view.verbose, what_if_heads=view.what_if_heads,
-                               group_repeats=view.group)
+                               group_repeats=view.group, failed=failed)
     if fmt is OutputFormat.github:
         from mhainspect.render.github import render_github
 
-        return render_github([] if view.quiet else reports, failures)
+        return render_github([] if view.quiet else reports, failures, failed)
     if fmt is OutputFormat.html:
         from mhainspect.render.html import render_html
 
-        return render_html(reports, extras=extras)
+        return render_html(reports, extras=extras, failed=failed)
     if fmt is OutputFormat.sarif:
         from mhainspect.render.sarif import render_sarif
 
-        return render_sarif(reports, failures, execution_successful=not view.errors)
+        return render_sarif(reports, failures, execution_successful=not view.errors, failed=failed)
+    return _render_table(view, reports, extras)
+
+
+def _render_table(view: _View, reports: "list[Report]", extras: "list[ModelExtras]") -> str:
+    """The terminal table: the overview of several models (--summary: only it and the totals), each
+    model's report, the run's totals; in a file, the inputs that could not be audited too."""
     from mhainspect.render.table import render_overview, render_summary, render_table
 
-    overview = [render_overview(reports, width=view.width, color=view.color)] if view.several else []
-    parts = [*overview, *(render_table(r, width=view.width, color=view.color, verbose=view.verbose, extras=e,
-                          what_if_heads=view.what_if_heads, group_repeats=view.group, wrap=view.wrap)
-              for r, e in zip(reports, extras))]
-    if view.several:
-        parts.append(render_summary(_summary_lines(reports, extras, view.errors), width=view.width,
-                                    color=view.color, wrap=view.wrap))
+    several = view.several or view.summary
+    overview = [render_overview(reports, width=view.width, color=view.color)] if several and reports else []
+    parts = [*overview, *([] if view.summary else (
+        render_table(r, width=view.width, color=view.color, verbose=view.verbose, extras=e,
+                     what_if_heads=view.what_if_heads, group_repeats=view.group, wrap=view.wrap)
+        for r, e in zip(reports, extras)))]
+    lines = [f"Could not audit ({f.kind}): {f.message}" for f in view.failed]
+    if several:
+        lines += _summary_lines(reports, extras, view.errors)
+    if lines:
+        parts.append(render_summary(lines, width=view.width, color=view.color, wrap=view.wrap))
     return "\n".join(parts)
 
 
@@ -215,7 +233,7 @@ def _summary_lines(reports: "Sequence[Report]", extras: "Sequence[ModelExtras]",
         lines.append(f"Gates: {n(failed, 'failure')} in {n(checked, 'check')}." if failed
                      else f"Gates: all {n(checked, 'check')} passed.")
     if errors:
-        lines.append(f"{n(errors, 'model')} could not be read (see the errors above).")
+        lines.append(f"{n(errors, 'model')} could not be read (the errors above).")
     return lines
 
 
@@ -229,7 +247,7 @@ def _several(models: "Sequence[ModelRef]", paths: "Sequence[ModelRef]") -> bool:
 # Output file suffixes that name a format: -o report.html without -f writes html.
 _SUFFIX_FORMATS = {".json": OutputFormat.json, ".jsonl": OutputFormat.jsonl, ".md": OutputFormat.markdown,
                    ".markdown": OutputFormat.markdown, ".sarif": OutputFormat.sarif, ".html": OutputFormat.html,
-                   ".htm": OutputFormat.html}
+                   ".htm": OutputFormat.html, ".csv": OutputFormat.csv}
 
 
 def _output_format(cli_format: str | None, output: Path | None, config_format: str | None,
@@ -238,14 +256,14 @@ def _output_format(cli_format: str | None, output: Path | None, config_format: s
     else jsonl for a --from-file run, else the config file's ``format``, else the table. The text is
     empty unless the suffix chose."""
     if cli_format is not None:
-        return OutputFormat(cli_format), ""
+        return OutputFormat(cli_format).canonical, ""
     if output is not None and str(output) != "-":
         by_suffix = _SUFFIX_FORMATS.get(output.suffix.lower())
         if by_suffix is not None:
             return by_suffix, f"from the suffix {output.suffix}"
     if listed:
         return OutputFormat.jsonl, ""
-    return OutputFormat(config_format or OutputFormat.table.value), ""
+    return OutputFormat(config_format or OutputFormat.table.value).canonical, ""
 
 
 def _timeout(raw: str | None) -> float | None:
@@ -272,11 +290,13 @@ def _deliver(view: _View, reports: "list[Report]", extras: "list[ModelExtras]", 
     failures = [g for e in extras for g in e.gates if not g.passed]
     to_stdout = output is None
     on_screen = False  # the report's own Gates and Warnings sections are on the person's screen
-    if reports and (to_stdout and (not view.quiet or view.fmt is OutputFormat.github and failures)
-                    or not to_stdout and not view.errors):
-        text = _render(view, reports, extras)
+    if reports and to_stdout and (not view.quiet or view.fmt is OutputFormat.github and failures) \
+            or not to_stdout and (reports or view.failed):
+        # In a file, nothing is lost: the reports that succeeded and an entry per input that failed.
+        text = _render(view if output is not None else dataclasses.replace(
+            view, failed=() if view.fmt is OutputFormat.table else view.failed), reports, extras)
         if output is not None:
-            _write_file(output, text, view, fmt_source)
+            _write_file(output, text, view, fmt_source, len(reports))
         else:
             write_stdout(text)
             on_screen = view.fmt in (OutputFormat.table, OutputFormat.markdown) and not view.quiet and _same_terminal()
@@ -290,8 +310,9 @@ def _deliver(view: _View, reports: "list[Report]", extras: "list[ModelExtras]", 
             typer.echo(f"mhainspect: gate failed: {one_line(failure.message)}", err=True)
 
 
-def _write_file(output: Path, text: str, view: _View, fmt_source: str) -> None:
-    """``text`` into ``output`` (atomically), then one stderr line saying what was written (not with -q)."""
+def _write_file(output: Path, text: str, view: _View, fmt_source: str, reports: int = 1) -> None:
+    """``text`` into ``output`` (atomically), then one stderr line saying what was written (not with
+    -q): with inputs that failed, how many reports and error entries it holds, and which failed."""
     try:
         write_atomic(output, text)
     except InputError as exc:
@@ -300,8 +321,14 @@ def _write_file(output: Path, text: str, view: _View, fmt_source: str) -> None:
         raise fail(f"{output}: cannot write: {exc.strerror or exc}") from None
     if not view.quiet:
         how = f"{view.fmt.value} {fmt_source}" if fmt_source else view.fmt.value
-        typer.echo(f"mhainspect: wrote {one_line(str(output))} ({how}, {format_bytes(len(text.encode('utf-8')))})",
-                   err=True)
+        what = ""
+        if view.failed:
+            names = ", ".join(one_line(f.input) for f in view.failed[:3]) + (
+                f" and {len(view.failed) - 3} more" if len(view.failed) > 3 else "")
+            what = (f": {reports} report{'s' if reports != 1 else ''} and {len(view.failed)} error "
+                    f"entr{'ies' if len(view.failed) != 1 else 'y'} ({names} could not be audited)")
+        typer.echo(f"mhainspect: wrote {one_line(str(output))} ({how}, {format_bytes(len(text.encode('utf-8')))})"
+                   + what, err=True)
 
 
 def _notes(report: "Report", on_screen: bool) -> list[tuple[str, str]]:
@@ -350,13 +377,17 @@ OutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", metavar="FILE", rich_help_panel=_OUT,
     help="Write the report to FILE (atomically) instead of stdout; - is stdout.")]
 ExplainOpt = Annotated[bool, typer.Option(
-    "--explain", "-v", rich_help_panel=_OUT,
+    "--explain", "--verbose", "-v", rich_help_panel=_OUT,
     help="Show the evidence per block, every flag on its own line and the near misses.")]
 NoGroupOpt = Annotated[bool, typer.Option(
     "--no-group", rich_help_panel=_OUT,
     help="List identical flags of several blocks one by one (default: one line with ×N).")]
 NoColorOpt = Annotated[bool, typer.Option("--no-color", rich_help_panel=_OUT,
                                           help="Plain text without colors (also NO_COLOR).")]
+SummaryOpt = Annotated[bool, typer.Option(
+    "--summary", rich_help_panel=_OUT,
+    help="One row per model and the run's totals, not each model's report (table, markdown; csv: a row per "
+         "model instead of per block).")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", rich_help_panel=_OUT,
     help="Print only failures (failed gates and errors; with -f github their annotations); nothing on success.")]
@@ -483,6 +514,7 @@ def inspect_cmd(
     no_group: NoGroupOpt = False,
     no_color: NoColorOpt = False,
     quiet: QuietOpt = False,
+    summary: SummaryOpt = False,
     from_file: FromFileOpt = None,
     jobs: JobsOpt = 1,
     retry_errors: RetryErrorsOpt = False,
@@ -548,14 +580,15 @@ def inspect_cmd(
                            stated_heads=_stated_heads(num_heads, num_kv_heads),
                            verify=_verify_request(verify or fail_on_contradiction, dim, max_verify_bytes),
                            fail_on_contradiction=fail_on_contradiction, expand=listed, jobs=jobs,
-                           progress=None if listed or parallel else ProgressBar, timeout=model_timeout)
+                           progress=None if listed or parallel or len(units.inputs) > 1 else ProgressBar,
+                           timeout=model_timeout)
     exit_zero_now = bool(run_settings.exit_zero)
     if listed and fmt is OutputFormat.jsonl:
         _stream(request, target, quiet, retry_errors, exit_zero_now)
     shown = _View(fmt=fmt, several=False, errors=0, width=report_width(),
                   wrap=target is None and terminal_width() is not None, color=color_wanted(no_color, target is not None),
                   verbose=explain, group=not no_group, what_if_heads=given.heads or run_settings.heads or (),
-                  quiet=quiet)
+                  quiet=quiet, summary=summary)
     _audit_and_deliver(request, units, shown, target, fmt_source, exit_zero_now)
 
 
@@ -564,13 +597,16 @@ def _audit_and_deliver(request: AuditRequest, units: "_Units", shown: _View, tar
     """Every unit audited, then the reports rendered at once, in the order of the units; the exit.
 
     An unreadable model is reported on its own line and the others are still analysed; the run
-    then exits 2, and -o FILE is left untouched (a report missing a model is not written)."""
+    then exits 2. -o FILE gets every report that succeeded and an error entry per input that
+    failed (one model that fails alone writes nothing: FILE keeps its content)."""
     listed = request.expand
     outcomes = _gather(request, progress=request.progress is None)
     reports = [o.report for o in outcomes if isinstance(o, Audited)]
     extras = [o.extras for o in outcomes if isinstance(o, Audited)]
     several = len(outcomes) > 1 if listed else _several(units.arguments, units.paths)
-    view = dataclasses.replace(shown, several=several, errors=len(outcomes) - len(reports))
+    failed = tuple(FailedInput(o.input, o.kind.value, o.message) for o in outcomes if isinstance(o, AuditFailure))
+    view = dataclasses.replace(shown, several=several, errors=len(outcomes) - len(reports),
+                               failed=failed if several or len(outcomes) > 1 else ())
     _deliver(view, reports, extras, target, fmt_source)
     _exit(view.errors, sum(not g.passed for e in extras for g in e.gates), exit_zero)
 

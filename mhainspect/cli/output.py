@@ -31,6 +31,13 @@ class OutputFormat(str, Enum):
     github = "github"
     sarif = "sarif"
     html = "html"
+    csv = "csv"
+    md = "md"  # markdown's short name (as -o x.md picks it)
+
+    @property
+    def canonical(self) -> "OutputFormat":
+        """The format itself: md is markdown."""
+        return OutputFormat.markdown if self is OutputFormat.md else self
 
 
 def one_line(text: str) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from mhainspect.analysis.gates import GateFailure
 from mhainspect.render.cells import verify_label
 from mhainspect.render.safe import github_message, github_property
-from mhainspect.results import Flag, Report, Severity, contradicted
+from mhainspect.results import FailedInput, Flag, Report, Severity, contradicted
 
 __all__ = ["render_github"]
 
@@ -39,9 +39,11 @@ def _contradictions(report: Report) -> list[str]:
             for b, v in contradicted(report)]
 
 
-def render_github(reports: Iterable[Report], failures: Iterable[GateFailure] = ()) -> str:
+def render_github(reports: Iterable[Report], failures: Iterable[GateFailure] = (),
+                  failed: Iterable[FailedInput] = ()) -> str:
     """Annotation lines model by model (flags, then blocks the --verify run contradicts), then the
-    failed gates; empty text when none."""
+    failed gates, then an ``::error`` per input that could not be audited; empty text when none."""
     lines = [line for r in reports for line in [*(_flag(r.model.path, f) for f in r.flags), *_contradictions(r)]]
     lines.extend(_gate(f) for f in failures)
+    lines.extend(_line("error", f.input, f"mhainspect {f.kind}", f.message) for f in failed)
     return "".join(line + "\n" for line in lines)

@@ -61,7 +61,7 @@ from mhainspect.render.svg import (
     stacked_bars,
     truncate,
 )
-from mhainspect.results import AttentionBlock, CacheStatus, Flag, KVCache, Report, Severity
+from mhainspect.results import AttentionBlock, CacheStatus, FailedInput, Flag, KVCache, Report, Severity
 
 __all__ = ["CSP", "page", "render_html", "render_html_body", "repr_html"]
 
@@ -602,13 +602,20 @@ def page(title: str, body: str) -> str:
             f'<body class="mhai-page">\n{body}\n</body></html>\n')
 
 
-def render_html(reports: Report | Iterable[Report], *, extras: Sequence[ModelExtras] | None = None) -> str:
+def render_html(reports: Report | Iterable[Report], *, extras: Sequence[ModelExtras] | None = None,
+                failed: Sequence[FailedInput] = ()) -> str:
     """One self-contained page: a comparison when there are several models, then per model the
     header, the gate results (``extras``), parameter charts, head layout, what-if, KV cache, block
-    table and near misses."""
+    table and near misses; ``failed``: the inputs that could not be audited, listed first."""
     items = [reports] if isinstance(reports, Report) else list(reports)
     title = ("mhainspect: " + items[0].model.path) if len(items) == 1 else f"mhainspect: {len(items)} models"
-    return page(title, render_html_body(items, extras=extras))
+    body = render_html_body(items, extras=extras)
+    if failed:
+        errors = ('<div class="mhai"><h3>Could not be audited (' + str(len(failed)) + ")</h3><ul>"
+                  + "".join(f"<li><code>{html(f.input)}</code> ({html(f.kind)}): {html(f.message)}</li>" for f in failed)
+                  + "</ul></div>")
+        body = errors + body
+    return page(title, body)
 
 
 def repr_html(reports: Report | Sequence[Report]) -> str:

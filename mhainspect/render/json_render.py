@@ -21,6 +21,7 @@ from mhainspect.results import (
     AttentionBlock,
     BlockVerification,
     Evidence,
+    FailedInput,
     Flag,
     GpuFit,
     KVCache,
@@ -367,11 +368,16 @@ def report_to_dict(report: Report, *, gates: Sequence[GateResult] = (),
     return data
 
 
-def reports_to_dict(reports: Iterable[Report], *, docs: Sequence[JSONDict] | None = None) -> JSONDict:
+def reports_to_dict(reports: Iterable[Report], *, docs: Sequence[JSONDict] | None = None,
+                    failed: Sequence[FailedInput] = ()) -> JSONDict:
     """The multi-model JSON document (docs/multi-report.schema.json); ``docs`` are the models'
-    documents when already built (with their gates)."""
+    documents when already built (with their gates); ``failed``: the inputs that could not be
+    audited, an ``errors`` entry each (the key only when there is one)."""
     models = list(docs) if docs is not None else [report_to_dict(r) for r in reports]
-    return {"schema_version": SCHEMA_VERSION, "tool_version": __version__, "models": models}
+    data: JSONDict = {"schema_version": SCHEMA_VERSION, "tool_version": __version__, "models": models}
+    if failed:
+        data["errors"] = [{"input": f.input, "kind": f.kind, "message": f.message} for f in failed]
+    return data
 
 
 def input_record(input: str, doc: JSONDict) -> JSONDict:

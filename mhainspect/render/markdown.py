@@ -28,7 +28,7 @@ from mhainspect.render.cells import (
 from mhainspect.render.grouping import FlagGroup, group_flags, join_names
 from mhainspect.render.safe import html, md_code, md_text
 from mhainspect.render.size_lines import experts_line, size_lines
-from mhainspect.results import AttentionBlock, Report, Severity
+from mhainspect.results import AttentionBlock, FailedInput, Report, Severity
 
 __all__ = ["render_markdown"]
 
@@ -163,7 +163,8 @@ def _flags_part(report: Report, extras: ModelExtras, group_repeats: bool) -> lis
 
 def render_markdown(reports: Report | Iterable[Report], *, title: str | None = None,
                     extras: Sequence[ModelExtras] | None = None, verbose: bool = False,
-                    what_if_heads: Sequence[int] = (), group_repeats: bool = True) -> str:
+                    what_if_heads: Sequence[int] = (), group_repeats: bool = True,
+                    failed: Sequence[FailedInput] = ()) -> str:
     """A markdown summary: per model a heading, a table of blocks and a list of flags.
 
     Accepts one report or several. ``title`` adds a level-2 heading above the models (their
@@ -184,4 +185,18 @@ def render_markdown(reports: Report | Iterable[Report], *, title: str | None = N
         lines.extend(_overview(items, level))
     for report, extra in zip(items, more):
         lines.extend(_report(report, level, extra, verbose, what_if_heads, group_repeats))
+    lines.extend(_failed(failed, level))
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _failed(failed: Sequence[FailedInput], level: int) -> list[str]:
+    if not failed:
+        return []
+    return [f"{'#' * level} Could not be audited ({len(failed)})", "",
+            *(f"- {md_code(f.input)} ({md_text(f.kind)}): {md_text(f.message)}" for f in failed), ""]
+
+
+def render_overview_markdown(reports: Sequence[Report], *, failed: Sequence[FailedInput] = ()) -> str:
+    """--summary in markdown: the one-row-per-model table (and the inputs that could not be audited)."""
+    lines = _overview(reports, 2) if reports else ["No models analysed.", ""]
+    return "\n".join([*lines, *_failed(failed, 2)]).rstrip("\n") + "\n"

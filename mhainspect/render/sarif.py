@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
@@ -24,7 +24,7 @@ from mhainspect.analysis.gates import GateFailure
 from mhainspect.render import links
 from mhainspect.render.cells import verify_label
 from mhainspect.render.safe import sarif_text
-from mhainspect.results import Flag, Report, Severity, contradicted
+from mhainspect.results import FailedInput, Flag, Report, Severity, contradicted
 
 __all__ = ["FINGERPRINT", "FLAG_ANCHORS", "GATE_RULES", "SARIF_SCHEMA", "VERIFY_RULE", "render_sarif", "sarif_dict"]
 
@@ -115,7 +115,8 @@ def _fingerprint(rule_id: str, path: str, block: str | None) -> dict[str, str]:
 
 
 def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), *,
-               execution_successful: bool = True, docs_base: str | None = None) -> dict[str, Any]:
+               execution_successful: bool = True, docs_base: str | None = None,
+               failed: Sequence[FailedInput] = ()) -> dict[str, Any]:
     """The SARIF log as a JSON-ready dict (one run, results in input order). ``docs_base``: where
     docs/ is published (rules get a helpUri); None: the project's own (``render.links``), if any."""
     rules = _rules(docs_base if docs_base is not None else links.docs_base())
@@ -162,14 +163,21 @@ def sarif_dict(reports: Iterable[Report], failures: Iterable[GateFailure] = (), 
         "version": "2.1.0",
         "runs": [{
             "tool": {"driver": {"name": "mhainspect", "version": __version__, "rules": rules}},
-            "invocations": [{"executionSuccessful": execution_successful}],
+            "invocations": [{"executionSuccessful": execution_successful and not failed,
+                             **({"toolExecutionNotifications": [
+                                 {"level": "error", "message": {"text": sarif_text(f"{f.input}: {f.message}")},
+                                  "locations": [_location(f.input, None)], "properties": {"kind": f.kind}}
+                                 for f in failed]} if failed else {})}],
             "results": results,
         }],
     }
 
 
 def render_sarif(reports: Iterable[Report], failures: Iterable[GateFailure] = (), *,
-                 execution_successful: bool = True, docs_base: str | None = None) -> str:
-    """The SARIF log as pretty JSON text with a trailing newline."""
-    data = sarif_dict(reports, failures, execution_successful=execution_successful, docs_base=docs_base)
+                 execution_successful: bool = True, docs_base: str | None = None,
+                 failed: Sequence[FailedInput] = ()) -> str:
+    """The SARIF log as pretty JSON text with a trailing newline (``failed``: a tool execution
+    notification per input that could not be audited)."""
+    data = sarif_dict(reports, failures, execution_successful=execution_successful, docs_base=docs_base,
+                      failed=failed)
     return json.dumps(data, indent=2, allow_nan=False, ensure_ascii=False) + "\n"

@@ -26,6 +26,7 @@ from mhainspect.results.blocks import (
 )
 from mhainspect.results.report import (
     SCHEMA_VERSION,
+    FailedInput,
     ModelFacts,
     ModelSummary,
     Report,
@@ -50,4 +51,4 @@ from mhainspect.results.vocabulary import (
     warning_code,
 )
 
-__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheFactors', 'CacheStatus', 'Evidence', 'EvidenceSource', 'FitStatus', 'Flag', 'GpuFit', 'KVCache', 'LatentKV', 'Matcher', 'MemoryAtContext', 'Miss', 'Mixer', 'MixerKind', 'MixtureOfExperts', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WeightDtypeWhatIf', 'WhatIf', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']
+__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheFactors', 'CacheStatus', 'Evidence', 'EvidenceSource', 'FailedInput', 'FitStatus', 'Flag', 'GpuFit', 'KVCache', 'LatentKV', 'Matcher', 'MemoryAtContext', 'Miss', 'Mixer', 'MixerKind', 'MixtureOfExperts', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WeightDtypeWhatIf', 'WhatIf', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']

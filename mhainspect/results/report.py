@@ -91,6 +91,16 @@ class Report:
         return _render(self, "html")
 
 
+@dataclass(frozen=True)
+class FailedInput:
+    """An input of a many-model run that could not be audited, as every output lists it beside the
+    reports that succeeded: what it was, why (an ErrorKind word: not_found, invalid, ...), one line."""
+
+    input: str
+    kind: str
+    message: str
+
+
 class Reports(list[Report]):
     """Several reports (``mhainspect.inspect_all``): a list, that Jupyter shows as the comparison
     page and that reads as text or markdown with one row per model first."""
