@@ -101,7 +101,7 @@ deadline in a report or one line, having received at most 2x the legitimate byte
 | keeps a model busy across many requests | the model ends at `--timeout` (default 300 s); the next model of a batch is audited |
 | answers 429/503 with `Retry-After: 100000`, `nan` or `inf` | fails at once: `rate limited (HTTP 429), retry after 100,000 s` / `... is not a time`; honoured up to 30 s, 60 s of waits per request |
 | names 4,096 split GGUF parts in a URL, or stalls the parts | at most 256 guessed parts; the first failing part cancels the reads not started |
-| lists 100,000 files, an endless listing, names like `/etc/x.gguf`, `../x`, `a//b` | more than 20,000 files or 4 MiB refused; names that would leave the repo are never used as paths; folders indexed once (no quadratic walk) |
+| lists 100,000 files, an endless listing, names like `/etc/x.gguf`, `../x`, `a//b` | more than 10,000 files or 2 MiB refused; names that would leave the repo are never used as paths; folders indexed once (no quadratic walk) |
 | sends a malformed listing (`"siblings": 5`, 200k nested `[`, a `sha` that is no commit id) | one line: `the Hub's answer about the repo is not what its API returns` / `no commit id` |
 | states a 500 MB config.json (listing or Content-Range) | refused before fetching (listing) or after a first range of at most 1 MiB |
 | has an index naming 100,000 shards | more than 4,096 refused before any shard is read |

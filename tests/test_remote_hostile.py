@@ -9,6 +9,7 @@ was actually sent to with its credentials: the token goes to the endpoint's orig
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -491,3 +492,48 @@ def test_an_endless_listing_is_cut_at_its_cap(hub_at: Callable[..., ScriptedServ
     with pytest.raises(InputError, match=f"more than the {MAX_LISTING_BYTES:,} bytes"):
         audit("hf://org/x")
     assert server.log.requests == 1
+
+
+def test_the_cli_in_a_process_with_a_token_set(tmp_path: Path) -> None:
+    """The issue's harness in small: a fresh process, HF_TOKEN set, a list mixing a confusing
+    redirect, a trickling server, a malformed listing and a good model: one record each, no
+    traceback, the token in no output and never at the other server."""
+    import subprocess
+    import sys
+
+    standard = Path(__file__).resolve().parents[1] / "sample_models" / "standard_mha.onnx"
+
+    def slow(path: str, headers: Mapping[str, str]) -> Answer:
+        return Answer(206, (("Content-Range", "bytes 0-9/10"),), b"0123456789", trickle=0.5)
+
+    with ScriptedServer(_not_found, host="localhost") as other, ScriptedServer(slow) as trickle:
+        def endpoint(path: str, headers: Mapping[str, str]) -> Answer:
+            if path.startswith("/api/models/org/redirect"):
+                return Answer(302, (("Location", f"http://localhost:{other.port}\\@127.0.0.1:{ep.port}/x"),))
+            if path.startswith("/api/models/org/broken"):
+                return Answer(200, (), b"[" * 200_000)
+            return _not_found(path, headers)
+
+        with ScriptedServer(endpoint) as ep:
+            listing = tmp_path / "models.txt"
+            inputs = ["hf://org/redirect", trickle.url("m.safetensors"), "hf://org/broken", str(standard)]
+            listing.write_text("\n".join(inputs) + "\n", encoding="utf-8")
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "MHAINSPECT_"))}
+            env.update({"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "HF_TOKEN": TOKEN,
+                        "HF_ENDPOINT": f"http://127.0.0.1:{ep.port}", "HF_HOME": str(tmp_path / "home"),
+                        "HF_HUB_CACHE": str(tmp_path / "cache"), "MHAINSPECT_REMOTE_TIMEOUT": "1",
+                        "MHAINSPECT_NO_PROGRESS": "1"})
+            start = time.monotonic()
+            done = subprocess.run([sys.executable, "-m", "mhainspect", "--from-file", str(listing)],
+                                  capture_output=True, text=True, env=env, timeout=60)
+            assert time.monotonic() - start < 30
+        assert all(auth is None for _path, auth in other.log.auth)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and "internal error" not in done.stdout + done.stderr
+    assert TOKEN not in done.stdout + done.stderr
+    records = {r["input"]: r for r in map(json.loads, done.stdout.splitlines())}
+    assert set(records) == set(inputs)
+    assert "not followed" in records["hf://org/redirect"]["error"]["message"]
+    assert records[inputs[1]]["error"]["kind"] == "network"
+    assert records["hf://org/broken"]["error"]["kind"] == "bad_server"
+    assert records[str(standard)]["model"]["total_params"] > 0

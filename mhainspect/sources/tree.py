@@ -41,7 +41,7 @@ class Tree(Protocol):
         """The file at ``path``, for ranged reads."""
 
 
-MAX_LISTED_FILES = 20_000  # files one listing may hold (the largest model repos hold a few thousand)
+MAX_LISTED_FILES = 10_000  # files one listing may hold (the largest model repos hold a few thousand)
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f\\\\]")
 
 

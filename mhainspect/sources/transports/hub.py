@@ -38,7 +38,7 @@ from mhainspect.sources.tree import Listed, listed_files
 REMOTE_HINT = 'pip install "mhainspect[remote]"'
 _COMMIT = r"^[0-9a-f]{40}$"
 _TRUE = frozenset({"1", "ON", "YES", "TRUE"})
-MAX_LISTING_BYTES = 4 * 1024 * 1024  # ~19,000 files with their sizes and hashes (MAX_LISTED_FILES: 20,000)
+MAX_LISTING_BYTES = 2 * 1024 * 1024  # ~9,500 files with their sizes and hashes (MAX_LISTED_FILES: 10,000)
 
 
 @dataclass(frozen=True)
