@@ -22,6 +22,11 @@ _LAZY = {"inspect": "mhainspect.api", "inspect_all": "mhainspect.api", "calc": "
          "run": "mhainspect.pipeline", "AuditRequest": "mhainspect.pipeline"}
 
 
+def __dir__() -> list[str]:
+    """The lazy names too (inspect, calc, ...): ``dir(mhainspect)`` and completion list them."""
+    return sorted({*globals(), *_LAZY})
+
+
 def __getattr__(name: str) -> Any:
     # Lazy: importing mhainspect must not import torch (or the analysis) until asked.
     if name in _LAZY:

@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect import conventions
-from mhainspect.analysis.gates import parse_codes
+from mhainspect.analysis.gates import parse_byte_limit, parse_codes
 from mhainspect.analysis.size import SizeOptions, check_kv_dtype, check_weight_dtype
 from mhainspect.analysis.stated_heads import stated_offer
 from mhainspect.batch import AuditFailure
 from mhainspect.errors import InputError, missing_torch
 from mhainspect.frontends.folders import expand_models, model_argument
 from mhainspect.frontends.kinds import is_model_folder
+from mhainspect.ir.units import parse_tokens
 from mhainspect.pipeline import AuditOptions, AuditRequest, VerifyRequest, audit_module, run
 from mhainspect.pipeline.config import ConfigFinder, Settings
 from mhainspect.render.json_render import error_record, input_record, report_to_dict
@@ -51,17 +52,38 @@ def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[ModelRef, ...]:
     return expand_models(model_argument(p) for p in paths)
 
 
-def _settings(what_if_heads: Iterable[int] = (), context: int | None = None, batch: int = 1,
+Count = int | float | str  # 8192, 8192.0, "8k": what --context and --batch take, and a whole float
+
+
+def _count(value: Count, option: str, what: str) -> int:
+    """A token or sequence count as the CLI reads it (one parser: ir.units.parse_tokens), a whole
+    float as its int; ValueError (one line, naming the argument) for anything else."""
+    if isinstance(value, float) and not isinstance(value, bool):
+        if not value.is_integer():
+            raise ValueError(f"{option}: not a whole number of {what}: {value!r}")
+        value = int(value)
+    try:
+        return parse_tokens(value, what)
+    except ValueError as exc:
+        raise ValueError(f"{option}: {exc}") from None
+
+
+def _settings(what_if_heads: Iterable[int] = (), context: Count | None = None, batch: Count = 1,
               kv_dtype: str | None = None, decoder: bool | None = None, weight_dtype: str | None = None,
-              ignore: Iterable[str] = ()) -> Settings:
+              ignore: Iterable[str] = (), gpu_memory: int | str | None = None, gpus: int = 1) -> Settings:
     """The Settings of the API's keyword arguments (ValueError for bad ones)."""
     if weight_dtype is not None:
         check_weight_dtype(weight_dtype)
     codes = list(ignore)
     heads = tuple(int(h) for h in what_if_heads)
-    return Settings(heads=heads or None, context=context, batch=batch,
+    memory = None if gpu_memory is None else parse_byte_limit(gpu_memory).value
+    if memory is None and gpus != 1:
+        raise ValueError("gpus needs gpu_memory (one GPU's memory, e.g. \"24GiB\")")
+    return Settings(heads=heads or None, context=None if context is None else _count(context, "context", "tokens"),
+                    batch=_count(batch, "batch", "sequences"),
                     kv_dtype=None if kv_dtype is None else check_kv_dtype(kv_dtype), decoder=decoder,
-                    weight_dtype=weight_dtype, ignore=parse_codes(codes) if codes else None)
+                    weight_dtype=weight_dtype, ignore=parse_codes(codes) if codes else None, gpu_memory=memory,
+                    gpus=None if memory is None else _count(gpus, "gpus", "GPUs"))
 
 
 def _finder(config: bool | str | os.PathLike[str] | None) -> ConfigFinder | None:
@@ -112,10 +134,11 @@ def compare(**arguments: UserValue) -> Comparison:
 
 
 def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, ...] = (),
-            trace: bool | None = None, name: str | None = None, context: int | None = None, batch: int = 1,
+            trace: bool | None = None, name: str | None = None, context: Count | None = None, batch: Count = 1,
             kv_dtype: str | None = None, decoder: bool | None = None, num_heads: int | None = None,
             num_kv_heads: int | None = None, weight_dtype: str | None = None, ignore: Iterable[str] = (),
-            config: bool | str | os.PathLike[str] | None = None, verify: bool = False) -> Report:
+            config: bool | str | os.PathLike[str] | None = None, verify: bool = False,
+            gpu_memory: int | str | None = None, gpus: int = 1) -> Report:
     """Audit the attention blocks of a module or a model file.
 
     For a module, known attention modules (nn.MultiheadAttention, Hugging Face attention) are read
@@ -129,8 +152,11 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     once, as --decoder / --no-decoder do. ``num_heads`` / ``num_kv_heads`` give a checkpoint
     without a config its head counts, as --num-heads / --num-kv-heads do (shapes still win).
     ``ignore``, ``config`` and ``verify`` (a path only): as --ignore, the config files and --verify.
+    ``context`` and ``batch`` are read as the options are (8192, "8k"; ValueError below 1);
+    ``gpu_memory`` ("80GiB" or bytes) and ``gpus``: what fits, as --gpu-memory and --gpus
+    (``report.model.fit``). A folder holding several models: InputError (``inspect_all`` reads them).
     """
-    settings = _settings(what_if_heads, context, batch, kv_dtype, decoder, weight_dtype, ignore)
+    settings = _settings(what_if_heads, context, batch, kv_dtype, decoder, weight_dtype, ignore, gpu_memory, gpus)
     if isinstance(obj, (str, os.PathLike)):
         path = model_argument(obj)
         if isinstance(path, str) or path.is_dir() and not is_model_folder(path):  # a folder of models, as the CLI
@@ -155,11 +181,11 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
 
 def _size(settings: Settings) -> SizeOptions:
     return SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype, settings.decoder,
-                       settings.weight_dtype)
+                       settings.weight_dtype, settings.gpu_memory, settings.gpus or 1)
 
 
 def audit_many(inputs: Iterable[str | os.PathLike[str]], *, jobs: int = 1, what_if_heads: tuple[int, ...] = (),
-               context: int | None = None, batch: int = 1, kv_dtype: str | None = None, decoder: bool | None = None,
+               context: Count | None = None, batch: Count = 1, kv_dtype: str | None = None, decoder: bool | None = None,
                num_heads: int | None = None, num_kv_heads: int | None = None, weight_dtype: str | None = None,
                ignore: Iterable[str] = (), config: bool | str | os.PathLike[str] | None = None, verify: bool = False
                ) -> Iterator[tuple[str, Report | AuditFailure]]:
@@ -181,8 +207,8 @@ def audit_many(inputs: Iterable[str | os.PathLike[str]], *, jobs: int = 1, what_
             yield text, one if isinstance(one, AuditFailure) else one.report
 
 
-def audit_records(input: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = (), context: int | None = None,
-                  batch: int = 1, kv_dtype: str | None = None, decoder: bool | None = None,
+def audit_records(input: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = (), context: Count | None = None,
+                  batch: Count = 1, kv_dtype: str | None = None, decoder: bool | None = None,
                   num_heads: int | None = None, num_kv_heads: int | None = None,
                   weight_dtype: str | None = None, ignore: Iterable[str] = (),
                   config: bool | str | os.PathLike[str] | None = None, verify: bool = False) -> list[dict[str, Any]]:

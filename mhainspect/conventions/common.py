@@ -7,7 +7,7 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 ArgValue = int | bool | None
 """A resolved argument value."""
@@ -83,6 +83,11 @@ class Calculation:
         """Jupyter shows a calculation as ``calc -f html`` does: the formula, the bar, the curve."""
         return _render_calc(self, "html")
 
+    def to_dict(self) -> dict[str, Any]:
+        """``calc -f json``'s document as plain Python data."""
+        data: dict[str, Any] = importlib.import_module("mhainspect.render").calc_to_dict(self)
+        return data
+
 
 class Comparison(tuple[tuple[str, "Calculation | str"], ...]):
     """``compare()``'s rows, (convention, calculation or why it cannot take the arguments): a tuple
@@ -93,6 +98,11 @@ class Comparison(tuple[tuple[str, "Calculation | str"], ...]):
 
     def _repr_html_(self) -> str | None:
         return _render_calc(self, "html")
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        """``calc --compare -f json``'s rows as plain Python data."""
+        data: list[dict[str, Any]] = importlib.import_module("mhainspect.render").calc_to_dict(self)
+        return data
 
 
 def _render_calc(calculation: Calculation | Comparison, fmt: str) -> str:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from mhainspect.conventions import Calculation, Comparison
     from mhainspect.results import Report
 
-__all__ = ["FORMATS", "render", "render_calc", "to_dict"]
+__all__ = ["FORMATS", "calc_to_dict", "render", "render_calc", "to_dict"]
 
 # What render() draws: text (the terminal report, no colour), markdown, html (the notebook view:
 # the HTML report's body), json.
@@ -45,11 +45,22 @@ def render(reports: Report | Sequence[Report], fmt: str, *, width: int | None = 
     raise ValueError(f"unknown format '{fmt}'; choose one of: {', '.join(FORMATS)}")
 
 
-def to_dict(report: Report) -> dict[str, Any]:
-    """The JSON document of ``--format json`` (docs/report.schema.json) as plain Python data."""
-    from mhainspect.render.json_render import report_to_dict
+def to_dict(report: Report | Sequence[Report]) -> dict[str, Any]:
+    """The JSON document of ``--format json`` as plain Python data: one report's
+    (docs/report.schema.json), or several reports' (docs/multi-report.schema.json)."""
+    from mhainspect.render.json_render import report_to_dict, reports_to_dict
 
-    return report_to_dict(report)
+    return reports_to_dict(report) if isinstance(report, Sequence) else report_to_dict(report)
+
+
+def calc_to_dict(calculation: Calculation | Comparison) -> Any:
+    """``calc -f json``'s data: one calculation's document, or ``--compare``'s list of rows."""
+    from mhainspect.conventions import Calculation
+    from mhainspect.render import calc_render
+
+    if isinstance(calculation, Calculation):
+        return calc_render.calc_document(calculation)
+    return calc_render.compare_json(calculation)
 
 
 def render_calc(calculation: Calculation | Comparison, fmt: str) -> str:

@@ -112,6 +112,22 @@ class Reports(list[Report]):
     def to_markdown(self) -> str:
         return _render(self, "markdown")
 
+    def to_dict(self) -> dict[str, Any]:
+        """The multi-model JSON document of ``--format json`` (docs/multi-report.schema.json)."""
+        data: dict[str, Any] = _render_layer().to_dict(self)
+        return data
+
+    def to_json(self) -> str:
+        return _render(self, "json")
+
+    def __str__(self) -> str:
+        """``print(inspect_all(...))``: one row per model, then each model's report (``to_text()``)."""
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return f"<Reports: {len(self)} model{'s' if len(self) != 1 else ''}: " + ", ".join(
+            repr(r.model.path) for r in self[:3]) + (", ..." if len(self) > 3 else "") + ">"
+
     def _repr_html_(self) -> str:
         return _render(self, "html")
 
