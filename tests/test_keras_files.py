@@ -200,3 +200,22 @@ def test_hdf5_without_a_keras_model(tmp_path: Path) -> None:
     with h5py.File(tmp_path / "data.h5", "w") as f:
         f.create_dataset("x", data=[1.0, 2.0])
     _one_line_error(tmp_path / "data.h5", "holds no Keras model")
+
+
+def test_keras_archive_at_a_url(keras: Any, tmp_path: Path) -> None:
+    """A .keras archive at an HTTP(S) URL reads by ranges as a local one does: the zip directory,
+    config.json and the HDF5 headers, a small part of a file whose weights are large."""
+    from remote_servers import FileServer
+
+    layer = keras.layers.GroupQueryAttention(head_dim=64, num_query_heads=8, num_key_value_heads=2, name="attn")
+    q = keras.Input((4, 512))
+    model = keras.Model(q, layer(q, q))
+    model.save(str(tmp_path / "model.keras"))
+    local = mhainspect.inspect(str(tmp_path / "model.keras"))
+    with FileServer(tmp_path) as server:
+        remote = mhainspect.inspect(server.url("model.keras"))
+        sent = server.log.bytes
+    assert _found(remote) == _found(local) == [_truth(keras, layer)]
+    assert remote.model.total_params == model.count_params()
+    size = (tmp_path / "model.keras").stat().st_size
+    assert size > 2_000_000 and sent < size // 10, (sent, size)

@@ -222,6 +222,10 @@ def _remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
         raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")
     blob = HeadCached(tree.blob(path))
     kind = _remote_content_kind(blob) or file_kind(path) or "onnx"
+    if kind == "checkpoint" and file_kind(path) == "keras":  # a zip named .keras: Keras' archive, not torch.save's
+        from mhainspect.frontends.keras.frontend import archive_result
+
+        return archive_result(blob, display, stated)
     if kind in ("checkpoint", "safetensors"):
         from mhainspect.frontends.checkpoint.frontend import checkpoint_file_result
 

@@ -72,30 +72,6 @@ class ZipArchive:
     def get(self, name: str) -> Member | None:
         return self.members.get(name)
 
-    def stored_span(self, name: str, what: str) -> tuple[int, int]:
-        """(offset, size) of stored member ``name``'s bytes in the archive, for a reader that reads
-        it in place by ranges (an HDF5 file inside a Keras archive); InputError when the member is
-        missing, compressed, or runs past the end of the file."""
-        member = self.members.get(name)
-        if member is None:
-            raise InputError(f"{self.path}: {what} missing (no member {name!r})")
-        if not member.stored or member.packed != member.size:
-            raise InputError(f"{self.path}: {what} ({name!r}) is compressed (method {member.method}); it is read in "
-                             "place only when stored, as its writer stores it: extract the archive and pass the folder")
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(member.offset)
-                local = fh.read(30)
-        except OSError as exc:
-            raise read_error(self.path, exc) from None
-        if len(local) < 30 or local[:4] != ZIP_MAGIC:
-            raise InputError(f"{self.path}: broken zip archive: no local header for {name!r}")
-        name_len, extra_len = struct.unpack("<HH", local[26:30])
-        start = member.offset + 30 + name_len + extra_len
-        if start + member.size > self.file_size:
-            raise InputError(f"{self.path}: truncated archive: {what} ({name!r}) ends past the end of the file")
-        return start, member.size
-
     def read(self, name: str, cap: int, what: str) -> bytes:
         """Member ``name``'s bytes, at most ``cap`` of them (InputError past that, or when the
         member is missing, compressed other than by deflate, or broken)."""

@@ -21,6 +21,7 @@ from mhainspect.matchers.grouping import group_attention
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.results import AttentionBlock, BlockKind, Evidence, EvidenceSource, ModelFacts
 from mhainspect.results.stages import SourceResult
+from mhainspect.sources.blob import Blob, LocalBlob
 
 _NO_DECODING = "a Keras model: its config does not say whether it decodes autoregressively"
 
@@ -29,19 +30,22 @@ def read_keras(path: Path) -> KerasModel:
     """A Keras file by its content: a zip archive (.keras) or an HDF5 file (.h5)."""
     from mhainspect.frontends.zips import is_zip
 
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-    except OSError as exc:
-        from mhainspect.errors import read_error
-
-        raise read_error(path, exc) from None
-    return read_archive(path) if is_zip(head) else read_hdf5(path)
+    blob = LocalBlob(path)
+    return read_archive(blob) if is_zip(blob.read(0, 8)) else read_hdf5(path)
 
 
 def keras_result(path: str | os.PathLike[str], stated: HeadOffers | None = None) -> SourceResult:
     """A .keras archive or a legacy .h5 model; ``stated``: head counts the caller gives (--num-heads)."""
-    model = read_keras(Path(path))
+    return model_result(read_keras(Path(path)), str(path), stated)
+
+
+def archive_result(blob: Blob, display: str, stated: HeadOffers | None = None) -> SourceResult:
+    """A .keras archive wherever it lives (a URL, a store): read by ranges through its blob."""
+    return model_result(read_archive(blob), display, stated)
+
+
+def model_result(model: KerasModel, path: str, stated: HeadOffers | None = None) -> SourceResult:
+    """The blocks and facts of a Keras file once read."""
     claims = Claims(model.config, model.config_label)
 
     def offers_for(block_name: str) -> list[HeadOffers]:
@@ -52,7 +56,7 @@ def keras_result(path: str | os.PathLike[str], stated: HeadOffers | None = None)
     blocks, misses = blocks_from_weights(weights, offers_for)
     blocks = [_called_kind(b, claims.for_block(b.name), model.config_label) for b in blocks]
     parameters = parameter_keys(weights)
-    facts = ModelFacts(path=str(path), format=model.fmt, total_params=count_weights(weights),
+    facts = ModelFacts(path=path, format=model.fmt, total_params=count_weights(weights),
                        producer=model_class(model.config))
     size = metas_size_inputs(weights, blocks, None, parameters, label=model.config_label, no_config=_NO_DECODING)
     return SourceResult(tuple(blocks), tuple(misses), facts, (), size)

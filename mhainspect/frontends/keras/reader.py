@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import io
 import json
+import struct
+import zipfile
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +30,7 @@ from typing import Any
 from mhainspect.errors import ErrorKind, InputError, MissingDependencyError, read_error
 from mhainspect.ir.limits import MAX_ARCHIVE_MEMBERS, MAX_CONFIG_BYTES, MAX_RANK
 from mhainspect.ir.weights import WeightMeta
-from mhainspect.sources.blob import Blob, LocalBlob
+from mhainspect.sources.blob import Blob, BlobFile, LocalBlob, SparseView
 
 ARCHIVE_CONFIG = "config.json"
 ARCHIVE_WEIGHTS = "model.weights.h5"
@@ -35,6 +38,8 @@ KERAS_HINT = "pip install 'mhainspect[keras]'"
 _VARS = "vars"
 _CONTAINER = "layers"  # Keras' key for a list of layers (a functional model's, a Sequential's)
 _LEGACY_WEIGHTS = "model_weights"
+_TAIL_RANGE = 64 * 1024  # the zip directory of an archive of a few hundred layers' metadata
+_LOCAL_HEADER = 30
 
 
 @dataclass(frozen=True)
@@ -56,13 +61,14 @@ class _Variable:
     dtype: str
 
 
-class _BlobFile(io.RawIOBase):
-    """A span [start, start + size) of a blob as a read-only file, for h5py: each read is a ranged
-    read of the blob, so only the HDF5 headers h5py visits are ever read."""
+class _Window(io.RawIOBase):
+    """A span [start, start + size) of a file as a read-only file, for h5py: reads go to a
+    SparseView of the blob (spans held once, read-ahead on sequential runs), so only the HDF5
+    headers h5py visits are fetched, locally or at a URL."""
 
-    def __init__(self, blob: Blob, start: int, size: int) -> None:
+    def __init__(self, view: SparseView, start: int, size: int) -> None:
         super().__init__()
-        self._blob, self._start, self._size, self._pos = blob, start, size, 0
+        self._view, self._start, self._size, self._pos = view, start, size, 0
 
     def readable(self) -> bool:
         return True
@@ -83,7 +89,8 @@ class _BlobFile(io.RawIOBase):
         n = max(0, min(len(view), self._size - self._pos))
         if n == 0:
             return 0
-        data = self._blob.read(self._start + self._pos, n)
+        at = self._start + self._pos
+        data = self._view[at:at + n]
         view[:len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -97,10 +104,10 @@ def _h5py() -> Any:
     return h5py
 
 
-def _open_h5(blob: Blob, start: int, size: int, what: str) -> Any:
+def _open_h5(view: SparseView, start: int, size: int, what: str) -> Any:
     h5py = _h5py()
     try:
-        return h5py.File(_BlobFile(blob, start, size), "r")
+        return h5py.File(_Window(view, start, size), "r")
     except OSError as exc:
         raise InputError(f"{what} is not a readable HDF5 file ({_first_line(exc)})") from None
 
@@ -252,16 +259,58 @@ def _parse_config(data: bytes | str, what: str) -> Mapping[str, Any]:
     return config
 
 
-def read_archive(path: Path) -> KerasModel:
-    """A ``.keras`` archive: its config.json and its weights file's variables."""
-    from mhainspect.frontends.zips import ZipArchive
+def _view(blob: Blob) -> SparseView:
+    """The blob as a sparse view, its last range (a zip archive's directory) held."""
+    size = blob.size()
+    view = SparseView(blob, size)
+    tail = blob.tail(_TAIL_RANGE)
+    view.seed(size - len(tail), tail)
+    return view
 
-    archive = ZipArchive(path)
-    config = _parse_config(archive.read(ARCHIVE_CONFIG, MAX_CONFIG_BYTES, "the Keras config"), f"{path}: {ARCHIVE_CONFIG}")
-    start, size = archive.stored_span(ARCHIVE_WEIGHTS, "the Keras weights file")
-    with _open_h5(LocalBlob(path), start, size, f"{path}: a Keras archive whose {ARCHIVE_WEIGHTS}") as h5:
-        weights = _keras3_weights(h5, f"{path}: {ARCHIVE_WEIGHTS}", path.name)
-    return KerasModel(weights, config, "keras", f"{path.name}: {ARCHIVE_CONFIG}")
+
+def read_archive(blob: Blob) -> KerasModel:
+    """A ``.keras`` archive: its config.json and its weights file's variables, read by ranges
+    (the zip directory, config.json, the HDF5 headers of the stored weights member)."""
+    view = _view(blob)
+    name = blob.name
+    try:
+        archive = zipfile.ZipFile(BlobFile(view))
+        infos = {i.filename: i for i in archive.infolist()[:MAX_ARCHIVE_MEMBERS + 1]}
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError, EOFError,
+            struct.error) as exc:  # zipfile's words for a directory it cannot parse
+        raise InputError(f"{name}: a broken Keras archive ({_first_line(exc)})") from None
+    if len(infos) > MAX_ARCHIVE_MEMBERS:
+        raise InputError(f"{name}: refused: the archive holds more than {MAX_ARCHIVE_MEMBERS:,} members")
+    config_info, weights_info = infos.get(ARCHIVE_CONFIG), infos.get(ARCHIVE_WEIGHTS)
+    if config_info is None or weights_info is None:
+        raise InputError(f"{name}: a Keras archive without its {ARCHIVE_CONFIG} and {ARCHIVE_WEIGHTS}")
+    if config_info.file_size > MAX_CONFIG_BYTES or config_info.compress_size > MAX_CONFIG_BYTES:
+        raise InputError(f"{name}: refused: its {ARCHIVE_CONFIG} declares more than {MAX_CONFIG_BYTES:,} bytes")
+    try:
+        text = archive.read(config_info)  # inflated to its declared size at most
+    except (zipfile.BadZipFile, NotImplementedError, ValueError, EOFError, OSError, zlib.error) as exc:
+        raise InputError(f"{name}: a broken Keras archive: {ARCHIVE_CONFIG} ({_first_line(exc)})") from None
+    config = _parse_config(text, f"{name}: {ARCHIVE_CONFIG}")
+    start, size = _stored_span(view, weights_info, name)
+    with _open_h5(view, start, size, f"{name}: a Keras archive whose {ARCHIVE_WEIGHTS}") as h5:
+        weights = _keras3_weights(h5, f"{name}: {ARCHIVE_WEIGHTS}", blob.basename)
+    return KerasModel(weights, config, "keras", f"{blob.basename}: {ARCHIVE_CONFIG}")
+
+
+def _stored_span(view: SparseView, info: zipfile.ZipInfo, name: str) -> tuple[int, int]:
+    """(offset, size) of a stored member's bytes: read in place, never inflated."""
+    if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+        raise InputError(f"{name}: its {ARCHIVE_WEIGHTS} is compressed (method {info.compress_type}); Keras stores "
+                         "it uncompressed and it is read in place only so: extract the archive and pass the "
+                         f"{ARCHIVE_WEIGHTS} with its {ARCHIVE_CONFIG}")
+    local = view[info.header_offset:info.header_offset + _LOCAL_HEADER]
+    if len(local) < _LOCAL_HEADER or local[:4] != b"PK\x03\x04":
+        raise InputError(f"{name}: a broken Keras archive: no local header for {ARCHIVE_WEIGHTS}")
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    start = info.header_offset + _LOCAL_HEADER + name_len + extra_len
+    if start + info.file_size > len(view):
+        raise InputError(f"{name}: a truncated Keras archive: {ARCHIVE_WEIGHTS} ends past the end of the file")
+    return start, info.file_size
 
 
 def read_hdf5(path: Path) -> KerasModel:
@@ -269,7 +318,7 @@ def read_hdf5(path: Path) -> KerasModel:
     file with the archive's config.json beside it; anything else is named and refused."""
     blob = LocalBlob(path)
     what = str(path)
-    with _open_h5(blob, 0, blob.size(), what) as h5:
+    with _open_h5(SparseView(blob, blob.size()), 0, blob.size(), what) as h5:
         raw = h5.attrs.get("model_config")
         if raw is not None:
             config = _parse_config(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw),
