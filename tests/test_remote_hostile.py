@@ -537,3 +537,41 @@ def test_the_cli_in_a_process_with_a_token_set(tmp_path: Path) -> None:
     assert records[inputs[1]]["error"]["kind"] == "network"
     assert records["hf://org/broken"]["error"]["kind"] == "bad_server"
     assert records[str(standard)]["model"]["total_params"] > 0
+
+
+class _UnsizedBlob:
+    """A remote file whose answers never state its size (Content-Range: bytes a-b/*)."""
+
+    name = basename = "config.json"
+    speculative = True
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.reads: list[tuple[int, int]] = []
+
+    def known_size(self) -> int | None:
+        return None
+
+    def size(self) -> int:
+        raise AssertionError("a small file is read without asking its size")
+
+    def read(self, offset: int, length: int) -> bytes:
+        self.reads.append((offset, length))
+        return self.data[offset:offset + length]
+
+    def tail(self, length: int) -> bytes:
+        raise AssertionError
+
+
+def test_a_small_file_of_unstated_size_grows_to_its_cap() -> None:
+    from mhainspect.sources.blob import SMALL_FIRST, small_file
+
+    small = _UnsizedBlob(b"{}")
+    assert small_file(small, 16 * 1024 * 1024) == b"{}" and small.reads == [(0, SMALL_FIRST)]
+    middle = _UnsizedBlob(b" " * (SMALL_FIRST * 3 // 2))
+    assert len(small_file(middle, 16 * 1024 * 1024)) == SMALL_FIRST * 3 // 2
+    assert middle.reads == [(0, SMALL_FIRST), (SMALL_FIRST, SMALL_FIRST)]  # the range doubles the bytes held
+    huge = _UnsizedBlob(b" " * (40 * 1024 * 1024))
+    with pytest.raises(InputError, match="larger than 16,777,216 bytes"):
+        small_file(huge, 16 * 1024 * 1024)
+    assert sum(n for _o, n in huge.reads) == 16 * 1024 * 1024 + 1  # never more than the cap and a byte
