@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from mhainspect.ir.weights import HeadOffers, WeightMeta, identity_by_name, tied_copy_by_name
+from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, identity_by_name, tied_copy_by_name
 from mhainspect.matchers.assembly import Decision, Widths, decide
 from mhainspect.matchers.grouping import (
     SCORE_TABLE_HEAD_AXIS,
@@ -48,7 +48,8 @@ def _dims(rw: RoleWeights, role: str, evidence: list[Evidence]) -> tuple[int | N
     split = kernel_head_split(rw.weight, role)
     if split is not None:
         in_f, out_f, h, d = split
-        shape = list(rw.weight.shape)
+        # The axes as read: a heads-first kernel says so (the file's shape alone reads either way).
+        shape = f"{list(rw.weight.shape)}{' as [heads, in, head_dim]' if rw.weight.layout == HEADS_FIRST else ''}"
         if role == "q":
             evidence.append(Evidence("num_heads", h, EvidenceSource.KERNEL_SHAPE, f"Q kernel {rw.weight.name} {shape}"))
             evidence.append(Evidence("d_k", d, EvidenceSource.KERNEL_SHAPE, f"Q kernel {rw.weight.name} {shape}"))
