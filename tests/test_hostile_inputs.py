@@ -26,7 +26,7 @@ import pytest
 from cli_run import in_process
 
 from mhainspect.errors import InputError
-from mhainspect.frontends.onnx.frontend import external_location_escapes
+from mhainspect.frontends.onnx.locations import external_location_escapes
 from mhainspect.ir.graph import ModelGraph, Node, Tensor
 from mhainspect.pipeline import audit, audit_graph
 

@@ -125,7 +125,7 @@ def test_small_folder_matches_the_cache(model_type: str, tmp_path: Path) -> None
 
 
 def hm_layer(name: str) -> int:
-    from mhainspect.frontends.size_inputs import layer_index
+    from mhainspect.frontends.checkpoint.size_inputs import layer_index
 
     found = layer_index(name)
     assert found is not None

@@ -490,7 +490,7 @@ def test_payload_offsets_come_from_the_walk_at_no_request(tmp_path: Path) -> Non
     from remote_models import write_sparse_onnx
 
     from mhainspect.frontends.onnx.values import initializer_spans
-    from mhainspect.frontends.onnx.wire import remote_model_view
+    from mhainspect.frontends.onnx.landings import remote_model_view
     path = tmp_path / "model.onnx"
     write_sparse_onnx(path, layers=3, d=256, heads=4)
     with FileServer(tmp_path) as s:

@@ -396,7 +396,7 @@ def test_kv_gate_passes_an_encoder_and_fails_an_unknown() -> None:
 
 def test_config_decides_per_tower() -> None:
     """A vision-language config: the language model's blocks cache, the vision tower's do not."""
-    from mhainspect.frontends.size_inputs import config_decoding
+    from mhainspect.frontends.checkpoint.size_inputs import config_decoding
     from mhainspect.results import ParamBreakdown
 
     def block(name: str) -> AttentionBlock:
@@ -478,7 +478,7 @@ def test_kv_dtype_sizes_a_cache_whose_dtype_the_source_does_not_give() -> None:
 def test_ggml_tensors_are_parameters_in_their_blocks() -> None:
     """What the GGUF front end hands over (GGML block types by name): bytes by their blocks, weights not overhead."""
     from mhainspect.frontends.gguf.reader import is_parameter
-    from mhainspect.frontends.size_inputs import metas_size_inputs
+    from mhainspect.frontends.checkpoint.size_inputs import metas_size_inputs
     from mhainspect.ir.weights import WeightMeta
 
     metas = {"blk.0.attn_q.weight": WeightMeta("blk.0.attn_q.weight", (4096, 4096), "q4_k", "a"),

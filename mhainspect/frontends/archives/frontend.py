@@ -34,8 +34,8 @@ def archive_result(path: str | os.PathLike[str], program: ArchiveProgram, *, fmt
                    known: KnownBlocks | None = None) -> SourceResult:
     """The SourceResult of an archive's program (see the module docstring); ``known``: blocks of
     modules recognised by class and attributes, which a graph block using their weights repeats."""
+    from mhainspect.frontends.checkpoint.size_inputs import metas_size_inputs
     from mhainspect.frontends.onnx.frontend import graph_result
-    from mhainspect.frontends.size_inputs import metas_size_inputs
 
     p = Path(path)
     config, config_warning = _config_beside(p)
@@ -69,7 +69,7 @@ def _class_config(root_class: str, qualified: str) -> tuple[dict[str, Any] | Non
     """The root class as a config's ``architectures`` entry (and a transformers class's module as
     its ``model_type``: transformers.models.bert.modeling_bert.BertModel is model_type bert), when
     that says whether the model decodes."""
-    from mhainspect.frontends.size_inputs import config_causal
+    from mhainspect.frontends.checkpoint.size_inputs import config_causal
 
     said: dict[str, Any] = {"architectures": [root_class]}
     family = re.match(r"transformers\.models\.([a-z0-9_]+)\.modeling_", qualified)

@@ -25,8 +25,13 @@ from mhainspect.frontends.checkpoint.hf_config import (
 from mhainspect.frontends.checkpoint.mixers import classify_mixers
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
 from mhainspect.frontends.checkpoint.reader import SAFETENSORS_SUFFIXES, apply_ties
+from mhainspect.frontends.checkpoint.size_inputs import (
+    config_causal,
+    config_dtype,
+    metas_size_inputs,
+    model_float_dtype,
+)
 from mhainspect.frontends.formats import HEAD_BYTES, is_safetensors, read_at
-from mhainspect.frontends.size_inputs import config_causal, config_dtype, metas_size_inputs, model_float_dtype
 from mhainspect.ir.weights import HeadOffers, WeightMeta, count_weights, parameter_keys
 from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.static import blocks_from_weights

@@ -23,7 +23,7 @@ from typing import Any
 from mhainspect.frontends.checkpoint.arch_defaults import ConfigView
 from mhainspect.frontends.checkpoint.hf_config import sub_config
 from mhainspect.frontends.checkpoint.layer_types import LayerPlan, LayerType, layer_plan
-from mhainspect.frontends.size_inputs import config_causal, layer_index
+from mhainspect.frontends.checkpoint.size_inputs import config_causal, layer_index
 from mhainspect.ir.weights import WeightMeta
 from mhainspect.results import AttentionBlock, Miss, MixerKind
 from mhainspect.results.stages import MixerLayers

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mhainspect.errors import ErrorKind, InputError
+from mhainspect.frontends.checkpoint.size_inputs import prefix_block_tensors, tensors_from_metas
 from mhainspect.frontends.gguf.reader import (
     KV_CACHE_DTYPE,
     KV_CACHE_DTYPE_SOURCE,
@@ -38,7 +39,6 @@ from mhainspect.frontends.gguf.reader import (
     swa_warnings,
     weight_meta,
 )
-from mhainspect.frontends.size_inputs import prefix_block_tensors, tensors_from_metas
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.grouping import GroupedBlock, LatentParts, RoleWeights, natural_key

@@ -13,9 +13,9 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from mhainspect.frontends.checkpoint.size_inputs import metas_size_inputs
 from mhainspect.frontends.keras.config import Claims, LayerClaim, model_class
 from mhainspect.frontends.keras.reader import KerasModel, read_archive, read_hdf5
-from mhainspect.frontends.size_inputs import metas_size_inputs
 from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, count_weights, parameter_keys
 from mhainspect.matchers.grouping import group_attention
 from mhainspect.matchers.static import blocks_from_weights

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError
+from mhainspect.frontends.checkpoint.size_inputs import graph_size_inputs
 from mhainspect.frontends.formats import check_symlink_loop
 from mhainspect.frontends.onnx.loader import load_onnx
+from mhainspect.frontends.onnx.locations import external_location_escapes
 from mhainspect.frontends.onnx.qoperator import as_qdq
 from mhainspect.frontends.onnx.sequences import as_slices
 from mhainspect.frontends.onnx.values import folded_note, undecided_lookups_note, with_folded_copies
-from mhainspect.frontends.size_inputs import graph_size_inputs
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import ModelGraph, Node, Tensor
 from mhainspect.ir.limits import MAX_NUMEL
@@ -176,13 +177,13 @@ def onnx_file_result(path: str | os.PathLike[str]) -> SourceResult:
 
 def onnx_tree_result(tree: Tree, path: str, display: str, blob: Blob, *, remote: bool) -> SourceResult:
     """The ONNX file ``path`` of a remote tree, named ``display``: the graph read with every large
-    tensor payload skipped (``wire.remote_model_view``), external data read by ranges only where a
+    tensor payload skipped (``landings.remote_model_view``), external data read by ranges only where a
     copy check asks for a few elements, never whole; the config.json beside it (in parallel).
     A local file takes ``onnx_file_result``: a mapped file is parsed whole, by onnx's own parser."""
     from mhainspect.frontends.checkpoint.files import config_at
+    from mhainspect.frontends.onnx.landings import remote_model_view
     from mhainspect.frontends.onnx.loader import load_onnx_bytes
     from mhainspect.frontends.onnx.ranged_values import plain_location, remote_folded_copies
-    from mhainspect.frontends.onnx.wire import remote_model_view
     from mhainspect.sources.parallel import Jobs
     from mhainspect.sources.tree import beside
 
@@ -225,30 +226,6 @@ def config_beside(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, 
         return read_config(Path(candidate)), "config.json beside the model"
     except InputError:
         return None, ""
-
-
-_DRIVE = r"^[A-Za-z]:"  # compiled by re when an external location is first checked
-
-
-def external_location_escapes(model_dir: str, location: str) -> str | None:
-    """Why an external-data ``location`` leaves the model's folder, or None when it stays inside.
-
-    Decided from the text alone, except a symlink inside the folder, which is resolved with
-    lstat/readlink (``os.path.realpath``): the location itself is never opened.
-    """
-    if "\x00" in location:
-        return "contains a NUL byte"
-    if os.path.isabs(location) or location.startswith(("/", "\\")) or re.match(_DRIVE, location):
-        return "absolute path"
-    if ".." in re.split(r"[\\/]", location):
-        return "'..' leaves the model folder"
-    folder = os.path.realpath(model_dir)
-    try:
-        target = os.path.realpath(os.path.join(folder, location))
-        inside = os.path.commonpath([folder, target]) == folder
-    except (OSError, ValueError):
-        return "cannot be resolved"
-    return None if inside else "a symlink resolving outside the model folder"
 
 
 def external_data_warnings(path: str | os.PathLike[str], graph: ModelGraph) -> list[ReportWarning]:

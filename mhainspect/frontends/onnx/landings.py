@@ -7,6 +7,8 @@ payload lengths and headers as long as their names. When the last tensors repeat
 period: a layer's tensors), the next ones are predicted from those one period back, and their
 headers fetched in parallel with the one needed now.
 
+``remote_model_view`` walks a remote model so: a local file never imports this module.
+
 A prediction goes on only while it is checked: a predicted name must be one the graph's nodes
 read (the nodes come before the initializers in a serialized graph, so they are held by then);
 where the nodes are not known, a few layers ahead at most. A wrong prediction costs its window and
@@ -19,8 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mhainspect.frontends.onnx.wire import WIRE_LEN, fields_at
-from mhainspect.sources.blob import SparseView
+from mhainspect.errors import InputError
+from mhainspect.frontends.onnx.wire import WIRE_LEN, fields_at, stripped
+from mhainspect.sources.blob import Blob, SparseView
 
 GRAPH_NODE, NODE_INPUT = 1, 1  # onnx.proto: GraphProto.node, NodeProto.input
 
@@ -180,3 +183,34 @@ def _len_fields(buf: bytes) -> list[tuple[int, bytes]]:
     except (IndexError, ValueError):  # the bytes held end inside a field, or a varint is too long
         pass
     return out
+
+
+_HEAD_GUESS = 256  # bytes a jump fetches before any tensor header is read
+
+
+def remote_model_bytes(blob: Blob) -> bytes:
+    """The model's bytes minus the weight payloads the loader never reads (``remote_model_view``)."""
+    return remote_model_view(blob)[0]
+
+
+def remote_model_view(blob: Blob) -> tuple[bytes, SparseView]:
+    """The model's bytes minus the weight payloads the loader never reads, fetched by ranges: a
+    first speculative range (the whole of a small file), then the spans the scanner touches (the
+    graph's nodes and every tensor's header); payloads are skipped by their lengths, unfetched.
+    And the view of the file that holds what was fetched (where a payload's values are read later,
+    by ranges, when a copy check needs them)."""
+    from mhainspect.sources.blob import FIRST_RANGE
+
+    head = blob.read(0, FIRST_RANGE)
+    size = blob.size()
+    if size == 0:
+        raise InputError(f"{blob.name}: file is empty")
+    view = SparseView(blob, size)
+    view.seed(0, head)
+    if len(head) >= size:
+        return head, view
+    view.jump_window = _HEAD_GUESS
+    try:
+        return stripped(view, landings=Landings(view)), view
+    except (ValueError, IndexError, RecursionError) as exc:
+        raise InputError(f"{blob.name}: not a valid ONNX model (protobuf wire format: {exc})") from None

@@ -92,7 +92,7 @@ def load_onnx(path: str | os.PathLike[str], progress: ProgressCallback | None = 
 
 def load_onnx_bytes(data: bytes, source: str, progress: ProgressCallback | None = None) -> ModelGraph:
     """load_onnx for a model whose bytes are already read, weight payloads left out (a remote file
-    read by ranges: ``wire.remote_model_bytes``); ``source`` names it in messages and the graph."""
+    read by ranges: ``landings.remote_model_bytes``); ``source`` names it in messages and the graph."""
     if os.path.splitext(source)[1] in _TEXT_SUFFIXES:
         raise InputError(f"{source}: an ONNX model in text form is read on local disk only")
     return _load(Path(os.path.basename(source)), source, progress or _PROGRESS.get(), data)

@@ -3,7 +3,7 @@
 The same element reader as a local file's (``values.ElementValues``), over other bytes:
 
 - inline data: the model file's ``SparseView`` from the walk that read the graph
-  (``wire.remote_model_view``): the walk has fetched every tensor's header, so where each payload
+  (``landings.remote_model_view``): the walk has fetched every tensor's header, so where each payload
   lies is known without a request (``values.initializer_spans`` over the bytes held); a payload the
   walk skipped is fetched only at the elements asked for;
 - external data: a ``SparseView`` of the data file beside the model, fetched only at the elements

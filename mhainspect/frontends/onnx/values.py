@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, overload
 
+from mhainspect.frontends.onnx.locations import external_location_escapes
 from mhainspect.frontends.onnx.wire import (
     GRAPH_INITIALIZER,
     MODEL_GRAPH,
@@ -268,8 +269,6 @@ def with_folded_copies(path: str | os.PathLike[str], graph: ModelGraph) -> Model
     if not copies:
         return graph
     model_dir = os.path.dirname(os.path.abspath(os.fspath(path)))
-    from mhainspect.frontends.onnx.frontend import external_location_escapes
-
     locations = {t.location for t in graph.weights.values() if t.location is not None}
     inside = frozenset(loc for loc in locations if external_location_escapes(model_dir, loc) is None)
     with StoredValues(path, graph.weights, inside) as reader:

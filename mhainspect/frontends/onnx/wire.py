@@ -32,11 +32,9 @@ from google.protobuf import message
 from google.protobuf.internal import api_implementation
 from google.protobuf.message import DecodeError
 
-from mhainspect.errors import InputError
-
 if TYPE_CHECKING:
     from mhainspect.frontends.onnx.landings import Landings
-    from mhainspect.sources.blob import Blob, SparseView
+    from mhainspect.sources.blob import SparseView
 
 ProgressCallback = Callable[[str, int, int], None]
 
@@ -284,39 +282,6 @@ def stripped(buf: memoryview | SparseView, advance: Callable[[int], None] | None
              landings: Landings | None = None) -> bytes:
     pieces = _scan(buf, 0, len(buf), _MODEL, 0, advance, landings)
     return bytes(buf[0:len(buf)]) if pieces is None else b"".join(pieces)
-
-
-_HEAD_GUESS = 256  # bytes a jump fetches before any tensor header is read
-
-
-def remote_model_bytes(blob: Blob) -> bytes:
-    """The model's bytes minus the weight payloads the loader never reads (``remote_model_view``)."""
-    return remote_model_view(blob)[0]
-
-
-def remote_model_view(blob: Blob) -> tuple[bytes, SparseView]:
-    """The model's bytes minus the weight payloads the loader never reads, fetched by ranges: a
-    first speculative range (the whole of a small file), then the spans the scanner touches (the
-    graph's nodes and every tensor's header); payloads are skipped by their lengths, unfetched.
-    And the view of the file that holds what was fetched (where a payload's values are read later,
-    by ranges, when a copy check needs them)."""
-    # Ranged reading is the remote front end's: a local file never imports it (nor its thread pool).
-    from mhainspect.frontends.onnx.landings import Landings
-    from mhainspect.sources.blob import FIRST_RANGE, SparseView
-
-    head = blob.read(0, FIRST_RANGE)
-    size = blob.size()
-    if size == 0:
-        raise InputError(f"{blob.name}: file is empty")
-    view = SparseView(blob, size)
-    view.seed(0, head)
-    if len(head) >= size:
-        return head, view
-    view.jump_window = _HEAD_GUESS
-    try:
-        return stripped(view, landings=Landings(view)), view
-    except (ValueError, IndexError, RecursionError) as exc:
-        raise InputError(f"{blob.name}: not a valid ONNX model (protobuf wire format: {exc})") from None
 
 
 class ByteAt(Protocol):

@@ -21,8 +21,8 @@ from torch import nn
 from mhainspect.errors import InputError
 from mhainspect.frontends.checkpoint.hf_config import max_positions, offers_from_config
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
+from mhainspect.frontends.checkpoint.size_inputs import metas_size_inputs
 from mhainspect.frontends.onnx.frontend import graph_result
-from mhainspect.frontends.size_inputs import metas_size_inputs
 from mhainspect.frontends.torch.fx import storage_key, trace_module
 from mhainspect.frontends.torch.modules import (
     ModuleTensors,

@@ -1,6 +1,7 @@
 """What a front end hands the size pass (SizeInputs): every stored tensor as metadata, the tensors
 each block reads, and per block what the source says about decoding: cache tensors and causal masks
-of a graph (matchers.cache), or a Hugging Face config."""
+of a graph (matchers.cache), or a Hugging Face config. Here, beside the config reader it asks
+(every front end reads a config the checkpoint's way), so the import runs one way."""
 
 from __future__ import annotations
 
