@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect import conventions
-from mhainspect.analysis.gates import parse_byte_limit, parse_codes
+from mhainspect.analysis.gates import drop_ignored, parse_byte_limit, parse_codes
 from mhainspect.analysis.size import SizeOptions, check_kv_dtype, check_weight_dtype
 from mhainspect.analysis.stated_heads import stated_offer
 from mhainspect.batch import AuditFailure
@@ -175,8 +175,11 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
         raise missing_torch(f"auditing a {type(obj).__name__}") from None
     if not isinstance(obj, nn.Module):
         raise InputError(f"expected an nn.Module or a model path, got {type(obj).__name__}")
+    if config is not None and config is not False or verify:
+        raise ValueError("config= and verify= apply to a model path (a file or folder), not to an nn.Module")
     options = AuditOptions(settings.heads or (), _size(settings), stated_heads=stated_offer(num_heads, num_kv_heads))
-    return audit_module(obj, example_inputs, trace=trace, name=name, options=options)
+    return drop_ignored(audit_module(obj, example_inputs, trace=trace, name=name, options=options),
+                        settings.ignore or frozenset())
 
 
 def _size(settings: Settings) -> SizeOptions:

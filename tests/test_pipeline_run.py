@@ -85,3 +85,20 @@ def test_the_api_raises_what_the_audit_raises(tmp_path: Path) -> None:
     assert err.value.kind is ErrorKind.INVALID
     results = list(mhainspect.audit_many([bad, GQA]))
     assert [type(r) for _, r in results] == [AuditFailure, mhainspect.Report]
+
+
+def test_ignore_on_a_module_and_what_a_module_does_not_take() -> None:
+    torch = pytest.importorskip("torch")
+
+    class TwoLayouts(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.MultiheadAttention(64, 8)
+            self.b = torch.nn.MultiheadAttention(64, 4)
+
+    model = TwoLayouts()
+    assert [f.code for f in mhainspect.inspect(model).flags] == ["MHA006"]
+    assert mhainspect.inspect(model, ignore=["MHA006"]).flags == ()
+    for refused in ({"verify": True}, {"config": True}):
+        with pytest.raises(ValueError, match="model path"):
+            mhainspect.inspect(model, **refused)
