@@ -47,7 +47,7 @@ from itertools import permutations
 from typing import Protocol
 
 from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS
-from mhainspect.ir.dtypes import is_float
+from mhainspect.ir.dtypes import STRUCT_CODES, is_float
 from mhainspect.ir.graph import FoldedCopy, ModelGraph, Node, Tensor
 
 SAMPLE = 32  # positions compared before a copy is believed
@@ -59,7 +59,7 @@ _SLICE_SAMPLE = 4  # positions compared in each slice along an axis
 _MAX_PAIRS = 4096  # candidate (copy, source) pairs looked at by their first and last elements
 _MAX_PERMUTATIONS = 24
 # Float element types whose infinities tell a mask (0 / -inf) from a table: struct formats.
-_FLOAT_FORMATS = {"float32": "<f", "float16": "<e", "float64": "<d"}
+_FLOAT_FORMATS = {name: "<" + STRUCT_CODES[name] for name in ("float32", "float16", "float64")}
 _MIN_TABLE_VALUES = 3  # distinct values per head of a gathered table: a mask has two
 _WHAT = {"padded": "its inner part", "gathered": "its distinct values", "repeated": "its distinct slices",
          "gathered rows": "its distinct rows", "looked up": "each element once"}

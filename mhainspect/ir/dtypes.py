@@ -154,6 +154,16 @@ def is_integer(name: str) -> bool:
     return found is not None and found.family is Family.INTEGER
 
 
+# The struct code of each dtype whose elements Python's struct module unpacks (little-endian in every
+# file format read here): the one table the readers of small stored values share.
+STRUCT_CODES: dict[str, str] = {
+    "float64": "d", "float32": "f", "float16": "e", "int64": "q", "int32": "i", "int16": "h", "int8": "b",
+    "uint64": "Q", "uint32": "I", "uint16": "H", "uint8": "B", "bool": "?",
+}
+# The integer ones: what a stored shape or a quantization state is written in.
+INTEGER_STRUCT_CODES: dict[str, str] = {k: v for k, v in STRUCT_CODES.items() if v in "bBhHiIqQ"}
+
+
 def nbytes(name: str, numel: int) -> int | None:
     """Bytes ``numel`` elements of type ``name`` occupy as stored; None for an unknown or unsized type."""
     found = lookup(name)

@@ -34,14 +34,12 @@ from mhainspect.frontends.formats import archive_members
 from mhainspect.frontends.pickles import Call, Global, TensorRecord, read_pickle
 from mhainspect.frontends.torch.known import class_name
 from mhainspect.frontends.zips import ZipArchive
-from mhainspect.ir.dtypes import lookup
+from mhainspect.ir.dtypes import STRUCT_CODES, lookup
 from mhainspect.ir.limits import MAX_ARCHIVE_TEXT_BYTES
 
 _MAX_CODE_FILES = 100_000
 _MAX_DEPTH = 256  # module nesting
 _SMALL_CONSTANT_BYTES = 64
-_STRUCT = {"float32": "f", "float64": "d", "int64": "q", "int32": "i", "int16": "h", "int8": "b", "uint8": "B",
-           "bool": "?"}
 
 
 @dataclass
@@ -207,7 +205,7 @@ def _constant(zipped: ZipArchive, prefix: str, value: Any) -> Any:
     """A constant the code names: a small tensor's one value as a number, else the record."""
     if not isinstance(value, TensorRecord):
         return value
-    code = _STRUCT.get(value.dtype)
+    code = STRUCT_CODES.get(value.dtype)
     numel = 1
     for d in value.shape:
         numel *= d
@@ -222,7 +220,7 @@ def _constant(zipped: ZipArchive, prefix: str, value: Any) -> Any:
     if at + width > len(raw):
         return value
     (number,) = struct.unpack(f"<{code}", raw[at:at + width])
-    return float(number) if code in "fd" else (bool(number) if code == "?" else int(number))
+    return float(number) if code in "fde" else (bool(number) if code == "?" else int(number))
 
 
 def _traced_inputs(value: Any) -> tuple[TensorRecord, ...]:

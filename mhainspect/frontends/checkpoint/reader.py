@@ -33,7 +33,7 @@ from typing import Any
 from mhainspect.errors import ErrorKind, InputError, missing_torch
 from mhainspect.frontends.checkpoint.hf_config import Tie, tied_copies
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEAVES, wants_values
-from mhainspect.ir.dtypes import canonical
+from mhainspect.ir.dtypes import INTEGER_STRUCT_CODES, canonical
 from mhainspect.ir.limits import MAX_BYTES, MAX_CONFIG_BYTES, MAX_SAFETENSORS_HEADER_BYTES, byte_count, shape_problem
 from mhainspect.ir.weights import WeightMeta
 from mhainspect.sources.blob import Blob, Prefix
@@ -112,9 +112,6 @@ def _quoted(name: str, limit: int = 120) -> str:
     return repr(name if len(name) <= limit else name[:limit] + "...")
 
 
-# struct codes of the integer types a stored shape or quant state uses.
-_STRUCT_CODES = {"uint8": "B", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I", "int64": "q",
-                 "uint64": "Q"}
 
 
 def _read_values(head: Prefix, base: int, wanted: list[tuple[str, str, list[Any]]]) -> dict[str, tuple[int, ...]]:
@@ -122,7 +119,7 @@ def _read_values(head: Prefix, base: int, wanted: list[tuple[str, str, list[Any]
     from the bytes the header read already holds, else by one read each (in parallel when remote)."""
     spans: list[tuple[str, str, int, int]] = []
     for name, dtype, (start, end) in wanted:
-        code = _STRUCT_CODES.get(dtype)
+        code = INTEGER_STRUCT_CODES.get(dtype)
         if code is None or not isinstance(start, int) or not isinstance(end, int):
             continue
         length = end - start
@@ -229,7 +226,7 @@ def read_torch_state_dict(path: Path, values: dict[str, tuple[int, ...]] | None 
     for name, t in tensors.items():
         out[name] = WeightMeta(name, tuple(int(d) for d in t.shape), canonical(str(t.dtype)),
                                _storage_key(t))
-        if (values is not None and wants_values(name) and out[name].dtype in _STRUCT_CODES
+        if (values is not None and wants_values(name) and out[name].dtype in INTEGER_STRUCT_CODES
                 and t.numel() * t.element_size() <= MAX_VALUE_BYTES):
             values[name] = tuple(int(x) for x in t.reshape(-1).tolist())
     return out

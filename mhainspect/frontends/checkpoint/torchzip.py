@@ -24,7 +24,7 @@ from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, wants_val
 from mhainspect.frontends.checkpoint.reader import flatten_state_dict
 from mhainspect.frontends.formats import archive_members
 from mhainspect.frontends.pickles import STORAGE_DTYPES, Global, RefusedGlobal, TensorRecord, read_pickle
-from mhainspect.ir.dtypes import canonical
+from mhainspect.ir.dtypes import INTEGER_STRUCT_CODES, canonical
 from mhainspect.ir.weights import WeightMeta
 from mhainspect.sources.blob import Blob, BlobFile, LocalBlob, SparseView
 from mhainspect.sources.parallel import in_parallel
@@ -50,10 +50,6 @@ _ALLOWED = frozenset({
     "torch.per_channel_affine", "torch.per_tensor_symmetric", "torch.per_channel_symmetric",
     "torch.per_channel_affine_float_qparams",
 })
-_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
-             "uint8": 1, "bool": 1, "uint16": 2, "uint32": 4, "uint64": 8}
-_STRUCT_CODES = {"uint8": "B", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I", "int64": "q",
-                 "uint64": "Q"}
 # dtypes a GLOBAL may name (torch.<name>): those of the storage classes, and the ones saved beside an
 # untyped storage (torch.storage._new_dtypes).
 _DTYPE_NAMES = frozenset(set(STORAGE_DTYPES.values()) | {
@@ -169,8 +165,8 @@ def _small_values(archive: zipfile.ZipFile, view: SparseView, root: str, tensors
     """The values of the few small integer tensors a quantized weight's logical shape is stated in."""
     wanted: list[tuple[str, zipfile.ZipInfo, int, int, str]] = []
     for name, t in tensors.items():
-        code = _STRUCT_CODES.get(metas[name].dtype)
-        width = _ITEMSIZE.get(metas[name].dtype)
+        code = INTEGER_STRUCT_CODES.get(metas[name].dtype)
+        width = struct.calcsize(code) if code is not None else None
         numel = 1
         for d in t.shape:
             numel *= d

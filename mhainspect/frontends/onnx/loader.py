@@ -50,7 +50,7 @@ from mhainspect.frontends.onnx.wire import (
     raw_attribute_classes,
     read_bytes,
 )
-from mhainspect.ir.dtypes import ONNX_FLOAT_CODES, ONNX_INTEGER_CODES, onnx_name
+from mhainspect.ir.dtypes import ONNX_CODES, ONNX_FLOAT_CODES, ONNX_INTEGER_CODES, STRUCT_CODES, onnx_name
 from mhainspect.ir.graph import NO_ATTRS, Attrs, AttrValue, ModelGraph, Node, Tensor, ValueInfo
 
 # Values of integer constants up to this many elements are read (shape arithmetic).
@@ -363,8 +363,9 @@ def _external_key(t: onnx.TensorProto) -> tuple[str, str, int | None]:  # type: 
 
 # Decoding of small constants, as onnx.numpy_helper.to_array does it (little-endian raw_data, or
 # the typed field with numpy's wrap-around casts), without importing numpy.
-_RAW_FORMATS = {1: "f", 10: "e", 11: "d", 16: "H", 6: "i", 7: "q", 2: "B", 3: "b", 4: "H", 5: "h", 12: "I", 13: "Q",
-                9: "B"}
+# struct formats of raw_data by ONNX type code (ir.dtypes.STRUCT_CODES); a bool is read as its byte, a
+# bfloat16 as its 16 bits (widened to float32 where read).
+_RAW_FORMATS = {code: STRUCT_CODES[name] for code, name in ONNX_CODES.items() if name in STRUCT_CODES} | {9: "B", 16: "H"}
 _TYPED_FIELDS = {1: "float_data", 11: "double_data", 10: "int32_data", 16: "int32_data", 6: "int32_data", 9: "int32_data",
                  7: "int64_data", 2: "int32_data", 3: "int32_data", 4: "int32_data", 5: "int32_data",
                  12: "uint64_data", 13: "uint64_data"}
