@@ -3,7 +3,7 @@ so that a refactoring can be shown to change no output on any fixture:
 
     SNAP_DIR=/tmp/before PYTHONPATH=scripts python -m pytest -q -p report_snapshots   # on the old commit
     SNAP_DIR=/tmp/after  PYTHONPATH=scripts python -m pytest -q -p report_snapshots   # on the new one
-    diff -r /tmp/before /tmp/after
+    diff -r /tmp/before /tmp/after   # or, numbering aside: python scripts/report_snapshots.py /tmp/before /tmp/after
 
 Temporary paths are normalised; tests that build random inputs (fuzzing) name theirs differently
 on every run, so compare those after replacing the /tmp/mhainspect-fuzz-* prefix."""
@@ -55,3 +55,29 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     _current[0] = item.nodeid
+
+
+def compare(before: str, after: str, roots: tuple[str, str] = ("", "")) -> list[str]:
+    """The tests whose distinct documents differ between two snapshot folders. Each Report built is
+    one file, numbered in the order a test built them; a change that builds one more intermediate
+    Report (the same document again) shifts the numbers, so a test's documents compare as a set.
+    ``roots``: the two checkouts' paths, replaced by ROOT before comparing."""
+    def load(folder: str, root: str) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = collections.defaultdict(set)
+        for name in os.listdir(folder):
+            with open(os.path.join(folder, name)) as f:
+                text = f.read()
+            out[re.sub(r"__\d+\.json$", "", name)].add(text.replace(root, "ROOT") if root else text)
+        return out
+
+    a, b = load(before, roots[0]), load(after, roots[1])
+    return [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+if __name__ == "__main__":  # python scripts/report_snapshots.py BEFORE AFTER [ROOT_BEFORE ROOT_AFTER]
+    import sys
+
+    args = sys.argv[1:]
+    differing = compare(args[0], args[1], (args[2], args[3]) if len(args) == 4 else ("", ""))
+    print("\n".join(differing) or "no test's documents differ")
+    sys.exit(1 if differing else 0)
