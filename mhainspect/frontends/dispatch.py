@@ -36,7 +36,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import ErrorKind, InputError, missing_torch
-from mhainspect.frontends.formats import Foreign, identify, identify_folder
+from mhainspect.frontends.formats import (
+    HEAD_BYTES,
+    Foreign,
+    describe_head,
+    identify,
+    identify_folder,
+    looks_like_onnx,
+    read_at,
+)
 from mhainspect.frontends.kinds import file_kind, is_model_folder
 from mhainspect.results.stages import SourceResult
 from mhainspect.sources import is_remote
@@ -99,7 +107,27 @@ def classify(spec: str) -> Source:
     if p.suffix.lower() == ".py":
         raise InputError(f"{spec}: a Python file is a factory spec only with the function to call: "
                          f"{spec}:FUNCTION (e.g. {spec}:make_model)")
+    _check_onnx_content(p, spec)
     return Source("onnx", spec)
+
+
+# Suffixes the ONNX reader takes whatever their content says (its text forms included).
+_ONNX_SUFFIXES = frozenset({".onnx", ".json", ".txtpb", ".textproto", ".onnxtxt", ".pb"})
+
+
+def _check_onnx_content(p: Path, spec: str) -> None:
+    """A file no other reader claimed, that is no .onnx file and whose first bytes cannot start an
+    ONNX protobuf (a README, an image): refused from those bytes, before the ONNX reader is imported."""
+    if p.suffix.lower() in _ONNX_SUFFIXES or not p.is_file():
+        return
+    try:
+        head = read_at(p, 0, HEAD_BYTES)
+        size = p.stat().st_size
+    except OSError:
+        return  # the reader says why it cannot be read
+    if head and not looks_like_onnx(head, size):
+        raise InputError(f"{spec}: not a model file: its content is none of the formats mhainspect reads (ONNX, "
+                         f"GGUF, safetensors, PyTorch, Keras; {describe_head(head)})", ErrorKind.INVALID)
 
 
 def parse_factory_args(pairs: Sequence[str]) -> dict[str, Any]:

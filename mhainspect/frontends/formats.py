@@ -291,3 +291,43 @@ def check_symlink_loop(path: str | os.PathLike[str]) -> None:
             raise InputError(f"{os.fspath(path)}: symlink loop (too many levels of symbolic links)") from None
     except ValueError:  # an embedded NUL: the loader reports it
         pass
+
+
+# ModelProto's fields (onnx.proto: number -> wire type: 0 varint, 2 length-delimited), what a
+# serialized ONNX model starts with in whatever order a writer put them.
+_MODEL_PROTO_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
+
+
+def looks_like_onnx(head: bytes, size: int) -> bool:
+    """Whether the first bytes of a file can start a binary ONNX ModelProto: every field the head
+    holds (the first at least) is one of ModelProto's with its wire type, and no length runs past
+    the file. A text file, an image or a PDF fails on its first byte, so it is refused before the
+    ONNX reader (and onnx, ml_dtypes) is imported for it."""
+    i, fields = 0, 0
+    while i < len(head):
+        tag, i = _varint(head, i)
+        if tag is None:
+            return fields > 0  # cut by the head's end
+        if _MODEL_PROTO_FIELDS.get(tag >> 3) != tag & 7:
+            return False
+        fields += 1
+        value, i = _varint(head, i)
+        if value is None:
+            return True
+        if tag & 7 == 2:  # length-delimited: the length must fit in the file
+            if i + value > size:
+                return False
+            i += value
+    return fields > 0
+
+
+def describe_head(head: bytes) -> str:
+    """A few words on what a file's first bytes look like, for the refusal of a non-model file."""
+    text = head.split(b"\n", 1)[0][:40]
+    try:
+        line = text.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"it starts with bytes {head[:8].hex(' ')}"
+    if line.isprintable() and line.strip():
+        return f"it is text, starting '{line.strip()}'"
+    return f"it starts with bytes {head[:8].hex(' ')}"
