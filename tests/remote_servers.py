@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -271,7 +272,8 @@ class ScriptedServer:
     """A server on 127.0.0.1 whose every answer is ``script(path, headers)`` (an Answer), with counts;
     ``host``: the name its URLs use (``localhost`` makes it another origin than 127.0.0.1)."""
 
-    def __init__(self, script: Callable[[str, Mapping[str, str]], Answer], host: str = "127.0.0.1") -> None:
+    def __init__(self, script: Callable[[str, Mapping[str, str]], Answer], host: str = "127.0.0.1",
+                 tls: ssl.SSLContext | None = None) -> None:
         self.script, self.host = script, host
         self.log = Log()
         outer = self
@@ -281,12 +283,15 @@ class ScriptedServer:
                 outer._answer(self)
 
         self.server = _Server(("127.0.0.1", 0), Handler)
+        if tls is not None:  # HTTPS: every accepted connection is a TLS one
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.scheme = "https" if tls is not None else "http"
         self.server.log = self.log
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def url(self, rel: str = "") -> str:
-        return f"http://{self.host}:{self.port}/{rel}"
+        return f"{self.scheme}://{self.host}:{self.port}/{rel}"
 
     def _answer(self, h: BaseHTTPRequestHandler) -> None:
         answer = self.script(h.path, {k.lower(): v for k, v in h.headers.items()})
@@ -310,7 +315,7 @@ class ScriptedServer:
                 if answer.stall:
                     time.sleep(answer.stall)
                 h.wfile.write(data[len(head):])
-        except (BrokenPipeError, ConnectionResetError):
+        except OSError:  # the client went away (a cut connection; over TLS an SSL error)
             pass
         self.log.add(h.path, len(body), auth)
         if answer.close or answer.raw is not None:

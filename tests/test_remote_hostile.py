@@ -575,3 +575,54 @@ def test_a_small_file_of_unstated_size_grows_to_its_cap() -> None:
     with pytest.raises(InputError, match="larger than 16,777,216 bytes"):
         small_file(huge, 16 * 1024 * 1024)
     assert sum(n for _o, n in huge.reads) == 16 * 1024 * 1024 + 1  # never more than the cap and a byte
+
+
+def test_a_trickling_tls_server_ends_within_the_request_deadline(quick: None, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over HTTPS the watchdog shuts the TLS socket (which took the plain socket's descriptor over)."""
+    import datetime
+    import ipaddress
+    import ssl
+
+    crypto = pytest.importorskip("cryptography")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from mhainspect.sources.transports import http
+
+    assert crypto is not None
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_path, key_path)
+    import certifi
+
+    monkeypatch.setattr(certifi, "where", lambda: str(cert_path))
+    monkeypatch.setattr(http, "_CLIENT", None)  # a client that trusts the test's certificate
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        if path.endswith("fast.safetensors"):
+            return Answer(404, (), b"no")
+        return Answer(206, (("Content-Range", "bytes 0-199/200"),) * 20, b"x" * 200, trickle=0.2)
+
+    with ScriptedServer(script, tls=context) as server:
+        with pytest.raises(InputError, match="not found"):
+            audit(server.url("fast.safetensors"))  # the TLS connection itself works
+        monkeypatch.setattr(http, "_CLIENT", None)  # a new connection: its socket is bound as it opens
+        message = _fails_within(server.url("m.safetensors"), 7)
+    assert "did not answer in full within 4 s" in message

@@ -146,31 +146,32 @@ class _Watch:
         self.span = at - time.monotonic()
         self.expired = False
         self._lock = threading.Lock()
-        self._conn: Any = None
+        self._sock: Any = None
         self._done = False
 
     def left(self) -> float:
         return max(0.001, self.at - time.monotonic())
 
-    def bind(self, conn: Any) -> None:
-        """The connection the request is sent on (set by the connection itself)."""
+    def bind(self, sock: Any) -> None:
+        """The socket the request is sent on (set by its connection: a new one as soon as it is
+        opened, before a TLS handshake; a kept-alive one when the request is sent)."""
         with self._lock:
-            self._conn = conn
+            self._sock = sock
             if self.expired:
-                _shut(conn)
+                _shut(sock)
 
     def fire(self) -> None:
         with self._lock:
             if self._done:
                 return
             self.expired = True
-            if self._conn is not None:
-                _shut(self._conn)
+            if self._sock is not None:
+                _shut(self._sock)
 
     def finish(self) -> None:
         with self._lock:
             self._done = True
-            self._conn = None
+            self._sock = None
 
     def late(self) -> bool:
         return self.expired or time.monotonic() > self.at
@@ -182,13 +183,11 @@ class _Watch:
                           f"limit: 4x MHAINSPECT_REMOTE_TIMEOUT)", ErrorKind.NETWORK)
 
 
-def _shut(conn: Any) -> None:
-    sock = getattr(conn, "sock", None)
-    if sock is not None:
-        try:
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain socket's: a TLS socket's reader gets EOF
-        except OSError:
-            pass
+def _shut(sock: Any) -> None:
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain socket's: a TLS socket's reader gets EOF
+    except (OSError, TypeError):
+        pass
 
 
 class _Watchdog:
@@ -225,10 +224,10 @@ _WATCHDOG = _Watchdog()
 _CURRENT = threading.local()  # the watch of the request this thread is sending
 
 
-def _bind_current(conn: Any) -> None:
+def _bind_current(sock: Any) -> None:
     watch = getattr(_CURRENT, "watch", None)
-    if watch is not None:
-        watch.bind(conn)
+    if watch is not None and sock is not None:
+        watch.bind(sock)
 
 
 def _watched_pools(urllib3: Any) -> dict[str, Any]:
@@ -237,23 +236,27 @@ def _watched_pools(urllib3: Any) -> dict[str, Any]:
     from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
     class WatchedHTTP(HTTPConnection):
-        def connect(self) -> None:
-            _bind_current(self)
-            super().connect()
-            _bind_current(self)
+        def _new_conn(self) -> socket.socket:
+            sock = super()._new_conn()
+            _bind_current(sock)  # before any TLS handshake: a trickling handshake is cut too
+            return sock
 
         def request(self, *args: Any, **kwargs: Any) -> None:
-            _bind_current(self)
+            _bind_current(self.sock)  # a kept-alive connection (a new one binds when it opens)
             super().request(*args, **kwargs)
 
     class WatchedHTTPS(HTTPSConnection):
+        def _new_conn(self) -> socket.socket:
+            sock = super()._new_conn()
+            _bind_current(sock)
+            return sock
+
         def connect(self) -> None:
-            _bind_current(self)
             super().connect()
-            _bind_current(self)
+            _bind_current(self.sock)  # the TLS socket took the plain one's descriptor over
 
         def request(self, *args: Any, **kwargs: Any) -> None:
-            _bind_current(self)
+            _bind_current(self.sock)
             super().request(*args, **kwargs)
 
     class HTTPPool(HTTPConnectionPool):
