@@ -77,7 +77,8 @@ def kv_contexts(report: Report) -> list[int]:
 
 
 def with_charts(report: Report) -> Report:
-    """``report`` with every block's what-if curve and the KV cache's bytes by context."""
+    """``report`` with every block's what-if curve and the KV cache's bytes by context (one new
+    Report: the points read only fields the curves leave as they are)."""
     curves: dict[Hashable, tuple[WhatIf, ...]] = {}
     blocks = []
     for b in report.blocks:
@@ -86,10 +87,9 @@ def with_charts(report: Report) -> Report:
         if curve is None:
             curve = curves[key] = what_if_curve(b)
         blocks.append(dataclasses.replace(b, what_if_curve=curve) if curve else b)
-    report = dataclasses.replace(report, blocks=tuple(blocks))
-    kv: KVCache | None = report.model.kv_cache
-    if kv is None or kv.bytes_per_token is None:
-        return report
-    points = tuple((c, v) for c in kv_contexts(report) if (v := kv_bytes_at(report, c)) is not None)
-    model = dataclasses.replace(report.model, kv_cache=dataclasses.replace(kv, by_context=points))
-    return dataclasses.replace(report, model=model)
+    model = report.model
+    kv: KVCache | None = model.kv_cache
+    if kv is not None and kv.bytes_per_token is not None:
+        points = tuple((c, v) for c in kv_contexts(report) if (v := kv_bytes_at(report, c)) is not None)
+        model = dataclasses.replace(model, kv_cache=dataclasses.replace(kv, by_context=points))
+    return dataclasses.replace(report, blocks=tuple(blocks), model=model)
