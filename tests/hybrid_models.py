@@ -99,10 +99,18 @@ def small_folder(model_type: str, folder: Path) -> tuple[Path, nn.Module]:
 
 @dataclass(frozen=True)
 class CacheTruth:
-    """What transformers' cache holds: bytes added per token, and the fixed bytes per sequence."""
+    """What transformers' cache holds: bytes added per token, the fixed bytes per sequence, and per
+    cache layer the bytes it adds per token with the tokens it keeps at most (its sliding window
+    less one, as transformers' sliding layers keep; None: every token)."""
 
     per_token: int
     state: int
+    layers: tuple[tuple[int, int | None], ...] = ()
+
+    def at(self, context: int) -> int:
+        """Bytes the cache holds after ``context`` tokens (one sequence), state included."""
+        held = sum(per * (context if keep is None else min(context, keep)) for per, keep in self.layers)
+        return held + self.state
 
 
 def _float_tensors(obj: Any, depth: int = 0) -> Iterator[torch.Tensor]:
@@ -134,13 +142,20 @@ def cache_truth(model: nn.Module, tokens: int = 3) -> CacheTruth:
     """Run ``tokens`` and ``tokens + 1`` tokens (below every window and chunk) and read the cache."""
     device = next(model.parameters()).device
     sizes = []
+    layers: list[list[int]] = []
+    windows: list[int | None] = []
     for n in (tokens, tokens + 1):
         ids = (torch.arange(n, device="cpu") % 7 + 1).unsqueeze(0).to(device)
         with torch.no_grad():
             out = model(ids, use_cache=True)
-        sizes.append(cache_bytes(out.past_key_values))
+        cache = out.past_key_values
+        sizes.append(cache_bytes(cache))
+        layers.append([cache_bytes(layer) for layer in getattr(cache, "layers", ())])
+        windows = [w - 1 if isinstance(w := getattr(layer, "sliding_window", None), int) else None
+                   for layer in getattr(cache, "layers", ())]
     per_token = sizes[1] - sizes[0]
-    return CacheTruth(per_token, sizes[0] - tokens * per_token)
+    per_layer = tuple((b - a, keep) for a, b, keep in zip(layers[0], layers[1], windows) if b != a)
+    return CacheTruth(per_token, sizes[0] - tokens * per_token, per_layer)
 
 
 def meta_model(model_type: str, config: dict[str, Any], dtype: torch.dtype = torch.bfloat16) -> nn.Module:

@@ -96,7 +96,8 @@ class WeightMeta(NamedTuple):
 # BatchNorm's statistics; rotary frequencies and cos/sin caches (Llama-family inv_freq, Phi's
 # _cos_cached, Meta's freqs_cis); position id tables (HF embeddings' position_ids / token_type_ids);
 # timm's index tables (Swin relative_position_index, LeViT attention_bias_idxs) and Swin's shifted
-# window attn_mask; fairseq's _float_tensor; GPT-2's masked_bias. Integer ones are not parameters
+# window attn_mask; fairseq's _float_tensor; GPT-2's masked_bias; MiniMax's lightning-attention decay
+# tables (slope_rate, query_decay, key_decay, diagonal_decay). Integer ones are not parameters
 # by their dtype already; the names say it for the float ones, and for a checkpoint stored in one dtype.
 BUFFER_LEAVES = frozenset({
     "running_mean", "running_var", "num_batches_tracked",
@@ -104,6 +105,7 @@ BUFFER_LEAVES = frozenset({
     "position_ids", "token_type_ids",
     "relative_position_index", "attention_bias_idxs", "attn_mask",
     "_float_tensor", "masked_bias",
+    "slope_rate", "query_decay", "key_decay", "diagonal_decay",
 })
 
 
