@@ -130,17 +130,18 @@ def test_a_folder_holding_only_model_keras(keras: Any, tmp_path: Path) -> None:
 
 
 def test_extracted_weights_with_their_config(keras: Any, tmp_path: Path) -> None:
-    """model.weights.h5 with the archive's config.json beside it (an extracted archive) reads as
-    the archive does."""
+    """model.weights.h5 with the archive's config.json beside it (an extracted archive), or the
+    folder holding them, reads as the archive does."""
     layer, call = _layer(keras, "value_dim")
     model = _model(keras, layer, **call)
     model.save(str(tmp_path / "m.keras"))
     out = tmp_path / "extracted"
     with zipfile.ZipFile(tmp_path / "m.keras") as z:
         z.extractall(out)
-    report = mhainspect.inspect(str(out / "model.weights.h5"))
-    assert _found(report) == [_truth(keras, layer)]
-    assert report.model.total_params == model.count_params()
+    for target in (out / "model.weights.h5", out):  # the weights file, or the folder holding the archive's files
+        report = mhainspect.inspect(str(target))
+        assert _found(report) == [_truth(keras, layer)]
+        assert report.model.total_params == model.count_params()
     (out / "config.json").unlink()
     with pytest.raises(InputError, match="without the model's config"):
         mhainspect.inspect(str(out / "model.weights.h5"))

@@ -45,7 +45,7 @@ from mhainspect.frontends.formats import (
     looks_like_onnx,
     read_at,
 )
-from mhainspect.frontends.kinds import file_kind, is_model_folder
+from mhainspect.frontends.kinds import file_kind, is_keras_folder, is_model_folder
 from mhainspect.results.stages import SourceResult
 from mhainspect.sources import is_remote
 
@@ -92,6 +92,8 @@ def classify(spec: str) -> Source:
         foreign = identify_folder(p)
         if foreign is not None:
             raise InputError(foreign.message(spec), ErrorKind.UNSUPPORTED)
+        if is_keras_folder(p):
+            return Source("keras", spec)
         return Source("checkpoint" if is_model_folder(p) else "onnx", spec)
     if p.name == "config.json" and p.is_file():
         raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")

@@ -55,6 +55,14 @@ def file_kind(name: str | os.PathLike[str]) -> str | None:
     return MODEL_FILE_KINDS.get(os.path.splitext(name)[1].lower())
 
 
+KERAS_WEIGHTS = "model.weights.h5"  # a Keras archive's weights file (with its config.json: an extracted archive)
+
+
+def is_keras_folder(path: Path) -> bool:
+    """An extracted Keras archive: config.json beside model.weights.h5 (listing only)."""
+    return (path / "config.json").is_file() and (path / KERAS_WEIGHTS).is_file()
+
+
 def is_model_folder(path: Path) -> bool:
     """A folder that is one model: a Hugging Face folder (config.json with weights), or a
     config.json with no model file beside it (the architecture alone, nothing to scan), or a model of

@@ -16,6 +16,7 @@ from pathlib import Path
 from mhainspect.frontends.checkpoint.size_inputs import metas_size_inputs
 from mhainspect.frontends.keras.config import Claims, LayerClaim, model_class
 from mhainspect.frontends.keras.reader import KerasModel, read_archive, read_hdf5
+from mhainspect.frontends.kinds import KERAS_WEIGHTS
 from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, count_weights, parameter_keys
 from mhainspect.matchers.grouping import group_attention
 from mhainspect.matchers.static import blocks_from_weights
@@ -27,9 +28,12 @@ _NO_DECODING = "a Keras model: its config does not say whether it decodes autore
 
 
 def read_keras(path: Path) -> KerasModel:
-    """A Keras file by its content: a zip archive (.keras) or an HDF5 file (.h5)."""
+    """A Keras file by its content: a zip archive (.keras) or an HDF5 file (.h5); or a folder holding
+    an extracted archive."""
     from mhainspect.frontends.zips import is_zip
 
+    if path.is_dir():  # an extracted archive (kinds.is_keras_folder)
+        return read_hdf5(path / KERAS_WEIGHTS)
     blob = LocalBlob(path)
     return read_archive(blob) if is_zip(blob.read(0, 8)) else read_hdf5(path)
 
