@@ -357,7 +357,8 @@ def test_listing_names_that_leave_the_repo_are_never_paths(hub_at: Callable[...,
 
     gguf = {"good/model.gguf": 10}
     bad = {"/etc/model.gguf": 1, "a//b.gguf": 1, "./c.gguf": 1, "../d.gguf": 1, "e/../../f.gguf": 1,
-           "g\\..\\h.gguf": 1, "nul\x00.gguf": 1, "": 1}
+           "g\\..\\h.gguf": 1, "nul\x00.gguf": 1, "": 1, "\x1b[31mred.gguf": 1, "c1\x9b2J.gguf": 1,
+           "bidi\u202efgg.gguf": 1}
     hub_at(hub_script(_siblings({**bad, **gguf})))
     start = time.monotonic()
     assert expand_models(["hf://org/x"]) == ("hf://org/x/good/model.gguf",)

@@ -11,7 +11,6 @@ model) is tried by reading it. Which files are models is for the front ends to s
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -42,18 +41,16 @@ class Tree(Protocol):
 
 
 MAX_LISTED_FILES = 10_000  # files one listing may hold (the largest model repos hold a few thousand)
-_UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f\\\\]")
-
-
 def name_problem(path: str) -> str | None:
     """Why a listed name cannot be a file of the tree (it would leave it, or name nothing), or None:
-    an absolute path, an empty, '.' or '..' segment, a backslash or a control character."""
+    an absolute path, an empty, '.' or '..' segment, a backslash, or a character that does not print
+    (control characters, C1 and bidirectional controls: a name goes into messages on a terminal)."""
     if not path or path.startswith("/"):
         return "an absolute or empty path"
     if any(part in ("", ".", "..") for part in path.split("/")):
         return "an empty, '.' or '..' segment"
-    if _UNSAFE_NAME.search(path):
-        return "a backslash or a control character"
+    if "\\" in path or not path.isprintable():
+        return "a backslash or a character that does not print"
     return None
 
 
