@@ -110,6 +110,12 @@ def section() -> str:
         "*producer*: what the ONNX file names (paddle2onnx leaves `producer_name` empty: the report's header says "
         "\"producer unknown\"); *not exported*: models the toolchain refused, with its error.",
         "",
+        "To make the files again, each script in its own environment (versions below), e.g. "
+        "`python -m venv /tmp/tf && /tmp/tf/bin/pip install tensorflow-cpu tf2onnx keras-hub onnxruntime && "
+        "/tmp/tf/bin/python scripts/toolchains/make_keras.py tensorflow`; `make_keras.py torch` (keras, keras-hub, "
+        "torch; it also writes the `.keras` archives) and `make_keras.py jax` (jax, jax2onnx, keras-hub), "
+        "`make_flax.py` (flax, jax2onnx), `make_paddle.py` (paddlepaddle, paddle2onnx), each with onnxruntime.",
+        "",
         "Versions: " + "; ".join(versions) + ".",
         "",
         "| toolchain | made by | producer | files | exact files | blocks | exact blocks | not exported |",
