@@ -44,7 +44,7 @@ import math
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import permutations
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS
 from mhainspect.ir.dtypes import STRUCT_CODES, is_float
@@ -121,7 +121,7 @@ def find_copies(weights: Mapping[str, Tensor], reader: ValueReader,
     (``nodes``: the graph's, to tell which small tensors it adds to attention scores)."""
     copies, sources = copy_candidates(weights)
     if not copies:
-        return {}
+        return quantized_copies(weights, reader, nodes, {}) if nodes and quantized_candidates(weights) else {}
     found = _permuted_copies(weights, copies, sources, reader)
     small = [c for c in copies if c not in found and weights[c].numel <= SMALL]
     biases = added_to_scores(nodes, [c for c in small if not is_lookup(weights[c])]) if small else frozenset()
@@ -137,6 +137,8 @@ def find_copies(weights: Mapping[str, Tensor], reader: ValueReader,
             hit = _sampled_lookup(t, reader)
             if hit is not None:
                 found[c] = hit
+    if nodes and quantized_candidates(weights):
+        found.update(quantized_copies(weights, reader, nodes, found))
     return found
 
 
@@ -530,3 +532,256 @@ def _sampled_lookup(t: Tensor, reader: ValueReader) -> FoldedCopy | None:
         own = own // dim * len(keys)
     view = "repeated" if own < t.numel else "looked up"
     return FoldedCopy(t.name, "", view, own, f"{_shown(t)} {view}: {own:,} parameters ({_WHAT[view]}, by sample)")
+
+
+# -- quantized copies ----------------------------------------------------------------------------
+# A quantizer can store a weight a second time as well: onnxruntime's quantize_dynamic quantizes the
+# transposed tied embedding an exporter made for the output projection (MatMulInteger) and, on its
+# own, the embedding table the Gather reads (DequantizeLinear). Neither is byte-equal to the other,
+# nor to a float source: each dequantizes, within half of its own step, to the same values.
+
+_INT_FORMATS = {"int8": "b", "uint8": "B"}
+_QUANT_SAMPLE = 256  # positions compared: a tolerance of half a step is weaker than equality
+_MIN_LEVELS = 3  # distinct quantized values among them: a constant or two-level tensor proves nothing
+
+
+class Quantization(NamedTuple):
+    """How a stored integer weight dequantizes: (q - zero_point) · scale, per tensor (``axis`` None)
+    or per slice along ``axis``."""
+
+    scale: str
+    zero_point: str | None
+    axis: int | None
+
+
+def quantizations(nodes: Sequence[Node], weights: Mapping[str, Tensor]) -> dict[str, Quantization]:
+    """Stored 8-bit weights by name, with their scale and zero point as the graph applies them: the
+    inputs of a DequantizeLinear, of a DynamicQuantizeMatMul / MatMulIntegerToFloat (B's), or for a
+    MatMulInteger's B, its zero point and the stored factor of the scale product the integer result
+    is multiplied by (onnxruntime's dynamic quantization: Mul(Cast(MatMulInteger), a_scale · b_scale))."""
+    def stored(name: str) -> bool:
+        return name in weights
+
+    producer = {o: n for n in nodes for o in n.outputs if o}
+    consumers: dict[str, list[Node]] = {}
+    for n in nodes:
+        for x in n.inputs:
+            if x:
+                consumers.setdefault(x, []).append(n)
+    out: dict[str, Quantization] = {}
+    for n in nodes:
+        ins = n.inputs
+        if n.op == "DequantizeLinear" and len(ins) >= 2 and ins[0] and stored(ins[1]):
+            zp = ins[2] if len(ins) > 2 and ins[2] else None
+            per_tensor = weights[ins[1]].numel == 1
+            if stored(ins[0]):
+                out.setdefault(ins[0], Quantization(ins[1], zp, None if per_tensor else n.attrs.int("axis", 1)))
+            elif per_tensor:  # a stored table whose rows are selected first (a quantized Gather), then dequantized
+                table = _viewed_from(ins[0], producer, weights)
+                if table is not None:
+                    out.setdefault(table, Quantization(ins[1], zp, None))
+        elif n.op in ("DynamicQuantizeMatMul", "MatMulIntegerToFloat") and len(ins) > 3:
+            w, s, zp = (ins[1], ins[2], ins[3]) if n.op == "DynamicQuantizeMatMul" else (ins[1], ins[3], ins[5] if len(ins) > 5 else "")
+            if stored(w) and s and stored(s):
+                out.setdefault(w, Quantization(s, zp or None, None if weights[s].numel == 1 else 1))
+        elif n.op == "MatMulInteger" and len(ins) >= 2 and stored(ins[1]) and n.outputs:
+            scale = _product_scale(n.outputs[0], producer, consumers, weights)
+            if scale is not None:
+                zp = ins[3] if len(ins) > 3 and ins[3] and stored(ins[3]) else None
+                out.setdefault(ins[1], Quantization(scale, zp, None if weights[scale].numel == 1 else 1))
+    return out
+
+
+_ROW_VIEWS = frozenset({"Gather", "Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Slice"})
+
+
+def _viewed_from(value: str, producer: Mapping[str, Node], weights: Mapping[str, Tensor]) -> str | None:
+    """The stored tensor ``value`` selects or moves elements of (its data input, through view ops)."""
+    for _ in range(4):
+        node = producer.get(value)
+        if node is None or node.op not in _ROW_VIEWS or not node.inputs or not node.inputs[0]:
+            return None
+        value = node.inputs[0]
+        if value in weights:
+            return value
+    return None
+
+
+def _product_scale(result: str, producer: Mapping[str, Node], consumers: Mapping[str, list[Node]],
+                   weights: Mapping[str, Tensor]) -> str | None:
+    """The stored scale of a MatMulInteger's B: its result, cast to float, is multiplied by a scale
+    that is (a Mul of) stored factors and the activation's scale; the one stored float factor."""
+    for cast in consumers.get(result, ()):
+        if cast.op != "Cast" or not cast.outputs:
+            continue
+        for mul in consumers.get(cast.outputs[0], ()):
+            if mul.op != "Mul":
+                continue
+            for other in mul.inputs:
+                if other == cast.outputs[0]:
+                    continue
+                if other in weights:
+                    return other
+                made = producer.get(other)
+                if made is not None and made.op == "Mul":
+                    found = [x for x in made.inputs if x in weights and is_float(weights[x].dtype)]
+                    if len(found) == 1:
+                        return found[0]
+    return None
+
+
+def quantized_candidates(weights: Mapping[str, Tensor]) -> bool:
+    """Whether ``weights`` holds any stored 8-bit integer matrix (metadata alone: nothing is read
+    for a file without one)."""
+    return any(t.dtype in _INT_FORMATS and len(_squeezed(t.shape)) >= 2 and not t.is_constant_node
+               for t in weights.values())
+
+
+def quantized_copies(weights: Mapping[str, Tensor], reader: ValueReader, nodes: Sequence[Node],
+                     found: Mapping[str, FoldedCopy]) -> dict[str, FoldedCopy]:
+    """Copy name -> FoldedCopy for every stored quantized weight, named as exporters and quantizers
+    name values, whose dequantized values are a permuted view of a stored parameter (float, or
+    quantized itself), each within half of its step: one parameter, counted at the source."""
+    quant = quantizations(nodes, weights)
+    if not quant:
+        return {}
+    copies = [c for c in quant if not module_path(c) and c not in found and len(_squeezed(weights[c].shape)) >= 2]
+    sources = [s for s, t in weights.items() if module_path(s) and (s in quant or _stored_float(t))
+               and len(_squeezed(t.shape)) >= 2 and (t.dtype in _FLOAT_FORMATS or s in quant)]
+    by_dims: dict[tuple[int, ...], list[str]] = {}
+    for s in sources:
+        by_dims.setdefault(tuple(sorted(_squeezed(weights[s].shape))), []).append(s)
+    pairs = [(c, s) for c in copies for s in by_dims.get(tuple(sorted(_squeezed(weights[c].shape))), ())
+             if weights[s].storage_key != weights[c].storage_key]
+    if not pairs or len(pairs) > _MAX_PAIRS:
+        return {}
+    decoded: dict[str, _Decoder | None] = {}
+
+    def decoder(name: str) -> _Decoder | None:
+        if name not in decoded:
+            decoded[name] = _Decoder.of(weights[name], quant.get(name), reader, weights)
+        return decoded[name]
+
+    out: dict[str, FoldedCopy] = {}
+    for c, s in pairs:
+        if c in out or (dc := decoder(c)) is None or (ds := decoder(s)) is None:
+            continue
+        view = _dequantized_view(weights[c], weights[s], dc, ds)
+        if view is not None:
+            out[c] = FoldedCopy(c, s, view, 0, f"{_shown(weights[c])} quantized = {s} {list(weights[s].shape)} "
+                                               f"{view} (dequantized, within half a step)")
+    return out
+
+
+class _Decoder(NamedTuple):
+    """Reads a stored weight's values as floats: a float tensor as stored, a quantized one dequantized."""
+
+    tensor: Tensor
+    reader: ValueReader
+    fmt: str
+    scales: tuple[float, ...] = ()  # one per tensor, or one per slice along ``axis``
+    zero_points: tuple[float, ...] = ()
+    axis: int | None = None
+    cache: dict[tuple[int, ...], tuple[list[float], list[float], int] | None] | None = None
+
+    @classmethod
+    def of(cls, t: Tensor, q: Quantization | None, reader: ValueReader,
+           weights: Mapping[str, Tensor]) -> _Decoder | None:
+        if q is None:
+            fmt = _FLOAT_FORMATS.get(t.dtype)
+            return cls(t, reader, fmt, cache={}) if fmt is not None else None
+        fmt = _INT_FORMATS.get(t.dtype)
+        scales = _floats(weights.get(q.scale), reader)
+        if fmt is None or not scales:
+            return None
+        zps: tuple[float, ...] = (0.0,) * len(scales)
+        if q.zero_point is not None:
+            got = _ints(weights.get(q.zero_point), reader)
+            if got is None or len(got) != len(scales):
+                return None
+            zps = got
+        axis = q.axis if len(scales) > 1 else None
+        if axis is not None and (not -len(t.shape) <= axis < len(t.shape) or t.shape[axis] != len(scales)):
+            return None
+        if not all(s > 0 and math.isfinite(s) for s in scales):
+            return None
+        return cls(t, reader, fmt, scales, zps, axis, {})
+
+    def values(self, positions: Sequence[int]) -> tuple[list[float], list[float], int] | None:
+        """(values, half a step at each, distinct stored levels) at flat ``positions`` (read once)."""
+        key = tuple(positions)
+        if self.cache is not None and key in self.cache:
+            return self.cache[key]
+        got = self._values(positions)
+        if self.cache is not None:
+            self.cache[key] = got
+        return got
+
+    def _values(self, positions: Sequence[int]) -> tuple[list[float], list[float], int] | None:
+        raw = self.reader.elements(self.tensor.name, positions)
+        if raw is None:
+            return None
+        if not self.scales:
+            vals = [float(struct.unpack("<" + self.fmt[-1], b)[0]) for b in raw]
+            return vals, [0.0] * len(vals), len(set(raw))
+        ints = [struct.unpack("<" + self.fmt, b)[0] for b in raw]
+        if self.axis is None:
+            idx = [0] * len(ints)
+        else:
+            shape = self.tensor.shape
+            stride = _strides(shape)[self.axis]
+            idx = [(p // stride) % shape[self.axis] for p in positions]
+        return ([(q - self.zero_points[i]) * self.scales[i] for q, i in zip(ints, idx)],
+                [self.scales[i] / 2 for i in idx], len(set(ints)))
+
+
+def _floats(t: Tensor | None, reader: ValueReader) -> tuple[float, ...] | None:
+    """A scale's values: kept by the loader when a scalar, else read."""
+    if t is None:
+        return None
+    if t.float_value is not None:
+        return (t.float_value,)
+    fmt = _FLOAT_FORMATS.get(t.dtype)
+    raw = reader.whole(t.name) if fmt is not None else None
+    return None if raw is None or fmt is None else tuple(struct.unpack(fmt, b)[0] for b in raw)
+
+
+def _ints(t: Tensor | None, reader: ValueReader) -> tuple[float, ...] | None:
+    """A zero point's values: kept by the loader when small (ONNX stores 8-bit ones as int32_data), else read."""
+    if t is None:
+        return None
+    if t.int_value is not None:
+        return tuple(float(v) for v in t.int_value)
+    fmt = _INT_FORMATS.get(t.dtype)
+    raw = reader.whole(t.name) if fmt is not None else None
+    return None if raw is None or fmt is None else tuple(float(struct.unpack("<" + fmt, b)[0]) for b in raw)
+
+
+def _dequantized_view(copy: Tensor, source: Tensor, dc: _Decoder, ds: _Decoder) -> str | None:
+    """How ``copy`` dequantizes to a permuted view of ``source`` (each within half its step)."""
+    cs, ss = _squeezed(copy.shape), _squeezed(source.shape)
+    for count in (2, _QUANT_SAMPLE):  # the corners first: most pairs part there
+        positions = [0, copy.numel - 1] if count == 2 else _spread(copy.numel, count)
+        got = dc.values(positions)
+        if got is None or (count > 2 and got[2] < _MIN_LEVELS):
+            return None
+        maps = [p for p in _axis_maps(cs, ss) if _within(got, ds.values(_source_positions(positions, cs, ss, p)))]
+        if not maps:
+            return None
+        if count > 2:
+            return _view_name(maps[0], copy.shape, source.shape)
+    return None
+
+
+def _within(got: tuple[list[float], list[float], int], want: tuple[list[float], list[float], int] | None) -> bool:
+    """Whether every value of ``got`` is within half a step (each side's) of ``want``'s."""
+    return want is not None and all(abs(a - b) <= ha + hb + 1e-6 * max(abs(a), abs(b))
+                                    for a, b, ha, hb in zip(got[0], want[0], got[1], want[1]))
+
+
+def _spread(numel: int, count: int) -> list[int]:
+    """``count`` positions spread over [0, numel), the same for every run."""
+    if numel <= count:
+        return list(range(numel))
+    step = numel / count
+    return sorted({min(numel - 1, int(k * step) + (k * 2654435761) % max(1, int(step))) for k in range(count)})

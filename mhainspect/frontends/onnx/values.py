@@ -36,8 +36,9 @@ from mhainspect.frontends.onnx.wire import (
     TENSOR_DATA_FIELDS,
     WIRE_LEN,
     fields_at,
+    read_varint,
 )
-from mhainspect.ir.copies import ValueReader, copy_candidates, find_copies, is_lookup
+from mhainspect.ir.copies import ValueReader, copy_candidates, find_copies, is_lookup, quantized_candidates
 from mhainspect.ir.dtypes import is_float, lookup
 from mhainspect.ir.graph import FoldedCopy, ModelGraph, Tensor
 from mhainspect.results import ReportWarning, WarningCode
@@ -45,6 +46,7 @@ from mhainspect.results import ReportWarning, WarningCode
 _TENSOR_NAME = 8
 _PACKED_FIELDS = {TENSOR_DATA_FIELDS["raw_data"], TENSOR_DATA_FIELDS["float_data"], TENSOR_DATA_FIELDS["double_data"]}
 _MAX_OPEN_FILES = 16  # external data files kept open at once
+_MAX_VARINT_ELEMENTS = 1 << 16  # a packed-varint tensor decoded whole (zero points, small tables)
 
 
 class ElementValues:
@@ -94,6 +96,8 @@ class ElementValues:
         size = self.itemsize(name)
         where = self._where(name) if size is not None else None
         t = self.weights.get(name)
+        if size is not None and where is None and t is not None:
+            return self._varint_whole(t, size)
         if size is None or where is None or t is None:
             return None
         source, base, length = where
@@ -109,6 +113,11 @@ class ElementValues:
     def _where(self, name: str) -> tuple[object, int, int] | None:
         """(where the bytes are, offset of the payload there, payload length) of ``name``."""
         raise NotImplementedError
+
+    def _varint_whole(self, t: Tensor, size: int) -> list[bytes] | None:
+        """The elements of a small integer tensor stored as packed varints (int32_data), as bytes of
+        its own type; None where the source cannot tell (by default)."""
+        return None
 
     def _fetch(self, name: str, source: object, spans: list[tuple[int, int]],
                payload: tuple[int, int]) -> list[bytes] | None:
@@ -126,6 +135,7 @@ class StoredValues(ElementValues):
         self.path = Path(path)
         self.inside = inside_folder  # external locations checked to stay inside the model folder
         self._spans: dict[str, tuple[int, int]] | None = None  # inline: name -> (offset, length) in the file
+        self._varints: dict[str, tuple[int, int]] = {}  # inline int32_data: name -> (offset, length)
         self._map: mmap.mmap | None = None
         self._files: dict[str, int] = {}
 
@@ -170,6 +180,22 @@ class StoredValues(ElementValues):
             return None
         return None, span[0], span[1]
 
+    def _varint_whole(self, t: Tensor, size: int) -> list[bytes] | None:
+        self._inline_spans()
+        span = self._varints.get(t.name)
+        if span is None or self._map is None or t.numel > _MAX_VARINT_ELEMENTS or is_float(t.dtype):
+            return None
+        at, length = span
+        end, mask = at + length, (1 << (8 * size)) - 1
+        out: list[bytes] = []
+        try:
+            while at < end:
+                value, at = read_varint(self._map, at)
+                out.append((value & mask).to_bytes(size, "little"))  # two's complement, as the type stores it
+        except (IndexError, ValueError):
+            return None
+        return out if len(out) == t.numel and at == end else None
+
     def _external(self, t: Tensor) -> tuple[object, int, int] | None:
         location = t.location
         offset = external_offset(t)
@@ -201,7 +227,7 @@ class StoredValues(ElementValues):
                 self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             view = memoryview(self._map)
             try:
-                self._spans = initializer_spans(view)
+                self._spans = initializer_spans(view, self._varints)
             finally:
                 view.release()
         except (OSError, ValueError, IndexError):
@@ -233,11 +259,15 @@ class Indexable(Protocol):
     def __getitem__(self, key: slice) -> bytes: ...
 
 
-def initializer_spans(buf: memoryview | Indexable) -> dict[str, tuple[int, int]]:
+def initializer_spans(buf: memoryview | Indexable, varints: dict[str, tuple[int, int]] | None = None
+                      ) -> dict[str, tuple[int, int]]:
     """Name -> (offset, length) of the data of each initializer of the main graph of the serialized
     model ``buf``. Only keys, lengths and names are read: payloads are skipped by their lengths (a
-    remote file's walk has fetched every byte this touches)."""
+    remote file's walk has fetched every byte this touches). ``varints``: where to put the spans of
+    initializers held as packed varints instead (int32_data: ONNX's 8- and 16-bit integers written
+    without raw_data, as quantizers write zero points)."""
     out: dict[str, tuple[int, int]] = {}
+    int32_data = TENSOR_DATA_FIELDS["int32_data"]
     for num, wire, body, end in fields_at(buf, 0, len(buf)):
         if num != MODEL_GRAPH or wire != WIRE_LEN:
             continue
@@ -246,6 +276,7 @@ def initializer_spans(buf: memoryview | Indexable) -> dict[str, tuple[int, int]]
                 continue
             name: str | None = None
             data: tuple[int, int] | None = None
+            packed: tuple[int, int] | None = None
             for fnum, fwire, fbody, fend in fields_at(buf, tbody, tend):
                 if fwire != WIRE_LEN:
                     continue
@@ -253,8 +284,12 @@ def initializer_spans(buf: memoryview | Indexable) -> dict[str, tuple[int, int]]
                     name = bytes(buf[fbody:fend]).decode("utf-8", "replace")
                 elif fnum in _PACKED_FIELDS:
                     data = (fbody, fend - fbody)
+                elif fnum == int32_data and varints is not None:
+                    packed = (fbody, fend - fbody)
             if name is not None and data is not None:
                 out[name] = data
+            elif name is not None and packed is not None and varints is not None:
+                varints[name] = packed
     return out
 
 
@@ -266,7 +301,7 @@ def with_folded_copies(path: str | os.PathLike[str], graph: ModelGraph) -> Model
     ``folded`` (``folded_note`` names those read as parameters); ``graph`` itself when it has none
     (nothing is read unless a candidate pair exists)."""
     copies, _sources = copy_candidates(graph.weights)
-    if not copies:
+    if not copies and not quantized_candidates(graph.weights):
         return graph
     model_dir = os.path.dirname(os.path.abspath(os.fspath(path)))
     locations = {t.location for t in graph.weights.values() if t.location is not None}
