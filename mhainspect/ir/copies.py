@@ -34,6 +34,11 @@ The graph says nothing of this (the copy's producer is gone), so it is decided b
   whole, up to ``MAX_SAMPLED`` slice by slice (``_SLICE_SAMPLE`` positions a slice). Unreadable, it
   stays uncounted, with the loader's warning.
 
+- a quantized view (``quantized_copies``): an 8-bit weight whose values, dequantized as the graph
+  dequantizes them, are within half a step of a permuted view of a stored parameter, float or
+  quantized itself (an int8 copy of a tied model: the transposed embedding and the table both
+  quantized, each with its own scale).
+
 A sample must show at least two different values: tensors of zeros (sparse benchmark files, a
 missing data file) prove nothing.
 """
@@ -540,7 +545,7 @@ def _sampled_lookup(t: Tensor, reader: ValueReader) -> FoldedCopy | None:
 # own, the embedding table the Gather reads (DequantizeLinear). Neither is byte-equal to the other,
 # nor to a float source: each dequantizes, within half of its own step, to the same values.
 
-_INT_FORMATS = {"int8": "b", "uint8": "B"}
+_INT_FORMATS = {name: STRUCT_CODES[name] for name in ("int8", "uint8")}  # 8-bit quantized weights
 _QUANT_SAMPLE = 256  # positions compared: a tolerance of half a step is weaker than equality
 _MIN_LEVELS = 3  # distinct quantized values among them: a constant or two-level tensor proves nothing
 
