@@ -136,8 +136,9 @@ def test_from_file_appends_and_a_rerun_skips_what_is_recorded(cli: Any, tmp_path
     assert first.code == 2 and first.out == ""
     assert len(_records(out.read_text(encoding="utf-8"))) == 4
     again = cli("--from-file", listing, "-o", out)
-    assert again.code == 2  # the recorded failures still count
-    assert "4 of 4 inputs already recorded" in again.err
+    assert again.code == 0  # a finished list: nothing audited, nothing failed in this run (issue 38)
+    assert "all 4 inputs already recorded (2 error records: --retry-errors audits them again); nothing to audit" \
+        in again.err
     assert len(_records(out.read_text(encoding="utf-8"))) == 4
     listing.write_text(listing.read_text(encoding="utf-8") + f"{BERT}\n", encoding="utf-8")
     more = cli("--from-file", listing, "-o", out)

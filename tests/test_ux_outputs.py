@@ -107,3 +107,10 @@ def test_summary_md_and_verbose(run: Callable[..., Run]) -> None:
     md = run(SAMPLES / "gqa_llama.onnx", "-f", "md")
     assert md.code == 0 and md.out.startswith("## ")
     assert run(SAMPLES / "gqa_llama.onnx", "--verbose").out == run(SAMPLES / "gqa_llama.onnx", "-v").out
+
+
+def test_batch_without_context_says_so(run: Callable[..., Run]) -> None:
+    r = run(SAMPLES / "llama_kv_cache.onnx", "--batch", "4", "-f", "json")
+    assert "--batch has no effect without --context N" in r.err
+    assert not any("batch" in w for w in run(SAMPLES / "llama_kv_cache.onnx", "--batch", "4", "--context", "8",
+                                              "-f", "json").json()["warnings"])

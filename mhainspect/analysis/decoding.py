@@ -78,14 +78,18 @@ def decoder_warnings(report: Report, decoder: bool | None, changed: Sequence[str
 
 
 def size_option_warnings(report: Report, *, context: bool, batch: bool, kv_dtype: bool,
-                         decoder: bool | None = None) -> tuple[ReportWarning, ...]:
+                         decoder: bool | None = None, sized_at: bool = False) -> tuple[ReportWarning, ...]:
     """--context, --batch and --kv-dtype on a model whose KV cache has no figure: what they could not
-    size (not after --no-decoder, which asked for no cache)."""
+    size (not after --no-decoder, which asked for no cache). --batch with no context to size a
+    total at (``sized_at``: the model's maximum positions, or --gpu-memory, give one)."""
     given = [o for o, on in (("--context", context), ("--batch", batch), ("--kv-dtype", kv_dtype)) if on]
     kv = report.model.kv_cache
+    if batch and not context and not sized_at and kv is not None and kv.bytes_per_token is not None:
+        return (ReportWarning("--batch has no effect without --context N: the cache is a total only at a context "
+                              "(per token it is the same for any batch)", WarningCode.OPTION_WITHOUT_EFFECT),)
     if not given or kv is None or kv.bytes_per_token is not None or decoder is False:
         return ()
-    options = " and ".join(given)
+    options = ", ".join(given[:-1]) + f" and {given[-1]}" if len(given) > 1 else given[0]
     verb = "has" if len(given) == 1 else "have"
     if kv.status is CacheStatus.NONE:
         return (ReportWarning(f"{options} {verb} no effect: nothing in the model caches K/V ({kv.reason})",

@@ -682,6 +682,15 @@ def _stream(request: AuditRequest, output: Path | None, quiet: bool, retry_error
     inputs = request.sources
     log = JsonlLog(output, retry_errors)
     todo = [t for t in inputs if t not in log.recorded.inputs]
+    if output is not None and not todo:  # a finished list: nothing to audit, nothing failed now
+        log.close()
+        if not quiet:
+            errors = log.recorded.errors
+            retry = (f" ({errors:,} error record{'s' if errors != 1 else ''}: --retry-errors audits "
+                     f"{'them' if errors != 1 else 'it'} again)" if errors else "")
+            typer.echo(f"mhainspect: {one_line(str(output))}: all {len(inputs):,} input{'s' if len(inputs) != 1 else ''} "
+                       f"already recorded{retry}; nothing to audit", err=True)
+        raise typer.Exit(EXIT_OK)
     if output is not None and not quiet and len(todo) < len(inputs):
         typer.echo(f"mhainspect: {one_line(str(output))}: {len(inputs) - len(todo):,} of {len(inputs):,} inputs "
                    f"already recorded; auditing the other {len(todo):,}", err=True)

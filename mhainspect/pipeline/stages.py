@@ -61,7 +61,8 @@ def analyse(result: SourceResult, options: AuditOptions | None = None) -> Report
     notes = (*(() if beyond is None else (beyond,)), *decoder_warnings(report, size.decoder, changed),
              *stated_warnings(report, options.stated_heads),
              *size_option_warnings(report, context=size.context is not None, batch=size.batch != 1,
-                                   kv_dtype=size.kv_dtype is not None, decoder=size.decoder))
+                                   kv_dtype=size.kv_dtype is not None, decoder=size.decoder,
+                                   sized_at=result.model.max_positions is not None or size.gpu_memory is not None))
     report = dataclasses.replace(report, warnings=(*report.warnings, *notes)) if notes else report
     return with_charts(with_memory(report, size, result.model))
 
