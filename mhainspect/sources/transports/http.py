@@ -340,8 +340,8 @@ class HttpClient:
             pause = _pause(reply, attempt, name)
             model = deadline.current()
             if waited + pause > MAX_RETRY_WAIT or model is not None and pause >= model.left():
-                raise InputError(f"{name}: {_busy(reply)}, retry after {pause:,.0f} s (more than this model's reads "
-                                 "may still wait)", reply_kind(reply))
+                raise InputError(f"{name}: {_busy(reply)}, retry after {_seconds(pause)} s (more than this model's "
+                                 "reads may still wait)", reply_kind(reply))
             time.sleep(pause)
             waited += pause
         raise AssertionError("unreachable")
@@ -531,7 +531,7 @@ def _pause(reply: Reply, attempt: int, name: str) -> float:
         shown = raw.strip()[:40].encode("ascii", "backslashreplace").decode("ascii")
         raise InputError(f"{name}: {_busy(reply)}, and its Retry-After ({shown!r}) is not a time", reply_kind(reply))
     if after > MAX_RETRY_AFTER:
-        raise InputError(f"{name}: {_busy(reply)}, retry after {after:,.0f} s", reply_kind(reply))
+        raise InputError(f"{name}: {_busy(reply)}, retry after {_seconds(after)} s", reply_kind(reply))
     return after
 
 
@@ -548,6 +548,10 @@ def _retry_after(raw: str) -> float | None:
             return None
         seconds = max(0.0, when.timestamp() - time.time())
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _seconds(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:.1f}"
 
 
 def _busy(reply: Reply) -> str:
