@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from remote_models import llama_config, llama_tensors, moe_tensors, write_hf_folder
@@ -90,9 +91,10 @@ print(json.dumps({"torch": "torch" in sys.modules}))
 
 
 def _torch_save_models(tmp_path: Path) -> list[Path]:
-    """A torch.save'd state dict beside its config.json, and a Hugging Face folder of two .bin shards,
-    written by torch from random weights (plus noise on every tensor); the lm_head shares the
-    embedding's storage, as a tied model saves it."""
+    """torch.save'd state dicts written by torch from random weights (plus noise on every tensor),
+    zip and legacy: a file beside its config.json, a Hugging Face folder of two .bin shards; the
+    lm_head shares the embedding's storage, as a tied model saves it, and a quantized Linear states
+    its logical shape in a small integer tensor."""
     import torch
 
     config = llama_config(64, 4, 2, 2, vocab=128)
@@ -100,40 +102,68 @@ def _torch_save_models(tmp_path: Path) -> list[Path]:
     state = {name: torch.randn(shape, generator=gen).to(torch.bfloat16) + 0.01
              for name, (_, shape) in llama_tensors(64, 4, 2, 2, vocab=128).items()}
     state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    single = tmp_path / "single"
-    single.mkdir()
-    (single / "config.json").write_text(json.dumps(config))
-    torch.save(state, single / "model.pt")
-    folder = tmp_path / "hf"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(config))
-    names = sorted(state)
-    halves = {"pytorch_model-00001-of-00002.bin": names[:len(names) // 2],
-              "pytorch_model-00002-of-00002.bin": names[len(names) // 2:]}
-    for file, part in halves.items():
-        torch.save({n: state[n].clone() for n in part}, folder / file)
-    index = {"weight_map": {n: file for file, part in halves.items() for n in part}}
-    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(index))
-    return [single / "model.pt", folder]
+    state["model.layers.0.mlp.up_proj.weight_shape"] = torch.tensor([256, 64], dtype=torch.int64)
+    models = []
+    for legacy in (False, True):
+        single = tmp_path / f"single_{legacy}"
+        single.mkdir()
+        (single / "config.json").write_text(json.dumps(config))
+        torch.save(state, single / "model.pt", _use_new_zipfile_serialization=not legacy)
+        folder = tmp_path / f"hf_{legacy}"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+        names = sorted(state)
+        halves = {"pytorch_model-00001-of-00002.bin": names[:len(names) // 2],
+                  "pytorch_model-00002-of-00002.bin": names[len(names) // 2:]}
+        for file, part in halves.items():
+            torch.save({n: state[n].clone() for n in part}, folder / file, _use_new_zipfile_serialization=not legacy)
+        index = {"weight_map": {n: file for file, part in halves.items() for n in part}}
+        (folder / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+        models += [single / "model.pt", folder]
+    return models
+
+
+def _torch_load_metadata(blob: Any, values: dict[str, tuple[int, ...]] | None = None, *_: Any) -> dict[str, Any]:
+    """What torch's own weights-only loader says a file holds: the reference the torch-free reader
+    is compared with (names, shapes, dtypes, which tensors share storage, small integer values)."""
+    import torch
+
+    from mhainspect.frontends.checkpoint.quantized import wants_values
+    from mhainspect.frontends.checkpoint.reader import flatten_state_dict
+    from mhainspect.ir.dtypes import canonical
+    from mhainspect.ir.weights import WeightMeta
+
+    obj = torch.load(str(blob.path), weights_only=True, map_location="cpu")
+    tensors: dict[str, Any] = {}
+    flatten_state_dict(obj, "", tensors, torch.Tensor, depth=0)
+    out = {}
+    for name, t in tensors.items():
+        # the file's name too: another shard's storages may reuse the addresses of a freed one's
+        key = f"{blob.basename}:{t.untyped_storage().data_ptr()}:{t.storage_offset()}:{tuple(t.shape)}:{t.stride()}"
+        out[name] = WeightMeta(name, tuple(t.shape), canonical(str(t.dtype)), key)
+        if values is not None and wants_values(name) and not t.is_floating_point():
+            values[name] = tuple(int(x) for x in t.reshape(-1).tolist())
+    return out
 
 
 def test_torch_save_state_dict_is_read_without_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A local torch.save state dict (a file, a sharded folder) is audited without importing torch,
-    and its JSON is the JSON torch's own weights-only loader gives (read_torch_state_dict)."""
+    """A local torch.save state dict (zip and legacy; a file, a sharded folder) is audited without
+    importing torch, and its JSON is the JSON of the same audit with torch's own weights-only loader
+    reading each file."""
     pytest.importorskip("torch")
     from mhainspect.cli.app import main
-    from mhainspect.frontends.checkpoint import reader, torchzip
 
     for model in _torch_save_models(tmp_path):
-        out = tmp_path / f"{model.name}.json"
+        out = tmp_path / f"{model.parent.name}_{model.name}.json"
         proc = subprocess.run([sys.executable, "-c", TORCH_FREE_SCRIPT, str(model), str(out)],
                               capture_output=True, text=True, timeout=120, check=False)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"torch": False}
         with monkeypatch.context() as m:  # the same audit, each file read by torch.load instead
-            m.setattr(torchzip, "read_torch_zip",
-                      lambda blob, values=None, _reason=None: reader.read_torch_state_dict(blob.path, values))
-            with_torch = tmp_path / f"{model.name}.torch.json"
+            import mhainspect.frontends.checkpoint.torchzip as torchzip
+
+            m.setattr(torchzip, "read_torch_file", _torch_load_metadata)
+            with_torch = out.with_suffix(".torch.json")
             with pytest.raises(SystemExit) as exc:
                 main([str(model), "--format", "json", "-o", str(with_torch)])
             assert exc.value.code in (0, None)

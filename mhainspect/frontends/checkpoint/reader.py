@@ -7,9 +7,9 @@ Hugging Face folders (config.json + shards).
 - Quantized Linears (GPTQ, AWQ, bitsandbytes, compressed-tensors, fp8): their weights at the
   logical shape they encode, their scales and zero points marked as quantization data
   (``mhainspect.frontends.checkpoint.quantized``).
-- ``.pt/.pth/.bin``: a torch.save zip is read without torch (``torchzip``: its directory and its
-  pickle, as data); a legacy (non-zip) pickle with ``torch.load(weights_only=True)``. A file that
-  needs arbitrary unpickling is refused (InputError) and nothing in it runs.
+- ``.pt/.pth/.bin``: a torch.save file, zip or legacy, is read without torch (``torchzip``: its
+  pickle as data, with torch's weights-only allow-list). A file that needs arbitrary unpickling is
+  refused (InputError) and nothing in it runs.
 - A folder with ``config.json``: heads, kv heads and head_dim from the config, shapes from the
   weights (shards listed by ``*.index.json`` when present).
 
@@ -20,19 +20,16 @@ unknown (MHA004) unless 3-D Keras-style kernels identify them.
 from __future__ import annotations
 
 import json
-import pickle
 import re
 import struct
-import warnings
-import zipfile
 from collections.abc import Collection, Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from mhainspect.errors import ErrorKind, InputError, missing_torch
+from mhainspect.errors import InputError
 from mhainspect.frontends.checkpoint.hf_config import Tie, tied_copies
-from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEAVES, wants_values
+from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, VALUE_LEAVES
 from mhainspect.ir.dtypes import INTEGER_STRUCT_CODES, canonical
 from mhainspect.ir.limits import MAX_BYTES, MAX_CONFIG_BYTES, MAX_SAFETENSORS_HEADER_BYTES, byte_count, shape_problem
 from mhainspect.ir.weights import WeightMeta
@@ -140,44 +137,6 @@ def _read_values(head: Prefix, base: int, wanted: list[tuple[str, str, list[Any]
     return out
 
 
-def _import_torch(what: str) -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise missing_torch(what) from None
-    return torch
-
-
-# torch.save writes zip archives with stored (uncompressed) members; legacy files are raw pickles.
-_ZIP_MAGIC = b"PK\x03\x04"
-_PICKLE_MAGIC = b"\x80"
-
-
-def _check_checkpoint_container(path: Path) -> None:
-    """Refuse what torch.load would inflate or misreport: compressed members (zip bombs), members
-    larger than the file, and files that are neither a zip archive nor a pickle."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4)
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    if head.startswith(_ZIP_MAGIC):
-        size = path.stat().st_size
-        try:
-            with zipfile.ZipFile(path) as archive:
-                for info in archive.infolist():
-                    if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
-                        raise InputError(f"{path}: refused: archive member {info.filename!r} is compressed or "
-                                         "larger than the file (torch.save never writes that; a zip bomb?)")
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, UnicodeDecodeError, ValueError,
-                EOFError, struct.error) as exc:  # zipfile's words for a directory it cannot parse
-            raise InputError(f"{path}: not a PyTorch checkpoint (broken zip archive: {str(exc)[:160]})") from None
-    elif not head.startswith(_PICKLE_MAGIC):
-        raise InputError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a pickle)")
-
-
 def unpickling_reason(message: str) -> str:
     """Why torch's weights-only loader refused the file, in words that fit one line: the class it
     met (a whole pickled model, not a state dict) and what to save instead."""
@@ -191,60 +150,9 @@ def unpickling_reason(message: str) -> str:
     return f"loading it needs arbitrary unpickling (not a weights-only state dict): {first}"
 
 
-def read_torch_state_dict(path: Path, values: dict[str, tuple[int, ...]] | None = None) -> dict[str, WeightMeta]:
-    """Tensor metadata from a torch.save'd state dict, loaded with weights_only=True (memory-mapped);
-    ``values``: as for read_safetensors_header."""
-    torch = _import_torch(f"{path.suffix} checkpoints")
-
-    if not path.is_file():
-        raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND) if not path.exists() else InputError(
-            f"{path}: not a file")
-    _check_checkpoint_container(path)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                obj = torch.load(str(path), weights_only=True, mmap=True, map_location="cpu")
-            except RuntimeError as exc:
-                if "mmap" not in str(exc) and "zipfile" not in str(exc):
-                    raise
-                # Legacy (non-zip) format cannot be memory-mapped; still weights-only.
-                obj = torch.load(str(path), weights_only=True, map_location="cpu")
-    except pickle.UnpicklingError as exc:
-        raise InputError(f"{path}: refused: {unpickling_reason(str(exc))}; nothing from the file was run") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except (RuntimeError, OSError, EOFError, ValueError, KeyError, AttributeError, TypeError, IndexError,
-            OverflowError, RecursionError, struct.error) as exc:  # torch.load's words for a malformed pickle
-        raise InputError(f"{path}: cannot read as a PyTorch checkpoint: {str(exc).splitlines()[0] if str(exc) else exc!r}"
-                         ) from None
-    tensors: dict[str, Any] = {}
-    flatten_state_dict(obj, "", tensors, torch.Tensor, depth=0)
-    if not tensors:
-        raise InputError(f"{path}: no tensors found (expected a state dict)")
-    out: dict[str, WeightMeta] = {}
-    for name, t in tensors.items():
-        out[name] = WeightMeta(name, tuple(int(d) for d in t.shape), canonical(str(t.dtype)),
-                               _storage_key(t))
-        if (values is not None and wants_values(name) and out[name].dtype in INTEGER_STRUCT_CODES
-                and t.numel() * t.element_size() <= MAX_VALUE_BYTES):
-            values[name] = tuple(int(x) for x in t.reshape(-1).tolist())
-    return out
-
-
-def _storage_key(t: Any) -> str:
-    try:
-        ptr = int(t.untyped_storage().data_ptr())
-    except (RuntimeError, NotImplementedError):
-        ptr = 0
-    if ptr == 0:
-        return f"id:{id(t)}"
-    return f"ptr:{ptr}:{t.storage_offset()}:{tuple(t.shape)}:{tuple(t.stride())}"
-
-
 def flatten_state_dict(obj: Any, prefix: str, out: dict[str, Any], tensor_type: type, depth: int) -> None:
     """State dicts, possibly nested ({"state_dict": ...}, {"model": ...}); non-tensors ignored.
-    ``tensor_type``: torch.Tensor for a loaded file, the remote reader's tensor description else."""
+    ``tensor_type``: what a tensor is in ``obj`` (the pickle reader's TensorRecord, or torch.Tensor)."""
     if depth > 8:
         return
     if isinstance(obj, tensor_type):

@@ -1,32 +1,35 @@
-"""A torch.save archive read by ranges: its zip directory and its pickle, never a tensor.
+"""A torch.save file read by ranges, local or remote: its pickle, never a tensor; without torch.
 
 A zip-format PyTorch checkpoint (``.pt/.pth/.bin/.ckpt`` from torch >= 1.6) is a stored (never
 compressed) zip archive: ``<name>/data.pkl`` describes the objects, and every storage is a member
 ``<name>/data/<key>``. The tensors' names, shapes and dtypes are all in the pickle, so a remote
 file costs the archive's directory (one range from the end) and the pickle (one range more): the
 storages are never fetched, bar the few bytes of the small integer tensors that state a quantized
-weight's logical shape.
+weight's logical shape. A legacy file (torch < 1.6, or ``_use_new_zipfile_serialization=False``)
+is a run of pickles from byte 0 with the storages after them: the pickles cost a range or two.
 
-The pickle is read by a restricted unpickler that knows only what torch's own weights-only loader
-allows (state dicts of tensors, parameters, OrderedDicts, sizes, dtypes, devices), builds no
-tensor, and refuses every other global with the message the local loader gives: nothing from the
-file runs. Torch itself is not needed.
+The pickles are read by the project's one restricted pickle reader (``frontends.pickles``: records,
+never objects) with the allow-list of torch's own weights-only loader (state dicts of tensors,
+parameters, OrderedDicts, sizes, dtypes, devices); every other global is refused in torch's words:
+nothing from the file runs.
 """
 
 from __future__ import annotations
 
+import pickletools
 import struct
 import zipfile
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, wants_values
 from mhainspect.frontends.checkpoint.reader import flatten_state_dict
 from mhainspect.frontends.formats import archive_members
 from mhainspect.frontends.pickles import STORAGE_DTYPES, Global, RefusedGlobal, TensorRecord, read_pickle
-from mhainspect.ir.dtypes import INTEGER_STRUCT_CODES, canonical
+from mhainspect.ir.dtypes import INTEGER_STRUCT_CODES, canonical, nbytes
 from mhainspect.ir.weights import WeightMeta
-from mhainspect.sources.blob import Blob, BlobFile, LocalBlob, SparseView
+from mhainspect.sources.blob import Blob, BlobFile, HeadCached, Prefix, SparseView
 from mhainspect.sources.parallel import in_parallel
 
 # The end of an archive read first: the end-of-directory record and its zip64 locator, and the
@@ -68,13 +71,107 @@ def weights_only(named: Global) -> bool:
 
 def read_torch_file(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
                     unpickling_reason: Callable[[str], str] = str) -> dict[str, WeightMeta]:
-    """A torch.save file, local or remote: a zip archive by ranges, without torch; a legacy (non-zip)
-    pickle on local disk with torch's weights-only loader (its storages follow the pickle)."""
-    if isinstance(blob, LocalBlob) and blob.read(0, 1) == b"\x80":
-        from mhainspect.frontends.checkpoint.reader import read_torch_state_dict
-
-        return read_torch_state_dict(blob.path, values)
+    """A torch.save file, local or remote, without torch: a zip archive (torch >= 1.6) by its
+    directory and its pickle, a legacy file (a run of pickles, the storages after them) by its
+    pickles; both through the one restricted pickle reader with torch's weights-only allow-list."""
+    head = blob.read(0, 1) if not isinstance(blob, HeadCached) else blob.head()[:1]
+    if head == b"\x80":
+        return read_torch_legacy(blob, values, unpickling_reason)
     return read_torch_zip(blob, values, unpickling_reason)
+
+
+# A legacy torch.save file (torch/serialization.py, _legacy_save) is five pickles in a row: torch's
+# magic number, the protocol version, a small dict of sys info, the object (storages as persistent
+# ids), the sorted list of storage keys; then each storage in that order: an int64 element count
+# and its bytes.
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+_LEGACY_FIRST = 64 * 1024  # the first range: the three small pickles and a small state dict's
+
+
+def _pickle_end(head: Prefix, start: int, what: str) -> int:
+    """Where the pickle that starts at ``start`` ends (after its STOP), growing the bytes held
+    (doubling, up to MAX_PICKLE_BYTES) until its STOP is in them. Decoding only: nothing runs."""
+    want = max(_LEGACY_FIRST, head.held - start)
+    while True:
+        held = head.ensure(start + want) - start
+        try:
+            for op, _, pos in pickletools.genops(bytes(head.buf[start:start + held])):
+                if op.name == "STOP" and pos is not None:
+                    return start + pos + 1
+        except ValueError:
+            pass  # cut short: the pickle goes on past the bytes held
+        if held < want or want >= MAX_PICKLE_BYTES:
+            raise InputError(f"{what}: truncated pickle (no STOP in {held:,} bytes)")
+        want = min(2 * want, MAX_PICKLE_BYTES)
+
+
+def read_torch_legacy(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
+                      unpickling_reason: Callable[[str], str] = str) -> dict[str, WeightMeta]:
+    """Tensor metadata of a legacy (non-zip) torch.save file: its pickles read as records from the
+    file's start; the storages are never read, bar the few bytes of the small integer tensors that
+    state a quantized weight's logical shape. ``values`` and ``unpickling_reason`` as for
+    read_torch_zip."""
+    what = f"{blob.name}: cannot read as a PyTorch checkpoint"
+    head = Prefix(blob, first=_LEGACY_FIRST, limit=None)
+    pickles: list[Any] = []
+    pos = 0
+    try:
+        for _ in range(5):
+            end = _pickle_end(head, pos, what)
+            pickles.append(read_pickle(bytes(head.buf[pos:end]), what, weights_only))
+            pos = end
+            if len(pickles) == 1 and (type(pickles[0]) is not int or pickles[0] != _LEGACY_MAGIC):
+                raise InputError(f"{blob.name}: not a PyTorch checkpoint (a pickle, but not one torch.save wrote: "
+                                 "no magic number)")
+    except RefusedGlobal as exc:
+        reason = unpickling_reason(f"Weights only load failed. Unsupported global: GLOBAL {exc.qualified}")
+        raise InputError(f"{blob.name}: refused: {reason}; nothing from the file was run") from None
+    obj, keys = pickles[3], pickles[4]
+    tensors: dict[str, TensorRecord] = {}
+    flatten_state_dict(obj, "", tensors, TensorRecord, depth=0)
+    if not tensors:
+        raise InputError(f"{blob.name}: no tensors found (expected a state dict)")
+    out = {name: WeightMeta(name, t.shape, canonical(f"torch.{t.dtype}"), _storage_key(blob.basename, name, t))
+           for name, t in tensors.items()}
+    if values is not None and isinstance(keys, list):
+        values.update(_legacy_values(blob, pos, [str(k)[:200] for k in keys], tensors, out))
+    return out
+
+
+def _legacy_values(blob: Blob, start: int, keys: list[str], tensors: Mapping[str, TensorRecord],
+                   metas: Mapping[str, WeightMeta]) -> dict[str, tuple[int, ...]]:
+    """The small integer tensors a quantized weight's logical shape is stated in, from a legacy
+    file's storages: each storage's offset follows from the ones before it (their element counts
+    and item sizes), walked only as far as the last storage wanted."""
+    wanted = {name: t for name, t in tensors.items() if wants_values(name) and metas[name].dtype in INTEGER_STRUCT_CODES
+              and _contiguous(t)}
+    if not wanted:
+        return {}
+    itemsize = {t.storage: nbytes(metas[n].dtype, 1) for n, t in tensors.items()}
+    order = {key: i for i, key in enumerate(keys)}
+    last = max((order[t.storage] for t in wanted.values() if t.storage in order), default=-1)
+    at: dict[str, int] = {}
+    pos = start
+    for key in keys[:last + 1]:
+        width = itemsize.get(key)
+        raw = blob.read(pos, 8)
+        if width is None or len(raw) < 8:
+            break  # a storage of a size not known here: the ones after it cannot be placed
+        at[key] = pos + 8
+        pos += 8 + struct.unpack("<q", raw)[0] * width
+    out: dict[str, tuple[int, ...]] = {}
+    for name, t in wanted.items():
+        code = INTEGER_STRUCT_CODES[metas[name].dtype]
+        width = struct.calcsize(code)
+        numel = 1
+        for d in t.shape:
+            numel *= d
+        if t.storage not in at or numel * width > MAX_VALUE_BYTES:
+            continue
+        raw = blob.read(at[t.storage] + t.offset * width, numel * width)
+        if len(raw) == numel * width:
+            out[name] = struct.unpack(f"<{numel}{code}", raw)
+    return out
 
 
 def read_torch_zip(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
