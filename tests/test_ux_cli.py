@@ -40,3 +40,20 @@ def test_shell_completion(run: Callable[..., Run]) -> None:
     assert set(_complete("mhainspect inspect --gpu")) == {"--gpu-memory", "--gpus"}
     script = run("--show-completion", "bash")
     assert script.code == 0 and "_MHAINSPECT_COMPLETE" in script.out
+
+
+@pytest.mark.parametrize(("given", "meant"), [("hf:/org/x", "hf://org/x"), ("hf:org/x", "hf://org/x"),
+                                              ("s3:/bucket/m.onnx", "s3://bucket/m.onnx")])
+def test_a_remote_address_with_one_slash_gets_a_hint(run: Callable[..., Run], given: str, meant: str) -> None:
+    r = run(given)
+    assert r.code == 2
+    assert r.err.strip() == (f"mhainspect: error: {given}: no such file; did you mean {meant}? "
+                             "(a remote address takes two slashes)")
+
+
+def test_no_trailing_spaces(run: Callable[..., Run]) -> None:
+    for args in ((ROOT / "sample_models",), (ROOT / "sample_models" / "t5_unscaled.onnx", "-v"),
+                 (ROOT / "sample_models" / "gqa_llama.onnx", "--heads", "3")):
+        for columns in (None, 80):
+            out = run(*args, columns=columns).out
+            assert not [line for line in out.splitlines() if line != line.rstrip()], args

@@ -11,10 +11,11 @@ kinds.py's to decide (file_kind, is_model_folder), the same rule dispatch.classi
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from mhainspect.errors import InputError
+from mhainspect.errors import ErrorKind, InputError
 from mhainspect.frontends.kinds import MODEL_FILE_KINDS, is_model_folder, models_in
 from mhainspect.frontends.kinds import models_below as kinds_models_below
 from mhainspect.sources import is_remote
@@ -36,11 +37,22 @@ ModelRef = Path | str
 a Path would fold its ``//``."""
 
 
+# A remote scheme spelled with too few slashes (hf:/org/x, hf:org/x, s3:/bucket): not a path.
+_NEAR_SCHEME = re.compile(r"^(?P<scheme>hf|s3|gs|gcs|az|abfs|https?):/?(?!/)(?P<rest>.+)$", re.IGNORECASE)
+
+
 def model_argument(text: str | os.PathLike[str]) -> ModelRef:
-    """A command-line or API argument as a ModelRef: remote references stay text."""
+    """A command-line or API argument as a ModelRef: remote references stay text. An argument that
+    is no existing path but a remote scheme with too few slashes is an InputError saying the
+    spelling meant (``hf:/org/x`` -> ``hf://org/x``)."""
     if isinstance(text, str) and is_remote(text):
         return text
-    return Path(os.fspath(text))
+    path = Path(os.fspath(text))
+    if isinstance(text, str) and (near := _NEAR_SCHEME.match(text)) is not None and not path.exists():
+        meant = f"{near['scheme'].lower()}://{near['rest'].lstrip('/')}"
+        raise InputError(f"{text}: no such file; did you mean {meant}? (a remote address takes two slashes)",
+                         ErrorKind.NOT_FOUND)
+    return path
 
 
 def model_label(model: ModelRef) -> str:
