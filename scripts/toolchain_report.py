@@ -33,7 +33,8 @@ END = "<!-- toolchain-report:end -->"
 # How each toolchain's files were made (scripts/toolchains/).
 MADE_BY = {
     "keras-tf2onnx": "Keras on TensorFlow, `model.export(format=\"onnx\")` (tf2onnx)",
-    "keras-torch": "Keras on torch, `model.export(format=\"onnx\")` (torch.onnx, dynamo)",
+    "keras-torch": "Keras on torch, `model.export(format=\"onnx\")` with fixed shapes (torch.onnx, dynamo)",
+    "keras-torchscript": "Keras on torch, `model.export(format=\"onnx\")` with a dynamic batch (TorchScript tracing)",
     "keras-jax2onnx": "Keras on JAX, `model.export(format=\"onnx\")` (jax2onnx)",
     "flax-jax2onnx": "Flax NNX `MultiHeadAttention` through `jax2onnx.to_onnx`",
     "paddle2onnx": "`paddle.nn.MultiHeadAttention` / `TransformerEncoder` through `paddle.onnx.export` (paddle2onnx)",
@@ -113,7 +114,7 @@ def section() -> str:
         "To make the files again, each script in its own environment (versions below), e.g. "
         "`python -m venv /tmp/tf && /tmp/tf/bin/pip install tensorflow-cpu tf2onnx keras-hub onnxruntime && "
         "/tmp/tf/bin/python scripts/toolchains/make_keras.py tensorflow`; `make_keras.py torch` (keras, keras-hub, "
-        "torch; it also writes the `.keras` archives) and `make_keras.py jax` (jax, jax2onnx, keras-hub), "
+        "torch; it also writes the `.keras` archives), `make_keras.py torchscript` and `make_keras.py jax` (jax, jax2onnx, keras-hub), "
         "`make_flax.py` (flax, jax2onnx), `make_paddle.py` (paddlepaddle, paddle2onnx), each with onnxruntime.",
         "",
         "Versions: " + "; ".join(versions) + ".",
