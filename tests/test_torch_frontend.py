@@ -502,7 +502,8 @@ def _run_in_process(*args: str) -> Any:
 
 
 def test_without_torch(tmp_path: Path) -> None:
-    """The ONNX path never imports torch; a PyTorch input without torch says how to install it."""
+    """The ONNX path and a torch.save archive never import torch; a module factory without torch says how
+    to install it."""
     code = ("import sys; sys.modules['torch'] = None\n"
             "from mhainspect.cli.app import main\n"
             "main(sys.argv[1:])\n")
@@ -512,10 +513,14 @@ def test_without_torch(tmp_path: Path) -> None:
     pt = tmp_path / "w.pt"
     import zipfile
 
-    with zipfile.ZipFile(pt, "w") as archive:  # a torch.save archive's layout; reading it takes torch
+    with zipfile.ZipFile(pt, "w") as archive:  # a torch.save archive's layout: read without torch
         archive.writestr("w/data.pkl", b"\x80\x02}q\x00.")
         archive.writestr("w/version", b"3\n")
-    for arg in (str(pt), "some.module:factory"):
+    proc = subprocess.run([sys.executable, "-c", code, str(pt)], capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    # The archive's records are read by the restricted unpickler: an empty dict is no state dict.
+    assert proc.returncode == 2 and len(lines) == 1 and "no tensors found" in lines[0], proc.stderr
+    for arg in ("some.module:factory",):  # a module factory needs torch itself
         proc = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
