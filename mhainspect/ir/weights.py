@@ -97,7 +97,9 @@ class WeightMeta(NamedTuple):
 # _cos_cached, Meta's freqs_cis); position id tables (HF embeddings' position_ids / token_type_ids);
 # timm's index tables (Swin relative_position_index, LeViT attention_bias_idxs) and Swin's shifted
 # window attn_mask; fairseq's _float_tensor; GPT-2's masked_bias; MiniMax's lightning-attention decay
-# tables (slope_rate, query_decay, key_decay, diagonal_decay). Integer ones are not parameters
+# tables (slope_rate, query_decay, key_decay, diagonal_decay); rotary original_inv_freq (dynamic
+# RoPE's copy); the MoE router's e_score_correction_bias (DeepSeek-V3 and its family); BART's
+# final_logits_bias. Integer ones are not parameters
 # by their dtype already; the names say it for the float ones, and for a checkpoint stored in one dtype.
 BUFFER_LEAVES = frozenset({
     "running_mean", "running_var", "num_batches_tracked",
@@ -106,6 +108,7 @@ BUFFER_LEAVES = frozenset({
     "relative_position_index", "attention_bias_idxs", "attn_mask",
     "_float_tensor", "masked_bias",
     "slope_rate", "query_decay", "key_decay", "diagonal_decay",
+    "original_inv_freq", "e_score_correction_bias", "final_logits_bias",
 })
 
 
