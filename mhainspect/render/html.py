@@ -265,7 +265,7 @@ def _params_section(report: Report, ids: Ids) -> str:
                                   f"attention blocks; {group(rest)} are elsewhere.", fmt=human_count)
     common = _common_layout(blocks)
     rows = [Row(_label(g, prefix), _segments(g.first),
-                note=human_count(g.first.params.total + g.first.params.extra) + (" each" if g.count > 1 else ""),
+                note=group(g.first.params.total + g.first.params.extra) + (" each" if g.count > 1 else ""),
                 highlight=_layout(g.first) != common) for g in groups]
     desc = "; ".join(f"{_label(g)}: " + ", ".join(f"{r} {group(n)}" for r, n in zip("QKVO", g.first.role_weights()))
                      + f", biases {group(g.first.params.bias)}" + (" each" if g.count > 1 else "") for g in groups[:64])
@@ -332,7 +332,7 @@ def _whatif_chart(members: Sequence[AttentionBlock], ids: Ids) -> str:
             f"{group(first[1].head_dim_fixed)} and {last[0]} heads {group(last[1].head_dim_fixed)}. "
             f"The block has {h} heads and {group(own.head_dim_fixed)} projection parameters.")
     chart = line_chart([fixed_width, fixed_dk], [mark], ids=ids, x_label="heads",
-                       title=f"Parameters against the head count: {b.name}", desc=desc, y_fmt=human_count,
+                       title=f"Parameters against the head count: {b.name}", desc=desc, y_fmt=group,
                        x_fmt=lambda v: f"{v:g}")
     names = truncate(join_names([m.name for m in members]), 160) + (f" ({len(members)} blocks of this layout)"
                                                                     if len(members) > 1 else "")
@@ -396,9 +396,13 @@ def _kv_section(report: Report, ids: Ids) -> str:
                        y_binary=True, x_fmt=lambda v: f"{v / 1024:g}k" if v >= 1024 else f"{int(v)}",
                        x_ticks=[0.0, *(float(top * i // 4) for i in range(1, 5))])
     dtype = f" ({kv.dtype})" if kv.dtype else ""
+    # said only where a layer has a window: a caption about windows the model lacks misleads
+    windows = sorted({b.sliding_window for b in report.blocks if b.sliding_window})
+    slide = (f"; the sliding-window layers stop growing at their window ({', '.join(group(w) for w in windows)} "
+             "tokens)" if windows else "")
     return (f"<h3>KV cache against context length</h3><figure>{chart}<figcaption>"
-            f"{html(format_bytes(kv.bytes_per_token))} per token{html(dtype)}{html(batch)}; sliding-window "
-            "layers stop growing at their window.</figcaption></figure>")
+            f"{html(format_bytes(kv.bytes_per_token))} per token{html(dtype)}{html(batch)}{html(slide)}."
+            "</figcaption></figure>")
 
 
 def _evidence_table(b: AttentionBlock) -> str:
@@ -554,13 +558,14 @@ def _comparison(reports: Sequence[Report], ids: Ids) -> str:
         share = f"{percent(m.attention_params, m.total_params)}% in attention" if m.total_params else ""
         bars.append(Row(name, (Segment("parameters", m.total_params, "rest"),
                                Segment("in attention", m.attention_params, "q")),
-                        note=f"{human_count(m.total_params)}; {share}" if share else human_count(m.total_params)))
+                        note=f"{group(m.total_params)}; {share}" if share else group(m.total_params)))
     chart = log_bars(bars, ids=ids, title="Parameters per model and the part in attention (log scale)",
                      desc="; ".join(f"{name}: {group(r.model.total_params)} parameters, "
                                     f"{group(r.model.attention_params)} in attention" for r, name in zip(reports, names)),
                      fmt=group)
     prefix = common_prefix([r.model.path for r in reports])
-    where = f" Models below {prefix}" if prefix and names != [r.model.path for r in reports] else ""
+    where = (f" Names are shown without the folder they share, {prefix}." if prefix
+             and names != [r.model.path for r in reports] else "")
     return ("<h2>Comparison</h2>" + _legend([("rest", "parameters"), ("q", "in attention")]) + chart
             + f'<p class="caption">Each bar from the left edge, on one logarithmic scale (every grid line ten '
               f"times the last): a model ten times larger has a bar one grid step longer.{html(where)}</p>"
@@ -586,9 +591,24 @@ def render_html_body(reports: Report | Iterable[Report], *, id_prefix: str = "m"
     base = links.docs_base()
     flags_doc = ("docs/flags.md" if base is None else
                  f'<a href="{html(base)}flags.md" rel="noopener noreferrer">docs/flags.md</a>')
+    parts.append(_GLOSSARY)
     parts.append(f'<footer>mhainspect {html(__version__)} · counts are exact; charts round. '
                  f"Flag codes: {flags_doc}</footer></div>")
     return "".join(parts)
+
+
+# The words of the tables and charts, for a reader who does not use them every day.
+_GLOSSARY = ('<details class="glossary"><summary>Terms</summary><ul>'
+             "<li><b>heads</b>: the query heads: attention runs once per head, each on its own slice of Q, K and "
+             "V.</li>"
+             "<li><b>KV heads</b>: the heads K and V have. As many as the query heads in standard attention; fewer "
+             "in grouped-query attention (each K/V head shared by a group of query heads), one in multi-query "
+             "attention. They set the KV cache.</li>"
+             "<li><b>d_k</b>: the width of one head's query and key vectors (h·d_k is Q's width).</li>"
+             "<li><b>d_v</b>: the width of one head's value vector (g·d_v is V's width, g the KV heads).</li>"
+             "<li><b>d_model</b>: the width the block reads and writes (its input and output).</li>"
+             "<li><b>KV cache</b>: what a decoder keeps per token while generating: K and V of every KV head, "
+             "KV heads × (d_k + d_v) × bytes per element, per layer.</li></ul></details>")
 
 
 def page(title: str, body: str) -> str:

@@ -32,7 +32,7 @@ overflow-wrap:anywhere}
 .mhai .meta,.mhai .caption{color:var(--muted)}
 .mhai .caption{font-size:.9em;margin:.2em 0 .6em}
 .mhai.multi{max-width:1840px}
-.mhai .models{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,36rem),1fr));gap:20px}
+.mhai .models{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,60rem),1fr));gap:20px}
 .mhai .model{border:1px solid var(--line);border-radius:10px;padding:16px 18px;min-width:0}
 .mhai .tiles{display:flex;flex-wrap:wrap;gap:10px;margin:.8em 0}
 .mhai .tile{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:6px 12px;min-width:8.5em}
@@ -99,6 +99,7 @@ font-variant-numeric:tabular-nums}
 .mhai .formula{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:var(--card);
 border:1px solid var(--line);border-radius:8px;padding:10px 14px;overflow-x:auto;white-space:pre}
 .mhai footer{margin-top:2em;color:var(--muted);font-size:.85em}
+.mhai .glossary{margin-top:1.5em;font-size:.9em}.mhai .glossary li{margin:.2em 0}
 @media print{.mhai{--bg:#fff;--fg:#000;--muted:#444;--line:#bbb;--card:#f3f3f3;max-width:none;padding:0;font-size:11px}
 .mhai .models{display:block}.mhai .model{break-inside:auto;border:none;padding:0;margin-bottom:2em}
 .mhai svg.chart,.mhai figure,.mhai tr{break-inside:avoid}.mhai details::details-content{content-visibility:visible;

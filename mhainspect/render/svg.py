@@ -310,6 +310,22 @@ class Mark:
     show_label: bool = True  # False: the tooltip only (several marks on one point)
 
 
+def _spaced(ticks: Sequence[float], px: Callable[[float], float], fmt: Callable[[float], str]) -> list[float]:
+    """The ticks whose labels do not overlap, left to right, the last one always kept (1, 2, 4 at
+    the start of a 0-128 axis are one label: '1', and then 8 ...)."""
+    def half(t: float) -> float:
+        return len(fmt(t)) * _CHAR / 2 + 3  # half a label and a little air
+
+    kept: list[float] = []
+    for t in ticks:
+        if kept and px(t) - half(t) < px(kept[-1]) + half(kept[-1]):
+            if t != ticks[-1]:
+                continue
+            kept.pop()  # the axis' end is named; the label before it gives way
+        kept.append(t)
+    return kept
+
+
 def line_chart(series: Sequence[Series], marks: Sequence[Mark], *, ids: Ids, title: str, desc: str,
                x_label: str, y_fmt: Callable[[int], str], y_tick: Callable[[int], str] = short_count, x_fmt: Callable[[float], str] = lambda v: f"{v:g}",
                x_log: bool = False, x_ticks: Sequence[float] = (), width: int = 520, height: int = 240,
@@ -345,7 +361,7 @@ def line_chart(series: Sequence[Series], marks: Sequence[Mark], *, ids: Ids, tit
     for t in y_ticks:
         out.append(f'<line class="grid" x1="{left}" y1="{_n(py(t))}" x2="{_n(width - right)}" y2="{_n(py(t))}"/>')
         out.append(f'<text class="tick" x="{left - 6}" y="{_n(py(t) + 4)}" text-anchor="end">{html(y_tick(int(t)))}</text>')
-    for t in x_ticks or sorted(set(xs)):
+    for t in _spaced(x_ticks or sorted(set(xs)), px, x_fmt):
         out.append(f'<text class="tick" x="{_n(px(t))}" y="{_n(top + plot_h + 16)}" '
                    f'text-anchor="middle">{html(x_fmt(t))}</text>')
     out.append(f'<line class="axis" x1="{left}" y1="{_n(top + plot_h)}" x2="{_n(width - right)}" '
