@@ -174,3 +174,21 @@ def test_an_attention_module_no_block_sizes_leaves_a_lower_bound(tmp_path: Path)
     memory = report.model.memory
     assert memory is not None and memory.reason is not None and "lower bound" in memory.reason
     schema_check(report)
+
+
+@pytest.mark.parametrize("model_type", sorted(hm.SMALL))
+def test_small_module_matches_the_cache(model_type: str) -> None:
+    """The same from the nn.Module (its parameters and config): blocks only where softmax attention
+    is, the other layers as mixers, K/V per token and the mixers' state as the cache holds them."""
+    if not hm.available(model_type):
+        pytest.skip(f"transformers {transformers.__version__} has no {model_type}")
+    model = hm.small_model(model_type)
+    truth = hm.cache_truth(model)
+    report = mhainspect.inspect(model)
+    kv = report.model.kv_cache
+    assert kv is not None and kv.status is CacheStatus.CACHES and not kv.lower_bound
+    assert kv.bytes_per_token == truth.per_token
+    assert (kv.state_bytes_per_sequence or 0) == truth.state
+    assert {hm_layer(b.name) for b in report.blocks} <= set(_attending(model.config))
+    stateful = [i for i, t in enumerate(_transformers_types(model.config)) if t.has_state]
+    assert sorted(i for m in report.model.mixers for i in m.layers) == stateful

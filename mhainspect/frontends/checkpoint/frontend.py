@@ -22,14 +22,12 @@ from mhainspect.frontends.checkpoint.hf_config import (
     offers_from_config,
     producer_from_config,
 )
-from mhainspect.frontends.checkpoint.mixers import classify_mixers
+from mhainspect.frontends.checkpoint.mixers import classify_mixers, with_mixers
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
 from mhainspect.frontends.checkpoint.reader import SAFETENSORS_SUFFIXES, apply_ties
 from mhainspect.frontends.checkpoint.size_inputs import (
     config_causal,
-    config_dtype,
     metas_size_inputs,
-    model_float_dtype,
 )
 from mhainspect.frontends.formats import HEAD_BYTES, is_safetensors, read_at
 from mhainspect.ir.weights import HeadOffers, WeightMeta, count_weights, parameter_keys
@@ -130,12 +128,7 @@ def weights_result(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] 
                              label="config.json" if folder else "config.json beside the checkpoint",
                              no_config="checkpoint without config.json: nothing says whether the model decodes "
                                        "autoregressively")
-    if mixers:
-        dtype = config_dtype(config)
-        where = "config.json torch_dtype" if dtype is not None else "the model's prevailing float dtype"
-        dtype = dtype or model_float_dtype(size.tensors)
-        size = dataclasses.replace(size, mixers=tuple(dataclasses.replace(m, dtype=dtype, dtype_source=where)
-                                                      for m in mixers))
+    size = with_mixers(size, mixers, config, label)
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings), size, experts)
 
 

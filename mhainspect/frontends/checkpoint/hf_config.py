@@ -100,6 +100,9 @@ DECODER_ONLY_MODEL_TYPES = frozenset((
     "qwen3", "qwen3_moe", "recurrent_gemma", "rwkv", "stablelm", "starcoder2", "xglm", "exaone", "baichuan",
     "chatglm", "smollm3", "hunyuan_v1_dense", "hunyuan_v1_moe", "ernie4_5", "ernie4_5_moe", "arcee", "apertus",
     "seed_oss", "minimax", "gpt_oss", "bitnet", "helium", "zamba", "zamba2", "falcon_h1", "doge", "dots1",
+    # hybrid and 2025-26 decoders (linear attention, state-space, convolution, chunked, sparse attention)
+    "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "kimi_linear", "bamba", "nemotron_h", "granitemoehybrid",
+    "lfm2", "lfm2_moe", "mamba", "mamba2", "falcon_mamba", "llama4_text", "gemma3n_text", "deepseek_v32",
 ))
 
 
@@ -307,33 +310,12 @@ def _albert_groups(cfg: Mapping[str, Any], block_name: str) -> Found | None:
                        f"{runs} times") if runs else None
 
 
-def _shared_hybrid_blocks(cfg: Mapping[str, Any], block_name: str) -> Found | None:
-    """Zamba2: the hybrid layers run num_mem_blocks shared transformer blocks in turn (hybrid layer j
-    runs block j % num_mem_blocks); transformers ties each later use to the first, whose weights
-    (``layers.<first hybrid layer>.shared_transformer``) are the ones a saved folder keeps."""
-    from mhainspect.frontends.checkpoint.layer_types import LayerType, layer_plan
-
-    if "shared_transformer" not in block_name:
-        return None
-    mem = positive_int(cfg.get("num_mem_blocks")) or 1
-    kind = cfg.get("model_type")
-    plan = layer_plan(cfg, kind if isinstance(kind, str) else None)
-    layer = layer_number(block_name)
-    if plan is None or layer is None:
-        return None
-    hybrid = [i for i, t in enumerate(plan.types) if t is LayerType.HYBRID]
-    if layer not in hybrid:
-        return None
-    position = hybrid.index(layer) % mem
-    runs = sum(1 for j in range(len(hybrid)) if j % mem == position)
-    return Found(runs, f"{len(hybrid)} hybrid layers run num_mem_blocks={mem} shared blocks in turn -> the block of "
-                       f"layer {layer} runs {runs} times")
-
-
 APPLICATION_RULES: tuple[tuple[str, ApplicationRule], ...] = (
     ("ALBERT: num_hidden_layers layers run num_hidden_groups shared layer groups in turn", _albert_groups),
-    ("Zamba2: the hybrid layers share num_mem_blocks transformer blocks", _shared_hybrid_blocks),
 )
+# Zamba2's shared transformer blocks, run in turn by its hybrid layers, are counted over every block
+# a source shows (mhainspect.frontends.checkpoint.mixers.shared_block_runs): a folder keeps the first
+# use of each, a module holds every use.
 
 
 # ----------------------------------------------------------------------------- tied weights

@@ -16,6 +16,7 @@ mixer, with the fixed state it keeps per sequence where the config gives the wid
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,10 +24,11 @@ from typing import Any
 from mhainspect.frontends.checkpoint.arch_defaults import ConfigView
 from mhainspect.frontends.checkpoint.hf_config import sub_config
 from mhainspect.frontends.checkpoint.layer_types import LayerPlan, LayerType, layer_plan
-from mhainspect.frontends.checkpoint.size_inputs import config_causal, layer_index
+from mhainspect.frontends.checkpoint.size_inputs import config_causal, config_dtype, layer_index, model_float_dtype
+from mhainspect.ir.limits import config_int
 from mhainspect.ir.weights import WeightMeta
-from mhainspect.results import AttentionBlock, Miss, MixerKind
-from mhainspect.results.stages import MixerLayers
+from mhainspect.results import AttentionBlock, Evidence, EvidenceSource, Miss, MixerKind
+from mhainspect.results.stages import MixerLayers, SizeInputs
 
 # Parameter names only a recurrent (linear attention, state-space) mixer holds.
 STATE_WEIGHTS = frozenset(("A_log", "dt_bias", "slope_rate"))
@@ -99,7 +101,7 @@ def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, Weig
             return not kind.attends and kind is not LayerType.NONE
         return name in evidence
 
-    kept_blocks = [b for b in blocks if not no_attention(b.name)]
+    kept_blocks = shared_block_runs(config, [b for b in blocks if not no_attention(b.name)])
     kept_misses = [m for m in misses if not no_attention(m.anchor)]
     out: list[MixerLayers] = []
     for plan in {id(p): p for _, p in plans.values() if p is not None}.values():
@@ -158,3 +160,52 @@ def _stack(name: str) -> str:
     marker = f".{i}."
     cut = (name + ".").find(marker)
     return name[:cut] if cut >= 0 else name
+
+
+def with_mixers(size: SizeInputs, mixers: Sequence[MixerLayers], config: Mapping[str, Any] | None,
+                label: str) -> SizeInputs:
+    """``size`` with the mixers, their state in the model's dtype: the config's ``torch_dtype``, else
+    the float dtype most parameters are stored in."""
+    if not mixers:
+        return size
+    dtype = config_dtype(config)
+    where = f"{label} torch_dtype" if dtype is not None else "the model's prevailing float dtype"
+    dtype = dtype or model_float_dtype(size.tensors)
+    return dataclasses.replace(size, mixers=tuple(dataclasses.replace(m, dtype=dtype, dtype_source=where)
+                                                  for m in mixers))
+
+
+def shared_block_runs(config: Mapping[str, Any] | None, blocks: Sequence[AttentionBlock]) -> list[AttentionBlock]:
+    """Zamba2: the hybrid layers run ``num_mem_blocks`` shared transformer blocks in turn (hybrid layer
+    j runs block j % num_mem_blocks), and transformers ties each later use to the first. A saved
+    folder keeps the first use of each block only, a module holds every use: the first block found
+    for a block runs for each use no other block found stands for (parameters once, cache per use)."""
+    if config is None or not any("shared_transformer" in b.name for b in blocks):
+        return list(blocks)
+    _, c = sub_config(config, blocks[0].name)
+    kind = c.model_type if isinstance(c, ConfigView) else c.get("model_type")
+    plan = layer_plan(c, kind if isinstance(kind, str) else None)
+    mem = config_int(c.get("num_mem_blocks")) or 1
+    if plan is None:
+        return list(blocks)
+    hybrid = [i for i, t in enumerate(plan.types) if t is LayerType.HYBRID]
+    position = {layer: j % mem for j, layer in enumerate(hybrid)}
+    of = {b.name: position[i] for b in blocks
+          if "shared_transformer" in b.name and (i := layer_index(b.name)) is not None and i in position}
+    out = []
+    for b in blocks:
+        p = of.get(b.name)
+        if p is None:
+            out.append(b)
+            continue
+        same = [x for x in blocks if of.get(x.name) == p]
+        if same[0] is not b:
+            out.append(b)
+            continue
+        uses = sum(1 for q in position.values() if q == p)
+        runs = uses - (len(same) - 1)
+        said = (f"{len(hybrid)} hybrid layers run num_mem_blocks={mem} shared blocks in turn: this one at {uses} of "
+                f"them, {len(same) - 1} of which the source holds as blocks of their own -> runs {runs} times")
+        out.append(dataclasses.replace(b, applications=runs, evidence=b.evidence + (
+            Evidence("applications", runs, EvidenceSource.CONFIG, f"config {said}"),)))
+    return out

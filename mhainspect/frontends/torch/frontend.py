@@ -20,6 +20,7 @@ from torch import nn
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.checkpoint.hf_config import max_positions, offers_from_config
+from mhainspect.frontends.checkpoint.mixers import classify_mixers, with_mixers
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
 from mhainspect.frontends.checkpoint.size_inputs import metas_size_inputs
 from mhainspect.frontends.onnx.frontend import graph_result
@@ -199,8 +200,12 @@ def module_result(model: nn.Module, example_inputs: Any = None, *, trace: bool |
                        producer=f"torch {torch.__version__}",
                        trainable_params=count_parameters(model, trainable_only=True),
                        max_positions=positions, max_positions_source=positions_source)
-    return SourceResult(tuple(blocks), tuple(traced.misses), facts, tuple(warnings),
-                        module_size_inputs(model, blocks, traced.graph_causal, tensors))
+    # Linear-attention, state-space and convolution layers are no attention blocks: listed apart.
+    config = config_dict(model)
+    blocks, misses, mixers = classify_mixers(config, tensors.metas, blocks, traced.misses)
+    size = with_mixers(module_size_inputs(model, blocks, traced.graph_causal, tensors), mixers, config,
+                       "the model's config")
+    return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings), size)
 
 
 def _trace(model: nn.Module, example_inputs: Any, known: KnownModules, label: str) -> _Traced:
