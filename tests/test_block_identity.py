@@ -336,7 +336,7 @@ def test_a_scale_anywhere_between_projections_and_softmax_is_one_scale(mode: str
 def test_a_custom_split_scale_is_reported_as_its_product() -> None:
     report = core_report("split", 8, 0.125)
     assert report.blocks[0].scale == pytest.approx(0.125, rel=1e-5)
-    assert [f.code for f in report.flags] == ["MHA003"]
+    assert [f.code for f in report.flags] == ["MHA008", "MHA003"]  # the core alone: no output projection
 
 
 def test_a_runtime_scale_over_a_symbolic_dimension_is_unknown_with_the_reason() -> None:

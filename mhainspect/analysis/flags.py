@@ -7,7 +7,7 @@ import math
 from collections import Counter
 
 from mhainspect.analysis.whatif import standard_layout_count, what_if
-from mhainspect.results import AttentionBlock, Flag, Severity
+from mhainspect.results import AttentionBlock, EvidenceSource, Flag, Severity
 
 FLAG_CODES: dict[str, tuple[Severity, str]] = {
     "MHA001": (Severity.WARNING, "h·d_k ≠ d_model: projection width is per head, so parameters scale with the "
@@ -18,6 +18,7 @@ FLAG_CODES: dict[str, tuple[Severity, str]] = {
     "MHA005": (Severity.INFO, "grouped/multi-query attention: K/V width = kv_heads·d_k"),
     "MHA006": (Severity.INFO, "head layout differs between attention blocks of the model"),
     "MHA007": (Severity.WARNING, "sources disagree about the block (metadata or config against weight shapes)"),
+    "MHA008": (Severity.WARNING, "no output projection found: the block's parameters leave O out"),
 }
 
 
@@ -26,12 +27,16 @@ def _flag(code: str, block: str | None, message: str, **data: int | float | str 
 
 
 def block_flags(b: AttentionBlock) -> list[Flag]:
-    """The block's flags, in code order: a conflict (MHA007), unknown heads (MHA004, then nothing
-    else), h·d_k ≠ d_model (MHA001), d_k ≠ d_v (MHA002), an unusual scale (MHA003), GQA/MQA (MHA005)."""
+    """The block's flags, in code order: a conflict (MHA007), no output projection (MHA008), unknown
+    heads (MHA004, then nothing else), h·d_k ≠ d_model (MHA001), d_k ≠ d_v (MHA002), an unusual scale
+    (MHA003), GQA/MQA (MHA005)."""
     out: list[Flag] = []
     if b.conflicts:
         more = f" (+{len(b.conflicts) - 1} more)" if len(b.conflicts) > 1 else ""
         out.append(_flag("MHA007", b.name, f"{b.conflicts[0]}{more}.", conflicts=len(b.conflicts)))
+    missing_o = _missing_output(b)
+    if missing_o is not None:
+        out.append(missing_o)
     if b.num_heads is None:
         out.append(_flag("MHA004", b.name, f"heads unknown: {b.unknown_reason or 'no evidence'}",
                          reason=b.unknown_reason))
@@ -41,6 +46,18 @@ def block_flags(b: AttentionBlock) -> list[Flag]:
         if flag is not None:
             out.append(flag)
     return out
+
+
+def _missing_output(b: AttentionBlock) -> Flag | None:
+    """MHA008: the matcher looked for the output projection and found none (the evidence says where
+    it stopped): O counts 0 in the block, a gap to see, never a silent zero."""
+    if any(p.role == "o" for p in b.projections):
+        return None
+    why = next((e.detail for e in b.evidence if e.field == "o" and e.source == EvidenceSource.MISSING), None)
+    if why is None:
+        return None
+    return _flag("MHA008", b.name, f"{why}: the block's {b.params.total:,} parameters leave O out (an output "
+                 "projection the walk from the attention's result did not reach, or none in the model)", reason=why)
 
 
 def _width_flag(b: AttentionBlock, h: int) -> Flag | None:

@@ -306,7 +306,7 @@ class GraphIndex:
                 if t.is_constant_node and len(t.shape) < 2:
                     return None
                 if part is None:
-                    return WeightRef(t, transposed)
+                    return WeightRef(t, transposed, self._matrix_view(name, t) if reshaped else None)
                 return WeightRef(t, transposed, part[0], part[1]) if math.prod(part[0]) < t.numel else None
             node = self.producer.get(cur)
             if node is None or not node.inputs:
@@ -334,6 +334,18 @@ class GraphIndex:
                 reshaped = True
             cur = node.inputs[0]
         return None
+
+    def _matrix_view(self, name: str, t: Tensor) -> tuple[int, ...] | None:
+        """The matrix a weight of another rank is read as through a reshape whose shape folds (a Keras
+        EinsumDense kernel [d, h, k] reshaped to [d, h·k], its target computed from the kernel's own
+        shape); None when it is read at its own shape."""
+        if len(t.shape) == 2:
+            return None
+        s = self.shapes.shape(name)
+        if s is None or len(s) != 2 or not all(d.is_int for d in s):
+            return None
+        view = (s[0].coef, s[1].coef)
+        return view if view[0] * view[1] == t.numel else None
 
     def affine_operand(self, node: Node) -> int | None:
         """The input position of ``node`` (Mul/Div/Sub/Add) that carries a stored integer weight being

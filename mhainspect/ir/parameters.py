@@ -113,8 +113,9 @@ def parameter_counts(index: GraphIndex) -> dict[str, int]:
     return scan_stored(index).parameters
 
 
-def scan_stored(index: GraphIndex) -> StoredScan:
-    """The parameters (module doc) and the other stored tensors, in one walk."""
+def scan_stored(index: GraphIndex, constants: frozenset[str] = frozenset()) -> StoredScan:
+    """The parameters (module doc) and the other stored tensors, in one walk. ``constants``: stored
+    tensors the matchers found to be a converter's values (a folded score scale or mask), none."""
     counts: dict[str, int] = {}
     quantized: list[tuple[Tensor, int]] = []
     scalars: list[Tensor] = []
@@ -131,10 +132,11 @@ def scan_stored(index: GraphIndex) -> StoredScan:
             scalars.append(t)  # exporter scalars (scale, eps, shape arithmetic): never parameters
             continue
         others.append(item)
-        if not shape or t.storage_key in counts:
+        if not shape or t.storage_key in counts or name in constants:
             continue
         copy = folded.get(name) if folded else None  # an exporter-made copy of a parameter (ir.copies)
-        if not t.may_be_parameter and copy is None and not (t.kind == "constant" and _product_weight(index, name)):
+        if not t.may_be_parameter and copy is None and not (t.kind == "constant" and (
+                _product_weight(index, name) or _held_variable(index, name, t))):
             continue  # the exporter says: a buffer, a constant, or folded from non-parameters
         if "." not in t.name and prod(shape) == 1 and t.kind != "parameter":
             continue  # an initializer scalar shaped [1]; real parameters carry a module path
@@ -232,6 +234,45 @@ def _product_weight(index: GraphIndex, name: str) -> bool:
                     nxt.extend(o for o in user.outputs if o)
         frontier = nxt
     return False
+
+
+_NORM_WEIGHTS = {"LayerNormalization": frozenset({1, 2}), "SimplifiedLayerNormalization": frozenset({1}),
+                 "RMSNormalization": frozenset({1}), "SkipLayerNormalization": frozenset({2, 3, 4}),
+                 "SkipSimplifiedLayerNormalization": frozenset({2})}
+_MASKED_BELOW = -1e4
+
+
+def _held_variable(index: GraphIndex, name: str, t: Tensor) -> bool:
+    """Whether a stored constant the exporter lifted from the model (a tensor the model holds that is
+    no torch parameter: a Keras variable on torch, ``lifted_tensor_N``) is read as a parameter: a
+    float tensor of several elements, no mask, that the arithmetic reads with a value of the run (a
+    bias added, a norm's scale multiplied), that a lookup reads as its table (an embedding), or that a
+    norm reads as its scale or bias. A Constant node of a torch export (a traced value) is none."""
+    if t.is_constant_node or t.numel < 2 or not is_float(t.dtype) or _mask_valued(t):
+        return False
+    frontier = [name]
+    for _ in range(_LAYOUT_HOPS):
+        nxt: list[str] = []
+        for cur in frontier:
+            for user, pos in index.users(cur):
+                op = user.op
+                if op in _ARITHMETIC and len(user.inputs) == 2 and index.is_activation(user.inputs[1 - pos]):
+                    return True
+                if (op == "Gather" and pos == 0) or pos in _NORM_WEIGHTS.get(op, _NOT_SHAPE_ONLY):
+                    return True
+                if op in _WEIGHT_LAYOUT and pos == 0:
+                    nxt.extend(o for o in user.outputs if o)
+        frontier = nxt
+    return False
+
+
+def _mask_valued(t: Tensor) -> bool:
+    """A stored mask: values 0 and 1 only, or 0 and large negative numbers (when its values were read)."""
+    values = t.mask_values
+    if not values:
+        return False
+    distinct = set(values)
+    return distinct <= {0.0, 1.0} or (len(distinct) == 2 and 0.0 in distinct and min(distinct) <= _MASKED_BELOW)
 
 
 def _not_weight_data(index: GraphIndex, user: Node, pos: int) -> bool:

@@ -1109,7 +1109,17 @@ def _h_reduce(ev: ShapeEvaluator, node: Node) -> None:
     norm = {a + rank if a < 0 else a for a in axes}
     keep = node.attrs.int("keepdims", 1) != 0
     out = tuple([_ONE if i in norm else d for i, d in enumerate(s) if keep or i not in norm])
-    ev._put(node, out, None)
+    value: Value | None = None
+    if node.op == "ReduceProd" and rank == 1 and norm == {0}:
+        # The product of a shape's dims (a reshape target computed from a weight's own shape:
+        # Concat(-1, ReduceProd(Gather(Shape(W), axes)))), folded with the symbolic dims.
+        dims = ev._in_value(node, 0)
+        if dims is not None and all(type(d) is Dim for d in dims):
+            value = (numel(tuple(d for d in dims if type(d) is Dim)),)
+    if value is None:
+        ev._put(node, out, None)
+    else:
+        ev._set(node, out, value)
 
 
 def _h_pad(ev: ShapeEvaluator, node: Node) -> None:

@@ -66,6 +66,9 @@ class BlockBuilder:
     kv_rows: dict[str, int] = field(default_factory=dict)  # learned K/V rows (bias_k/bias_v) by tensor name
     latent_parts: dict[str, int] = field(default_factory=dict)  # a latent block's down-projections and norms
     kind: BlockKind | None = None  # set by a matcher that knows the kind (additive); else read from the sources
+    # Stored tensors the block reads that a converter computed, not parameters: a one-element score
+    # scale 1/√d_k, a causal or padding mask folded into a 0/1 or additive table.
+    constants: set[str] = field(default_factory=set)
     # role -> the projection that made its projection's (narrower) input: latent attention (build()).
     latent: dict[str, ProjectionHit] = field(default_factory=dict)
 

@@ -89,15 +89,27 @@ def find_blocks(index: GraphIndex, patterns: tuple[Pattern, ...] = PATTERNS,
     return builders, misses
 
 
-def graph_blocks(index: GraphIndex) -> tuple[list[AttentionBlock], list[Miss]]:
+@dataclasses.dataclass(frozen=True)
+class GraphMatch:
+    """What the patterns found in a graph: its blocks, its near misses, and the stored tensors the
+    blocks read that a converter computed (a folded score scale or mask): no parameters."""
+
+    blocks: tuple[AttentionBlock, ...]
+    misses: tuple[Miss, ...]
+    constants: frozenset[str]
+
+
+def graph_blocks(index: GraphIndex) -> GraphMatch:
     """The attention blocks of a graph and its near misses: anchors matched, the anchors of one module
     (same weights) merged into one block, a weight several blocks use counted in the first."""
     builders, misses = find_blocks(index)
     taken: set[str] = set()
     blocks: list[AttentionBlock] = []
     extras_seen: set[str] = set()
+    constants: set[str] = set()
     for group in modules(index, builders):
         b, applications = merge_module(index, group)
+        constants |= b.constants
         # A shared table (T5 computes its position bias once and reuses it) counts in its first block.
         for name in list(b.extras):
             if name in extras_seen:
@@ -105,4 +117,4 @@ def graph_blocks(index: GraphIndex) -> tuple[list[AttentionBlock], list[Miss]]:
             extras_seen.add(name)
         block = b.build(taken)
         blocks.append(block if applications == 1 else dataclasses.replace(block, applications=applications))
-    return count_shared_once(blocks), misses
+    return GraphMatch(tuple(count_shared_once(blocks)), tuple(misses), frozenset(constants))

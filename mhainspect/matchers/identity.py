@@ -149,6 +149,7 @@ def merge_module(index: GraphIndex, group: list[BlockBuilder]) -> tuple[BlockBui
             lead.evidence.append(Evidence("o", None, "same_weights", f"O projection found from {other.anchor.name}"))
         for name, numel in other.extras.items():
             lead.extras.setdefault(name, numel)
+        lead.constants |= other.constants
         for name, numel in other.kv_rows.items():
             lead.kv_rows.setdefault(name, numel)
     others = ", ".join(b.anchor.name for b in group if b is not lead)

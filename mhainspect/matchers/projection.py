@@ -14,6 +14,7 @@ and through casts and Q/DQ pairs (dataflow.VALUE_PRESERVING_OPS) everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from mhainspect.ir.dataflow import (
 )
 from mhainspect.ir.graph import Node, Tensor
 from mhainspect.ir.symbolic import numel, ratio, slice_bounds
+from mhainspect.matchers.masks import mask_term
 
 _PROJECTION_OPS = {"MatMul", "Gemm", "FusedMatMul", "Einsum", "Conv"} | set(QUANTIZED_PRODUCTS)
 
@@ -130,7 +132,22 @@ def recognise_projection(index: GraphIndex, node: Node, via_input: str | None = 
     else:
         in_f, out_f = (cols, rows) if transposed else (rows, cols)
     bias_pos = 2 if node.op == "Gemm" else None
-    return _with_bias(index, node, w, act, in_f, out_f, bias_pos, integer_result=False)
+    hit = _with_bias(index, node, w, act, in_f, out_f, bias_pos, integer_result=False)
+    split = _kernel_heads(w.tensor.shape, in_f, out_f) if w.logical is not None else None
+    return hit if split is None else dataclasses.replace(hit, head_split=split)
+
+
+def _kernel_heads(stored: tuple[int, ...], in_f: int, out_f: int) -> tuple[int, int] | None:
+    """(heads, head size) of a 3-D kernel read as a matrix: [d, h, k] whose last two axes make one
+    side of the product, or [h, k, d] whose first two do (a Keras EinsumDense kernel keeps its head axis)."""
+    if len(stored) != 3:
+        return None
+    a, b, c = stored
+    if a in (in_f, out_f) and b * c == (out_f if a == in_f else in_f):
+        return b, c
+    if c in (in_f, out_f) and a * b == (out_f if c == in_f else in_f):
+        return a, b
+    return None
 
 
 def _pointwise_conv_projection(index: GraphIndex, node: Node, via_input: str | None) -> ProjectionHit | None:
@@ -507,6 +524,17 @@ def _reduces_ones(index: GraphIndex, node: Node) -> bool:
     return all(-rank <= a < rank and shape[a].is_int and shape[a].coef == 1 for a in axes)
 
 
+def _masks(index: GraphIndex, node: Node, pos: int) -> bool:
+    """Whether ``node`` masks the attention's result it reads at ``pos`` (and passes it on): a Where
+    selecting it (not its condition), or a Mul or Add whose other operand is a mask term (a Where
+    lowered to arithmetic, Mul(Cast(m), X) + Mul(0, Cast(Not(m)))). A residual Add is no mask."""
+    if node.op == "Where":
+        return pos != 0
+    if node.op in ("Mul", "Add") and len(node.inputs) == 2:
+        return mask_term(index, node.inputs[1 - pos])
+    return False
+
+
 def trace_forward_to_projection(index: GraphIndex, tensor: str) -> tuple[ProjectionHit, tuple[Node, ...]] | None:
     """Walk from the attention output through head-merge ops to the output projection."""
     queue: deque[tuple[str, tuple[Node, ...], int]] = deque([(tensor, (), 0)])
@@ -519,7 +547,8 @@ def trace_forward_to_projection(index: GraphIndex, tensor: str) -> tuple[Project
             hit = recognise_projection(index, user, via_input=cur) if user.op in _PROJECTION_OPS else None
             if hit is not None:
                 return hit, path
-            if user.op in _FORWARD_THROUGH or (user.op in _REDUCTIONS and _reduces_ones(index, user)):
+            if user.op in _FORWARD_THROUGH or _masks(index, user, _pos) or (
+                    user.op in _REDUCTIONS and _reduces_ones(index, user)):
                 # The value only: not a quantizer's scale, zero point or a dropout mask.
                 step = 0 if user.op in VALUE_PRESERVING_OPS else 1  # Q/DQ pairs do not use up the depth
                 for o in user.outputs[:1]:

@@ -154,6 +154,25 @@ def _folded_tokens(index: GraphIndex, tensor: str) -> str | None:
     return f"the stored {t.name}, learned tokens the exporter folded" + (f" from {', '.join(sources)}" if sources else "")
 
 
+def _scalar_leaves(index: GraphIndex, name: str) -> list[str]:
+    """The one-element stored tensors a folded scalar factor is computed from."""
+    out: list[str] = []
+    stack, seen = [name], {name}
+    while stack and len(seen) <= _MAX_FOLD_DEPTH * 2:
+        cur = stack.pop()
+        t = index.graph.weights.get(cur)
+        if t is not None:
+            if t.numel == 1:
+                out.append(cur)
+            continue
+        node = index.producer.get(cur)
+        for x in node.inputs if node is not None else ():
+            if x and x not in seen:
+                seen.add(x)
+                stack.append(x)
+    return out
+
+
 def offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tuple[Node, ...],
                  q_in: str = "", k_in: str = "") -> None:
     """One scale from every factor between the projections and the Softmax: on Q, on K or Kᵀ, on the
@@ -162,6 +181,7 @@ def offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tup
     scale = 1.0
     sources: list[str] = []
     unknown: list[str] = []
+    stored: list[str] = []  # one-element stored tensors the known factors are made of
 
     def take(node: Node, cur: str) -> None:
         nonlocal scale
@@ -174,6 +194,7 @@ def offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tup
         else:
             scale *= value
             sources.append(how)
+            stored.extend(_scalar_leaves(index, node.inputs[1 - node.inputs.index(cur)]))
 
     cur = score.outputs[0]
     for node in reversed(score_path):
@@ -213,5 +234,6 @@ def offer_scale(index: GraphIndex, b: BlockBuilder, score: Node, score_path: tup
         d = inverse_sqrt_dim(scale)
         if d is not None:
             b.offer("d_k", d, EvidenceSource.SCALE, f"scale 1/sqrt({d}) from " + ", ".join(sources))
+            b.constants.update(stored)  # 1/√d from the head size: the converter's number, no parameter
     else:
         b.evidence.append(Evidence("scale", 1.0, EvidenceSource.SCALE, "no scaling between Q·Kᵀ and Softmax"))

@@ -41,6 +41,7 @@ FLAG_ANCHORS: dict[str, str] = {
     "MHA005": "mha005--groupedmulti-query-attention-info",
     "MHA006": "mha006--layout-differs-between-blocks-info",
     "MHA007": "mha007--sources-disagree-warning",
+    "MHA008": "mha008--no-output-projection-warning",
 }
 # Gate rules: id -> (short description, anchor in docs/cli.md).
 GATE_RULES: dict[str, tuple[str, str]] = {

@@ -138,6 +138,9 @@ class WarningCode(Vocabulary):
     OPTION_WITHOUT_EFFECT = "option_without_effect"  # an option the report could not use (--context, no cache figure)
     MADE_UP_INPUTS = "made_up_inputs"  # a module traced on inputs the caller did not give
     NOT_TRACED = "not_traced"
+    # The model's total is below its attention blocks' parameters: some parameter the blocks count is
+    # not in the total (a weight refused or dropped, or a tensor the accounting does not see as one).
+    ACCOUNTING_GAP = "accounting_gap"
 
 
 class ReportWarning(str):

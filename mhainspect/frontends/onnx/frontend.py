@@ -138,8 +138,11 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
         graph = dataclasses.replace(graph, warnings=(*graph.warnings, undecided))
     # QLinear ops as DequantizeLinear -> float op -> QuantizeLinear; parts of a tensor sequence as Slices.
     index = GraphIndex(as_slices(as_qdq(graph)))
-    blocks, misses = graph_blocks(index)  # the matchers' driver
-    stored = scan_stored(index)  # the one notion of a parameter; size calls the rest overhead
+    found = graph_blocks(index)  # the matchers' driver
+    blocks = list(found.blocks)
+    # The one notion of a parameter (size calls the rest overhead); what the blocks show a converter
+    # computed (a folded score scale or mask) is none.
+    stored = scan_stored(index, found.constants)
     if stored.copies:  # exporter-made copies of parameters, named with what they repeat
         graph = dataclasses.replace(graph, warnings=(
             *graph.warnings, folded_note(graph, {n: graph.folded[n] for n in stored.copies})))
@@ -153,7 +156,7 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
     facts = ModelFacts(path=path if path is not None else graph.source, format=fmt or graph.kind,
                        total_params=sum(parameters.values()), num_nodes=len(graph.nodes), opset=graph.opset,
                        producer=graph.producer, max_positions=positions, max_positions_source=positions_source)
-    return SourceResult(tuple(blocks), tuple(misses), facts, coded(graph.warnings), size)
+    return SourceResult(tuple(blocks), found.misses, facts, coded(graph.warnings), size)
 
 
 def onnx_file_result(path: str | os.PathLike[str]) -> SourceResult:

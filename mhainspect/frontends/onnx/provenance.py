@@ -94,9 +94,13 @@ def _folded_kind(sources: tuple[str, ...], kinds: Mapping[str, str | None]) -> t
     # those parameters; anything folded from buffers (masks, rotary tables) is not.
     if params and not other_tensors:
         return "parameter", params[0] if len(params) == 1 else None, "+".join(params)
-    if not params and other_tensors and all(kinds.get(s) == "constant" for s in other_tensors):
+    if not params and len(other_tensors) == 1 and kinds.get(other_tensors[0]) == "constant":
         # A plain tensor attribute transposed or reshaped: still that constant.
-        return "constant", other_tensors[0] if len(other_tensors) == 1 else None, ""
+        return "constant", other_tensors[0], ""
+    if not params and other_tensors and all(kinds.get(s) == "constant" for s in other_tensors):
+        # Computed from several constants (a rotary cos/sin table from its frequencies): a value the
+        # exporter computed, no tensor the model holds.
+        return "derived", None, ""
     # One parameter looked up by buffers (a position table gathered by its position_ids, a Swin
     # bias table by its relative-position index): derived, with that parameter as its origin. How
     # many of the parameter's elements it holds only its values tell (mhainspect.ir.copies).

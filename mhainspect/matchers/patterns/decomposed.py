@@ -16,6 +16,7 @@ from mhainspect.ir.graph import Node, Tensor
 from mhainspect.ir.symbolic import Dim
 from mhainspect.matchers.block import BlockBuilder, RoleInput
 from mhainspect.matchers.heads import heads_from_scores, offer_kv_repeat, shape_text
+from mhainspect.matchers.masks import folded_masks, mask_term
 from mhainspect.matchers.patterns import Pattern
 from mhainspect.matchers.projection import TracedProjection, trace_back_to_projection, trace_forward_to_projection
 from mhainspect.matchers.scale import offer_scale, operand_chain
@@ -27,8 +28,9 @@ _PRODUCTS = {"MatMul", "Einsum", "FusedMatMul"}
 # Between Q·Kᵀ and Softmax: scaling, masks, softcapping, bias (ALiBi, relative position), casts.
 _SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Tanh", "Clip", "Reshape", "Squeeze",
                "Unsqueeze", "Max", "Min"} | VALUE_PRESERVING_OPS
-# Between Softmax and ·V: casts, dropout, head masks, reshapes.
-_PROBS_PATH = {"Where", "Reshape", "Mul", "Squeeze", "Unsqueeze"} | VALUE_PRESERVING_OPS
+# Between Softmax and ·V: casts, dropout, head masks, reshapes, and masking or renormalising the
+# probabilities again (Mul by a cast mask plus a masked term, Where(mask, 0, P), P / ReduceSum(P)).
+_PROBS_PATH = {"Where", "Reshape", "Mul", "Squeeze", "Unsqueeze", "Add", "Div"} | VALUE_PRESERVING_OPS
 _MAX_SCORE_NODES = 24
 NO_SCORE_PRODUCT = "no Q·Kᵀ product of two activations before the Softmax"
 
@@ -43,7 +45,8 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     if pv is None:
         return Miss(NAME, softmax.name, f"Softmax after {score.name} does not feed a product with V", node=softmax.name)
     pv_node, probs_tensor, v_first = pv
-    operands = _operands(index, score, pv_node, probs_tensor)
+    swapped = _transposed(score_path)
+    operands = _operands(index, score, pv_node, probs_tensor, swapped)
     if isinstance(operands, str):
         return Miss(NAME, softmax.name, operands, node=score.name)
     q_in, k_in, v_in = operands
@@ -60,9 +63,10 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     else:
         b.evidence.append(Evidence("o", None, EvidenceSource.MISSING, f"no output projection after {pv_node.name}"))
 
-    _offer_dims(index, b, score, pv_node, softmax, q_in, k_in, v_in, v_first)
+    _offer_dims(index, b, score, pv_node, softmax, q_in, k_in, v_in, v_first, swapped)
     offer_kv_repeat(index, b, k_in, stop)
     collect_extras(index, b, score_path)
+    b.constants.update(folded_masks(index, score_path))
     if value_side is not None:
         collect_tables(index, b, value_side, f"added to the product with V at {pv_node.name}")
     offer_scale(index, b, score, score_path, q_in, k_in)
@@ -187,7 +191,8 @@ def _find_score_product(index: GraphIndex, start: str) -> tuple[Node, tuple[Node
         if node.op in _PRODUCTS:
             weight_products.append(node)
             continue
-        if node.op not in _SCORE_PATH or (node.op in VALUE_PRESERVING_OPS and not passes_value(node, cur)):
+        if (node.op not in _SCORE_PATH and not _keeps_or_swaps_last_two(node)) or (
+                node.op in VALUE_PRESERVING_OPS and not passes_value(node, cur)):
             stops.append(node)
             continue
         for x in node.inputs:
@@ -195,6 +200,24 @@ def _find_score_product(index: GraphIndex, start: str) -> tuple[Node, tuple[Node
                 seen.add(x)
                 queue.append((x, path + (node,)))
     return _WalkEnd(tuple(weight_products), tuple(stops), bool(queue))
+
+
+def _keeps_or_swaps_last_two(node: Node) -> bool:
+    """A Transpose the scores may pass: it keeps their last two axes (queries, keys) or swaps them
+    (K·Qᵀ transposed back into Q·Kᵀ, as tf2onnx writes Keras attention)."""
+    if node.op != "Transpose":
+        return False
+    perm = node.attrs.ints("perm")
+    if perm is None or len(perm) < 2:
+        return False
+    r = len(perm)
+    return perm[-2:] in ((r - 2, r - 1), (r - 1, r - 2))
+
+
+def _transposed(path: tuple[Node, ...]) -> bool:
+    """Whether the walk from the scores back to their product swapped the last two axes an odd
+    number of times: the product is then K·Qᵀ (keys first), its transpose the scores."""
+    return sum(1 for n in path if n.op == "Transpose" and _swaps_last_two(n)) % 2 == 1
 
 
 def _two_activations(index: GraphIndex, node: Node) -> bool:
@@ -215,7 +238,7 @@ def _find_value_product(index: GraphIndex, start: str) -> tuple[Node, str, bool]
             if user.op in _PRODUCTS and _two_activations(index, user):
                 if user.op == "Einsum" or (pos == 0 and not swapped) or (pos == 1 and swapped and user.op == "MatMul"):
                     return user, cur, swapped
-            through = user.op in _PROBS_PATH and (user.op != "Where" or pos != 0)
+            through = user.op in _PROBS_PATH and _passes_probs(index, user, pos)
             turn = user.op == "Transpose" and _swaps_last_two(user)
             if through or turn:
                 step = user.op not in VALUE_PRESERVING_OPS
@@ -224,6 +247,19 @@ def _find_value_product(index: GraphIndex, start: str) -> tuple[Node, str, bool]
                         seen.add(o)
                         queue.append((o, depth + step, swapped ^ turn))
     return None
+
+
+def _passes_probs(index: GraphIndex, node: Node, pos: int) -> bool:
+    """Whether a node of _PROBS_PATH passes the probabilities it reads at ``pos`` on as the value: not
+    as Where's condition, not as a divisor; an Add only of a mask term (a masked Where lowered to
+    arithmetic), never of another value."""
+    if node.op == "Where":
+        return pos != 0
+    if node.op == "Div":
+        return pos == 0
+    if node.op == "Add":
+        return len(node.inputs) == 2 and mask_term(index, node.inputs[1 - pos])
+    return True
 
 
 def _swaps_last_two(node: Node) -> bool:
@@ -243,15 +279,20 @@ def _einsum_terms(node: Node) -> tuple[list[str], str] | None:
     return (terms, rhs) if len(terms) == 2 else None
 
 
-def _operands(index: GraphIndex, score: Node, pv: Node, probs: str) -> tuple[str, str, str] | str:
+def _operands(index: GraphIndex, score: Node, pv: Node, probs: str, swapped: bool = False
+              ) -> tuple[str, str, str] | str:
+    """Q, K and V as the attention core reads them; ``swapped``: the product is K·Qᵀ (transposed
+    into the scores after it), so its first operand is K."""
     if score.op == "Einsum":
         parsed = _einsum_terms(score)
         if parsed is None:
             return f"cannot read the equation of {score.name}"
         terms, rhs = parsed
-        kv_letter = rhs[-1]  # Softmax normalises over the key axis, the last of the scores
+        kv_letter = rhs[-2] if swapped and len(rhs) > 1 else rhs[-1]  # Softmax normalises over the key axis, the scores' last
         k_pos = 0 if kv_letter in terms[0] and kv_letter not in terms[1] else 1
         q_in, k_in = score.inputs[1 - k_pos], score.inputs[k_pos]
+    elif swapped:
+        q_in, k_in = score.inputs[1], score.inputs[0]
     else:
         q_in, k_in = score.inputs[0], score.inputs[1]
     if pv.op == "Einsum":
@@ -269,15 +310,19 @@ def _last_dim(index: GraphIndex, tensor: str, from_end: int = 1) -> Dim | None:
 
 
 def _offer_dims(index: GraphIndex, b: BlockBuilder, score: Node, pv: Node, softmax: Node,
-                q_in: str, k_in: str, v_in: str, v_first: bool = False) -> None:
+                q_in: str, k_in: str, v_in: str, v_first: bool = False, swapped: bool = False) -> None:
+    # The product's first operand holds the contracted axis last: Q in Q·Kᵀ, K in K·Qᵀ.
+    first = score.inputs[0]
     if score.op == "Einsum":
         d_k = _einsum_contracted(index, score)
     elif score.op == "FusedMatMul" and score.attrs.int("transA", 0):
-        d_k = _last_dim(index, q_in, 2)
+        d_k = _last_dim(index, first, 2)
     else:
-        d_k = _last_dim(index, q_in)
+        d_k = _last_dim(index, first)
     if d_k is not None and d_k.is_int:
-        b.offer("d_k", d_k.coef, EvidenceSource.SHAPE, f"last axis of Q at {score.name}")
+        b.offer("d_k", d_k.coef, EvidenceSource.SHAPE,
+                f"last axis of K at {score.name} (K·Qᵀ, transposed into the scores)" if swapped
+                else f"last axis of Q at {score.name}")
     if pv.op == "Einsum":
         d_v = _einsum_value_dim(index, pv)
     else:
