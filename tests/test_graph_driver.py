@@ -37,9 +37,9 @@ def test_the_registry_orders_q_k_scores_before_additive_ones_and_names_every_pat
 
 
 def test_a_written_out_attention_is_one_block_with_its_four_projections() -> None:
-    blocks, misses = graph_blocks(_index(_mha()))
-    assert not misses and len(blocks) == 1
-    b = blocks[0]
+    found = graph_blocks(_index(_mha()))
+    assert not found.misses and len(found.blocks) == 1
+    b = found.blocks[0]
     assert (b.matcher, b.num_heads, b.d_k) == ("decomposed", 2, 8)
     assert b.params.total == Weights("attn", 16).numel()
 

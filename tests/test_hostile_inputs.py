@@ -29,6 +29,7 @@ from mhainspect.errors import InputError
 from mhainspect.frontends.onnx.locations import external_location_escapes
 from mhainspect.ir.graph import ModelGraph, Node, Tensor
 from mhainspect.pipeline import audit, audit_graph
+from mhainspect.results import WarningCode, warning_code
 
 ERROR_PREFIX = "mhainspect: error:"
 
@@ -205,7 +206,9 @@ def test_external_data_is_never_opened(case_id: str, fast_path: bool, folder: Pa
     if case.expect == "warning":
         assert any(case.match in w and "never opened" in w for w in report.warnings), report.warnings
     else:
-        assert not report.warnings
+        # An external data file that is never read (a FIFO) leaves the total below the blocks' weights,
+        # which the report says (accounting_gap); nothing else is to be said.
+        assert not [w for w in report.warnings if warning_code(w) is not WarningCode.ACCOUNTING_GAP], report.warnings
 
 
 @pytest.mark.parametrize("location, escapes", [
