@@ -25,7 +25,7 @@ CONTEXT = 32768
 
 
 def _layer(name: str) -> int:
-    from mhainspect.frontends.size_inputs import layer_index
+    from mhainspect.frontends.checkpoint.size_inputs import layer_index
 
     found = layer_index(name)
     assert found is not None
