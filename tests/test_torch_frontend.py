@@ -79,6 +79,33 @@ def test_multihead_attention_kdim_vdim_bias_kv_and_no_bias() -> None:
     assert no_bias.params.total == 4 * e * e and no_bias.params.bias == 0
 
 
+@pytest.mark.parametrize("fmt", ["safetensors", "pt"])
+def test_multihead_attention_bias_kv_from_a_checkpoint(fmt: str, tmp_path: Path) -> None:
+    """The saved state dict of a model holding nn.MultiheadAttention(add_bias_kv=True): bias_k and
+    bias_v count in the block (params.kv_rows), as from the module and its export."""
+    class Holder(nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.MultiheadAttention(32, 4, add_bias_kv=True)
+
+    torch.manual_seed(0)
+    model = Holder()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)  # bias_k/bias_v start at zero-ish: noise on every parameter
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    path = tmp_path / f"mha.{fmt}"
+    if fmt == "safetensors":
+        from safetensors.torch import save_file
+
+        save_file(state, str(path))
+    else:
+        torch.save(state, str(path))
+    (b,) = mhainspect.inspect(str(path)).blocks
+    assert b.params.total == sum(p.numel() for p in model.attn.parameters())
+    assert (b.params.kv_rows, b.params.extra) == (2 * 32, 0)
+
+
 # ----------------------------------------------------------------------------- Hugging Face modules
 
 
