@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import shlex
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
