@@ -19,6 +19,7 @@ from chromium import Loaded, load
 from hostile_names import write_hostile_model
 
 from mhainspect import conventions
+from mhainspect.analysis.charts import with_charts
 from mhainspect.pipeline import audit
 from mhainspect.render.calc_html import render_calc_html, render_compare_html
 from mhainspect.render.html import render_html
@@ -95,7 +96,8 @@ def test_big_model_page_in_chromium(tmp_path: Path) -> None:
 def test_kv_cache_chart_in_chromium(tmp_path: Path) -> None:
     r = audit(str(next(p for p in SAMPLES if p.stem == "gqa_llama")))
     kv = KVCache(bytes_per_token=128, dtype="float16", context=8192, total_bytes=128 * 8192)
-    sized = dataclasses.replace(r, model=dataclasses.replace(r.model, weight_bytes=20_608, kv_cache=kv))
+    # the chart's points are the analysis' (analysis.charts), as a Report carries them
+    sized = with_charts(dataclasses.replace(r, model=dataclasses.replace(r.model, weight_bytes=20_608, kv_cache=kv)))
     loaded = _open(render_html(sized), tmp_path)
     assert "KV cache against context length" in loaded.dom
     assert _count(loaded.dom, r'<path class="line kv"') == 1
