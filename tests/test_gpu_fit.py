@@ -140,3 +140,12 @@ def test_sliding_windows_stop_the_cache(tmp_path: Path) -> None:
     fit = gpu_fit(mixed, FitOptions(weights + room), _facts(report), None)
     # past 4,095 tokens only the full layer grows: 4,095·2·L + (c - 4,095)·L <= room
     assert fit.max_context == 4095 + (room - 2 * per_layer * 4095) // per_layer
+
+
+def test_fit_in_the_csv_summary(run: Callable[..., Run], llama70b: Path) -> None:
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(run(llama70b, "--gpu-memory", "80GiB", "--gpus", "2", "-f", "csv",
+                                              "--summary").out)))
+    assert [(r["max_context"], r["max_batch"]) for r in rows] == [("93662", "11")]

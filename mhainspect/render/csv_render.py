@@ -20,7 +20,7 @@ __all__ = ["BLOCK_HEADER", "MODEL_HEADER", "render_csv"]
 BLOCK_HEADER = ("model", "format", "block", "kind", "heads", "kv_heads", "d_model", "d_k", "d_v", "q", "k", "v", "o",
                 "bias", "params", "weight_bytes", "kv_bytes_per_token", "flags", "error")
 MODEL_HEADER = ("model", "format", "params", "attention_params", "blocks", "heads", "weight_bytes",
-                "kv_bytes_per_token", "flags", "flag_count", "error")
+                "kv_bytes_per_token", "flags", "flag_count", "max_context", "max_batch", "error")
 
 Cell = str | int | None
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -51,9 +51,10 @@ def _model_row(report: Report) -> tuple[Cell, ...]:
     heads = " ".join(dict.fromkeys(f"{b.num_heads if b.num_heads is not None else '?'}"
                                    + (f"/{b.num_kv_heads}kv" if b.num_kv_heads not in (None, b.num_heads) else "")
                                    for b in report.blocks))
+    fit = m.fit  # --gpu-memory: what fits (empty cells without it, or when there is no limit)
     return (m.path, m.format, m.total_params, m.attention_params, len(report.blocks), heads, m.weight_bytes,
             m.kv_cache.bytes_per_token if m.kv_cache is not None else None, _codes([f.code for f in report.flags]),
-            len(report.flags), None)
+            len(report.flags), fit.max_context if fit else None, fit.max_batch if fit else None, None)
 
 
 def render_csv(reports: Sequence[Report], *, summary: bool = False, failed: Sequence[FailedInput] = ()) -> str:
