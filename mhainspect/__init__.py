@@ -8,16 +8,16 @@ from mhainspect.errors import ErrorKind, InputError
 
 __version__ = "0.1.0"
 __all__ = ["AuditFailure", "AuditRequest", "ErrorKind", "InputError", "Report", "Reports", "__version__", "audit_many",
-           "audit_records", "calc", "compare", "inspect", "inspect_all", "run"]
+           "audit_records", "calc", "compare", "diff", "inspect", "inspect_all", "run"]
 
 if TYPE_CHECKING:
-    from mhainspect.api import audit_many, audit_records, calc, compare, inspect, inspect_all
+    from mhainspect.api import audit_many, audit_records, calc, compare, diff, inspect, inspect_all
     from mhainspect.batch import AuditFailure
     from mhainspect.pipeline import AuditRequest, run
     from mhainspect.results import Report, Reports
 
 _LAZY = {"inspect": "mhainspect.api", "inspect_all": "mhainspect.api", "calc": "mhainspect.api",
-         "compare": "mhainspect.api", "audit_many": "mhainspect.api", "audit_records": "mhainspect.api",
+         "compare": "mhainspect.api", "diff": "mhainspect.api", "audit_many": "mhainspect.api", "audit_records": "mhainspect.api",
          "AuditFailure": "mhainspect.batch", "Report": "mhainspect.results", "Reports": "mhainspect.results",
          "run": "mhainspect.pipeline", "AuditRequest": "mhainspect.pipeline"}
 

@@ -45,8 +45,9 @@ if TYPE_CHECKING:
     from mhainspect.frontends.folders import ModelRef
     from mhainspect.ir.weights import HeadOffers
     from mhainspect.pipeline import Outcome
+    from mhainspect.results.diff import ReportDiff
 
-__all__ = ["AuditRequest", "audit_many", "audit_records", "calc", "compare", "inspect", "inspect_all", "run"]
+__all__ = ["AuditRequest", "audit_many", "audit_records", "calc", "compare", "diff", "inspect", "inspect_all", "run"]
 
 def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[ModelRef, ...]:
     return expand_models(model_argument(p) for p in paths)
@@ -116,6 +117,14 @@ def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] =
     request = _request((str(p) for p in _models(paths)), _settings(what_if_heads, ignore=ignore), config=config,
                        verify=verify, expand=False, raise_errors=True)
     return Reports(_report(o) for o in run(request))
+
+
+def diff(a: str | os.PathLike[str] | Report, b: str | os.PathLike[str] | Report) -> ReportDiff:
+    """``mhainspect diff A B``: two models (paths, or reports already made) compared block by block;
+    ``str()`` is the terminal form, ``to_dict()`` the JSON, ``.changed`` what --fail-on-change exits on."""
+    from mhainspect.analysis.diff import diff_reports
+
+    return diff_reports(a if isinstance(a, Report) else inspect(a), b if isinstance(b, Report) else inspect(b))
 
 
 def calc(convention: str, /, **arguments: UserValue) -> Calculation:

@@ -118,3 +118,16 @@ def test_a_lost_block_and_a_changed_layout() -> None:
 def test_bad_input_is_one_line(run: Callable[..., Run], tmp_path: Path) -> None:
     r = run("diff", ROOT / "sample_models" / "gqa_llama.onnx", tmp_path / "missing.onnx")
     assert r.code == 2 and r.err.startswith("mhainspect: error:") and "Traceback" not in r.err
+
+
+def test_python_api_diff() -> None:
+    import mhainspect
+
+    samples = ROOT / "sample_models"
+    d = mhainspect.diff(str(samples / "gqa_llama.onnx"), str(samples / "llama_kv_cache.onnx"))
+    assert d.changed and "diff" in dir(mhainspect)
+    kv = [f for b in d.to_dict()["blocks"] for f in b["fields"] if f["field"] == "kv_cache_bytes_per_token"]
+    assert [(f["a"], f["b"], f["changed"]) for f in kv] == [(None, 128, True)]  # a cache the graph shows
+    assert "model.layers.0.self_attn  KV/token  ?  128" in str(d)
+    same = mhainspect.diff(mhainspect.inspect(str(samples / "gqa_llama.onnx")), str(samples / "gqa_llama.onnx"))
+    assert not same.changed

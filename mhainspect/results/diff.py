@@ -4,7 +4,9 @@ mhainspect.render.diff writes it."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import Any
 
 from mhainspect.results.vocabulary import Vocabulary
 
@@ -67,3 +69,18 @@ class ReportDiff:
         """A block that differs or has no match: what --fail-on-change fails on. The model's totals
         are shown, not counted: an export adds constant tables a checkpoint does not store."""
         return any(b.status is not Change.SAME for b in self.blocks)
+
+    # The renderers sit above this module: looked up by name when called (as Report's are).
+    def to_dict(self) -> dict[str, Any]:
+        """``diff -f json``'s document (docs/diff.schema.json) as plain Python data."""
+        data: dict[str, Any] = importlib.import_module("mhainspect.render.diff").diff_to_dict(self)
+        return data
+
+    def __str__(self) -> str:
+        """``print(mhainspect.diff(a, b))``: the terminal form of ``mhainspect diff A B``."""
+        text: str = importlib.import_module("mhainspect.render.diff").render_diff_text(self)
+        return text
+
+    def _repr_html_(self) -> str:
+        text: str = importlib.import_module("mhainspect.render.diff").render_diff_html(self)
+        return text
