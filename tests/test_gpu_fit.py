@@ -97,6 +97,9 @@ def test_require_context_gate(run: Callable[..., Run], llama70b: Path) -> None:
     assert "fits at most 93,662 tokens on 2 × 80 GiB < --require-context 128k" in short.err
     one = run(llama70b, "--gpu-memory", "80GiB", "--require-context", "1k", "-q")  # 131 GiB of weights on one GPU
     assert one.code == 1 and "the weights alone take 131.4 GiB per GPU" in one.err
+    table = run(llama70b, "--gpu-memory", "80GiB").out  # the table's (printable) copy keeps the status
+    assert "Does not fit on 1 GPU of 80 GiB: weights (as stored) 131.4 GiB per GPU, more than the GPU holds" in table
+    assert "longest context" not in table
     gates = run(llama70b, "--gpu-memory", "80GiB", "--gpus", "2", "--require-context", "128k", "-f", "json").json()
     assert [(g["gate"], g["passed"], g["actual"], g["limit"]) for g in gates["gates"]] == \
         [("require-context", False, 93_662, 131_072)]

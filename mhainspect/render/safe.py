@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from enum import Enum
 from typing import TypeVar
 
 __all__ = [
@@ -53,6 +54,8 @@ def printable_fields(obj: T) -> T:
     Text renderers call it once at their entry, so no name or message from the file reaches the
     terminal raw; JSON needs no such step (the encoder escapes control characters itself).
     """
+    if isinstance(obj, Enum):
+        return obj  # a closed vocabulary's member, never a file's text: kept, so `is` comparisons hold
     if isinstance(obj, str):
         return printable(obj)  # type: ignore[return-value]
     if isinstance(obj, tuple):
