@@ -94,3 +94,25 @@ def test_swin_heads_per_stage_from_the_tables(tmp_path: Path) -> None:
     for b in report.blocks:
         if b.name in flagged:
             assert any("option says 4" in c for c in b.conflicts), b.conflicts
+
+
+def test_wrapped_linear_is_its_wrappers_role(tmp_path: Path) -> None:
+    """transformers' Gemma 4 vision attention wraps each projection's Linear (``q_proj.linear``, with
+    clipping bounds as buffers): the wrapper names the role, as timm's LinearNorm does."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "Gemma4VisionModel"):
+        pytest.skip("this transformers has no Gemma 4")
+    transformers.logging.set_verbosity_error()
+    config = transformers.Gemma4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=4, head_dim=8,
+                                             use_clipped_linears=True)
+    torch.manual_seed(0)
+    model = add_noise(transformers.Gemma4VisionModel(config))
+    model.save_pretrained(tmp_path)
+    report = audit(tmp_path)
+    attns = [m for n, m in model.named_modules() if n.endswith("self_attn")]
+    assert len(report.blocks) == len(attns) == 2
+    for b, a in zip(report.blocks, attns):
+        linears = [m for m in a.modules() if isinstance(m, torch.nn.Linear)]
+        assert (b.num_heads, b.d_k, b.params.total) == (4, 8, sum(p.numel() for m in linears for p in m.parameters()))
+    assert report.model.total_params == sum(p.numel() for p in model.parameters())  # the clipping bounds are buffers

@@ -99,7 +99,7 @@ class WeightMeta(NamedTuple):
 # window attn_mask; fairseq's _float_tensor; GPT-2's masked_bias; MiniMax's lightning-attention decay
 # tables (slope_rate, query_decay, key_decay, diagonal_decay); rotary original_inv_freq (dynamic
 # RoPE's copy); the MoE router's e_score_correction_bias (DeepSeek-V3 and its family); BART's
-# final_logits_bias. Integer ones are not parameters
+# final_logits_bias; Gemma 4's clipped Linear bounds (input_min/max, output_min/max). Integer ones are not parameters
 # by their dtype already; the names say it for the float ones, and for a checkpoint stored in one dtype.
 BUFFER_LEAVES = frozenset({
     "running_mean", "running_var", "num_batches_tracked",
@@ -109,6 +109,7 @@ BUFFER_LEAVES = frozenset({
     "_float_tensor", "masked_bias",
     "slope_rate", "query_decay", "key_decay", "diagonal_decay",
     "original_inv_freq", "e_score_correction_bias", "final_logits_bias",
+    "input_min", "input_max", "output_min", "output_max",
 })
 
 

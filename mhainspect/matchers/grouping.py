@@ -30,8 +30,9 @@ O_NAMES = frozenset({"o_proj", "out_proj", "o", "wo", "out_lin", "dense", "c_pro
                      "post_proj"})
 PACKED_NAMES = frozenset({"c_attn", "qkv_proj", "qkv", "query_key_value", "wqkv", "in_proj", "qkv_linear",
                           "w_pack", "qkv_layer"})
-# A packed [K; V] beside a separate Q (timm's PVT and LeViT's downsampling attention ``kv``).
-KV_PACKED_NAMES = frozenset({"kv", "kv_proj"})
+# A packed [K; V] beside a separate Q (timm's PVT and LeViT's downsampling attention ``kv``). Not
+# ``kv_proj``: DeepSeek-V4's is one K shared as V, no split.
+KV_PACKED_NAMES = frozenset({"kv"})
 # Packed names that say "input projection", not "Q, K and V": state-space mixers (Mamba, Jamba,
 # Zamba, Bamba) hold an ``in_proj`` and an ``out_proj`` too. Such a weight is a packed Q/K/V only
 # under a module named as attention (DeBERTa's ``attention.self.in_proj``).
