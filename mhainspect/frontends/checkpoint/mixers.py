@@ -45,14 +45,20 @@ def _is_conv(module: str, shape: Sequence[int]) -> bool:
         _CONV_MODULE.match(module.rpartition(".")[2]) is not None
 
 
+# How the name of a mixer-only parameter, or of the weight of a mixer's convolution, ends.
+_MIXER_ENDINGS = (*STATE_WEIGHTS, "conv.weight", "conv1d.weight")
+
+
 def mixer_modules(weights: Mapping[str, WeightMeta]) -> dict[str, tuple[str, ...]]:
     """Module path -> the mixer-only weight names found in it (``STATE_WEIGHTS``, a depthwise conv)."""
     out: dict[str, list[str]] = {}
-    for name, meta in weights.items():
+    for name in weights:
+        if not name.endswith(_MIXER_ENDINGS):
+            continue
         module, _, leaf = name.rpartition(".")
         if leaf in STATE_WEIGHTS:
             out.setdefault(module, []).append(leaf)
-        elif leaf == "weight" and _is_conv(module, meta.shape):
+        elif _is_conv(module, weights[name].shape):
             parent, _, conv = module.rpartition(".")
             out.setdefault(parent, []).append(conv)
     return {m: tuple(dict.fromkeys(v)) for m, v in out.items()}
