@@ -68,13 +68,12 @@ class _Later(Generic[R]):
     result nobody asks for never runs)."""
 
     def __init__(self, fn: Callable[[], R]) -> None:
-        self._fn = fn
-        self._done = False
+        self._fn: Callable[[], R] | None = fn
         self._value: R | None = None
 
     def result(self) -> R:
-        if not self._done:
-            self._value, self._done = self._fn(), True
+        if self._fn is not None:
+            self._value, self._fn = self._fn(), None
         return self._value  # type: ignore[return-value]  # set on the line above
 
 

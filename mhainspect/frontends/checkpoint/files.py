@@ -171,8 +171,10 @@ def read_folder(tree: Tree, folder: str, display: str, remote: bool) -> tuple[di
         if index_job is not None:
             index_where = display.rstrip("/") + "/" + (index_name or "")
             index = config_from_bytes(index_job.result(), index_where)
+            index_job = None  # the index's bytes and its parsed map (megabytes for 100k tensors) go now
             shards = indexed_files(index, index_where)
             sizes.plan(index["weight_map"])
+            del index
             if len(shards) > MAX_SHARD_FILES:
                 raise InputError(f"{index_where}: names {len(shards):,} shard files, more than the {MAX_SHARD_FILES:,} "
                                  "one model is read from")
@@ -184,12 +186,12 @@ def read_folder(tree: Tree, folder: str, display: str, remote: bool) -> tuple[di
                     jobs_by_name[f] = jobs.submit(header, f)
         else:
             shards = found
-        read = [jobs_by_name[f].result() for f in shards]
-    weights: dict[str, WeightMeta] = {}
-    values: Values = {}
-    for w, v in read:
-        weights.update(w)
-        values.update(v)
+        weights: dict[str, WeightMeta] = {}
+        values: Values = {}
+        for f in shards:  # merged as each comes: a shard's own dicts are dropped once merged
+            w, v = jobs_by_name.pop(f).result()
+            weights.update(w)
+            values.update(v)
     assert config is not None
     return apply_quantization(weights, config, values), config
 
