@@ -108,7 +108,7 @@ def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, Weig
         return name in evidence
 
     kept_blocks = shared_block_runs(config, [b for b in blocks if not no_attention(b.name)])
-    kept_misses = [m for m in misses if not no_attention(m.anchor)]
+    kept_misses = [_shared_kv(m, plans.get(m.anchor, ("", None))[1]) for m in misses if not no_attention(m.anchor)]
     out: list[MixerLayers] = []
     for plan in {id(p): p for _, p in plans.values() if p is not None}.values():
         out.extend(_plan_mixers(plan))
@@ -126,6 +126,17 @@ def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, Weig
                                reason="no config gives the widths of its state"))
     out.sort(key=lambda m: (m.layers[0] if m.layers else 0, m.kind.value))
     return kept_blocks, kept_misses, tuple(out)
+
+
+def _shared_kv(miss: Miss, plan: LayerPlan | None) -> Miss:
+    """A near miss at a layer that reads another layer's K/V (Gemma-3n's num_kv_shared_layers): it
+    holds Q and O only because its K/V are another layer's, and it caches nothing (said so)."""
+    layer = layer_index(miss.anchor)
+    if plan is None or not plan.reuses(layer):
+        return miss
+    return dataclasses.replace(miss, caches=False, reason=(
+        f"layer {layer} reads the K/V an earlier layer of its type caches ({plan.reuse_said}): the module holds "
+        "its Q and O projections only, and caches nothing; not counted as a block"))
 
 
 def _plan_mixers(plan: LayerPlan) -> list[MixerLayers]:
