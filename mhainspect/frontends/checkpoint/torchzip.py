@@ -29,7 +29,7 @@ from mhainspect.frontends.formats import archive_members
 from mhainspect.frontends.pickles import STORAGE_DTYPES, Global, RefusedGlobal, TensorRecord, read_pickle
 from mhainspect.ir.dtypes import INTEGER_STRUCT_CODES, canonical, nbytes
 from mhainspect.ir.weights import WeightMeta
-from mhainspect.sources.blob import Blob, BlobFile, HeadCached, Prefix, SparseView
+from mhainspect.sources.blob import Blob, BlobFile, HeadCached, LocalBlob, Prefix, SparseView
 from mhainspect.sources.parallel import in_parallel
 
 # The end of an archive read first: the end-of-directory record and its zip64 locator, and the
@@ -74,10 +74,18 @@ def read_torch_file(blob: Blob, values: dict[str, tuple[int, ...]] | None = None
     """A torch.save file, local or remote, without torch: a zip archive (torch >= 1.6) by its
     directory and its pickle, a legacy file (a run of pickles, the storages after them) by its
     pickles; both through the one restricted pickle reader with torch's weights-only allow-list."""
-    head = blob.read(0, 1) if not isinstance(blob, HeadCached) else blob.head()[:1]
-    if head == b"\x80":
+    if isinstance(blob, (LocalBlob, HeadCached)):  # its first byte costs no request: it says which
+        first = blob.head()[:1] if isinstance(blob, HeadCached) else blob.read(0, 1)
+        if first == b"\x80":
+            return read_torch_legacy(blob, values, unpickling_reason)
+    try:  # a shard of a folder: zip first (what torch >= 1.6 writes), its directory read from the end
+        return read_torch_zip(blob, values, unpickling_reason)
+    except _LegacyFile:
         return read_torch_legacy(blob, values, unpickling_reason)
-    return read_torch_zip(blob, values, unpickling_reason)
+
+
+class _LegacyFile(Exception):
+    """Not a zip archive but a pickle: a legacy torch.save file."""
 
 
 # A legacy torch.save file (torch/serialization.py, _legacy_save) is five pickles in a row: torch's
@@ -214,8 +222,7 @@ def _open_archive(blob: Blob) -> tuple[zipfile.ZipFile, SparseView]:
             struct.error) as exc:  # zipfile's words for a directory it cannot parse (UnicodeDecodeError too)
         head = view[0:4]
         if head.startswith(b"\x80"):
-            raise InputError(f"{blob.name}: a legacy (non-zip) PyTorch checkpoint: its storages follow the pickle, "
-                             "so it is read on local disk only (save it again with torch >= 1.6)") from None
+            raise _LegacyFile from None
         if not head.startswith(b"PK\x03\x04"):
             raise InputError(f"{blob.name}: not a PyTorch checkpoint (neither a zip archive nor a pickle)") from None
         raise InputError(f"{blob.name}: not a PyTorch checkpoint (broken zip archive: {exc})") from None
