@@ -192,3 +192,20 @@ def test_small_module_matches_the_cache(model_type: str) -> None:
     assert {hm_layer(b.name) for b in report.blocks} <= set(_attending(model.config))
     stateful = [i for i, t in enumerate(_transformers_types(model.config)) if t.has_state]
     assert sorted(i for m in report.model.mixers for i in m.layers) == stateful
+
+
+def test_a_prediction_module_is_not_read_by_the_stack_plan(tmp_path: Path) -> None:
+    """Qwen3-Next's multi-token-prediction module (``mtp.layers.0``, full attention) is numbered from 0
+    again: the stack's layer types (layer 0: linear attention) do not apply to it."""
+    from safetensors.torch import load_file, save_file
+
+    folder, _ = hm.small_folder("qwen3_next", tmp_path / "q")
+    stored = load_file(folder / "model.safetensors")
+    mtp = {k.replace("model.layers.3.", "mtp.layers.0."): v.clone() for k, v in stored.items()
+           if k.startswith("model.layers.3.self_attn.")}
+    save_file({**stored, **mtp}, folder / "model.safetensors", metadata={"format": "pt"})
+    report = mhainspect.inspect(str(folder))
+    names = [b.name for b in report.blocks]
+    assert names == ["model.layers.3.self_attn", "mtp.layers.0.self_attn"]
+    assert report.blocks[1].kv_cache_status is CacheStatus.NONE
+    assert sorted(i for m in report.model.mixers for i in m.layers) == [0, 1, 2]

@@ -101,14 +101,15 @@ def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, Weig
     def no_attention(name: str) -> bool:
         """Whether module ``name`` sits where no softmax attention is: a layer the plan gives a
         mixer without attention (or a type not known here), else a module with mixer-only weights."""
-        plan = plans.get(name, ("", None))[1]
+        plan = plans.get(name, ("", None))[1] if in_stack(name) else None
         kind = plan.kind(layer_index(name)) if plan is not None else None
         if kind is not None:
             return not kind.attends and kind is not LayerType.NONE
         return name in evidence
 
     kept_blocks = shared_block_runs(config, [b for b in blocks if not no_attention(b.name)])
-    kept_misses = [_shared_kv(m, plans.get(m.anchor, ("", None))[1]) for m in misses if not no_attention(m.anchor)]
+    kept_misses = [_shared_kv(m, plans.get(m.anchor, ("", None))[1] if in_stack(m.anchor) else None)
+                   for m in misses if not no_attention(m.anchor)]
     out: list[MixerLayers] = []
     for plan in {id(p): p for _, p in plans.values() if p is not None}.values():
         out.extend(_plan_mixers(plan))
@@ -126,6 +127,12 @@ def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, Weig
                                reason="no config gives the widths of its state"))
     out.sort(key=lambda m: (m.layers[0] if m.layers else 0, m.kind.value))
     return kept_blocks, kept_misses, tuple(out)
+
+
+def in_stack(name: str) -> bool:
+    """Whether a module is in the decoder stack a config's layer types describe: not in a
+    multi-token-prediction module (Qwen3-Next's ``mtp.layers.0`` is numbered from 0 again)."""
+    return not any(part == "mtp" or part.startswith("mtp_") for part in name.split("."))
 
 
 def _shared_kv(miss: Miss, plan: LayerPlan | None) -> Miss:
