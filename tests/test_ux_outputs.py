@@ -114,3 +114,14 @@ def test_batch_without_context_says_so(run: Callable[..., Run]) -> None:
     assert "--batch has no effect without --context N" in r.err
     assert not any("batch" in w for w in run(SAMPLES / "llama_kv_cache.onnx", "--batch", "4", "--context", "8",
                                               "-f", "json").json()["warnings"])
+
+
+def test_option_warnings_are_short(run: Callable[..., Run]) -> None:
+    """An option without effect is one short line: which blocks, and the way out; the full why is
+    the KV cache line's (was ~480 characters, the cache's reason repeated)."""
+    r = run(SAMPLES / "gqa_llama.onnx", "--context", "8k", "--batch", "2", "--kv-dtype", "fp16", "-f", "json")
+    lines = [ln for ln in r.err.splitlines() if ln.startswith("mhainspect: warning:")]
+    assert len(lines) == 1 and len(lines[0]) <= 320
+    assert "the KV cache is unknown for 1 block (model.layers.0.self_attn); " in lines[0]
+    enc = run(SAMPLES / "bert_two_layers.onnx", "--context", "8k", "-f", "json").err.strip()
+    assert enc.endswith("--context has no effect: nothing in the model caches K/V (the KV cache line says why)")

@@ -91,10 +91,12 @@ def size_option_warnings(report: Report, *, context: bool, batch: bool, kv_dtype
         return ()
     options = ", ".join(given[:-1]) + f" and {given[-1]}" if len(given) > 1 else given[0]
     verb = "has" if len(given) == 1 else "have"
+    # Short: the why in full is the report's KV cache line (kv_cache.reason); here what it is about.
     if kv.status is CacheStatus.NONE:
-        return (ReportWarning(f"{options} {verb} no effect: nothing in the model caches K/V ({kv.reason})",
-                              WarningCode.OPTION_WITHOUT_EFFECT),)
+        return (ReportWarning(f"{options} {verb} no effect: nothing in the model caches K/V (the KV cache line "
+                              "says why)", WarningCode.OPTION_WITHOUT_EFFECT),)
     # The caller can settle whether a block decodes, not heads the source does not give.
     hint = f"; {DECODER_HINT}" if any(b.kv_cache_status is CacheStatus.UNKNOWN for b in report.blocks) else ""
-    return (ReportWarning(f"{options} {verb} no effect: the KV cache is unknown ({kv.reason}){hint}",
+    which = (kv.reason or "").split(": ", 1)[0]  # 'unknown for 1 block (model.layers.0.self_attn)'
+    return (ReportWarning(f"{options} {verb} no effect: the KV cache is {which or 'unknown'}{hint}",
                           WarningCode.OPTION_WITHOUT_EFFECT),)
