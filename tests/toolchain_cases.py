@@ -22,15 +22,9 @@ DATA = Path(__file__).parent / "data" / "toolchains"
 
 # What each not-yet-exact fixture lacks, by fixture id (toolchain/file) or by model (toolchain/NAME*,
 # the export and its int8 copy). Remove an entry when its gap is closed: strict xfail fails then.
-_POSITIONS_SLICED = ("the export holds the position table sliced to the exported sequence (8 of its 16 rows): "
-                     "the file has no room for the rest, so the total is below the Keras count")
-_REVERSE_UNREAD = ("the backbone's untied reverse embedding is never read, so no export holds it (2,048 below the "
-                   "Keras count)")
 _ROTARY_STORED = "rotary cos/sin tables tf2onnx computed and stored are counted as parameters"
 GAPS: dict[str, str] = {
-    **{f"{tc}/keras_hub_{m}*": _POSITIONS_SLICED for tc in ("keras-tf2onnx", "keras-torch") for m in ("bert", "gpt2")},
-    "keras-torch/keras_hub_llama*": _REVERSE_UNREAD,
-    "keras-tf2onnx/keras_hub_llama*": f"{_REVERSE_UNREAD}; {_ROTARY_STORED}",
+    "keras-tf2onnx/keras_hub_llama*": _ROTARY_STORED,
     "keras-tf2onnx/keras_hub_gemma*": _ROTARY_STORED + ", and a zeros_like constant it folded",
     "keras-jax2onnx/keras_hub_bert*": "scalar constants jax2onnx folded out of the layers are counted as parameters",
 }

@@ -68,9 +68,12 @@ def gqa(name: str, **kwargs: Any) -> Callable[[], Built]:
     return make
 
 
+HUB_SEQ = 16  # the backbones' max_sequence_length: an export at that length reads the whole position table
+
+
 def _tokens(model: keras.Model) -> list[np.ndarray]:
     names = [t.name for t in model.inputs]
-    ids = np.array([[3, 7, 1, 9, 4, 2, 8, 5]], dtype="int32")
+    ids = (np.arange(HUB_SEQ, dtype="int32")[None] * 7 + 3) % 64
     out = []
     for n in names:
         out.append(np.ones_like(ids) if "mask" in n else (np.zeros_like(ids) if "segment" in n else ids))
@@ -99,9 +102,11 @@ MODELS: dict[str, Callable[[], Built]] = {m.__name__: m for m in (
     mha("keras_mha_causal", num_heads=4, key_dim=8, causal=True),
     gqa("keras_gqa", head_dim=8, num_query_heads=4, num_key_value_heads=2),
     gqa("keras_mqa", head_dim=8, num_query_heads=4, num_key_value_heads=1),
-    hub("keras_hub_bert", "BertBackbone", num_heads=4, max_sequence_length=16, **_HUB),
-    hub("keras_hub_gpt2", "GPT2Backbone", num_heads=4, max_sequence_length=16, **_HUB),
-    hub("keras_hub_llama", "LlamaBackbone", num_query_heads=4, num_key_value_heads=2, **_HUB),
+    hub("keras_hub_bert", "BertBackbone", num_heads=4, max_sequence_length=HUB_SEQ, **_HUB),
+    hub("keras_hub_gpt2", "GPT2Backbone", num_heads=4, max_sequence_length=HUB_SEQ, **_HUB),
+    # tied: an untied reverse embedding is the task head's, which a backbone never reads (no export holds it)
+    hub("keras_hub_llama", "LlamaBackbone", num_query_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+        **_HUB),
     hub("keras_hub_gemma", "GemmaBackbone", num_query_heads=4, num_key_value_heads=1, head_dim=8, **_HUB),
 )}
 
