@@ -65,6 +65,7 @@ def _changed_fields(doc: dict[str, Any]) -> set[str]:
     return {f["field"] for b in doc["blocks"] for f in b["fields"] if f["changed"]}
 
 
+@pytest.mark.slow  # many seconds: a model saved and exported (-m 'not slow' leaves it out)
 def test_checkpoint_and_its_export_have_the_same_blocks(run: Callable[..., Run], llama: dict[str, Path]) -> None:
     r = run("diff", llama["folder"], llama["onnx"], "-f", "json", "--fail-on-change")
     assert r.code == 0, r.out  # the model's bytes differ (the export's constant tables), no block does
@@ -81,6 +82,7 @@ def test_checkpoint_and_its_export_have_the_same_blocks(run: Callable[..., Run],
     assert "No block changed." in text.out
 
 
+@pytest.mark.slow  # the export above, quantized
 def test_fp32_and_int8_differ_only_in_bytes(run: Callable[..., Run], llama: dict[str, Path],
                                             diff_validator: Any) -> None:
     r = run("diff", llama["onnx"], llama["int8"], "-f", "json")
