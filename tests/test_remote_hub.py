@@ -157,6 +157,29 @@ def test_pytorch_bin_folder(tmp_path: Path, env: Path, monkeypatch: pytest.Monke
     assert remote == report_json(folder, base=str(folder))
 
 
+def test_legacy_pytorch_bin_folder(tmp_path: Path, env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A legacy (non-zip) torch.save shard is read remotely as locally, without torch: its pickles
+    from byte 0 (the zip directory, tried first, is not there), never its storages."""
+    torch = pytest.importorskip("torch")
+    from test_remote import _torch_state
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(llama_config(32, 4, 2, 2, vocab=64)))
+    _torch_state(tmp_path / "zip.bin")
+    torch.save(torch.load(tmp_path / "zip.bin", weights_only=True), folder / "pytorch_model.bin",
+               _use_new_zipfile_serialization=False)
+    assert (folder / "pytorch_model.bin").read_bytes()[:1] == b"\x80"
+    with hub(tmp_path, {"org/legacy": Repo(folder)}) as (api, storage):
+        monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
+        remote = report_json("hf://org/legacy", base="hf://org/legacy")
+        # the end of the file (no zip directory there, and the span before it zipfile looks in), then
+        # the pickles from byte 0
+        assert storage.log.requests <= 4
+        assert storage.log.bytes < (folder / "pytorch_model.bin").stat().st_size
+    assert remote == report_json(folder, base=str(folder))
+
+
 def test_web_urls_name_the_same_model(folders: Path, servers: tuple[HubServer, FileServer]) -> None:
     api, _ = servers
     local = report_json(folders / "llama" / "model-00001-of-00003.safetensors", base=str(folders / "llama"))

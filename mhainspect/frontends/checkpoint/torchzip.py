@@ -85,7 +85,11 @@ def read_torch_file(blob: Blob, values: dict[str, tuple[int, ...]] | None = None
 
 
 class _LegacyFile(Exception):
-    """Not a zip archive but a pickle: a legacy torch.save file."""
+    """Not a zip archive (no end-of-directory record at its end; or a pickle at its start): a legacy
+    torch.save file, or no checkpoint at all (the legacy reader says which)."""
+
+
+_END_OF_DIRECTORY = b"PK\x05\x06"
 
 
 # A legacy torch.save file (torch/serialization.py, _legacy_save) is five pickles in a row: torch's
@@ -99,7 +103,7 @@ _LEGACY_FIRST = 64 * 1024  # the first range: the three small pickles and a smal
 def _pickle_end(head: Prefix, start: int, what: str) -> int:
     """Where the pickle that starts at ``start`` ends (after its STOP), growing the bytes held
     (doubling, up to MAX_PICKLE_BYTES) until its STOP is in them. Decoding only: nothing runs."""
-    want = max(_LEGACY_FIRST, head.held - start)
+    want = head.held - start if head.held > start else _LEGACY_FIRST  # what is held first: no request
     while True:
         held = head.ensure(start + want) - start
         try:
@@ -110,7 +114,7 @@ def _pickle_end(head: Prefix, start: int, what: str) -> int:
             pass  # cut short: the pickle goes on past the bytes held
         if held < want or want >= MAX_PICKLE_BYTES:
             raise InputError(f"{what}: truncated pickle (no STOP in {held:,} bytes)")
-        want = min(2 * want, MAX_PICKLE_BYTES)
+        want = min(2 * max(want, _LEGACY_FIRST // 2), MAX_PICKLE_BYTES)
 
 
 def read_torch_legacy(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
@@ -121,6 +125,8 @@ def read_torch_legacy(blob: Blob, values: dict[str, tuple[int, ...]] | None = No
     read_torch_zip."""
     what = f"{blob.name}: cannot read as a PyTorch checkpoint"
     head = Prefix(blob, first=_LEGACY_FIRST, limit=None)
+    if head.read(0, 1) != b"\x80":
+        raise InputError(f"{blob.name}: not a PyTorch checkpoint (neither a zip archive nor a pickle)")
     pickles: list[Any] = []
     pos = 0
     try:
@@ -213,6 +219,8 @@ def read_torch_zip(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
 def _open_archive(blob: Blob) -> tuple[zipfile.ZipFile, SparseView]:
     """The archive's directory, read from a range at its end (and the rest of a long directory)."""
     tail = blob.tail(TAIL_RANGE)
+    if _END_OF_DIRECTORY not in tail:  # torch writes no archive comment: a zip's end record is in the tail
+        raise _LegacyFile
     size = blob.size()
     view = SparseView(blob, size)
     view.seed(size - len(tail), tail)
