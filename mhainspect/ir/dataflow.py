@@ -394,13 +394,17 @@ class GraphIndex:
 
     def _stored_behind(self, name: str) -> Tensor | None:
         """The stored tensor ``name`` is, behind casts and views (a scale or a zero point)."""
+        return self.stored_through(name, _WEIGHT_VIEW_OPS)
+
+    def stored_through(self, name: str, ops: frozenset[str]) -> Tensor | None:
+        """The stored tensor ``name`` is read from through a chain of ``ops`` (first inputs), or None."""
         cur = name
         for _ in range(_MAX_VALUE_HOPS):
             t = self.graph.weights.get(cur)
             if t is not None:
                 return t
             node = self.producer.get(cur)
-            if node is None or node.op not in _WEIGHT_VIEW_OPS or not node.inputs:
+            if node is None or node.op not in ops or not node.inputs:
                 return None
             cur = node.inputs[0]
         return None

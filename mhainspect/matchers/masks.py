@@ -68,21 +68,9 @@ def folded_masks(index: GraphIndex, path: tuple[Node, ...]) -> set[str]:
         if node.op not in ("Add", "Sub", "Mul", "Where"):
             continue
         for x in node.inputs:
-            if x and x not in on_path and (t := _stored_view(index, x)) is not None and _mask_values(t):
+            if x and x not in on_path and (t := index.stored_through(x, _VIEWS)) is not None and _mask_values(t):
                 found.add(t.name)
     return found
-
-
-def _stored_view(index: GraphIndex, name: str) -> Tensor | None:
-    for _ in range(8):
-        t = index.graph.weights.get(name)
-        if t is not None:
-            return t
-        node = index.producer.get(name)
-        if node is None or node.op not in _VIEWS or not node.inputs:
-            return None
-        name = node.inputs[0]
-    return None
 
 
 def _mask_values(t: Tensor) -> bool:

@@ -370,11 +370,15 @@ class SparseView:
 
 
 class BlobFile(io.RawIOBase):
-    """A read-only, seekable file over a SparseView (what zipfile reads a remote archive through)."""
+    """A read-only, seekable file over a SparseView, or over its span [start, start + size): what
+    zipfile reads a remote archive through, and h5py an archive's stored weights member (only the
+    headers it visits are fetched)."""
 
-    def __init__(self, view: SparseView) -> None:
+    def __init__(self, view: SparseView, start: int = 0, size: int | None = None) -> None:
         super().__init__()
         self.view = view
+        self.start = start
+        self.size = len(view) - start if size is None else size
         self.pos = 0
 
     def readable(self) -> bool:
@@ -386,22 +390,23 @@ class BlobFile(io.RawIOBase):
     def tell(self) -> int:
         return self.pos
 
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self.pos, 2: len(self.view)}[whence]
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
         self.pos = max(0, base + offset)
         return self.pos
 
     def read(self, size: int | None = -1) -> bytes:
-        end = len(self.view) if size is None or size < 0 else min(len(self.view), self.pos + size)
+        end = self.size if size is None or size < 0 else min(self.size, self.pos + size)
         if end <= self.pos:
             return b""
-        data = self.view[self.pos:end]
-        self.pos = end
+        data = self.view[self.start + self.pos:self.start + end]
+        self.pos += len(data)
         return data
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[:len(data)] = data
         return len(data)
 
 

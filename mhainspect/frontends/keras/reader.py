@@ -17,7 +17,6 @@ extra (``mhainspect[keras]``); it reads the HDF5 object headers, never a dataset
 
 from __future__ import annotations
 
-import io
 import json
 import struct
 import zipfile
@@ -61,41 +60,6 @@ class _Variable:
     dtype: str
 
 
-class _Window(io.RawIOBase):
-    """A span [start, start + size) of a file as a read-only file, for h5py: reads go to a
-    SparseView of the blob (spans held once, read-ahead on sequential runs), so only the HDF5
-    headers h5py visits are fetched, locally or at a URL."""
-
-    def __init__(self, view: SparseView, start: int, size: int) -> None:
-        super().__init__()
-        self._view, self._start, self._size, self._pos = view, start, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        n = max(0, min(len(view), self._size - self._pos))
-        if n == 0:
-            return 0
-        at = self._start + self._pos
-        data = self._view[at:at + n]
-        view[:len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-
 def _h5py() -> Any:
     try:
         import h5py
@@ -107,7 +71,7 @@ def _h5py() -> Any:
 def _open_h5(view: SparseView, start: int, size: int, what: str) -> Any:
     h5py = _h5py()
     try:
-        return h5py.File(_Window(view, start, size), "r")
+        return h5py.File(BlobFile(view, start, size), "r")
     except OSError as exc:
         raise InputError(f"{what} is not a readable HDF5 file ({_first_line(exc)})") from None
 
