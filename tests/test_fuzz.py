@@ -3,7 +3,7 @@
 ONNX sample models (tests/fuzz_mutations.py), and GGUF, safetensors, Hugging Face folders,
 torch.save zips, torch.export programs and TorchScript archives (tests/fuzz_formats.py).
 
-Contract: ``mhainspect.frontends.onnx.frontend.audit`` returns a Report (which every renderer renders) or
+Contract: ``mhainspect.pipeline.stages.audit`` returns a Report (which every renderer renders) or
 raises ``InputError``; the CLI exits 0 or 2, with one ``mhainspect: error:`` line on exit 2, and
 never prints a traceback or an "internal error".
 
