@@ -240,3 +240,70 @@ def test_a_kernel_reshaped_by_a_target_computed_from_its_own_shape_is_a_projecti
     # The heads come from the kernels' head axis, with the kernel named: no guess from the scale.
     kernel = [e for e in report.blocks[0].evidence if e.field == "num_heads" and e.source == "kernel_shape"]
     assert kernel and kernel[0].value == H and "q_kernel [32, 4, 8]" in kernel[0].detail
+
+
+def _rotate_half(g: G, x: str, tag: str) -> str:
+    """keras-hub's rotate-half as tf2onnx writes it: Split the last axis, stack (-x2, x1), Reshape back."""
+    x1, x2 = f"{tag}_x1", f"{tag}_x2"
+    g.nodes.append(helper.make_node("Split", [x, g.ints(f"{tag}_halves", [DK // 2, DK // 2])], [x1, x2],
+                                    name=f"{tag}_split", axis=-1))
+    axis = g.ints(f"{tag}_axis", [-2])
+    neg = g.op("Unsqueeze", [g.op("Neg", [x2], f"{tag}_neg"), axis], f"{tag}_u2")
+    stacked = g.op("Concat", [neg, g.op("Unsqueeze", [x1, axis], f"{tag}_u1")], f"{tag}_stack", axis=-2)
+    return g.op("Reshape", [stacked, g.ints(f"{tag}_back", [1, H, S, DK])], f"{tag}_rot")
+
+
+def test_rotary_tables_and_a_zeros_like_a_converter_stored_are_no_parameters() -> None:
+    """tf2onnx keeps what it computed as plain initializers: the rotary cos/sin tables (read as
+    x·cos + rotate_half(x)·sin, told by that use, not by their values) and the zeros_like of a select
+    it lowered to arithmetic (all zeros, read only by a product). Neither is a parameter; a learned
+    table multiplied into the activations without the rotate-half is one."""
+    g = G()
+    q, k, v = g.qkv()
+    angles = np.arange(S)[:, None] * (1e4 ** (-np.arange(DK) % (DK // 2) / (DK // 2)))[None]
+    cos = g.init("rotary/Cos:0", np.cos(angles).astype(np.float32)[None, None])
+    sin = g.init("rotary/Sin:0", np.sin(angles).astype(np.float32)[None, None])
+    q, k = (g.op("Add", [g.op("Mul", [t, cos], f"{t}_c"), g.op("Mul", [_rotate_half(g, t, t), sin], f"{t}_s")],
+                 f"{t}_rope") for t in (q, k))
+    s = g.scale(g.op("MatMul", [q, g.op("Transpose", [k], "k_t", perm=[0, 1, 3, 2])], "qk"))
+    ctx = g.op("MatMul", [g.op("Softmax", [s], "probs", axis=-1), v], "ctx")
+    zeros = g.init("attention/zeros_like:0", np.zeros((1, H, S, DK), dtype=np.float32))
+    keep = g.op("Cast", ["m"], "keep", to=TensorProto.FLOAT)
+    ctx = g.op("Add", [g.op("Mul", [ctx, g.op("ReduceMax", [keep, g.ints("keys", [-1])], "any", keepdims=1)],
+                             "kept"), g.op("Mul", [g.op("Neg", [keep], "hide"), zeros], "filled")], "ctx_sel")
+    gate = g.weight("attn.gate", 1, H, S, DK)  # learned, multiplied in: a parameter
+    report = g.report(g.merge_and_project(g.op("Mul", [ctx, gate], "gated")))
+    assert _block(report) == STANDARD
+    assert report.model.total_params == 4 * (D * D + D) + H * S * DK
+
+
+def test_a_table_multiplied_in_without_a_rotate_half_is_a_parameter() -> None:
+    """The same Add of two products, but the second activation is no rearrangement of the first
+    (a different value of the run joins in): the stored tensors are read as weights."""
+    g = G()
+    q, k, v = g.qkv()
+    a = g.weight("attn.a", 1, 1, S, DK)
+    b = g.weight("attn.b", 1, 1, S, DK)
+    other = g.op("Neg", [k], "k_neg")  # negated, but of K: not q's halves swapped
+    q = g.op("Add", [g.op("Mul", [q, a], "q_a"), g.op("Mul", [other, b], "k_b")], "q_mix")
+    s = g.scale(g.op("MatMul", [q, g.op("Transpose", [k], "k_t", perm=[0, 1, 3, 2])], "qk"))
+    report = g.report(g.merge_and_project(g.op("MatMul", [g.op("Softmax", [s], "probs", axis=-1), v], "ctx")))
+    assert report.model.total_params == 4 * (D * D + D) + 2 * S * DK
+
+
+def test_a_nan_fill_a_converter_stored_is_no_parameter() -> None:
+    """jax2onnx stores the fill of ``where(cond, y, nan)`` as a [1, S, 1] tensor of NaN: no trained
+    value is NaN, so it is no parameter; a learned [1, S, 1] tensor in the same place is one."""
+    totals = []
+    for fill in (np.full((1, S, 1), np.nan, dtype=np.float32), RNG.normal(size=(1, S, 1)).astype(np.float32)):
+        g = G()
+        q, k, v = g.qkv()
+        s = g.scale(g.op("MatMul", [q, g.op("Transpose", [k], "k_t", perm=[0, 1, 3, 2])], "qk"))
+        ctx = g.merge_and_project(g.op("MatMul", [g.op("Softmax", [s], "probs", axis=-1), v], "ctx"))
+        norm = g.op("ReduceSum", [ctx, g.ints("last", [-1])], "norm", keepdims=1)
+        pos = g.op("Greater", [norm, g.init("zero", np.array(0.0, dtype=np.float32))], "pos")
+        safe = g.op("Where", [pos, norm, g.init("const_53", fill)], "safe")
+        report = g.report(g.op("Div", [ctx, safe], "out"))
+        assert _block(report) == STANDARD
+        totals.append(report.model.total_params)
+    assert totals == [4 * (D * D + D), 4 * (D * D + D) + S]

@@ -22,12 +22,7 @@ DATA = Path(__file__).parent / "data" / "toolchains"
 
 # What each not-yet-exact fixture lacks, by fixture id (toolchain/file) or by model (toolchain/NAME*,
 # the export and its int8 copy). Remove an entry when its gap is closed: strict xfail fails then.
-_ROTARY_STORED = "rotary cos/sin tables tf2onnx computed and stored are counted as parameters"
-GAPS: dict[str, str] = {
-    "keras-tf2onnx/keras_hub_llama*": _ROTARY_STORED,
-    "keras-tf2onnx/keras_hub_gemma*": _ROTARY_STORED + ", and a zeros_like constant it folded",
-    "keras-jax2onnx/keras_hub_bert*": "scalar constants jax2onnx folded out of the layers are counted as parameters",
-}
+GAPS: dict[str, str] = {}
 
 FIELDS = ("kind", "heads", "kv_heads", "d_k", "d_v", "d_model", "params")
 

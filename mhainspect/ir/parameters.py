@@ -25,14 +25,16 @@ constants (but a constant that is the weight operand of a product with the activ
 classifier matrix a model keeps as a plain tensor attribute, which TorchScript writes as a Constant
 node and the dynamo exporter as a lifted constant, is a weight whatever its storage), rotary
 frequency buffers that only build cos/sin tables, the cos/sin caches a fused op reads (TABLE_INPUTS:
-GroupQueryAttention's do_rotary inputs, RotaryEmbedding's), and a quantized copy of a float weight the file
+GroupQueryAttention's do_rotary inputs, RotaryEmbedding's), rotary cos/sin tables a converter stored,
+told by their use (x·C + rotate_half(x)·S), an all-zero tensor only products read (a converter's
+zeros_like), a small tensor holding no finite value (a NaN fill of a select), and a quantized copy of a float weight the file
 also keeps (a quantizer that rewrote only some uses of a shared weight): that weight counts once.
 """
 
 from __future__ import annotations
 
 from itertools import chain
-from math import prod
+from math import isfinite, prod
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -121,6 +123,7 @@ def scan_stored(index: GraphIndex, constants: frozenset[str] = frozenset()) -> S
     scalars: list[Tensor] = []
     others: list[tuple[str, Tensor]] = []
     trig_sources = _trig_sources(index)
+    rotary = _rotary_products(index)
     family_of: dict[str, Family | None] = {}  # dtype spelling -> family, looked up once per spelling
     folded = index.graph.folded
     copies: list[str] = []
@@ -151,6 +154,8 @@ def scan_stored(index: GraphIndex, constants: frozenset[str] = frozenset()) -> S
             continue
         if family is Family.FLOAT and (trig_sources is None or name in trig_sources) and _only_feeds_trig(index, name):
             continue  # rotary inv_freq: a buffer that only builds cos/sin tables, not a parameter
+        if family is Family.FLOAT and _computed_value(index, name, t, rotary):
+            continue  # a value a converter computed and stored (rotary cos/sin table, zeros_like)
         if copy is not None:  # read as a parameter: the part of it that is no other's
             copies.append(name)
             logical = copy.params
@@ -405,3 +410,92 @@ def _trig_sources(index: GraphIndex) -> set[str] | None:
         if node is not None and node.op in _TRIG_PATH:
             stack.extend(x for x in node.inputs if x)
     return found
+
+
+# Ops that rearrange a value without computing from it: a table is sliced/looked up/broadcast through
+# them on its way to its product, and rotate-half is spelled with them (and a Neg).
+_TABLE_VIEWS = frozenset({"Slice", "Gather", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Cast", "Identity",
+                          "Transpose", "Flatten"})
+_ROTATE_VIEWS = _TABLE_VIEWS | {"Neg", "Concat", "Split"}
+_ROTATE_NODES = 24  # nodes walked back from rotate_half(x) to x: a Split, two Negs/Unsqueezes, a Concat, a Reshape
+
+
+def _rotary_products(index: GraphIndex) -> frozenset[int]:
+    """The Mul nodes (by id) that apply a stored rotary table: ``x·C + rotate_half(x)·S``, an Add of two
+    products of a stored tensor with activations, where one activation is the other's halves swapped
+    and one negated (Split/Slice, Neg, Concat and reshapes only). C and S are cos/sin of position times
+    inverse frequency that a converter computed and stored (tf2onnx keeps them as plain initializers):
+    recognised by how they are used, not by their values."""
+    if not index.has_op("Neg"):
+        return frozenset()  # no rotate-half without a negation
+    found: set[int] = set()
+    for add in index.order:
+        if add.op != "Add" or len(add.inputs) != 2:
+            continue
+        left, right = (_table_product(index, x) for x in add.inputs)
+        if left is None or right is None:
+            continue
+        if _rotates(index, left[1], right[1]) or _rotates(index, right[1], left[1]):
+            found.update((id(left[0]), id(right[0])))
+    return frozenset(found)
+
+
+def _table_product(index: GraphIndex, name: str) -> tuple[Node, str] | None:
+    """(the Mul, its activation operand) when ``name`` is a Mul of an activation with a stored tensor
+    (through views of it)."""
+    mul = index.producer.get(name)
+    if mul is None or mul.op != "Mul" or len(mul.inputs) != 2:
+        return None
+    for pos in (0, 1):
+        act, other = mul.inputs[1 - pos], mul.inputs[pos]
+        if index.is_activation(act) and index.stored_through(other, _TABLE_VIEWS) is not None:
+            return mul, act
+    return None
+
+
+def _rotates(index: GraphIndex, rotated: str, source: str) -> bool:
+    """Whether ``rotated`` is computed from ``source`` alone by views, splits, concats and a Neg
+    (rotate-half): every activation the walk back reaches is ``source`` or made by those ops."""
+    stack, seen, negated, reached = [rotated], {rotated}, False, False
+    while stack:
+        node = index.producer.get(stack.pop())
+        if node is None or node.op not in _ROTATE_VIEWS or len(seen) > _ROTATE_NODES:
+            return False  # another value of the run joins in: not a rearrangement of ``source``
+        negated = negated or node.op == "Neg"
+        for x in node.inputs if node.op == "Concat" else node.inputs[:1]:
+            if x == source:
+                reached = True
+            elif x and x not in seen and index.is_activation(x):
+                seen.add(x)
+                stack.append(x)
+    return reached and negated
+
+
+def _computed_value(index: GraphIndex, name: str, t: Tensor, rotary: frozenset[int]) -> bool:
+    """Whether a stored float tensor holds a value a converter computed: a rotary cos/sin table (every
+    use, through views, is a product ``_rotary_products`` found), an all-zero tensor that only products
+    read (a ``zeros_like`` of a select lowered to arithmetic: the product is zero whatever is stored),
+    or a tensor holding no finite value (a NaN fill). Values are known for small tensors only
+    (Tensor.mask_values): the use decides first, the values only confirm."""
+    values = t.mask_values
+    if values is not None and not any(map(isfinite, values)):
+        return True  # a fill of NaN or infinities (jax2onnx's where(..., nan)): no trained value is one
+    zeros = values is not None and not any(values)
+    if not rotary and not zeros:
+        return False
+    frontier, used = [name], False
+    for _ in range(_LAYOUT_HOPS):
+        nxt: list[str] = []
+        for cur in frontier:
+            for user, pos in index.users(cur):
+                if id(user) in rotary or (zeros and user.op == "Mul"):
+                    used = True
+                elif user.op in _TABLE_VIEWS and pos == 0:
+                    nxt.extend(o for o in user.outputs if o)
+                else:
+                    return False
+        if not nxt:
+            return used
+        frontier = nxt
+    return False
+
