@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from remote_models import llama_config, llama_tensors, write_safetensors
 from remote_servers import Answer, ScriptedServer
-from test_remote_hostile import COMMIT, TOKEN, hub_script, ranged
+from test_remote_hostile import COMMIT, TOKEN, hub_script, ranged, token_env
 
 from mhainspect.errors import InputError
 from mhainspect.pipeline import audit
@@ -117,13 +117,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 @pytest.fixture
 def fuzz_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_IMPLICIT_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("MHAINSPECT_REMOTE_RETRIES", "2")
-    monkeypatch.setenv("MHAINSPECT_REMOTE_TIMEOUT", "0.5")
+    token_env(monkeypatch, tmp_path, retries=2, timeout=0.5)
     yield
 
 

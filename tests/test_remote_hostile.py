@@ -39,15 +39,21 @@ class Pair:
         return [(h, p) for h, p, auth in self.sent if auth is not None and (h, p) != ("127.0.0.1", self.endpoint.port)]
 
 
-@pytest.fixture
-def hub_env(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def token_env(monkeypatch: pytest.MonkeyPatch, home: Path, *, retries: int, timeout: float) -> None:
+    """A Hub session holding TOKEN, with its own cache under ``home`` and the given request limits
+    (the token must never reach another origin; nothing of the user's own Hub setup is read)."""
     for name in ("HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_IMPLICIT_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("MHAINSPECT_REMOTE_RETRIES", "1")
-    monkeypatch.setenv("MHAINSPECT_REMOTE_TIMEOUT", "2")
+    monkeypatch.setenv("HF_HOME", str(home / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(home / "cache"))
+    monkeypatch.setenv("MHAINSPECT_REMOTE_RETRIES", str(retries))
+    monkeypatch.setenv("MHAINSPECT_REMOTE_TIMEOUT", str(timeout))
+
+
+@pytest.fixture
+def hub_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token_env(monkeypatch, tmp_path, retries=1, timeout=2)
     hub_module._LISTINGS.clear()
 
 
