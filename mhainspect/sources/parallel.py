@@ -7,9 +7,14 @@ first failure stops the work not yet started: a model that cannot be read is not
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextvars import copy_context
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+# concurrent.futures (and the logging it imports) only where a pool is made: a local read runs its
+# jobs in turn and never needs it (every reader imports this module through sources.blob).
 
 CONCURRENCY = 16  # reads in flight at once, and connections per host
 
@@ -24,6 +29,8 @@ class Pool:
     their own deadlines)."""
 
     def __init__(self, workers: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers))
 
     def submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
@@ -46,6 +53,8 @@ def in_parallel(fn: Callable[[T], R], items: Sequence[T], remote: bool = True) -
     flight are done, the first failure in the items' order is raised."""
     if not remote or len(items) < 2:
         return [fn(x) for x in items]
+    from concurrent.futures import FIRST_EXCEPTION, wait
+
     with Pool(min(CONCURRENCY, len(items))) as pool:
         futures = [pool.submit(fn, x) for x in items]
         done, _pending = wait(futures, return_when=FIRST_EXCEPTION)
