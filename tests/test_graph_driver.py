@@ -4,15 +4,22 @@ front ends reach the patterns only through the driver (an import-linter contract
 
 from __future__ import annotations
 
-from attention_graphs import Nodes, mha_nodes, model, shape_consts, value, weight, Weights
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from attention_graphs import Nodes, Weights, mha_nodes, model, shape_consts, value, weight
 from onnx import helper
 
+import mhainspect
 from mhainspect.frontends.onnx.loader import model_to_graph
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import Node
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.matchers.graph import PATTERNS, VIEWS, find_blocks, graph_blocks
 from mhainspect.matchers.patterns import Pattern, additive, decomposed, fused
+from mhainspect.render.json_render import report_to_dict
 from mhainspect.results import Miss
 
 
@@ -117,3 +124,27 @@ def test_a_decomposed_miss_names_the_node_where_it_failed() -> None:
     _, misses = find_blocks(_index(g))
     assert [(m.matcher, m.node, m.claimed) for m in misses] == [("decomposed", "p", True)]
     assert "does not feed a product with V" in misses[0].reason
+
+
+def test_the_json_names_the_node_where_each_near_miss_failed(tmp_path: Path, schema_validator: Any) -> None:
+    """``misses[].node`` is ``Miss.node``: the score product a walk stopped at, not the anchor; a miss
+    that failed at its anchor (a weight-only source's module) names the anchor."""
+    g = Nodes()
+    g.inits += [weight("wq", 16, 16), weight("wk", 16, 16), weight("cls", 16, 4)]
+    q, k = (g.add("MatMul", ["x", f"w{r}"], f"{r}_out") for r in "qk")
+    s = g.add("MatMul", [q, g.add("Transpose", [k], "kt_out", perm=[0, 2, 1])], "s_out")
+    g.add("ReduceMean", [g.add("Softmax", [s], "p_out", axis=-1)], "r_out")
+    g.add("Softmax", [g.add("MatMul", ["x", "cls"], "logits_out")], "y", axis=-1)  # a classifier
+    path = tmp_path / "m.onnx"
+    onnx.save(model(g.nodes, g.inits, [value("x", 2, 8, 16)], [value("y", 2, 8, 4), value("r_out", 2, 8)]), path)
+    data = report_to_dict(mhainspect.inspect(str(path)))
+    schema_validator.validate(data)
+    assert [(m["anchor"], m["node"]) for m in data["misses"]] == [("p", "p"), ("y", "logits")]
+
+    from safetensors.numpy import save_file  # a latent-attention module: the miss is the module's own
+
+    save_file({f"attn.{n}.weight": np.ones((8, 8), np.float32) for n in ("q_proj", "kv_a_proj", "o_proj")},
+              str(tmp_path / "model.safetensors"))
+    data = report_to_dict(mhainspect.inspect(str(tmp_path / "model.safetensors")))
+    schema_validator.validate(data)
+    assert [(m["anchor"], m["node"]) for m in data["misses"]] == [("attn", "attn")]

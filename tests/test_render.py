@@ -232,7 +232,7 @@ def test_contract_keys_and_order() -> None:
     assert list(block["evidence"][0]) == ["field", "value", "source", "detail"]
     assert list(block["what_if"][0]) == ["num_heads", "total_width_fixed", "head_dim_fixed"]
     assert list(doc["flags"][0]) == ["code", "severity", "block", "message", "data"]
-    assert list(doc["misses"][0]) == ["matcher", "anchor", "reason"]
+    assert list(doc["misses"][0]) == ["matcher", "anchor", "reason", "node"]
     # declared order of blocks/flags/misses is kept, nothing sorted
     assert [b["name"] for b in doc["blocks"]] == [b.name for b in mixed_report().blocks]
     assert [f["code"] for f in doc["flags"]] == ["MHA005", "MHA004", "MHA006"]

@@ -330,7 +330,8 @@ def _flag(flag: Flag) -> JSONDict:
 
 
 def _miss(miss: Miss) -> JSONDict:
-    return {"matcher": miss.matcher, "anchor": miss.anchor, "reason": miss.reason}
+    # ``node``: where the match failed; a miss that names no node of its own failed at its anchor.
+    return {"matcher": miss.matcher, "anchor": miss.anchor, "reason": miss.reason, "node": miss.node or miss.anchor}
 
 
 def _gate(result: GateResult) -> JSONDict:

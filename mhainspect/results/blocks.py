@@ -331,8 +331,8 @@ class Miss:
     matcher: str  # a Matcher, checked and converted on construction
     anchor: str
     reason: str
-    # The node where the match failed (the op a walk stopped at; "" when it is the anchor itself).
-    # Kept for callers and tests; the outputs name the anchor.
+    # The node where the match failed (the op a walk stopped at; "" when it is the anchor itself,
+    # as for a weight-only source's module). The JSON's ``misses[].node`` (the anchor for "").
     node: str = ""
     # Whether the anchor is the matcher's own (its signature was found, so the miss is final); False
     # when the anchor does not look like the pattern at all (a Softmax with no Q·Kᵀ behind it): the
