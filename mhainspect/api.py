@@ -32,26 +32,19 @@ from mhainspect.analysis.size import SizeOptions, check_kv_dtype, check_weight_d
 from mhainspect.analysis.stated_heads import stated_offer
 from mhainspect.batch import AuditFailure
 from mhainspect.errors import InputError, missing_torch
-from mhainspect.frontends.folders import expand_models, model_argument
-from mhainspect.frontends.kinds import is_model_folder
 from mhainspect.ir.units import parse_tokens
-from mhainspect.pipeline import AuditOptions, AuditRequest, VerifyRequest, audit_module, run
+from mhainspect.pipeline import AuditOptions, AuditRequest, VerifyRequest, audit_module, expand, run
 from mhainspect.pipeline.config import ConfigFinder, Settings
 from mhainspect.render.json_render import error_record, input_record, report_to_dict
 from mhainspect.results import Report, Reports
 
 if TYPE_CHECKING:
     from mhainspect.conventions import Calculation, Comparison, UserValue
-    from mhainspect.frontends.folders import ModelRef
     from mhainspect.ir.weights import HeadOffers
     from mhainspect.pipeline import Outcome
     from mhainspect.results.diff import ReportDiff
 
 __all__ = ["AuditRequest", "audit_many", "audit_records", "calc", "compare", "diff", "inspect", "inspect_all", "run"]
-
-def _models(paths: tuple[str | os.PathLike[str], ...]) -> tuple[ModelRef, ...]:
-    return expand_models(model_argument(p) for p in paths)
-
 
 Count = int | float | str  # 8192, 8192.0, "8k": what --context and --batch take, and a whole float
 
@@ -114,7 +107,7 @@ def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] =
     """Every model the paths name, folders expanded as on the command line (every model file below
     them, a Hugging Face folder as one model), in the CLI's order: a list of Report that Jupyter
     shows as the comparison page and ``to_text()``/``to_markdown()`` give with one row per model first."""
-    request = _request((str(p) for p in _models(paths)), _settings(what_if_heads, ignore=ignore), config=config,
+    request = _request(expand(paths).sources, _settings(what_if_heads, ignore=ignore), config=config,
                        verify=verify, expand=False, raise_errors=True)
     return Reports(_report(o) for o in run(request))
 
@@ -167,14 +160,11 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     """
     settings = _settings(what_if_heads, context, batch, kv_dtype, decoder, weight_dtype, ignore, gpu_memory, gpus)
     if isinstance(obj, (str, os.PathLike)):
-        path = model_argument(obj)
-        if isinstance(path, str) or path.is_dir() and not is_model_folder(path):  # a folder of models, as the CLI
-            found = _models((path,))
-            if len(found) != 1:
-                raise InputError(f"{path}: holds {len(found)} models; use mhainspect.inspect_all() for a "
-                                 "list of reports")
-            path = found[0]
-        request = _request((str(path),), settings, num_heads=num_heads, num_kv_heads=num_kv_heads, config=config,
+        found = expand((obj,))  # a folder of models, as the CLI
+        if len(found.models) != 1:
+            raise InputError(f"{found.arguments[0]}: holds {len(found.models)} models; use mhainspect.inspect_all() "
+                             "for a list of reports")
+        request = _request(found.sources, settings, num_heads=num_heads, num_kv_heads=num_kv_heads, config=config,
                            verify=verify, expand=False, raise_errors=True)
         (outcome,) = run(request)
         return _report(outcome)

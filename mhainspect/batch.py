@@ -99,17 +99,18 @@ def workers_for(jobs: int) -> Workers:
     return Workers(processes, math.ceil(jobs / processes))
 
 
-def run_many(task: Callable[[str], T], inputs: Sequence[str], jobs: int = 1, *, workers: Workers | None = None
-             ) -> Iterator[tuple[str, T | AuditFailure]]:
+def run_many(task: Callable[[str], T], inputs: Sequence[str], jobs: int = 1, *, workers: Workers | None = None,
+             preload: Sequence[str] = ()) -> Iterator[tuple[str, T | AuditFailure]]:
     """``(input, task(input))`` for every input, in the order they finish; an exception from the
     task becomes the input's AuditFailure (BatchAbort and KeyboardInterrupt end the run). With
     ``jobs > 1`` the task and its results cross process boundaries: both must pickle (a function
     at module level, a functools.partial of one). ``workers``: another spread than workers_for's
-    (benchmarks/batch_jobs.py compares them)."""
+    (benchmarks/batch_jobs.py compares them). ``preload``: modules the task imports, imported once
+    by the fork server rather than by every worker (the pipeline names its own)."""
     if workers is None and (jobs <= 1 or len(inputs) <= 1):
         yield from _in_process(task, inputs)
         return
-    with _Pool(task, workers or workers_for(min(jobs, len(inputs)))) as pool:
+    with _Pool(task, workers or workers_for(min(jobs, len(inputs))), preload) as pool:
         yield from pool.run(inputs)
 
 
@@ -185,21 +186,15 @@ def _worker_main(conn: Connection, task: Callable[[str], Any], threads: int, env
         t.join()
 
 
-# What an audit imports (the front ends import lazily): once in the fork server, not in every worker.
-_PRELOAD = ("mhainspect.pipeline", "mhainspect.frontends.dispatch", "mhainspect.frontends.onnx.frontend",
-            "mhainspect.frontends.checkpoint.frontend", "mhainspect.frontends.gguf.frontend",
-            "mhainspect.matchers.static", "mhainspect.render.json_render")
-
-
-def _context() -> ForkServerContext | SpawnContext | DefaultContext:
-    """Workers forked from a server that has imported the pipeline once (fast and thread-safe:
-    the caller may run threads, which plain fork would copy mid-operation); spawned where there
-    is no fork server."""
+def _context(preload: Sequence[str]) -> ForkServerContext | SpawnContext | DefaultContext:
+    """Workers forked from a server that has imported ``preload`` once (fast and thread-safe: the
+    caller may run threads, which plain fork would copy mid-operation); spawned where there is no
+    fork server."""
     import multiprocessing
 
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(list(_PRELOAD))
+        ctx.set_forkserver_preload(list(preload))
         return ctx
     return multiprocessing.get_context("spawn")
 
@@ -216,9 +211,9 @@ class _Pool(Generic[T]):
     """Worker processes fed by the caller's process: each holds at most ``threads`` inputs, so the
     inputs a dead worker held are known exactly."""
 
-    def __init__(self, task: Callable[[str], T], workers: Workers) -> None:
+    def __init__(self, task: Callable[[str], T], workers: Workers, preload: Sequence[str]) -> None:
         self.task, self.shape = task, workers
-        self.ctx = _context()
+        self.ctx = _context(preload)
         self.workers: list[_Worker[T]] = []
 
     def __enter__(self) -> _Pool[T]:

@@ -65,3 +65,12 @@ def test_the_readers_table_names_each_format() -> None:
 @pytest.mark.parametrize(("fmt", "dotted"), _readers())
 def test_every_named_reader_exists(fmt: str, dotted: str) -> None:
     assert callable(_resolve(dotted)), f"{fmt}: {dotted} is not a function"
+
+
+def test_every_name_the_page_gives_resolves() -> None:
+    """Names in the prose too (the faces' door to the pipeline, the driver, the readers): each
+    imports, so the page cannot send a reader to code that moved."""
+    names = sorted(set(_NAMES.findall(PAGE.read_text(encoding="utf-8"))))
+    assert "mhainspect.pipeline.inputs.expand" in names and "mhainspect.pipeline.runner.run" in names
+    for dotted in names:
+        _resolve(dotted)

@@ -41,8 +41,7 @@ FailOnChangeOpt = Annotated[bool, typer.Option(
 
 
 def _audit(text: str) -> "Report":
-    from mhainspect.frontends.folders import model_argument
-    from mhainspect.pipeline import audit
+    from mhainspect.pipeline import audit, model_argument
 
     try:
         return audit(model_argument(text))

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
@@ -36,11 +36,8 @@ from mhainspect.cli.output import (
 )
 from mhainspect.cli.progress import BatchProgress, ProgressBar
 from mhainspect.errors import InputError
-from mhainspect.frontends.dispatch import classify, parse_factory_args
-from mhainspect.frontends.folders import expand_models, model_argument
-from mhainspect.frontends.kinds import is_model_folder
 from mhainspect.ir.units import format_bytes, parse_size, parse_tokens
-from mhainspect.pipeline import Audited, AuditRequest, VerifyRequest, run_unordered
+from mhainspect.pipeline import Audited, AuditRequest, Expansion, VerifyRequest, expand, factory_args, run_unordered
 from mhainspect.pipeline.config import ConfigError, ConfigFinder, Settings, merge, require_context_limit
 from mhainspect.render.json_render import error_record, report_to_dict, reports_to_dict, to_json, to_jsonl
 from mhainspect.results import FailedInput, WarningCode, warning_code
@@ -48,7 +45,6 @@ from mhainspect.results import FailedInput, WarningCode, warning_code
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from mhainspect.frontends.folders import ModelRef
     from mhainspect.ir.weights import HeadOffers
     from mhainspect.results import Report
 
@@ -237,13 +233,6 @@ def _summary_lines(reports: "Sequence[Report]", extras: "Sequence[ModelExtras]",
     return lines
 
 
-def _several(models: "Sequence[ModelRef]", paths: "Sequence[ModelRef]") -> bool:
-    """A multi-model document: several models, or a folder of models (a Hugging Face model folder
-    is one model, not a folder of them; a remote folder of models expands to other references)."""
-    return len(paths) > 1 or len(models) > 1 or any(
-        m not in paths if isinstance(m, str) else m.is_dir() and not is_model_folder(m) for m in models)
-
-
 # Output file suffixes that name a format: -o report.html without -f writes html.
 _SUFFIX_FORMATS = {".json": OutputFormat.json, ".jsonl": OutputFormat.jsonl, ".md": OutputFormat.markdown,
                    ".markdown": OutputFormat.markdown, ".sarif": OutputFormat.sarif, ".html": OutputFormat.html,
@@ -267,7 +256,7 @@ def _output_format(cli_format: str | None, output: Path | None, config_format: s
 
 
 def _timeout(raw: str | None) -> float | None:
-    from mhainspect.sources.deadline import parse_timeout
+    from mhainspect.pipeline import parse_timeout
 
     try:
         return None if raw is None else parse_timeout(raw)
@@ -549,8 +538,6 @@ def inspect_cmd(
     """Audit MODELS: find every attention block, its heads, d_k, d_v and parameter count."""
     if config is not None and isolated:
         raise fail("--config and --isolated exclude each other")
-    from mhainspect.sources.deadline import model_deadline
-
     model_timeout = _timeout(timeout)
     given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
                           context=context, batch=batch, kv_dtype=kv_dtype, decoder=decoder, weight_dtype=weight_dtype,
@@ -561,22 +548,20 @@ def inspect_cmd(
     try:
         finder = ConfigFinder([f.value for f in OutputFormat], config_file=config, isolated=isolated)
         run_settings = merge(given, finder.for_folder(Path.cwd())[0])
-        with model_deadline(model_timeout):  # a remote folder argument is listed now
-            units = _units(texts, listed)
-        factory_args = parse_factory_args(arg or [])
+        units = _units(texts, listed, model_timeout)  # a remote folder argument is listed now
+        keywords = factory_args(arg or [], units.inputs)
     except (ConfigError, InputError) as exc:
         raise fail(str(exc)) from None
     except Exception as exc:  # a bug while listing a remote folder argument: one line too
         if os.environ.get("MHAINSPECT_DEBUG"):
             raise
         raise fail(failure_of(" ".join(texts)[:200], exc).message) from None
-    _check_factory_args(factory_args, units)
     fmt, fmt_source = _output_format(given.format, output, run_settings.format, listed)
     target = None if output is None or str(output) == "-" else output
     if retry_errors and (fmt is not OutputFormat.jsonl or target is None or not listed):
         raise fail("--retry-errors applies to a --from-file run that appends to -o FILE in jsonl")
     parallel = jobs > 1 and len(units.inputs) > 1
-    request = AuditRequest(tuple(units.inputs), settings=given, config=finder, factory_args=factory_args,
+    request = AuditRequest(tuple(units.inputs), settings=given, config=finder, factory_args=keywords,
                            stated_heads=_stated_heads(num_heads, num_kv_heads),
                            verify=_verify_request(verify or fail_on_contradiction, dim, max_verify_bytes),
                            fail_on_contradiction=fail_on_contradiction, expand=listed, jobs=jobs,
@@ -603,7 +588,7 @@ def _audit_and_deliver(request: AuditRequest, units: "_Units", shown: _View, tar
     outcomes = _gather(request, progress=request.progress is None)
     reports = [o.report for o in outcomes if isinstance(o, Audited)]
     extras = [o.extras for o in outcomes if isinstance(o, Audited)]
-    several = len(outcomes) > 1 if listed else _several(units.arguments, units.paths)
+    several = len(outcomes) > 1 if listed else units.expansion is not None and units.expansion.several
     failed = tuple(FailedInput(o.input, o.kind.value, o.message) for o in outcomes if isinstance(o, AuditFailure))
     view = dataclasses.replace(shown, several=several, errors=len(outcomes) - len(reports),
                                failed=failed if several or len(outcomes) > 1 else ())
@@ -618,12 +603,6 @@ def _texts(models: list[str] | None, from_file: str | None) -> list[str]:
         raise fail("no model given" + (f" (--from-file {from_file} lists none)" if from_file is not None else
                                        "; usage: mhainspect MODEL... or mhainspect --from-file FILE"))
     return texts
-
-
-def _check_factory_args(factory_args: "dict[str, Any]", units: "_Units") -> None:
-    if factory_args and not any(classify(u).kind == "factory" for u in units.inputs):
-        raise fail("--arg applies to factory specs (module:function or file.py:function); "
-                   "none of the models is one")
 
 
 def _exit(errors: int, gate_failures: int, exit_zero: bool) -> None:
@@ -641,16 +620,14 @@ class _Units:
     or a list's lines as they are (each expanded when its turn comes)."""
 
     inputs: "list[str]"
-    arguments: "list[ModelRef]"
-    paths: "list[ModelRef]"
+    expansion: Expansion | None  # the arguments and the models they name (None: a list run's lines)
 
 
-def _units(texts: list[str], listed: bool) -> _Units:
+def _units(texts: list[str], listed: bool, timeout: float | None) -> _Units:
     if listed:
-        return _Units(read_inputs(texts), [], [])
-    arguments = [model_argument(m) for m in texts]
-    paths = list(expand_models(arguments))
-    return _Units([str(p) for p in paths], arguments, paths)
+        return _Units(read_inputs(texts), None)
+    expansion = expand(texts, timeout=timeout)
+    return _Units(list(expansion.sources), expansion)
 
 
 def _read_list(source: str) -> list[str]:

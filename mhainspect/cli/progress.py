@@ -36,7 +36,7 @@ class ProgressBar:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        from mhainspect.frontends.onnx.loader import reporting_progress
+        from mhainspect.pipeline import reporting_progress
 
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                                  console=Console(stderr=True), transient=True)

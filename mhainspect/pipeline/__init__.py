@@ -2,6 +2,8 @@
 
 - ``stages``: ``audit(source, options) -> Report``, one model through the front ends and the analysis;
 - ``config``: the settings of ``[tool.mhainspect]`` and how they merge under the caller's;
+- ``inputs``: MODEL arguments before a run: the models they name, --arg, --timeout (the faces ask
+  here, never a front end);
 - ``verify``: the --verify stage (the pipeline reads the file, the analysis runs and judges it);
 - ``runner``: ``run(AuditRequest) -> outcomes``, every model of a request: expand, audit, verify,
   --ignore, gates.
@@ -10,6 +12,7 @@
 from __future__ import annotations
 
 from mhainspect.pipeline.config import ConfigFinder, Settings
+from mhainspect.pipeline.inputs import Expansion, ModelRef, expand, factory_args, model_argument, parse_timeout
 from mhainspect.pipeline.runner import Audited, AuditRequest, Outcome, run, run_unordered
 from mhainspect.pipeline.stages import (
     AuditOptions,
@@ -18,9 +21,12 @@ from mhainspect.pipeline.stages import (
     audit_graph,
     audit_module,
     collector_paused,
+    reporting_progress,
     with_memory,
 )
 from mhainspect.pipeline.verify import VerifyRequest
 
-__all__ = ["AuditOptions", "AuditRequest", "Audited", "ConfigFinder", "Outcome", "Settings", "VerifyRequest", "analyse",
-           "audit", "audit_graph", "audit_module", "collector_paused", "run", "run_unordered", "with_memory"]
+__all__ = ["AuditOptions", "AuditRequest", "Audited", "ConfigFinder", "Expansion", "ModelRef", "Outcome", "Settings",
+           "VerifyRequest", "analyse", "audit", "audit_graph", "audit_module", "collector_paused", "expand",
+           "factory_args", "model_argument", "parse_timeout", "reporting_progress", "run", "run_unordered",
+           "with_memory"]

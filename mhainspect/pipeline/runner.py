@@ -97,6 +97,12 @@ def _plan(request: AuditRequest) -> _Unit:
     return _Unit(request, prepare(request.verify, paths))
 
 
+# What an audit imports (the front ends import lazily): once in the fork server, not in every worker.
+_PRELOAD = ("mhainspect.pipeline", "mhainspect.frontends.dispatch", "mhainspect.frontends.onnx.frontend",
+            "mhainspect.frontends.checkpoint.frontend", "mhainspect.frontends.gguf.frontend",
+            "mhainspect.matchers.static", "mhainspect.render.json_render")
+
+
 def run(request: AuditRequest) -> Iterator[Outcome]:
     """Every model of ``request``, audited: one outcome per model, in the order of the sources (a
     source's models in listing order), each as soon as it and those before it are done."""
@@ -119,7 +125,7 @@ def run_unordered(request: AuditRequest) -> Iterator[tuple[str, list[Outcome]]]:
         for source in sources:
             yield source, audit_source(unit, source)
         return
-    for source, result in run_many(functools.partial(audit_source, unit), sources, request.jobs):
+    for source, result in run_many(functools.partial(audit_source, unit), sources, request.jobs, preload=_PRELOAD):
         yield source, [result] if isinstance(result, AuditFailure) else result
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +109,14 @@ def audit(source: str | os.PathLike[str], options: AuditOptions | None = None) -
     with collector_paused():
         return analyse(source_result(os.fspath(source), factory_args=options.factory_args,
                                      stated=options.stated_heads), options)
+
+
+def reporting_progress(callback: Callable[[str, int, int], None]) -> AbstractContextManager[None]:
+    """A context in which reading a model reports ``(stage, done, total)`` to ``callback`` (the
+    CLI's progress bar): stage "read" while the file is read, "graph" while its graph is built."""
+    from mhainspect.frontends.onnx.loader import reporting_progress as reporting
+
+    return reporting(callback)
 
 
 def audit_module(module: Any, example_inputs: Any = None, *, trace: bool | None = None, name: str | None = None,
