@@ -6,13 +6,14 @@
 Each class of tests/hostile_cases.py is generated in a fresh temporary folder and audited with
 ``python -m mhainspect INPUT --format json`` (a subprocess with a timeout and RLIMIT_AS = 4 GiB);
 the table records the exit code, the first line of stderr (or, on exit 0, the first warning of
-the report) and the wall time. tests/test_hostile_inputs.py asserts the same expectations.
+the report) and the wall time. tests/test_hostile_inputs.py asserts the same expectations, and that
+each row's exit code and observed line are what the run gives now: a change of behaviour fails there
+until this script is run again.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -34,13 +35,6 @@ def _has_torch() -> bool:
     return True
 
 
-def _cell(text: str, limit: int = 220) -> str:
-    text = " ".join(text.split())
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return text.replace("|", "\\|").replace("`", "'") or "—"
-
-
 def observe(case: hc.Case, has_torch: bool, unprivileged_ok: bool) -> tuple[str, str, str, str]:
     """(exit, time, message, verdict) for one case."""
     if case.torch and not has_torch:
@@ -59,14 +53,7 @@ def observe(case: hc.Case, has_torch: bool, unprivileged_ok: bool) -> tuple[str,
                 p.chmod(0o644)  # let the temporary folder be removed
     if run.code is None:
         return "timeout", f"{run.seconds:.1f}", f"no answer within {case.timeout:.0f} s", "FAIL (hang)"
-    message = run.first_stderr_line
-    warnings: list[str] = []
-    if run.code == 0:
-        try:
-            warnings = list(json.loads(run.stdout).get("warnings", []))
-        except json.JSONDecodeError:
-            message = "stdout is not JSON"
-        message = f"warning: {warnings[0]}" if warnings else "report, no warning"
+    message, warnings = run.observed()
     ok = ("Traceback" not in run.stderr and "internal error" not in run.stderr and unchanged and not payload
           and (case.budget is None or run.seconds <= case.budget))
     if case.expect == "error":
@@ -124,7 +111,8 @@ def render(rows: list[tuple[hc.Case, tuple[str, str, str, str]]]) -> str:
         f"timeout and an address-space limit of {hc.MEMORY_LIMIT >> 30} GiB (RLIMIT_AS). *Observed* is the first",
         "line of stderr, or on exit 0 the first warning of the report. Every run is also checked for no",
         "traceback, no \"internal error\", no file written or changed in the folder, and no pickle payload run.",
-        "`tests/test_hostile_inputs.py` asserts the same expectations (known gaps are strict xfails there).",
+        "`tests/test_hostile_inputs.py` asserts the same expectations (known gaps are strict xfails there),",
+        "and fails when a row's exit code or observed line is no longer what the run gives.",
         "Times are wall-clock on the machine that generated the file and include interpreter start-up",
         f"(~1 s; ~5 s more when torch is imported). Environment: {', '.join(versions)}.",
         "",
@@ -133,7 +121,8 @@ def render(rows: list[tuple[hc.Case, tuple[str, str, str, str]]]) -> str:
     ]
     for case, (code, seconds, message, verdict) in rows:
         expected = _EXPECTED[case.expect] + (f" (≤ {case.budget:.0f} s)" if case.budget else "")
-        lines.append(f"| {_cell(case.klass, 120)} | {expected} | {code} | {seconds} | `{_cell(message)}` | {verdict} |")
+        lines.append(f"| {hc.table_cell(case.klass, 120)} | {expected} | {code} | {seconds} | `{hc.table_cell(message)}` "
+                     f"| {verdict} |")
     gaps = [(case, verdict) for case, (_, _, _, verdict) in rows if case.known_gap]
     if gaps:
         lines += ["", "## Known gaps", "",
@@ -156,7 +145,7 @@ def render(rows: list[tuple[hc.Case, tuple[str, str, str, str]]]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / "docs" / "robustness.md")
+    parser.add_argument("--output", type=Path, default=hc.ROBUSTNESS_DOC)
     parser.add_argument("--only", nargs="*", default=None, help="case ids to run (default: all)")
     args = parser.parse_args()
     has_torch = _has_torch()

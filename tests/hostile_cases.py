@@ -49,6 +49,40 @@ class CliRun:
         lines = [ln for ln in self.stderr.splitlines() if ln.strip()]
         return lines[0] if lines else ""
 
+    def observed(self) -> tuple[str, list[str]]:
+        """What docs/robustness.md's *Observed* column says of this run (the first line of stderr,
+        or on exit 0 the report's first warning), and the report's warnings."""
+        if self.code != 0:
+            return self.first_stderr_line, []
+        try:
+            warnings = [str(w) for w in json.loads(self.stdout).get("warnings", [])]
+        except json.JSONDecodeError:
+            return "stdout is not JSON", []
+        return (f"warning: {warnings[0]}" if warnings else "report, no warning"), warnings
+
+
+# ------------------------------------------------------------------------------ docs/robustness.md
+
+ROBUSTNESS_DOC = REPO_ROOT / "docs" / "robustness.md"
+
+
+def table_cell(text: str, limit: int = 220) -> str:
+    """Text as one cell of the table: one line, at most ``limit`` characters, no | or backtick."""
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text.replace("|", "\\|").replace("`", "'") or "—"
+
+
+def documented(case: Case, doc: str) -> tuple[str, str] | None:
+    """(exit, observed) of ``case``'s row in the table ``doc``; None when it has no row."""
+    start = f"| {table_cell(case.klass, 120)} | "
+    for line in doc.splitlines():
+        if line.startswith(start):
+            cells = line[len(start):].split(" | ")  # expected, exit, time, `observed`, verdict
+            return cells[1], " | ".join(cells[3:-1]).strip("`")
+    return None
+
 
 _PR_CAPBSET_DROP = 24
 _DAC_CAPABILITIES = (1, 2)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH: what lets root read a mode-000 file
