@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect import conventions
-from mhainspect.analysis.gates import drop_ignored, parse_byte_limit, parse_codes
-from mhainspect.analysis.size import SizeOptions, check_kv_dtype, check_weight_dtype
+from mhainspect.analysis.gates import parse_byte_limit, parse_codes
+from mhainspect.analysis.size import check_kv_dtype, check_weight_dtype
 from mhainspect.analysis.stated_heads import stated_offer
 from mhainspect.batch import AuditFailure
 from mhainspect.errors import InputError, missing_torch
 from mhainspect.ir.units import parse_tokens
-from mhainspect.pipeline import AuditOptions, AuditRequest, VerifyRequest, audit_module, expand, run
+from mhainspect.pipeline import AuditRequest, InMemory, ModuleSource, VerifyRequest, expand, run
 from mhainspect.pipeline.config import ConfigFinder, Settings
 from mhainspect.render.json_render import error_record, input_record, report_to_dict
 from mhainspect.results import Report, Reports
@@ -41,7 +41,7 @@ from mhainspect.results import Report, Reports
 if TYPE_CHECKING:
     from mhainspect.conventions import Calculation, Comparison, UserValue
     from mhainspect.ir.weights import HeadOffers
-    from mhainspect.pipeline import Outcome
+    from mhainspect.pipeline import Outcome, Source
     from mhainspect.results.diff import ReportDiff
 
 __all__ = ["AuditRequest", "audit_many", "audit_records", "calc", "compare", "diff", "inspect", "inspect_all", "run"]
@@ -88,11 +88,11 @@ def _finder(config: bool | str | os.PathLike[str] | None) -> ConfigFinder | None
     return ConfigFinder(None, config_file=None if config is True else Path(config))
 
 
-def _request(sources: Iterable[str | os.PathLike[str]], settings: Settings, *, num_heads: int | None = None,
+def _request(sources: Iterable[str | os.PathLike[str] | InMemory], settings: Settings, *, num_heads: int | None = None,
              num_kv_heads: int | None = None, config: bool | str | os.PathLike[str] | None = None,
              verify: bool = False, **fields: Any) -> AuditRequest:
     stated: HeadOffers | None = stated_offer(num_heads, num_kv_heads)
-    return AuditRequest(tuple(os.fspath(s) for s in sources), settings=settings, config=_finder(config),
+    return AuditRequest(tuple(s if isinstance(s, InMemory) else os.fspath(s) for s in sources), settings=settings, config=_finder(config),
                         stated_heads=stated, verify=VerifyRequest() if verify else None, **fields)
 
 
@@ -164,26 +164,26 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
         if len(found.models) != 1:
             raise InputError(f"{found.arguments[0]}: holds {len(found.models)} models; use mhainspect.inspect_all() "
                              "for a list of reports")
-        request = _request(found.sources, settings, num_heads=num_heads, num_kv_heads=num_kv_heads, config=config,
-                           verify=verify, expand=False, raise_errors=True)
-        (outcome,) = run(request)
-        return _report(outcome)
+        source: Source = found.sources[0]
+    else:
+        source = _module_source(obj, example_inputs, trace, name)
+        if config is not None and config is not False or verify:
+            raise ValueError("config= and verify= apply to a model path (a file or folder), not to an nn.Module")
+    request = _request((source,), settings, num_heads=num_heads, num_kv_heads=num_kv_heads, config=config,
+                       verify=verify, expand=False, raise_errors=True)
+    (outcome,) = run(request)
+    return _report(outcome)
+
+
+def _module_source(obj: Any, example_inputs: Any, trace: bool | None, name: str | None) -> ModuleSource:
+    """``obj`` as a source of a run; InputError when it is no nn.Module (or torch is missing)."""
     try:
         from torch import nn
     except ImportError:
         raise missing_torch(f"auditing a {type(obj).__name__}") from None
     if not isinstance(obj, nn.Module):
         raise InputError(f"expected an nn.Module or a model path, got {type(obj).__name__}")
-    if config is not None and config is not False or verify:
-        raise ValueError("config= and verify= apply to a model path (a file or folder), not to an nn.Module")
-    options = AuditOptions(settings.heads or (), _size(settings), stated_heads=stated_offer(num_heads, num_kv_heads))
-    return drop_ignored(audit_module(obj, example_inputs, trace=trace, name=name, options=options),
-                        settings.ignore or frozenset())
-
-
-def _size(settings: Settings) -> SizeOptions:
-    return SizeOptions(settings.context, settings.batch or 1, settings.kv_dtype, settings.decoder,
-                       settings.weight_dtype, settings.gpu_memory, settings.gpus or 1)
+    return ModuleSource(obj, example_inputs, trace, name)
 
 
 def audit_many(inputs: Iterable[str | os.PathLike[str]], *, jobs: int = 1, what_if_heads: tuple[int, ...] = (),
@@ -206,7 +206,7 @@ def audit_many(inputs: Iterable[str | os.PathLike[str]], *, jobs: int = 1, what_
                        num_heads=num_heads, num_kv_heads=num_kv_heads, config=config, verify=verify, jobs=jobs)
     for text, outcomes in run_unordered(request):
         for one in outcomes:
-            yield text, one if isinstance(one, AuditFailure) else one.report
+            yield str(text), one if isinstance(one, AuditFailure) else one.report
 
 
 def audit_records(input: str | os.PathLike[str], *, what_if_heads: tuple[int, ...] = (), context: Count | None = None,

@@ -4,6 +4,7 @@ as on the command line."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -102,3 +103,88 @@ def test_ignore_on_a_module_and_what_a_module_does_not_take() -> None:
     for refused in ({"verify": True}, {"config": True}):
         with pytest.raises(ValueError, match="model path"):
             mhainspect.inspect(model, **refused)
+
+
+def _two_layouts() -> object:
+    """Two nn.MultiheadAttention of one width at 8 and 4 heads (MHA006), random weights with noise
+    on every parameter."""
+    torch = pytest.importorskip("torch")
+    from random_weights import add_noise
+
+    class TwoLayouts(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.MultiheadAttention(64, 8)
+            self.b = torch.nn.MultiheadAttention(64, 4)
+
+    return add_noise(TwoLayouts())
+
+
+def test_a_module_is_a_source_of_a_run_like_a_file() -> None:
+    from mhainspect.pipeline import ModuleSource, audit_module
+    from mhainspect.render.json_render import report_to_dict
+
+    model = _two_layouts()
+    module = ModuleSource(model, name="two")
+    settings = Settings(max_params=parse_limit("10k"), fail_on=frozenset({"MHA006"}))
+    outcomes = list(run(AuditRequest((str(GQA), module, str(STANDARD)), settings=settings, jobs=2)))
+    assert [o.input for o in outcomes] == [str(GQA), "two", str(STANDARD)]  # in the order of the sources
+    _, audited, _ = outcomes
+    assert isinstance(audited, Audited) and audited.report.model.path == "two"
+    assert {g.gate for g in audited.extras.gates if not g.passed} == {"max-params", "fail-on"}
+    # the same report as the stage alone: the run adds gates, it changes no number
+    assert report_to_dict(audited.report) == report_to_dict(audit_module(model, name="two"))
+    (ignored,) = run(AuditRequest((module,), settings=Settings(ignore=frozenset({"MHA006"}))))
+    assert isinstance(ignored, Audited) and ignored.report.flags == () and ignored.extras.ignored == (("MHA006", 1),)
+    # the API's inspect(module) is this run
+    assert mhainspect.inspect(model, name="two") == audit_module(model, name="two")
+    assert mhainspect.inspect(model, ignore=["MHA006"]).flags == ()
+
+
+def test_a_module_takes_the_working_directorys_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mhainspect.pipeline import ConfigFinder, ModuleSource
+
+    (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\nignore = ["MHA006"]\nmax-params = "10k"\n')
+    monkeypatch.chdir(tmp_path)
+    (outcome,) = run(AuditRequest((ModuleSource(_two_layouts()),), config=ConfigFinder(None)))
+    assert isinstance(outcome, Audited) and outcome.input == "TwoLayouts"
+    assert outcome.report.flags == () and outcome.extras.ignored == (("MHA006", 1),)
+    assert [g.gate for g in outcome.extras.gates if not g.passed] == ["max-params"]
+
+
+def test_verify_leaves_a_model_in_memory_unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--verify runs a file; a module has none: its blocks say so, the static report stays."""
+    from mhainspect.analysis import verify as verify_mod
+    from mhainspect.pipeline import ModuleSource, VerifyRequest
+
+    monkeypatch.setattr(verify_mod, "require_runtime", lambda: None)  # no model here is run
+    (outcome,) = run(AuditRequest((ModuleSource(_two_layouts()),), verify=VerifyRequest()))
+    assert isinstance(outcome, Audited) and len(outcome.report.blocks) == 2
+    for block in outcome.report.blocks:
+        assert block.verification is not None and block.verification.status == "unchecked"
+        assert "in memory" in (block.verification.reason or "")
+
+
+def test_a_graph_in_memory_is_a_source_and_its_failure_one_outcome() -> None:
+    import onnx
+
+    from mhainspect.errors import InputError
+    from mhainspect.frontends.onnx.loader import model_to_graph
+    from mhainspect.pipeline import GraphSource, InMemory, audit_graph
+    from mhainspect.results.stages import SourceResult
+
+    class Unreadable(InMemory):
+        def __str__(self) -> str:
+            return "unreadable"
+
+        def result(self) -> SourceResult:
+            raise InputError("unreadable: its reader gave up", ErrorKind.INVALID)
+
+    graph = model_to_graph(onnx.load(str(GQA)), source="gqa.onnx")
+    request = AuditRequest((GraphSource(graph), Unreadable()), settings=Settings(fail_on=frozenset({"MHA005"})))
+    good, failed = run(request)
+    assert isinstance(good, Audited) and good.input == "gqa.onnx" and good.report == audit_graph(graph)
+    assert [g.gate for g in good.extras.gates if not g.passed] == ["fail-on"]
+    assert failed == AuditFailure("unreadable", ErrorKind.INVALID, "unreadable: its reader gave up")
+    with pytest.raises(InputError, match="gave up"):  # a run that raises its errors (the API's) raises it
+        list(run(dataclasses.replace(request, raise_errors=True)))

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from mhainspect.ir.weights import HeadOffers
+    from mhainspect.pipeline import Source
     from mhainspect.results import Report
 
 V = TypeVar("V")
@@ -638,7 +639,7 @@ def _gather(request: AuditRequest, *, progress: bool) -> "list[Audited | AuditFa
     """Every model's outcome in the order of the inputs (audited ``jobs`` at a time); each failure
     said on stderr as it comes."""
     inputs = request.sources
-    by_input: dict[str, list[Audited | AuditFailure]] = {}
+    by_input: dict[Source, list[Audited | AuditFailure]] = {}
     try:
         with BatchProgress(len(inputs), enabled=progress) as bar:
             for text, outcomes in run_unordered(request):
@@ -676,7 +677,7 @@ def _stream(request: AuditRequest, output: Path | None, quiet: bool, retry_error
         with BatchProgress(len(inputs), done=len(inputs) - len(todo), enabled=not quiet) as bar:
             for text, outcomes in run_unordered(dataclasses.replace(request, sources=tuple(todo))):
                 if output is not None or not quiet:
-                    log.write(text, outcomes)
+                    log.write(str(text), outcomes)
                 for o in outcomes:
                     if isinstance(o, AuditFailure):
                         errors += 1

@@ -1,6 +1,7 @@
 """The one way through the tool, for the CLI, the Python API and the batch runner.
 
 - ``stages``: ``audit(source, options) -> Report``, one model through the front ends and the analysis;
+  the kinds of model a run takes from memory (``ModuleSource``, ``GraphSource``);
 - ``config``: the settings of ``[tool.mhainspect]`` and how they merge under the caller's;
 - ``inputs``: MODEL arguments before a run: the models they name, --arg, --timeout (the faces ask
   here, never a front end);
@@ -16,6 +17,10 @@ from mhainspect.pipeline.inputs import Expansion, ModelRef, expand, factory_args
 from mhainspect.pipeline.runner import Audited, AuditRequest, Outcome, run, run_unordered
 from mhainspect.pipeline.stages import (
     AuditOptions,
+    GraphSource,
+    InMemory,
+    ModuleSource,
+    Source,
     analyse,
     audit,
     audit_graph,
@@ -26,7 +31,7 @@ from mhainspect.pipeline.stages import (
 )
 from mhainspect.pipeline.verify import VerifyRequest
 
-__all__ = ["AuditOptions", "AuditRequest", "Audited", "ConfigFinder", "Expansion", "ModelRef", "Outcome", "Settings",
-           "VerifyRequest", "analyse", "audit", "audit_graph", "audit_module", "collector_paused", "expand",
+__all__ = ["AuditOptions", "AuditRequest", "Audited", "ConfigFinder", "Expansion", "GraphSource", "InMemory",
+           "ModelRef", "ModuleSource", "Outcome", "Settings", "Source", "VerifyRequest", "analyse", "audit", "audit_graph", "audit_module", "collector_paused", "expand",
            "factory_args", "model_argument", "parse_timeout", "reporting_progress", "run", "run_unordered",
            "with_memory"]

@@ -27,7 +27,7 @@ from mhainspect.frontends.folders import ModelRef, expand_models, model_argument
 from mhainspect.frontends.formats import check_symlink_loop
 from mhainspect.ir.units import MAX_CACHED_TOKENS
 from mhainspect.pipeline.config import ConfigError, ConfigFinder, Settings, merge, shown_path
-from mhainspect.pipeline.stages import AuditOptions, audit
+from mhainspect.pipeline.stages import AuditOptions, InMemory, Source, analyse, audit
 from mhainspect.pipeline.verify import VerifyPlan, VerifyRequest, prepare, verify_model
 
 if TYPE_CHECKING:
@@ -54,19 +54,21 @@ Outcome = Audited | AuditFailure
 class AuditRequest:
     """What one run audits, and how.
 
-    ``sources``: model arguments (files, folders, factory specs, ``hf://`` ids, URLs); with
-    ``expand`` each may name several models (a folder of models, a repo), listed when its turn
-    comes, and a listing that fails is that source's one failure. ``settings``: the options and
+    ``sources``: model arguments (files, folders, factory specs, ``hf://`` ids, URLs) and models
+    in memory (``ModuleSource``, ``GraphSource``: one model each); with ``expand`` an argument may
+    name several models (a folder of models, a repo), listed when its turn comes, and a listing
+    that fails is that source's one failure. ``settings``: the options and
     gates the caller sets (None fields: not set, so a config file may set them); ``config``: where
     each model's ``[tool.mhainspect]`` comes from (None: no file is read). ``verify``: run each
     ONNX model once in onnxruntime (``fail_on_contradiction`` makes a contradicted head count a
-    failed gate). ``jobs``: audits at a time, in worker processes (mhainspect.batch).
+    failed gate). ``jobs``: audits at a time, in worker processes (mhainspect.batch; a run with a
+    model in memory audits in this process).
     ``raise_errors``: a model that cannot be audited raises its error (the Python API's
     ``inspect``) instead of becoming an AuditFailure; one job only. ``progress``: a context each
     model is audited in (a progress bar; one job only). ``timeout``: the deadline of each model's
     remote reads, and of each remote listing (--timeout)."""
 
-    sources: tuple[str, ...]
+    sources: tuple[Source, ...]
     settings: Settings = Settings()
     config: ConfigFinder | None = None
     factory_args: Mapping[str, Any] = field(default_factory=dict)
@@ -93,7 +95,7 @@ def _plan(request: AuditRequest) -> _Unit:
     that no model could satisfy)."""
     if request.verify is None:
         return _Unit(request, None)
-    paths = None if request.expand else [model_argument(s) for s in request.sources]
+    paths = None if request.expand else [model_argument(s) for s in request.sources if isinstance(s, str)]
     return _Unit(request, prepare(request.verify, paths))
 
 
@@ -106,7 +108,7 @@ _PRELOAD = ("mhainspect.pipeline", "mhainspect.frontends.dispatch", "mhainspect.
 def run(request: AuditRequest) -> Iterator[Outcome]:
     """Every model of ``request``, audited: one outcome per model, in the order of the sources (a
     source's models in listing order), each as soon as it and those before it are done."""
-    waiting: dict[str, list[Outcome]] = {}
+    waiting: dict[Source, list[Outcome]] = {}
     order = iter(dict.fromkeys(request.sources))
     next_source = next(order, None)
     for source, outcomes in run_unordered(request):
@@ -116,25 +118,28 @@ def run(request: AuditRequest) -> Iterator[Outcome]:
             next_source = next(order, None)
 
 
-def run_unordered(request: AuditRequest) -> Iterator[tuple[str, list[Outcome]]]:
+def run_unordered(request: AuditRequest) -> Iterator[tuple[Source, list[Outcome]]]:
     """``(source, its outcomes)`` for every source of ``request``, in the order they finish (what a
     run that streams its records as they come reads)."""
     unit = _plan(request)
     sources = list(dict.fromkeys(request.sources))
-    if request.raise_errors or request.jobs <= 1:
+    texts = [s for s in sources if isinstance(s, str)]
+    if request.raise_errors or request.jobs <= 1 or len(texts) < len(sources):
         for source in sources:
             yield source, audit_source(unit, source)
         return
-    for source, result in run_many(functools.partial(audit_source, unit), sources, request.jobs, preload=_PRELOAD):
+    for source, result in run_many(functools.partial(audit_source, unit), texts, request.jobs, preload=_PRELOAD):
         yield source, [result] if isinstance(result, AuditFailure) else result
 
 
-def audit_source(unit: _Unit, text: str) -> list[Outcome]:
+def audit_source(unit: _Unit, source: Source) -> list[Outcome]:
     """Every model one source names, audited: the unit of work of a run (in this process or in a
     worker). Never raises for a bad input unless the request says so."""
     from mhainspect.sources.deadline import model_deadline
 
-    timeout = unit.request.timeout
+    if isinstance(source, InMemory):
+        return [_audit_model(source, unit, str(source))]
+    text, timeout = source, unit.request.timeout
     ref = model_argument(text)
     if not unit.request.expand:
         with model_deadline(timeout):
@@ -153,11 +158,12 @@ def audit_source(unit: _Unit, text: str) -> list[Outcome]:
     return out
 
 
-def model_settings(request: AuditRequest, path: ModelRef) -> tuple[Settings, Path | None]:
-    """The settings ``path`` is audited with (the caller's over its config file's) and that file."""
+def model_settings(request: AuditRequest, path: ModelRef | InMemory) -> tuple[Settings, Path | None]:
+    """The settings ``path`` is audited with (the caller's over its config file's) and that file (a
+    model in memory: the working directory's, as a factory spec)."""
     if request.config is None:
         return request.settings, None
-    file_settings, config_path = request.config.for_model(path)
+    file_settings, config_path = request.config.for_model(Path.cwd() if isinstance(path, InMemory) else path)
     return merge(request.settings, file_settings), config_path
 
 
@@ -182,14 +188,18 @@ def _gate_config(request: AuditRequest, settings: Settings, config_path: Path | 
                       max_kv_cache=settings.max_kv_cache, require_context=settings.require_context)
 
 
-def _read(path: ModelRef, options: AuditOptions, request: AuditRequest) -> Report:
+def _read(path: ModelRef | InMemory, options: AuditOptions, request: AuditRequest) -> Report:
     if isinstance(path, Path):
         check_symlink_loop(path)
-    with request.progress(path) if request.progress is not None else nullcontext():
+    progress = request.progress
+    if isinstance(path, InMemory):  # read in this process already: analysed as it is
+        with progress(str(path)) if progress is not None else nullcontext():
+            return analyse(path.result(), options)
+    with progress(path) if progress is not None else nullcontext():
         return audit(path, options)
 
 
-def _audit_model(path: ModelRef, unit: _Unit, text: str) -> Outcome:
+def _audit_model(path: ModelRef | InMemory, unit: _Unit, text: str) -> Outcome:
     """One model's report and gate results, or its failure (recorded under the source ``text``)."""
     request = unit.request
     try:

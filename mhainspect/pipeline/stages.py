@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -119,18 +120,70 @@ def reporting_progress(callback: Callable[[str, int, int], None]) -> AbstractCon
     return reporting(callback)
 
 
+class InMemory(ABC):
+    """A model already in this process's memory (an nn.Module, a graph built in the neutral IR): a
+    source kind of a run beside paths and addresses. It is one model (nothing to expand), has no
+    file to run (--verify leaves its blocks unchecked) and takes the working directory's config
+    file, as a factory spec does; it cannot travel to a worker process, so a run that holds one
+    audits in this process. ``str()``: its label (the report's path, the outcome's input)."""
+
+    @abstractmethod
+    def result(self) -> SourceResult:
+        """What its front end finds (the analysis then makes the Report)."""
+
+
+@dataclass(frozen=True, eq=False)  # one source per object: a module is no value to compare or hash by content
+class ModuleSource(InMemory):
+    """An nn.Module (needs the torch extra): known attention modules read from their attributes,
+    traced when ``example_inputs`` are given, when an attention-like module is not recognised, or
+    when ``trace`` is True (False: never); ``name``: its label (default: its class name)."""
+
+    module: Any
+    example_inputs: Any = None
+    trace: bool | None = None
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return self.name or type(self.module).__name__
+
+    def result(self) -> SourceResult:
+        from mhainspect.frontends.torch.frontend import module_result
+
+        return module_result(self.module, self.example_inputs, trace=self.trace, name=self.name)
+
+
+@dataclass(frozen=True, eq=False)
+class GraphSource(InMemory):
+    """A graph already in the neutral IR (tests and tools that build one in memory); ``path``,
+    ``fmt``: what the report says it was read from; ``config``: a config.json's content beside it."""
+
+    graph: ModelGraph
+    path: str | None = None
+    fmt: str | None = None
+    config: Mapping[str, Any] | None = None
+    config_label: str = "config.json"
+
+    def __str__(self) -> str:
+        return self.path or self.graph.source
+
+    def result(self) -> SourceResult:
+        from mhainspect.frontends.onnx.frontend import graph_result
+
+        return graph_result(self.graph, path=self.path, fmt=self.fmt, config=self.config,
+                            config_label=self.config_label)
+
+
+Source = str | InMemory  # what a run takes: a MODEL argument as text, or a model in memory
+
+
 def audit_module(module: Any, example_inputs: Any = None, *, trace: bool | None = None, name: str | None = None,
                  options: AuditOptions | None = None) -> Report:
-    """Audit an nn.Module (needs the torch extra)."""
-    from mhainspect.frontends.torch.frontend import module_result
-
-    return analyse(module_result(module, example_inputs, trace=trace, name=name), options)
+    """Audit an nn.Module (needs the torch extra): one ModuleSource, without a run's gates."""
+    return analyse(ModuleSource(module, example_inputs, trace, name).result(), options)
 
 
 def audit_graph(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
                 config: Mapping[str, Any] | None = None, config_label: str = "config.json",
                 options: AuditOptions | None = None) -> Report:
-    """Audit a graph already in the neutral IR (tests and tools that build one in memory)."""
-    from mhainspect.frontends.onnx.frontend import graph_result
-
-    return analyse(graph_result(graph, path=path, fmt=fmt, config=config, config_label=config_label), options)
+    """Audit a graph already in the neutral IR: one GraphSource, without a run's gates."""
+    return analyse(GraphSource(graph, path, fmt, config, config_label).result(), options)

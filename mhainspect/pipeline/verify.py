@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError
+from mhainspect.pipeline.stages import InMemory
 from mhainspect.results import BlockVerification, Report, VerifyStatus, WarningCode, warning_code
 
 if TYPE_CHECKING:
@@ -115,10 +116,12 @@ def _unchecked(report: Report, reason: str) -> Report:
     return attach(report, tuple(BlockVerification(b.name, VerifyStatus.UNCHECKED, reason=reason) for b in report.blocks))
 
 
-def verify_model(path: ModelRef, report: Report, plan: VerifyPlan) -> Report:
+def verify_model(path: ModelRef | InMemory, report: Report, plan: VerifyPlan) -> Report:
     """``report`` with the run's verdict per block; a failure leaves every block unchecked with the reason."""
     from mhainspect.analysis.verify import VerifyBudgetError, attach
 
+    if isinstance(path, InMemory):
+        return _unchecked(report, "--verify runs local ONNX files only; a model in memory has no file to run")
     if not isinstance(path, Path):
         return _unchecked(report, "--verify runs local ONNX files only; a remote model is audited from its header")
     if report.model.format == "gguf":
