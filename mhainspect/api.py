@@ -33,7 +33,7 @@ from mhainspect.analysis.stated_heads import stated_offer
 from mhainspect.batch import AuditFailure
 from mhainspect.errors import InputError, missing_torch
 from mhainspect.ir.units import parse_tokens
-from mhainspect.pipeline import AuditRequest, InMemory, ModuleSource, VerifyRequest, expand, run
+from mhainspect.pipeline import AuditRequest, InMemory, ModuleSource, VerifyRequest, expand, report_of, run
 from mhainspect.pipeline.config import ConfigFinder, Settings
 from mhainspect.render.json_render import error_record, input_record, report_to_dict
 from mhainspect.results import Report, Reports
@@ -41,7 +41,7 @@ from mhainspect.results import Report, Reports
 if TYPE_CHECKING:
     from mhainspect.conventions import Calculation, Comparison, UserValue
     from mhainspect.ir.weights import HeadOffers
-    from mhainspect.pipeline import Outcome, Source
+    from mhainspect.pipeline import Source
     from mhainspect.results.diff import ReportDiff
 
 __all__ = ["AuditRequest", "audit_many", "audit_records", "calc", "compare", "diff", "inspect", "inspect_all", "run"]
@@ -96,12 +96,6 @@ def _request(sources: Iterable[str | os.PathLike[str] | InMemory], settings: Set
                         stated_heads=stated, verify=VerifyRequest() if verify else None, **fields)
 
 
-def _report(outcome: Outcome) -> Report:
-    if isinstance(outcome, AuditFailure):  # only a run that does not raise its errors gets here
-        raise InputError(outcome.message, outcome.kind)
-    return outcome.report
-
-
 def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] = (), ignore: Iterable[str] = (),
                 config: bool | str | os.PathLike[str] | None = None, verify: bool = False) -> Reports:
     """Every model the paths name, folders expanded as on the command line (every model file below
@@ -109,7 +103,7 @@ def inspect_all(*paths: str | os.PathLike[str], what_if_heads: tuple[int, ...] =
     shows as the comparison page and ``to_text()``/``to_markdown()`` give with one row per model first."""
     request = _request(expand(paths).sources, _settings(what_if_heads, ignore=ignore), config=config,
                        verify=verify, expand=False, raise_errors=True)
-    return Reports(_report(o) for o in run(request))
+    return Reports(report_of(o) for o in run(request))
 
 
 def diff(a: str | os.PathLike[str] | Report, b: str | os.PathLike[str] | Report) -> ReportDiff:
@@ -172,7 +166,7 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     request = _request((source,), settings, num_heads=num_heads, num_kv_heads=num_kv_heads, config=config,
                        verify=verify, expand=False, raise_errors=True)
     (outcome,) = run(request)
-    return _report(outcome)
+    return report_of(outcome)
 
 
 def _module_source(obj: Any, example_inputs: Any, trace: bool | None, name: str | None) -> ModuleSource:

@@ -41,10 +41,12 @@ FailOnChangeOpt = Annotated[bool, typer.Option(
 
 
 def _audit(text: str) -> "Report":
-    from mhainspect.pipeline import audit, model_argument
+    """One model through the run every command goes through (no gates: nothing here sets one)."""
+    from mhainspect.pipeline import AuditRequest, model_argument, report_of, run
 
     try:
-        return audit(model_argument(text))
+        (outcome,) = run(AuditRequest((str(model_argument(text)),), expand=False, raise_errors=True))
+        return report_of(outcome)
     except InputError as exc:
         raise fail(str(exc)) from None
     except Exception as exc:  # a bug must still end in one line, not a traceback

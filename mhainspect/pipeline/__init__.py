@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from mhainspect.pipeline.config import ConfigFinder, Settings
 from mhainspect.pipeline.inputs import Expansion, ModelRef, expand, factory_args, model_argument, parse_timeout
-from mhainspect.pipeline.runner import Audited, AuditRequest, Outcome, run, run_unordered
+from mhainspect.pipeline.runner import Audited, AuditRequest, Outcome, report_of, run, run_unordered
 from mhainspect.pipeline.stages import (
     AuditOptions,
     GraphSource,
@@ -33,5 +33,5 @@ from mhainspect.pipeline.verify import VerifyRequest
 
 __all__ = ["AuditOptions", "AuditRequest", "Audited", "ConfigFinder", "Expansion", "GraphSource", "InMemory",
            "ModelRef", "ModuleSource", "Outcome", "Settings", "Source", "VerifyRequest", "analyse", "audit", "audit_graph", "audit_module", "collector_paused", "expand",
-           "factory_args", "model_argument", "parse_timeout", "reporting_progress", "run", "run_unordered",
+           "factory_args", "model_argument", "parse_timeout", "report_of", "reporting_progress", "run", "run_unordered",
            "with_memory"]

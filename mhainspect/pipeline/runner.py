@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from mhainspect.ir.weights import HeadOffers
     from mhainspect.results import Report
 
-__all__ = ["Audited", "AuditRequest", "Outcome", "run", "run_unordered"]
+__all__ = ["Audited", "AuditRequest", "Outcome", "report_of", "run", "run_unordered"]
 
 
 @dataclass(frozen=True)
@@ -221,6 +221,13 @@ def _audit_model(path: ModelRef | InMemory, unit: _Unit, text: str) -> Outcome:
     kept = drop_ignored(report, ignored)
     gates = check_gates(kept, _gate_config(request, settings, config_path))
     return Audited(kept, ModelExtras(gates=gates, ignored=ignored_counts(report, ignored)), text)
+
+
+def report_of(outcome: Outcome) -> Report:
+    """The report of ``outcome``; InputError (its kind and line) for a model that could not be audited."""
+    if isinstance(outcome, AuditFailure):
+        raise InputError(outcome.message, outcome.kind)
+    return outcome.report
 
 
 def reports(outcomes: Sequence[Outcome]) -> list[Report]:
