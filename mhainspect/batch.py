@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import queue
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -135,6 +134,7 @@ def _worker_main(conn: Connection, task: Callable[[str], Any], threads: int, env
     send back (index, kind, value): kind "done" (the task's result or the AuditFailure) or "abort"
     (the BatchAbort). None ends the worker. ``environ``: the caller's environment now (a fork
     server's children would inherit the one it started with: HF_TOKEN, HF_ENDPOINT set since)."""
+    import queue  # a worker's own: a run in one process never queues
     import signal
 
     os.environ.clear()

@@ -14,11 +14,18 @@ from typing import Any
 import pytest
 from remote_models import llama_config, llama_tensors, moe_tensors, write_hf_folder
 
-# Behind doors: imported only by the path that uses them (docs/performance.md, issue 30).
+# Behind doors: imported only by the path that uses them (docs/performance.md, issues 30 and 35).
+# What the command line itself needs for no option of a plain run: --verify, --gpu-memory, JSON
+# Lines output and --from-file, worker processes (their queue), the diff and calc subcommands.
+CLI_OPTIONAL_PATHS = ("mhainspect.pipeline.verify", "mhainspect.analysis.fit", "mhainspect.cli.batch_output",
+                      "queue", "mhainspect.analysis.diff", "mhainspect.conventions", "rich")
 OPTIONAL_PATHS = ("concurrent.futures", "tomllib", "mhainspect.sources.blob",
                   "mhainspect.sources.address", "mhainspect.frontends.onnx.landings",
                   "mhainspect.matchers.latent", "mhainspect.matchers.grouping", "mhainspect.matchers.experts",
-                  "mhainspect.analysis.experts", "mhainspect.render.cells")
+                  "mhainspect.analysis.experts", "mhainspect.render.cells", *CLI_OPTIONAL_PATHS,
+                  # a graph without a config.json beside it: no layer-type tables, no listing
+                  "mhainspect.frontends.checkpoint.layer_types", "mhainspect.frontends.checkpoint.hf_config",
+                  "mhainspect.sources.tree")
 
 SCRIPT = """
 import json, sys
@@ -60,6 +67,20 @@ def test_local_onnx_run_imports_no_optional_path(sample_dir: Path, tmp_path: Pat
     assert result["code"] in (0, None), proc.stderr
     assert result["optional"] == [], result
     assert json.loads(out.read_text())["blocks"], "the sample model has an attention block"
+
+
+def test_version_imports_no_optional_path() -> None:
+    """`mhainspect --version` (the command line's own imports, paid by every run) imports no front
+    end and nothing that only an option or another subcommand uses."""
+    code = ("import sys\nfrom mhainspect.cli.app import main\ntry:\n    main(['--version'])\nexcept SystemExit:\n"
+            "    pass\nprint('imported:', sorted(m for m in sys.argv[1].split(',') if m in sys.modules))")
+    front_ends = ("mhainspect.frontends.onnx.frontend", "mhainspect.frontends.checkpoint.frontend",
+                  "mhainspect.matchers.graph", "google.protobuf")
+    proc = subprocess.run([sys.executable, "-c", code, ",".join((*CLI_OPTIONAL_PATHS, *front_ends))],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith("mhainspect ") and lines[-1] == "imported: []", proc.stdout
 
 
 def test_checkpoint_run_imports_no_graph_reader(tmp_path: Path) -> None:

@@ -22,7 +22,6 @@ from mhainspect.analysis.size import check_kv_dtype, check_weight_dtype
 from mhainspect.analysis.stated_heads import heads_hint, stated_offer
 from mhainspect.analysis.whatif import check_head_counts
 from mhainspect.batch import AuditFailure, BatchAbort, failure_of, read_inputs
-from mhainspect.cli.batch_output import JsonlLog, read_list
 from mhainspect.cli.output import (
     OutputFormat,
     color_wanted,
@@ -37,7 +36,7 @@ from mhainspect.cli.output import (
 from mhainspect.cli.progress import BatchProgress, ProgressBar
 from mhainspect.errors import InputError
 from mhainspect.ir.units import format_bytes, parse_size, parse_tokens
-from mhainspect.pipeline import Audited, AuditRequest, Expansion, VerifyRequest, expand, factory_args, run_unordered
+from mhainspect.pipeline import Audited, AuditRequest, Expansion, expand, factory_args, run_unordered
 from mhainspect.pipeline.config import ConfigError, ConfigFinder, Settings, merge, require_context_limit
 from mhainspect.render.json_render import error_record, report_to_dict, reports_to_dict, to_json, to_jsonl
 from mhainspect.results import FailedInput, WarningCode, warning_code
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
 
     from mhainspect.ir.weights import HeadOffers
     from mhainspect.pipeline import Source
+    from mhainspect.pipeline.verify import VerifyRequest
     from mhainspect.results import Report
 
 V = TypeVar("V")
@@ -117,7 +117,7 @@ def _dims(items: list[str]) -> dict[str, int]:
     return dims
 
 
-def _verify_request(verify: bool, dim: list[str] | None, max_verify_bytes: str | None) -> VerifyRequest | None:
+def _verify_request(verify: bool, dim: list[str] | None, max_verify_bytes: str | None) -> "VerifyRequest | None":
     """--verify's options (None without --verify); one line and exit 2 for a bad one, or when
     onnxruntime is missing."""
     if not verify:
@@ -125,6 +125,7 @@ def _verify_request(verify: bool, dim: list[str] | None, max_verify_bytes: str |
             raise fail("--dim and --max-verify-bytes apply only with --verify")
         return None
     from mhainspect.analysis import verify as verify_mod  # --verify only: the onnxruntime path
+    from mhainspect.pipeline.verify import VerifyRequest  # --verify only, as the stage itself
 
     dims = _dims(dim or [])
     try:
@@ -632,6 +633,8 @@ def _units(texts: list[str], listed: bool, timeout: float | None) -> _Units:
 
 
 def _read_list(source: str) -> list[str]:
+    from mhainspect.cli.batch_output import read_list  # imported when taken: --from-file only
+
     return read_list(source)
 
 
@@ -657,6 +660,8 @@ def _stream(request: AuditRequest, output: Path | None, quiet: bool, retry_error
     """A --from-file run in JSON Lines: each input's records written as it finishes (appended to
     ``output``, whose recorded inputs are skipped), failures and failed gates said on stderr; then
     the run's exit (the inputs recorded before count too)."""
+    from mhainspect.cli.batch_output import JsonlLog  # imported when taken: a JSON Lines run only
+
     inputs = request.sources
     log = JsonlLog(output, retry_errors)
     todo = [t for t in inputs if t not in log.recorded.inputs]

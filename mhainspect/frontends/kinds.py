@@ -7,10 +7,13 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mhainspect.frontends.formats import identify_folder
 from mhainspect.frontends.gguf.split import GGUF_SUFFIX, split_name  # the loader's own rule for a split model's parts
-from mhainspect.sources.tree import Tree
+
+if TYPE_CHECKING:
+    from mhainspect.sources.tree import Tree  # a listing's type only: a local file is classified without one
 
 # Every model file suffix and the kind of source it is: a folder scan picks up these files, and
 # classify() dispatches on them. A new format adds its suffix here (and its reader in dispatch.file_result).

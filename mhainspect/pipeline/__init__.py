@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from mhainspect.pipeline.config import ConfigFinder, Settings
 from mhainspect.pipeline.inputs import Expansion, ModelRef, expand, factory_args, model_argument, parse_timeout
 from mhainspect.pipeline.runner import Audited, AuditRequest, Outcome, report_of, run, run_unordered
@@ -29,9 +31,21 @@ from mhainspect.pipeline.stages import (
     reporting_progress,
     with_memory,
 )
-from mhainspect.pipeline.verify import VerifyRequest
 
 __all__ = ["AuditOptions", "AuditRequest", "Audited", "ConfigFinder", "Expansion", "GraphSource", "InMemory",
            "ModelRef", "ModuleSource", "Outcome", "Settings", "Source", "VerifyRequest", "analyse", "audit", "audit_graph", "audit_module", "collector_paused", "expand",
            "factory_args", "model_argument", "parse_timeout", "report_of", "reporting_progress", "run", "run_unordered",
            "with_memory"]
+
+if TYPE_CHECKING:
+    from mhainspect.pipeline.verify import VerifyRequest
+
+
+def __getattr__(name: str) -> Any:
+    # The --verify stage is imported when a run verifies (or when its request type is asked for):
+    # a run without --verify never needs it.
+    if name == "VerifyRequest":
+        from mhainspect.pipeline.verify import VerifyRequest
+
+        return VerifyRequest
+    raise AttributeError(f"module 'mhainspect.pipeline' has no attribute {name!r}")

@@ -28,10 +28,10 @@ from mhainspect.frontends.formats import check_symlink_loop
 from mhainspect.ir.units import MAX_CACHED_TOKENS
 from mhainspect.pipeline.config import ConfigError, ConfigFinder, Settings, merge, shown_path
 from mhainspect.pipeline.stages import AuditOptions, InMemory, Source, analyse, audit
-from mhainspect.pipeline.verify import VerifyPlan, VerifyRequest, prepare, verify_model
 
 if TYPE_CHECKING:
     from mhainspect.ir.weights import HeadOffers
+    from mhainspect.pipeline.verify import VerifyPlan, VerifyRequest
     from mhainspect.results import Report
 
 __all__ = ["Audited", "AuditRequest", "Outcome", "report_of", "run", "run_unordered"]
@@ -95,6 +95,8 @@ def _plan(request: AuditRequest) -> _Unit:
     that no model could satisfy)."""
     if request.verify is None:
         return _Unit(request, None)
+    from mhainspect.pipeline.verify import prepare  # imported when taken: --verify only (most runs never verify)
+
     paths = None if request.expand else [model_argument(s) for s in request.sources if isinstance(s, str)]
     return _Unit(request, prepare(request.verify, paths))
 
@@ -216,6 +218,8 @@ def _audit_model(path: ModelRef | InMemory, unit: _Unit, text: str) -> Outcome:
             raise
         return dataclasses.replace(failure_of(str(path), exc), input=text)
     if unit.verify is not None:
+        from mhainspect.pipeline.verify import verify_model  # imported when taken, as in _plan
+
         report = verify_model(path, report, unit.verify)
     ignored = settings.ignore or frozenset()
     kept = drop_ignored(report, ignored)

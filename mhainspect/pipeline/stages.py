@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from mhainspect.analysis.charts import with_charts
 from mhainspect.analysis.decoding import as_told, decoder_warnings, size_option_warnings
-from mhainspect.analysis.fit import FitOptions, gpu_fit
 from mhainspect.analysis.report import report_from
 from mhainspect.analysis.size import (
     SizeOptions,
@@ -76,6 +75,8 @@ def with_memory(report: Report, size: SizeOptions, model: ModelFacts) -> Report:
         summary = dataclasses.replace(summary, weight_dtype=weight_dtype_what_if(
             dataclasses.replace(report, model=summary), size.weight_dtype))
     if size.gpu_memory is not None:
+        from mhainspect.analysis.fit import FitOptions, gpu_fit  # imported when taken: --gpu-memory only
+
         summary = dataclasses.replace(summary, fit=gpu_fit(dataclasses.replace(report, model=summary),
                                                            FitOptions(size.gpu_memory, size.gpus), model,
                                                            size.context, size.batch))

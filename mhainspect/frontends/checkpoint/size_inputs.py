@@ -13,8 +13,6 @@ from math import prod
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from mhainspect.frontends.checkpoint.arch_defaults import ConfigView
-from mhainspect.frontends.checkpoint.layer_types import LayerPlan, LayerType, layer_plan
 from mhainspect.ir import dtypes
 from mhainspect.ir.dtypes import byte_rate as _rate
 from mhainspect.ir.limits import MAX_CONFIG_INT, config_int
@@ -22,6 +20,7 @@ from mhainspect.results import AttentionBlock, BlockKind, projection_tensor_name
 from mhainspect.results.stages import IF_DECODED, BlockDecoding, SizeInputs, StoredTensor
 
 if TYPE_CHECKING:
+    from mhainspect.frontends.checkpoint.layer_types import LayerPlan
     from mhainspect.ir.dataflow import GraphIndex
     from mhainspect.ir.graph import Tensor
     from mhainspect.ir.parameters import StoredScan
@@ -56,6 +55,8 @@ def _sub_config(cfg: Mapping[str, Any], block_name: str) -> Mapping[str, Any]:
 def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
     """The block's sliding window from the config: layer_types, sliding_window_pattern, Gemma 2's
     alternation, Qwen2's use_sliding_window/max_window_layers, or sliding_window for every layer."""
+    from mhainspect.frontends.checkpoint.layer_types import LayerType  # with the config reader, see _plan
+
     c = _sub_config(cfg, block_name)
     i = layer_index(block_name)
     plan = _plan(c)
@@ -90,6 +91,11 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
 
 def _plan(c: Mapping[str, Any]) -> LayerPlan | None:
     """The config's layer plan (``layer_types``), for a config of a stack with one."""
+    # The layer-type tables are imported where a config is read, as the config reader: most graphs
+    # come without one (a checkpoint's front end imports them anyway).
+    from mhainspect.frontends.checkpoint.arch_defaults import ConfigView
+    from mhainspect.frontends.checkpoint.layer_types import layer_plan
+
     kind = c.model_type if isinstance(c, ConfigView) else c.get("model_type")
     return layer_plan(c, kind if isinstance(kind, str) else None)
 
@@ -174,6 +180,15 @@ def config_dtype(cfg: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def _indexer(plan: LayerPlan | None, layer: int | None) -> tuple[int, str]:
+    """The key width an indexed layer's indexer caches, and what says so (0: not an indexed layer)."""
+    from mhainspect.frontends.checkpoint.layer_types import LayerType  # with the config reader, see _plan
+
+    if plan is not None and plan.indexer_width and plan.kind(layer) is LayerType.INDEXED:
+        return plan.indexer_width, plan.indexer_said.removeprefix("config.json ")
+    return 0, ""
+
+
 def config_decoding(cfg: Mapping[str, Any] | None, blocks: Sequence[AttentionBlock],
                     compute_dtypes: Mapping[str, tuple[str | None, str]], *, label: str = "config",
                     no_config: str = "") -> tuple[BlockDecoding, ...]:
@@ -189,10 +204,7 @@ def config_decoding(cfg: Mapping[str, Any] | None, blocks: Sequence[AttentionBlo
         caches, reason = config_causal(cfg, b.name, b.kind == BlockKind.CROSS)
         window, wsource = _window(cfg, b.name) if b.kind != BlockKind.CROSS else (None, "")
         plan = _plan(_sub_config(cfg, b.name)) if b.kind != BlockKind.CROSS else None
-        layer = layer_index(b.name)
-        indexer, isource = 0, ""
-        if plan is not None and plan.indexer_width and plan.kind(layer) is LayerType.INDEXED:
-            indexer, isource = plan.indexer_width, plan.indexer_said.removeprefix("config.json ")
+        indexer, isource = _indexer(plan, layer_index(b.name))
         out.append(BlockDecoding(b.name, caches, f"{label}: {reason}", dtype, dsource, window,
                                  f"{label} {wsource.removeprefix('config ')}" if window else "",
                                  indexer_width=indexer, indexer_source=f"{label} {isource}" if indexer else ""))
