@@ -63,14 +63,16 @@ def llama_folder(folder: Path, *, max_positions: int | None = 2048, config: bool
 
 
 @pytest.mark.parametrize(("text", "n"), [
-    ("8192", 8192), ("8_192", 8192), ("8,192", 8192), ("8k", 8192), ("8K", 8192), ("128k", 131_072),
-    ("1M", 1_048_576), ("1m", 1_048_576), ("1.5k", 1536), (" 32k ", 32_768), (4096, 4096), ("4e3", 4000),
+    ("8192", 8192), ("8_192", 8192), ("8,192", 8192), ("8k", 8000), ("8K", 8000), ("128k", 128_000),
+    ("8Ki", 8192), ("8ki", 8192), ("128Ki", 131_072), ("1Mi", 1_048_576), ("1M", 1_000_000), ("1m", 1_000_000),
+    ("1.5k", 1500), ("1.5Ki", 1536), (" 32k ", 32_000), (4096, 4096), ("4e3", 4000), ("1B", 10**9), ("2G", 2 * 10**9),
 ])
-def test_token_counts_take_binary_suffixes(text: str | int, n: int) -> None:
+def test_token_counts_take_si_and_binary_suffixes(text: str | int, n: int) -> None:
+    """k is 1,000 as in every option; only an "i" makes a unit binary (8Ki = 8,192)."""
     assert parse_tokens(text) == n
 
 
-@pytest.mark.parametrize("text", ["0", "-1", "8B", "1T", "2G", "1.1k", "", "k", "eight", "8 kB", True, 0,
+@pytest.mark.parametrize("text", ["0", "-1", "1T", "1.0001k", "1.0001Ki", "", "k", "eight", "8 kB", "8KiB", True, 0,
                                   "99999999999999999999999", MAX_TOKENS + 1])
 def test_token_counts_refuse_the_rest(text: str | int) -> None:
     with pytest.raises(ValueError):
@@ -79,11 +81,17 @@ def test_token_counts_refuse_the_rest(text: str | int) -> None:
 
 def test_context_suffix_on_the_command_line(cli: Any, tmp_path: Path) -> None:
     folder = llama_folder(tmp_path / "llama", max_positions=None)
-    doc = json.loads(cli(folder, "--context", "8k", "--batch", "2", "-f", "json").out)
-    kv = doc["model"]["kv_cache"]
-    assert (kv["context"], kv["batch"]) == (8192, 2)
+    run = cli(folder, "--context", "8k", "--batch", "2", "-f", "json")
+    kv = json.loads(run.out)["model"]["kv_cache"]
+    assert (kv["context"], kv["batch"]) == (8000, 2)
     # 2 layers × 2 kv heads × (8 + 8) × 2 bytes = 128 bytes per token
-    assert kv["bytes_per_token"] == 128 and kv["total_bytes"] == 128 * 8192 * 2
+    assert kv["bytes_per_token"] == 128 and kv["total_bytes"] == 128 * 8000 * 2
+    # stderr says what the suffix came to; a plain number (--batch 2) needs no note, nor does -q
+    assert run.err.splitlines() == ["mhainspect: note: --context 8k = 8,000 tokens"]
+    binary = cli(folder, "--context", "8Ki", "-f", "json")
+    assert json.loads(binary.out)["model"]["kv_cache"]["context"] == 8192
+    assert binary.err.splitlines() == ["mhainspect: note: --context 8Ki = 8,192 tokens"]
+    assert cli(folder, "--context", "8k", "-q").err == ""
 
 
 def test_context_suffix_in_the_config_file(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,19 +99,22 @@ def test_context_suffix_in_the_config_file(cli: Any, tmp_path: Path, monkeypatch
     (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\ncontext = "128k"\nbatch = "1"\nformat = "JSON"\n')
     monkeypatch.chdir(tmp_path)  # the run's format comes from the working directory's config
     doc = json.loads(cli(folder).out)  # format "JSON": any case, as -f
-    assert doc["model"]["kv_cache"]["context"] == 131_072
+    assert doc["model"]["kv_cache"]["context"] == 128_000
 
 
 def test_calc_context_takes_suffixes(cli: Any) -> None:
-    doc = json.loads(cli("calc", "hf", "hidden_size=64", "num_attention_heads=8", "--context", "1k", "-f", "json").out)
+    run = cli("calc", "hf", "hidden_size=64", "num_attention_heads=8", "--context", "1k", "-f", "json")
+    assert json.loads(run.out)["size"]["context"] == 1000 and "--context 1k = 1,000 tokens" in run.err
+    doc = json.loads(cli("calc", "hf", "hidden_size=64", "num_attention_heads=8", "--context", "1Ki", "-f", "json").out)
     assert doc["size"]["context"] == 1024
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--context", "99999999999999999999999"), "--context: 99999999999999999999999 tokens is more than"),
     (("--context", "0"), "--context: 0 is not a positive number of tokens"),
-    (("--context", "8B"), "--context: not a whole number of tokens: '8B'"),
-    (("--context", "4M", "--batch", "1M"), "--context 4,194,304 × --batch 1,048,576 is more tokens than any cache"),
+    (("--context", "8B"), "--context: 8B tokens is more than any cache is sized at"),
+    (("--context", "8kB"), "--context: not a whole number of tokens: '8kB'"),
+    (("--context", "4Mi", "--batch", "1Mi"), "--context 4,194,304 × --batch 1,048,576 is more tokens than any cache"),
     (("--batch", "-3"), "--batch: not a whole number of sequences"),
 ])
 def test_absurd_sizes_are_one_line_and_exit_2(cli: Any, args: tuple[str, ...], message: str) -> None:
@@ -128,9 +139,9 @@ def test_context_beyond_the_configs_maximum_positions_is_a_warning(cli: Any, tmp
     result = cli(folder, "--context", "128k", "-f", "json")
     assert result.code == 0
     doc = json.loads(result.out)
-    assert doc["model"]["kv_cache"]["total_bytes"] == 128 * 131_072  # still sized at the context asked for
+    assert doc["model"]["kv_cache"]["total_bytes"] == 128 * 128_000  # still sized at the context asked for
     (warning,) = [w for w in doc["warnings"] if "maximum positions" in w]
-    assert "--context 131,072" in warning and "config.json max_position_embeddings = 2,048" in warning
+    assert "--context 128,000" in warning and "config.json max_position_embeddings = 2,048" in warning
     # At or below the maximum: no warning.
     within = json.loads(cli(folder, "--context", "2k", "-f", "json").out)
     assert not any("maximum positions" in w for w in within["warnings"])

@@ -233,7 +233,7 @@ def test_gates_in_every_format(cli: Any) -> None:
     doc = json.loads(cli(STANDARD, "-f", "json", "--max-params", "1k").out)
     assert doc["gates"] == [{"gate": "max-params", "passed": False, "actual": 16_768, "limit": 1000, "code": None,
                              "source": "--max-params", "message": f"{STANDARD} has 16,768 parameters > "
-                                                                  "--max-params 1k"}]
+                                                                  "--max-params 1k (1,000)"}]
     assert "gates" not in json.loads(cli(STANDARD, "-f", "json").out)  # no gate set: no key
     md = cli(STANDARD, "-f", "markdown", "--max-params", "1M").out
     assert "**Gates: all passed**" in md and "- ✅ passed" in md

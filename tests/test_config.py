@@ -104,7 +104,7 @@ def test_config_gate_applies(project: Path) -> None:
     assert result.exit_code == 1
     model = project / STANDARD.name
     assert result.stderr.strip() == (f"mhainspect: gate failed: {model} has 16,768 parameters > "
-                                     "max-params 16k from pyproject.toml")
+                                     "max-params 16k (16,000) from pyproject.toml")
 
 
 def test_config_found_from_a_subfolder(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,7 +121,7 @@ def test_config_found_from_a_subfolder(project: Path, monkeypatch: pytest.Monkey
 def test_cli_overrides_config_budget(project: Path) -> None:
     write_config(project, 'max-params = "16k"')
     assert run(project / STANDARD.name, "--max-params", "20k").exit_code == 0
-    assert run(project / STANDARD.name, "--max-params", "1k").stderr.strip().endswith("--max-params 1k")
+    assert run(project / STANDARD.name, "--max-params", "1k").stderr.strip().endswith("--max-params 1k (1,000)")
 
 
 def test_config_exit_zero_and_cli_override(project: Path) -> None:

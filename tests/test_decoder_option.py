@@ -39,7 +39,7 @@ def _kv_evidence(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_decoder_gives_an_open_graph_its_cache(cli: Any) -> None:
-    doc = cli(GQA, "--decoder", "--context", "8k", "--kv-dtype", "float16", "-f", "json").json()
+    doc = cli(GQA, "--decoder", "--context", "8Ki", "--kv-dtype", "float16", "-f", "json").json()
     kv = doc["model"]["kv_cache"]
     # 2 kv heads × (d_k 8 + d_v 8) × 2 bytes = 64 bytes per token, at 8,192 tokens
     assert (kv["status"], kv["bytes_per_token"], kv["dtype"], kv["total_bytes"]) == ("caches", 64, "float16", 64 * 8192)
@@ -68,7 +68,7 @@ def test_size_options_on_an_encoder_say_nothing_caches(cli: Any) -> None:
 
 
 def test_a_model_with_a_cache_figure_gets_no_warning(cli: Any) -> None:
-    result = cli(KV_CACHE, "--context", "8k", "--batch", "4", "--kv-dtype", "bfloat16", "-f", "json")
+    result = cli(KV_CACHE, "--context", "8192", "--batch", "4", "--kv-dtype", "bfloat16", "-f", "json")
     assert result.err == "" and result.json()["warnings"] == []
     assert result.json()["model"]["kv_cache"]["total_bytes"] == 2 * (8 + 8) * 2 * 8192 * 4
 
@@ -134,7 +134,7 @@ def test_decoder_in_the_config_file(cli: Any, tmp_path: Path) -> None:
     (folder / "model.onnx").write_bytes(GQA.read_bytes())
     (folder / "pyproject.toml").write_text("[tool.mhainspect]\ndecoder = true\ncontext = \"1k\"\n")
     kv = cli(folder / "model.onnx", "-f", "json").json()["model"]["kv_cache"]
-    assert (kv["status"], kv["total_bytes"]) == ("caches", 128 * 1024)
+    assert (kv["status"], kv["total_bytes"]) == ("caches", 128 * 1000)  # "1k": 1,000 tokens, as on the command line
     # The command line wins over the file.
     assert cli(folder / "model.onnx", "--no-decoder", "-f", "json").json()["model"]["kv_cache"]["status"] == "none"
     (folder / "pyproject.toml").write_text("[tool.mhainspect]\ndecoder = \"yes\"\n")

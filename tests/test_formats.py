@@ -172,7 +172,7 @@ def test_github_gate_errors() -> None:
         "::error file=sample_models/keras_per_head.onnx,title=mhainspect fail-on MHA001::gate failed: "
         "sample_models/keras_per_head.onnx has 1 MHA001 flag (--fail-on MHA001)",
         "::error file=sample_models/standard_mha.onnx,title=mhainspect max-params::gate failed: "
-        "sample_models/standard_mha.onnx has 16,768 parameters > --max-params 10k",
+        "sample_models/standard_mha.onnx has 16,768 parameters > --max-params 10k (10,000)",
     ]
     assert lines[0].startswith("::warning file=sample_models/keras_per_head.onnx,title=MHA001::")
 

@@ -3,7 +3,7 @@ the published one, safetensors headers of the model transformers builds from it,
 transformers itself: the attention modules of the meta-device model, the bytes of its tensors,
 and what its cache classes hold after a forward pass on the meta device (K/V per token, the fixed
 state of linear-attention / state-space / convolution layers, each cache layer's window), so the
-KV figure at 32k tokens is checked too. docs/architectures.md lists the figures."""
+KV figure at 32,768 tokens is checked too. docs/architectures.md lists the figures."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_real_size_folder_matches_transformers(name: str, tmp_path: Path) -> Non
     for b in report.blocks:
         assert b.params.total == _block_params(modules[b.name[b.name.index("layers."):]], b.latent is not None), b.name
 
-    # The cache: K/V (and indexer keys) per token, the mixers' fixed state, and both at 32k tokens.
+    # The cache: K/V (and indexer keys) per token, the mixers' fixed state, and both at 32,768 tokens.
     kv = report.model.kv_cache
     assert kv is not None and kv.status is CacheStatus.CACHES and not kv.lower_bound
     assert kv.bytes_per_token == truth.per_token

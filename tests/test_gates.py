@@ -122,14 +122,14 @@ def test_max_params_equal_passes_one_less_fails(standard: Report) -> None:
 def test_max_params_message_keeps_the_spelling(standard: Report) -> None:
     big = replace(standard, model=replace(standard.model, path="model.onnx", total_params=7_241_732_096))
     (failure,) = evaluate_gates([big], GateConfig(max_params=parse_limit("7B")))
-    assert failure.message == "model.onnx has 7,241,732,096 parameters > --max-params 7B"
+    assert failure.message == "model.onnx has 7,241,732,096 parameters > --max-params 7B (7,000,000,000)"
 
 
 def test_max_attention_params(standard: Report) -> None:
     assert evaluate_gates([standard], GateConfig(max_attention_params=parse_limit("16640"))) == ()
     (failure,) = evaluate_gates([standard], GateConfig(max_attention_params=parse_limit("16k")))
     assert (failure.gate, failure.actual, failure.limit) == ("max-attention-params", 16_640, 16_000)
-    assert failure.message.endswith("has 16,640 attention parameters > --max-attention-params 16k")
+    assert failure.message.endswith("has 16,640 attention parameters > --max-attention-params 16k (16,000)")
 
 
 def test_fail_on(keras: Report, standard: Report) -> None:
@@ -178,7 +178,7 @@ def test_cli_gates_on_standard(args: list[str], code: int) -> None:
 
 def test_cli_max_params_failure_line() -> None:
     result = run(STANDARD, "--max-params", "16k")
-    assert gate_lines(result.stderr) == [f"mhainspect: gate failed: {STANDARD} has 16,768 parameters > --max-params 16k"]
+    assert gate_lines(result.stderr) == [f"mhainspect: gate failed: {STANDARD} has 16,768 parameters > --max-params 16k (16,000)"]
 
 
 def test_cli_fail_on_fails_on_flagged_model() -> None:
@@ -198,7 +198,7 @@ def test_cli_one_line_per_failed_gate() -> None:
     assert result.exit_code == 1
     lines = gate_lines(result.stderr)
     assert len(lines) == 4
-    assert lines[0].endswith("--max-params 10k") and lines[1].endswith("--max-attention-params 8k")
+    assert lines[0].endswith("--max-params 10k (10,000)") and lines[1].endswith("--max-attention-params 8k (8,000)")
     assert str(KERAS) in lines[2] and lines[3].endswith("(--fail-on MHA001)")
 
 
@@ -256,7 +256,7 @@ def test_quiet_prints_only_failures() -> None:
     result = run(STANDARD, KERAS, "--quiet", "--max-params", "10k", "--format", "json")
     assert result.exit_code == 1
     assert result.stdout == ""
-    assert gate_lines(result.stderr) == [f"mhainspect: gate failed: {STANDARD} has 16,768 parameters > --max-params 10k"]
+    assert gate_lines(result.stderr) == [f"mhainspect: gate failed: {STANDARD} has 16,768 parameters > --max-params 10k (10,000)"]
 
 
 def test_quiet_still_writes_output_file(tmp_path: Path) -> None:
@@ -323,7 +323,7 @@ def test_pre_commit_style_invocation() -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert proc.stdout == ""
-    assert gate_lines(proc.stderr) == [f"mhainspect: gate failed: {STANDARD} has 16,768 parameters > --max-params 10k"]
+    assert gate_lines(proc.stderr) == [f"mhainspect: gate failed: {STANDARD} has 16,768 parameters > --max-params 10k (10,000)"]
 
 
 def test_docs_list_every_gate_under_exit_code_1() -> None:

@@ -81,12 +81,13 @@ def test_llama_70b_on_two_80gib_gpus(run: Callable[..., Run], llama70b: Path, sc
 
 
 def test_batch_and_context_trade(run: Callable[..., Run], llama70b: Path) -> None:
-    """At --batch 4 each sequence gets a quarter; at --context 16k the batch is what 16k-token sequences allow."""
+    """At --batch 4 each sequence gets a quarter; at --context 16k (16,000 tokens: k is 1,000) the batch is
+    what 16,000-token sequences allow."""
     free = 80 * GIB - 70_553_706_496
     fit = run(llama70b, "--gpu-memory", "80GiB", "--gpus", "2", "--batch", "4", "--context", "16k",
               "-f", "json").json()["model"]["fit"]
     assert fit["max_context"] == free // (4 * 163_840)
-    assert (fit["max_batch"], fit["context"], fit["context_source"]) == (free // (16384 * 163_840), 16384, "--context")
+    assert (fit["max_batch"], fit["context"], fit["context_source"]) == (free // (16_000 * 163_840), 16_000, "--context")
 
 
 def test_require_context_gate(run: Callable[..., Run], llama70b: Path) -> None:
@@ -94,7 +95,7 @@ def test_require_context_gate(run: Callable[..., Run], llama70b: Path) -> None:
     assert ok.code == 0, ok.err
     short = run(llama70b, "--gpu-memory", "80GiB", "--gpus", "2", "--require-context", "128k", "-q")
     assert short.code == 1
-    assert "fits at most 93,662 tokens on 2 × 80 GiB < --require-context 128k" in short.err
+    assert "fits at most 93,662 tokens on 2 × 80 GiB < --require-context 128k (128,000 tokens)" in short.err
     one = run(llama70b, "--gpu-memory", "80GiB", "--require-context", "1k", "-q")  # 131 GiB of weights on one GPU
     assert one.code == 1 and "the weights alone take 131.4 GiB per GPU" in one.err
     table = run(llama70b, "--gpu-memory", "80GiB").out  # the table's (printable) copy keeps the status
@@ -102,10 +103,10 @@ def test_require_context_gate(run: Callable[..., Run], llama70b: Path) -> None:
     assert "longest context" not in table
     gates = run(llama70b, "--gpu-memory", "80GiB", "--gpus", "2", "--require-context", "128k", "-f", "json").json()
     assert [(g["gate"], g["passed"], g["actual"], g["limit"]) for g in gates["gates"]] == \
-        [("require-context", False, 93_662, 131_072)]
+        [("require-context", False, 93_662, 128_000)]
     for args, message in ((("--require-context", "1k"), "--require-context needs --gpu-memory"),
                           (("--gpus", "2"), "--gpus needs --gpu-memory"),
-                          (("--gpu-memory", "lots"), "--gpu-memory: invalid size")):
+                          (("--gpu-memory", "lots"), "--gpu-memory: not a size in bytes: 'lots'")):
         bad = run(llama70b, *args)
         assert bad.code == 2 and message in bad.err and "Traceback" not in bad.err
 

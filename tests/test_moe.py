@@ -340,12 +340,12 @@ def test_every_format_shows_active_params_memory_and_weight_dtype(cli: Any, tmp_
     model = tmp_path / "m"
     args = (model, "--context", "2k", "--weight-dtype", "q8_0")
     table = cli(*args).out
-    assert "active per token" in table and "Memory at context 2,048" in table and "as q8_0:" in table
+    assert "active per token" in table and "Memory at context 2,000" in table and "as q8_0:" in table
     markdown = cli(*args, "-f", "markdown").out.replace("\\", "")  # markdown escapes _ and :
-    assert "active per token" in markdown and "Memory at context 2,048" in markdown and "as q8_0:" in markdown
+    assert "active per token" in markdown and "Memory at context 2,000" in markdown and "as q8_0:" in markdown
     page = cli(*args, "-f", "html").out
-    assert "active per token" in page and "Memory at context 2,048" in page and "as q8_0:" in page
+    assert "active per token" in page and "Memory at context 2,000" in page and "as q8_0:" in page
     doc = json.loads(cli(*args, "-f", "json").out)["model"]
-    assert doc["experts"]["active_params"] and doc["memory"]["context"] == 2048 and doc["weight_dtype"]["dtype"] == "q8_0"
+    assert doc["experts"]["active_params"] and doc["memory"]["context"] == 2000 and doc["weight_dtype"]["dtype"] == "q8_0"
     bad = cli(model, "--weight-dtype", "q9_z")
     assert bad.code == 2 and "--weight-dtype: 'q9_z' is not a weight type" in bad.err

@@ -103,7 +103,7 @@ def test_readme_python_block(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     namespace: dict[str, object] = {}
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the README's own example
     report = namespace["report"]
-    assert report.model.kv_cache.total_bytes == 128 * 8192  # type: ignore[attr-defined]  # context="8k"
+    assert report.model.kv_cache.total_bytes == 128 * 8000  # type: ignore[attr-defined]  # context="8k": k is 1,000
     assert "Models (" in capsys.readouterr().out
     import mhainspect
 

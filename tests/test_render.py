@@ -12,7 +12,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from mhainspect.ir.units import human_count, parse_count
+from mhainspect.ir.units import human_count, parse_count, parse_size, parse_tokens, resolved
 from mhainspect.render.json_render import report_to_dict, report_to_json, reports_to_json, reports_to_jsonl
 from mhainspect.render.markdown import render_markdown
 from mhainspect.render.table import render_table
@@ -551,6 +551,8 @@ def test_human_count(n: int, text: str) -> None:
         ("2t", 2_000_000_000_000),
         (" 1.05 M ", 1_050_000),
         ("1e6", 1_000_000),
+        ("8Ki", 8192),
+        ("1.5Mi", 1_572_864),
         ("0", 0),
         ("1.0", 1),
     ],
@@ -563,8 +565,33 @@ def test_parse_count(text: str, n: int) -> None:
 @pytest.mark.parametrize(
     "text",
     ["", "  ", "abc", "M", "1.5", "1.2345k", "-5", "+5", "1__000", "_1", "1_", "1,00", "1,0000",
-     "1.5.3", "1MB", "1 000", "nan", "inf", "0x10", "1e999", "1e6k", "１２"],
+     "1.5.3", "1MB", "1KiB", "1Bi", "1 000", "nan", "inf", "0x10", "1e999", "1e6k", "１２"],
 )
 def test_parse_count_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_count(text)
+
+
+@pytest.mark.parametrize(("text", "n"), [
+    ("4096", 4096), ("4096B", 4096), ("512MB", 512_000_000), ("512M", 512_000_000), ("80G", 80 * 10**9),
+    ("80GB", 80 * 10**9), ("80 gb", 80 * 10**9), ("24GiB", 24 * 2**30), ("24Gi", 24 * 2**30), ("512 MiB", 512 * 2**20),
+    ("1.5G", 1_500_000_000), ("1.5GiB", 3 * 2**29), ("1KiB", 1024), ("1kB", 1000), ("2TB", 2 * 10**12), (4096, 4096),
+])
+def test_sizes_read_by_the_one_rule(text: str | int, n: int) -> None:
+    """Bytes follow the rule of every count: G is 10^9, GiB 2^30; B is the byte symbol, not a billion."""
+    assert parse_size(text) == n
+    assert type(parse_size(text)) is int
+
+
+@pytest.mark.parametrize("text", ["", "G", "GiB", "0", "0B", "-1", "2X", "1.0000000001k", "1BB", "1iB", "True", True])
+def test_sizes_refuse_the_rest(text: str | bool) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def test_one_meaning_of_k_everywhere() -> None:
+    """The same text is the same number whatever it sizes: k is 1,000 for counts, tokens and bytes."""
+    assert parse_count("8k") == parse_tokens("8k") == parse_size("8k") == 8000
+    assert parse_count("8Ki") == parse_tokens("8Ki") == parse_size("8KiB") == 8192
+    assert resolved("8k", 8000, "tokens") == "8k = 8,000 tokens" and resolved("8192", 8192, "tokens") == "8192"
+    assert resolved("24GiB", 24 * 2**30, "bytes") == "24GiB = 25,769,803,776 bytes (24 GiB)"

@@ -343,7 +343,7 @@ def test_size_gates_from_pyproject(tmp_path: Path, exported: Callable[[str], se.
                                              'max-weight-bytes = 1000000\n', encoding="utf-8")
     result = _cli(str(model), "-q")
     assert result.returncode == 1 and result.stderr.count("gate failed") == 1, result.stderr
-    assert "max-kv-cache 1K from" in result.stderr and "25,600 bytes" in result.stderr
+    assert "max-kv-cache 1K (1,000 bytes) from" in result.stderr and "25,600 bytes" in result.stderr
     (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\nmax-kv-cache = "2 GB?"\n', encoding="utf-8")
     assert _cli(str(model)).returncode == 2
 
@@ -534,7 +534,7 @@ def test_size_gates_in_the_json_report(exported: Callable[[str], se.Export], sch
     assert result.returncode == 1 and not list(schema_validator.iter_errors(doc))
     gates = {g["gate"]: g for g in doc["gates"]}
     assert gates["max-weight-bytes"]["passed"] and not gates["max-kv-cache"]["passed"]
-    assert gates["max-kv-cache"]["actual"] == 25_600 and gates["max-kv-cache"]["limit"] == 1024
+    assert gates["max-kv-cache"]["actual"] == 25_600 and gates["max-kv-cache"]["limit"] == 1000
 
 
 @pytest.mark.parametrize("projection", ["float_matmul", "matmul_nbits"])

@@ -18,9 +18,11 @@ KV = str(SAMPLES / "llama_kv_cache.onnx")
 def test_context_as_the_options_take_it() -> None:
     at_8k = mhainspect.inspect(KV, context=8192).model.kv_cache
     assert at_8k is not None and at_8k.total_bytes == 128 * 8192
-    for same in ("8k", "8_192", 8192.0):
+    for same in ("8Ki", "8_192", 8192.0):
         kv = mhainspect.inspect(KV, context=same).model.kv_cache
         assert kv is not None and kv.total_bytes == at_8k.total_bytes and type(kv.total_bytes) is int
+    si = mhainspect.inspect(KV, context="8k").model.kv_cache  # k is 1,000, as on the command line
+    assert si is not None and (si.context, si.total_bytes) == (8000, 128 * 8000)
     for bad, message in ((-1, "-1 is not a positive number of tokens"), (8192.5, "not a whole number"),
                          ("lots", "not a whole number of tokens")):
         with pytest.raises(ValueError, match=message):

@@ -124,7 +124,8 @@ def test_weight_bytes_and_budget(tmp_path: Path) -> None:
     onnx.save(model, tmp_path / "ext.onnx", save_as_external_data=True, location="ext.data", size_threshold=0)
     assert weight_bytes(onnx.load(tmp_path / "ext.onnx", load_external_data=False)) == inline
     assert check_budget(tmp_path / "ext.onnx", None) == inline
-    assert parse_size("2G") == 2 * 1024**3 and parse_size("512M") == 512 * 1024**2 and parse_size("1") == 1
+    assert parse_size("2GiB") == 2 * 1024**3 and parse_size("512MiB") == 512 * 1024**2 and parse_size("1") == 1
+    assert parse_size("2G") == 2 * 10**9  # SI, as every count (ir.units)
     for bad in ("", "G", "-1", "2X", "0"):
         with pytest.raises(ValueError):
             parse_size(bad)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from mhainspect.analysis.decoding import DECODER_HINT
 from mhainspect.analysis.flags import FLAG_CODES
 from mhainspect.analysis.size import cache_bytes_at_context
-from mhainspect.ir.units import format_bytes, group, parse_count, parse_size
+from mhainspect.ir.units import format_bytes, group, has_unit, parse_count, parse_size
 from mhainspect.results import CacheStatus, FitStatus, Flag, Report, Severity, contradicted
 
 __all__ = [
@@ -105,7 +105,7 @@ def parse_limit(value: str | int) -> Limit:
 
 
 def parse_byte_limit(value: str | int) -> Limit:
-    """A size budget: 512M, 4GiB, 1.5G, 4096 (K/M/G/T binary, as --max-verify-bytes). ValueError else."""
+    """A size budget: 512MB, 4GiB, 1.5G, 4096 (G = 10^9 bytes, GiB = 2^30: ir.units). ValueError else."""
     if isinstance(value, bool):
         raise ValueError(f"not a size: {value!r}")
     if isinstance(value, int):
@@ -122,7 +122,7 @@ def _size_gates(report: Report, config: GateConfig) -> list[GateResult]:
     out: list[GateResult] = []
     limit = config.max_weight_bytes
     if limit is not None:
-        where = _where("max-weight-bytes", limit.text, limit.source)
+        where = _limit_where("max-weight-bytes", limit, "bytes")
         source = limit.source or "--max-weight-bytes"
         if m.weight_bytes is None:
             out.append(GateResult("max-weight-bytes", path, 0, limit.value, None,
@@ -137,7 +137,7 @@ def _size_gates(report: Report, config: GateConfig) -> list[GateResult]:
     limit = config.max_kv_cache
     kv = m.kv_cache
     if limit is not None:
-        where = _where("max-kv-cache", limit.text, limit.source)
+        where = _limit_where("max-kv-cache", limit, "bytes")
         source = limit.source or "--max-kv-cache"
         total = cache_bytes_at_context(kv)  # 0 when nothing caches (an encoder)
         if total is None:
@@ -159,7 +159,7 @@ def _context_gate(report: Report, limit: Limit) -> GateResult:
     """--require-context: the longest context that fits on the GPUs (GpuFit.max_context) is at least
     the limit; a fit the analysis could not work out fails with the reason."""
     path, fit = report.model.path, report.model.fit
-    where = _where("require-context", limit.text, limit.source)
+    where = _limit_where("require-context", limit, "tokens")
     source = limit.source or "--require-context"
     if fit is None or fit.status is FitStatus.UNKNOWN:
         why = fit.reason if fit is not None else "no --gpu-memory given"
@@ -232,6 +232,15 @@ def _where(option: str, text: str, source: str) -> str:
     return f"{option} {text} from {source}"
 
 
+def _limit_where(option: str, limit: Limit, what: str = "") -> str:
+    """_where of a limit, which says what it came to when typed with a unit: '--max-params 7B
+    (7,000,000,000)', '--max-kv-cache 4GiB (4,294,967,296 bytes)'; '--max-params 7000' as typed."""
+    text = limit.text
+    if has_unit(text):
+        text += f" ({limit.value:,}{' ' + what if what else ''})"
+    return _where(option, text, limit.source)
+
+
 def _fails_on(flag: Flag, wanted: frozenset[str]) -> bool:
     if flag.code in wanted:
         return True
@@ -249,7 +258,7 @@ def check_gates(report: Report, config: GateConfig) -> tuple[GateResult, ...]:
         if limit is None:
             continue
         passed = actual <= limit.value
-        where = _where(gate, limit.text, limit.source)
+        where = _limit_where(gate, limit)
         out.append(GateResult(gate, path, actual, limit.value, None,
                               f"{path} has {group(actual)} {noun} {'<=' if passed else '>'} {where}",
                               passed, limit.source or f"--{gate}"))

@@ -11,7 +11,7 @@ import typer
 from mhainspect.analysis.whatif import check_head_counts
 from mhainspect.cli.output import fail, one_line, terminal_width, write_atomic, write_stdout
 from mhainspect.errors import InputError
-from mhainspect.ir.units import format_bytes, parse_tokens
+from mhainspect.ir.units import format_bytes, has_unit, parse_tokens, resolved
 from mhainspect.render.json_render import to_json
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def calc_cmd(
                                               "weights and KV cache per token in DTYPE (float32, bfloat16, "
                                               "float16, float8e4m3fn, int8, ...).", show_default=False)] = None,
     context_text: Annotated[str | None, typer.Option("--context", metavar="N", help="KV cache at N tokens: 8192, "
-                                                     "8k, 128k, 1M (k and M are 1024 and 1024²; implies --dtype "
+                                                     "8k (8,000), 8Ki (8,192), 128Ki, 1M (implies --dtype "
                                                      "float32 unless given).", show_default=False)] = None,
     kv_heads: Annotated[list[int] | None, typer.Option("--kv-heads", metavar="G", help="What-if: the layer with "
                                                        "G K/V heads, side by side (repeatable: MHA, GQA, MQA).",
@@ -118,6 +118,8 @@ def calc_cmd(
         context = None if context_text is None else parse_tokens(context_text)
     except ValueError as exc:
         raise fail(f"--context: {exc}") from None
+    if context_text is not None and context is not None and has_unit(context_text):
+        typer.echo(f"mhainspect: note: --context {resolved(context_text, context, 'tokens')}", err=True)
     to_file = output is not None and str(output) != "-"
     fmt, fmt_source = _calc_format(output_format, output if to_file else None)
     if kv_heads and any(g <= 0 for g in kv_heads):

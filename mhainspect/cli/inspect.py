@@ -35,7 +35,7 @@ from mhainspect.cli.output import (
 )
 from mhainspect.cli.progress import BatchProgress, ProgressBar
 from mhainspect.errors import InputError
-from mhainspect.ir.units import format_bytes, parse_size, parse_tokens
+from mhainspect.ir.units import format_bytes, has_unit, parse_size, parse_tokens, resolved
 from mhainspect.pipeline import Audited, AuditRequest, Expansion, expand, factory_args, run_unordered
 from mhainspect.pipeline.config import ConfigError, ConfigFinder, Settings, merge, require_context_limit
 from mhainspect.render.json_render import error_record, report_to_dict, reports_to_dict, to_json, to_jsonl
@@ -99,6 +99,21 @@ def _cli_settings(output_format: "OutputFormat | None", heads: list[int] | None,
                     require_context=required and dataclasses.replace(required, source="--require-context"))
 
 
+def _unit_notes(given: "Settings", **typed: str | None) -> tuple[str, ...]:
+    """A stderr note per number typed with a unit, saying what it came to ('--context 8k = 8,000
+    tokens'): k is 1,000 here, as in every option, which a reader used to 8k = 8,192 should see. The
+    gates' budgets say it in their own lines ('--max-params 7B (7,000,000,000)')."""
+    notes: list[str] = []
+    values: dict[str, tuple[int | None, str]] = {
+        "context": (given.context, "tokens"), "batch": (given.batch, "sequences"),
+        "gpu_memory": (given.gpu_memory, "bytes"), "gpus": (given.gpus, "GPUs")}
+    for name, text in typed.items():
+        value, what = values[name]
+        if text is not None and value is not None and has_unit(text):
+            notes.append(f"mhainspect: note: --{name.replace('_', '-')} {resolved(text, value, what)}")
+    return tuple(notes)
+
+
 def _weight_dtype(name: str) -> str:
     check_weight_dtype(name)
     return name
@@ -155,6 +170,7 @@ class _View:
     quiet: bool
     summary: bool = False  # --summary: one row per model
     failed: "tuple[FailedInput, ...]" = ()  # inputs that could not be audited: an entry each in the output
+    notes: tuple[str, ...] = ()  # what options typed with a unit came to, said on stderr beside reports
 
 
 def _render(view: _View, reports: "list[Report]", extras: "list[ModelExtras]") -> str:
@@ -292,6 +308,8 @@ def _deliver(view: _View, reports: "list[Report]", extras: "list[ModelExtras]", 
             write_stdout(text)
             on_screen = view.fmt in (OutputFormat.table, OutputFormat.markdown) and not view.quiet and _same_terminal()
     if not view.quiet:
+        for note in view.notes if reports else ():
+            typer.echo(note, err=True)
         for report in reports:
             path = one_line(report.model.path)
             for kind, note in _notes(report, on_screen):
@@ -402,7 +420,7 @@ HeadsOpt = Annotated[list[int] | None, typer.Option(
 # Gates
 MaxParamsOpt = Annotated[str | None, typer.Option(
     "--max-params", metavar="COUNT", show_default=False, rich_help_panel=_GATES,
-    help="Gate: fail (exit 1) when a model has more parameters, e.g. 7B, 1.5M, 120k.")]
+    help="Gate: fail (exit 1) when a model has more parameters, e.g. 7B, 1.5M, 120k (SI: k = 1,000).")]
 MaxAttentionParamsOpt = Annotated[str | None, typer.Option(
     "--max-attention-params", metavar="COUNT", show_default=False, rich_help_panel=_GATES,
     help="Gate: fail when a model's attention blocks hold more parameters.")]
@@ -421,7 +439,7 @@ FailOnContradictionOpt = Annotated[bool, typer.Option(
     help="Gate: fail when the run contradicts a static head count (implies --verify).")]
 MaxWeightBytesOpt = Annotated[str | None, typer.Option(
     "--max-weight-bytes", metavar="SIZE", show_default=False, rich_help_panel=_GATES,
-    help="Gate: fail when the stored weights exceed SIZE, e.g. 512M, 4GiB (K/M/G/T are binary).")]
+    help="Gate: fail when the stored weights exceed SIZE, e.g. 512MB, 4GiB (G = 10⁹ bytes, GiB = 2³⁰).")]
 MaxKvCacheOpt = Annotated[str | None, typer.Option(
     "--max-kv-cache", metavar="SIZE", show_default=False, rich_help_panel=_GATES,
     help="Gate: fail when the KV cache at --context (and --batch) exceeds SIZE.")]
@@ -431,7 +449,7 @@ RequireContextOpt = Annotated[str | None, typer.Option(
 # Size in bytes
 ContextOpt = Annotated[str | None, typer.Option(
     "--context", metavar="N", show_default=False, rich_help_panel=_SIZE,
-    help="KV cache total at N tokens per sequence: 8192, 8k, 128k, 1M (k and M are 1024 and 1024²).")]
+    help="KV cache total at N tokens per sequence: 8192, 8k (8,000), 8Ki (8,192), 128Ki, 1M.")]
 BatchOpt = Annotated[str | None, typer.Option(
     "--batch", metavar="B", show_default=False, rich_help_panel=_SIZE,
     help="KV cache total for B sequences (default 1).")]
@@ -445,7 +463,7 @@ WeightDtypeOpt = Annotated[str | None, typer.Option(
          "q8_0, q4_k, llama.cpp mixes such as q4_k_m by their main type), and with the KV cache at the context.")]
 GpuMemoryOpt = Annotated[str | None, typer.Option(
     "--gpu-memory", metavar="SIZE", show_default=False, rich_help_panel=_SIZE,
-    help="Will it fit: one GPU's memory (24GiB, 80G): the longest context and the largest batch whose weights "
+    help="Will it fit: one GPU's memory (24GiB, 80GB): the longest context and the largest batch whose weights "
          "+ KV cache fit (activations and runtime buffers not counted).")]
 GpusOpt = Annotated[str | None, typer.Option(
     "--gpus", metavar="N", show_default=False, rich_help_panel=_SIZE,
@@ -487,7 +505,7 @@ DimOpt = Annotated[list[str] | None, typer.Option(
     help="--verify: value of a symbolic input dimension (repeatable; default: batch 2, other dims 8).")]
 MaxVerifyBytesOpt = Annotated[str | None, typer.Option(
     "--max-verify-bytes", metavar="SIZE", show_default=False, rich_help_panel=_VERIFY,
-    help="--verify: refuse (exit 2) when the weights alone exceed SIZE, e.g. 512M, 2G (default: half the "
+    help="--verify: refuse (exit 2) when the weights alone exceed SIZE, e.g. 512MiB, 2GiB (default: half the "
          "machine's memory).")]
 # Factory specs
 ArgOpt = Annotated[list[str] | None, typer.Option(
@@ -545,6 +563,7 @@ def inspect_cmd(
                           context=context, batch=batch, kv_dtype=kv_dtype, decoder=decoder, weight_dtype=weight_dtype,
                           max_weight_bytes=max_weight_bytes, max_kv_cache=max_kv_cache, gpu_memory=gpu_memory, gpus=gpus,
                           require_context=require_context)
+    notes = () if quiet else _unit_notes(given, context=context, batch=batch, gpu_memory=gpu_memory, gpus=gpus)
     listed = from_file is not None  # a list run: every input is its own record, and may be a folder
     texts = _texts(models, from_file)
     try:
@@ -571,11 +590,11 @@ def inspect_cmd(
                            timeout=model_timeout)
     exit_zero_now = bool(run_settings.exit_zero)
     if listed and fmt is OutputFormat.jsonl:
-        _stream(request, target, quiet, retry_errors, exit_zero_now)
+        _stream(request, target, notes, quiet, retry_errors, exit_zero_now)
     shown = _View(fmt=fmt, several=False, errors=0, width=report_width(),
                   wrap=target is None and terminal_width() is not None, color=color_wanted(no_color, target is not None),
                   verbose=explain, group=not no_group, what_if_heads=given.heads or run_settings.heads or (),
-                  quiet=quiet, summary=summary)
+                  quiet=quiet, summary=summary, notes=notes)
     _audit_and_deliver(request, units, shown, target, fmt_source, exit_zero_now)
 
 
@@ -656,7 +675,8 @@ def _gather(request: AuditRequest, *, progress: bool) -> "list[Audited | AuditFa
     return [o for text in inputs for o in by_input.get(text, ())]
 
 
-def _stream(request: AuditRequest, output: Path | None, quiet: bool, retry_errors: bool, exit_zero: bool) -> None:
+def _stream(request: AuditRequest, output: Path | None, notes: tuple[str, ...], quiet: bool, retry_errors: bool,
+            exit_zero: bool) -> None:
     """A --from-file run in JSON Lines: each input's records written as it finishes (appended to
     ``output``, whose recorded inputs are skipped), failures and failed gates said on stderr; then
     the run's exit (the inputs recorded before count too)."""
@@ -678,6 +698,8 @@ def _stream(request: AuditRequest, output: Path | None, quiet: bool, retry_error
         typer.echo(f"mhainspect: {one_line(str(output))}: {len(inputs) - len(todo):,} of {len(inputs):,} inputs "
                    f"already recorded; auditing the other {len(todo):,}", err=True)
     errors, gate_failures = log.recorded.errors, log.recorded.gate_failures
+    for note in notes:
+        typer.echo(note, err=True)
     try:
         with BatchProgress(len(inputs), done=len(inputs) - len(todo), enabled=not quiet) as bar:
             for text, outcomes in run_unordered(dataclasses.replace(request, sources=tuple(todo))):
