@@ -102,6 +102,17 @@ def test_context_suffix_in_the_config_file(cli: Any, tmp_path: Path, monkeypatch
     assert doc["model"]["kv_cache"]["context"] == 128_000
 
 
+def test_calc_arguments_take_the_one_rule(cli: Any) -> None:
+    """calc's own arguments (and --vs) are numbers like every option's: 4Ki is 4,096, 4k is 4,000."""
+    binary = json.loads(cli("calc", "hf", "hidden_size=4Ki", "num_attention_heads=32", "-f", "json").out)
+    plain = json.loads(cli("calc", "hf", "hidden_size=4096", "num_attention_heads=32", "-f", "json").out)
+    assert binary["params"] == plain["params"] and binary["arguments"]["hidden_size"] == 4096
+    si = json.loads(cli("calc", "hf", "hidden_size=4k", "num_attention_heads=32", "-f", "json").out)
+    assert si["arguments"]["hidden_size"] == 4000
+    bad = cli("calc", "hf", "hidden_size=4.5", "num_attention_heads=32")
+    assert bad.code == 2 and bad.err == "mhainspect: error: hidden_size must be a positive integer, got '4.5'\n"
+
+
 def test_calc_context_takes_suffixes(cli: Any) -> None:
     run = cli("calc", "hf", "hidden_size=64", "num_attention_heads=8", "--context", "1k", "-f", "json")
     assert json.loads(run.out)["size"]["context"] == 1000 and "--context 1k = 1,000 tokens" in run.err

@@ -191,6 +191,8 @@ def test_budget_refuses_up_front() -> None:
     assert run(STANDARD, "--verify", "--max-verify-bytes", "lots").exit_code == 2
     assert run(STANDARD, "--max-verify-bytes", "2G").exit_code == 2  # only with --verify
     assert run(STANDARD, "--verify", "--dim", "batch").exit_code == 2
+    for bad in ("batch=0", "batch=1.5", "batch=two", "=2"):
+        assert run(STANDARD, "--verify", "--dim", bad).exit_code == 2, bad
 
 
 def test_run_failure_keeps_static_report(tmp_path: Path) -> None:
@@ -208,6 +210,9 @@ def test_run_failure_keeps_static_report(tmp_path: Path) -> None:
     table = run(path, "--verify", "--dim", "hidden=5", "--no-color")
     assert "not checkable (model did not run in onnxruntime" in table.stdout
     assert run(path, "--verify", "--dim", "hidden=64", "-f", "json").exit_code == 0
+    # --dim reads numbers as every option does: 0.064k is 64, which the projections need
+    ran = json.loads(run(path, "--verify", "--dim", "hidden=0.064k", "-f", "json").stdout)["blocks"][0]["verify"]
+    assert ran["status"] != "unchecked", ran
 
 
 def test_fail_on_contradiction_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:

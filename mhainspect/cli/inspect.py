@@ -123,12 +123,16 @@ def _dims(items: list[str]) -> dict[str, int]:
     """--dim NAME=VALUE options by name; one line and exit 2 for a bad or repeated one."""
     dims: dict[str, int] = {}
     for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+        name, sep, text = item.partition("=")
+        try:  # the one rule of every typed number: 128, 1_024, 1Ki
+            value = parse_tokens(text, "elements") if sep and name.strip() else 0
+        except ValueError:
+            value = 0
+        if value < 1:
             raise fail(f"--dim: expected NAME=VALUE with a positive integer VALUE, got '{item}'")
-        if name.strip() in dims and dims[name.strip()] != int(value):
-            raise fail(f"--dim {name.strip()} given twice ({dims[name.strip()]} and {int(value)})")
-        dims[name.strip()] = int(value)
+        if name.strip() in dims and dims[name.strip()] != value:
+            raise fail(f"--dim {name.strip()} given twice ({dims[name.strip()]} and {value})")
+        dims[name.strip()] = value
     return dims
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mhainspect.conventions.common import ArgValue, Kind, Spec, UserValue, spelling_key
+from mhainspect.ir.units import parse_count
 
 _TRUE = frozenset({"true", "yes", "1", "on"})
 _FALSE = frozenset({"false", "no", "0", "off"})
@@ -51,7 +52,7 @@ def parse_value(name: str, kind: Kind, raw: UserValue) -> ArgValue:
         if kind == "opt_int" and text.lower() in _NONE:
             return None
         try:
-            value = int(text)
+            value = parse_count(text)  # the one rule of every typed number: 4096, 4_096, 4Ki
         except ValueError:
             raise ValueError(f"{name} must be a positive integer, got {raw!r}") from None
     if value <= 0:
