@@ -5,6 +5,7 @@ one paragraph per line otherwise (a pipe or a file: the reader's tool wraps it).
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -57,20 +58,19 @@ def calc_text(c: Calculation, width: int | None = None) -> str:
     """A term-by-term breakdown with implied d_k/d_v, widths, the verdict and the explanation."""
     lines = [*_wrap(_signature(c), indent="    ", first="", width=width), ""]
     rows = [(t.name, t.tensor, t.formula, t.expanded, _n(t.value) + (" *" if t.extra else "")) for t in c.terms]
+    totals = [(label, _n(value)) for label, value in (("weights", c.weights), ("biases", c.biases),
+                                                         ("total", c.total))]
     header = ("term", "tensor", "formula", "=", "params")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
-
-    def row(cells: Sequence[str]) -> str:
-        left = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells[:4]))
-        return f"  {left}  {cells[4].rjust(widths[4])}".rstrip()
-
-    lines.append(row(header))
-    lines.extend(row(r) for r in rows)
-    rule_width = sum(widths) + 2 * 4
+    # The totals sit under the params column: they count towards its width as any of its cells.
+    table = _table(header, rows, left=4, width=width, give_way=_TERM_GIVE_WAY,
+                   widths_at_least={4: max(len(v) for _, v in totals)})
+    lines.extend(table[:1 + len(rows)])
+    rule_width = max(len(line) for line in table[:1 + len(rows)]) - 2
+    params_width = max(len(cell) for cell in [header[4], *(r[4] for r in rows), *(v for _, v in totals)])
     lines.append("  " + "-" * rule_width)
-    label_width = rule_width - widths[4] - 2
-    for label, value in (("weights", c.weights), ("biases", c.biases), ("total", c.total)):
-        lines.append(f"  {label.ljust(label_width)}  {_n(value).rjust(widths[4])}")
+    for label, value in totals:
+        lines.append(f"  {label.ljust(rule_width - params_width - 2)}  {value.rjust(params_width)}")
+    lines.extend(table[1 + len(rows):])
     if c.extra:
         lines.append(f"  * extra, not in total: {_n(c.extra)}")
     lines.append("")
@@ -124,13 +124,46 @@ def calc_json(c: Calculation) -> dict[str, Any]:
     }
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> list[str]:
-    """Columns: the first ``left`` left-aligned, the rest right-aligned."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+# Which columns of a calc table give way on a narrow terminal, least needed first; the others (the
+# counts the table is for) always stay, whole. A term's tensor name is in -f json; the expanded
+# arithmetic (4096 × 32 × 128) follows from the formula and the arguments the first line prints.
+_TERM_GIVE_WAY = ("tensor", "=", "formula")
+_COMPARE_GIVE_WAY = ("q/k width", "biases", "weights", "d_v")
+_KV_HEADS_GIVE_WAY = ("K/V width", "weight bytes", "params")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int, width: int | None = None,
+           give_way: Sequence[str] = (), widths_at_least: dict[int, int] | None = None) -> list[str]:
+    """Columns: the first ``left`` left-aligned, the rest right-aligned, two spaces apart, two in.
+    Wider than ``width``: the fewest ``give_way`` columns that make it fit are left out (earlier
+    ones first at the same count), and a last line names them; no cell is ever cut, so a table
+    that cannot fit even then is printed whole."""
+    natural = [max([len(r[i]) for r in [header, *rows]] + [(widths_at_least or {}).get(i, 0)])
+               for i in range(len(header))]
+
+    def size(kept: Sequence[int]) -> int:
+        return 2 + sum(natural[i] for i in kept) + 2 * (len(kept) - 1)
+
+    every = list(range(len(header)))
+    kept: list[int] = every
+    dropped: tuple[int, ...] = ()
+    if width is not None and size(every) > width:
+        optional = [header.index(name) for name in give_way if name in header]
+        choices = (d for n in range(1, len(optional) + 1) for d in itertools.combinations(optional, n))
+        for dropped in choices:
+            kept = [i for i in every if i not in dropped]
+            if size(kept) <= width:
+                break
+        else:
+            kept, dropped = every, ()
     out = []
     for r in [header, *rows]:
-        cells = [cell.ljust(widths[i]) if i < left else cell.rjust(widths[i]) for i, cell in enumerate(r)]
+        cells = [r[i].ljust(natural[i]) if i < left else r[i].rjust(natural[i]) for i in kept]
         out.append("  " + "  ".join(cells).rstrip())
+    if dropped:
+        names = " and ".join(f"'{header[i]}'" for i in sorted(dropped))
+        out.extend(_wrap(f"({names} left out to fit {width} columns; a wider terminal or -f json shows "
+                         f"{'them' if len(dropped) > 1 else 'it'})", width=width))
     return out
 
 
@@ -160,7 +193,8 @@ def compare_text(entries: Sequence[tuple[str, Calculation | str]], width: int | 
         assumptions.extend(f"{name}: {note}" for note in entry.assumed)
         assumptions.extend(note for note in entry.comparison_notes if note not in assumptions)
     lines = ["Same arguments under each convention", ""]
-    lines.extend(_table(header, rows, left=1) if rows else ["  (no convention could take them)"])
+    lines.extend(_table(header, rows, left=1, width=width, give_way=_COMPARE_GIVE_WAY) if rows
+                 else ["  (no convention could take them)"])
     if rows:
         lines.append("")
         lines.extend(_wrap("scales: would the count change with the head count if that layer's own "
@@ -204,8 +238,8 @@ def what_if_text(convention: str, rows: Sequence[tuple[int, Calculation | str]],
         )
         for h, entry in valid
     ]
-    lines = [f"{layer}: other head counts, other arguments as given", ""]
-    lines.extend(_table(header, table_rows, left=0) if table_rows else ["  (none valid)"])
+    lines = [*_wrap(f"{layer}: other head counts, other arguments as given", first="", width=width), ""]
+    lines.extend(_table(header, table_rows, left=0, width=width) if table_rows else ["  (none valid)"])
     if errors:
         lines.append("")
         for h, reason in errors:
@@ -251,12 +285,12 @@ def vs_text(vs: VsResult, width: int | None = None) -> str:
              ("weights", _n(a.weights), _n(b.weights)), ("biases", _n(a.biases), _n(b.biases)),
              ("total", _n(a.total), _n(b.total))]
     layer = LAYER_NAMES.get(a.convention, a.convention)
-    lines = [f"{layer}, two argument sets:"]
+    lines = _wrap(f"{layer}, two argument sets:", first="", width=width)
     for label, c in (("A", a), ("B", b)):
         args = ", ".join(f"{name}={_arg(value)}" for name, value in c.arguments)
         lines.extend(_wrap(args, indent="     ", first=f"  {label}: ", width=width))
     lines.append("")
-    lines.extend(_table(header, rows, left=1))
+    lines.extend(_table(header, rows, left=1, width=width))
     lines.append("")
     lines.extend(_wrap(vs.sentence.replace(" → ", f"{_NBSP}→{_NBSP}"), width=width))
     return "\n".join(lines) + "\n"
@@ -271,14 +305,19 @@ def layer_bytes_for(c: Calculation, dtype: str, context: int | None, kv_heads: i
     return layer_bytes(c.total, kv_heads or kv_heads_of(c), c.d_k, c.d_v, dtype, context)
 
 
+def _whole_bytes(n: int) -> str:
+    """format_bytes bound to one piece: a wrap never parts "3.9" from "GiB"."""
+    return format_bytes(n).replace(" ", _NBSP)
+
+
 def size_text(c: Calculation, dtype: str, context: int | None, width: int | None = None) -> str:
     """Weights and KV cache of one layer in bytes: what --dtype and --context ask."""
     b = layer_bytes_for(c, dtype, context)
-    line = (f"  In {b.dtype}: weights {_n(b.weight_bytes)} bytes ({format_bytes(b.weight_bytes)}); KV cache "
+    line = (f"  In {b.dtype}: weights {_n(b.weight_bytes)} bytes ({_whole_bytes(b.weight_bytes)}); KV cache "
             f"{_n(b.kv_bytes_per_token)} bytes per token ({b.kv_heads} kv heads × (d_k {c.d_k} + d_v {c.d_v}) × "
             f"{b.itemsize:g} bytes)")
     if b.kv_bytes is not None and b.context is not None:
-        line += f", {_n(b.kv_bytes)} bytes ({format_bytes(b.kv_bytes)}) at context {_n(b.context)}"
+        line += f", {_n(b.kv_bytes)} bytes ({_whole_bytes(b.kv_bytes)}) at context {_n(b.context)}"
     lines = _wrap(line.strip(), indent="  ", first="  ", width=width)
     lines.extend(_wrap("Per layer and per sequence; the cache counts only for a layer that decodes "
                        "autoregressively (causal self-attention).", indent="  ", width=width))
@@ -308,8 +347,10 @@ def kv_heads_text(convention: str, rows: Sequence[tuple[int, Calculation | str]]
         if b.kv_bytes is not None:
             row.append(_n(b.kv_bytes))
         table_rows.append(tuple(row))
-    lines = [f"{layer}: other K/V head counts, other arguments as given ({canonical(dtype)})", ""]
-    lines.extend(_table(header, table_rows, left=1) if table_rows else ["  (none valid)"])
+    lines = [*_wrap(f"{layer}: other K/V head counts, other arguments as given ({canonical(dtype)})", first="",
+                    width=width), ""]
+    lines.extend(_table(header, table_rows, left=1, width=width, give_way=_KV_HEADS_GIVE_WAY) if table_rows
+                 else ["  (none valid)"])
     for g, reason in errors:
         lines.extend(_wrap(reason, indent="    ", first=f"  - {g} kv heads: ", width=width))
     if table_rows:
