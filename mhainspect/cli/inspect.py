@@ -590,7 +590,7 @@ def inspect_cmd(
                            stated_heads=_stated_heads(num_heads, num_kv_heads),
                            verify=_verify_request(verify or fail_on_contradiction, dim, max_verify_bytes),
                            fail_on_contradiction=fail_on_contradiction, expand=listed, jobs=jobs,
-                           progress=None if listed or parallel or len(units.inputs) > 1 else ProgressBar,
+                           progress=None if quiet or listed or parallel or len(units.inputs) > 1 else ProgressBar,
                            timeout=model_timeout)
     exit_zero_now = bool(run_settings.exit_zero)
     if listed and fmt is OutputFormat.jsonl:
@@ -610,7 +610,8 @@ def _audit_and_deliver(request: AuditRequest, units: "_Units", shown: _View, tar
     then exits 2. -o FILE gets every report that succeeded and an error entry per input that
     failed (one model that fails alone writes nothing: FILE keeps its content)."""
     listed = request.expand
-    outcomes = _gather(request, progress=request.progress is None)
+    # one model: its own bar (request.progress); several: a bar of models done; -q: failures only, no bar
+    outcomes = _gather(request, progress=request.progress is None and not shown.quiet)
     reports = [o.report for o in outcomes if isinstance(o, Audited)]
     extras = [o.extras for o in outcomes if isinstance(o, Audited)]
     several = len(outcomes) > 1 if listed else units.expansion is not None and units.expansion.several

@@ -1,27 +1,45 @@
-"""A progress bar on stderr for a model that takes more than a moment to read."""
+"""Progress bars on stderr: a model that takes more than a moment to read, a run of many models.
+Only for a person watching a terminal (bar_wanted); stdout never carries one."""
 
 import os
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
-if TYPE_CHECKING:
+_OFF = frozenset({"", "0", "false", "no", "off"})
 
 
-    pass
+def bar_wanted() -> bool:
+    """Whether a live bar helps: stderr is a terminal that can redraw (not TERM=dumb), the run is
+    not in CI (CI set, as every CI service sets it: a log that keeps a pseudo-terminal's output
+    would keep each redraw as a line) and MHAINSPECT_NO_PROGRESS is not set."""
+    if os.environ.get("MHAINSPECT_NO_PROGRESS") or os.environ.get("CI", "").strip().lower() not in _OFF:
+        return False
+    if os.environ.get("TERM", "").lower() in ("dumb", "unknown"):
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
 
-V = TypeVar("V")
-R = TypeVar("R")
-EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 
+def _same_terminal() -> bool:
+    """Whether stdout is the terminal the bar is drawn on, so that what the run prints there while
+    the bar runs (a list's JSON Lines) is better printed above the bar. rich's live display would
+    otherwise take over stdout whatever it is: a pipe's or a file's records would land on stderr."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 class ProgressBar:
-    """A rich progress bar on stderr, shown once a model takes more than ~1 s; off when stderr is no terminal.
+    """A rich progress bar on stderr, shown once a model takes more than ~1 s; off unless
+    bar_wanted.
 
     The loader reports through ``reporting_progress(callback)``; after it, the bar spins while the
-    analysis runs. Nothing is imported or started unless stderr is a terminal.
+    analysis runs. Nothing is imported or started unless the bar is wanted.
     """
 
     def __init__(self, model: Path | str) -> None:
@@ -30,7 +48,7 @@ class ProgressBar:
         self.progress: Any = None
 
     def __enter__(self) -> "ProgressBar":
-        if not sys.stderr.isatty() or os.environ.get("MHAINSPECT_NO_PROGRESS"):
+        if not bar_wanted():
             return self
         # rich's live display is a run's slowest import: only for a terminal.
         from rich.console import Console
@@ -39,7 +57,7 @@ class ProgressBar:
         from mhainspect.pipeline import reporting_progress
 
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                                 console=Console(stderr=True), transient=True)
+                                 console=Console(stderr=True), transient=True, redirect_stdout=_same_terminal())
         self.task = self.progress.add_task(f"reading {self.label}", total=None)
         self.lock, self.closed = threading.Lock(), False
         self.timer = threading.Timer(1.0, self._show)
@@ -74,12 +92,12 @@ class ProgressBar:
 
 class BatchProgress:
     """A run of many models on a terminal: one bar of inputs done (and how many failed), with the
-    error and gate lines printed above it; off when stderr is no terminal (the lines still go to
-    stderr, one by one)."""
+    error and gate lines printed above it; off unless bar_wanted (the lines still go to stderr,
+    one by one)."""
 
     def __init__(self, total: int, done: int = 0, enabled: bool = True) -> None:
         self.total, self.done, self.failed = total, done, 0
-        self.enabled = enabled and sys.stderr.isatty() and not os.environ.get("MHAINSPECT_NO_PROGRESS")
+        self.enabled = enabled and bar_wanted()
         self.progress: Any = None
 
     def __enter__(self) -> "BatchProgress":
@@ -97,7 +115,7 @@ class BatchProgress:
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[failed]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                                 console=Console(stderr=True), transient=True)
+                                 console=Console(stderr=True), transient=True, redirect_stdout=_same_terminal())
         self.task = self.progress.add_task("auditing", total=self.total, completed=self.done, failed="")
         self.progress.start()
         return self
