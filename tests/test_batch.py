@@ -55,7 +55,7 @@ def test_read_inputs_skips_blank_and_comment_lines_and_repeats() -> None:
 
 
 def test_workers_spread_jobs_over_processes_then_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("mhainspect.batch._cpus", lambda: 4)
+    monkeypatch.setattr("mhainspect.batch.pool._cpus", lambda: 4)
     assert (workers_for(2).processes, workers_for(2).threads) == (2, 1)
     assert (workers_for(4).processes, workers_for(4).threads) == (4, 1)
     assert (workers_for(10).processes, workers_for(10).threads) == (4, 3)

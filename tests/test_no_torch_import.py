@@ -16,9 +16,11 @@ from remote_models import llama_config, llama_tensors, moe_tensors, write_hf_fol
 
 # Behind doors: imported only by the path that uses them (docs/performance.md, issues 30 and 35).
 # What the command line itself needs for no option of a plain run: --verify, --gpu-memory, JSON
-# Lines output and --from-file, worker processes (their queue), the diff and calc subcommands.
+# Lines output and --from-file, worker processes (--jobs), models held in memory (the Python API's),
+# the diff and calc subcommands' work.
 CLI_OPTIONAL_PATHS = ("mhainspect.pipeline.verify", "mhainspect.analysis.fit", "mhainspect.cli.batch_output",
-                      "queue", "mhainspect.analysis.diff", "mhainspect.conventions", "rich")
+                      "mhainspect.batch.pool", "queue", "multiprocessing", "mhainspect.pipeline.memory",
+                      "mhainspect.analysis.diff", "mhainspect.conventions", "rich")
 OPTIONAL_PATHS = ("concurrent.futures", "tomllib", "mhainspect.sources.blob",
                   "mhainspect.sources.address", "mhainspect.frontends.onnx.landings",
                   "mhainspect.matchers.latent", "mhainspect.matchers.grouping", "mhainspect.matchers.experts",

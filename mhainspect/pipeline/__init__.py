@@ -1,7 +1,8 @@
 """The one way through the tool, for the CLI, the Python API and the batch runner.
 
 - ``stages``: ``audit(source, options) -> Report``, one model through the front ends and the analysis;
-  the kinds of model a run takes from memory (``ModuleSource``, ``GraphSource``);
+- ``memory``: the kinds of model a run takes from memory (``ModuleSource``, ``GraphSource``), the
+  Python API's;
 - ``config``: the settings of ``[tool.mhainspect]`` and how they merge under the caller's;
 - ``inputs``: MODEL arguments before a run: the models they name, --arg, --timeout (the faces ask
   here, never a front end);
@@ -19,14 +20,10 @@ from mhainspect.pipeline.inputs import Expansion, ModelRef, expand, factory_args
 from mhainspect.pipeline.runner import Audited, AuditRequest, Outcome, report_of, run, run_unordered
 from mhainspect.pipeline.stages import (
     AuditOptions,
-    GraphSource,
     InMemory,
-    ModuleSource,
     Source,
     analyse,
     audit,
-    audit_graph,
-    audit_module,
     collector_paused,
     reporting_progress,
     with_memory,
@@ -38,14 +35,19 @@ __all__ = ["AuditOptions", "AuditRequest", "Audited", "ConfigFinder", "Expansion
            "with_memory"]
 
 if TYPE_CHECKING:
+    from mhainspect.pipeline.memory import GraphSource, ModuleSource, audit_graph, audit_module
     from mhainspect.pipeline.verify import VerifyRequest
+
+# Imported when asked for: a command-line run verifies rarely and never holds a model in memory
+# (the Python API's sources), so neither module is on its path.
+_LAZY = {"VerifyRequest": "mhainspect.pipeline.verify", "GraphSource": "mhainspect.pipeline.memory",
+         "ModuleSource": "mhainspect.pipeline.memory", "audit_graph": "mhainspect.pipeline.memory",
+         "audit_module": "mhainspect.pipeline.memory"}
 
 
 def __getattr__(name: str) -> Any:
-    # The --verify stage is imported when a run verifies (or when its request type is asked for):
-    # a run without --verify never needs it.
-    if name == "VerifyRequest":
-        from mhainspect.pipeline.verify import VerifyRequest
+    if name in _LAZY:
+        import importlib
 
-        return VerifyRequest
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'mhainspect.pipeline' has no attribute {name!r}")
