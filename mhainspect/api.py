@@ -32,7 +32,7 @@ from mhainspect.analysis.size import check_kv_dtype, check_weight_dtype
 from mhainspect.analysis.stated_heads import stated_offer
 from mhainspect.batch import AuditFailure
 from mhainspect.errors import InputError, missing_torch
-from mhainspect.ir.units import parse_tokens
+from mhainspect.ir.units import parse_count, parse_tokens
 from mhainspect.pipeline import AuditRequest, InMemory, ModuleSource, VerifyRequest, expand, report_of, run
 from mhainspect.pipeline.config import ConfigFinder, Settings
 from mhainspect.render.json_render import error_record, input_record, report_to_dict
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AuditRequest", "audit_many", "audit_records", "calc", "compare", "diff", "inspect", "inspect_all", "run"]
 
-Count = int | float | str  # 8192, 8192.0, "8k": what --context and --batch take, and a whole float
+Count = int | float | str  # 8192, 8192.0, "8Ki", "8k" (8,000): what --context and --batch take, and a whole float
 
 
 def _count(value: Count, option: str, what: str) -> int:
@@ -62,14 +62,14 @@ def _count(value: Count, option: str, what: str) -> int:
         raise ValueError(f"{option}: {exc}") from None
 
 
-def _settings(what_if_heads: Iterable[int] = (), context: Count | None = None, batch: Count = 1,
+def _settings(what_if_heads: Iterable[int | str] = (), context: Count | None = None, batch: Count = 1,
               kv_dtype: str | None = None, decoder: bool | None = None, weight_dtype: str | None = None,
               ignore: Iterable[str] = (), gpu_memory: int | str | None = None, gpus: int = 1) -> Settings:
     """The Settings of the API's keyword arguments (ValueError for bad ones)."""
     if weight_dtype is not None:
         check_weight_dtype(weight_dtype)
     codes = list(ignore)
-    heads = tuple(int(h) for h in what_if_heads)
+    heads = tuple(h if isinstance(h, int) else parse_count(h) for h in what_if_heads)  # 16, "16", "1Ki"
     memory = None if gpu_memory is None else parse_byte_limit(gpu_memory).value
     if memory is None and gpus != 1:
         raise ValueError("gpus needs gpu_memory (one GPU's memory, e.g. \"24GiB\")")
@@ -148,8 +148,9 @@ def inspect(obj: Any, example_inputs: Any = None, *, what_if_heads: tuple[int, .
     once, as --decoder / --no-decoder do. ``num_heads`` / ``num_kv_heads`` give a checkpoint
     without a config its head counts, as --num-heads / --num-kv-heads do (shapes still win).
     ``ignore``, ``config`` and ``verify`` (a path only): as --ignore, the config files and --verify.
-    ``context`` and ``batch`` are read as the options are (8192, "8k"; ValueError below 1);
-    ``gpu_memory`` ("80GiB" or bytes) and ``gpus``: what fits, as --gpu-memory and --gpus
+    ``context`` and ``batch`` are read as the options are (8192, "8Ki", "8k" = 8,000: k is SI;
+    ValueError below 1); ``gpu_memory`` ("80GiB", "80GB" = 8·10¹⁰, or bytes) and ``gpus``: what
+    fits, as --gpu-memory and --gpus
     (``report.model.fit``). A folder holding several models: InputError (``inspect_all`` reads them).
     """
     settings = _settings(what_if_heads, context, batch, kv_dtype, decoder, weight_dtype, ignore, gpu_memory, gpus)

@@ -283,3 +283,21 @@ def test_config_heads_are_sorted(cli: Any, tmp_path: Path, monkeypatch: pytest.M
     (tmp_path / "pyproject.toml").write_text("[tool.mhainspect]\nheads = [32, 4, 32]\n")
     monkeypatch.chdir(tmp_path)
     assert "What if (--heads 4, 32)" in cli(STANDARD).out
+
+
+def test_head_counts_take_the_one_rule(cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--heads, --num-heads, calc --heads and --kv-heads and the config's heads read numbers as every
+    option does (1_6 and 0.032k are 16 and 32); a fraction or a word is one usage line, exit 2."""
+    assert "What if (--heads 16, 32)" in cli(STANDARD, "--heads", "1_6", "--heads", "0.032k").out
+    for bad, message in (("x", "not a count: 'x'"), ("1.5", "not a whole count: '1.5'")):
+        run = cli(STANDARD, "--heads", bad)
+        assert run.code == 2 and run.err == f"mhainspect: error: Invalid value for '--heads': {message}" + (
+            " (expected e.g. 1000, 1_000, 120k, 1.5M, 7B, 8Ki)\n" if bad == "x" else " = 1.5\n"), run.err
+    calc = json.loads(cli("calc", "hf", "hidden_size=4Ki", "num_attention_heads=32", "--heads", "0.064k",
+                          "--kv-heads", "0.008k", "--dtype", "bf16", "-f", "json").out)
+    assert [w["num_heads"] for w in calc["what_if"]] == [32, 64] and calc["kv_heads_what_if"][0]["kv_heads"] == 8
+    (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\nheads = ["32", 4]\n')
+    monkeypatch.chdir(tmp_path)
+    assert "What if (--heads 4, 32)" in cli(STANDARD).out
+    (tmp_path / "pyproject.toml").write_text('[tool.mhainspect]\nheads = ["four"]\n')
+    assert cli(STANDARD).code == 2

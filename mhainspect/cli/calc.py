@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from mhainspect.analysis.whatif import check_head_counts
-from mhainspect.cli.output import fail, one_line, terminal_width, write_atomic, write_stdout
+from mhainspect.cli.output import count_option, fail, one_line, terminal_width, write_atomic, write_stdout
 from mhainspect.errors import InputError
 from mhainspect.ir.units import format_bytes, has_unit, parse_tokens, resolved
 from mhainspect.render.json_render import to_json
@@ -55,7 +55,7 @@ CalcArgs = Annotated[list[str], typer.Argument(
          "num_heads=8. Without a convention: --compare.")]
 CompareOpt = Annotated[bool, typer.Option("--compare", help="Read the same numbers under every convention.")]
 CalcHeadsOpt = Annotated[list[int] | None, typer.Option(
-    "--heads", metavar="N", show_default=False,
+    "--heads", metavar="N", show_default=False, parser=count_option,
     help="Also count at N heads, other arguments unchanged (repeatable).")]
 VsOpt = Annotated[list[str] | None, typer.Option(
     "--vs", metavar="NAME=VALUE...", show_default=False,
@@ -102,7 +102,8 @@ def calc_cmd(
     context_text: Annotated[str | None, typer.Option("--context", metavar="N", help="KV cache at N tokens: 8192, "
                                                      "8k (8,000), 8Ki (8,192), 128Ki, 1M (implies --dtype "
                                                      "float32 unless given).", show_default=False)] = None,
-    kv_heads: Annotated[list[int] | None, typer.Option("--kv-heads", metavar="G", help="What-if: the layer with "
+    kv_heads: Annotated[list[int] | None, typer.Option("--kv-heads", metavar="G", parser=count_option,
+                                                       help="What-if: the layer with "
                                                        "G K/V heads, side by side (repeatable: MHA, GQA, MQA).",
                                                        show_default=False)] = None,
 ) -> None:

@@ -25,6 +25,7 @@ from mhainspect.batch import AuditFailure, BatchAbort, failure_of, read_inputs
 from mhainspect.cli.output import (
     OutputFormat,
     color_wanted,
+    count_option,
     fail,
     one_line,
     report_width,
@@ -419,7 +420,7 @@ RetryErrorsOpt = Annotated[bool, typer.Option(
     help="--from-file with -o FILE: drop FILE's error records and audit those inputs again.")]
 # What-if
 HeadsOpt = Annotated[list[int] | None, typer.Option(
-    "--heads", metavar="N", show_default=False, rich_help_panel=_WHATIF,
+    "--heads", metavar="N", show_default=False, rich_help_panel=_WHATIF, parser=count_option,
     help="What-if: each block's parameter count at N heads (repeatable), shown in its own section.")]
 # Gates
 MaxParamsOpt = Annotated[str | None, typer.Option(
@@ -480,11 +481,11 @@ DecoderOpt = Annotated[bool | None, typer.Option(
          "metadata that decide a block win.")]
 # Head counts
 NumHeadsOpt = Annotated[int | None, typer.Option(
-    "--num-heads", metavar="N", show_default=False, rich_help_panel=_HEADS,
+    "--num-heads", metavar="N", show_default=False, rich_help_panel=_HEADS, parser=count_option,
     help="A checkpoint without a config.json: every attention block has N query heads (evidence source "
          "'option'; shapes still win, and a disagreement is flagged).")]
 NumKvHeadsOpt = Annotated[int | None, typer.Option(
-    "--num-kv-heads", metavar="G", show_default=False, rich_help_panel=_HEADS,
+    "--num-kv-heads", metavar="G", show_default=False, rich_help_panel=_HEADS, parser=count_option,
     help="With --num-heads: G K/V heads (grouped-query attention; G divides N).")]
 # Remote models
 TimeoutOpt = Annotated[str | None, typer.Option(

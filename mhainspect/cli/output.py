@@ -10,6 +10,7 @@ import typer
 
 from mhainspect import __version__
 from mhainspect.errors import InputError
+from mhainspect.ir.units import parse_count
 from mhainspect.render.safe import printable
 
 if TYPE_CHECKING:
@@ -38,6 +39,15 @@ class OutputFormat(str, Enum):
     def canonical(self) -> "OutputFormat":
         """The format itself: md is markdown."""
         return OutputFormat.markdown if self is OutputFormat.md else self
+
+
+def count_option(value: str) -> int:
+    """An integer option (head counts) read by the one rule of every typed number (ir.units): 16,
+    1_024, 1Ki; a fraction or a word is a usage error, one line (typer's ``parser=``)."""
+    try:
+        return parse_count(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def one_line(text: str) -> str:

@@ -23,7 +23,7 @@ from typing import TypeVar
 from mhainspect.analysis.gates import Limit, parse_byte_limit, parse_codes, parse_limit
 from mhainspect.analysis.size import check_kv_dtype, check_weight_dtype
 from mhainspect.errors import InputError, read_failure
-from mhainspect.ir.units import parse_tokens
+from mhainspect.ir.units import parse_count, parse_tokens
 
 __all__ = ["KEYS", "ConfigError", "Settings", "ConfigFinder", "find_config", "load_config_file", "load_settings", "merge",
            "settings_from_table"]
@@ -81,9 +81,13 @@ def _codes(value: object, *, severities: bool = False) -> frozenset[str]:
 def _heads(value: object) -> tuple[int, ...]:
     out: list[int] = []
     for item in value if isinstance(value, list) else [value]:
-        if not isinstance(item, int) or isinstance(item, bool) or item <= 0:
+        try:  # 16 or "16" ("1Ki"): the one rule of every typed number
+            n = parse_count(item) if isinstance(item, (str, int)) and not isinstance(item, bool) else 0
+        except ValueError:
+            n = 0
+        if n <= 0:
             raise ValueError("expected a positive integer or a list of them")
-        out.append(item)
+        out.append(n)
     return tuple(sorted(set(out)))  # listed in order, each once, however given
 
 
