@@ -4,6 +4,7 @@ so that a refactoring can be shown to change no output on any fixture:
     SNAP_DIR=/tmp/before PYTHONPATH=scripts python -m pytest -q -p report_snapshots   # on the old commit
     SNAP_DIR=/tmp/after  PYTHONPATH=scripts python -m pytest -q -p report_snapshots   # on the new one
     diff -r /tmp/before /tmp/after   # or, numbering aside: python scripts/report_snapshots.py /tmp/before /tmp/after
+    python scripts/report_snapshots.py --explain /tmp/before /tmp/after   # which JSON paths differ, in how many tests
 
 Temporary paths are normalised; tests that build random inputs (fuzzing) name theirs differently
 on every run, so compare those after replacing the /tmp/mhainspect-fuzz-* prefix."""
@@ -74,10 +75,73 @@ def compare(before: str, after: str, roots: tuple[str, str] = ("", "")) -> list[
     return [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
-if __name__ == "__main__":  # python scripts/report_snapshots.py BEFORE AFTER [ROOT_BEFORE ROOT_AFTER]
+def _paths(a: object, b: object, at: str = "") -> set[str]:
+    """The JSON paths (list indices written []) where two documents differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: set[str] = set()
+        for k in set(a) | set(b):
+            if k not in a or k not in b:
+                out.add(f"{at}.{k}" + (" (added)" if k not in a else " (removed)"))
+            else:
+                out |= _paths(a[k], b[k], f"{at}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return {f"{at} (length {len(a)} -> {len(b)})"}
+        return set().union(*(_paths(x, y, f"{at}[]") for x, y in zip(a, b))) if a else set()
+    return set() if a == b else {at or "."}
+
+
+def explain(before: str, after: str, roots: tuple[str, str] = ("", "")) -> str:
+    """What ``compare`` found, by kind: tests only before (renamed or removed), only after (new),
+    and for tests in both, the JSON paths where their documents differ, with how many tests each
+    (a test's documents paired in sorted order; unequal counts said as such)."""
+    def load(folder: str, root: str) -> dict[str, list[str]]:
+        out: dict[str, set[str]] = collections.defaultdict(set)
+        for name in os.listdir(folder):
+            with open(os.path.join(folder, name)) as f:
+                text = f.read()
+            out[re.sub(r"__\d+\.json$", "", name)].add(text.replace(root, "ROOT") if root else text)
+        return {k: sorted(v) for k, v in out.items()}
+
+    a, b = load(before, roots[0]), load(after, roots[1])
+    only_a = sorted(set(a) - set(b))
+    only_b = sorted(set(b) - set(a))
+    paths: collections.Counter[str] = collections.Counter()
+    examples: dict[str, str] = {}
+    differing = 0
+    for k in sorted(set(a) & set(b)):
+        if a[k] == b[k]:
+            continue
+        differing += 1
+        found: set[str] = set()
+        if len(a[k]) != len(b[k]):
+            found.add(f"(documents {len(a[k])} -> {len(b[k])})")
+        for x, y in zip(a[k], b[k]):
+            try:
+                found |= _paths(json.loads(x), json.loads(y))
+            except json.JSONDecodeError:
+                found.add("(not JSON)")
+        for path in found:
+            paths[path] += 1
+            examples.setdefault(path, k)
+    lines = [f"tests in both: {len(set(a) & set(b))}, with differing documents: {differing}",
+             f"tests only before: {len(only_a)}", f"tests only after: {len(only_b)}", "",
+             "differing JSON paths (tests, first example):"]
+    lines += [f"  {n:6d}  {path}   e.g. {examples[path]}" for path, n in paths.most_common()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python scripts/report_snapshots.py [--explain] BEFORE AFTER [ROOT_BEFORE ROOT_AFTER]
     import sys
 
     args = sys.argv[1:]
-    differing = compare(args[0], args[1], (args[2], args[3]) if len(args) == 4 else ("", ""))
+    explaining = "--explain" in args
+    args = [x for x in args if x != "--explain"]
+    roots = (args[2], args[3]) if len(args) == 4 else ("", "")
+    if explaining:
+        print(explain(args[0], args[1], roots))
+        sys.exit(0)
+    differing = compare(args[0], args[1], roots)
     print("\n".join(differing) or "no test's documents differ")
     sys.exit(1 if differing else 0)
