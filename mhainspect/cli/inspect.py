@@ -37,7 +37,7 @@ from mhainspect.cli.output import (
 from mhainspect.cli.progress import BatchProgress, ProgressBar
 from mhainspect.errors import InputError
 from mhainspect.ir.units import format_bytes, has_unit, parse_size, parse_tokens, resolved
-from mhainspect.pipeline import Audited, AuditRequest, Expansion, expand, factory_args, run_unordered
+from mhainspect.pipeline import Audited, AuditRequest, run_unordered
 from mhainspect.pipeline.config import ConfigError, ConfigFinder, Settings, merge, require_context_limit
 from mhainspect.render.json_render import error_record, report_to_dict, reports_to_dict, to_json, to_jsonl
 from mhainspect.results import FailedInput, WarningCode, warning_code
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from mhainspect.ir.weights import HeadOffers
-    from mhainspect.pipeline import Source
+    from mhainspect.pipeline import Expansion, Source
     from mhainspect.pipeline.verify import VerifyRequest
     from mhainspect.results import Report
 
@@ -563,6 +563,8 @@ def inspect_cmd(
     """Audit MODELS: find every attention block, its heads, d_k, d_v and parameter count."""
     if config is not None and isolated:
         raise fail("--config and --isolated exclude each other")
+    from mhainspect.pipeline import factory_args  # the arguments' door, imported once options are read
+
     model_timeout = _timeout(timeout)
     given = _cli_settings(output_format, heads, max_params, max_attention_params, fail_on, ignore, exit_zero,
                           context=context, batch=batch, kv_dtype=kv_dtype, decoder=decoder, weight_dtype=weight_dtype,
@@ -574,8 +576,8 @@ def inspect_cmd(
     try:
         finder = ConfigFinder([f.value for f in OutputFormat], config_file=config, isolated=isolated)
         run_settings = merge(given, finder.for_folder(Path.cwd())[0])
-        units = _units(texts, listed, model_timeout)  # a remote folder argument is listed now
-        keywords = factory_args(arg or [], units.inputs)
+        inputs, expansion = _inputs(texts, listed, model_timeout)  # a remote folder argument is listed now
+        keywords = factory_args(arg or [], inputs)
     except (ConfigError, InputError) as exc:
         raise fail(str(exc)) from None
     except Exception as exc:  # a bug while listing a remote folder argument: one line too
@@ -586,12 +588,12 @@ def inspect_cmd(
     target = None if output is None or str(output) == "-" else output
     if retry_errors and (fmt is not OutputFormat.jsonl or target is None or not listed):
         raise fail("--retry-errors applies to a --from-file run that appends to -o FILE in jsonl")
-    parallel = jobs > 1 and len(units.inputs) > 1
-    request = AuditRequest(tuple(units.inputs), settings=given, config=finder, factory_args=keywords,
+    parallel = jobs > 1 and len(inputs) > 1
+    request = AuditRequest(tuple(inputs), settings=given, config=finder, factory_args=keywords,
                            stated_heads=_stated_heads(num_heads, num_kv_heads),
                            verify=_verify_request(verify or fail_on_contradiction, dim, max_verify_bytes),
                            fail_on_contradiction=fail_on_contradiction, expand=listed, jobs=jobs,
-                           progress=None if quiet or listed or parallel or len(units.inputs) > 1 else ProgressBar,
+                           progress=None if quiet or listed or parallel or len(inputs) > 1 else ProgressBar,
                            timeout=model_timeout)
     exit_zero_now = bool(run_settings.exit_zero)
     if listed and fmt is OutputFormat.jsonl:
@@ -600,22 +602,21 @@ def inspect_cmd(
                   wrap=target is None and terminal_width() is not None, color=color_wanted(no_color, target is not None),
                   verbose=explain, group=not no_group, what_if_heads=given.heads or run_settings.heads or (),
                   quiet=quiet, summary=summary, notes=notes)
-    _audit_and_deliver(request, units, shown, target, fmt_source, exit_zero_now)
+    _audit_and_deliver(request, expansion, shown, target, fmt_source, exit_zero_now)
 
 
-def _audit_and_deliver(request: AuditRequest, units: "_Units", shown: _View, target: Path | None,
+def _audit_and_deliver(request: AuditRequest, expansion: "Expansion | None", shown: _View, target: Path | None,
                        fmt_source: str, exit_zero: bool) -> None:
     """Every unit audited, then the reports rendered at once, in the order of the units; the exit.
 
     An unreadable model is reported on its own line and the others are still analysed; the run
     then exits 2. -o FILE gets every report that succeeded and an error entry per input that
     failed (one model that fails alone writes nothing: FILE keeps its content)."""
-    listed = request.expand
     # one model: its own bar (request.progress); several: a bar of models done; -q: failures only, no bar
     outcomes = _gather(request, progress=request.progress is None and not shown.quiet)
     reports = [o.report for o in outcomes if isinstance(o, Audited)]
     extras = [o.extras for o in outcomes if isinstance(o, Audited)]
-    several = len(outcomes) > 1 if listed else units.expansion is not None and units.expansion.several
+    several = len(outcomes) > 1 if expansion is None else expansion.several
     failed = tuple(FailedInput(o.input, o.kind.value, o.message) for o in outcomes if isinstance(o, AuditFailure))
     view = dataclasses.replace(shown, several=several, errors=len(outcomes) - len(reports),
                                failed=failed if several or len(outcomes) > 1 else ())
@@ -641,20 +642,15 @@ def _exit(errors: int, gate_failures: int, exit_zero: bool) -> None:
         raise typer.Exit(EXIT_GATE)
 
 
-@dataclass(frozen=True)
-class _Units:
-    """What a run audits, one unit of work each: the arguments expanded (a folder to its models),
-    or a list's lines as they are (each expanded when its turn comes)."""
-
-    inputs: "list[str]"
-    expansion: Expansion | None  # the arguments and the models they name (None: a list run's lines)
-
-
-def _units(texts: list[str], listed: bool, timeout: float | None) -> _Units:
+def _inputs(texts: list[str], listed: bool, timeout: float | None) -> "tuple[list[str], Expansion | None]":
+    """What a run audits, one unit of work each: the arguments expanded (a folder to its models)
+    with the expansion, or a list's lines as they are (each expanded when its turn comes) and None."""
     if listed:
-        return _Units(read_inputs(texts), None)
+        return read_inputs(texts), None
+    from mhainspect.pipeline import expand
+
     expansion = expand(texts, timeout=timeout)
-    return _Units(list(expansion.sources), expansion)
+    return list(expansion.sources), expansion
 
 
 def _read_list(source: str) -> list[str]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.pipeline.config import ConfigFinder, Settings
-from mhainspect.pipeline.inputs import Expansion, ModelRef, expand, factory_args, model_argument, parse_timeout
 from mhainspect.pipeline.runner import Audited, AuditRequest, Outcome, report_of, run, run_unordered
 from mhainspect.pipeline.stages import (
     AuditOptions,
@@ -30,19 +29,23 @@ from mhainspect.pipeline.stages import (
 )
 
 __all__ = ["AuditOptions", "AuditRequest", "Audited", "ConfigFinder", "Expansion", "GraphSource", "InMemory",
-           "ModelRef", "ModuleSource", "Outcome", "Settings", "Source", "VerifyRequest", "analyse", "audit", "audit_graph", "audit_module", "collector_paused", "expand",
-           "factory_args", "model_argument", "parse_timeout", "report_of", "reporting_progress", "run", "run_unordered",
-           "with_memory"]
+           "ModelRef", "ModuleSource", "Outcome", "Settings", "Source", "VerifyRequest", "analyse", "audit",
+           "audit_graph", "audit_module", "collector_paused", "expand", "factory_args", "model_argument",
+           "parse_timeout", "report_of", "reporting_progress", "run", "run_unordered", "with_memory"]
 
 if TYPE_CHECKING:
+    from mhainspect.pipeline.inputs import Expansion, ModelRef, expand, factory_args, model_argument, parse_timeout
     from mhainspect.pipeline.memory import GraphSource, ModuleSource, audit_graph, audit_module
     from mhainspect.pipeline.verify import VerifyRequest
 
 # Imported when asked for: a command-line run verifies rarely and never holds a model in memory
-# (the Python API's sources), so neither module is on its path.
+# (the Python API's sources), so neither module is on its path; MODEL arguments are expanded once
+# the options are read (--version and --help never need it).
 _LAZY = {"VerifyRequest": "mhainspect.pipeline.verify", "GraphSource": "mhainspect.pipeline.memory",
          "ModuleSource": "mhainspect.pipeline.memory", "audit_graph": "mhainspect.pipeline.memory",
-         "audit_module": "mhainspect.pipeline.memory"}
+         "audit_module": "mhainspect.pipeline.memory",
+         **dict.fromkeys(("Expansion", "ModelRef", "expand", "factory_args", "model_argument", "parse_timeout"),
+                         "mhainspect.pipeline.inputs")}
 
 
 def __getattr__(name: str) -> Any:
