@@ -218,22 +218,23 @@ def copy_check_floor(path: Path) -> tuple[int, int]:
     what reading the same values by ranges may add to a remote walk (docs/remote.md): a range a
     span at most, each span rounded out to whole blocks of its payload (BLOCK; a span may straddle
     two) and joined with blocks up to MERGE_GAP away."""
+    from mhainspect.frontends.onnx.frontend import data_files
     from mhainspect.frontends.onnx.loader import load_onnx
-    from mhainspect.frontends.onnx.ranged_values import BLOCK, MERGE_GAP
-    from mhainspect.frontends.onnx.values import StoredValues, folded_by
+    from mhainspect.frontends.onnx.values import BLOCK, MERGE_GAP, StoredValues, folded_by
+    from mhainspect.sources.blob import FileView, MappedView
+    from mhainspect.sources.transports.local import LocalTree
 
     graph = load_onnx(path)
-    locations = frozenset(t.location for t in graph.weights.values() if t.location is not None)
     spans = nbytes = 0
 
     class Counting(StoredValues):
-        def _fetch(self, name: str, source: object, wanted: list[tuple[int, int]],
+        def _fetch(self, name: str, source: FileView, wanted: list[tuple[int, int]],
                    payload: tuple[int, int]) -> list[bytes] | None:
             nonlocal spans, nbytes
             spans += len(wanted)
             nbytes += sum(n + 2 * BLOCK + MERGE_GAP for _, n in wanted)
             return super()._fetch(name, source, wanted, payload)
 
-    with Counting(path, graph.weights, locations) as reader:
+    with Counting(graph.weights, MappedView(path), data_files(LocalTree(path.parent), path.name)) as reader:
         folded_by(graph, reader)
     return spans, nbytes

@@ -7,17 +7,22 @@ sample that agrees in its first and last elements only; all-zero data that prove
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper, save_model
 
-from mhainspect.frontends.onnx.frontend import onnx_file_result
+from mhainspect.frontends.dispatch import file_result
+from mhainspect.frontends.onnx.frontend import data_files
 from mhainspect.frontends.onnx.loader import load_onnx
 from mhainspect.frontends.onnx.values import StoredValues
+from mhainspect.ir.graph import Tensor
 from mhainspect.ir.copies import copy_candidates, find_copies
 from mhainspect.pipeline import audit_graph
+from mhainspect.sources.blob import MappedView
+from mhainspect.sources.transports.local import LocalTree
 
 RNG = np.random.default_rng(7)
 
@@ -50,8 +55,13 @@ def _model(path: Path, weights: dict[str, np.ndarray], uses: list[tuple[str, str
     return path
 
 
+def _values(path: Path, weights: Mapping[str, Tensor]) -> StoredValues:
+    """The ONNX reader's value reader of the local file ``path`` (its data files as the reader opens them)."""
+    return StoredValues(weights, MappedView(path), data_files(LocalTree(path.parent), path.name))
+
+
 def _audit(path: Path) -> tuple[int, list[str]]:
-    result = onnx_file_result(path)
+    result = file_result(str(path))
     return result.model.total_params, [w for w in result.warnings if "exporter-made copies" in w]
 
 
@@ -197,7 +207,7 @@ def test_large_pair_reads_a_bounded_sample(tmp_path: Path) -> None:
     path = _model(tmp_path / "m.onnx", {"model.embed_tokens.weight": emb, "onnx::MatMul_7": emb.T.copy()},
                   [("Gather", "model.embed_tokens.weight"), ("MatMul", "onnx::MatMul_7")])
     graph = load_onnx(path)
-    with StoredValues(path, graph.weights) as reader:
+    with _values(path, graph.weights) as reader:
         found = find_copies(graph.weights, reader)
         reads = reader.reads
     assert found["onnx::MatMul_7"].source == "model.embed_tokens.weight"
@@ -212,7 +222,7 @@ def test_masks_are_no_tables(tmp_path: Path) -> None:
     path = _model(tmp_path / "m.onnx", {"onnx::Add_1": causal, "onnx::Add_2": broadcast},
                   [("Add", "onnx::Add_1"), ("Add", "onnx::Add_2")])
     graph = load_onnx(path)
-    with StoredValues(path, graph.weights) as reader:
+    with _values(path, graph.weights) as reader:
         assert find_copies(graph.weights, reader) == {}
 
 
@@ -261,7 +271,7 @@ def test_parameter_gathered_by_a_buffer_is_that_parameter(tmp_path: Path) -> Non
     total, notes = _audit(path)
     assert total == 512
     assert "embedding (looked up in emb.weight) [1, 16, 32] looked up: 512 parameters (each element once)" in notes[0]
-    result = onnx_file_result(path)
+    result = file_result(str(path))
     assert not [w for w in result.warnings if "looked up by index buffers" in w]  # the values decided
 
 
@@ -272,7 +282,7 @@ def test_lookup_that_cannot_be_read_stays_uncounted(tmp_path: Path) -> None:
                          {"embedding": ["emb.weight", "emb.position_ids"]}, signature)
     graph = load_onnx(path)
     assert copy_candidates(graph.weights)[0] == ["embedding"]
-    with StoredValues(tmp_path / "absent.onnx", graph.weights) as reader:
+    with _values(tmp_path / "absent.onnx", graph.weights) as reader:
         assert find_copies(graph.weights, reader) == {}
     report = audit_graph(graph)  # the graph alone: no values
     assert report.model.total_params == 0
@@ -377,7 +387,7 @@ def test_gathered_rows_added_to_the_scores_count_the_table(tmp_path: Path) -> No
     assert "onnx::Transpose_9 [4, 4, 2] gathered rows: 18 parameters (its distinct rows)" in notes[0]
     path = _score_bias_model(tmp_path / "src.onnx", rows)  # with the table stored too: counted there
     graph = load_onnx(path)
-    with StoredValues(path, graph.weights) as reader:
+    with _values(path, graph.weights) as reader:
         assert find_copies(graph.weights, reader) == {}  # nothing says the graph adds it to the scores
         found = find_copies(graph.weights, reader, graph.nodes)
     assert found["onnx::Reshape_9"].params == table.size
@@ -415,7 +425,7 @@ def test_gathered_rows_not_added_to_scores_are_not_read(tmp_path: Path) -> None:
     rows = _gathered_rows(_table(9, 2), 2)
     path = _score_bias_model(tmp_path / "m.onnx", rows, softmax=False)
     graph = load_onnx(path)
-    with StoredValues(path, graph.weights) as reader:
+    with _values(path, graph.weights) as reader:
         assert find_copies(graph.weights, reader, graph.nodes) == {}
     assert _audit(path) == (rows.size, [])
 
@@ -431,5 +441,5 @@ def test_masks_added_to_the_scores_are_no_tables(tmp_path: Path) -> None:
                                         (padding_cube.transpose(2, 0, 1).copy(), "heads")]):
         path = _score_bias_model(tmp_path / f"m{i}.onnx", bias, layout=layout)
         graph = load_onnx(path)
-        with StoredValues(path, graph.weights) as reader:
+        with _values(path, graph.weights) as reader:
             assert find_copies(graph.weights, reader, graph.nodes) == {}, layout

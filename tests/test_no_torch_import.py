@@ -17,11 +17,12 @@ from remote_models import llama_config, llama_tensors, moe_tensors, write_hf_fol
 # Behind doors: imported only by the path that uses them (docs/performance.md, issues 30 and 35).
 # What the command line itself needs for no option of a plain run: --verify, --gpu-memory, JSON
 # Lines output and --from-file, worker processes (--jobs), models held in memory (the Python API's),
-# the diff and calc subcommands' work.
+# the diff and calc subcommands' work. (sources.blob is not among them: every reader reads through
+# it, a local file's too.)
 CLI_OPTIONAL_PATHS = ("mhainspect.pipeline.verify", "mhainspect.analysis.fit", "mhainspect.cli.batch_output",
                       "mhainspect.batch.pool", "queue", "multiprocessing", "mhainspect.pipeline.memory",
                       "mhainspect.analysis.diff", "mhainspect.conventions", "rich")
-OPTIONAL_PATHS = ("concurrent.futures", "tomllib", "mhainspect.sources.blob",
+OPTIONAL_PATHS = ("concurrent.futures", "tomllib",
                   "mhainspect.sources.address", "mhainspect.frontends.onnx.landings",
                   "mhainspect.matchers.latent", "mhainspect.matchers.grouping", "mhainspect.matchers.experts",
                   "mhainspect.analysis.experts", "mhainspect.render.cells", *CLI_OPTIONAL_PATHS,

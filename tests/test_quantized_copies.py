@@ -82,3 +82,21 @@ def test_untied_output_projection_is_its_own_parameter(tmp_path: Path) -> None:
     report = audit(path)
     assert report.model.total_params == sum(p.numel() for p in model.parameters())
     assert not any("quantized =" in w for w in report.warnings)
+
+
+def test_remote_int8_copy_is_decided_as_locally(tmp_path: Path) -> None:
+    """One ONNX reader for a local file and a served one: the int8 copy of the tied embedding is
+    decided by the same values, read by ranges from the server (the quantized candidates and their
+    scales and zero points as a local file's reader reads them), so the reports are equal."""
+    from remote_servers import FileServer
+    from test_remote import report_json
+
+    _export(True, tmp_path / "fp32.onnx")
+    folder = tmp_path / "served"
+    folder.mkdir()
+    path = _quantize(tmp_path / "fp32.onnx", folder / "int8.onnx", weight_type=quantization.QuantType.QInt8)
+    local = report_json(path, base=str(folder))
+    with FileServer(folder) as server:
+        remote = report_json(server.url("int8.onnx"), base=server.url(""))
+    assert remote == local
+    assert "quantized" in local and "transposed" in local

@@ -1,6 +1,6 @@
 """Exporter-made copies of parameters decided by their values over ranged reads: a remote ONNX
 report equals the local one (mhainspect.ir.copies reads the same elements through
-frontends/onnx/ranged_values.py), with inline weights, with external data (a few ranges of the data
+frontends/onnx/values.py), with inline weights, with external data (a few ranges of the data
 file, never the whole of it), and where the values cannot be read (the data file missing: the same
 fallback and the same warning as locally). Every case counts the requests and bytes it costs at the
 server, against the walk's floor plus what docs/remote.md says a copy check costs."""
@@ -117,7 +117,7 @@ def _remote_cost(root: Path, rel: str) -> tuple[str, int, int]:
 @pytest.mark.parametrize("external", [False, True], ids=["inline", "external"])
 def test_remote_report_equals_local(exports: tuple[Path, dict[str, int]], case: str, external: bool,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from mhainspect.frontends.onnx import ranged_values
+    from mhainspect.frontends.onnx import frontend
 
     root, totals = exports
     rel = f"{case}-ext/model.onnx" if external else f"{case}/model.onnx"
@@ -128,7 +128,7 @@ def test_remote_report_equals_local(exports: tuple[Path, dict[str, int]], case: 
     assert audit(str(path)).model.total_params == totals[case]  # the values decided: the module's total
     assert "exporter-made copies of parameters" in local or "looked up" in local
     with monkeypatch.context() as m:  # the walk alone: what the file cost before values were read
-        m.setattr(ranged_values, "remote_folded_copies", lambda graph, *args: graph)
+        m.setattr(frontend, "folded_copies", lambda graph, *args: graph)
         _, walk_requests, walk_bytes = _remote_cost(root, rel)
     spans, _nbytes = copy_check_floor(path)
     print(f"{case} {'external' if external else 'inline'}: {requests} requests {sent:,} B; the walk alone "
@@ -169,7 +169,7 @@ def test_large_pair_costs_its_sample(tmp_path: Path, external: bool) -> None:
     each, never the tensors whole (320 KiB each)."""
     from test_folded_copies import _model, _table
 
-    from mhainspect.frontends.onnx.ranged_values import BLOCK, MERGE_GAP
+    from mhainspect.frontends.onnx.values import BLOCK, MERGE_GAP
     from mhainspect.ir.copies import SAMPLE
 
     emb = _table(2048, 40)
@@ -197,7 +197,7 @@ def test_sampled_lookup_reads_ahead(tmp_path: Path) -> None:
     import numpy as np
     from test_folded_copies import _dynamo_model, _table
 
-    from mhainspect.frontends.onnx.ranged_values import EXACT_CALLS
+    from mhainspect.frontends.onnx.values import EXACT_CALLS
 
     signature = {"emb.token_type.weight": "PARAMETER", "emb.token_type_ids": "BUFFER"}
     path = _dynamo_model(tmp_path / "m.onnx", {"embedding_1": np.repeat(_table(1, 1, 3000), 40, axis=1)},

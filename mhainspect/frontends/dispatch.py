@@ -39,6 +39,7 @@ from mhainspect.errors import ErrorKind, InputError, missing_torch
 from mhainspect.frontends.formats import (
     HEAD_BYTES,
     Foreign,
+    check_symlink_loop,
     describe_head,
     identify,
     identify_folder,
@@ -178,9 +179,13 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
     if src.kind == "factory":
         raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
 
-    from mhainspect.frontends.onnx.frontend import onnx_file_result  # the ONNX door, imported when taken
+    from mhainspect.frontends.onnx.frontend import onnx_result  # the ONNX reader, imported when taken
+    from mhainspect.sources.transports.local import LocalTree
 
-    return onnx_file_result(path)
+    check_symlink_loop(path)
+    p = Path(path)
+    tree = LocalTree(p.parent)
+    return onnx_result(tree, p.name, path, tree.blob(p.name), remote=False)
 
 
 _MAX_LISTED_MODELS = 8
@@ -231,8 +236,8 @@ def _remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
     format's reader over the remote tree; a folder of several models is refused with the list (the
     command line audits each: ``remote_models``)."""
     from mhainspect.frontends.kinds import model_folder_names
+    from mhainspect.sources import beside
     from mhainspect.sources.blob import HeadCached
-    from mhainspect.sources.tree import beside
     from mhainspect.sources.trees import locate
 
     tree, path, what = locate(spec, _names_file)
@@ -266,9 +271,9 @@ def _remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
         from mhainspect.frontends.gguf.frontend import gguf_tree_result
 
         return gguf_tree_result(tree, path, display, blob, remote=True)
-    from mhainspect.frontends.onnx.frontend import onnx_tree_result
+    from mhainspect.frontends.onnx.frontend import onnx_result
 
-    return onnx_tree_result(tree, path, display, blob, remote=True)
+    return onnx_result(tree, path, display, blob, remote=True)
 
 
 def _remote_content_kind(blob: HeadCached) -> str | None:

@@ -12,18 +12,25 @@ hold a file object: they ask a blob for the spans their format needs.
   are skipped). Indexing fetches the block around a missed byte; a sequential miss fetches half of
   the run walked so far (read-ahead), a jump a small window; a walker that knows where it lands
   next fetches those spans at once, in parallel.
+- ``MappedView``: a file on this machine, mapped: the same indexing with every byte held (nothing is
+  fetched; only the pages touched are read). ``file_view`` gives a blob's view of either kind, so
+  a reader that indexes a file in place is one code for a local file and a remote one.
 """
 
 from __future__ import annotations
 
 import io
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, overload
+from typing import TYPE_CHECKING, Protocol, overload
 
 from mhainspect.errors import InputError, read_error
 from mhainspect.sources.parallel import in_parallel
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # The first speculative range of a header read: a median safetensors header is ~6 KB, most are
 # below this; a GGUF header's first keys and array lengths are in it. Longer headers cost a second
@@ -96,6 +103,16 @@ class LocalBlob:
     def tail(self, length: int) -> bytes:
         size = self.size()
         return self.read(max(0, size - length), min(length, size))
+
+
+def local_path(blob: Blob) -> Path | None:
+    """The path of a blob that is a file on this machine (a local file, one in the Hugging Face
+    cache, either behind ``HeadCached``), else None: such a file is mapped, not read by ranges."""
+    if isinstance(blob, LocalBlob):
+        return blob.path
+    if isinstance(blob, HeadCached):
+        return local_path(blob.blob)
+    return None
 
 
 class MemoryBlob:
@@ -232,6 +249,7 @@ class SparseView:
         self.jump_window = _SPARSE_MIN
         self.skipped_to = 0  # where the last span the walk skipped (a payload) ends, when it says so
         self.fetched = 0
+        self.holds_all = False  # (a file held whole is a MappedView)
 
     def __len__(self) -> int:
         return self._len
@@ -261,6 +279,12 @@ class SparseView:
 
     def holds(self, pos: int) -> bool:
         return pos >= self._len or self._locate(pos) is not None
+
+    def scanned(self) -> SparseView:
+        return self
+
+    def close(self) -> None:
+        """Nothing to release: the spans held go with the view."""
 
     def holds_span(self, start: int, end: int) -> bool:
         """Whether every byte of [start, end) is held (or past the end of the file)."""
@@ -367,6 +391,106 @@ class SparseView:
             out += run.data[pos - run.start:take - run.start]
             pos = take
         return bytes(out)
+
+
+class FileView(Protocol):
+    """A file indexed in place (``view[i]``, ``view[a:b]``, ``len(view)``) whose spans a reader asks
+    for ahead (``fetch_spans``): a remote file's ``SparseView`` or a local file's ``MappedView``."""
+
+    fetched: int  # bytes fetched so far (a mapped file's: none)
+    holds_all: bool  # whether every byte is held (a mapped file): nothing is ever fetched
+
+    def __len__(self) -> int: ...
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> bytes: ...
+
+    def holds_span(self, start: int, end: int) -> bool: ...
+
+    def fetch_spans(self, spans: list[tuple[int, int]]) -> None: ...
+
+    def scanned(self) -> FileView | memoryview:
+        """What a walk over many small fields indexes: the view itself, or a mapped file's memoryview
+        (indexed in C; released by ``close``)."""
+
+    def close(self) -> None: ...
+
+
+class MappedView:
+    """A local file as a ``FileView``: mapped on first use (read-only), every byte held, so nothing
+    is ever fetched; only the pages of the bytes indexed are read from disk. ``close`` unmaps it.
+    A file that cannot be mapped (gone, unreadable, not a regular file) raises InputError on use."""
+
+    def __init__(self, path: Path, name: str | None = None) -> None:
+        self.path = path
+        self.name = name if name is not None else str(path)
+        self._map: mmap.mmap | None = None
+        self._memory: memoryview | None = None
+        self.fetched = 0  # as SparseView counts it: never a byte
+        self.holds_all = True
+
+    def _mapped(self) -> mmap.mmap:
+        if self._map is None:
+            try:
+                # Only a regular file is mapped: a FIFO or a device is never opened for reading.
+                if not os.path.isfile(self.path):
+                    raise InputError(f"{self.name}: not a regular file")
+                with open(self.path, "rb") as fh:
+                    self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:  # ValueError: an empty file cannot be mapped
+                raise InputError(f"{self.name}: cannot map: {exc}") from None
+        return self._map
+
+    def __len__(self) -> int:
+        return len(self._mapped())
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> bytes: ...
+
+    def __getitem__(self, key: int | slice) -> int | bytes:
+        return self._mapped()[key]
+
+    def holds(self, pos: int) -> bool:
+        return True
+
+    def holds_span(self, start: int, end: int) -> bool:
+        return True
+
+    def fetch_spans(self, spans: list[tuple[int, int]]) -> None:
+        """Nothing to fetch: a mapped file holds every byte."""
+
+    def scanned(self) -> memoryview:
+        if self._memory is None:
+            self._memory = memoryview(self._mapped())
+        return self._memory
+
+    def close(self) -> None:
+        if self._memory is not None:
+            self._memory.release()
+            self._memory = None
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a slice of it is still alive: unmapped when collected
+                pass
+            self._map = None
+
+
+def file_view(blob: Blob, size: Callable[[], int | None] | None = None) -> FileView:
+    """The view a reader indexes ``blob`` through: the file mapped when it is on this machine, else a
+    ``SparseView`` that fetches what is touched, of the length ``size()`` says (when it knows one:
+    what the reader knows of the file spares a request), else the blob's."""
+    path = local_path(blob)
+    if path is not None:
+        return MappedView(path, blob.name)
+    known = size() if size is not None else None
+    return SparseView(blob, blob.size() if known is None else known)
 
 
 class BlobFile(io.RawIOBase):

@@ -10,7 +10,6 @@ model) is tried by reading it. Which files are models is for the front ends to s
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -130,9 +129,3 @@ def subfolders(files: Mapping[str, int | None], folder: str) -> list[str]:
     prefix = folder + "/" if folder else ""
     found = {p[len(prefix):].split("/", 1)[0] for p in files if p.startswith(prefix) and "/" in p[len(prefix):]}
     return sorted(found)
-
-
-def beside(path: str, name: str) -> str:
-    """The path of ``name`` in the folder of ``path``."""
-    folder = posixpath.dirname(path)
-    return f"{folder}/{name}" if folder else name

@@ -27,9 +27,10 @@ from mhainspect.frontends.checkpoint.reader import (
 )
 from mhainspect.ir.limits import MAX_CONFIG_BYTES, MAX_SHARD_FILES
 from mhainspect.ir.weights import WeightMeta
+from mhainspect.sources import beside
 from mhainspect.sources.blob import FIRST_RANGE, Blob, Prefix, small_file
 from mhainspect.sources.parallel import Jobs, Result
-from mhainspect.sources.tree import Tree, beside
+from mhainspect.sources.tree import Tree
 
 Values = dict[str, tuple[int, ...]]
 

@@ -38,9 +38,10 @@ from mhainspect.ir.dtypes import Family, ggml_name, lookup
 from mhainspect.ir.limits import MAX_DIM, MAX_SHARD_FILES, bounded_numel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 from mhainspect.matchers.experts import ExpertClaims
+from mhainspect.sources import beside
 from mhainspect.sources.blob import FIRST_RANGE, Blob, LocalBlob, Prefix
 from mhainspect.sources.parallel import in_parallel
-from mhainspect.sources.tree import Tree, beside
+from mhainspect.sources.tree import Tree
 
 MAGIC = b"GGUF"
 

@@ -1,31 +1,28 @@
 """The graph front end: ModelGraph -> SourceResult (blocks, near misses, model facts).
 
-``graph_result`` is pure. ``onnx_file_result`` is the ONNX door: it loads the
-file, checks external-data locations against the model's
-folder (lstat/readlink only) and hands the graph on. No printing, no exit codes.
+``graph_result`` is pure. ``onnx_result`` is the ONNX reader, one for a local file and a remote
+one (a file of a ``Tree``, read through its ``Blob``): it loads the file, checks external-data
+locations against the model's folder and hands the graph on. No printing, no exit codes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from itertools import chain
 from operator import attrgetter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.checkpoint.size_inputs import graph_size_inputs
-from mhainspect.frontends.formats import check_symlink_loop
-from mhainspect.frontends.onnx.loader import load_onnx
+from mhainspect.frontends.onnx.loader import read_onnx
 from mhainspect.frontends.onnx.locations import external_location_escapes
 from mhainspect.frontends.onnx.qoperator import as_qdq
 from mhainspect.frontends.onnx.sequences import as_slices
-from mhainspect.frontends.onnx.values import folded_note, undecided_lookups_note, with_folded_copies
+from mhainspect.frontends.onnx.values import DataFiles, folded_copies, folded_note, undecided_lookups_note
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import ModelGraph, Node, Tensor
 from mhainspect.ir.limits import MAX_NUMEL
@@ -33,6 +30,8 @@ from mhainspect.ir.parameters import scan_stored
 from mhainspect.matchers.graph import graph_blocks
 from mhainspect.results import ModelFacts, ReportWarning, WarningCode, coded
 from mhainspect.results.stages import SourceResult
+from mhainspect.sources import beside
+from mhainspect.sources.transports.local import local_folder
 
 if TYPE_CHECKING:
     from mhainspect.sources.blob import Blob
@@ -159,81 +158,68 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
     return SourceResult(tuple(blocks), found.misses, facts, coded(graph.warnings), size)
 
 
-def onnx_file_result(path: str | os.PathLike[str]) -> SourceResult:
-    """The ONNX door: load the file, check external-data locations,
-    read a config.json beside it, and analyse the graph."""
-    check_symlink_loop(path)
-    try:
-        graph = load_onnx(path)
-        escaping = external_data_warnings(path, graph)
-        if escaping:
-            graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
-        graph = with_folded_copies(path, graph)  # reads values only where a candidate pair exists
-        config, label = config_beside(path)
-        return graph_result(graph, path=str(path), fmt="onnx", config=config, config_label=label)
-    except InputError as exc:
-        message = str(exc)
-        if not message.startswith(str(path)):
-            raise InputError(f"{path}: {message}") from None
-        raise
-
-
-def onnx_tree_result(tree: Tree, path: str, display: str, blob: Blob, *, remote: bool) -> SourceResult:
-    """The ONNX file ``path`` of a remote tree, named ``display``: the graph read with every large
-    tensor payload skipped (``landings.remote_model_view``), external data read by ranges only where a
-    copy check asks for a few elements, never whole; the config.json beside it (in parallel).
-    A local file takes ``onnx_file_result``: a mapped file is parsed whole, by onnx's own parser."""
-    from mhainspect.frontends.checkpoint.files import config_at
-    from mhainspect.frontends.onnx.landings import remote_model_view
-    from mhainspect.frontends.onnx.loader import load_onnx_bytes
-    from mhainspect.frontends.onnx.ranged_values import plain_location, remote_folded_copies
+def onnx_result(tree: Tree, path: str, display: str, blob: Blob, *, remote: bool) -> SourceResult:
+    """The ONNX reader, for a file of any tree (a local folder or a remote one), named ``display``:
+    the graph (``loader.read_onnx``: large payloads skipped, never fetched or touched), the external
+    data locations checked (``external_data_warnings``), copies of parameters decided by values read
+    where a candidate is (``values.folded_copies``: a few elements, never a whole tensor), and the
+    config.json beside the file (read meanwhile, when remote)."""
     from mhainspect.sources.parallel import Jobs
-    from mhainspect.sources.tree import beside
-
-    with Jobs(remote) as jobs:
-        config_job = jobs.submit(config_at, tree, beside(path, "config.json"), False)
-        data, view = remote_model_view(blob)
-        config = config_job.result()
-
-    def data_file(location: str) -> Blob | None:
-        """An external data file beside the model (never one the folder's listing does not hold)."""
-        where = beside(path, posixpath.normpath(location.replace("\\", "/")))
-        if not plain_location(location) or (tree.complete and where not in tree.files()):
-            return None
-        return tree.blob(where)
 
     try:
-        graph = load_onnx_bytes(data, display)
-        escaping = external_data_warnings(display, graph)
-        if escaping:
-            graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
-        # Copies of parameters decided by values, as locally: read by ranges, only where a candidate is.
-        graph = remote_folded_copies(graph, view, data_file)
+        with Jobs(remote) as jobs:
+            config_job = jobs.submit(config_beside, tree, path)
+            graph, view = read_onnx(blob, display)
+            try:
+                escaping = external_data_warnings(tree, path, graph)
+                if escaping:
+                    graph = dataclasses.replace(graph, warnings=graph.warnings + tuple(escaping))
+                graph = folded_copies(graph, view, data_files(tree, path))
+            finally:
+                view.close()
+            config = config_job.result()
         return graph_result(graph, path=display, fmt="onnx", config=config,
                             config_label="config.json beside the model" if config is not None else "")
     except InputError as exc:
-        if not str(exc).startswith(display):
+        if not str(exc).startswith((display, blob.name)):  # a line names the file it is about
             raise InputError(f"{display}: {exc}") from None
         raise
 
 
-def config_beside(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, str]:
-    """The Hugging Face config.json next to an ONNX file (optimum exports ship one), for what only a
-    config says (sliding windows, whether the model decodes); None when absent or unreadable."""
-    candidate = os.path.join(os.path.dirname(os.path.abspath(os.fspath(path))), "config.json")
-    if not os.path.isfile(candidate):
-        return None, ""
-    from mhainspect.frontends.checkpoint.reader import read_config  # reading configs: only where one is
+def config_beside(tree: Tree, path: str) -> dict[str, Any] | None:
+    """The Hugging Face config.json beside the model ``path`` (optimum exports ship one), for what
+    only a config says (sliding windows, whether the model decodes); None when absent or unreadable."""
+    where = beside(path, "config.json")
+    if tree.complete and where not in tree.files():
+        return None  # the usual case: no config, and the checkpoint reader is not imported
+    from mhainspect.frontends.checkpoint.files import config_at
 
-    try:
-        return read_config(Path(candidate)), "config.json beside the model"
-    except InputError:
-        return None, ""
+    return config_at(tree, where, False)
 
 
-def external_data_warnings(path: str | os.PathLike[str], graph: ModelGraph) -> list[ReportWarning]:
+def data_files(tree: Tree, path: str) -> DataFiles:
+    """The external data files of the model ``path`` of ``tree`` that may be read: beside it, inside
+    its folder (``location_escapes``), and in the folder's listing; never anything else."""
+    def data_file(location: str) -> Blob | None:
+        where = beside(path, posixpath.normpath(location.replace("\\", "/")))
+        if not location or location_escapes(tree, path, location) is not None \
+                or (tree.complete and where not in tree.files()):
+            return None
+        return tree.blob(where)
+
+    return data_file
+
+
+def location_escapes(tree: Tree, path: str, location: str) -> str | None:
+    """Why an external-data ``location`` of the model ``path`` leaves the model's folder, or None:
+    decided from the text alone, and on this machine also by where a symlink inside the folder
+    resolves (lstat/readlink only: the location itself is never opened)."""
+    folder = local_folder(tree, posixpath.dirname(path))
+    return external_location_escapes(folder, location)
+
+
+def external_data_warnings(tree: Tree, path: str, graph: ModelGraph) -> list[ReportWarning]:
     """One warning per external-data location outside the model's folder (never opened, never read)."""
-    model_dir = os.path.dirname(os.path.abspath(os.fspath(path)))
     users: dict[str, list[str]] = {}
     for name, t in graph.weights.items():
         if t.location is not None:
@@ -245,7 +231,7 @@ def external_data_warnings(path: str | os.PathLike[str], graph: ModelGraph) -> l
             out.append(ReportWarning(f"{EXTERNAL_DATA_WARNING}s: more locations outside the model folder not listed",
                                      code))
             break
-        why = external_location_escapes(model_dir, location)
+        why = location_escapes(tree, path, location)
         if why is not None:
             out.append(ReportWarning(f"{EXTERNAL_DATA_WARNING} {location!r} ({why}) of {len(names)} weight(s), first "
                                      f"'{names[0]}': refused, never opened (the audit reads no external data)", code))

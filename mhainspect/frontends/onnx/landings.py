@@ -7,7 +7,7 @@ payload lengths and headers as long as their names. When the last tensors repeat
 period: a layer's tensors), the next ones are predicted from those one period back, and their
 headers fetched in parallel with the one needed now.
 
-``remote_model_view`` walks a remote model so: a local file never imports this module.
+``remote_model_view`` walks a remote model so (``loader.read_onnx``): a local file never imports this module.
 
 A prediction goes on only while it is checked: a predicted name must be one the graph's nodes
 read (the nodes come before the initializers in a serialized graph, so they are held by then);
@@ -186,11 +186,6 @@ def _len_fields(buf: bytes) -> list[tuple[int, bytes]]:
 
 
 _HEAD_GUESS = 256  # bytes a jump fetches before any tensor header is read
-
-
-def remote_model_bytes(blob: Blob) -> bytes:
-    """The model's bytes minus the weight payloads the loader never reads (``remote_model_view``)."""
-    return remote_model_view(blob)[0]
 
 
 def remote_model_view(blob: Blob) -> tuple[bytes, SparseView]:

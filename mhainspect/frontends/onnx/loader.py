@@ -4,22 +4,23 @@ Tensor data is never read or copied, except the values of tiny integer/float con
 drive shape arithmetic and attention scaling, and of small bool/float tensors of rank >= 2 (a mask
 an exporter folded to a constant). External data files are never opened.
 
-``load_onnx`` is the fast path; it returns exactly the ModelGraph that
-``model_to_graph(read_model_proto(path))`` returns, but:
+``read_onnx`` is the one read of a file, local or remote (a ``Blob``); ``load_onnx`` reads a local
+path through it. The graph is exactly the one ``model_to_graph(read_model_proto(path))`` returns, but:
 
 - it never imports the ``onnx`` package (numpy, onnx.helper, ... are most of a short run's time):
   the ModelProto message class is built from the descriptor the installed onnx ships
   (``onnx/onnx_ml_pb2.py``) in a private protobuf pool; constant values are decoded with ``struct``;
-- on a large file it never materialises weight payloads: the file is memory-mapped and a small
-  wire-format scanner copies the model minus the data fields of every tensor whose value the
-  loader would never read (more than ``_MAX_INT_VALUE_ELEMENTS`` elements, save small masks), then protobuf parses
-  that much smaller buffer. Pages of the skipped payloads are never touched.
+- it never materialises weight payloads of a large file: a wire-format scanner copies the model
+  minus the data fields of every tensor whose value the loader would never read (more than
+  ``_MAX_INT_VALUE_ELEMENTS`` elements, save small masks), then protobuf parses that much smaller
+  buffer. Pages of the skipped payloads of a mapped file are never touched; those of a remote
+  file are never fetched.
 
 Any failure of the fast path (unusual file, corrupt protobuf, missing descriptor) falls back to
-``read_model_proto`` (``onnx.load``), so errors and results stay those of ``onnx.load``.
+onnx's own parser over the same bytes, so errors and results stay those of ``onnx.load``.
 
-Progress: ``load_onnx`` and ``model_to_graph`` accept ``progress(stage, done, total)``, called
-with stage "read" (bytes) and "graph" (nodes); ``reporting_progress`` sets a callback for the
+Progress: ``read_onnx``, ``load_onnx`` and ``model_to_graph`` accept ``progress(stage, done, total)``,
+called with stage "read" (bytes) and "graph" (nodes); ``reporting_progress`` sets a callback for the
 calls made inside a ``with`` block (for callers that reach the loader through other code).
 The library never prints.
 """
@@ -38,7 +39,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from mhainspect.errors import ErrorKind, InputError
+from mhainspect.errors import ErrorKind, InputError, read_error
 from mhainspect.frontends.onnx.provenance import apply_provenance, constant_node_kind, folded_away_note, string_list
 from mhainspect.frontends.onnx.wire import (
     FAST_PATH_ERRORS,
@@ -52,6 +53,7 @@ from mhainspect.frontends.onnx.wire import (
 )
 from mhainspect.ir.dtypes import ONNX_CODES, ONNX_FLOAT_CODES, ONNX_INTEGER_CODES, STRUCT_CODES, onnx_name
 from mhainspect.ir.graph import NO_ATTRS, Attrs, AttrValue, ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.sources.blob import Blob, FileView, LocalBlob, MappedView, local_path
 
 # Values of integer constants up to this many elements are read (shape arithmetic).
 _MAX_INT_VALUE_ELEMENTS = MAX_INT_VALUE_ELEMENTS
@@ -86,29 +88,86 @@ def reporting_progress(callback: ProgressCallback | None) -> Iterator[None]:
 
 
 def load_onnx(path: str | os.PathLike[str], progress: ProgressCallback | None = None) -> ModelGraph:
-    """Parse an ONNX file into a ModelGraph. Raises InputError with a one-line reason."""
-    return _load(Path(path), str(path), progress or _PROGRESS.get(), None)
+    """Parse an ONNX file into a ModelGraph (``read_onnx`` of a local file). Raises InputError with a
+    one-line reason."""
+    graph, view = read_onnx(LocalBlob(Path(path)), str(path), progress)
+    view.close()
+    return graph
 
 
-def load_onnx_bytes(data: bytes, source: str, progress: ProgressCallback | None = None) -> ModelGraph:
-    """load_onnx for a model whose bytes are already read, weight payloads left out (a remote file
-    read by ranges: ``landings.remote_model_bytes``); ``source`` names it in messages and the graph."""
-    if os.path.splitext(source)[1] in _TEXT_SUFFIXES:
-        raise InputError(f"{source}: an ONNX model in text form is read on local disk only")
-    return _load(Path(os.path.basename(source)), source, progress or _PROGRESS.get(), data)
+def read_onnx(blob: Blob, name: str | None = None, progress: ProgressCallback | None = None
+              ) -> tuple[ModelGraph, FileView]:
+    """The one read of an ONNX file, on this machine or remote: its graph (named ``name``, else
+    ``blob.name``) and
+    the view of the file that its stored values are read through later, if a copy check asks
+    (``values.folded_copies``; the caller closes it). Raises InputError with a one-line reason.
+
+    The bytes handed to protobuf are the model minus the weight payloads the loader never reads:
+    a file on this machine is mapped and read whole when small, else copied minus those payloads
+    (``wire.read_bytes``: their pages are never touched); a remote file is walked by ranges, the
+    payloads skipped unfetched (``landings.remote_model_view``). Text forms (.json, .txtpb, ...)
+    are parsed by onnx, from a file on this machine.
+    """
+    source = blob.name if name is None else name
+    progress = progress or _PROGRESS.get()
+    path = local_path(blob)
+    text = os.path.splitext(source)[1] in _TEXT_SUFFIXES
+    if path is None:
+        if text:
+            raise InputError(f"{source}: an ONNX model in text form is read on local disk only")
+        from mhainspect.frontends.onnx.landings import remote_model_view  # a remote walk: only for a remote file
+
+        size = blob.size()
+        if progress:
+            progress("read", 0, size)
+        data, view = remote_model_view(blob)
+        if progress:
+            progress("read", size, size)
+        return _load(data, source, progress), view
+    check_readable_file(path, source)
+    size = path.stat().st_size
+    if progress:
+        progress("read", 0, size)
+    if text:
+        data = _whole(path, source)
+    else:
+        try:
+            data = read_bytes(path, size, progress)
+        except FAST_PATH_ERRORS:  # a corrupt file the scan cannot walk: protobuf says what is wrong
+            data = _whole(path, source)
+    if progress:
+        progress("read", size, size)
+    graph = _model_to_graph(_proto_from_bytes(data, source, _text_format(source)), source, progress, True) \
+        if text else _load(data, source, progress)
+    return graph, MappedView(path, source)
 
 
-def _load(p: Path, path: str, progress: ProgressCallback | None, data: bytes | None) -> ModelGraph:
-    graph = _load_without_onnx(p, progress, data, path)
+def _whole(path: Path, source: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise read_error(source, exc) from None
+
+
+def _text_format(source: str) -> str:
+    """The serialization onnx.load reads a file of this name in (by its suffix)."""
+    from onnx import serialization
+
+    return serialization.registry.get_format_from_file_extension(os.path.splitext(source)[1]) or "protobuf"
+
+
+def _load(data: bytes, source: str, progress: ProgressCallback | None) -> ModelGraph:
+    """The graph of the serialized model ``data`` (weight payloads left out), named ``source``."""
+    graph = _load_without_onnx(data, source, progress)
     if graph is not None:
         return graph
-    model, name_scopes = _read_model_metadata(p, progress, data, path)
+    model, name_scopes = _read_model_metadata(data, source, progress)
     try:
-        return _model_to_graph(model, str(path), progress, name_scopes)
+        return _model_to_graph(model, source, progress, name_scopes)
     except (TypeError, AttributeError):
         # onnx.proto is proto2: a string field with non-UTF-8 bytes parses, and comes back as bytes.
         if _has_byte_strings(model):
-            raise InputError(f"{path}: not a valid ONNX model (a name or string field is not UTF-8)") from None
+            raise InputError(f"{source}: not a valid ONNX model (a name or string field is not UTF-8)") from None
         raise
 
 
@@ -123,24 +182,10 @@ def _has_byte_strings(model: Any) -> bool:
 
 
 def read_model_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:  # type: ignore[name-defined]  # noqa: F821
-    """The full ModelProto (inline weights included; external data not loaded), via onnx.load."""
-    import onnx
-    from google.protobuf import json_format, text_format
-    from google.protobuf.message import DecodeError
-
+    """The full ModelProto (inline weights included; external data not loaded), as onnx.load reads it."""
     p = Path(path)
-    check_readable_file(p)
-    try:
-        model = onnx.load(str(p), load_external_data=False)
-    except DecodeError as exc:
-        raise InputError(f"{p}: not a valid ONNX model (protobuf decode failed: {exc})") from None
-    except (json_format.ParseError, text_format.ParseError) as exc:  # the .json / .txtpb forms onnx.load reads
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(f"{p}: not a valid ONNX model in text form ({first_line})") from None
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise InputError(f"{p}: cannot read ONNX model: {exc}") from None
-    _check_has_graph(model, p)
-    return model
+    check_readable_file(p, str(p))
+    return _proto_from_bytes(_whole(p, str(p)), str(p), _text_format(str(p)))
 
 
 def _check_has_graph(model: Any, p: str | Path) -> None:
@@ -149,20 +194,21 @@ def _check_has_graph(model: Any, p: str | Path) -> None:
         raise InputError(f"{p}: not an ONNX model (no graph in the file)")
 
 
-def check_readable_file(p: Path) -> None:
+def check_readable_file(p: Path, name: str) -> None:
+    """InputError naming the file ``name`` unless ``p`` is a non-empty file that can be opened."""
     try:
         if not p.exists():
-            raise InputError(f"{p}: no such file", ErrorKind.NOT_FOUND)
+            raise InputError(f"{name}: no such file", ErrorKind.NOT_FOUND)
         if p.is_dir():
-            raise InputError(f"{p}: is a directory, expected a model file")
+            raise InputError(f"{name}: is a directory, expected a model file")
         if p.stat().st_size == 0:
-            raise InputError(f"{p}: file is empty")
+            raise InputError(f"{name}: file is empty")
         with open(p, "rb"):
             pass
     except PermissionError:
-        raise InputError(f"{p}: permission denied") from None
+        raise InputError(f"{name}: permission denied") from None
     except OSError as exc:
-        raise InputError(f"{p}: cannot open: {exc.strerror or exc}") from None
+        raise InputError(f"{name}: cannot open: {exc.strerror or exc}") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,10 +223,9 @@ class _Unsupported(Exception):
 _NOT_FAST: tuple[type[BaseException], ...] = (InputError, _Unsupported, *FAST_PATH_ERRORS)
 
 
-def _load_without_onnx(p: Path, progress: ProgressCallback | None, data: bytes | None = None,
-                       source: str | None = None) -> ModelGraph | None:
-    """load_onnx with NodeProto attributes parsed from their bytes, once per distinct attribute;
-    None on anything else than a plain success, and load_onnx then starts over on the general path
+def _load_without_onnx(data: bytes, source: str, progress: ProgressCallback | None) -> ModelGraph | None:
+    """_load with NodeProto attributes parsed from their bytes, once per distinct attribute;
+    None on anything else than a plain success, and _load then starts over on the general path
     (which gives every error, and the result of every unusual file, as before).
 
     Exactness: every attribute's bytes are parsed (its first occurrence) by the same AttributeProto
@@ -189,72 +234,56 @@ def _load_without_onnx(p: Path, progress: ProgressCallback | None, data: bytes |
     general path: those nest without bound, and upb's depth limit counts from the model.
     """
     try:
-        if os.path.splitext(str(p))[1] in _TEXT_SUFFIXES:
-            return None
         model_proto_class()  # what decides whether the fast path is on at all
         model_cls, attr_cls = raw_attribute_classes()
-        if data is None:
-            check_readable_file(p)
-        model, name_scopes = _parse_file(p, model_cls, progress, data)
-        _check_has_graph(model, source or p)
+        model, name_scopes = _parse(data, model_cls)
+        _check_has_graph(model, source)
         if model.functions:
             return None
-        return _model_to_graph(model, source or str(p), progress, name_scopes, attr_cls)
+        return _model_to_graph(model, source, progress, name_scopes, attr_cls)
     except _NOT_FAST:
         return None
 
 
-def _read_model_metadata(p: Path, progress: ProgressCallback | None, data: bytes | None = None,
-                         source: str | None = None) -> tuple[Any, bool]:
-    """A ModelProto with everything model_to_graph reads; read_model_proto's errors and fallback.
-
-    Also whether any node may carry a torch name-scope entry in its metadata_props (False only
-    when the key is nowhere in the bytes parsed): then the builder never touches metadata_props.
-    """
-    if data is None:
-        check_readable_file(p)
-        if os.path.splitext(str(p))[1] in _TEXT_SUFFIXES:
-            return read_model_proto(p), True
+def _read_model_metadata(data: bytes, source: str, progress: ProgressCallback | None) -> tuple[Any, bool]:
+    """A ModelProto with everything model_to_graph reads, and whether any node may carry a torch
+    name-scope entry in its metadata_props (False only when the key is nowhere in the bytes parsed:
+    then the builder never touches metadata_props). A file the fast parse refuses is parsed by onnx,
+    which gives the error."""
     try:
-        model, name_scopes = _parse_file(p, model_proto_class(), progress, data)
-    except InputError:
-        raise
-    except FAST_PATH_ERRORS:  # corrupt or unusual file: onnx.load decides, with its own error
-        return (read_model_proto(p) if data is None else _proto_from_bytes(data, source or str(p))), True
-    _check_has_graph(model, source or p)
+        model, name_scopes = _parse(data, model_proto_class())
+    except FAST_PATH_ERRORS:  # corrupt or unusual file: onnx decides, with its own error
+        return _proto_from_bytes(data, source), True
+    _check_has_graph(model, source)
     return model, name_scopes
 
 
-def _proto_from_bytes(data: bytes, source: str) -> Any:
-    """read_model_proto for bytes already read (a remote file), with its errors."""
+def _proto_from_bytes(data: bytes, source: str, fmt: str = "protobuf") -> Any:
+    """The ModelProto onnx reads from ``data`` (serialized as ``fmt``), with its errors as one line."""
     import onnx
+    from google.protobuf import json_format, text_format
     from google.protobuf.message import DecodeError
 
     try:
-        model = onnx.load_model_from_string(data)
+        model = onnx.load_model_from_string(data, format=fmt)
     except DecodeError as exc:
         raise InputError(f"{source}: not a valid ONNX model (protobuf decode failed: {exc})") from None
-    except (ValueError, RuntimeError) as exc:
+    except (json_format.ParseError, text_format.ParseError) as exc:  # the .json / .txtpb forms onnx reads
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{source}: not a valid ONNX model in text form ({first_line})") from None
+    except (OSError, ValueError, RuntimeError) as exc:
         raise InputError(f"{source}: cannot read ONNX model: {exc}") from None
     _check_has_graph(model, source)
     return model
 
 
-def _parse_file(p: Path, model_cls: Any, progress: ProgressCallback | None,
-                held: bytes | None = None) -> tuple[Any, bool]:
-    """The file (or the bytes ``held`` of it) parsed as ``model_cls``, and whether any node may
-    carry a torch name-scope entry (False only when the key is nowhere in the bytes parsed)."""
-    size = p.stat().st_size if held is None else len(held)
-    if progress:
-        progress("read", 0, size)
-    data = read_bytes(p, size, progress) if held is None else held
+def _parse(data: bytes, model_cls: Any) -> tuple[Any, bool]:
+    """``data`` parsed as ``model_cls``, and whether any node may carry a torch name-scope entry
+    (False only when the key is nowhere in the bytes parsed)."""
     model = model_cls()
     model.ParseFromString(data)
     # The search (~4 GB/s) only pays where nodes are dense in the file (~0.5 us saved per node).
     name_scopes = len(data) > len(model.graph.node) << 10 or _NAME_SCOPES_KEY_BYTES in data
-    del data
-    if progress:
-        progress("read", size, size)
     return model, name_scopes
 
 

@@ -1,35 +1,43 @@
-"""The stored values of a few named tensors of an ONNX file, read element by element.
+"""The stored values of a few named tensors of an ONNX file, read element by element, wherever the
+file is: one reader for a local file and a remote one.
 
 Only ``mhainspect.ir.copies`` asks, and only for the tensors a candidate pair names (a stored
 tensor that may be an exporter-made copy of a parameter): a run with no candidate reads nothing
 here. Values come as the bytes of each element (little-endian, as ONNX stores them): comparing
 two tensors of one dtype needs no decoding.
 
-- external data: ``os.pread`` at the tensor's offset in its data file (the storage key holds the
-  location and offset); a location outside the model's folder is never opened;
-- inline data (``raw_data``, or packed ``float_data``/``double_data``): the file is memory-mapped
-  and its graph's initializers walked by their protobuf headers (payloads skipped by length) once,
-  on the first request; only the pages of the elements asked for are touched.
+The bytes are read through views (``sources.blob.file_view``): a local file is mapped (only the
+pages of the elements asked for are touched), a remote one is a ``SparseView`` fetched by ranges.
 
-``ElementValues`` turns positions into byte spans; ``StoredValues`` reads them from a local file
-(below), ``mhainspect.frontends.onnx.ranged_values.RangedValues`` by ranged requests from a remote
-one: the copy rules do not know where the bytes come from.
+- inline data (``raw_data``, or packed ``float_data``/``double_data``): the model file's view (a
+  remote file's is the one its walk filled, ``landings.remote_model_view``: every tensor's header is
+  held, so where each payload lies is known without a request); its graph's initializers are walked
+  by their protobuf headers (payloads skipped by length) once, on the first request;
+- external data: a view of the data file beside the model (``data_file(location)``: the front end
+  decides which locations may be read; one outside the model's folder never is), read only at the
+  elements asked for, never whole.
 
-Anything unreadable (a missing data file, a typed field this does not decode, a truncated file)
-answers None: the caller then decides nothing from values.
+What one call asks for is fetched at once, in parallel ranges where the view fetches (bounded):
+each element its own range, elements closer than ``MERGE_GAP`` bytes in one. Of a small tensor (at
+most ``copies.SMALL`` elements, which the rules probe at clustered positions: its first slices along
+each axis) a range is whole blocks of its payload (``BLOCK`` bytes): the next elements asked for
+are often held then. A tensor asked more than ``EXACT_CALLS`` times for a few elements at a time (a
+table sampled slice by slice) is walked with a read-ahead that doubles per range (within its
+payload): its requests grow with the logarithm of the bytes walked, not with the calls. A mapped
+view holds every byte: none of this fetches anything.
+
+Anything unreadable (a missing data file, a failed request, a typed field this does not decode, a
+truncated file) answers None, and the view is not asked again: the caller then decides nothing from
+values (a copy undecided, a lookup uncounted with the loader's warning), alike for both.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import mmap
-import os
-import stat
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, overload
 
-from mhainspect.frontends.onnx.locations import external_location_escapes
+from mhainspect.errors import InputError
 from mhainspect.frontends.onnx.wire import (
     GRAPH_INITIALIZER,
     MODEL_GRAPH,
@@ -38,36 +46,63 @@ from mhainspect.frontends.onnx.wire import (
     fields_at,
     read_varint,
 )
-from mhainspect.ir.copies import ValueReader, copy_candidates, find_copies, is_lookup, quantized_candidates
+from mhainspect.ir.copies import SMALL, ValueReader, copy_candidates, find_copies, is_lookup, quantized_candidates
 from mhainspect.ir.dtypes import is_float, lookup
 from mhainspect.ir.graph import FoldedCopy, ModelGraph, Tensor
 from mhainspect.results import ReportWarning, WarningCode
+from mhainspect.sources.blob import Blob, FileView, file_view
 
 _TENSOR_NAME = 8
 _PACKED_FIELDS = {TENSOR_DATA_FIELDS["raw_data"], TENSOR_DATA_FIELDS["float_data"], TENSOR_DATA_FIELDS["double_data"]}
-_MAX_OPEN_FILES = 16  # external data files kept open at once
 _MAX_VARINT_ELEMENTS = 1 << 16  # a packed-varint tensor decoded whole (zero points, small tables)
+# Elements of one call closer than this share a range (a request costs more than a few KiB more);
+# a range is whole blocks of the payload (counted from its start), cut at its end.
+MERGE_GAP = 4 * 1024
+BLOCK = 4 * 1024
+# Calls on one tensor answered exactly; past them, a call of at most WALK_ELEMENTS elements (a slice's
+# sample, one of many along an axis) starts a read-ahead window at each missing span (a sample of many
+# spread elements, another permutation tried, stays exact: a window each would fetch the tensor).
+WALK_ELEMENTS = 4
+EXACT_CALLS = 16
+_FIRST_WINDOW = 64 * 1024
+_MAX_WINDOW = 8 * 1024 * 1024
+
+DataFiles = Callable[[str], "Blob | None"]
+"""An external-data location -> the blob of that file beside the model; None: none, or one that is
+never to be read (outside the model's folder, not in its listing)."""
 
 
-class ElementValues:
-    """Element bytes of stored tensors, wherever their bytes are: ``elements`` and ``whole`` turn
-    positions into byte spans of the tensor's payload and ask ``_fetch`` for all of them at once (a
-    local file reads them one by one; a remote one fetches them in parallel ranges). The copy rules
-    (``mhainspect.ir.copies.ValueReader``) see only ``elements`` and ``whole``. A context manager
-    that closes what it opened."""
+class StoredValues:
+    """Element bytes of the initializers of one ONNX file (module doc): ``model`` is the model file's
+    view, ``data_file`` opens its external data files. ``elements`` and ``whole`` turn positions into
+    byte spans of a tensor's payload and fetch all of them at once; the copy rules
+    (``mhainspect.ir.copies.ValueReader``) see only those two. A context manager that closes the
+    views it opened."""
 
-    def __init__(self, weights: Mapping[str, Tensor]) -> None:
+    def __init__(self, weights: Mapping[str, Tensor], model: FileView, data_file: DataFiles) -> None:
         self.weights = weights
-        self.reads = 0  # spans read (os.pread, mapped slices, ranges asked for), for tests and measurements
+        self.model = model
+        self.data_file = data_file
+        self.reads = 0  # element spans asked for, for tests and measurements
+        self._spans: dict[str, tuple[int, int]] | None = None  # inline: name -> (offset, length) in the file
+        self._varints: dict[str, tuple[int, int]] = {}  # inline int32_data: name -> (offset, length)
+        self._views: dict[str, FileView | None] = {}  # external location -> its view (None: unreadable)
+        self._failed: set[int] = set()  # id() of views a read failed on: not asked again
+        self._calls: dict[str, int] = {}
+        self._window: dict[str, int] = {}
 
-    def __enter__(self) -> ElementValues:
+    def __enter__(self) -> StoredValues:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        """Release what reading opened (nothing by default)."""
+        """Release the views of data files this opened (the model's view is its owner's)."""
+        for view in self._views.values():
+            if view is not None:
+                view.close()
+        self._views.clear()
 
     def itemsize(self, name: str) -> int | None:
         t = self.weights.get(name)
@@ -110,129 +145,126 @@ class ElementValues:
         blob = got[0]
         return [blob[i:i + size] for i in range(0, n, size)]
 
-    def _where(self, name: str) -> tuple[object, int, int] | None:
-        """(where the bytes are, offset of the payload there, payload length) of ``name``."""
-        raise NotImplementedError
-
-    def _varint_whole(self, t: Tensor, size: int) -> list[bytes] | None:
-        """The elements of a small integer tensor stored as packed varints (int32_data), as bytes of
-        its own type; None where the source cannot tell (by default)."""
-        return None
-
-    def _fetch(self, name: str, source: object, spans: list[tuple[int, int]],
-               payload: tuple[int, int]) -> list[bytes] | None:
-        """The bytes of each (offset, length) span of ``source`` (``payload``: where the tensor's
-        bytes start and end there); None when any is unreadable."""
-        raise NotImplementedError
-
-
-class StoredValues(ElementValues):
-    """Element bytes of the initializers of one local ONNX file (module doc)."""
-
-    def __init__(self, path: str | os.PathLike[str], weights: Mapping[str, Tensor],
-                 inside_folder: frozenset[str] = frozenset()) -> None:
-        super().__init__(weights)
-        self.path = Path(path)
-        self.inside = inside_folder  # external locations checked to stay inside the model folder
-        self._spans: dict[str, tuple[int, int]] | None = None  # inline: name -> (offset, length) in the file
-        self._varints: dict[str, tuple[int, int]] = {}  # inline int32_data: name -> (offset, length)
-        self._map: mmap.mmap | None = None
-        self._files: dict[str, int] = {}
-
-    def close(self) -> None:
-        for fd in self._files.values():
-            os.close(fd)
-        self._files.clear()
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-
-    def _fetch(self, name: str, source: object, spans: list[tuple[int, int]],
-               payload: tuple[int, int]) -> list[bytes] | None:
-        out: list[bytes] = []
-        for at, n in spans:
-            self.reads += 1
-            try:
-                if isinstance(source, int):
-                    chunk = os.pread(source, n, at)
-                elif self._map is not None:
-                    chunk = self._map[at:at + n]
-                else:
-                    return None
-            except OSError:
-                return None
-            if len(chunk) != n:
-                return None
-            out.append(chunk)
-        return out
-
     # -- where a tensor's bytes are -------------------------------------------------------------
 
-    def _where(self, name: str) -> tuple[object, int, int] | None:
-        """(the file descriptor of its data file, or None for the mapped model file; offset; length)."""
+    def _where(self, name: str) -> tuple[FileView, int, int] | None:
+        """(the view holding its bytes, offset of the payload there, payload length) of ``name``."""
         t = self.weights.get(name)
         if t is None or t.is_constant_node:
             return None
         if t.location is not None:
-            return self._external(t)
+            view = self._external(t.location)
+            offset = external_offset(t)
+            return None if view is None or offset is None else (view, offset, external_length(t))
         span = self._inline_spans().get(name)
-        if span is None or self._map is None:
-            return None
-        return None, span[0], span[1]
+        return None if span is None else (self.model, span[0], span[1])
+
+    def _inline_spans(self) -> dict[str, tuple[int, int]]:
+        """Name -> (offset, length) of the data of each inline initializer of the main graph (from
+        the headers a remote walk holds: a byte it did not hold is fetched)."""
+        if self._spans is None:
+            try:
+                self._spans = initializer_spans(self.model.scanned(), self._varints)
+            except (ValueError, IndexError, InputError):
+                self._spans = {}
+        return self._spans
 
     def _varint_whole(self, t: Tensor, size: int) -> list[bytes] | None:
+        """The elements of a small integer tensor stored as packed varints (int32_data), as bytes of
+        its own type."""
         self._inline_spans()
         span = self._varints.get(t.name)
-        if span is None or self._map is None or t.numel > _MAX_VARINT_ELEMENTS or is_float(t.dtype):
+        if span is None or t.numel > _MAX_VARINT_ELEMENTS or is_float(t.dtype) or id(self.model) in self._failed:
             return None
         at, length = span
         end, mask = at + length, (1 << (8 * size)) - 1
         out: list[bytes] = []
         try:
+            self.model.fetch_spans([(at, end)])
+            buf = self.model.scanned()
             while at < end:
-                value, at = read_varint(self._map, at)
+                value, at = read_varint(buf, at)
                 out.append((value & mask).to_bytes(size, "little"))  # two's complement, as the type stores it
         except (IndexError, ValueError):
             return None
+        except InputError:
+            self._failed.add(id(self.model))
+            return None
         return out if len(out) == t.numel and at == end else None
 
-    def _external(self, t: Tensor) -> tuple[object, int, int] | None:
-        location = t.location
-        offset = external_offset(t)
-        if location is None or location not in self.inside or offset is None:
-            return None
-        fd = self._files.get(location)
-        if fd is None:
-            if len(self._files) >= _MAX_OPEN_FILES:
-                return None
-            path = self.path.parent / location
-            try:
-                # Only a regular file is opened: opening a FIFO for reading would wait for a writer,
-                # and a FIFO or a device is never read (the external-data check promises it).
-                if not stat.S_ISREG(os.stat(path).st_mode):
-                    return None
-                fd = os.open(path, os.O_RDONLY)
-            except OSError:
-                return None
-            self._files[location] = fd
-        return fd, offset, external_length(t)
+    def _external(self, location: str) -> FileView | None:
+        if location not in self._views:
+            blob = self.data_file(location)
+            self._views[location] = None if blob is None else self._data_view(blob, location)
+        return self._views[location]
 
-    def _inline_spans(self) -> dict[str, tuple[int, int]]:
-        """Name -> (offset, length) of the data of each inline initializer of the main graph."""
-        if self._spans is not None:
-            return self._spans
-        self._spans = {}
+    def _data_view(self, blob: Blob, location: str) -> FileView | None:
+        """A view of a data file, its length (where it is fetched by ranges) from the tensors it
+        holds when each says its extent, else asked of the blob."""
+        def extent() -> int | None:
+            held = [t for t in self.weights.values() if t.location == location]
+            ends = [off + t.external_length for t in held
+                    if t.external_length is not None and (off := external_offset(t)) is not None]
+            return max(ends) if ends and len(ends) == len(held) else None
+
         try:
-            with open(self.path, "rb") as fh:
-                self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            view = memoryview(self._map)
-            try:
-                self._spans = initializer_spans(view, self._varints)
-            finally:
-                view.release()
-        except (OSError, ValueError, IndexError):
-            self._spans = {}
-        return self._spans
+            return file_view(blob, extent)
+        except InputError:
+            return None
+
+    def _fetch(self, name: str, source: FileView, spans: list[tuple[int, int]],
+               payload: tuple[int, int]) -> list[bytes] | None:
+        """The bytes of each (offset, length) span of ``source`` (``payload``: where the tensor's
+        bytes start and end there); None when any is unreadable."""
+        if id(source) in self._failed:
+            return None
+        self.reads += len(spans)
+        out: list[bytes] = []
+        try:
+            if not source.holds_all:  # a mapped file holds every byte: nothing to fetch
+                self._fetch_missing(name, source, spans, payload)
+            buf = source.scanned()
+            for at, n in spans:
+                chunk = bytes(buf[at:at + n])
+                if len(chunk) != n:
+                    return None  # the file ends before the tensor does
+                out.append(chunk)
+        except InputError:
+            self._failed.add(id(source))
+            return None
+        return out
+
+    def _fetch_missing(self, name: str, source: FileView, spans: list[tuple[int, int]],
+                       payload: tuple[int, int]) -> None:
+        """Fetch what ``source`` does not hold of ``spans``, in ranges shaped by the module doc's rules."""
+        calls = self._calls[name] = self._calls.get(name, 0) + 1
+        start, limit = payload
+        missing = [s for s in _merged(spans) if not source.holds_span(*s)]
+        if calls > EXACT_CALLS and len(spans) <= WALK_ELEMENTS:  # a walk over the tensor: read ahead, doubling
+            window = self._window.get(name, _FIRST_WINDOW)
+            missing = [(a, max(b, min(a + window, limit))) for a, b in missing]
+            if missing:
+                self._window[name] = min(2 * window, _MAX_WINDOW)
+        elif self.weights[name].numel <= SMALL:  # whole blocks: the next elements asked for are often in them
+            missing = _merged([(a, b - a) for a, b in
+                               ((max(start, a - (a - start) % BLOCK), min(limit, b + (start - b) % BLOCK))
+                                for a, b in missing)])
+        if source is not self.model and not source.fetched and len(missing) > 1:
+            # A data file's first range alone: a Hub file answers it with a redirect to its storage,
+            # which the ranges after it then use (in parallel, each would be redirected).
+            source.fetch_spans(missing[:1])
+        source.fetch_spans(missing)
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(start, end) ranges covering ``spans`` (offset, length), those closer than MERGE_GAP joined."""
+    out: list[tuple[int, int]] = []
+    for at, n in sorted(spans):
+        if out and at - out[-1][1] <= MERGE_GAP:
+            out[-1] = (out[-1][0], max(out[-1][1], at + n))
+        else:
+            out.append((at, at + n))
+    return out
 
 
 def external_offset(t: Tensor) -> int | None:
@@ -296,17 +328,14 @@ def initializer_spans(buf: memoryview | Indexable, varints: dict[str, tuple[int,
 _MAX_COPIES_LISTED = 4
 
 
-def with_folded_copies(path: str | os.PathLike[str], graph: ModelGraph) -> ModelGraph:
+def folded_copies(graph: ModelGraph, model: FileView, data_file: DataFiles) -> ModelGraph:
     """``graph`` with its exporter-made copies of parameters (``mhainspect.ir.copies``) marked in
-    ``folded`` (``folded_note`` names those read as parameters); ``graph`` itself when it has none
-    (nothing is read unless a candidate pair exists)."""
+    ``folded`` (``folded_note`` names those read as parameters), their values read through ``model``
+    (the model file's view) and ``data_file``; ``graph`` itself, at no read, when it has no candidate."""
     copies, _sources = copy_candidates(graph.weights)
     if not copies and not quantized_candidates(graph.weights):
         return graph
-    model_dir = os.path.dirname(os.path.abspath(os.fspath(path)))
-    locations = {t.location for t in graph.weights.values() if t.location is not None}
-    inside = frozenset(loc for loc in locations if external_location_escapes(model_dir, loc) is None)
-    with StoredValues(path, graph.weights, inside) as reader:
+    with StoredValues(graph.weights, model, data_file) as reader:
         return folded_by(graph, reader)
 
 

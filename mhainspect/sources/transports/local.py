@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mhainspect.sources.blob import LocalBlob
-from mhainspect.sources.tree import Entries
+
+if TYPE_CHECKING:  # a listing's type: a local file is read without listing its folder
+    from mhainspect.sources.tree import Entries
 
 
 class _LocalFiles(Mapping[str, int | None]):
@@ -58,6 +61,8 @@ class LocalTree:
         return self._files
 
     def listdir(self, folder: str) -> Entries:
+        from mhainspect.sources.tree import Entries
+
         files: list[str] = []
         folders: list[str] = []
         linked: set[str] = set()
@@ -85,3 +90,10 @@ class LocalTree:
 
     def blob(self, path: str) -> LocalBlob:
         return LocalBlob(self.path(path))
+
+
+def local_folder(tree: object, folder: str) -> str | None:
+    """Where ``folder`` of ``tree`` is on this machine when the tree is a local folder (where a
+    symlink inside it resolves says whether a path stays inside), else None (a remote tree's
+    names are only names)."""
+    return str(tree.path(folder)) if isinstance(tree, LocalTree) else None
