@@ -18,6 +18,12 @@ member list), its suffix only where the content names no format (ONNX has no sig
   the same readers as a local file or folder, which ask only for the bytes each format's header
   needs; a remote report equals the local report of the same files but for the path.
 
+One door (``tree_result``) leads to the readers of files and folders, for a local argument (the
+folder that holds it as a local Tree, the file as its Blob) and a remote one alike; only a local
+argument's kind is found otherwise (``classify``: on disk, with what a zip archive's member list
+says), and the readers that open a path (torch.export and TorchScript archives, Keras folders and
+HDF5 files, factory specs) keep a door of their own.
+
 Returns a SourceResult (mhainspect.pipeline makes the Report), raises InputError; prints nothing.
 """
 
@@ -43,6 +49,7 @@ from mhainspect.frontends.formats import (
     describe_head,
     identify,
     identify_folder,
+    is_safetensors,
     looks_like_onnx,
     read_at,
 )
@@ -52,7 +59,8 @@ from mhainspect.sources import is_remote
 
 if TYPE_CHECKING:
     from mhainspect.ir.weights import HeadOffers
-    from mhainspect.sources.blob import HeadCached
+    from mhainspect.sources.blob import Blob, HeadCached
+    from mhainspect.sources.tree import Tree
 
 
 # Patterns as text, compiled by re on first use: only a spec that is no file reaches them, and
@@ -152,40 +160,76 @@ def parse_factory_args(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
-    """An ONNX file, a GGUF file or a checkpoint (file or Hugging Face folder), by its kind;
-    ``stated``: head counts the caller gives, for a checkpoint (whose only other source is a config)."""
-    src = classify(path)
-    # The GGUF and checkpoint front ends are imported when their kind of source is met.
-    if src.kind == "gguf":
-        from mhainspect.frontends.gguf.frontend import gguf_result
+    """A local model argument (an ONNX, GGUF, Keras or TorchScript file, a checkpoint file or a
+    Hugging Face folder), by its kind (``classify``); ``stated``: head counts the caller gives."""
+    return _local_result(classify(path), path, stated)
 
-        return gguf_result(path)
-    if src.kind == "checkpoint":
-        from mhainspect.frontends.checkpoint.frontend import checkpoint_result
 
-        return checkpoint_result(path, stated)
-    if src.kind == "torch_export":
+def _local_result(src: Source, path: str, stated: HeadOffers | None) -> SourceResult:
+    """A local argument through the door a remote one takes (``tree_result``): the folder that holds
+    it as a local Tree, the file as its Blob. Kept on a path of their own, and why:"""
+    # The readers are imported when their kind of source is met.
+    if src.kind == "factory":
+        raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
+    if src.kind == "torch_export":  # its reader opens the zip archive by path (a remote zip goes to torch.save's)
         from mhainspect.frontends.archives.frontend import export_result
 
         return export_result(path)
-    if src.kind == "torchscript":
+    if src.kind == "torchscript":  # likewise
         from mhainspect.frontends.archives.frontend import torchscript_result
 
         return torchscript_result(path)
-    if src.kind == "keras":
-        from mhainspect.frontends.keras.frontend import keras_result
+    if src.kind == "keras":  # an extracted archive's folder, a legacy .h5: h5py opens a path (a .keras
+        from mhainspect.frontends.keras.frontend import keras_result  # archive: read_archive over its blob)
 
         return keras_result(path, stated)
-    if src.kind == "factory":
-        raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
-
-    from mhainspect.frontends.onnx.frontend import onnx_result  # the ONNX reader, imported when taken
     from mhainspect.sources.transports.local import LocalTree
 
     check_symlink_loop(path)
     p = Path(path)
+    if src.kind == "checkpoint" and p.is_dir():
+        return tree_result(LocalTree(p), "", path, None, "folder", stated, remote=False)
+    if not p.exists():
+        raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
     tree = LocalTree(p.parent)
-    return onnx_result(tree, p.name, path, tree.blob(p.name), remote=False)
+    return tree_result(tree, p.name, path, tree.blob(p.name), src.kind, stated, remote=False)
+
+
+def tree_result(tree: Tree, path: str, display: str, blob: Blob | None, kind: str, stated: HeadOffers | None, *,
+                remote: bool) -> SourceResult:
+    """The one door to the readers, for a local argument and a remote one alike: ``kind`` ("folder",
+    "checkpoint", "safetensors", "gguf", "keras" (a .keras archive) or "onnx": what the content
+    says, else the suffix) picks the reader, which reads ``path`` of ``tree`` (through ``blob``, the
+    file's, for a file) and names it ``display``; ``remote``: reads are round trips (in parallel)."""
+    if kind == "folder":
+        from mhainspect.frontends.checkpoint.frontend import checkpoint_folder_result
+
+        return checkpoint_folder_result(tree, path, display, stated, remote=remote)
+    from mhainspect.sources import beside
+
+    assert blob is not None  # a file's reader reads its blob
+    if kind == "keras":
+        from mhainspect.frontends.keras.frontend import archive_result
+
+        return archive_result(blob, display, stated)
+    if kind in ("checkpoint", "safetensors"):
+        from mhainspect.frontends.checkpoint.frontend import checkpoint_file_result
+
+        safetensors = kind == "safetensors" or path.lower().endswith(".safetensors") or _safetensors_content(blob)
+        return checkpoint_file_result(tree, path, display, blob, safetensors, stated, remote=remote,
+                                      config_name=beside(display, "config.json"))
+    if kind == "gguf":
+        from mhainspect.frontends.gguf.frontend import gguf_tree_result
+
+        return gguf_tree_result(tree, path, display, blob, remote=remote)
+    from mhainspect.frontends.onnx.frontend import onnx_result
+
+    return onnx_result(tree, path, display, blob, remote=remote)
+
+
+def _safetensors_content(blob: Blob) -> bool:
+    """A safetensors file by its content (under another suffix: a .bin)."""
+    return is_safetensors(blob.read(0, 10), blob.size)
 
 
 _MAX_LISTED_MODELS = 8
@@ -236,7 +280,6 @@ def _remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
     format's reader over the remote tree; a folder of several models is refused with the list (the
     command line audits each: ``remote_models``)."""
     from mhainspect.frontends.kinds import model_folder_names
-    from mhainspect.sources import beside
     from mhainspect.sources.blob import HeadCached
     from mhainspect.sources.trees import locate
 
@@ -250,30 +293,14 @@ def _remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
                 raise InputError(f"{spec}: holds {len(models)} models ({shown}); name one, or give the folder to the "
                                  "command line, which audits each")
             return _remote_result(models[0], stated)
-        from mhainspect.frontends.checkpoint.frontend import checkpoint_folder_result
-
-        return checkpoint_folder_result(tree, path, display, stated, remote=True)
+        return tree_result(tree, path, display, None, "folder", stated, remote=True)
     if path.rsplit("/", 1)[-1] == "config.json":
         raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")
     blob = HeadCached(tree.blob(path))
     kind = _remote_content_kind(blob) or file_kind(path) or "onnx"
     if kind == "checkpoint" and file_kind(path) == "keras":  # a zip named .keras: Keras' archive, not torch.save's
-        from mhainspect.frontends.keras.frontend import archive_result
-
-        return archive_result(blob, display, stated)
-    if kind in ("checkpoint", "safetensors"):
-        from mhainspect.frontends.checkpoint.frontend import checkpoint_file_result
-
-        safetensors = kind == "safetensors" or path.lower().endswith(".safetensors")
-        return checkpoint_file_result(tree, path, display, blob, safetensors, stated, remote=True,
-                                      config_name=beside(display, "config.json"))
-    if kind == "gguf":
-        from mhainspect.frontends.gguf.frontend import gguf_tree_result
-
-        return gguf_tree_result(tree, path, display, blob, remote=True)
-    from mhainspect.frontends.onnx.frontend import onnx_result
-
-    return onnx_result(tree, path, display, blob, remote=True)
+        kind = "keras"
+    return tree_result(tree, path, display, blob, kind, stated, remote=True)
 
 
 def _remote_content_kind(blob: HeadCached) -> str | None:
@@ -293,7 +320,7 @@ def _remote_content_kind(blob: HeadCached) -> str | None:
             raise InputError(what.message(blob.name), ErrorKind.UNSUPPORTED)
     if head[4:8] == b"TFL3":
         raise InputError(formats.TFLITE.message(blob.name), ErrorKind.UNSUPPORTED)
-    if len(head) >= 10 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= blob.size() - 8:
+    if formats.is_safetensors(head, blob.size):
         return "safetensors"
     return None
 
@@ -308,7 +335,7 @@ def source_result(spec: str, *, factory_args: Mapping[str, Any] | None = None,
         return remote_result(spec, stated)
     src = classify(spec)
     if src.kind != "factory":
-        return file_result(spec, stated)
+        return _local_result(src, spec, stated)
     try:
         import torch  # noqa: F401
     except ImportError:

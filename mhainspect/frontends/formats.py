@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 from mhainspect.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mhainspect.frontends.zips import ZipArchive
 
 HEAD_BYTES = 64
@@ -121,7 +123,7 @@ def identify(path: Path) -> str | Foreign | None:
             return TFLITE
         if ident[:2] == b"ET" and ident[2:4].isdigit():
             return EXECUTORCH
-    if is_safetensors(path, head):
+    if is_safetensors(head, lambda: path.stat().st_size):
         return Kind.CHECKPOINT
     if _is_ctranslate2(head):
         return CTRANSLATE2
@@ -174,15 +176,12 @@ def archive_members(names: list[str]) -> tuple[str, list[str]]:
     return "", list(names)
 
 
-def is_safetensors(path: Path, head: bytes) -> bool:
-    """An 8-byte little-endian header length that fits the file, then a JSON object."""
+def is_safetensors(head: bytes, size: Callable[[], int]) -> bool:
+    """An 8-byte little-endian header length that fits the file (``size()``: its length, asked only
+    when the head can start one), then a JSON object: the one rule, for a local file and a remote one."""
     if len(head) < 10 or head[8:9] != b"{":
         return False
-    n = int.from_bytes(head[:8], "little")
-    try:
-        return 2 <= n <= path.stat().st_size - 8
-    except OSError:
-        return False
+    return 2 <= int.from_bytes(head[:8], "little") <= size() - 8
 
 
 def _is_ctranslate2(head: bytes) -> bool:

@@ -8,12 +8,9 @@ the config table (``mhainspect.frontends.checkpoint.hf_config``); ``mhainspect.a
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from mhainspect.errors import ErrorKind, InputError
 from mhainspect.frontends.checkpoint.files import read_file, read_folder
 from mhainspect.frontends.checkpoint.hf_config import (
     Tie,
@@ -24,12 +21,11 @@ from mhainspect.frontends.checkpoint.hf_config import (
 )
 from mhainspect.frontends.checkpoint.mixers import classify_mixers, with_mixers
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
-from mhainspect.frontends.checkpoint.reader import SAFETENSORS_SUFFIXES, apply_ties
+from mhainspect.frontends.checkpoint.reader import apply_ties
 from mhainspect.frontends.checkpoint.size_inputs import (
     config_causal,
     metas_size_inputs,
 )
-from mhainspect.frontends.formats import HEAD_BYTES, is_safetensors, read_at
 from mhainspect.ir.weights import HeadOffers, WeightMeta, count_weights, parameter_keys
 from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.static import blocks_from_weights
@@ -55,32 +51,6 @@ def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, An
         return offers
 
     return blocks_from_weights(weights, offers_for)
-
-
-def checkpoint_result(path: str | os.PathLike[str], stated: HeadOffers | None = None) -> SourceResult:
-    """A local checkpoint file or Hugging Face folder, through the one reader (``files``) over a
-    local tree; ``stated``: head counts the caller gives (--num-heads)."""
-    from mhainspect.sources.transports.local import LocalTree
-
-    p = Path(path)
-    if p.is_dir():
-        return checkpoint_folder_result(LocalTree(p), "", str(path), stated, remote=False)
-    if not p.exists():
-        raise InputError(f"{p}: no such file", ErrorKind.NOT_FOUND)
-    tree = LocalTree(p.parent)
-    blob = tree.blob(p.name)
-    safetensors = p.suffix.lower() in SAFETENSORS_SUFFIXES or _content_is_safetensors(p)
-    return checkpoint_file_result(tree, p.name, str(path), blob, safetensors, stated, remote=False,
-                                  config_name=tree.name("config.json"))
-
-
-def _content_is_safetensors(path: Path) -> bool:
-    """A safetensors file under another suffix (a .bin): its content says so (formats.identify)."""
-    try:
-        head = read_at(path, 0, HEAD_BYTES)
-    except OSError:
-        return False
-    return is_safetensors(path, head)
 
 
 def checkpoint_file_result(tree: Tree, path: str, display: str, blob: Blob, safetensors: bool,

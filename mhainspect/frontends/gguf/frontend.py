@@ -9,12 +9,9 @@ multimodal v.blk.N) and the shared assembler decides every number, shapes first.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
-from mhainspect.errors import ErrorKind, InputError
 from mhainspect.frontends.checkpoint.size_inputs import prefix_block_tensors, tensors_from_metas
 from mhainspect.frontends.gguf.reader import (
     KV_CACHE_DTYPE,
@@ -34,7 +31,6 @@ from mhainspect.frontends.gguf.reader import (
     namespace,
     offers_for,
     producer,
-    read_model,
     read_model_tree,
     swa_warnings,
     weight_meta,
@@ -189,16 +185,6 @@ def _with_decoding(block: AttentionBlock, d: Decoding) -> AttentionBlock:
         latent = dataclasses.replace(latent, runtime_expands=True)
     return dataclasses.replace(block, sliding_window=d.window, kv_cache_reason=None if d.caches else d.reason,
                                evidence=evidence, latent=latent)
-
-
-def gguf_result(path: str | os.PathLike[str]) -> SourceResult:
-    """The GGUF front end: blocks, near misses and model facts from the file's header."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file", ErrorKind.NOT_FOUND)
-    if p.is_dir():
-        raise InputError(f"{p}: is a directory, expected a .gguf file")
-    return gguf_model_result(read_model(p), str(path))
 
 
 def gguf_tree_result(tree: Tree, path: str, display: str, blob: Blob, *, remote: bool) -> SourceResult:
