@@ -21,7 +21,8 @@ from remote_models import llama_config, llama_tensors, moe_tensors, write_hf_fol
 # it, a local file's too.)
 CLI_OPTIONAL_PATHS = ("mhainspect.pipeline.verify", "mhainspect.analysis.fit", "mhainspect.cli.batch_output",
                       "mhainspect.batch.pool", "queue", "multiprocessing", "mhainspect.pipeline.memory",
-                      "mhainspect.analysis.diff", "mhainspect.conventions", "rich")
+                      "mhainspect.analysis.diff", "mhainspect.conventions", "rich",
+                      "mhainspect.results.optional")  # the Report parts only those (and rarer models) add
 OPTIONAL_PATHS = ("concurrent.futures", "tomllib",
                   "mhainspect.sources.address", "mhainspect.frontends.onnx.landings",
                   "mhainspect.matchers.latent", "mhainspect.matchers.grouping", "mhainspect.matchers.experts",

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mhainspect.ir import dtypes
 from mhainspect.ir.dtypes import byte_rate as _rate
@@ -48,9 +48,11 @@ from mhainspect.results import (
     Report,
     ReportWarning,
     WarningCode,
-    WeightDtypeWhatIf,
 )
 from mhainspect.results.stages import IF_DECODED, BlockDecoding, MixerLayers, SizeInputs, StoredTensor
+
+if TYPE_CHECKING:
+    from mhainspect.results.optional import WeightDtypeWhatIf
 
 
 @cache
@@ -673,6 +675,8 @@ def weight_dtype_what_if(report: Report, name: str) -> WeightDtypeWhatIf:
     block types by whole blocks, their scales inside). Plain integer and float8 types carry no scales
     here (a quantizer adds its own, e.g. one 16-bit scale per 128 values: +0.125 bit per parameter),
     and the stored overhead of the current format is not carried over."""
+    from mhainspect.results.optional import WeightDtypeWhatIf  # imported when taken: --weight-dtype only
+
     dtype, mix = check_weight_dtype(name)
     found = dtypes.lookup(dtype)
     assert found is not None  # checked above

@@ -20,7 +20,6 @@ from mhainspect.results import (
     BlockKind,
     Evidence,
     EvidenceSource,
-    LatentKV,
     ParamBreakdown,
     Projection,
 )
@@ -240,6 +239,8 @@ class BlockBuilder:
         h = sol.num_heads if split is not None else None
         projections_t = tuple(projections)
         latent = sol.latent
+        from mhainspect.results.optional import LatentKV  # with the latent solver: an MLA block only
+
         return AttentionBlock(
             name=block_name(self.index, self.anchor, projections_t, taken_names), matcher=self.matcher,
             kind=self._kind(), num_heads=h, num_kv_heads=h, d_model=kv_down.in_features, d_k=sol.d_k, d_v=sol.d_v,

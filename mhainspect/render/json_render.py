@@ -19,27 +19,24 @@ from mhainspect.analysis.size import cache_reason
 from mhainspect.results import (
     SCHEMA_VERSION,
     AttentionBlock,
-    BlockVerification,
     Evidence,
     FailedInput,
     Flag,
-    GpuFit,
     KVCache,
     MemoryAtContext,
     Miss,
     Mixer,
-    MixtureOfExperts,
     ModelSummary,
     ParamBreakdown,
     Projection,
     Report,
     Severity,
-    WeightDtypeWhatIf,
     WhatIf,
 )
 
 if TYPE_CHECKING:
     from mhainspect.analysis.gates import GateResult
+    from mhainspect.results.optional import BlockVerification, GpuFit, MixtureOfExperts, WeightDtypeWhatIf
 
 JSONDict = dict[str, Any]
 

@@ -4,23 +4,20 @@ lowest layer: it imports nothing else of the package."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from mhainspect.results.blocks import (
     VERIFY_STATUSES,
     AttentionBlock,
-    BlockVerification,
     CacheFactors,
     Evidence,
     Flag,
-    GpuFit,
     KVCache,
-    LatentKV,
     MemoryAtContext,
     Miss,
     Mixer,
-    MixtureOfExperts,
     ParamBreakdown,
     Projection,
-    WeightDtypeWhatIf,
     WhatIf,
     projection_tensor_names,
 )
@@ -52,3 +49,23 @@ from mhainspect.results.vocabulary import (
 )
 
 __all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheFactors', 'CacheStatus', 'Evidence', 'EvidenceSource', 'FailedInput', 'FitStatus', 'Flag', 'GpuFit', 'KVCache', 'LatentKV', 'Matcher', 'MemoryAtContext', 'Miss', 'Mixer', 'MixerKind', 'MixtureOfExperts', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WeightDtypeWhatIf', 'WhatIf', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']
+
+if TYPE_CHECKING:
+    from mhainspect.results.optional import (
+        BlockVerification,
+        GpuFit,
+        LatentKV,
+        MixtureOfExperts,
+        WeightDtypeWhatIf,
+    )
+
+# Report parts only an option or a rarer model adds (results/optional.py): loaded when first asked for.
+_OPTIONAL = frozenset(("BlockVerification", "GpuFit", "LatentKV", "MixtureOfExperts", "WeightDtypeWhatIf"))
+
+
+def __getattr__(name: str) -> Any:
+    if name in _OPTIONAL:
+        from mhainspect.results import optional
+
+        return getattr(optional, name)
+    raise AttributeError(f"module 'mhainspect.results' has no attribute {name!r}")

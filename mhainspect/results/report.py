@@ -6,20 +6,19 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mhainspect.results.blocks import (
     AttentionBlock,
-    BlockVerification,
     Flag,
-    GpuFit,
     KVCache,
     MemoryAtContext,
     Miss,
     Mixer,
-    MixtureOfExperts,
-    WeightDtypeWhatIf,
 )
+
+if TYPE_CHECKING:
+    from mhainspect.results.optional import BlockVerification, GpuFit, MixtureOfExperts, WeightDtypeWhatIf
 
 
 @dataclass(frozen=True)
