@@ -179,20 +179,30 @@ def _local_result(src: Source, path: str, stated: HeadOffers | None) -> SourceRe
         from mhainspect.frontends.archives.frontend import torchscript_result
 
         return torchscript_result(path)
-    if src.kind == "keras":  # an extracted archive's folder, a legacy .h5: h5py opens a path (a .keras
-        from mhainspect.frontends.keras.frontend import keras_result  # archive: read_archive over its blob)
-
-        return keras_result(path, stated)
     from mhainspect.sources.transports.local import LocalTree
 
     check_symlink_loop(path)
     p = Path(path)
     if src.kind == "checkpoint" and p.is_dir():
         return tree_result(LocalTree(p), "", path, None, "folder", stated, remote=False)
+    if src.kind == "keras" and p.is_dir():  # an extracted .keras archive: h5py opens its weights by path
+        return _keras_by_path(path, stated)
     if not p.exists():
         raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
     tree = LocalTree(p.parent)
-    return tree_result(tree, p.name, path, tree.blob(p.name), src.kind, stated, remote=False)
+    blob = tree.blob(p.name)
+    if src.kind == "keras":
+        from mhainspect.frontends.zips import is_zip
+
+        if not is_zip(blob.read(0, 8)):  # a legacy .h5 model: likewise (a .keras archive: read by ranges)
+            return _keras_by_path(path, stated)
+    return tree_result(tree, p.name, path, blob, src.kind, stated, remote=False)
+
+
+def _keras_by_path(path: str, stated: HeadOffers | None) -> SourceResult:
+    from mhainspect.frontends.keras.frontend import keras_result
+
+    return keras_result(path, stated)
 
 
 def tree_result(tree: Tree, path: str, display: str, blob: Blob | None, kind: str, stated: HeadOffers | None, *,

@@ -22,29 +22,22 @@ from mhainspect.matchers.grouping import group_attention
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.results import AttentionBlock, BlockKind, Evidence, EvidenceSource, ModelFacts
 from mhainspect.results.stages import SourceResult
-from mhainspect.sources.blob import Blob, LocalBlob
+from mhainspect.sources.blob import Blob
 
 _NO_DECODING = "a Keras model: its config does not say whether it decodes autoregressively"
 
 
-def read_keras(path: Path) -> KerasModel:
-    """A Keras file by its content: a zip archive (.keras) or an HDF5 file (.h5); or a folder holding
-    an extracted archive."""
-    from mhainspect.frontends.zips import is_zip
-
-    if path.is_dir():  # an extracted archive (kinds.is_keras_folder)
-        return read_hdf5(path / KERAS_WEIGHTS)
-    blob = LocalBlob(path)
-    return read_archive(blob) if is_zip(blob.read(0, 8)) else read_hdf5(path)
-
-
 def keras_result(path: str | os.PathLike[str], stated: HeadOffers | None = None) -> SourceResult:
-    """A .keras archive or a legacy .h5 model; ``stated``: head counts the caller gives (--num-heads)."""
-    return model_result(read_keras(Path(path)), str(path), stated)
+    """A folder holding an extracted .keras archive (kinds.is_keras_folder) or a legacy .h5 model,
+    which h5py opens by path (a .keras archive, local or remote, is ``archive_result``'s);
+    ``stated``: head counts the caller gives (--num-heads)."""
+    p = Path(path)
+    return model_result(read_hdf5(p / KERAS_WEIGHTS if p.is_dir() else p), str(path), stated)
 
 
 def archive_result(blob: Blob, display: str, stated: HeadOffers | None = None) -> SourceResult:
-    """A .keras archive wherever it lives (a URL, a store): read by ranges through its blob."""
+    """A .keras archive wherever it lives (on this machine, a URL, a store): read by ranges through
+    its blob."""
     return model_result(read_archive(blob), display, stated)
 
 
