@@ -150,7 +150,8 @@ class Decoder:
         g = self.kv_at(layer)
         wq, wk, wv = self.heads * self.head_dim, g * self.head_dim, g * self.d_v
         weights = (wq + wk + wv) * self.d_model + self.d_model * self.heads * self.d_v
-        return weights + ((wq + wk + wv) if self.biases else 0)
+        norms = 2 * self.head_dim if self.head_norms else 0  # attn_q_norm, attn_k_norm: [head_dim] each
+        return weights + ((wq + wk + wv) if self.biases else 0) + norms
 
 
 # HF module names -> llama.cpp's tensor names for DeepSeek-V2/V3 (convert_hf_to_gguf.py's mapping).

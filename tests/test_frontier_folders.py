@@ -33,12 +33,13 @@ def _layer(name: str) -> int:
 
 
 def _block_params(module: torch.nn.Module, latent: bool) -> int:
-    """The attention module's projections (nn.Linear children); a latent (MLA) block's total also
-    holds its down-projections' norms, i.e. every parameter of the module but a sparse-attention
-    indexer's (a module of its own)."""
+    """The attention module's projections and the norms it applies to Q and K (Qwen3-Next's
+    q_norm/k_norm, LFM2's q_layernorm/k_layernorm, Gemma-3n's: ``hm.attention_params``); a latent
+    (MLA) block's total also holds its down-projections' norms, i.e. every parameter of the module
+    but a sparse-attention indexer's (a module of its own)."""
     if latent:
         return sum(p.numel() for n, p in module.named_parameters() if not n.startswith("indexer."))
-    return sum(p.numel() for c in module.children() if isinstance(c, torch.nn.Linear) for p in c.parameters())
+    return hm.attention_params(module)
 
 
 @pytest.mark.slow

@@ -106,12 +106,12 @@ def test_small_folder_matches_the_cache(model_type: str, tmp_path: Path) -> None
     assert layers <= set(attending)
     assert sorted(hm_layer(m.anchor) for m in report.misses) == reused
     assert all(not m.caches for m in report.misses)
-    # Block parameters: the attention module's projections (its nn.Linear children; a latent block's
-    # down-projections are its extra), each module once.
+    # Block parameters: the attention module's projections and its Q/K norms (hm.attention_params; a
+    # latent block's down-projections are its extra), each module once.
     modules = {n[n.index("layers."):]: m for n, m in model.named_modules() if "layers." in n}
     for b in report.blocks:
         module = modules[b.name[b.name.index("layers."):]]
-        linear = sum(p.numel() for c in module.children() if isinstance(c, torch.nn.Linear) for p in c.parameters())
+        linear = hm.attention_params(module)
         assert b.params.total + (b.params.extra if b.latent is None else 0) >= linear - b.params.extra, b.name
         if b.latent is None:
             assert b.params.total == linear, b.name

@@ -113,6 +113,8 @@ def test_wrapped_linear_is_its_wrappers_role(tmp_path: Path) -> None:
     attns = [m for n, m in model.named_modules() if n.endswith("self_attn")]
     assert len(report.blocks) == len(attns) == 2
     for b, a in zip(report.blocks, attns):
+        # Its projections and its per-head q_norm/k_norm ([8] each; v_norm has no weight).
         linears = [m for m in a.modules() if isinstance(m, torch.nn.Linear)]
-        assert (b.num_heads, b.d_k, b.params.total) == (4, 8, sum(p.numel() for m in linears for p in m.parameters()))
+        norms = [a.q_norm, a.k_norm]
+        assert (b.num_heads, b.d_k, b.params.total) == (4, 8, sum(p.numel() for m in linears + norms for p in m.parameters()))
     assert report.model.total_params == sum(p.numel() for p in model.parameters())  # the clipping bounds are buffers

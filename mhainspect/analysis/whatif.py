@@ -68,17 +68,26 @@ def _count(roles: _Roles, wq: int, wk: int, wv: int, o_in: int) -> int | None:
     return total
 
 
-def _beside(block: AttentionBlock, wk: int, wv: int) -> int:
-    """What the block's total holds beside its projections at K/V widths ``wk``/``wv``: a latent
-    block's down-projections and norms (as wide as the latents, whatever the heads) and learned
-    K/V rows, which are as wide as K and V (so they follow the widths)."""
+def _beside(block: AttentionBlock, wq: int, wk: int, wv: int, d_k: int) -> int:
+    """What the block's total holds beside its projections' weights and biases at Q/K/V widths
+    ``wq``/``wk``/``wv`` and head size ``d_k``: a latent block's down-projections and norms (as
+    wide as the latents, whatever the heads), learned K/V rows, which are as wide as K and V (so
+    they follow the widths), and Q/K norms: one vector for every head follows d_k, a norm over the
+    whole width (or one vector per head) follows the width."""
     p = block.params
+    norms = 0
+    for proj, width in zip(_roles(block)[:2], (wq, wk)):
+        if proj is None or not proj.norm_params:
+            continue
+        was = block.d_k if proj.norm_shared else proj.out_features
+        now = d_k if proj.norm_shared else width
+        norms += proj.norm_params * now // was if was else proj.norm_params
     rows = 0
     if p.kv_rows:
         k0, v0 = _roles(block)[1], _roles(block)[2]
         was = (k0.out_features or 0 if k0 else 0) + (v0.out_features or 0 if v0 else 0)
         rows = p.kv_rows * (wk + wv) // was if was else p.kv_rows
-    return p.latent + rows
+    return p.latent + rows + norms
 
 
 def _k_width(block: AttentionBlock, kv_heads: int, d_k: int) -> int:
@@ -128,8 +137,8 @@ def _what_if(block: AttentionBlock, roles: _Roles, heads: int) -> WhatIf | None:
     per_head = _count(roles, heads * d_k, wk2, g2 * d_v, heads * d_v)
     if same_width is None or per_head is None:
         return None
-    same_width += _beside(block, wk, g * d_v)
-    per_head += _beside(block, wk2, g2 * d_v)
+    same_width += _beside(block, h * d_k, wk, g * d_v, h * d_k // heads)
+    per_head += _beside(block, heads * d_k, wk2, g2 * d_v, d_k)
     if total_width_reason(block, heads) is not None:
         same_width = None  # h·d_k cannot be split into that many equal heads
     return WhatIf(num_heads=heads, total_width_fixed=same_width, head_dim_fixed=per_head)
@@ -142,7 +151,7 @@ def standard_layout_count(block: AttentionBlock) -> int | None:
         return None  # a latent block has no "standard" layout: its key is non-rotary + rotary parts
     d = d_model // h
     count = count_with_widths(block, h * d, g * d, g * d, h * d)
-    return None if count is None else count + _beside(block, g * d, g * d)
+    return None if count is None else count + _beside(block, h * d, g * d, g * d, d)
 
 
 def default_what_ifs(block: AttentionBlock, extra: tuple[int, ...] = ()) -> tuple[WhatIf, ...]:

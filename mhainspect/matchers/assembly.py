@@ -387,3 +387,18 @@ class _Deciding:
         h = self.h if self.claimed("num_heads") else None
         g = self.g if self.claimed("num_kv_heads") or self.forced_g is not None else None
         self.conflicts.extend(width_conflicts(h, g, self.d_k, self.wq, self.wk))
+
+
+def norm_shared(shape: tuple[int, ...], d_k: int | None, width: int | None, heads: int | None) -> bool | None:
+    """How a norm of Q or K with a weight of ``shape`` fits its side (``width`` = heads · d_k): True
+    for one vector d_k wide that every head shares (Qwen3, Gemma 3), False for one as wide as the
+    projection (OLMo 2) or one per head ([heads, d_k]: Cohere); None when it fits neither (no norm of
+    that side). Axes of size 1 are views (an exporter's [1, 1, 1, d_k])."""
+    dims = tuple(d for d in shape if d != 1)
+    if len(dims) == 1 and dims[0] == width:
+        return False
+    if len(dims) == 1 and dims[0] == d_k:
+        return True
+    if len(dims) == 2 and dims == (heads, d_k):
+        return False
+    return None

@@ -6,6 +6,7 @@ others as evidence, and reports disagreements instead of silently choosing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -137,7 +138,7 @@ class BlockBuilder:
             wq, wk, wv, o_in=self.output.in_features if self.output is not None else None),
             d_model=self._model_width(), unsplit=unsplit)
         self.evidence = list(decision.evidence)
-        projections = self._projections({"q": wq, "k": wk, "v": wv}, fractions)
+        projections = self._with_norms(self._projections({"q": wq, "k": wk, "v": wv}, fractions), decision)
         name = block_name(self.index, self.anchor, projections, taken_names)
         return AttentionBlock(
             name=name, matcher=self.matcher, kind=self._kind(),
@@ -303,6 +304,21 @@ class BlockBuilder:
     def _sources(self, r: RoleInput) -> set[str]:
         start = self._start(r)
         return _origins(self.index, start) if start else set()
+
+    def _with_norms(self, projections: tuple[Projection, ...], decision: assembly.Decision) -> tuple[Projection, ...]:
+        """Q's and K's projections with the norm their path applies before the scores
+        (``TracedProjection.path_norm``), when its weight fits the side (``assembly.norm_shared``)."""
+        fit = {"q": (decision.q_width, decision.num_heads), "k": (decision.k_width, decision.num_kv_heads)}
+        out: list[Projection] = []
+        for p in projections:
+            r = self.roles.get(p.role)
+            tensors = r.traced.path_norm if r is not None and r.traced is not None and p.role in fit else ()
+            shapes = [assembly.norm_shared(t.shape, decision.d_k, *fit[p.role]) for t in tensors]
+            if tensors and None not in shapes and len(set(shapes)) == 1:
+                p = dataclasses.replace(p, norm=tensors[0].display_name, norm_params=sum(t.numel for t in tensors),
+                                        norm_shared=bool(shapes[0]))
+            out.append(p)
+        return tuple(out)
 
     def _projections(self, widths: dict[str, int | None], fractions: dict[str, Fraction | None]
                      ) -> tuple[Projection, ...]:

@@ -88,9 +88,39 @@ LATENT_MODULES = {"q_a_proj": "q_down", "q_a_layernorm": "q_norm", "q_b_proj": "
                   "kv_a_proj_with_mqa": "kv_down", "kv_a_layernorm": "kv_norm", "kv_b_proj": "kv_up"}
 
 
-# Norms of Q and K held by the attention module (Qwen3, Gemma 3, OLMo 2): one head wide when the
-# norm is per head, as wide as the projection when it is over all heads.
-HEAD_NORM_MODULES = frozenset({"q_norm", "k_norm", "q_layernorm", "k_layernorm", "query_norm", "key_norm"})
+@dataclass(frozen=True)
+class HeadNorm:
+    """A module under the attention module that holds a vector (or one per head) and is none of its
+    projections: a candidate norm of Q or K (Qwen3's q_norm, HunYuan's query_layernorm, OLMo 2's
+    whole-width k_norm, Cohere's [heads, d_k] q_norm, diffusers' norm_q). Whether it is one is
+    decided by its width once the block's d_k and widths are (``static.assemble``)."""
+
+    module: str
+    side: str | None  # "q" or "k" as its name says (a q/query or k/key word), None when it says neither
+    weight: WeightMeta
+    bias: WeightMeta | None
+
+    @property
+    def params(self) -> int:
+        return self.weight.numel + (self.bias.numel if self.bias is not None else 0)
+
+
+# The words of a module name that say which of Q and K a norm applies to (q_norm, query_layernorm,
+# norm_q, norm_added_k, q_ln); a word "q"/"k" followed by a norm word written together (qnorm).
+_SIDE_WORDS = {"q": "q", "query": "q", "queries": "q", "k": "k", "key": "k", "keys": "k"}
+_NORM_WORDS = ("norm", "layernorm", "rmsnorm", "ln")
+
+
+def norm_side(module: str) -> str | None:
+    """"q" or "k" when a word of the module's last name says so (both or neither: None)."""
+    sides = set()
+    for word in re.split(r"[^a-z0-9]+", module.rpartition(".")[2].lower()):
+        side = _SIDE_WORDS.get(word)
+        if side is None and word[:1] in ("q", "k") and word[1:] in _NORM_WORDS:
+            side = word[0]
+        if side is not None:
+            sides.add(side)
+    return sides.pop() if len(sides) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -120,7 +150,7 @@ class GroupedBlock:
     role_biases: tuple[tuple[str, WeightMeta], ...] = ()
     latent: LatentParts | None = None  # latent attention: its down- and up-projections beside Q and O
     learned_query: WeightMeta | None = None  # the learned query Q is projected from (then cross is True)
-    head_norms: tuple[WeightMeta, ...] = ()  # Q/K norms held by the attention module (q_norm, k_norm): 1-D weights
+    head_norms: tuple[HeadNorm, ...] = ()  # candidate Q/K norms held by the attention module (``HeadNorm``)
 
     def role(self, role: str) -> RoleWeights | None:
         return next((r for r in self.roles if r.role == role), None)
@@ -252,11 +282,11 @@ def _by_module(weights: Mapping[str, WeightMeta]) -> _ByModule:
 @dataclass(frozen=True)
 class _Children:
     """The modules with a weight, by parent: by role (q, k, v, o, qkv), by latent part
-    (``LATENT_MODULES``), and the per-head Q/K norm weights."""
+    (``LATENT_MODULES``), and the candidate Q/K norms (``HeadNorm``)."""
 
     roles: dict[str, dict[str, str]]
     latent: dict[str, dict[str, str]]
-    head_norms: dict[str, list[WeightMeta]]
+    head_norms: dict[str, list[HeadNorm]]
 
 
 def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
@@ -269,8 +299,9 @@ def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
         part = LATENT_MODULES.get(last)
         if part is not None:
             out.latent.setdefault(parent, {})[part] = path
-        if last in HEAD_NORM_MODULES and len(tensors["weight"].shape) == 1:
-            out.head_norms.setdefault(parent, []).append(tensors["weight"])
+        if role is None and part is None and _vector_module(tensors):
+            out.head_norms.setdefault(parent, []).append(
+                HeadNorm(path, norm_side(path), tensors["weight"], tensors.get("bias")))
         # to_out.0 (diffusers): the output projection is the first item of a Sequential.
         if role is None and last.isdigit() and parent.rpartition(".")[2].lower() == "to_out":
             role, parent = "o", parent.rpartition(".")[0]
@@ -285,6 +316,14 @@ def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
         if role is not None:
             out.roles.setdefault(parent, {}).setdefault(role, path)
     return out
+
+
+def _vector_module(tensors: Mapping[str, WeightMeta]) -> bool:
+    """A module holding a vector, or one vector per head ([heads, d]), and a bias like it: what a
+    norm holds (a projection's weight is as wide as two activations, checked later by its widths)."""
+    weight, bias = tensors["weight"], tensors.get("bias")
+    return (weight.quant is None and 1 <= len(weight.shape) <= 2 and all(d > 0 for d in weight.shape)
+            and (bias is None or bias.shape == weight.shape))
 
 
 def _roles(owner: str, kids: Mapping[str, str], found: _ByModule) -> list[RoleWeights] | None:

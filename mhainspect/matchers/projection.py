@@ -95,6 +95,10 @@ class TracedProjection:
     # A learned vector added on this path alone, after the split of a bias-free packed projection
     # (DeBERTa's q_bias / v_bias): this role's bias.
     path_bias: Tensor | None = None
+    # The learned scale (and shift) of a norm on this path, between the projection and the attention
+    # core (Qwen3's per-head q_norm/k_norm, OLMo 2's whole-width ones): candidates the block keeps
+    # when their width is one head's or the role's (``BlockBuilder._projections``).
+    path_norm: tuple[Tensor, ...] = ()
 
 
 def recognise_projection(index: GraphIndex, node: Node, via_input: str | None = None) -> ProjectionHit | None:
@@ -425,7 +429,77 @@ def _traced(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...]) -> Tr
             path = path[i + 1:]
             break
     share = _split_fraction(index, hit, path)
-    return TracedProjection(hit, path, share, _path_bias(index, hit, path, share))
+    return TracedProjection(hit, path, share, _path_bias(index, hit, path, share), _path_norm(index, path))
+
+
+# Normalisation ops whose inputs after the first are the norm's learned scale and shift.
+_NORM_OPS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"})
+# A norm written out divides (or multiplies) the value by a statistic of itself: a reduction, then
+# these ops (eps added, square root, reciprocal, casts).
+_REDUCTIONS = frozenset({"ReduceMean", "ReduceSumSquare", "ReduceL2", "ReduceSum"})
+_STATISTIC_OPS = frozenset({"Add", "Sqrt", "Reciprocal", "Pow", "Cast", "Max", "Clip", "Div", "Sub", "Mul"})
+_MAX_STATISTIC_HOPS = 6
+
+
+def _path_norm(index: GraphIndex, path: tuple[Node, ...]) -> tuple[Tensor, ...]:
+    """The stored parameters a norm on ``path`` applies: a normalisation op's scale and shift, or
+    after a written-out norm (the value times or over a statistic of itself) the stored vectors it
+    is then multiplied by and added to (Gemma's ``1 + weight`` read through its Add)."""
+    found: list[Tensor] = []
+    expect = ""  # after a written-out norm: "Mul" (its scale), then "Add" (its shift); "": neither
+    for node in path:
+        if node.op in _NORM_OPS:
+            found.extend(t for x in node.inputs[1:3] if x and (t := _stored_parameter(index, x)) is not None)
+            expect = ""
+            continue
+        if node.op not in ("Mul", "Div", "Add") or len(node.inputs) != 2:
+            continue
+        run = [x for x in node.inputs if index.is_activation(x)]
+        if node.op != "Add" and len(run) == 2 and any(_statistic(index, x) for x in node.inputs):
+            expect = "Mul"
+            continue
+        t = None
+        if node.op == expect and len(run) == 1:
+            t = _stored_parameter(index, node.inputs[1] if node.inputs[0] in run else node.inputs[0])
+        if t is not None:
+            found.append(t)
+        # The scale, then a shift; what follows (a rotary product) is not the norm's.
+        expect = "Add" if t is not None and expect == "Mul" else ""
+    return tuple(found)
+
+
+def _statistic(index: GraphIndex, name: str) -> bool:
+    """Whether ``name`` is computed from a reduction of a value (a norm's mean square or variance)."""
+    frontier = [name]
+    for _ in range(_MAX_STATISTIC_HOPS):
+        nxt: list[str] = []
+        for cur in frontier:
+            node = index.producer.get(cur)
+            if node is None:
+                continue
+            if node.op in _REDUCTIONS:
+                return True
+            if node.op in _STATISTIC_OPS:
+                nxt.extend(x for x in node.inputs if x and index.is_activation(x))
+        frontier = nxt
+    return False
+
+
+def _stored_parameter(index: GraphIndex, name: str) -> Tensor | None:
+    """A stored float parameter read at ``name``, directly, through casts, or through one Add of a
+    constant (Gemma's RMSNorm scales by ``1 + weight``)."""
+    for _ in range(3):
+        t = index.graph.weights.get(name)
+        if t is not None:
+            return t if t.may_be_parameter and t.dtype.startswith(("float", "bfloat")) and t.numel > 1 else None
+        node = index.producer.get(name)
+        if node is None or node.op not in ("Cast", "Add") or index.is_activation(name):
+            return None
+        stored = [x for x in node.inputs if x in index.graph.weights and index.graph.weights[x].numel > 1]
+        if len(stored) != 1:
+            return None
+        name = stored[0]
+    return None
 
 
 def _path_bias(index: GraphIndex, hit: ProjectionHit, path: tuple[Node, ...], share: Fraction | None) -> Tensor | None:

@@ -12,10 +12,11 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, identity_by_name, tied_copy_by_name
-from mhainspect.matchers.assembly import Decision, Widths, decide
+from mhainspect.matchers.assembly import Decision, Widths, decide, norm_shared
 from mhainspect.matchers.grouping import (
     SCORE_TABLE_HEAD_AXIS,
     GroupedBlock,
+    HeadNorm,
     RoleWeights,
     group_attention,
     is_kv_row,
@@ -93,7 +94,7 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         o_in=widths.get("o", (None, None))[0], packed=widths["qkv"][1] if packed is not None else None,
         packed_label=f"{packed.weight.name} {list(packed.weight.shape)}" if packed is not None else ""),
         d_model=_model_width(group, widths))
-    projections = _projections(group, widths, decision)
+    projections = _with_norms(_projections(group, widths, decision), group, decision)
     scale, scale_detail, scale_source = _scale(offers, scale, scale_detail)
     evidence = [*decision.evidence, *_block_evidence(group)]
     if scale is not None:
@@ -205,17 +206,48 @@ def _kv_split(group: GroupedBlock, widths: Mapping[str, tuple[int | None, int | 
 
 
 def _head_norm_evidence(group: GroupedBlock, widths: Mapping[str, tuple[int | None, int | None]]) -> Evidence | None:
-    """d_k read off per-head Q/K norms (Qwen3, Gemma 3: [d_k]), a shape that outranks a config's
-    head_dim; a norm as wide as Q's projection (OLMo 2) is over all heads and says nothing."""
-    dims = {t.shape[0] for t in group.head_norms}
+    """d_k read off per-head Q/K norms (Qwen3, Gemma 3, HunYuan: [d_k]), a shape that outranks a
+    config's head_dim; a norm as wide as Q's projection (OLMo 2) is over all heads and says nothing.
+    Only vectors whose names say Q or K: another vector under the module says nothing of d_k."""
+    named = [n.weight for n in group.head_norms if n.side is not None and len(n.weight.shape) == 1]
+    dims = {t.shape[0] for t in named}
     wq = widths.get("q", (None, None))[1]
     if len(dims) != 1 or wq is None:
         return None
     (d,) = dims
     if d <= 0 or d >= wq or wq % d:
         return None
-    names = " and ".join(t.name for t in group.head_norms)
+    names = " and ".join(t.name for t in named)
     return Evidence("d_k", d, EvidenceSource.HEAD_SHAPE, f"per-head norm {names} [{d}]")
+
+
+def _with_norms(projections: list[Projection], group: GroupedBlock, decision: Decision) -> list[Projection]:
+    """Q's and K's projections with the norms applied to them before the scores (``HeadNorm``): a
+    candidate is a norm of the side its name says when its shape fits that side
+    (``assembly.norm_shared``); one whose name says neither side is a norm of the one side whose
+    width it has (the other side's differs). Each side takes one norm (weight and bias)."""
+    d = decision.d_k
+    fit = {"q": (decision.q_width, decision.num_heads), "k": (decision.k_width, decision.num_kv_heads)}
+    taken: dict[str, tuple[HeadNorm, bool]] = {}
+    for norm in group.head_norms:
+        shape = norm.weight.shape
+        side = norm.side
+        if side is None:
+            sides = [x for x in ("q", "k") if shape == (fit[x][0],) and fit[x][0] != d]
+            side = sides[0] if len(sides) == 1 else None
+        if side is None or side in taken:
+            continue
+        shared = norm_shared(shape, d, *fit[side])
+        if shared is not None:
+            taken[side] = norm, shared
+    out: list[Projection] = []
+    for p in projections:
+        found = taken.pop(p.role, None)
+        if found is not None:
+            norm, shared = found
+            p = dataclasses.replace(p, norm=norm.weight.name, norm_params=norm.params, norm_shared=shared)
+        out.append(p)
+    return out
 
 
 def _score_table_evidence(group: GroupedBlock) -> list[Evidence]:

@@ -244,6 +244,9 @@ def _projection(proj: Projection) -> JSONDict:
         "bias": proj.bias,
         "bias_params": _int(proj.bias_params),
         "node": proj.node,
+        # Present only on a role with a Q/K norm, so other projections' keys stay as they were.
+        **({"norm": proj.norm, "norm_params": _int(proj.norm_params), "norm_shared": proj.norm_shared}
+           if proj.norm is not None else {}),
     }
 
 

@@ -81,6 +81,19 @@ class Projection:
     bias: str | None
     bias_params: int
     node: str  # node that applies the weight
+    # A norm of this role's output held by the attention module, applied before the scores (Qwen3's,
+    # Gemma 3's, OLMo 2's q_norm/k_norm): its weight's name, and its weight and bias, counted in the
+    # role's params (not in bias_params).
+    norm: str | None = None
+    norm_params: int = 0
+    # Whether the norm is one vector for every head (d_k wide: it follows d_k, not the head count);
+    # False for a norm over the projection's whole width or one vector per head ([h, d_k]).
+    norm_shared: bool = False
+
+    @property
+    def params(self) -> int:
+        """What this projection adds to its role: its share of the weight, its bias, its norm."""
+        return self.weight_params + self.bias_params + self.norm_params
 
 
 @dataclass(frozen=True)
@@ -88,7 +101,7 @@ class ParamBreakdown:
     """A block's parameters by role; shared weights are counted in the first block that uses them.
 
     ``total`` is the attention module's parameters that make Q, K, V and the output: the four
-    projections, a latent block's down-projections and their norms (``latent``: they make Q's and
+    projections (Q's and K's with the norms applied to them before the scores), a latent block's down-projections and their norms (``latent``: they make Q's and
     the K/V latent), and learned K/V rows appended to K and V (``kv_rows``: nn.MultiheadAttention's
     bias_k/bias_v, also counted in ``bias``). ``extra`` is what is added to the scores instead
     (relative-position tables, an additive attention's score vector), outside ``total``."""
@@ -109,7 +122,7 @@ class ParamBreakdown:
         per = {"q": 0, "k": 0, "v": 0, "o": 0}
         bias = kv_rows
         for p in projections:
-            per[p.role] += p.weight_params + p.bias_params
+            per[p.role] += p.params
             bias += p.bias_params
         return cls(q=per["q"], k=per["k"], v=per["v"], o=per["o"], bias=bias,
                    total=sum(per.values()) + latent + kv_rows, extra=extra, latent=latent, kv_rows=kv_rows)

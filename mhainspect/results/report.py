@@ -173,7 +173,7 @@ def attention_params(blocks: Sequence[AttentionBlock]) -> int:
                 if (p.weight, p.role) in seen:
                     continue
                 seen.add((p.weight, p.role))
-            total += p.weight_params + p.bias_params
+            total += p.params
         total += b.params.latent + b.params.kv_rows  # in the block's total beside its projections
     return total
 

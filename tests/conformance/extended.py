@@ -48,8 +48,15 @@ def _separate(model: nn.Module, attn: nn.Module, h: int, kv: int, hidden: int, d
               kind: str = "self") -> BlockTruth:
     q, k, v, o = (getattr(attn, n) for n in names)
     assert q.weight.shape[0] == h * dh and k.weight.shape[0] == kv * dh, (q.weight.shape, k.weight.shape)
-    return _block(_qualname(model, attn), kind, h, kv, hidden, dh, dh, _linear(q), _linear(k), _linear(v),
-                  _linear(o))
+    return _block(_qualname(model, attn), kind, h, kv, hidden, dh, dh, _normed(_linear(q), attn, "q_norm"),
+                  _normed(_linear(k), attn, "k_norm"), _linear(v), _linear(o))
+
+
+def _normed(counts: tuple[int, int], attn: nn.Module, norm: str) -> tuple[int, int]:
+    """A projection's (params, bias) with the norm the module applies to its output before the
+    scores (Qwen3's and Gemma 3's q_norm/k_norm): part of that role's count, not of its bias."""
+    module = getattr(attn, norm, None)
+    return (counts[0] + sum(p.numel() for p in module.parameters()), counts[1]) if module is not None else counts
 
 
 def _build(config_cls: str, model_cls: str, tuple_outputs: bool = True,

@@ -35,9 +35,9 @@ from mhainspect.frontends.gguf.reader import (
     swa_warnings,
     weight_meta,
 )
-from mhainspect.ir.weights import HeadOffers, WeightMeta
+from mhainspect.ir.weights import WeightMeta
 from mhainspect.matchers.experts import weight_experts
-from mhainspect.matchers.grouping import GroupedBlock, LatentParts, RoleWeights, natural_key
+from mhainspect.matchers.grouping import GroupedBlock, HeadNorm, LatentParts, RoleWeights, natural_key
 from mhainspect.matchers.static import assemble
 from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts
 from mhainspect.results.stages import BlockDecoding, SizeInputs, SourceResult
@@ -96,20 +96,6 @@ def group_tensors(model: GGUFModel) -> dict[str, _Tensors]:
     return out
 
 
-def _head_norm_offer(norms: Mapping[str, WeightMeta], q_width: int | None) -> HeadOffers | None:
-    """Per-head Q/K norms (Qwen3, Gemma 3, ...) are [d_k]: a shape that fixes d_k. A norm over the
-    whole projection (OLMo 2) is as wide as Q and says nothing about the heads."""
-    q, k = norms.get("q"), norms.get("k")
-    dims = {m.shape[0] for m in (q, k) if m is not None and len(m.shape) == 1}
-    if len(dims) != 1:
-        return None
-    (d,) = dims
-    if d == 0 or d == q_width:
-        return None
-    names = " and ".join(m.name for m in (q, k) if m is not None)
-    return HeadOffers(head_dim=d, source="head_shape", detail=f"per-head norm {names} [{d}]")
-
-
 def blocks_from_model(model: GGUFModel
                       ) -> tuple[list[AttentionBlock], dict[str, Decoding], list[Miss], list[str]]:
     """Blocks, what each does during decoding, near misses and warnings."""
@@ -143,12 +129,10 @@ def blocks_from_model(model: GGUFModel
             continue
         role_weights = tuple(RoleWeights(r, f"{name}_{r}", found.roles[r]["weight"], found.roles[r].get("bias"))
                              for r in ("q", "k", "v", "qkv", "o") if r in have and (r != "qkv" or "q" not in have))
-        group = GroupedBlock(name, name, role_weights, tuple(found.extras), cross=cross)
+        # attn_q_norm / attn_k_norm: the block's Q/K norms (counted in Q and K; a per-head one fixes d_k).
+        norms = tuple(HeadNorm(f"{name}_{r}_norm", r, found.norms[r], None) for r in ("q", "k") if r in found.norms)
+        group = GroupedBlock(name, name, role_weights, tuple(found.extras), cross=cross, head_norms=norms)
         offers = offers_for(ns, layer, swa) if arch else []
-        q_weight = found.roles.get("q", {}).get("weight")
-        shape = _head_norm_offer(found.norms, q_weight.shape[0] if q_weight is not None else None)
-        if shape is not None:
-            offers.append(shape)
         blocks.append(assemble(group, offers, matcher="gguf", no_heads_reason="GGUF metadata gives no head count "
                                f"for '{name}' ({ns.prefix}attention.head_count) and no per-head tensor fixes it"))
         decodings[name] = decoding(name, cross, ns, layer, model.metadata)
