@@ -456,9 +456,6 @@ class MappedView:
     def __getitem__(self, key: int | slice) -> int | bytes:
         return self._mapped()[key]
 
-    def holds(self, pos: int) -> bool:
-        return True
-
     def holds_span(self, start: int, end: int) -> bool:
         return True
 
@@ -471,15 +468,14 @@ class MappedView:
         return self._memory
 
     def close(self) -> None:
-        if self._memory is not None:
-            self._memory.release()
-            self._memory = None
-        if self._map is not None:
-            try:
+        try:
+            if self._memory is not None:
+                self._memory.release()
+            if self._map is not None:
                 self._map.close()
-            except BufferError:  # a slice of it is still alive: unmapped when collected
-                pass
-            self._map = None
+        except BufferError:  # a slice of it is still alive: unmapped when collected
+            pass
+        self._memory = self._map = None
 
 
 def file_view(blob: Blob, size: Callable[[], int | None] | None = None) -> FileView:
