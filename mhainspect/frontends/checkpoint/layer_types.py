@@ -255,6 +255,17 @@ class StateWidths:
 State = Callable[[Mapping[str, Any]], "StateWidths | None"]
 
 
+def selective_state(inner: int, groups: int, d_state: int, conv_columns: int) -> tuple[int, int]:
+    """(convolution, recurrent) elements of one layer of a selective recurrent mixer, the one formula
+    for every such mixer and reader: the causal convolution keeps its last ``conv_columns`` inputs of
+    ``inner + 2·groups·d_state`` channels (x, and B and C per group), the recurrent state is
+    ``inner × d_state``. Mamba is ``groups`` 0; Gated DeltaNet is inner = value heads × value head
+    dim, groups = key heads, d_state = key head dim (its q and k are Mamba-2's B and C); a short
+    convolution (LFM2) is ``d_state`` 0. transformers' caches keep ``kernel`` columns, llama.cpp's
+    ``kernel - 1`` (the first is shifted out before it is read)."""
+    return (inner + 2 * groups * d_state) * conv_columns, inner * d_state
+
+
 def _hidden(cfg: Mapping[str, Any]) -> int | None:
     return config_int(cfg.get("hidden_size"))
 
@@ -271,7 +282,8 @@ def _mamba1(expand: str, state: str, conv: str, defaults: tuple[int, int, int]) 
             if hidden is None:
                 return None
             inner = e * hidden
-        return StateWidths(inner * k, inner * n, True, f"Mamba: conv intermediate {inner} ({e_said} × hidden_size "
+        conv_elements, recurrent = selective_state(inner, 0, n, k)
+        return StateWidths(conv_elements, recurrent, True, f"Mamba: conv intermediate {inner} ({e_said} × hidden_size "
                                                        f"{hidden}) × {k_said} + state {inner} × {n_said}")
     return size
 
@@ -288,8 +300,8 @@ def _mamba2(inner: Callable[[Mapping[str, Any]], tuple[int, str] | None], groups
         g, g_said = _int(cfg, groups, defaults[0])
         n, n_said = _int(cfg, state, defaults[1])
         k, k_said = _int(cfg, conv, defaults[2])
-        channels = width + 2 * g * n
-        return StateWidths(channels * k, width * n, True, f"Mamba-2: conv ({w_said} + 2 × {g_said} × {n_said}) × "
+        conv_elements, recurrent = selective_state(width, g, n, k)
+        return StateWidths(conv_elements, recurrent, True, f"Mamba-2: conv ({w_said} + 2 × {g_said} × {n_said}) × "
                                                           f"{k_said} + state {width} × {n_said}")
     return size
 
@@ -318,7 +330,8 @@ def _gated_deltanet(cfg: Mapping[str, Any]) -> StateWidths | None:
     kd, kd_said = _int(cfg, "linear_key_head_dim", 128)
     vd, vd_said = _int(cfg, "linear_value_head_dim", 128)
     k, k_said = _int(cfg, "linear_conv_kernel_dim", 4)
-    return StateWidths((2 * kh * kd + vh * vd) * k, vh * kd * vd, True,
+    conv_elements, recurrent = selective_state(vh * vd, kh, kd, k)
+    return StateWidths(conv_elements, recurrent, True,
                        f"Gated DeltaNet: conv (2 × {kh_said} × {kd_said} + {vh_said} × {vd_said}) × {k_said} + state "
                        f"{vh} × {kd} × {vd}")
 
@@ -349,7 +362,7 @@ def _short_conv(cfg: Mapping[str, Any]) -> StateWidths | None:
     """LFM2's convolution: state [hidden_size, conv_L_cache]."""
     hidden = _hidden(cfg)
     k, k_said = _int(cfg, "conv_L_cache", 3)
-    return StateWidths(hidden * k, 0, False, f"convolution: hidden_size {hidden} × {k_said}") if hidden else None
+    return StateWidths(selective_state(hidden, 0, 0, k)[0], 0, False, f"convolution: hidden_size {hidden} × {k_said}") if hidden else None
 
 
 MIXER_STATES: Mapping[str, State] = {

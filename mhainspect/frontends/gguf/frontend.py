@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 
 from mhainspect.frontends.checkpoint.size_inputs import prefix_block_tensors, tensors_from_metas
+from mhainspect.frontends.gguf.mixers import LayerMixers, classify_layers
 from mhainspect.frontends.gguf.reader import (
     KV_CACHE_DTYPE,
     KV_CACHE_DTYPE_SOURCE,
@@ -40,7 +41,7 @@ from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.grouping import GroupedBlock, HeadNorm, LatentParts, RoleWeights, natural_key
 from mhainspect.matchers.static import assemble
 from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts
-from mhainspect.results.stages import BlockDecoding, SizeInputs, SourceResult
+from mhainspect.results.stages import BlockDecoding, MixerLayers, SizeInputs, SourceResult
 from mhainspect.sources.blob import Blob
 from mhainspect.sources.tree import Tree
 
@@ -96,17 +97,33 @@ def group_tensors(model: GGUFModel) -> dict[str, _Tensors]:
     return out
 
 
-def blocks_from_model(model: GGUFModel
-                      ) -> tuple[list[AttentionBlock], dict[str, Decoding], list[Miss], list[str]]:
-    """Blocks, what each does during decoding, near misses and warnings."""
+_MAIN_ATTN = re.compile(r"^blk\.(\d+)\.attn$")
+
+
+def _layer_mixers(model: GGUFModel, arch: str, groups: Mapping[str, _Tensors]) -> LayerMixers:
+    """Each main-stack layer's mixer (``mhainspect.frontends.gguf.mixers``), told which layers hold
+    attention tensors and whether those include an output projection."""
+    attention = {int(m.group(1)): "o" in found.roles for name, found in groups.items()
+                 if (m := _MAIN_ATTN.match(name)) is not None}
+    return classify_layers(model, namespace(arch, "blk.0", model.metadata), attention)
+
+
+def blocks_from_model(model: GGUFModel) -> tuple[list[AttentionBlock], dict[str, Decoding], list[Miss], list[str],
+                                                 tuple[MixerLayers, ...]]:
+    """Blocks, what each does during decoding, near misses, warnings and the layers that mix tokens
+    without softmax attention."""
     arch, warnings = architecture(model.metadata)
     blocks: list[AttentionBlock] = []
     decodings: dict[str, Decoding] = {}
     misses: list[Miss] = []
-    for name, found in sorted(group_tensors(model).items(), key=lambda kv: natural_key(kv[0])):
+    groups = group_tensors(model)
+    mixers = _layer_mixers(model, arch, groups)
+    for name, found in sorted(groups.items(), key=lambda kv: natural_key(kv[0])):
         have = {r for r, tensors in found.roles.items() if "weight" in tensors}
         scope, kind = name.rsplit(".", 1)
         layer = layer_of(scope)
+        if _MAIN_ATTN.match(name) is not None and layer in mixers.owned:
+            continue  # a recurrent mixer's own projections, listed with the mixer
         ns = namespace(arch, scope, model.metadata)
         swa_layout = ns.swa()
         swa = bool(swa_layout is not None and layer is not None and layer < len(swa_layout.slides)
@@ -136,7 +153,7 @@ def blocks_from_model(model: GGUFModel
         blocks.append(assemble(group, offers, matcher="gguf", no_heads_reason="GGUF metadata gives no head count "
                                f"for '{name}' ({ns.prefix}attention.head_count) and no per-head tensor fixes it"))
         decodings[name] = decoding(name, cross, ns, layer, model.metadata)
-    return blocks, decodings, misses, warnings
+    return blocks, decodings, misses, warnings, mixers.mixers
 
 
 def _latent_group(name: str, found: _Tensors) -> GroupedBlock | None:
@@ -179,7 +196,7 @@ def gguf_tree_result(tree: Tree, path: str, display: str, blob: Blob, *, remote:
 
 def gguf_model_result(model: GGUFModel, path: str) -> SourceResult:
     """Blocks, near misses and model facts of a model whose headers are read (local or remote)."""
-    blocks, decodings, misses, warnings = blocks_from_model(model)
+    blocks, decodings, misses, warnings, mixers = blocks_from_model(model)
     blocks = [_with_decoding(b, decodings[b.name]) for b in blocks]
     arch, _ = architecture(model.metadata)
     warnings += swa_warnings(model.metadata, arch) + file_type_warnings(model.metadata)
@@ -191,10 +208,11 @@ def gguf_model_result(model: GGUFModel, path: str) -> SourceResult:
     experts = weight_experts(weights, frozenset(m.storage_key for m in weights.values() if is_parameter(m.dtype)),
                              expert_claims(model.metadata, arch))
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
-                        size_inputs(model, blocks, decodings), experts)
+                        size_inputs(model, blocks, decodings, mixers), experts)
 
 
-def size_inputs(model: GGUFModel, blocks: list[AttentionBlock], decodings: Mapping[str, Decoding]) -> SizeInputs:
+def size_inputs(model: GGUFModel, blocks: list[AttentionBlock], decodings: Mapping[str, Decoding],
+                mixers: tuple[MixerLayers, ...] = ()) -> SizeInputs:
     """What mhainspect.analysis.size needs: every tensor (GGML types sized by their blocks; float and
     block-quantized tensors are parameters), each block's tensors, and the metadata's decoding facts
     with llama.cpp's default cache type."""
@@ -204,4 +222,4 @@ def size_inputs(model: GGUFModel, blocks: list[AttentionBlock], decodings: Mappi
                                    d.window_source, "gguf")
                      for b in blocks if (d := decodings.get(b.name)) is not None)
     return SizeInputs(tensors_from_metas(weights.values(), parameters), prefix_block_tensors(blocks, weights),
-                      decoding)
+                      decoding, mixers)
