@@ -26,12 +26,11 @@ from mhainspect.frontends.checkpoint.hf_config import sub_config
 from mhainspect.frontends.checkpoint.layer_types import LayerPlan, LayerType, layer_plan
 from mhainspect.frontends.checkpoint.size_inputs import config_causal, config_dtype, layer_index, model_float_dtype
 from mhainspect.ir.limits import config_int
+from mhainspect.ir.mixer_names import MIXER_ENDINGS, STATE_WEIGHTS
 from mhainspect.ir.weights import WeightMeta
 from mhainspect.results import AttentionBlock, Evidence, EvidenceSource, Miss, MixerKind
 from mhainspect.results.stages import MixerLayers, SizeInputs
 
-# Parameter names only a recurrent (linear attention, state-space) mixer holds.
-STATE_WEIGHTS = frozenset(("A_log", "dt_bias", "slope_rate"))
 _MAX_CONV_KERNEL = 16  # a causal short convolution's kernel (Mamba: 4, LFM2: 3)
 
 
@@ -45,15 +44,11 @@ def _is_conv(module: str, shape: Sequence[int]) -> bool:
         _CONV_MODULE.match(module.rpartition(".")[2]) is not None
 
 
-# How the name of a mixer-only parameter, or of the weight of a mixer's convolution, ends.
-_MIXER_ENDINGS = (*STATE_WEIGHTS, "conv.weight", "conv1d.weight")
-
-
 def mixer_modules(weights: Mapping[str, WeightMeta]) -> dict[str, tuple[str, ...]]:
     """Module path -> the mixer-only weight names found in it (``STATE_WEIGHTS``, a depthwise conv)."""
     out: dict[str, list[str]] = {}
     for name in weights:
-        if not name.endswith(_MIXER_ENDINGS):
+        if not name.endswith(MIXER_ENDINGS):
             continue
         module, _, leaf = name.rpartition(".")
         if leaf in STATE_WEIGHTS:
@@ -127,6 +122,20 @@ def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, Weig
                                reason="no config gives the widths of its state"))
     out.sort(key=lambda m: (m.layers[0] if m.layers else 0, m.kind.value))
     return kept_blocks, kept_misses, tuple(out)
+
+
+def graph_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, WeightMeta]) -> tuple[MixerLayers, ...]:
+    """The non-attention mixers of a graph (an ONNX export), whose blocks are the softmax attention the
+    matchers found: by the weights only such a mixer has and, where the exporter's names do not tell
+    (folded or renamed parameters), by the layer plan of a config beside the file. Its blocks stay
+    as they are: a graph's block is softmax attention, whatever the layer's type."""
+    _, _, found = classify_mixers(config, weights, [], [])
+    if found or config is None:
+        return found
+    _, c = sub_config(config, "model.layers.0")
+    kind = c.model_type if isinstance(c, ConfigView) else c.get("model_type")
+    plan = layer_plan(c, kind if isinstance(kind, str) else None)
+    return tuple(_plan_mixers(plan)) if plan is not None else ()
 
 
 def in_stack(name: str) -> bool:

@@ -26,10 +26,11 @@ from mhainspect.frontends.onnx.values import DataFiles, folded_copies, folded_no
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import ModelGraph, Node, Tensor
 from mhainspect.ir.limits import MAX_NUMEL
+from mhainspect.ir.mixer_names import MIXER_ENDINGS
 from mhainspect.ir.parameters import scan_stored
 from mhainspect.matchers.graph import graph_blocks
 from mhainspect.results import ModelFacts, ReportWarning, WarningCode, coded
-from mhainspect.results.stages import SourceResult
+from mhainspect.results.stages import MixerLayers, SourceResult
 from mhainspect.sources import beside
 from mhainspect.sources.transports.local import local_folder
 
@@ -127,6 +128,17 @@ def _duplicate_producers(nodes: Sequence[Node]) -> list[str]:
     return [f"'{name}' ({count} nodes)" for (_, name), count in producers.items() if count > 1]
 
 
+def _mixers(graph: ModelGraph, config: Mapping[str, Any] | None) -> tuple[MixerLayers, ...]:
+    """Layers of a recurrent or convolution mixer (``checkpoint.mixers.graph_mixers``): looked for
+    only where a weight's name or the config can tell, so a plain graph imports nothing more."""
+    if config is None and not any(n.endswith(MIXER_ENDINGS) for n in graph.weights):
+        return ()
+    from mhainspect.frontends.checkpoint.mixers import graph_mixers
+    from mhainspect.ir.weights import WeightMeta
+
+    return graph_mixers(config, {n: WeightMeta(n, t.shape, t.dtype, t.storage_key) for n, t in graph.weights.items()})
+
+
 def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
                  config: Mapping[str, Any] | None = None, config_label: str = "config.json") -> SourceResult:
     """The ONNX / traced-graph front end: blocks, near misses, model facts and size metadata of
@@ -147,6 +159,11 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
             *graph.warnings, folded_note(graph, {n: graph.folded[n] for n in stored.copies})))
     parameters = stored.parameters
     size = graph_size_inputs(index, blocks, stored, config, config_label)
+    mixers = _mixers(graph, config)
+    if mixers:  # layers whose state is no K/V: listed, so no KV figure stands for the whole memory
+        from mhainspect.frontends.checkpoint.mixers import with_mixers
+
+        size = with_mixers(size, mixers, config, config_label)
     positions, positions_source = None, ""
     if config is not None:  # imported here: most graphs come without a config
         from mhainspect.frontends.checkpoint.hf_config import max_positions

@@ -1,0 +1,11 @@
+"""How the names of the weights only a recurrent or convolution token mixer holds end (the checkpoint
+reader's evidence, ``frontends.checkpoint.mixers``), apart so that a graph reader can ask whether a
+model has any without importing that reader. No imports: cheap at start-up."""
+
+from __future__ import annotations
+
+# Parameter names only a recurrent (linear attention, state-space) mixer holds: a state decay, a
+# time-step bias, lightning attention's slope rates.
+STATE_WEIGHTS = frozenset(("A_log", "dt_bias", "slope_rate"))
+# How the name of such a parameter, or of the weight of a mixer's short convolution, ends.
+MIXER_ENDINGS = (*sorted(STATE_WEIGHTS), "conv.weight", "conv1d.weight")

@@ -1,0 +1,69 @@
+"""An ONNX graph of a hybrid decoder: softmax attention in one layer, a state-space mixer in another.
+The graph's blocks are its softmax attention; the mixer layers are listed beside them (by the weights
+only such a mixer has, or by the layer plan of a config.json beside the file where the exporter
+renamed or folded those weights), so no KV figure stands for the whole of what decoding keeps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+
+import mhainspect
+from mhainspect.results import MixerKind
+from tests import attention_graphs as ag
+
+D, HEADS, INNER, STATE, KERNEL = 32, 4, 64, 16, 4
+
+
+def _hybrid(path: Path, mixer_names: bool) -> Path:
+    """Layer 0: a Mamba-like mixer (its A_log, D and depthwise conv1d named as transformers names
+    them, or anonymous as an exporter that folded them leaves them); layer 1: attention."""
+    g = ag.Nodes()
+    prefix = "model.layers.0.mamba." if mixer_names else "onnx::"
+    a_log, conv, skip = (f"{prefix}A_log", f"{prefix}conv1d.weight", f"{prefix}D") if mixer_names else \
+        ("onnx::Exp_17", "onnx::Conv_18", "onnx::Mul_19")
+    g.inits += [ag.weight(a_log, INNER, STATE), ag.weight(conv, INNER, 1, KERNEL), ag.weight(skip, INNER),
+                ag.weight("model.layers.0.mamba.in_proj.weight", D, INNER)]
+    h = g.add("MatMul", ["x", "model.layers.0.mamba.in_proj.weight"], "/model/layers.0/mamba/in_proj/MatMul_out")
+    t = g.add("Transpose", [h], "/model/layers.0/mamba/T_out", perm=[0, 2, 1])
+    c = g.add("Conv", [t, conv], "/model/layers.0/mamba/conv1d/Conv_out", group=INNER, pads=[KERNEL - 1, 0])
+    g.add("Exp", [a_log], "/model/layers.0/mamba/Exp_out")
+    g.add("Mul", [c, skip], "/model/layers.0/mamba/state_out")
+    w = ag.Weights("model.layers.1.self_attn", D)
+    g.inits += w.tensors() + ag.shape_consts(HEADS, D // HEADS)
+    out = ag.mha_nodes(g, "/model/layers.1/self_attn", "x", w.prefix, HEADS, D // HEADS)
+    m = ag.model(g.nodes, g.inits, [ag.value("x", "batch", "seq", D)],
+                 [ag.value(out, "batch", "seq", D), ag.value("/model/layers.0/mamba/state_out", "batch", INNER, "seq"),
+                  ag.value("/model/layers.0/mamba/Exp_out", INNER, STATE)])
+    path.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path / "model.onnx"))
+    return path / "model.onnx"
+
+
+def test_mixer_weights_list_the_layer_without_a_size(tmp_path: Path) -> None:
+    report = mhainspect.inspect(str(_hybrid(tmp_path / "named", mixer_names=True)), context=100)
+    assert [b.name for b in report.blocks] and all("layers.1" in b.name for b in report.blocks)
+    (mixer,) = report.model.mixers
+    assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,) and mixer.state_bytes_per_layer is None
+    assert mixer.reason is not None and "no config" in mixer.reason
+    kv = report.model.kv_cache
+    assert kv is not None and kv.state_reason is not None and "cannot be sized" in kv.state_reason
+
+
+def test_a_config_beside_gives_the_layers_and_their_state(tmp_path: Path) -> None:
+    """Weights an exporter renamed tell nothing; the Jamba config beside the file does: layer 0 Mamba
+    (attn_layer_period 2, offset 1). transformers' state: conv 64 × 4 = 256 (float32, the
+    parameters' dtype) + recurrent 64 × 16 = 1,024 (float32) -> 1,280 × 4 = 5,120 bytes."""
+    path = _hybrid(tmp_path / "renamed", mixer_names=False)
+    (path.parent / "config.json").write_text(json.dumps({
+        "model_type": "jamba", "num_hidden_layers": 2, "hidden_size": D, "num_attention_heads": HEADS,
+        "num_key_value_heads": HEADS, "attn_layer_period": 2, "attn_layer_offset": 1, "mamba_expand": 2,
+        "mamba_d_state": STATE, "mamba_d_conv": KERNEL}))
+    report = mhainspect.inspect(str(path), context=100)
+    (mixer,) = report.model.mixers
+    assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,)
+    assert mixer.state_bytes_per_layer == 5120
+    kv = report.model.kv_cache
+    assert kv is not None and kv.state_bytes_per_sequence == 5120
