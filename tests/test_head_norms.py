@@ -148,3 +148,25 @@ def test_a_graph_block_counts_the_norm_its_q_path_applies(kind: str, tmp_path: P
     q = next(p for p in block.projections if p.role == "q")
     assert (q.norm, q.norm_params, q.norm_shared) == ("attn.q_norm.weight", 16, True)
     assert block.params.q == 256 + 16 and block.params.total == 4 * 256 + 16
+
+
+def test_a_norm_with_a_weight_and_a_bias_per_head_counts_both(tmp_path: Path) -> None:
+    """Chameleon's q_norm/k_norm are LayerNorms over [heads, d_k] with a bias: [4, 16] + [4, 16] on
+    Q, [2, 16] + [2, 16] on K (a meta-device model: its folder holds the headers only)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "ChameleonForConditionalGeneration"):
+        pytest.skip(f"transformers {transformers.__version__} has no Chameleon")
+    from tests import hybrid_models as hm
+
+    config = transformers.AutoConfig.for_model("chameleon", **TINY, vocabulary_map={"<image>": 95})
+    with torch.device("meta"):
+        module = transformers.ChameleonForConditionalGeneration(config).eval()
+    folder = hm.write_meta_folder(module, {**config.to_dict(), "model_type": "chameleon"}, tmp_path / "chameleon")
+    truth = _attention_params(module)
+    blocks = [b for b in mhainspect.inspect(str(folder)).blocks if ".layers." in b.name]
+    assert len(blocks) == TINY["num_hidden_layers"]
+    for b in blocks:
+        assert b.params.total == truth[b.name[b.name.index("layers."):]]
+        assert [(p.role, p.norm_params, p.norm_shared) for p in b.projections if p.norm] == [("q", 128, False),
+                                                                                             ("k", 64, False)]
