@@ -35,7 +35,11 @@ def test_an_observation_the_widths_contradict_keeps_its_rank_and_the_conflict_is
               Evidence("d_k", 32, EvidenceSource.SHAPE, "last axis of Q")]
     d = decide(offers, Widths(512, 512, 512))
     assert d.num_heads == 8  # the operator's attribute is what runs
-    assert d.conflicts == ("num_heads: attribute says 8 (op.num_heads) but weight_shape says 16 (Q width 512 / d_k 32)",)
+    # K's width over d_k (16) does not divide the 8 heads: no K/V head count is taken from it.
+    assert d.num_kv_heads is None
+    assert d.conflicts == ("num_heads: attribute says 8 (op.num_heads) but weight_shape says 16 (Q width 512 / d_k 32)",
+                           "num_kv_heads: K width 512 / d_k 32 = 16 K/V heads, which do not divide the 8 query heads: "
+                           "the head size or the head count is not the layout")
 
 
 def test_a_config_the_widths_contradict_loses_to_them() -> None:

@@ -424,8 +424,15 @@ def test_pointwise_convolution_weights_in_a_checkpoint(tmp_path: Path) -> None:
     save_file({f"mid.attn_1.{k}": v.contiguous() for k, v in vae.state_dict().items()}, str(tmp_path / "vae.safetensors"))
     (pb,) = audit(str(tmp_path / "packed.safetensors")).blocks
     assert pb.d_model == 32 and not any(e.source == "kernel_shape" for e in pb.evidence)
-    assert pb.params.q == 96 * 32 + 96  # the packed weight whole under Q: no head count splits it
+    # proj_out reads Q's share and writes d_model: the output projection by its shape; its input
+    # width splits the packed weight (Q as wide as O's input, K and V the rest, stated), no heads.
+    assert [p.node for p in pb.projections if p.role == "o"] == ["blocks.0.attn.proj_out"]
+    assert (pb.params.q, pb.params.k, pb.params.v) == (32 * 32 + 32,) * 3
+    assert pb.params.total == sum(p.numel() for p in packed.parameters())
+    assert pb.num_heads is None and any(e.field == "qkv_split" and "O projection's input width" in e.detail
+                                        for e in pb.evidence)
     (vb,) = audit(str(tmp_path / "vae.safetensors")).blocks
     assert vb.d_model == 32
     assert [(p.role, p.in_features, p.out_features) for p in vb.projections] == [("q", 32, 32), ("k", 32, 32),
-                                                                               ("v", 32, 32)]
+                                                                               ("v", 32, 32), ("o", 32, 32)]
+    assert vb.params.total == sum(p.numel() for p in vae.parameters())

@@ -23,7 +23,7 @@ The rules, in the order ``decide`` applies them:
   where two shapes agree (``shapes_win``) and otherwise say where they disagree
   (``width_conflicts``): shapes outrank what is said about them.
 - kv heads default to the query heads only when no K width is known (a K width says otherwise by
-  itself).
+  itself); a K/V head count from a width that does not divide the query heads is not taken.
 """
 
 from __future__ import annotations
@@ -341,8 +341,8 @@ class _Deciding:
         the widths overrule where V's width agrees; the query heads when no K width is known."""
         claimed = self.claimed("num_kv_heads")
         if self.checks("num_kv_heads") and self.forced_g is None:
-            self.offer("num_kv_heads", per_head(self.wk, self.d_k), f"K width {self.wk} / d_k {self.d_k}")
-            self.offer("num_kv_heads", per_head(self.wv, self.d_v), f"V width {self.wv} / d_v {self.d_v}")
+            for role, width, size in (("K", self.wk, self.d_k), ("V", self.wv, self.d_v)):
+                self._offer_kv(role, width, size)
         if self.forced_g is None:
             self.g = self.pick("num_kv_heads")
         else:  # the claims still meet each other; the count the width solved for has its own conflict
@@ -352,6 +352,18 @@ class _Deciding:
             self._kv_from_shapes()
         if self.g is None and self.d_k:  # with no head size known, K's heads would be a guess
             self.g = default_kv_heads(self.h, self.wk)
+
+    def _offer_kv(self, role: str, width: int | None, size: int | None) -> None:
+        """K's (or V's) width over the head size, offered as the K/V heads when it divides the query
+        heads (each K/V head serves h / g query heads); a count that does not is no layout: the
+        head size or the head count is not what the block computes with, and that is said."""
+        g = per_head(width, size)
+        if g is not None and self.h and self.h % g:
+            self.conflicts.append(f"num_kv_heads: {role} width {width} / d_k {size} = {g} K/V heads, which do not "
+                                  f"divide the {self.h} query heads: the head size or the head count is not the "
+                                  "layout")
+            return
+        self.offer("num_kv_heads", g, f"{role} width {width} / d_{'k' if role == 'K' else 'v'} {size}")
 
     def _kv_from_shapes(self) -> None:
         """With Q agreeing (h·d_k = Q width), K's width gives the KV heads when V's agrees (or V's

@@ -210,6 +210,8 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         o_path = kids.get("o")
         if o_path is None:
             o_path = _bert_output(owner, found.modules)
+        if o_path is None:
+            o_path = _output_by_shape(owner, roles, set(kids.values()), found.modules)
         if o_path is not None:
             roles.append(found.role_weights("o", o_path))
         name = _common_prefix(r.module for r in roles) or owner
@@ -228,8 +230,8 @@ def cross_by_name(owner: str) -> bool:
     """A weight-only block's kind by its module's name: cross-attention when named so (BERT's
     crossattention, T5's EncDecAttention, BART's encoder_attn, cross_attn); a learned query beside
     it (``_learned_query``) says cross too."""
-    low = owner.lower()
-    return any(s in low for s in ("crossattention", "encdecattention", "encoder_attn", "cross_attn"))
+    low = owner.lower().replace("_", "")  # cross_attention, crossattention, cross_attn alike
+    return any(s in low for s in ("crossattention", "encdecattention", "encoderattn", "crossattn"))
 
 
 @dataclass(frozen=True)
@@ -444,6 +446,37 @@ def _bert_output(owner: str, modules: Mapping[str, Mapping[str, WeightMeta]]) ->
     for cand in (f"{gp}.output.dense", f"{gp}.output.o_proj", f"{gp}.dense"):
         if cand in modules and "weight" in modules[cand]:
             return cand
+    return None
+
+
+def _output_by_shape(owner: str, roles: list[RoleWeights], taken: set[str],
+                     modules: Mapping[str, Mapping[str, WeightMeta]]) -> str | None:
+    """The output projection of a block whose O has no role name (BLIP's ``projection``, InternVL's
+    ``projection_layer``, BigBird-Pegasus' ``output`` beside ``self``), by shape: the one projection
+    held by the attention module (else by its parent, beside it) that reads Q's width and writes
+    the block's input width. None when no projection or more than one fits."""
+    q = next((r for r in roles if r.role in ("q", "qkv")), None)
+    dims = linear_dims(q.weight, q.module, packed=q.role == "qkv") if q is not None else None
+    if q is None or dims is None:
+        return None
+    d_model, width = dims
+
+    def reads_q(path: str) -> bool:
+        meta = modules[path].get("weight")
+        io = linear_dims(meta, path) if meta is not None else None
+        if io is None or io[1] != d_model:
+            return False
+        if q.role == "q":
+            return io[0] == width
+        return 0 < io[0] < width and (width - io[0]) % 2 == 0  # packed: Q's part, K and V the rest
+
+    used = taken | {r.module for r in roles}
+    for scope in (owner, owner.rpartition(".")[0]):
+        if not scope:
+            break
+        fits = [p for p in modules if p.rpartition(".")[0] == scope and p not in used and reads_q(p)]
+        if fits:
+            return fits[0] if len(fits) == 1 else None
     return None
 
 

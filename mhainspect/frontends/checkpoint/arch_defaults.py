@@ -150,6 +150,10 @@ class ConfigView(Mapping[str, Any]):
         """Whether ``key`` comes from the architecture's defaults (the config omits it)."""
         return key in self._defaults
 
+    def over(self, values: Mapping[str, Any]) -> ConfigView:
+        """This view with ``values`` read first (given by the config, not defaults)."""
+        return ConfigView({**self._given, **values}, self._defaults, self.model_type)
+
 
 def sub_model_type(parent: Mapping[str, Any], key: str, sub: Mapping[str, Any] | None) -> str | None:
     """The model_type of ``parent[key]``: its own, else the one its composite architecture gives it."""

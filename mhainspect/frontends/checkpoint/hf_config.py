@@ -25,8 +25,12 @@ applied the way the architecture's own modelling code applies it:
   (``num_hidden_layers`` runs of ``num_hidden_groups`` shared groups: a group runs
   num_hidden_layers / num_hidden_groups times);
 - per-layer lists (OpenELM) are indexed by the block's layer number; nested sub-configs
-  (``text_config``, ``vision_config``, ``qformer_config``, ``encoder``/``decoder``, ...) are chosen by the block's
-  name (``SUB_CONFIGS``); a block no name places, of a config without top-level heads, is the language model's.
+  (``text_config``, ``vision_config``, ``qformer_config``, ``encoder``/``decoder`` and their
+  ``*_config`` spellings, ...) are chosen by the block's name (``SUB_CONFIGS``), any other
+  ``<stem>_config`` by the words of its stem (``_named_by_path``), a composite one searched in turn;
+  a block no name places, of a config without top-level heads, is the language model's;
+- a cross-attention block reads its config's ``cross_`` keys (``cross_num_attention_heads``, ...)
+  before the plain ones.
 
 Where the config and the weight shapes disagree the assembler lets the shapes win and records
 the disagreement (``mhainspect.matchers.assembly``).
@@ -43,6 +47,7 @@ from mhainspect.frontends.checkpoint.arch_defaults import ConfigView, absent_sub
 from mhainspect.ir.limits import config_float, config_int
 from mhainspect.ir.weights import HeadOffers
 from mhainspect.matchers.experts import ExpertClaims
+from mhainspect.matchers.grouping import cross_by_name
 from mhainspect.results import EvidenceSource
 
 HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads",
@@ -58,6 +63,7 @@ HEAD_DIM_KEYS = ("head_dim", "attention_head_dim", "d_kv", "kv_channels", "atten
                  "d_head")
 V_HEAD_DIM_KEYS = ("v_head_dim",)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim")
+_SIZE_KEYS = frozenset(HEADS_KEYS + KV_HEADS_KEYS + HEAD_DIM_KEYS + V_HEAD_DIM_KEYS + HIDDEN_KEYS)
 
 
 @dataclass(frozen=True)
@@ -81,13 +87,22 @@ class SubConfig:
 LANGUAGE_MODEL = SubConfig(("text_config", "llm_config", "language_config"), ("text", "language_model", "llm"),
                            False, True)
 SUB_CONFIGS: tuple[SubConfig, ...] = (
-    SubConfig(("vision_config",), ("vision", "visual"), True),
+    SubConfig(("vision_config",), ("vision", "visual", "video"), True),  # a video tower reads frames
     SubConfig(("qformer_config",), ("qformer",), True),
     LANGUAGE_MODEL,
     SubConfig(("audio_config",), ("audio",), True),
-    SubConfig(("encoder",), ("encoder",), True, True),
-    SubConfig(("decoder",), ("decoder",), False, True),
+    # The decoder before the encoder: a decoder's cross-attention is named after the encoder
+    # (``decoder.layers.0.encoder_attn``); "decoder" is in no encoder's path.
+    SubConfig(("decoder", "decoder_config"), ("decoder",), False, True),
+    SubConfig(("encoder", "encoder_config"), ("encoder",), True, True),
 )
+# Any other nested config is named ``<stem>_config``; a block belongs to it when every word of
+# the stem (but a last ``model``: ``patch_model_config`` names the patch model) is a word of the
+# block's module path (``encoder.patch_encoder.model.…``; ``backbone_config``: ``backbone.…``), the
+# most words first. A nested config without heads of its own (a composite: Pi0's ``vlm_config``
+# holds a text and a vision config) places the block among its own sub-configs the same way.
+_NESTED_SUFFIX = "_config"
+_WORDS = re.compile(r"[a-z]+")
 # Prefixes (as sub_config returns them) of the sub-configs of towers that run once per input.
 TOWER_PREFIXES = frozenset(f"{k}." for s in SUB_CONFIGS if s.tower for k in s.keys)
 # model_type values of decoder-only language models (transformers' causal LM families): a config
@@ -569,11 +584,47 @@ def sub_config(cfg: Mapping[str, Any], block_name: str) -> tuple[str, Mapping[st
     low = block_name.lower()
     for s in SUB_CONFIGS:
         if any(w in low for w in s.words) and (found := _nested(cfg, s.keys)) is not None:
-            return found
+            return _within(*found, low)
+    if (named := _named_by_path(cfg, low)) is not None:
+        return named
     top = with_defaults(cfg)
     if not _has_heads(top) and (found := _nested(cfg, LANGUAGE_MODEL.keys)) is not None:
         return found
     return "", top
+
+
+def _stem_words(key: str) -> list[str]:
+    words = _WORDS.findall(key[:-len(_NESTED_SUFFIX)].lower())
+    return words[:-1] if len(words) > 1 and words[-1] == "model" else words
+
+
+def _named_by_path(cfg: Mapping[str, Any], low: str) -> tuple[str, ConfigView] | None:
+    """The ``<stem>_config`` sub-config whose stem's words are all words of the block's (lower-cased)
+    module path; of several, the one whose stem has the most words; None when none does or two
+    are equally specific. One without heads is searched in turn (``sub_config``)."""
+    path = set(_WORDS.findall(low))
+    found: list[tuple[int, str]] = []
+    for key, sub in cfg.items():
+        if isinstance(key, str) and key.endswith(_NESTED_SUFFIX) and isinstance(sub, Mapping):
+            words = _stem_words(key)
+            if words and path.issuperset(words):
+                found.append((len(words), key))
+    found.sort(reverse=True)
+    if not found or (len(found) > 1 and found[0][0] == found[1][0]):
+        return None
+    key = found[0][1]
+    prefix, view = _within(f"{key}.", with_defaults(cfg[key], cfg, key), low)
+    # A nested config neither with heads nor nesting the block's (MPT's ``attn_config``) is not its.
+    return (prefix, view) if _has_heads(view) else None
+
+
+def _within(prefix: str, view: ConfigView, low: str) -> tuple[str, ConfigView]:
+    """A sub-config without heads of its own that nests others (T5Gemma 2's ``encoder`` holds a text
+    and a vision config, Pi0's ``vlm_config``): the one of those the block's path names, else it."""
+    if _has_heads(view):
+        return prefix, view
+    inner, nested = sub_config(view, low)
+    return (f"{prefix}{inner}", with_defaults(nested)) if inner else (prefix, view)
 
 
 def layer_number(block_name: str) -> int | None:
@@ -604,10 +655,32 @@ def _latent_widths(c: Mapping[str, Any], layer: int | None) -> dict[str, Found]:
     return {field: found for field, key in LATENT_KEYS if (found := _value(c, key, layer)) is not None}
 
 
+# A config that sizes its cross-attention apart from its self-attention keeps the cross-attention's
+# values under the same keys with this prefix (``cross_num_attention_heads``, ``cross_head_dim``).
+CROSS_PREFIX = "cross_"
+
+
+def _cross_keys(c: Mapping[str, Any], block_name: str) -> tuple[Mapping[str, Any], frozenset[str]]:
+    """For a cross-attention block, the config with its ``cross_`` keys read as the plain ones (and
+    those keys); else the config as it is."""
+    if not cross_by_name(block_name):
+        return c, frozenset()
+    own = {k[len(CROSS_PREFIX):]: c[k] for k in c
+           if k.startswith(CROSS_PREFIX) and k[len(CROSS_PREFIX):] in _SIZE_KEYS}
+    return (c.over(own) if isinstance(c, ConfigView) else {**c, **own}), frozenset(own)
+
+
+def _said(prefix: str, found: Found, cross: frozenset[str]) -> str:
+    """Where a value was read: the sub-config's prefix, and ``cross_`` for a key read as such."""
+    key = re.split(r"[=\[ ]", found.said, maxsplit=1)[0]
+    return f"{prefix}{CROSS_PREFIX if key in cross else ''}{found.said}"
+
+
 def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = "config",
                        source: EvidenceSource = EvidenceSource.CONFIG) -> HeadOffers:
     """What the config says about the block named ``block_name``."""
     prefix, c = sub_config(cfg, block_name)
+    c, cross = _cross_keys(c, block_name)
     layer = layer_number(block_name)
     heads = _heads(c, block_name, layer)
     h = heads.value if heads is not None else None
@@ -617,7 +690,7 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
     scale = next((said for _, rule in SCALE_RULES if (said := rule(c)) is not None), None)
     runs = next((found for _, rule in APPLICATION_RULES if (found := rule(c, block_name)) is not None), None)
     latent = _latent_widths(c, layer)
-    parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd, runs, latent.get("kv_rank"), latent.get("q_rank"))
+    parts = [_said(prefix, f, cross) for f in (heads, kv, hd, vhd, runs, latent.get("kv_rank"), latent.get("q_rank"))
              if f is not None]
     if scale is not None:
         parts.append(f"{prefix}{scale[1]}")

@@ -93,18 +93,23 @@ def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, Weig
                 if config is None or config_causal(config, m)[0] is not False}
     plans = _plans(config, [*(b.name for b in blocks), *(m.anchor for m in misses), *evidence])
 
-    def no_attention(name: str) -> bool:
+    def no_attention(name: str, *, block: bool) -> bool:
         """Whether module ``name`` sits where no softmax attention is: a layer the plan gives a
-        mixer without attention (or a type not known here), else a module with mixer-only weights."""
+        mixer without attention (or, for a near miss, a type not known here), else a module with
+        mixer-only weights. A layer type not known here does not outweigh a block its weights
+        make: the block stays, its cache unknown (``size_inputs.config_causal``), and the layer is
+        listed as of an unknown kind."""
         plan = plans.get(name, ("", None))[1] if in_stack(name) else None
         kind = plan.kind(layer_index(name)) if plan is not None else None
+        if kind is LayerType.UNKNOWN and block:
+            return name in evidence
         if kind is not None:
             return not kind.attends and kind is not LayerType.NONE
         return name in evidence
 
-    kept_blocks = shared_block_runs(config, [b for b in blocks if not no_attention(b.name)])
+    kept_blocks = shared_block_runs(config, [b for b in blocks if not no_attention(b.name, block=True)])
     kept_misses = [_shared_kv(m, plans.get(m.anchor, ("", None))[1] if in_stack(m.anchor) else None)
-                   for m in misses if not no_attention(m.anchor)]
+                   for m in misses if not no_attention(m.anchor, block=False)]
     out: list[MixerLayers] = []
     for plan in {id(p): p for _, p in plans.values() if p is not None}.values():
         out.extend(_plan_mixers(plan))

@@ -131,6 +131,7 @@ def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) 
     not say), and why."""
     from mhainspect.frontends.checkpoint.arch_defaults import encoder_model_type
     from mhainspect.frontends.checkpoint.hf_config import TOWER_PREFIXES, decoder_only_model_type, sub_config
+    from mhainspect.frontends.checkpoint.layer_types import LayerType
 
     name = block_name.lower()
     listed = cfg.get("architectures")
@@ -145,6 +146,9 @@ def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) 
     layer = layer_index(block_name)
     if plan is not None and plan.reuses(layer):
         return False, f"layer {layer} reuses the K/V an earlier layer of its type caches ({plan.reuse_said}), so it adds none"
+    if plan is not None and plan.kind(layer) is LayerType.UNKNOWN and layer is not None:
+        return None, (f"layer {layer}'s type in the config ({plan.names[layer]!r}) is not known here: whether and what "
+                      "it caches is not told")
     if cfg.get("is_encoder_decoder") is True:
         if cross or any(w in name for w in _DECODER_WORDS):
             return True, "config is_encoder_decoder: a decoder layer"

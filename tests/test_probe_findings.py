@@ -1,0 +1,259 @@
+"""Rules the architecture probe (scripts/probe_architectures.py) found missing, each from a config
+dict and safetensors headers alone (no torch, no transformers).
+
+- Canary, Dia, Cohere-ASR keep their stacks under ``encoder_config`` / ``decoder_config``: the
+  blocks read the top level (no heads: unknown; or the decoder's heads and K/V heads for the
+  encoder: wrong).
+- Depth Pro (``patch_model_config``, ``image_model_config``), NeuCodec (``semantic_model_config``)
+  and Pi0 (``vlm_config`` holding a text and a vision config, ``dit_config``) name a sub-config
+  after the module path of its blocks.
+- Dia sizes its cross-attention apart: ``cross_num_attention_heads``, ``cross_head_dim``; and its
+  module is ``cross_attention``, which the kind-by-name rule read as self-attention.
+- BLIP's ``projection``, InternVL's ``projection_layer``, BigBird-Pegasus' ``output``: output
+  projections no role name covers, found by their shape.
+- A layer type not known here (Muse-Glimmer's ``window_attention``, a CNN backbone's ``basic``)
+  dropped the blocks its layers' weights make.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mhainspect.frontends.checkpoint.hf_config import offers_from_config, sub_config
+from mhainspect.matchers.grouping import cross_by_name
+from mhainspect.pipeline import audit
+from mhainspect.results import BlockKind
+
+LLAMA_LIKE = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "hidden_size": 64}
+
+
+def _heads(cfg: dict[str, Any], block: str) -> tuple[int | None, int | None, int | None]:
+    o = offers_from_config(cfg, block)
+    return o.num_heads, o.num_kv_heads, o.head_dim
+
+
+@pytest.mark.parametrize(("block", "expected", "prefix"), [
+    ("encoder.layers.0.self_attn", (8, None, 32), "encoder_config."),
+    ("decoder.layers.1.self_attn", (4, 2, 24), "decoder_config."),
+    ("decoder.layers.1.encoder_attn", (4, 2, 24), "decoder_config."),
+])
+def test_encoder_and_decoder_configs_describe_their_stacks(block: str, expected: tuple[int, ...], prefix: str) -> None:
+    cfg = {"encoder_config": {"num_attention_heads": 8, "head_dim": 32, "hidden_size": 64},
+           "decoder_config": dict(LLAMA_LIKE), "vocab_size": 128}
+    assert _heads(cfg, block) == expected
+    assert sub_config(cfg, block)[0] == prefix
+
+
+@pytest.mark.parametrize(("block", "expected"), [
+    ("encoder.patch_encoder.model.encoder.layer.0.attention", (6, None, None)),  # patch_model_config
+    ("encoder.image_encoder.model.encoder.layer.1.attention", (3, None, None)),  # image_model_config
+    ("semantic_encoder.encoder.layers.0.self_attn", (2, None, 8)),  # semantic_model_config: "model" is not a word
+    ("vlm.language_model.layers.0.self_attn", (8, 1, 16)),  # vlm_config.text_config
+    ("vlm.vision_tower.encoder.layers.0.self_attn", (12, None, None)),  # vlm_config.vision_config
+    ("dit.layers.0.self_attn", (5, 5, 16)),  # dit_config
+    ("layers.0.self_attn", (4, 2, 24)),  # no sub-config named by the path: the top level
+])
+def test_a_sub_config_named_after_the_blocks_path(block: str, expected: tuple[int | None, ...]) -> None:
+    cfg = {**LLAMA_LIKE,
+           "patch_model_config": {"num_attention_heads": 6}, "image_model_config": {"num_attention_heads": 3},
+           "semantic_model_config": {"num_attention_heads": 2, "head_dim": 8},
+           "vlm_config": {"text_config": {"num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 16},
+                          "vision_config": {"num_attention_heads": 12}},
+           "dit_config": {"num_attention_heads": 5, "num_key_value_heads": 5, "head_dim": 16}}
+    assert _heads(cfg, block) == expected
+
+
+@pytest.mark.parametrize(("block", "expected"), [
+    ("encoder.vision_tower.encoder.layers.0.self_attn", (2, None, 16)),  # encoder.vision_config
+    ("encoder.text_model.layers.0.self_attn", (4, 1, 32)),  # encoder.text_config
+    ("decoder.layers.0.self_attn", (8, 2, 32)),
+])
+def test_a_stack_config_that_nests_a_text_and_a_vision_config(block: str, expected: tuple[int | None, ...]) -> None:
+    """T5Gemma 2: ``encoder`` holds no heads of its own but a text and a vision config."""
+    cfg = {"encoder": {"text_config": {"num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32},
+                       "vision_config": {"num_attention_heads": 2, "head_dim": 16}},
+           "decoder": {"num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32}}
+    assert _heads(cfg, block) == expected
+
+
+def test_a_video_tower_reads_the_vision_config() -> None:
+    cfg = {"text_config": dict(LLAMA_LIKE), "vision_config": {"num_attention_heads": 12, "head_dim": 16}}
+    assert _heads(cfg, "video_tower.encoder.layers.0.self_attn") == (12, None, 16)
+    assert _heads(cfg, "language_model.layers.0.self_attn") == (4, 2, 24)
+
+
+def test_a_nested_config_without_heads_is_not_the_blocks() -> None:
+    """MPT's ``attn_config`` is named by ``blocks.0.attn`` but sizes no heads: the top level does."""
+    assert _heads({"n_heads": 32, "attn_config": {"attn_type": "multiquery_attention"}}, "blocks.0.attn") == (32, 1, None)
+
+
+def test_two_sub_configs_equally_named_by_a_path_decide_nothing() -> None:
+    """``audio`` and ``speech`` both in the path: neither config is the block's (the top level is)."""
+    cfg = {**LLAMA_LIKE, "audio_encoder_config": {"num_attention_heads": 6},
+           "speech_encoder_config": {"num_attention_heads": 3}}
+    assert _heads(cfg, "audio_speech.encoder.layers.0.attn") == (4, 2, 24)
+    assert _heads(cfg, "speech_encoder.layers.0.attn") == (3, None, None)
+
+
+def test_cross_attention_reads_its_own_keys() -> None:
+    cfg = {**LLAMA_LIKE, "cross_num_attention_heads": 16, "cross_num_key_value_heads": 16, "cross_head_dim": 128}
+    cross = offers_from_config(cfg, "decoder.layers.0.cross_attention")
+    assert (cross.num_heads, cross.num_kv_heads, cross.head_dim) == (16, 16, 128)
+    assert "cross_num_attention_heads=16" in cross.detail and "cross_head_dim=128" in cross.detail
+    assert _heads(cfg, "decoder.layers.0.self_attention") == (4, 2, 24)
+    partial = offers_from_config({**LLAMA_LIKE, "cross_num_attention_heads": 8}, "decoder.layers.0.cross_attention")
+    assert (partial.num_heads, partial.num_kv_heads, partial.head_dim) == (8, 2, 24)
+    assert "cross_num_attention_heads=8" in partial.detail and "cross_head_dim" not in partial.detail
+
+
+@pytest.mark.parametrize(("name", "cross"), [
+    ("decoder.layers.0.cross_attention", True), ("decoder.layers.0.cross_attn", True),
+    ("layer.0.crossattention", True), ("decoder.layers.0.encoder_attn", True),
+    ("decoder.block.0.layer.1.EncDecAttention", True), ("decoder.layers.0.self_attention", False),
+    ("encoder.layers.0.self_attn", False),
+])
+def test_cross_attention_by_name(name: str, cross: bool) -> None:
+    assert cross_by_name(name) is cross
+
+
+def _write_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> None:
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, shape in shapes.items():
+        n = math.prod(shape) * 4
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+
+
+def _attention(prefix: str, d: int, q: int, kv: int, kv_in: int | None = None) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.q_proj.weight": (q, d), f"{prefix}.k_proj.weight": (kv, kv_in or d),
+            f"{prefix}.v_proj.weight": (kv, kv_in or d), f"{prefix}.o_proj.weight": (d, q)}
+
+
+def test_an_encoder_decoder_folder_with_nested_stack_configs(tmp_path: Path) -> None:
+    """A Dia-shaped folder: an encoder stack (encoder_config: 8 heads × 16), a decoder whose self-
+    attention is grouped (4 heads over 2 × 24) and whose cross-attention has its own 16 heads × 8
+    reading the encoder's 128-wide output. Every block gets its own stack's numbers, the encoder
+    caches nothing, the cross-attention is cross."""
+    cfg = {"model_type": "dia", "is_encoder_decoder": True,
+           "encoder_config": {"num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 16, "hidden_size": 128},
+           "decoder_config": {**LLAMA_LIKE, "cross_num_attention_heads": 16, "cross_num_key_value_heads": 16,
+                              "cross_head_dim": 8, "cross_hidden_size": 128}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    shapes = {**_attention("encoder.layers.0.self_attention", 128, 128, 128),
+              **_attention("decoder.layers.0.self_attention", 64, 96, 48),
+              **_attention("decoder.layers.0.cross_attention", 64, 128, 128, kv_in=128)}
+    _write_safetensors(tmp_path / "model.safetensors", shapes)
+    report = audit(tmp_path)
+    got = {b.name: (b.kind, b.num_heads, b.num_kv_heads, b.d_k, b.conflicts) for b in report.blocks}
+    assert got == {
+        "encoder.layers.0.self_attention": (BlockKind.SELF, 8, 8, 16, ()),
+        "decoder.layers.0.self_attention": (BlockKind.SELF, 4, 2, 24, ()),
+        "decoder.layers.0.cross_attention": (BlockKind.CROSS, 16, 16, 8, ()),
+    }
+    cache = {b.name: (b.kv_cache_status, b.kv_cache_bytes_per_token) for b in report.blocks}
+    assert cache["encoder.layers.0.self_attention"][1] is None  # run once over the input
+    assert cache["decoder.layers.0.self_attention"][1] == 2 * (24 + 24) * 4
+    assert cache["decoder.layers.0.cross_attention"][1] == 16 * (8 + 8) * 4
+    assert report.model.kv_cache is not None
+    assert report.model.kv_cache.bytes_per_token == 2 * (24 + 24) * 4  # the cross-attention's is per encoder token
+    assert report.model.kv_cache.bytes_per_encoder_token == 16 * (8 + 8) * 4
+
+
+# ----------------------------------------------------------------------------- O by shape
+
+
+@pytest.mark.parametrize(("shapes", "o"), [
+    # BLIP's vision attention: a packed qkv and ``projection``
+    ({"layers.0.self_attn.qkv.weight": (192, 64), "layers.0.self_attn.qkv.bias": (192,),
+      "layers.0.self_attn.projection.weight": (64, 64), "layers.0.self_attn.projection.bias": (64,)},
+     "layers.0.self_attn.projection"),
+    # InternVL's vision attention: q/k/v_proj and ``projection_layer``
+    ({**{f"layers.0.attention.{r}_proj.weight": (64, 64) for r in "qkv"},
+      "layers.0.attention.projection_layer.weight": (64, 64)}, "layers.0.attention.projection_layer"),
+    # BigBird-Pegasus: Q/K/V under ``self``, the output a Linear beside it
+    ({**{f"layers.0.self_attn.self.{r}.weight": (64, 64) for r in ("query", "key", "value")},
+      "layers.0.self_attn.output.weight": (64, 64)}, "layers.0.self_attn.output"),
+    # Longformer-style: three more projections that read Q's width: no single O, none taken
+    ({**{f"layers.0.attn.self.{r}.weight": (64, 64) for r in ("query", "key", "value", "query_global",
+                                                                "key_global", "value_global")}}, None),
+    # A projection that does not write the block's input width is not its output
+    ({**{f"layers.0.attn.{r}_proj.weight": (64, 64) for r in "qkv"}, "layers.0.attn.gate.weight": (32, 64)}, None),
+])
+def test_output_projection_by_shape(shapes: dict[str, tuple[int, ...]], o: str | None, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 4, "hidden_size": 64}))
+    _write_safetensors(tmp_path / "model.safetensors", shapes)
+    (block,) = audit(tmp_path).blocks
+    outputs = [p.node for p in block.projections if p.role == "o"]
+    assert outputs == ([o] if o else [])
+    assert (block.num_heads, block.d_k) == (4, 16)
+    if o is not None:
+        assert block.params.total == sum(math.prod(s) for s in shapes.values())
+
+
+# ----------------------------------------------------------------------------- layer types not known here
+
+
+def _llama_layers(n: int) -> dict[str, tuple[int, ...]]:
+    return {k: v for i in range(n) for k, v in _attention(f"layers.{i}.self_attn", 64, 96, 48).items()}
+
+
+def test_a_layer_type_not_known_here_keeps_the_block_its_weights_make(tmp_path: Path) -> None:
+    """Muse-Glimmer's vision tower says ``window_attention``, PP-DocLayout's config keeps its CNN
+    backbone's ``basic``/``bottleneck`` at the top: names no rule here knows. The weights make an
+    attention block at each layer; the block stays (heads, parameters), its cache unknown with the
+    reason, and the layer is listed as of an unknown kind: the model's KV figure is the other
+    layer's, stated as a lower bound."""
+    cfg = {**LLAMA_LIKE, "model_type": "llama", "layer_types": ["window_attention", "full_attention"]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    _write_safetensors(tmp_path / "model.safetensors", _llama_layers(2))
+    report = audit(tmp_path)
+    assert [(b.name, b.num_heads, b.num_kv_heads, b.d_k) for b in report.blocks] == [
+        ("layers.0.self_attn", 4, 2, 24), ("layers.1.self_attn", 4, 2, 24)]
+    first, second = report.blocks
+    assert first.kv_cache_bytes_per_token is None and first.kv_cache_reason is not None
+    assert "('window_attention') is not known here" in first.kv_cache_reason
+    assert second.kv_cache_bytes_per_token == 2 * 48 * 4
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token == 2 * 48 * 4 and kv.lower_bound
+    assert kv.not_counted is not None and "window_attention" in kv.not_counted
+    assert [(m.kind.value, m.layers) for m in report.model.mixers] == [("unknown", (0,))]
+
+
+def test_a_layer_type_without_attention_still_drops_the_block(tmp_path: Path) -> None:
+    """A type known to hold no softmax attention (linear attention) outweighs q/k/v/o-shaped weights
+    (lightning attention has them too): the layer is a mixer, not a block."""
+    cfg = {**LLAMA_LIKE, "model_type": "llama", "layer_types": ["linear_attention", "full_attention"]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    _write_safetensors(tmp_path / "model.safetensors", _llama_layers(2))
+    report = audit(tmp_path)
+    assert [b.name for b in report.blocks] == ["layers.1.self_attn"]
+    assert [(m.kind.value, m.layers) for m in report.model.mixers] == [("linear_attention", (0,))]
+
+
+# ----------------------------------------------------------------------------- K/V heads that are no layout
+
+
+def test_kv_heads_from_a_width_that_do_not_divide_the_query_heads_are_not_taken() -> None:
+    """Deimv2's AIFI encoder: the config's ``head_dim`` (16) is not its attention's (256 / 4 heads =
+    64). K's width over it gave 16 K/V heads for 4 query heads, no layout at all; now the K/V heads
+    stay unknown and the disagreement is said (MHA007)."""
+    from mhainspect.matchers.assembly import Widths, decide
+    from mhainspect.results import Evidence, EvidenceSource
+
+    said = "config.json encoder_attention_heads=4, head_dim=16"
+    d = decide([Evidence("num_heads", 4, EvidenceSource.CONFIG, said), Evidence("d_k", 16, EvidenceSource.CONFIG, said)],
+               Widths(q=256, k=256, v=256, o_in=256))
+    assert (d.num_heads, d.num_kv_heads) == (4, None)
+    assert any("do not divide the 4 query heads" in c for c in d.conflicts), d.conflicts
+    grouped = decide([Evidence("num_heads", 8, EvidenceSource.CONFIG, "config"),
+                      Evidence("d_k", 16, EvidenceSource.CONFIG, "config")], Widths(q=128, k=32, v=32, o_in=128))
+    assert (grouped.num_heads, grouped.num_kv_heads, grouped.conflicts) == (8, 2, ())
