@@ -503,14 +503,16 @@ def render(manifest: dict[str, Any], rows: list[Row], truths: dict[tuple[str, st
 
 
 def _keep_deploy_section(out: Path, text: str) -> str:
-    """The deployment and toolchain tables (scripts/deploy_report.py, scripts/toolchain_report.py)
-    share the file: carry them over unchanged."""
+    """The deployment, toolchain and architecture-probe sections (scripts/deploy_report.py,
+    scripts/toolchain_report.py, scripts/probe_architectures.py) share the file: carry them over
+    unchanged."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import deploy_report
+    import probe_architectures
     import toolchain_report
 
     old = out.read_text(encoding="utf-8") if out.exists() else ""
-    for report in (deploy_report, toolchain_report):
+    for report in (deploy_report, toolchain_report, probe_architectures):
         if report.BEGIN in old and report.END in old:
             kept = report.BEGIN + old.split(report.BEGIN, 1)[1].split(report.END, 1)[0] + report.END + "\n"
             text = report.splice(text, kept)
