@@ -42,7 +42,6 @@ from mhainspect.results import (
     KVCache,
     MemoryAtContext,
     Miss,
-    Mixer,
     MixerKind,
     ModelFacts,
     Report,
@@ -52,7 +51,7 @@ from mhainspect.results import (
 from mhainspect.results.stages import IF_DECODED, BlockDecoding, MixerLayers, SizeInputs, StoredTensor
 
 if TYPE_CHECKING:
-    from mhainspect.results.optional import WeightDtypeWhatIf
+    from mhainspect.results.optional import Mixer, WeightDtypeWhatIf
 
 
 @cache
@@ -331,6 +330,10 @@ def _counted(n: int, noun: str) -> str:
 
 def sized_mixers(mixers: Sequence[MixerLayers]) -> tuple[Mixer, ...]:
     """The non-attention mixers with their fixed state per layer in bytes (elements × the state's itemsize)."""
+    if not mixers:
+        return ()
+    from mhainspect.results.optional import Mixer  # imported when taken: a hybrid stack's mixers only
+
     out = []
     for m in mixers:
         size = _itemsize(m.dtype)

@@ -25,7 +25,6 @@ from mhainspect.results import (
     KVCache,
     MemoryAtContext,
     Miss,
-    Mixer,
     ModelSummary,
     ParamBreakdown,
     Projection,
@@ -36,7 +35,7 @@ from mhainspect.results import (
 
 if TYPE_CHECKING:
     from mhainspect.analysis.gates import GateResult
-    from mhainspect.results.optional import BlockVerification, GpuFit, MixtureOfExperts, WeightDtypeWhatIf
+    from mhainspect.results.optional import BlockVerification, GpuFit, Mixer, MixtureOfExperts, WeightDtypeWhatIf
 
 JSONDict = dict[str, Any]
 

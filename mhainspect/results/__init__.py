@@ -15,7 +15,6 @@ from mhainspect.results.blocks import (
     KVCache,
     MemoryAtContext,
     Miss,
-    Mixer,
     ParamBreakdown,
     Projection,
     WhatIf,
@@ -55,12 +54,13 @@ if TYPE_CHECKING:
         BlockVerification,
         GpuFit,
         LatentKV,
+        Mixer,
         MixtureOfExperts,
         WeightDtypeWhatIf,
     )
 
 # Report parts only an option or a rarer model adds (results/optional.py): loaded when first asked for.
-_OPTIONAL = frozenset(("BlockVerification", "GpuFit", "LatentKV", "MixtureOfExperts", "WeightDtypeWhatIf"))
+_OPTIONAL = frozenset(("BlockVerification", "GpuFit", "LatentKV", "Mixer", "MixtureOfExperts", "WeightDtypeWhatIf"))
 
 
 def __getattr__(name: str) -> Any:

@@ -13,14 +13,12 @@ from mhainspect.results.vocabulary import (
     CacheStatus,
     EvidenceSource,
     Matcher,
-    MixerKind,
     Severity,
     VerifyStatus,
 )
 
 if TYPE_CHECKING:
     from mhainspect.results.optional import BlockVerification, LatentKV
-
 
 
 @dataclass(frozen=True)
@@ -184,36 +182,6 @@ class KVCache:
     def __post_init__(self) -> None:
         if type(self.status) is not CacheStatus:
             object.__setattr__(self, "status", CacheStatus(self.status))
-
-
-@dataclass(frozen=True)
-class Mixer:
-    """Layers of one kind that mix tokens without softmax attention (linear attention, state-space,
-    convolution): no K/V per token, a fixed state per sequence (``state_bytes_per_layer``: the
-    recurrent state and the convolution's last inputs, at ``dtype``; None when it cannot be sized,
-    ``reason`` says why). ``source`` says what classified the layers (a config's layer types, the
-    weights only such a mixer has)."""
-
-    kind: MixerKind
-    layers: tuple[int, ...]  # layer numbers in the stack, in order
-    source: str
-    state_bytes_per_layer: int | None = None
-    dtype: str | None = None
-    state_source: str = ""  # the widths the state is made of, and where they were read
-    reason: str | None = None  # why the state has no size
-
-    def __post_init__(self) -> None:
-        if type(self.kind) is not MixerKind:
-            object.__setattr__(self, "kind", MixerKind(self.kind))
-
-    @property
-    def count(self) -> int:
-        return len(self.layers)
-
-    @property
-    def state_bytes_per_sequence(self) -> int | None:
-        """Every layer's state, one sequence."""
-        return None if self.state_bytes_per_layer is None else self.state_bytes_per_layer * len(self.layers)
 
 
 @dataclass(frozen=True)

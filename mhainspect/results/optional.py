@@ -1,6 +1,6 @@
 """The parts of a Report that only an option or a rarer kind of model adds: --verify's per-block
-outcome, a latent (MLA) cache, the experts of a mixture-of-experts model, --gpu-memory's fit and
---weight-dtype's what-if. Part of the one vocabulary (``mhainspect.results`` exports them); kept in
+outcome, a latent (MLA) cache, the experts of a mixture-of-experts model, the layers of a hybrid
+stack that mix tokens without attention, --gpu-memory's fit and --weight-dtype's what-if. Part of the one vocabulary (``mhainspect.results`` exports them); kept in
 their own module so that what builds or shows them imports it, behind the same door as the pass
 that makes them: a plain run creates none of these classes (each costs as much to create as a
 small module; docs/performance.md)."""
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mhainspect.results.vocabulary import FitStatus, VerifyStatus
+from mhainspect.results.vocabulary import FitStatus, MixerKind, VerifyStatus
 
 if TYPE_CHECKING:
     from mhainspect.results.blocks import Evidence
@@ -124,3 +124,32 @@ class WeightDtypeWhatIf:
     memory_bytes: int | None
     note: str
 
+
+@dataclass(frozen=True)
+class Mixer:
+    """Layers of one kind that mix tokens without softmax attention (linear attention, state-space,
+    convolution): no K/V per token, a fixed state per sequence (``state_bytes_per_layer``: the
+    recurrent state and the convolution's last inputs, at ``dtype``; None when it cannot be sized,
+    ``reason`` says why). ``source`` says what classified the layers (a config's layer types, the
+    weights only such a mixer has)."""
+
+    kind: MixerKind
+    layers: tuple[int, ...]  # layer numbers in the stack, in order
+    source: str
+    state_bytes_per_layer: int | None = None
+    dtype: str | None = None
+    state_source: str = ""  # the widths the state is made of, and where they were read
+    reason: str | None = None  # why the state has no size
+
+    def __post_init__(self) -> None:
+        if type(self.kind) is not MixerKind:
+            object.__setattr__(self, "kind", MixerKind(self.kind))
+
+    @property
+    def count(self) -> int:
+        return len(self.layers)
+
+    @property
+    def state_bytes_per_sequence(self) -> int | None:
+        """Every layer's state, one sequence."""
+        return None if self.state_bytes_per_layer is None else self.state_bytes_per_layer * len(self.layers)

@@ -14,11 +14,10 @@ from mhainspect.results.blocks import (
     KVCache,
     MemoryAtContext,
     Miss,
-    Mixer,
 )
 
 if TYPE_CHECKING:
-    from mhainspect.results.optional import BlockVerification, GpuFit, MixtureOfExperts, WeightDtypeWhatIf
+    from mhainspect.results.optional import BlockVerification, GpuFit, Mixer, MixtureOfExperts, WeightDtypeWhatIf
 
 
 @dataclass(frozen=True)
