@@ -101,11 +101,17 @@ def test_small_folder_matches_the_cache(model_type: str, tmp_path: Path) -> None
     reused = [i for i, mode in enumerate(getattr(cfg, "kv_sharing_modes", None) or []) if mode == "reuse"]
     layers = {hm_layer(b.name) for b in report.blocks}
     shared = getattr(cfg, "num_mem_blocks", None) if model_type == "zamba2" else None
-    # Layers that reuse another layer's K/V hold Q and O only: near misses that cache nothing.
-    assert len(report.blocks) == (shared if shared else len(attending) - len(reused))
+    # Layers that reuse another layer's K/V hold Q and O only: blocks that read the cache of the layer
+    # transformers stores it from (the "store" layer of their type) and cache nothing of their own.
+    assert len(report.blocks) == (shared if shared else len(attending))
     assert layers <= set(attending)
-    assert sorted(hm_layer(m.anchor) for m in report.misses) == reused
-    assert all(not m.caches for m in report.misses)
+    assert not report.misses
+    modes = getattr(cfg, "kv_sharing_modes", None) or []
+    kinds = getattr(cfg, "layer_types", None) or []
+    truth_source = {i: max(j for j, m in enumerate(modes) if m == "store" and kinds[j] == kinds[i]) for i in reused}
+    readers = {hm_layer(b.name): b for b in report.blocks if b.kv_cache_shared_from is not None}
+    assert {i: hm_layer(b.kv_cache_shared_from or "") for i, b in readers.items()} == truth_source
+    assert all(b.kv_cache_bytes_per_token is None and b.kv_cache_status is CacheStatus.NONE for b in readers.values())
     # Block parameters: the attention module's projections and its Q/K norms (hm.attention_params; a
     # latent block's down-projections are its extra), each module once.
     modules = {n[n.index("layers."):]: m for n, m in model.named_modules() if "layers." in n}

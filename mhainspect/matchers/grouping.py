@@ -151,6 +151,8 @@ class GroupedBlock:
     latent: LatentParts | None = None  # latent attention: its down- and up-projections beside Q and O
     learned_query: WeightMeta | None = None  # the learned query Q is projected from (then cross is True)
     head_norms: tuple[HeadNorm, ...] = ()  # candidate Q/K norms held by the attention module (``HeadNorm``)
+    # The block whose K/V this one reads (a KV-sharing layer: its K/V roles are that block's weights).
+    kv_from: str | None = None
 
     def role(self, role: str) -> RoleWeights | None:
         return next((r for r in self.roles if r.role == role), None)
@@ -194,17 +196,26 @@ def _common_prefix(paths: Iterable[str]) -> str:
     return ".".join(common_prefix([p.split(".") if p else [] for p in paths]))
 
 
-def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ...]:
-    """Group weights into attention blocks by module prefix and role names, in name order."""
+def group_attention(weights: Mapping[str, WeightMeta], kv_source: Callable[[str], str | None] | None = None
+                    ) -> tuple[GroupedBlock, ...]:
+    """Group weights into attention blocks by module prefix and role names, in name order.
+
+    ``kv_source``: module path -> the module whose K/V cache it reads, where a config says so (a
+    KV-sharing layer, ``layer_types.kv_sources``). Such a module holding Q and no K/V of its own is a
+    block whose K/V roles are its source block's weights (counted there once, ``count_shared_once``)."""
     found = _by_module(weights)
     kids_of = _children(found.modules)
     latent_owners = {p for p, k in kids_of.latent.items() if "kv_down" in k and "kv_up" in k}
     blocks: list[GroupedBlock] = []
+    by_owner: dict[str, GroupedBlock] = {}
     for owner in sorted(set(kids_of.roles) | set(found.mha) | latent_owners, key=natural_key):
         kids = kids_of.roles.get(owner, {})
         latent = (_latent_parts(kids_of.latent[owner], kids, found.role_weights, found.modules)
                   if owner in latent_owners else None)
         roles = [latent[0]] if latent is not None else _roles(owner, kids, found)
+        kv_from = None
+        if roles is None and kv_source is not None:
+            roles, kv_from = _borrowed_kv(owner, kids, found, by_owner, kv_source(owner))
         if roles is None:
             continue
         o_path = kids.get("o")
@@ -214,7 +225,8 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
             o_path = _output_by_shape(owner, roles, set(kids.values()), found.modules)
         if o_path is not None:
             roles.append(found.role_weights("o", o_path))
-        name = _common_prefix(r.module for r in roles) or owner
+        # a block reading another's K/V is named by the modules it holds (Q, O), not those it borrows
+        name = _common_prefix(r.module for r in roles if kv_from is None or r.role in ("q", "o")) or owner
         block_extras = tuple(found.extras.get(owner, []) + (found.extras.get(name, []) if name != owner else []))
         own_biases = tuple(rb for rb in found.role_biases.get(owner, []) if _bias_free(roles, rb[0]))
         if latent is not None:  # the block spans the whole module, its down-projections too
@@ -222,8 +234,23 @@ def group_attention(weights: Mapping[str, WeightMeta]) -> tuple[GroupedBlock, ..
         query = _learned_query(owner, roles, found.queries)
         blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross_by_name(owner) or query is not None,
                                    own_biases, latent[1] if latent is not None else None, query,
-                                   tuple(kids_of.head_norms.get(owner, ()))))
+                                   tuple(kids_of.head_norms.get(owner, ())), kv_from))
+        by_owner[owner] = blocks[-1]
     return _with_enclosing_extras(blocks, found.extras)
+
+
+def _borrowed_kv(owner: str, kids: Mapping[str, str], found: _ByModule, by_owner: Mapping[str, GroupedBlock],
+                 source: str | None) -> tuple[list[RoleWeights] | None, str | None]:
+    """(Q of ``owner`` + the K/V roles of the block at ``source``, that block's name) for a module that
+    holds Q but no K/V and reads ``source``'s cache; (None, None) when that is not so (no source
+    block, a source without separate or jointly packed K/V: a packed QKV cannot lend its K/V)."""
+    src = by_owner.get(source) if source is not None else None
+    if src is None or "q" not in kids or any(r in kids for r in ("k", "v", "kv", "qkv")):
+        return None, None
+    kv = [r for r in src.roles if r.role in ("k", "v", "kv")]
+    if not kv or src.latent is not None or src.kv_from is not None:
+        return None, None
+    return [found.role_weights("q", kids["q"]), *kv], src.name
 
 
 def cross_by_name(owner: str) -> bool:

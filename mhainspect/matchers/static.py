@@ -117,7 +117,7 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
             kv_rows=sum(t.numel for t in group.extras if is_kv_row(t.name))),
         projections=tuple(projections), evidence=tuple(evidence), scale=scale, scale_known=scale is not None,
         anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts + list(decision.conflicts))),
-        applications=runs if runs is not None else 1,
+        applications=runs if runs is not None else 1, kv_cache_shared_from=group.kv_from,
     )
 
 
@@ -275,14 +275,16 @@ def near_misses(weights: Mapping[str, WeightMeta], groups: Iterable[GroupedBlock
             for path, names in ungrouped_attention(weights, groups)]
 
 
-def blocks_from_weights(weights: Mapping[str, WeightMeta], offers_for: Callable[[str], Sequence[HeadOffers]] | None
+def blocks_from_weights(weights: Mapping[str, WeightMeta], offers_for: Callable[[str], Sequence[HeadOffers]] | None,
+                        kv_source: Callable[[str], str | None] | None = None
                         ) -> tuple[list[AttentionBlock], list[Miss]]:
     """Blocks of a checkpoint: name-grouped projections, heads from ``offers_for(block name)``
     (what its config says; None: there is no config); and the near misses of the same grouping.
     A weight several blocks use (one storage, or a copy the config ties to another:
     ``static_ir.parameter_identity``) counts in one block only, as in a graph: the first, or where a
-    tie declares a source, the first block using the source."""
-    groups = group_attention(weights)
+    tie declares a source, the first block using the source. ``kv_source``: module path -> the module
+    whose K/V cache it reads, where a config says so (``grouping.group_attention``)."""
+    groups = group_attention(weights, kv_source)
     blocks: list[AttentionBlock] = []
     for group in groups:
         if not group.name:

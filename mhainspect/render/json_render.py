@@ -313,6 +313,8 @@ def _block(block: AttentionBlock, model_total: int) -> JSONDict:
         data["kv_cache_indexer_bytes_per_token"] = _int(block.kv_cache_indexer_bytes_per_token)
     if block.applications != 1:  # only for a module whose weights one run applies several times
         data["applications"] = _int(block.applications)
+    if block.kv_cache_shared_from is not None:  # only for a layer that reads another layer's K/V cache
+        data["kv_cache_shared_from"] = block.kv_cache_shared_from
     if block.verification is not None:  # only when --verify ran
         data["verify"] = _verification(block.verification)
     return data

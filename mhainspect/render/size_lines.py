@@ -73,6 +73,12 @@ def _cache_lines(report: Report, kv: KVCache) -> list[str]:
         lines.append(f"  {n} sliding-window block{'s' if n != 1 else ''} (window "
                      f"{', '.join(group(w) for w in windows)}) hold{'s' if n == 1 else ''} at most "
                      f"{', '.join(group(max(w - 1, 0)) for w in windows)} past tokens")
+    readers = [b for b in report.blocks if b.kv_cache_shared_from is not None]
+    if readers:  # KV-sharing layers: their cache is their source's, counted there once
+        pairs = ", ".join(f"{b.name} reads {b.kv_cache_shared_from}" for b in readers[:3])
+        more = f" and {len(readers) - 3} more" if len(readers) > 3 else ""
+        lines.append(f"  {len(readers)} block{'s' if len(readers) != 1 else ''} read another block's K/V cache and "
+                     f"cache nothing of their own: {pairs}{more}")
     return lines
 
 

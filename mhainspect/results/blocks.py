@@ -229,6 +229,9 @@ class AttentionBlock:
     kv_cache_expanded_bytes_per_token: int | None = None
     # Of kv_cache_bytes_per_token: a sparse-attention indexer's cached key (DeepSeek-V3.2), 0 without one.
     kv_cache_indexer_bytes_per_token: int = 0
+    # The block whose K/V cache this one reads (a KV-sharing layer: Gemma-3n's last layers, cross-layer
+    # attention): it caches nothing of its own, and its K/V projections, if it names them, are that block's.
+    kv_cache_shared_from: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.matcher) is not Matcher:

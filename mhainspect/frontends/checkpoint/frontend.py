@@ -19,7 +19,7 @@ from mhainspect.frontends.checkpoint.hf_config import (
     offers_from_config,
     producer_from_config,
 )
-from mhainspect.frontends.checkpoint.mixers import classify_mixers, with_mixers
+from mhainspect.frontends.checkpoint.mixers import classify_mixers, kv_source_of, with_mixers
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
 from mhainspect.frontends.checkpoint.reader import apply_ties
 from mhainspect.frontends.checkpoint.size_inputs import (
@@ -50,7 +50,7 @@ def checkpoint_blocks(weights: Mapping[str, WeightMeta], config: Mapping[str, An
             offers.append(offers_from_config(config, block_name, label=config_label))
         return offers
 
-    return blocks_from_weights(weights, offers_for)
+    return blocks_from_weights(weights, offers_for, kv_source_of(config))
 
 
 def checkpoint_file_result(tree: Tree, path: str, display: str, blob: Blob, safetensors: bool,

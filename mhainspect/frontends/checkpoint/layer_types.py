@@ -90,7 +90,9 @@ class LayerPlan:
     said: str
     names: tuple[str, ...]  # each layer's type as the config writes it (an unknown one is shown as is)
     mixer: MixerKind  # what the state-keeping layers are
-    reuse_from: int | None = None
+    # Per layer, the layer whose K/V cache it reads (its own number when it caches its own); empty
+    # when every layer caches its own.
+    kv_sources: tuple[int, ...] = ()
     reuse_said: str = ""
     chunk: int | None = None
     chunk_said: str = ""
@@ -103,7 +105,14 @@ class LayerPlan:
         return self.types[layer] if layer is not None and 0 <= layer < len(self.types) else None
 
     def reuses(self, layer: int | None) -> bool:
-        return layer is not None and self.reuse_from is not None and layer >= self.reuse_from
+        return self.kv_source(layer) is not None
+
+    def kv_source(self, layer: int | None) -> int | None:
+        """The earlier layer whose K/V cache layer ``layer`` reads (None: it caches its own)."""
+        if layer is None or not 0 <= layer < len(self.kv_sources):
+            return None
+        src = self.kv_sources[layer]
+        return src if src != layer else None
 
 
 # ----------------------------------------------------------------------------- derivations
@@ -415,6 +424,9 @@ def layer_plan(cfg: Mapping[str, Any], model_type: str | None, label: str = "con
     if listed is None:
         derive = DERIVATIONS.get(model_type or "")
         found = derive(cfg, layers or 0) if derive is not None else None
+        if (found is None or not found[0]) and layers and isinstance(cfg.get("kv_source_layers"), list):
+            # a plain decoder whose layers share caches: every layer full attention
+            found = ["full_attention"] * layers, "(no layer types: every layer full attention)"
         if found is None or not found[0]:
             return None
         names, said = found[0], f"{label}: {model_type} {found[1]}"
@@ -424,8 +436,7 @@ def layer_plan(cfg: Mapping[str, Any], model_type: str | None, label: str = "con
     mixer = MixerKind.CONVOLUTION if all(t is not LayerType.LINEAR for t in types) and \
         any(t is LayerType.CONV for t in types) else \
         MixerKind.STATE_SPACE if model_type in STATE_SPACE_TYPES else MixerKind.LINEAR_ATTENTION
-    shared = config_int(cfg.get("num_kv_shared_layers"))
-    reuse_from = len(types) - shared if shared and shared < len(types) else None
+    sources, reuse_said = kv_sources(cfg, names, label)
     chunk = config_int(cfg.get("attention_chunk_size")) if LayerType.CHUNKED in types else None
     index = config_int(cfg.get("index_head_dim", 128 if model_type == "deepseek_v32" else None)) \
         if LayerType.INDEXED in types else None
@@ -433,11 +444,42 @@ def layer_plan(cfg: Mapping[str, Any], model_type: str | None, label: str = "con
     state = state_rule(cfg) if state_rule is not None and any(t.has_state for t in types) else None
     return LayerPlan(
         types, said, tuple(names), mixer,
-        reuse_from, f"{label} num_kv_shared_layers={shared}: layers {reuse_from} and on reuse the K/V of the last "
-                    "earlier layer of their type" if reuse_from is not None else "",
+        sources, reuse_said,
         chunk, f"{label} attention_chunk_size={chunk}" if chunk else "",
         index or 0, f"{label} index_head_dim={index}" if index else "", state,
     )
+
+
+def kv_sources(cfg: Mapping[str, Any], names: Sequence[str], label: str) -> tuple[tuple[int, ...], str]:
+    """Per layer, the layer whose K/V cache it reads, as the config class's ``kv_sharing_modes``
+    derives it, and what says so; ((), "") when every layer caches its own.
+
+    - ``num_kv_shared_layers`` N (Gemma-3n, Gemma 4): the last N layers read the cache of the last
+      earlier layer of their own type (``layer_types``);
+    - ``kv_source_layers`` (cross-layer attention as Kolibri and Mistral Large 4 write it): layer i
+      reads layer ``kv_source_layers[i]``'s cache, an earlier layer that caches its own.
+    A list that names no earlier caching layer (all layers shared, a later or a reusing source) is
+    not placed here: every layer is then taken to cache its own, as if not shared."""
+    n = len(names)
+    listed = cfg.get("kv_source_layers")
+    if isinstance(listed, list) and len(listed) == n and all(isinstance(x, int) and not isinstance(x, bool)
+                                                              for x in listed):
+        ok = all(0 <= s <= i and listed[s] == s for i, s in enumerate(listed))
+        if ok and any(s != i for i, s in enumerate(listed)):
+            return tuple(listed), f"{label} kv_source_layers"
+        return (), ""
+    shared = config_int(cfg.get("num_kv_shared_layers"))
+    if not shared or shared >= n:
+        return (), ""
+    first = n - shared
+    out = list(range(n))
+    for i in range(first, n):
+        src = next((j for j in range(first - 1, -1, -1) if names[j] == names[i]), None)
+        if src is None:  # transformers refuses such a config: no layer of the type stores a cache
+            return (), ""
+        out[i] = src
+    return tuple(out), (f"{label} num_kv_shared_layers={shared}: layers {first} and on read the K/V of the last "
+                        "earlier layer of their type")
 
 
 def layers_of(types: Sequence[LayerType], wanted: LayerType) -> tuple[int, ...]:

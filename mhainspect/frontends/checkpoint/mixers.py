@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mhainspect.frontends.checkpoint.arch_defaults import ConfigView
@@ -107,7 +107,9 @@ def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, Weig
             return not kind.attends and kind is not LayerType.NONE
         return name in evidence
 
-    kept_blocks = shared_block_runs(config, [b for b in blocks if not no_attention(b.name, block=True)])
+    source = kv_source_of(config)
+    kept_blocks = shared_block_runs(config, [_sharing_evidence(b, plans.get(b.name, ("", None))[1], source)
+                                             for b in blocks if not no_attention(b.name, block=True)])
     kept_misses = [_shared_kv(m, plans.get(m.anchor, ("", None))[1] if in_stack(m.anchor) else None)
                    for m in misses if not no_attention(m.anchor, block=False)]
     out: list[MixerLayers] = []
@@ -149,15 +151,57 @@ def in_stack(name: str) -> bool:
     return not any(part == "mtp" or part.startswith("mtp_") for part in name.split("."))
 
 
+def kv_source_of(config: Mapping[str, Any] | None) -> Callable[[str], str | None] | None:
+    """Module path -> the module (same path, the source layer's number) whose K/V cache it reads,
+    where the config's layer plan says the layer reads another's (``layer_types.kv_sources``); None
+    without a config."""
+    if config is None:
+        return None
+    cache: dict[str, LayerPlan | None] = {}
+
+    def source(name: str) -> str | None:
+        prefix, c = sub_config(config, name)
+        if prefix not in cache:
+            kind = c.model_type if isinstance(c, ConfigView) else c.get("model_type")
+            cache[prefix] = layer_plan(c, kind if isinstance(kind, str) else None)
+        plan = cache[prefix]
+        layer = layer_index(name)
+        src = plan.kv_source(layer) if plan is not None and in_stack(name) else None
+        if src is None:
+            return None
+        marker = f".{layer}."
+        cut = (name + ".").find(marker)
+        return None if cut < 0 else (name[:cut] + f".{src}." + name[cut + len(marker):]).rstrip(".")
+
+    return source
+
+
+def _sharing_evidence(block: AttentionBlock, plan: LayerPlan | None,
+                      source: Callable[[str], str | None] | None) -> AttentionBlock:
+    """A block at a layer that reads another layer's K/V cache: which block it reads (``source``),
+    with the config's word for it in its evidence. Its own K/V projections, where it still holds
+    some, count as its stored parameters; its cache is its source's."""
+    src = block.kv_cache_shared_from or (source(block.name) if source is not None else None)
+    if src is None or plan is None:
+        return block
+    held = "its K and V projections are that block's, counted there" if block.kv_cache_shared_from else \
+        "the K/V projections it holds are counted as its parameters"
+    said = (f"{plan.reuse_said}: layer {layer_index(block.name)} reads the K/V cache of {src} ({held}); it caches "
+            "nothing of its own")
+    return dataclasses.replace(block, kv_cache_shared_from=src, evidence=block.evidence + (
+        Evidence("kv_cache_shared_from", layer_index(src), EvidenceSource.CONFIG, said),))
+
+
 def _shared_kv(miss: Miss, plan: LayerPlan | None) -> Miss:
-    """A near miss at a layer that reads another layer's K/V (Gemma-3n's num_kv_shared_layers): it
-    holds Q and O only because its K/V are another layer's, and it caches nothing (said so)."""
+    """A near miss at a layer that reads another layer's K/V cache (``layer_types.kv_sources``) where
+    the source layer is no block to lend its K/V (``grouping.group_attention``): it caches nothing (said so)."""
     layer = layer_index(miss.anchor)
-    if plan is None or not plan.reuses(layer):
+    source = plan.kv_source(layer) if plan is not None else None
+    if plan is None or source is None:
         return miss
     return dataclasses.replace(miss, caches=False, reason=(
-        f"layer {layer} reads the K/V an earlier layer of its type caches ({plan.reuse_said}): the module holds "
-        "its Q and O projections only, and caches nothing; not counted as a block"))
+        f"layer {layer} reads the K/V cache of layer {source} ({plan.reuse_said}), and caches nothing; no block "
+        "at that layer lends it K/V projections, so it is not counted as a block"))
 
 
 def _plan_mixers(plan: LayerPlan) -> list[MixerLayers]:

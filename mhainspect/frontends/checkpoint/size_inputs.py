@@ -144,8 +144,9 @@ def config_causal(cfg: Mapping[str, Any], block_name: str, cross: bool = False) 
         return False, draft
     plan = _plan(_sub_config(cfg, block_name)) if not cross else None
     layer = layer_index(block_name)
-    if plan is not None and plan.reuses(layer):
-        return False, f"layer {layer} reuses the K/V an earlier layer of its type caches ({plan.reuse_said}), so it adds none"
+    source = plan.kv_source(layer) if plan is not None else None
+    if plan is not None and source is not None:
+        return False, f"layer {layer} reads the K/V cache of layer {source} ({plan.reuse_said}), so it adds none"
     if plan is not None and plan.kind(layer) is LayerType.UNKNOWN and layer is not None:
         return None, (f"layer {layer}'s type in the config ({plan.names[layer]!r}) is not known here: whether and what "
                       "it caches is not told")
