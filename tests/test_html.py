@@ -93,6 +93,39 @@ def test_whatif_chart_uses_whatif_numbers(reports: dict[str, Report]) -> None:
     assert "with d_k fixed at 16, 1 heads hold 2," in keras
 
 
+def test_kv_chart_draws_the_other_mixers_state_apart(reports: dict[str, Report]) -> None:
+    """A hybrid's linear-attention / state-space / convolution layers keep a fixed state per sequence:
+    analysis puts it beside the KV points (times the batch, constant over the context), and the chart
+    draws it as its own series with a legend; a model without such layers draws no such series."""
+    r = reports["gqa_llama"]
+    b = dataclasses.replace(r.blocks[0], kv_cache_bytes_per_token=128)
+    kv = KVCache(bytes_per_token=128, dtype="float32", context=4096, batch=2, total_bytes=2 * 128 * 4096,
+                 state_bytes_per_sequence=3_000_000)
+    sized = with_charts(dataclasses.replace(r, model=dataclasses.replace(r.model, kv_cache=kv), blocks=(b,)))
+    stored = sized.model.kv_cache
+    assert stored is not None and stored.state_by_context
+    assert [c for c, _ in stored.state_by_context] == [c for c, _ in stored.by_context]
+    assert {v for _, v in stored.state_by_context} == {2 * 3_000_000}  # batch 2, whatever the context
+    assert dict(stored.by_context)[4096] == 2 * 128 * 4096
+    page = render_html_body(sized)
+    state_path = re.search(r'<path class="line state" d="([^"]+)"', page)
+    assert state_path is not None
+    ys = {float(y) for y in re.findall(r"[ML][\d.]+,([\d.]+)", state_path.group(1))}
+    assert len(ys) == 1  # a flat line
+    assert '<i class="sw state"></i>' in page
+    assert html(f"the other mixers' state: {format_bytes(6_000_000)} per sequence, batch 2") in page
+    # Only a state (a pure state-space model: no K/V at all) is still drawn.
+    only = dataclasses.replace(kv, bytes_per_token=None, total_bytes=None, status=CacheStatus.NONE)
+    alone = with_charts(dataclasses.replace(r, model=dataclasses.replace(r.model, kv_cache=only), blocks=()))
+    assert alone.model.kv_cache is not None and not alone.model.kv_cache.by_context
+    assert '<path class="line state"' in render_html_body(alone) and 'class="line kv"' not in render_html_body(alone)
+    # No mixers: no state series, no legend.
+    plain = with_charts(dataclasses.replace(r, model=dataclasses.replace(
+        r.model, kv_cache=dataclasses.replace(kv, state_bytes_per_sequence=None)), blocks=(b,)))
+    assert plain.model.kv_cache is not None and not plain.model.kv_cache.state_by_context
+    assert "line state" not in render_html_body(plain) and "sw state" not in render_html_body(plain)
+
+
 def test_kv_cache_and_sizes_render_when_known(reports: dict[str, Report]) -> None:
     r = reports["gqa_llama"]
     assert "KV cache against context" not in render_html(r)  # unknown: not drawn

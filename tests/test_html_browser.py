@@ -101,6 +101,13 @@ def test_kv_cache_chart_in_chromium(tmp_path: Path) -> None:
     loaded = _open(render_html(sized), tmp_path)
     assert "KV cache against context length" in loaded.dom
     assert _count(loaded.dom, r'<path class="line kv"') == 1
+    assert "line state" not in loaded.dom
+    # A hybrid's other mixers: their fixed state is a second, flat series with its legend.
+    hybrid = with_charts(dataclasses.replace(sized, model=dataclasses.replace(
+        sized.model, kv_cache=dataclasses.replace(kv, state_bytes_per_sequence=600_000))))
+    drawn = _open(render_html(hybrid), tmp_path, "hybrid.html")
+    assert _count(drawn.dom, r'<path class="line kv"') == 1 and _count(drawn.dom, r'<path class="line state"') == 1
+    assert _count(drawn.dom, r'<i class="sw state">') == 1
 
 
 def test_hostile_names_run_nothing_and_request_nothing(tmp_path: Path) -> None:

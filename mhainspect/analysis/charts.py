@@ -18,7 +18,7 @@ from mhainspect.analysis.size import self_cache_bytes
 from mhainspect.analysis.whatif import what_if
 from mhainspect.results import AttentionBlock, BlockKind, KVCache, Report, WhatIf
 
-__all__ = ["curve_heads", "kv_bytes_at", "kv_contexts", "what_if_curve", "with_charts"]
+__all__ = ["curve_heads", "kv_bytes_at", "kv_contexts", "state_bytes_at", "what_if_curve", "with_charts"]
 
 KV_CHART_TOKENS = 32768  # the KV chart's x axis reaches this, doubled until it holds twice the context
 KV_CHART_STEPS = 16
@@ -64,6 +64,15 @@ def kv_bytes_at(report: Report, context: int) -> int | None:
     return kv.bytes_per_token * context * kv.batch
 
 
+def state_bytes_at(kv: KVCache) -> int | None:
+    """What the non-attention mixers (linear attention, state-space, convolution layers) hold for the
+    cache's batch at any context: their fixed state per sequence times the batch, as the memory
+    figure counts it; None when no layer keeps such a state or it cannot be sized."""
+    if kv.state_bytes_per_sequence is None:
+        return None
+    return kv.state_bytes_per_sequence * kv.batch
+
+
 def kv_contexts(report: Report) -> list[int]:
     """The context lengths the KV chart draws: even steps (the cache grows linearly), plus the
     model's own context and every window, where the line bends."""
@@ -77,8 +86,9 @@ def kv_contexts(report: Report) -> list[int]:
 
 
 def with_charts(report: Report) -> Report:
-    """``report`` with every block's what-if curve and the KV cache's bytes by context (one new
-    Report: the points read only fields the curves leave as they are)."""
+    """``report`` with every block's what-if curve, the KV cache's bytes by context and the mixers'
+    fixed state at the same contexts (one new Report: the points read only fields the curves leave
+    as they are)."""
     curves: dict[Hashable, tuple[WhatIf, ...]] = {}
     blocks = []
     for b in report.blocks:
@@ -89,7 +99,10 @@ def with_charts(report: Report) -> Report:
         blocks.append(dataclasses.replace(b, what_if_curve=curve) if curve else b)
     model = report.model
     kv: KVCache | None = model.kv_cache
-    if kv is not None and kv.bytes_per_token is not None:
-        points = tuple((c, v) for c in kv_contexts(report) if (v := kv_bytes_at(report, c)) is not None)
-        model = dataclasses.replace(model, kv_cache=dataclasses.replace(kv, by_context=points))
+    if kv is not None and (kv.bytes_per_token is not None or kv.state_bytes_per_sequence is not None):
+        contexts = kv_contexts(report)
+        points = tuple((c, v) for c in contexts if (v := kv_bytes_at(report, c)) is not None)
+        state = state_bytes_at(kv)
+        model = dataclasses.replace(model, kv_cache=dataclasses.replace(
+            kv, by_context=points, state_by_context=tuple((c, state) for c in contexts) if state is not None else ()))
     return dataclasses.replace(report, blocks=tuple(blocks), model=model)

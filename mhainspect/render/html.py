@@ -380,18 +380,30 @@ def _whatif_section(report: Report, ids: Ids) -> str:
 
 def _kv_section(report: Report, ids: Ids) -> str:
     kv: KVCache | None = report.model.kv_cache
-    if kv is None or kv.bytes_per_token is None or not kv.by_context:
+    if kv is None or not (kv.by_context or kv.state_by_context):
         return ""
-    # analysis.charts computed the points: even steps up to the axis' end, the context and every window
+    # analysis.charts computed the points: even steps up to the axis' end, the context and every window;
+    # the mixers' fixed state (linear attention, state-space, convolution layers) at the same points
     points = tuple((float(c), float(v)) for c, v in kv.by_context)
-    top = kv.by_context[-1][0]
+    state = tuple((float(c), float(v)) for c, v in kv.state_by_context)
+    top = (kv.by_context or kv.state_by_context)[-1][0]
     marks = []
     if kv.context is not None and kv.total_bytes is not None:
         marks.append(Mark(float(kv.context), float(kv.total_bytes),
                           f"{group(kv.context)} tokens: {format_bytes(kv.total_bytes)}"))
     batch = f", batch {group(kv.batch)}" if kv.batch != 1 else ""
+    series = [Series(f"KV cache{batch}", points, "kv")] if points else []
+    legend = ""
+    if state:
+        series.append(Series(f"other mixers' state{batch} (constant)", state, "state"))
+        legend = _legend([("kv", "KV cache (grows with the context)"),
+                          ("state", "state of the linear-attention, state-space and convolution layers "
+                                    "(fixed per sequence)")])
     desc = "; ".join(f"{int(c):,} tokens: {format_bytes(int(v))}" for c, v in points)
-    chart = line_chart([Series(f"KV cache{batch}", points, "kv")], marks, ids=ids, x_label="context length (tokens)",
+    if state:
+        desc = "; ".join(x for x in (desc, f"other mixers' state at every context: {format_bytes(int(state[0][1]))}")
+                         if x)
+    chart = line_chart(series, marks, ids=ids, x_label="context length (tokens)",
                        title="KV cache against context length", desc=desc, y_fmt=format_bytes, y_tick=format_bytes,
                        y_binary=True, x_fmt=lambda v: f"{v / 1024:g}k" if v >= 1024 else f"{int(v)}",
                        x_ticks=[0.0, *(float(top * i // 4) for i in range(1, 5))])
@@ -400,8 +412,12 @@ def _kv_section(report: Report, ids: Ids) -> str:
     windows = sorted({b.sliding_window for b in report.blocks if b.sliding_window})
     slide = (f"; the sliding-window layers stop growing at their window ({', '.join(group(w) for w in windows)} "
              "tokens)" if windows else "")
-    return (f"<h3>KV cache against context length</h3><figure>{chart}<figcaption>"
-            f"{html(format_bytes(kv.bytes_per_token))} per token{html(dtype)}{html(batch)}{html(slide)}."
+    per_token = f"{format_bytes(kv.bytes_per_token)} per token{dtype}{batch}{slide}" \
+        if kv.bytes_per_token is not None else ""
+    fixed = (f"the other mixers' state: {format_bytes(int(state[0][1]))} per sequence{batch}, whatever the "
+             "context" if state else "")
+    return (f"<h3>KV cache against context length</h3>{legend}<figure>{chart}<figcaption>"
+            f"{html('; '.join(x for x in (per_token, fixed) if x))}."
             "</figcaption></figure>")
 
 
@@ -533,7 +549,8 @@ def _model_section(report: Report, ids: Ids, extras: ModelExtras = NO_EXTRAS) ->
         parts += [_params_section(report, ids), _layout_section(report, ids), _whatif_section(report, ids),
                   _kv_section(report, ids), _blocks_section(report)]
     else:
-        parts.append("<p><b>No attention blocks found.</b></p>")
+        # a model of state-space or linear-attention layers only still has their state to draw
+        parts += ["<p><b>No attention blocks found.</b></p>", _kv_section(report, ids)]
     parts += [_misses_section(report), "</section>"]
     return "".join(parts)
 

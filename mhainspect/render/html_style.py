@@ -71,6 +71,8 @@ border:1px solid currentColor}
 .mhai svg .line.o,.mhai svg .pt.o{stroke:var(--o)}.mhai svg .pt.o{fill:var(--o)}
 .mhai svg .line.k,.mhai svg .pt.k{stroke:var(--k)}.mhai svg .pt.k{fill:var(--k)}
 .mhai .sw.kv{background:var(--v)}
+.mhai svg .line.state,.mhai svg .pt.state{stroke:var(--o);stroke-dasharray:6 4}.mhai svg .pt.state{fill:var(--o)}
+.mhai .sw.state{background:var(--o)}
 .mhai svg .line.s0{stroke-width:8;stroke-opacity:.5}.mhai svg .line.s1{stroke-width:5.5;stroke-opacity:.7}
 .mhai svg .line.s2{stroke-width:3.5}.mhai svg .line.s3{stroke-width:2.2}.mhai svg .line.s4{stroke-width:1.4}
 .mhai svg .mark circle{fill:none;stroke:var(--fg);stroke-width:2}

@@ -166,6 +166,9 @@ class KVCache:
     # (context tokens, bytes) at the points the KV chart draws (analysis.charts: even steps up to 32k
     # or twice the context, every sliding window, the context); drawn by the HTML report, not in the JSON.
     by_context: tuple[tuple[int, int], ...] = ()
+    # (context tokens, bytes) of the non-attention mixers' fixed state (state_bytes_per_sequence times
+    # batch) at the same points: constant whatever the context; drawn by the HTML report, not in the JSON.
+    state_by_context: tuple[tuple[int, int], ...] = ()
     # Of bytes_per_token: the keys a sparse-attention indexer caches (DeepSeek-V3.2's lightning
     # indexer, one key of index_head_dim per token per layer); None for a model without one.
     indexer_bytes_per_token: int | None = None
