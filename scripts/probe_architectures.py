@@ -315,7 +315,7 @@ def judge(model_type: str, truth: list[Truth], report: dict[str, Any]) -> Row:
             layer = int(_digits(t.scope)[0]) if _digits(t.scope) else None
             mixer = next((m for m in mixers if layer in m.get("layers", ())), None)
             if mixer is not None:
-                row.details.append(f"{t.scope} ({t.cls}): a {mixer.get('kind')} mixer, no softmax attention")
+                row.details.append(f"{t.scope} ({t.cls}): listed as a mixer ({mixer.get('kind')}), no softmax attention")
                 worst = max(worst, 1)
             elif miss is not None:
                 row.details.append(f"{t.scope}: refused: {miss.get('reason')}")
@@ -337,7 +337,9 @@ def judge(model_type: str, truth: list[Truth], report: dict[str, Any]) -> Row:
         if t.d_k is not None and b["d_k"] != t.d_k:
             diffs.append(f"d_k {b['d_k']} vs {t.d_k}")
         total = b["params"]["total"]
-        if total not in (t.proj_params, t.all_params, t.without_norms):
+        # Q/K norms held by the module count in the block (matchers.grouping): projections + norms too.
+        if total not in (t.proj_params, t.all_params, t.without_norms,
+                         t.proj_params + t.all_params - t.without_norms):
             diffs.append(f"total {total} vs proj {t.proj_params} / all {t.all_params}")
         if diffs:
             row.details.append(f"{t.scope} ({t.cls}) as {b['name']}: " + ", ".join(diffs))
