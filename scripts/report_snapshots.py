@@ -22,6 +22,9 @@ OUT = os.environ.get("SNAP_DIR")
 _current = ["none"]
 _count = collections.Counter()
 _TMP = re.compile(r"/tmp/pytest-of-[^/]+/pytest-\d+/|/tmp/tmp[\w]+/|/tmp/[\w.-]*?\d{3,}[\w.-]*")
+# Parts of a document that differ between runs of the same code: the conformance zoo's folder (a
+# per-user cache keyed by a hash of its sources, or a temporary one) and a test server's port.
+_VOLATILE = re.compile(r"/[^\s\"]*?/mhainspect-tests/zoo-[0-9a-f]+/|TMP/zoo\d*/|(?<=127\.0\.0\.1:)\d+")
 
 def _report_cls():
     for name in ("mhainspect.results.report", "mhainspect.results", "mhainspect.findings"):
@@ -63,16 +66,20 @@ def compare(before: str, after: str, roots: tuple[str, str] = ("", "")) -> list[
     one file, numbered in the order a test built them; a change that builds one more intermediate
     Report (the same document again) shifts the numbers, so a test's documents compare as a set.
     ``roots``: the two checkouts' paths, replaced by ROOT before comparing."""
-    def load(folder: str, root: str) -> dict[str, set[str]]:
-        out: dict[str, set[str]] = collections.defaultdict(set)
-        for name in os.listdir(folder):
-            with open(os.path.join(folder, name)) as f:
-                text = f.read()
-            out[re.sub(r"__\d+\.json$", "", name)].add(text.replace(root, "ROOT") if root else text)
-        return out
-
-    a, b = load(before, roots[0]), load(after, roots[1])
+    a, b = _load(before, roots[0]), _load(after, roots[1])
     return [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _load(folder: str, root: str) -> dict[str, set[str]]:
+    """A snapshot folder as test -> its distinct documents, the checkout's path and the volatile
+    parts (``_VOLATILE``) replaced."""
+    out: dict[str, set[str]] = collections.defaultdict(set)
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name)) as f:
+            text = f.read()
+        text = _VOLATILE.sub("ZOO/", text.replace(root, "ROOT") if root else text)
+        out[re.sub(r"__\d+\.json$", "", name)].add(text)
+    return out
 
 
 def _paths(a: object, b: object, at: str = "") -> set[str]:
@@ -96,15 +103,8 @@ def explain(before: str, after: str, roots: tuple[str, str] = ("", "")) -> str:
     """What ``compare`` found, by kind: tests only before (renamed or removed), only after (new),
     and for tests in both, the JSON paths where their documents differ, with how many tests each
     (a test's documents paired in sorted order; unequal counts said as such)."""
-    def load(folder: str, root: str) -> dict[str, list[str]]:
-        out: dict[str, set[str]] = collections.defaultdict(set)
-        for name in os.listdir(folder):
-            with open(os.path.join(folder, name)) as f:
-                text = f.read()
-            out[re.sub(r"__\d+\.json$", "", name)].add(text.replace(root, "ROOT") if root else text)
-        return {k: sorted(v) for k, v in out.items()}
-
-    a, b = load(before, roots[0]), load(after, roots[1])
+    a = {k: sorted(v) for k, v in _load(before, roots[0]).items()}
+    b = {k: sorted(v) for k, v in _load(after, roots[1]).items()}
     only_a = sorted(set(a) - set(b))
     only_b = sorted(set(b) - set(a))
     paths: collections.Counter[str] = collections.Counter()
