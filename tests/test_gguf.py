@@ -735,6 +735,12 @@ def test_layers_reusing_an_earlier_cache_add_none(arch: str, layers: int, meta: 
     per_layer = spec.kv_heads * (spec.head_dim + spec.d_v) * 2  # f16, llama.cpp's default cache type
     kv = report.model.kv_cache
     assert kv is not None and kv.bytes_per_token == own * per_layer
-    for b in report.blocks[own:]:
+    layout = [b.sliding_window is not None for b in report.blocks[:own]]
+    for i, b in enumerate(report.blocks[own:], start=own):
         assert f"layers {own} and on have no cache of their own" in (b.kv_cache_reason or ""), b.kv_cache_reason
         assert b.params.total == report.blocks[0].params.total  # its weights still count
+        # It reads the last layer with a cache of its own of its kind (sliding or not).
+        sliding = bool(arch == "gemma3n" and (i + 1) % 5)  # llama.cpp's gemma3n: four sliding, then one global
+        source = max(j for j in range(own) if layout[j] == sliding)
+        assert b.kv_cache_shared_from == f"blk.{source}.attn", (i, b.kv_cache_shared_from)
+    assert all(b.kv_cache_shared_from is None for b in report.blocks[:own])

@@ -184,8 +184,18 @@ def _with_decoding(block: AttentionBlock, d: Decoding) -> AttentionBlock:
     latent = block.latent
     if latent is not None and d.latent_expanded:  # llama.cpp's cache of a file with the unsplit attn_kv_b
         latent = dataclasses.replace(latent, runtime_expands=True)
+    source = _at_layer(block.name, d.kv_from) if d.kv_from is not None else None
+    if source is not None:  # a layer reusing another's cache: which block's, said (counted there once)
+        evidence += (Evidence("kv_cache_shared_from", d.kv_from, "gguf", f"{d.reason}: the cache of {source}"),)
     return dataclasses.replace(block, sliding_window=d.window, kv_cache_reason=None if d.caches else d.reason,
-                               evidence=evidence, latent=latent)
+                               evidence=evidence, latent=latent, kv_cache_shared_from=source)
+
+
+def _at_layer(name: str, layer: int) -> str | None:
+    """``name`` (``blk.N.attn``, ``dec.blk.N.attn``) with its layer number N replaced by ``layer``."""
+    parts = name.split(".")
+    at = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+    return None if at is None else ".".join([*parts[:at], str(layer), *parts[at + 1:]])
 
 
 def gguf_tree_result(tree: Tree, path: str, display: str, blob: Blob, *, remote: bool) -> SourceResult:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mhainspect.errors import InputError, read_error
-from mhainspect.frontends.gguf.kv_layers import reused_kv_reason
+from mhainspect.frontends.gguf.kv_layers import kv_from_start, reused_kv_reason
 from mhainspect.frontends.gguf.split import split_name
 from mhainspect.frontends.gguf.swa import SwaLayout, disabled_note, swa_layout, unknown_pattern_warning
 from mhainspect.ir.dtypes import Family, ggml_name, lookup
@@ -658,6 +658,7 @@ class Decoding:
     # A latent block whose file keeps the unsplit attn_kv_b: llama.cpp then caches the per-head K/V
     # (its MLA cache needs attn_k_b / attn_v_b).
     latent_expanded: bool = False
+    kv_from: int | None = None  # the layer whose cache this one reuses (llama.cpp's reuse callback)
 
 
 KV_CACHE_DTYPE = "float16"  # llama.cpp's default K/V cache type (its -ctk / -ctv options change it)
@@ -675,7 +676,7 @@ def decoding(name: str, cross: bool, ns: Namespace, layer: int | None,
         return Decoding(False, f"GGUF '{scope}' is an encoder block (runs once over its input)")
     reused = None if cross else reused_kv_reason(ns.arch, ns.prefix, metadata, layer)
     if reused is not None:
-        return Decoding(False, reused)
+        return Decoding(False, reused, kv_from=_reused_layer(ns, metadata, layer))
     reason = ("GGUF cross-attention of a decoder: K/V computed once from the encoder output" if cross
               else f"GGUF {ns.prefix.rstrip('.')}: llama.cpp decodes autoregressively (causal attention)")
     if latent_expanded:
@@ -688,6 +689,21 @@ def decoding(name: str, cross: bool, ns: Namespace, layer: int | None,
     off = disabled_note(ns.arch, metadata, ns.prefix)
     return Decoding(True, f"{reason}; {off}" if off is not None and not cross else reason,
                     latent_expanded=latent_expanded)
+
+
+def _reused_layer(ns: Namespace, metadata: Mapping[str, MetaValue], layer: int | None) -> int | None:
+    """The layer whose cache layer ``layer`` reuses: the last one with a cache of its own that is of
+    its kind (sliding or not, as ``swa_layout`` says), as llama.cpp's reuse callback picks it."""
+    found = kv_from_start(ns.arch, ns.prefix, metadata)
+    if found is None or layer is None:
+        return None
+    layout = ns.swa()
+    slides = layout.slides if layout is not None else ()
+
+    def kind(i: int) -> bool:
+        return i < len(slides) and slides[i]
+
+    return next((j for j in range(found[0] - 1, -1, -1) if kind(j) == kind(layer)), None)
 
 
 def swa_warnings(metadata: Mapping[str, MetaValue], arch: str) -> list[str]:
