@@ -8,12 +8,11 @@ numbers are read from the built attention modules (their weights' shapes), not f
 from __future__ import annotations
 
 import json
-import math
-import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
+from remote_models import write_safetensors
 
 from mhainspect.frontends.checkpoint.hf_config import layer_number, offers_from_config
 from mhainspect.pipeline import audit
@@ -150,14 +149,7 @@ def test_layer_number() -> None:
 
 
 def _write_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> None:
-    header: dict[str, Any] = {}
-    offset = 0
-    for name, shape in shapes.items():
-        n = math.prod(shape) * 4
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+    write_safetensors(path, {name: ("F32", shape) for name, shape in shapes.items()})
 
 
 @pytest.mark.parametrize("packed", [False, True])

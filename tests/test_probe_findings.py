@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
+from remote_models import write_safetensors
 
 from mhainspect.frontends.checkpoint.hf_config import offers_from_config, sub_config
 from mhainspect.matchers.grouping import cross_by_name
@@ -123,14 +123,7 @@ def test_cross_attention_by_name(name: str, cross: bool) -> None:
 
 
 def _write_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> None:
-    header: dict[str, Any] = {}
-    offset = 0
-    for name, shape in shapes.items():
-        n = math.prod(shape) * 4
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+    write_safetensors(path, {name: ("F32", shape) for name, shape in shapes.items()})
 
 
 def _attention(prefix: str, d: int, q: int, kv: int, kv_in: int | None = None) -> dict[str, tuple[int, ...]]:
