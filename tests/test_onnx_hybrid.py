@@ -17,18 +17,18 @@ from tests import attention_graphs as ag
 D, HEADS, INNER, STATE, KERNEL = 32, 4, 64, 16, 4
 
 
-def _hybrid(path: Path, mixer_names: bool) -> Path:
+def _hybrid(path: Path, mixer_names: bool, pads: tuple[int, int] = (KERNEL - 1, 0), kernel: int = KERNEL) -> Path:
     """Layer 0: a Mamba-like mixer (its A_log, D and depthwise conv1d named as transformers names
     them, or anonymous as an exporter that folded them leaves them); layer 1: attention."""
     g = ag.Nodes()
     prefix = "model.layers.0.mamba." if mixer_names else "onnx::"
     a_log, conv, skip = (f"{prefix}A_log", f"{prefix}conv1d.weight", f"{prefix}D") if mixer_names else \
         ("onnx::Exp_17", "onnx::Conv_18", "onnx::Mul_19")
-    g.inits += [ag.weight(a_log, INNER, STATE), ag.weight(conv, INNER, 1, KERNEL), ag.weight(skip, INNER),
+    g.inits += [ag.weight(a_log, INNER, STATE), ag.weight(conv, INNER, 1, kernel), ag.weight(skip, INNER),
                 ag.weight("model.layers.0.mamba.in_proj.weight", D, INNER)]
     h = g.add("MatMul", ["x", "model.layers.0.mamba.in_proj.weight"], "/model/layers.0/mamba/in_proj/MatMul_out")
     t = g.add("Transpose", [h], "/model/layers.0/mamba/T_out", perm=[0, 2, 1])
-    c = g.add("Conv", [t, conv], "/model/layers.0/mamba/conv1d/Conv_out", group=INNER, pads=[KERNEL - 1, 0])
+    c = g.add("Conv", [t, conv], "/model/layers.0/mamba/conv1d/Conv_out", group=INNER, pads=list(pads))
     g.add("Exp", [a_log], "/model/layers.0/mamba/Exp_out")
     g.add("Mul", [c, skip], "/model/layers.0/mamba/state_out")
     w = ag.Weights("model.layers.1.self_attn", D)
@@ -67,3 +67,21 @@ def test_a_config_beside_gives_the_layers_and_their_state(tmp_path: Path) -> Non
     assert mixer.state_bytes_per_layer == 5120
     kv = report.model.kv_cache
     assert kv is not None and kv.state_bytes_per_sequence == 5120
+
+
+def test_a_causal_depthwise_convolution_tells_without_names(tmp_path: Path) -> None:
+    """Every mixer parameter folded or renamed (as the TorchScript exporter leaves Jamba's) and no
+    config: the layer's short causal depthwise convolution (weight [C, 1, k], group C, k - 1 inputs
+    of left padding) still lists it, its state unsized and said so; memory is not given as a whole."""
+    report = mhainspect.inspect(str(_hybrid(tmp_path / "anon", mixer_names=False)), context=100)
+    (mixer,) = report.model.mixers
+    assert mixer.layers == (0,) and mixer.state_bytes_per_layer is None
+    memory = report.model.memory
+    assert memory is not None and memory.total_bytes is None
+
+
+def test_a_convolution_padded_on_both_sides_is_no_mixer(tmp_path: Path) -> None:
+    """A depthwise convolution padded by half its kernel on each side (ConvBERT, a Conformer) sees the
+    future: no recurrent mixer, nothing listed."""
+    report = mhainspect.inspect(str(_hybrid(tmp_path / "sym", mixer_names=False, pads=(4, 4), kernel=9)), context=100)
+    assert report.model.mixers == ()

@@ -9,3 +9,6 @@ from __future__ import annotations
 STATE_WEIGHTS = frozenset(("A_log", "dt_bias", "slope_rate"))
 # How the name of such a parameter, or of the weight of a mixer's short convolution, ends.
 MIXER_ENDINGS = (*sorted(STATE_WEIGHTS), "conv.weight", "conv1d.weight")
+# The longest kernel of a mixer's short causal convolution (Mamba: 4, LFM2: 3); a longer depthwise
+# convolution is a model's own (a Conformer's 31, a positional convolution's 128).
+MAX_CONV_KERNEL = 16

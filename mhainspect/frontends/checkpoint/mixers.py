@@ -26,13 +26,10 @@ from mhainspect.frontends.checkpoint.hf_config import sub_config
 from mhainspect.frontends.checkpoint.layer_types import LayerPlan, LayerType, layer_plan
 from mhainspect.frontends.checkpoint.size_inputs import config_causal, config_dtype, layer_index, model_float_dtype
 from mhainspect.ir.limits import config_int
-from mhainspect.ir.mixer_names import MIXER_ENDINGS, STATE_WEIGHTS
+from mhainspect.ir.mixer_names import MAX_CONV_KERNEL, MIXER_ENDINGS, STATE_WEIGHTS
 from mhainspect.ir.weights import WeightMeta
 from mhainspect.results import AttentionBlock, Evidence, EvidenceSource, Miss, MixerKind
 from mhainspect.results.stages import MixerLayers, SizeInputs
-
-_MAX_CONV_KERNEL = 16  # a causal short convolution's kernel (Mamba: 4, LFM2: 3)
-
 
 # The module name of a mixer's short causal convolution (Mamba's conv1d, KDA's q_conv1d, LFM2's conv).
 _CONV_MODULE = re.compile(r"^(?:[a-z]+_)?conv(?:1d)?$")
@@ -40,7 +37,7 @@ _CONV_MODULE = re.compile(r"^(?:[a-z]+_)?conv(?:1d)?$")
 
 def _is_conv(module: str, shape: Sequence[int]) -> bool:
     """A depthwise causal convolution's weight: [channels, 1, kernel] of a module named as one."""
-    return len(shape) == 3 and shape[1] == 1 and 1 < shape[2] <= _MAX_CONV_KERNEL and \
+    return len(shape) == 3 and shape[1] == 1 and 1 < shape[2] <= MAX_CONV_KERNEL and \
         _CONV_MODULE.match(module.rpartition(".")[2]) is not None
 
 

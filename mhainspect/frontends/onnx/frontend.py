@@ -26,7 +26,7 @@ from mhainspect.frontends.onnx.values import DataFiles, folded_copies, folded_no
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import ModelGraph, Node, Tensor
 from mhainspect.ir.limits import MAX_NUMEL
-from mhainspect.ir.mixer_names import MIXER_ENDINGS
+from mhainspect.ir.mixer_names import MAX_CONV_KERNEL, MIXER_ENDINGS
 from mhainspect.ir.parameters import scan_stored
 from mhainspect.matchers.graph import graph_blocks
 from mhainspect.results import ModelFacts, ReportWarning, WarningCode, coded
@@ -128,15 +128,43 @@ def _duplicate_producers(nodes: Sequence[Node]) -> list[str]:
     return [f"'{name}' ({count} nodes)" for (_, name), count in producers.items() if count > 1]
 
 
+def _causal_convs(graph: ModelGraph) -> dict[str, tuple[int, ...]]:
+    """The graph's short causal depthwise convolutions, by module path: a Conv node whose weight
+    [C, 1, k] (1 < k <= MAX_CONV_KERNEL) runs per channel (group = C) with k - 1 inputs of padding
+    before the first. That is a recurrent or convolution mixer's (Mamba, Gated DeltaNet, LFM2: it keeps
+    its last inputs per sequence), whatever the exporter left of its parameters' names; a
+    convolution padded on both sides by half its kernel (ConvBERT, a Conformer) is not causal."""
+    out: dict[str, tuple[int, ...]] = {}
+    for n in graph.nodes:
+        if n.op != "Conv" or len(n.inputs) < 2 or (w := graph.weights.get(n.inputs[1])) is None \
+                or w.name.endswith(MIXER_ENDINGS):  # a named one is read by its name
+            continue
+        shape = w.shape
+        pads = n.attrs.get("pads")
+        if len(shape) != 3 or shape[1] != 1 or not 1 < shape[2] <= MAX_CONV_KERNEL or n.attrs.get("group") != shape[0] \
+                or not isinstance(pads, (list, tuple)) or not pads or pads[0] != shape[2] - 1:
+            continue
+        module = n.scope or ".".join(part for part in n.name.strip("/").split("/")[:-1])
+        if module:  # the convolution's module (node /m/layers.0/mamba/conv1d/Conv), else one in the mixer's
+            last = module.rpartition(".")[2]
+            named = last in ("conv", "conv1d") or last.endswith(("_conv", "_conv1d"))
+            out[f"{module}.weight" if named else f"{module}.conv1d.weight"] = shape
+    return out
+
+
 def _mixers(graph: ModelGraph, config: Mapping[str, Any] | None) -> tuple[MixerLayers, ...]:
     """Layers of a recurrent or convolution mixer (``checkpoint.mixers.graph_mixers``): looked for
-    only where a weight's name or the config can tell, so a plain graph imports nothing more."""
-    if config is None and not any(n.endswith(MIXER_ENDINGS) for n in graph.weights):
+    only where a weight's name, a causal convolution or the config can tell, so a plain graph imports
+    nothing more."""
+    convs = _causal_convs(graph)
+    if config is None and not convs and not any(n.endswith(MIXER_ENDINGS) for n in graph.weights):
         return ()
     from mhainspect.frontends.checkpoint.mixers import graph_mixers
     from mhainspect.ir.weights import WeightMeta
 
-    return graph_mixers(config, {n: WeightMeta(n, t.shape, t.dtype, t.storage_key) for n, t in graph.weights.items()})
+    weights = {n: WeightMeta(n, t.shape, t.dtype, t.storage_key) for n, t in graph.weights.items()}
+    weights.update({n: WeightMeta(n, shape, "float32", n) for n, shape in convs.items() if n not in weights})
+    return graph_mixers(config, weights)
 
 
 def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
