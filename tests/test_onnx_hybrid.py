@@ -85,3 +85,45 @@ def test_a_convolution_padded_on_both_sides_is_no_mixer(tmp_path: Path) -> None:
     future: no recurrent mixer, nothing listed."""
     report = mhainspect.inspect(str(_hybrid(tmp_path / "sym", mixer_names=False, pads=(4, 4), kernel=9)), context=100)
     assert report.model.mixers == ()
+
+
+def test_a_torchscript_export_of_jamba(tmp_path: Path) -> None:
+    """transformers' Jamba (layer 0 Mamba, layer 1 attention, random weights plus noise) exported by
+    the TorchScript exporter, which folds A_log, D and the conv weight into anonymous constants: one
+    block (layer 1, 4/2 heads), the Mamba layer listed by its causal convolution; with the config
+    beside, its state as transformers' cache holds it (conv [C, k] + SSM [inner, d_state], float32),
+    read from the module's own parameters."""
+    import warnings
+
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from tests.random_weights import LastHiddenState, add_noise
+
+    config = transformers.JambaConfig(vocab_size=64, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                      num_hidden_layers=2, attn_layer_period=2, attn_layer_offset=1, num_experts=1,
+                                      mamba_d_state=4, mamba_expand=2, intermediate_size=64, use_mamba_kernels=False)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = add_noise(transformers.JambaModel(config)).eval()
+    ids = torch.randint(2, 60, (2, 8), generator=torch.Generator().manual_seed(0))
+    path = tmp_path / "jamba" / "model.onnx"
+    path.parent.mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(LastHiddenState(model), (ids, torch.ones_like(ids)), str(path), input_names=["ids", "mask"],
+                          output_names=["out"], opset_version=17, dynamo=False)
+    names = {i.name for i in onnx.load(str(path)).graph.initializer}
+    assert not any(n.endswith(("A_log", "conv1d.weight")) for n in names)  # what makes the case
+    report = mhainspect.inspect(str(path), context=100)
+    assert [(b.num_heads, b.num_kv_heads) for b in report.blocks] == [(4, 2)] and "layers.1" in report.blocks[0].name
+    (mixer,) = report.model.mixers
+    assert mixer.layers == (0,) and mixer.state_bytes_per_layer is None
+    config.save_pretrained(path.parent)
+    mamba = model.layers[0].mamba
+    channels, _, kernel = mamba.conv1d.weight.shape
+    truth = 4 * (channels * kernel + mamba.A_log.numel())
+    report = mhainspect.inspect(str(path), context=100)
+    (mixer,) = report.model.mixers
+    assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,) and mixer.state_bytes_per_layer == truth
