@@ -208,3 +208,20 @@ def test_missing_state_widths_are_said(tmp_path: Path) -> None:
     kv = report.model.kv_cache
     assert kv is not None and kv.bytes_per_token == 128 and kv.state_bytes_per_sequence is None
     assert kv.state_reason is not None and "inner_size" in kv.state_reason
+
+
+def test_rwkv_like_time_mix_layers(tmp_path: Path) -> None:
+    """RWKV: every layer a WKV linear attention (time_mix_*), no attention, no KV claim. llama.cpp's
+    state a layer: token shift 2 × 64 = 128 + WKV 64 × head_size 16 = 1,024 -> 1,152 × 4 = 4,608
+    bytes; two layers 9,216."""
+    def layer(i: int) -> list[T]:
+        return [T(f"blk.{i}.attn_norm.weight", (E,)), T(f"blk.{i}.time_mix_lerp_fused.weight", (6, 1, 1, E)),
+                T(f"blk.{i}.time_mix_key.weight", (E, E)), T(f"blk.{i}.time_mix_value.weight", (E, E)),
+                T(f"blk.{i}.time_mix_receptance.weight", (E, E)), T(f"blk.{i}.time_mix_output.weight", (E, E)),
+                T(f"blk.{i}.channel_mix_key.weight", (128, E)), T(f"blk.{i}.channel_mix_value.weight", (E, 128))]
+    report = _audit(tmp_path / "rwkv7.gguf", "rwkv7", {
+        "{arch}.block_count": 2, "{arch}.wkv.head_size": 16, "{arch}.token_shift_count": 2}, [*layer(0), *layer(1)])
+    assert report.blocks == ()
+    assert _layers(report) == {MixerKind.LINEAR_ATTENTION: (0, 1)}
+    kv = report.model.kv_cache
+    assert kv is not None and kv.status is CacheStatus.NONE and kv.state_bytes_per_sequence == 9216
