@@ -234,7 +234,7 @@ def group_attention(weights: Mapping[str, WeightMeta], kv_source: Callable[[str]
         query = _learned_query(owner, roles, found.queries)
         blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross_by_name(owner) or query is not None,
                                    own_biases, latent[1] if latent is not None else None, query,
-                                   tuple(kids_of.head_norms.get(owner, ())), kv_from))
+                                   kids_of.head_norms(owner, found.modules), kv_from))
         by_owner[owner] = blocks[-1]
     return _with_enclosing_extras(blocks, found.extras)
 
@@ -311,11 +311,17 @@ def _by_module(weights: Mapping[str, WeightMeta]) -> _ByModule:
 @dataclass(frozen=True)
 class _Children:
     """The modules with a weight, by parent: by role (q, k, v, o, qkv), by latent part
-    (``LATENT_MODULES``), and the candidate Q/K norms (``HeadNorm``)."""
+    (``LATENT_MODULES``), and the others (where a block's candidate Q/K norms are, ``head_norms``)."""
 
     roles: dict[str, dict[str, str]]
     latent: dict[str, dict[str, str]]
-    head_norms: dict[str, list[HeadNorm]]
+    others: dict[str, list[str]]
+
+    def head_norms(self, owner: str, modules: Mapping[str, Mapping[str, WeightMeta]]) -> tuple[HeadNorm, ...]:
+        """The candidate Q/K norms held by the attention module ``owner``: told for a block's
+        module only, not for every module of the model (a mixture of experts has tens of thousands)."""
+        return tuple(HeadNorm(p, norm_side(p), modules[p]["weight"], modules[p].get("bias"))
+                     for p in self.others.get(owner, ()) if _vector_module(modules[p]))
 
 
 def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
@@ -328,9 +334,8 @@ def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
         part = LATENT_MODULES.get(last)
         if part is not None:
             out.latent.setdefault(parent, {})[part] = path
-        if role is None and part is None and _vector_module(tensors):
-            out.head_norms.setdefault(parent, []).append(
-                HeadNorm(path, norm_side(path), tensors["weight"], tensors.get("bias")))
+        if role is None and part is None:
+            out.others.setdefault(parent, []).append(path)
         # to_out.0 (diffusers): the output projection is the first item of a Sequential.
         if role is None and last.isdigit() and parent.rpartition(".")[2].lower() == "to_out":
             role, parent = "o", parent.rpartition(".")[0]
