@@ -250,3 +250,44 @@ def test_kv_heads_from_a_width_that_do_not_divide_the_query_heads_are_not_taken(
     grouped = decide([Evidence("num_heads", 8, EvidenceSource.CONFIG, "config"),
                       Evidence("d_k", 16, EvidenceSource.CONFIG, "config")], Widths(q=128, k=32, v=32, o_in=128))
     assert (grouped.num_heads, grouped.num_kv_heads, grouped.conflicts) == (8, 2, ())
+
+
+def _stage_folder(tmp_path: Path, cfg: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    _write_safetensors(tmp_path / "model.safetensors", shapes)
+    return {b.name: b for b in audit(tmp_path).blocks}
+
+
+def test_a_config_is_not_read_for_a_stage_of_another_width(tmp_path: Path) -> None:
+    """A Hiera-shaped backbone (SAM 2): the top level describes the first stage (32 wide, 2 heads);
+    the second stage is twice as wide with 4 heads under a per-stage key no rule reads. The second
+    stage's heads are not the top-level 2 (that would read d_k 32 for its 16): unknown, saying why."""
+    cfg = {"model_type": "stage_backbone", "hidden_size": 32, "num_attention_heads": 2,
+           "num_attention_heads_per_stage": [2, 4], "embed_dim_per_stage": [32, 64], "blocks_per_stage": [1, 1]}
+    blocks = _stage_folder(tmp_path, cfg, {**_attention("stages.0.blocks.0.attn", 32, 32, 32),
+                                           **_attention("stages.1.blocks.0.attn", 64, 64, 64)})
+    first, second = blocks["stages.0.blocks.0.attn"], blocks["stages.1.blocks.0.attn"]
+    assert (first.num_heads, first.num_kv_heads, first.d_k, first.d_model) == (2, 2, 16, 32)
+    assert (second.num_heads, second.num_kv_heads, second.d_k, second.d_model) == (None, None, None, 64)
+    assert second.unknown_reason is not None and "width 32" in second.unknown_reason \
+        and "d_model 64" in second.unknown_reason
+    assert second.params.total == first.params.total * 4  # the widths are still counted
+    assert any(e.field == "num_heads" and e.value is None and "num_attention_heads=2" in e.detail
+               for e in second.evidence)
+
+
+def test_a_config_of_another_width_whose_heads_fill_the_block_is_read(tmp_path: Path) -> None:
+    """A block whose input is not the config's width (a projection from a narrower stream), but whose
+    Q width is the config's heads × head size: the config describes it; its counts are taken."""
+    cfg = {"model_type": "narrow_input", **LLAMA_LIKE}
+    blocks = _stage_folder(tmp_path, cfg, _attention("layers.0.self_attn", 48, 96, 48))
+    (block,) = blocks.values()
+    assert (block.num_heads, block.num_kv_heads, block.d_k, block.d_model) == (4, 2, 24, 48)
+
+
+def test_a_block_at_the_configs_inner_width_is_the_configs(tmp_path: Path) -> None:
+    """MobileBERT's attention runs at its bottleneck (``intra_bottleneck_size``), not the hidden size:
+    a width the config states, so its head count is the block's."""
+    cfg = {"model_type": "bottleneck", "hidden_size": 64, "intra_bottleneck_size": 128, "num_attention_heads": 4}
+    (block,) = _stage_folder(tmp_path, cfg, _attention("encoder.layer.0.attention", 128, 128, 128)).values()
+    assert (block.num_heads, block.d_k, block.d_model) == (4, 32, 128)

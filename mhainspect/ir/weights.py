@@ -135,6 +135,9 @@ class HeadOffers:
     kv_rank: int | None = None
     rope_dim: int | None = None
     q_rank: int | None = None
+    # The model widths of what the offer describes (a config's hidden size): a block of another
+    # width is not the one it describes unless its heads × head size are the block's Q width.
+    widths: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if type(self.source) is not EvidenceSource:

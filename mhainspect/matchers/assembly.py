@@ -200,6 +200,26 @@ class Widths:
     packed_label: str = ""
 
 
+def offer_misfit(widths: tuple[int, ...], heads: int | None, head_dim: int | None, d_model: int | None,
+                 attention_width: int | None) -> str | None:
+    """Why head counts offered by what describes a model of ``widths`` (a config's hidden size) are
+    not the block's, whose input is ``d_model`` wide and whose attention ``attention_width`` (Q's
+    output, else O's input); None when they may be: no width to compare, the block's d_model or
+    attention width is one of them, or the offered heads × head size are its attention width. A
+    config read for a block it does not describe (another stage, tower or sub-module of other
+    widths) would otherwise give a confident wrong count."""
+    if not widths or d_model is None or (heads is None and head_dim is None):
+        return None
+    if d_model in widths or attention_width in widths:
+        return None
+    if heads and head_dim and attention_width is not None and heads * head_dim == attention_width:
+        return None
+    said = "/".join(str(w) for w in widths)
+    attention = f" nor its attention width {attention_width}" if attention_width is not None else ""
+    return (f"the config's width {said} is neither this block's d_model {d_model}{attention}: it describes "
+            "another block, so its head counts are not taken for this one")
+
+
 @dataclass(frozen=True)
 class Decision:
     """Every field of a block as decided, the evidence with what the decision added (in order),

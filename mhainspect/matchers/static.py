@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, identity_by_name, tied_copy_by_name
-from mhainspect.matchers.assembly import Decision, Widths, decide, norm_shared
+from mhainspect.matchers.assembly import Decision, Widths, decide, norm_shared, offer_misfit
 from mhainspect.matchers.grouping import (
     SCORE_TABLE_HEAD_AXIS,
     GroupedBlock,
@@ -70,17 +70,19 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     offers = tuple(offers)
     if group.latent is not None:
         return assemble_latent(group, offers, matcher=matcher, no_heads_reason=no_heads_reason)
-    evidence = [e for o in offers for e in o.evidence()]
+    shown: list[Evidence] = []  # what the weights show, after what the offers say
     conflicts: list[str] = []
     widths: dict[str, tuple[int | None, int | None]] = {}
     for rw in group.roles:
-        widths[rw.role] = _dims(rw, rw.role, evidence)
+        widths[rw.role] = _dims(rw, rw.role, shown)
         quant = rw.weight.quant
         if quant is not None and quant.provenance:  # a quantized weight: how its logical shape was read
-            evidence.append(Evidence("packing", quant.bits, EvidenceSource.WEIGHT_SHAPE,
-                                     quant.provenance_of(rw.weight.name)))
+            shown.append(Evidence("packing", quant.bits, EvidenceSource.WEIGHT_SHAPE,
+                                  quant.provenance_of(rw.weight.name)))
             if quant.conflict:
                 conflicts.append(quant.conflict)
+    offers, misfits = _describing(offers, group, widths)
+    evidence = [e for o in offers for e in o.evidence()] + misfits + shown
     head = _head_norm_evidence(group, widths)
     if head is not None:
         evidence.append(head)
@@ -101,7 +103,8 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         evidence.append(Evidence("scale", scale, scale_source, scale_detail or "scale attribute"))
     unknown = None
     if decision.num_heads is None:
-        unknown = no_heads_reason or "no head count: weight shapes give the projection widths, not the heads"
+        unknown = ("; ".join(f"{m.detail}" for m in misfits) or no_heads_reason
+                   or "no head count: weight shapes give the projection widths, not the heads")
         if decision.unsplit is not None:
             unknown = f"{unknown}; {decision.unsplit}"
     runs = next((o.applications for o in offers if o.applications is not None), None)
@@ -119,6 +122,25 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts + list(decision.conflicts))),
         applications=runs if runs is not None else 1, kv_cache_shared_from=group.kv_from,
     )
+
+
+def _describing(offers: tuple[HeadOffers, ...], group: GroupedBlock,
+                widths: Mapping[str, tuple[int | None, int | None]]) -> tuple[tuple[HeadOffers, ...], list[Evidence]]:
+    """The offers with the head sizes and scale of each that describes a model of other widths than
+    the block's taken out (``assembly.offer_misfit``), and why, as evidence of no count."""
+    model = _model_width(group, widths)
+    attention = widths.get("q", (None, None))[1] or widths.get("o", (None, None))[0]
+    kept: list[HeadOffers] = []
+    misfits: list[Evidence] = []
+    for o in offers:
+        why = offer_misfit(o.widths, o.num_heads, o.head_dim, model[0] if model else None, attention)
+        if why is None:
+            kept.append(o)
+            continue
+        kept.append(dataclasses.replace(o, num_heads=None, num_kv_heads=None, head_dim=None, v_head_dim=None,
+                                        scale=None))
+        misfits.append(Evidence("num_heads", None, o.source, f"{o.detail}: {why}"))
+    return tuple(kept), misfits
 
 
 def _block_evidence(group: GroupedBlock) -> list[Evidence]:

@@ -63,6 +63,9 @@ HEAD_DIM_KEYS = ("head_dim", "attention_head_dim", "d_kv", "kv_channels", "atten
                  "d_head")
 V_HEAD_DIM_KEYS = ("v_head_dim",)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim")
+# A width a config runs its attention at apart from the hidden size (MobileBERT's bottleneck): the
+# blocks of that width are the config's too (``HeadOffers.widths``).
+INNER_WIDTH_KEYS = ("intra_bottleneck_size",)
 _SIZE_KEYS = frozenset(HEADS_KEYS + KV_HEADS_KEYS + HEAD_DIM_KEYS + V_HEAD_DIM_KEYS + HIDDEN_KEYS)
 
 
@@ -706,6 +709,8 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
         kv_rank=_value_of(latent.get("kv_rank")),
         rope_dim=_value_of(latent.get("rope_dim")),
         q_rank=_value_of(latent.get("q_rank")),
+        widths=tuple(f.value for f in (_first(c, HIDDEN_KEYS, layer), _first(c, INNER_WIDTH_KEYS, layer))
+                     if f is not None),
     )
 
 

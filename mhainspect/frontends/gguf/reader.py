@@ -602,7 +602,10 @@ def latent_offers_for(ns: Namespace, layer: int | None) -> list[HeadOffers]:
                         ("kv_rank", "kv_lora_rank"), ("q_rank", "q_lora_rank")):
         k = ns.key(f"attention.{name}")
         if (v := k.at(layer)) is not None and v:
-            out.append(HeadOffers(source="gguf", detail=f"GGUF {k.describe(layer)}", **{field: v}))
+            said = {field: v}
+            out.append(HeadOffers(source="gguf", detail=f"GGUF {k.describe(layer)}", head_dim=said.get("head_dim"),
+                                  v_head_dim=said.get("v_head_dim"), kv_rank=said.get("kv_rank"),
+                                  q_rank=said.get("q_rank")))
     rope = ns.key("rope.dimension_count")
     if (r := rope.at(None)) is not None and r:
         out.append(HeadOffers(rope_dim=r, source="gguf", detail=f"GGUF {rope.describe(None)}"))
