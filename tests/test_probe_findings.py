@@ -291,3 +291,14 @@ def test_a_block_at_the_configs_inner_width_is_the_configs(tmp_path: Path) -> No
     cfg = {"model_type": "bottleneck", "hidden_size": 64, "intra_bottleneck_size": 128, "num_attention_heads": 4}
     (block,) = _stage_folder(tmp_path, cfg, _attention("encoder.layer.0.attention", 128, 128, 128)).values()
     assert (block.num_heads, block.d_k, block.d_model) == (4, 32, 128)
+
+
+def test_a_stacks_head_key_describes_the_stacks_width(tmp_path: Path) -> None:
+    """RT-DETR-shaped (PP-DocLayout v3): ``encoder_attention_heads`` counts the heads of the encoder,
+    whose width is ``encoder_hidden_dim``, not the 64-wide ``d_model`` of the rest: its blocks are
+    the config's, the mit-like ``mit_hidden_size`` of another stack is not a width of the encoder's."""
+    cfg = {"model_type": "stack_widths", "d_model": 64, "encoder_attention_heads": 4, "encoder_hidden_dim": 256}
+    (block,) = _stage_folder(tmp_path, cfg, _attention("encoder.aifi.0.layers.0.self_attn", 256, 256, 256)).values()
+    assert (block.num_heads, block.d_k, block.d_model) == (4, 64, 256)
+    other = offers_from_config({**cfg, "num_attention_heads": 4, "mit_hidden_size": 512}, "mit.layers.0.self_attn")
+    assert other.widths == (64,)

@@ -709,9 +709,26 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
         kv_rank=_value_of(latent.get("kv_rank")),
         rope_dim=_value_of(latent.get("rope_dim")),
         q_rank=_value_of(latent.get("q_rank")),
-        widths=tuple(f.value for f in (_first(c, HIDDEN_KEYS, layer), _first(c, INNER_WIDTH_KEYS, layer))
-                     if f is not None),
+        widths=_widths(c, heads, layer),
     )
+
+
+# The words of a head-count key that say "heads"; the others name what it counts the heads of.
+_HEADS_WORDS = frozenset({"num", "n", "attention", "heads", "head"})
+_WIDTH_SUFFIXES = ("hidden_size", "hidden_dim", "d_model", "embed_dim")
+
+
+def _widths(c: Mapping[str, Any], heads: Found | None, layer: int | None) -> tuple[int, ...]:
+    """The model widths the head count read describes (``HeadOffers.widths``): the hidden size, a
+    width the config runs its attention at (INNER_WIDTH_KEYS), and for a head key that names a
+    stack (``encoder_attention_heads``) that stack's width keys (``encoder_hidden_dim``)."""
+    out = [f.value for f in (_first(c, HIDDEN_KEYS, layer), _first(c, INNER_WIDTH_KEYS, layer)) if f is not None]
+    named = set(_WORDS.findall(re.split(r"[=\[ ]", heads.said, maxsplit=1)[0].lower())) - _HEADS_WORDS \
+        if heads is not None else set()
+    if named:
+        out.extend(v for k in c if isinstance(k, str) and k.endswith(_WIDTH_SUFFIXES)
+                   and named <= set(_WORDS.findall(k.lower())) and (v := positive_int(c[k])) is not None)
+    return tuple(dict.fromkeys(out))
 
 
 def _value_of(found: Found | None) -> int | None:
