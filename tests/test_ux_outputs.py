@@ -121,7 +121,8 @@ def test_option_warnings_are_short(run: Callable[..., Run]) -> None:
     the KV cache line's (was ~480 characters, the cache's reason repeated)."""
     r = run(SAMPLES / "gqa_llama.onnx", "--context", "8k", "--batch", "2", "--kv-dtype", "fp16", "-f", "json")
     lines = [ln for ln in r.err.splitlines() if ln.startswith("mhainspect: warning:")]
-    assert len(lines) == 1 and len(lines[0]) <= 320
+    # The length without the model's path, which is as long as the checkout's folder makes it.
+    assert len(lines) == 1 and len(lines[0].replace(str(SAMPLES / "gqa_llama.onnx"), "MODEL")) <= 320
     assert "the KV cache is unknown for 1 block (model.layers.0.self_attn); " in lines[0]
     enc = run(SAMPLES / "bert_two_layers.onnx", "--context", "8k", "-f", "json").err.strip()
     assert enc.endswith("--context has no effect: nothing in the model caches K/V (the KV cache line says why)")
