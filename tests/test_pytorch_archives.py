@@ -381,3 +381,31 @@ def test_torchscript_and_pt2_in_a_folder(torchscript: dict[str, Path], pt2: dict
     assert result.exit_code == 0, result.stderr
     formats = {Path(r["model"]["path"]).name: r["model"]["format"] for r in json.loads(result.stdout)["models"]}
     assert formats == {"bert.pt2": "torch.export", "bert.pt": "torchscript", "annotated.jit": "torchscript"}
+
+
+# ----------------------------------------------------------------------------- over HTTP
+
+
+@pytest.mark.parametrize("rel", ["llama_gqa.pt2", "llama_gqa.trace.pt", "mha_block.script.pt", "cfg/mha_block.pt2"])
+def test_archive_over_http_equals_local(rel: str, pt2: dict[str, Path], torchscript: dict[str, Path],
+                                        tmp_path: Path) -> None:
+    """A torch.export or TorchScript archive served over HTTP (read by ranges, its kind told by its
+    member list, a config.json beside it read through the same tree) gives the local file's report."""
+    from remote_servers import FileServer
+
+    files = {"llama_gqa.pt2": pt2["llama_gqa"], "llama_gqa.trace.pt": torchscript["llama_gqa.trace"],
+             "mha_block.script.pt": torchscript["mha_block.script"], "cfg/mha_block.pt2": pt2["mha_block"]}
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps({"architectures": ["BertModel"], "model_type": "bert"}))
+    for name, source in files.items():
+        (tmp_path / name).write_bytes(source.read_bytes())
+
+    def text(source: str | Path, base: str) -> str:
+        return json.dumps(report_to_dict(mhainspect.inspect(source)), sort_keys=True).replace(base, "<base>")
+
+    local = text(tmp_path / rel, str(tmp_path))
+    with FileServer(tmp_path) as server:
+        remote = text(server.url(rel), server.url("").rstrip("/"))
+        assert server.log.requests > 0
+    assert remote == local
+    assert ("config read from <base>/cfg/config.json" in local) == rel.startswith("cfg/")

@@ -21,8 +21,8 @@ member list), its suffix only where the content names no format (ONNX has no sig
 One door (``tree_result``) leads to the readers of files and folders, for a local argument (the
 folder that holds it as a local Tree, the file as its Blob) and a remote one alike; only a local
 argument's kind is found otherwise (``classify``: on disk, with what a zip archive's member list
-says), and the readers that open a path (torch.export and TorchScript archives, Keras folders and
-HDF5 files, factory specs) keep a door of their own.
+says; a remote zip's by the same test of its member list, as torch.save's reader opens it), and the
+readers that open a path (Keras folders and HDF5 files, factory specs) keep a door of their own.
 
 Returns a SourceResult (mhainspect.pipeline makes the Report), raises InputError; prints nothing.
 """
@@ -167,18 +167,11 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
 
 def _local_result(src: Source, path: str, stated: HeadOffers | None) -> SourceResult:
     """A local argument through the door a remote one takes (``tree_result``): the folder that holds
-    it as a local Tree, the file as its Blob. Kept on a path of their own, and why:"""
+    it as a local Tree, the file as its Blob; a factory spec and Keras' folders and HDF5 files keep
+    a path of their own (see the comments)."""
     # The readers are imported when their kind of source is met.
     if src.kind == "factory":
         raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
-    if src.kind == "torch_export":  # its reader opens the zip archive by path (a remote zip goes to torch.save's)
-        from mhainspect.frontends.archives.frontend import export_result
-
-        return export_result(path)
-    if src.kind == "torchscript":  # likewise
-        from mhainspect.frontends.archives.frontend import torchscript_result
-
-        return torchscript_result(path)
     from mhainspect.sources.transports.local import LocalTree
 
     check_symlink_loop(path)
@@ -208,7 +201,8 @@ def _keras_by_path(path: str, stated: HeadOffers | None) -> SourceResult:
 def tree_result(tree: Tree, path: str, display: str, blob: Blob | None, kind: str, stated: HeadOffers | None, *,
                 remote: bool) -> SourceResult:
     """The one door to the readers, for a local argument and a remote one alike: ``kind`` ("folder",
-    "checkpoint", "safetensors", "gguf", "keras" (a .keras archive) or "onnx": what the content
+    "checkpoint", "safetensors", "gguf", "keras" (a .keras archive), "torch_export", "torchscript" or
+    "onnx": what the content
     says, else the suffix) picks the reader, which reads ``path`` of ``tree`` (through ``blob``, the
     file's, for a file) and names it ``display``; ``remote``: reads are round trips (in parallel)."""
     if kind == "folder":
@@ -224,10 +218,19 @@ def tree_result(tree: Tree, path: str, display: str, blob: Blob | None, kind: st
         return archive_result(blob, display, stated)
     if kind in ("checkpoint", "safetensors"):
         from mhainspect.frontends.checkpoint.frontend import checkpoint_file_result
+        from mhainspect.frontends.formats import OtherArchive
 
         safetensors = kind == "safetensors" or path.lower().endswith(".safetensors") or _safetensors_content(blob)
-        return checkpoint_file_result(tree, path, display, blob, safetensors, stated, remote=remote,
-                                      config_name=beside(display, "config.json"))
+        try:
+            return checkpoint_file_result(tree, path, display, blob, safetensors, stated, remote=remote,
+                                          config_name=beside(display, "config.json"))
+        except OtherArchive as other:  # a remote zip's members name a TorchScript archive or a torch.export program
+            kind = other.archive
+    if kind in ("torch_export", "torchscript"):
+        from mhainspect.frontends.archives.frontend import export_result, torchscript_result
+
+        reader = export_result if kind == "torch_export" else torchscript_result
+        return reader(tree, path, display, blob)
     if kind == "gguf":
         from mhainspect.frontends.gguf.frontend import gguf_tree_result
 

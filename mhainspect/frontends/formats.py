@@ -106,7 +106,7 @@ def identify(path: Path) -> str | Foreign | None:
             archive = ZipArchive(path)
         except InputError:
             return None  # a broken zip: the reader its suffix names says what is wrong
-        return _zip_kind(archive)
+        return zip_kind(archive)
     if head.startswith(_GGUF):
         return Kind.GGUF
     if head.startswith(_PICKLE_PROTOCOL):
@@ -146,11 +146,25 @@ def identify_folder(path: Path) -> Foreign | None:
     return None
 
 
-def _zip_kind(archive: ZipArchive) -> str | Foreign:
-    """Which archive a zip is, by its members: a torch.export program (archive_format 'pt2' with
-    models/*.json, or the older serialized_exported_program.json), a TorchScript archive (code/
-    and constants.pkl), a torch.save zip (data.pkl), a Keras archive, an AOTInductor package."""
-    rel = set(archive_members(archive.names())[1])
+class OtherArchive(InputError):
+    """A zip archive opened by one reader whose member list names another's (``archive``): a remote
+    zip is told apart as it is read, so that its directory is fetched once for a torch.save zip."""
+
+    def __init__(self, path: object, kind: str) -> None:
+        super().__init__(f"{path}: a {kind} archive")
+        self.archive = kind
+
+
+def zip_kind(archive: ZipArchive) -> str | Foreign:
+    """Which archive a zip is, by its members (``names_kind``)."""
+    return names_kind(archive.names(), archive.path)
+
+
+def names_kind(names: list[str], path: object) -> str | Foreign:
+    """Which archive a zip of these member ``names`` is: a torch.export program (archive_format
+    'pt2' with models/*.json, or the older serialized_exported_program.json), a TorchScript archive
+    (code/ and constants.pkl), a torch.save zip (data.pkl), a Keras archive, an AOTInductor package."""
+    rel = set(archive_members(names)[1])
     if "serialized_exported_program.json" in rel or any(n.startswith("models/") and n.endswith(".json")
                                                        for n in rel):
         return Kind.TORCH_EXPORT
@@ -162,7 +176,7 @@ def _zip_kind(archive: ZipArchive) -> str | Foreign:
         return Kind.CHECKPOINT
     if "config.json" in rel and "model.weights.h5" in rel:
         return Kind.KERAS
-    raise InputError(f"{archive.path}: a zip archive that is no PyTorch archive (torch.save, torch.jit.save, "
+    raise InputError(f"{path}: a zip archive that is no PyTorch archive (torch.save, torch.jit.save, "
                      "torch.export.save) and no other model format mhainspect knows")
 
 

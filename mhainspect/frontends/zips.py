@@ -14,9 +14,13 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from mhainspect.errors import InputError, read_error
 from mhainspect.ir.limits import MAX_ARCHIVE_MEMBERS
+
+if TYPE_CHECKING:
+    from mhainspect.sources.blob import Blob, SparseView
 
 ZIP_MAGIC = b"PK\x03\x04"
 STORED, DEFLATED = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
@@ -27,6 +31,7 @@ _MAX_COMMENT = 0xFFFF
 _ZIP64_LOCATOR = b"PK\x06\x07"
 _ZIP64_LOCATOR_SIZE = 20
 _ZIP64_EOCD = b"PK\x06\x06"
+_FIRST_TAIL = 1024  # PyTorch writes no archive comment: the end record is in the last bytes
 
 
 def is_zip(head: bytes) -> bool:
@@ -47,15 +52,19 @@ class Member:
 
 
 class ZipArchive:
-    """The member list of a zip file, read once; members read on demand (see read)."""
+    """The member list of a zip file, read once; members read on demand (see read). The file is
+    ``path`` on disk, or ``blob`` (a local or remote file, read by ranges) named ``path``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | str, blob: Blob | None = None) -> None:
         self.path = path
+        self.blob = blob
+        self._view: SparseView | None = None  # a blob's spans, fetched once for every read
         try:
-            self.file_size = path.stat().st_size
-            _check_member_count(path, self.file_size)
-            with zipfile.ZipFile(path) as archive:
-                infos = archive.infolist()
+            self.file_size = Path(path).stat().st_size if blob is None else blob.size()
+            with self._open() as fh:
+                _check_member_count(path, fh, self.file_size)
+                with zipfile.ZipFile(fh) as archive:
+                    infos = archive.infolist()
         except OSError as exc:
             raise read_error(path, exc) from None
         except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError, EOFError,
@@ -65,6 +74,20 @@ class ZipArchive:
         for info in infos:
             self.members.setdefault(info.filename, Member(info.filename, info.file_size, info.compress_size,
                                                           info.compress_type, info.header_offset))
+
+    def _open(self) -> IO[bytes]:
+        """The archive as a seekable file: opened by path on disk, else through its blob."""
+        if self.blob is None:
+            return open(self.path, "rb")
+        from mhainspect.sources.blob import BlobFile
+
+        if self._view is None:
+            from mhainspect.sources.blob import SparseView
+
+            self._view = SparseView(self.blob, self.file_size)
+            tail = self.blob.tail(min(self.file_size, _FIRST_TAIL))  # the end record, and a short directory
+            self._view.seed(self.file_size - len(tail), tail)
+        return BlobFile(self._view)  # type: ignore[return-value]
 
     def names(self) -> list[str]:
         return list(self.members)
@@ -86,7 +109,7 @@ class ZipArchive:
         if member.offset + member.packed > self.file_size:
             raise InputError(f"{self.path}: truncated archive: {what} ({name!r}) ends past the end of the file")
         try:
-            with open(self.path, "rb") as fh:
+            with self._open() as fh:
                 fh.seek(member.offset)
                 local = fh.read(30)
                 if len(local) < 30 or local[:4] != ZIP_MAGIC:
@@ -115,25 +138,27 @@ class ZipArchive:
         return data
 
 
-def _check_member_count(path: Path, size: int) -> None:
+def _check_member_count(path: Path | str, fh: IO[bytes], size: int) -> None:
     """Refuse an archive whose end record (or zip64 end record) declares more than
     MAX_ARCHIVE_MEMBERS members, before zipfile builds an object for each of them."""
-    tail = min(size, _EOCD_SIZE + _MAX_COMMENT)
-    with open(path, "rb") as fh:
+    data = b""
+    for tail in (min(size, _FIRST_TAIL), min(size, _EOCD_SIZE + _MAX_COMMENT)):  # the longest comment only if need be
         fh.seek(size - tail)
         data = fh.read(tail)
-        at = data.rfind(_EOCD)
-        if at < 0 or at + _EOCD_SIZE > len(data):
-            return  # zipfile says what is wrong
-        (entries,) = struct.unpack("<H", data[at + 10:at + 12])
-        locator = at - _ZIP64_LOCATOR_SIZE
-        if entries == 0xFFFF and locator >= 0 and data[locator:locator + 4] == _ZIP64_LOCATOR:
-            (record,) = struct.unpack("<Q", data[locator + 8:locator + 16])
-            if record + 40 <= size:
-                fh.seek(record)
-                head = fh.read(40)
-                if head[:4] == _ZIP64_EOCD:
-                    (entries,) = struct.unpack("<Q", head[32:40])
+        if data.rfind(_EOCD) >= 0:
+            break
+    at = data.rfind(_EOCD)
+    if at < 0 or at + _EOCD_SIZE > len(data):
+        return  # zipfile says what is wrong
+    (entries,) = struct.unpack("<H", data[at + 10:at + 12])
+    locator = at - _ZIP64_LOCATOR_SIZE
+    if entries == 0xFFFF and locator >= 0 and data[locator:locator + 4] == _ZIP64_LOCATOR:
+        (record,) = struct.unpack("<Q", data[locator + 8:locator + 16])
+        if record + 40 <= size:
+            fh.seek(record)
+            head = fh.read(40)
+            if head[:4] == _ZIP64_EOCD:
+                (entries,) = struct.unpack("<Q", head[32:40])
     if entries > MAX_ARCHIVE_MEMBERS:
         raise InputError(f"{path}: refused: the archive declares {entries:,} members (at most "
                          f"{MAX_ARCHIVE_MEMBERS:,})")

@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.archives.program import ArchiveProgram, ArchiveWeight
@@ -32,6 +32,9 @@ from mhainspect.frontends.torch.aten import AtenConverter, AtenNode, TensorMeta,
 from mhainspect.frontends.zips import ZipArchive
 from mhainspect.ir.dtypes import canonical, lookup
 from mhainspect.ir.limits import MAX_ARCHIVE_JSON_BYTES, as_int, shape_problem
+
+if TYPE_CHECKING:
+    from mhainspect.sources.blob import Blob
 
 # torch/_export/serde/schema.py ScalarType -> torch dtype names.
 _SCALAR_TYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32",
@@ -55,9 +58,10 @@ class Opaque:
     value: str = ""
 
 
-def read_export_program(path: Path) -> ArchiveProgram:
-    """The program of a torch.export archive (the model named 'model', else the first)."""
-    archive = ZipArchive(path)
+def read_export_program(path: str, blob: Blob) -> ArchiveProgram:
+    """The program of the torch.export archive ``blob``, named ``path`` (the model named 'model',
+    else the first)."""
+    archive = ZipArchive(path, blob)
     prefix, rel = archive_members(archive.names())
     if "serialized_exported_program.json" in rel:
         doc = _json(archive, prefix + "serialized_exported_program.json", "the serialized program")
@@ -87,19 +91,19 @@ def _json(archive: ZipArchive, member: str, what: str) -> Any:
         raise InputError(f"{archive.path}: {what} ({member}) is not JSON: {exc}") from None
 
 
-def _obj(value: Any, what: str, path: Path) -> dict[str, Any]:
+def _obj(value: Any, what: str, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"{path}: malformed torch.export program: {what} is not an object")
     return value
 
 
-def _list(value: Any, what: str, path: Path) -> list[Any]:
+def _list(value: Any, what: str, path: str) -> list[Any]:
     if not isinstance(value, list):
         raise InputError(f"{path}: malformed torch.export program: {what} is not a list")
     return value
 
 
-def _union(value: Any, what: str, path: Path) -> tuple[str, Any]:
+def _union(value: Any, what: str, path: str) -> tuple[str, Any]:
     """The one (kind, payload) of a serialized union ({"as_tensor": {...}})."""
     obj = _obj(value, what, path)
     if len(obj) != 1:
@@ -109,7 +113,7 @@ def _union(value: Any, what: str, path: Path) -> tuple[str, Any]:
 
 
 class _Program:
-    def __init__(self, path: Path, doc: Any, weights_config: Any, weights_dir: str, notes: list[str],
+    def __init__(self, path: str, doc: Any, weights_config: Any, weights_dir: str, notes: list[str],
                  member_sizes: Mapping[str, int] | None = None) -> None:
         self.path = path
         self.doc = _obj(doc, "the program", path)
@@ -131,7 +135,7 @@ class _Program:
         graph = _obj(module.get("graph"), "graph_module.graph", self.path)
         version = self.doc.get("torch_version")
         torch_version = version if isinstance(version, str) and len(version) < 64 else ""
-        conv = AtenConverter(self.path.name, f"torch {torch_version}" if torch_version else "torch.export")
+        conv = AtenConverter(Path(self.path).name, f"torch {torch_version}" if torch_version else "torch.export")
         conv.notes.extend(self.notes)
         for name, meta in _obj(graph.get("tensor_values", {}), "tensor_values", self.path).items():
             self.values[str(name)] = self.tensor_meta(meta, f"value '{name}'")

@@ -12,13 +12,11 @@ as a config's ``architectures`` entry (LlamaForCausalLM decodes). Imports no tor
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mhainspect.errors import InputError
 from mhainspect.frontends.archives.known_blocks import KnownBlocks
 from mhainspect.frontends.archives.program import ArchiveProgram, ArchiveWeight
 from mhainspect.frontends.torch.known import MHA_CLASS, class_name, mha_scale
@@ -27,19 +25,23 @@ from mhainspect.matchers.sharing import count_shared_once
 from mhainspect.results import AttentionBlock, Evidence, EvidenceSource, ReportWarning, WarningCode
 from mhainspect.results.stages import SourceResult
 
+if TYPE_CHECKING:
+    from mhainspect.sources.blob import Blob
+    from mhainspect.sources.tree import Tree
+
 _CONFIG_LABEL = "config.json beside the archive"
 
 
-def archive_result(path: str | os.PathLike[str], program: ArchiveProgram, *, fmt: str,
+def archive_result(tree: Tree, path: str, display: str, program: ArchiveProgram, *, fmt: str,
                    known: KnownBlocks | None = None) -> SourceResult:
-    """The SourceResult of an archive's program (see the module docstring); ``known``: blocks of
-    modules recognised by class and attributes, which a graph block using their weights repeats."""
+    """The SourceResult of an archive's program, the file ``path`` of ``tree`` named ``display``
+    (see the module docstring); ``known``: blocks of modules recognised by class and attributes,
+    which a graph block using their weights repeats."""
     from mhainspect.frontends.checkpoint.size_inputs import metas_size_inputs
     from mhainspect.frontends.onnx.frontend import graph_result
 
-    p = Path(path)
-    config, config_warning = _config_beside(p)
-    found = graph_result(program.graph, path=os.fspath(path), fmt=fmt, config=config, config_label=_CONFIG_LABEL)
+    config, config_warning = _config_beside(tree, path, display)
+    found = graph_result(program.graph, path=display, fmt=fmt, config=config, config_label=_CONFIG_LABEL)
     scopes = {n.name: n.scope for n in program.graph.nodes}
     traced = [_named(_known_scale(b, program.module_classes), scopes, program.root_class) for b in found.blocks]
     # A block the graph shows caching (a causal mask, cache tensors) decodes where nothing else says.
@@ -54,7 +56,7 @@ def archive_result(path: str | os.PathLike[str], program: ArchiveProgram, *, fmt
     said, label = (config, _CONFIG_LABEL) if config is not None else _class_config(
         program.root_class, program.module_classes.get("", ""))
     size = metas_size_inputs(metas, blocks, said, parameters, label=label,
-                             no_config=f"{p.name} has no config: nothing says whether it decodes autoregressively")
+                             no_config=f"{Path(display).name} has no config: nothing says whether it decodes autoregressively")
     decoding = tuple(graph_caches.get(d.block, d) if d.caches is None else d for d in size.decoding)
     size = dataclasses.replace(size, decoding=decoding)
     total, trainable = _totals(program.weights)
@@ -135,33 +137,34 @@ def _totals(weights: Sequence[ArchiveWeight]) -> tuple[int, int]:
     return total, trainable
 
 
-def _config_beside(path: Path) -> tuple[dict[str, Any] | None, ReportWarning | None]:
-    sibling = path.parent / "config.json"
-    if not sibling.is_file():
+def _config_beside(tree: Tree, path: str, display: str) -> tuple[dict[str, Any] | None, ReportWarning | None]:
+    """The config.json in the archive's folder of ``tree`` (a broken one is not this file's problem)."""
+    from mhainspect.frontends.checkpoint.files import config_at
+    from mhainspect.sources import beside
+
+    config = config_at(tree, beside(path, "config.json"), required=False)
+    if config is None:
         return None, None
-    from mhainspect.frontends.checkpoint.reader import read_config
-
-    try:
-        config = read_config(sibling)
-    except InputError:
-        return None, None  # a broken neighbour is not this file's problem
-    return config, ReportWarning(f"config read from {sibling} next to the archive", WarningCode.CONFIG_BESIDE)
+    return config, ReportWarning(f"config read from {beside(display, 'config.json')} next to the archive",
+                                 WarningCode.CONFIG_BESIDE)
 
 
-def export_result(path: str | os.PathLike[str]) -> SourceResult:
-    """A torch.export program (.pt2), read from its JSON (mhainspect.frontends.archives.export_reader)."""
+def export_result(tree: Tree, path: str, display: str, blob: Blob) -> SourceResult:
+    """A torch.export program (.pt2), the file ``path`` of ``tree`` (``blob``) named ``display``,
+    read from its JSON (mhainspect.frontends.archives.export_reader)."""
     from mhainspect.frontends.archives.export_reader import read_export_program
 
-    return archive_result(path, read_export_program(Path(path)), fmt="torch.export")
+    return archive_result(tree, path, display, read_export_program(display, blob), fmt="torch.export")
 
 
-def torchscript_result(path: str | os.PathLike[str]) -> SourceResult:
-    """A TorchScript archive, read without loading it (mhainspect.frontends.archives.torchscript_reader)."""
+def torchscript_result(tree: Tree, path: str, display: str, blob: Blob) -> SourceResult:
+    """A TorchScript archive, the file ``path`` of ``tree`` (``blob``) named ``display``, read
+    without loading it (mhainspect.frontends.archives.torchscript_reader)."""
     from mhainspect.frontends.archives.known_blocks import ModuleFacts, recognise
     from mhainspect.frontends.archives.torchscript_code import convert
     from mhainspect.frontends.archives.torchscript_reader import read_archive
 
-    archive = read_archive(Path(path))
+    archive = read_archive(display, blob)
     graph, notes = convert(archive)
     modules = {m.path: ModuleFacts(m.class_name, m.attrs) for m in archive.modules.values()}
     known = recognise(archive.weights, modules)
@@ -170,4 +173,4 @@ def torchscript_result(path: str | os.PathLike[str]) -> SourceResult:
     kept = tuple(n for n in notes if not any(o in n for o in owners))
     program = ArchiveProgram(graph, tuple(archive.weights.values()), archive.root.class_name.rsplit(".", 1)[-1],
                              kept, {p: m.class_name for p, m in modules.items()})
-    return archive_result(path, program, fmt="torchscript", known=known)
+    return archive_result(tree, path, display, program, fmt="torchscript", known=known)

@@ -19,6 +19,7 @@ import ast
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mhainspect.frontends.archives.shapes import infer, meta, new_symbol
@@ -76,7 +77,7 @@ def convert(archive: ScriptArchive) -> tuple[ModelGraph, list[str]]:
 class _Walker:
     def __init__(self, archive: ScriptArchive) -> None:
         self.archive = archive
-        self.conv = AtenConverter(archive.path.name, "torch.jit")
+        self.conv = AtenConverter(Path(archive.path).name, "torch.jit")
         self.notes: list[str] = []
         self.steps = 0
         self.counts: dict[str, int] = {}

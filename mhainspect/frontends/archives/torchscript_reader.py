@@ -25,8 +25,7 @@ from __future__ import annotations
 import ast
 import struct
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.archives.program import ArchiveWeight
@@ -36,6 +35,9 @@ from mhainspect.frontends.torch.known import class_name
 from mhainspect.frontends.zips import ZipArchive
 from mhainspect.ir.dtypes import STRUCT_CODES, lookup
 from mhainspect.ir.limits import MAX_ARCHIVE_TEXT_BYTES
+
+if TYPE_CHECKING:
+    from mhainspect.sources.blob import Blob
 
 _MAX_CODE_FILES = 100_000
 _MAX_DEPTH = 256  # module nesting
@@ -62,7 +64,7 @@ class ScriptModule:
 class ScriptArchive:
     """What the reader found: the module tree, the classes' code, constants and traced inputs."""
 
-    path: Path
+    path: str
     root: ScriptModule
     modules: dict[str, ScriptModule]
     classes: dict[str, ast.ClassDef]  # qualified class name -> its definition
@@ -72,12 +74,13 @@ class ScriptArchive:
     weights: dict[str, ArchiveWeight]
 
 
-def read_archive(path: Path) -> ScriptArchive:
-    return _read(path)
+def read_archive(path: str, blob: Blob) -> ScriptArchive:
+    """The TorchScript archive ``blob``, named ``path``."""
+    return _read(path, blob)
 
 
-def _read(path: Path) -> ScriptArchive:
-    zipped = ZipArchive(path)
+def _read(path: str, blob: Blob) -> ScriptArchive:
+    zipped = ZipArchive(path, blob)
     prefix, rel = archive_members(zipped.names())
     if len(rel) > _MAX_CODE_FILES:
         raise InputError(f"{path}: refused: {len(rel):,} archive members")
@@ -149,7 +152,7 @@ def class_lists(cls: ast.ClassDef | None) -> tuple[tuple[str, ...], tuple[str, .
 
 
 class _Tree:
-    def __init__(self, path: Path, zipped: ZipArchive, prefix: str, classes: dict[str, ast.ClassDef]) -> None:
+    def __init__(self, path: str, zipped: ZipArchive, prefix: str, classes: dict[str, ast.ClassDef]) -> None:
         self.path = path
         self.zipped = zipped
         self.prefix = prefix
