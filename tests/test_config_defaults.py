@@ -22,7 +22,13 @@ from typing import Any
 
 import pytest
 
-from mhainspect.frontends.checkpoint.arch_defaults import ARCHITECTURE_DEFAULTS, ENCODER_MODEL_TYPES, SUB_CONFIG_TYPES
+from mhainspect.frontends.checkpoint.arch_defaults import (
+    ARCHITECTURE_DEFAULTS,
+    DERIVED_DEFAULTS,
+    ENCODER_MODEL_TYPES,
+    SUB_CONFIG_TYPES,
+    with_defaults,
+)
 from mhainspect.pipeline import audit
 from mhainspect.results import CacheStatus
 
@@ -47,6 +53,18 @@ def test_architecture_defaults_are_transformers(model_type: str) -> None:
         else:  # a field default, or a value the class's __init__ sets (DeepseekV3Config's num_nextn_predict_layers)
             default = getattr(cls, key) if hasattr(cls, key) else getattr(cls(), key)
             assert default == value, (model_type, key, default)
+
+
+@pytest.mark.parametrize("model_type", sorted(DERIVED_DEFAULTS))
+@pytest.mark.parametrize("given", [{"hidden_size": 256, "num_attention_heads": 4}, {"hidden_size": 96}])
+def test_derived_defaults_are_transformers(model_type: str, given: dict[str, Any]) -> None:
+    """What a config class derives when the file leaves a key out is what the class itself sets."""
+    built = CONFIG_MAPPING[model_type](**given)
+    view = with_defaults({"model_type": model_type, **given})
+    derived = DERIVED_DEFAULTS[model_type]({**ARCHITECTURE_DEFAULTS.get(model_type, {}), **given})
+    assert derived
+    for key, value in derived.items():
+        assert view[key] == value == getattr(built, key), key
 
 
 @pytest.mark.parametrize(("parent", "key"), sorted(SUB_CONFIG_TYPES))

@@ -11,6 +11,8 @@ an omitted value is read from the config's architecture, by ``model_type``:
   rules read and only where the class gives a value (a ``None`` default is derived by the class —
   ``num_key_value_heads`` = heads, ``head_dim`` = hidden / heads — and the rules derive it alike);
   ``sliding_window_pattern`` where the class's ``__post_init__`` derives ``layer_types`` from it;
+- ``DERIVED_DEFAULTS``: what a class derives from other keys when the file leaves one out (Zamba's
+  attention width, twice the hidden size), for the keys the head and width rules read;
 - ``SUB_CONFIG_TYPES``: the model_type of a composite's sub-config that names none (LLaVA's
   ``text_config`` is a ``llama``), and what the composite passes when the sub-config is absent
   altogether (transformers' ``SubConfigSpec`` ``init_kwargs``; a sub-config given as a dict takes
@@ -25,7 +27,7 @@ tests/test_config_defaults.py checks every entry against the installed transform
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 ARCHITECTURE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
@@ -125,6 +127,37 @@ ENCODER_MODEL_TYPES = frozenset((
 ))
 
 
+def _zamba_attention(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Zamba's and Zamba2's shared attention reads the hidden state concatenated with the input
+    embeddings: twice the hidden size wide, heads of 2·hidden / heads (their config classes derive
+    ``attention_hidden_size`` and ``attention_head_dim`` so when the file leaves them out)."""
+    hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden <= 0:
+        return {}
+    out: dict[str, Any] = {"attention_hidden_size": 2 * hidden}
+    if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 and (2 * hidden) % heads == 0:
+        out["attention_head_dim"] = 2 * hidden // heads
+    return out
+
+
+# Values a config class derives from others when the file leaves them out (its __init__ /
+# __post_init__), for the keys the head and width rules read: per model_type, from the config as
+# given plus ARCHITECTURE_DEFAULTS.
+DERIVED_DEFAULTS: Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    "zamba": _zamba_attention,
+    "zamba2": _zamba_attention,
+}
+
+
+def _defaults(kind: str | None, given: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    """The architecture's class defaults, with what its class derives from the config as given."""
+    out = dict(base)
+    derive = DERIVED_DEFAULTS.get(kind) if kind is not None else None
+    if derive is not None:
+        out.update(derive({**out, **given}))
+    return out
+
+
 class ConfigView(Mapping[str, Any]):
     """A config (or sub-config) with its architecture's defaults under the keys it omits.
     ``defaulted`` says which keys the defaults supplied and ``model_type`` whose they are."""
@@ -172,7 +205,7 @@ def with_defaults(cfg: Mapping[str, Any], parent: Mapping[str, Any] | None = Non
         return cfg
     kind = sub_model_type(parent, key, cfg) if parent is not None else cfg.get("model_type")
     kind = kind if isinstance(kind, str) else None
-    return ConfigView(cfg, ARCHITECTURE_DEFAULTS.get(kind, {}) if kind is not None else {}, kind)
+    return ConfigView(cfg, _defaults(kind, cfg, ARCHITECTURE_DEFAULTS.get(kind, {}) if kind is not None else {}), kind)
 
 
 def absent_sub_config(parent: Mapping[str, Any], key: str) -> ConfigView | None:
@@ -183,7 +216,7 @@ def absent_sub_config(parent: Mapping[str, Any], key: str) -> ConfigView | None:
     if found is None:
         return None
     sub_type, init = found
-    return ConfigView({}, {**ARCHITECTURE_DEFAULTS.get(sub_type, {}), **init}, sub_type)
+    return ConfigView({}, _defaults(sub_type, {}, {**ARCHITECTURE_DEFAULTS.get(sub_type, {}), **init}), sub_type)
 
 
 def encoder_model_type(cfg: Mapping[str, Any]) -> str | None:

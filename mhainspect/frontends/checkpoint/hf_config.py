@@ -63,9 +63,9 @@ HEAD_DIM_KEYS = ("head_dim", "attention_head_dim", "d_kv", "kv_channels", "atten
                  "d_head")
 V_HEAD_DIM_KEYS = ("v_head_dim",)
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim")
-# A width a config runs its attention at apart from the hidden size (MobileBERT's bottleneck): the
-# blocks of that width are the config's too (``HeadOffers.widths``).
-INNER_WIDTH_KEYS = ("intra_bottleneck_size",)
+# A width a config runs its attention at apart from the hidden size (MobileBERT's bottleneck, Zamba's
+# concatenated input): the blocks of that width are the config's too (``HeadOffers.widths``).
+INNER_WIDTH_KEYS = ("intra_bottleneck_size", "attention_hidden_size")
 _SIZE_KEYS = frozenset(HEADS_KEYS + KV_HEADS_KEYS + HEAD_DIM_KEYS + V_HEAD_DIM_KEYS + HIDDEN_KEYS)
 
 
