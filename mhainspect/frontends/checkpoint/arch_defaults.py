@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from mhainspect.ir.limits import config_int
+
 ARCHITECTURE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     # language models (and the text stacks of multimodal ones)
     "llama": {"num_attention_heads": 32},
@@ -131,11 +133,11 @@ def _zamba_attention(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Zamba's and Zamba2's shared attention reads the hidden state concatenated with the input
     embeddings: twice the hidden size wide, heads of 2·hidden / heads (their config classes derive
     ``attention_hidden_size`` and ``attention_head_dim`` so when the file leaves them out)."""
-    hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
-    if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden <= 0:
+    hidden, heads = config_int(cfg.get("hidden_size")), config_int(cfg.get("num_attention_heads"))
+    if hidden is None:
         return {}
     out: dict[str, Any] = {"attention_hidden_size": 2 * hidden}
-    if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 and (2 * hidden) % heads == 0:
+    if heads is not None and (2 * hidden) % heads == 0:
         out["attention_head_dim"] = 2 * hidden // heads
     return out
 
