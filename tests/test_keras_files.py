@@ -8,6 +8,7 @@ object headers only: an audit reads a small part of a file whose weights are lar
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from pathlib import Path
@@ -220,3 +221,87 @@ def test_keras_archive_at_a_url(keras: Any, tmp_path: Path) -> None:
     assert remote.model.total_params == model.count_params()
     size = (tmp_path / "model.keras").stat().st_size
     assert size > 2_000_000 and sent < size // 10, (sent, size)
+
+
+def _stacked(keras: Any, layers: int) -> Any:
+    """A model of ``layers`` attention layers (each followed by a Dense), random weights plus noise."""
+    q = keras.Input((4, 256), name="query")
+    x = q
+    for i in range(layers):
+        x = keras.layers.MultiHeadAttention(num_heads=8, key_dim=32, name=f"attn{i}")(x, x)
+        x = keras.layers.Dense(256, name=f"dense{i}")(x)
+    model = keras.Model(q, x)
+    _noise(keras, model)
+    return model
+
+
+def test_legacy_h5_at_a_url(keras: Any, tmp_path: Path) -> None:
+    """A legacy .h5 model at an HTTP(S) URL is read by the reader of a local one, through its blob:
+    the same JSON but for the path. h5py reads the file in thousands of small reads; the view under
+    it fetches a window around each object header it jumps to, so the requests follow the HDF5
+    objects (about one per variable), and the bytes stay a small part of the file."""
+    from remote_servers import FileServer
+    from test_remote import report_json
+
+    model = _stacked(keras, 3)
+    model.save(str(tmp_path / "model.h5"))
+    local = report_json(tmp_path / "model.h5", base=str(tmp_path))
+    with FileServer(tmp_path) as server:
+        remote = report_json(server.url("model.h5"), base=server.url())
+        server.log.settle()
+        requests, sent = server.log.requests, server.log.bytes
+    assert remote == local
+    assert json.loads(local)["model"]["format"] == "keras-h5"
+    size = (tmp_path / "model.h5").stat().st_size
+    assert requests <= 2 * len(model.weights) + 8, requests
+    assert size > 2_000_000 and sent < size // 20, (sent, size)
+
+
+def test_extracted_archive_folder_on_a_hub(keras: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An extracted .keras archive (config.json + model.weights.h5) as a Hub repository is read as
+    the local folder is, through the repository's tree: the same JSON but for the path."""
+    from remote_servers import Repo, hub
+    from test_remote import report_json
+
+    from mhainspect.sources.transports import hub as hub_module
+
+    model = _stacked(keras, 2)
+    model.save(str(tmp_path / "m.keras"))
+    folder = tmp_path / "extracted"
+    with zipfile.ZipFile(tmp_path / "m.keras") as z:
+        z.extractall(folder)
+    local = report_json(folder, base=str(folder))
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    hub_module._LISTINGS.clear()
+    with hub(tmp_path / "hub", {"org/keras": Repo(folder)}) as (api, storage):
+        monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
+        remote = report_json("hf://org/keras", base="hf://org/keras")
+        api.log.settle()
+        storage.log.settle()
+        requests, sent = api.log.requests + storage.log.requests, api.log.bytes + storage.log.bytes
+    assert remote == local
+    size = (folder / "model.weights.h5").stat().st_size
+    assert requests <= 2 * len(model.weights) + 8, requests
+    assert size > 1_000_000 and sent < size // 10, (sent, size)
+
+
+def test_extracted_weights_at_a_url(keras: Any, tmp_path: Path) -> None:
+    """model.weights.h5 at a URL, its config.json beside it (a URL's folder lists nothing: the config
+    is tried by reading it) reads as the local file does; without the config, the same refusal."""
+    from remote_servers import FileServer
+    from test_remote import report_json
+
+    model = _stacked(keras, 1)
+    model.save(str(tmp_path / "m.keras"))
+    folder = tmp_path / "extracted"
+    with zipfile.ZipFile(tmp_path / "m.keras") as z:
+        z.extractall(folder)
+    local = report_json(folder / "model.weights.h5", base=str(folder))
+    with FileServer(folder) as server:
+        assert report_json(server.url("model.weights.h5"), base=server.url()) == local
+        (folder / "config.json").unlink()
+        with pytest.raises(InputError, match="without the model's config"):
+            mhainspect.inspect(server.url("model.weights.h5"))

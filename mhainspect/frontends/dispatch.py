@@ -21,8 +21,8 @@ member list), its suffix only where the content names no format (ONNX has no sig
 One door (``tree_result``) leads to the readers of files and folders, for a local argument (the
 folder that holds it as a local Tree, the file as its Blob) and a remote one alike; only a local
 argument's kind is found otherwise (``classify``: on disk, with what a zip archive's member list
-says; a remote zip's by the same test of its member list, as torch.save's reader opens it), and the
-readers that open a path (Keras folders and HDF5 files, factory specs) keep a door of their own.
+says; a remote zip's by the same test of its member list, as torch.save's reader opens it), and a
+factory spec (the user's code, no file) keeps a door of its own.
 
 Returns a SourceResult (mhainspect.pipeline makes the Report), raises InputError; prints nothing.
 """
@@ -53,7 +53,7 @@ from mhainspect.frontends.formats import (
     looks_like_onnx,
     read_at,
 )
-from mhainspect.frontends.kinds import file_kind, is_keras_folder, is_model_folder
+from mhainspect.frontends.kinds import KERAS_WEIGHTS, file_kind, is_keras_folder, is_model_folder
 from mhainspect.results.stages import SourceResult
 from mhainspect.sources import is_remote
 
@@ -167,8 +167,7 @@ def file_result(path: str, stated: HeadOffers | None = None) -> SourceResult:
 
 def _local_result(src: Source, path: str, stated: HeadOffers | None) -> SourceResult:
     """A local argument through the door a remote one takes (``tree_result``): the folder that holds
-    it as a local Tree, the file as its Blob; a factory spec and Keras' folders and HDF5 files keep
-    a path of their own (see the comments)."""
+    it as a local Tree, the file as its Blob (a Hugging Face or extracted Keras folder: itself)."""
     # The readers are imported when their kind of source is met.
     if src.kind == "factory":
         raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
@@ -178,44 +177,35 @@ def _local_result(src: Source, path: str, stated: HeadOffers | None) -> SourceRe
     p = Path(path)
     if src.kind == "checkpoint" and p.is_dir():
         return tree_result(LocalTree(p), "", path, None, "folder", stated, remote=False)
-    if src.kind == "keras" and p.is_dir():  # an extracted .keras archive: h5py opens its weights by path
-        return _keras_by_path(path, stated)
+    if src.kind == "keras" and p.is_dir():  # an extracted .keras archive
+        return tree_result(LocalTree(p), "", path, None, "keras_folder", stated, remote=False)
     if not p.exists():
         raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
     tree = LocalTree(p.parent)
-    blob = tree.blob(p.name)
-    if src.kind == "keras":
-        from mhainspect.frontends.zips import is_zip
-
-        if not is_zip(blob.read(0, 8)):  # a legacy .h5 model: likewise (a .keras archive: read by ranges)
-            return _keras_by_path(path, stated)
-    return tree_result(tree, p.name, path, blob, src.kind, stated, remote=False)
-
-
-def _keras_by_path(path: str, stated: HeadOffers | None) -> SourceResult:
-    from mhainspect.frontends.keras.frontend import keras_result
-
-    return keras_result(path, stated)
+    return tree_result(tree, p.name, path, tree.blob(p.name), src.kind, stated, remote=False)
 
 
 def tree_result(tree: Tree, path: str, display: str, blob: Blob | None, kind: str, stated: HeadOffers | None, *,
                 remote: bool) -> SourceResult:
     """The one door to the readers, for a local argument and a remote one alike: ``kind`` ("folder",
-    "checkpoint", "safetensors", "gguf", "keras" (a .keras archive), "torch_export", "torchscript" or
-    "onnx": what the content
-    says, else the suffix) picks the reader, which reads ``path`` of ``tree`` (through ``blob``, the
+    "keras_folder", "checkpoint", "safetensors", "gguf", "keras" (a .keras archive or an HDF5 file),
+    "torch_export", "torchscript" or "onnx": what the content says, else the suffix) picks the reader, which reads ``path`` of ``tree`` (through ``blob``, the
     file's, for a file) and names it ``display``; ``remote``: reads are round trips (in parallel)."""
     if kind == "folder":
         from mhainspect.frontends.checkpoint.frontend import checkpoint_folder_result
 
         return checkpoint_folder_result(tree, path, display, stated, remote=remote)
+    if kind == "keras_folder":
+        from mhainspect.frontends.keras.frontend import keras_folder_result
+
+        return keras_folder_result(tree, path, display, stated)
     from mhainspect.sources import beside
 
     assert blob is not None  # a file's reader reads its blob
     if kind == "keras":
-        from mhainspect.frontends.keras.frontend import archive_result
+        from mhainspect.frontends.keras.frontend import keras_file_result
 
-        return archive_result(blob, display, stated)
+        return keras_file_result(tree, path, display, blob, stated)
     if kind in ("checkpoint", "safetensors"):
         from mhainspect.frontends.checkpoint.frontend import checkpoint_file_result
         from mhainspect.frontends.formats import OtherArchive
@@ -299,7 +289,10 @@ def _remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
     tree, path, what = locate(spec, _names_file)
     display = spec.rstrip("/") if not spec.endswith("://") else spec  # as a local folder's path: no final slash
     if what == "folder":
-        if not model_folder_names(tree.listdir(path).files):
+        files = tree.listdir(path).files
+        if "config.json" in files and KERAS_WEIGHTS in files:
+            return tree_result(tree, path, display, None, "keras_folder", stated, remote=True)
+        if not model_folder_names(files):
             models = _remote_models(spec)
             if len(models) != 1:
                 shown = ", ".join(models[:_MAX_LISTED_MODELS]) + (", ..." if len(models) > _MAX_LISTED_MODELS else "")
@@ -327,10 +320,10 @@ def _remote_content_kind(blob: HeadCached) -> str | None:
         return "gguf"
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x80")):
         return "checkpoint"
-    foreign = {_LFS: formats.LFS_POINTER, b"\x89HDF\r\n\x1a\n": formats.HDF5}
-    for magic, what in foreign.items():
-        if head.startswith(magic):
-            raise InputError(what.message(blob.name), ErrorKind.UNSUPPORTED)
+    if head.startswith(b"\x89HDF\r\n\x1a\n"):
+        return "keras"
+    if head.startswith(_LFS):
+        raise InputError(formats.LFS_POINTER.message(blob.name), ErrorKind.UNSUPPORTED)
     if head[4:8] == b"TFL3":
         raise InputError(formats.TFLITE.message(blob.name), ErrorKind.UNSUPPORTED)
     if formats.is_safetensors(head, blob.size):

@@ -5,7 +5,7 @@ which reader takes it: a torch.export program, a TorchScript archive, a torch.sa
 pickle, a safetensors file, a GGUF file, a Keras archive or HDF5 file. Formats this tool does not
 read (TensorFlow Lite,
 ExecuTorch, Core ML, TensorFlow SavedModel, OpenVINO IR, TensorRT engines, CTranslate2, Git LFS
-pointers; an HDF5 file fetched remotely) are named in one line with the converter to use (``Foreign``): never "corrupt
+pointers) are named in one line with the converter to use (``Foreign``): never "corrupt
 ONNX". A file with no signature (ONNX has none) is left to its suffix. Nothing is executed and
 no tensor data is read.
 """
@@ -59,8 +59,6 @@ class Foreign:
 
 
 _TF2ONNX = "convert it to ONNX with tf2onnx"
-HDF5 = Foreign("an HDF5 file (Keras .h5 model or weights)",
-               f"{_TF2ONNX} (python -m tf2onnx.convert --keras FILE --output model.onnx)")
 TFLITE = Foreign("a TensorFlow Lite model (flatbuffer 'TFL3')",
                  f"{_TF2ONNX} (python -m tf2onnx.convert --tflite FILE --output model.onnx)")
 EXECUTORCH = Foreign("an ExecuTorch program (.pte flatbuffer, lowered for on-device runtimes)",

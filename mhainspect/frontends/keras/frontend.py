@@ -9,36 +9,43 @@ assembler as a checkpoint's, so a .keras file gives the blocks its ONNX exports 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mhainspect.frontends.checkpoint.size_inputs import metas_size_inputs
 from mhainspect.frontends.keras.config import Claims, LayerClaim, model_class
 from mhainspect.frontends.keras.reader import KerasModel, read_archive, read_hdf5
 from mhainspect.frontends.kinds import KERAS_WEIGHTS
+from mhainspect.frontends.zips import ZIP_MAGIC, is_zip
 from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, count_weights, parameter_keys
 from mhainspect.matchers.grouping import group_attention
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.results import AttentionBlock, BlockKind, Evidence, EvidenceSource, ModelFacts
 from mhainspect.results.stages import SourceResult
-from mhainspect.sources.blob import Blob
+
+if TYPE_CHECKING:
+    from mhainspect.sources.blob import Blob
+    from mhainspect.sources.tree import Tree
 
 _NO_DECODING = "a Keras model: its config does not say whether it decodes autoregressively"
 
 
-def keras_result(path: str | os.PathLike[str], stated: HeadOffers | None = None) -> SourceResult:
-    """A folder holding an extracted .keras archive (kinds.is_keras_folder) or a legacy .h5 model,
-    which h5py opens by path (a .keras archive, local or remote, is ``archive_result``'s);
-    ``stated``: head counts the caller gives (--num-heads)."""
-    p = Path(path)
-    return model_result(read_hdf5(p / KERAS_WEIGHTS if p.is_dir() else p), str(path), stated)
+def keras_file_result(tree: Tree, path: str, display: str, blob: Blob, stated: HeadOffers | None = None
+                      ) -> SourceResult:
+    """A Keras file wherever it lives (on this machine, a URL, a store), the file ``path`` of
+    ``tree`` (``blob``) named ``display``, by its first bytes: a .keras archive (a zip, read by
+    ranges through its blob), else an HDF5 file (a legacy .h5 model, or Keras weights with the
+    archive's config.json beside them in the tree); ``stated``: head counts the caller gives."""
+    if is_zip(blob.read(0, len(ZIP_MAGIC))):
+        return model_result(read_archive(blob), display, stated)
+    return model_result(read_hdf5(tree, path, blob), display, stated)
 
 
-def archive_result(blob: Blob, display: str, stated: HeadOffers | None = None) -> SourceResult:
-    """A .keras archive wherever it lives (on this machine, a URL, a store): read by ranges through
-    its blob."""
-    return model_result(read_archive(blob), display, stated)
+def keras_folder_result(tree: Tree, path: str, display: str, stated: HeadOffers | None = None) -> SourceResult:
+    """A folder holding an extracted .keras archive (``kinds.is_keras_folder``): its weights file
+    read with its config.json, named as the folder."""
+    weights = f"{path}/{KERAS_WEIGHTS}" if path else KERAS_WEIGHTS
+    return model_result(read_hdf5(tree, weights, tree.blob(weights)), display, stated)
 
 
 def model_result(model: KerasModel, path: str, stated: HeadOffers | None = None) -> SourceResult:

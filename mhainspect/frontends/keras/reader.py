@@ -23,13 +23,16 @@ import zipfile
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mhainspect.errors import ErrorKind, InputError, MissingDependencyError, read_error
+from mhainspect.errors import ErrorKind, InputError, MissingDependencyError
 from mhainspect.ir.limits import MAX_ARCHIVE_MEMBERS, MAX_CONFIG_BYTES, MAX_RANK
 from mhainspect.ir.weights import WeightMeta
-from mhainspect.sources.blob import Blob, BlobFile, LocalBlob, SparseView
+from mhainspect.sources import beside
+from mhainspect.sources.blob import FIRST_RANGE, Blob, BlobFile, SparseView, small_file
+
+if TYPE_CHECKING:
+    from mhainspect.sources.tree import Tree
 
 ARCHIVE_CONFIG = "config.json"
 ARCHIVE_WEIGHTS = "model.weights.h5"
@@ -39,6 +42,7 @@ _CONTAINER = "layers"  # Keras' key for a list of layers (a functional model's, 
 _LEGACY_WEIGHTS = "model_weights"
 _TAIL_RANGE = 64 * 1024  # the zip directory of an archive of a few hundred layers' metadata
 _LOCAL_HEADER = 30
+_HDF5_JUMP = 4 * 1024  # h5py's jumps between object headers: a header and its neighbours per range
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,7 @@ def _view(blob: Blob) -> SparseView:
     view = SparseView(blob, size)
     tail = blob.tail(_TAIL_RANGE)
     view.seed(size - len(tail), tail)
+    view.jump_window = _HDF5_JUMP
     return view
 
 
@@ -277,32 +282,55 @@ def _stored_span(view: SparseView, info: zipfile.ZipInfo, name: str) -> tuple[in
     return start, info.file_size
 
 
-def read_hdf5(path: Path) -> KerasModel:
-    """An HDF5 file: a legacy Keras model (its ``model_config`` attribute), or a Keras 3 weights
-    file with the archive's config.json beside it; anything else is named and refused."""
-    blob = LocalBlob(path)
-    what = str(path)
-    with _open_h5(SparseView(blob, blob.size()), 0, blob.size(), what) as h5:
+def read_hdf5(tree: Tree, path: str, blob: Blob) -> KerasModel:
+    """An HDF5 file, the file ``path`` of ``tree`` (``blob``), on this machine or remote alike: a
+    legacy Keras model (its ``model_config`` attribute), or a Keras 3 weights file with the archive's
+    config.json beside it in the tree; anything else is named and refused."""
+    what = blob.name
+    view = _hdf5_view(blob)
+    with _open_h5(view, 0, len(view), what) as h5:
         raw = h5.attrs.get("model_config")
         if raw is not None:
             config = _parse_config(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw),
-                                   f"{path}: model_config")
-            return KerasModel(_legacy_weights(h5, what, path.name), config, "keras-h5", f"{path.name}: model_config")
-        beside = path.parent / ARCHIVE_CONFIG
+                                   f"{what}: model_config")
+            return KerasModel(_legacy_weights(h5, what, blob.basename), config, "keras-h5",
+                              f"{blob.basename}: model_config")
         if _VARS in h5 or _CONTAINER in h5:
-            if not beside.is_file():
-                raise InputError(f"{path}: Keras weights without the model's config (no {ARCHIVE_CONFIG} beside it): "
-                                 "pass the .keras archive", ErrorKind.UNSUPPORTED)
-            try:
-                text = beside.read_bytes()[:MAX_CONFIG_BYTES + 1]
-            except OSError as exc:
-                raise read_error(beside, exc) from None
-            if len(text) > MAX_CONFIG_BYTES:
-                raise InputError(f"{beside}: refused: larger than {MAX_CONFIG_BYTES:,} bytes")
-            config = _parse_config(text, str(beside))
-            return KerasModel(_keras3_weights(h5, what, path.name), config, "keras", f"{ARCHIVE_CONFIG} beside {path.name}")
-    raise InputError(f"{path}: an HDF5 file that holds no Keras model (no model_config, no Keras weights layout); "
+            text, where = _config_beside(tree, path, what)
+            return KerasModel(_keras3_weights(h5, what, blob.basename), _parse_config(text, where), "keras",
+                              f"{ARCHIVE_CONFIG} beside {blob.basename}")
+    raise InputError(f"{what}: an HDF5 file that holds no Keras model (no model_config, no Keras weights layout); "
                      "mhainspect reads Keras models saved with model.save()", ErrorKind.UNSUPPORTED)
+
+
+def _hdf5_view(blob: Blob) -> SparseView:
+    """The blob as h5py reads it: a sparse view whose first range (the superblock, the root group
+    and, in a small model's file, most object headers) is held from the start, and whose jumps
+    (h5py's walk from one object header to the next, over the data between them) fetch
+    ``_HDF5_JUMP`` bytes: a remote file costs a round trip per cluster of headers, not per read."""
+    size = blob.size()
+    view = SparseView(blob, size)
+    if blob.speculative:
+        view.seed(0, blob.read(0, min(size, FIRST_RANGE)))
+        view.jump_window = _HDF5_JUMP
+    return view
+
+
+def _config_beside(tree: Tree, path: str, what: str) -> tuple[bytes, str]:
+    """The config.json beside a Keras weights file (an extracted archive) and its name; without one
+    the weights alone say nothing of the layers' arguments: refused."""
+    at = beside(path, ARCHIVE_CONFIG)
+    missing = InputError(f"{what}: Keras weights without the model's config (no {ARCHIVE_CONFIG} beside it): "
+                         "pass the .keras archive", ErrorKind.UNSUPPORTED)
+    if tree.complete and at not in tree.files():
+        raise missing
+    config = tree.blob(at)
+    try:
+        return small_file(config, MAX_CONFIG_BYTES), config.name
+    except InputError as exc:
+        if exc.kind is ErrorKind.NOT_FOUND:  # a URL's folder lists no sibling: its absence is told by the read
+            raise missing from None
+        raise
 
 
 def _first_line(exc: BaseException) -> str:
