@@ -127,3 +127,82 @@ def test_a_torchscript_export_of_jamba(tmp_path: Path) -> None:
     report = mhainspect.inspect(str(path), context=100)
     (mixer,) = report.model.mixers
     assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,) and mixer.state_bytes_per_layer == truth
+
+
+def _decoder_step(path: Path, conv_dtype: int = onnx.TensorProto.FLOAT, ssm: tuple[int, ...] = (8, 8, STATE),
+                  static_kv: bool = False) -> Path:
+    """A decoder step as onnx-community's hybrid exports write it: layer 0 a mixer whose parameters
+    are anonymous (no name, no config tells), fed its state by the graph inputs past_conv.0
+    [batch, 64, 4] and past_ssm.0 [batch, *ssm] and handing it on as present_conv.0 / present_ssm.0;
+    layer 1 attention with a K/V cache past_key_values.1.key/value (a past-length axis, or every axis
+    fixed as a static-cache export writes it)."""
+    from onnx import helper
+
+    g = ag.Nodes()
+    g.inits += [ag.weight("onnx::MatMul_3", D, INNER), ag.weight("onnx::Mul_4", *ssm)]
+    h = g.add("MatMul", ["x", "onnx::MatMul_3"], "/model/layers.0/mixer/MatMul_out")
+    t = g.add("Transpose", [h], "/model/layers.0/mixer/T_out", perm=[0, 2, 1])
+    cat = g.add("Concat", ["past_conv.0", t], "/model/layers.0/mixer/Concat_out", axis=2)
+    g.add("Identity", [cat], "present_conv.0")
+    g.add("Mul", ["past_ssm.0", "onnx::Mul_4"], "present_ssm.0")
+    w = ag.Weights("model.layers.1.self_attn", D)
+    g.inits += w.tensors() + ag.shape_consts(HEADS, D // HEADS)
+    out = ag.mha_nodes(g, "/model/layers.1/self_attn", "x", w.prefix, HEADS, D // HEADS)
+    past = 16 if static_kv else "past_sequence_length"
+    kv = [ag.value(f"past_key_values.1.{r}", "batch", HEADS, past, D // HEADS) for r in ("key", "value")]
+    inputs = [ag.value("x", "batch", "seq", D), helper.make_tensor_value_info("past_conv.0", conv_dtype,
+                                                                               ["batch", INNER, KERNEL]),
+              ag.value("past_ssm.0", "batch", *ssm), *kv]
+    outputs = [ag.value(out, "batch", "seq", D), helper.make_tensor_value_info("present_conv.0", conv_dtype,
+                                                                               ["batch", INNER, "total"]),
+               ag.value("present_ssm.0", "batch", *ssm)]
+    m = ag.model(g.nodes, g.inits, inputs, outputs)
+    path.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path / "model.onnx"))
+    return path / "model.onnx"
+
+
+def test_the_graphs_state_inputs_size_the_state(tmp_path: Path) -> None:
+    """No mixer name, no causal convolution, no config: the graph's own state inputs say layer 0 keeps
+    conv 64 × 4 = 256 + ssm 8 × 8 × 16 = 1,024 elements, float32: 5,120 bytes a sequence. The K/V
+    inputs of layer 1 (a past-length axis) are no state."""
+    report = mhainspect.inspect(str(_decoder_step(tmp_path / "step")), context=100)
+    (mixer,) = report.model.mixers
+    assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,)
+    assert mixer.state_bytes_per_layer == 5120 and mixer.dtype == "float32"
+    assert "past_conv.N [batch, 64, 4] float32" in mixer.state_source
+    kv = report.model.kv_cache
+    assert kv is not None and kv.state_bytes_per_sequence == 5120 and not kv.lower_bound
+    assert [b.name for b in report.blocks] == ["model.layers.1.self_attn"]
+    memory = report.model.memory
+    assert memory is not None and memory.state_bytes == 5120
+
+
+def test_state_tensors_in_two_dtypes(tmp_path: Path) -> None:
+    """A float16 convolution state beside a float32 recurrent one: 256 × 2 + 1,024 × 4 = 4,608 bytes."""
+    report = mhainspect.inspect(str(_decoder_step(tmp_path / "mixed", conv_dtype=onnx.TensorProto.FLOAT16)),
+                                context=100)
+    (mixer,) = report.model.mixers
+    assert mixer.state_bytes_per_layer == 4608 and mixer.dtype == "mixed"
+
+
+def test_a_static_kv_cache_is_no_state(tmp_path: Path) -> None:
+    """past_key_values.1.key with every axis fixed (a static cache) is K/V, not a mixer's state: only
+    layer 0 is a mixer."""
+    report = mhainspect.inspect(str(_decoder_step(tmp_path / "static", static_kv=True)), context=100)
+    assert [m.layers for m in report.model.mixers] == [(0,)]
+
+
+def test_the_graphs_state_outranks_a_config(tmp_path: Path) -> None:
+    """A Jamba config beside the file gives layer 0 conv 64 × 4 + state 64 × 16 = 1,280 elements; the
+    graph's own tensors hold conv 256 + ssm 64 × 8 = 512: those are taken, and the disagreement said."""
+    path = _decoder_step(tmp_path / "cfg", ssm=(INNER, 8))
+    (path.parent / "config.json").write_text(json.dumps({
+        "model_type": "jamba", "num_hidden_layers": 2, "hidden_size": D, "num_attention_heads": HEADS,
+        "num_key_value_heads": HEADS, "attn_layer_period": 2, "attn_layer_offset": 1, "mamba_expand": 2,
+        "mamba_d_state": STATE, "mamba_d_conv": KERNEL}))
+    report = mhainspect.inspect(str(path), context=100)
+    (mixer,) = report.model.mixers
+    assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,)
+    assert mixer.state_bytes_per_layer == (256 + 512) * 4
+    assert "gives 1,280 elements" in mixer.state_source and "config.json" in mixer.source

@@ -337,7 +337,7 @@ def sized_mixers(mixers: Sequence[MixerLayers]) -> tuple[Mixer, ...]:
     out = []
     for m in mixers:
         size = _itemsize(m.dtype)
-        recurrent = Fraction(4) if m.recurrent_float32 else size
+        recurrent = _itemsize(m.recurrent_dtype) if m.recurrent_dtype else Fraction(4) if m.recurrent_float32 else size
         if m.conv_elements is None or m.recurrent_elements is None:
             out.append(Mixer(m.kind, m.layers, m.source, reason=m.reason))
             continue
@@ -350,9 +350,10 @@ def sized_mixers(mixers: Sequence[MixerLayers]) -> tuple[Mixer, ...]:
             parts.append(f"convolution {group(m.conv_elements)} × {size} bytes ({m.dtype}, {m.dtype_source})")
         if m.recurrent_elements:
             parts.append(f"recurrent {group(m.recurrent_elements)} × {recurrent} bytes ("
-                         + ("float32, as transformers keeps it" if m.recurrent_float32 else f"{m.dtype}") + ")")
-        dtype = m.dtype if not m.recurrent_float32 or not m.recurrent_elements or m.dtype == "float32" or \
-            not m.conv_elements else "mixed"
+                         + (m.recurrent_dtype or ("float32, as transformers keeps it" if m.recurrent_float32
+                                                  else f"{m.dtype}")) + ")")
+        own = m.recurrent_dtype or ("float32" if m.recurrent_float32 else m.dtype)
+        dtype = m.dtype if not m.recurrent_elements or own == m.dtype else own if not m.conv_elements else "mixed"
         out.append(Mixer(m.kind, m.layers, m.source, per_layer, dtype, f"{m.state_source}: {' + '.join(parts)}"))
     return tuple(out)
 

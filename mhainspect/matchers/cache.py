@@ -14,7 +14,7 @@ from mhainspect.results import AttentionBlock, projection_tensor_names
 
 if TYPE_CHECKING:
     from mhainspect.ir.dataflow import GraphIndex
-    from mhainspect.ir.graph import Node
+    from mhainspect.ir.graph import ModelGraph, Node
 
 # ----------------------------------------------------------------------------- graph evidence
 
@@ -116,14 +116,77 @@ def _nearest_block(index: GraphIndex, start: str, nodes: Mapping[str, str], forw
     return None
 
 
+# Words of a graph input or output that carries a recurrent or convolution mixer's state between
+# decoding steps (onnx-community's past_conv.N / past_ssm.N / past_recurrent.N and their present_*,
+# a cache's conv_states / ssm_states, RWKV's wkv and token-shift states); "state" alone only beside
+# a cache word (an encoder's "hidden_states" is no state). A word of K or V makes it a K/V cache.
+_STATE_WORDS = frozenset(("conv", "conv1d", "ssm", "recurrent", "wkv", "shift", "rnn"))
+_WEAK_STATE_WORDS = frozenset(("state", "states"))
+_CACHE_WORDS = frozenset(("past", "present", "cache", "cached", "prev", "previous", "next", "new"))
+_KV_WORDS = frozenset(("key", "keys", "value", "values", "k", "v", "kv"))
+
+
+@dataclass(frozen=True)
+class StateTensor:
+    """A graph input (or output) that carries one layer's fixed state per sequence: every axis but
+    the first (the batch) a fixed number, so its size does not grow with the tokens."""
+
+    name: str
+    layer: int | None  # the layer number its name carries
+    shape: tuple[int | str | None, ...]
+    dtype: str
+    conv: bool  # a convolution's last inputs (else a recurrent state)
+
+    @property
+    def elements(self) -> int:
+        """Elements one sequence holds (every axis after the batch)."""
+        out = 1
+        for d in self.shape[1:]:
+            out *= d if isinstance(d, int) else 0
+        return out
+
+
+def _words(name: str) -> list[str]:
+    return [w for w in re.split(r"[^a-z0-9]+|_", name.lower()) if w]
+
+
+def state_tensor(name: str, shape: Sequence[int | str | None] | None, dtype: str) -> StateTensor | None:
+    """The fixed-state tensor a graph input or output of this name, shape and dtype is, or None: a
+    float tensor named as a mixer's state (not K or V), of rank 2 or more, every axis after the
+    batch fixed (a K/V cache grows along a sequence axis)."""
+    words = _words(name)
+    if not words or _KV_WORDS.intersection(words) or not dtypes.is_float(dtype) or shape is None or len(shape) < 2:
+        return None
+    if not _STATE_WORDS.intersection(words) and not (_WEAK_STATE_WORDS.intersection(words)
+                                                      and _CACHE_WORDS.intersection(words)):
+        return None
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape[1:]):
+        return None
+    layer = next((int(w) for w in words if w.isdigit()), None)
+    return StateTensor(name, layer, tuple(shape), dtypes.canonical(dtype),
+                       conv=bool({"conv", "conv1d", "shift"}.intersection(words)))
+
+
+def state_tensors(graph: ModelGraph) -> tuple[StateTensor, ...]:
+    """The graph's fixed-state inputs (a decoder fed its mixers' state each step), else its
+    fixed-state outputs (a graph that only hands the state on)."""
+    for infos in (graph.inputs, graph.outputs):
+        found = tuple(t for v in infos if (t := state_tensor(v.name, v.shape, v.dtype)) is not None)
+        if found:
+            return found
+    return ()
+
+
 def cache_io(index: GraphIndex, blocks: Sequence[AttentionBlock]) -> dict[str, list[tuple[str, str]]]:
-    """Block -> [(past/present tensor, dtype)] for the graph's cache inputs and outputs."""
+    """Block -> [(past/present tensor, dtype)] for the graph's cache inputs and outputs (a mixer's
+    fixed state, ``state_tensor``, is none: it is no block's K/V)."""
     nodes = _block_nodes(blocks)
     out: dict[str, list[tuple[str, str]]] = {}
     g = index.graph
     for forward, infos in ((True, g.inputs), (False, g.outputs)):
         for v in infos:
-            if not _CACHE_NAME.search(v.name) or not dtypes.is_float(v.dtype):
+            if not _CACHE_NAME.search(v.name) or not dtypes.is_float(v.dtype) \
+                    or state_tensor(v.name, v.shape, v.dtype) is not None:
                 continue
             block = _nearest_block(index, v.name, nodes, forward)
             if block is not None:

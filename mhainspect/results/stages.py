@@ -85,6 +85,9 @@ class MixerLayers:
     recurrent_float32: bool = False  # the recurrent state is kept in float32 whatever the model's dtype
     dtype: str | None = None  # the model's compute dtype (the convolution state's, the recurrent one's unless float32)
     dtype_source: str = ""
+    # The recurrent state's own dtype where the source gives it apart (a graph's state tensor);
+    # None: float32 when ``recurrent_float32``, else ``dtype``.
+    recurrent_dtype: str | None = None
 
 
 @dataclass(frozen=True)

@@ -244,13 +244,15 @@ def _stack(name: str) -> str:
 def with_mixers(size: SizeInputs, mixers: Sequence[MixerLayers], config: Mapping[str, Any] | None,
                 label: str) -> SizeInputs:
     """``size`` with the mixers, their state in the model's dtype: the config's ``torch_dtype``, else
-    the float dtype most parameters are stored in."""
+    the float dtype most parameters are stored in (a mixer whose source gave its state's dtype, a
+    graph's state tensor, keeps it)."""
     if not mixers:
         return size
     dtype = config_dtype(config)
     where = f"{label} torch_dtype" if dtype is not None else "the model's prevailing float dtype"
     dtype = dtype or model_float_dtype(size.tensors)
-    return dataclasses.replace(size, mixers=tuple(dataclasses.replace(m, dtype=dtype, dtype_source=where)
+    return dataclasses.replace(size, mixers=tuple(m if m.dtype is not None else
+                                                  dataclasses.replace(m, dtype=dtype, dtype_source=where)
                                                   for m in mixers))
 
 

@@ -28,6 +28,7 @@ from mhainspect.ir.graph import ModelGraph, Node, Tensor
 from mhainspect.ir.limits import MAX_NUMEL
 from mhainspect.ir.mixer_names import MAX_CONV_KERNEL, MIXER_ENDINGS
 from mhainspect.ir.parameters import scan_stored
+from mhainspect.matchers.cache import state_tensors
 from mhainspect.matchers.graph import graph_blocks
 from mhainspect.results import ModelFacts, ReportWarning, WarningCode, coded
 from mhainspect.results.stages import MixerLayers, SourceResult
@@ -157,14 +158,20 @@ def _mixers(graph: ModelGraph, config: Mapping[str, Any] | None) -> tuple[MixerL
     only where a weight's name, a causal convolution or the config can tell, so a plain graph imports
     nothing more."""
     convs = _causal_convs(graph)
-    if config is None and not convs and not any(n.endswith(MIXER_ENDINGS) for n in graph.weights):
+    states = state_tensors(graph)
+    if config is None and not convs and not states and not any(n.endswith(MIXER_ENDINGS) for n in graph.weights):
         return ()
     from mhainspect.frontends.checkpoint.mixers import graph_mixers
     from mhainspect.ir.weights import WeightMeta
 
     weights = {n: WeightMeta(n, t.shape, t.dtype, t.storage_key) for n, t in graph.weights.items()}
     weights.update({n: WeightMeta(n, shape, "float32", n) for n, shape in convs.items() if n not in weights})
-    return graph_mixers(config, weights)
+    found = graph_mixers(config, weights)
+    if not states:
+        return found
+    from mhainspect.frontends.onnx.states import with_graph_states
+
+    return with_graph_states(found, states)
 
 
 def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
