@@ -194,7 +194,7 @@ def has_non_utf8_string(message: Any, depth: int = 0) -> bool:
     """Whether a string field anywhere in ``message`` holds bytes that are not UTF-8.
 
     onnx.proto is proto2: protobuf parses such a field without complaint and hands it out as
-    ``bytes`` instead of ``str`` (onnx_loader then fails with a TypeError; see
+    ``bytes`` instead of ``str`` (mhainspect.frontends.onnx.loader then fails with a TypeError; see
     test_hostile_inputs.py::test_non_utf8_string_field_is_an_input_error).
     """
     if depth > 200:

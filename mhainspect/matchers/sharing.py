@@ -13,13 +13,13 @@ def count_shared_once(blocks: Sequence[AttentionBlock], identity: Callable[[str]
     """A projection whose weight an earlier block also uses (layers sharing a K/V projection, a
     decoder tied to its encoder) counts there only: in the later block its weight and bias count 0,
     with evidence naming the block it counts in, so that block shares never add up past the model.
-    As attention_params does, a bias alone is not identity: exporters store equal all-zero biases
+    As ``results.report.attention_params`` does, a bias alone is not identity: exporters store equal all-zero biases
     of different layers as one tensor.
 
     ``identity``: what makes two weight names one parameter (a weight list's
-    ``static_ir.parameter_identity``: shared storage, a tied copy's source); None: the name (a
+    ``ir.weights.parameter_identity``: shared storage, a tied copy's source); None: the name (a
     graph stores a weight once, under one name). ``is_copy``: the names that repeat another
-    weight (a weight list's tied copies, ``static_ir.WeightMeta.tied_to``): the first block using
+    weight (a weight list's tied copies, ``ir.weights.WeightMeta.tied_to``): the first block using
     the weight under a name that is not a copy counts it, before any block using a copy; None:
     no name is. The one rule of every front end."""
     owner: dict[tuple[str, str], tuple[bool, str]] = {}  # (identity, role) -> (a copy's name, block)

@@ -303,7 +303,7 @@ def blocks_from_weights(weights: Mapping[str, WeightMeta], offers_for: Callable[
     """Blocks of a checkpoint: name-grouped projections, heads from ``offers_for(block name)``
     (what its config says; None: there is no config); and the near misses of the same grouping.
     A weight several blocks use (one storage, or a copy the config ties to another:
-    ``static_ir.parameter_identity``) counts in one block only, as in a graph: the first, or where a
+    ``ir.weights.parameter_identity``) counts in one block only, as in a graph: the first, or where a
     tie declares a source, the first block using the source. ``kv_source``: module path -> the module
     whose K/V cache it reads, where a config says so (``grouping.group_attention``)."""
     groups = group_attention(weights, kv_source)

@@ -1,7 +1,7 @@
 """The contract between the stages: the one result shape every front end returns (SourceResult),
 with the tensor metadata and decoding evidence each hands ``mhainspect.analysis.size``.
 
-Front ends (``analyze``, ``torch_inspect``, ``checkpoint_inspect``, ``gguf_inspect``) build it;
+Every reader of ``mhainspect.frontends`` (onnx, torch, archives, checkpoint, gguf, keras) builds it;
 only ``mhainspect.analysis.report`` makes a Report of it. Like the rest of ``results/`` it imports
 nothing above it: the analysis and the renderers read it without importing a front end.
 """

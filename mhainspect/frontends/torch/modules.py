@@ -96,7 +96,7 @@ def module_tensors(model: nn.Module) -> ModuleTensors:
 def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
     """Unique parameters by storage (tied weights once); ``trainable_only``: those with requires_grad.
 
-    (A module's own counter: checkpoints count their WeightMeta with ``static_ir.count_weights``;
+    (A module's own counter: checkpoints count their WeightMeta with ``ir.weights.count_weights``;
     only a live module knows requires_grad.)"""
     seen: set[str] = set()
     total = 0
