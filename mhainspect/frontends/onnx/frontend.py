@@ -141,9 +141,9 @@ def _causal_convs(graph: ModelGraph) -> dict[str, tuple[int, ...]]:
                 or w.name.endswith(MIXER_ENDINGS):  # a named one is read by its name
             continue
         shape = w.shape
-        pads = n.attrs.get("pads")
-        if len(shape) != 3 or shape[1] != 1 or not 1 < shape[2] <= MAX_CONV_KERNEL or n.attrs.get("group") != shape[0] \
-                or not isinstance(pads, (list, tuple)) or not pads or pads[0] != shape[2] - 1:
+        pads = n.attrs.ints("pads")
+        if len(shape) != 3 or shape[1] != 1 or not 1 < shape[2] <= MAX_CONV_KERNEL or n.attrs.int("group") != shape[0] \
+                or not pads or pads[0] != shape[2] - 1:
             continue
         module = n.scope or ".".join(part for part in n.name.strip("/").split("/")[:-1])
         if module:  # the convolution's module (node /m/layers.0/mamba/conv1d/Conv), else one in the mixer's
