@@ -23,22 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mhainspect.errors import InputError
+from mhainspect.ir.dtypes import TORCH_STORAGE_TYPES
 from mhainspect.ir.limits import as_int, shape_problem
 
 MAX_OPS = 5_000_000
 MAX_DEPTH = 10_000
 MAX_MEMO = 1_000_000
 
-# torch's storage classes (torch.storage._dtype_to_storage_type_map) -> dtype names. An untyped
-# storage's dtype is the argument of _rebuild_tensor_v3.
-STORAGE_DTYPES = {
-    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16", "LongStorage": "int64",
-    "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
-    "BoolStorage": "bool", "BFloat16Storage": "bfloat16", "ComplexDoubleStorage": "complex128",
-    "ComplexFloatStorage": "complex64", "QInt8Storage": "qint8", "QInt32Storage": "qint32",
-    "QUInt8Storage": "quint8", "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4",
-    "Float8_e4m3fnStorage": "float8_e4m3fn", "Float8_e5m2Storage": "float8_e5m2", "UntypedStorage": "uint8",
-}
 # (storage, offset, size, stride, ...) first, each of them.
 _REBUILD_TENSOR = frozenset({"torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2",
                              "torch._utils._rebuild_tensor_v3", "torch._utils._rebuild_qtensor"})
@@ -270,7 +261,7 @@ def _tensor(func: Global, args: tuple[Any, ...]) -> Any:
     if (numel is None or numel < 0 or offset is None or offset < 0 or not isinstance(strides, tuple)
             or len(strides) != len(shape) or any(as_int(s) is None or s < 0 for s in strides)):
         raise ValueError("a tensor with a malformed storage size, offset or strides")
-    dtype = STORAGE_DTYPES.get(kind.name, "unknown") if isinstance(kind, Global) else "unknown"
+    dtype = TORCH_STORAGE_TYPES.get(kind.name, "unknown") if isinstance(kind, Global) else "unknown"
     if func.name == "_rebuild_tensor_v3" and len(args) > 6 and isinstance(args[6], Global):
         dtype = args[6].name  # torch's spelling (torch.<name>)
     grad = (args[5] if func.name == "_rebuild_qtensor" and len(args) > 5 else len(args) > 4 and args[4]) is True

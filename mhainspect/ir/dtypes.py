@@ -1,7 +1,8 @@
 """Element types: one canonical name per type, its size in bits, and the names each file format uses.
 
 Every loader maps its own codes here (ONNX TensorProto.DataType numbers, safetensors header
-strings, torch dtype names, GGML type ids), so the rest of the tool compares one vocabulary.
+strings, torch dtype names, ScalarType numbers and storage classes, GGML type ids), so the rest of
+the tool compares one vocabulary.
 Sizes are bits per logical element; a block-quantized type (GGML Q4_K, ...) stores a block of
 ``block_size`` elements in ``block_bytes`` bytes, so its bits per element is a fraction.
 """
@@ -97,6 +98,25 @@ GGML_CODES: dict[int, str] = {
     19: "iq1_s", 20: "iq4_nl", 21: "iq3_s", 22: "iq2_s", 23: "iq4_xs", 24: "int8", 25: "int16", 26: "int32",
     27: "int64", 28: "float64", 29: "iq1_m", 30: "bfloat16", 34: "tq1_0", 35: "tq2_0", 39: "mxfp4", 40: "nvfp4",
     41: "q1_0",
+}
+
+# torch ScalarType numbers (torch/_export/serde/schema.py), as torch.export archives store a tensor's
+# dtype -> torch dtype names (canonical() reads them).
+TORCH_SCALAR_TYPES: dict[int, str] = {
+    1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32", 8: "float64",
+    9: "complex32", 10: "complex64", 11: "complex128", 12: "bool", 13: "bfloat16", 28: "uint16",
+    29: "float8_e4m3fn", 30: "float8_e5m2", 31: "float8_e4m3fnuz", 32: "float8_e5m2fnuz", 33: "float8_e8m0fnu",
+    34: "uint32", 35: "uint64",
+}
+# torch's storage classes (torch.storage._dtype_to_storage_type_map), as torch.save pickles name a
+# tensor's storage -> dtype names. An untyped storage's dtype is the argument of _rebuild_tensor_v3.
+TORCH_STORAGE_TYPES: dict[str, str] = {
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16", "LongStorage": "int64",
+    "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
+    "BoolStorage": "bool", "BFloat16Storage": "bfloat16", "ComplexDoubleStorage": "complex128",
+    "ComplexFloatStorage": "complex64", "QInt8Storage": "qint8", "QInt32Storage": "qint32",
+    "QUInt8Storage": "quint8", "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4",
+    "Float8_e4m3fnStorage": "float8_e4m3fn", "Float8_e5m2Storage": "float8_e5m2", "UntypedStorage": "uint8",
 }
 
 # Other spellings of the same types: safetensors header codes, torch dtype names, GGML scalar types.

@@ -30,17 +30,12 @@ from mhainspect.frontends.archives.sym import dim_text
 from mhainspect.frontends.formats import archive_members
 from mhainspect.frontends.torch.aten import AtenConverter, AtenNode, TensorMeta, Value, module_path
 from mhainspect.frontends.zips import ZipArchive
-from mhainspect.ir.dtypes import canonical, lookup
+from mhainspect.ir.dtypes import TORCH_SCALAR_TYPES, canonical, lookup
 from mhainspect.ir.limits import MAX_ARCHIVE_JSON_BYTES, as_int, shape_problem
 
 if TYPE_CHECKING:
     from mhainspect.sources.blob import Blob
 
-# torch/_export/serde/schema.py ScalarType -> torch dtype names.
-_SCALAR_TYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32",
-                 8: "float64", 9: "complex32", 10: "complex64", 11: "complex128", 12: "bool", 13: "bfloat16",
-                 28: "uint16", 29: "float8_e4m3fn", 30: "float8_e5m2", 31: "float8_e4m3fnuz", 32: "float8_e5m2fnuz",
-                 33: "float8_e8m0fnu", 34: "uint32", 35: "uint64"}
 _POSITIONAL, _KEYWORD = 1, 2
 # Keyword-only arguments of the ops the converter reads, for archives that do not say which
 # arguments were passed by keyword.
@@ -165,7 +160,7 @@ class _Program:
             f"{len(shape)} dims" if shape_problem([1] * len(shape)) else None)
         if why is not None:
             raise self.fail(f"{what}: {why}")
-        dtype = _SCALAR_TYPES.get(as_int(meta.get("dtype")) or 0)
+        dtype = TORCH_SCALAR_TYPES.get(as_int(meta.get("dtype")) or 0)
         return TensorMeta(shape, canonical(dtype) if dtype is not None else "unknown")
 
     def arg(self, value: Any, what: str) -> Any:

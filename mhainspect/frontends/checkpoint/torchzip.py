@@ -26,8 +26,8 @@ from mhainspect.errors import InputError
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, wants_values
 from mhainspect.frontends.checkpoint.reader import flatten_state_dict
 from mhainspect.frontends.formats import Kind, OtherArchive, archive_members, names_kind
-from mhainspect.frontends.pickles import STORAGE_DTYPES, Global, RefusedGlobal, TensorRecord, read_pickle
-from mhainspect.ir.dtypes import INTEGER_STRUCT_CODES, canonical, nbytes
+from mhainspect.frontends.pickles import Global, RefusedGlobal, TensorRecord, read_pickle
+from mhainspect.ir.dtypes import INTEGER_STRUCT_CODES, TORCH_STORAGE_TYPES, canonical, nbytes
 from mhainspect.ir.weights import WeightMeta
 from mhainspect.sources.blob import Blob, BlobFile, HeadCached, LocalBlob, Prefix, SparseView
 from mhainspect.sources.parallel import in_parallel
@@ -55,7 +55,7 @@ _ALLOWED = frozenset({
 })
 # dtypes a GLOBAL may name (torch.<name>): those of the storage classes, and the ones saved beside an
 # untyped storage (torch.storage._new_dtypes).
-_DTYPE_NAMES = frozenset(set(STORAGE_DTYPES.values()) | {
+_DTYPE_NAMES = frozenset(set(TORCH_STORAGE_TYPES.values()) | {
     "float", "double", "half", "long", "int", "short", "cfloat", "cdouble",
     "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2",
     "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2", "complex32", "uint16", "uint32", "uint64",
@@ -64,7 +64,7 @@ _DTYPE_NAMES = frozenset(set(STORAGE_DTYPES.values()) | {
 
 def weights_only(named: Global) -> bool:
     """Whether torch's weights-only loader allows this global in a state dict."""
-    if named.module == "torch" and (named.name in STORAGE_DTYPES or named.name in _DTYPE_NAMES):
+    if named.module == "torch" and (named.name in TORCH_STORAGE_TYPES or named.name in _DTYPE_NAMES):
         return True
     return named.qualified in _ALLOWED
 
