@@ -70,7 +70,7 @@ SMALL: dict[str, dict[str, Any]] = {
 def attention_params(module: nn.Module) -> int:
     """What a (non-latent) block of this attention module holds, as torch counts it: its projections
     (its nn.Linear children) and the norms it applies to Q and K (its norm children: q_norm/k_norm,
-    q_layernorm/k_layernorm), not its score terms, buffers or a sparse-attention indexer's weights."""
+    q_layernorm/k_layernorm), not its score terms or buffers."""
     return sum(p.numel() for c in module.children()
                if isinstance(c, nn.Linear) or "Norm" in type(c).__name__ for p in c.parameters())
 

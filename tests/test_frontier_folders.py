@@ -35,10 +35,10 @@ def _layer(name: str) -> int:
 def _block_params(module: torch.nn.Module, latent: bool) -> int:
     """The attention module's projections and the norms it applies to Q and K (Qwen3-Next's
     q_norm/k_norm, LFM2's q_layernorm/k_layernorm, Gemma-3n's: ``hm.attention_params``); a latent
-    (MLA) block's total also holds its down-projections' norms, i.e. every parameter of the module
-    but a sparse-attention indexer's (a module of its own)."""
+    (MLA) block's total also holds its down-projections' norms and a sparse-attention indexer
+    (DeepSeek-V3.2's ``indexer``, ``params.indexer``), i.e. every parameter of the module."""
     if latent:
-        return sum(p.numel() for n, p in module.named_parameters() if not n.startswith("indexer."))
+        return sum(p.numel() for p in module.parameters())
     return hm.attention_params(module)
 
 

@@ -302,3 +302,78 @@ def test_a_stacks_head_key_describes_the_stacks_width(tmp_path: Path) -> None:
     assert (block.num_heads, block.d_k, block.d_model) == (4, 64, 256)
     other = offers_from_config({**cfg, "num_attention_heads": 4, "mit_hidden_size": 512}, "mit.layers.0.self_attn")
     assert other.widths == (64,)
+
+
+# ----------------------------------------------------------------------------- sparse-attention indexers
+
+
+def _mla(prefix: str, d: int = 64, heads: int = 4, q_rank: int = 48, kv_rank: int = 32, nope: int = 16,
+         rope: int = 8, v: int = 16) -> dict[str, tuple[int, ...]]:
+    """A DeepSeek-V3-style latent attention module's weights."""
+    return {f"{prefix}.q_a_proj.weight": (q_rank, d), f"{prefix}.q_a_layernorm.weight": (q_rank,),
+            f"{prefix}.q_b_proj.weight": (heads * (nope + rope), q_rank),
+            f"{prefix}.kv_a_proj_with_mqa.weight": (kv_rank + rope, d), f"{prefix}.kv_a_layernorm.weight": (kv_rank,),
+            f"{prefix}.kv_b_proj.weight": (heads * (nope + v), kv_rank), f"{prefix}.o_proj.weight": (d, heads * v)}
+
+
+def _indexer(prefix: str, d: int = 64, q_rank: int = 48, heads: int = 3, width: int = 20) -> dict[str, tuple[int, ...]]:
+    """DeepSeek-V3.2's lightning indexer under the attention module: its Q from Q's latent, its one
+    key from the input with a LayerNorm, and a weight per head from the input."""
+    return {f"{prefix}.indexer.wq_b.weight": (heads * width, q_rank), f"{prefix}.indexer.wk.weight": (width, d),
+            f"{prefix}.indexer.k_norm.weight": (width,), f"{prefix}.indexer.k_norm.bias": (width,),
+            f"{prefix}.indexer.weights_proj.weight": (heads, d)}
+
+
+DSA_CONFIG = {"model_type": "deepseek_v32", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+              "q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+              "num_hidden_layers": 2, "index_head_dim": 20, "index_n_heads": 3,
+              "layer_types": ["indexed_attention", "indexed_attention"]}
+
+
+def test_a_sparse_attention_indexer_counts_in_its_block_and_caches_its_key(tmp_path: Path) -> None:
+    """DeepSeek-V3.2 (GLM-MoE-DSA, HunYuan-V4 alike): the ``indexer`` under the attention module has a
+    K projection of its own from the block's input and no V. It is the block's (``params.indexer``, in
+    the total, its heads its Q's width over its key's), not a block of its own, and its key is cached
+    per token beside the latent. A layer whose attention holds no indexer (GLM-MoE-DSA's "shared"
+    ``indexer_types``: it reuses an earlier layer's selection) caches no index key, although its
+    config layer type is ``indexed_attention``."""
+    (tmp_path / "config.json").write_text(json.dumps({**DSA_CONFIG, "indexer_types": ["full", "shared"]}))
+    shapes = {**_mla("layers.0.self_attn"), **_indexer("layers.0.self_attn"), **_mla("layers.1.self_attn")}
+    _write_safetensors(tmp_path / "model.safetensors", shapes)
+    report = audit(tmp_path)
+    first, second = report.blocks
+    assert [b.name for b in report.blocks] == ["layers.0.self_attn", "layers.1.self_attn"]
+    module = {n: math.prod(s) for n, s in shapes.items() if n.startswith("layers.0.")}
+    indexer = sum(n for name, n in module.items() if ".indexer." in name)
+    assert first.params.indexer == indexer == 3 * 20 * 48 + 20 * 64 + 2 * 20 + 3 * 64
+    assert first.params.total == sum(module.values())  # every tensor of the module
+    assert second.params.indexer == 0 and second.indexer is None
+    assert first.indexer is not None
+    assert (first.indexer.module, first.indexer.d_k, first.indexer.num_heads) == ("layers.0.self_attn.indexer", 20, 3)
+    assert (first.num_heads, first.d_k) == (4, 24)  # the block's own heads, not the indexer's
+    latent = (32 + 8) * 4
+    assert first.kv_cache_bytes_per_token == latent + 20 * 4 and first.kv_cache_indexer_bytes_per_token == 20 * 4
+    assert second.kv_cache_bytes_per_token == latent and second.kv_cache_indexer_bytes_per_token == 0
+    kv = report.model.kv_cache
+    assert kv is not None and kv.bytes_per_token == 2 * latent + 20 * 4 and kv.indexer_bytes_per_token == 20 * 4
+    data = report.to_dict()
+    assert data["blocks"][0]["params"]["indexer"] == indexer and "indexer" not in data["blocks"][1]["params"]
+    assert data["blocks"][0]["indexer"]["d_k"] == 20 and "indexer" not in data["blocks"][1]
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text())
+    assert not list(Draft202012Validator(schema).iter_errors(data))
+
+
+def test_an_indexers_key_must_read_the_blocks_input(tmp_path: Path) -> None:
+    """A sub-module with a K projection and no V whose key does not read the block's input is not
+    taken for its indexer: its weights stay out of the block, and without indexer weights the config's
+    indexed layers cache ``index_head_dim`` each."""
+    (tmp_path / "config.json").write_text(json.dumps(DSA_CONFIG))
+    shapes = {**_mla("layers.0.self_attn"), **_indexer("layers.0.self_attn", d=32),
+              **_mla("layers.1.self_attn")}
+    shapes["layers.0.self_attn.indexer.weights_proj.weight"] = (3, 32)
+    _write_safetensors(tmp_path / "model.safetensors", shapes)
+    report = audit(tmp_path)
+    assert [b.params.indexer for b in report.blocks] == [0, 0]
+    assert [b.kv_cache_indexer_bytes_per_token for b in report.blocks] == [20 * 4, 20 * 4]

@@ -71,7 +71,7 @@ def _count(roles: _Roles, wq: int, wk: int, wv: int, o_in: int) -> int | None:
 def _beside(block: AttentionBlock, wq: int, wk: int, wv: int, d_k: int) -> int:
     """What the block's total holds beside its projections' weights and biases at Q/K/V widths
     ``wq``/``wk``/``wv`` and head size ``d_k``: a latent block's down-projections and norms (as
-    wide as the latents, whatever the heads), learned K/V rows, which are as wide as K and V (so
+    wide as the latents, whatever the heads), a sparse-attention indexer (its own heads), learned K/V rows, which are as wide as K and V (so
     they follow the widths), and Q/K norms: one vector for every head follows d_k, a norm over the
     whole width (or one vector per head) follows the width."""
     p = block.params
@@ -87,7 +87,7 @@ def _beside(block: AttentionBlock, wq: int, wk: int, wv: int, d_k: int) -> int:
         k0, v0 = _roles(block)[1], _roles(block)[2]
         was = (k0.out_features or 0 if k0 else 0) + (v0.out_features or 0 if v0 else 0)
         rows = p.kv_rows * (wk + wv) // was if was else p.kv_rows
-    return p.latent + rows + norms
+    return p.latent + p.indexer + rows + norms  # an indexer has heads of its own: not the block's
 
 
 def _k_width(block: AttentionBlock, kv_heads: int, d_k: int) -> int:

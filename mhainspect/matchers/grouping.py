@@ -137,6 +137,20 @@ class LatentParts:
 
 
 @dataclass(frozen=True)
+class IndexerParts:
+    """A sub-module of an attention module with a K projection of its own and no V: it scores keys
+    without reading values, so it is no attention of its own but a sparse-attention indexer that
+    chooses the keys its parent reads (DeepSeek-V3.2's ``indexer``: wq_b, wk, k_norm, weights_proj).
+    Whether its key reads the block's input is checked once the block's width is known
+    (``matchers.indexer``)."""
+
+    module: str
+    key: RoleWeights  # its K projection: the key it caches
+    projections: tuple[RoleWeights, ...]  # its other projections (its Q, the head weights)
+    tensors: tuple[WeightMeta, ...]  # every tensor of its child modules (weights, biases, norms)
+
+
+@dataclass(frozen=True)
 class GroupedBlock:
     """Projections of one attention block found by names; widths not yet split for packed weights."""
 
@@ -153,6 +167,7 @@ class GroupedBlock:
     head_norms: tuple[HeadNorm, ...] = ()  # candidate Q/K norms held by the attention module (``HeadNorm``)
     # The block whose K/V this one reads (a KV-sharing layer: its K/V roles are that block's weights).
     kv_from: str | None = None
+    indexer: IndexerParts | None = None  # a sparse-attention indexer under the module (``IndexerParts``)
 
     def role(self, role: str) -> RoleWeights | None:
         return next((r for r in self.roles if r.role == role), None)
@@ -206,9 +221,11 @@ def group_attention(weights: Mapping[str, WeightMeta], kv_source: Callable[[str]
     found = _by_module(weights)
     kids_of = _children(found.modules)
     latent_owners = {p for p, k in kids_of.latent.items() if "kv_down" in k and "kv_up" in k}
+    owners = set(kids_of.roles) | set(found.mha) | latent_owners
+    indexers = _indexers(kids_of, found, owners)
     blocks: list[GroupedBlock] = []
     by_owner: dict[str, GroupedBlock] = {}
-    for owner in sorted(set(kids_of.roles) | set(found.mha) | latent_owners, key=natural_key):
+    for owner in sorted(owners - {i.module for i in indexers.values()}, key=natural_key):
         kids = kids_of.roles.get(owner, {})
         latent = (_latent_parts(kids_of.latent[owner], kids, found.role_weights, found.modules)
                   if owner in latent_owners else None)
@@ -234,9 +251,27 @@ def group_attention(weights: Mapping[str, WeightMeta], kv_source: Callable[[str]
         query = _learned_query(owner, roles, found.queries)
         blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross_by_name(owner) or query is not None,
                                    own_biases, latent[1] if latent is not None else None, query,
-                                   kids_of.head_norms(owner, found.modules), kv_from))
+                                   kids_of.head_norms(owner, found.modules), kv_from, indexers.get(owner)))
         by_owner[owner] = blocks[-1]
     return _with_enclosing_extras(blocks, found.extras)
+
+
+def _indexers(kids_of: _Children, found: _ByModule, owners: set[str]) -> dict[str, IndexerParts]:
+    """By attention module, the sub-module that is its indexer (``IndexerParts``): a child of a
+    candidate block's module holding a K projection and no V (nor a packed one). Its tensors are
+    those of its child modules."""
+    out: dict[str, IndexerParts] = {}
+    for path, kids in kids_of.roles.items():
+        parent = path.rpartition(".")[0]
+        if "k" not in kids or any(r in kids for r in ("v", "qkv", "kv")) or parent not in owners:
+            continue
+        children = sorted({*kids.values(), *kids_of.others.get(path, ())}, key=natural_key)
+        key = found.role_weights("k", kids["k"])
+        others = tuple(found.role_weights("q", c) for c in children
+                       if c != kids["k"] and len(found.modules[c]["weight"].shape) == 2)
+        tensors = tuple(t for c in children for t in found.modules[c].values())
+        out[parent] = IndexerParts(path, key, others, tensors)
+    return out
 
 
 def _borrowed_kv(owner: str, kids: Mapping[str, str], found: _ByModule, by_owner: Mapping[str, GroupedBlock],

@@ -25,6 +25,7 @@ from mhainspect.matchers.grouping import (
     projection,
     ungrouped_attention,
 )
+from mhainspect.matchers.indexer import assemble_indexer
 from mhainspect.matchers.latent import assemble_latent
 from mhainspect.matchers.sharing import count_shared_once
 from mhainspect.results import (
@@ -111,16 +112,18 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     if runs is not None and runs > 1:
         said = next(o for o in offers if o.applications is not None)
         evidence.append(Evidence("applications", runs, said.source, said.detail))
+    indexer, indexer_params, indexer_evidence = assemble_indexer(group.indexer, decision.d_model)
+    evidence.extend(indexer_evidence)
     return AttentionBlock(
         name=group.name, matcher=matcher, kind=BlockKind.CROSS if group.cross else BlockKind.SELF,
         num_heads=decision.num_heads, num_kv_heads=decision.num_kv_heads, d_model=decision.d_model,
         d_k=decision.d_k, d_v=decision.d_v,
         params=ParamBreakdown.from_projections(
             projections, extra=sum(t.numel for t in group.extras if not is_kv_row(t.name)),
-            kv_rows=sum(t.numel for t in group.extras if is_kv_row(t.name))),
+            kv_rows=sum(t.numel for t in group.extras if is_kv_row(t.name)), indexer=indexer_params),
         projections=tuple(projections), evidence=tuple(evidence), scale=scale, scale_known=scale is not None,
         anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts + list(decision.conflicts))),
-        applications=runs if runs is not None else 1, kv_cache_shared_from=group.kv_from,
+        applications=runs if runs is not None else 1, kv_cache_shared_from=group.kv_from, indexer=indexer,
     )
 
 

@@ -109,6 +109,8 @@ def _segments(b: AttentionBlock) -> tuple[Segment, ...]:
     segs.append(Segment("biases", p.bias, "bias"))
     if p.latent:
         segs.append(Segment("latent down-projections and norms", p.latent, "extra"))
+    if p.indexer:
+        segs.append(Segment("sparse-attention indexer", p.indexer, "extra"))
     if p.extra:
         segs.append(Segment("other block parameters", p.extra, "extra"))
     return tuple(segs)

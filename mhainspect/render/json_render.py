@@ -230,6 +230,7 @@ def _params(params: ParamBreakdown) -> JSONDict:
         # Present only where they apply (a latent block; learned K/V rows), so other blocks' keys stay as they were.
         **({"latent": _int(params.latent)} if params.latent else {}),
         **({"kv_rows": _int(params.kv_rows)} if params.kv_rows else {}),
+        **({"indexer": _int(params.indexer)} if params.indexer else {}),
     }
 
 
@@ -309,6 +310,9 @@ def _block(block: AttentionBlock, model_total: int) -> JSONDict:
                           "q_rank": _opt_int(block.latent.q_rank), "cached_width": _int(block.latent.cached_width),
                           "tensors": list(block.latent.tensors), "runtime_expands": bool(block.latent.runtime_expands)}
         data["kv_cache_expanded_bytes_per_token"] = _opt_int(block.kv_cache_expanded_bytes_per_token)
+    if block.indexer is not None:  # only for sparse attention with an indexer's weights (DeepSeek-V3.2)
+        data["indexer"] = {"module": block.indexer.module, "d_k": _int(block.indexer.d_k),
+                           "num_heads": _opt_int(block.indexer.num_heads), "tensors": list(block.indexer.tensors)}
     if block.kv_cache_indexer_bytes_per_token:  # only for sparse attention with an indexer (DeepSeek-V3.2)
         data["kv_cache_indexer_bytes_per_token"] = _int(block.kv_cache_indexer_bytes_per_token)
     if block.applications != 1:  # only for a module whose weights one run applies several times

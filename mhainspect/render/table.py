@@ -377,6 +377,10 @@ def _block_details(b: AttentionBlock, width: int) -> list[RenderableType]:
                              f"{group(proj.weight_params)}{bias}  via {proj.node}"))
     if b.params.latent:
         lines.append(_detail("latent params:", f"{group(b.params.latent)} (down-projections and norms, in the total)"))
+    if b.params.indexer:
+        heads = f", {b.indexer.num_heads} heads" if b.indexer is not None and b.indexer.num_heads else ""
+        key = f"key {b.indexer.d_k}{heads}, " if b.indexer is not None else ""
+        lines.append(_detail("indexer params:", f"{group(b.params.indexer)} (sparse-attention indexer: {key}in the total)"))
     if b.params.kv_rows:
         lines.append(_detail("K/V rows:", f"{group(b.params.kv_rows)} (learned bias_k/bias_v, in the total)"))
     if b.params.extra:

@@ -47,7 +47,7 @@ from mhainspect.results.vocabulary import (
     warning_code,
 )
 
-__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheFactors', 'CacheStatus', 'Evidence', 'EvidenceSource', 'FailedInput', 'FitStatus', 'Flag', 'GpuFit', 'KVCache', 'LatentKV', 'Matcher', 'MemoryAtContext', 'Miss', 'Mixer', 'MixerKind', 'MixtureOfExperts', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WeightDtypeWhatIf', 'WhatIf', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']
+__all__ = ['AttentionBlock', 'BlockKind', 'BlockVerification', 'CacheFactors', 'CacheStatus', 'Evidence', 'EvidenceSource', 'FailedInput', 'FitStatus', 'Flag', 'GpuFit', 'KVCache', 'LatentKV', 'Matcher', 'MemoryAtContext', 'Miss', 'Mixer', 'MixerKind', 'MixtureOfExperts', 'ModelFacts', 'ModelSummary', 'ParamBreakdown', 'Projection', 'Report', 'ReportWarning', 'Reports', 'SCHEMA_VERSION', 'Severity', 'SparseIndexer', 'VERIFY_STATUSES', 'VerifyStatus', 'Vocabulary', 'WarningCode', 'WeightDtypeWhatIf', 'WhatIf', '_SOURCES', 'attention_params', 'coded', 'projection_tensor_names', 'contradicted', 'warning_code']
 
 if TYPE_CHECKING:
     from mhainspect.results.optional import (
@@ -56,11 +56,13 @@ if TYPE_CHECKING:
         LatentKV,
         Mixer,
         MixtureOfExperts,
+        SparseIndexer,
         WeightDtypeWhatIf,
     )
 
 # Report parts only an option or a rarer model adds (results/optional.py): loaded when first asked for.
-_OPTIONAL = frozenset(("BlockVerification", "GpuFit", "LatentKV", "Mixer", "MixtureOfExperts", "WeightDtypeWhatIf"))
+_OPTIONAL = frozenset(("BlockVerification", "GpuFit", "LatentKV", "Mixer", "MixtureOfExperts", "SparseIndexer",
+                       "WeightDtypeWhatIf"))
 
 
 def __getattr__(name: str) -> Any:

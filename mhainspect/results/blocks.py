@@ -18,7 +18,7 @@ from mhainspect.results.vocabulary import (
 )
 
 if TYPE_CHECKING:
-    from mhainspect.results.optional import BlockVerification, LatentKV
+    from mhainspect.results.optional import BlockVerification, LatentKV, SparseIndexer
 
 
 @dataclass(frozen=True)
@@ -100,30 +100,34 @@ class ParamBreakdown:
 
     ``total`` is the attention module's parameters that make Q, K, V and the output: the four
     projections (Q's and K's with the norms applied to them before the scores), a latent block's down-projections and their norms (``latent``: they make Q's and
-    the K/V latent), and learned K/V rows appended to K and V (``kv_rows``: nn.MultiheadAttention's
-    bias_k/bias_v, also counted in ``bias``). ``extra`` is what is added to the scores instead
-    (relative-position tables, an additive attention's score vector), outside ``total``."""
+    the K/V latent), learned K/V rows appended to K and V (``kv_rows``: nn.MultiheadAttention's
+    bias_k/bias_v, also counted in ``bias``), and a sparse-attention indexer held by the module
+    (``indexer``: DeepSeek-V3.2's lightning indexer, its own Q and K projections that choose the
+    keys the attention reads). ``extra`` is what is added to the scores instead (relative-position
+    tables, an additive attention's score vector), outside ``total``."""
 
     q: int
     k: int
     v: int
     o: int
     bias: int  # part of total that is biases
-    total: int  # q + k + v + o + latent + kv_rows
+    total: int  # q + k + v + o + latent + kv_rows + indexer
     extra: int = 0  # other params of the block, outside total (relative position tables)
     latent: int = 0  # a latent (MLA) block's down-projections and their norms, in total
     kv_rows: int = 0  # learned K/V rows (bias_k/bias_v), in total and in bias
+    indexer: int = 0  # a sparse-attention indexer's parameters (every tensor of its module), in total
 
     @classmethod
     def from_projections(cls, projections: Iterable[Projection], extra: int = 0, *, latent: int = 0,
-                         kv_rows: int = 0) -> ParamBreakdown:
+                         kv_rows: int = 0, indexer: int = 0) -> ParamBreakdown:
         per = {"q": 0, "k": 0, "v": 0, "o": 0}
         bias = kv_rows
         for p in projections:
             per[p.role] += p.params
             bias += p.bias_params
         return cls(q=per["q"], k=per["k"], v=per["v"], o=per["o"], bias=bias,
-                   total=sum(per.values()) + latent + kv_rows, extra=extra, latent=latent, kv_rows=kv_rows)
+                   total=sum(per.values()) + latent + kv_rows + indexer, extra=extra, latent=latent,
+                   kv_rows=kv_rows, indexer=indexer)
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,7 @@ class AttentionBlock:
     kv_cache_expanded_bytes_per_token: int | None = None
     # Of kv_cache_bytes_per_token: a sparse-attention indexer's cached key (DeepSeek-V3.2), 0 without one.
     kv_cache_indexer_bytes_per_token: int = 0
+    indexer: SparseIndexer | None = None  # the sparse-attention indexer the module holds (its weights)
     # The block whose K/V cache this one reads (a KV-sharing layer: Gemma-3n's last layers, cross-layer
     # attention): it caches nothing of its own, and its K/V projections, if it names them, are that block's.
     kv_cache_shared_from: str | None = None

@@ -65,6 +65,20 @@ class LatentKV:
 
 
 @dataclass(frozen=True)
+class SparseIndexer:
+    """A sparse-attention indexer held by an attention module (DeepSeek-V3.2's lightning indexer,
+    GLM-MoE-DSA's, HunYuan-V4's): a sub-module with its own K projection from the block's input and
+    no V, whose scores choose the keys the attention reads. Its parameters (every tensor of its
+    module: ``tensors``) count in the block's total as ``params.indexer``; it caches its key, ``d_k``
+    values per token, beside the block's K/V (``kv_cache_indexer_bytes_per_token``)."""
+
+    module: str  # the indexer's module path
+    d_k: int  # its key's width (the K projection's output): what it caches per token
+    num_heads: int | None  # its query heads (its Q projection's width over d_k; None: not told)
+    tensors: tuple[str, ...] = ()  # every tensor of the module, counted in params.indexer
+
+
+@dataclass(frozen=True)
 class MixtureOfExperts:
     """The routed experts of a mixture-of-experts model and the parameters one token uses.
 

@@ -185,10 +185,20 @@ def config_dtype(cfg: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def _indexer(plan: LayerPlan | None, layer: int | None) -> tuple[int, str]:
-    """The key width an indexed layer's indexer caches, and what says so (0: not an indexed layer)."""
+def _indexer(plan: LayerPlan | None, layer: int | None, block: AttentionBlock, weighed: bool) -> tuple[int, str]:
+    """The key width a block's sparse-attention indexer caches, and what says so (0: none).
+
+    The weights decide where they show indexers (``weighed``: some block of the model holds one): a
+    block with one caches its key (its K projection's width), a block without one caches none (a layer
+    that reuses an earlier layer's selection: GLM-MoE-DSA's and HunYuan-V4's "shared" ``indexer_types``),
+    whatever the config's layer types say. Without indexer weights, an indexed layer of the config
+    caches ``index_head_dim``."""
     from mhainspect.frontends.checkpoint.layer_types import LayerType  # with the config reader, see _plan
 
+    if block.indexer is not None:
+        return block.indexer.d_k, f"the indexer's key projection under {block.indexer.module}"
+    if weighed:
+        return 0, ""
     if plan is not None and plan.indexer_width and plan.kind(layer) is LayerType.INDEXED:
         return plan.indexer_width, plan.indexer_said.removeprefix("config.json ")
     return 0, ""
@@ -200,6 +210,7 @@ def config_decoding(cfg: Mapping[str, Any] | None, blocks: Sequence[AttentionBlo
     """Per block, from a Hugging Face style config: does it cache, its window, its dtype
     (``compute_dtypes``: block -> (dtype, where it came from), the projection's own dtype)."""
     out = []
+    weighed = any(b.indexer is not None for b in blocks)
     for b in blocks:
         dtype, dsource = compute_dtypes.get(b.name, (None, ""))
         if cfg is None:
@@ -209,10 +220,11 @@ def config_decoding(cfg: Mapping[str, Any] | None, blocks: Sequence[AttentionBlo
         caches, reason = config_causal(cfg, b.name, b.kind == BlockKind.CROSS)
         window, wsource = _window(cfg, b.name) if b.kind != BlockKind.CROSS else (None, "")
         plan = _plan(_sub_config(cfg, b.name)) if b.kind != BlockKind.CROSS else None
-        indexer, isource = _indexer(plan, layer_index(b.name))
+        indexer, isource = _indexer(plan, layer_index(b.name), b, weighed) if b.kind != BlockKind.CROSS else (0, "")
         out.append(BlockDecoding(b.name, caches, f"{label}: {reason}", dtype, dsource, window,
                                  f"{label} {wsource.removeprefix('config ')}" if window else "",
-                                 indexer_width=indexer, indexer_source=f"{label} {isource}" if indexer else ""))
+                                 indexer_width=indexer, indexer_source=(isource if b.indexer is not None else f"{label} {isource}")
+                                 if indexer else ""))
     return tuple(out)
 
 
