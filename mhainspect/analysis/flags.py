@@ -7,7 +7,7 @@ import math
 from collections import Counter
 
 from mhainspect.analysis.whatif import standard_layout_count, what_if
-from mhainspect.results import AttentionBlock, EvidenceSource, Flag, Severity
+from mhainspect.results import AttentionBlock, BlockKind, EvidenceSource, Flag, Severity
 
 FLAG_CODES: dict[str, tuple[Severity, str]] = {
     "MHA001": (Severity.WARNING, "h·d_k ≠ d_model: projection width is per head, so parameters scale with the "
@@ -64,7 +64,7 @@ def _width_flag(b: AttentionBlock, h: int) -> Flag | None:
     """MHA001: projections h·d_k wide where d_model is not, so the parameters follow the head count."""
     d_k, d_model = b.d_k, b.d_model
     # Additive attention has one head by construction: its width is no per-head choice.
-    if d_k is None or d_model is None or h * d_k == d_model or b.kind == "additive":
+    if d_k is None or d_model is None or h * d_k == d_model or b.kind == BlockKind.ADDITIVE:
         return None
     std = standard_layout_count(b)
     half, double = what_if(b, max(1, h // 2)), what_if(b, h * 2)
@@ -84,7 +84,7 @@ def _width_flag(b: AttentionBlock, h: int) -> Flag | None:
 def _value_width_flag(b: AttentionBlock, h: int) -> Flag | None:
     """MHA002: value heads wider or narrower than query/key heads."""
     d_k, d_v = b.d_k, b.d_v
-    if d_k is None or d_v is None or d_k == d_v or b.kind == "additive":
+    if d_k is None or d_v is None or d_k == d_v or b.kind == BlockKind.ADDITIVE:
         return None
     return _flag("MHA002", b.name, f"d_k {d_k} ≠ d_v {d_v}: value heads are {'wider' if d_v > d_k else 'narrower'} "
                  "than query/key heads.", d_k=d_k, d_v=d_v)

@@ -42,7 +42,7 @@ from mhainspect.render.cells import (
 from mhainspect.render.grouping import BlockGroup, FlagGroup, common_prefix, group_flags, join_names
 from mhainspect.render.safe import printable_fields
 from mhainspect.render.size_lines import block_size_line, experts_line, size_lines
-from mhainspect.results import AttentionBlock, BlockKind, Report, Severity
+from mhainspect.results import AttentionBlock, BlockKind, Report, Severity, VerifyStatus
 
 __all__ = ["heads_label", "render_overview", "render_summary", "render_table", "render_text", "severity_style",
            "verify_label"]
@@ -313,14 +313,15 @@ def _hang(lead: Sequence[tuple[str, str]], body: Text, width: int, indent: int =
     return grid
 
 
-_VERIFY_STYLE = {"confirmed": "green", "contradicted": "bold red", "observed": "cyan", "unchecked": "dim"}
+_VERIFY_STYLE: dict[str, str] = {VerifyStatus.CONFIRMED: "green", VerifyStatus.CONTRADICTED: "bold red", VerifyStatus.OBSERVED: "cyan",
+                                 VerifyStatus.UNCHECKED: "dim"}
 
 
 def _verify_line(b: AttentionBlock, verbose: bool) -> Text:
     v = b.verification
     assert v is not None
     line = Text.assemble(b.name, ": ", (verify_label(v), _VERIFY_STYLE.get(v.status, "")))
-    if verbose and v.status != "unchecked" and v.reason:
+    if verbose and v.status != VerifyStatus.UNCHECKED and v.reason:
         line.append(f"  [{v.reason}]", style="dim")
     return line
 

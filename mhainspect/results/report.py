@@ -15,6 +15,7 @@ from mhainspect.results.blocks import (
     MemoryAtContext,
     Miss,
 )
+from mhainspect.results.vocabulary import VerifyStatus
 
 if TYPE_CHECKING:
     from mhainspect.results.optional import BlockVerification, GpuFit, Mixer, MixtureOfExperts, WeightDtypeWhatIf
@@ -180,4 +181,4 @@ def attention_params(blocks: Sequence[AttentionBlock]) -> int:
 def contradicted(report: Report) -> list[tuple[AttentionBlock, BlockVerification]]:
     """The blocks whose static head count a --verify run contradicted, with that run's verdict."""
     return [(b, b.verification) for b in report.blocks
-            if b.verification is not None and b.verification.status == "contradicted"]
+            if b.verification is not None and b.verification.status == VerifyStatus.CONTRADICTED]
