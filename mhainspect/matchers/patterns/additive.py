@@ -16,9 +16,9 @@ from mhainspect.ir.graph import Node, Tensor
 from mhainspect.matchers.block import BlockBuilder, RoleInput
 from mhainspect.matchers.patterns import Pattern
 from mhainspect.matchers.projection import recognise_projection, trace_back_to_projection
-from mhainspect.results import BlockKind, Evidence, Miss
+from mhainspect.results import BlockKind, Evidence, Matcher, Miss
 
-NAME = "additive"
+NAME = Matcher.ADDITIVE
 # Between the score vector product and the Softmax: reshapes, masks, casts.
 _SCORE_PATH = {"Squeeze", "Unsqueeze", "Reshape", "Flatten", "Transpose", "Cast", "Identity", "Add", "Sub", "Where",
                "Mul", "Div", "Dropout"}

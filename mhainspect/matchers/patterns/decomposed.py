@@ -21,9 +21,9 @@ from mhainspect.matchers.patterns import Pattern
 from mhainspect.matchers.projection import TracedProjection, trace_back_to_projection, trace_forward_to_projection
 from mhainspect.matchers.scale import offer_scale, operand_chain
 from mhainspect.matchers.tables import collect_extras, collect_tables
-from mhainspect.results import Evidence, EvidenceSource, Miss
+from mhainspect.results import Evidence, EvidenceSource, Matcher, Miss
 
-NAME = "decomposed"
+NAME = Matcher.DECOMPOSED
 _PRODUCTS = {"MatMul", "Einsum", "FusedMatMul"}
 # Between Q·Kᵀ and Softmax: scaling, masks, softcapping, bias (ALiBi, relative position), casts.
 _SCORE_PATH = {"Add", "Sub", "Mul", "Div", "Where", "Tanh", "Clip", "Reshape", "Squeeze",

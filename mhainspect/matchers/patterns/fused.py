@@ -16,9 +16,9 @@ from mhainspect.matchers.assembly import split_packed
 from mhainspect.matchers.block import BlockBuilder, RoleInput
 from mhainspect.matchers.patterns import Pattern
 from mhainspect.matchers.projection import TracedProjection, trace_back_to_projection, trace_forward_to_projection
-from mhainspect.results import Evidence, Miss
+from mhainspect.results import Evidence, Matcher, Miss
 
-NAME = "fused"
+NAME = Matcher.FUSED
 _MS_PACKED = {"Attention", "PackedAttention", "QAttention"}  # input, packed [D, Wq+Wk+Wv] weight, bias
 _MS_SEPARATE = {"MultiHeadAttention", "DecoderMaskedMultiHeadAttention", "PackedMultiHeadAttention"}
 _MS_GROUPED = {"GroupQueryAttention", "SparseAttention", "PagedAttention"}
