@@ -310,8 +310,9 @@ def judge(model_type: str, truth: list[Truth], report: dict[str, Any]) -> Row:
     for t in truth:
         b = _pair(t.scope, [x for x in blocks if x["name"] not in used])
         if b is None:
-            miss = next((m for m in misses if m.get("scope", "").startswith(t.scope) or t.scope.startswith(
-                m.get("scope", "") + ".") or m.get("scope") == t.scope), None)
+            # a near miss names its module as its anchor (misses[].anchor)
+            miss = next((m for m in misses if (a := m.get("anchor") or m.get("scope") or "") and (
+                a == t.scope or a.startswith(t.scope + ".") or t.scope.startswith(a + "."))), None)
             layer = int(_digits(t.scope)[0]) if _digits(t.scope) else None
             mixer = next((m for m in mixers if layer in m.get("layers", ())), None)
             if mixer is not None:

@@ -5,8 +5,10 @@ model has any without importing that reader. No imports: cheap at start-up."""
 from __future__ import annotations
 
 # Parameter names only a recurrent (linear attention, state-space) mixer holds: a state decay, a
-# time-step bias, lightning attention's slope rates.
-STATE_WEIGHTS = frozenset(("A_log", "dt_bias", "slope_rate"))
+# time-step bias, lightning attention's slope rates, RWKV's per-channel decay and current-token bonus
+# of its WKV recurrence (``time_decay``, ``time_first``: its key/value/receptance projections are no
+# softmax attention).
+STATE_WEIGHTS = frozenset(("A_log", "dt_bias", "slope_rate", "time_decay", "time_first"))
 # How the name of such a parameter, or of the weight of a mixer's short convolution, ends.
 MIXER_ENDINGS = (*sorted(STATE_WEIGHTS), "conv.weight", "conv1d.weight")
 # The longest kernel of a mixer's short causal convolution (Mamba: 4, LFM2: 3); a longer depthwise

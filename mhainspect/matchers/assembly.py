@@ -128,7 +128,22 @@ def split_packed(total: int | None, h: int | None, g: int | None, d_k: int | Non
     if not total:
         return None
     return (_split_by_head_size(total, h, g, d_k, d_v) or _split_by_heads(total, h, g, o_in)
-            or _split_by_o(total, h, o_in))
+            or _split_by_o(total, h, o_in) or _split_gated(total, h, g, d_k, d_v, o_in))
+
+
+def _split_gated(total: int, h: int | None, g: int | None, d_k: int | None, d_v: int | None,
+                 o_in: int | None) -> PackedSplit | None:
+    """A packed weight one Q width wider than Q, K and V at the heads and head sizes offered, where
+    no other reading fits: a gate as wide as Q packed beside them (gated attention, HRM's
+    ``gqkv_proj``), counted with Q as a gate packed into ``q_proj`` is (Qwen3-Next). The order of
+    the parts does not change a width, so none is assumed."""
+    if not (h and d_k):
+        return None
+    g2, dv = g or h, d_v or d_k
+    if 2 * h * d_k + g2 * (d_k + dv) != total or (o_in is not None and o_in != h * dv):
+        return None
+    return PackedSplit(2 * h * d_k, g2 * d_k, g2 * dv, g2, assumption=(
+        f"{total} = {h}·{d_k} + {g2}·({d_k} + {dv}) + a gate as wide as Q ({h}·{d_k}), counted with Q"))
 
 
 def _split_by_head_size(total: int, h: int | None, g: int | None, d_k: int | None, d_v: int | None

@@ -384,7 +384,62 @@ def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
                 parent = outer
         if role is not None:
             out.roles.setdefault(parent, {}).setdefault(role, path)
+    _roles_by_words(out, modules)
+    _packed_by_shape(out, modules)
     return out
+
+
+# The words of a projection's name that say its role where the whole name is no role name (CPM-Ant's
+# ``project_q`` / ``attention_out``, NeMo's ``query_net`` / ``out_projection``), and the words that
+# may stand beside them: what names a projection, not a norm or a gate (``q_norm``, ``k_gate``).
+_ROLE_WORDS = {"q": "q", "query": "q", "k": "k", "key": "k", "v": "v", "value": "v", "o": "o", "out": "o",
+               "output": "o"}
+_PROJECTION_WORDS = frozenset({"proj", "project", "projection", "linear", "lin", "net", "layer", "dense", "fc",
+                               "attention", "attn", "att", "w"})
+
+
+def _word_role(last: str) -> str | None:
+    """The role one word of a module's last name gives, when every other word names a projection."""
+    words = [w for w in re.split(r"[^a-z]+", last.lower()) if w]
+    roles = [_ROLE_WORDS[w] for w in words if w in _ROLE_WORDS]
+    if len(roles) != 1 or not all(w in _ROLE_WORDS or w in _PROJECTION_WORDS for w in words):
+        return None
+    return roles[0]
+
+
+def _roles_by_words(out: _Children, modules: Mapping[str, Mapping[str, WeightMeta]]) -> None:
+    """Roles from the words of the projections' names, for a module whose children make Q, K and V
+    only so (each role once): a single ``out_layer`` elsewhere is no output projection."""
+    for parent, paths in list(out.others.items()):
+        have = out.roles.get(parent, {})
+        found: dict[str, list[str]] = {}
+        for path in paths:
+            role = _word_role(path.rpartition(".")[2])
+            if role is not None and role not in have and len(modules[path]["weight"].shape) == 2:
+                found.setdefault(role, []).append(path)
+        if any(len(v) > 1 for v in found.values()) or not {"q", "k", "v"} <= set(have) | set(found):
+            continue
+        out.roles.setdefault(parent, {}).update({r: v[0] for r, v in found.items()})
+        out.others[parent] = [p for p in paths if not any(p in v for v in found.values())]
+
+
+def _packed_by_shape(out: _Children, modules: Mapping[str, Mapping[str, WeightMeta]]) -> None:
+    """A module named as attention whose projections are an output projection and one other
+    (Bark's ``att_proj``, HRM's ``gqkv_proj``): the other, when it reads O's output width and writes
+    more than O reads (Q and K/V at least), is its packed Q/K/V projection, to be split by the head
+    counts (``assembly.split_packed``), never evenly by default."""
+    for parent, paths in out.others.items():
+        have = out.roles.get(parent, {})
+        if set(have) != {"o"} or not _attention_named(parent, last_only=True):
+            continue
+        projections = [p for p in paths if linear_dims(modules[p]["weight"], p) is not None]
+        o = linear_dims(modules[have["o"]]["weight"], have["o"])
+        if len(projections) != 1 or o is None:
+            continue
+        dims = linear_dims(modules[projections[0]]["weight"], projections[0], packed=True)
+        if dims is not None and dims[0] == o[1] and dims[1] > o[0] and (dims[1] - o[0]) % 2 == 0:
+            have["qkv"] = projections[0]
+            out.others[parent] = [p for p in paths if p != projections[0]]
 
 
 def _vector_module(tensors: Mapping[str, WeightMeta]) -> bool:
@@ -485,6 +540,27 @@ def ungrouped_attention(weights: Mapping[str, WeightMeta], blocks: Iterable[Grou
             continue
         out.append((path, tuple(sorted(children[path]))))
     return tuple(out)
+
+
+def sampling_pair(weights: Mapping[str, WeightMeta], module: str, projections: Iterable[str]
+                  ) -> tuple[str, int, str, int] | None:
+    """(offsets, their width, weights, their width) of two projections of ``module`` that read one
+    input, the first exactly twice as wide as the second: the x and y offsets, and the weight, of
+    each point a deformable attention samples per query (``sampling_offsets`` / ``attention_weights``
+    of multiscale deformable attention, heads × levels × points). None when no pair fits or several do."""
+    dims = {}
+    for p in projections:
+        if _role_of(p) is not None:  # value_proj, output_proj: the roles the sampled values pass through
+            continue
+        meta = weights.get(f"{module}.{p}.weight")
+        d = linear_dims(meta, f"{module}.{p}") if meta is not None else None
+        if d is not None:
+            dims[p] = d
+    pairs = [(a, b) for a in dims for b in dims if a != b and dims[a][0] == dims[b][0] and dims[a][1] == 2 * dims[b][1]]
+    if len(pairs) != 1:
+        return None
+    a, b = pairs[0]
+    return a, dims[a][1], b, dims[b][1]
 
 
 def _attention_named(path: str, *, last_only: bool = False) -> bool:

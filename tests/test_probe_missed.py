@@ -1,0 +1,164 @@
+"""Attention modules the architecture probe (scripts/probe_architectures.py) found with no block and
+no stated reason, each rule from a config dict and safetensors headers alone (no torch):
+
+- projections whose role is a word of their name, not the whole name (CPM-Ant's ``project_q`` ...
+  ``attention_out``, NeMo's ``query_net`` ... ``out_projection``);
+- a module named as attention holding an output projection and one other, wider one: its packed
+  Q/K/V (Bark's ``att_proj``), split by the head counts; one Q width wider than Q, K and V at those
+  counts: a gate packed beside them (HRM's ``gqkv_proj``), counted with Q.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from remote_models import write_safetensors
+
+from mhainspect.ir.weights import WeightMeta
+from mhainspect.matchers.assembly import split_packed
+from mhainspect.matchers.grouping import group_attention
+from mhainspect.pipeline import audit
+
+
+def _folder(tmp_path: Path, cfg: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> Any:
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    write_safetensors(tmp_path / "model.safetensors", {n: ("F32", s) for n, s in shapes.items()})
+    return audit(tmp_path)
+
+
+def _metas(shapes: dict[str, tuple[int, ...]]) -> dict[str, WeightMeta]:
+    return {n: WeightMeta(n, s, "F32", n) for n, s in shapes.items()}
+
+
+# ----------------------------------------------------------------------------- roles by the words of a name
+
+
+@pytest.mark.parametrize("names", [
+    ("project_q", "project_k", "project_v", "attention_out"),  # CPM-Ant
+    ("query_net", "key_net", "value_net", "out_projection"),  # NeMo's transformer decoder
+])
+def test_roles_from_the_words_of_the_projections_names(names: tuple[str, ...], tmp_path: Path) -> None:
+    q, k, v, o = (f"layers.0.sub_layer.{n}" for n in names)
+    shapes = {f"{q}.weight": (96, 64), f"{k}.weight": (48, 64), f"{v}.weight": (48, 64), f"{o}.weight": (64, 96),
+              f"{q}.bias": (96,), f"{o}.bias": (64,)}
+    report = _folder(tmp_path, {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24,
+                                "hidden_size": 64}, shapes)
+    (block,) = report.blocks
+    assert block.name == "layers.0.sub_layer"
+    assert {p.role: p.node for p in block.projections} == {"q": q, "k": k, "v": v, "o": o}
+    assert (block.num_heads, block.num_kv_heads, block.d_k) == (4, 2, 24)
+    assert block.params.total == sum(math.prod(s) for s in shapes.values())
+
+
+@pytest.mark.parametrize("shapes", [
+    # a role word beside a word that names no projection: a norm, not Q or K
+    {"attn.q_norm.weight": (4, 16), "attn.k_norm.weight": (4, 16), "attn.v_out.weight": (64, 64)},
+    # no Q, K and V among them: one ``output_layer`` elsewhere is no output projection
+    {"head.output_layer.weight": (10, 64), "head.key_layer.weight": (64, 64)},
+    # two projections for one role: which is Q is not told
+    {**{f"attn.{n}.weight": (64, 64) for n in ("q_proj_a", "q_linear_b", "k_net", "v_net")}},
+])
+def test_word_roles_need_q_k_and_v_each_once(shapes: dict[str, tuple[int, ...]]) -> None:
+    assert group_attention(_metas(shapes)) == ()
+
+
+# ----------------------------------------------------------------------------- a packed Q/K/V by its shape
+
+
+def test_a_packed_qkv_beside_the_output_projection_of_an_attention_module(tmp_path: Path) -> None:
+    """Bark: ``attn.att_proj`` [3·64, 64] and ``attn.out_proj`` [64, 64]; the config's 4 heads split it
+    in thirds (no K/V heads given: as many as the query heads)."""
+    shapes = {"layers.0.attn.att_proj.weight": (192, 64), "layers.0.attn.att_proj.bias": (192,),
+              "layers.0.attn.out_proj.weight": (64, 64), "layers.0.attn.out_proj.bias": (64,),
+              "layers.0.mlp.in_proj.weight": (256, 64), "layers.0.mlp.out_proj.weight": (64, 256)}
+    report = _folder(tmp_path, {"num_attention_heads": 4, "hidden_size": 64}, shapes)
+    (block,) = report.blocks
+    assert (block.name, block.num_heads, block.num_kv_heads, block.d_k, block.d_v) == ("layers.0.attn", 4, 4, 16, 16)
+    assert block.params.total == 192 * 64 + 192 + 64 * 64 + 64
+    assert not report.misses
+
+
+@pytest.mark.parametrize("shapes", [
+    # not named as attention: an MLP's in_proj / out_proj
+    {"layers.0.mlp.in_proj.weight": (192, 64), "layers.0.mlp.out_proj.weight": (64, 64)},
+    # narrower than what O reads: no room for K and V
+    {"layers.0.attn.gate.weight": (64, 64), "layers.0.attn.out_proj.weight": (64, 64)},
+    # two candidates: which one is Q/K/V is not told
+    {"layers.0.attn.a.weight": (192, 64), "layers.0.attn.b.weight": (192, 64), "layers.0.attn.out_proj.weight": (64, 64)},
+])
+def test_no_packed_qkv_by_shape_where_the_structure_does_not_say_so(shapes: dict[str, tuple[int, ...]]) -> None:
+    assert group_attention(_metas(shapes)) == ()
+
+
+def test_a_gate_packed_with_q_k_and_v(tmp_path: Path) -> None:
+    """HRM: ``attn.gqkv_proj`` [4·96, 64] beside ``attn.o_proj`` [64, 96], 4 heads × 24. Q, K and V
+    at those counts make 288; the other 96 rows are a gate as wide as Q, counted with Q (as Qwen3-Next's
+    gate packed into ``q_proj``): the heads stay the config's, the total is the whole weight and O."""
+    shapes = {"L_module.layers.0.attn.gqkv_proj.weight": (384, 64), "L_module.layers.0.attn.o_proj.weight": (64, 96)}
+    report = _folder(tmp_path, {"num_attention_heads": 4, "head_dim": 24, "hidden_size": 64}, shapes)
+    (block,) = report.blocks
+    assert (block.num_heads, block.num_kv_heads, block.d_k, block.d_v) == (4, 4, 24, 24)
+    params = {p.role: p.params for p in block.projections}
+    assert params == {"q": 192 * 64, "k": 96 * 64, "v": 96 * 64, "o": 64 * 96}
+    assert block.params.total == 384 * 64 + 64 * 96
+    assert any("a gate as wide as Q" in e.detail for e in block.evidence)
+
+
+@pytest.mark.parametrize(("args", "parts"), [
+    ((384, 4, None, 24, None, 96), (192, 96, 96)),  # the gate: nothing else fits
+    ((288, 4, None, 24, None, 96), (96, 96, 96)),  # no gate: Q, K and V
+    ((384, 4, 2, 24, None, 96), None),  # 2 K/V heads offered: 192 + 96 ≠ 384, no reading
+    ((384, 4, None, 24, None, 48), None),  # O reads 48, not the 4·24 the gate reading needs
+])
+def test_the_gated_split_is_the_last_reading(args: tuple[Any, ...], parts: tuple[int, ...] | None) -> None:
+    split = split_packed(*args)
+    assert (split.parts if split is not None else None) == parts
+
+
+# ----------------------------------------------------------------------------- no softmax attention, said so
+
+
+def _deformable(prefix: str, d: int, points: int) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.sampling_offsets.weight": (2 * points, d), f"{prefix}.sampling_offsets.bias": (2 * points,),
+            f"{prefix}.attention_weights.weight": (points, d), f"{prefix}.attention_weights.bias": (points,),
+            f"{prefix}.value_proj.weight": (d, d), f"{prefix}.output_proj.weight": (d, d)}
+
+
+@pytest.mark.parametrize("points", [48, 64])  # 64: as wide as the value and output projections (RF-DETR)
+def test_deformable_attention_is_a_near_miss_that_says_why(points: int, tmp_path: Path) -> None:
+    """RT-DETR's, Deimv2's, RF-DETR's multiscale deformable attention: ``sampling_offsets`` twice as wide
+    as ``attention_weights`` (x, y and a weight per sampled point) from the same input. No block: a near
+    miss whose reason says what the weights are, and that nothing is cached per token."""
+    shapes = {**_deformable("decoder.layers.0.encoder_attn", 64, points),
+              **{f"decoder.layers.0.self_attn.{r}_proj.weight": (64, 64) for r in "qkvo"}}
+    report = _folder(tmp_path, {"model_type": "rt_detr", "decoder_attention_heads": 4, "d_model": 64}, shapes)
+    assert [b.name for b in report.blocks] == ["decoder.layers.0.self_attn"]
+    (miss,) = report.misses
+    assert miss.anchor == "decoder.layers.0.encoder_attn" and not miss.caches
+    assert miss.reason.startswith(f"sampling (deformable) attention: sampling_offsets ({2 * points} wide) = 2 × "
+                                  f"attention_weights ({points})")
+
+
+def test_an_attention_module_without_a_sampling_pair_keeps_the_general_reason(tmp_path: Path) -> None:
+    shapes = {"layers.0.attn.kv_a.weight": (32, 64), "layers.0.attn.q.weight": (64, 64),
+              "layers.0.attn.o.weight": (64, 64)}
+    report = _folder(tmp_path, {"num_attention_heads": 4, "hidden_size": 64}, shapes)
+    (miss,) = report.misses
+    assert "no separate K and V projections" in miss.reason
+
+
+def test_rwkv_time_mixing_is_a_linear_attention_mixer(tmp_path: Path) -> None:
+    """RWKV's ``attention``: key/value/receptance/output projections and the per-channel decay and
+    bonus of its recurrence (``time_decay``, ``time_first``): a mixer with a fixed state, not a
+    near miss that caches K/V."""
+    shapes = {k: v for i in range(2) for k, v in {
+        f"blocks.{i}.attention.{p}.weight": (64, 64) for p in ("key", "value", "receptance", "output")}.items()}
+    shapes.update({f"blocks.{i}.attention.{p}": (64,) for i in range(2) for p in ("time_decay", "time_first")})
+    report = _folder(tmp_path, {"model_type": "rwkv", "hidden_size": 64, "num_hidden_layers": 2}, shapes)
+    assert not report.blocks and not report.misses
+    assert [(m.kind.value, m.layers) for m in report.model.mixers] == [("linear_attention", (0, 1))]
+    assert "time_decay" in report.model.mixers[0].source
