@@ -20,8 +20,8 @@ The rules, in the order ``decide`` applies them:
 - widths: heads = width / head size when it divides. Against observations (graph attributes,
   shapes, reshapes, kernels) such a count is one more offer, ranked like them; against a claim
   (``CLAIMS``: a module attribute, a config, file metadata, an option) the widths overrule it
-  where two shapes agree (``shapes_win``) and otherwise say where they disagree
-  (``width_conflicts``): shapes outrank what is said about them.
+  where two shapes agree (``_Deciding._heads_from_shapes``, ``_kv_from_shapes``) and otherwise say
+  where they disagree (``width_conflicts``): shapes outrank what is said about them.
 - kv heads default to the query heads only when no K width is known (a K width says otherwise by
   itself); a K/V head count from a width that does not divide the query heads is not taken.
 """
