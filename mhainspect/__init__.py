@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mhainspect.errors import ErrorKind, InputError
+from mhainspect.lazy import lazy_exports
 
 __version__ = "0.1.0"
 __all__ = ["AuditFailure", "AuditRequest", "ErrorKind", "InputError", "Report", "Reports", "__version__", "audit_many",
@@ -22,15 +23,6 @@ _LAZY = {"inspect": "mhainspect.api", "inspect_all": "mhainspect.api", "calc": "
          "run": "mhainspect.pipeline", "AuditRequest": "mhainspect.pipeline"}
 
 
-def __dir__() -> list[str]:
-    """The lazy names too (inspect, calc, ...): ``dir(mhainspect)`` and completion list them."""
-    return sorted({*globals(), *_LAZY})
-
-
-def __getattr__(name: str) -> Any:
-    # Lazy: importing mhainspect must not import torch (or the analysis) until asked.
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'mhainspect' has no attribute {name!r}")
+# Lazy: importing mhainspect must not import torch (or the analysis) until asked; dir(mhainspect)
+# and completion list these names too.
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -19,9 +19,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from mhainspect.errors import ErrorKind, InputError
+from mhainspect.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mhainspect.batch.pool import Workers, workers_for
@@ -102,11 +103,7 @@ def _in_process(task: Callable[[str], T], inputs: Sequence[str]) -> Iterator[tup
         yield text, result
 
 
-def __getattr__(name: str) -> Any:
-    # The worker pool (mhainspect.batch.pool) is imported by a run with jobs > 1 only; its names are
-    # still reachable here.
-    if name in ("Workers", "workers_for"):
-        from mhainspect.batch import pool
-
-        return getattr(pool, name)
-    raise AttributeError(f"module 'mhainspect.batch' has no attribute {name!r}")
+# The worker pool (mhainspect.batch.pool) is imported by a run with jobs > 1 only; its names are
+# still reachable here.
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(("Workers", "workers_for"), "mhainspect.batch.pool"),
+                                    globals())

@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from mhainspect.lazy import lazy_exports
 from mhainspect.pipeline.config import ConfigFinder, Settings
 from mhainspect.pipeline.runner import Audited, AuditRequest, Outcome, report_of, run, run_unordered
 from mhainspect.pipeline.stages import (
@@ -47,10 +48,4 @@ _LAZY = {"VerifyRequest": "mhainspect.pipeline.verify", "GraphSource": "mhainspe
          **dict.fromkeys(("Expansion", "ModelRef", "expand", "factory_args", "model_argument", "parse_timeout"),
                          "mhainspect.pipeline.inputs")}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'mhainspect.pipeline' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

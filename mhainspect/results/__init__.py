@@ -1,11 +1,12 @@
 """What an audit finds, as data: the closed vocabularies, blocks with their evidence, flags, misses
 and the Report; in ``stages``, what one stage hands the next (SourceResult, SizeInputs, ...). The
-lowest layer: it imports nothing else of the package."""
+lowest layer: it imports nothing else of the package but the lazy-export helper (``mhainspect.lazy``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from mhainspect.lazy import lazy_exports
 from mhainspect.results.blocks import (
     VERIFY_STATUSES,
     AttentionBlock,
@@ -61,13 +62,6 @@ if TYPE_CHECKING:
     )
 
 # Report parts only an option or a rarer model adds (results/optional.py): loaded when first asked for.
-_OPTIONAL = frozenset(("BlockVerification", "GpuFit", "LatentKV", "Mixer", "MixtureOfExperts", "SparseIndexer",
-                       "WeightDtypeWhatIf"))
-
-
-def __getattr__(name: str) -> Any:
-    if name in _OPTIONAL:
-        from mhainspect.results import optional
-
-        return getattr(optional, name)
-    raise AttributeError(f"module 'mhainspect.results' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(
+    ("BlockVerification", "GpuFit", "LatentKV", "Mixer", "MixtureOfExperts", "SparseIndexer", "WeightDtypeWhatIf"),
+    "mhainspect.results.optional"), globals())
