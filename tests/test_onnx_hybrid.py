@@ -11,25 +11,30 @@ from pathlib import Path
 import onnx
 
 import mhainspect
-from mhainspect.results import MixerKind
+from mhainspect.results import CacheStatus, MixerKind
 from tests import attention_graphs as ag
 
 D, HEADS, INNER, STATE, KERNEL = 32, 4, 64, 16, 4
 
 
-def _hybrid(path: Path, mixer_names: bool, pads: tuple[int, int] = (KERNEL - 1, 0), kernel: int = KERNEL) -> Path:
-    """Layer 0: a Mamba-like mixer (its A_log, D and depthwise conv1d named as transformers names
-    them, or anonymous as an exporter that folded them leaves them); layer 1: attention."""
+def _hybrid(path: Path, mixer_names: bool, pads: tuple[int, int] = (KERNEL - 1, 0), kernel: int = KERNEL,
+            decay: tuple[int, ...] = (INNER, STATE), exp: bool = True) -> Path:
+    """Layer 0: a Mamba-like mixer (its A_log ``decay``, D and depthwise conv1d named as transformers
+    names them, or anonymous as an exporter that folded them leaves them, A read by an Exp when
+    ``exp``); layer 1: attention."""
     g = ag.Nodes()
     prefix = "model.layers.0.mamba." if mixer_names else "onnx::"
     a_log, conv, skip = (f"{prefix}A_log", f"{prefix}conv1d.weight", f"{prefix}D") if mixer_names else \
         ("onnx::Exp_17", "onnx::Conv_18", "onnx::Mul_19")
-    g.inits += [ag.weight(a_log, INNER, STATE), ag.weight(conv, INNER, 1, kernel), ag.weight(skip, INNER),
+    g.inits += [ag.weight(a_log, *decay), ag.weight(conv, INNER, 1, kernel), ag.weight(skip, INNER),
                 ag.weight("model.layers.0.mamba.in_proj.weight", D, INNER)]
     h = g.add("MatMul", ["x", "model.layers.0.mamba.in_proj.weight"], "/model/layers.0/mamba/in_proj/MatMul_out")
     t = g.add("Transpose", [h], "/model/layers.0/mamba/T_out", perm=[0, 2, 1])
     c = g.add("Conv", [t, conv], "/model/layers.0/mamba/conv1d/Conv_out", group=INNER, pads=list(pads))
-    g.add("Exp", [a_log], "/model/layers.0/mamba/Exp_out")
+    if exp:
+        g.add("Exp", [a_log], "/model/layers.0/mamba/Exp_out")
+    else:
+        g.add("Neg", [a_log], "/model/layers.0/mamba/Exp_out")
     g.add("Mul", [c, skip], "/model/layers.0/mamba/state_out")
     w = ag.Weights("model.layers.1.self_attn", D)
     g.inits += w.tensors() + ag.shape_consts(HEADS, D // HEADS)
@@ -42,14 +47,30 @@ def _hybrid(path: Path, mixer_names: bool, pads: tuple[int, int] = (KERNEL - 1, 
     return path / "model.onnx"
 
 
-def test_mixer_weights_list_the_layer_without_a_size(tmp_path: Path) -> None:
+def test_mixer_weights_size_a_mamba_layer(tmp_path: Path) -> None:
+    """Named mixer weights and no config: the shapes give transformers' state. conv1d.weight
+    [64, 1, 4] -> 64 × 4 = 256 (float32, the parameters' dtype); A_log [64, 16] -> 64 × 16 = 1,024
+    (float32) -> 1,280 × 4 = 5,120 bytes, as the Jamba config below gives."""
     report = mhainspect.inspect(str(_hybrid(tmp_path / "named", mixer_names=True)), context=100)
     assert [b.name for b in report.blocks] and all("layers.1" in b.name for b in report.blocks)
     (mixer,) = report.model.mixers
-    assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,) and mixer.state_bytes_per_layer is None
-    assert mixer.reason is not None and "no config" in mixer.reason
+    assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,) and mixer.state_bytes_per_layer == 5120
+    assert "A_log [64, 16] -> 64 × 16" in mixer.state_source
+    kv = report.model.kv_cache
+    assert kv is not None and kv.state_bytes_per_sequence == 5120
+
+
+def test_a_decay_per_head_leaves_the_state_unsized(tmp_path: Path) -> None:
+    """A_log per head (Mamba-2, Gated DeltaNet: [8]) gives the heads, not the head size or d_state:
+    the state is not sized, and the reason says what is known."""
+    report = mhainspect.inspect(str(_hybrid(tmp_path / "heads", mixer_names=True, decay=(8,))), context=100)
+    (mixer,) = report.model.mixers
+    assert mixer.layers == (0,) and mixer.state_bytes_per_layer is None
+    assert mixer.reason is not None and "A_log [8] gives the heads" in mixer.reason and "64 × 4" in mixer.reason
     kv = report.model.kv_cache
     assert kv is not None and kv.state_reason is not None and "cannot be sized" in kv.state_reason
+    memory = report.model.memory
+    assert memory is not None and memory.total_bytes is None
 
 
 def test_a_config_beside_gives_the_layers_and_their_state(tmp_path: Path) -> None:
@@ -72,12 +93,27 @@ def test_a_config_beside_gives_the_layers_and_their_state(tmp_path: Path) -> Non
 def test_a_causal_depthwise_convolution_tells_without_names(tmp_path: Path) -> None:
     """Every mixer parameter folded or renamed (as the TorchScript exporter leaves Jamba's) and no
     config: the layer's short causal depthwise convolution (weight [C, 1, k], group C, k - 1 inputs
-    of left padding) still lists it, its state unsized and said so; memory is not given as a whole."""
+    of left padding) lists it, and the tensor of its module the graph exponentiates is its decay A:
+    conv 64 × 4 + state 64 × 16, 5,120 bytes, the source naming the file's tensors, not conv1d."""
     report = mhainspect.inspect(str(_hybrid(tmp_path / "anon", mixer_names=False)), context=100)
     (mixer,) = report.model.mixers
-    assert mixer.layers == (0,) and mixer.state_bytes_per_layer is None
-    memory = report.model.memory
-    assert memory is not None and memory.total_bytes is None
+    assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,) and mixer.state_bytes_per_layer == 5120
+    assert "onnx::Conv_18 [64, 1, 4]" in mixer.source and "onnx::Exp_17 [64, 16]" in mixer.source
+    assert "conv1d" not in mixer.source + mixer.state_source
+
+
+def test_a_convolution_alone_is_no_known_mixer(tmp_path: Path) -> None:
+    """Anonymous weights and no decay the graph exponentiates: the convolution's state is known, not
+    whether a recurrent state is kept beside it. The layer is of a kind not known here: the KV figure
+    (the attention layer here caches nothing: no mask, no cache tensor) is unknown, never "none",
+    and names the layer it leaves out."""
+    report = mhainspect.inspect(str(_hybrid(tmp_path / "conv", mixer_names=False, exp=False)), context=100)
+    (mixer,) = report.model.mixers
+    assert mixer.kind is MixerKind.UNKNOWN and mixer.layers == (0,) and mixer.state_bytes_per_layer is None
+    assert "onnx::Conv_18 [64, 1, 4]" in mixer.source
+    kv = report.model.kv_cache
+    assert kv is not None and kv.status is CacheStatus.UNKNOWN
+    assert kv.not_counted is not None and "layer 0" in kv.not_counted
 
 
 def test_a_convolution_padded_on_both_sides_is_no_mixer(tmp_path: Path) -> None:
@@ -90,9 +126,10 @@ def test_a_convolution_padded_on_both_sides_is_no_mixer(tmp_path: Path) -> None:
 def test_a_torchscript_export_of_jamba(tmp_path: Path) -> None:
     """transformers' Jamba (layer 0 Mamba, layer 1 attention, random weights plus noise) exported by
     the TorchScript exporter, which folds A_log, D and the conv weight into anonymous constants: one
-    block (layer 1, 4/2 heads), the Mamba layer listed by its causal convolution; with the config
-    beside, its state as transformers' cache holds it (conv [C, k] + SSM [inner, d_state], float32),
-    read from the module's own parameters."""
+    block (layer 1, 4/2 heads), the Mamba layer listed by its causal convolution and its state as
+    transformers' cache holds it (conv [C, k] + SSM [inner, d_state], float32, read from the
+    module's own parameters) from the convolution's kernel and the decay the graph exponentiates,
+    with or without the config beside."""
     import warnings
 
     import pytest
@@ -118,12 +155,13 @@ def test_a_torchscript_export_of_jamba(tmp_path: Path) -> None:
     assert not any(n.endswith(("A_log", "conv1d.weight")) for n in names)  # what makes the case
     report = mhainspect.inspect(str(path), context=100)
     assert [(b.num_heads, b.num_kv_heads) for b in report.blocks] == [(4, 2)] and "layers.1" in report.blocks[0].name
-    (mixer,) = report.model.mixers
-    assert mixer.layers == (0,) and mixer.state_bytes_per_layer is None
-    config.save_pretrained(path.parent)
     mamba = model.layers[0].mamba
     channels, _, kernel = mamba.conv1d.weight.shape
     truth = 4 * (channels * kernel + mamba.A_log.numel())
+    (mixer,) = report.model.mixers
+    assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,) and mixer.state_bytes_per_layer == truth
+    assert "a causal depthwise convolution, weight onnx::Conv_" in mixer.source and "conv1d" not in mixer.source
+    config.save_pretrained(path.parent)
     report = mhainspect.inspect(str(path), context=100)
     (mixer,) = report.model.mixers
     assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,) and mixer.state_bytes_per_layer == truth

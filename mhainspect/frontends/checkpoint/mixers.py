@@ -16,6 +16,7 @@ mixer, with the fixed state it keeps per sequence where the config gives the wid
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,7 @@ from typing import Any
 
 from mhainspect.frontends.checkpoint.arch_defaults import ConfigView
 from mhainspect.frontends.checkpoint.hf_config import sub_config
-from mhainspect.frontends.checkpoint.layer_types import LayerPlan, LayerType, layer_plan
+from mhainspect.frontends.checkpoint.layer_types import LayerPlan, LayerType, StateWidths, layer_plan
 from mhainspect.frontends.checkpoint.size_inputs import config_causal, config_dtype, layer_index, model_float_dtype
 from mhainspect.ir.limits import config_int
 from mhainspect.ir.mixer_names import MAX_CONV_KERNEL, MIXER_ENDINGS, STATE_WEIGHTS
@@ -112,20 +113,139 @@ def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, Weig
     out: list[MixerLayers] = []
     for plan in {id(p): p for _, p in plans.values() if p is not None}.values():
         out.extend(_plan_mixers(plan))
-    # Layers no plan covers: by the weights only such a mixer has, per stack and kind.
-    by_weights: dict[tuple[str, MixerKind], tuple[set[int], set[str]]] = {}
-    for module, found in evidence.items():
-        i = layer_index(module)
-        if i is None or plans.get(module, ("", None))[1] is not None:
-            continue
-        layers, names = by_weights.setdefault((_stack(module), _kind_by_weights(found)), (set(), set()))
-        layers.add(i)
-        names.update(found)
-    for (_stack_name, kind), (layers, names) in by_weights.items():
-        out.append(MixerLayers(kind, tuple(sorted(layers)), f"weights only such a mixer has ({', '.join(sorted(names))})",
-                               reason="no config gives the widths of its state"))
+    out.extend(_weight_mixers({m: found for m, found in evidence.items()
+                               if plans.get(m, ("", None))[1] is None}, weights))
     out.sort(key=lambda m: (m.layers[0] if m.layers else 0, m.kind.value))
     return kept_blocks, kept_misses, tuple(out)
+
+
+def _weight_mixers(evidence: Mapping[str, Sequence[str]], weights: Mapping[str, WeightMeta]) -> list[MixerLayers]:
+    """Layers no plan covers: by the weights only such a mixer has, per stack, kind and state (sized
+    from the weights' shapes where they determine it, ``weight_state``)."""
+    modules = sorted(weights) if any(_stand_in(weights, m, f) is None and not _decays(f) for m, f in evidence.items()) \
+        else []
+    groups: dict[tuple[str, MixerKind, StateWidths | str], tuple[list[int], set[str]]] = {}
+    for module, found in evidence.items():
+        i = layer_index(module)
+        if i is None:
+            continue
+        state = weight_state(module, found, weights, modules)
+        # one entry for the layers of a stack alike: the text names layer N's tensors
+        state = state.replace(f"{_stack(module)}.{i}.", f"{_stack(module)}.N.") if isinstance(state, str) else \
+            dataclasses.replace(state, said=state.said.replace(f"{_stack(module)}.{i}.", f"{_stack(module)}.N."))
+        kind = _kind_by_weights(found)
+        if kind is MixerKind.CONVOLUTION and not (isinstance(state, StateWidths) and state.recurrent == 0):
+            kind = MixerKind.UNKNOWN  # a convolution beside a state the weights do not show: not known here
+        layers, names = groups.setdefault((_stack(module), kind, state), ([], set()))
+        layers.append(i)
+        names.update(_evidence_names(module, found, weights))
+    out = []
+    for (_stack_name, kind, state), (layers, names) in groups.items():
+        source = f"weights only such a mixer has ({', '.join(sorted(names))})"
+        if isinstance(state, str):
+            out.append(MixerLayers(kind, tuple(sorted(layers)), source, reason=state))
+        else:
+            out.append(MixerLayers(kind, tuple(sorted(layers)), source, state.conv, state.recurrent, state.said,
+                                   recurrent_float32=state.recurrent_float32))
+    return out
+
+
+def _decays(found: Sequence[str]) -> bool:
+    return any(x in STATE_WEIGHTS for x in found)
+
+
+def _conv_key(module: str, leaf: str) -> str:
+    return f"{module}.{leaf}.weight"
+
+
+def _evidence_names(module: str, found: Sequence[str], weights: Mapping[str, WeightMeta]) -> list[str]:
+    """How the evidence is named in the source text: the leaf (``A_log``, ``conv1d``), or, for a
+    tensor the file keeps under another name (an exporter's anonymous constant found by what the
+    graph does with it), what it is and the file's own name."""
+    out = []
+    for leaf in found:
+        key = f"{module}.{leaf}" if leaf in STATE_WEIGHTS else _conv_key(module, leaf)
+        meta = weights.get(key)
+        if meta is None or meta.name == key:
+            out.append(leaf)
+        elif leaf in STATE_WEIGHTS:
+            out.append(f"a state decay the graph exponentiates, {meta.name} {list(meta.shape)}")
+        else:
+            out.append(f"a causal depthwise convolution, weight {meta.name} {list(meta.shape)}")
+    return out
+
+
+def _stand_in(weights: Mapping[str, WeightMeta], module: str, found: Sequence[str]) -> str | None:
+    """The file's own name of a tensor of the module kept under another name (a graph's anonymous
+    convolution weight), or None when every piece of evidence is a named parameter of the module."""
+    for leaf in found:
+        key = f"{module}.{leaf}" if leaf in STATE_WEIGHTS else _conv_key(module, leaf)
+        meta = weights.get(key)
+        if meta is not None and meta.name != key:
+            return meta.name
+    return None
+
+
+def weight_state(module: str, found: Sequence[str], weights: Mapping[str, WeightMeta],
+                 names: Sequence[str]) -> StateWidths | str:
+    """The state one layer of the mixer ``module`` keeps per sequence, from its weights' shapes where
+    they determine it, as transformers' cache holds it; else why not (the text says what is known).
+
+    - the convolution's last ``kernel`` inputs: every depthwise convolution weight [C, 1, k] -> C × k;
+    - the recurrent state: a decay ``A_log`` of two axes [inner, d_state] (Mamba) -> inner × d_state;
+      a decay per head (h elements) beside separate query and value convolutions (KDA's q_conv1d /
+      v_conv1d: h × d_k and h × d_v channels) -> h × d_k × d_v; no decay, time-step bias or slope
+      and no parameter but the convolution and matrices (LFM2's short convolution: conv, in_proj,
+      out_proj; ``names``: every weight name, sorted) -> none. A decay per head alone (Mamba-2,
+      Gated DeltaNet) leaves the head size and state size to a config."""
+    convs = [(leaf, weights[_conv_key(module, leaf)]) for leaf in found
+             if leaf not in STATE_WEIGHTS and _conv_key(module, leaf) in weights]
+    conv = sum(m.shape[0] * m.shape[2] for _, m in convs)
+    conv_said = " + ".join(f"{m.name} [{m.shape[0]}, 1, {m.shape[2]}] -> {m.shape[0]} × {m.shape[2]}" for _, m in convs)
+    decay = weights.get(f"{module}.A_log")
+    shape = tuple(d for d in decay.shape if d != 1) if decay is not None else ()
+    if decay is not None and len(shape) == 2:
+        return StateWidths(conv, shape[0] * shape[1], True, f"from the weights: conv {conv_said}; state "
+                                                            f"{decay.name} {list(decay.shape)} -> {shape[0]} × {shape[1]}")
+    by_side = {leaf.split("_")[0]: m.shape[0] for leaf, m in convs if "_" in leaf}
+    if decay is not None and len(shape) == 1 and {"q", "v"} <= by_side.keys():
+        heads, q, v = shape[0], by_side["q"], by_side["v"]
+        if q % heads == 0 and v % heads == 0:
+            return StateWidths(conv, heads * (q // heads) * (v // heads), True,
+                               f"from the weights: conv {conv_said}; state {heads} heads ({decay.name} "
+                               f"{list(decay.shape)}) × d_k {q // heads} × d_v {v // heads}")
+    if not _decays(found):
+        stand_in = _stand_in(weights, module, found)
+        if stand_in is not None:
+            return (f"its convolution ({conv_said}) is known, not whether a recurrent state is kept beside it: the "
+                    "file does not name the layer's parameters and no config gives its widths")
+        others = _other_parameters(module, names, {_conv_key(module, leaf) for leaf, _ in convs}, weights)
+        if not others:
+            return StateWidths(conv, 0, False, f"from the weights: conv {conv_said}; no recurrent state (the module "
+                                               "holds nothing but the convolution and matrices)")
+        return (f"its convolution ({conv_said}) is known; the weights do not size what its other parameters "
+                f"({', '.join(others[:3])}) keep, and no config gives the widths")
+    known = f"its convolution ({conv_said}) is known; " if convs else ""
+    held = f"{decay.name} {list(decay.shape)} gives the heads, " if decay is not None else ""
+    return f"{known}{held}no config gives the widths of its recurrent state"
+
+
+def _other_parameters(module: str, names: Sequence[str], convs: set[str], weights: Mapping[str, WeightMeta]) -> list[str]:
+    """The module's parameters that are neither its convolutions (weight and bias) nor a matrix or a
+    bias: what could be a recurrent state's (a decay, a skip vector, a norm)."""
+    prefix = module + "."
+    start = bisect.bisect_left(names, prefix)
+    out = []
+    for name in names[start:]:
+        if not name.startswith(prefix):
+            break
+        shape = weights[name].shape
+        if name in convs or any(name == c.removesuffix("weight") + "bias" for c in convs):
+            continue
+        if (name.endswith(".weight") and len(shape) == 2) or (name.endswith(".bias") and len(shape) == 1):
+            continue
+        out.append(name[len(prefix):])
+    return out
 
 
 def graph_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, WeightMeta]) -> tuple[MixerLayers, ...]:

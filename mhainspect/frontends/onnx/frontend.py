@@ -129,13 +129,25 @@ def _duplicate_producers(nodes: Sequence[Node]) -> list[str]:
     return [f"'{name}' ({count} nodes)" for (_, name), count in producers.items() if count > 1]
 
 
-def _causal_convs(graph: ModelGraph) -> dict[str, tuple[int, ...]]:
-    """The graph's short causal depthwise convolutions, by module path: a Conv node whose weight
-    [C, 1, k] (1 < k <= MAX_CONV_KERNEL) runs per channel (group = C) with k - 1 inputs of padding
-    before the first. That is a recurrent or convolution mixer's (Mamba, Gated DeltaNet, LFM2: it keeps
-    its last inputs per sequence), whatever the exporter left of its parameters' names; a
-    convolution padded on both sides by half its kernel (ConvBERT, a Conformer) is not causal."""
-    out: dict[str, tuple[int, ...]] = {}
+def _module_of(n: Node) -> str:
+    """The module a node belongs to: its scope, else its name's path (/m/layers.0/mamba/Conv -> m.layers.0.mamba)."""
+    return n.scope or ".".join(part for part in n.name.strip("/").split("/")[:-1])
+
+
+def _stand_ins(graph: ModelGraph) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Tensors of a recurrent or convolution mixer the exporter kept under names of its own, under the
+    names a checkpoint gives them (module path + ``conv1d.weight`` / ``A_log``) -> (the file's name,
+    shape), so the checkpoint's rules read them:
+
+    - the graph's short causal depthwise convolutions: a Conv node whose weight [C, 1, k]
+      (1 < k <= MAX_CONV_KERNEL) runs per channel (group = C) with k - 1 inputs of padding before
+      the first. That is a recurrent or convolution mixer's (Mamba, Gated DeltaNet, LFM2: it keeps its
+      last inputs per sequence), whatever the exporter left of its parameters' names; a convolution
+      padded on both sides by half its kernel (ConvBERT, a Conformer) is not causal;
+    - in the module of such a convolution, a stored tensor the graph exponentiates (through a cast or
+      a negation): the state decay A of exp(Δ·A) (Mamba's ``-exp(A_log)``, folded to a constant)."""
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    modules: set[str] = set()
     for n in graph.nodes:
         if n.op != "Conv" or len(n.inputs) < 2 or (w := graph.weights.get(n.inputs[1])) is None \
                 or w.name.endswith(MIXER_ENDINGS):  # a named one is read by its name
@@ -145,27 +157,45 @@ def _causal_convs(graph: ModelGraph) -> dict[str, tuple[int, ...]]:
         if len(shape) != 3 or shape[1] != 1 or not 1 < shape[2] <= MAX_CONV_KERNEL or n.attrs.int("group") != shape[0] \
                 or not pads or pads[0] != shape[2] - 1:
             continue
-        module = n.scope or ".".join(part for part in n.name.strip("/").split("/")[:-1])
+        module = _module_of(n)
         if module:  # the convolution's module (node /m/layers.0/mamba/conv1d/Conv), else one in the mixer's
             last = module.rpartition(".")[2]
             named = last in ("conv", "conv1d") or last.endswith(("_conv", "_conv1d"))
-            out[f"{module}.weight" if named else f"{module}.conv1d.weight"] = shape
+            out[f"{module}.weight" if named else f"{module}.conv1d.weight"] = (w.name, shape)
+            modules.add(module.rpartition(".")[0] if named else module)
+    if not modules:
+        return out
+    for n in graph.nodes:
+        if n.op != "Exp" or not n.inputs or (module := _module_of(n)) not in modules \
+                or f"{module}.A_log" in graph.weights:
+            continue
+        source = n.inputs[0]
+        for _ in range(3):  # through a Cast or a Neg the exporter kept
+            producer = next((p for p in graph.nodes if source in p.outputs), None) if source not in graph.weights \
+                else None
+            if producer is None or producer.op not in ("Cast", "Neg") or not producer.inputs:
+                break
+            source = producer.inputs[0]
+        decay = graph.weights.get(source)
+        if decay is not None and not decay.name.endswith(MIXER_ENDINGS):
+            out.setdefault(f"{module}.A_log", (decay.name, decay.shape))
     return out
 
 
 def _mixers(graph: ModelGraph, config: Mapping[str, Any] | None) -> tuple[MixerLayers, ...]:
     """Layers of a recurrent or convolution mixer (``checkpoint.mixers.graph_mixers``): looked for
-    only where a weight's name, a causal convolution or the config can tell, so a plain graph imports
-    nothing more."""
-    convs = _causal_convs(graph)
+    only where a weight's name, a causal convolution, a state tensor of the graph or the config can
+    tell, so a plain graph imports nothing more."""
+    stand_ins = _stand_ins(graph)
     states = state_tensors(graph)
-    if config is None and not convs and not states and not any(n.endswith(MIXER_ENDINGS) for n in graph.weights):
+    if config is None and not stand_ins and not states and not any(n.endswith(MIXER_ENDINGS) for n in graph.weights):
         return ()
     from mhainspect.frontends.checkpoint.mixers import graph_mixers
     from mhainspect.ir.weights import WeightMeta
 
     weights = {n: WeightMeta(n, t.shape, t.dtype, t.storage_key) for n, t in graph.weights.items()}
-    weights.update({n: WeightMeta(n, shape, "float32", n) for n, shape in convs.items() if n not in weights})
+    weights.update({key: WeightMeta(name, shape, "float32", name) for key, (name, shape) in stand_ins.items()
+                    if key not in weights})
     found = graph_mixers(config, weights)
     if not states:
         return found
