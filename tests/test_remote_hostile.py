@@ -584,31 +584,29 @@ def test_a_small_file_of_unstated_size_grows_to_its_cap() -> None:
     assert sum(n for _o, n in huge.reads) == 16 * 1024 * 1024 + 1  # never more than the cap and a byte
 
 
-def test_a_trickling_tls_server_ends_within_the_request_deadline(quick: None, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Over HTTPS the watchdog shuts the TLS socket (which took the plain socket's descriptor over)."""
+def tls_server_context(tmp_path: Path, names: tuple[str, ...] = ("localhost",), ips: tuple[str, ...] = ("127.0.0.1",)
+                       ) -> tuple[Any, Path]:
+    """A server-side TLS context with a self-signed certificate for ``names`` and ``ips``, and the
+    certificate's file (for the client to trust)."""
     import datetime
     import ipaddress
     import ssl
 
-    crypto = pytest.importorskip("cryptography")
+    pytest.importorskip("cryptography")
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    from mhainspect.sources.transports import http
-
-    assert crypto is not None
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
     now = datetime.datetime.now(datetime.timezone.utc)
+    alt: list[x509.GeneralName] = [x509.DNSName(n) for n in names]
+    alt += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(1).not_valid_before(now - datetime.timedelta(days=1))
             .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
+            .add_extension(x509.SubjectAlternativeName(alt), critical=False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .sign(key, hashes.SHA256()))
     cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
@@ -617,10 +615,26 @@ def test_a_trickling_tls_server_ends_within_the_request_deadline(quick: None, tm
                                            serialization.NoEncryption()))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_path, key_path)
+    return context, cert_path
+
+
+def trust(monkeypatch: pytest.MonkeyPatch, cert_path: Path) -> None:
+    """A new HTTP client that trusts the certificate at ``cert_path`` (and no other)."""
     import certifi
 
+    from mhainspect.sources.transports import http
+
     monkeypatch.setattr(certifi, "where", lambda: str(cert_path))
-    monkeypatch.setattr(http, "_CLIENT", None)  # a client that trusts the test's certificate
+    monkeypatch.setattr(http, "_CLIENT", None)
+
+
+def test_a_trickling_tls_server_ends_within_the_request_deadline(quick: None, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over HTTPS the watchdog shuts the TLS socket (which took the plain socket's descriptor over)."""
+    from mhainspect.sources.transports import http
+
+    context, cert_path = tls_server_context(tmp_path)
+    trust(monkeypatch, cert_path)
 
     def script(path: str, headers: Mapping[str, str]) -> Answer:
         if path.endswith("fast.safetensors"):
@@ -633,3 +647,96 @@ def test_a_trickling_tls_server_ends_within_the_request_deadline(quick: None, tm
         monkeypatch.setattr(http, "_CLIENT", None)  # a new connection: its socket is bound as it opens
         message = _fails_within(server.url("m.safetensors"), 7)
     assert "did not answer in full within 4 s" in message
+
+
+# ---------------------------------------------------------------------------------- name lookups
+
+
+@dataclass
+class Resolver:
+    """socket.getaddrinfo as a test's resolver sees it: ``stuck`` names do not answer (until the test
+    ends), ``names`` resolve to 127.0.0.1, every call is recorded."""
+
+    stuck: set[str]
+    names: set[str]
+    calls: list[str]
+
+
+@pytest.fixture
+def resolver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Resolver]:
+    import socket
+    import threading
+
+    real = socket.getaddrinfo
+    release = threading.Event()
+    r = Resolver(set(), set(), [])
+
+    def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        r.calls.append(host)
+        if host in r.stuck:  # until the test ends (10 s at most: a reader that waits for it fails, not hangs)
+            release.wait(10)
+            raise socket.gaierror(socket.EAI_AGAIN, "no answer")
+        return real("127.0.0.1" if host in r.names else host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield r
+    release.set()  # the lookups left waiting end with the test
+
+
+def test_a_resolver_that_never_answers_ends_with_the_deadline(resolver: Resolver, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """getaddrinfo cannot be interrupted: the lookup is waited for within the model's deadline, one
+    clear line, exit 2; a batch naming the stuck host three times starts one lookup, not three."""
+    from cli_run import in_process
+
+    from mhainspect.sources.transports import lookup
+
+    resolver.stuck.add("stuck.test")
+    monkeypatch.setenv("MHAINSPECT_REMOTE_TIMEOUT", "30")  # only --timeout can end it in time
+    run = in_process(capsys, monkeypatch)
+    start = time.monotonic()
+    single = run("http://stuck.test:8/m.safetensors", "--timeout", "1")
+    assert time.monotonic() - start < 3
+    assert single.code == 2 and single.out == ""
+    assert single.err.strip().splitlines() == [
+        "mhainspect: error: http://stuck.test:8/m.safetensors: reading this model remotely took longer than its "
+        "1 s (--timeout)"]
+    listing = tmp_path / "models.txt"
+    listing.write_text("".join(f"http://stuck.test:8/{n}.safetensors\n" for n in "abc"), encoding="utf-8")
+    start = time.monotonic()
+    batch = run("--from-file", listing, "--timeout", "1")
+    assert time.monotonic() - start < 6
+    records = [json.loads(line) for line in batch.out.splitlines()]
+    assert batch.code == 2 and [r["error"]["kind"] for r in records] == ["network"] * 3
+    assert resolver.calls.count("stuck.test") == 1  # the first lookup is still in flight: the others wait for it
+    # Without a model deadline, the lookup may wait as long as a connection (MHAINSPECT_REMOTE_TIMEOUT).
+    monkeypatch.setenv("MHAINSPECT_REMOTE_TIMEOUT", "1")
+    resolver.stuck.add("other.test")
+    message = _fails_within("http://other.test:8/m.safetensors", 3)
+    assert message.endswith("cannot reach other.test:8 (the name other.test did not resolve within 1 s)")
+    # Lookups left stuck are bounded: past MAX_PENDING in flight, a new one fails at once.
+    monkeypatch.setattr(lookup, "MAX_PENDING", 2)
+    resolver.stuck.add("third.test")
+    message = _fails_within("http://third.test:8/m.safetensors", 0.5)
+    assert "2 name lookups are waiting for the resolver already" in message
+
+
+def test_a_lookup_is_used_for_its_connection_under_the_hosts_name(resolver: Resolver, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The addresses found are connected to without a second lookup, and TLS still checks the
+    certificate against the host's name (a certificate for model.test only: an IP would fail)."""
+    context, cert_path = tls_server_context(tmp_path, names=("model.test",), ips=())
+    trust(monkeypatch, cert_path)
+    resolver.names.add("model.test")
+    hosts: list[str | None] = []
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        hosts.append(headers.get("host"))
+        return Answer(404, (), b"no")
+
+    with ScriptedServer(script, tls=context) as server:
+        with pytest.raises(InputError, match="not found"):
+            audit(f"https://model.test:{server.port}/m.safetensors")
+    assert hosts == [f"model.test:{server.port}"]
+    assert resolver.calls == ["model.test"]

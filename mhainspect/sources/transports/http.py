@@ -12,7 +12,8 @@
 - A body is read only up to what was asked for: a Range request answered with the whole file (200)
   yields its first bytes only when they are what was asked (offset 0), a body longer than its
   announced range is cut, a shorter one is an error.
-- Time: a connection or a read that waits ``timeout()`` seconds without data fails; a request (its
+- Time: a name lookup, a connection or a read that waits ``timeout()`` seconds without data fails
+  (the lookup runs in a thread the caller stops waiting for: ``lookup``); a request (its
   connection, status line and headers, and body) ends within ``4 * timeout()`` seconds in all, and
   within the model's deadline (``sources.deadline``): when its time is up, a watchdog shuts its
   socket, so a server that trickles its headers a byte at a time cannot hold it.
@@ -31,6 +32,7 @@ import math
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -42,6 +44,7 @@ from urllib.parse import urljoin
 from mhainspect.errors import ErrorKind, InputError, MissingDependencyError
 from mhainspect.sources import deadline
 from mhainspect.sources.parallel import CONCURRENCY
+from mhainspect.sources.transports import lookup
 
 MAX_REDIRECTS = 8
 MAX_RETRY_AFTER = 30.0  # seconds: a longer Retry-After is not waited for (the request fails at once)
@@ -230,14 +233,41 @@ def _bind_current(sock: Any) -> None:
         watch.bind(sock)
 
 
+def _open(conn: Any, exc_types: Any) -> socket.socket:
+    """urllib3's ``HTTPConnection._new_conn`` with the name lookup bounded in time: it may wait as
+    long as a connection may (``timeout()``, within the request's and the model's deadlines), and
+    the connection is made to the addresses it found, under the host's own name (TLS, Host)."""
+    from urllib3.util.connection import allowed_gai_family
+
+    watch = getattr(_CURRENT, "watch", None)
+    limit = conn.timeout if isinstance(conn.timeout, (int, float)) else None
+    wait = min(watch.wait, watch.left()) if watch is not None else (limit if limit is not None else timeout())
+    try:
+        sock = lookup.connect(conn._dns_host, conn.port, allowed_gai_family(), limit, wait, conn.source_address,
+                              conn.socket_options)
+    except socket.gaierror as exc:
+        raise exc_types.NameResolutionError(conn.host, conn, exc) from exc
+    except lookup.LookupTimeout as exc:
+        raise exc_types.NewConnectionError(conn, f"name lookup: {exc}") from exc
+    except TimeoutError as exc:
+        raise exc_types.ConnectTimeoutError(conn, f"Connection to {conn.host} timed out. (connect timeout={limit})"
+                                            ) from exc
+    except OSError as exc:
+        raise exc_types.NewConnectionError(conn, f"Failed to establish a new connection: {exc}") from exc
+    sys.audit("http.client.connect", conn, conn.host, conn.port)
+    return sock
+
+
 def _watched_pools(urllib3: Any) -> dict[str, Any]:
     """Pool classes whose connections tell the current request's watch which socket to shut."""
     from urllib3.connection import HTTPConnection, HTTPSConnection
     from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+    exc_types = urllib3.exceptions
+
     class WatchedHTTP(HTTPConnection):
         def _new_conn(self) -> socket.socket:
-            sock = super()._new_conn()
+            sock = _open(self, exc_types)
             _bind_current(sock)  # before any TLS handshake: a trickling handshake is cut too
             return sock
 
@@ -247,7 +277,7 @@ def _watched_pools(urllib3: Any) -> dict[str, Any]:
 
     class WatchedHTTPS(HTTPSConnection):
         def _new_conn(self) -> socket.socket:
-            sock = super()._new_conn()
+            sock = _open(self, exc_types)
             _bind_current(sock)
             return sock
 
@@ -561,6 +591,8 @@ def _busy(reply: Reply) -> str:
 def _unreachable(url: str, exc: Exception, wait: float) -> str:
     text = f"{type(exc).__name__}: {exc}"
     host = host_of(url)
+    if isinstance(exc.__cause__, lookup.LookupTimeout):
+        return f"cannot reach {host} ({exc.__cause__})"
     if "timed out" in text.lower() or "timeout" in type(exc).__name__.lower():
         return f"no answer from {host} within {wait:g} s"
     if "refused" in text.lower():
