@@ -195,19 +195,70 @@ def test_a_layer_of_an_unknown_mixer_makes_a_lower_bound(tmp_path: Path) -> None
     assert "at least" in report.to_text()
 
 
-def test_missing_state_widths_are_said(tmp_path: Path) -> None:
-    """A Mamba layer without ssm.inner_size: listed, its state not sized, and the reason says which key."""
+def test_missing_state_widths_from_the_tensor_shapes(tmp_path: Path) -> None:
+    """A Mamba layer without ssm.inner_size: its tensors still determine the state: conv ssm_conv1d
+    [128, 4] -> 128 × (4 - 1) = 384, state ssm_a [128, 16] -> 2,048: 2,432 × 4 = 9,728 bytes (what
+    the keys give in the Jamba test above), the key's absence said."""
     tensors = [t for i in range(2) for t in (_ffn(i) + (_attention(i, 4, 2, 16) if i == 0 else
                                                          _mamba1(i, 128, 16, 4, 4)))]
     report = _audit(tmp_path / "nokeys.gguf", "jamba", {
         "{arch}.block_count": 2, "{arch}.attention.head_count": 4, "{arch}.attention.head_count_kv": [2, 0],
         "{arch}.ssm.conv_kernel": 4, "{arch}.ssm.state_size": 16}, tensors)
     (mixer,) = report.model.mixers
+    assert mixer.layers == (1,) and mixer.state_bytes_per_layer == 9728
+    assert "jamba.ssm.inner_size absent" in mixer.state_source and "from the tensor shapes" in mixer.state_source
+
+
+def test_missing_state_widths_are_said(tmp_path: Path) -> None:
+    """A Mamba-2 layer without ssm.state_size: ssm_a [8] gives the heads, not their size or d_state:
+    listed, its state not sized, and the reason says which key and what the tensors give."""
+    tensors = [t for i in range(2) for t in (_ffn(i) + (_attention(i, 4, 2, 16) if i == 0 else
+                                                         _mamba2(i, 128, 16, 2, 4, 8)))]
+    report = _audit(tmp_path / "nokeys2.gguf", "mamba2", {
+        "{arch}.block_count": 2, "{arch}.attention.head_count": 4, "{arch}.attention.head_count_kv": [2, 0],
+        "{arch}.ssm.conv_kernel": 4, "{arch}.ssm.inner_size": 128}, tensors)
+    (mixer,) = report.model.mixers
     assert mixer.layers == (1,) and mixer.state_bytes_per_layer is None
-    assert mixer.reason is not None and "jamba.ssm.inner_size absent" in mixer.reason
+    assert mixer.reason is not None and "mamba2.ssm.state_size absent" in mixer.reason
+    assert "give the heads (8, ssm_a)" in mixer.reason
     kv = report.model.kv_cache
     assert kv is not None and kv.bytes_per_token == 128 and kv.state_bytes_per_sequence is None
-    assert kv.state_reason is not None and "inner_size" in kv.state_reason
+    assert kv.state_reason is not None and "state_size" in kv.state_reason
+
+
+def _kda(i: int, heads: int, dim: int, kernel: int) -> list[T]:
+    """A Kimi Delta Attention layer as llama.cpp's kimi-linear writes it: its q/k/v/o projections as
+    attn_* (no ssm_out), a short convolution per q, k and v ([d_conv, 1, d_inner, 1] in GGML's order),
+    the gate and decay low-rank pairs, beta, A per head, the output norm."""
+    inner = heads * dim
+    return [*_attention(i, heads, heads, dim),
+            *[T(f"blk.{i}.ssm_conv1d_{r}.weight", (1, inner, 1, kernel)) for r in "qkv"],
+            T(f"blk.{i}.ssm_f_a.weight", (dim, E)), T(f"blk.{i}.ssm_f_b.weight", (inner, dim)),
+            T(f"blk.{i}.ssm_beta.weight", (heads, E)), T(f"blk.{i}.ssm_a", (1, 1, heads, 1)),
+            T(f"blk.{i}.ssm_g_a.weight", (dim, E)), T(f"blk.{i}.ssm_g_b.weight", (inner, dim)),
+            T(f"blk.{i}.ssm_dt.bias", (inner,)), T(f"blk.{i}.ssm_norm.weight", (dim,))]
+
+
+def test_kimi_linear_kda_layers(tmp_path: Path) -> None:
+    """Kimi-Linear: layers 0-2 KDA (head_count_kv 0), layer 3 attention (4 heads, 4 KV heads of 16).
+    llama.cpp writes no ssm.inner_size; its KDA state is n_embd_r = 3 × (d_conv 4 - 1) × n_head 4 ×
+    head_dim 16 = 576 + n_embd_s = 16² × 4 = 1,024 -> 1,600 × 4 = 6,400 bytes a layer, 19,200 for
+    three, with kda.head_dim or without it (ssm_conv1d_q's 64 channels / 4 heads). KV: 4 × (16 + 16)
+    × 2 = 256 bytes a token. The KDA layers' attn_* tensors make no block."""
+    tensors = [t for i in range(4) for t in _ffn(i) + (_attention(i, 4, 4, 16) if i == 3 else _kda(i, 4, 16, 4))]
+    meta: dict[str, Any] = {"{arch}.block_count": 4, "{arch}.attention.head_count": 4,
+                            "{arch}.attention.head_count_kv": [0, 0, 0, 4], "{arch}.attention.key_length": 16,
+                            "{arch}.attention.value_length": 16, "{arch}.ssm.conv_kernel": 4}
+    for extra in ({"{arch}.kda.head_dim": 16}, {}):
+        report = _audit(tmp_path / f"kimi{len(extra)}.gguf", "kimi-linear", {**meta, **extra}, tensors)
+        assert [(b.name, b.num_heads, b.num_kv_heads, b.d_k) for b in report.blocks] == [("blk.3.attn", 4, 4, 16)]
+        (mixer,) = report.model.mixers
+        assert mixer.kind is MixerKind.LINEAR_ATTENTION and mixer.layers == (0, 1, 2)
+        assert mixer.state_bytes_per_layer == 6400, mixer.reason
+        assert ("kda.head_dim = 16" if extra else "ssm_conv1d_q's 64 channels / 4") in mixer.state_source
+        kv = report.model.kv_cache
+        assert kv is not None and kv.bytes_per_token == 256 and kv.state_bytes_per_sequence == 19_200
+        assert not kv.lower_bound
 
 
 def test_rwkv_like_time_mix_layers(tmp_path: Path) -> None:

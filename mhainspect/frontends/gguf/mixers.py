@@ -22,7 +22,11 @@ keeps is not counted, and the KV figure is a stated lower bound.
 
 The state one recurrent layer keeps per sequence is llama.cpp's (``llama_hparams::n_embd_r`` and
 ``n_embd_s``, both cached in float32 whatever ``-ctk``/``-ctv`` say), computed by the one formula
-the checkpoint reader uses (``layer_types.selective_state``) with llama.cpp's convolution columns.
+the checkpoint reader uses (``layer_types.selective_state``) with llama.cpp's convolution columns;
+KDA (separate ``ssm_conv1d_q/k/v``: Kimi-Linear) by llama.cpp's own KDA branch (``kda.head_dim``,
+no ``ssm.inner_size``). Where a key is absent, what the layer's tensor shapes determine: the
+convolution's channels and kernel, a decay ``ssm_a`` [d_inner, d_state], KDA's head size as the q
+convolution's channels over the heads.
 """
 
 from __future__ import annotations
@@ -43,27 +47,48 @@ STATE_DTYPE = "float32"
 STATE_DTYPE_SOURCE = "llama.cpp keeps recurrent states in f32 (hard-coded, whatever -ctk/-ctv say)"
 
 
+Shapes = Mapping[str, tuple[int, ...]]  # a layer's tensors of one mixer, by leaf name -> numpy-order shape
+
+
 @dataclass(frozen=True)
 class _Family:
     """One recurrent or convolution mixer's tensors: their name prefix, the name of its own output
-    projection, and what one layer of it keeps per sequence (widths, or why they are unknown)."""
+    projection, and what one layer of it keeps per sequence (widths, or why they are unknown), from
+    the metadata and the shapes of one such layer's tensors."""
 
     prefix: str
     output: str
-    state: Callable[[Namespace], StateWidths | str]
+    state: Callable[[Namespace, Shapes], StateWidths | str]
 
 
 def _missing(keys: Sequence[tuple[str, int | None]]) -> str:
     return f"GGUF {', '.join(name for name, v in keys if v is None)} absent"
 
 
-def _ssm_state(ns: Namespace) -> StateWidths | str:
-    """llama.cpp: conv state (d_conv - 1) × (d_inner + 2·n_group·d_state), recurrent d_state × d_inner."""
+def _convs(shapes: Shapes) -> list[tuple[str, int, int]]:
+    """The layer's convolution weights as (leaf, channels, kernel): ``ssm_conv1d`` [d_inner, d_conv],
+    KDA's ``ssm_conv1d_q/k/v`` [1, d_inner, 1, d_conv] (axes of 1 dropped)."""
+    out = []
+    for leaf, shape in sorted(shapes.items()):
+        if leaf.startswith("ssm_conv1d") and not leaf.endswith(".bias"):
+            dims = [d for d in shape if d != 1]
+            if len(dims) == 2:
+                out.append((leaf, dims[0], dims[1]))
+    return out
+
+
+def _ssm_state(ns: Namespace, shapes: Shapes) -> StateWidths | str:
+    """llama.cpp: conv state (d_conv - 1) × (d_inner + 2·n_group·d_state), recurrent d_state × d_inner
+    (KDA, separate q/k/v convolutions: ``_kda_state``). Without the keys, what the tensor shapes
+    determine: the convolution's channels and kernel, and a decay ``ssm_a`` [d_inner, d_state] (Mamba)."""
+    convs = _convs(shapes)
+    if any(leaf.startswith("ssm_conv1d_") for leaf, _, _ in convs):
+        return _kda_state(ns, shapes, convs)
     kernel, inner, state, groups = (ns.key(f"ssm.{k}") for k in ("conv_kernel", "inner_size", "state_size",
                                                                   "group_count"))
     k, d, n, g = kernel.at(None), inner.at(None), state.at(None), groups.at(None) or 0
     if k is None or d is None or n is None:
-        return _missing([(kernel.name, k), (inner.name, d), (state.name, n)])
+        return _shape_state(ns, shapes, convs, [(kernel.name, k), (inner.name, d), (state.name, n)])
     conv, recurrent = selective_state(d, g, n, max(k - 1, 0))
     g_said = "" if groups.value is not None else " (absent: 0)"
     return StateWidths(conv, recurrent, False, f"llama.cpp: conv (d_conv {k} - 1) × (d_inner {d} + 2 × n_group {g}"
@@ -71,7 +96,51 @@ def _ssm_state(ns: Namespace) -> StateWidths | str:
                                                f"{ns.prefix}ssm.conv_kernel, inner_size, group_count, state_size")
 
 
-def _shortconv_state(ns: Namespace) -> StateWidths | str:
+def _shape_state(ns: Namespace, shapes: Shapes, convs: Sequence[tuple[str, int, int]],
+                 keys: Sequence[tuple[str, int | None]]) -> StateWidths | str:
+    """A selective-scan layer whose ssm.* keys are absent: the conv state from its convolution's
+    shape (channels × (d_conv - 1)), the recurrent one from a decay of two axes [d_inner, d_state]."""
+    decay = next((shape for leaf, shape in shapes.items() if leaf.split(".")[0] == "ssm_a"), None)
+    dims = [x for x in decay if x != 1] if decay is not None else []
+    if len(convs) != 1 or len(dims) != 2:
+        held = f"; the tensors give the heads ({dims[0]}, ssm_a), not their size or d_state" if len(dims) == 1 else ""
+        return _missing(keys) + held
+    leaf, channels, kernel = convs[0]
+    k = ns.key("ssm.conv_kernel").at(None) or kernel
+    return StateWidths(channels * max(k - 1, 0), dims[0] * dims[1], False,
+                       f"{_missing(keys)}; from the tensor shapes: conv {leaf} {channels} channels × (d_conv {k} - 1) "
+                       f"+ state ssm_a {dims[0]} × {dims[1]}")
+
+
+def _kda_state(ns: Namespace, shapes: Shapes, convs: Sequence[tuple[str, int, int]]) -> StateWidths | str:
+    """llama.cpp (Kimi Delta Attention, ``n_embd_head_kda``): conv state 3 × (d_conv - 1) × n_head ×
+    head_dim (the q, k and v convolutions), recurrent head_dim² × n_head. head_dim is GGUF
+    ``kda.head_dim`` (older files: ``ssm.state_size``), else the q convolution's channels / n_head;
+    n_head is ``attention.head_count`` (llama.cpp's n_head()); d_conv ``ssm.conv_kernel``, else the
+    convolution's kernel."""
+    heads_key = ns.key("attention.head_count")
+    heads = heads_key.at(0) if isinstance(heads_key.value, tuple) else heads_key.at(None)
+    q = next(((c, k) for leaf, c, k in convs if leaf.startswith("ssm_conv1d_q")), None)
+    dim_key = next((key for key in (ns.key("kda.head_dim"), ns.key("ssm.state_size")) if key.at(None)), None)
+    kernel_key = ns.key("ssm.conv_kernel")
+    k = kernel_key.at(None) or (q[1] if q is not None else None)
+    if heads is None or k is None:
+        return _missing([(heads_key.name, heads), (kernel_key.name, k)])
+    if dim_key is not None:
+        dim, dim_said = dim_key.at(None) or 0, f"GGUF {dim_key.describe(None)}"
+    elif q is not None and q[0] % heads == 0:
+        dim, dim_said = q[0] // heads, f"{ns.prefix}kda.head_dim absent: ssm_conv1d_q's {q[0]} channels / {heads}"
+    else:
+        return _missing([(ns.key("kda.head_dim").name, None)])
+    k_said = kernel_key.describe(None) if kernel_key.at(None) else f"the convolution's kernel {k}"
+    check = "" if q is None or q[0] == heads * dim else \
+        f" (ssm_conv1d_q holds {q[0]} channels, not {heads} × {dim}: llama.cpp sizes the state as said)"
+    return StateWidths(3 * max(k - 1, 0) * heads * dim, dim * dim * heads, False,
+                       f"llama.cpp (KDA): conv 3 × (d_conv {k} - 1) × n_head {heads} × head_dim {dim} + state head_dim "
+                       f"{dim}² × n_head {heads}, from {dim_said}, GGUF {heads_key.describe(None)}, {k_said}{check}")
+
+
+def _shortconv_state(ns: Namespace, shapes: Shapes) -> StateWidths | str:
     """llama.cpp (LFM2): conv state embedding_length × (l_cache - 1), no recurrent state."""
     cache, embd = ns.key("shortconv.l_cache"), ns.key("embedding_length")
     c, e = cache.at(None), embd.at(None)
@@ -81,7 +150,7 @@ def _shortconv_state(ns: Namespace) -> StateWidths | str:
                        f"llama.cpp: conv {embd.describe(None)} × (l_cache {c} - 1, GGUF {cache.name})")
 
 
-def _wkv_state(ns: Namespace) -> StateWidths | str:
+def _wkv_state(ns: Namespace, shapes: Shapes) -> StateWidths | str:
     """llama.cpp (RWKV): token-shift state token_shift_count × embedding_length, WKV state
     embedding_length × wkv.head_size."""
     head, embd, shift = ns.key("wkv.head_size"), ns.key("embedding_length"), ns.key("token_shift_count")
@@ -125,9 +194,11 @@ def classify_layers(model: GGUFModel, ns: Namespace, attention: Mapping[int, boo
     """Each ``blk.N`` layer's mixer. ``attention`` maps a layer holding ``attn_*`` tensors to whether
     they include an output projection (the front end's grouping of the attention tensors)."""
     leaves: dict[int, list[str]] = {}
+    shapes: dict[int, dict[str, tuple[int, ...]]] = {}
     for _source, t in model.tensors:
         if (m := _MAIN.match(t.name)) is not None:
             leaves.setdefault(int(m.group("layer")), []).append(m.group("leaf"))
+            shapes.setdefault(int(m.group("layer")), {})[m.group("leaf")] = t.shape
     # kind -> (family, layers, tensor stems seen, layers beside attention, layers owning attn_* tensors)
     found: dict[MixerKind, tuple[_Family, list[int], set[str], list[int], list[int]]] = {}
     unknown: list[tuple[int, str, list[str]]] = []
@@ -150,7 +221,8 @@ def classify_layers(model: GGUFModel, ns: Namespace, attention: Mapping[int, boo
             else:
                 entry[4].append(layer)
                 owned.add(layer)
-    out = [_mixer(ns, kind, *entry) for kind, entry in found.items()]
+    out = [_mixer(ns, kind, *entry, {leaf: shape for leaf, shape in shapes[entry[1][0]].items()
+                                     if leaf.startswith(entry[0].prefix)}) for kind, entry in found.items()]
     if unknown:
         layers = tuple(i for i, _, _ in unknown)
         _, said, others = unknown[0]
@@ -170,7 +242,7 @@ def _no_attention_claim(ns: Namespace, layer: int) -> str | None:
 
 
 def _mixer(ns: Namespace, kind: MixerKind, family: _Family, layers: list[int], stems: set[str], beside: list[int],
-           own: list[int]) -> MixerLayers:
+           own: list[int], shapes: Shapes) -> MixerLayers:
     shown = sorted(stems)
     source = f"GGUF tensors blk.N.{family.prefix}* ({', '.join(shown[:6])}{' ...' if len(shown) > 6 else ''})"
     if beside:
@@ -179,7 +251,7 @@ def _mixer(ns: Namespace, kind: MixerKind, family: _Family, layers: list[int], s
     if own:
         source += (f"; the attn_* tensors of {len(own)} of these layers are the mixer's own projections, not "
                    "softmax attention (a layer holds both only where each has its own output projection)")
-    widths = family.state(ns)
+    widths = family.state(ns, shapes)
     if isinstance(widths, str):
         return MixerLayers(kind, tuple(layers), source, reason=f"no widths for its state: {widths}")
     return MixerLayers(kind, tuple(layers), source, widths.conv, widths.recurrent, widths.said,
