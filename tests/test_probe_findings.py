@@ -377,3 +377,61 @@ def test_an_indexers_key_must_read_the_blocks_input(tmp_path: Path) -> None:
     report = audit(tmp_path)
     assert [b.params.indexer for b in report.blocks] == [0, 0]
     assert [b.kv_cache_indexer_bytes_per_token for b in report.blocks] == [20 * 4, 20 * 4]
+
+
+def test_a_child_holding_q_and_k_is_no_indexer(tmp_path: Path) -> None:
+    """Zaya keeps Q and K (and two V halves no rule names) in a child ``qkv_proj`` of a module that
+    holds only O: the child is the block, not an indexer of a module with no Q of its own."""
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_LIKE, "model_type": "llama"}))
+    shapes = {"layers.0.self_attn.qkv_proj.q_proj.weight": (96, 64), "layers.0.self_attn.qkv_proj.k_proj.weight": (48, 64),
+              "layers.0.self_attn.qkv_proj.v_proj_current.weight": (24, 64), "layers.0.self_attn.o_proj.weight": (64, 96)}
+    _write_safetensors(tmp_path / "model.safetensors", shapes)
+    (block,) = audit(tmp_path).blocks
+    assert block.indexer is None and block.params.indexer == 0
+    assert {p.role for p in block.projections} == {"q", "k", "o"}
+
+
+# ----------------------------------------------------------------------------- output gates
+
+
+@pytest.mark.parametrize(("extra", "gate"), [
+    ({"layers.0.self_attn.gate_proj.weight": (96, 64)}, 96 * 64),  # AFMoE, Muse-Glimmer: one gate per value
+    ({"layers.0.self_attn.g_proj.weight": (4, 64)}, 4 * 64),  # Laguna: one gate per head
+    ({"layers.0.self_attn.gate_proj.weight": (96, 64), "layers.0.self_attn.gate_proj.bias": (96,)}, 96 * 65),
+    ({"layers.0.self_attn.gate_proj.weight": (96, 32)}, 0),  # does not read the block's input: not taken
+    ({"layers.0.self_attn.gate_proj.weight": (48, 64)}, 0),  # neither O's input nor the heads: not taken
+    ({"layers.0.self_attn.r_proj.weight": (96, 64)}, 0),  # not named as a gate: not taken by its widths alone
+])
+def test_an_output_gates_own_projection_counts_in_the_total(extra: dict[str, tuple[int, ...]], gate: int,
+                                                             tmp_path: Path) -> None:
+    """Gated attention multiplies the attention's result by sigmoid(x W) before O. Its gate, packed
+    into Q's projection (Qwen3-Next), was counted under Q; as a projection of its own (AFMoE, Beam,
+    Dory, Laguna, Muse-Glimmer, HunYuan-V4) it was left out. One rule now: an output gate is in the
+    block's total, its own projection as ``params.gate`` when it reads the block's input and writes
+    O's input width or one value per head."""
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_LIKE, "model_type": "llama"}))
+    shapes = {**_attention("layers.0.self_attn", 64, 96, 48), **extra}
+    _write_safetensors(tmp_path / "model.safetensors", shapes)
+    report = audit(tmp_path)
+    (block,) = report.blocks
+    assert (block.num_heads, block.num_kv_heads, block.d_k) == (4, 2, 24)
+    assert block.params.gate == gate
+    assert block.params.total == 2 * 96 * 64 + 2 * 48 * 64 + gate
+    assert report.model.attention_params == block.params.total
+    at_8 = next(w.head_dim_fixed for w in block.what_if if w.num_heads == 8)
+    assert at_8 == 2 * (96 * 64 + 48 * 64 + 48 * 64 + 96 * 64) + 2 * gate  # the gate follows the heads too
+
+
+def test_an_output_gate_beside_o_in_an_output_wrapper(tmp_path: Path) -> None:
+    """NeoMME keeps its O and its gate in ``output_projection``: the wrapper's O is the block's O
+    (the block's total left O out) and the gate beside it the block's gate."""
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_LIKE, "model_type": "llama"}))
+    shapes = {"layers.0.self_attn.q_proj.weight": (96, 64), "layers.0.self_attn.k_proj.weight": (48, 64),
+              "layers.0.self_attn.v_proj.weight": (48, 64),
+              "layers.0.self_attn.output_projection.o_proj.weight": (64, 96),
+              "layers.0.self_attn.output_projection.gate_proj.weight": (96, 64)}
+    _write_safetensors(tmp_path / "model.safetensors", shapes)
+    (block,) = audit(tmp_path).blocks
+    assert block.name == "layers.0.self_attn"
+    assert [p.node for p in block.projections if p.role == "o"] == ["layers.0.self_attn.output_projection.o_proj"]
+    assert (block.params.gate, block.params.total) == (96 * 64, sum(math.prod(s) for s in shapes.values()))

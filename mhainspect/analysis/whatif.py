@@ -90,6 +90,18 @@ def _beside(block: AttentionBlock, wq: int, wk: int, wv: int, d_k: int) -> int:
     return p.latent + p.indexer + rows + norms  # an indexer has heads of its own: not the block's
 
 
+def _gate(block: AttentionBlock, heads: int, o_in: int) -> int:
+    """An output gate's own projection (``params.gate``) at ``heads`` heads and O's input ``o_in``:
+    one gate per head follows the heads, one per value O's input width (``matchers.gate``)."""
+    p, h, d_model = block.params.gate, block.num_heads, block.d_model
+    if not p or not h:
+        return p
+    if d_model and p % h == 0 and p // h in (d_model, d_model + 1):  # [h, d_model] (+ a bias per head)
+        return p // h * heads
+    was = h * (block.d_v or 0)
+    return p * o_in // was if was else p
+
+
 def _k_width(block: AttentionBlock, kv_heads: int, d_k: int) -> int:
     """K's projection width at ``kv_heads``: a latent block's K up-projection makes only the
     non-rotary part of each head's key (the rotary part is one for all heads, from the
@@ -137,8 +149,8 @@ def _what_if(block: AttentionBlock, roles: _Roles, heads: int) -> WhatIf | None:
     per_head = _count(roles, heads * d_k, wk2, g2 * d_v, heads * d_v)
     if same_width is None or per_head is None:
         return None
-    same_width += _beside(block, h * d_k, wk, g * d_v, h * d_k // heads)
-    per_head += _beside(block, heads * d_k, wk2, g2 * d_v, d_k)
+    same_width += _beside(block, h * d_k, wk, g * d_v, h * d_k // heads) + _gate(block, heads, h * d_v)
+    per_head += _beside(block, heads * d_k, wk2, g2 * d_v, d_k) + _gate(block, heads, heads * d_v)
     if total_width_reason(block, heads) is not None:
         same_width = None  # h·d_k cannot be split into that many equal heads
     return WhatIf(num_heads=heads, total_width_fixed=same_width, head_dim_fixed=per_head)
@@ -151,7 +163,7 @@ def standard_layout_count(block: AttentionBlock) -> int | None:
         return None  # a latent block has no "standard" layout: its key is non-rotary + rotary parts
     d = d_model // h
     count = count_with_widths(block, h * d, g * d, g * d, h * d)
-    return None if count is None else count + _beside(block, h * d, g * d, g * d, d)
+    return None if count is None else count + _beside(block, h * d, g * d, g * d, d) + _gate(block, h, h * d)
 
 
 def default_what_ifs(block: AttentionBlock, extra: tuple[int, ...] = ()) -> tuple[WhatIf, ...]:

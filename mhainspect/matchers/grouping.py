@@ -37,6 +37,9 @@ KV_PACKED_NAMES = frozenset({"kv"})
 # Zamba, Bamba) hold an ``in_proj`` and an ``out_proj`` too. Such a weight is a packed Q/K/V only
 # under a module named as attention (DeBERTa's ``attention.self.in_proj``).
 GENERIC_PACKED_NAMES = frozenset({"in_proj"})
+# Names of an output gate's projection beside Q/K/V/O (besides a name with the word "gate"): the
+# attention's result is multiplied by sigmoid(x W) before O (AFMoE's, Laguna's, HunYuan-V4's).
+GATE_NAMES = frozenset({"g_proj", "wg", "to_gate"})
 # Conv1D-style names (GPT-2 family): weights stored [in, out].
 CONV1D_NAMES = frozenset({"c_attn", "c_proj", "c_fc"})
 # Parameters of nn.MultiheadAttention stored directly on the module.
@@ -168,6 +171,9 @@ class GroupedBlock:
     # The block whose K/V this one reads (a KV-sharing layer: its K/V roles are that block's weights).
     kv_from: str | None = None
     indexer: IndexerParts | None = None  # a sparse-attention indexer under the module (``IndexerParts``)
+    # Projections named as a gate held by the module (or by the wrapper of its O): candidate output
+    # gates, taken when their widths fit (``static.assemble``).
+    gates: tuple[RoleWeights, ...] = ()
 
     def role(self, role: str) -> RoleWeights | None:
         return next((r for r in self.roles if r.role == role), None)
@@ -223,6 +229,7 @@ def group_attention(weights: Mapping[str, WeightMeta], kv_source: Callable[[str]
     latent_owners = {p for p, k in kids_of.latent.items() if "kv_down" in k and "kv_up" in k}
     owners = set(kids_of.roles) | set(found.mha) | latent_owners
     indexers = _indexers(kids_of, found, owners)
+    wrapped = _wrapped_outputs(kids_of, owners)
     blocks: list[GroupedBlock] = []
     by_owner: dict[str, GroupedBlock] = {}
     for owner in sorted(owners - {i.module for i in indexers.values()}, key=natural_key):
@@ -239,9 +246,12 @@ def group_attention(weights: Mapping[str, WeightMeta], kv_source: Callable[[str]
         if o_path is None:
             o_path = _bert_output(owner, found.modules)
         if o_path is None:
+            o_path = wrapped.get(owner)
+        if o_path is None:
             o_path = _output_by_shape(owner, roles, set(kids.values()), found.modules)
         if o_path is not None:
             roles.append(found.role_weights("o", o_path))
+        gates = _gates(owner, o_path, kids_of, found)
         # a block reading another's K/V is named by the modules it holds (Q, O), not those it borrows
         name = _common_prefix(r.module for r in roles if kv_from is None or r.role in ("q", "o")) or owner
         block_extras = tuple(found.extras.get(owner, []) + (found.extras.get(name, []) if name != owner else []))
@@ -251,19 +261,24 @@ def group_attention(weights: Mapping[str, WeightMeta], kv_source: Callable[[str]
         query = _learned_query(owner, roles, found.queries)
         blocks.append(GroupedBlock(name, owner, tuple(roles), block_extras, cross_by_name(owner) or query is not None,
                                    own_biases, latent[1] if latent is not None else None, query,
-                                   kids_of.head_norms(owner, found.modules), kv_from, indexers.get(owner)))
+                                   kids_of.head_norms(owner, found.modules), kv_from, indexers.get(owner), gates))
         by_owner[owner] = blocks[-1]
     return _with_enclosing_extras(blocks, found.extras)
 
 
 def _indexers(kids_of: _Children, found: _ByModule, owners: set[str]) -> dict[str, IndexerParts]:
     """By attention module, the sub-module that is its indexer (``IndexerParts``): a child of a
-    candidate block's module holding a K projection and no V (nor a packed one). Its tensors are
-    those of its child modules."""
+    candidate block's module holding a K projection and no V (nor a packed one), beside the block's
+    own Q (a Q projection, a packed one, latent parts or nn.MultiheadAttention's weights: a module
+    whose Q and K sit in a child, Zaya's ``qkv_proj``, has no indexer there). Its tensors are those
+    of its child modules."""
     out: dict[str, IndexerParts] = {}
     for path, kids in kids_of.roles.items():
         parent = path.rpartition(".")[0]
         if "k" not in kids or any(r in kids for r in ("v", "qkv", "kv")) or parent not in owners:
+            continue
+        own = kids_of.roles.get(parent, {})
+        if not ("q" in own or "qkv" in own or parent in found.mha or "kv_down" in kids_of.latent.get(parent, {})):
             continue
         children = sorted({*kids.values(), *kids_of.others.get(path, ())}, key=natural_key)
         key = found.role_weights("k", kids["k"])
@@ -272,6 +287,33 @@ def _indexers(kids_of: _Children, found: _ByModule, owners: set[str]) -> dict[st
         tensors = tuple(t for c in children for t in found.modules[c].values())
         out[parent] = IndexerParts(path, key, others, tensors)
     return out
+
+
+def _wrapped_outputs(kids_of: _Children, owners: set[str]) -> dict[str, str]:
+    """By attention module, an O-named projection held by a child of it that holds no Q, K or V: an
+    output wrapper (NeoMME's ``output_projection.o_proj``, beside its ``gate_proj``)."""
+    out: dict[str, str] = {}
+    for path, kids in kids_of.roles.items():
+        parent = path.rpartition(".")[0]
+        if parent in owners and set(kids) == {"o"}:
+            out.setdefault(parent, kids["o"])
+    return out
+
+
+def gate_named(module: str) -> bool:
+    """A module whose last name says gate (``gate_proj``, ``g_proj``, ``attn_gate``, ``output_gate``)."""
+    last = module.rpartition(".")[2].lower()
+    return last in GATE_NAMES or "gate" in re.split(r"[^a-z0-9]+", last)
+
+
+def _gates(owner: str, o_path: str | None, kids_of: _Children, found: _ByModule) -> tuple[RoleWeights, ...]:
+    """The 2-D projections named as a gate held by the attention module, or beside its O in an
+    output wrapper (``_wrapped_outputs``)."""
+    scopes = [owner]
+    if o_path is not None and (wrapper := o_path.rpartition(".")[0]) != owner and wrapper.rpartition(".")[0] == owner:
+        scopes.append(wrapper)
+    return tuple(found.role_weights("gate", p) for scope in scopes for p in kids_of.others.get(scope, ())
+                 if gate_named(p) and len(found.modules[p]["weight"].shape) == 2)
 
 
 def _borrowed_kv(owner: str, kids: Mapping[str, str], found: _ByModule, by_owner: Mapping[str, GroupedBlock],

@@ -46,7 +46,8 @@ def count_shared_once(blocks: Sequence[AttentionBlock], identity: Callable[[str]
             changed.append(p)
         if notes:
             breakdown = ParamBreakdown.from_projections(changed, extra=b.params.extra, latent=b.params.latent,
-                                                        kv_rows=b.params.kv_rows, indexer=b.params.indexer)
+                                                        kv_rows=b.params.kv_rows, indexer=b.params.indexer,
+                                                        gate=b.params.gate)
             b = replace(b, projections=tuple(changed), params=breakdown, evidence=b.evidence + tuple(notes))
         out.append(b)
     return out

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, identity_by_name, tied_copy_by_name
 from mhainspect.matchers.assembly import Decision, Widths, decide, norm_shared, offer_misfit
+from mhainspect.matchers.gate import output_gate
 from mhainspect.matchers.grouping import (
     SCORE_TABLE_HEAD_AXIS,
     GroupedBlock,
@@ -115,13 +116,17 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         evidence.append(Evidence("applications", runs, said.source, said.detail))
     indexer, indexer_params, indexer_evidence = assemble_indexer(group.indexer, decision.d_model)
     evidence.extend(indexer_evidence)
+    o_in = widths.get("o", (None, None))[0] or \
+        (decision.num_heads * decision.d_v if decision.num_heads and decision.d_v else None)
+    gate, gate_evidence = output_gate(group.gates, decision.d_model, o_in, decision.num_heads)
+    evidence.extend(gate_evidence)
     return AttentionBlock(
         name=group.name, matcher=matcher, kind=BlockKind.CROSS if group.cross else BlockKind.SELF,
         num_heads=decision.num_heads, num_kv_heads=decision.num_kv_heads, d_model=decision.d_model,
         d_k=decision.d_k, d_v=decision.d_v,
         params=ParamBreakdown.from_projections(
             projections, extra=sum(t.numel for t in group.extras if not is_kv_row(t.name)),
-            kv_rows=sum(t.numel for t in group.extras if is_kv_row(t.name)), indexer=indexer_params),
+            kv_rows=sum(t.numel for t in group.extras if is_kv_row(t.name)), indexer=indexer_params, gate=gate),
         projections=tuple(projections), evidence=tuple(evidence), scale=scale, scale_known=scale is not None,
         anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts + list(decision.conflicts))),
         applications=runs if runs is not None else 1, kv_cache_shared_from=group.kv_from, indexer=indexer,

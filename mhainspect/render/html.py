@@ -111,6 +111,8 @@ def _segments(b: AttentionBlock) -> tuple[Segment, ...]:
         segs.append(Segment("latent down-projections and norms", p.latent, "extra"))
     if p.indexer:
         segs.append(Segment("sparse-attention indexer", p.indexer, "extra"))
+    if p.gate:
+        segs.append(Segment("output gate", p.gate, "extra"))
     if p.extra:
         segs.append(Segment("other block parameters", p.extra, "extra"))
     return tuple(segs)

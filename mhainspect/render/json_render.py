@@ -231,6 +231,7 @@ def _params(params: ParamBreakdown) -> JSONDict:
         **({"latent": _int(params.latent)} if params.latent else {}),
         **({"kv_rows": _int(params.kv_rows)} if params.kv_rows else {}),
         **({"indexer": _int(params.indexer)} if params.indexer else {}),
+        **({"gate": _int(params.gate)} if params.gate else {}),
     }
 
 

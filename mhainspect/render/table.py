@@ -382,6 +382,8 @@ def _block_details(b: AttentionBlock, width: int) -> list[RenderableType]:
         heads = f", {b.indexer.num_heads} heads" if b.indexer is not None and b.indexer.num_heads else ""
         key = f"key {b.indexer.d_k}{heads}, " if b.indexer is not None else ""
         lines.append(_detail("indexer params:", f"{group(b.params.indexer)} (sparse-attention indexer: {key}in the total)"))
+    if b.params.gate:
+        lines.append(_detail("gate params:", f"{group(b.params.gate)} (output gate's projection, in the total)"))
     if b.params.kv_rows:
         lines.append(_detail("K/V rows:", f"{group(b.params.kv_rows)} (learned bias_k/bias_v, in the total)"))
     if b.params.extra:

@@ -103,31 +103,34 @@ class ParamBreakdown:
     the K/V latent), learned K/V rows appended to K and V (``kv_rows``: nn.MultiheadAttention's
     bias_k/bias_v, also counted in ``bias``), and a sparse-attention indexer held by the module
     (``indexer``: DeepSeek-V3.2's lightning indexer, its own Q and K projections that choose the
-    keys the attention reads). ``extra`` is what is added to the scores instead (relative-position
-    tables, an additive attention's score vector), outside ``total``."""
+    keys the attention reads), and an output gate's own projection (``gate``: the attention's result
+    times sigmoid(x W) before O, AFMoE's ``gate_proj``, Laguna's per-head ``g_proj``; a gate packed into
+    Q's projection, Qwen3-Next's, is in ``q``). ``extra`` is what is added to the scores instead
+    (relative-position tables, an additive attention's score vector), outside ``total``."""
 
     q: int
     k: int
     v: int
     o: int
     bias: int  # part of total that is biases
-    total: int  # q + k + v + o + latent + kv_rows + indexer
+    total: int  # q + k + v + o + latent + kv_rows + indexer + gate
     extra: int = 0  # other params of the block, outside total (relative position tables)
     latent: int = 0  # a latent (MLA) block's down-projections and their norms, in total
     kv_rows: int = 0  # learned K/V rows (bias_k/bias_v), in total and in bias
     indexer: int = 0  # a sparse-attention indexer's parameters (every tensor of its module), in total
+    gate: int = 0  # an output gate's own projection (weight and bias), in total (its bias not in bias)
 
     @classmethod
     def from_projections(cls, projections: Iterable[Projection], extra: int = 0, *, latent: int = 0,
-                         kv_rows: int = 0, indexer: int = 0) -> ParamBreakdown:
+                         kv_rows: int = 0, indexer: int = 0, gate: int = 0) -> ParamBreakdown:
         per = {"q": 0, "k": 0, "v": 0, "o": 0}
         bias = kv_rows
         for p in projections:
             per[p.role] += p.params
             bias += p.bias_params
         return cls(q=per["q"], k=per["k"], v=per["v"], o=per["o"], bias=bias,
-                   total=sum(per.values()) + latent + kv_rows + indexer, extra=extra, latent=latent,
-                   kv_rows=kv_rows, indexer=indexer)
+                   total=sum(per.values()) + latent + kv_rows + indexer + gate, extra=extra, latent=latent,
+                   kv_rows=kv_rows, indexer=indexer, gate=gate)
 
 
 @dataclass(frozen=True)

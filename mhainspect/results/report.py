@@ -174,7 +174,7 @@ def attention_params(blocks: Sequence[AttentionBlock]) -> int:
                     continue
                 seen.add((p.weight, p.role))
             total += p.params
-        total += b.params.latent + b.params.kv_rows + b.params.indexer  # in the block's total beside its projections
+        total += b.params.latent + b.params.kv_rows + b.params.indexer + b.params.gate  # in the block's total beside its projections
     return total
 
 
