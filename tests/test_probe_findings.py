@@ -435,3 +435,23 @@ def test_an_output_gate_beside_o_in_an_output_wrapper(tmp_path: Path) -> None:
     assert block.name == "layers.0.self_attn"
     assert [p.node for p in block.projections if p.role == "o"] == ["layers.0.self_attn.output_projection.o_proj"]
     assert (block.params.gate, block.params.total) == (96 * 64, sum(math.prod(s) for s in shapes.values()))
+
+
+def test_a_gguf_files_indexer_is_its_layers(tmp_path: Path) -> None:
+    """llama.cpp names DeepSeek-V3.2's indexer ``blk.N.indexer.attn_q_b``, ``indexer.attn_k``,
+    ``indexer.k_norm``, ``indexer.proj``: beside ``blk.N.attn_*``, not under it. It is the layer's
+    attention's indexer (in its total) and its key is cached beside the latent (in llama.cpp's f16)."""
+    pytest.importorskip("gguf")
+    from gguf_files import deepseek_gguf
+
+    shapes = {**_mla("model.layers.0.self_attn"), **_indexer("model.layers.0.self_attn"),
+              **_mla("model.layers.1.self_attn")}
+    (path,) = deepseek_gguf(tmp_path / "ds.gguf", shapes, DSA_CONFIG)
+    report = audit(path)
+    first, second = report.blocks
+    indexer = 3 * 20 * 48 + 20 * 64 + 2 * 20 + 3 * 64
+    assert (first.name, first.params.indexer, second.params.indexer) == ("blk.0.attn", indexer, 0)
+    assert first.indexer is not None and (first.indexer.d_k, first.indexer.num_heads) == (20, 3)
+    assert (first.num_heads, first.d_k) == (4, 24)
+    assert first.kv_cache_indexer_bytes_per_token == 20 * 2 and second.kv_cache_indexer_bytes_per_token == 0
+    assert not report.misses

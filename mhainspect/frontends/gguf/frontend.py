@@ -38,7 +38,7 @@ from mhainspect.frontends.gguf.reader import (
 )
 from mhainspect.ir.weights import WeightMeta
 from mhainspect.matchers.experts import weight_experts
-from mhainspect.matchers.grouping import GroupedBlock, HeadNorm, LatentParts, RoleWeights, natural_key
+from mhainspect.matchers.grouping import GroupedBlock, HeadNorm, IndexerParts, LatentParts, RoleWeights, natural_key
 from mhainspect.matchers.static import assemble
 from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts
 from mhainspect.results.stages import BlockDecoding, MixerLayers, SizeInputs, SourceResult
@@ -54,6 +54,9 @@ _LATENT = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_(?P<part>q_a_n
                      r"\.(?P<leaf>weight|bias)$")
 _LATENT_PARTS = {"q_a": "q_down", "q_b": "q_up", "kv_a_mqa": "kv_down", "kv_b": "kv_up", "k_b": "k_up", "v_b": "v_up",
                  "q_a_norm": "norm", "kv_a_norm": "norm"}
+# A sparse-attention indexer beside the layer's attention (llama.cpp's DeepSeek-V3.2 / GLM-DSA names:
+# blk.N.indexer.attn_q_b, indexer.attn_k, indexer.k_norm, indexer.proj): the indexer of blk.N.attn.
+_INDEXER = re.compile(r"^(?P<scope>.+)\.indexer\.(?P<part>[a-z_]+)\.(?P<leaf>weight|bias)$")
 _OTHER_ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_[a-z_]+\.weight$")
 _ROLE = {"q": "q", "k": "k", "v": "v", "qkv": "qkv", "output": "o", "out": "o", "o": "o"}
 
@@ -68,6 +71,7 @@ class _Tensors:
     others: list[str]  # other attn_* tensors (latent K/V, ...)
     latent: dict[str, dict[str, WeightMeta]] = dataclasses.field(default_factory=dict)  # part -> {leaf: meta}
     latent_norms: list[WeightMeta] = dataclasses.field(default_factory=list)
+    indexer: dict[str, dict[str, WeightMeta]] = dataclasses.field(default_factory=dict)  # part -> {leaf: meta}
 
 
 def group_tensors(model: GGUFModel) -> dict[str, _Tensors]:
@@ -80,7 +84,10 @@ def group_tensors(model: GGUFModel) -> dict[str, _Tensors]:
 
     for source, t in model.tensors:
         meta = weight_meta(source, t)
-        if (m := _LATENT.match(t.name)) is not None:
+        if ".indexer." in t.name and (m := _INDEXER.match(t.name)) is not None:  # before its attn_* names
+            out.setdefault(f"{m.group('scope')}.attn", _Tensors({}, {}, [], [])).indexer.setdefault(
+                m.group("part"), {})[m.group("leaf")] = meta
+        elif (m := _LATENT.match(t.name)) is not None:
             part = _LATENT_PARTS[m.group("part")]
             if part == "norm":
                 block(m).latent_norms.append(meta)
@@ -92,6 +99,7 @@ def group_tensors(model: GGUFModel) -> dict[str, _Tensors]:
             block(m).norms[m.group("role")] = meta
         elif (m := _EXTRA.match(t.name)) is not None:
             block(m).extras.append(meta)
+
         elif (m := _OTHER_ATTN.match(t.name)) is not None and not t.name.endswith("_norm.weight"):
             block(m).others.append(t.name)
     return out
@@ -148,7 +156,8 @@ def blocks_from_model(model: GGUFModel) -> tuple[list[AttentionBlock], dict[str,
                              for r in ("q", "k", "v", "qkv", "o") if r in have and (r != "qkv" or "q" not in have))
         # attn_q_norm / attn_k_norm: the block's Q/K norms (counted in Q and K; a per-head one fixes d_k).
         norms = tuple(HeadNorm(f"{name}_{r}_norm", r, found.norms[r], None) for r in ("q", "k") if r in found.norms)
-        group = GroupedBlock(name, name, role_weights, tuple(found.extras), cross=cross, head_norms=norms)
+        group = GroupedBlock(name, name, role_weights, tuple(found.extras), cross=cross, head_norms=norms,
+                             indexer=_indexer_parts(name, found))
         offers = offers_for(ns, layer, swa) if arch else []
         blocks.append(assemble(group, offers, matcher="gguf", no_heads_reason="GGUF metadata gives no head count "
                                f"for '{name}' ({ns.prefix}attention.head_count) and no per-head tensor fixes it"))
@@ -173,7 +182,27 @@ def _latent_group(name: str, found: _Tensors) -> GroupedBlock | None:
     if kv_down is None or q is None or (kv_up is None and (k_up is None or v_up is None)):
         return None
     latent = LatentParts(kv_down, kv_up, k_up, v_up, rw("q_down", parts.get("q_down")), tuple(found.latent_norms))
-    return GroupedBlock(name, name, tuple(r for r in (q, o) if r is not None), tuple(found.extras), latent=latent)
+    return GroupedBlock(name, name, tuple(r for r in (q, o) if r is not None), tuple(found.extras), latent=latent,
+                        indexer=_indexer_parts(name, found))
+
+
+def _indexer_parts(name: str, found: _Tensors) -> IndexerParts | None:
+    """The layer's sparse-attention indexer (``blk.N.indexer.*``) as the block's ``IndexerParts``: its
+    K projection (``attn_k``, ``k_proj``), its other projections and every tensor; None without a K."""
+    scope = name.rpartition(".")[0]
+
+    def rw(part: str) -> RoleWeights:
+        tensors = found.indexer[part]
+        return RoleWeights(part, f"{scope}.indexer.{part}", tensors["weight"], tensors.get("bias"))
+
+    keys = [p for p, t in found.indexer.items()
+            if "weight" in t and (_ROLE.get(p.removeprefix("attn_")) == "k" or p == "k_proj")]
+    if len(keys) != 1:
+        return None
+    others = tuple(rw(p) for p, t in sorted(found.indexer.items()) if p != keys[0] and "weight" in t
+                   and len(t["weight"].shape) == 2)
+    tensors = tuple(m for _, t in sorted(found.indexer.items()) for _, m in sorted(t.items()))
+    return IndexerParts(f"{scope}.indexer", rw(keys[0]), others, tensors)
 
 
 def _with_decoding(block: AttentionBlock, d: Decoding) -> AttentionBlock:
@@ -229,7 +258,9 @@ def size_inputs(model: GGUFModel, blocks: list[AttentionBlock], decodings: Mappi
     weights = model_weights(model)
     parameters = frozenset(m.storage_key for m in weights.values() if is_parameter(m.dtype))
     decoding = tuple(BlockDecoding(b.name, d.caches, d.reason, KV_CACHE_DTYPE, KV_CACHE_DTYPE_SOURCE, d.window,
-                                   d.window_source, "gguf")
+                                   d.window_source, "gguf", indexer_width=b.indexer.d_k if b.indexer else 0,
+                                   indexer_source=f"the indexer's key projection under {b.indexer.module}"
+                                   if b.indexer else "")
                      for b in blocks if (d := decodings.get(b.name)) is not None)
     return SizeInputs(tensors_from_metas(weights.values(), parameters), prefix_block_tensors(blocks, weights),
                       decoding, mixers)
