@@ -221,6 +221,16 @@ class Truth:
     without_norms: int  # all its parameters but its norms' (DeBERTa's q_bias/v_bias are neither)
 
 
+def _container(mod: Any) -> bool:
+    """A module named as attention that holds a stack of layers with attention modules in them (SAM 2/3's
+    memory attention: ``layers.N.self_attn``, ``layers.N.cross_attn_image``): those are the attention,
+    not it. An attention module with one inner one (BERT's self-attention beside its output) or with
+    projections of its own named as attention (CvT's convolution projections) stays one."""
+    inner = [n for n, m in mod.named_modules() if n and _attention_class(m) and _linear_params(m)]
+    layered = [n for n in inner if any(c.isdigit() for c in n.split("."))]
+    return len(layered) >= 2
+
+
 def truths(model: Any, config: Any) -> list[Truth]:
     out: list[Truth] = []
     taken: list[str] = []
@@ -231,6 +241,8 @@ def truths(model: Any, config: Any) -> list[Truth]:
             continue
         own = sum(p.numel() for p in mod.parameters())
         if own == 0 or _linear_params(mod) == 0:
+            continue
+        if _container(mod):  # a stack of attention layers named as attention (SAM 3's memory attention)
             continue
         taken.append(name)
         cfg = getattr(mod, "config", None) or config
@@ -272,16 +284,37 @@ def _pair(scope: str, blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
     name."""
     import difflib
 
-    for b in blocks:
-        n = b["name"]
-        if n == scope or n.startswith(scope + ".") or scope.startswith(n + "."):
-            return b
+    named = _named(scope, blocks)
+    if named is not None:
+        return named
     same = [b for b in blocks if _digits(b["name"]) == _digits(scope)]
     if len(same) == 1 and _digits(scope):
         return same[0]
     scored = sorted(((difflib.SequenceMatcher(None, scope, b["name"]).ratio(), i) for i, b in enumerate(same)),
                     reverse=True)
-    return same[scored[0][1]] if scored and scored[0][0] > 0.7 else None
+    if scored and scored[0][0] > 0.7:
+        return same[scored[0][1]]
+    # Keys renamed on saving (a model's original checkpoint names: ``text_encoder.transformer.resblocks``
+    # for ``text_model.encoder.layers``): the same layer numbers in the same tower, the first the
+    # earlier modules of that layer left, in the report's order.
+    tower = _words(scope.split(".")[0])
+    kin = [b for b in same if _digits(scope) and tower & _words(b["name"].split(".")[0])]
+    return kin[0] if kin else None
+
+
+def _named(scope: str, blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The block named as the module at ``scope``, inside it or around it, else the one block named as it
+    under one more prefix (saved as ``transformer.decoder.layers.0.self_attn``)."""
+    for b in blocks:
+        n = b["name"]
+        if n == scope or n.startswith(scope + ".") or scope.startswith(n + "."):
+            return b
+    tail = [b for b in blocks if b["name"].endswith("." + scope)]
+    return tail[0] if len(tail) == 1 else None
+
+
+def _words(component: str) -> set[str]:
+    return {w for w in re.split(r"[^a-z]+", component.lower()) if len(w) > 2} - {"model"}
 
 
 def _summary(items: list[tuple[Any, ...]]) -> str:
@@ -307,8 +340,14 @@ def judge(model_type: str, truth: list[Truth], report: dict[str, Any]) -> Row:
     used: set[str] = set()
     worst = 0
     order = ["exact", "mixer", "refused", "wrong", "missed"]
+    # Blocks named as their module (or as it under one more prefix) first, so that a looser pairing of
+    # an earlier module does not take them.
+    direct = {t.scope: b for t in truth if (b := _named(t.scope, blocks)) is not None}
+    reserved = {b["name"] for b in direct.values()}
     for t in truth:
-        b = _pair(t.scope, [x for x in blocks if x["name"] not in used])
+        b = direct.get(t.scope)
+        if b is None or b["name"] in used:
+            b = _pair(t.scope, [x for x in blocks if x["name"] not in used and x["name"] not in reserved])
         if b is None:
             # a near miss names its module as its anchor (misses[].anchor)
             miss = next((m for m in misses if (a := m.get("anchor") or m.get("scope") or "") and (

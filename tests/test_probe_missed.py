@@ -82,6 +82,36 @@ def test_a_packed_qkv_beside_the_output_projection_of_an_attention_module(tmp_pa
     assert not report.misses
 
 
+def test_a_packed_qkv_beside_an_output_projection_named_by_its_words(tmp_path: Path) -> None:
+    """Molmo 2's text attention: ``att_proj`` [96 + 2·48, 64] and ``attn_out`` [64, 96] (no role name: its
+    words say output), 4 heads over 2 K/V heads of 24, Q/K norms one head wide."""
+    shapes = {"layers.0.self_attn.att_proj.weight": (192, 64), "layers.0.self_attn.attn_out.weight": (64, 96),
+              "layers.0.self_attn.q_norm.weight": (24,), "layers.0.self_attn.k_norm.weight": (24,)}
+    report = _folder(tmp_path, {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24,
+                                "hidden_size": 64}, shapes)
+    (block,) = report.blocks
+    assert (block.num_heads, block.num_kv_heads, block.d_k) == (4, 2, 24)
+    assert {p.role: p.node for p in block.projections} == {
+        "q": "layers.0.self_attn.att_proj", "k": "layers.0.self_attn.att_proj", "v": "layers.0.self_attn.att_proj",
+        "o": "layers.0.self_attn.attn_out"}
+    assert block.params.total == sum(math.prod(s) for s in shapes.values())
+
+
+def test_a_projection_wrapped_as_a_convolution_layer(tmp_path: Path) -> None:
+    """MobileViTv2's ConvLayer: ``qkv_proj.convolution`` and ``out_proj.convolution``, 1x1 convolutions:
+    the wrapper's name is the role. Its packed width (1 + 2·128: a one-channel query) splits by no
+    head count: the block is listed with its parameters, its heads unknown with the reason."""
+    shapes = {"layer.0.attention.qkv_proj.convolution.weight": (257, 128, 1, 1),
+              "layer.0.attention.qkv_proj.convolution.bias": (257,),
+              "layer.0.attention.out_proj.convolution.weight": (128, 128, 1, 1),
+              "layer.0.attention.out_proj.convolution.bias": (128,)}
+    report = _folder(tmp_path, {"model_type": "mobilevitv2", "hidden_size": 128}, shapes)
+    (block,) = report.blocks
+    assert block.name == "layer.0.attention" and block.num_heads is None
+    assert block.unknown_reason is not None and "nothing gives its Q/K/V split" in block.unknown_reason
+    assert block.params.total == sum(math.prod(s) for s in shapes.values())
+
+
 @pytest.mark.parametrize("shapes", [
     # not named as attention: an MLP's in_proj / out_proj
     {"layers.0.mlp.in_proj.weight": (192, 64), "layers.0.mlp.out_proj.weight": (64, 64)},
@@ -135,10 +165,14 @@ def test_deformable_attention_is_a_near_miss_that_says_why(points: int, tmp_path
     miss whose reason says what the weights are, and that nothing is cached per token."""
     shapes = {**_deformable("decoder.layers.0.encoder_attn", 64, points),
               **{f"decoder.layers.0.self_attn.{r}_proj.weight": (64, 64) for r in "qkvo"}}
-    report = _folder(tmp_path, {"model_type": "rt_detr", "decoder_attention_heads": 4, "d_model": 64}, shapes)
+    # an encoder-decoder config: its decoder's modules cache, but the sampling attention caches nothing
+    report = _folder(tmp_path, {"model_type": "rt_detr", "is_encoder_decoder": True, "decoder_attention_heads": 4,
+                                "d_model": 64}, shapes)
     assert [b.name for b in report.blocks] == ["decoder.layers.0.self_attn"]
     (miss,) = report.misses
     assert miss.anchor == "decoder.layers.0.encoder_attn" and not miss.caches
+    kv = report.model.kv_cache
+    assert kv is not None and kv.status.value != "unknown" and not kv.lower_bound
     assert miss.reason.startswith(f"sampling (deformable) attention: sampling_offsets ({2 * points} wide) = 2 × "
                                   f"attention_weights ({points})")
 
@@ -162,3 +196,22 @@ def test_rwkv_time_mixing_is_a_linear_attention_mixer(tmp_path: Path) -> None:
     assert not report.blocks and not report.misses
     assert [(m.kind.value, m.layers) for m in report.model.mixers] == [("linear_attention", (0, 1))]
     assert "time_decay" in report.model.mixers[0].source
+
+
+def test_attention_experts_are_a_near_miss_that_caches(tmp_path: Path) -> None:
+    """JetMoE's mixture of attention: Q and O projections stacked per expert under
+    ``self_attention.experts``, one K/V projection shared. No rule reads its heads: a near miss that
+    names the stacks, and (a decoder) one that caches: the model's KV figure is unknown, not none."""
+    shapes = {"layers.0.self_attention.experts.input_linear.weight": (8, 256, 64),
+              "layers.0.self_attention.experts.output_linear.weight": (8, 64, 256),
+              "layers.0.self_attention.experts.router.layer.weight": (8, 64),
+              "layers.0.self_attention.kv_proj.weight": (512, 64),
+              "layers.0.mlp.input_linear.weight": (8, 256, 64), "layers.0.mlp.output_linear.weight": (8, 64, 128)}
+    report = _folder(tmp_path, {"model_type": "jetmoe", "architectures": ["JetMoeForCausalLM"],
+                                "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64}, shapes)
+    assert not report.blocks
+    (miss,) = report.misses
+    assert miss.anchor == "layers.0.self_attention" and miss.caches
+    assert "experts.input_linear [8, 256, 64], experts.output_linear [8, 64, 256] are stacked per expert" in miss.reason
+    kv = report.model.kv_cache
+    assert kv is not None and kv.status.value == "unknown"

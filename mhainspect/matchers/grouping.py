@@ -55,8 +55,9 @@ KV_ROW_LEAVES = frozenset({"bias_k", "bias_v"})
 SCORE_TABLE_HEAD_AXIS = {"relative_position_bias_table": -1, "attention_biases": 0}
 _EXTRA_LEAVES = KV_ROW_LEAVES | set(SCORE_TABLE_HEAD_AXIS)
 # Modules that wrap a projection's Linear with a norm (timm's LinearNorm / ConvNorm: ``qkv.linear`` +
-# ``qkv.bn``; inside a Sequential, ``proj.ln.linear``): the role is the wrapper's name.
-WRAPPED_PROJECTIONS = frozenset({"linear"})
+# ``qkv.bn``; inside a Sequential, ``proj.ln.linear``; MobileViTv2's ConvLayer ``qkv_proj.convolution``,
+# a 1x1 convolution): the role is the wrapper's name.
+WRAPPED_PROJECTIONS = frozenset({"linear", "convolution"})
 _WRAPPERS = frozenset({"ln"})
 # A per-role bias vector held on the attention module itself, beside a packed weight without a
 # bias (DeBERTa's DisentangledSelfAttention: in_proj + q_bias, v_bias): that role's bias.
@@ -472,16 +473,24 @@ def _packed_by_shape(out: _Children, modules: Mapping[str, Mapping[str, WeightMe
     counts (``assembly.split_packed``), never evenly by default."""
     for parent, paths in out.others.items():
         have = out.roles.get(parent, {})
-        if set(have) != {"o"} or not _attention_named(parent, last_only=True):
+        if not _attention_named(parent, last_only=True) or set(have) - {"o"}:
             continue
         projections = [p for p in paths if linear_dims(modules[p]["weight"], p) is not None]
-        o = linear_dims(modules[have["o"]]["weight"], have["o"])
-        if len(projections) != 1 or o is None:
+        # O by its role name, else the one projection whose name's words say output (Molmo 2's ``attn_out``)
+        o_path = have.get("o") or _only([p for p in projections if _word_role(p.rpartition(".")[2]) == "o"])
+        rest = [p for p in projections if p != o_path]
+        o = linear_dims(modules[o_path]["weight"], o_path) if o_path is not None else None
+        if len(rest) != 1 or o is None or o_path is None:
             continue
-        dims = linear_dims(modules[projections[0]]["weight"], projections[0], packed=True)
+        dims = linear_dims(modules[rest[0]]["weight"], rest[0], packed=True)
         if dims is not None and dims[0] == o[1] and dims[1] > o[0] and (dims[1] - o[0]) % 2 == 0:
-            have["qkv"] = projections[0]
-            out.others[parent] = [p for p in paths if p != projections[0]]
+            have.update({"qkv": rest[0], "o": o_path})
+            out.roles[parent] = have
+            out.others[parent] = [p for p in paths if p not in (rest[0], o_path)]
+
+
+def _only(items: list[str]) -> str | None:
+    return items[0] if len(items) == 1 else None
 
 
 def _vector_module(tensors: Mapping[str, WeightMeta]) -> bool:
@@ -564,12 +573,19 @@ def ungrouped_attention(weights: Mapping[str, WeightMeta], blocks: Iterable[Grou
     K/V are neither separate nor fused (latent K/V as DeepSeek's MLA): near misses, not blocks."""
     children: dict[str, set[str]] = {}
     for name, meta in weights.items():
-        if len(meta.shape) != 2:
+        if len(meta.shape) not in (2, 3):
             continue
         scope, leaf = _scope_leaf(name)
         module, dot, projection = scope.rpartition(".")
         if not dot or leaf.lower() not in _WEIGHT_LEAVES:
             continue
+        if len(meta.shape) == 3:
+            # Projections stacked per expert ([experts, out, in]) in a sub-module of the attention module
+            # (JetMoE's ``self_attention.experts.input_linear``: a mixture of attention heads)
+            outer, dot, sub = module.rpartition(".")
+            if not dot or not _attention_named(outer, last_only=True):
+                continue
+            module, projection = outer, f"{sub}.{projection}"
         owner = module.rpartition(".")[2].lower()  # the module holding the projection: named as attention?
         if "attn" in owner or "attention" in owner:
             children.setdefault(module, set()).add(projection)

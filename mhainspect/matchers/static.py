@@ -302,22 +302,29 @@ def _score_table_evidence(group: GroupedBlock) -> list[Evidence]:
 def near_misses(weights: Mapping[str, WeightMeta], groups: Iterable[GroupedBlock], matcher: str) -> list[Miss]:
     """Attention-named modules whose projections make none of ``groups`` (``grouping.ungrouped_attention``),
     each with the reason its weights show."""
-    return [Miss(matcher, path, _ungrouped_reason(weights, path, names))
-            for path, names in ungrouped_attention(weights, groups)]
+    return [_ungrouped(matcher, weights, path, names) for path, names in ungrouped_attention(weights, groups)]
 
 
-def _ungrouped_reason(weights: Mapping[str, WeightMeta], path: str, names: Sequence[str]) -> str:
+def _ungrouped(matcher: str, weights: Mapping[str, WeightMeta], path: str, names: Sequence[str]) -> Miss:
     """Why an attention-named module is no block: a deformable attention's sampling projections
-    (``grouping.sampling_pair``), else no K and V the rules here can read."""
+    (``grouping.sampling_pair``: it caches nothing per token), else no K and V the rules here can read."""
     pair = sampling_pair(weights, path, names)
     if pair is not None:
         offsets, w2, points, w1 = pair
-        return (f"sampling (deformable) attention: {offsets} ({w2} wide) = 2 × {points} ({w1}), an x and y offset "
-                f"and a weight for each of {w1} points (heads × levels × points) sampled per query from a "
-                "feature map; the weights are normalised over those points, not over keys, and no K/V is "
-                "cached per token: not counted as a block")
-    return (f"attention module with projections {', '.join(names)} but no separate K and V projections or a "
-            "fused QKV (e.g. latent K/V, MLA): not counted as a block")
+        return Miss(matcher, path, (
+            f"sampling (deformable) attention: {offsets} ({w2} wide) = 2 × {points} ({w1}), an x and y offset "
+            f"and a weight for each of {w1} points (heads × levels × points) sampled per query from a "
+            "feature map; the weights are normalised over those points, not over keys, and no K/V is "
+            "cached per token: not counted as a block"), caches_nothing=True)
+    stacked = [f"{n} {list(meta.shape)}" for n in names
+               if (meta := weights.get(f"{path}.{n}.weight")) is not None and len(meta.shape) == 3]
+    if stacked:
+        return Miss(matcher, path, (
+            f"attention module with projections {', '.join(names)}, of which {', '.join(stacked)} are stacked per "
+            "expert ([experts, out, in]): a mixture of attention experts routed per token, whose heads no rule "
+            "here reads: not counted as a block"))
+    return Miss(matcher, path, f"attention module with projections {', '.join(names)} but no separate K and V "
+                               "projections or a fused QKV (e.g. latent K/V, MLA): not counted as a block")
 
 
 def blocks_from_weights(weights: Mapping[str, WeightMeta], offers_for: Callable[[str], Sequence[HeadOffers]] | None,

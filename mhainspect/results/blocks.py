@@ -292,6 +292,9 @@ class Miss:
     # The source says this module caches K/V during decoding (a decoder's latent attention, MLA):
     # the model's KV cache then holds something no block sizes, so it is unknown, not "none".
     caches: bool = False
+    # The module's weights show it caches nothing per token whatever the model decodes (deformable
+    # attention samples points of a feature map): ``caches`` stays False.
+    caches_nothing: bool = False
 
     def __post_init__(self) -> None:
         if type(self.matcher) is not Matcher:

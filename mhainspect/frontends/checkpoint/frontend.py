@@ -90,7 +90,8 @@ def weights_result(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] 
     # Linear-attention, state-space and convolution layers are no attention blocks: listed apart.
     blocks, misses, mixers = classify_mixers(config, weights, blocks, misses)
     if config is not None:  # a latent-attention module of a decoder caches what no block sizes
-        misses = [dataclasses.replace(m, caches=config_causal(config, m.anchor)[0] is True) for m in misses]
+        misses = [dataclasses.replace(m, caches=not m.caches_nothing and config_causal(config, m.anchor)[0] is True)
+                  for m in misses]
     parameters = parameter_keys(weights)
     label = "config.json" if folder else "config.json beside the checkpoint"
     experts = weight_experts(weights, parameters, expert_claims(config, label))
