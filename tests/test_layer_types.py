@@ -44,6 +44,7 @@ DERIVED: dict[str, list[dict[str, Any]]] = {
     "zamba2": [{"num_hidden_layers": 54}],
     "gemma3n_text": [{"num_hidden_layers": 10, "num_kv_shared_layers": 5}],
     "deepseek_v32": [{"num_hidden_layers": 3}],
+    "recurrent_gemma": [{"num_hidden_layers": 5}, {"num_hidden_layers": 4, "block_types": ["recurrent", "attention"]}],
 }
 
 
@@ -60,8 +61,9 @@ def test_derivations_follow_the_config_classes(model_type: str) -> None:
 
 
 def test_every_derivation_is_checked() -> None:
+    # xlstm: its config class lists no layer types (every block an mLSTM layer: test_recurrent_state_modules)
     assert set(DERIVATIONS) - set(DERIVED) <= {"zamba", "mamba", "mamba2", "falcon_mamba", "lfm2_moe", "qwen3_5_text",
-                                               "qwen3_5_moe_text"}
+                                               "qwen3_5_moe_text", "xlstm"}
 
 
 def test_listed_types_and_legacy_names() -> None:
@@ -215,3 +217,50 @@ def test_a_prediction_module_is_not_read_by_the_stack_plan(tmp_path: Path) -> No
     assert names == ["model.layers.3.self_attn", "mtp.layers.0.self_attn"]
     assert report.blocks[1].kv_cache_status is CacheStatus.NONE
     assert sorted(i for m in report.model.mixers for i in m.layers) == [0, 1, 2]
+
+
+def _module_state(model: Any, model_type: str) -> int:
+    """The fixed state transformers keeps per sequence after a forward pass, for the two recurrent
+    models whose cache the common helper cannot read: RecurrentGemma's (held by its modules: the
+    temporal blocks' conv1d_state and RG-LRU recurrent_states) and xLSTM's (its cache's rnn_state)."""
+    ids = (torch.arange(5) % 7 + 1).unsqueeze(0)
+    with torch.no_grad():
+        out = model(ids, use_cache=True)
+    if model_type == "xlstm":
+        return sum(t.numel() * t.element_size() for layer in out.cache_params.rnn_state.values() for t in layer)
+    return sum(t.numel() * t.element_size() for mod in model.modules()
+               for t in (getattr(mod, "conv1d_state", None), getattr(mod, "recurrent_states", None))
+               if isinstance(t, torch.Tensor))
+
+
+@pytest.mark.parametrize(("model_type", "config", "kind"), [
+    ("recurrent_gemma", {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 1,
+                         "num_hidden_layers": 3, "vocab_size": 128, "lru_width": 64, "attention_window_size": 16,
+                         "conv1d_width": 4}, MixerKind.STATE_SPACE),
+    ("xlstm", {"hidden_size": 128, "embedding_dim": 128, "num_heads": 4, "num_blocks": 2, "num_hidden_layers": 2,
+               "vocab_size": 128}, MixerKind.LINEAR_ATTENTION)])
+def test_recurrent_state_modules(model_type: str, config: dict[str, Any], kind: MixerKind, tmp_path: Path) -> None:
+    """RecurrentGemma (Griffin: two RG-LRU blocks, then local attention) and xLSTM (every block an
+    mLSTM, whose q/k/v/out projections look like attention): the recurrent blocks are mixers sized as
+    transformers keeps them (RG-LRU: conv [lru_width, width - 1] + state [lru_width] float32; mLSTM: C
+    [heads, qk, v] + n [heads, qk] + m [heads]), no mLSTM block claims a K/V cache, and the local
+    attention layer caches at most its window."""
+    if not hm.available(model_type):
+        pytest.skip(f"transformers {transformers.__version__} has no {model_type}")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(model_type, **config)).eval()
+    truth = _module_state(model, model_type)
+    model.save_pretrained(tmp_path / model_type)
+    report = mhainspect.inspect(str(tmp_path / model_type), context=100)
+    assert {m.kind for m in report.model.mixers} == {kind}
+    kv = report.model.kv_cache
+    assert kv is not None and kv.state_bytes_per_sequence == truth and not kv.lower_bound
+    if model_type == "xlstm":
+        assert report.blocks == () and kv.bytes_per_token is None
+        assert sorted(i for m in report.model.mixers for i in m.layers) == [0, 1]
+    else:
+        (block,) = report.blocks
+        assert hm_layer(block.name) == 2 and block.sliding_window == 16
+        assert kv.bytes_per_token == 1 * (16 + 16) * 4
+        assert sorted(i for m in report.model.mixers for i in m.layers) == [0, 1]
+    schema_check(report)

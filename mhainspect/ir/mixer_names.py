@@ -10,7 +10,7 @@ from __future__ import annotations
 # softmax attention).
 STATE_WEIGHTS = frozenset(("A_log", "dt_bias", "slope_rate", "time_decay", "time_first"))
 # How the name of such a parameter, or of the weight of a mixer's short convolution, ends.
-MIXER_ENDINGS = (*sorted(STATE_WEIGHTS), "conv.weight", "conv1d.weight")
+MIXER_ENDINGS = (*sorted(STATE_WEIGHTS), "conv.weight", "conv1d.weight", "conv_1d.weight")  # conv_1d: RecurrentGemma
 # The longest kernel of a mixer's short causal convolution (Mamba: 4, LFM2: 3); a longer depthwise
 # convolution is a model's own (a Conformer's 31, a positional convolution's 128).
 MAX_CONV_KERNEL = 16

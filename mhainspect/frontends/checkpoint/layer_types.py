@@ -77,7 +77,7 @@ _PATTERN: Mapping[str, LayerType] = {"M": LayerType.LINEAR, "*": LayerType.FULL,
                                      "E": LayerType.NONE}
 # Architectures whose linear_attention layers are state-space (Mamba) mixers.
 STATE_SPACE_TYPES = frozenset(("jamba", "bamba", "zamba", "zamba2", "falcon_h1", "nemotron_h", "granitemoehybrid",
-                               "mamba", "mamba2", "falcon_mamba"))
+                               "mamba", "mamba2", "falcon_mamba", "recurrent_gemma"))
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,22 @@ _ZAMBA2_DEFAULT = (["linear_attention"] + (["linear_attention"] * 5 + ["hybrid"]
                    + ["hybrid"] + ["linear_attention"] * 3 + ["hybrid"] + ["linear_attention"] * 2)
 
 
+def _recurrent_gemma(cfg: Mapping[str, Any], n: int) -> tuple[list[str], str] | None:
+    """RecurrentGemmaConfig.layers_block_type: block_types repeated over the layers, a recurrent
+    block (RG-LRU) linear_attention, an attention block local (sliding_attention)."""
+    given = cfg.get("block_types")
+    blocks = list(given) if isinstance(given, list) and given and all(isinstance(b, str) for b in given) \
+        else ["recurrent", "recurrent", "attention"]
+    said = f"block_types={blocks}" if given is not None else f"block_types={blocks} (default)"
+    return [("linear_attention" if b == "recurrent" else "sliding_attention") for b in (blocks * n)[:n]], said
+
+
+def _xlstm(cfg: Mapping[str, Any], n: int) -> tuple[list[str], str] | None:
+    """xLSTM: every block an mLSTM layer (a recurrent matrix memory); the model builds num_blocks of them."""
+    blocks = config_int(cfg.get("num_blocks")) or n
+    return ["linear_attention"] * blocks, f"every one of num_blocks={blocks} blocks an mLSTM layer (xLSTMModel)"
+
+
 def _zamba2(cfg: Mapping[str, Any], n: int) -> tuple[list[str], str] | None:
     return list(_ZAMBA2_DEFAULT), "no layers_block_type: Zamba2Config's default 54-layer list"
 
@@ -241,6 +257,8 @@ DERIVATIONS: Mapping[str, Derivation] = {
     "llama4_text": _llama4,
     "gemma3n_text": _gemma3n,
     "deepseek_v32": _every("indexed_attention"),
+    "recurrent_gemma": _recurrent_gemma,
+    "xlstm": _xlstm,
 }
 
 
@@ -374,6 +392,37 @@ def _short_conv(cfg: Mapping[str, Any]) -> StateWidths | None:
     return StateWidths(selective_state(hidden, 0, 0, k)[0], 0, False, f"convolution: hidden_size {hidden} × {k_said}") if hidden else None
 
 
+def _rg_lru(cfg: Mapping[str, Any]) -> StateWidths | None:
+    """RecurrentGemma's recurrent block (Griffin): conv1d state [lru_width, conv1d_width - 1] (its
+    _setup_cache) + RG-LRU state [lru_width], float32 ("always computed in full precision")."""
+    width = config_int(cfg.get("lru_width")) or _hidden(cfg)
+    k, k_said = _int(cfg, "conv1d_width", 4)
+    if width is None:
+        return None
+    return StateWidths(width * max(k - 1, 0), width, True,
+                       f"RG-LRU: conv lru_width {width} × ({k_said} - 1) + state lru_width {width}")
+
+
+def _round_up(x: float, multiple: int) -> int:
+    return int(-(-x // multiple) * multiple)
+
+
+def _mlstm(cfg: Mapping[str, Any]) -> StateWidths | None:
+    """xLSTM's mLSTM (xLSTMCache): matrix memory C [heads, qk_head_dim, v_head_dim], normaliser n
+    [heads, qk_head_dim] and stabiliser m [heads, 1], in the model's dtype; qk_dim and v_dim are
+    hidden_size × qk_dim_factor / v_dim_factor rounded up to a multiple of 64."""
+    hidden = _hidden(cfg)
+    heads, h_said = _int(cfg, "num_heads", 8)
+    qk_f, v_f = cfg.get("qk_dim_factor", 0.5), cfg.get("v_dim_factor", 1.0)
+    if hidden is None or not heads or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0
+                                              for f in (qk_f, v_f)):
+        return None
+    qk, v = _round_up(hidden * qk_f, 64) // heads, _round_up(hidden * v_f, 64) // heads
+    return StateWidths(0, heads * qk * v + heads * qk + heads, False,
+                       f"mLSTM: C {h_said} × qk_head_dim {qk} × v_head_dim {v} + n {heads} × {qk} + m {heads} "
+                       f"(hidden_size {hidden} × qk_dim_factor {qk_f} / v_dim_factor {v_f}, rounded up to 64, / heads)")
+
+
 MIXER_STATES: Mapping[str, State] = {
     "jamba": _mamba1("mamba_expand", "mamba_d_state", "mamba_d_conv", (2, 16, 4)),
     "mamba": _mamba1("expand", "state_size", "conv_kernel", (2, 16, 4)),
@@ -393,6 +442,8 @@ MIXER_STATES: Mapping[str, State] = {
     "kimi_linear": _kda,
     "lfm2": _short_conv,
     "lfm2_moe": _short_conv,
+    "recurrent_gemma": _rg_lru,
+    "xlstm": _mlstm,
 }
 
 

@@ -32,8 +32,9 @@ from mhainspect.ir.weights import WeightMeta
 from mhainspect.results import AttentionBlock, Evidence, EvidenceSource, Miss, MixerKind
 from mhainspect.results.stages import MixerLayers, SizeInputs
 
-# The module name of a mixer's short causal convolution (Mamba's conv1d, KDA's q_conv1d, LFM2's conv).
-_CONV_MODULE = re.compile(r"^(?:[a-z]+_)?conv(?:1d)?$")
+# The module name of a mixer's short causal convolution (Mamba's conv1d, KDA's q_conv1d, LFM2's conv,
+# RecurrentGemma's conv_1d).
+_CONV_MODULE = re.compile(r"^(?:[a-z]+_)?conv(?:_?1d)?$")
 
 
 def _is_conv(module: str, shape: Sequence[int]) -> bool:

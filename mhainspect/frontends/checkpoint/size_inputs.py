@@ -63,7 +63,8 @@ def _window(cfg: Mapping[str, Any], block_name: str) -> tuple[int | None, str]:
     if plan is not None and plan.chunk is not None and plan.kind(i) is LayerType.CHUNKED:
         # transformers caches a chunked layer as a sliding one of the chunk's size (DynamicSlidingWindowLayer)
         return plan.chunk, f"config layer {i} chunked attention ({plan.said}), {plan.chunk_said}"
-    window = config_int(c.get("sliding_window"))
+    # RecurrentGemma names its window attention_window_size (its attribute_map's sliding_window)
+    window = config_int(c.get("sliding_window", c.get("attention_window_size")))
     if window is None:
         return None, ""
     types = c.get("layer_types")

@@ -160,7 +160,7 @@ def _stand_ins(graph: ModelGraph) -> dict[str, tuple[str, tuple[int, ...]]]:
         module = _module_of(n)
         if module:  # the convolution's module (node /m/layers.0/mamba/conv1d/Conv), else one in the mixer's
             last = module.rpartition(".")[2]
-            named = last in ("conv", "conv1d") or last.endswith(("_conv", "_conv1d"))
+            named = last in ("conv", "conv1d", "conv_1d") or last.endswith(("_conv", "_conv1d"))
             out[f"{module}.weight" if named else f"{module}.conv1d.weight"] = (w.name, shape)
             modules.add(module.rpartition(".")[0] if named else module)
     if not modules:
