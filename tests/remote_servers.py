@@ -256,7 +256,8 @@ class Answer:
     """What a ScriptedServer sends: a status line, headers and a body (Content-Length added unless
     a header names it or ``length=False``), or ``raw`` bytes as they are; ``trickle``: seconds
     between the bytes of the answer (a server that sends it one byte at a time);
-    ``stall``: seconds of silence after the head; ``close``: the connection ends after the answer."""
+    ``stall``: seconds of silence after the head; ``close``: the connection ends after the answer;
+    ``endless``: the body repeats until the client goes away (no length: an answer without end)."""
 
     status: int = 200
     headers: tuple[tuple[str, str], ...] = ()
@@ -266,6 +267,7 @@ class Answer:
     stall: float = 0.0
     close: bool = False
     length: bool = True
+    endless: bool = False  # the body is sent again and again until the client goes away (60 s at most)
 
 
 class ScriptedServer:
@@ -300,7 +302,7 @@ class ScriptedServer:
             head, body = answer.raw, b""
         else:
             lines = [f"HTTP/1.1 {answer.status} X"] + [f"{k}: {v}" for k, v in answer.headers]
-            if answer.length and not any(k.lower() in ("content-length", "transfer-encoding")
+            if answer.length and not answer.endless and not any(k.lower() in ("content-length", "transfer-encoding")
                                          for k, _ in answer.headers):
                 lines.append(f"Content-Length: {len(answer.body)}")
             head, body = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), answer.body
@@ -315,10 +317,13 @@ class ScriptedServer:
                 if answer.stall:
                     time.sleep(answer.stall)
                 h.wfile.write(data[len(head):])
+                until = time.monotonic() + 60
+                while answer.endless and body and time.monotonic() < until:
+                    h.wfile.write(body)
         except OSError:  # the client went away (a cut connection; over TLS an SSL error)
             pass
         self.log.add(h.path, len(body), auth)
-        if answer.close or answer.raw is not None:
+        if answer.close or answer.endless or answer.raw is not None:
             h.close_connection = True
 
     def __enter__(self) -> ScriptedServer:

@@ -130,6 +130,7 @@ def test_confusing_redirects_are_refused(pair: Pair, template: str) -> None:
     "http://localhost.:{o}/x",  # a trailing dot
     "http://[::ffff:127.0.0.1]:{o}/x",  # an IPv6 literal (IPv4-mapped: the other server on 127.0.0.1)
     "http://[::ffff:127.0.0.1]:{e}/x",  # the endpoint's own port by another spelling: another origin
+    "http://127.0.0.1:{o}/x",  # the endpoint's own host, another port
     "//localhost:{o}/x",  # scheme-relative
 ])
 def test_other_origins_never_get_the_token(pair: Pair, template: str) -> None:

@@ -6,8 +6,8 @@
   origin (scheme, host, port) of a URL is what urllib3's own ``parse_url`` reads, the parser that
   opens the connection, so the host a token is judged for is the host it is sent to. A Location
   with a backslash, userinfo (``@``) or a control character is refused, not followed (parsers
-  disagree on them, and a proxy parses the URL again); a followed one is sent as ``parse_url``
-  rewrites it. Once a request has left its origin, the Authorization header is gone for good:
+  disagree on them, and a proxy parses the URL again), and so is one from HTTPS to plain HTTP; a
+  followed one is sent as ``parse_url`` rewrites it. Once a request has left its origin, the Authorization header is gone for good:
   never sent after a redirect elsewhere, even back to the origin.
 - A body is read only up to what was asked for: a Range request answered with the whole file (200)
   yields its first bytes only when they are what was asked (offset 0), a body longer than its
@@ -134,6 +134,10 @@ def redirect_target(url: str, location: str, name: str) -> str:
     if (parts.scheme or "").lower() not in ("http", "https") or not parts.host:
         raise InputError(f"{name}: {host_of(url)} redirected to a non-HTTP(S) address; not followed",
                          ErrorKind.BAD_SERVER)
+    if origin(url)[0] == "https" and parts.scheme.lower() == "http":
+        # Off TLS, the rest (a signed storage URL, the bytes read) could be read or changed on the way.
+        raise InputError(f"{name}: {host_of(url)} redirected from HTTPS to plain HTTP ({host_of(str(parts.url))}); "
+                         "not followed", ErrorKind.BAD_SERVER)
     return str(parts.url)
 
 
@@ -422,6 +426,10 @@ class HttpClient:
         except exc_types.HTTPError as exc:
             if watch.late():
                 raise watch.error(name, url) from None
+            head = _malformed_head(exc)
+            if head is not None:  # http.client's bounds on a head: 100 header lines of at most 64 KiB
+                raise InputError(f"{name}: {host_of(url)} sent a malformed answer ({head}); not read further",
+                                 ErrorKind.BAD_SERVER) from None
             raise InputError(f"{name}: {_unreachable(url, exc, watch.wait)}", ErrorKind.NETWORK) from None
         with self._lock:
             self.counters.requests += 1
@@ -444,6 +452,16 @@ class HttpClient:
         """The body up to what was asked for, and the file's size when the answer tells it."""
         status = response.status
         declared = _int(headers.get("content-length"))
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if status in (200, 206) and encoding not in ("", "identity"):
+            # Asked for the bytes as stored (Accept-Encoding: identity): compressed ones are not the
+            # file's bytes at their offsets, and are never inflated (a small answer can inflate to GBs).
+            raise InputError(f"{name}: the server sent its answer compressed (Content-Encoding "
+                             f"{_printable(encoding)}) though asked for the bytes as stored; not read",
+                             ErrorKind.BAD_SERVER)
+        if status == 206 and start is None:
+            raise InputError(f"{name}: the server answered a request for the whole file with a part of it (HTTP 206)",
+                             ErrorKind.BAD_SERVER)
         if status == 206:
             return self._range_body(response, headers, url, name, start, length, watch, declared)
         if status == 416:
@@ -474,6 +492,9 @@ class HttpClient:
         if start is not None and start >= 0 and first != start or last < first:
             raise InputError(f"{name}: the server sent bytes {first}-{last} for a request starting at {start}",
                              ErrorKind.BAD_SERVER)
+        if start is not None and start < 0 and (total is None or last != total - 1 or first != max(0, total + start)):
+            raise InputError(f"{name}: the server sent bytes {first}-{last} of {m.group(3)} for the file's last "
+                             f"{-start:,} bytes", ErrorKind.BAD_SERVER)
         expected = last - first + 1
         if declared is not None and declared != expected:
             raise InputError(f"{name}: the server's lengths disagree (Content-Length {declared:,}, Content-Range "
@@ -545,6 +566,11 @@ def _int(raw: str | None) -> int | None:
         return None
 
 
+def _printable(raw: str) -> str:
+    """A header's value for a message: quoted, at most 40 characters, escaped where it does not print."""
+    return ascii(raw.strip()[:40])
+
+
 def _size_words(n: int | None) -> str:
     return f"{n:,}-byte file" if n is not None else "file"
 
@@ -558,8 +584,8 @@ def _pause(reply: Reply, attempt: int, name: str) -> float:
         return min(0.5 * (1 << attempt), MAX_RETRY_AFTER)
     after = _retry_after(raw.strip())
     if after is None:
-        shown = raw.strip()[:40].encode("ascii", "backslashreplace").decode("ascii")
-        raise InputError(f"{name}: {_busy(reply)}, and its Retry-After ({shown!r}) is not a time", reply_kind(reply))
+        raise InputError(f"{name}: {_busy(reply)}, and its Retry-After ({_printable(raw)}) is not a time",
+                         reply_kind(reply))
     if after > MAX_RETRY_AFTER:
         raise InputError(f"{name}: {_busy(reply)}, retry after {_seconds(after)} s", reply_kind(reply))
     return after
@@ -586,6 +612,17 @@ def _seconds(value: float) -> str:
 
 def _busy(reply: Reply) -> str:
     return f"rate limited (HTTP {reply.status})" if reply.status == 429 else f"server busy (HTTP {reply.status})"
+
+
+def _malformed_head(exc: BaseException) -> str | None:
+    """What http.client found wrong with an answer's status line or headers (too many, too long),
+    when that is why the request failed."""
+    import http.client
+
+    for arg in (exc, *exc.args, exc.__cause__, exc.__context__):
+        if isinstance(arg, http.client.HTTPException) and not isinstance(arg, http.client.RemoteDisconnected):
+            return str(arg)[:120] or type(arg).__name__
+    return None
 
 
 def _unreachable(url: str, exc: Exception, wait: float) -> str:
