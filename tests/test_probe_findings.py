@@ -258,22 +258,46 @@ def _stage_folder(tmp_path: Path, cfg: dict[str, Any], shapes: dict[str, tuple[i
     return {b.name: b for b in audit(tmp_path).blocks}
 
 
-def test_a_config_is_not_read_for_a_stage_of_another_width(tmp_path: Path) -> None:
-    """A Hiera-shaped backbone (SAM 2): the top level describes the first stage (32 wide, 2 heads);
-    the second stage is twice as wide with 4 heads under a per-stage key no rule reads. The second
-    stage's heads are not the top-level 2 (that would read d_k 32 for its 16): unknown, saying why."""
+def test_per_stage_lists_are_read_at_the_stage_the_blocks_width_names(tmp_path: Path) -> None:
+    """A Hiera-shaped backbone (SAM 2): per-stage lists (``num_attention_heads_per_stage``,
+    ``embed_dim_per_stage``) number the stages, not the blocks (Hiera numbers its blocks through the
+    stages: ``blocks.3`` is in stage 2). Each block reads the stage whose width is its attention
+    width; the first block of a stage reads its input at the stage before's width and is still the
+    new stage's (its attention width ranks above its input width)."""
     cfg = {"model_type": "stage_backbone", "hidden_size": 32, "num_attention_heads": 2,
-           "num_attention_heads_per_stage": [2, 4], "embed_dim_per_stage": [32, 64], "blocks_per_stage": [1, 1]}
-    blocks = _stage_folder(tmp_path, cfg, {**_attention("stages.0.blocks.0.attn", 32, 32, 32),
-                                           **_attention("stages.1.blocks.0.attn", 64, 64, 64)})
-    first, second = blocks["stages.0.blocks.0.attn"], blocks["stages.1.blocks.0.attn"]
-    assert (first.num_heads, first.num_kv_heads, first.d_k, first.d_model) == (2, 2, 16, 32)
-    assert (second.num_heads, second.num_kv_heads, second.d_k, second.d_model) == (None, None, None, 64)
-    assert second.unknown_reason is not None and "width 32" in second.unknown_reason \
-        and "d_model 64" in second.unknown_reason
-    assert second.params.total == first.params.total * 4  # the widths are still counted
+           "num_attention_heads_per_stage": [2, 4, 8], "embed_dim_per_stage": [32, 64, 128],
+           "blocks_per_stage": [1, 2, 1]}
+    blocks = _stage_folder(tmp_path, cfg, {**_attention("blocks.0.attn", 32, 32, 32),
+                                           **_attention("blocks.1.attn", 32, 64, 64),
+                                           **_attention("blocks.2.attn", 64, 64, 64),
+                                           **_attention("blocks.3.attn", 64, 128, 128)})
+    got = {n: (b.num_heads, b.num_kv_heads, b.d_k, b.d_model) for n, b in blocks.items()}
+    assert got == {"blocks.0.attn": (2, 2, 16, 32), "blocks.1.attn": (4, 4, 16, 32),
+                   "blocks.2.attn": (4, 4, 16, 64), "blocks.3.attn": (8, 8, 16, 64)}
+    assert any(e.field == "num_heads" and "num_attention_heads_per_stage[2]=8" in e.detail
+               for e in blocks["blocks.3.attn"].evidence)
+
+
+def test_per_stage_lists_without_a_stage_of_the_blocks_width_give_no_count(tmp_path: Path) -> None:
+    """No stage of the lists is as wide as the block: its heads stay unknown (the top-level count is
+    the stages' and not read either)."""
+    cfg = {"model_type": "stage_backbone", "hidden_size": 32, "num_attention_heads": 2,
+           "num_attention_heads_per_stage": [2, 4], "embed_dim_per_stage": [32, 64]}
+    (block,) = _stage_folder(tmp_path, cfg, _attention("blocks.0.attn", 96, 96, 96)).values()
+    assert (block.num_heads, block.d_model) == (None, 96)
+
+
+def test_a_config_is_not_read_for_a_block_of_another_width(tmp_path: Path) -> None:
+    """A config whose width is neither the block's d_model nor its attention width, nor its heads ×
+    head size the block's Q width, describes another block: its heads are not taken, and the block
+    says why."""
+    cfg = {"model_type": "other_width", "hidden_size": 32, "num_attention_heads": 2}
+    (block,) = _stage_folder(tmp_path, cfg, _attention("blocks.0.attn", 64, 64, 64)).values()
+    assert (block.num_heads, block.num_kv_heads, block.d_k, block.d_model) == (None, None, None, 64)
+    assert block.unknown_reason is not None and "width 32" in block.unknown_reason \
+        and "d_model 64" in block.unknown_reason
     assert any(e.field == "num_heads" and e.value is None and "num_attention_heads=2" in e.detail
-               for e in second.evidence)
+               for e in block.evidence)
 
 
 def test_a_config_of_another_width_whose_heads_fill_the_block_is_read(tmp_path: Path) -> None:
@@ -300,8 +324,10 @@ def test_a_stacks_head_key_describes_the_stacks_width(tmp_path: Path) -> None:
     cfg = {"model_type": "stack_widths", "d_model": 64, "encoder_attention_heads": 4, "encoder_hidden_dim": 256}
     (block,) = _stage_folder(tmp_path, cfg, _attention("encoder.aifi.0.layers.0.self_attn", 256, 256, 256)).values()
     assert (block.num_heads, block.d_k, block.d_model) == (4, 64, 256)
-    other = offers_from_config({**cfg, "num_attention_heads": 4, "mit_hidden_size": 512}, "mit.layers.0.self_attn")
-    assert other.widths == (64,)
+    cfg = {**cfg, "num_attention_heads": 4, "mit_hidden_size": 512}
+    assert offers_from_config(cfg, "encoder.aifi.0.layers.0.self_attn").widths == (64,)
+    # a prefixed width is a width of the blocks whose path names the prefix only
+    assert offers_from_config(cfg, "mit.layers.0.self_attn").widths == (64, 512)
 
 
 # ----------------------------------------------------------------------------- sparse-attention indexers

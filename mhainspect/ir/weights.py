@@ -138,6 +138,10 @@ class HeadOffers:
     # The model widths of what the offer describes (a config's hidden size): a block of another
     # width is not the one it describes unless its heads × head size are the block's Q width.
     widths: tuple[int, ...] = ()
+    # Other readings of what made the offer (another config of a composite model's tree, a stage of
+    # per-stage lists), best first: the assembler takes one whose widths describe the block where
+    # this one does not (``matchers.assembly.offer_fit``).
+    alternatives: tuple[HeadOffers, ...] = ()
 
     def __post_init__(self) -> None:
         if type(self.source) is not EvidenceSource:

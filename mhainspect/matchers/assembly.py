@@ -235,6 +235,27 @@ def offer_misfit(widths: tuple[int, ...], heads: int | None, head_dim: int | Non
             "another block, so its head counts are not taken for this one")
 
 
+def offer_fit(widths: tuple[int, ...], heads: int | None, kv_heads: int | None, head_dim: int | None,
+              d_model: int | None, attention_width: int | None, k_width: int | None) -> int | None:
+    """How well an offer describes a block (``offer_misfit``'s widths, and its own numbers against the
+    block's widths): None when it does not (another width; heads × head size not Q's width, K/V heads ×
+    head size not K's, heads that do not divide Q's width); 2 when the
+    block's attention width is one of its widths or its heads × head size; else 1 (its width is the
+    block's d_model, or there is nothing to compare). The rank chooses among a config's alternatives."""
+    if heads and head_dim and attention_width and heads * head_dim != attention_width:
+        return None
+    if kv_heads and head_dim and k_width and kv_heads * head_dim != k_width:
+        return None
+    if heads and not head_dim and attention_width and attention_width % heads:
+        return None
+    if offer_misfit(widths, heads, head_dim, d_model, attention_width) is not None:
+        return None
+    if attention_width is not None and (attention_width in widths or (heads and head_dim and
+                                                                      heads * head_dim == attention_width)):
+        return 2
+    return 1
+
+
 @dataclass(frozen=True)
 class Decision:
     """Every field of a block as decided, the evidence with what the decision added (in order),

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, identity_by_name, tied_copy_by_name
-from mhainspect.matchers.assembly import Decision, Widths, decide, norm_shared, offer_misfit
+from mhainspect.matchers.assembly import Decision, Widths, decide, norm_shared, offer_fit, offer_misfit
 from mhainspect.matchers.gate import output_gate
 from mhainspect.matchers.grouping import (
     SCORE_TABLE_HEAD_AXIS,
@@ -136,20 +136,49 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
 def _describing(offers: tuple[HeadOffers, ...], group: GroupedBlock,
                 widths: Mapping[str, tuple[int | None, int | None]]) -> tuple[tuple[HeadOffers, ...], list[Evidence]]:
     """The offers with the head sizes and scale of each that describes a model of other widths than
-    the block's taken out (``assembly.offer_misfit``), and why, as evidence of no count."""
+    the block's taken out (``assembly.offer_misfit``), and why, as evidence of no count. An offer that
+    does not describe the block (or says no count) gives way to the one of its alternatives (another
+    config of the tree, a stage) whose widths describe it (``assembly.offer_fit``)."""
     model = _model_width(group, widths)
+    d_model = model[0] if model else None
     attention = widths.get("q", (None, None))[1] or widths.get("o", (None, None))[0]
+    k_width = widths.get("k", (None, None))[1]
     kept: list[HeadOffers] = []
     misfits: list[Evidence] = []
     for o in offers:
-        why = offer_misfit(o.widths, o.num_heads, o.head_dim, model[0] if model else None, attention)
-        if why is None:
+        silent = not (o.num_heads or o.num_kv_heads or o.head_dim)
+        fit = offer_fit(o.widths, o.num_heads, o.num_kv_heads, o.head_dim, d_model, attention, k_width)
+        if fit is not None and not silent:
+            kept.append(o)
+            continue
+        chosen = _alternative(o, d_model, attention, k_width)
+        if chosen is not None:
+            kept.append(dataclasses.replace(chosen, detail=f"{chosen.detail} (its widths describe this block; "
+                                                           f"not {o.detail})" if not silent else chosen.detail))
+            continue
+        why = offer_misfit(o.widths, o.num_heads, o.head_dim, d_model, attention)
+        if why is None:  # no count, or numbers the shapes overrule (the conflict is listed)
             kept.append(o)
             continue
         kept.append(dataclasses.replace(o, num_heads=None, num_kv_heads=None, head_dim=None, v_head_dim=None,
                                         scale=None))
         misfits.append(Evidence("num_heads", None, o.source, f"{o.detail}: {why}"))
     return tuple(kept), misfits
+
+
+def _alternative(offer: HeadOffers, d_model: int | None, attention: int | None, k_width: int | None
+                 ) -> HeadOffers | None:
+    """The alternative of ``offer`` that describes the block best (``assembly.offer_fit``), when every
+    alternative that describes it as well gives the same numbers; else None."""
+    ranked = [(fit, a) for a in offer.alternatives if (a.num_heads or a.head_dim) and (fit := offer_fit(
+        a.widths, a.num_heads, a.num_kv_heads, a.head_dim, d_model, attention, k_width)) is not None]
+    if not ranked:
+        return None
+    best = max(fit for fit, _ in ranked)
+    top = [a for fit, a in ranked if fit == best]
+    if len({(a.num_heads, a.num_kv_heads, a.head_dim, a.v_head_dim) for a in top}) > 1:
+        return None
+    return top[0]
 
 
 def _block_evidence(group: GroupedBlock) -> list[Evidence]:

@@ -38,6 +38,7 @@ the disagreement (``mhainspect.matchers.assembly``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -561,9 +562,12 @@ def _sub_models(cfg: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]
 # ----------------------------------------------------------------------------- lookup
 
 
-def _has_heads(cfg: Mapping[str, Any]) -> bool:
+def _has_heads(cfg: Mapping[str, Any], comps: Sequence[frozenset[str]] = ()) -> bool:
+    """Whether the config names query heads: its own keys, or a prefixed key the path names."""
     return _first(cfg, HEADS_KEYS + DECODER_HEADS_KEYS, None) is not None or any(
-        isinstance(cfg.get(k), list) for k in HEADS_KEYS)
+        isinstance(cfg.get(k), list) for k in HEADS_KEYS) or any(
+        k in _HEADS_GROUP for k in _prefixed(cfg, comps)) or any(
+        k in _HEADS_GROUP for k in _stage_lists(cfg))
 
 
 def _nested(cfg: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ConfigView] | None:
@@ -579,46 +583,85 @@ def _nested(cfg: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ConfigVie
     return None
 
 
+def path_words(block_name: str) -> tuple[frozenset[str], ...]:
+    """The words of each component of a block's module path, outermost first; a block named as
+    cross-attention (``cross_by_name``) also names ``cross`` (its config's ``cross_`` keys)."""
+    comps = tuple(frozenset(_WORDS.findall(c)) for c in block_name.lower().split("."))
+    return comps + (frozenset({"cross"}),) if cross_by_name(block_name) else comps
+
+
+# A word of a config's prefix names a path word it begins (``pred`` the ``predictor``, ``prompt`` the
+# ``prompts_generator``, ``conf`` the ``conformer``) when it is at least this long.
+_MIN_ABBREVIATION = 3
+
+
+def _named_at(comps: Sequence[frozenset[str]], words: Sequence[str], *, abbreviated: bool = False) -> int | None:
+    """The path component where the path has named every one of ``words`` (the outermost place that
+    completes them), or None when it does not name them all."""
+    at = -1
+    for word in words:
+        i = next((i for i, ws in enumerate(comps) if word in ws or (
+            abbreviated and len(word) >= _MIN_ABBREVIATION and any(w.startswith(word) for w in ws))), None)
+        if i is None:
+            return None
+        at = max(at, i)
+    return at if words else None
+
+
 def sub_config(cfg: Mapping[str, Any], block_name: str) -> tuple[str, Mapping[str, Any]]:
-    """The nested config that describes the block (by words in its name: the tower it belongs
-    to, whatever that tower's config keeps), or the top level; a block no name places, of a config
-    without top-level heads, is the language model's. Either with its architecture's defaults
-    under the values it omits (``arch_defaults``): never another tower's values."""
+    """The nested config that describes the block: of those its module path names (a tower's words,
+    ``SUB_CONFIGS``; a ``<stem>_config``; a config holding keys prefixed with words of the path), the
+    one named by the outermost component (the sub-model the block sits in: ``detr_decoder`` before
+    the ``vision`` of its ``vision_cross_attn``), the most words first; else the top level; a block no
+    name places, of a config without top-level heads, is the language model's. Either with its
+    architecture's defaults under the values it omits (``arch_defaults``): never another tower's values."""
     low = block_name.lower()
-    for s in SUB_CONFIGS:
-        if any(w in low for w in s.words) and (found := _nested(cfg, s.keys)) is not None:
-            return _within(*found, low)
-    if (named := _named_by_path(cfg, low)) is not None:
-        return named
+    comps = path_words(block_name)
+    named = _named_configs(cfg, low, comps)
+    if named:
+        return named[0][1], named[0][2]
     top = with_defaults(cfg)
-    if not _has_heads(top) and (found := _nested(cfg, LANGUAGE_MODEL.keys)) is not None:
+    if not _has_heads(top, comps) and (found := _nested(cfg, LANGUAGE_MODEL.keys)) is not None:
         return found
     return "", top
+
+
+def _named_configs(cfg: Mapping[str, Any], low: str, comps: Sequence[frozenset[str]]
+                   ) -> list[tuple[tuple[int, int, int], str, ConfigView]]:
+    """The configs the block's path names, best first: ((where, -words, kind), prefix, view)."""
+    found: list[tuple[tuple[int, int, int], str, ConfigView]] = []
+    parts = low.split(".")
+    for s in SUB_CONFIGS:
+        at = next((i for i, c in enumerate(parts) if any(w in c for w in s.words)), None)
+        if at is not None and (nested := _nested(cfg, s.keys)) is not None:
+            found.append(((at, -1, 0), *_within(*nested, low)))
+            break  # SUB_CONFIGS' own order decides between its entries (the Q-Former before the encoder)
+    stems: list[tuple[tuple[int, int, int], str, ConfigView]] = []
+    for key, sub in cfg.items():
+        if isinstance(key, str) and key.endswith(_NESTED_SUFFIX) and isinstance(sub, Mapping):
+            words = _stem_words(key)
+            at = _named_at(comps, words)
+            if at is not None:
+                prefix, view = _within(f"{key}.", with_defaults(sub, cfg, key), low)
+                # A nested config neither with heads nor nesting the block's (MPT's ``attn_config``) is not its.
+                if _has_heads(view, comps):
+                    stems.append(((at, -len(words), 1), prefix, view))
+    stems.sort(key=lambda f: f[0])
+    if len(stems) > 1 and stems[0][0] == stems[1][0]:
+        stems = []  # two stems equally specific at one place: neither
+    found += stems[:1]
+    for prefix, node in (("", cfg), *((f"{k}.", v) for k, v in cfg.items() if isinstance(v, Mapping))):
+        named = [(at, -words) for k, (_, _, at, words) in _prefixed(node, comps).items() if k in _HEADS_GROUP]
+        if named:
+            view = with_defaults(node, cfg, prefix[:-1]) if prefix else with_defaults(cfg)
+            found.append(((*min(named), 2), prefix, view))
+    found.sort(key=lambda f: f[0])
+    return found
 
 
 def _stem_words(key: str) -> list[str]:
     words = _WORDS.findall(key[:-len(_NESTED_SUFFIX)].lower())
     return words[:-1] if len(words) > 1 and words[-1] == "model" else words
-
-
-def _named_by_path(cfg: Mapping[str, Any], low: str) -> tuple[str, ConfigView] | None:
-    """The ``<stem>_config`` sub-config whose stem's words are all words of the block's (lower-cased)
-    module path; of several, the one whose stem has the most words; None when none does or two
-    are equally specific. One without heads is searched in turn (``sub_config``)."""
-    path = set(_WORDS.findall(low))
-    found: list[tuple[int, str]] = []
-    for key, sub in cfg.items():
-        if isinstance(key, str) and key.endswith(_NESTED_SUFFIX) and isinstance(sub, Mapping):
-            words = _stem_words(key)
-            if words and path.issuperset(words):
-                found.append((len(words), key))
-    found.sort(reverse=True)
-    if not found or (len(found) > 1 and found[0][0] == found[1][0]):
-        return None
-    key = found[0][1]
-    prefix, view = _within(f"{key}.", with_defaults(cfg[key], cfg, key), low)
-    # A nested config neither with heads nor nesting the block's (MPT's ``attn_config``) is not its.
-    return (prefix, view) if _has_heads(view) else None
 
 
 def _within(prefix: str, view: ConfigView, low: str) -> tuple[str, ConfigView]:
@@ -658,45 +701,159 @@ def _latent_widths(c: Mapping[str, Any], layer: int | None) -> dict[str, Found]:
     return {field: found for field, key in LATENT_KEYS if (found := _value(c, key, layer)) is not None}
 
 
-# A config that sizes its cross-attention apart from its self-attention keeps the cross-attention's
-# values under the same keys with this prefix (``cross_num_attention_heads``, ``cross_head_dim``).
+# Keys a config writes for one part of its model under a prefix naming that part: a cross-attention
+# sized apart from the self-attention (Dia's ``cross_num_attention_heads``, ``cross_head_dim``), a
+# predictor (V-JEPA 2's ``pred_num_attention_heads``, ``pred_hidden_size``), a resampler
+# (Idefics2's ``resampler_n_heads``), a video tower's message transformer (XCLIP's
+# ``mit_num_attention_heads``), a decoder's self-attention (RF-DETR's ``decoder_self_attention_heads``).
+# Such a key is read as the plain one for a block whose module path names every word of its prefix
+# (a prefix word may abbreviate a path word: ``pred`` the ``predictor``); a prefixed width is one
+# more width the config describes (``HeadOffers.widths``). A key the rules read by its own name
+# (``encoder_attention_heads``, ``qk_rope_head_dim``) is not a prefixed one.
+_HEADS_GROUP = HEADS_KEYS + DECODER_HEADS_KEYS
+_WIDTH_GROUP = HIDDEN_KEYS + INNER_WIDTH_KEYS
+_KEY_GROUPS = (_HEADS_GROUP, KV_HEADS_KEYS, HEAD_DIM_KEYS, V_HEAD_DIM_KEYS, _WIDTH_GROUP)
+_PLAIN_KEYS = tuple(sorted({k for g in _KEY_GROUPS for k in g}, key=len, reverse=True))
+_OWN_NAME_KEYS = frozenset(_PLAIN_KEYS) | {k for _, k in LATENT_KEYS} | {"qk_nope_head_dim"}
 CROSS_PREFIX = "cross_"
 
 
-def _cross_keys(c: Mapping[str, Any], block_name: str) -> tuple[Mapping[str, Any], frozenset[str]]:
-    """For a cross-attention block, the config with its ``cross_`` keys read as the plain ones (and
-    those keys); else the config as it is."""
-    if not cross_by_name(block_name):
-        return c, frozenset()
-    own = {k[len(CROSS_PREFIX):]: c[k] for k in c
-           if k.startswith(CROSS_PREFIX) and k[len(CROSS_PREFIX):] in _SIZE_KEYS}
-    return (c.over(own) if isinstance(c, ConfigView) else {**c, **own}), frozenset(own)
+def _prefixed(c: Mapping[str, Any], comps: Sequence[frozenset[str]]) -> dict[str, tuple[str, Any, int, int]]:
+    """The config's prefixed keys the path names, by the plain key each is read as: (the key as
+    written, its value, the path component that names the prefix, the prefix's word count); of two
+    for one plain key, the prefix of more words."""
+    out: dict[str, tuple[str, Any, int, int]] = {}
+    if not comps:
+        return out
+    for key, value in c.items():
+        if not isinstance(key, str) or key in _OWN_NAME_KEYS:
+            continue
+        plain = next((k for k in _PLAIN_KEYS if key.endswith("_" + k)), None)
+        if plain is None:
+            continue
+        words = _WORDS.findall(key[:-len(plain) - 1].lower())
+        at = _named_at(comps, words, abbreviated=True)
+        if at is not None and (plain not in out or len(words) > out[plain][3]):
+            out[plain] = (key, value, at, len(words))
+    return out
 
 
-def _said(prefix: str, found: Found, cross: frozenset[str]) -> str:
-    """Where a value was read: the sub-config's prefix, and ``cross_`` for a key read as such."""
+# Per-stage lists (SAM 2's Hiera: ``num_attention_heads_per_stage``, ``embed_dim_per_stage``): each
+# stage's values, the stage told by its width (the blocks' attention width), not by the block's number
+# (Hiera numbers its blocks through the stages).
+_PER_STAGE = "_per_stage"
+
+
+def _stage_lists(c: Mapping[str, Any]) -> dict[str, tuple[str, list[int]]]:
+    """The config's ``<key>_per_stage`` lists of positive ints, by the plain key (of ``_KEY_GROUPS``)."""
+    out: dict[str, tuple[str, list[int]]] = {}
+    for key, value in c.items():
+        if isinstance(key, str) and key.endswith(_PER_STAGE) and key[:-len(_PER_STAGE)] in _PLAIN_KEYS \
+                and isinstance(value, list) and value and all(positive_int(x) for x in value):
+            out[key[:-len(_PER_STAGE)]] = (key, value)
+    return out
+
+
+def _overlaid(c: Mapping[str, Any], values: Mapping[str, tuple[str, Any]]) -> tuple[Mapping[str, Any], dict[str, str]]:
+    """``c`` with each group of keys that ``values`` gives (plain key -> (key as written, value)) read
+    as that value, whatever spelling of the group the rules try first; and the key each read stands for."""
+    over: dict[str, Any] = {}
+    read_as: dict[str, str] = {}
+    for group in _KEY_GROUPS:
+        given = next((values[k] for k in group if k in values), None)
+        if given is None:
+            continue
+        if group is _WIDTH_GROUP:  # one more width: the plain ones stay (widths add up)
+            continue
+        for k in group:
+            over[k] = given[1]
+            read_as[k] = given[0]
+    if not over:
+        return c, read_as
+    return (c.over(over) if isinstance(c, ConfigView) else {**c, **over}), read_as
+
+
+def _renamed(found: Found | None, read_as: Mapping[str, str]) -> Found | None:
+    """A value read under a plain key that stands for another (a prefixed key, a stage's entry), said as that."""
+    if found is None:
+        return None
     key = re.split(r"[=\[ ]", found.said, maxsplit=1)[0]
-    return f"{prefix}{CROSS_PREFIX if key in cross else ''}{found.said}"
+    return Found(found.value, read_as[key] + found.said[len(key):]) if key in read_as else found
 
 
 def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = "config",
                        source: EvidenceSource = EvidenceSource.CONFIG) -> HeadOffers:
-    """What the config says about the block named ``block_name``."""
+    """What the config says about the block named ``block_name``: the config its path places it in
+    (``sub_config``), with the other readings the widths may choose instead (``HeadOffers.alternatives``):
+    each stage of per-stage lists; and for a block no path names, every other config of the tree
+    (the assembler takes one whose widths describe the block where the first does not)."""
+    comps = path_words(block_name)
     prefix, c = sub_config(cfg, block_name)
-    c, cross = _cross_keys(c, block_name)
+    named = bool(_named_configs(cfg, block_name.lower(), comps))
+    first = _offer(prefix, c, block_name, comps, label, source)
+    alternatives = [*_stage_offers(prefix, c, block_name, comps, label, source)]
+    if not named:
+        for other, view in _tree(cfg):
+            if other != prefix and _has_heads(view):
+                alternatives.append(_offer(other, view, block_name, comps, label, source))
+                alternatives.extend(_stage_offers(other, view, block_name, comps, label, source))
+    return dataclasses.replace(first, alternatives=tuple(alternatives)) if alternatives else first
+
+
+def _tree(cfg: Mapping[str, Any]) -> list[tuple[str, ConfigView]]:
+    """The config and the configs nested in it (two levels: a tower's ``backbone_config``), with their
+    prefixes and their architectures' defaults."""
+    out = [("", with_defaults(cfg))]
+    for key, sub in cfg.items():
+        if isinstance(sub, Mapping) and isinstance(key, str):
+            out.append((f"{key}.", with_defaults(sub, cfg, key)))
+            out.extend((f"{key}.{k}.", with_defaults(v, sub, k)) for k, v in sub.items()
+                       if isinstance(v, Mapping) and isinstance(k, str))
+    return out
+
+
+def _stage_offers(prefix: str, c: Mapping[str, Any], block_name: str, comps: Sequence[frozenset[str]], label: str,
+                  source: EvidenceSource) -> list[HeadOffers]:
+    """One offer per stage of the config's per-stage lists (none without a per-stage head count)."""
+    lists = _stage_lists(c)
+    heads = next((lists[k][1] for k in _HEADS_GROUP if k in lists), None)
+    if heads is None:
+        return []
+    out = []
+    for stage in range(len(heads)):
+        values = {k: (f"{key}[{stage}]", v[stage]) for k, (key, v) in lists.items() if len(v) == len(heads)}
+        view, read_as = _overlaid(c, values)
+        width = next((values[k][1] for k in _WIDTH_GROUP if k in values), None)
+        offer = _offer(prefix, view, block_name, (), label, source, read_as)
+        out.append(dataclasses.replace(offer, widths=(width,) if width is not None else ()))
+    return out
+
+
+def _offer(prefix: str, c: Mapping[str, Any], block_name: str, comps: Sequence[frozenset[str]], label: str,
+           source: EvidenceSource, read_as: Mapping[str, str] | None = None) -> HeadOffers:
+    """What one config (``prefix``: where it sits) says about the block: its keys, the prefixed keys
+    the path names read as the plain ones; a per-stage head count leaves the plain keys' count out
+    (each stage is an alternative)."""
+    prefixed = _prefixed(c, comps)
+    c, own = _overlaid(c, {k: (v[0], v[1]) for k, v in prefixed.items()})
+    if read_as is None and not own.keys() & set(_HEADS_GROUP) and any(k in _HEADS_GROUP for k in _stage_lists(c)):
+        c, _ = _overlaid(c, {HEADS_KEYS[0]: ("", None)})  # the stages' counts, not the model's
+    read_as = {**own, **(read_as or {})}
     layer = layer_number(block_name)
-    heads = _heads(c, block_name, layer)
+    heads = _renamed(_heads(c, block_name, layer), read_as)
     h = heads.value if heads is not None else None
-    kv = next((found for _, rule in KV_RULES if (found := rule(c, h, layer)) is not None), None)
-    hd = _head_dim(c, layer)
-    vhd = _first(c, V_HEAD_DIM_KEYS, layer)
+    kv = _renamed(next((found for _, rule in KV_RULES if (found := rule(c, h, layer)) is not None), None), read_as)
+    hd = _renamed(_head_dim(c, layer), read_as)
+    vhd = _renamed(_first(c, V_HEAD_DIM_KEYS, layer), read_as)
     scale = next((said for _, rule in SCALE_RULES if (said := rule(c)) is not None), None)
     runs = next((found for _, rule in APPLICATION_RULES if (found := rule(c, block_name)) is not None), None)
     latent = _latent_widths(c, layer)
-    parts = [_said(prefix, f, cross) for f in (heads, kv, hd, vhd, runs, latent.get("kv_rank"), latent.get("q_rank"))
+    parts = [f"{prefix}{f.said}" for f in (heads, kv, hd, vhd, runs, latent.get("kv_rank"), latent.get("q_rank"))
              if f is not None]
     if scale is not None:
         parts.append(f"{prefix}{scale[1]}")
+    widths = _widths(c, heads, layer) + tuple(
+        n for k, (_, v, _, _) in prefixed.items() if k in _WIDTH_GROUP and (n := positive_int(v)) is not None)
     return HeadOffers(
         num_heads=h,
         num_kv_heads=_value_of(kv),
@@ -709,7 +866,7 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
         kv_rank=_value_of(latent.get("kv_rank")),
         rope_dim=_value_of(latent.get("rope_dim")),
         q_rank=_value_of(latent.get("q_rank")),
-        widths=_widths(c, heads, layer),
+        widths=tuple(dict.fromkeys(widths)),
     )
 
 

@@ -109,7 +109,7 @@ def _module_group_offers(owner: nn.Module, group: GroupedBlock, label: str,
         offers.append(own)
     if cfg is not None:
         cfg_offer = offers_from_config(cfg, group.name, label="config")
-        if cfg_offer.num_heads or cfg_offer.head_dim:
+        if cfg_offer.num_heads or cfg_offer.head_dim or cfg_offer.alternatives:
             offers.append(cfg_offer)
     return offers
 
