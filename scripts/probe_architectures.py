@@ -256,6 +256,8 @@ def truths(model: Any, config: Any) -> list[Truth]:
             kv = k_proj.weight.shape[0] // d_k  # the K projection's own width says how many K/V heads
         if getattr(mod, "kv_b_proj", None) is not None:  # latent attention: K and V up-projected per query head
             kv = heads
+        if type(mod).__name__ == "MultiheadAttention" and type(mod).__module__.startswith("torch.nn"):
+            kv = heads  # torch's nn.MultiheadAttention has as many K/V heads as query heads, whatever the config says
         norms = sum(p.numel() for m in mod.modules() if "norm" in type(m).__name__.lower()
                     for p in m.parameters(recurse=False))
         out.append(Truth(name, type(mod).__name__, heads, kv or heads, d_k, _linear_params(mod), own, own - norms))
@@ -280,26 +282,41 @@ def _digits(path: str) -> tuple[str, ...]:
 
 def _pair(scope: str, blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The block of the attention module at ``scope``: the same name, or (a checkpoint saves some
-    modules under older names: ``layers`` -> ``layer``) the same layer numbers and the most alike
-    name."""
-    import difflib
-
+    modules under older names: ``layers`` -> ``layer``, ``vision_model.layers`` ->
+    ``vision_model.transformer.resblocks``) a block of the same sub-model (the first path component),
+    else of any, with the same layer numbers (else the same last one) and the most alike name."""
     named = _named(scope, blocks)
     if named is not None:
         return named
-    same = [b for b in blocks if _digits(b["name"]) == _digits(scope)]
-    if len(same) == 1 and _digits(scope):
-        return same[0]
-    scored = sorted(((difflib.SequenceMatcher(None, scope, b["name"]).ratio(), i) for i, b in enumerate(same)),
-                    reverse=True)
-    if scored and scored[0][0] > 0.7:
-        return same[scored[0][1]]
+    top = scope.split(".")[0]
+    for pool in ([b for b in blocks if b["name"].split(".")[0] == top], blocks):
+        found = _pair_by_numbers(scope, pool)
+        if found is not None:
+            return found
     # Keys renamed on saving (a model's original checkpoint names: ``text_encoder.transformer.resblocks``
     # for ``text_model.encoder.layers``): the same layer numbers in the same tower, the first the
     # earlier modules of that layer left, in the report's order.
+    same = [b for b in blocks if _digits(b["name"]) == _digits(scope)]
     tower = _words(scope.split(".")[0])
     kin = [b for b in same if _digits(scope) and tower & _words(b["name"].split(".")[0])]
     return kin[0] if kin else None
+
+
+def _pair_by_numbers(scope: str, blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    import difflib
+
+    digits = _digits(scope)
+    pools = [[b for b in blocks if _digits(b["name"]) == digits]]
+    if digits:
+        pools.append([b for b in blocks if _digits(b["name"])[-1:] == digits[-1:]])
+    for same in pools:
+        if len(same) == 1 and digits:
+            return same[0]
+        scored = sorted(((difflib.SequenceMatcher(None, scope, b["name"]).ratio(), i) for i, b in enumerate(same)),
+                        reverse=True)
+        if scored and scored[0][0] > 0.7:
+            return same[scored[0][1]]
+    return None
 
 
 def _named(scope: str, blocks: list[dict[str, Any]]) -> dict[str, Any] | None:

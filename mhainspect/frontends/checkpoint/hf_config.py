@@ -24,13 +24,17 @@ applied the way the architecture's own modelling code applies it:
 - applications, first rule of ``APPLICATION_RULES`` that applies: ALBERT's layer groups
   (``num_hidden_layers`` runs of ``num_hidden_groups`` shared groups: a group runs
   num_hidden_layers / num_hidden_groups times);
-- per-layer lists (OpenELM) are indexed by the block's layer number; nested sub-configs
-  (``text_config``, ``vision_config``, ``qformer_config``, ``encoder``/``decoder`` and their
-  ``*_config`` spellings, ...) are chosen by the block's name (``SUB_CONFIGS``), any other
-  ``<stem>_config`` by the words of its stem (``_named_by_path``), a composite one searched in turn;
-  a block no name places, of a config without top-level heads, is the language model's;
-- a cross-attention block reads its config's ``cross_`` keys (``cross_num_attention_heads``, ...)
-  before the plain ones.
+- per-layer lists (OpenELM) are indexed by the block's layer number; per-stage lists
+  (``<key>_per_stage``, SAM 2's Hiera) give one reading per stage, the block's width choosing;
+- nested sub-configs (``text_config``, ``vision_config``, ``qformer_config``, ``encoder``/``decoder``
+  and their ``*_config`` spellings, ...) are chosen by the block's name (``SUB_CONFIGS``), any other
+  ``<stem>_config`` by the words of its stem, a config holding keys prefixed with words of the path
+  (``pred_num_attention_heads``) by those words, the one named by the outermost path component first
+  (``_named_configs``), a composite one searched in turn; a block no name places, of a config without
+  top-level heads, is the language model's, and where that config's counts do not describe the
+  block, the widths choose another config of the tree (``HeadOffers.alternatives``);
+- keys prefixed with words of the block's path are read as the plain ones (``_prefixed``): a
+  cross-attention block's ``cross_`` keys (``cross_num_attention_heads``, ...), a predictor's ``pred_``.
 
 Where the config and the weight shapes disagree the assembler lets the shapes win and records
 the disagreement (``mhainspect.matchers.assembly``).
@@ -785,14 +789,18 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
                        source: EvidenceSource = EvidenceSource.CONFIG) -> HeadOffers:
     """What the config says about the block named ``block_name``: the config its path places it in
     (``sub_config``), with the other readings the widths may choose instead (``HeadOffers.alternatives``):
-    each stage of per-stage lists; and for a block no path names, every other config of the tree
-    (the assembler takes one whose widths describe the block where the first does not)."""
+    each stage of per-stage lists; and for a block no path names whose config gives a count, every
+    other config of the tree (the assembler takes one whose widths describe the block where the first
+    does not)."""
     comps = path_words(block_name)
     prefix, c = sub_config(cfg, block_name)
     named = bool(_named_configs(cfg, block_name.lower(), comps))
     first = _offer(prefix, c, block_name, comps, label, source)
     alternatives = [*_stage_offers(prefix, c, block_name, comps, label, source)]
-    if not named:
+    # Only a count the widths may refuse is replaced by another config's: where the config read says
+    # none (a top level without heads: EdgeTAM's perceiver), a config of the same width by chance
+    # (its mask decoder's) is no evidence.
+    if not named and (first.num_heads or first.num_kv_heads or first.head_dim):
         for other, view in _tree(cfg):
             if other != prefix and _has_heads(view):
                 alternatives.append(_offer(other, view, block_name, comps, label, source))

@@ -1,0 +1,127 @@
+"""Which config (or which part of a nested config) describes which attention block of a multimodal or
+multi-stack model, each rule from a config dict and safetensors headers alone (no torch, no
+transformers). The architecture probe (scripts/probe_architectures.py, docs/probe.md) found them:
+
+- V-JEPA 2's predictor (``pred_*``), Idefics2's resampler (``perceiver_config.resampler_*``), XCLIP's
+  message transformer (``vision_config.mit_*``) and prompts generator (``prompt_*``), RF-DETR's decoder
+  (``decoder_self_*``): keys prefixed with words of the block's path;
+- SAM 3's ``detr_decoder.layers.N.vision_cross_attn``: the sub-model named first in the path;
+- Video-LLaVA's ``image_tower``, Aria's projector, Phi-4's image head: no config named by the path,
+  the language model's counts not the block's; the tree's config whose widths describe it;
+- SAM 2's Hiera stages: tests/test_probe_findings.py (per-stage lists).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from remote_models import write_safetensors
+
+from mhainspect.frontends.checkpoint.hf_config import offers_from_config, sub_config
+from mhainspect.pipeline import audit
+
+LLAMA_LIKE = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "hidden_size": 64}
+
+
+def _attention(prefix: str, d: int, q: int, kv: int) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.q_proj.weight": (q, d), f"{prefix}.k_proj.weight": (kv, d),
+            f"{prefix}.v_proj.weight": (kv, d), f"{prefix}.o_proj.weight": (d, q)}
+
+
+def _stage_folder(tmp_path: Path, cfg: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    write_safetensors(tmp_path / "model.safetensors", {name: ("F32", shape) for name, shape in shapes.items()})
+    return {b.name: b for b in audit(tmp_path).blocks}
+
+
+@pytest.mark.parametrize(("block", "expected", "said"), [
+    # V-JEPA 2: the predictor's keys carry an abbreviation of its module's name
+    ("predictor.layer.0.attention", (12, None, None), "pred_num_attention_heads=12"),
+    ("encoder.layer.0.attention", (4, None, None), "num_attention_heads=4"),
+    # Idefics2: perceiver_config names the resampler, whose keys say resampler_
+    ("connector.perceiver_resampler.layers.0.self_attn", (16, 2, 96), "perceiver_config.resampler_n_heads=16"),
+    # XCLIP: the message transformer's keys sit in the vision config, the prompts generator's at the top
+    ("mit.encoder.layers.0.self_attn", (8, None, None), "vision_config.mit_num_attention_heads=8"),
+    ("prompts_generator.decoder.0.cross_attn", (8, None, None), "prompt_num_attention_heads=8"),
+    # RF-DETR: the decoder's self-attention and cross-attention are sized apart
+    ("transformer.decoder.layers.0.self_attn", (8, None, None), "decoder_self_attention_heads=8"),
+    ("transformer.decoder.layers.0.cross_attn", (16, None, None), "decoder_cross_attention_heads=16"),
+])
+def test_keys_prefixed_with_words_of_the_blocks_path(block: str, expected: tuple[int | None, ...], said: str) -> None:
+    cfg = {"model_type": "composite", "hidden_size": 64, "num_attention_heads": 4,
+           "pred_hidden_size": 384, "pred_num_attention_heads": 12,
+           "prompt_num_attention_heads": 8,
+           "decoder_self_attention_heads": 8, "decoder_cross_attention_heads": 16,
+           "perceiver_config": {"hidden_size": 64, "resampler_n_heads": 16, "resampler_head_dim": 96,
+                                "num_key_value_heads": 2},
+           "vision_config": {"hidden_size": 64, "num_attention_heads": 4, "mit_hidden_size": 512,
+                             "mit_num_attention_heads": 8}}
+    offer = offers_from_config(cfg, block)
+    assert (offer.num_heads, offer.num_kv_heads, offer.head_dim) == expected
+    assert said in offer.detail
+    if block.startswith("predictor"):
+        assert offer.widths == (64, 384)  # the predictor's own width is one the config describes
+
+
+def test_a_prefix_the_path_does_not_name_is_not_read() -> None:
+    """``perceiver_resampler_*`` keys are not the ``spatial_perceiver``'s: its path names only one of
+    the prefix's words (``memory_attention_*`` would otherwise be every attention's)."""
+    cfg = {"hidden_size": 64, "perceiver_resampler_num_attention_heads": 1, "memory_attention_num_attention_heads": 2}
+    offer = offers_from_config(cfg, "spatial_perceiver.layers.0.self_attention")
+    assert offer.num_heads is None
+    assert offers_from_config(cfg, "memory_attention.layers.0.self_attn").num_heads == 2
+
+
+def test_the_sub_model_named_first_in_the_path_describes_its_blocks() -> None:
+    """SAM 3's DETR decoder holds a ``vision_cross_attn``: the block is the decoder's (outermost
+    component), not the vision config's (whose heads sit in its backbone config)."""
+    cfg = {"detr_decoder_config": {"hidden_size": 64, "num_attention_heads": 8},
+           "vision_config": {"backbone_config": {"hidden_size": 32, "num_attention_heads": 2}},
+           "text_config": {"hidden_size": 64, "num_attention_heads": 4}}
+    assert sub_config(cfg, "detr_decoder.layers.0.vision_cross_attn")[0] == "detr_decoder_config."
+    assert sub_config(cfg, "detr_decoder.layers.0.text_cross_attn")[0] == "detr_decoder_config."
+    assert sub_config(cfg, "vision_encoder.backbone.layers.0.attention")[0] == "vision_config.backbone_config."
+    assert sub_config(cfg, "text_encoder.text_model.encoder.layers.0.self_attn")[0] == "text_config."
+
+
+VIDEO_LLAVA_LIKE = {"model_type": "video_llava_like",
+                    "text_config": {"model_type": "llama", **LLAMA_LIKE},
+                    "vision_config": {"model_type": "clip_vision_model", "hidden_size": 64, "num_attention_heads": 4}}
+
+
+def test_a_block_no_path_names_reads_the_config_whose_widths_describe_it(tmp_path: Path) -> None:
+    """Video-LLaVA's ``image_tower`` (Aria's projector, Phi-4's image head alike): no config is named
+    by its path, and the language model's (the default) has 2 K/V heads × 24 for a 64-wide CLIP block
+    (4 × 24 is not its Q width 64). The vision config's widths describe it: its numbers are taken,
+    with what was passed over."""
+    shapes = {**_attention("image_tower.encoder.layers.0.self_attn", 64, 64, 64),
+              **_attention("language_model.model.layers.0.self_attn", 64, 96, 48)}
+    blocks = _stage_folder(tmp_path, VIDEO_LLAVA_LIKE, shapes)
+    tower, text = blocks["image_tower.encoder.layers.0.self_attn"], blocks["language_model.model.layers.0.self_attn"]
+    assert (tower.num_heads, tower.num_kv_heads, tower.d_k, tower.conflicts) == (4, 4, 16, ())
+    assert any(e.field == "num_heads" and "vision_config.num_attention_heads=4" in e.detail
+               and "not config.json text_config.num_attention_heads=4" in e.detail for e in tower.evidence)
+    assert (text.num_heads, text.num_kv_heads, text.d_k) == (4, 2, 24)
+
+
+def test_configs_that_describe_a_block_equally_but_differ_give_it_none(tmp_path: Path) -> None:
+    """Two configs of the tree as wide as the block with different counts: nothing tells which is
+    the block's, so neither is taken; the one read first stays, the shapes overruling it as before."""
+    cfg = {**VIDEO_LLAVA_LIKE, "audio_config": {"hidden_size": 64, "num_attention_heads": 8}}
+    blocks = _stage_folder(tmp_path, cfg, _attention("image_tower.encoder.layers.0.self_attn", 64, 64, 64))
+    (tower,) = blocks.values()
+    assert not any("its widths describe this block" in e.detail for e in tower.evidence)
+    assert tower.conflicts  # the language model's 4 × 24 against Q's 64, as before
+
+
+def test_a_config_without_a_count_is_not_replaced_by_one_of_the_same_width_by_chance(tmp_path: Path) -> None:
+    """EdgeTAM's spatial perceiver: the top level says no heads (its keys are
+    ``perceiver_resampler_*``, a prefix the path does not name); its mask decoder's config is as
+    wide by chance. A config that says nothing is not replaced: the heads stay unknown."""
+    cfg = {"model_type": "edgetam_like", "perceiver_resampler_num_attention_heads": 1,
+           "mask_decoder_config": {"hidden_size": 64, "num_attention_heads": 4}}
+    (block,) = _stage_folder(tmp_path, cfg, _attention("spatial_perceiver.layers.0.self_attention", 64, 64, 64)).values()
+    assert block.num_heads is None
