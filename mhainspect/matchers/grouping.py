@@ -13,6 +13,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from mhainspect.ir.weights import HEADS_FIRST, QuantRole, WeightMeta
 from mhainspect.matchers.scopes import common_prefix
@@ -441,9 +442,13 @@ _PROJECTION_WORDS = frozenset({"proj", "project", "projection", "linear", "lin",
                                "attention", "attn", "att", "w"})
 
 
+_NOT_LETTERS = re.compile(r"[^a-z]+")
+
+
+@lru_cache(maxsize=4096)  # asked per module (a mixture of experts: tens of thousands) of a handful of last names
 def _word_role(last: str) -> str | None:
     """The role one word of a module's last name gives, when every other word names a projection."""
-    words = [w for w in re.split(r"[^a-z]+", last.lower()) if w]
+    words = [w for w in _NOT_LETTERS.split(last.lower()) if w]
     roles = [_ROLE_WORDS[w] for w in words if w in _ROLE_WORDS]
     if len(roles) != 1 or not all(w in _ROLE_WORDS or w in _PROJECTION_WORDS for w in words):
         return None
@@ -460,6 +465,8 @@ def _roles_by_words(out: _Children, modules: Mapping[str, Mapping[str, WeightMet
             role = _word_role(path.rpartition(".")[2])
             if role is not None and role not in have and len(modules[path]["weight"].shape) == 2:
                 found.setdefault(role, []).append(path)
+        if not found:  # no role by words here (an expert's gate/up/down): nothing to add
+            continue
         if any(len(v) > 1 for v in found.values()) or not {"q", "k", "v"} <= set(have) | set(found):
             continue
         out.roles.setdefault(parent, {}).update({r: v[0] for r, v in found.items()})
