@@ -231,3 +231,79 @@ def test_https_to_plain_http_is_never_followed(hub_env: None, tmp_path: Path, mo
             assert all(auth == f"Bearer {TOKEN}" for _p, auth in secure.log.auth)
         assert "redirected from HTTPS to plain HTTP" in str(exc.value) and "secret" not in str(exc.value)
         assert plain.log.requests == 0
+
+
+# ------------------------------------------------------------------------------------ object stores
+
+
+def _s3_page(keys: range, token: int | None) -> bytes:
+    """A ListObjectsV2 page naming ``keys`` (more follow when ``token`` is given)."""
+    contents = "".join(f"<Contents><Key>big/f{i}.bin</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified>"
+                       f"<ETag>&quot;x&quot;</ETag><Size>1</Size><StorageClass>STANDARD</StorageClass></Contents>"
+                       for i in keys)
+    more = (f"<IsTruncated>true</IsTruncated><NextContinuationToken>t{token}</NextContinuationToken>"
+            if token is not None else "<IsTruncated>false</IsTruncated>")
+    return (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            f"<Name>models</Name><Prefix>big/</Prefix><KeyCount>{len(keys)}</KeyCount><MaxKeys>1000</MaxKeys>"
+            f"{more}{contents}</ListBucketResult>").encode()
+
+
+@pytest.fixture
+def s3_at(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Script], ScriptedServer]]:
+    """An S3 endpoint on 127.0.0.1 whose every answer a test scripts (s3fs pointed at it)."""
+    pytest.importorskip("s3fs")
+    import fsspec
+
+    from mhainspect.sources.transports import store
+
+    started: list[ScriptedServer] = []
+
+    def start(script: Script) -> ScriptedServer:
+        server = ScriptedServer(script).__enter__()
+        started.append(server)
+        monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": f"http://127.0.0.1:{server.port}",
+                                                       "key": "testing", "secret": "testing"})
+        store._LISTINGS.clear()
+        return server
+
+    yield start
+    store._LISTINGS.clear()
+    for server in started:
+        server.__exit__(None, None, None)
+
+
+def test_an_s3_listing_that_pages_without_end_stops_past_the_cap(s3_at: Callable[[Script], ScriptedServer]) -> None:
+    """ListObjectsV2 pages of 1,000 keys, always one more: the listing stops once it holds one key
+    over MAX_LISTED_FILES (11 pages), refused in one line."""
+    from mhainspect.sources.tree import MAX_LISTED_FILES
+
+    pages: list[str] = []
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        pages.append(path)
+        n = len(pages) - 1  # (the last page at 50: a reader that does not stop fails, never hangs)
+        return Answer(200, (("Content-Type", "application/xml"),),
+                      _s3_page(range(n * 1000, n * 1000 + 1000), n if n < 50 else None))
+
+    s3_at(script)
+    start = time.monotonic()
+    with model_deadline(20), pytest.raises(InputError, match=f"more than {MAX_LISTED_FILES:,} files"):
+        audit("s3://models/big/")
+    assert time.monotonic() - start < 15
+    assert len(pages) == MAX_LISTED_FILES // 1000 + 1
+
+
+def test_an_s3_listing_of_empty_pages_without_end_ends_with_the_deadline(s3_at: Callable[[Script], ScriptedServer]
+                                                                        ) -> None:
+    pages: list[float] = []
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        pages.append(time.monotonic())  # (no more after 8 s: a reader that does not stop fails, never hangs)
+        more = len(pages) if pages[-1] - pages[0] < 8 else None
+        return Answer(200, (("Content-Type", "application/xml"),), _s3_page(range(0), more))
+
+    s3_at(script)
+    start = time.monotonic()
+    with model_deadline(2), pytest.raises(InputError, match=r"took longer than its 2 s \(--timeout\)"):
+        audit("s3://models/big/")
+    assert time.monotonic() - start < 4 and len(pages) > 1

@@ -18,7 +18,7 @@ from mhainspect.sources import deadline
 from mhainspect.sources.address import StoreRef
 from mhainspect.sources.blob import Blob
 from mhainspect.sources.transports.http import Counters
-from mhainspect.sources.tree import Listed, listed_files
+from mhainspect.sources.tree import MAX_LISTED_FILES, Listed, listed_files
 
 # The fsspec implementation each protocol needs, and the extra that installs it (the install hint).
 BACKENDS = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
@@ -41,6 +41,34 @@ def _failure(name: str, exc: BaseException) -> InputError:
         return InputError(f"{name}: access denied (check the store's credentials)")
     text = str(exc).splitlines()[0][:200] if str(exc) else ""
     return InputError(f"{name}: cannot read from the store ({type(exc).__name__}{': ' + text if text else ''})")
+
+
+# A listing's bound on the entries it gathers, where the backend takes one (s3fs stops paging
+# there): the listing past MAX_LISTED_FILES is refused anyway, so no more than one over is fetched.
+# Elsewhere a listing that pages without end is cut by the model's deadline (``_call``).
+_LIST_BOUND = {"s3fs": "max_items"}
+
+
+def _call(fs: Any, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``fs.method(*args, **kwargs)`` within the model's deadline (the default one outside a model):
+    an async filesystem's coroutine (s3fs, gcsfs, adlfs) is cancelled when the time is up, so a
+    store that stalls, drips or pages without end cannot hold the run (the store libraries' own
+    timeouts are per request, and a listing is many requests)."""
+    deadline.check(name)
+    model = deadline.current()
+    left = model.left() if model is not None else deadline.DEFAULT_MODEL_TIMEOUT
+    if not getattr(fs, "async_impl", False) or not hasattr(fs, "_" + method):
+        return getattr(fs, method)(*args, **kwargs)  # a synchronous store: its own timeouts
+    import asyncio
+
+    from fsspec.asyn import sync
+
+    try:
+        return sync(fs.loop, asyncio.wait_for, getattr(fs, "_" + method)(*args, **kwargs), max(0.001, left))
+    except (asyncio.TimeoutError, TimeoutError):
+        if model is not None and model.left() <= 0:
+            raise deadline.expired(name, model) from None
+        raise InputError(f"{name}: the store did not answer within {left:.3g} s") from None
 
 
 def _filesystem(ref: StoreRef) -> tuple[Any, str]:
@@ -75,7 +103,9 @@ class StoreBlob:
     def size(self) -> int:
         if self._size is None:
             try:
-                info = self.fs.info(self.path)
+                info = _call(self.fs, self.name, "info", self.path)
+            except InputError:
+                raise
             except Exception as exc:  # the store libraries raise their own types
                 raise _failure(self.name, exc) from None
             _count()
@@ -86,13 +116,14 @@ class StoreBlob:
         return self._size
 
     def read(self, offset: int, length: int) -> bytes:
-        deadline.check(self.name)
         size = self.size()
         end = min(offset + length, size)
         if length <= 0 or offset >= end:
             return b""
         try:
-            data = bytes(self.fs.cat_file(self.path, start=offset, end=end))
+            data = bytes(_call(self.fs, self.name, "cat_file", self.path, start=offset, end=end))
+        except InputError:
+            raise
         except Exception as exc:
             raise _failure(self.name, exc) from None
         _count(len(data))
@@ -144,9 +175,13 @@ class StoreTree(Listed):
         return None
 
     def _list_now(self, as_file: bool) -> dict[str, int | None]:
+        bound = _LIST_BOUND.get(type(self.fs).__module__.split(".")[0])
+        more = {bound: MAX_LISTED_FILES + 1} if bound is not None and not as_file else {}
         try:
-            entries = (self.fs.ls(self.root, detail=True) if as_file else
-                       list(self.fs.find(self.root, detail=True).values()))
+            entries = (_call(self.fs, self.ref.text, "ls", self.root, detail=True) if as_file else
+                       list(_call(self.fs, self.ref.text, "find", self.root, detail=True, **more).values()))
+        except InputError:
+            raise
         except Exception as exc:
             raise _failure(self.ref.text, exc) from None
         _count()
