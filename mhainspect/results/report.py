@@ -164,18 +164,12 @@ class ModelFacts:
 
 
 def attention_params(blocks: Sequence[AttentionBlock]) -> int:
-    """Sum over blocks, counting a weight shared by several blocks once (per role)."""
-    seen: set[tuple[str, str]] = set()
-    total = 0
-    for b in blocks:
-        for p in b.projections:
-            if p.weight is not None:
-                if (p.weight, p.role) in seen:
-                    continue
-                seen.add((p.weight, p.role))
-            total += p.params
-        total += b.params.latent + b.params.kv_rows + b.params.indexer + b.params.gate  # in the block's total beside its projections
-    return total
+    """The blocks' projections, with what their totals hold beside them (latent parameters, K/V
+    rows, an indexer, an output gate), summed. A weight several blocks use counts in one block
+    already: every front end's blocks pass ``matchers.sharing.count_shared_once`` (the one sharing
+    rule), which counts it 0 in the others."""
+    return sum(sum(p.params for p in b.projections) + b.params.latent + b.params.kv_rows + b.params.indexer
+               + b.params.gate for b in blocks)
 
 
 def contradicted(report: Report) -> list[tuple[AttentionBlock, BlockVerification]]:

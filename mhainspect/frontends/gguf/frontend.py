@@ -39,6 +39,7 @@ from mhainspect.frontends.gguf.reader import (
 from mhainspect.ir.weights import WeightMeta
 from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.grouping import GroupedBlock, HeadNorm, IndexerParts, LatentParts, RoleWeights, natural_key
+from mhainspect.matchers.sharing import count_shared_once
 from mhainspect.matchers.static import assemble
 from mhainspect.results import AttentionBlock, Evidence, Miss, ModelFacts
 from mhainspect.results.stages import BlockDecoding, MixerLayers, SizeInputs, SourceResult
@@ -236,7 +237,9 @@ def gguf_tree_result(tree: Tree, path: str, display: str, blob: Blob, *, remote:
 def gguf_model_result(model: GGUFModel, path: str) -> SourceResult:
     """Blocks, near misses and model facts of a model whose headers are read (local or remote)."""
     blocks, decodings, misses, warnings, mixers = blocks_from_model(model)
-    blocks = [_with_decoding(b, decodings[b.name]) for b in blocks]
+    # A tensor several blocks name counts in the first: the one sharing rule of every front end,
+    # which results.report.attention_params relies on.
+    blocks = count_shared_once([_with_decoding(b, decodings[b.name]) for b in blocks])
     arch, _ = architecture(model.metadata)
     warnings += swa_warnings(model.metadata, arch) + file_type_warnings(model.metadata)
     positions = context_length(model.metadata, arch)
