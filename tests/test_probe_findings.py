@@ -481,3 +481,36 @@ def test_a_gguf_files_indexer_is_its_layers(tmp_path: Path) -> None:
     assert (first.num_heads, first.d_k) == (4, 24)
     assert first.kv_cache_indexer_bytes_per_token == 20 * 2 and second.kv_cache_indexer_bytes_per_token == 0
     assert not report.misses
+
+
+# ----------------------------------------------------------------------------- what the module holds besides
+
+
+def test_what_the_attention_module_holds_besides_its_counted_parts_is_its_extra(tmp_path: Path) -> None:
+    """Score terms (WavLM's gated relative bias, ProphetNet's relative_pos_embeddings, Doge's dynamic
+    mask), attention sinks, side convolutions (Nyströmformer's, FunASR's, Inkling's short convolutions):
+    parameters the attention module holds that are none of its Q/K/V/O projections, norms, latent,
+    indexer or gate. They were in neither the total nor ``extra``; they are ``extra`` now, so that the
+    block's total and extra hold every parameter of its module. What a layer holds beside the module
+    (its MLP, its norms) is not the block's."""
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_LIKE, "model_type": "llama"}))
+    p = "layers.0.self_attn"
+    besides = {f"{p}.sinks": (4,), f"{p}.rel_pos.weight": (32, 64), f"{p}.rel_pos.bias": (32,),
+               f"{p}.k_sconv.conv1d.weight": (48, 1, 4)}
+    shapes = {**_attention(p, 64, 96, 48), f"{p}.q_norm.weight": (24,), f"{p}.k_norm.weight": (24,), **besides,
+              "layers.0.mlp.up_proj.weight": (128, 64), "layers.0.input_layernorm.weight": (64,)}
+    _write_safetensors(tmp_path / "model.safetensors", shapes)
+    (block,) = audit(tmp_path).blocks
+    assert block.params.total == 2 * 96 * 64 + 2 * 48 * 64 + 2 * 24  # projections and the Q/K norms
+    assert block.params.extra == sum(math.prod(s) for s in besides.values())
+    named = {e.detail.split(" ")[0] for e in block.evidence if e.field == "extra"}
+    assert named == set(besides)
+
+
+def test_a_layer_holding_q_k_v_hands_none_of_its_other_weights_to_the_block(tmp_path: Path) -> None:
+    """Q/K/V held by a module not named as attention (a layer): its MLP is not the block's extra."""
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_LIKE, "model_type": "llama"}))
+    shapes = {**_attention("layers.0", 64, 96, 48), "layers.0.up_proj.weight": (128, 64)}
+    _write_safetensors(tmp_path / "model.safetensors", shapes)
+    (block,) = audit(tmp_path).blocks
+    assert block.params.extra == 0

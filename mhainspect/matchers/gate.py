@@ -19,10 +19,10 @@ from mhainspect.results import Evidence, EvidenceSource
 
 
 def output_gate(gates: Sequence[RoleWeights], d_model: int | None, o_in: int | None, heads: int | None
-                ) -> tuple[int, tuple[Evidence, ...]]:
-    """(the parameters, the evidence) of the block's output gate: the one candidate whose widths fit
-    a block whose input is ``d_model`` wide and whose O reads ``o_in`` values of ``heads`` heads;
-    (0, ()) when none or more than one fits."""
+                ) -> tuple[int, tuple[Evidence, ...], str | None]:
+    """(the parameters, the evidence, the module) of the block's output gate: the one candidate whose
+    widths fit a block whose input is ``d_model`` wide and whose O reads ``o_in`` values of ``heads``
+    heads; (0, (), None) when none or more than one fits."""
     fits: list[tuple[RoleWeights, int, str]] = []
     for rw in gates:
         dims = linear_dims(rw.weight, rw.module)
@@ -33,9 +33,9 @@ def output_gate(gates: Sequence[RoleWeights], d_model: int | None, o_in: int | N
         elif heads is not None and dims[1] == heads:
             fits.append((rw, dims[1], f"the {heads} heads: one gate per head"))
     if len(fits) != 1:
-        return 0, ()
+        return 0, (), None
     rw, width, why = fits[0]
     params = rw.weight.numel + (rw.bias.numel if rw.bias is not None else 0)
     return params, (Evidence("gate", params, EvidenceSource.WEIGHT_SHAPE,
                              f"{rw.module} {list(rw.weight.shape)}: an output gate from the block's input ({d_model}) "
-                             f"to {width} ({why}), in the total"),)
+                             f"to {width} ({why}), in the total"),), rw.module

@@ -176,6 +176,9 @@ class GroupedBlock:
     # Projections named as a gate held by the module (or by the wrapper of its O): candidate output
     # gates, taken when their widths fit (``static.assemble``).
     gates: tuple[RoleWeights, ...] = ()
+    # The parameters held under the attention module that no part above claims (score terms, sinks,
+    # side convolutions): the block's extra, less the head norms and the gate ``static.assemble`` takes.
+    others: tuple[WeightMeta, ...] = ()
 
     def role(self, role: str) -> RoleWeights | None:
         return next((r for r in self.roles if r.role == role), None)
@@ -265,7 +268,7 @@ def group_attention(weights: Mapping[str, WeightMeta], kv_source: Callable[[str]
                                    own_biases, latent[1] if latent is not None else None, query,
                                    kids_of.head_norms(owner, found.modules), kv_from, indexers.get(owner), gates))
         by_owner[owner] = blocks[-1]
-    return _with_enclosing_extras(blocks, found.extras)
+    return _with_leftovers(weights, _with_enclosing_extras(blocks, found.extras))
 
 
 def _indexers(kids_of: _Children, found: _ByModule, owners: set[str]) -> dict[str, IndexerParts]:
@@ -553,6 +556,73 @@ def _latent_parts(found: Mapping[str, str], kids: Mapping[str, str], rw: Callabl
                   for t in (modules[found[n]].get("weight"), modules[found[n]].get("bias")) if t is not None)
     return rw("q", q), LatentParts(rw("kv_down", found["kv_down"]), rw("kv_up", found["kv_up"]),
                                    q_down=rw("q_down", found["q_down"]) if "q_down" in found else None, norms=norms)
+
+
+def _with_leftovers(weights: Mapping[str, WeightMeta], blocks: tuple[GroupedBlock, ...]) -> tuple[GroupedBlock, ...]:
+    """Each block with the parameters its attention module holds that none of its parts claims
+    (``GroupedBlock.others``): a tensor belongs to the nearest module above it that is a block's
+    owner (a block nested in another keeps its own), when that module is named as attention (or is
+    the ``self`` of one: BERT's ``attention.self``), so that a layer holding Q/K/V directly does not
+    hand its MLP to the block."""
+    by_owner = {b.owner: i for i, b in enumerate(blocks)
+                if _attention_named(b.owner, last_only=True) or _attention_named(b.owner.rpartition(".")[0], last_only=True)}
+    if not by_owner:
+        return blocks
+    claimed_modules: list[set[str]] = [set() for _ in blocks]
+    claimed_names: list[set[str]] = [set() for _ in blocks]
+    for i, b in enumerate(blocks):
+        if i not in by_owner.values():
+            continue
+        latent = (b.latent.kv_down, b.latent.kv_up, b.latent.k_up, b.latent.v_up, b.latent.q_down) \
+            if b.latent is not None else ()
+        parts = [*b.roles, *latent]
+        for rw in parts:
+            if rw is None:
+                continue
+            claimed_names[i].update(t.name for t in (rw.weight, rw.bias, *rw.norm) if t is not None)
+            if rw.module != b.owner:
+                claimed_modules[i].add(rw.module)
+        claimed_names[i].update(t.name for t in b.extras)
+        claimed_names[i].update(t.name for _, t in b.role_biases)
+        if b.latent is not None:
+            claimed_names[i].update(t.name for t in b.latent.norms)
+        if b.learned_query is not None:
+            claimed_names[i].add(b.learned_query.name)
+        if b.indexer is not None:
+            claimed_modules[i].add(b.indexer.module)
+    nearest: dict[str, int | None] = {}  # scope -> the block whose owner is the nearest module above it
+
+    def owner_of(scope: str) -> int | None:
+        if scope not in nearest:
+            path = scope
+            while path and path not in by_owner:
+                path = path.rpartition(".")[0]
+            nearest[scope] = by_owner.get(path) if path else None
+        return nearest[scope]
+
+    others: dict[int, list[WeightMeta]] = {}
+    for name, meta in weights.items():
+        scope = _scope_leaf(name)[0]
+        at = owner_of(scope)
+        if at is None or not meta.is_parameter:
+            continue
+        i = at
+        if name in claimed_names[i] or _under(scope, claimed_modules[i]):
+            continue
+        others.setdefault(i, []).append(meta)
+    if not others:
+        return blocks
+    return tuple(dataclasses.replace(b, others=tuple(others[i])) if i in others else b for i, b in enumerate(blocks))
+
+
+def _under(scope: str, modules: set[str]) -> bool:
+    """Whether ``scope`` is one of ``modules`` or below one."""
+    path = scope
+    while path:
+        if path in modules:
+            return True
+        path = path.rpartition(".")[0]
+    return False
 
 
 def _with_enclosing_extras(blocks: list[GroupedBlock], extras: Mapping[str, list[WeightMeta]]

@@ -233,15 +233,21 @@ def assemble_latent(group: GroupedBlock, offers: Sequence[HeadOffers], *, matche
                                                  "config give the heads")
     indexer, indexer_params, indexer_evidence = assemble_indexer(group.indexer, d_model)
     evidence.extend(indexer_evidence)
-    gate, gate_evidence = output_gate(group.gates, d_model, _dims(o)[0] if o is not None else None, sol.num_heads)
+    gate, gate_evidence, gate_module = output_gate(group.gates, d_model, _dims(o)[0] if o is not None else None,
+                                                   sol.num_heads)
     evidence.extend(gate_evidence)
+    others = [t for t in group.others if t.name.rpartition(".")[0] != gate_module]
+    evidence += [Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE,
+                          f"{t.name} {list(t.shape)}: held by the attention module, none of its projections "
+                          "(outside the total)") for t in others]
     latent = sol.latent
     if latent is not None:
         latent = LatentKV(latent.kv_rank, latent.rope_dim, latent.q_rank, tuple(t.name for t in extra_tensors))
     return AttentionBlock(
         name=group.name, matcher=matcher, kind=BlockKind.SELF, num_heads=h, num_kv_heads=h, d_model=d_model,
         d_k=sol.d_k, d_v=sol.d_v, params=ParamBreakdown.from_projections(
-            projections, latent=sum(t.numel for t in extra_tensors), indexer=indexer_params, gate=gate),
+            projections, extra=sum(t.numel for t in group.extras) + sum(t.numel for t in others),
+            latent=sum(t.numel for t in extra_tensors), indexer=indexer_params, gate=gate),
         projections=tuple(projections), evidence=tuple(evidence), anchor=group.owner,
         unknown_reason=unknown if h is None else None, conflicts=tuple(dict.fromkeys(sol.conflicts)), latent=latent,
         indexer=indexer,

@@ -118,19 +118,36 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     evidence.extend(indexer_evidence)
     o_in = widths.get("o", (None, None))[0] or \
         (decision.num_heads * decision.d_v if decision.num_heads and decision.d_v else None)
-    gate, gate_evidence = output_gate(group.gates, decision.d_model, o_in, decision.num_heads)
+    gate, gate_evidence, gate_module = output_gate(group.gates, decision.d_model, o_in, decision.num_heads)
     evidence.extend(gate_evidence)
+    others = _unclaimed(group, projections, gate_module)
+    evidence.extend(_other_evidence(others))
     return AttentionBlock(
         name=group.name, matcher=matcher, kind=BlockKind.CROSS if group.cross else BlockKind.SELF,
         num_heads=decision.num_heads, num_kv_heads=decision.num_kv_heads, d_model=decision.d_model,
         d_k=decision.d_k, d_v=decision.d_v,
         params=ParamBreakdown.from_projections(
-            projections, extra=sum(t.numel for t in group.extras if not is_kv_row(t.name)),
+            projections, extra=sum(t.numel for t in group.extras if not is_kv_row(t.name)) + sum(t.numel for t in others),
             kv_rows=sum(t.numel for t in group.extras if is_kv_row(t.name)), indexer=indexer_params, gate=gate),
         projections=tuple(projections), evidence=tuple(evidence), scale=scale, scale_known=scale is not None,
         anchor=group.owner, unknown_reason=unknown, conflicts=tuple(dict.fromkeys(conflicts + list(decision.conflicts))),
         applications=runs if runs is not None else 1, kv_cache_shared_from=group.kv_from, indexer=indexer,
     )
+
+
+def _unclaimed(group: GroupedBlock, projections: Sequence[Projection], gate: str | None) -> list[WeightMeta]:
+    """The parameters the attention module holds that the block does not count (``GroupedBlock.others``
+    less the Q/K norms and the output gate it took): its ``extra``."""
+    taken = {p.norm.rpartition(".")[0] for p in projections if p.norm}
+    if gate is not None:
+        taken.add(gate)
+    return [t for t in group.others if t.name.rpartition(".")[0] not in taken]
+
+
+def _other_evidence(others: Sequence[WeightMeta]) -> list[Evidence]:
+    return [Evidence("extra", t.numel, EvidenceSource.WEIGHT_SHAPE,
+                     f"{t.name} {list(t.shape)}: held by the attention module, none of its projections (outside the total)")
+            for t in others]
 
 
 def _describing(offers: tuple[HeadOffers, ...], group: GroupedBlock,
