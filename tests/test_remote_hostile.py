@@ -490,16 +490,26 @@ def test_a_config_whose_first_range_states_a_huge_size_costs_that_range(quick: N
 
 
 def test_an_endless_listing_is_cut_at_its_cap(hub_at: Callable[..., ScriptedServer]) -> None:
+    from mhainspect.sources.transports.http import client
     from mhainspect.sources.transports.hub import MAX_LISTING_BYTES
 
-    def script(path: str, headers: Mapping[str, str]) -> Answer:  # no length: it ends when the server closes
-        return Answer(200, (), b'{"sha": "' + COMMIT.encode() + b'", "siblings": [' + b"[" * (2 * MAX_LISTING_BYTES),
-                      length=False, close=True)
+    def script(path: str, headers: Mapping[str, str]) -> Answer:  # no length, no end
+        return Answer(200, (), b'{"sha": "' + COMMIT.encode() + b'", "siblings": [' + b"[" * 65536, endless=True)
 
     server = hub_at(script)
-    with pytest.raises(InputError, match=f"more than the {MAX_LISTING_BYTES:,} bytes"):
+    before = client().counters.bytes
+    with pytest.raises(InputError, match=f"runs past the {MAX_LISTING_BYTES:,} bytes read for a listing"):
         audit("hf://org/x")
     assert server.log.requests == 1
+    assert client().counters.bytes - before == MAX_LISTING_BYTES + 1  # the cap and a byte, no more
+    # A listing that announces more than the cap is not read at all.
+    server.script = lambda path, headers: Answer(200, (("Content-Length", str(10 * MAX_LISTING_BYTES)),),
+                                                 b"[" * 1024, close=True)
+    hub_module._LISTINGS.clear()
+    before = client().counters.bytes
+    with pytest.raises(InputError, match=f"announces {10 * MAX_LISTING_BYTES:,} bytes, more than the"):
+        audit("hf://org/x")
+    assert client().counters.bytes == before
 
 
 def test_the_cli_in_a_process_with_a_token_set(tmp_path: Path) -> None:

@@ -118,6 +118,11 @@ CASES: dict[str, Case] = {
                                                    ranged(d, h).body), "malformed answer", 0),
     # Redirects that never end.
     "a redirect loop": Case(lambda d, h: Answer(302, (("Location", "/m.safetensors"),)), "more than 8 redirects", 0),
+    # Bodies nobody needs, without end: an error page, a redirect's (read to 64 KiB at most).
+    "404 with an endless page": Case(lambda d, h: Answer(404, (), b"e" * 4096, endless=True), "not found (HTTP 404)",
+                                     64 * 1024 + len(NOT_FOUND)),
+    "302 with an endless body": Case(lambda d, h: Answer(302, (("Location", "/gone"),), b"e" * 4096, endless=True),
+                                     "not found (HTTP 404)", 64 * 1024 + 2 * len(NOT_FOUND)),
 }
 
 
@@ -307,3 +312,28 @@ def test_an_s3_listing_of_empty_pages_without_end_ends_with_the_deadline(s3_at: 
     with model_deadline(2), pytest.raises(InputError, match=r"took longer than its 2 s \(--timeout\)"):
         audit("s3://models/big/")
     assert time.monotonic() - start < 4 and len(pages) > 1
+
+
+def test_an_s3_redirect_to_another_host_carries_no_signature(s3_at: Callable[[Script], ScriptedServer],
+                                                             data: bytes) -> None:
+    """The store library signs each request for the endpoint (AWS SigV4 in Authorization): when
+    the endpoint redirects a listing or a read to another host, that host gets no Authorization."""
+    with ScriptedServer(lambda path, headers: ranged(data, headers), host="localhost") as other:
+        def endpoint(path: str, headers: Mapping[str, str]) -> Answer:
+            assert headers.get("authorization", "").startswith("AWS4-HMAC-SHA256")  # signed for the endpoint
+            if "list-type" in path:
+                page = _s3_page(range(0), None).replace(
+                    b"<IsTruncated>", b"<Contents><Key>big/m.safetensors</Key><LastModified>2026-01-01T00:00:00.000Z"
+                    b"</LastModified><ETag>&quot;x&quot;</ETag><Size>" + str(len(data)).encode() +
+                    b"</Size><StorageClass>STANDARD</StorageClass></Contents><IsTruncated>")
+                return Answer(200, (("Content-Type", "application/xml"),), page)
+            return Answer(307, (("Location", other.url("elsewhere/m.safetensors")),))
+
+        s3_at(endpoint)
+        with model_deadline(20):
+            try:
+                audit("s3://models/big/m.safetensors")
+            except InputError as exc:
+                assert "\n" not in str(exc)
+        assert other.log.requests >= 1  # the read was redirected there
+        assert [auth for _p, auth in other.log.auth] == [None] * other.log.requests

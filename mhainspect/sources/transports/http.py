@@ -509,11 +509,12 @@ class HttpClient:
         """A small file asked for whole (a listing), at most ``limit`` bytes."""
         cap = limit if limit is not None else _CHUNK
         if declared is not None and declared > cap:
-            raise InputError(f"{name}: {declared:,} bytes, more than the {cap:,} read for such a file",
-                             ErrorKind.BAD_SERVER)
+            raise InputError(f"{name}: the answer announces {declared:,} bytes, more than the {cap:,} read for a "
+                             "listing; not read", ErrorKind.BAD_SERVER)
         body = self._read(response, cap + 1, url, name, watch, exact=False)
         if len(body) > cap:
-            raise InputError(f"{name}: more than the {cap:,} bytes read for such a file", ErrorKind.BAD_SERVER)
+            raise InputError(f"{name}: the answer runs past the {cap:,} bytes read for a listing (endless, or a "
+                             "listing of more files than mhainspect reads); not read further", ErrorKind.BAD_SERVER)
         if declared is not None and len(body) != declared:
             raise InputError(f"{name}: the server announced {declared:,} bytes and sent {len(body):,}",
                              ErrorKind.BAD_SERVER)
