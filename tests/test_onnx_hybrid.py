@@ -244,3 +244,92 @@ def test_the_graphs_state_outranks_a_config(tmp_path: Path) -> None:
     assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,)
     assert mixer.state_bytes_per_layer == (256 + 512) * 4
     assert "gives 1,280 elements" in mixer.state_source and "config.json" in mixer.source
+
+
+def _split_mixer(path: Path, parts: tuple[tuple[int, int], ...], decay: int) -> Path:
+    """A mixer whose anonymous causal convolution runs over three streams at once, its output split
+    in three and each part reshaped per head ([batch, seq, count, width], the batch and sequence
+    sizes read from the input's shape as exporters write them): ``parts`` (count, width) in order;
+    its decay, per head, read by an Exp."""
+    from onnx import helper
+
+    g = ag.Nodes()
+    channels = sum(c * w for c, w in parts)
+    g.inits += [ag.weight("onnx::MatMul_5", D, channels), ag.weight("onnx::Conv_6", channels, 1, KERNEL),
+                ag.weight("onnx::Exp_7", decay), ag.ints("onnx::Split_8", [c * w for c, w in parts])]
+    h = g.add("MatMul", ["x", "onnx::MatMul_5"], "/model/layers.0/mixer/in_proj/MatMul_out")
+    t = g.add("Transpose", [h], "/model/layers.0/mixer/T_out", perm=[0, 2, 1])
+    c = g.add("Conv", [t, "onnx::Conv_6"], "/model/layers.0/mixer/Conv_out", group=channels, pads=[KERNEL - 1, 0])
+    back = g.add("Transpose", [c], "/model/layers.0/mixer/T2_out", perm=[0, 2, 1])
+    g.nodes.append(helper.make_node("Split", [back, "onnx::Split_8"], [f"/model/layers.0/mixer/Split_out{i}"
+                                                                         for i in range(3)],
+                                    name="/model/layers.0/mixer/Split", axis=-1))
+    shape = g.add("Shape", ["x"], "/model/layers.0/mixer/Shape_out")
+    g.inits += [ag.ints("idx01", [0, 1])]
+    lead = g.add("Gather", [shape, "idx01"], "/model/layers.0/mixer/Gather_out", axis=0)
+    outs = [g.add("Exp", ["onnx::Exp_7"], "/model/layers.0/mixer/Exp_out")]
+    for i, (count, width) in enumerate(parts):
+        g.inits += [ag.ints(f"tail{i}", [count, width])]
+        target = g.add("Concat", [lead, f"tail{i}"], f"/model/layers.0/mixer/Concat{i}_out", axis=0)
+        outs.append(g.add("Reshape", [f"/model/layers.0/mixer/Split_out{i}", target],
+                          f"/model/layers.0/mixer/Reshape{i}_out"))
+    m = ag.model(g.nodes, g.inits, [ag.value("x", "batch", "seq", D)],
+                 [ag.value(o, "batch", "seq", 0, 0) if "Reshape" in o else ag.value(o, decay) for o in outs])
+    path.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path / "model.onnx"))
+    return path / "model.onnx"
+
+
+def test_a_scans_state_from_the_split_of_its_convolution(tmp_path: Path) -> None:
+    """Mamba-2 (x: 4 heads × 32, B and C: 2 groups × 8 each) and Gated DeltaNet (q and k: 2 key heads
+    × 16 each, v: 4 value heads × 8), every parameter anonymous, no config: the pair alike gives the
+    state's per-head width, the third part its rows. Mamba-2: conv 160 × 4 = 640 + state 128 × 8 =
+    1,024 -> 6,656 bytes; Gated DeltaNet: conv 96 × 4 = 384 + state 32 × 16 = 512 -> 3,584 bytes."""
+    for name, parts, decay, expected in (("mamba2", ((4, 32), (2, 8), (2, 8)), 4, 6656),
+                                         ("deltanet", ((2, 16), (2, 16), (4, 8)), 4, 3584)):
+        report = mhainspect.inspect(str(_split_mixer(tmp_path / name, parts, decay)), context=100)
+        (mixer,) = report.model.mixers
+        assert mixer.layers == (0,) and mixer.state_bytes_per_layer == expected, (name, mixer.reason)
+        assert "splits the convolution's output in three" in mixer.state_source
+
+
+def test_a_split_without_a_pair_sizes_nothing(tmp_path: Path) -> None:
+    """Three parts of three widths: no pair says which is the state's rows: not sized, said so."""
+    report = mhainspect.inspect(str(_split_mixer(tmp_path / "odd", ((4, 32), (2, 8), (1, 8)), 4)), context=100)
+    (mixer,) = report.model.mixers
+    assert mixer.state_bytes_per_layer is None and mixer.reason is not None and "gives the heads" in mixer.reason
+
+
+def test_a_torchscript_export_of_mamba2(tmp_path: Path) -> None:
+    """transformers' Mamba-2 (2 layers, 4 heads × 32, 2 groups × d_state 8; random weights plus noise)
+    through the TorchScript exporter, which folds A_log and the conv weight into anonymous constants,
+    no config: each layer's state as transformers' cache holds it (conv [C, k] + SSM [heads, head_dim,
+    d_state], float32), from the convolution's kernel and the split of its output."""
+    import warnings
+
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from tests.random_weights import LastHiddenState, add_noise
+
+    config = transformers.AutoConfig.for_model("mamba2", hidden_size=64, num_hidden_layers=2, vocab_size=128,
+                                               state_size=8, num_heads=4, head_dim=32, n_groups=2, expand=2)
+    torch.manual_seed(0)
+    model = add_noise(transformers.AutoModel.from_config(config)).eval()
+    ids = torch.randint(2, 60, (1, 8), generator=torch.Generator().manual_seed(0))
+    path = tmp_path / "mamba2" / "model.onnx"
+    path.parent.mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(LastHiddenState(model), (ids, torch.ones_like(ids)), str(path), input_names=["ids", "mask"],
+                          output_names=["out"], opset_version=17, dynamo=False)
+    assert not any(i.name.endswith(("A_log", "conv1d.weight")) for i in onnx.load(str(path)).graph.initializer)
+    mixer = model.layers[0].mixer
+    channels, _, kernel = mixer.conv1d.weight.shape
+    truth = 4 * (channels * kernel + mixer.num_heads * mixer.head_dim * mixer.ssm_state_size)
+    report = mhainspect.inspect(str(path), context=100)
+    assert sorted(i for m in report.model.mixers for i in m.layers) == [0, 1]
+    assert {m.state_bytes_per_layer for m in report.model.mixers} == {truth}
+    kv = report.model.kv_cache
+    assert kv is not None and kv.state_bytes_per_sequence == 2 * truth

@@ -84,9 +84,11 @@ def _plans(config: Mapping[str, Any] | None, names: Sequence[str]) -> dict[str, 
 
 
 def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, WeightMeta],
-                    blocks: Sequence[AttentionBlock], misses: Sequence[Miss]
+                    blocks: Sequence[AttentionBlock], misses: Sequence[Miss],
+                    recurrent: Mapping[str, tuple[int, str]] | None = None
                     ) -> tuple[list[AttentionBlock], list[Miss], tuple[MixerLayers, ...]]:
-    """The blocks and near misses that are softmax attention, and the non-attention mixers by kind."""
+    """The blocks and near misses that are softmax attention, and the non-attention mixers by kind
+    (``recurrent``: per mixer module, its recurrent state's elements where a graph shows them)."""
     # A module the config says runs once over its input (an encoder) keeps no state between steps.
     evidence = {m: found for m, found in mixer_modules(weights).items()
                 if config is None or config_causal(config, m)[0] is not False}
@@ -115,12 +117,13 @@ def classify_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, Weig
     for plan in {id(p): p for _, p in plans.values() if p is not None}.values():
         out.extend(_plan_mixers(plan))
     out.extend(_weight_mixers({m: found for m, found in evidence.items()
-                               if plans.get(m, ("", None))[1] is None}, weights))
+                               if plans.get(m, ("", None))[1] is None}, weights, recurrent or {}))
     out.sort(key=lambda m: (m.layers[0] if m.layers else 0, m.kind.value))
     return kept_blocks, kept_misses, tuple(out)
 
 
-def _weight_mixers(evidence: Mapping[str, Sequence[str]], weights: Mapping[str, WeightMeta]) -> list[MixerLayers]:
+def _weight_mixers(evidence: Mapping[str, Sequence[str]], weights: Mapping[str, WeightMeta],
+                   recurrent: Mapping[str, tuple[int, str]]) -> list[MixerLayers]:
     """Layers no plan covers: by the weights only such a mixer has, per stack, kind and state (sized
     from the weights' shapes where they determine it, ``weight_state``)."""
     modules = sorted(weights) if any(_stand_in(weights, m, f) is None and not _decays(f) for m, f in evidence.items()) \
@@ -130,12 +133,14 @@ def _weight_mixers(evidence: Mapping[str, Sequence[str]], weights: Mapping[str, 
         i = layer_index(module)
         if i is None:
             continue
-        state = weight_state(module, found, weights, modules)
+        state = weight_state(module, found, weights, modules, recurrent.get(module))
         # one entry for the layers of a stack alike: the text names layer N's tensors
         state = state.replace(f"{_stack(module)}.{i}.", f"{_stack(module)}.N.") if isinstance(state, str) else \
             dataclasses.replace(state, said=state.said.replace(f"{_stack(module)}.{i}.", f"{_stack(module)}.N."))
         kind = _kind_by_weights(found)
-        if kind is MixerKind.CONVOLUTION and not (isinstance(state, StateWidths) and state.recurrent == 0):
+        if kind is MixerKind.CONVOLUTION and isinstance(state, StateWidths) and state.recurrent:
+            kind = MixerKind.STATE_SPACE  # a recurrent state the graph shows beside the convolution
+        elif kind is MixerKind.CONVOLUTION and not isinstance(state, StateWidths):
             kind = MixerKind.UNKNOWN  # a convolution beside a state the weights do not show: not known here
         layers, names = groups.setdefault((_stack(module), kind, state), ([], set()))
         layers.append(i)
@@ -188,7 +193,7 @@ def _stand_in(weights: Mapping[str, WeightMeta], module: str, found: Sequence[st
 
 
 def weight_state(module: str, found: Sequence[str], weights: Mapping[str, WeightMeta],
-                 names: Sequence[str]) -> StateWidths | str:
+                 names: Sequence[str], recurrent: tuple[int, str] | None = None) -> StateWidths | str:
     """The state one layer of the mixer ``module`` keeps per sequence, from its weights' shapes where
     they determine it, as transformers' cache holds it; else why not (the text says what is known).
 
@@ -197,8 +202,9 @@ def weight_state(module: str, found: Sequence[str], weights: Mapping[str, Weight
       a decay per head (h elements) beside separate query and value convolutions (KDA's q_conv1d /
       v_conv1d: h × d_k and h × d_v channels) -> h × d_k × d_v; no decay, time-step bias or slope
       and no parameter but the convolution and matrices (LFM2's short convolution: conv, in_proj,
-      out_proj; ``names``: every weight name, sorted) -> none. A decay per head alone (Mamba-2,
-      Gated DeltaNet) leaves the head size and state size to a config."""
+      out_proj; ``names``: every weight name, sorted) -> none; else ``recurrent``, what a graph's
+      dataflow shows (``onnx.scan``). A decay per head alone (Mamba-2, Gated DeltaNet) leaves the
+      head size and state size to a config or the graph."""
     convs = [(leaf, weights[_conv_key(module, leaf)]) for leaf in found
              if leaf not in STATE_WEIGHTS and _conv_key(module, leaf) in weights]
     conv = sum(m.shape[0] * m.shape[2] for _, m in convs)
@@ -208,6 +214,8 @@ def weight_state(module: str, found: Sequence[str], weights: Mapping[str, Weight
     if decay is not None and len(shape) == 2:
         return StateWidths(conv, shape[0] * shape[1], True, f"from the weights: conv {conv_said}; state "
                                                             f"{decay.name} {list(decay.shape)} -> {shape[0]} × {shape[1]}")
+    if recurrent is not None:
+        return StateWidths(conv, recurrent[0], True, f"from the weights: conv {conv_said}; {recurrent[1]}")
     by_side = {leaf.split("_")[0]: m.shape[0] for leaf, m in convs if "_" in leaf}
     if decay is not None and len(shape) == 1 and {"q", "v"} <= by_side.keys():
         heads, q, v = shape[0], by_side["q"], by_side["v"]
@@ -249,12 +257,13 @@ def _other_parameters(module: str, names: Sequence[str], convs: set[str], weight
     return out
 
 
-def graph_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, WeightMeta]) -> tuple[MixerLayers, ...]:
+def graph_mixers(config: Mapping[str, Any] | None, weights: Mapping[str, WeightMeta],
+                 recurrent: Mapping[str, tuple[int, str]] | None = None) -> tuple[MixerLayers, ...]:
     """The non-attention mixers of a graph (an ONNX export), whose blocks are the softmax attention the
     matchers found: by the weights only such a mixer has and, where the exporter's names do not tell
     (folded or renamed parameters), by the layer plan of a config beside the file. Its blocks stay
     as they are: a graph's block is softmax attention, whatever the layer's type."""
-    _, _, found = classify_mixers(config, weights, [], [])
+    _, _, found = classify_mixers(config, weights, [], [], recurrent)
     if found or config is None:
         return found
     _, c = sub_config(config, "model.layers.0")

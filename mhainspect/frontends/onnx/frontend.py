@@ -134,35 +134,48 @@ def _module_of(n: Node) -> str:
     return n.scope or ".".join(part for part in n.name.strip("/").split("/")[:-1])
 
 
-def _stand_ins(graph: ModelGraph) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Tensors of a recurrent or convolution mixer the exporter kept under names of its own, under the
-    names a checkpoint gives them (module path + ``conv1d.weight`` / ``A_log``) -> (the file's name,
-    shape), so the checkpoint's rules read them:
-
-    - the graph's short causal depthwise convolutions: a Conv node whose weight [C, 1, k]
-      (1 < k <= MAX_CONV_KERNEL) runs per channel (group = C) with k - 1 inputs of padding before
-      the first. That is a recurrent or convolution mixer's (Mamba, Gated DeltaNet, LFM2: it keeps its
-      last inputs per sequence), whatever the exporter left of its parameters' names; a convolution
-      padded on both sides by half its kernel (ConvBERT, a Conformer) is not causal;
-    - in the module of such a convolution, a stored tensor the graph exponentiates (through a cast or
-      a negation): the state decay A of exp(Δ·A) (Mamba's ``-exp(A_log)``, folded to a constant)."""
-    out: dict[str, tuple[str, tuple[int, ...]]] = {}
-    modules: set[str] = set()
+def _causal_convs(graph: ModelGraph) -> list[tuple[Node, str, str]]:
+    """The graph's short causal depthwise convolutions as (node, the key a checkpoint names its weight
+    by, the mixer's module): a Conv node whose weight [C, 1, k] (1 < k <= MAX_CONV_KERNEL) runs per
+    channel (group = C) with k - 1 inputs of padding before the first. That is a recurrent or
+    convolution mixer's (Mamba, Gated DeltaNet, LFM2: it keeps its last inputs per sequence), whatever
+    the exporter left of its parameters' names; a convolution padded on both sides by half its
+    kernel (ConvBERT, a Conformer) is not causal. A named weight is its own key
+    (``model.layers.0.mamba.conv1d.weight``); an anonymous one's is made from the node's module."""
+    out = []
     for n in graph.nodes:
-        if n.op != "Conv" or len(n.inputs) < 2 or (w := graph.weights.get(n.inputs[1])) is None \
-                or w.name.endswith(MIXER_ENDINGS):  # a named one is read by its name
+        if n.op != "Conv" or len(n.inputs) < 2 or (w := graph.weights.get(n.inputs[1])) is None:
             continue
         shape = w.shape
         pads = n.attrs.ints("pads")
         if len(shape) != 3 or shape[1] != 1 or not 1 < shape[2] <= MAX_CONV_KERNEL or n.attrs.int("group") != shape[0] \
                 or not pads or pads[0] != shape[2] - 1:
             continue
+        if w.name.endswith(MIXER_ENDINGS):  # a named one is read by its name
+            out.append((n, w.name, w.name.rpartition(".")[0].rpartition(".")[0]))
+            continue
         module = _module_of(n)
         if module:  # the convolution's module (node /m/layers.0/mamba/conv1d/Conv), else one in the mixer's
             last = module.rpartition(".")[2]
             named = last in ("conv", "conv1d", "conv_1d") or last.endswith(("_conv", "_conv1d"))
-            out[f"{module}.weight" if named else f"{module}.conv1d.weight"] = (w.name, shape)
-            modules.add(module.rpartition(".")[0] if named else module)
+            out.append((n, f"{module}.weight" if named else f"{module}.conv1d.weight",
+                        module.rpartition(".")[0] if named else module))
+    return out
+
+
+def _stand_ins(graph: ModelGraph, convs: Sequence[tuple[Node, str, str]]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Tensors of a recurrent or convolution mixer the exporter kept under names of its own, under the
+    names a checkpoint gives them (module path + ``conv1d.weight`` / ``A_log``) -> (the file's name,
+    shape), so the checkpoint's rules read them: the weights of the causal convolutions
+    (``_causal_convs``), and, in the module of such a convolution, a stored tensor the graph
+    exponentiates (through a cast or a negation): the state decay A of exp(Δ·A) (Mamba's
+    ``-exp(A_log)``, folded to a constant)."""
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for n, key, _ in convs:
+        if key not in graph.weights:
+            w = graph.weights[n.inputs[1]]
+            out[key] = (w.name, w.shape)
+    modules = {module for _, _, module in convs}
     if not modules:
         return out
     for n in graph.nodes:
@@ -182,26 +195,38 @@ def _stand_ins(graph: ModelGraph) -> dict[str, tuple[str, tuple[int, ...]]]:
     return out
 
 
-def _mixers(graph: ModelGraph, config: Mapping[str, Any] | None) -> tuple[MixerLayers, ...]:
+def _mixers(index: GraphIndex, config: Mapping[str, Any] | None) -> tuple[MixerLayers, ...]:
     """Layers of a recurrent or convolution mixer (``checkpoint.mixers.graph_mixers``): looked for
     only where a weight's name, a causal convolution, a state tensor of the graph or the config can
-    tell, so a plain graph imports nothing more."""
-    stand_ins = _stand_ins(graph)
+    tell, so a plain graph imports nothing more. A scan's or delta rule's recurrent state the
+    weights do not size is read from what the graph does with its convolution's output
+    (``scan.scan_state``)."""
+    graph = index.graph
+    convs = _causal_convs(graph)
+    stand_ins = _stand_ins(graph, convs)
     states = state_tensors(graph)
-    if config is None and not stand_ins and not states and not any(n.endswith(MIXER_ENDINGS) for n in graph.weights):
+    if config is None and not convs and not states and not any(n.endswith(MIXER_ENDINGS) for n in graph.weights):
         return ()
     from mhainspect.frontends.checkpoint.mixers import graph_mixers
+    from mhainspect.frontends.onnx.scan import scan_state
     from mhainspect.ir.weights import WeightMeta
 
     weights = {n: WeightMeta(n, t.shape, t.dtype, t.storage_key) for n, t in graph.weights.items()}
     weights.update({key: WeightMeta(name, shape, "float32", name) for key, (name, shape) in stand_ins.items()
                     if key not in weights})
-    found = graph_mixers(config, weights)
+    recurrent: dict[str, tuple[int, str]] = {}
+    for node, _, module in convs:
+        decay = weights.get(f"{module}.A_log")
+        heads = [d for d in decay.shape if d != 1] if decay is not None else []
+        found = scan_state(index, node.outputs[0], heads[0] if len(heads) == 1 else None)
+        if found is not None:
+            recurrent[module] = found
+    found_mixers = graph_mixers(config, weights, recurrent)
     if not states:
-        return found
+        return found_mixers
     from mhainspect.frontends.onnx.states import with_graph_states
 
-    return with_graph_states(found, states)
+    return with_graph_states(found_mixers, states)
 
 
 def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
@@ -224,7 +249,7 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
             *graph.warnings, folded_note(graph, {n: graph.folded[n] for n in stored.copies})))
     parameters = stored.parameters
     size = graph_size_inputs(index, blocks, stored, config, config_label)
-    mixers = _mixers(graph, config)
+    mixers = _mixers(index, config)
     if mixers:  # layers whose state is no K/V: listed, so no KV figure stands for the whole memory
         from mhainspect.frontends.checkpoint.mixers import with_mixers
 
