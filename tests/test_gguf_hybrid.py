@@ -170,13 +170,14 @@ def test_lfm2_like_short_convolutions(tmp_path: Path) -> None:
     conv = [lambda i: [T(f"blk.{i}.shortconv.conv.weight", (E, 3)), T(f"blk.{i}.shortconv.in_proj.weight", (3 * E, E)),
                        T(f"blk.{i}.shortconv.out_proj.weight", (E, E))]][0]
     tensors = [t for i in range(3) for t in _ffn(i) + (_attention(i, 4, 2, 16) if i == 1 else conv(i))]
-    report = _audit(tmp_path / "lfm2.gguf", "lfm2", {
-        "{arch}.block_count": 3, "{arch}.attention.head_count": 4, "{arch}.attention.head_count_kv": [0, 2, 0],
-        "{arch}.shortconv.l_cache": 3}, tensors)
-    assert [b.name for b in report.blocks] == ["blk.1.attn"]
-    assert _layers(report) == {MixerKind.CONVOLUTION: (0, 2)}
-    kv = report.model.kv_cache
-    assert kv is not None and kv.bytes_per_token == 128 and kv.state_bytes_per_sequence == 1024
+    for meta in ({"{arch}.shortconv.l_cache": 3}, {}):  # without the key: the convolution's [64, 3]
+        report = _audit(tmp_path / f"lfm2{len(meta)}.gguf", "lfm2", {
+            "{arch}.block_count": 3, "{arch}.attention.head_count": 4, "{arch}.attention.head_count_kv": [0, 2, 0],
+            **meta}, tensors)
+        assert [b.name for b in report.blocks] == ["blk.1.attn"]
+        assert _layers(report) == {MixerKind.CONVOLUTION: (0, 2)}
+        kv = report.model.kv_cache
+        assert kv is not None and kv.bytes_per_token == 128 and kv.state_bytes_per_sequence == 1024
 
 
 def test_a_layer_of_an_unknown_mixer_makes_a_lower_bound(tmp_path: Path) -> None:

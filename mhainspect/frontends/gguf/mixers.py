@@ -141,11 +141,18 @@ def _kda_state(ns: Namespace, shapes: Shapes, convs: Sequence[tuple[str, int, in
 
 
 def _shortconv_state(ns: Namespace, shapes: Shapes) -> StateWidths | str:
-    """llama.cpp (LFM2): conv state embedding_length × (l_cache - 1), no recurrent state."""
+    """llama.cpp (LFM2): conv state embedding_length × (l_cache - 1), no recurrent state; without the
+    keys, the convolution's shape [channels, l_cache]."""
     cache, embd = ns.key("shortconv.l_cache"), ns.key("embedding_length")
     c, e = cache.at(None), embd.at(None)
     if c is None or e is None:
-        return _missing([(cache.name, c), (embd.name, e)])
+        conv = shapes.get("shortconv.conv.weight")
+        dims = [d for d in conv if d != 1] if conv is not None else []
+        if len(dims) != 2:
+            return _missing([(cache.name, c), (embd.name, e)])
+        return StateWidths(dims[0] * max(dims[1] - 1, 0), 0, False,
+                           f"{_missing([(cache.name, c), (embd.name, e)])}; from the tensor shapes: conv "
+                           f"shortconv.conv.weight {dims[0]} channels × (l_cache {dims[1]} - 1)")
     return StateWidths(selective_state(e, 0, 0, max(c - 1, 0))[0], 0, False,
                        f"llama.cpp: conv {embd.describe(None)} × (l_cache {c} - 1, GGUF {cache.name})")
 
