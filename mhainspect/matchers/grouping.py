@@ -590,23 +590,22 @@ def _with_leftovers(weights: Mapping[str, WeightMeta], blocks: tuple[GroupedBloc
             claimed_names[i].add(b.learned_query.name)
         if b.indexer is not None:
             claimed_modules[i].add(b.indexer.module)
-    nearest: dict[str, int | None] = {}  # scope -> the block whose owner is the nearest module above it
-
-    def owner_of(scope: str) -> int | None:
-        if scope not in nearest:
-            path = scope
-            while path and path not in by_owner:
-                path = path.rpartition(".")[0]
-            nearest[scope] = by_owner.get(path) if path else None
-        return nearest[scope]
-
+    # The nearest owner above a tensor: its name's longest prefix that is an owner's path (a few
+    # distinct path lengths: a slice and a lookup each, whatever the model's tensor count).
+    lengths = sorted({len(o) for o in by_owner}, reverse=True)
     others: dict[int, list[WeightMeta]] = {}
+    owner_at = by_owner.get
     for name, meta in weights.items():
-        scope = _scope_leaf(name)[0]
-        at = owner_of(scope)
-        if at is None or not meta.is_parameter:
+        path = name if "/" not in name and ":" not in name else ".".join(_split(name))  # TensorFlow-style names
+        for n in lengths:
+            if len(path) > n and path[n] == "." and (at := owner_at(path[:n])) is not None:
+                break
+        else:
+            continue
+        if not meta.is_parameter:
             continue
         i = at
+        scope = path.rpartition(".")[0]
         if name in claimed_names[i] or _under(scope, claimed_modules[i]):
             continue
         others.setdefault(i, []).append(meta)
