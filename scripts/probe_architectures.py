@@ -171,7 +171,7 @@ def _attention_class(mod: Any) -> bool:
     name = type(mod).__name__
     return bool(re.search(r"attention|attn", name, re.I)) and not re.search(
         r"layer$|block$|Layer[A-Z]|DecoderLayer|EncoderLayer|Rotary|Embedding|Norm$|Mask|Output$|Pool|Intermediate|"
-        r"Merger$|Residual$", name, re.I)
+        r"Merger$|Residual$|MLP$", name, re.I)
 
 
 def _linear_params(mod: Any) -> int:
@@ -296,9 +296,9 @@ def _pair(scope: str, blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
     # Keys renamed on saving (a model's original checkpoint names: ``text_encoder.transformer.resblocks``
     # for ``text_model.encoder.layers``): the same layer numbers in the same tower, the first the
     # earlier modules of that layer left, in the report's order.
-    same = [b for b in blocks if _digits(b["name"]) == _digits(scope)]
-    tower = _words(scope.split(".")[0])
-    kin = [b for b in same if _digits(scope) and tower & _words(b["name"].split(".")[0])]
+    tower, digits = _words(scope.split(".")[0]), _digits(scope)
+    kin = [b for b in blocks if digits and _digits(b["name"])[-len(digits):] == digits
+           and tower & _words(b["name"].split(".")[0])]
     return kin[0] if kin else None
 
 
@@ -368,7 +368,8 @@ def judge(model_type: str, truth: list[Truth], report: dict[str, Any]) -> Row:
         if b is None:
             # a near miss names its module as its anchor (misses[].anchor)
             miss = next((m for m in misses if (a := m.get("anchor") or m.get("scope") or "") and (
-                a == t.scope or a.startswith(t.scope + ".") or t.scope.startswith(a + "."))), None)
+                a == t.scope or a.startswith(t.scope + ".") or t.scope.startswith(a + ".")
+                or a.endswith("." + t.scope))), None)
             layer = int(_digits(t.scope)[0]) if _digits(t.scope) else None
             mixer = next((m for m in mixers if layer in m.get("layers", ())), None)
             if mixer is not None:

@@ -215,3 +215,21 @@ def test_attention_experts_are_a_near_miss_that_caches(tmp_path: Path) -> None:
     assert "experts.input_linear [8, 256, 64], experts.output_linear [8, 64, 256] are stacked per expert" in miss.reason
     kv = report.model.kv_cache
     assert kv is not None and kv.status.value == "unknown"
+
+
+def test_k_and_v_from_another_width_than_q_are_cross_attention(tmp_path: Path) -> None:
+    """NeMo's transformer decoder (Cohere-ASR, Canary): ``first_sub_layer`` and ``second_sub_layer``,
+    names that say no kind. The second's K and V read the encoder's 96-wide output, Q the decoder's
+    64: cross-attention, cached per encoder token; the first reads one width: self."""
+    layer = "transf_decoder._decoder.layers.0"
+    shapes = {f"{layer}.first_sub_layer.{n}.weight": s
+              for n, s in (("query_net", (64, 64)), ("key_net", (64, 64)), ("value_net", (64, 64)),
+                           ("out_projection", (64, 64)))}
+    shapes.update({f"{layer}.second_sub_layer.{n}.weight": s
+                   for n, s in (("query_net", (64, 64)), ("key_net", (64, 96)), ("value_net", (64, 96)),
+                                ("out_projection", (64, 64)))})
+    report = _folder(tmp_path, {"num_attention_heads": 4, "hidden_size": 64, "is_encoder_decoder": True}, shapes)
+    kinds = {b.name.rpartition(".")[2]: b.kind.value for b in report.blocks}
+    assert kinds == {"first_sub_layer": "self", "second_sub_layer": "cross"}
+    (cross,) = [b for b in report.blocks if b.kind.value == "cross"]
+    assert any(e.field == "kind" and "from width 96, Q from width 64" in e.detail for e in cross.evidence)

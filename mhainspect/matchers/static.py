@@ -41,7 +41,8 @@ from mhainspect.results import (
     Projection,
 )
 
-__all__ = ["ROOT_NAME", "HeadOffers", "assemble", "blocks_from_weights", "near_misses"]
+__all__ = ["KV_WIDTH_KIND", "ROOT_NAME", "HeadOffers", "assemble", "blocks_from_weights", "by_widths_only",
+           "near_misses"]
 
 ROOT_NAME = "(root)"  # a checkpoint whose attention weights sit at the top level (no module prefix)
 NO_CONFIG_REASON = ("checkpoint without config.json: weight shapes give d_model and the projection widths, "
@@ -122,8 +123,12 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
     evidence.extend(gate_evidence)
     others = _unclaimed(group, projections, gate_module)
     evidence.extend(_other_evidence(others))
+    other = None if group.cross or group.kv_from is not None else _other_source(group, widths)
+    if other is not None:
+        evidence.append(other)
     return AttentionBlock(
-        name=group.name, matcher=matcher, kind=BlockKind.CROSS if group.cross else BlockKind.SELF,
+        name=group.name, matcher=matcher,
+        kind=BlockKind.CROSS if group.cross or other is not None else BlockKind.SELF,
         num_heads=decision.num_heads, num_kv_heads=decision.num_kv_heads, d_model=decision.d_model,
         d_k=decision.d_k, d_v=decision.d_v,
         params=ParamBreakdown.from_projections(
@@ -196,6 +201,28 @@ def _alternative(offer: HeadOffers, d_model: int | None, attention: int | None, 
     if len({(a.num_heads, a.num_kv_heads, a.head_dim, a.v_head_dim) for a in top}) > 1:
         return None
     return top[0]
+
+
+def _other_source(group: GroupedBlock, widths: Mapping[str, tuple[int | None, int | None]]) -> Evidence | None:
+    """The kind of a block whose name does not say it: K and V projected from a width Q is not
+    (NeMo's transformer decoder's ``second_sub_layer`` reads the encoder's output) read a source
+    of their own, as a graph would show: cross. Q, K and V each a projection of its own."""
+    q, k, v = (widths.get(r, (None, None))[0] for r in ("q", "k", "v"))
+    if group.latent is not None or q is None or k is None or v is None or k != v or k == q:
+        return None
+    return Evidence("kind", None, EvidenceSource.WEIGHT_SHAPE,
+                    f"{KV_WIDTH_KIND} {k}, Q from width {q}: a source of their own (cross)")
+
+
+# How the evidence of a kind read from the widths begins: a source that records the call (a Keras
+# config) says the same with its own words, and its evidence replaces this one (``by_widths_only``).
+KV_WIDTH_KIND = "K and V are projected from width"
+
+
+def by_widths_only(block: AttentionBlock) -> bool:
+    """Whether a block is cross-attention only because its K/V read another width than Q."""
+    kinds = [e for e in block.evidence if e.field == "kind"]
+    return len(kinds) == 1 and kinds[0].source is EvidenceSource.WEIGHT_SHAPE and kinds[0].detail.startswith(KV_WIDTH_KIND)
 
 
 def _block_evidence(group: GroupedBlock) -> list[Evidence]:

@@ -19,7 +19,7 @@ from mhainspect.frontends.kinds import KERAS_WEIGHTS
 from mhainspect.frontends.zips import ZIP_MAGIC, is_zip
 from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, count_weights, parameter_keys
 from mhainspect.matchers.grouping import group_attention
-from mhainspect.matchers.static import blocks_from_weights
+from mhainspect.matchers.static import blocks_from_weights, by_widths_only
 from mhainspect.results import AttentionBlock, BlockKind, Evidence, EvidenceSource, ModelFacts
 from mhainspect.results.stages import SourceResult
 
@@ -69,10 +69,15 @@ def model_result(model: KerasModel, path: str, stated: HeadOffers | None = None)
 def _called_kind(block: AttentionBlock, claim: LayerClaim | None, label: str) -> AttentionBlock:
     """A block whose layer the model calls with a value other than its query is cross-attention
     (the config's record of the call; the weights cannot tell)."""
-    if claim is None or not claim.cross or block.kind is not BlockKind.SELF:
+    if claim is None or not claim.cross:
+        return block
+    evidence = block.evidence
+    if block.kind is BlockKind.CROSS and by_widths_only(block):  # the call says it, not only the widths
+        evidence = tuple(e for e in evidence if e.field != "kind")
+    elif block.kind is not BlockKind.SELF:
         return block
     said = Evidence("kind", None, EvidenceSource.CONFIG, f"{label}: {claim.class_name} '{claim.name}' {claim.cross}")
-    return dataclasses.replace(block, kind=BlockKind.CROSS, evidence=(*block.evidence, said))
+    return dataclasses.replace(block, kind=BlockKind.CROSS, evidence=(*evidence, said))
 
 
 def with_kernel_layouts(weights: Mapping[str, WeightMeta], offers_for: Callable[[str], list[HeadOffers]]
