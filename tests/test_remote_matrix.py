@@ -269,6 +269,7 @@ def s3_at(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Script], Script
         monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": f"http://127.0.0.1:{server.port}",
                                                        "key": "testing", "secret": "testing"})
         store._LISTINGS.clear()
+        store.counters.requests = store.counters.bytes = 0
         return server
 
     yield start
@@ -337,3 +338,58 @@ def test_an_s3_redirect_to_another_host_carries_no_signature(s3_at: Callable[[Sc
                 assert "\n" not in str(exc)
         assert other.log.requests >= 1  # the read was redirected there
         assert [auth for _p, auth in other.log.auth] == [None] * other.log.requests
+
+
+def _s3_object(data: bytes, answer: Callable[[bytes, Mapping[str, str]], Answer]) -> Script:
+    """An S3 endpoint holding big/m.safetensors (``data``), whose GetObject answers are ``answer``."""
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        if "list-type" in path:
+            entry = (b"<Contents><Key>big/m.safetensors</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified>"
+                     b"<ETag>&quot;x&quot;</ETag><Size>" + str(len(data)).encode() +
+                     b"</Size><StorageClass>STANDARD</StorageClass></Contents><IsTruncated>")
+            return Answer(200, (("Content-Type", "application/xml"),),
+                          _s3_page(range(0), None).replace(b"<IsTruncated>", entry))
+        if path.split("?")[0].endswith("/big/m.safetensors"):
+            return answer(data, headers)
+        return Answer(404, (("Content-Type", "application/xml"),), b"<Error><Code>NoSuchKey</Code></Error>")
+
+    return script
+
+
+@pytest.fixture(scope="module")
+def long_header(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A safetensors file whose header is longer than the first range (a second read, at 64 KiB)."""
+    path = tmp_path_factory.mktemp("matrix") / "long.safetensors"
+    write_safetensors(path, llama_tensors(64, 4, 2, 120))
+    data = path.read_bytes()
+    assert 8 + int.from_bytes(data[:8], "little") > FIRST
+    return data
+
+
+@pytest.mark.parametrize("how", ["200 whole object, endless", "200 whole object, a later range", "206 elsewhere",
+                                 "206 endless past its Content-Range"])
+def test_an_s3_read_takes_only_its_range(s3_at: Callable[[Script], ScriptedServer], data: bytes, long_header: bytes,
+                                         how: str) -> None:
+    """s3fs's cat_file reads whatever body comes: a store that ignores Range would be downloaded
+    whole. Each read takes the range's length at most."""
+    from mhainspect.sources.transports import store
+
+    answers: dict[str, tuple[bytes, Callable[[bytes, Mapping[str, str]], Answer], str | None, int]] = {
+        "200 whole object, endless": (data, lambda d, h: Answer(200, (), d, endless=True), None, FIRST),
+        "200 whole object, a later range": (long_header, lambda d, h: Answer(200, (), d, endless=True),
+                                            "the store ignores Range requests", FIRST),
+        "206 elsewhere": (data, _shifted, "for a request starting at 0", 0),
+        "206 endless past its Content-Range": (data, lambda d, h: Answer(206, ranged(d, h).headers, ranged(d, h).body,
+                                                                         endless=True), None, FIRST),
+    }
+    content, answer, words, most = answers[how]
+    s3_at(_s3_object(content, answer))
+    start = time.monotonic()
+    with model_deadline(20):
+        if words is None:
+            assert audit("s3://models/big/m.safetensors").blocks
+        else:
+            with pytest.raises(InputError, match=words):
+                audit("s3://models/big/m.safetensors")
+    assert time.monotonic() - start < 10
+    assert store.counters.bytes <= most, store.counters.bytes
