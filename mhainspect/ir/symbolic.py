@@ -7,7 +7,6 @@ sequence stay symbols while head counts and head sizes come out as integers.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -1022,7 +1021,7 @@ def _h_skip_norm(ev: ShapeEvaluator, node: Node) -> None:
 def _h_qlinear_conv(ev: ShapeEvaluator, node: Node) -> None:
     """QLinearConv: a Conv of input 0 and the weight at input 3."""
     if len(node.inputs) > 3:
-        _h_conv(ev, dataclasses.replace(node, inputs=(node.inputs[0], node.inputs[3])))
+        _h_conv(ev, node._replace(inputs=(node.inputs[0], node.inputs[3])))
 
 
 def _h_expand(ev: ShapeEvaluator, node: Node) -> None:

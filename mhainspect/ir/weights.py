@@ -115,7 +115,7 @@ BUFFER_LEAVES = frozenset({
 
 def is_buffer_name(name: str) -> bool:
     """Whether a stored tensor's name ends in a leaf torch registers as a buffer (``BUFFER_LEAVES``)."""
-    return name[name.rfind(".") + 1:] in BUFFER_LEAVES
+    return name.rpartition(".")[2] in BUFFER_LEAVES  # rpartition: fewer steps than rfind + a slice
 
 
 @dataclass(frozen=True)
