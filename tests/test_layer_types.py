@@ -61,9 +61,9 @@ def test_derivations_follow_the_config_classes(model_type: str) -> None:
 
 
 def test_every_derivation_is_checked() -> None:
-    # xlstm: its config class lists no layer types (every block an mLSTM layer: test_recurrent_state_modules)
+    # xlstm, rwkv: their config classes list no layer types (every block recurrent: test_recurrent_state_modules)
     assert set(DERIVATIONS) - set(DERIVED) <= {"zamba", "mamba", "mamba2", "falcon_mamba", "lfm2_moe", "qwen3_5_text",
-                                               "qwen3_5_moe_text", "xlstm"}
+                                               "qwen3_5_moe_text", "xlstm", "rwkv"}
 
 
 def test_listed_types_and_legacy_names() -> None:
@@ -220,14 +220,17 @@ def test_a_prediction_module_is_not_read_by_the_stack_plan(tmp_path: Path) -> No
 
 
 def _module_state(model: Any, model_type: str) -> int:
-    """The fixed state transformers keeps per sequence after a forward pass, for the two recurrent
-    models whose cache the common helper cannot read: RecurrentGemma's (held by its modules: the
-    temporal blocks' conv1d_state and RG-LRU recurrent_states) and xLSTM's (its cache's rnn_state)."""
+    """The fixed state transformers keeps per sequence after a forward pass, for the recurrent models
+    whose cache the common helper cannot read: RecurrentGemma's (held by its modules: the temporal
+    blocks' conv1d_state and RG-LRU recurrent_states), xLSTM's (its cache's rnn_state) and RWKV's
+    (the output's state)."""
     ids = (torch.arange(5) % 7 + 1).unsqueeze(0)
     with torch.no_grad():
         out = model(ids, use_cache=True)
     if model_type == "xlstm":
         return sum(t.numel() * t.element_size() for layer in out.cache_params.rnn_state.values() for t in layer)
+    if model_type == "rwkv":
+        return sum(t.numel() * t.element_size() for t in out.state)
     return sum(t.numel() * t.element_size() for mod in model.modules()
                for t in (getattr(mod, "conv1d_state", None), getattr(mod, "recurrent_states", None))
                if isinstance(t, torch.Tensor))
@@ -238,13 +241,16 @@ def _module_state(model: Any, model_type: str) -> int:
                          "num_hidden_layers": 3, "vocab_size": 128, "lru_width": 64, "attention_window_size": 16,
                          "conv1d_width": 4}, MixerKind.STATE_SPACE),
     ("xlstm", {"hidden_size": 128, "embedding_dim": 128, "num_heads": 4, "num_blocks": 2, "num_hidden_layers": 2,
-               "vocab_size": 128}, MixerKind.LINEAR_ATTENTION)])
+               "vocab_size": 128}, MixerKind.LINEAR_ATTENTION),
+    ("rwkv", {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 128, "attention_hidden_size": 64,
+              "intermediate_size": 128}, MixerKind.LINEAR_ATTENTION)])
 def test_recurrent_state_modules(model_type: str, config: dict[str, Any], kind: MixerKind, tmp_path: Path) -> None:
-    """RecurrentGemma (Griffin: two RG-LRU blocks, then local attention) and xLSTM (every block an
-    mLSTM, whose q/k/v/out projections look like attention): the recurrent blocks are mixers sized as
-    transformers keeps them (RG-LRU: conv [lru_width, width - 1] + state [lru_width] float32; mLSTM: C
-    [heads, qk, v] + n [heads, qk] + m [heads]), no mLSTM block claims a K/V cache, and the local
-    attention layer caches at most its window."""
+    """RecurrentGemma (Griffin: two RG-LRU blocks, then local attention), xLSTM (every block an mLSTM,
+    whose q/k/v/out projections look like attention) and RWKV: the recurrent blocks are mixers sized
+    as transformers keeps them (RG-LRU: conv [lru_width, width - 1] + state [lru_width] float32; mLSTM:
+    C [heads, qk, v] + n [heads, qk] + m [heads]; RWKV: 2 token-shift + 3 float32 WKV vectors of
+    hidden_size), no recurrent block claims a K/V cache, and the local attention layer caches at
+    most its window."""
     if not hm.available(model_type):
         pytest.skip(f"transformers {transformers.__version__} has no {model_type}")
     torch.manual_seed(0)
@@ -255,7 +261,7 @@ def test_recurrent_state_modules(model_type: str, config: dict[str, Any], kind: 
     assert {m.kind for m in report.model.mixers} == {kind}
     kv = report.model.kv_cache
     assert kv is not None and kv.state_bytes_per_sequence == truth and not kv.lower_bound
-    if model_type == "xlstm":
+    if model_type in ("xlstm", "rwkv"):
         assert report.blocks == () and kv.bytes_per_token is None
         assert sorted(i for m in report.model.mixers for i in m.layers) == [0, 1]
     else:

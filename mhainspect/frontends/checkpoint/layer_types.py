@@ -259,6 +259,7 @@ DERIVATIONS: Mapping[str, Derivation] = {
     "deepseek_v32": _every("indexed_attention"),
     "recurrent_gemma": _recurrent_gemma,
     "xlstm": _xlstm,
+    "rwkv": _every("linear_attention"),
 }
 
 
@@ -423,6 +424,17 @@ def _mlstm(cfg: Mapping[str, Any]) -> StateWidths | None:
                        f"(hidden_size {hidden} × qk_dim_factor {qk_f} / v_dim_factor {v_f}, rounded up to 64, / heads)")
 
 
+def _rwkv4(cfg: Mapping[str, Any]) -> StateWidths | None:
+    """RWKV (v4, RwkvModel): five [hidden_size] vectors per layer: the attention's and the feed-forward's
+    last inputs (token shift, the model's dtype) and the WKV numerator, denominator and running
+    maximum (float32)."""
+    hidden = _hidden(cfg)
+    if hidden is None:
+        return None
+    return StateWidths(2 * hidden, 3 * hidden, True, f"RWKV: token shift 2 × hidden_size {hidden} + WKV state "
+                                                     f"(numerator, denominator, maximum) 3 × {hidden}")
+
+
 MIXER_STATES: Mapping[str, State] = {
     "jamba": _mamba1("mamba_expand", "mamba_d_state", "mamba_d_conv", (2, 16, 4)),
     "mamba": _mamba1("expand", "state_size", "conv_kernel", (2, 16, 4)),
@@ -444,6 +456,7 @@ MIXER_STATES: Mapping[str, State] = {
     "lfm2_moe": _short_conv,
     "recurrent_gemma": _rg_lru,
     "xlstm": _mlstm,
+    "rwkv": _rwkv4,
 }
 
 
