@@ -477,17 +477,18 @@ def test_kv_dtype_sizes_a_cache_whose_dtype_the_source_does_not_give() -> None:
 
 def test_ggml_tensors_are_parameters_in_their_blocks() -> None:
     """What the GGUF front end hands over (GGML block types by name): bytes by their blocks, weights not overhead."""
-    from mhainspect.frontends.gguf.reader import is_parameter
     from mhainspect.frontends.checkpoint.size_inputs import metas_size_inputs
-    from mhainspect.ir.weights import WeightMeta
+    from mhainspect.ir.weights import WeightMeta, count_weights
 
     metas = {"blk.0.attn_q.weight": WeightMeta("blk.0.attn_q.weight", (4096, 4096), "q4_k", "a"),
              "blk.0.attn_norm.weight": WeightMeta("blk.0.attn_norm.weight", (4096,), "float32", "b"),
              "blk.0.ffn_down.weight": WeightMeta("blk.0.ffn_down.weight", (4096, 32), "q8_0", "c")}
-    parameters = frozenset(m.storage_key for m in metas.values() if is_parameter(m.dtype))
+    parameters = frozenset(m.storage_key for m in metas.values() if m.is_parameter)
     sizes = weight_sizes(metas_size_inputs(metas, [], None, parameters).tensors, [], {})
     assert dict(sizes.by_dtype) == {"q4_k": 4096 * 4096 // 256 * 144, "float32": 4096 * 4, "q8_0": 4096 * 32 // 32 * 34}
     assert sizes.overhead == 0
+    # The one counter of weight lists counts a GGML block type by its logical elements, not its bytes.
+    assert count_weights(metas) == 4096 * 4096 + 4096 + 4096 * 32
 
 
 def test_external_data_lengths_70b_width(tmp_path: Path) -> None:

@@ -169,6 +169,13 @@ def is_float(name: str) -> bool:
     return found is not None and found.family is Family.FLOAT
 
 
+@lru_cache(maxsize=1024)
+def is_block_quantized(name: str) -> bool:
+    """A GGML block type (Q4_K, IQ2_XS, ...): scales and values in one blob, a quantized weight."""
+    found = lookup(name)
+    return found is not None and found.family is Family.QUANTIZED_BLOCK
+
+
 def is_integer(name: str) -> bool:
     found = lookup(name)
     return found is not None and found.family is Family.INTEGER

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
 
-from mhainspect.ir.dtypes import is_float
+from mhainspect.ir.dtypes import is_block_quantized, is_float
 from mhainspect.results import Evidence, EvidenceSource
 
 
@@ -84,11 +84,14 @@ class WeightMeta(NamedTuple):
 
     @property
     def is_parameter(self) -> bool:
-        """Float tensors and quantized weights; integer buffers, float tensors named as torch names
-        its buffers (``is_buffer_name``) and quantization data are not."""
+        """Float tensors and quantized weights (a checkpoint's by its quantization, a GGUF file's by
+        its GGML block type); integer buffers, float tensors named as torch names its buffers
+        (``is_buffer_name``) and quantization data are not."""
         if self.quant is not None:
             return self.quant.role is QuantRole.WEIGHT
-        return is_float(self.dtype) and not is_buffer_name(self.name)
+        if is_float(self.dtype):
+            return not is_buffer_name(self.name)
+        return is_block_quantized(self.dtype)
 
 
 # The leaf names torch modules register as buffers, not parameters: state a checkpoint saves
@@ -172,8 +175,8 @@ def count_weights(weights: Mapping[str, WeightMeta]) -> int:
     weight by the logical elements it encodes; integer buffers and quantization data are not
     parameters.
 
-    The one counter for weight lists (checkpoints, module parameters); graphs are counted by use
-    in ``mhainspect.ir.parameters.count_parameters``."""
+    The one counter for weight lists (checkpoints, Keras files, GGUF files, a quantized module's
+    parameters); graphs are counted by use in ``mhainspect.ir.parameters.count_parameters``."""
     seen: set[str] = set()
     total = 0
     for t in weights.values():

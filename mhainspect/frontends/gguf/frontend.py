@@ -21,11 +21,9 @@ from mhainspect.frontends.gguf.reader import (
     GGUFModel,
     architecture,
     context_length,
-    count_parameters,
     decoding,
     expert_claims,
     file_type_warnings,
-    is_parameter,
     latent_offers_for,
     layer_of,
     model_weights,
@@ -36,7 +34,7 @@ from mhainspect.frontends.gguf.reader import (
     swa_warnings,
     weight_meta,
 )
-from mhainspect.ir.weights import WeightMeta
+from mhainspect.ir.weights import WeightMeta, count_weights
 from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.grouping import GroupedBlock, HeadNorm, IndexerParts, LatentParts, RoleWeights, natural_key
 from mhainspect.matchers.sharing import count_shared_once
@@ -243,11 +241,11 @@ def gguf_model_result(model: GGUFModel, path: str) -> SourceResult:
     arch, _ = architecture(model.metadata)
     warnings += swa_warnings(model.metadata, arch) + file_type_warnings(model.metadata)
     positions = context_length(model.metadata, arch)
-    facts = ModelFacts(path=path, format="gguf", total_params=count_parameters(model),
+    weights = model_weights(model)
+    facts = ModelFacts(path=path, format="gguf", total_params=count_weights(weights),
                        producer=producer(model.metadata, arch), max_positions=positions,
                        max_positions_source=f"GGUF {arch}.context_length = {positions:,}" if positions else "")
-    weights = model_weights(model)
-    experts = weight_experts(weights, frozenset(m.storage_key for m in weights.values() if is_parameter(m.dtype)),
+    experts = weight_experts(weights, frozenset(m.storage_key for m in weights.values() if m.is_parameter),
                              expert_claims(model.metadata, arch))
     return SourceResult(tuple(blocks), tuple(misses), facts, tuple(warnings),
                         size_inputs(model, blocks, decodings, mixers), experts)
@@ -259,7 +257,7 @@ def size_inputs(model: GGUFModel, blocks: list[AttentionBlock], decodings: Mappi
     block-quantized tensors are parameters), each block's tensors, and the metadata's decoding facts
     with llama.cpp's default cache type."""
     weights = model_weights(model)
-    parameters = frozenset(m.storage_key for m in weights.values() if is_parameter(m.dtype))
+    parameters = frozenset(m.storage_key for m in weights.values() if m.is_parameter)
     decoding = tuple(BlockDecoding(b.name, d.caches, d.reason, KV_CACHE_DTYPE, KV_CACHE_DTYPE_SOURCE, d.window,
                                    d.window_source, "gguf", indexer_width=b.indexer.d_k if b.indexer else 0,
                                    indexer_source=f"the indexer's key projection under {b.indexer.module}"

@@ -34,7 +34,7 @@ from mhainspect.errors import InputError, read_error
 from mhainspect.frontends.gguf.kv_layers import kv_from_start, reused_kv_reason
 from mhainspect.frontends.gguf.split import split_name
 from mhainspect.frontends.gguf.swa import SwaLayout, disabled_note, swa_layout, unknown_pattern_warning
-from mhainspect.ir.dtypes import Family, ggml_name, lookup
+from mhainspect.ir.dtypes import ggml_name, lookup
 from mhainspect.ir.limits import MAX_DIM, MAX_SHARD_FILES, bounded_numel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 from mhainspect.matchers.experts import ExpertClaims
@@ -729,18 +729,6 @@ def file_type_warnings(metadata: Mapping[str, MetaValue]) -> list[str]:
     kind = metadata.get("general.type")
     said = NOT_A_MODEL.get(kind) if isinstance(kind, str) else None
     return [f"GGUF general.type = {kind}: {said}"] if said else []
-
-
-def is_parameter(dtype: str) -> bool:
-    """Float and block-quantized tensors are parameters; integer tensors are not."""
-    found = lookup(dtype)
-    return found is not None and found.family in (Family.FLOAT, Family.QUANTIZED_BLOCK)
-
-
-def count_parameters(model: GGUFModel) -> int:
-    """Logical elements of float and block-quantized tensors (a Q4_K weight counts its elements, not
-    its bytes); integer tensors are not parameters."""
-    return sum(t.numel for _source, t in model.tensors if is_parameter(t.dtype))
 
 
 def model_weights(model: GGUFModel) -> dict[str, WeightMeta]:
