@@ -252,6 +252,11 @@ def truths(model: Any, config: Any) -> list[Truth]:
         d_k = _attr(mod, DIM_ATTRS) or _cfg_attr(cfg, ("head_dim",))
         k_proj = next((getattr(mod, n) for n in ("k_proj", "key", "k") if hasattr(getattr(mod, n, None), "weight")),
                       None)
+        q_proj = next((getattr(mod, n) for n in ("q_proj", "query", "q") if hasattr(getattr(mod, n, None), "weight")),
+                      None)
+        if heads is None and q_proj is not None and d_k and q_proj.weight.dim() == 2 and \
+                q_proj.weight.shape[0] % d_k == 0:
+            heads = q_proj.weight.shape[0] // d_k  # no head attribute (RF-DETR's decoder): Q's own width says
         if k_proj is not None and d_k and k_proj.weight.dim() == 2 and k_proj.weight.shape[0] % d_k == 0:
             kv = k_proj.weight.shape[0] // d_k  # the K projection's own width says how many K/V heads
         if getattr(mod, "kv_b_proj", None) is not None:  # latent attention: K and V up-projected per query head
