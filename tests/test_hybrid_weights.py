@@ -30,12 +30,14 @@ def _without_config(model_type: str, tmp_path: Path) -> tuple[object, hm.CacheTr
 
 @pytest.mark.parametrize(("model_type", "kind"), [("jamba", MixerKind.STATE_SPACE),
                                                   ("lfm2", MixerKind.CONVOLUTION),
-                                                  ("kimi_linear", MixerKind.STATE_SPACE)])
+                                                  ("kimi_linear", MixerKind.STATE_SPACE),
+                                                  ("minimax", MixerKind.LINEAR_ATTENTION)])
 def test_state_from_weight_shapes(model_type: str, kind: MixerKind, tmp_path: Path) -> None:
     """Jamba's Mamba (conv1d [C, 1, k] -> C × k, A_log [inner, d_state] -> inner × d_state), LFM2's
     short convolution (conv [C, 1, L] -> C × L, nothing else but matrices: no recurrent state), Kimi's
-    KDA (q/k/v convolutions, A_log per head: heads × (q channels / heads) × (v channels / heads)):
-    the whole state transformers' cache holds."""
+    KDA (q/k/v convolutions, A_log per head: heads × (q channels / heads) × (v channels / heads)),
+    MiniMax's lightning attention (slope_rate per head beside qkv_proj [3 × heads × d, hidden]: heads
+    × d², the model's dtype): the whole state transformers' cache holds."""
     report, truth = _without_config(model_type, tmp_path)
     assert report.model.mixers and {m.kind for m in report.model.mixers} == {kind}
     kv = report.model.kv_cache

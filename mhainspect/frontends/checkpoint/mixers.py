@@ -202,7 +202,8 @@ def weight_state(module: str, found: Sequence[str], weights: Mapping[str, Weight
       a decay per head (h elements) beside separate query and value convolutions (KDA's q_conv1d /
       v_conv1d: h × d_k and h × d_v channels) -> h × d_k × d_v; no decay, time-step bias or slope
       and no parameter but the convolution and matrices (LFM2's short convolution: conv, in_proj,
-      out_proj; ``names``: every weight name, sorted) -> none; else ``recurrent``, what a graph's
+      out_proj; ``names``: every weight name, sorted) -> none; lightning attention's slope rate per
+      head beside its packed q/k/v projection -> heads × head_dim²; else ``recurrent``, what a graph's
       dataflow shows (``onnx.scan``). A decay per head alone (Mamba-2, Gated DeltaNet) leaves the
       head size and state size to a config or the graph."""
     convs = [(leaf, weights[_conv_key(module, leaf)]) for leaf in found
@@ -223,6 +224,10 @@ def weight_state(module: str, found: Sequence[str], weights: Mapping[str, Weight
             return StateWidths(conv, heads * (q // heads) * (v // heads), True,
                                f"from the weights: conv {conv_said}; state {heads} heads ({decay.name} "
                                f"{list(decay.shape)}) × d_k {q // heads} × d_v {v // heads}")
+    slopes = weights.get(f"{module}.slope_rate")
+    lightning = _lightning_state(module, slopes, weights) if slopes is not None and not convs else None
+    if lightning is not None:
+        return lightning
     if not _decays(found):
         stand_in = _stand_in(weights, module, found)
         if stand_in is not None:
@@ -237,6 +242,20 @@ def weight_state(module: str, found: Sequence[str], weights: Mapping[str, Weight
     known = f"its convolution ({conv_said}) is known; " if convs else ""
     held = f"{decay.name} {list(decay.shape)} gives the heads, " if decay is not None else ""
     return f"{known}{held}no config gives the widths of its recurrent state"
+
+
+def _lightning_state(module: str, slopes: WeightMeta, weights: Mapping[str, WeightMeta]) -> StateWidths | None:
+    """Lightning attention (MiniMax): a decay rate per head (``slope_rate`` [h, 1, 1]) and its q, k and v
+    in one projection of three equal parts (``qkv_proj`` [3·h·d, hidden]): the state [h, d, d], in the
+    model's dtype as transformers keeps it."""
+    heads = [d for d in slopes.shape if d != 1]
+    packed = weights.get(f"{module}.qkv_proj.weight")
+    if len(heads) != 1 or packed is None or len(packed.shape) != 2 or packed.shape[0] % (3 * heads[0]):
+        return None
+    h, d = heads[0], packed.shape[0] // (3 * heads[0])
+    return StateWidths(0, h * d * d, False, f"from the weights: state {h} heads ({slopes.name} {list(slopes.shape)}) "
+                                            f"× head_dim {d} × {d} ({packed.name} {list(packed.shape)}: q, k and v "
+                                            f"of {h} × {d} each)")
 
 
 def _other_parameters(module: str, names: Sequence[str], convs: set[str], weights: Mapping[str, WeightMeta]) -> list[str]:
