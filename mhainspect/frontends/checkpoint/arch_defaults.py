@@ -181,6 +181,11 @@ class ConfigView(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._given) + len(self._defaults)
 
+    @property
+    def given(self) -> Mapping[str, Any]:
+        """What the config itself says (the defaults aside)."""
+        return self._given
+
     def defaulted(self, key: str) -> bool:
         """Whether ``key`` comes from the architecture's defaults (the config omits it)."""
         return key in self._defaults

@@ -43,6 +43,7 @@ the disagreement (``mhainspect.matchers.assembly``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -570,8 +571,7 @@ def _has_heads(cfg: Mapping[str, Any], comps: Sequence[frozenset[str]] = ()) -> 
     """Whether the config names query heads: its own keys, or a prefixed key the path names."""
     return _first(cfg, HEADS_KEYS + DECODER_HEADS_KEYS, None) is not None or any(
         isinstance(cfg.get(k), list) for k in HEADS_KEYS) or any(
-        k in _HEADS_GROUP for k in _prefixed(cfg, comps)) or any(
-        k in _HEADS_GROUP for k in _stage_lists(cfg))
+        k in _HEADS_SET for k in _prefixed(cfg, comps)) or any(k in _HEADS_SET for k in _stage_lists(cfg))
 
 
 def _nested(cfg: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ConfigView] | None:
@@ -619,15 +619,20 @@ def sub_config(cfg: Mapping[str, Any], block_name: str) -> tuple[str, Mapping[st
     the ``vision`` of its ``vision_cross_attn``), the most words first; else the top level; a block no
     name places, of a config without top-level heads, is the language model's. Either with its
     architecture's defaults under the values it omits (``arch_defaults``): never another tower's values."""
+    return _placed(cfg, block_name)[:2]
+
+
+def _placed(cfg: Mapping[str, Any], block_name: str) -> tuple[str, Mapping[str, Any], bool]:
+    """``sub_config``, and whether the block's path names the config (else it is the default)."""
     low = block_name.lower()
     comps = path_words(block_name)
     named = _named_configs(cfg, low, comps)
     if named:
-        return named[0][1], named[0][2]
+        return named[0][1], named[0][2], True
     top = with_defaults(cfg)
     if not _has_heads(top, comps) and (found := _nested(cfg, LANGUAGE_MODEL.keys)) is not None:
-        return found
-    return "", top
+        return (*found, False)
+    return "", top, False
 
 
 def _named_configs(cfg: Mapping[str, Any], low: str, comps: Sequence[frozenset[str]]
@@ -636,31 +641,41 @@ def _named_configs(cfg: Mapping[str, Any], low: str, comps: Sequence[frozenset[s
     found: list[tuple[tuple[int, int, int], str, ConfigView]] = []
     parts = low.split(".")
     for s in SUB_CONFIGS:
+        if not any(w in low for w in s.words):
+            continue
         at = next((i for i, c in enumerate(parts) if any(w in c for w in s.words)), None)
         if at is not None and (nested := _nested(cfg, s.keys)) is not None:
             found.append(((at, -1, 0), *_within(*nested, low)))
             break  # SUB_CONFIGS' own order decides between its entries (the Q-Former before the encoder)
     stems: list[tuple[tuple[int, int, int], str, ConfigView]] = []
-    for key, sub in cfg.items():
-        if isinstance(key, str) and key.endswith(_NESTED_SUFFIX) and isinstance(sub, Mapping):
-            words = _stem_words(key)
-            at = _named_at(comps, words)
-            if at is not None:
-                prefix, view = _within(f"{key}.", with_defaults(sub, cfg, key), low)
-                # A nested config neither with heads nor nesting the block's (MPT's ``attn_config``) is not its.
-                if _has_heads(view, comps):
-                    stems.append(((at, -len(words), 1), prefix, view))
+    facts = _facts(cfg)
+    for key, words in facts.stems:
+        at = _named_at(comps, words)
+        if at is not None:
+            prefix, view = _within(f"{key}.", with_defaults(cfg[key], cfg, key), low)
+            # A nested config neither with heads nor nesting the block's (MPT's ``attn_config``) is not its.
+            if _has_heads(view, comps):
+                stems.append(((at, -len(words), 1), prefix, view))
     stems.sort(key=lambda f: f[0])
     if len(stems) > 1 and stems[0][0] == stems[1][0]:
         stems = []  # two stems equally specific at one place: neither
     found += stems[:1]
-    for prefix, node in (("", cfg), *((f"{k}.", v) for k, v in cfg.items() if isinstance(v, Mapping))):
-        named = [(at, -words) for k, (_, _, at, words) in _prefixed(node, comps).items() if k in _HEADS_GROUP]
+    for prefix, node in (("", cfg), *((f"{k}.", v) for k, v in facts.nested)):
+        named = [(at, -words) for k, (_, _, at, words) in _prefixed(node, comps).items() if k in _HEADS_SET]
         if named:
             view = with_defaults(node, cfg, prefix[:-1]) if prefix else with_defaults(cfg)
             found.append(((*min(named), 2), prefix, view))
     found.sort(key=lambda f: f[0])
     return found
+
+
+_SCALARS = (int, float, str, list, type(None))
+
+
+def _is_mapping(v: Any) -> bool:
+    """``isinstance(v, Mapping)``, without the abstract-class check for a config's scalars (the lookup
+    runs per block over every key)."""
+    return isinstance(v, dict) or (not isinstance(v, _SCALARS) and isinstance(v, Mapping))
 
 
 def _stem_words(key: str) -> list[str]:
@@ -715,6 +730,7 @@ def _latent_widths(c: Mapping[str, Any], layer: int | None) -> dict[str, Found]:
 # more width the config describes (``HeadOffers.widths``). A key the rules read by its own name
 # (``encoder_attention_heads``, ``qk_rope_head_dim``) is not a prefixed one.
 _HEADS_GROUP = HEADS_KEYS + DECODER_HEADS_KEYS
+_HEADS_SET = frozenset(_HEADS_GROUP)
 _WIDTH_GROUP = HIDDEN_KEYS + INNER_WIDTH_KEYS
 _KEY_GROUPS = (_HEADS_GROUP, KV_HEADS_KEYS, HEAD_DIM_KEYS, V_HEAD_DIM_KEYS, _WIDTH_GROUP)
 _PLAIN_KEYS = tuple(sorted({k for g in _KEY_GROUPS for k in g}, key=len, reverse=True))
@@ -729,17 +745,75 @@ def _prefixed(c: Mapping[str, Any], comps: Sequence[frozenset[str]]) -> dict[str
     out: dict[str, tuple[str, Any, int, int]] = {}
     if not comps:
         return out
-    for key, value in c.items():
-        if not isinstance(key, str) or key in _OWN_NAME_KEYS:
-            continue
-        plain = next((k for k in _PLAIN_KEYS if key.endswith("_" + k)), None)
-        if plain is None:
-            continue
-        words = _WORDS.findall(key[:-len(plain) - 1].lower())
+    for key, plain, words in _facts(c).prefixed:
         at = _named_at(comps, words, abbreviated=True)
         if at is not None and (plain not in out or len(words) > out[plain][3]):
-            out[plain] = (key, value, at, len(words))
+            out[plain] = (key, c[key], at, len(words))
     return out
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What the lookup reads of one config's own keys, whatever the block: its prefixed keys (key, plain
+    key, prefix words), per-stage lists by plain key, nested configs (key, config) and among them the
+    ``<stem>_config`` ones (key, stem words)."""
+
+    prefixed: tuple[tuple[str, str, tuple[str, ...]], ...]
+    stages: dict[str, tuple[str, list[int]]]
+    nested: tuple[tuple[str, Mapping[str, Any]], ...]
+    stems: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+# The facts of the configs read last, by identity (the lookup runs once per block over one config;
+# each entry holds its config, so an id is not reused while it is here; a config given another key
+# since is read again).
+_FACTS: dict[int, tuple[Mapping[str, Any], int, _Facts]] = {}
+_FACTS_KEPT = 32
+
+
+def _facts(c: Mapping[str, Any]) -> _Facts:
+    own = c.given if isinstance(c, ConfigView) else c
+    hit = _FACTS.get(id(own))
+    if hit is not None and hit[0] is own and hit[1] == len(own):
+        return hit[2]
+    prefixed, stages, nested, stems = [], {}, [], []
+    for key in own:
+        if type(key) is not str:
+            continue
+        value = own[key]
+        if _is_mapping(value):
+            nested.append((key, value))
+            if key.endswith(_NESTED_SUFFIX):
+                stems.append((key, tuple(_stem_words(key))))
+            continue
+        split = _split_prefixed(key)
+        if split is not None:
+            prefixed.append((key, *split))
+        if key.endswith(_PER_STAGE) and key[:-len(_PER_STAGE)] in _PLAIN_KEYS and isinstance(value, list) \
+                and value and all(positive_int(x) for x in value):
+            stages[key[:-len(_PER_STAGE)]] = (key, value)
+    facts = _Facts(tuple(prefixed), stages, tuple(nested), tuple(stems))
+    if len(_FACTS) >= _FACTS_KEPT:
+        _FACTS.pop(next(iter(_FACTS)))
+    _FACTS[id(own)] = (own, len(own), facts)
+    return facts
+
+
+# ``<prefix>_<plain key>``, the longest plain key (the shortest prefix) first.
+_PREFIXED_KEY = re.compile(r"^(.+?)_(" + "|".join(re.escape(k) for k in _PLAIN_KEYS) + r")$")
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_prefixed(key: str) -> tuple[str, tuple[str, ...]] | None:
+    """A prefixed key's plain key and its prefix's words; None for any other key (one the rules read by
+    its own name among them)."""
+    if key in _OWN_NAME_KEYS:
+        return None
+    m = _PREFIXED_KEY.match(key)
+    if m is None:
+        return None
+    words = tuple(_WORDS.findall(m.group(1).lower()))
+    return (m.group(2), words) if words else None
 
 
 # Per-stage lists (SAM 2's Hiera: ``num_attention_heads_per_stage``, ``embed_dim_per_stage``): each
@@ -750,12 +824,7 @@ _PER_STAGE = "_per_stage"
 
 def _stage_lists(c: Mapping[str, Any]) -> dict[str, tuple[str, list[int]]]:
     """The config's ``<key>_per_stage`` lists of positive ints, by the plain key (of ``_KEY_GROUPS``)."""
-    out: dict[str, tuple[str, list[int]]] = {}
-    for key, value in c.items():
-        if isinstance(key, str) and key.endswith(_PER_STAGE) and key[:-len(_PER_STAGE)] in _PLAIN_KEYS \
-                and isinstance(value, list) and value and all(positive_int(x) for x in value):
-            out[key[:-len(_PER_STAGE)]] = (key, value)
-    return out
+    return _facts(c).stages
 
 
 def _overlaid(c: Mapping[str, Any], values: Mapping[str, tuple[str, Any]]) -> tuple[Mapping[str, Any], dict[str, str]]:
@@ -793,8 +862,7 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
     other config of the tree (the assembler takes one whose widths describe the block where the first
     does not)."""
     comps = path_words(block_name)
-    prefix, c = sub_config(cfg, block_name)
-    named = bool(_named_configs(cfg, block_name.lower(), comps))
+    prefix, c, named = _placed(cfg, block_name)
     first = _offer(prefix, c, block_name, comps, label, source)
     alternatives = [*_stage_offers(prefix, c, block_name, comps, label, source)]
     # Only a count the widths may refuse is replaced by another config's: where the config read says
@@ -812,11 +880,9 @@ def _tree(cfg: Mapping[str, Any]) -> list[tuple[str, ConfigView]]:
     """The config and the configs nested in it (two levels: a tower's ``backbone_config``), with their
     prefixes and their architectures' defaults."""
     out = [("", with_defaults(cfg))]
-    for key, sub in cfg.items():
-        if isinstance(sub, Mapping) and isinstance(key, str):
-            out.append((f"{key}.", with_defaults(sub, cfg, key)))
-            out.extend((f"{key}.{k}.", with_defaults(v, sub, k)) for k, v in sub.items()
-                       if isinstance(v, Mapping) and isinstance(k, str))
+    for key, sub in _facts(cfg).nested:
+        out.append((f"{key}.", with_defaults(sub, cfg, key)))
+        out.extend((f"{key}.{k}.", with_defaults(v, sub, k)) for k, v in _facts(sub).nested)
     return out
 
 
@@ -844,7 +910,8 @@ def _offer(prefix: str, c: Mapping[str, Any], block_name: str, comps: Sequence[f
     (each stage is an alternative)."""
     prefixed = _prefixed(c, comps)
     c, own = _overlaid(c, {k: (v[0], v[1]) for k, v in prefixed.items()})
-    if read_as is None and not own.keys() & set(_HEADS_GROUP) and any(k in _HEADS_GROUP for k in _stage_lists(c)):
+    stages = _stage_lists(c)
+    if read_as is None and stages and not own.keys() & _HEADS_SET and any(k in _HEADS_SET for k in stages):
         c, _ = _overlaid(c, {HEADS_KEYS[0]: ("", None)})  # the stages' counts, not the model's
     read_as = {**own, **(read_as or {})}
     layer = layer_number(block_name)
