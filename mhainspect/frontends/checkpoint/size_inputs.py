@@ -6,6 +6,7 @@ of a graph (matchers.cache), or a Hugging Face config. Here, beside the config r
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -317,7 +318,18 @@ def graph_size_inputs(index: GraphIndex, blocks: Sequence[AttentionBlock], scan:
     decoding.extend(_cross_decoding(b, compute[b.name], self_decoding) for b in pending_cross)
     order = {b.name: i for i, b in enumerate(blocks)}
     decoding.sort(key=lambda d: order[d.block])
-    return SizeInputs(tensors, graph_block_tensors(index, blocks), tuple(decoding))
+    return SizeInputs(tensors, graph_block_tensors(index, blocks), _with_indexer_keys(decoding, blocks))
+
+
+def _with_indexer_keys(decoding: Sequence[BlockDecoding], blocks: Sequence[AttentionBlock]) -> tuple[BlockDecoding, ...]:
+    """A caching graph block with a sparse-attention indexer (``matchers.indexer.graph_indexer``) caches
+    its key too, in the cache's dtype."""
+    indexers = {b.name: b.indexer for b in blocks if b.indexer is not None}
+    if not indexers:
+        return tuple(decoding)
+    return tuple(dataclasses.replace(d, indexer_width=found.d_k, indexer_source=f"the indexer's key behind {found.module}")
+                 if d.caches and not d.indexer_width and (found := indexers.get(d.block)) is not None else d
+                 for d in decoding)
 
 
 def _self_decoding(b: AttentionBlock, mask: tuple[bool | None, str], cfg: BlockDecoding | None,
