@@ -76,36 +76,64 @@ def _await(fs: Any, name: str, coroutine: Any) -> Any:
         raise InputError(f"{name}: the store did not answer within {left:.3g} s") from None
 
 
+async def _bounded_body(status: int | None, content_range: str, encoding: str, read: Any, start: int, end: int,
+                        name: str) -> bytes:
+    """A ranged answer's body [start, end), read no further than the range's length whatever the
+    answer holds. A 200 is the object from its first byte (used from offset 0, as over HTTP); a
+    Content-Range that starts elsewhere, or a compressed body (not the object's bytes at their
+    offsets, and never inflated), is refused."""
+    if encoding.strip().lower() not in ("", "identity"):
+        raise InputError(f"{name}: the store sent its answer compressed (Content-Encoding {ascii(encoding[:40])}) "
+                         "though asked for the bytes as stored; not read")
+    if status == 200 and start != 0:
+        raise InputError(f"{name}: the store ignores Range requests (it answered with the whole object); reading a "
+                         "header from it would mean downloading the file, which mhainspect never does")
+    if status == 206 and not content_range.startswith(f"bytes {start}-"):
+        raise InputError(f"{name}: the store sent {content_range[:60]!r} for a request starting at {start}")
+    out = bytearray()
+    while len(out) < end - start:
+        chunk = await read(end - start - len(out))
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
 async def _s3_range(fs: Any, path: str, start: int, end: int, name: str) -> bytes:
-    """Bytes [start, end) of an S3 object by one ranged GetObject, its body read only to the range's
-    length: s3fs's cat_file reads the whole body, so a store that ignores Range (200 with the whole
-    object) or sends more would be downloaded whole. A 200 is the object from its first byte (used
-    from offset 0, as over HTTP); a Content-Range that starts elsewhere is refused."""
+    """One ranged GetObject through s3fs's own call (its retries and errors), its body bounded:
+    s3fs's cat_file reads the whole body, so a store that ignores Range would be downloaded whole."""
     bucket, key, version = fs.split_path(path)
     extra = {"VersionId": version} if version else {}
     answer = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **extra)
     body = answer["Body"]
     try:
-        status = answer.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        sent = str(answer.get("ContentRange") or "")
-        if status == 200 and start != 0:
-            raise InputError(f"{name}: the store ignores Range requests (it answered with the whole object); "
-                             "reading a header from it would mean downloading the file, which mhainspect never does")
-        if status == 206 and not sent.startswith(f"bytes {start}-"):
-            raise InputError(f"{name}: the store sent {sent[:60]!r} for a request starting at {start}")
-        out = bytearray()
-        while len(out) < end - start:
-            chunk = await body.read(end - start - len(out))
-            if not chunk:
-                break
-            out += chunk
-        return bytes(out)
+        return await _bounded_body(answer.get("ResponseMetadata", {}).get("HTTPStatusCode"),
+                                   str(answer.get("ContentRange") or ""), str(answer.get("ContentEncoding") or ""),
+                                   body.read, start, end, name)
     finally:
         body.close()  # bytes left unread: the connection is dropped, not drained
 
 
+async def _gcs_range(fs: Any, path: str, start: int, end: int, name: str) -> bytes:
+    """One ranged media GET with gcsfs's session, headers and retries, its body bounded: gcsfs's
+    cat_file reads the whole body (and aiohttp inflates a compressed one)."""
+    from gcsfs.retry import retry_request, validate_response
+
+    async def attempt() -> bytes:
+        await fs._set_session()
+        headers = fs._get_headers({"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"})
+        async with fs.session.request("GET", fs.url(path), headers=headers, timeout=fs.requests_timeout) as r:
+            if r.status not in (200, 206):
+                validate_response(r.status, await r.content.read(64 * 1024), path)  # gcsfs's errors (retried)
+                raise InputError(f"{name}: the store answered HTTP {r.status}")
+            return await _bounded_body(r.status, r.headers.get("Content-Range", ""),
+                                       r.headers.get("Content-Encoding", ""), r.content.read, start, end, name)
+
+    return bytes(await retry_request(retries=6)(attempt)())
+
+
 # Ranged reads bounded to the range's length, for the backends whose cat_file reads whatever body comes.
-_RANGE_READERS = {"s3fs": _s3_range}
+_RANGE_READERS = {"s3fs": _s3_range, "gcsfs": _gcs_range}
 
 
 def _filesystem(ref: StoreRef) -> tuple[Any, str]:
