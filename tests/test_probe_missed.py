@@ -188,11 +188,12 @@ def test_an_attention_module_without_a_sampling_pair_keeps_the_general_reason(tm
 def test_rwkv_time_mixing_is_a_linear_attention_mixer(tmp_path: Path) -> None:
     """RWKV's ``attention``: key/value/receptance/output projections and the per-channel decay and
     bonus of its recurrence (``time_decay``, ``time_first``): a mixer with a fixed state, not a
-    near miss that caches K/V."""
+    near miss that caches K/V, also where no config says the model type (an RWKV config's layer plan
+    says so first: ``layer_types``)."""
     shapes = {k: v for i in range(2) for k, v in {
         f"blocks.{i}.attention.{p}.weight": (64, 64) for p in ("key", "value", "receptance", "output")}.items()}
     shapes.update({f"blocks.{i}.attention.{p}": (64,) for i in range(2) for p in ("time_decay", "time_first")})
-    report = _folder(tmp_path, {"model_type": "rwkv", "hidden_size": 64, "num_hidden_layers": 2}, shapes)
+    report = _folder(tmp_path, {"hidden_size": 64, "num_hidden_layers": 2}, shapes)
     assert not report.blocks and not report.misses
     assert [(m.kind.value, m.layers) for m in report.model.mixers] == [("linear_attention", (0, 1))]
     assert "time_decay" in report.model.mixers[0].source
@@ -233,3 +234,22 @@ def test_k_and_v_from_another_width_than_q_are_cross_attention(tmp_path: Path) -
     assert kinds == {"first_sub_layer": "self", "second_sub_layer": "cross"}
     (cross,) = [b for b in report.blocks if b.kind.value == "cross"]
     assert any(e.field == "kind" and "from width 96, Q from width 64" in e.detail for e in cross.evidence)
+
+
+def test_latent_attention_under_deepseeks_own_names(tmp_path: Path) -> None:
+    """Mistral-Large-4's checkpoint keeps DeepSeek's inference-code names for its latent attention
+    (``wq``, ``wkv_a_with_mqa``, ``kv_a_norm``, ``wkv_b``) beside an indexer whose Q up-projection is
+    ``wq_b``: one latent block with its indexer whole, as the transformers names make it."""
+    a = "layers.0.attention"
+    shapes = {f"{a}.wq.weight": (512, 64), f"{a}.wkv_a_with_mqa.weight": (576, 64), f"{a}.kv_a_norm.weight": (512,),
+              f"{a}.wkv_b.weight": (768, 512), f"{a}.o_proj.weight": (64, 512),
+              f"{a}.indexer.wq_b.weight": (4096, 64), f"{a}.indexer.wk.weight": (128, 64),
+              f"{a}.indexer.k_norm.weight": (128,), f"{a}.indexer.weights_proj.weight": (32, 64)}
+    cfg = {"model_type": "deepseek_v32", "num_attention_heads": 4, "num_key_value_heads": 4, "hidden_size": 64,
+           "kv_lora_rank": 512, "qk_nope_head_dim": 64, "qk_rope_head_dim": 64, "v_head_dim": 128,
+           "index_head_dim": 128, "index_n_heads": 32}
+    report = _folder(tmp_path, cfg, shapes)
+    (block,) = report.blocks
+    assert (block.name, block.num_heads, block.num_kv_heads, block.d_k, block.d_v) == (a, 4, 4, 128, 128)
+    assert block.params.indexer == 4096 * 64 + 128 * 64 + 128 + 32 * 64
+    assert block.params.total == sum(math.prod(s) for s in shapes.values())

@@ -90,7 +90,10 @@ class RoleWeights:
 # Module names of latent attention (DeepSeek-V2/V3's MLA, as transformers and DeepSeek's own code
 # name them): each part's role in the block (``LatentParts``).
 LATENT_MODULES = {"q_a_proj": "q_down", "q_a_layernorm": "q_norm", "q_b_proj": "q_up",
-                  "kv_a_proj_with_mqa": "kv_down", "kv_a_layernorm": "kv_norm", "kv_b_proj": "kv_up"}
+                  "kv_a_proj_with_mqa": "kv_down", "kv_a_layernorm": "kv_norm", "kv_b_proj": "kv_up",
+                  # DeepSeek's own inference code and Mistral's checkpoints (Mistral-Large-4)
+                  "wq_a": "q_down", "q_a_norm": "q_norm", "wq_b": "q_up",
+                  "wkv_a": "kv_down", "wkv_a_with_mqa": "kv_down", "kv_a_norm": "kv_norm", "wkv_b": "kv_up"}
 
 
 @dataclass(frozen=True)
@@ -285,7 +288,9 @@ def _indexers(kids_of: _Children, found: _ByModule, owners: set[str]) -> dict[st
         own = kids_of.roles.get(parent, {})
         if not ("q" in own or "qkv" in own or parent in found.mha or "kv_down" in kids_of.latent.get(parent, {})):
             continue
-        children = sorted({*kids.values(), *kids_of.others.get(path, ())}, key=natural_key)
+        # its latent-named children too (DeepSeek's ``wq_b``: the indexer's own Q up-projection)
+        children = sorted({*kids.values(), *kids_of.others.get(path, ()), *kids_of.latent.get(path, {}).values()},
+                          key=natural_key)
         key = found.role_weights("k", kids["k"])
         others = tuple(found.role_weights("q", c) for c in children
                        if c != kids["k"] and len(found.modules[c]["weight"].shape) == 2)
