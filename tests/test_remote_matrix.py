@@ -103,6 +103,9 @@ CASES: dict[str, Case] = {
         FIRST + len(NOT_FOUND)),
     # A Content-Range other than asked.
     "206 starting elsewhere": Case(_shifted, "sent bytes 10-65545 for a request starting at 0", 0),
+    "206 with fewer bytes than asked": Case(
+        lambda d, h: Answer(206, (("Content-Range", f"bytes 0-99/{len(d)}"),), d[:100]),
+        f"sent 100 of {FIRST:,} bytes", 100),
     "206 with more bytes than asked": Case(
         lambda d, h: Answer(206, (("Content-Range", f"bytes 0-{len(d) - 1}/{len(d)}"),), d),
         f"bytes for a {FIRST:,}-byte range", 0),
