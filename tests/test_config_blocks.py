@@ -66,13 +66,25 @@ def test_keys_prefixed_with_words_of_the_blocks_path(block: str, expected: tuple
         assert offer.widths == (64, 384)  # the predictor's own width is one the config describes
 
 
-def test_a_prefix_the_path_does_not_name_is_not_read() -> None:
-    """``perceiver_resampler_*`` keys are not the ``spatial_perceiver``'s: its path names only one of
-    the prefix's words (``memory_attention_*`` would otherwise be every attention's)."""
-    cfg = {"hidden_size": 64, "perceiver_resampler_num_attention_heads": 1, "memory_attention_num_attention_heads": 2}
+def test_a_prefix_the_path_names_in_part_is_a_reading_the_widths_must_choose(tmp_path: Path) -> None:
+    """EdgeTAM's ``perceiver_resampler_*`` keys and its ``spatial_perceiver``: the path names one word
+    of the prefix. That is no naming (the config read is the top level, which says no count), but a
+    reading the widths may choose: taken where its width and heads × head size are the block's, not
+    for a block of another width. A word of every attention's path (``memory_attention_*`` for a
+    ``self_attention``) names nothing."""
+    cfg = {"model_type": "edgetam_like", "perceiver_resampler_num_attention_heads": 1,
+           "perceiver_resampler_attention_head_dim": 64, "perceiver_resampler_hidden_size": 64,
+           "memory_attention_num_attention_heads": 2, "memory_attention_hidden_size": 128}
     offer = offers_from_config(cfg, "spatial_perceiver.layers.0.self_attention")
-    assert offer.num_heads is None
-    assert offers_from_config(cfg, "memory_attention.layers.0.self_attn").num_heads == 2
+    assert offer.num_heads is None  # the config read says none ...
+    assert [(a.num_heads, a.head_dim, a.widths) for a in offer.alternatives] == [(1, 64, (64,))]  # ... this may
+    assert offers_from_config(cfg, "memory_attention.layers.0.self_attn").num_heads == 2  # named in full
+    blocks = _stage_folder(tmp_path, cfg, {**_attention("spatial_perceiver.layers.0.self_attention", 64, 64, 64),
+                                           **_attention("spatial_perceiver.layers.1.self_attention", 32, 32, 32)})
+    fits, other = blocks["spatial_perceiver.layers.0.self_attention"], blocks["spatial_perceiver.layers.1.self_attention"]
+    assert (fits.num_heads, fits.num_kv_heads, fits.d_k) == (1, 1, 64)
+    assert any(e.field == "num_heads" and "perceiver_resampler_num_attention_heads=1" in e.detail for e in fits.evidence)
+    assert other.num_heads is None  # 32 wide: not the perceiver the keys describe
 
 
 def test_the_sub_model_named_first_in_the_path_describes_its_blocks() -> None:
@@ -118,10 +130,8 @@ def test_configs_that_describe_a_block_equally_but_differ_give_it_none(tmp_path:
 
 
 def test_a_config_without_a_count_is_not_replaced_by_one_of_the_same_width_by_chance(tmp_path: Path) -> None:
-    """EdgeTAM's spatial perceiver: the top level says no heads (its keys are
-    ``perceiver_resampler_*``, a prefix the path does not name); its mask decoder's config is as
-    wide by chance. A config that says nothing is not replaced: the heads stay unknown."""
-    cfg = {"model_type": "edgetam_like", "perceiver_resampler_num_attention_heads": 1,
-           "mask_decoder_config": {"hidden_size": 64, "num_attention_heads": 4}}
+    """The top level says no heads for the block; its mask decoder's config is as wide by chance. A
+    config that says nothing is not replaced by another config of the tree: the heads stay unknown."""
+    cfg = {"model_type": "edgetam_like", "mask_decoder_config": {"hidden_size": 64, "num_attention_heads": 4}}
     (block,) = _stage_folder(tmp_path, cfg, _attention("spatial_perceiver.layers.0.self_attention", 64, 64, 64)).values()
     assert block.num_heads is None

@@ -738,15 +738,22 @@ _OWN_NAME_KEYS = frozenset(_PLAIN_KEYS) | {k for _, k in LATENT_KEYS} | {"qk_nop
 CROSS_PREFIX = "cross_"
 
 
-def _prefixed(c: Mapping[str, Any], comps: Sequence[frozenset[str]]) -> dict[str, tuple[str, Any, int, int]]:
+def _prefixed(c: Mapping[str, Any], comps: Sequence[frozenset[str]], *, in_part: bool = False
+              ) -> dict[str, tuple[str, Any, int, int]]:
     """The config's prefixed keys the path names, by the plain key each is read as: (the key as
     written, its value, the path component that names the prefix, the prefix's word count); of two
-    for one plain key, the prefix of more words."""
+    for one plain key, the prefix of more words. ``in_part``: instead, the keys whose prefix the path
+    names only in part, by a word that is not one of every attention's (EdgeTAM's
+    ``perceiver_resampler_*`` for its ``spatial_perceiver``; not ``memory_attention_*`` for any
+    ``self_attention``): a reading the widths must choose (``offers_from_config``)."""
     out: dict[str, tuple[str, Any, int, int]] = {}
     if not comps:
         return out
     for key, plain, words in _facts(c).prefixed:
         at = _named_at(comps, words, abbreviated=True)
+        if in_part:
+            some = [w for w in words if w not in _EVERY_ATTENTIONS and _named_at(comps, (w,), abbreviated=True) is not None]
+            at = None if at is not None or not some else min(_named_at(comps, (w,), abbreviated=True) or 0 for w in some)
         if at is not None and (plain not in out or len(words) > out[plain][3]):
             out[plain] = (key, c[key], at, len(words))
     return out
@@ -865,6 +872,10 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
     prefix, c, named = _placed(cfg, block_name)
     first = _offer(prefix, c, block_name, comps, label, source)
     alternatives = [*_stage_offers(prefix, c, block_name, comps, label, source)]
+    if _partly_named(cfg, comps):  # a prefix the path names in part: a reading the widths must confirm
+        alternatives.extend(_offer(other, view, block_name, comps, label, source, in_part=True)
+                            for other, view in _tree(cfg)
+                            if _HEADS_SET & _prefixed(view, comps, in_part=True).keys())
     # Only a count the widths may refuse is replaced by another config's: where the config read says
     # none (a top level without heads: EdgeTAM's perceiver), a config of the same width by chance
     # (its mask decoder's) is no evidence.
@@ -874,6 +885,13 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
                 alternatives.append(_offer(other, view, block_name, comps, label, source))
                 alternatives.extend(_stage_offers(other, view, block_name, comps, label, source))
     return dataclasses.replace(first, alternatives=tuple(alternatives)) if alternatives else first
+
+
+def _partly_named(cfg: Mapping[str, Any], comps: Sequence[frozenset[str]]) -> bool:
+    """Whether a config of the tree has a head count under a prefix the path names in part."""
+    nodes = [cfg, *(sub for _, sub in _facts(cfg).nested)]
+    nodes += [v for sub in nodes[1:] for _, v in _facts(sub).nested]
+    return any(_HEADS_SET & _prefixed(node, comps, in_part=True).keys() for node in nodes if _facts(node).prefixed)
 
 
 def _tree(cfg: Mapping[str, Any]) -> list[tuple[str, ConfigView]]:
@@ -904,11 +922,11 @@ def _stage_offers(prefix: str, c: Mapping[str, Any], block_name: str, comps: Seq
 
 
 def _offer(prefix: str, c: Mapping[str, Any], block_name: str, comps: Sequence[frozenset[str]], label: str,
-           source: EvidenceSource, read_as: Mapping[str, str] | None = None) -> HeadOffers:
+           source: EvidenceSource, read_as: Mapping[str, str] | None = None, *, in_part: bool = False) -> HeadOffers:
     """What one config (``prefix``: where it sits) says about the block: its keys, the prefixed keys
-    the path names read as the plain ones; a per-stage head count leaves the plain keys' count out
-    (each stage is an alternative)."""
-    prefixed = _prefixed(c, comps)
+    the path names read as the plain ones (``in_part``: those it names in part); a per-stage head
+    count leaves the plain keys' count out (each stage is an alternative)."""
+    prefixed = _prefixed(c, comps, in_part=in_part)
     c, own = _overlaid(c, {k: (v[0], v[1]) for k, v in prefixed.items()})
     stages = _stage_lists(c)
     if read_as is None and stages and not own.keys() & _HEADS_SET and any(k in _HEADS_SET for k in stages):
@@ -947,6 +965,8 @@ def _offer(prefix: str, c: Mapping[str, Any], block_name: str, comps: Sequence[f
 
 # The words of a head-count key that say "heads"; the others name what it counts the heads of.
 _HEADS_WORDS = frozenset({"num", "n", "attention", "heads", "head"})
+# Words of any attention's module path: naming one of a prefix's words says nothing of the prefix.
+_EVERY_ATTENTIONS = _HEADS_WORDS | {"attn", "self", "cross", "layer", "layers", "block", "blocks", "model"}
 _WIDTH_SUFFIXES = ("hidden_size", "hidden_dim", "d_model", "embed_dim")
 
 
