@@ -302,8 +302,6 @@ def test_repeated_constants_match_reference(tmp_path: Path) -> None:
 
 def test_constant_kind_is_what_apply_provenance_says(tmp_path: Path) -> None:
     """Constant-node tensors of a torch export are constants; another producer's say nothing."""
-    import dataclasses
-
     from mhainspect.frontends.onnx.provenance import apply_provenance
 
     model = _constants_model()
@@ -312,7 +310,7 @@ def test_constant_kind_is_what_apply_provenance_says(tmp_path: Path) -> None:
         path = tmp_path / f"{producer}.onnx"
         onnx.save(model, path)
         for graph in (load_onnx(path), _reference(path)):
-            unmarked = {name: dataclasses.replace(t, kind=None) for name, t in graph.weights.items()}
+            unmarked = {name: t._replace(kind=None) for name, t in graph.weights.items()}
             expected = apply_provenance(unmarked, [], "", producer)
             assert [repr(t) for t in graph.weights.values()] == [repr(t) for t in expected.values()]
             constants = [t for t in graph.weights.values() if t.is_constant_node]

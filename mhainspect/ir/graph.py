@@ -15,9 +15,9 @@ from typing import NamedTuple, NoReturn, overload
 AttrValue = int | float | str | bytes | tuple[int, ...] | tuple[float, ...] | tuple[str, ...] | None
 
 
-@dataclass(frozen=True, slots=True)  # one per node, weight and declared value: no __dict__ each
-class Tensor:
-    """A weight or constant: shape and identity, never its data.
+class Tensor(NamedTuple):
+    """A weight or constant: shape and identity, never its data. A NamedTuple, as ``Node`` (one per
+    stored tensor: thousands in a large export); a changed copy is ``t._replace(...)``.
 
     ``storage_key`` is equal for tensors that share storage (tied weights), so they count once.
     ``int_value`` carries the value of small integer constants (shape arithmetic) only.

@@ -28,7 +28,6 @@ The library never prints.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import struct
@@ -684,7 +683,7 @@ class _GraphBuilder:
                 return None if template is None else _same_constant(template, out)
         tensor = _constant_tensor([self._parse_attribute(b) for b in attributes] if raw else attributes, out)
         if tensor is not None and self._constant_kind is not None:
-            tensor = dataclasses.replace(tensor, kind=self._constant_kind)
+            tensor = tensor._replace(kind=self._constant_kind)
         if key is not None and len(key) <= _CONSTANT_CACHE_MAX_BYTES:
             self._constants[key] = tensor
         return tensor

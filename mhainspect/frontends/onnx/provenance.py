@@ -14,7 +14,6 @@ without weight or bias is given): ``kind="constant"``, never a parameter.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 
@@ -114,7 +113,7 @@ def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str
     Constant-node tensors of a torch export marked as constants (module doc)."""
     constant_kind = constant_node_kind(producer_name)
     if constant_kind is not None:  # the ONNX loader gives them this kind as it builds them: none is left
-        weights = {name: dataclasses.replace(t, kind=constant_kind) if t.is_constant_node and t.kind is None else t
+        weights = {name: t._replace(kind=constant_kind) if t.is_constant_node and t.kind is None else t
                    for name, t in weights.items()}
     props = {name: p for name, p in metadata if _KIND_KEY in p or _FOLDED_KEY in p}
     if not props:
@@ -137,8 +136,8 @@ def _with_provenance(t: Tensor, kind: str | None, props: Mapping[str, str], kind
         kind, origin, storage_from = _folded_kind(sources, kinds)
         params = _folded_params(sources, kinds)
     storage = f"param:{storage_from}" if storage_from else t.storage_key
-    return dataclasses.replace(t, kind=kind, origin=origin, storage_key=storage,
-                               folded_params=tuple(params) if len(params) > 1 else ())
+    return t._replace(kind=kind, origin=origin, storage_key=storage,
+                      folded_params=tuple(params) if len(params) > 1 else ())
 
 
 def folded_away_note(weights: Mapping[str, Tensor]) -> str | None:
