@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from foreign_files import FOREIGN, field, varint
+from foreign_files import BROKEN, FOREIGN, field, varint
 from typer.testing import CliRunner
 
 from mhainspect.cli.app import app
@@ -18,6 +18,8 @@ from mhainspect.errors import InputError
 from mhainspect.frontends import formats
 from mhainspect.frontends.dispatch import classify
 from mhainspect.pipeline import audit
+from mhainspect.sources.blob import LocalBlob
+from mhainspect.sources.transports.local import LocalTree
 
 ERROR_PREFIX = "mhainspect: error:"
 
@@ -91,7 +93,70 @@ def test_safetensors_under_another_suffix_is_read_as_safetensors(tmp_path: Path)
 
 
 def test_identify_needs_only_the_head(tmp_path: Path) -> None:
-    """An ONNX-looking protobuf (field 1 varint, graph field 7) is left to the suffix."""
+    """An ONNX-looking protobuf (field 1 varint, graph field 7) is left to the suffix, from its first
+    bytes only: the Core ML test stops at ONNX's graph field, whatever the graph's length."""
     path = tmp_path / "m.onnx"
-    path.write_bytes(varint(1 << 3) + varint(8) + field(7, field(1, b"node")))
-    assert formats.identify(path) is None
+    path.write_bytes(varint(1 << 3) + varint(8) + field(7, field(1, b"node" * 10_000)))
+    tree = LocalTree(tmp_path)
+    spans: list[tuple[int, int]] = []
+
+    class Counting(LocalBlob):
+        def read(self, offset: int, length: int) -> bytes:
+            spans.append((offset, length))
+            return super().read(offset, length)
+
+    assert formats.identify(tree, "m.onnx", Counting(path)) is None
+    assert spans and all(offset < formats.HEAD_BYTES for offset, _ in spans), spans
+
+
+@pytest.fixture
+def hub_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A clean Hub environment (no token, an empty cache, the listings of earlier tests forgotten)."""
+    from mhainspect.sources.transports import hub as hub_module
+
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    hub_module._LISTINGS.clear()
+    return tmp_path
+
+
+def _error(source: str | Path) -> str:
+    with pytest.raises(InputError) as info:
+        audit(source)
+    return str(info.value)
+
+
+def _zip_of_no_format(d: Path) -> Path:
+    with zipfile.ZipFile(d / "stuff.pt", "w") as z:
+        z.writestr("readme.txt", "hello")
+    return d / "stuff.pt"
+
+
+def _readme(d: Path) -> Path:
+    (d / "README.md").write_text("# a model card, not a model\n")
+    return d / "README.md"
+
+
+ALIKE = {**{case: build for case, (build, _, _) in FOREIGN.items()}, "zip_of_no_format": _zip_of_no_format,
+         "not_a_model": _readme, **{f"broken_{case}": build for case, (build, _) in BROKEN.items()}}
+
+
+@pytest.mark.parametrize("case", list(ALIKE))
+def test_a_remote_file_is_refused_as_the_local_one(case: str, hub_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One decision for local and remote arguments (dispatch.content_kind, kinds.folder_kind): a
+    format this tool does not read, a zip of no format it knows, a file that is no model and a
+    broken Keras file get the same line from a Hub repository as from the local folder, but for
+    the path."""
+    from remote_servers import Repo, hub
+
+    folder = hub_env / "repo"
+    folder.mkdir()
+    built = ALIKE[case](folder)
+    rel = built.relative_to(folder).as_posix()
+    local = _error(built)
+    with hub(hub_env / "hub", {"org/m": Repo(folder)}) as (api, _):
+        monkeypatch.setenv("HF_ENDPOINT", api.endpoint)
+        remote = _error(f"hf://org/m/{rel}")
+    assert remote.replace(f"hf://org/m/{rel}", "<model>") == local.replace(str(built), "<model>")

@@ -159,7 +159,9 @@ def _torch_load_metadata(blob: Any, values: dict[str, tuple[int, ...]] | None = 
     from mhainspect.ir.dtypes import canonical
     from mhainspect.ir.weights import WeightMeta
 
-    obj = torch.load(str(blob.path), weights_only=True, map_location="cpu")
+    from mhainspect.sources.blob import local_path
+
+    obj = torch.load(str(local_path(blob)), weights_only=True, map_location="cpu")
     tensors: dict[str, Any] = {}
     flatten_state_dict(obj, "", tensors, torch.Tensor, depth=0)
     out = {}

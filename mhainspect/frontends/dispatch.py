@@ -18,11 +18,12 @@ member list), its suffix only where the content names no format (ONNX has no sig
   the same readers as a local file or folder, which ask only for the bytes each format's header
   needs; a remote report equals the local report of the same files but for the path.
 
-One door (``tree_result``) leads to the readers of files and folders, for a local argument (the
-folder that holds it as a local Tree, the file as its Blob) and a remote one alike; only a local
-argument's kind is found otherwise (``classify``: on disk, with what a zip archive's member list
-says; a remote zip's by the same test of its member list, as torch.save's reader opens it), and a
-factory spec (the user's code, no file) keeps a door of its own.
+One decision and one door for a local argument and a remote one alike: a file's kind is
+``content_kind`` (its name and its blob's first bytes, held by ``HeadCached`` and read again by the
+reader from memory; a zip archive's member list), a folder's ``kinds.folder_kind`` (its listing);
+``tree_result`` leads to the reader (a local argument: the folder that holds it as a local Tree,
+the file as its Blob). Only what exists on disk alone (a factory spec: the user's code, no file;
+a path that does not exist, by its suffix) is decided by ``classify`` of its own.
 
 Returns a SourceResult (mhainspect.pipeline makes the Report), raises InputError; prints nothing.
 """
@@ -37,7 +38,7 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,18 +49,16 @@ from mhainspect.frontends.formats import (
     check_symlink_loop,
     describe_head,
     identify,
-    identify_folder,
     is_safetensors,
     looks_like_onnx,
-    read_at,
 )
-from mhainspect.frontends.kinds import KERAS_WEIGHTS, file_kind, is_keras_folder, is_model_folder
+from mhainspect.frontends.kinds import file_kind, folder_kind
 from mhainspect.results.stages import SourceResult
 from mhainspect.sources import is_remote
 
 if TYPE_CHECKING:
     from mhainspect.ir.weights import HeadOffers
-    from mhainspect.sources.blob import Blob, HeadCached
+    from mhainspect.sources.blob import Blob
     from mhainspect.sources.tree import Tree
 
 
@@ -76,37 +75,28 @@ class Source:
     kind: str  # "onnx", "checkpoint", "gguf", "torchscript", "torch_export", "keras", "factory"
     target: str  # a path, or the module / file part of a factory spec
     attr: str = ""  # the callable of a factory spec
+    # A local file's blob, its first bytes held from the decision: its reader reads through it.
+    blob: Blob | None = field(default=None, compare=False, repr=False)
 
 
-def _content_kind(path: Path) -> str | None:
-    """The reader a regular file goes to by its content (formats.identify); None: the content names
-    no format, or the file cannot be opened (the reader then says why). A format this tool does not
-    read raises InputError naming it."""
-    if path.suffix.lower() in (".py", ".json") or not path.is_file():
-        return None
-
-    try:
-        found = identify(path)
-    except OSError:
-        return None
-    if isinstance(found, Foreign):
-        raise InputError(found.message(path), ErrorKind.UNSUPPORTED)
-    return found
+# A folder's kind (kinds.folder_kind) as a Source names it: a Hugging Face folder is a checkpoint.
+_FOLDER_SOURCE = {"keras_folder": "keras", "folder": "checkpoint"}
 
 
 def classify(spec: str) -> Source:
-    """Decide what ``spec`` names, from what exists on disk and its content (a file's first bytes)."""
+    """Decide what ``spec`` names: a folder by its listing and a file by its content, as a remote one
+    is (``kinds.folder_kind``, ``content_kind``); what does not exist by its suffix, else a factory."""
+    from mhainspect.sources.blob import HeadCached
+    from mhainspect.sources.transports.local import LocalTree
+
     p = Path(spec)
     if p.is_dir():
-        foreign = identify_folder(p)
-        if foreign is not None:
-            raise InputError(foreign.message(spec), ErrorKind.UNSUPPORTED)
-        if is_keras_folder(p):
-            return Source("keras", spec)
-        return Source("checkpoint" if is_model_folder(p) else "onnx", spec)
-    if p.name == "config.json" and p.is_file():
-        raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")
-    kind = _content_kind(p) or file_kind(p)
+        return Source(_FOLDER_SOURCE.get(folder_kind(LocalTree(p), "", spec) or "", "onnx"), spec)
+    if p.is_file() and p.suffix.lower() != ".py":
+        tree = LocalTree(p.parent)
+        blob = HeadCached(tree.blob(p.name), HEAD_BYTES)
+        return Source(content_kind(tree, p.name, blob, spec), spec, blob=blob)
+    kind = file_kind(p)
     if kind is not None and kind != "onnx":
         return Source(kind, spec)
     if not p.exists():
@@ -118,26 +108,39 @@ def classify(spec: str) -> Source:
     if p.suffix.lower() == ".py":
         raise InputError(f"{spec}: a Python file is a factory spec only with the function to call: "
                          f"{spec}:FUNCTION (e.g. {spec}:make_model)")
-    _check_onnx_content(p, spec)
     return Source("onnx", spec)
+
+
+def content_kind(tree: Tree, path: str, blob: Blob, display: str) -> str:
+    """The reader the file ``path`` of ``tree`` goes to, for a local file and a remote one alike: its
+    content (``formats.identify`` through ``blob``: its first bytes, a zip archive's member list),
+    else its suffix (``kinds.file_kind``), else the ONNX reader, which takes no file whose first bytes
+    cannot start an ONNX protobuf. A config.json alone, a format this tool does not read and a file
+    that is no model raise InputError (``display``: the argument as given)."""
+    name = path.rsplit("/", 1)[-1]
+    if name == "config.json":
+        raise InputError(f"{display}: a config.json alone is not a model: pass the folder that holds it with its weights")
+    found = None if name.lower().endswith((".py", ".json")) else identify(tree, path, blob)
+    if isinstance(found, Foreign):
+        raise InputError(found.message(blob.name), ErrorKind.UNSUPPORTED)
+    kind = found or file_kind(name) or "onnx"
+    if kind == "onnx":
+        _check_onnx_content(name, blob, display)
+    return kind
 
 
 # Suffixes the ONNX reader takes whatever their content says (its text forms included).
 _ONNX_SUFFIXES = frozenset({".onnx", ".json", ".txtpb", ".textproto", ".onnxtxt", ".pb"})
 
 
-def _check_onnx_content(p: Path, spec: str) -> None:
+def _check_onnx_content(name: str, blob: Blob, display: str) -> None:
     """A file no other reader claimed, that is no .onnx file and whose first bytes cannot start an
     ONNX protobuf (a README, an image): refused from those bytes, before the ONNX reader is imported."""
-    if p.suffix.lower() in _ONNX_SUFFIXES or not p.is_file():
+    if os.path.splitext(name)[1].lower() in _ONNX_SUFFIXES:
         return
-    try:
-        head = read_at(p, 0, HEAD_BYTES)
-        size = p.stat().st_size
-    except OSError:
-        return  # the reader says why it cannot be read
-    if head and not looks_like_onnx(head, size):
-        raise InputError(f"{spec}: not a model file: its content is none of the formats mhainspect reads (ONNX, "
+    head = blob.read(0, HEAD_BYTES)
+    if head and not looks_like_onnx(head, blob.size()):
+        raise InputError(f"{display}: not a model file: its content is none of the formats mhainspect reads (ONNX, "
                          f"GGUF, safetensors, PyTorch, Keras; {describe_head(head)})", ErrorKind.INVALID)
 
 
@@ -175,20 +178,20 @@ def _local_result(src: Source, path: str, stated: HeadOffers | None) -> SourceRe
 
     check_symlink_loop(path)
     p = Path(path)
-    if src.kind == "checkpoint" and p.is_dir():
-        return tree_result(LocalTree(p), "", path, None, "folder", stated, remote=False)
-    if src.kind == "keras" and p.is_dir():  # an extracted .keras archive
-        return tree_result(LocalTree(p), "", path, None, "keras_folder", stated, remote=False)
+    if src.kind in ("checkpoint", "keras") and p.is_dir():  # a Hugging Face folder, an extracted Keras archive
+        kind = "folder" if src.kind == "checkpoint" else "keras_folder"
+        return tree_result(LocalTree(p), "", path, None, kind, stated, remote=False)
     if not p.exists():
         raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
     tree = LocalTree(p.parent)
-    return tree_result(tree, p.name, path, tree.blob(p.name), src.kind, stated, remote=False)
+    blob = src.blob if src.blob is not None else tree.blob(p.name)
+    return tree_result(tree, p.name, path, blob, src.kind, stated, remote=False)
 
 
 def tree_result(tree: Tree, path: str, display: str, blob: Blob | None, kind: str, stated: HeadOffers | None, *,
                 remote: bool) -> SourceResult:
     """The one door to the readers, for a local argument and a remote one alike: ``kind`` ("folder",
-    "keras_folder", "checkpoint", "safetensors", "gguf", "keras" (a .keras archive or an HDF5 file),
+    "keras_folder", "checkpoint", "gguf", "keras" (a .keras archive or an HDF5 file),
     "torch_export", "torchscript" or "onnx": what the content says, else the suffix) picks the reader, which reads ``path`` of ``tree`` (through ``blob``, the
     file's, for a file) and names it ``display``; ``remote``: reads are round trips (in parallel)."""
     if kind == "folder":
@@ -206,16 +209,12 @@ def tree_result(tree: Tree, path: str, display: str, blob: Blob | None, kind: st
         from mhainspect.frontends.keras.frontend import keras_file_result
 
         return keras_file_result(tree, path, display, blob, stated)
-    if kind in ("checkpoint", "safetensors"):
+    if kind == "checkpoint":
         from mhainspect.frontends.checkpoint.frontend import checkpoint_file_result
-        from mhainspect.frontends.formats import OtherArchive
 
-        safetensors = kind == "safetensors" or path.lower().endswith(".safetensors") or _safetensors_content(blob)
-        try:
-            return checkpoint_file_result(tree, path, display, blob, safetensors, stated, remote=remote,
-                                          config_name=beside(display, "config.json"))
-        except OtherArchive as other:  # a remote zip's members name a TorchScript archive or a torch.export program
-            kind = other.archive
+        safetensors = path.lower().endswith(".safetensors") or _safetensors_content(blob)
+        return checkpoint_file_result(tree, path, display, blob, safetensors, stated, remote=remote,
+                                      config_name=beside(display, "config.json"))
     if kind in ("torch_export", "torchscript"):
         from mhainspect.frontends.archives.frontend import export_result, torchscript_result
 
@@ -282,56 +281,23 @@ def _remote_result(spec: str, stated: HeadOffers | None = None) -> SourceResult:
     """A remote argument: a Hugging Face folder, a checkpoint, GGUF or ONNX file, read through its
     format's reader over the remote tree; a folder of several models is refused with the list (the
     command line audits each: ``remote_models``)."""
-    from mhainspect.frontends.kinds import model_folder_names
     from mhainspect.sources.blob import HeadCached
     from mhainspect.sources.trees import locate
 
     tree, path, what = locate(spec, _names_file)
     display = spec.rstrip("/") if not spec.endswith("://") else spec  # as a local folder's path: no final slash
     if what == "folder":
-        files = tree.listdir(path).files
-        if "config.json" in files and KERAS_WEIGHTS in files:
-            return tree_result(tree, path, display, None, "keras_folder", stated, remote=True)
-        if not model_folder_names(files):
+        kind = folder_kind(tree, path, spec)
+        if kind is None:
             models = _remote_models(spec)
             if len(models) != 1:
                 shown = ", ".join(models[:_MAX_LISTED_MODELS]) + (", ..." if len(models) > _MAX_LISTED_MODELS else "")
                 raise InputError(f"{spec}: holds {len(models)} models ({shown}); name one, or give the folder to the "
                                  "command line, which audits each")
             return _remote_result(models[0], stated)
-        return tree_result(tree, path, display, None, "folder", stated, remote=True)
-    if path.rsplit("/", 1)[-1] == "config.json":
-        raise InputError(f"{spec}: a config.json alone is not a model: pass the folder that holds it with its weights")
+        return tree_result(tree, path, display, None, kind, stated, remote=True)
     blob = HeadCached(tree.blob(path))
-    kind = _remote_content_kind(blob) or file_kind(path) or "onnx"
-    if kind == "checkpoint" and file_kind(path) == "keras":  # a zip named .keras: Keras' archive, not torch.save's
-        kind = "keras"
-    return tree_result(tree, path, display, blob, kind, stated, remote=True)
-
-
-def _remote_content_kind(blob: HeadCached) -> str | None:
-    """The reader a remote file goes to by its first bytes (the range its reader asks for first):
-    "gguf", "checkpoint" (a zip archive or a pickle: torch.save), "safetensors"; None: the suffix
-    decides (ONNX has no signature). A format this tool does not read raises InputError naming it."""
-    from mhainspect.frontends import formats
-
-    head = blob.head()
-    if head.startswith(b"GGUF"):
-        return "gguf"
-    if head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x80")):
-        return "checkpoint"
-    if head.startswith(b"\x89HDF\r\n\x1a\n"):
-        return "keras"
-    if head.startswith(_LFS):
-        raise InputError(formats.LFS_POINTER.message(blob.name), ErrorKind.UNSUPPORTED)
-    if head[4:8] == b"TFL3":
-        raise InputError(formats.TFLITE.message(blob.name), ErrorKind.UNSUPPORTED)
-    if formats.is_safetensors(head, blob.size):
-        return "safetensors"
-    return None
-
-
-_LFS = b"version https://git-lfs.github.com/spec/v1"
+    return tree_result(tree, path, display, blob, content_kind(tree, path, blob, spec), stated, remote=True)
 
 
 def source_result(spec: str, *, factory_args: Mapping[str, Any] | None = None,

@@ -1,13 +1,14 @@
 """What a model file is, by its content (never by its suffix alone).
 
-``identify(path)`` reads a file's first bytes (and, for a zip archive, its member list) and says
-which reader takes it: a torch.export program, a TorchScript archive, a torch.save zip or legacy
-pickle, a safetensors file, a GGUF file, a Keras archive or HDF5 file. Formats this tool does not
-read (TensorFlow Lite,
-ExecuTorch, Core ML, TensorFlow SavedModel, OpenVINO IR, TensorRT engines, CTranslate2, Git LFS
-pointers) are named in one line with the converter to use (``Foreign``): never "corrupt
-ONNX". A file with no signature (ONNX has none) is left to its suffix. Nothing is executed and
-no tensor data is read.
+``identify(tree, path, blob)`` reads a file's first bytes through its blob (and, for a zip
+archive, its member list) and says which reader takes it: a torch.export program, a TorchScript
+archive, a torch.save zip or legacy pickle, a safetensors file, a GGUF file, a Keras archive or
+HDF5 file. It is the one decision for a local file and a remote one (``dispatch.content_kind``).
+Formats this tool does not read (TensorFlow Lite, ExecuTorch, Core ML, TensorFlow SavedModel,
+OpenVINO IR, TensorRT engines, CTranslate2, Git LFS pointers) are named in one line with the
+converter to use (``Foreign``): never "corrupt ONNX"; a folder that is such a model is named by its
+listing (``identify_folder``). A file with no signature (ONNX has none) is left to its suffix.
+Nothing is executed and no tensor data is read.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import errno
 import os
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mhainspect.errors import InputError
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from mhainspect.frontends.zips import ZipArchive
+    from mhainspect.sources.blob import Blob
+    from mhainspect.sources.tree import Tree
 
 HEAD_BYTES = 64
 _LFS = b"version https://git-lfs.github.com/spec/v1"
@@ -79,41 +81,27 @@ LFS_POINTER = Foreign("a Git LFS pointer, not the model (its content was never d
                       "fetch it with git lfs pull (or huggingface-cli download)")
 
 
-def read_at(path: Path, offset: int, length: int) -> bytes:
-    """``length`` bytes of ``path`` at ``offset``, read without the kernel's read-ahead (sniffing a
-    multi-GB file must not pull its tensor data into the page cache)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        return os.pread(fd, length, offset)
-    finally:
-        os.close(fd)
-
-
-def identify(path: Path) -> str | Foreign | None:
-    """The reader ``path`` goes to by its content (a Kind), a Foreign format, or None when the
-    content names no format (an ONNX protobuf, or something unknown): the suffix decides then.
-    Raises InputError for a zip archive that is no format this tool knows, OSError for a file that
-    cannot be read."""
-    head = read_at(path, 0, HEAD_BYTES)
+def identify(tree: Tree, path: str, blob: Blob) -> str | Foreign | None:
+    """The reader the file ``path`` of ``tree`` goes to by its content (a Kind), a Foreign format, or
+    None when the content names no format (an ONNX protobuf, or something unknown): the suffix
+    decides then. The one decision for a file on this machine and a remote one: it reads ``blob``'s
+    first bytes (the range its reader asks for first, held by ``HeadCached``), a zip archive's
+    member list through the blob, and the few bytes a format without a magic at byte 0 needs.
+    Raises InputError for a zip archive that is no format this tool knows, or a file that cannot
+    be read."""
+    head = blob.read(0, HEAD_BYTES)
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # a zip archive (zips.is_zip)
         from mhainspect.frontends.zips import ZipArchive  # imported for zips only: ONNX files skip it
 
         try:
-            archive = ZipArchive(path)
+            archive = ZipArchive(blob.name, blob)
         except InputError:
             return None  # a broken zip: the reader its suffix names says what is wrong
         return zip_kind(archive)
-    if head.startswith(_GGUF):
-        return Kind.GGUF
-    if head.startswith(_PICKLE_PROTOCOL):
-        return Kind.CHECKPOINT
-    if head.startswith(_LFS):
-        return LFS_POINTER
-    if head.startswith(_HDF5):
-        return Kind.KERAS  # the Keras reader names an HDF5 file that holds no Keras model
-    if head.startswith(_TENSORRT) or _wrapped_tensorrt(path, head):
+    for magic, found in _MAGIC:
+        if head.startswith(magic):
+            return found
+    if _wrapped_tensorrt(blob, head):
         return TENSORRT
     if len(head) >= 8:
         ident = head[4:8]
@@ -121,36 +109,39 @@ def identify(path: Path) -> str | Foreign | None:
             return TFLITE
         if ident[:2] == b"ET" and ident[2:4].isdigit():
             return EXECUTORCH
-    if is_safetensors(head, lambda: path.stat().st_size):
+    if is_safetensors(head, blob.size):
         return Kind.CHECKPOINT
     if _is_ctranslate2(head):
         return CTRANSLATE2
-    if _is_openvino(path, head):
+    if _is_openvino(tree, path, blob, head):
         return OPENVINO
-    if path.name == "saved_model.pb":
+    if path.rsplit("/", 1)[-1] == "saved_model.pb":
         return SAVED_MODEL
-    if _is_coreml(path, head):
+    if _is_coreml(blob, head):
         return COREML
     return None
 
 
-def identify_folder(path: Path) -> Foreign | None:
-    """A folder that is one model of a format this tool does not read (a SavedModel, a Core ML
-    package), else None."""
-    if (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file():
+# What a file's first bytes start with -> its reader or its format: the one magic table.
+_MAGIC: tuple[tuple[bytes, str | Foreign], ...] = (
+    (_GGUF, Kind.GGUF),
+    (_PICKLE_PROTOCOL, Kind.CHECKPOINT),
+    (_LFS, LFS_POINTER),
+    (_HDF5, Kind.KERAS),  # the Keras reader names an HDF5 file that holds no Keras model
+    (_TENSORRT, TENSORRT),
+)
+
+
+def identify_folder(tree: Tree, path: str) -> Foreign | None:
+    """A folder of a tree that is one model of a format this tool does not read (a SavedModel, a
+    Core ML package), by its listing; else None."""
+    files = tree.listdir(path).files
+    if "saved_model.pb" in files or "saved_model.pbtxt" in files:
         return SAVED_MODEL
-    if (path / "Manifest.json").is_file() and (path / "Data" / "com.apple.CoreML").is_dir():
+    data = f"{path}/Data" if path else "Data"
+    if "Manifest.json" in files and "com.apple.CoreML" in tree.listdir(data).folders:
         return COREML
     return None
-
-
-class OtherArchive(InputError):
-    """A zip archive opened by one reader whose member list names another's (``archive``): a remote
-    zip is told apart as it is read, so that its directory is fetched once for a torch.save zip."""
-
-    def __init__(self, path: object, kind: str) -> None:
-        super().__init__(f"{path}: a {kind} archive")
-        self.archive = kind
 
 
 def zip_kind(archive: ZipArchive) -> str | Foreign:
@@ -208,53 +199,55 @@ def _is_ctranslate2(head: bytes) -> bool:
     return name.endswith(b"\0") and name[:-1].isascii() and name[:-1].isalnum() and name[:-1].endswith(b"Spec")
 
 
-def _wrapped_tensorrt(path: Path, head: bytes) -> bool:
+def _wrapped_tensorrt(blob: Blob, head: bytes) -> bool:
     """A TensorRT plan behind a length-prefixed JSON header (as Ultralytics writes .engine files)."""
     if len(head) < 5 or head[4:5] != b"{":
         return False
     (n,) = struct.unpack("<I", head[:4])
     try:
-        if n > 1 << 20 or 4 + n + 4 > path.stat().st_size:
+        if n > 1 << 20 or 4 + n + 4 > blob.size():
             return False
-        return read_at(path, 4 + n, 4) == _TENSORRT
-    except OSError:
+        return blob.read(4 + n, 4) == _TENSORRT
+    except InputError:
         return False
 
 
-def _is_openvino(path: Path, head: bytes) -> bool:
-    """OpenVINO IR: an XML document whose root is <net>; or the .bin weights beside one."""
+def _is_openvino(tree: Tree, path: str, blob: Blob, head: bytes) -> bool:
+    """OpenVINO IR: an XML document whose root is <net>; or the .bin weights beside one (listed in
+    the tree: a URL's folder, which lists nothing, is not asked for it)."""
     if head.lstrip().startswith(b"<"):
-        text = read_at(path, 0, _XML_SNIFF_BYTES)
+        text = blob.read(0, _XML_SNIFF_BYTES)
         return b"<net " in text or b"<net>" in text
-    if path.suffix.lower() == ".bin":
-        xml = path.with_suffix(".xml")
-        if xml.is_file():
+    if path.lower().endswith(".bin"):
+        xml = path[:-4] + ".xml"
+        if tree.complete and xml in tree.files():
             try:
-                text = read_at(xml, 0, _XML_SNIFF_BYTES)
-            except OSError:
+                text = tree.blob(xml).read(0, _XML_SNIFF_BYTES)
+            except InputError:
                 return False
             return b"<net " in text
     return False
 
 
-def _is_coreml(path: Path, head: bytes) -> bool:
+def _is_coreml(blob: Blob, head: bytes) -> bool:
     """A protobuf whose top-level fields are Core ML's Model (specificationVersion, description,
     then a model type numbered 200 and up) and not ONNX's ModelProto (whose graph is field 7)."""
     if not head.startswith(b"\x08"):
         return False
-    fields = _top_level_fields(path, limit=16)
+    fields = _top_level_fields(blob, limit=16)
     return any(200 <= f < 1000 for f in fields) and 7 not in fields
 
 
-def _top_level_fields(path: Path, limit: int) -> set[int]:
+def _top_level_fields(blob: Blob, limit: int) -> set[int]:
     """The field numbers of the first ``limit`` top-level fields of a protobuf file, skipping over
-    the payload of each (a few small reads, whatever the file's size)."""
+    the payload of each (a few small reads, whatever the file's size), up to ONNX's graph (field 7:
+    no Core ML model then, and nothing past it is read)."""
     found: set[int] = set()
     try:
-        size = path.stat().st_size
+        size = blob.size()
         pos = 0
-        while pos < size and len(found) < limit:
-            buf = read_at(path, pos, 20)
+        while pos < size and len(found) < limit and 7 not in found:
+            buf = blob.read(pos, 20)
             tag, used = _varint(buf, 0)
             if tag is None:
                 break
@@ -276,7 +269,7 @@ def _top_level_fields(path: Path, limit: int) -> set[int]:
                 pos += end + length
             else:
                 break
-    except OSError:
+    except InputError:
         return found
     return found
 

@@ -9,6 +9,7 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mhainspect.errors import ErrorKind, InputError
 from mhainspect.frontends.formats import identify_folder
 from mhainspect.frontends.gguf.split import GGUF_SUFFIX, split_name  # the loader's own rule for a split model's parts
 
@@ -66,6 +67,21 @@ def is_keras_folder(path: Path) -> bool:
     return (path / "config.json").is_file() and (path / KERAS_WEIGHTS).is_file()
 
 
+def folder_kind(tree: Tree, path: str, display: str) -> str | None:
+    """What the folder ``path`` of a tree is, by its listing, for a local folder and a remote one
+    alike: "keras_folder" (an extracted Keras archive: config.json beside model.weights.h5),
+    "folder" (one Hugging Face model: ``model_folder_names``), or None (a folder of models). A model
+    of a format this tool does not read (a SavedModel, a Core ML package) raises InputError naming it
+    (``display``: the folder as the argument names it)."""
+    foreign = identify_folder(tree, path)
+    if foreign is not None:
+        raise InputError(foreign.message(display), ErrorKind.UNSUPPORTED)
+    files = tree.listdir(path).files
+    if "config.json" in files and KERAS_WEIGHTS in files:
+        return "keras_folder"
+    return "folder" if model_folder_names(files) else None
+
+
 def is_model_folder(path: Path) -> bool:
     """A folder that is one model: a Hugging Face folder (config.json with weights), or a
     config.json with no model file beside it (the architecture alone, nothing to scan), or a model of
@@ -76,7 +92,9 @@ def is_model_folder(path: Path) -> bool:
     if is_checkpoint_folder(path):
         return True
     if not (path / "config.json").is_file():
-        return identify_folder(path) is not None  # a SavedModel, a Core ML package: named, not scanned
+        from mhainspect.sources.transports.local import LocalTree
+
+        return identify_folder(LocalTree(path), "") is not None  # a SavedModel, a Core ML package: named, not scanned
     try:
         return not any(file_kind(p.name) is not None for p in path.iterdir())
     except OSError:

@@ -94,6 +94,8 @@ class LocalBlob:
         try:
             fd = os.open(self.path, os.O_RDONLY)
             try:
+                if hasattr(os, "posix_fadvise"):  # no kernel read-ahead: a span asked for pulls no tensor data in
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
                 return os.pread(fd, length, offset)
             finally:
                 os.close(fd)
@@ -532,12 +534,18 @@ class BlobFile(io.RawIOBase):
 
 class HeadCached:
     """A blob whose first range is fetched once (``head()``) and served from memory to every read
-    that falls in it: what tells the format apart (its first bytes) is what its reader needs first."""
+    that falls in it: what tells the format apart (its first bytes) is what its reader needs first.
+    A remote blob also keeps the other spans it fetches (a zip archive's tail and directory, which
+    the member test reads before the archive's reader reads them again), up to ``_HELD_LIMIT``
+    bytes: a reader's read is served from what is held and only the gaps are fetched."""
 
     def __init__(self, blob: Blob, first: int = FIRST_RANGE) -> None:
         self.blob = blob
         self.first = first
         self._head: bytes | None = None
+        self._spans: list[_Run] = []  # held spans but the head, sorted, not overlapping
+        self._held = 0
+        self._end: int | None = None  # where the file ends, once a read came back short
 
     @property
     def name(self) -> str:
@@ -554,30 +562,72 @@ class HeadCached:
     def head(self) -> bytes:
         if self._head is None:
             self._head = self.blob.read(0, self.first)
+            if len(self._head) < self.first:
+                self._end = len(self._head)
         return self._head
 
     def size(self) -> int:
-        return self.blob.size()
+        return self._end if self._end is not None else self.blob.size()
 
     def known_size(self) -> int | None:
-        return self.blob.known_size()
+        return self._end if self._end is not None else self.blob.known_size()
 
-    def _whole(self) -> bool:
-        return self._head is not None and len(self._head) < self.first
+    def _held_at(self, pos: int) -> bytes:
+        """The held bytes from ``pos`` on to the end of the span holding it (b"": none)."""
+        head = self._head
+        if head is not None and pos < len(head):
+            return head[pos:]
+        for run in self._spans:
+            if run.start <= pos < run.end:
+                return run.data[pos - run.start:]
+        return b""
+
+    def _next_held(self, pos: int) -> int | None:
+        return next((r.start for r in self._spans if r.start > pos), None)
+
+    def _keep(self, start: int, data: bytes) -> None:
+        if not self.blob.speculative or not data or self._held + len(data) > _HELD_LIMIT:
+            return
+        self._spans.append(_Run(start, data))
+        self._spans.sort(key=lambda r: r.start)
+        self._held += len(data)
 
     def read(self, offset: int, length: int) -> bytes:
-        held = self._head
-        if held is None or offset >= len(held) or length <= 0:
-            if self._whole():
-                return b""
-            return self.blob.read(offset, length)
-        part = held[offset:offset + length]
-        if len(part) == length or self._whole():
-            return part
-        return part + self.blob.read(offset + len(part), length - len(part))
+        if length <= 0:
+            return b""
+        if self._head is None and offset < self.first:
+            self.head()  # the first read fetches the first range whole: the reader's first reads fall in it
+        end = offset + length if self._end is None else min(offset + length, self._end)
+        out = bytearray()
+        pos = offset
+        while pos < end:
+            held = self._held_at(pos)
+            if held:
+                take = held[:end - pos]
+                out += take
+                pos += len(take)
+                continue
+            stop = self._next_held(pos)
+            want = end - pos if stop is None else min(end, stop) - pos
+            got = self.blob.read(pos, want)
+            self._keep(pos, got)
+            out += got
+            pos += len(got)
+            if len(got) < want:
+                self._end = pos
+                break
+        return bytes(out)
 
     def tail(self, length: int) -> bytes:
-        if self._whole():
-            assert self._head is not None
-            return self._head[max(0, len(self._head) - length):]
-        return self.blob.tail(length)
+        size = self.known_size()
+        if size is None or not self._held_at(max(0, size - length)) and self.blob.speculative:
+            data = self.blob.tail(length)
+            size = self.blob.size()
+            self._keep(size - len(data), data)
+            return data[max(0, len(data) - length):]
+        return self.read(max(0, size - length), min(length, size))
+
+
+# What a remote HeadCached keeps besides its head: a zip archive's tail and directory (a torch.save
+# checkpoint of a few thousand tensors), not a reader's walk.
+_HELD_LIMIT = 1024 * 1024

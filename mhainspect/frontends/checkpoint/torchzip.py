@@ -25,7 +25,7 @@ from typing import Any
 from mhainspect.errors import InputError
 from mhainspect.frontends.checkpoint.quantized import MAX_VALUE_BYTES, wants_values
 from mhainspect.frontends.checkpoint.reader import flatten_state_dict
-from mhainspect.frontends.formats import Kind, OtherArchive, archive_members, names_kind
+from mhainspect.frontends.formats import archive_members
 from mhainspect.frontends.pickles import Global, RefusedGlobal, TensorRecord, read_pickle
 from mhainspect.ir.dtypes import INTEGER_STRUCT_CODES, TORCH_STORAGE_TYPES, canonical, nbytes
 from mhainspect.ir.weights import WeightMeta
@@ -193,7 +193,6 @@ def read_torch_zip(blob: Blob, values: dict[str, tuple[int, ...]] | None = None,
     """Tensor metadata of a zip-format torch.save file that answers ranged reads; ``values`` as for
     read_safetensors_header. ``unpickling_reason`` words a refusal as the local reader does."""
     archive, view = _open_archive(blob)
-    _check_torch_save(blob, archive)
     info = _pickle_member(blob, archive, len(view))
     view.prefetch(info.header_offset,
                   info.header_offset + _LOCAL_HEADER + len(info.filename) + _LOCAL_EXTRA_GUESS + info.compress_size)
@@ -235,17 +234,6 @@ def _open_archive(blob: Blob) -> tuple[zipfile.ZipFile, SparseView]:
         if not head.startswith(b"PK\x03\x04"):
             raise InputError(f"{blob.name}: not a PyTorch checkpoint (neither a zip archive nor a pickle)") from None
         raise InputError(f"{blob.name}: not a PyTorch checkpoint (broken zip archive: {exc})") from None
-
-
-def _check_torch_save(blob: Blob, archive: zipfile.ZipFile) -> None:
-    """A TorchScript archive or a torch.export program holds a data.pkl too: its members say which
-    (formats.names_kind, as for a local zip), and its own reader reads it (OtherArchive)."""
-    try:
-        kind = names_kind(archive.namelist(), blob.name)
-    except InputError:
-        return  # no PyTorch archive: data.pkl's absence says so below
-    if kind in (Kind.TORCHSCRIPT, Kind.TORCH_EXPORT):
-        raise OtherArchive(blob.name, str(kind))
 
 
 def _pickle_member(blob: Blob, archive: zipfile.ZipFile, size: int) -> zipfile.ZipInfo:

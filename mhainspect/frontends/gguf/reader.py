@@ -39,7 +39,7 @@ from mhainspect.ir.limits import MAX_DIM, MAX_SHARD_FILES, bounded_numel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 from mhainspect.matchers.experts import ExpertClaims
 from mhainspect.sources import beside
-from mhainspect.sources.blob import FIRST_RANGE, Blob, LocalBlob, Prefix
+from mhainspect.sources.blob import FIRST_RANGE, Blob, Prefix, local_path
 from mhainspect.sources.parallel import in_parallel
 from mhainspect.sources.tree import Tree
 
@@ -322,8 +322,9 @@ def read_header_blob(blob: Blob) -> GGUFHeader:
     """The header of a GGUF file, local or remote: a local file is memory-mapped (its header's pages
     fault in, nothing else), a remote one read in a few ranges that never fetch a byte twice; the
     tensor data is never fetched (bar the end of the last range)."""
-    if isinstance(blob, LocalBlob):
-        return read_header(blob.path)
+    path = local_path(blob)
+    if path is not None:
+        return read_header(path)
     head = Prefix(blob, limit=MAX_REMOTE_HEADER)
     head.ensure(4 + 4 + 8 + 8)
     size = blob.size()
