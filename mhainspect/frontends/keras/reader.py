@@ -40,7 +40,7 @@ KERAS_HINT = "pip install 'mhainspect[keras]'"
 _VARS = "vars"
 _CONTAINER = "layers"  # Keras' key for a list of layers (a functional model's, a Sequential's)
 _LEGACY_WEIGHTS = "model_weights"
-_TAIL_RANGE = 64 * 1024  # the zip directory of an archive of a few hundred layers' metadata
+_TAIL_RANGE = 1024  # an archive's end record and directory (a few members): the tail its member test read
 _LOCAL_HEADER = 30
 _HDF5_JUMP = 4 * 1024  # h5py's jumps between object headers: a header and its neighbours per range
 
