@@ -193,10 +193,18 @@ def test_rwkv_time_mixing_is_a_linear_attention_mixer(tmp_path: Path) -> None:
     shapes = {k: v for i in range(2) for k, v in {
         f"blocks.{i}.attention.{p}.weight": (64, 64) for p in ("key", "value", "receptance", "output")}.items()}
     shapes.update({f"blocks.{i}.attention.{p}": (64,) for i in range(2) for p in ("time_decay", "time_first")})
-    report = _folder(tmp_path, {"hidden_size": 64, "num_hidden_layers": 2}, shapes)
+    (tmp_path / "named").mkdir()
+    (tmp_path / "typed").mkdir()
+    report = _folder(tmp_path / "named", {"hidden_size": 64, "num_hidden_layers": 2}, shapes)
     assert not report.blocks and not report.misses
     assert [(m.kind.value, m.layers) for m in report.model.mixers] == [("linear_attention", (0, 1))]
     assert "time_decay" in report.model.mixers[0].source
+    # With its model_type, the config's plan says so too, and sizes the state (RwkvModel's: 2 token-shift
+    # vectors + 3 float32 WKV vectors of hidden_size: (128 + 192) × 4 bytes a layer).
+    report = _folder(tmp_path / "typed", {"model_type": "rwkv", "hidden_size": 64, "num_hidden_layers": 2}, shapes)
+    assert not report.blocks and not report.misses
+    assert [(m.kind.value, m.layers, m.state_bytes_per_layer) for m in report.model.mixers] == [
+        ("linear_attention", (0, 1), 1280)]
 
 
 def test_attention_experts_are_a_near_miss_that_caches(tmp_path: Path) -> None:
