@@ -135,3 +135,16 @@ def test_a_config_without_a_count_is_not_replaced_by_one_of_the_same_width_by_ch
     cfg = {"model_type": "edgetam_like", "mask_decoder_config": {"hidden_size": 64, "num_attention_heads": 4}}
     (block,) = _stage_folder(tmp_path, cfg, _attention("spatial_perceiver.layers.0.self_attention", 64, 64, 64)).values()
     assert block.num_heads is None
+
+
+def test_hostile_per_stage_lists_and_config_trees_stay_bounded() -> None:
+    """A per-stage list past MAX_CONFIG_STAGES is not read as one (a 16 MiB config could hold millions
+    of entries: one reading each, per block), and a config tree of many nested configs is compared
+    up to MAX_CONFIG_TREE of them."""
+    from mhainspect.ir.limits import MAX_CONFIG_STAGES, MAX_CONFIG_TREE
+
+    long = {"hidden_size": 64, "num_attention_heads_per_stage": [2] * (MAX_CONFIG_STAGES + 1),
+            "embed_dim_per_stage": [64] * (MAX_CONFIG_STAGES + 1)}
+    assert offers_from_config(long, "blocks.0.attn").alternatives == ()
+    wide = {**LLAMA_LIKE, **{f"c{i}": {"hidden_size": 64, "num_attention_heads": 8} for i in range(10 * MAX_CONFIG_TREE)}}
+    assert len(offers_from_config(wide, "image_tower.layers.0.self_attn").alternatives) <= MAX_CONFIG_TREE

@@ -28,6 +28,8 @@ MAX_SHARD_FILES = 1 << 12  # files one model is split into (an index's shards, a
 MAX_ARCHIVE_MEMBERS = 1 << 20  # members of one zip archive (a 70B torch.save zip has ~800)
 MAX_CONFIG_INT = 2**63 - 1  # a config count (heads, widths, layers) past int64 is no model's
 MAX_CONFIG_FLOAT = 1e300  # a finite float with room for the arithmetic done with it
+MAX_CONFIG_STAGES = 64  # entries of a per-stage config list (real: <= 8); a longer list is not read as one
+MAX_CONFIG_TREE = 64  # nested configs of one config the block lookup compares (real: < 20); the rest are not
 
 
 def as_int(value: object) -> int | None:

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mhainspect.frontends.checkpoint.arch_defaults import ConfigView, absent_sub_config, with_defaults
-from mhainspect.ir.limits import config_float, config_int
+from mhainspect.ir.limits import MAX_CONFIG_STAGES, MAX_CONFIG_TREE, config_float, config_int
 from mhainspect.ir.weights import HeadOffers
 from mhainspect.matchers.experts import ExpertClaims
 from mhainspect.matchers.grouping import cross_by_name
@@ -783,12 +783,17 @@ def _facts(c: Mapping[str, Any]) -> _Facts:
     hit = _FACTS.get(id(own))
     if hit is not None and hit[0] is own and hit[1] == len(own):
         return hit[2]
-    prefixed, stages, nested, stems = [], {}, [], []
+    prefixed: list[tuple[str, str, tuple[str, ...]]] = []
+    stages: dict[str, tuple[str, list[int]]] = {}
+    nested: list[tuple[str, Mapping[str, Any]]] = []
+    stems: list[tuple[str, tuple[str, ...]]] = []
     for key in own:
         if type(key) is not str:
             continue
         value = own[key]
         if _is_mapping(value):
+            if len(nested) >= MAX_CONFIG_TREE:
+                continue
             nested.append((key, value))
             if key.endswith(_NESTED_SUFFIX):
                 stems.append((key, tuple(_stem_words(key))))
@@ -797,7 +802,7 @@ def _facts(c: Mapping[str, Any]) -> _Facts:
         if split is not None:
             prefixed.append((key, *split))
         if key.endswith(_PER_STAGE) and key[:-len(_PER_STAGE)] in _PLAIN_KEYS and isinstance(value, list) \
-                and value and all(positive_int(x) for x in value):
+                and 0 < len(value) <= MAX_CONFIG_STAGES and all(positive_int(x) for x in value):
             stages[key[:-len(_PER_STAGE)]] = (key, value)
     facts = _Facts(tuple(prefixed), stages, tuple(nested), tuple(stems))
     if len(_FACTS) >= _FACTS_KEPT:
@@ -890,7 +895,7 @@ def offers_from_config(cfg: Mapping[str, Any], block_name: str, *, label: str = 
 def _partly_named(cfg: Mapping[str, Any], comps: Sequence[frozenset[str]]) -> bool:
     """Whether a config of the tree has a head count under a prefix the path names in part."""
     nodes = [cfg, *(sub for _, sub in _facts(cfg).nested)]
-    nodes += [v for sub in nodes[1:] for _, v in _facts(sub).nested]
+    nodes += [v for sub in nodes[1:] for _, v in _facts(sub).nested][:MAX_CONFIG_TREE]
     return any(_HEADS_SET & _prefixed(node, comps, in_part=True).keys() for node in nodes if _facts(node).prefixed)
 
 
@@ -901,6 +906,8 @@ def _tree(cfg: Mapping[str, Any]) -> list[tuple[str, ConfigView]]:
     for key, sub in _facts(cfg).nested:
         out.append((f"{key}.", with_defaults(sub, cfg, key)))
         out.extend((f"{key}.{k}.", with_defaults(v, sub, k)) for k, v in _facts(sub).nested)
+        if len(out) > MAX_CONFIG_TREE:
+            return out[:MAX_CONFIG_TREE]
     return out
 
 
