@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import Node
 from mhainspect.matchers.block import BlockBuilder
+from mhainspect.matchers.gate_graph import graph_gate
 from mhainspect.matchers.identity import merge_module, modules
 from mhainspect.matchers.indexer import graph_indexer
 from mhainspect.matchers.patterns import AnchorView, Pattern, additive, decomposed, fused, written_softmax
@@ -116,6 +117,6 @@ def graph_blocks(index: GraphIndex) -> GraphMatch:
             if name in extras_seen:
                 del b.extras[name]
             extras_seen.add(name)
-        block = graph_indexer(index, b.anchor, b.build(taken))
+        block = graph_gate(index, graph_indexer(index, b.anchor, b.build(taken)))
         blocks.append(block if applications == 1 else dataclasses.replace(block, applications=applications))
     return GraphMatch(tuple(count_shared_once(blocks)), tuple(misses), frozenset(constants))

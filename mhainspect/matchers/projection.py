@@ -609,6 +609,27 @@ def _masks(index: GraphIndex, node: Node, pos: int) -> bool:
     return False
 
 
+_GATE_VIEWS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Cast", "Expand"})
+
+
+def _gates(index: GraphIndex, node: Node, pos: int) -> bool:
+    """Whether ``node`` gates the attention's result it reads at ``pos``: a Mul by a Sigmoid (through
+    views), gated attention's output gate (AFMoE, HunYuan-V4, Qwen3-Next): the result goes on to O."""
+    if node.op != "Mul" or len(node.inputs) != 2:
+        return False
+    cur = node.inputs[1 - pos]
+    for _ in range(4):
+        producer = index.producer.get(cur)
+        if producer is None:
+            return False
+        if producer.op == "Sigmoid":
+            return True
+        if producer.op not in _GATE_VIEWS or not producer.inputs:
+            return False
+        cur = producer.inputs[0]
+    return False
+
+
 def trace_forward_to_projection(index: GraphIndex, tensor: str) -> tuple[ProjectionHit, tuple[Node, ...]] | None:
     """Walk from the attention output through head-merge ops to the output projection."""
     queue: deque[tuple[str, tuple[Node, ...], int]] = deque([(tensor, (), 0)])
@@ -621,7 +642,7 @@ def trace_forward_to_projection(index: GraphIndex, tensor: str) -> tuple[Project
             hit = recognise_projection(index, user, via_input=cur) if user.op in _PROJECTION_OPS else None
             if hit is not None:
                 return hit, path
-            if user.op in _FORWARD_THROUGH or _masks(index, user, _pos) or (
+            if user.op in _FORWARD_THROUGH or _masks(index, user, _pos) or _gates(index, user, _pos) or (
                     user.op in _REDUCTIONS and _reduces_ones(index, user)):
                 # The value only: not a quantizer's scale, zero point or a dropout mask.
                 step = 0 if user.op in VALUE_PRESERVING_OPS else 1  # Q/DQ pairs do not use up the depth
