@@ -72,7 +72,7 @@ class SparseIndexer:
     module: ``tensors``) count in the block's total as ``params.indexer``; it caches its key, ``d_k``
     values per token, beside the block's K/V (``kv_cache_indexer_bytes_per_token``)."""
 
-    module: str  # the indexer's module path
+    module: str  # the indexer's module path (a graph: the TopK node whose choice reaches the scores)
     d_k: int  # its key's width (the K projection's output): what it caches per token
     num_heads: int | None  # its query heads (its Q projection's width over d_k; None: not told)
     tensors: tuple[str, ...] = ()  # every tensor of the module, counted in params.indexer
