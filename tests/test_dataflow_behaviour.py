@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 from mhainspect.errors import InputError
 from mhainspect.frontends.onnx.loader import load_onnx, model_to_graph
 from mhainspect.ir.dataflow import GraphIndex, topological_order
-from mhainspect.ir.graph import AttrValue, ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.ir.graph import AttrValue, GraphKind, ModelGraph, Node, Tensor, ValueInfo
 from mhainspect.ir.symbolic import Dim
 
 SAMPLES = sorted((Path(__file__).resolve().parents[1] / "sample_models").glob("*.onnx"))
@@ -61,7 +61,7 @@ def _random_graph(seed: int, *, untrusted: bool) -> ModelGraph:
         names.extend(outs)
     if r.random() < 0.3:
         r.shuffle(nodes)
-    return ModelGraph("random", "onnx", tuple(nodes), weights, inputs)
+    return ModelGraph("random", GraphKind.ONNX, tuple(nodes), weights, inputs)
 
 
 def _check_topological(graph: ModelGraph, order: list[Node]) -> None:
@@ -116,7 +116,7 @@ def test_sample_models_keep_their_file_order_and_edges(path: Path) -> None:
 
 def test_self_loop_message() -> None:
     nodes = (Node("a", "Relu", ("x",), ("y",)), Node("b", "Add", ("y", "z"), ("z",)))
-    graph = ModelGraph("loop", "onnx", nodes, {}, (ValueInfo("x", (1,), "float32"),))
+    graph = ModelGraph("loop", GraphKind.ONNX, nodes, {}, (ValueInfo("x", (1,), "float32"),))
     with pytest.raises(InputError, match=r"node 'b' \(Add\) reads its own output"):
         GraphIndex(graph)
     with pytest.raises(InputError, match=r"node 'b' \(Add\) reads its own output"):
@@ -140,7 +140,7 @@ def test_broadcast_is_numpys() -> None:
     for _ in range(400):
         a = tuple(r.choice(pool) for _ in range(r.randint(0, 4)))
         b = tuple(r.choice(pool) for _ in range(r.randint(0, 4)))
-        graph = ModelGraph("bc", "onnx", (Node("add", "Add", ("a", "b"), ("y",)),), {},
+        graph = ModelGraph("bc", GraphKind.ONNX, (Node("add", "Add", ("a", "b"), ("y",)),), {},
                            (ValueInfo("a", a, "float32"), ValueInfo("b", b, "float32")))
         got = GraphIndex(graph).shapes.shape("y")
         concrete = [tuple(sizes[d] if isinstance(d, str) else d for d in s) for s in (a, b)]

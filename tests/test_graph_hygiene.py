@@ -22,7 +22,7 @@ from mhainspect.errors import InputError
 from mhainspect.frontends.onnx.loader import load_onnx
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.dtypes import lookup
-from mhainspect.ir.graph import ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.ir.graph import GraphKind, ModelGraph, Node, Tensor, TensorKind, ValueInfo
 from mhainspect.ir.parameters import count_parameters
 from mhainspect.pipeline import audit_graph
 from mhainspect.render.json_render import report_to_dict
@@ -42,7 +42,7 @@ def test_impossible_shapes_duplicate_writers_and_dead_nodes_are_each_one_warning
                "neg": Tensor("neg", (3, -1), "float32", "neg")}
     nodes = (Node("mm", "MatMul", ("x", "w"), ("h",)), Node("dup", "Relu", ("x",), ("h",)),
              Node("dead", "Identity", ("h",), ()), Node("out", "Relu", ("h",), ("y",)))
-    report = audit_graph(ModelGraph("odd", "onnx", nodes, weights, X))
+    report = audit_graph(ModelGraph("odd", GraphKind.ONNX, nodes, weights, X))
     impossible = _warning(report.warnings, "weights with an impossible shape")
     assert "'huge'" in impossible and "'neg'" in impossible and "'w'" not in impossible
     assert "'h' (2 nodes)" in _warning(report.warnings, "tensors produced by more than one node")
@@ -52,7 +52,7 @@ def test_impossible_shapes_duplicate_writers_and_dead_nodes_are_each_one_warning
 
 def test_a_valid_graph_has_none_of_these_warnings() -> None:
     nodes = (Node("mm", "MatMul", ("x", "w"), ("y",)),)
-    report = audit_graph(ModelGraph("ok", "onnx", nodes, {"w": Tensor("w", (4, 4), "float32", "w")}, X))
+    report = audit_graph(ModelGraph("ok", GraphKind.ONNX, nodes, {"w": Tensor("w", (4, 4), "float32", "w")}, X))
     assert report.warnings == () and report.model.total_params == 16
 
 
@@ -62,7 +62,7 @@ def _rotary(duplicate: bool) -> ModelGraph:
     if duplicate:
         nodes.append(Node("b", "Identity", ("x",), ("t",)))  # a second writer of the tensor Cos reads
     nodes.append(Node("c", "Cos", ("t",), ("cos",)))
-    return ModelGraph("rotary", "onnx", tuple(nodes), {"inv_freq": inv_freq}, (ValueInfo("x", (4,), "float32"),))
+    return ModelGraph("rotary", GraphKind.ONNX, tuple(nodes), {"inv_freq": inv_freq}, (ValueInfo("x", (4,), "float32"),))
 
 
 @pytest.mark.parametrize("duplicate", [False, True])
@@ -80,7 +80,7 @@ def _random_graph(rng: random.Random) -> ModelGraph:
         shape = rng.choice([(4,), (4, 4), (1,), (8, 2), (3, -1), (2**40, 2**40)])
         name = rng.choice([f"layer{i}.w", f"w{i}"])
         weights[name] = Tensor(name, shape, rng.choice(["float32", "int64", "int8"]), f"s{i % 4}",
-                               kind=rng.choice([None, None, "parameter", "buffer"]), is_constant_node=rng.random() < 0.2)
+                               kind=rng.choice([None, None, TensorKind.PARAMETER, TensorKind.BUFFER]), is_constant_node=rng.random() < 0.2)
     tensors = list(weights) + ["x"]
     nodes: list[Node] = []
     for i in range(rng.randint(1, 30)):
@@ -92,7 +92,7 @@ def _random_graph(rng: random.Random) -> ModelGraph:
         name = rng.choice([f"n{i}", f"a/body0/n{i}", f"a/body1/n{i}"])
         nodes.append(Node(name, rng.choice(ops), ins, outs))
         tensors.extend(o for o in outs if o and o not in weights)
-    return ModelGraph("random", "onnx", tuple(nodes), weights, inputs=X)
+    return ModelGraph("random", GraphKind.ONNX, tuple(nodes), weights, inputs=X)
 
 
 def test_random_invalid_graphs_give_a_report_or_one_input_error() -> None:

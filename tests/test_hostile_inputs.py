@@ -27,7 +27,7 @@ from cli_run import in_process
 
 from mhainspect.errors import InputError
 from mhainspect.frontends.onnx.locations import external_location_escapes
-from mhainspect.ir.graph import ModelGraph, Node, Tensor
+from mhainspect.ir.graph import GraphKind, ModelGraph, Node, Tensor
 from mhainspect.pipeline import audit, audit_graph
 from mhainspect.results import WarningCode, warning_code
 
@@ -251,15 +251,15 @@ def test_sibling_subgraphs_may_reuse_names() -> None:
     """If's then/else branches both producing 'z' is legal ONNX: no duplicate-output warning."""
     nodes = (Node("if", "If", ("c",), ("y",)), Node("if/body0/a", "Relu", ("x",), ("z",)),
              Node("if/body1/b", "Relu", ("x",), ("z",)))
-    report = audit_graph(ModelGraph("g", "onnx", nodes, {}))
+    report = audit_graph(ModelGraph("g", GraphKind.ONNX, nodes, {}))
     assert not report.warnings
     dup = (Node("a", "Relu", ("x",), ("z",)), Node("b", "Relu", ("x",), ("z",)))
-    assert any("more than one node" in w for w in audit_graph(ModelGraph("g", "onnx", dup, {})).warnings)
+    assert any("more than one node" in w for w in audit_graph(ModelGraph("g", GraphKind.ONNX, dup, {})).warnings)
 
 
 def test_nodes_without_outputs_are_dropped() -> None:
     nodes = (Node("sm", "Softmax", ("x",), ()), Node("mm", "MatMul", ("x", "w.weight"), ()))
-    report = audit_graph(ModelGraph("g", "onnx", nodes, {"w.weight": Tensor("w.weight", (4, 4), "float32", "w")}))
+    report = audit_graph(ModelGraph("g", GraphKind.ONNX, nodes, {"w.weight": Tensor("w.weight", (4, 4), "float32", "w")}))
     assert any("without outputs" in w for w in report.warnings)
 
 
@@ -268,7 +268,7 @@ def test_impossible_weights_are_not_counted() -> None:
                "b.weight": Tensor("b.weight", (2**40, 2**40), "float32", "b"),
                "c.weight": Tensor("c.weight", (4, 4), "float32", "c")}
     nodes = tuple(Node(f"mm{i}", "MatMul", ("x", name), (f"y{i}",)) for i, name in enumerate(weights))
-    report = audit_graph(ModelGraph("g", "onnx", nodes, weights))
+    report = audit_graph(ModelGraph("g", GraphKind.ONNX, nodes, weights))
     assert report.model.total_params == 16
     assert any("'a.weight'" in w and "'b.weight'" in w for w in report.warnings)
 

@@ -19,7 +19,7 @@ from mhainspect.frontends.onnx import loader as onnx_loader
 from mhainspect.frontends.onnx import wire as onnx_wire
 from mhainspect.frontends.onnx.loader import load_onnx, model_to_graph, read_model_proto
 from mhainspect.ir.dtypes import ONNX_FLOAT_CODES, ONNX_INTEGER_CODES
-from mhainspect.ir.graph import ModelGraph
+from mhainspect.ir.graph import ModelGraph, TensorKind
 from mhainspect.pipeline import audit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -305,7 +305,7 @@ def test_constant_kind_is_what_apply_provenance_says(tmp_path: Path) -> None:
     from mhainspect.frontends.onnx.provenance import apply_provenance
 
     model = _constants_model()
-    for producer, kind in (("pytorch", "constant"), ("tf2onnx", None)):
+    for producer, kind in (("pytorch", TensorKind.CONSTANT), ("tf2onnx", None)):
         model.producer_name = producer
         path = tmp_path / f"{producer}.onnx"
         onnx.save(model, path)

@@ -53,7 +53,7 @@ from typing import NamedTuple, Protocol
 
 from mhainspect.ir.dataflow import VALUE_PRESERVING_OPS
 from mhainspect.ir.dtypes import STRUCT_CODES, is_float
-from mhainspect.ir.graph import FoldedCopy, ModelGraph, Node, Tensor
+from mhainspect.ir.graph import FoldedCopy, ModelGraph, Node, Tensor, TensorKind
 
 SAMPLE = 32  # positions compared before a copy is believed
 SMALL = 1 << 16  # elements: a tensor read whole (tables, tiny weights; never a large model's weights)
@@ -95,8 +95,8 @@ def module_path(name: str) -> bool:
 
 def is_lookup(t: Tensor) -> bool:
     """Whether the exporter says it folded ``t`` from one parameter and index buffers (a position
-    table gathered by its position_ids: ``origin`` names the parameter, ``kind`` is "derived")."""
-    return t.kind == "derived" and t.origin is not None
+    table gathered by its position_ids: ``origin`` names the parameter, ``kind`` is DERIVED)."""
+    return t.kind is TensorKind.DERIVED and t.origin is not None
 
 
 def _stored_float(t: Tensor) -> bool:

@@ -12,7 +12,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, NoReturn, overload
 
+from mhainspect.results.vocabulary import Vocabulary
+
 AttrValue = int | float | str | bytes | tuple[int, ...] | tuple[float, ...] | tuple[str, ...] | None
+
+
+class TensorKind(Vocabulary):
+    """What an exporter says a stored tensor is (``Tensor.kind``)."""
+
+    PARAMETER = "parameter"
+    BUFFER = "buffer"
+    CONSTANT = "constant"
+    DERIVED = "derived"  # folded from other tensors: a value the exporter computed
+
+
+class GraphKind(Vocabulary):
+    """Which front end built a ``ModelGraph`` (the report's format when the caller names none)."""
+
+    ONNX = "onnx"
+    TORCH = "torch"
 
 
 class Tensor(NamedTuple):
@@ -34,9 +52,8 @@ class Tensor(NamedTuple):
     int_value: tuple[int, ...] | None = None
     float_value: float | None = None
     is_constant_node: bool = False
-    # What the exporter says this tensor is: "parameter", "buffer", "constant", "derived"
-    # (folded from other tensors), or None when the file does not say (TorchScript, tf2onnx).
-    kind: str | None = None
+    # What the exporter says this tensor is, or None when the file does not say (TorchScript, tf2onnx).
+    kind: TensorKind | None = None
     origin: str | None = None  # the parameter this tensor was folded from (e.g. transposed)
     location: str | None = None  # the external-data file holding its bytes (None: inside the model file)
     external_length: int | None = None  # bytes the external data file gives it (its 'length' entry), when stated
@@ -53,7 +70,7 @@ class Tensor(NamedTuple):
     def may_be_parameter(self) -> bool:
         """False when the exporter says this tensor is no parameter (a buffer, a constant, a value
         folded from non-parameters); True when it says parameter or says nothing."""
-        return self.kind is None or self.kind == "parameter"
+        return self.kind is None or self.kind is TensorKind.PARAMETER
 
     @property
     def numel(self) -> int:
@@ -186,7 +203,7 @@ class ModelGraph:
     """A model as the matchers see it: nodes in file order, weights by name, declared types."""
 
     source: str
-    kind: str  # "onnx", "torch", "checkpoint"
+    kind: GraphKind
     nodes: tuple[Node, ...]
     weights: Mapping[str, Tensor]
     inputs: tuple[ValueInfo, ...] = ()

@@ -41,7 +41,7 @@ from typing import NamedTuple
 from mhainspect.ir.copies import module_path
 from mhainspect.ir.dataflow import AFFINE_OPS, SHAPE_INPUTS, GraphIndex
 from mhainspect.ir.dtypes import Family, is_float, lookup
-from mhainspect.ir.graph import Node, Tensor
+from mhainspect.ir.graph import Node, Tensor, TensorKind
 
 # Per op: input positions holding quantization parameters (scales, zero points, group indices).
 QUANT_PARAM_INPUTS: dict[str, frozenset[int]] = {
@@ -138,10 +138,10 @@ def scan_stored(index: GraphIndex, constants: frozenset[str] = frozenset()) -> S
         if not shape or t.storage_key in counts or name in constants:
             continue
         copy = folded.get(name) if folded else None  # an exporter-made copy of a parameter (ir.copies)
-        if not t.may_be_parameter and copy is None and not (t.kind == "constant" and (
+        if not t.may_be_parameter and copy is None and not (t.kind is TensorKind.CONSTANT and (
                 _product_weight(index, name) or _held_variable(index, name, t))):
             continue  # the exporter says: a buffer, a constant, or folded from non-parameters
-        if "." not in t.name and prod(shape) == 1 and t.kind != "parameter":
+        if "." not in t.name and prod(shape) == 1 and t.kind is not TensorKind.PARAMETER:
             continue  # an initializer scalar shaped [1]; real parameters carry a module path
         dtype = t.dtype
         if dtype in family_of:

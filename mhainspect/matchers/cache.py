@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from mhainspect.ir import dtypes
 from mhainspect.ir.dataflow import SHAPE_INPUTS
+from mhainspect.ir.graph import TensorKind
 from mhainspect.results import AttentionBlock, projection_tensor_names
 
 if TYPE_CHECKING:
@@ -294,7 +295,7 @@ def _stored_mask(t: Any) -> bool:
     shape = t.shape
     if len(shape) < 3 or shape[-2] == 1 or shape[-1] == 1 or any(d != 1 for d in shape[1:-2]):
         return False
-    return t.kind in (None, "constant", "derived", "buffer") and (t.dtype == "bool" or dtypes.is_float(t.dtype))
+    return t.kind is not TensorKind.PARAMETER and (t.dtype == "bool" or dtypes.is_float(t.dtype))
 
 
 @dataclass(frozen=True)
@@ -444,7 +445,7 @@ class _MaskWalk:
     def _stored(self, cur: str, stored: Any) -> None:
         shape = stored.shape
         if len(shape) < 2 or shape[-2] <= 1 or shape[-1] < shape[-2] or (len(shape) == 2 and shape[0] != shape[1]) \
-                or stored.kind == "parameter":
+                or stored.kind is TensorKind.PARAMETER:
             return  # no [queries, keys] plane (a bias per key or per head, a table, a scale), or learned
         label = f"constant '{cur}' {list(shape)}"
         if stored.mask_values is None:

@@ -259,7 +259,7 @@ def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None 
         from mhainspect.frontends.checkpoint.hf_config import max_positions
 
         positions, positions_source = max_positions(config, config_label)
-    facts = ModelFacts(path=path if path is not None else graph.source, format=fmt or graph.kind,
+    facts = ModelFacts(path=path if path is not None else graph.source, format=fmt or graph.kind.value,
                        total_params=sum(parameters.values()), num_nodes=len(graph.nodes), opset=graph.opset,
                        producer=graph.producer, max_positions=positions, max_positions_source=positions_source)
     return SourceResult(tuple(blocks), found.misses, facts, coded(graph.warnings), size)

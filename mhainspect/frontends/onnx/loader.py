@@ -51,7 +51,7 @@ from mhainspect.frontends.onnx.wire import (
     read_bytes,
 )
 from mhainspect.ir.dtypes import ONNX_CODES, ONNX_FLOAT_CODES, ONNX_INTEGER_CODES, STRUCT_CODES, onnx_name
-from mhainspect.ir.graph import NO_ATTRS, Attrs, AttrValue, ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.ir.graph import NO_ATTRS, Attrs, AttrValue, GraphKind, ModelGraph, Node, Tensor, TensorKind, ValueInfo
 from mhainspect.sources.blob import Blob, FileView, LocalBlob, MappedView, local_path
 
 # Values of integer constants up to this many elements are read (shape arithmetic).
@@ -327,7 +327,7 @@ def _model_to_graph(model: Any, source: str, progress: ProgressCallback | None, 
         builder.warnings.append(folded_away)
     return ModelGraph(
         source=source,
-        kind="onnx",
+        kind=GraphKind.ONNX,
         nodes=tuple(builder.nodes),
         weights=weights,
         inputs=inputs,
@@ -580,7 +580,7 @@ _OUTPUTS = attrgetter("outputs")
 class _GraphBuilder:
     def __init__(self, functions: dict[tuple[str, str], onnx.FunctionProto],  # type: ignore[name-defined]  # noqa: F821
                  progress: ProgressCallback | None = None, total_nodes: int = 0, name_scopes: bool = True,
-                 attr_cls: Any = None, constant_kind: str | None = None) -> None:
+                 attr_cls: Any = None, constant_kind: TensorKind | None = None) -> None:
         self.functions = functions
         # Tensor.kind of every Constant-node tensor (provenance.constant_node_kind): given as each is
         # made, where apply_provenance would copy thousands of them through __init__ (~30 ms on 70B).

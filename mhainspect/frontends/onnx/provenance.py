@@ -8,7 +8,7 @@ TorchScript exports carry none of this: their tensors keep ``kind=None`` and the
 heuristics apply, but for one thing both torch exporters share: every parameter and buffer is an
 initializer, so a Constant node in a file torch wrote holds a value the trace computed (a
 sinusoidal position table, a rotary sin/cos cache, ALiBi slopes, the ones and zeros a LayerNorm
-without weight or bias is given): ``kind="constant"``, never a parameter.
+without weight or bias is given): ``kind=TensorKind.CONSTANT``, never a parameter.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import ast
 import re
 from collections.abc import Iterable, Mapping
 
-from mhainspect.ir.graph import Tensor
+from mhainspect.ir.graph import Tensor, TensorKind
 
 _KIND_KEY = "pkg.torch.export.graph_signature.InputSpec.kind"
 _FOLDED_KEY = "pkg.onnxscript.optimizer.folded_from"
-_KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant"}
+_KINDS = {"PARAMETER": TensorKind.PARAMETER, "BUFFER": TensorKind.BUFFER, "CONSTANT_TENSOR": TensorKind.CONSTANT}
 _TORCH_PRODUCER = "pytorch"  # ModelProto.producer_name of torch.onnx.export (TorchScript and dynamo)
 
 
@@ -70,41 +70,42 @@ _SPECIAL = ("\\", '"', "\n", "\r", "\x00")
 _SIGNATURE_LINE = r"^\s*\w+:\s*(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']+)'"
 
 
-def signature_kinds(signature: str) -> dict[str, str]:
+def signature_kinds(signature: str) -> dict[str, TensorKind]:
     """Kinds by target name from the ExportedProgram graph signature the exporter stores as text."""
     return {target: _KINDS[kind] for kind, target in re.findall(_SIGNATURE_LINE, signature, re.MULTILINE)}
 
 
-def constant_node_kind(producer_name: str) -> str | None:
-    """The kind of a Constant-node tensor in a file ``producer_name`` wrote: "constant" for torch
+def constant_node_kind(producer_name: str) -> TensorKind | None:
+    """The kind of a Constant-node tensor in a file ``producer_name`` wrote: CONSTANT for torch
     (module doc), else None (unknown)."""
-    return "constant" if producer_name == _TORCH_PRODUCER else None
+    return TensorKind.CONSTANT if producer_name == _TORCH_PRODUCER else None
 
 
-def _folded_params(sources: tuple[str, ...], kinds: Mapping[str, str | None]) -> list[str]:
-    return sorted(s for s in sources if kinds.get(s) == "parameter")
+def _folded_params(sources: tuple[str, ...], kinds: Mapping[str, TensorKind | None]) -> list[str]:
+    return sorted(s for s in sources if kinds.get(s) is TensorKind.PARAMETER)
 
 
-def _folded_kind(sources: tuple[str, ...], kinds: Mapping[str, str | None]) -> tuple[str, str | None, str]:
+def _folded_kind(sources: tuple[str, ...], kinds: Mapping[str, TensorKind | None]
+                 ) -> tuple[TensorKind, str | None, str]:
     """(kind, origin, storage) of a tensor the exporter's optimizer folded from ``sources``."""
     params = _folded_params(sources, kinds)
-    other_tensors = [s for s in sources if kinds.get(s) in ("buffer", "constant")]
+    other_tensors = [s for s in sources if kinds.get(s) in (TensorKind.BUFFER, TensorKind.CONSTANT)]
     # Parameters reshaped, transposed or concatenated (with index/shape helpers only) are still
     # those parameters; anything folded from buffers (masks, rotary tables) is not.
     if params and not other_tensors:
-        return "parameter", params[0] if len(params) == 1 else None, "+".join(params)
-    if not params and len(other_tensors) == 1 and kinds.get(other_tensors[0]) == "constant":
+        return TensorKind.PARAMETER, params[0] if len(params) == 1 else None, "+".join(params)
+    if not params and len(other_tensors) == 1 and kinds.get(other_tensors[0]) is TensorKind.CONSTANT:
         # A plain tensor attribute transposed or reshaped: still that constant.
-        return "constant", other_tensors[0], ""
-    if not params and other_tensors and all(kinds.get(s) == "constant" for s in other_tensors):
+        return TensorKind.CONSTANT, other_tensors[0], ""
+    if not params and other_tensors and all(kinds.get(s) is TensorKind.CONSTANT for s in other_tensors):
         # Computed from several constants (a rotary cos/sin table from its frequencies): a value the
         # exporter computed, no tensor the model holds.
-        return "derived", None, ""
+        return TensorKind.DERIVED, None, ""
     # One parameter looked up by buffers (a position table gathered by its position_ids, a Swin
     # bias table by its relative-position index): derived, with that parameter as its origin. How
     # many of the parameter's elements it holds only its values tell (mhainspect.ir.copies).
-    one = params[0] if len(params) == 1 and all(kinds.get(s) == "buffer" for s in other_tensors) else None
-    return "derived", one, ""
+    one = params[0] if len(params) == 1 and all(kinds.get(s) is TensorKind.BUFFER for s in other_tensors) else None
+    return TensorKind.DERIVED, one, ""
 
 
 def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str, Mapping[str, str]]],
@@ -119,13 +120,14 @@ def apply_provenance(weights: Mapping[str, Tensor], metadata: Iterable[tuple[str
     if not props:
         return dict(weights)
     # Parameters folded away (transposed into val_N) appear only in the signature.
-    kinds: dict[str, str | None] = dict(signature_kinds(signature))
+    kinds: dict[str, TensorKind | None] = dict(signature_kinds(signature))
     kinds.update({name: _KINDS.get(p.get(_KIND_KEY, ""), None) for name, p in props.items() if _KIND_KEY in p})
     return {name: t if (p := props.get(name)) is None else _with_provenance(t, kinds.get(name), p, kinds)
             for name, t in weights.items()}
 
 
-def _with_provenance(t: Tensor, kind: str | None, props: Mapping[str, str], kinds: Mapping[str, str | None]) -> Tensor:
+def _with_provenance(t: Tensor, kind: TensorKind | None, props: Mapping[str, str],
+                     kinds: Mapping[str, TensorKind | None]) -> Tensor:
     """``t`` with the kind its metadata (or the signature) gives; a tensor folded from others takes
     their kind, and a parameter's storage when it is one parameter transposed or reshaped."""
     origin = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from mhainspect.ir.graph import ModelGraph, Node, Tensor
+from mhainspect.ir.graph import ModelGraph, Node, Tensor, TensorKind
 
 
 def _ints(graph: ModelGraph, name: str) -> tuple[int, ...] | None:
@@ -41,7 +41,7 @@ def _bounds(graph: ModelGraph, split: Node, at: Node) -> tuple[int, int] | None:
 
 
 def _const(name: str, value: int) -> Tensor:
-    return Tensor(name, (1,), "int64", f"const:{name}", int_value=(value,), is_constant_node=True, kind="constant")
+    return Tensor(name, (1,), "int64", f"const:{name}", int_value=(value,), is_constant_node=True, kind=TensorKind.CONSTANT)
 
 
 def as_slices(graph: ModelGraph) -> ModelGraph:

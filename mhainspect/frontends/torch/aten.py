@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mhainspect.ir.graph import NO_ATTRS, Attrs, AttrValue, ModelGraph, Node, Tensor, ValueInfo
+from mhainspect.ir.graph import NO_ATTRS, Attrs, AttrValue, GraphKind, ModelGraph, Node, Tensor, ValueInfo
 
 _INT64_MAX = 2**63 - 1
 
@@ -212,7 +212,7 @@ class AtenConverter:
                            else ValueInfo(node.name, None, "unknown"))
 
     def graph(self) -> ModelGraph:
-        return ModelGraph(source=self.source, kind="torch", nodes=tuple(self.nodes), weights=dict(self.weights),
+        return ModelGraph(source=self.source, kind=GraphKind.TORCH, nodes=tuple(self.nodes), weights=dict(self.weights),
                           inputs=tuple(self.inputs), value_info=dict(self.value_info),
                           producer=self.producer, warnings=tuple(self.notes))
 
