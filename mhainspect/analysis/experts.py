@@ -27,10 +27,10 @@ def _evidence(layers: tuple[MoeLayer, ...], claims: ExpertClaims | None, k: int 
                   if first.router is not None and first.fused is None else "")
         more = f" (and {len(layers) - 1} more MoE layer{'s' if len(layers) != 2 else ''})" if len(layers) > 1 else ""
         source = EvidenceSource.CONFIG if first.count_from_metadata else EvidenceSource.WEIGHT_SHAPE
-        if source is EvidenceSource.CONFIG and claims is not None and claims.source == "gguf":
-            source = EvidenceSource.GGUF
+        if source is EvidenceSource.CONFIG and claims is not None:
+            source = claims.source
         out.append(Evidence("num_experts", first.num_experts, source, first.evidence() + router + more))
-    source = EvidenceSource.GGUF if claims is not None and claims.source == "gguf" else EvidenceSource.CONFIG
+    source = claims.source if claims is not None else EvidenceSource.CONFIG
     if claims is not None and claims.experts_per_token is not None and k is not None:
         out.append(Evidence("experts_per_token", k, source, claims.experts_per_token[1]))
     if claims is not None and claims.num_shared_experts is not None:

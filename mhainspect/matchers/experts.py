@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mhainspect.ir.weights import WeightMeta
+from mhainspect.results import EvidenceSource
 
 __all__ = ["ExpertClaims", "ExpertInputs", "MoeLayer", "find_experts", "weight_experts"]
 
@@ -101,9 +102,9 @@ class MoeLayer:
 @dataclass(frozen=True)
 class ExpertClaims:
     """What a config or GGUF metadata says about the experts: counts with the words that say where
-    each was read (``source`` "config" or "gguf"). None where it says nothing."""
+    each was read (``source`` CONFIG or GGUF). None where it says nothing."""
 
-    source: str
+    source: EvidenceSource
     num_experts: tuple[int, str] | None = None
     experts_per_token: tuple[int, str] | None = None
     num_shared_experts: tuple[int, str] | None = None

@@ -1065,7 +1065,7 @@ def expert_claims(cfg: Mapping[str, Any] | None, label: str = "config.json") -> 
         shared = (1, f"{width[1]} (one shared expert)") if width is not None and width[0] > 0 else None
     if experts is None and per_token is None:
         return None
-    return ExpertClaims("config", experts, per_token, shared, _expert_widths(cfg, label))
+    return ExpertClaims(EvidenceSource.CONFIG, experts, per_token, shared, _expert_widths(cfg, label))
 
 
 def _expert_widths(cfg: Mapping[str, Any], label: str) -> tuple[tuple[int, str], ...]:

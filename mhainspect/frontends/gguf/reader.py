@@ -38,6 +38,7 @@ from mhainspect.ir.dtypes import ggml_name, lookup
 from mhainspect.ir.limits import MAX_DIM, MAX_SHARD_FILES, bounded_numel
 from mhainspect.ir.weights import HeadOffers, WeightMeta
 from mhainspect.matchers.experts import ExpertClaims
+from mhainspect.results import EvidenceSource
 from mhainspect.sources import beside
 from mhainspect.sources.blob import FIRST_RANGE, Blob, Prefix, local_path
 from mhainspect.sources.parallel import in_parallel
@@ -761,4 +762,4 @@ def expert_claims(metadata: Mapping[str, MetaValue], arch: str) -> ExpertClaims 
     experts, used = read("expert_count"), read("expert_used_count")
     if experts is None and used is None:
         return None
-    return ExpertClaims("gguf", experts, used, read("expert_shared_count"))
+    return ExpertClaims(EvidenceSource.GGUF, experts, used, read("expert_shared_count"))
