@@ -72,5 +72,8 @@ def test_every_name_the_page_gives_resolves() -> None:
     imports, so the page cannot send a reader to code that moved."""
     names = sorted(set(_NAMES.findall(PAGE.read_text(encoding="utf-8"))))
     assert "mhainspect.pipeline.inputs.expand" in names and "mhainspect.pipeline.runner.run" in names
+    # every graph front end's shared step, and what only ONNX adds to it
+    assert "mhainspect.frontends.graphs.result.graph_result" in names
+    assert "mhainspect.frontends.onnx.frontend.ONNX_STEPS" in names
     for dotted in names:
         _resolve(dotted)

@@ -38,7 +38,7 @@ def archive_result(tree: Tree, path: str, display: str, program: ArchiveProgram,
     (see the module docstring); ``known``: blocks of modules recognised by class and attributes,
     which a graph block using their weights repeats."""
     from mhainspect.frontends.checkpoint.size_inputs import metas_size_inputs
-    from mhainspect.frontends.onnx.frontend import graph_result
+    from mhainspect.frontends.graphs.result import graph_result
 
     config, config_warning = _config_beside(tree, path, display)
     found = graph_result(program.graph, path=display, fmt=fmt, config=config, config_label=_CONFIG_LABEL)

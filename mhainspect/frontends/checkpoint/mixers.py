@@ -204,7 +204,7 @@ def weight_state(module: str, found: Sequence[str], weights: Mapping[str, Weight
       and no parameter but the convolution and matrices (LFM2's short convolution: conv, in_proj,
       out_proj; ``names``: every weight name, sorted) -> none; lightning attention's slope rate per
       head beside its packed q/k/v projection -> heads × head_dim²; else ``recurrent``, what a graph's
-      dataflow shows (``onnx.scan``). A decay per head alone (Mamba-2, Gated DeltaNet) leaves the
+      dataflow shows (``graphs.scan``). A decay per head alone (Mamba-2, Gated DeltaNet) leaves the
       head size and state size to a config or the graph."""
     convs = [(leaf, weights[_conv_key(module, leaf)]) for leaf in found
              if leaf not in STATE_WEIGHTS and _conv_key(module, leaf) in weights]

@@ -23,7 +23,7 @@ from mhainspect.frontends.checkpoint.hf_config import max_positions, offers_from
 from mhainspect.frontends.checkpoint.mixers import classify_mixers, with_mixers
 from mhainspect.frontends.checkpoint.quantized import quantization_notes
 from mhainspect.frontends.checkpoint.size_inputs import metas_size_inputs
-from mhainspect.frontends.onnx.frontend import graph_result
+from mhainspect.frontends.graphs.result import graph_result
 from mhainspect.frontends.torch.fx import storage_key, trace_module
 from mhainspect.frontends.torch.modules import (
     ModuleTensors,
