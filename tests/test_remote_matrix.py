@@ -451,3 +451,30 @@ def test_a_store_read_takes_only_its_range(request: pytest.FixtureRequest, data:
                 audit(f"{scheme}://models/big/m.safetensors")
     assert time.monotonic() - start < 10
     assert store.counters.bytes <= most, store.counters.bytes
+
+
+def test_a_gcs_listing_that_pages_without_end_stops_past_the_cap(gcs_at: Callable[[Script], ScriptedServer]) -> None:
+    """objects.list pages of 1,000 objects, always a next page token: the listing stops once it
+    holds one object over MAX_LISTED_FILES (11 pages), refused in one line."""
+    import json
+
+    from mhainspect.sources.tree import MAX_LISTED_FILES
+
+    pages: list[str] = []
+
+    def script(path: str, headers: Mapping[str, str]) -> Answer:
+        pages.append(path)
+        n = len(pages) - 1  # (the last page at 50: a reader that does not stop fails, never hangs)
+        items = [{"kind": "storage#object", "bucket": "models", "name": f"big/f{i}.bin", "size": "1"}
+                 for i in range(n * 1000, n * 1000 + 1000)]
+        page: dict[str, object] = {"kind": "storage#objects", "items": items}
+        if n < 50:
+            page["nextPageToken"] = f"t{n}"
+        return Answer(200, (("Content-Type", "application/json"),), json.dumps(page).encode())
+
+    gcs_at(script)
+    start = time.monotonic()
+    with model_deadline(20), pytest.raises(InputError, match=f"more than {MAX_LISTED_FILES:,} files"):
+        audit("gs://models/big/")
+    assert time.monotonic() - start < 15
+    assert len(pages) == MAX_LISTED_FILES // 1000 + 1

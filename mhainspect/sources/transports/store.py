@@ -43,10 +43,22 @@ def _failure(name: str, exc: BaseException) -> InputError:
     return InputError(f"{name}: cannot read from the store ({type(exc).__name__}{': ' + text if text else ''})")
 
 
-# A listing's bound on the entries it gathers, where the backend takes one (s3fs stops paging
-# there): the listing past MAX_LISTED_FILES is refused anyway, so no more than one over is fetched.
-# Elsewhere a listing that pages without end is cut by the model's deadline (``_call``).
-_LIST_BOUND = {"s3fs": "max_items"}
+async def _s3_find(fs: Any, root: str) -> list[Any]:
+    """Everything below ``root``, s3fs stopping its pages one key past MAX_LISTED_FILES (a listing
+    past it is refused anyway)."""
+    return list((await fs._find(root, detail=True, max_items=MAX_LISTED_FILES + 1)).values())
+
+
+async def _gcs_find(fs: Any, root: str) -> list[Any]:
+    """Everything below ``root``, gcsfs stopping its pages one object past MAX_LISTED_FILES (its
+    ``find`` takes no bound); nothing there: ``find``'s own answer (``root`` may be an object)."""
+    items, _prefixes = await fs._do_list_objects(root, max_results=MAX_LISTED_FILES + 1, delimiter="")
+    return list(items) if items else list((await fs._find(root, detail=True)).values())
+
+
+# A folder's listing bounded in entries, where the backend can stop paging. Elsewhere (adlfs), and
+# for empty pages without end, the model's deadline cuts a listing that pages on (``_await``).
+_FOLDER_LISTERS = {"s3fs": _s3_find, "gcsfs": _gcs_find}
 
 
 def _call(fs: Any, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -245,11 +257,15 @@ class StoreTree(Listed):
         return None
 
     def _list_now(self, as_file: bool) -> dict[str, int | None]:
-        bound = _LIST_BOUND.get(type(self.fs).__module__.split(".")[0])
-        more = {bound: MAX_LISTED_FILES + 1} if bound is not None and not as_file else {}
+        lister = _FOLDER_LISTERS.get(type(self.fs).__module__.split(".")[0])
         try:
-            entries = (_call(self.fs, self.ref.text, "ls", self.root, detail=True) if as_file else
-                       list(_call(self.fs, self.ref.text, "find", self.root, detail=True, **more).values()))
+            if as_file:
+                entries = _call(self.fs, self.ref.text, "ls", self.root, detail=True)
+            elif lister is not None and getattr(self.fs, "async_impl", False):
+                deadline.check(self.ref.text)
+                entries = _await(self.fs, self.ref.text, lister(self.fs, self.root))
+            else:
+                entries = list(_call(self.fs, self.ref.text, "find", self.root, detail=True).values())
         except InputError:
             raise
         except Exception as exc:
