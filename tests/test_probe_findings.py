@@ -488,7 +488,7 @@ def test_a_gguf_files_indexer_is_its_layers(tmp_path: Path) -> None:
 
 def test_what_the_attention_module_holds_besides_its_counted_parts_is_its_extra(tmp_path: Path) -> None:
     """Score terms (WavLM's gated relative bias, ProphetNet's relative_pos_embeddings, Doge's dynamic
-    mask), attention sinks, side convolutions (Nyströmformer's, FunASR's, Inkling's short convolutions):
+    mask), attention sinks, side convolutions (Nyströmformer's, FunASR's):
     parameters the attention module holds that are none of its Q/K/V/O projections, norms, latent,
     indexer or gate. They were in neither the total nor ``extra``; they are ``extra`` now, so that the
     block's total and extra hold every parameter of its module. What a layer holds beside the module
@@ -496,7 +496,7 @@ def test_what_the_attention_module_holds_besides_its_counted_parts_is_its_extra(
     (tmp_path / "config.json").write_text(json.dumps({**LLAMA_LIKE, "model_type": "llama"}))
     p = "layers.0.self_attn"
     besides = {f"{p}.sinks": (4,), f"{p}.rel_pos.weight": (32, 64), f"{p}.rel_pos.bias": (32,),
-               f"{p}.k_sconv.conv1d.weight": (48, 1, 4)}
+               f"{p}.fsmn.conv.weight": (64, 1, 11)}
     shapes = {**_attention(p, 64, 96, 48), f"{p}.q_norm.weight": (24,), f"{p}.k_norm.weight": (24,), **besides,
               "layers.0.mlp.up_proj.weight": (128, 64), "layers.0.input_layernorm.weight": (64,)}
     _write_safetensors(tmp_path / "model.safetensors", shapes)
@@ -514,3 +514,34 @@ def test_a_layer_holding_q_k_v_hands_none_of_its_other_weights_to_the_block(tmp_
     _write_safetensors(tmp_path / "model.safetensors", shapes)
     (block,) = audit(tmp_path).blocks
     assert block.params.extra == 0
+
+
+@pytest.mark.parametrize(("conv", "role"), [
+    ("layers.0.self_attn.k_sconv.conv1d.weight", "k"),  # Inkling: K's width, a K word
+    ("layers.0.self_attn.value_conv.weight", "v"),
+])
+def test_a_short_convolution_of_k_or_v_counts_in_that_role(conv: str, role: str, tmp_path: Path) -> None:
+    """Inkling convolves K and V over the sequence (depthwise, [width, 1, kernel]) before the scores:
+    the convolution makes the K (or V) the scores read, so it counts in that role (``projections[].conv``),
+    not in ``extra``. One of another width, or under a name of no role or of two, stays ``extra``. (The
+    config's layer types say the layer is attention, as Inkling's do: a depthwise convolution under a
+    ``conv`` name would otherwise make it a convolution mixer.)"""
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_LIKE, "model_type": "llama", "num_hidden_layers": 1,
+                                                      "layer_types": ["full_attention"]}))
+    others = {"layers.0.self_attn.qk_conv.weight": (48, 1, 4),  # two roles' words: not placed
+              "layers.0.self_attn.k_wide.conv.weight": (96, 1, 4)}  # not K's width (48)
+    shapes = {**_attention("layers.0.self_attn", 64, 96, 48), conv: (48, 1, 4), **others}
+    _write_safetensors(tmp_path / "model.safetensors", shapes)
+    report = audit(tmp_path)
+    (block,) = report.blocks
+    (proj,) = [p for p in block.projections if p.role == role]
+    assert (proj.conv, proj.conv_params) == (conv, 48 * 4)
+    assert getattr(block.params, role) == 48 * 64 + 48 * 4
+    assert block.params.extra == sum(math.prod(s) for s in others.values())
+    assert block.params.total == 2 * 96 * 64 + 2 * 48 * 64 + 48 * 4
+    data = report.to_dict()["blocks"][0]["projections"]
+    assert [p.get("conv") for p in data if p["role"] == role] == [conv]
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text())
+    assert not list(Draft202012Validator(schema).iter_errors(report.to_dict()))

@@ -82,6 +82,9 @@ def _beside(block: AttentionBlock, wq: int, wk: int, wv: int, d_k: int) -> int:
         was = block.d_k if proj.norm_shared else proj.out_features
         now = d_k if proj.norm_shared else width
         norms += proj.norm_params * now // was if was else proj.norm_params
+    for proj, width in zip(_roles(block)[:3], (wq, wk, wv)):  # a conv over a role follows its width
+        if proj is not None and proj.conv_params:
+            norms += proj.conv_params * width // proj.out_features if proj.out_features else proj.conv_params
     rows = 0
     if p.kv_rows:
         k0, v0 = _roles(block)[1], _roles(block)[2]

@@ -42,7 +42,7 @@ def count_shared_once(blocks: Sequence[AttentionBlock], identity: Callable[[str]
             if first != b.name and p.params:
                 notes.append(Evidence(p.role, p.params, EvidenceSource.SAME_WEIGHTS,
                                       f"{p.role.upper()} projection {p.weight} is shared with {first}: counted there"))
-                p = replace(p, weight_params=0, bias_params=0, norm_params=0)
+                p = replace(p, weight_params=0, bias_params=0, norm_params=0, conv_params=0)
             changed.append(p)
         if notes:
             breakdown = ParamBreakdown.from_projections(changed, extra=b.params.extra, latent=b.params.latent,

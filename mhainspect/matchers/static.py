@@ -100,7 +100,7 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
         o_in=widths.get("o", (None, None))[0], packed=widths["qkv"][1] if packed is not None else None,
         packed_label=f"{packed.weight.name} {list(packed.weight.shape)}" if packed is not None else ""),
         d_model=_model_width(group, widths))
-    projections = _with_norms(_projections(group, widths, decision), group, decision)
+    projections = _with_convs(_with_norms(_projections(group, widths, decision), group, decision), group)
     scale, scale_detail, scale_source = _scale(offers, scale, scale_detail)
     evidence = [*decision.evidence, *_block_evidence(group)]
     if scale is not None:
@@ -143,10 +143,35 @@ def assemble(group: GroupedBlock, offers: Iterable[HeadOffers], *, matcher: str,
 def _unclaimed(group: GroupedBlock, projections: Sequence[Projection], gate: str | None) -> list[WeightMeta]:
     """The parameters the attention module holds that the block does not count (``GroupedBlock.others``
     less the Q/K norms and the output gate it took): its ``extra``."""
-    taken = {p.norm.rpartition(".")[0] for p in projections if p.norm}
+    taken = {x.rpartition(".")[0] for p in projections for x in (p.norm, p.conv) if x}
     if gate is not None:
         taken.add(gate)
     return [t for t in group.others if t.name.rpartition(".")[0] not in taken]
+
+
+_ROLE_WORDS = {"q": "q", "query": "q", "k": "k", "key": "k", "v": "v", "value": "v"}
+
+
+def _with_convs(projections: list[Projection], group: GroupedBlock) -> list[Projection]:
+    """Q's, K's or V's projection with the depthwise convolution over the sequence the attention module
+    applies to its output (Inkling's ``k_sconv.conv1d`` [C, 1, kernel]): a tensor the module holds
+    (``GroupedBlock.others``) shaped [width, 1, kernel] whose module's first name below the attention
+    module has that role's word, its width the role's projection width. It makes the K (or V) the
+    scores read, so it counts in the role."""
+    out = list(projections)
+    for t in group.others:
+        if len(t.shape) != 3 or t.shape[1] != 1 or t.shape[2] < 2 or not t.name.startswith(group.owner + "."):
+            continue
+        first = t.name[len(group.owner) + 1:].split(".", 1)[0].lower()
+        sides = {_ROLE_WORDS[w] for w in first.replace("-", "_").split("_") if w in _ROLE_WORDS}
+        if len(sides) != 1:
+            continue
+        (side,) = sides
+        at = [i for i, p in enumerate(out) if p.role == side]
+        if len(at) != 1 or out[at[0]].out_features != t.shape[0] or out[at[0]].conv is not None:
+            continue
+        out[at[0]] = dataclasses.replace(out[at[0]], conv=t.name, conv_params=t.numel)
+    return out
 
 
 def _other_evidence(others: Sequence[WeightMeta]) -> list[Evidence]:

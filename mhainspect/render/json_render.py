@@ -248,6 +248,7 @@ def _projection(proj: Projection) -> JSONDict:
         # Present only on a role with a Q/K norm, so other projections' keys stay as they were.
         **({"norm": proj.norm, "norm_params": _int(proj.norm_params), "norm_shared": proj.norm_shared}
            if proj.norm is not None else {}),
+        **({"conv": proj.conv, "conv_params": _int(proj.conv_params)} if proj.conv is not None else {}),
     }
 
 

@@ -87,11 +87,16 @@ class Projection:
     # Whether the norm is one vector for every head (d_k wide: it follows d_k, not the head count);
     # False for a norm over the projection's whole width or one vector per head ([h, d_k]).
     norm_shared: bool = False
+    # A depthwise convolution over the sequence applied to this role's output before the scores, held
+    # by the attention module (Inkling's k_sconv/v_sconv): its weight's name, and its parameters,
+    # counted in the role's params.
+    conv: str | None = None
+    conv_params: int = 0
 
     @property
     def params(self) -> int:
-        """What this projection adds to its role: its share of the weight, its bias, its norm."""
-        return self.weight_params + self.bias_params + self.norm_params
+        """What this projection adds to its role: its share of the weight, its bias, its norm, its conv."""
+        return self.weight_params + self.bias_params + self.norm_params + self.conv_params
 
 
 @dataclass(frozen=True)
