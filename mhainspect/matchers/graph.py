@@ -14,14 +14,13 @@ Front ends call ``graph_blocks`` (or ``find_blocks``), never a pattern module.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from mhainspect.ir.dataflow import GraphIndex
 from mhainspect.ir.graph import Node
 from mhainspect.matchers.block import BlockBuilder
 from mhainspect.matchers.gate_graph import graph_gate
 from mhainspect.matchers.identity import merge_module, modules
-from mhainspect.matchers.indexer import graph_indexer
 from mhainspect.matchers.patterns import AnchorView, Pattern, additive, decomposed, fused, written_softmax
 from mhainspect.matchers.sharing import count_shared_once
 from mhainspect.results import AttentionBlock, Miss
@@ -109,6 +108,13 @@ def graph_blocks(index: GraphIndex) -> GraphMatch:
     blocks: list[AttentionBlock] = []
     extras_seen: set[str] = set()
     constants: set[str] = set()
+    # A sparse-attention indexer chooses its keys with a TopK: a graph without one imports none of
+    # the indexer's code (nor the name grouping it shares with weight-only sources).
+    add_indexer: Callable[[GraphIndex, Node, AttentionBlock], AttentionBlock] | None = None
+    if index.has_op("TopK"):
+        from mhainspect.matchers.indexer import graph_indexer
+
+        add_indexer = graph_indexer
     for group in modules(index, builders):
         b, applications = merge_module(index, group)
         constants |= b.constants
@@ -117,6 +123,9 @@ def graph_blocks(index: GraphIndex) -> GraphMatch:
             if name in extras_seen:
                 del b.extras[name]
             extras_seen.add(name)
-        block = graph_gate(index, graph_indexer(index, b.anchor, b.build(taken)))
+        block = b.build(taken)
+        if add_indexer is not None:
+            block = add_indexer(index, b.anchor, block)
+        block = graph_gate(index, block)
         blocks.append(block if applications == 1 else dataclasses.replace(block, applications=applications))
     return GraphMatch(tuple(count_shared_once(blocks)), tuple(misses), frozenset(constants))

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from mhainspect.ir.dataflow import GraphIndex, WeightRef
 from mhainspect.ir.dtypes import is_float
-from mhainspect.ir.graph import Node
 from mhainspect.matchers.grouping import IndexerParts, linear_dims
 from mhainspect.results import AttentionBlock, Evidence, EvidenceSource, SparseIndexer, projection_tensor_names
+
+if TYPE_CHECKING:  # a checkpoint's indexer is assembled without the graph reader's modules
+    from mhainspect.ir.dataflow import GraphIndex, WeightRef
+    from mhainspect.ir.graph import Node
 
 
 def assemble_indexer(parts: IndexerParts | None, d_model: int | None
