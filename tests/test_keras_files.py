@@ -237,7 +237,7 @@ def _stacked(keras: Any, layers: int) -> Any:
 
 def test_legacy_h5_at_a_url(keras: Any, tmp_path: Path) -> None:
     """A legacy .h5 model at an HTTP(S) URL is read by the reader of a local one, through its blob:
-    the same JSON but for the path. h5py reads the file in thousands of small reads; the view under
+    the same JSON but for the path. h5py reads the file in about a thousand small reads; the view under
     it fetches a window around each object header it jumps to, so the requests follow the HDF5
     objects (about one per variable), and the bytes stay a small part of the file."""
     from remote_servers import FileServer

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from mhainspect.sources.tree import Tree  # a listing's type only: a local file is classified without one
 
 # Every model file suffix and the kind of source it is: a folder scan picks up these files, and
-# classify() dispatches on them. A new format adds its suffix here (and its reader in dispatch.tree_result).
+# dispatch.content_kind falls back on them. A new format adds its suffix here (and its reader in dispatch.tree_result).
 MODEL_FILE_KINDS: dict[str, str] = {
     ".onnx": "onnx",
     ".safetensors": "checkpoint",
