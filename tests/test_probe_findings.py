@@ -545,3 +545,22 @@ def test_a_short_convolution_of_k_or_v_counts_in_that_role(conv: str, role: str,
 
     schema = json.loads((Path(__file__).parents[1] / "docs" / "report.schema.json").read_text())
     assert not list(Draft202012Validator(schema).iter_errors(report.to_dict()))
+
+
+@pytest.mark.parametrize("width", [4, 96])
+def test_a_gguf_files_attn_gate_is_its_blocks_output_gate(width: int, tmp_path: Path) -> None:
+    """llama.cpp stores Laguna's and Step3.5's per-head ``g_proj`` (and a per-value gate) as
+    ``blk.N.attn_gate``: the block's output gate, in its total (``params.gate``)."""
+    pytest.importorskip("gguf")
+    from gguf_files import T, write_gguf
+
+    tensors = [T("blk.0.attn_q.weight", (96, 64)), T("blk.0.attn_k.weight", (48, 64)), T("blk.0.attn_v.weight", (48, 64)),
+               T("blk.0.attn_output.weight", (64, 96)), T("blk.0.attn_gate.weight", (width, 64))]
+    meta = {"{arch}.block_count": 1, "{arch}.embedding_length": 64, "{arch}.attention.head_count": 4,
+            "{arch}.attention.head_count_kv": 2, "{arch}.attention.key_length": 24, "{arch}.attention.value_length": 24,
+            "{arch}.context_length": 128}
+    (path,) = write_gguf(tmp_path / "gated.gguf", "llama", meta, tensors)
+    (block,) = audit(path).blocks
+    assert (block.num_heads, block.num_kv_heads, block.d_k) == (4, 2, 24)
+    assert block.params.gate == width * 64
+    assert block.params.total == 2 * 96 * 64 + 2 * 48 * 64 + width * 64

@@ -56,6 +56,8 @@ _LATENT_PARTS = {"q_a": "q_down", "q_b": "q_up", "kv_a_mqa": "kv_down", "kv_b": 
 # A sparse-attention indexer beside the layer's attention (llama.cpp's DeepSeek-V3.2 / GLM-DSA names:
 # blk.N.indexer.attn_q_b, indexer.attn_k, indexer.k_norm, indexer.proj): the indexer of blk.N.attn.
 _INDEXER = re.compile(r"^(?P<scope>.+)\.indexer\.(?P<part>[a-z_]+)\.(?P<leaf>weight|bias)$")
+# An output gate (llama.cpp's attn_gate: Laguna's, Step3.5's per-head g_proj, GLM-MoE-DSA's head-wise gate).
+_GATE = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_gate\.(?P<leaf>weight|bias)$")
 _OTHER_ATTN = re.compile(r"^(?P<scope>.+)\.(?P<kind>(?:[a-z]+_)?attn)_[a-z_]+\.weight$")
 _ROLE = {"q": "q", "k": "k", "v": "v", "qkv": "qkv", "output": "o", "out": "o", "o": "o"}
 
@@ -71,6 +73,7 @@ class _Tensors:
     latent: dict[str, dict[str, WeightMeta]] = dataclasses.field(default_factory=dict)  # part -> {leaf: meta}
     latent_norms: list[WeightMeta] = dataclasses.field(default_factory=list)
     indexer: dict[str, dict[str, WeightMeta]] = dataclasses.field(default_factory=dict)  # part -> {leaf: meta}
+    gate: dict[str, WeightMeta] = dataclasses.field(default_factory=dict)  # attn_gate: {leaf: meta}
 
 
 def group_tensors(model: GGUFModel) -> dict[str, _Tensors]:
@@ -98,6 +101,8 @@ def group_tensors(model: GGUFModel) -> dict[str, _Tensors]:
             block(m).norms[m.group("role")] = meta
         elif (m := _EXTRA.match(t.name)) is not None:
             block(m).extras.append(meta)
+        elif (m := _GATE.match(t.name)) is not None:
+            block(m).gate[m.group("leaf")] = meta
 
         elif (m := _OTHER_ATTN.match(t.name)) is not None and not t.name.endswith("_norm.weight"):
             block(m).others.append(t.name)
@@ -156,7 +161,7 @@ def blocks_from_model(model: GGUFModel) -> tuple[list[AttentionBlock], dict[str,
         # attn_q_norm / attn_k_norm: the block's Q/K norms (counted in Q and K; a per-head one fixes d_k).
         norms = tuple(HeadNorm(f"{name}_{r}_norm", r, found.norms[r], None) for r in ("q", "k") if r in found.norms)
         group = GroupedBlock(name, name, role_weights, tuple(found.extras), cross=cross, head_norms=norms,
-                             indexer=_indexer_parts(name, found))
+                             indexer=_indexer_parts(name, found), gates=_gate(name, found))
         offers = offers_for(ns, layer, swa) if arch else []
         blocks.append(assemble(group, offers, matcher="gguf", no_heads_reason="GGUF metadata gives no head count "
                                f"for '{name}' ({ns.prefix}attention.head_count) and no per-head tensor fixes it"))
@@ -182,7 +187,13 @@ def _latent_group(name: str, found: _Tensors) -> GroupedBlock | None:
         return None
     latent = LatentParts(kv_down, kv_up, k_up, v_up, rw("q_down", parts.get("q_down")), tuple(found.latent_norms))
     return GroupedBlock(name, name, tuple(r for r in (q, o) if r is not None), tuple(found.extras), latent=latent,
-                        indexer=_indexer_parts(name, found))
+                        indexer=_indexer_parts(name, found), gates=_gate(name, found))
+
+
+def _gate(name: str, found: _Tensors) -> tuple[RoleWeights, ...]:
+    """The block's ``attn_gate`` as a candidate output gate (taken when its widths fit: ``matchers.gate``)."""
+    weight = found.gate.get("weight")
+    return (RoleWeights("gate", f"{name}_gate", weight, found.gate.get("bias")),) if weight is not None else ()
 
 
 def _indexer_parts(name: str, found: _Tensors) -> IndexerParts | None:
