@@ -482,6 +482,54 @@ def test_sparse_view_never_fetches_twice() -> None:
     assert np.sum([n for _a, n in calls]) < 2 * 100_000
 
 
+def test_head_cached_serves_what_it_holds_and_fetches_only_the_gaps() -> None:
+    """The blob the dispatch decides a remote file's kind through (HeadCached) keeps its first range
+    and the spans the member test reads (a zip's tail and directory), so the archive's reader gets
+    them without a request; a read that straddles held spans fetches only its gaps; a local blob
+    keeps its head alone; past the limit nothing more is kept."""
+    from mhainspect.sources.blob import HeadCached, MemoryBlob
+
+    data = bytes(range(256)) * 4096  # 1 MiB
+    calls: list[tuple[int, int]] = []
+
+    class Counting(MemoryBlob):
+        def read(self, offset: int, length: int) -> bytes:
+            calls.append((offset, length))
+            return super().read(offset, length)
+
+        def tail(self, length: int) -> bytes:
+            calls.append((len(self.data) - length, length))
+            return self.data[-length:]
+
+    class Remote(Counting):
+        speculative = True
+
+    blob = HeadCached(Remote(data, "m", "m"), first=1024)
+    assert blob.read(0, 10) == data[:10] and calls == [(0, 1024)]  # the first read fetches the first range
+    assert blob.tail(100) == data[-100:] and blob.tail(50) == data[-50:] and len(calls) == 2
+    assert blob.read(5000, 100) == data[5000:5100] and blob.read(5000, 100) == data[5000:5100]
+    assert len(calls) == 3  # a span read once is served from memory after
+    assert blob.read(900, 4300) == data[900:5200]  # head, gap, held span, gap
+    assert calls[3:] == [(1024, 5000 - 1024), (5100, 100)]
+    assert blob.read(len(data) - 120, 120) == data[-120:] and calls[-1] == (len(data) - 120, 20)
+    assert blob.read(len(data) - 10, 100) == data[-10:]  # cut at the end of the file
+
+    calls.clear()
+    local = HeadCached(Counting(data, "m", "m"), first=64)  # a local file: its head alone is kept
+    assert local.read(0, 8) == data[:8] and local.read(100, 10) == data[100:110]
+    assert local.read(100, 10) == data[100:110] and calls == [(0, 64), (100, 10), (100, 10)]
+
+    calls.clear()
+    big = HeadCached(Remote(data * 3, "m", "m"), first=1024)
+    big.read(0, 1)
+    for start in range(0, 3 * len(data), 512 * 1024):  # 1.5 MiB read in spans: more than the limit
+        big.read(start + 4096, 512 * 1024 - 8192)
+    calls.clear()
+    big.read(4096, 10)
+    big.read(len(data) * 2 + 4096, 10)
+    assert calls == [(len(data) * 2 + 4096, 10)]  # kept up to the limit, fetched again past it
+
+
 def test_payload_offsets_come_from_the_walk_at_no_request(tmp_path: Path) -> None:
     """Where each inline payload lies is read from the headers the walk fetched: the same spans as
     the local file's, and not a byte more fetched."""
