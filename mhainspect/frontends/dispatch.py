@@ -46,6 +46,7 @@ from mhainspect.errors import ErrorKind, InputError, missing_torch
 from mhainspect.frontends.formats import (
     HEAD_BYTES,
     Foreign,
+    Kind,
     check_symlink_loop,
     describe_head,
     identify,
@@ -72,7 +73,7 @@ _DOTTED = r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$"
 class Source:
     """What a command-line argument names: an ONNX file, a checkpoint, or a factory spec."""
 
-    kind: str  # "onnx", "checkpoint", "gguf", "torchscript", "torch_export", "keras", "factory"
+    kind: Kind  # a file's reader or a factory (a local folder: the reader of the model it is)
     target: str  # a path, or the module / file part of a factory spec
     attr: str = ""  # the callable of a factory spec
     # A local file's blob, its first bytes held from the decision: its reader reads through it.
@@ -80,7 +81,7 @@ class Source:
 
 
 # A folder's kind (kinds.folder_kind) as a Source names it: a Hugging Face folder is a checkpoint.
-_FOLDER_SOURCE = {"keras_folder": "keras", "folder": "checkpoint"}
+_FOLDER_SOURCE = {Kind.KERAS_FOLDER: Kind.KERAS, Kind.FOLDER: Kind.CHECKPOINT}
 
 
 def classify(spec: str) -> Source:
@@ -91,27 +92,28 @@ def classify(spec: str) -> Source:
 
     p = Path(spec)
     if p.is_dir():
-        return Source(_FOLDER_SOURCE.get(folder_kind(LocalTree(p), "", spec) or "", "onnx"), spec)
+        folder = folder_kind(LocalTree(p), "", spec)
+        return Source(_FOLDER_SOURCE[folder] if folder is not None else Kind.ONNX, spec)
     if p.is_file() and p.suffix.lower() != ".py":
         tree = LocalTree(p.parent)
         blob = HeadCached(tree.blob(p.name), HEAD_BYTES)
         return Source(content_kind(tree, p.name, blob, spec), spec, blob=blob)
     kind = file_kind(p)
-    if kind is not None and kind != "onnx":
+    if kind is not None and kind is not Kind.ONNX:
         return Source(kind, spec)
     if not p.exists():
         m = re.match(_FACTORY, spec)
         if m is not None:
             target = m.group("target")
             if target.endswith(".py") or re.match(_DOTTED, target):
-                return Source("factory", target, m.group("attr"))
+                return Source(Kind.FACTORY, target, m.group("attr"))
     if p.suffix.lower() == ".py":
         raise InputError(f"{spec}: a Python file is a factory spec only with the function to call: "
                          f"{spec}:FUNCTION (e.g. {spec}:make_model)")
-    return Source("onnx", spec)
+    return Source(Kind.ONNX, spec)
 
 
-def content_kind(tree: Tree, path: str, blob: Blob, display: str) -> str:
+def content_kind(tree: Tree, path: str, blob: Blob, display: str) -> Kind:
     """The reader the file ``path`` of ``tree`` goes to, for a local file and a remote one alike: its
     content (``formats.identify`` through ``blob``: its first bytes, a zip archive's member list),
     else its suffix (``kinds.file_kind``), else the ONNX reader, which takes no file whose first bytes
@@ -123,8 +125,8 @@ def content_kind(tree: Tree, path: str, blob: Blob, display: str) -> str:
     found = None if name.lower().endswith((".py", ".json")) else identify(tree, path, blob)
     if isinstance(found, Foreign):
         raise InputError(found.message(blob.name), ErrorKind.UNSUPPORTED)
-    kind = found or file_kind(name) or "onnx"
-    if kind == "onnx":
+    kind = found or file_kind(name) or Kind.ONNX
+    if kind is Kind.ONNX:
         _check_onnx_content(name, blob, display)
     return kind
 
@@ -172,14 +174,14 @@ def _local_result(src: Source, path: str, stated: HeadOffers | None) -> SourceRe
     """A local argument through the door a remote one takes (``tree_result``): the folder that holds
     it as a local Tree, the file as its Blob (a Hugging Face or extracted Keras folder: itself)."""
     # The readers are imported when their kind of source is met.
-    if src.kind == "factory":
+    if src.kind is Kind.FACTORY:
         raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
     from mhainspect.sources.transports.local import LocalTree
 
     check_symlink_loop(path)
     p = Path(path)
-    if src.kind in ("checkpoint", "keras") and p.is_dir():  # a Hugging Face folder, an extracted Keras archive
-        kind = "folder" if src.kind == "checkpoint" else "keras_folder"
+    if src.kind in (Kind.CHECKPOINT, Kind.KERAS) and p.is_dir():  # a Hugging Face folder, an extracted Keras archive
+        kind = Kind.FOLDER if src.kind is Kind.CHECKPOINT else Kind.KERAS_FOLDER
         return tree_result(LocalTree(p), "", path, None, kind, stated, remote=False)
     if not p.exists():
         raise InputError(f"{path}: no such file", ErrorKind.NOT_FOUND)
@@ -188,39 +190,38 @@ def _local_result(src: Source, path: str, stated: HeadOffers | None) -> SourceRe
     return tree_result(tree, p.name, path, blob, src.kind, stated, remote=False)
 
 
-def tree_result(tree: Tree, path: str, display: str, blob: Blob | None, kind: str, stated: HeadOffers | None, *,
+def tree_result(tree: Tree, path: str, display: str, blob: Blob | None, kind: Kind, stated: HeadOffers | None, *,
                 remote: bool) -> SourceResult:
-    """The one door to the readers, for a local argument and a remote one alike: ``kind`` ("folder",
-    "keras_folder", "checkpoint", "gguf", "keras" (a .keras archive or an HDF5 file),
-    "torch_export", "torchscript" or "onnx": what the content says, else the suffix) picks the reader, which reads ``path`` of ``tree`` (through ``blob``, the
+    """The one door to the readers, for a local argument and a remote one alike: ``kind`` (a folder's
+    by its listing; a file's by what the content says, else the suffix) picks the reader, which reads ``path`` of ``tree`` (through ``blob``, the
     file's, for a file) and names it ``display``; ``remote``: reads are round trips (in parallel)."""
-    if kind == "folder":
+    if kind is Kind.FOLDER:
         from mhainspect.frontends.checkpoint.frontend import checkpoint_folder_result
 
         return checkpoint_folder_result(tree, path, display, stated, remote=remote)
-    if kind == "keras_folder":
+    if kind is Kind.KERAS_FOLDER:
         from mhainspect.frontends.keras.frontend import keras_folder_result
 
         return keras_folder_result(tree, path, display, stated)
     from mhainspect.sources import beside
 
     assert blob is not None  # a file's reader reads its blob
-    if kind == "keras":
+    if kind is Kind.KERAS:
         from mhainspect.frontends.keras.frontend import keras_file_result
 
         return keras_file_result(tree, path, display, blob, stated)
-    if kind == "checkpoint":
+    if kind is Kind.CHECKPOINT:
         from mhainspect.frontends.checkpoint.frontend import checkpoint_file_result
 
         safetensors = path.lower().endswith(".safetensors") or _safetensors_content(blob)
         return checkpoint_file_result(tree, path, display, blob, safetensors, stated, remote=remote,
                                       config_name=beside(display, "config.json"))
-    if kind in ("torch_export", "torchscript"):
+    if kind in (Kind.TORCH_EXPORT, Kind.TORCHSCRIPT):
         from mhainspect.frontends.archives.frontend import export_result, torchscript_result
 
-        reader = export_result if kind == "torch_export" else torchscript_result
+        reader = export_result if kind is Kind.TORCH_EXPORT else torchscript_result
         return reader(tree, path, display, blob)
-    if kind == "gguf":
+    if kind is Kind.GGUF:
         from mhainspect.frontends.gguf.frontend import gguf_tree_result
 
         return gguf_tree_result(tree, path, display, blob, remote=remote)
@@ -306,7 +307,7 @@ def source_result(spec: str, *, factory_args: Mapping[str, Any] | None = None,
     if is_remote(spec):
         return remote_result(spec, stated)
     src = classify(spec)
-    if src.kind != "factory":
+    if src.kind is not Kind.FACTORY:
         return _local_result(src, spec, stated)
     try:
         import torch  # noqa: F401

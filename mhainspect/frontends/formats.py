@@ -17,6 +17,7 @@ import errno
 import os
 import struct
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from mhainspect.errors import InputError
@@ -38,8 +39,10 @@ _XML_SNIFF_BYTES = 4096
 _MAX_SPEC_NAME = 256
 
 
-class Kind:
-    """The readers a file can go to (the strings dispatch.Source.kind takes)."""
+class Kind(StrEnum):
+    """What a MODEL argument is, so which reader takes it (``dispatch.Source.kind``,
+    ``dispatch.tree_result``): a file's reader, a folder's, or a factory. A str: a member is its
+    word in messages."""
 
     ONNX = "onnx"
     CHECKPOINT = "checkpoint"  # safetensors, torch.save zip, legacy pickle
@@ -47,6 +50,9 @@ class Kind:
     TORCHSCRIPT = "torchscript"
     TORCH_EXPORT = "torch_export"
     KERAS = "keras"  # a .keras archive or an HDF5 file (a legacy Keras model, Keras weights)
+    FOLDER = "folder"  # one Hugging Face model folder (kinds.folder_kind)
+    KERAS_FOLDER = "keras_folder"  # an extracted Keras archive: config.json beside model.weights.h5
+    FACTORY = "factory"  # a Python callable that builds an nn.Module (module:function, file.py:function)
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,7 @@ LFS_POINTER = Foreign("a Git LFS pointer, not the model (its content was never d
                       "fetch it with git lfs pull (or huggingface-cli download)")
 
 
-def identify(tree: Tree, path: str, blob: Blob) -> str | Foreign | None:
+def identify(tree: Tree, path: str, blob: Blob) -> Kind | Foreign | None:
     """The reader the file ``path`` of ``tree`` goes to by its content (a Kind), a Foreign format, or
     None when the content names no format (an ONNX protobuf, or something unknown): the suffix
     decides then. The one decision for a file on this machine and a remote one: it reads ``blob``'s
@@ -123,7 +129,7 @@ def identify(tree: Tree, path: str, blob: Blob) -> str | Foreign | None:
 
 
 # What a file's first bytes start with -> its reader or its format: the one magic table.
-_MAGIC: tuple[tuple[bytes, str | Foreign], ...] = (
+_MAGIC: tuple[tuple[bytes, Kind | Foreign], ...] = (
     (_GGUF, Kind.GGUF),
     (_PICKLE_PROTOCOL, Kind.CHECKPOINT),
     (_LFS, LFS_POINTER),
@@ -144,12 +150,12 @@ def identify_folder(tree: Tree, path: str) -> Foreign | None:
     return None
 
 
-def zip_kind(archive: ZipArchive) -> str | Foreign:
+def zip_kind(archive: ZipArchive) -> Kind | Foreign:
     """Which archive a zip is, by its members (``names_kind``)."""
     return names_kind(archive.names(), archive.path)
 
 
-def names_kind(names: list[str], path: object) -> str | Foreign:
+def names_kind(names: list[str], path: object) -> Kind | Foreign:
     """Which archive a zip of these member ``names`` is: a torch.export program (archive_format
     'pt2' with models/*.json, or the older serialized_exported_program.json), a TorchScript archive
     (code/ and constants.pkl), a torch.save zip (data.pkl), a Keras archive, an AOTInductor package."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mhainspect.errors import ErrorKind, InputError
-from mhainspect.frontends.formats import identify_folder
+from mhainspect.frontends.formats import Kind, identify_folder
 from mhainspect.frontends.gguf.split import GGUF_SUFFIX, split_name  # the loader's own rule for a split model's parts
 
 if TYPE_CHECKING:
@@ -18,19 +18,19 @@ if TYPE_CHECKING:
 
 # Every model file suffix and the kind of source it is: a folder scan picks up these files, and
 # dispatch.content_kind falls back on them. A new format adds its suffix here (and its reader in dispatch.tree_result).
-MODEL_FILE_KINDS: dict[str, str] = {
-    ".onnx": "onnx",
-    ".safetensors": "checkpoint",
-    ".pt": "checkpoint",
-    ".pth": "checkpoint",
-    ".bin": "checkpoint",
-    ".ckpt": "checkpoint",
-    ".gguf": "gguf",
-    ".pt2": "torch_export",
-    ".jit": "torchscript",
-    ".keras": "keras",  # a legacy .h5 is read when named, not picked up in a folder (tf_model.h5 holds weights only)
+MODEL_FILE_KINDS: dict[str, Kind] = {
+    ".onnx": Kind.ONNX,
+    ".safetensors": Kind.CHECKPOINT,
+    ".pt": Kind.CHECKPOINT,
+    ".pth": Kind.CHECKPOINT,
+    ".bin": Kind.CHECKPOINT,
+    ".ckpt": Kind.CHECKPOINT,
+    ".gguf": Kind.GGUF,
+    ".pt2": Kind.TORCH_EXPORT,
+    ".jit": Kind.TORCHSCRIPT,
+    ".keras": Kind.KERAS,  # a legacy .h5 is read when named, not picked up in a folder (tf_model.h5 holds weights only)
 }
-CHECKPOINT_SUFFIXES = tuple(s for s, kind in MODEL_FILE_KINDS.items() if kind == "checkpoint")
+CHECKPOINT_SUFFIXES = tuple(s for s, kind in MODEL_FILE_KINDS.items() if kind is Kind.CHECKPOINT)
 def is_checkpoint_folder(path: Path) -> bool:
     """A Hugging Face model folder: config.json next to safetensors or PyTorch weights (listing only)."""
     if not (path / "config.json").is_file():
@@ -54,7 +54,7 @@ def model_folder_names(files: Collection[str]) -> bool:
     return "config.json" in files and (checkpoint_names(files) or not any(file_kind(n) is not None for n in files))
 
 
-def file_kind(name: str | os.PathLike[str]) -> str | None:
+def file_kind(name: str | os.PathLike[str]) -> Kind | None:
     """The kind of source a model file is by its suffix (MODEL_FILE_KINDS); None: not a model file."""
     return MODEL_FILE_KINDS.get(os.path.splitext(name)[1].lower())
 
@@ -67,10 +67,10 @@ def is_keras_folder(path: Path) -> bool:
     return (path / "config.json").is_file() and (path / KERAS_WEIGHTS).is_file()
 
 
-def folder_kind(tree: Tree, path: str, display: str) -> str | None:
+def folder_kind(tree: Tree, path: str, display: str) -> Kind | None:
     """What the folder ``path`` of a tree is, by its listing, for a local folder and a remote one
-    alike: "keras_folder" (an extracted Keras archive: config.json beside model.weights.h5),
-    "folder" (one Hugging Face model: ``model_folder_names``), or None (a folder of models). A model
+    alike: KERAS_FOLDER (an extracted Keras archive: config.json beside model.weights.h5),
+    FOLDER (one Hugging Face model: ``model_folder_names``), or None (a folder of models). A model
     of a format this tool does not read (a SavedModel, a Core ML package) raises InputError naming it
     (``display``: the folder as the argument names it)."""
     foreign = identify_folder(tree, path)
@@ -78,8 +78,8 @@ def folder_kind(tree: Tree, path: str, display: str) -> str | None:
         raise InputError(foreign.message(display), ErrorKind.UNSUPPORTED)
     files = tree.listdir(path).files
     if "config.json" in files and KERAS_WEIGHTS in files:
-        return "keras_folder"
-    return "folder" if model_folder_names(files) else None
+        return Kind.KERAS_FOLDER
+    return Kind.FOLDER if model_folder_names(files) else None
 
 
 def is_model_folder(path: Path) -> bool:

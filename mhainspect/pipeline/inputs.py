@@ -66,9 +66,10 @@ def factory_args(pairs: Sequence[str], sources: Sequence[str]) -> dict[str, Any]
     if not pairs:
         return {}
     from mhainspect.frontends.dispatch import classify, parse_factory_args  # only a run given --arg
+    from mhainspect.frontends.formats import Kind
 
     args = parse_factory_args(pairs)
-    if args and not any(classify(s).kind == "factory" for s in sources):
+    if args and not any(classify(s).kind is Kind.FACTORY for s in sources):
         raise InputError("--arg applies to factory specs (module:function or file.py:function); "
                          "none of the models is one")
     return args
