@@ -152,13 +152,14 @@ def _causal_convs(graph: ModelGraph) -> list[tuple[Node, str, str]]:
     return out
 
 
-def _stand_ins(graph: ModelGraph, convs: Sequence[tuple[Node, str, str]]) -> dict[str, tuple[str, tuple[int, ...]]]:
+def _stand_ins(index: GraphIndex, convs: Sequence[tuple[Node, str, str]]) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Tensors of a recurrent or convolution mixer the exporter kept under names of its own, under the
     names a checkpoint gives them (module path + ``conv1d.weight`` / ``A_log``) -> (the file's name,
     shape), so the checkpoint's rules read them: the weights of the causal convolutions
     (``_causal_convs``), and, in the module of such a convolution, a stored tensor the graph
     exponentiates (through a cast or a negation): the state decay A of exp(Δ·A) (Mamba's
     ``-exp(A_log)``, folded to a constant)."""
+    graph = index.graph
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     for n, key, _ in convs:
         if key not in graph.weights:
@@ -173,8 +174,7 @@ def _stand_ins(graph: ModelGraph, convs: Sequence[tuple[Node, str, str]]) -> dic
             continue
         source = n.inputs[0]
         for _ in range(3):  # through a Cast or a Neg the exporter kept
-            producer = next((p for p in graph.nodes if source in p.outputs), None) if source not in graph.weights \
-                else None
+            producer = index.producer.get(source) if source not in graph.weights else None
             if producer is None or producer.op not in ("Cast", "Neg") or not producer.inputs:
                 break
             source = producer.inputs[0]
@@ -192,7 +192,7 @@ def _mixers(index: GraphIndex, config: Mapping[str, Any] | None) -> tuple[MixerL
     (``scan.scan_state``)."""
     graph = index.graph
     convs = _causal_convs(graph)
-    stand_ins = _stand_ins(graph, convs)
+    stand_ins = _stand_ins(index, convs)
     states = state_tensors(graph)
     if config is None and not convs and not states and not any(n.endswith(MIXER_ENDINGS) for n in graph.weights):
         return ()
