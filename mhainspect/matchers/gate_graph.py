@@ -24,7 +24,7 @@ def graph_gate(index: GraphIndex, block: AttentionBlock) -> AttentionBlock:
     o = next((p for p in block.projections if p.role == "o" and p.in_features), None)
     if o is None:
         return block
-    by_name = {n.name: n for n in index.order}
+    by_name = index.by_name  # built once with the index, not per block
     node = by_name.get(o.node)
     if node is None:
         return block

@@ -67,7 +67,7 @@ def graph_indexer(index: GraphIndex, anchor: Node, block: AttentionBlock) -> Att
     own = set(projection_tensor_names(block))
     # The walks stop at the inputs of the block's projections (its input, Q's latent) and do not go
     # past a node that reads one of the block's own weights (a latent's down-projection or norm).
-    by_name = {n.name: n for n in index.order}
+    by_name = index.by_name
     stop = {i for p in block.projections if (node := by_name.get(p.node)) is not None
             for i in node.inputs if i and index.is_activation(i)}
     topks = [n for n in _behind(index, anchor.inputs[:1], stop, own) if n.op == "TopK"]
