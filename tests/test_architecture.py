@@ -74,6 +74,6 @@ def test_every_name_the_page_gives_resolves() -> None:
     assert "mhainspect.pipeline.inputs.expand" in names and "mhainspect.pipeline.runner.run" in names
     # every graph front end's shared step, and what only ONNX adds to it
     assert "mhainspect.frontends.graphs.result.graph_result" in names
-    assert "mhainspect.frontends.onnx.frontend.ONNX_STEPS" in names
+    assert "mhainspect.frontends.onnx.frontend.onnx_graph_result" in names
     for dotted in names:
         _resolve(dotted)

@@ -51,16 +51,14 @@ class GraphSource(InMemory):
         return self.path or self.graph.source
 
     def result(self) -> SourceResult:
-        from mhainspect.frontends.graphs.result import NO_STEPS, graph_result
         from mhainspect.ir.graph import GraphKind
 
-        steps = NO_STEPS
         if self.graph.kind is GraphKind.ONNX:  # ONNX's own operators (QOperator ops, tensor sequences), its notes
-            from mhainspect.frontends.onnx.frontend import ONNX_STEPS
-
-            steps = ONNX_STEPS
+            from mhainspect.frontends.onnx.frontend import onnx_graph_result as graph_result
+        else:
+            from mhainspect.frontends.graphs.result import graph_result
         return graph_result(self.graph, path=self.path, fmt=self.fmt, config=self.config,
-                            config_label=self.config_label, steps=steps)
+                            config_label=self.config_label)
 
 
 

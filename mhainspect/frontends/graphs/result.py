@@ -4,7 +4,7 @@ ONNX files (local or remote), traced PyTorch modules, torch.export and TorchScri
 graph given to the Python API all end here: the graph checked (``sanitize_graph``), the matchers'
 driver, the parameter scan, the size inputs and the layers of a recurrent or convolution mixer. What
 only one format needs (ONNX's QOperator ops and tensor sequences, the copies of parameters its values
-show) it passes as ``GraphSteps``. Pure: no reading, no printing, no exit codes.
+show) it passes as parameters (``onnx.frontend.onnx_graph_result``). Pure: no reading, no printing, no exit codes.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
 from typing import Any
@@ -218,50 +217,35 @@ def _mixers(index: GraphIndex, config: Mapping[str, Any] | None) -> tuple[MixerL
     return with_graph_states(found_mixers, states)
 
 
-def _same(graph: ModelGraph) -> ModelGraph:
-    return graph
+def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
+                 config: Mapping[str, Any] | None = None, config_label: str = "config.json",
+                 note: Callable[[ModelGraph], ReportWarning | None] | None = None,
+                 view: Callable[[ModelGraph], ModelGraph] | None = None,
+                 copies_note: Callable[[ModelGraph, Mapping[str, FoldedCopy]], ReportWarning] | None = None,
+                 ) -> SourceResult:
+    """The graph front ends' shared step: blocks, near misses, model facts and size metadata of
+    ``graph`` (``config``: a config.json beside the file, for what only a config says).
 
-
-def _no_note(graph: ModelGraph) -> ReportWarning | None:
-    return None
-
-
-@dataclass(frozen=True)
-class GraphSteps:
-    """What a graph's own format adds to the shared step (the ONNX front end's
-    ``mhainspect.frontends.onnx.frontend.ONNX_STEPS``; a traced torch graph needs none):
+    What a graph's own format adds (the ONNX front end's
+    ``mhainspect.frontends.onnx.frontend.onnx_graph_result``; a traced torch graph needs none):
     ``note``, a warning about the graph as read (None: nothing to say); ``view``, the graph the
     matchers read (the format's operators rewritten into those the patterns know); ``copies_note``,
     the warning naming the exporter-made copies of parameters the format found (``ModelGraph.folded``:
-    only a format that finds them fills it, so without this step there are none to name)."""
-
-    note: Callable[[ModelGraph], ReportWarning | None] = _no_note
-    view: Callable[[ModelGraph], ModelGraph] = _same
-    copies_note: Callable[[ModelGraph, Mapping[str, FoldedCopy]], ReportWarning] | None = None
-
-
-NO_STEPS = GraphSteps()
-
-
-def graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
-                 config: Mapping[str, Any] | None = None, config_label: str = "config.json",
-                 steps: GraphSteps = NO_STEPS) -> SourceResult:
-    """The graph front ends' shared step: blocks, near misses, model facts and size metadata of
-    ``graph`` (``config``: a config.json beside the file, for what only a config says; ``steps``:
-    what the graph's format adds)."""
+    only a format that finds them fills it, so without this step there are none to name).
+    Parameters, not a class of steps: a dataclass made at import costs every run ~4M instructions."""
     graph = sanitize_graph(graph)
-    note = steps.note(graph)
-    if note is not None:
-        graph = dataclasses.replace(graph, warnings=(*graph.warnings, note))
-    index = GraphIndex(steps.view(graph))
+    said = note(graph) if note is not None else None
+    if said is not None:
+        graph = dataclasses.replace(graph, warnings=(*graph.warnings, said))
+    index = GraphIndex(view(graph) if view is not None else graph)
     found = graph_blocks(index)  # the matchers' driver
     blocks = list(found.blocks)
     # The one notion of a parameter (size calls the rest overhead); what the blocks show a converter
     # computed (a folded score scale or mask) is none.
     stored = scan_stored(index, found.constants)
-    if stored.copies and steps.copies_note is not None:  # exporter-made copies of parameters, named with what they repeat
+    if stored.copies and copies_note is not None:  # exporter-made copies of parameters, named with what they repeat
         graph = dataclasses.replace(graph, warnings=(
-            *graph.warnings, steps.copies_note(graph, {n: graph.folded[n] for n in stored.copies})))
+            *graph.warnings, copies_note(graph, {n: graph.folded[n] for n in stored.copies})))
     parameters = stored.parameters
     size = graph_size_inputs(index, blocks, stored, config, config_label)
     mixers = _mixers(index, config)

@@ -2,7 +2,7 @@
 file of a ``Tree``, read through its ``Blob``): it loads the file, checks external-data locations
 against the model's folder and hands the graph to the graph front ends' shared step
 (``mhainspect.frontends.graphs.result.graph_result``) with the steps only ONNX needs
-(``ONNX_STEPS``). No printing, no exit codes.
+(``onnx_graph_result``). No printing, no exit codes.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import posixpath
 from typing import TYPE_CHECKING, Any
 
 from mhainspect.errors import InputError
-from mhainspect.frontends.graphs.result import MAX_LISTED, GraphSteps, graph_result
+from mhainspect.frontends.graphs.result import MAX_LISTED, graph_result
 from mhainspect.frontends.onnx.loader import read_onnx
 from mhainspect.frontends.onnx.locations import external_location_escapes
 from mhainspect.frontends.onnx.qoperator import as_qdq
@@ -25,6 +25,8 @@ from mhainspect.sources import beside
 from mhainspect.sources.transports.local import local_folder
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from mhainspect.sources.blob import Blob
     from mhainspect.sources.tree import Tree
 
@@ -36,9 +38,13 @@ def _onnx_view(graph: ModelGraph) -> ModelGraph:
     return as_slices(as_qdq(graph))
 
 
-# What only an ONNX graph needs of the shared step: lookups no values decided (not counted, and
-# why), its own operators in the patterns' terms, the copies of parameters its values showed.
-ONNX_STEPS = GraphSteps(note=undecided_lookups_note, view=_onnx_view, copies_note=folded_note)
+def onnx_graph_result(graph: ModelGraph, *, path: str | None = None, fmt: str | None = None,
+                      config: Mapping[str, Any] | None = None, config_label: str = "config.json") -> SourceResult:
+    """The graph front ends' shared step (``graph_result``) with what only an ONNX graph needs: the
+    lookups no values decided (not counted, and why), its own operators in the patterns' terms, the
+    copies of parameters its values showed."""
+    return graph_result(graph, path=path, fmt=fmt, config=config, config_label=config_label,
+                        note=undecided_lookups_note, view=_onnx_view, copies_note=folded_note)
 
 
 def onnx_result(tree: Tree, path: str, display: str, blob: Blob, *, remote: bool) -> SourceResult:
@@ -61,8 +67,8 @@ def onnx_result(tree: Tree, path: str, display: str, blob: Blob, *, remote: bool
             finally:
                 view.close()
             config = config_job.result()
-        return graph_result(graph, path=display, fmt="onnx", config=config,
-                            config_label="config.json beside the model" if config is not None else "", steps=ONNX_STEPS)
+        return onnx_graph_result(graph, path=display, fmt="onnx", config=config,
+                                 config_label="config.json beside the model" if config is not None else "")
     except InputError as exc:
         if not str(exc).startswith((display, blob.name)):  # a line names the file it is about
             raise InputError(f"{display}: {exc}") from None
