@@ -703,9 +703,11 @@ def sampling_pair(weights: Mapping[str, WeightMeta], module: str, projections: I
 
 
 def _attention_named(path: str, *, last_only: bool = False) -> bool:
-    """True when a component of the module path (``last_only``: its last) names attention."""
-    parts = path.lower().split(".")
-    return any("attn" in p or "attention" in p for p in (parts[-1:] if last_only else parts))
+    """True when a component of the module path (``last_only``: its last) names attention. Neither
+    word holds a dot, so a search of the whole path is a search of every component (asked per module
+    of a mixture of experts: one lower-casing and two substring tests, no split)."""
+    low = (path.rpartition(".")[2] if last_only else path).lower()
+    return "attn" in low or "attention" in low
 
 
 def _bias_free(roles: Iterable[RoleWeights], role: str) -> bool:
