@@ -165,8 +165,7 @@ def parameter_keys(weights: Mapping[str, WeightMeta]) -> frozenset[str]:
     and quantized weights; integer buffers, quantization data and a stored copy the config ties
     to another weight (``WeightMeta.tied_to``: its parameters are its source's) are not.
     count_weights counts them; mhainspect.analysis.size calls every other stored tensor overhead."""
-    return frozenset(t.storage_key for t in weights.values()
-                     if t.is_parameter and (not t.tied_to or parameter_identity(weights, t) == t.storage_key))
+    return parameters_counted(weights)[0]
 
 
 def count_weights(weights: Mapping[str, WeightMeta]) -> int:
@@ -177,15 +176,25 @@ def count_weights(weights: Mapping[str, WeightMeta]) -> int:
 
     The one counter for weight lists (checkpoints, Keras files, GGUF files, a quantized module's
     parameters); graphs are counted by use in ``mhainspect.ir.parameters.count_parameters``."""
+    return parameters_counted(weights)[1]
+
+
+def parameters_counted(weights: Mapping[str, WeightMeta]) -> tuple[frozenset[str], int]:
+    """``parameter_keys`` and ``count_weights`` of one weight list in one pass: a front end that
+    needs both asks ``WeightMeta.is_parameter`` once per tensor (100k+ in a mixture of experts)."""
+    keys: set[str] = set()
     seen: set[str] = set()
     total = 0
     for t in weights.values():
-        key = parameter_identity(weights, t) if t.tied_to else t.storage_key
-        if key in seen or not t.is_parameter:
+        if not t.is_parameter:
             continue
-        seen.add(key)
-        total += t.numel
-    return total
+        key = parameter_identity(weights, t) if t.tied_to else t.storage_key
+        if key == t.storage_key:  # a tied copy's parameters are its source's
+            keys.add(key)
+        if key not in seen:
+            seen.add(key)
+            total += t.numel
+    return frozenset(keys), total
 
 
 def parameter_identity(weights: Mapping[str, WeightMeta], t: WeightMeta) -> str:

@@ -26,7 +26,7 @@ from mhainspect.frontends.checkpoint.size_inputs import (
     config_causal,
     metas_size_inputs,
 )
-from mhainspect.ir.weights import HeadOffers, WeightMeta, count_weights, parameter_keys
+from mhainspect.ir.weights import HeadOffers, WeightMeta, parameters_counted
 from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.results import AttentionBlock, Miss, ModelFacts, ReportWarning, WarningCode
@@ -83,8 +83,9 @@ def weights_result(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] 
         warnings.append(ReportWarning(tie_note(ties, weights), WarningCode.LOADER))
     warnings.extend(ReportWarning(note, WarningCode.LOADER) for note in quantization_notes(weights))
     producer = producer_from_config(config) if config is not None else ""
+    parameters, total_params = parameters_counted(weights)
     positions, positions_source = max_positions(config, "config.json" if folder else "config.json beside the checkpoint")
-    facts = ModelFacts(path=str(path), format=fmt, total_params=count_weights(weights), producer=producer,
+    facts = ModelFacts(path=str(path), format=fmt, total_params=total_params, producer=producer,
                        max_positions=positions, max_positions_source=positions_source)
     blocks, misses = checkpoint_blocks(weights, config, stated=stated)
     # Linear-attention, state-space and convolution layers are no attention blocks: listed apart.
@@ -92,7 +93,6 @@ def weights_result(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] 
     if config is not None:  # a latent-attention module of a decoder caches what no block sizes
         misses = [dataclasses.replace(m, caches=not m.caches_nothing and config_causal(config, m.anchor)[0] is True)
                   for m in misses]
-    parameters = parameter_keys(weights)
     label = "config.json" if folder else "config.json beside the checkpoint"
     experts = weight_experts(weights, parameters, expert_claims(config, label))
     size = metas_size_inputs(weights, blocks, config, parameters,

@@ -17,7 +17,7 @@ from mhainspect.frontends.keras.config import Claims, LayerClaim, model_class
 from mhainspect.frontends.keras.reader import KerasModel, read_archive, read_hdf5
 from mhainspect.frontends.kinds import KERAS_WEIGHTS
 from mhainspect.frontends.zips import ZIP_MAGIC, is_zip
-from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, count_weights, parameter_keys
+from mhainspect.ir.weights import HEADS_FIRST, HeadOffers, WeightMeta, parameters_counted
 from mhainspect.matchers.grouping import group_attention
 from mhainspect.matchers.static import blocks_from_weights, by_widths_only
 from mhainspect.results import AttentionBlock, BlockKind, Evidence, EvidenceSource, ModelFacts
@@ -59,8 +59,8 @@ def model_result(model: KerasModel, path: str, stated: HeadOffers | None = None)
     weights = with_kernel_layouts(model.weights, offers_for)
     blocks, misses = blocks_from_weights(weights, offers_for)
     blocks = [_called_kind(b, claims.for_block(b.name), model.config_label) for b in blocks]
-    parameters = parameter_keys(weights)
-    facts = ModelFacts(path=path, format=model.fmt, total_params=count_weights(weights),
+    parameters, total_params = parameters_counted(weights)
+    facts = ModelFacts(path=path, format=model.fmt, total_params=total_params,
                        producer=model_class(model.config))
     size = metas_size_inputs(weights, blocks, None, parameters, label=model.config_label, no_config=_NO_DECODING)
     return SourceResult(tuple(blocks), tuple(misses), facts, (), size)
