@@ -179,14 +179,24 @@ def count_weights(weights: Mapping[str, WeightMeta]) -> int:
     return parameters_counted(weights)[1]
 
 
-def parameters_counted(weights: Mapping[str, WeightMeta]) -> tuple[frozenset[str], int]:
-    """``parameter_keys`` and ``count_weights`` of one weight list in one pass: a front end that
-    needs both asks ``WeightMeta.is_parameter`` once per tensor (100k+ in a mixture of experts)."""
+def parameter_names(weights: Mapping[str, WeightMeta]) -> frozenset[str]:
+    """The names of the tensors that are parameters (``WeightMeta.is_parameter``, which a tie,
+    ``tied_to``, does not change): asked once per tensor (100k+ in a mixture of experts) by a front
+    end that then ties, keys and counts them."""
+    return frozenset([n for n, t in weights.items() if t.is_parameter])
+
+
+def parameters_counted(weights: Mapping[str, WeightMeta], names: frozenset[str] | None = None
+                       ) -> tuple[frozenset[str], int]:
+    """``parameter_keys`` and ``count_weights`` of one weight list in one pass; ``names``: its
+    ``parameter_names`` when the caller has them."""
+    if names is None:
+        names = parameter_names(weights)
     keys: set[str] = set()
     seen: set[str] = set()
     total = 0
-    for t in weights.values():
-        if not t.is_parameter:
+    for n, t in weights.items():
+        if n not in names:
             continue
         key = parameter_identity(weights, t) if t.tied_to else t.storage_key
         if key == t.storage_key:  # a tied copy's parameters are its source's

@@ -26,7 +26,7 @@ from mhainspect.frontends.checkpoint.size_inputs import (
     config_causal,
     metas_size_inputs,
 )
-from mhainspect.ir.weights import HeadOffers, WeightMeta, parameters_counted
+from mhainspect.ir.weights import HeadOffers, WeightMeta, parameter_names, parameters_counted
 from mhainspect.matchers.experts import weight_experts
 from mhainspect.matchers.static import blocks_from_weights
 from mhainspect.results import AttentionBlock, Miss, ModelFacts, ReportWarning, WarningCode
@@ -74,7 +74,8 @@ def weights_result(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] 
     """The checkpoint front end once the weights and the config are read (from a local or a remote
     file or folder): ``folder`` when the config is the folder's own, else ``config_path`` names the
     config.json found beside the file; ``stated``: head counts the caller gives (--num-heads)."""
-    weights, ties = apply_ties(weights, config)
+    names = parameter_names(weights)  # is_parameter once per tensor: the ties and the count read it
+    weights, ties = apply_ties(weights, config, names)
     warnings: list[ReportWarning] = []
     if config is not None and not folder:
         warnings.append(ReportWarning(f"heads read from {config_path} next to the checkpoint",
@@ -83,7 +84,7 @@ def weights_result(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] 
         warnings.append(ReportWarning(tie_note(ties, weights), WarningCode.LOADER))
     warnings.extend(ReportWarning(note, WarningCode.LOADER) for note in quantization_notes(weights))
     producer = producer_from_config(config) if config is not None else ""
-    parameters, total_params = parameters_counted(weights)
+    parameters, total_params = parameters_counted(weights, names)
     positions, positions_source = max_positions(config, "config.json" if folder else "config.json beside the checkpoint")
     facts = ModelFacts(path=str(path), format=fmt, total_params=total_params, producer=producer,
                        max_positions=positions, max_positions_source=positions_source)

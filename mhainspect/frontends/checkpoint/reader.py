@@ -224,16 +224,17 @@ def indexed_files(index: Mapping[str, Any], where: str) -> list[str]:
     return list(dict.fromkeys(map(str, weight_map.values())))
 
 
-def apply_ties(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None
+def apply_ties(weights: Mapping[str, WeightMeta], config: Mapping[str, Any] | None, parameters: frozenset[str]
                ) -> tuple[dict[str, WeightMeta], tuple[Tie, ...]]:
     """``weights`` with every stored copy of a weight the config ties to another marked
     (``WeightMeta.tied_to``: its parameters count once, its bytes as stored), and those ties. Read
     over every shard at once: a tie's two names may sit in different files. Copies that already
-    share storage (one torch.save of a tied model) need no mark."""
+    share storage (one torch.save of a tied model) need no mark. ``parameters``: the names of the
+    parameters (``ir.weights.parameter_names``)."""
     out = dict(weights)
     if config is None:
         return out, ()
-    shapes = {n: m.shape for n, m in weights.items() if m.is_parameter and m.quant is None}
+    shapes = {n: m.shape for n, m in weights.items() if n in parameters and m.quant is None}
     found: list[Tie] = []
     for tie in tied_copies(config, shapes):
         copy, source = weights[tie.copy], weights[tie.source]
