@@ -413,6 +413,7 @@ class _Children:
 
 def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
     out = _Children({}, {}, {})
+    worded: set[str] = set()  # the parents of a module whose name's words may give a role (_roles_by_words)
     for path, tensors in modules.items():
         if "weight" not in tensors or not path:
             continue
@@ -423,6 +424,8 @@ def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
             out.latent.setdefault(parent, {})[part] = path
         if role is None and part is None:
             out.others.setdefault(parent, []).append(path)
+            if _word_role(last) is not None:
+                worded.add(parent)
         # to_out.0 (diffusers): the output projection is the first item of a Sequential.
         if role is None and last.isdigit() and parent.rpartition(".")[2].lower() == "to_out":
             role, parent = "o", parent.rpartition(".")[0]
@@ -436,7 +439,7 @@ def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
                 parent = outer
         if role is not None:
             out.roles.setdefault(parent, {}).setdefault(role, path)
-    _roles_by_words(out, modules)
+    _roles_by_words(out, modules, worded)
     _packed_by_shape(out, modules)
     return out
 
@@ -463,10 +466,14 @@ def _word_role(last: str) -> str | None:
     return roles[0]
 
 
-def _roles_by_words(out: _Children, modules: Mapping[str, Mapping[str, WeightMeta]]) -> None:
+def _roles_by_words(out: _Children, modules: Mapping[str, Mapping[str, WeightMeta]], worded: set[str]) -> None:
     """Roles from the words of the projections' names, for a module whose children make Q, K and V
-    only so (each role once): a single ``out_layer`` elsewhere is no output projection."""
+    only so (each role once): a single ``out_layer`` elsewhere is no output projection. ``worded``:
+    the parents with such a child, found while the children were collected (the rest, a mixture of
+    experts' thousands, are not read again)."""
     for parent, paths in list(out.others.items()):
+        if parent not in worded:
+            continue
         have = out.roles.get(parent, {})
         found: dict[str, list[str]] = {}
         for path in paths:
