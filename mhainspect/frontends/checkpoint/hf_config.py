@@ -622,8 +622,27 @@ def sub_config(cfg: Mapping[str, Any], block_name: str) -> tuple[str, Mapping[st
     return _placed(cfg, block_name)[:2]
 
 
+# ``_placed`` of the configs read last, by the config's identity and the block's name: each block's
+# config is asked for by several steps (heads, window, causality, decoding, mixers: 384 lookups for
+# Qwen3-30B-A3B's 48 blocks). Each entry holds its config, so an id is not reused while it is here;
+# a config given another key since is placed again (as ``_FACTS``).
+_PLACED: dict[tuple[int, str], tuple[Mapping[str, Any], int, tuple[str, Mapping[str, Any], bool]]] = {}
+_PLACED_KEPT = 4096
+
+
 def _placed(cfg: Mapping[str, Any], block_name: str) -> tuple[str, Mapping[str, Any], bool]:
     """``sub_config``, and whether the block's path names the config (else it is the default)."""
+    hit = _PLACED.get((id(cfg), block_name))
+    if hit is not None and hit[0] is cfg and hit[1] == len(cfg):
+        return hit[2]
+    placed = _place(cfg, block_name)
+    if len(_PLACED) >= _PLACED_KEPT:
+        _PLACED.pop(next(iter(_PLACED)))
+    _PLACED[(id(cfg), block_name)] = (cfg, len(cfg), placed)
+    return placed
+
+
+def _place(cfg: Mapping[str, Any], block_name: str) -> tuple[str, Mapping[str, Any], bool]:
     low = block_name.lower()
     comps = path_words(block_name)
     named = _named_configs(cfg, low, comps)
