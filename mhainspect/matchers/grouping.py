@@ -418,25 +418,26 @@ def _children(modules: Mapping[str, Mapping[str, WeightMeta]]) -> _Children:
         if "weight" not in tensors or not path:
             continue
         parent, _, last = path.rpartition(".")
-        role = _role_of(last)
+        role = _ROLES.get(last.lower())  # _role_of, inline: asked for every module
         part = LATENT_MODULES.get(last)
         if part is not None:
             out.latent.setdefault(parent, {})[part] = path
-        if role is None and part is None:
+        elif role is None:
             out.others.setdefault(parent, []).append(path)
             if _word_role(last) is not None:
                 worded.add(parent)
-        # to_out.0 (diffusers): the output projection is the first item of a Sequential.
-        if role is None and last.isdigit() and parent.rpartition(".")[2].lower() == "to_out":
-            role, parent = "o", parent.rpartition(".")[0]
-        # qkv.linear, proj.ln.linear (timm's LinearNorm, in a Sequential): the wrapper names the role.
-        if role is None and last in WRAPPED_PROJECTIONS:
-            outer, _, name = parent.rpartition(".")
-            if name in _WRAPPERS:
-                outer, _, name = outer.rpartition(".")
-            role = _role_of(name)
-            if role is not None:
-                parent = outer
+        if role is None:
+            # to_out.0 (diffusers): the output projection is the first item of a Sequential.
+            if last.isdigit() and parent.rpartition(".")[2].lower() == "to_out":
+                role, parent = "o", parent.rpartition(".")[0]
+            # qkv.linear, proj.ln.linear (timm's LinearNorm, in a Sequential): the wrapper names the role.
+            elif last in WRAPPED_PROJECTIONS:
+                outer, _, name = parent.rpartition(".")
+                if name in _WRAPPERS:
+                    outer, _, name = outer.rpartition(".")
+                role = _role_of(name)
+                if role is not None:
+                    parent = outer
         if role is not None:
             out.roles.setdefault(parent, {}).setdefault(role, path)
     _roles_by_words(out, modules, worded)
@@ -605,10 +606,18 @@ def _with_leftovers(weights: Mapping[str, WeightMeta], blocks: tuple[GroupedBloc
     # The nearest owner above a tensor: its name's longest prefix that is an owner's path (a few
     # distinct path lengths: a slice and a lookup each, whatever the model's tensor count).
     lengths = sorted({len(o) for o in by_owner}, reverse=True)
+    # A tensor under an owner holds the owner's last component and a dot after it: a substring test
+    # per such word (a handful) passes over the rest (a mixture of experts' thousands) before the lookups.
+    tails = tuple(sorted({o.rpartition(".")[2] + "." for o in by_owner}))
     others: dict[int, list[WeightMeta]] = {}
     owner_at = by_owner.get
     for name, meta in weights.items():
         path = name if "/" not in name and ":" not in name else ".".join(_split(name))  # TensorFlow-style names
+        for tail in tails:
+            if tail in path:
+                break
+        else:
+            continue
         for n in lengths:
             if len(path) > n and path[n] == "." and (at := owner_at(path[:n])) is not None:
                 break
