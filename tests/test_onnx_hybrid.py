@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import onnx
+import pytest
 
 import mhainspect
 from mhainspect.results import CacheStatus, MixerKind
@@ -333,3 +334,16 @@ def test_a_torchscript_export_of_mamba2(tmp_path: Path) -> None:
     assert {m.state_bytes_per_layer for m in report.model.mixers} == {truth}
     kv = report.model.kv_cache
     assert kv is not None and kv.state_bytes_per_sequence == 2 * truth
+
+
+@pytest.mark.parametrize(("name", "state"), [("past_conv.0", True), ("present_ssm.3", True),
+                                             ("cache_params.conv_states.1", True), ("ssm_state", True),
+                                             ("past_state.2", True), ("conv1d_3", False), ("ssm", False),
+                                             ("past_hidden", False), ("past_key_values.0.conv", False)])
+def test_a_state_is_named_as_carried(name: str, state: bool) -> None:
+    """A mixer's state is named as carried from step to step (past/present/cache or state[s]), not
+    by a state word alone: dynamo names a graph output after the op that makes it (a Conv1d's
+    output conv1d_3 [batch, 32, 7] of a static export is no convolution state)."""
+    from mhainspect.matchers.cache import state_tensor
+
+    assert (state_tensor(name, ("batch", 32, 7), "float32") is not None) is state

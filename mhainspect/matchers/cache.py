@@ -158,8 +158,10 @@ def state_tensor(name: str, shape: Sequence[int | str | None] | None, dtype: str
     words = _words(name)
     if not words or _KV_WORDS.intersection(words) or not dtypes.is_float(dtype) or shape is None or len(shape) < 2:
         return None
-    if not _STATE_WORDS.intersection(words) and not (_WEAK_STATE_WORDS.intersection(words)
-                                                      and _CACHE_WORDS.intersection(words)):
+    # A state word alone is an op's name (dynamo calls an output conv1d_3 after its Conv): a state
+    # is also named as carried (past_conv.0, present_ssm.0, conv_states, ssm_state).
+    cached, stated = bool(_CACHE_WORDS.intersection(words)), bool(_WEAK_STATE_WORDS.intersection(words))
+    if not ((_STATE_WORDS.intersection(words) and (cached or stated)) or (cached and stated)):
         return None
     if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape[1:]):
         return None
