@@ -74,15 +74,19 @@ def test_a_decay_per_head_leaves_the_state_unsized(tmp_path: Path) -> None:
     assert memory is not None and memory.total_bytes is None
 
 
+def _jamba_config_beside(path: Path) -> None:
+    """A Jamba config.json beside ``path``: 2 layers, layer 0 Mamba (attn_layer_period 2, offset 1)."""
+    (path.parent / "config.json").write_text(json.dumps({
+        "model_type": "jamba", "num_hidden_layers": 2, "hidden_size": D, "num_attention_heads": HEADS,
+        "num_key_value_heads": HEADS, "attn_layer_period": 2, "attn_layer_offset": 1, "mamba_expand": 2,
+        "mamba_d_state": STATE, "mamba_d_conv": KERNEL}))
+
 def test_a_config_beside_gives_the_layers_and_their_state(tmp_path: Path) -> None:
     """Weights an exporter renamed tell nothing; the Jamba config beside the file does: layer 0 Mamba
     (attn_layer_period 2, offset 1). transformers' state: conv 64 × 4 = 256 (float32, the
     parameters' dtype) + recurrent 64 × 16 = 1,024 (float32) -> 1,280 × 4 = 5,120 bytes."""
     path = _hybrid(tmp_path / "renamed", mixer_names=False)
-    (path.parent / "config.json").write_text(json.dumps({
-        "model_type": "jamba", "num_hidden_layers": 2, "hidden_size": D, "num_attention_heads": HEADS,
-        "num_key_value_heads": HEADS, "attn_layer_period": 2, "attn_layer_offset": 1, "mamba_expand": 2,
-        "mamba_d_state": STATE, "mamba_d_conv": KERNEL}))
+    _jamba_config_beside(path)
     report = mhainspect.inspect(str(path), context=100)
     (mixer,) = report.model.mixers
     assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,)
@@ -236,10 +240,7 @@ def test_the_graphs_state_outranks_a_config(tmp_path: Path) -> None:
     """A Jamba config beside the file gives layer 0 conv 64 × 4 + state 64 × 16 = 1,280 elements; the
     graph's own tensors hold conv 256 + ssm 64 × 8 = 512: those are taken, and the disagreement said."""
     path = _decoder_step(tmp_path / "cfg", ssm=(INNER, 8))
-    (path.parent / "config.json").write_text(json.dumps({
-        "model_type": "jamba", "num_hidden_layers": 2, "hidden_size": D, "num_attention_heads": HEADS,
-        "num_key_value_heads": HEADS, "attn_layer_period": 2, "attn_layer_offset": 1, "mamba_expand": 2,
-        "mamba_d_state": STATE, "mamba_d_conv": KERNEL}))
+    _jamba_config_beside(path)
     report = mhainspect.inspect(str(path), context=100)
     (mixer,) = report.model.mixers
     assert mixer.kind is MixerKind.STATE_SPACE and mixer.layers == (0,)
