@@ -68,26 +68,26 @@ def _count(roles: _Roles, wq: int, wk: int, wv: int, o_in: int) -> int | None:
     return total
 
 
-def _beside(block: AttentionBlock, wq: int, wk: int, wv: int, d_k: int) -> int:
+def _beside(block: AttentionBlock, roles: _Roles, wq: int, wk: int, wv: int, d_k: int) -> int:
     """What the block's total holds beside its projections' weights and biases at Q/K/V widths
     ``wq``/``wk``/``wv`` and head size ``d_k``: a latent block's down-projections and norms (as
     wide as the latents, whatever the heads), a sparse-attention indexer (its own heads), learned K/V rows, which are as wide as K and V (so
     they follow the widths), and Q/K norms: one vector for every head follows d_k, a norm over the
-    whole width (or one vector per head) follows the width."""
+    whole width (or one vector per head) follows the width. ``roles``: the block's ``_roles``."""
     p = block.params
     norms = 0
-    for proj, width in zip(_roles(block)[:2], (wq, wk)):
+    for proj, width in zip(roles[:2], (wq, wk)):
         if proj is None or not proj.norm_params:
             continue
         was = block.d_k if proj.norm_shared else proj.out_features
         now = d_k if proj.norm_shared else width
         norms += proj.norm_params * now // was if was else proj.norm_params
-    for proj, width in zip(_roles(block)[:3], (wq, wk, wv)):  # a conv over a role follows its width
+    for proj, width in zip(roles[:3], (wq, wk, wv)):  # a conv over a role follows its width
         if proj is not None and proj.conv_params:
             norms += proj.conv_params * width // proj.out_features if proj.out_features else proj.conv_params
     rows = 0
     if p.kv_rows:
-        k0, v0 = _roles(block)[1], _roles(block)[2]
+        k0, v0 = roles[1], roles[2]
         was = (k0.out_features or 0 if k0 else 0) + (v0.out_features or 0 if v0 else 0)
         rows = p.kv_rows * (wk + wv) // was if was else p.kv_rows
     return p.latent + p.indexer + rows + norms  # an indexer has heads of its own: not the block's
@@ -152,8 +152,8 @@ def _what_if(block: AttentionBlock, roles: _Roles, heads: int) -> WhatIf | None:
     per_head = _count(roles, heads * d_k, wk2, g2 * d_v, heads * d_v)
     if same_width is None or per_head is None:
         return None
-    same_width += _beside(block, h * d_k, wk, g * d_v, h * d_k // heads) + _gate(block, heads, h * d_v)
-    per_head += _beside(block, heads * d_k, wk2, g2 * d_v, d_k) + _gate(block, heads, heads * d_v)
+    same_width += _beside(block, roles, h * d_k, wk, g * d_v, h * d_k // heads) + _gate(block, heads, h * d_v)
+    per_head += _beside(block, roles, heads * d_k, wk2, g2 * d_v, d_k) + _gate(block, heads, heads * d_v)
     if total_width_reason(block, heads) is not None:
         same_width = None  # h·d_k cannot be split into that many equal heads
     return WhatIf(num_heads=heads, total_width_fixed=same_width, head_dim_fixed=per_head)
@@ -165,8 +165,9 @@ def standard_layout_count(block: AttentionBlock) -> int | None:
     if h is None or g is None or d_model is None or d_model % h or block.latent is not None:
         return None  # a latent block has no "standard" layout: its key is non-rotary + rotary parts
     d = d_model // h
-    count = count_with_widths(block, h * d, g * d, g * d, h * d)
-    return None if count is None else count + _beside(block, h * d, g * d, g * d, d) + _gate(block, h, h * d)
+    roles = _roles(block)
+    count = _count(roles, h * d, g * d, g * d, h * d)
+    return None if count is None else count + _beside(block, roles, h * d, g * d, g * d, d) + _gate(block, h, h * d)
 
 
 def default_what_ifs(block: AttentionBlock, extra: tuple[int, ...] = ()) -> tuple[WhatIf, ...]:
