@@ -6,6 +6,8 @@ file than in the module; a little noise on every parameter keeps the two equal.
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,3 +31,15 @@ class LastHiddenState(torch.nn.Module):  # type: ignore[misc]
 
     def forward(self, ids: Any, mask: Any) -> Any:
         return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def export_last_hidden_state(model: Any, ids: Any, path: Path, *, dynamic_batch: bool = False) -> Path:
+    """``model`` (a transformers base model) to ONNX through the TorchScript exporter, opset 17, as
+    (ids, mask) -> out; ``dynamic_batch``: the batch axis symbolic."""
+    axes = {"ids": {0: "batch"}, "mask": {0: "batch"}, "out": {0: "batch"}} if dynamic_batch else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(LastHiddenState(model).eval(), (ids, torch.ones_like(ids)), str(path),
+                          input_names=["ids", "mask"], output_names=["out"], opset_version=17, dynamo=False,
+                          dynamic_axes=axes)
+    return path

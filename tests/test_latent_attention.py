@@ -30,7 +30,7 @@ transformers.logging.set_verbosity_error()
 from gguf_files import deepseek_gguf  # noqa: E402
 
 from tests.conformance.extended import LATENT_CONFIG, latent_params, latent_truth  # noqa: E402
-from tests.random_weights import LastHiddenState, add_noise  # noqa: E402
+from tests.random_weights import add_noise, export_last_hidden_state  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -113,11 +113,7 @@ def test_onnx_export(tmp_path: Path) -> None:
     model = _model()
     ids = torch.randint(2, 60, (2, 8), generator=torch.Generator().manual_seed(0))
     path = tmp_path / "mla.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(LastHiddenState(model).eval(), (ids, torch.ones_like(ids)), str(path),
-                          input_names=["ids", "mask"], output_names=["out"], opset_version=17, dynamo=False,
-                          dynamic_axes={"ids": {0: "batch"}, "mask": {0: "batch"}, "out": {0: "batch"}})
+    export_last_hidden_state(model, ids, path, dynamic_batch=True)
     report = audit(path)
     assert [_layout(b)[:13] for b in report.blocks] == [e[:13] for e in _expected(model)]
     b = report.blocks[0]

@@ -135,13 +135,9 @@ def test_a_torchscript_export_of_jamba(tmp_path: Path) -> None:
     transformers' cache holds it (conv [C, k] + SSM [inner, d_state], float32, read from the
     module's own parameters) from the convolution's kernel and the decay the graph exponentiates,
     with or without the config beside."""
-    import warnings
-
-    import pytest
-
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from tests.random_weights import LastHiddenState, add_noise
+    from tests.random_weights import add_noise, export_last_hidden_state
 
     config = transformers.JambaConfig(vocab_size=64, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
                                       num_hidden_layers=2, attn_layer_period=2, attn_layer_offset=1, num_experts=1,
@@ -152,10 +148,7 @@ def test_a_torchscript_export_of_jamba(tmp_path: Path) -> None:
     ids = torch.randint(2, 60, (2, 8), generator=torch.Generator().manual_seed(0))
     path = tmp_path / "jamba" / "model.onnx"
     path.parent.mkdir()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(LastHiddenState(model), (ids, torch.ones_like(ids)), str(path), input_names=["ids", "mask"],
-                          output_names=["out"], opset_version=17, dynamo=False)
+    export_last_hidden_state(model, ids, path)
     names = {i.name for i in onnx.load(str(path)).graph.initializer}
     assert not any(n.endswith(("A_log", "conv1d.weight")) for n in names)  # what makes the case
     report = mhainspect.inspect(str(path), context=100)
@@ -307,13 +300,9 @@ def test_a_torchscript_export_of_mamba2(tmp_path: Path) -> None:
     through the TorchScript exporter, which folds A_log and the conv weight into anonymous constants,
     no config: each layer's state as transformers' cache holds it (conv [C, k] + SSM [heads, head_dim,
     d_state], float32), from the convolution's kernel and the split of its output."""
-    import warnings
-
-    import pytest
-
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from tests.random_weights import LastHiddenState, add_noise
+    from tests.random_weights import add_noise, export_last_hidden_state
 
     config = transformers.AutoConfig.for_model("mamba2", hidden_size=64, num_hidden_layers=2, vocab_size=128,
                                                state_size=8, num_heads=4, head_dim=32, n_groups=2, expand=2)
@@ -322,10 +311,7 @@ def test_a_torchscript_export_of_mamba2(tmp_path: Path) -> None:
     ids = torch.randint(2, 60, (1, 8), generator=torch.Generator().manual_seed(0))
     path = tmp_path / "mamba2" / "model.onnx"
     path.parent.mkdir()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(LastHiddenState(model), (ids, torch.ones_like(ids)), str(path), input_names=["ids", "mask"],
-                          output_names=["out"], opset_version=17, dynamo=False)
+    export_last_hidden_state(model, ids, path)
     assert not any(i.name.endswith(("A_log", "conv1d.weight")) for i in onnx.load(str(path)).graph.initializer)
     mixer = model.layers[0].mixer
     channels, _, kernel = mixer.conv1d.weight.shape

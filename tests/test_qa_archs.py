@@ -35,7 +35,7 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
 import mhainspect  # noqa: E402
-from tests.random_weights import LastHiddenState, add_noise  # noqa: E402
+from tests.random_weights import add_noise, export_last_hidden_state  # noqa: E402
 
 
 def _model(cfg_cls: str, model_cls: str, **cfg: Any) -> Any:
@@ -47,12 +47,7 @@ def _model(cfg_cls: str, model_cls: str, **cfg: Any) -> Any:
 
 def _ts_export(model: Any, path: Path) -> Path:
     ids = torch.randint(2, 60, (2, 8), generator=torch.Generator().manual_seed(0))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(LastHiddenState(model).eval(), (ids, torch.ones_like(ids)), str(path),
-                          input_names=["ids", "mask"], output_names=["out"], opset_version=17, dynamo=False,
-                          dynamic_axes={"ids": {0: "batch"}, "mask": {0: "batch"}, "out": {0: "batch"}})
-    return path
+    return export_last_hidden_state(model, ids, path, dynamic_batch=True)
 
 
 # Each: a model whose trace bakes a float table (or LayerNorm fill) into Constant nodes, and the
