@@ -281,25 +281,34 @@ def s3_at(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Script], Script
         server.__exit__(None, None, None)
 
 
-def test_an_s3_listing_that_pages_without_end_stops_past_the_cap(s3_at: Callable[[Script], ScriptedServer]) -> None:
-    """ListObjectsV2 pages of 1,000 keys, always one more: the listing stops once it holds one key
-    over MAX_LISTED_FILES (11 pages), refused in one line."""
+def _pages_without_end(serve: Callable[[Script], ScriptedServer], address: str,
+                       page: Callable[[range, int | None], Answer]) -> None:
+    """A store that answers every listing page with 1,000 more names and a next page (the last at
+    50: a reader that does not stop fails, never hangs): ``address`` is refused in one line once the
+    listing holds one name over MAX_LISTED_FILES, after 11 pages. ``page(names, next)``: the
+    store's page of those names, ``next`` its continuation (None: the last)."""
     from mhainspect.sources.tree import MAX_LISTED_FILES
 
     pages: list[str] = []
 
     def script(path: str, headers: Mapping[str, str]) -> Answer:
         pages.append(path)
-        n = len(pages) - 1  # (the last page at 50: a reader that does not stop fails, never hangs)
-        return Answer(200, (("Content-Type", "application/xml"),),
-                      _s3_page(range(n * 1000, n * 1000 + 1000), n if n < 50 else None))
+        n = len(pages) - 1
+        return page(range(n * 1000, n * 1000 + 1000), n if n < 50 else None)
 
-    s3_at(script)
+    serve(script)
     start = time.monotonic()
     with model_deadline(20), pytest.raises(InputError, match=f"more than {MAX_LISTED_FILES:,} files"):
-        audit("s3://models/big/")
+        audit(address)
     assert time.monotonic() - start < 15
     assert len(pages) == MAX_LISTED_FILES // 1000 + 1
+
+
+def test_an_s3_listing_that_pages_without_end_stops_past_the_cap(s3_at: Callable[[Script], ScriptedServer]) -> None:
+    """ListObjectsV2 pages of 1,000 keys, always one more: the listing stops once it holds one key
+    over MAX_LISTED_FILES (11 pages), refused in one line."""
+    _pages_without_end(s3_at, "s3://models/big/", lambda names, more: Answer(
+        200, (("Content-Type", "application/xml"),), _s3_page(names, more)))
 
 
 def test_an_s3_listing_of_empty_pages_without_end_ends_with_the_deadline(s3_at: Callable[[Script], ScriptedServer]
@@ -458,23 +467,11 @@ def test_a_gcs_listing_that_pages_without_end_stops_past_the_cap(gcs_at: Callabl
     holds one object over MAX_LISTED_FILES (11 pages), refused in one line."""
     import json
 
-    from mhainspect.sources.tree import MAX_LISTED_FILES
+    def page(names: range, more: int | None) -> Answer:
+        body: dict[str, object] = {"kind": "storage#objects", "items": [
+            {"kind": "storage#object", "bucket": "models", "name": f"big/f{i}.bin", "size": "1"} for i in names]}
+        if more is not None:
+            body["nextPageToken"] = f"t{more}"
+        return Answer(200, (("Content-Type", "application/json"),), json.dumps(body).encode())
 
-    pages: list[str] = []
-
-    def script(path: str, headers: Mapping[str, str]) -> Answer:
-        pages.append(path)
-        n = len(pages) - 1  # (the last page at 50: a reader that does not stop fails, never hangs)
-        items = [{"kind": "storage#object", "bucket": "models", "name": f"big/f{i}.bin", "size": "1"}
-                 for i in range(n * 1000, n * 1000 + 1000)]
-        page: dict[str, object] = {"kind": "storage#objects", "items": items}
-        if n < 50:
-            page["nextPageToken"] = f"t{n}"
-        return Answer(200, (("Content-Type", "application/json"),), json.dumps(page).encode())
-
-    gcs_at(script)
-    start = time.monotonic()
-    with model_deadline(20), pytest.raises(InputError, match=f"more than {MAX_LISTED_FILES:,} files"):
-        audit("gs://models/big/")
-    assert time.monotonic() - start < 15
-    assert len(pages) == MAX_LISTED_FILES // 1000 + 1
+    _pages_without_end(gcs_at, "gs://models/big/", page)
