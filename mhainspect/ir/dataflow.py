@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -395,6 +395,16 @@ class GraphIndex:
     def _stored_behind(self, name: str) -> Tensor | None:
         """The stored tensor ``name`` is, behind casts and views (a scale or a zero point)."""
         return self.stored_through(name, _WEIGHT_VIEW_OPS)
+
+    def behind(self, name: str, ops: Collection[str], hops: int) -> str:
+        """The value ``name`` is read from through at most ``hops`` nodes of ``ops`` (first inputs):
+        ``name`` itself when its producer is none of them."""
+        for _ in range(hops):
+            node = self.producer.get(name)
+            if node is None or node.op not in ops or not node.inputs:
+                return name
+            name = node.inputs[0]
+        return name
 
     def stored_through(self, name: str, ops: frozenset[str]) -> Tensor | None:
         """The stored tensor ``name`` is read from through a chain of ``ops`` (first inputs), or None."""

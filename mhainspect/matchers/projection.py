@@ -617,17 +617,8 @@ def _gates(index: GraphIndex, node: Node, pos: int) -> bool:
     views), gated attention's output gate (AFMoE, HunYuan-V4, Qwen3-Next): the result goes on to O."""
     if node.op != "Mul" or len(node.inputs) != 2:
         return False
-    cur = node.inputs[1 - pos]
-    for _ in range(4):
-        producer = index.producer.get(cur)
-        if producer is None:
-            return False
-        if producer.op == "Sigmoid":
-            return True
-        if producer.op not in _GATE_VIEWS or not producer.inputs:
-            return False
-        cur = producer.inputs[0]
-    return False
+    producer = index.producer.get(index.behind(node.inputs[1 - pos], _GATE_VIEWS, 3))
+    return producer is not None and producer.op == "Sigmoid"
 
 
 def trace_forward_to_projection(index: GraphIndex, tensor: str) -> tuple[ProjectionHit, tuple[Node, ...]] | None:

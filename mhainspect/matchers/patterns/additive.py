@@ -36,7 +36,7 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
         return Miss(NAME, softmax.name, "no score vector vᵀ·tanh(…) before the Softmax", node=softmax.name,
                     claimed=False)
     v_node, v_weight, v_bias, tanh = found
-    summed = _through(index, tanh.inputs[0], _VIEWS)
+    summed = index.behind(tanh.inputs[0], _VIEWS, _MAX_NODES)
     add = index.producer.get(summed)
     if add is None or add.op != "Add":
         return Miss(NAME, softmax.name, f"additive scores vᵀ·tanh(…) at {v_node.name}, but the Tanh input is not a "
@@ -78,15 +78,6 @@ def match(index: GraphIndex, softmax: Node) -> BlockBuilder | Miss:
     return b
 
 
-def _through(index: GraphIndex, name: str, ops: set[str]) -> str:
-    for _ in range(_MAX_NODES):
-        node = index.producer.get(name)
-        if node is None or node.op not in ops or not node.inputs:
-            return name
-        name = node.inputs[0]
-    return name
-
-
 def _score_vector(index: GraphIndex, start: str) -> tuple[Node, Tensor, Tensor | None, Node] | None:
     """(node applying v, v, v's bias, the Tanh) behind the Softmax input, or None."""
     cur_list, seen = [start], {start}
@@ -122,7 +113,7 @@ def _applies_vector(index: GraphIndex, node: Node) -> tuple[Node, Tensor, Tensor
         hit = recognise_projection(index, node)
         if hit is None or hit.out_features != 1:
             return None
-        tanh = index.producer.get(_through(index, hit.activation, _VIEWS))
+        tanh = index.producer.get(index.behind(hit.activation, _VIEWS, _MAX_NODES))
         if tanh is None or tanh.op != "Tanh":
             return None
         return node, hit.weight.tensor, hit.bias, tanh
@@ -133,7 +124,7 @@ def _applies_vector(index: GraphIndex, node: Node) -> tuple[Node, Tensor, Tensor
         for pos in (0, 1):
             ref = index.weight(mul.inputs[1 - pos])
             t = ref.tensor if ref is not None else index.graph.weights.get(mul.inputs[1 - pos])
-            tanh = index.producer.get(_through(index, mul.inputs[pos], _VIEWS))
+            tanh = index.producer.get(index.behind(mul.inputs[pos], _VIEWS, _MAX_NODES))
             if t is not None and t.numel > 1 and tanh is not None and tanh.op == "Tanh":
                 return node, t, None, tanh
     return None
